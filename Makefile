@@ -1,0 +1,40 @@
+# inferd: thin wrappers over go commands and scripts in this repo.
+CONFIG ?= config.example.yaml
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
+
+.PHONY: build run test lint fuzz clean
+
+## build: compile ./inferd
+build:
+	go build -ldflags "$(LDFLAGS)" -o inferd .
+
+## run: start the daemon with the example echo model (Ctrl-C stops it)
+run: build
+	./inferd --config $(CONFIG) apply -f examples/projects.yaml
+	@echo
+	@echo "inferd is starting on http://127.0.0.1:8080 with the example project 'echo'."
+	@echo "In another terminal, create an API key and call the model:"
+	@echo "  KEY=\$$(./inferd --config $(CONFIG) key create --team demo | tail -n1)"
+	@echo "  curl -s localhost:8080/start/v4 -d '{\"apiKey\":\"'\$$KEY'\",\"modelKey\":\"mk-echo-1\",\"modelInputs\":{\"prompt\":\"hi\"}}'"
+	@echo
+	./inferd --config $(CONFIG) serve
+
+## test: every check CI runs: formatting, vet, and all tests with the race detector
+test: lint
+	go test -race -count=1 ./...
+
+## lint: gofmt and go vet
+lint:
+	@out=$$(gofmt -l .); \
+	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	go vet ./...
+
+## fuzz: a short run of each fuzz target
+fuzz:
+	go test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./manifest/
+
+clean:
+	rm -rf inferd dist

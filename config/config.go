@@ -1,0 +1,307 @@
+// Package config loads inferd's settings from, in rising precedence: built-in
+// defaults, a YAML file, INFERD_* environment variables and command-line flags.
+// The result is one immutable Config value; unknown keys and invalid values stop
+// start-up with a message that names the key.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/confmap"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/v2"
+
+	"inferd/gpu"
+)
+
+// Config is every setting of the daemon and the admin CLI.
+type Config struct {
+	Listen              string        `koanf:"listen"`
+	DataDir             string        `koanf:"dataDir"`
+	Log                 Log           `koanf:"log"`
+	StartWait           time.Duration `koanf:"startWait"`
+	LongPollWait        time.Duration `koanf:"longPollWait"`
+	MaxBodyBytes        int64         `koanf:"maxBodyBytes"`
+	MaxQueuedPerProject int           `koanf:"maxQueuedPerProject"`
+	CPUSlots            int           `koanf:"cpuSlots"`
+	ResultTTL           time.Duration `koanf:"resultTTL"`
+	SweepInterval       time.Duration `koanf:"sweepInterval"`
+	ShutdownTimeout     time.Duration `koanf:"shutdownTimeout"`
+	Replica             Replica       `koanf:"replica"`
+	GPU                 GPU           `koanf:"gpu"`
+}
+
+// Log selects the log level and format.
+type Log struct {
+	Level  string `koanf:"level"`  // debug, info, warn, error
+	Format string `koanf:"format"` // auto (console on a terminal, else JSON), console, json
+}
+
+// Replica holds the settings for model server processes.
+type Replica struct {
+	StopGrace         time.Duration `koanf:"stopGrace"`
+	LogMaxBytes       int64         `koanf:"logMaxBytes"`
+	MaxBootFailures   int           `koanf:"maxBootFailures"`
+	RestartBackoff    time.Duration `koanf:"restartBackoff"`
+	MaxRestartBackoff time.Duration `koanf:"maxRestartBackoff"`
+}
+
+// GPU holds the settings for GPU discovery.
+type GPU struct {
+	Disabled        bool               `koanf:"disabled"`
+	RefreshInterval time.Duration      `koanf:"refreshInterval"`
+	Simulate        []gpu.SimulatedGPU `koanf:"simulate"`
+}
+
+// defaults mirrors config.example.yaml; TestExampleFileMatchesDefaults keeps
+// the two from drifting.
+func defaults() map[string]any {
+	return map[string]any{
+		"listen":                    "127.0.0.1:8080",
+		"dataDir":                   "./data",
+		"log.level":                 "info",
+		"log.format":                "auto",
+		"startWait":                 "50s",
+		"longPollWait":              "50s",
+		"maxBodyBytes":              10 << 20,
+		"maxQueuedPerProject":       1000,
+		"cpuSlots":                  0,
+		"resultTTL":                 "24h",
+		"sweepInterval":             "1m",
+		"shutdownTimeout":           "30s",
+		"replica.stopGrace":         "10s",
+		"replica.logMaxBytes":       10 << 20,
+		"replica.maxBootFailures":   3,
+		"replica.restartBackoff":    "1s",
+		"replica.maxRestartBackoff": "30s",
+		"gpu.disabled":              false,
+		"gpu.refreshInterval":       "5s",
+		"gpu.simulate":              []any{},
+	}
+}
+
+// Load builds the Config. file may be empty (no file); environ is the process
+// environment (only INFERD_* names of known keys are read); flags maps keys to
+// the values of the flags the user actually set.
+func Load(path string, environ []string, flags map[string]string) (Config, error) {
+	k := koanf.New(".")
+	if err := k.Load(confmap.Provider(defaults(), "."), nil); err != nil {
+		return Config{}, fmt.Errorf("load defaults: %w", err)
+	}
+	known := k.Keys()
+	if path != "" {
+		if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
+			return Config{}, fmt.Errorf("config file %s: %w", path, err)
+		}
+	}
+	if err := k.Load(confmap.Provider(envValues(known, environ), "."), nil); err != nil {
+		return Config{}, fmt.Errorf("load environment: %w", err)
+	}
+	for key, val := range flags {
+		if err := k.Set(key, val); err != nil {
+			return Config{}, fmt.Errorf("flag for %s: %w", key, err)
+		}
+	}
+
+	var cfg Config
+	dc := &mapstructure.DecoderConfig{
+		Result:           &cfg,
+		TagName:          "koanf",
+		ErrorUnused:      true,
+		WeaklyTypedInput: true,
+		DecodeHook: mapstructure.ComposeDecodeHookFunc(
+			secondsHook,
+			mapstructure.StringToTimeDurationHookFunc(),
+			mapstructure.TextUnmarshallerHookFunc(),
+		),
+	}
+	if err := k.UnmarshalWithConf("", &cfg, koanf.UnmarshalConf{DecoderConfig: dc}); err != nil {
+		return Config{}, fmt.Errorf("config: %s", decodeMessage(err))
+	}
+	if path != "" && !filepath.IsAbs(cfg.DataDir) && k.String("dataDir") != "" && !fromEnvOrFlag("dataDir", environ, flags) {
+		// A relative dataDir in a file means relative to that file, so the
+		// daemon finds the same data whatever directory it is started from.
+		cfg.DataDir = filepath.Join(filepath.Dir(path), cfg.DataDir)
+	}
+	if err := cfg.validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// EnvName is the environment variable that sets a key: INFERD_ and the key in
+// upper case with dots as underscores (replica.stopGrace → INFERD_REPLICA_STOPGRACE).
+func EnvName(key string) string {
+	return "INFERD_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+func envValues(known []string, environ []string) map[string]any {
+	byName := make(map[string]string, len(known))
+	for _, key := range known {
+		byName[EnvName(key)] = key
+	}
+	out := map[string]any{}
+	for _, kv := range environ {
+		name, val, ok := strings.Cut(kv, "=")
+		if !ok {
+			continue
+		}
+		if key, ok := byName[name]; ok {
+			out[key] = val
+		}
+	}
+	return out
+}
+
+func fromEnvOrFlag(key string, environ []string, flags map[string]string) bool {
+	if _, ok := flags[key]; ok {
+		return true
+	}
+	prefix := EnvName(key) + "="
+	for _, kv := range environ {
+		if strings.HasPrefix(kv, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// secondsHook lets a duration be written as a plain number of seconds.
+func secondsHook(from, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeOf(time.Duration(0)) {
+		return data, nil
+	}
+	switch v := data.(type) {
+	case int:
+		return time.Duration(v) * time.Second, nil
+	case int64:
+		return time.Duration(v) * time.Second, nil
+	case uint64:
+		return time.Duration(v) * time.Second, nil
+	case float64:
+		return time.Duration(v * float64(time.Second)), nil
+	}
+	return data, nil
+}
+
+// decodeMessage turns mapstructure's errors into one line naming the keys.
+func decodeMessage(err error) string {
+	var parts []string
+	for _, e := range unwrapAll(err) {
+		msg := e.Error()
+		msg = strings.Replace(msg, "has invalid keys:", "unknown setting(s):", 1)
+		parts = append(parts, msg)
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, "; ")
+}
+
+func unwrapAll(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, unwrapAll(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
+
+func (c Config) validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("config: %s: "+format, append([]any{key}, args...)...))
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		bad("listen", "%q is not host:port (%v)", c.Listen, err)
+	}
+	if c.DataDir == "" {
+		bad("dataDir", "must not be empty")
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level", "%q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "auto", "console", "json":
+	default:
+		bad("log.format", "%q is not one of auto, console, json", c.Log.Format)
+	}
+	positive := map[string]time.Duration{
+		"startWait": c.StartWait, "longPollWait": c.LongPollWait, "resultTTL": c.ResultTTL,
+		"sweepInterval": c.SweepInterval, "shutdownTimeout": c.ShutdownTimeout,
+		"replica.stopGrace": c.Replica.StopGrace, "replica.restartBackoff": c.Replica.RestartBackoff,
+		"replica.maxRestartBackoff": c.Replica.MaxRestartBackoff, "gpu.refreshInterval": c.GPU.RefreshInterval,
+	}
+	for _, key := range sortedKeys(positive) {
+		if positive[key] <= 0 {
+			bad(key, "must be a positive duration, got %s", positive[key])
+		}
+	}
+	if c.StartWait > 10*time.Minute || c.LongPollWait > 10*time.Minute {
+		bad("startWait/longPollWait", "must be at most 10m")
+	}
+	if c.MaxBodyBytes < 1024 {
+		bad("maxBodyBytes", "must be at least 1024, got %d", c.MaxBodyBytes)
+	}
+	if c.MaxQueuedPerProject < 1 {
+		bad("maxQueuedPerProject", "must be at least 1, got %d", c.MaxQueuedPerProject)
+	}
+	if c.CPUSlots < 0 {
+		bad("cpuSlots", "must be 0 (one per CPU) or more, got %d", c.CPUSlots)
+	}
+	if c.Replica.LogMaxBytes < 4096 {
+		bad("replica.logMaxBytes", "must be at least 4096, got %d", c.Replica.LogMaxBytes)
+	}
+	if c.Replica.MaxBootFailures < 1 {
+		bad("replica.maxBootFailures", "must be at least 1, got %d", c.Replica.MaxBootFailures)
+	}
+	for i, g := range c.GPU.Simulate {
+		if g.Name == "" || g.MemoryMiB == 0 {
+			bad(fmt.Sprintf("gpu.simulate[%d]", i), "needs a name and memoryMiB > 0")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// Paths derived from the data directory.
+
+// StorePath is the bbolt file.
+func (c Config) StorePath() string { return filepath.Join(c.DataDir, "inferd.db") }
+
+// SocketPath is the admin socket the CLI talks to.
+func (c Config) SocketPath() string { return filepath.Join(c.DataDir, "inferd.sock") }
+
+// LogDir holds the replica logs.
+func (c Config) LogDir() string { return filepath.Join(c.DataDir, "logs") }
+
+// RunDir holds the replica pid files used to clean up after a crash.
+func (c Config) RunDir() string { return filepath.Join(c.DataDir, "run") }
+
+// EnsureDataDir creates the data directory, private to the daemon's user.
+func (c Config) EnsureDataDir() error {
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return fmt.Errorf("create data dir %s: %w", c.DataDir, err)
+	}
+	return nil
+}

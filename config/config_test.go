@@ -1,0 +1,143 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestDefaultsWithoutFile(t *testing.T) {
+	cfg, err := Load("", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listen != "127.0.0.1:8080" || cfg.DataDir != "./data" || cfg.StartWait != 50*time.Second ||
+		cfg.MaxQueuedPerProject != 1000 || cfg.ResultTTL != 24*time.Hour || cfg.MaxBodyBytes != 10<<20 {
+		t.Fatalf("unexpected defaults: %+v", cfg)
+	}
+}
+
+func TestExampleFileMatchesDefaults(t *testing.T) {
+	fromFile, err := Load("../config.example.yaml", nil, nil)
+	if err != nil {
+		t.Fatalf("config.example.yaml must load: %v", err)
+	}
+	defaults, err := Load("", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The example's relative dataDir is resolved against its directory.
+	fromFile.DataDir, defaults.DataDir = "", ""
+	if fromFile.GPU.Simulate == nil {
+		fromFile.GPU.Simulate = defaults.GPU.Simulate
+	}
+	if !reflect.DeepEqual(fromFile, defaults) {
+		t.Fatalf("config.example.yaml drifted from the defaults:\nfile:     %+v\ndefaults: %+v", fromFile, defaults)
+	}
+}
+
+func TestPrecedenceFileEnvFlag(t *testing.T) {
+	path := writeFile(t, "listen: 127.0.0.1:9000\nstartWait: 10\nlog:\n  level: debug\nreplica:\n  stopGrace: 3s\n")
+	tests := []struct {
+		name       string
+		env        []string
+		flags      map[string]string
+		wantListen string
+		wantLevel  string
+	}{
+		{"file over defaults", nil, nil, "127.0.0.1:9000", "debug"},
+		{"env over file", []string{"INFERD_LISTEN=127.0.0.1:9001", "INFERD_LOG_LEVEL=warn"}, nil, "127.0.0.1:9001", "warn"},
+		{"flag over env", []string{"INFERD_LISTEN=127.0.0.1:9001"}, map[string]string{"listen": "127.0.0.1:9002"}, "127.0.0.1:9002", "debug"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Load(path, tc.env, tc.flags)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Listen != tc.wantListen || cfg.Log.Level != tc.wantLevel {
+				t.Fatalf("listen %q level %q, want %q %q", cfg.Listen, cfg.Log.Level, tc.wantListen, tc.wantLevel)
+			}
+			if cfg.StartWait != 10*time.Second || cfg.Replica.StopGrace != 3*time.Second {
+				t.Fatalf("durations: startWait %s stopGrace %s", cfg.StartWait, cfg.Replica.StopGrace)
+			}
+		})
+	}
+}
+
+func TestRelativeDataDirIsRelativeToFile(t *testing.T) {
+	path := writeFile(t, "dataDir: ./d\n")
+	cfg, err := Load(path, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(filepath.Dir(path), "d"); cfg.DataDir != want {
+		t.Fatalf("dataDir %q, want %q", cfg.DataDir, want)
+	}
+	cfg, err = Load(path, []string{"INFERD_DATADIR=rel"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.DataDir != "rel" {
+		t.Fatalf("env dataDir should stay as given, got %q", cfg.DataDir)
+	}
+}
+
+func TestSimulatedGPUs(t *testing.T) {
+	path := writeFile(t, "gpu:\n  simulate:\n    - {name: A, memoryMiB: 1024}\n    - {name: B, memoryMiB: 2048}\n")
+	cfg, err := Load(path, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.GPU.Simulate) != 2 || cfg.GPU.Simulate[1].Name != "B" || cfg.GPU.Simulate[1].MemoryMiB != 2048 {
+		t.Fatalf("simulate = %+v", cfg.GPU.Simulate)
+	}
+}
+
+func TestInvalidSettingsNameTheKey(t *testing.T) {
+	tests := []struct {
+		name    string
+		file    string
+		env     []string
+		wantKey string
+	}{
+		{"unknown top-level key", "listn: 127.0.0.1:1\n", nil, "listn"},
+		{"unknown nested key", "replica:\n  stopGrase: 1s\n", nil, "stopGrase"},
+		{"bad duration", "startWait: soon\n", nil, "startWait"},
+		{"negative duration", "longPollWait: -1s\n", nil, "longPollWait"},
+		{"bad listen", "listen: nowhere\n", nil, "listen"},
+		{"bad level", "log:\n  level: loud\n", nil, "log.level"},
+		{"bad env value", "", []string{"INFERD_MAXQUEUEDPERPROJECT=lots"}, "maxQueuedPerProject"},
+		{"zero queue", "maxQueuedPerProject: 0\n", nil, "maxQueuedPerProject"},
+		{"simulated gpu without memory", "gpu:\n  simulate:\n    - {name: A}\n", nil, "gpu.simulate[0]"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load(writeFile(t, tc.file), tc.env, nil)
+			if err == nil {
+				t.Fatal("want an error")
+			}
+			if !strings.Contains(err.Error(), tc.wantKey) {
+				t.Fatalf("error %q does not name %q", err, tc.wantKey)
+			}
+		})
+	}
+}
+
+func TestMissingFileIsAnError(t *testing.T) {
+	if _, err := Load(filepath.Join(t.TempDir(), "nope.yaml"), nil, nil); err == nil || !strings.Contains(err.Error(), "nope.yaml") {
+		t.Fatalf("want an error naming the file, got %v", err)
+	}
+}

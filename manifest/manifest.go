@@ -1,0 +1,127 @@
+// Package manifest reads the declarative projects file that `inferd apply -f`
+// upserts. Parsing is strict: an unknown field or a value of the wrong type is an
+// error naming the project and the field, so a typo never deploys silently.
+package manifest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"gopkg.in/yaml.v3"
+
+	"inferd/store"
+)
+
+// File is the manifest as written.
+type File struct {
+	Projects []Project `yaml:"projects"`
+}
+
+// Project is one entry of the manifest. Pointer fields tell "absent" (take the
+// default) from an explicit zero.
+type Project struct {
+	ID               string            `yaml:"id"`
+	Team             string            `yaml:"team"`
+	ModelKey         string            `yaml:"modelKey"`
+	Command          []string          `yaml:"command"`
+	Dir              string            `yaml:"dir"`
+	Env              map[string]string `yaml:"env"`
+	Protocol         string            `yaml:"protocol"`
+	HealthPath       string            `yaml:"healthPath"`
+	InferPath        string            `yaml:"inferPath"`
+	GPUs             *int              `yaml:"gpus"`
+	GPUMemoryMiB     *int              `yaml:"gpuMemoryMiB"`
+	Concurrency      *int              `yaml:"concurrency"`
+	BootTimeout      *int              `yaml:"bootTimeout"`
+	MinReplicas      *int              `yaml:"minReplicas"`
+	MaxReplicas      *int              `yaml:"maxReplicas"`
+	InferenceTimeout *int              `yaml:"inferenceTimeout"`
+	IdleTimeout      *int              `yaml:"idleTimeout"`
+}
+
+// Parse decodes a manifest and turns it into validated store projects. baseDir
+// is the manifest's directory: a relative `dir` is resolved against it.
+func Parse(data []byte, baseDir string) ([]store.Project, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var f File
+	if err := dec.Decode(&f); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("manifest is empty: it needs a projects: list")
+		}
+		return nil, fmt.Errorf("manifest: %w", err)
+	}
+	if len(f.Projects) == 0 {
+		return nil, errors.New("manifest has no projects")
+	}
+	seen := map[string]bool{}
+	out := make([]store.Project, 0, len(f.Projects))
+	for i, mp := range f.Projects {
+		name := mp.ID
+		if name == "" {
+			name = fmt.Sprintf("#%d", i+1)
+		}
+		if seen[mp.ID] {
+			return nil, fmt.Errorf("project %s: listed twice", name)
+		}
+		seen[mp.ID] = true
+		p, err := mp.toStore(baseDir)
+		if err != nil {
+			return nil, fmt.Errorf("project %s: %w", name, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func (mp Project) toStore(baseDir string) (store.Project, error) {
+	if mp.ModelKey == "" {
+		return store.Project{}, errors.New("modelKey: required")
+	}
+	if mp.Team == "" {
+		return store.Project{}, errors.New("team: required")
+	}
+	p := store.NewProject(mp.ID, mp.Team)
+	setInt(&p.MinReplicas, mp.MinReplicas)
+	setInt(&p.MaxReplicas, mp.MaxReplicas)
+	setInt(&p.InferenceTimeout, mp.InferenceTimeout)
+	setInt(&p.IdleTimeout, mp.IdleTimeout)
+
+	m := &p.Model
+	m.KeyHash = store.HashModelKey(mp.ModelKey)
+	m.Command = mp.Command
+	m.Env = mp.Env
+	m.Protocol = mp.Protocol
+	m.HealthPath = mp.HealthPath
+	m.InferPath = mp.InferPath
+	setInt(&m.GPUs, mp.GPUs)
+	setInt(&m.GPUMemoryMiB, mp.GPUMemoryMiB)
+	setInt(&m.Concurrency, mp.Concurrency)
+	setInt(&m.BootTimeout, mp.BootTimeout)
+	dir := mp.Dir
+	if dir == "" {
+		dir = "."
+	}
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(baseDir, dir)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return store.Project{}, fmt.Errorf("dir: %w", err)
+	}
+	m.Dir = abs
+	p.ApplyDefaults()
+	if err := p.Validate(); err != nil {
+		return store.Project{}, err
+	}
+	return p, nil
+}
+
+func setInt(dst *int, v *int) {
+	if v != nil {
+		*dst = *v
+	}
+}

@@ -1,0 +1,103 @@
+package manifest
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"inferd/store"
+)
+
+const echoManifest = `
+projects:
+  - id: echo
+    team: acme
+    modelKey: mk-echo-1
+    command: ["python3", "server.py"]
+    dir: ./examples/echo
+    env: {GREETING: "hi"}
+    protocol: http
+    gpus: 0
+    concurrency: 1
+    bootTimeout: 600
+    minReplicas: 0
+    maxReplicas: 3
+    inferenceTimeout: 300
+    idleTimeout: 30
+`
+
+func TestParseFullEntry(t *testing.T) {
+	ps, err := Parse([]byte(echoManifest), "/srv/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 1 {
+		t.Fatalf("got %d projects", len(ps))
+	}
+	p := ps[0]
+	if p.ID != "echo" || p.TeamID != "acme" || p.MaxReplicas != 3 || p.IdleTimeout != 30 || p.InferenceTimeout != 300 {
+		t.Fatalf("project fields: %+v", p)
+	}
+	if p.Model.Dir != "/srv/models/examples/echo" || p.Model.Env["GREETING"] != "hi" || p.Model.Protocol != "http" {
+		t.Fatalf("model spec: %+v", p.Model)
+	}
+	if p.Model.KeyHash != store.HashModelKey("mk-echo-1") || strings.Contains(p.Model.KeyHash, "mk-echo") {
+		t.Fatalf("model key must be stored hashed, got %q", p.Model.KeyHash)
+	}
+}
+
+func TestParseAppliesDefaults(t *testing.T) {
+	ps, err := Parse([]byte("projects:\n  - {id: tiny, team: t, modelKey: k, command: [./run]}\n"), "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := ps[0]
+	if p.MinReplicas != 0 || p.MaxReplicas != 3 || p.InferenceTimeout != 300 || p.IdleTimeout != 30 ||
+		p.Model.Concurrency != 1 || p.Model.BootTimeout != 600 || p.Model.Protocol != "http" || p.Model.Dir != filepath.Clean("/x") {
+		t.Fatalf("defaults not applied: %+v", p)
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	tests := []struct {
+		name, body, want string
+	}{
+		{"empty file", "", "empty"},
+		{"no projects", "projects: []\n", "no projects"},
+		{"unknown field", "projects:\n  - {id: a, team: t, modelKey: k, command: [x], replicas: 2}\n", "replicas"},
+		{"wrong type", "projects:\n  - {id: a, team: t, modelKey: k, command: [x], maxReplicas: many}\n", "many"},
+		{"bad id", "projects:\n  - {id: Bad_Id, team: t, modelKey: k, command: [x]}\n", "id"},
+		{"missing modelKey", "projects:\n  - {id: a, team: t, command: [x]}\n", "modelKey"},
+		{"missing team", "projects:\n  - {id: a, modelKey: k, command: [x]}\n", "team"},
+		{"missing command", "projects:\n  - {id: a, team: t, modelKey: k}\n", "command"},
+		{"min above max", "projects:\n  - {id: a, team: t, modelKey: k, command: [x], minReplicas: 5, maxReplicas: 2}\n", "minReplicas"},
+		{"bad protocol", "projects:\n  - {id: a, team: t, modelKey: k, command: [x], protocol: grpc}\n", "protocol"},
+		{"duplicate id", "projects:\n  - {id: a, team: t, modelKey: k, command: [x]}\n  - {id: a, team: t, modelKey: j, command: [x]}\n", "twice"},
+		{"not yaml", "projects: [\n", "manifest"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.body), "/x")
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(echoManifest))
+	f.Add([]byte("projects:\n  - {id: a, team: t, modelKey: k, command: [x]}\n"))
+	f.Add([]byte("projects: [\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ps, err := Parse(data, "/x")
+		if err != nil {
+			return
+		}
+		for _, p := range ps {
+			if err := p.Validate(); err != nil {
+				t.Fatalf("Parse returned an invalid project: %v", err)
+			}
+		}
+	})
+}

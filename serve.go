@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+
+	"inferd/config"
+	"inferd/gpu"
+	"inferd/httpapi"
+	"inferd/scheduler"
+	"inferd/scheduler/replica"
+	"inferd/store"
+)
+
+// serve runs the daemon until ctx ends (SIGTERM/SIGINT): it opens the store,
+// binds the API and admin listeners, starts the scheduler, and on the way out
+// stops them in reverse order.
+func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
+	log := newLogger(cfg.Log, stderr)
+	if err := cfg.EnsureDataDir(); err != nil {
+		return err
+	}
+	st, err := store.Open(cfg.StorePath(), store.Options{})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	apiLn, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	adminLn, err := listenAdmin(cfg.SocketPath())
+	if err != nil {
+		apiLn.Close()
+		return err
+	}
+	defer os.Remove(cfg.SocketPath())
+
+	if n, err := replica.KillOrphans(cfg.RunDir(), log); err != nil {
+		log.Warn().Err(err).Msg("orphan cleanup incomplete")
+	} else if n > 0 {
+		log.Warn().Int("killed", n).Msg("killed model processes left by a previous run")
+	}
+
+	gpus := discoverGPUs(cfg.GPU, log)
+	defer gpus.Close()
+
+	sched := scheduler.New(schedulerConfig(cfg), st, scheduler.ProcessLauncher(log), gpus, scheduler.RealClock(), log)
+	st.OnProjectChange(sched.ProjectChanged)
+
+	api := &http.Server{
+		Handler: httpapi.New(httpapi.Options{
+			StartWait:    cfg.StartWait,
+			LongPollWait: cfg.LongPollWait,
+			MaxBodyBytes: cfg.MaxBodyBytes,
+			APIVersion:   "inferd/" + version,
+			Log:          log,
+		}, st, sched),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       2 * time.Minute,
+		// Long enough for the longest wait the API holds a request open.
+		WriteTimeout:   max(cfg.StartWait, cfg.LongPollWait) + time.Minute,
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: 64 << 10,
+	}
+	admin := &http.Server{Handler: httpapi.NewAdmin(st, log), ReadHeaderTimeout: 10 * time.Second}
+
+	log.Info().Str("listen", "http://"+apiLn.Addr().String()).Str("dataDir", cfg.DataDir).
+		Int("gpus", gpus.Count()).Str("gpuSource", gpus.Source()).Str("version", version).Msg("inferd serving")
+
+	g, gctx := errgroup.WithContext(ctx)
+	schedCtx, stopSched := context.WithCancel(context.Background())
+	defer stopSched()
+	g.Go(func() error { return sched.Run(schedCtx) })
+	g.Go(func() error { return st.RunSweeper(gctx, cfg.ResultTTL, cfg.SweepInterval) })
+	g.Go(func() error { return gpus.Run(gctx, cfg.GPU.RefreshInterval) })
+	g.Go(func() error { return serveHTTP(api, apiLn) })
+	g.Go(func() error { return serveHTTP(admin, adminLn) })
+	g.Go(func() error {
+		<-gctx.Done()
+		log.Info().Msg("shutting down")
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		// Stop taking requests first, then stop the replicas: calls still
+		// running are recorded as interrupted and answered after a restart.
+		errs := errors.Join(api.Shutdown(sctx), admin.Shutdown(sctx))
+		stopSched()
+		return errs
+	})
+	err = g.Wait()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	log.Info().Msg("stopped")
+	return nil
+}
+
+func serveHTTP(srv *http.Server, ln net.Listener) error {
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
+	}
+	return nil
+}
+
+// listenAdmin binds the admin socket, readable and writable by the daemon's
+// user only: whoever can open it administers inferd. The store's file lock
+// already guarantees no other daemon owns this data dir, so a socket file
+// found here is stale.
+func listenAdmin(path string) (net.Listener, error) {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale admin socket %s: %w", path, err)
+	}
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listen on admin socket %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("restrict admin socket %s: %w", path, err)
+	}
+	return ln, nil
+}
+
+func discoverGPUs(c config.GPU, log zerolog.Logger) *gpu.Inventory {
+	switch {
+	case len(c.Simulate) > 0:
+		log.Info().Int("count", len(c.Simulate)).Msg("using simulated GPUs")
+		return gpu.Simulated(c.Simulate)
+	case c.Disabled:
+		log.Info().Msg("GPU discovery disabled: running on CPU only")
+		return gpu.Simulated(nil)
+	default:
+		return gpu.Discover(log)
+	}
+}
+
+func schedulerConfig(cfg config.Config) scheduler.Config {
+	slots := cfg.CPUSlots
+	if slots == 0 {
+		slots = runtime.NumCPU()
+	}
+	return scheduler.Config{
+		MaxQueuedPerProject: cfg.MaxQueuedPerProject,
+		CPUSlots:            slots,
+		StopGrace:           cfg.Replica.StopGrace,
+		LogDir:              cfg.LogDir(),
+		LogMaxBytes:         cfg.Replica.LogMaxBytes,
+		RunDir:              cfg.RunDir(),
+		MaxBootFailures:     cfg.Replica.MaxBootFailures,
+		RestartBackoff:      cfg.Replica.RestartBackoff,
+		MaxRestartBackoff:   cfg.Replica.MaxRestartBackoff,
+	}
+}

@@ -1,0 +1,101 @@
+package store
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Team owns projects and API keys.
+type Team struct {
+	ID      string    `json:"id"`
+	Created time.Time `json:"created"`
+}
+
+// KeyScope says what an API key may reach.
+type KeyScope string
+
+// Key scopes: a team key sees its own team's projects and calls; an admin key
+// sees every team's and may use admin endpoints.
+const (
+	ScopeTeam  KeyScope = "team"
+	ScopeAdmin KeyScope = "admin"
+)
+
+// APIKey is the stored half of an API key. The secret itself is shown once at
+// creation and never stored: only its SHA-256 (hex) is kept, found through the
+// non-secret ID that the secret embeds.
+type APIKey struct {
+	ID      string    `json:"id"`
+	TeamID  string    `json:"teamId"`
+	Scope   KeyScope  `json:"scope"`
+	Hash    string    `json:"hash"`
+	Created time.Time `json:"created"`
+	Revoked time.Time `json:"revoked,omitzero"`
+}
+
+// IsRevoked reports whether the key has been revoked.
+func (k APIKey) IsRevoked() bool { return !k.Revoked.IsZero() }
+
+// Project is a deployment: the six fields of the project API plus the model
+// spec, which the API never exposes.
+type Project struct {
+	ID               string    `json:"id"`
+	TeamID           string    `json:"teamId"`
+	MinReplicas      int       `json:"minReplicas"`
+	MaxReplicas      int       `json:"maxReplicas"`
+	InferenceTimeout int       `json:"inferenceTimeout"` // seconds
+	IdleTimeout      int       `json:"idleTimeout"`      // seconds
+	Model            ModelSpec `json:"model"`
+	Created          time.Time `json:"created"`
+	Updated          time.Time `json:"updated"`
+}
+
+// ModelSpec says how to start and talk to a project's model server.
+type ModelSpec struct {
+	KeyHash      string            `json:"keyHash"` // hex SHA-256 of the modelKey
+	Command      []string          `json:"command"`
+	Dir          string            `json:"dir,omitempty"` // absolute working directory
+	Env          map[string]string `json:"env,omitempty"`
+	Protocol     string            `json:"protocol"` // "http" or "potassium"
+	HealthPath   string            `json:"healthPath,omitempty"`
+	InferPath    string            `json:"inferPath,omitempty"`
+	GPUs         int               `json:"gpus"` // whole GPUs per replica; 0 = CPU
+	GPUMemoryMiB int               `json:"gpuMemoryMiB,omitempty"`
+	Concurrency  int               `json:"concurrency"` // calls at once per replica
+	BootTimeout  int               `json:"bootTimeout"` // seconds
+}
+
+// CallState is where an inference call is in its life.
+type CallState string
+
+// Call states. Booting is never stored: the scheduler reports it for a queued
+// call whose replica is starting.
+const (
+	CallQueued    CallState = "queued"
+	CallBooting   CallState = "booting"
+	CallRunning   CallState = "running"
+	CallSucceeded CallState = "succeeded"
+	CallFailed    CallState = "failed"
+)
+
+// Done reports whether the state is final.
+func (s CallState) Done() bool { return s == CallSucceeded || s == CallFailed }
+
+// Call is one inference call, from admission to its result.
+type Call struct {
+	ID         string          `json:"id"` // "call_" + UUIDv7
+	ProjectID  string          `json:"projectId"`
+	TeamID     string          `json:"teamId"`
+	State      CallState       `json:"state"`
+	Inputs     json.RawMessage `json:"inputs,omitempty"`
+	Outputs    json.RawMessage `json:"outputs,omitempty"` // the model's JSON reply
+	Message    string          `json:"message,omitempty"` // "success" or "error: ..." once done
+	Attempt    int             `json:"attempt"`
+	ReplicaID  string          `json:"replicaId,omitempty"`
+	Created    time.Time       `json:"created"`
+	Dispatched time.Time       `json:"dispatched,omitzero"`
+	Finished   time.Time       `json:"finished,omitzero"`
+	QueueMs    int64           `json:"queueMs,omitempty"`
+	BootMs     int64           `json:"bootMs,omitempty"`
+	RunMs      int64           `json:"runMs,omitempty"`
+}
