@@ -187,7 +187,7 @@ func TestInferenceEndToEnd(t *testing.T) {
 			`{"apiKey":"nope","modelKey":"mk-echo","modelInputs":{}}`:                                 "error: invalid apiKey",
 			fmt.Sprintf(`{"apiKey":%q,"modelKey":"nope","modelInputs":{}}`, key):                      "error: unknown modelKey",
 			fmt.Sprintf(`{"apiKey":%q,"modelKey":"mk-echo","modelInputs":[1]}`, key):                  "error: modelInputs must be a JSON object",
-			fmt.Sprintf(`{"apiKey":%q,"modelKey":"mk-echo"}`, key):                                    "error: modelInputs must be a JSON object",
+			fmt.Sprintf(`{"apiKey":%q,"modelKey":"mk-echo"}`, key):                                    "error: missing modelInputs",
 			fmt.Sprintf(`{"apiKey":%q,"modelKey":"mk-echo","startOnly":"yes","modelInputs":{}}`, key): "error: startOnly must be a boolean",
 		} {
 			status, r := do(t, "POST", d.base+"/start/v4", nil, body)

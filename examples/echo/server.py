@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Echo model: a stdlib-only model server speaking inferd's "http" protocol.
+
+GET /healthz answers 200 once the server listens; POST / echoes its JSON inputs.
+Special inputs and boot-time environment variables let tests and manifests show
+every failure mode; see README.md.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Handler(BaseHTTPRequestHandler):
+    # HTTP/1.1 keeps connections alive between calls; every reply sets Content-Length.
+    protocol_version = "HTTP/1.1"
+    # Headers and body go out in two writes; without TCP_NODELAY, Nagle's algorithm
+    # and delayed ACKs add 40 ms to every reply.
+    disable_nagle_algorithm = True
+
+    def log_message(self, format, *args):
+        pass  # one line per request would drown the model's own log
+
+    def reply(self, status, body, content_type="application/json"):
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.path != "/healthz":
+            self.reply(404, {"error": "not found"})
+        elif os.environ.get("NEVER_READY") == "1":
+            self.reply(503, {"ok": False})
+        else:
+            self.reply(200, {"ok": True})
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            inputs = json.loads(self.rfile.read(length))
+        except ValueError as e:
+            self.reply(400, {"error": f"inputs are not JSON: {e}"})
+            return
+        if not isinstance(inputs, dict):
+            self.reply(400, {"error": "inputs must be a JSON object"})
+            return
+
+        if inputs.get("crash"):
+            print("crashing on request", flush=True)
+            os._exit(3)
+        if inputs.get("hang"):
+            threading.Event().wait()
+        if "sleep" in inputs:
+            time.sleep(float(inputs["sleep"]))
+        if "fail" in inputs:
+            self.reply(500, {"error": str(inputs["fail"])})
+            return
+        if "raw" in inputs:
+            self.reply(200, str(inputs["raw"]).encode(), "text/plain")
+            return
+
+        out = {
+            "echo": inputs,
+            "greeting": os.environ.get("GREETING"),
+            "replica": os.environ.get("INFERD_REPLICA_ID"),
+            "pid": os.getpid(),
+        }
+        if "bytes" in inputs:
+            out["data"] = "x" * int(inputs["bytes"])
+        if "env" in inputs:
+            out["env"] = os.environ.get(str(inputs["env"]))
+        if inputs.get("spawn"):
+            out["child"] = subprocess.Popen(["sleep", "1000"]).pid
+        self.reply(200, out)
+
+
+def main():
+    # SystemExit raised from the handler unwinds serve_forever (or the boot sleep);
+    # request threads are daemon threads, so nothing waits for them.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+
+    time.sleep(float(os.environ.get("BOOT_DELAY") or 0))
+    if os.environ.get("BOOT_FAIL") == "1":
+        print("boot failed: BOOT_FAIL is set", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+    port = int(os.environ["PORT"])
+    with ThreadingHTTPServer(("127.0.0.1", port), Handler) as server:
+        print(f"echo model listening on 127.0.0.1:{port}", flush=True)
+        server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,353 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/julienschmidt/httprouter"
+	"github.com/rs/zerolog"
+
+	"inferd/store"
+)
+
+// maxAdminBody caps admin request bodies (an apply carries every project).
+const maxAdminBody = 10 << 20
+
+// AdminStore is what the admin API needs from *store.Store.
+type AdminStore interface {
+	EnsureTeam(id string) (created bool, err error)
+	ListTeams() ([]store.Team, error)
+	CreateKey(teamID string, scope store.KeyScope) (secret string, k store.APIKey, err error)
+	ListKeys(teamID string) ([]store.APIKey, error)
+	RevokeKey(id string) error
+	PutProject(p store.Project) (store.Change, error)
+	ListProjects(teamID string) ([]store.Project, error)
+	DeleteProject(id string) error
+}
+
+type admin struct {
+	store AdminStore
+	log   zerolog.Logger
+}
+
+// NewAdmin returns the admin API: teams, keys and declarative project
+// upserts. It has no authentication of its own: the daemon serves it only on
+// a unix socket with mode 0600, and the CLI calls it in-process when no
+// daemon runs.
+func NewAdmin(st AdminStore, log zerolog.Logger) http.Handler {
+	a := &admin{store: st, log: log}
+	r := newRouter(a.recoverPanic)
+	r.POST("/admin/keys", a.createKey)
+	r.GET("/admin/keys", a.listKeys)
+	r.POST("/admin/keys/:id/revoke", a.revokeKey)
+	r.POST("/admin/apply", a.apply)
+	r.GET("/admin/projects", a.listProjects)
+	r.DELETE("/admin/projects/:id", a.deleteProject)
+	r.GET("/admin/teams", a.listTeams)
+	return withRequestLog(r, log)
+}
+
+func (a *admin) recoverPanic(w http.ResponseWriter, r *http.Request, v any) {
+	if logPanic(w, r, a.log, v) {
+		writeJSON(w, http.StatusInternalServerError, errorBody{errorDetail{codeInternal,
+			"internal error; see the server log for request id " + requestIDOf(w)}})
+	}
+}
+
+// keyView is an API key without its hash. Revoked is null while the key is
+// valid; the field names match store.APIKey so a client may decode into it.
+type keyView struct {
+	ID      string         `json:"id"`
+	TeamID  string         `json:"teamId"`
+	Scope   store.KeyScope `json:"scope"`
+	Created time.Time      `json:"created"`
+	Revoked *time.Time     `json:"revoked"`
+}
+
+func viewKey(k store.APIKey) keyView {
+	v := keyView{ID: k.ID, TeamID: k.TeamID, Scope: k.Scope, Created: k.Created}
+	if k.IsRevoked() {
+		t := k.Revoked
+		v.Revoked = &t
+	}
+	return v
+}
+
+type createKeyRequest struct {
+	Team  string         `json:"team"`
+	Scope store.KeyScope `json:"scope"`
+}
+
+type createKeyResponse struct {
+	Secret string  `json:"secret"`
+	Key    keyView `json:"key"`
+}
+
+// createKey handles POST /admin/keys {"team": T, "scope": "team"|"admin"}:
+// the team is created if missing, and the secret is shown this once.
+func (a *admin) createKey(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	var req createKeyRequest
+	if err := readAdminJSON(w, r, &req); err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	if err := validateTeam(req.Team); err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	switch req.Scope {
+	case "":
+		req.Scope = store.ScopeTeam
+	case store.ScopeTeam, store.ScopeAdmin:
+	default:
+		writeError(w, r, a.log, badRequest("scope must be %q or %q", store.ScopeTeam, store.ScopeAdmin))
+		return
+	}
+	secret, key, err := a.store.CreateKey(req.Team, req.Scope)
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, createKeyResponse{Secret: secret, Key: viewKey(key)})
+}
+
+type keyList struct {
+	Results []keyView `json:"results"`
+}
+
+// listKeys handles GET /admin/keys[?team=T].
+func (a *admin) listKeys(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	keys, err := a.store.ListKeys(r.URL.Query().Get("team"))
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	out := keyList{Results: make([]keyView, 0, len(keys))}
+	for _, k := range keys {
+		out.Results = append(out.Results, viewKey(k))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+type keyResponse struct {
+	Key keyView `json:"key"`
+}
+
+// revokeKey handles POST /admin/keys/:id/revoke; revoking twice is fine.
+func (a *admin) revokeKey(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	id := ps.ByName("id")
+	if err := a.store.RevokeKey(id); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			err = notFound("key %s not found", truncate(id, 64))
+		}
+		writeError(w, r, a.log, err)
+		return
+	}
+	keys, err := a.store.ListKeys("")
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	for _, k := range keys {
+		if k.ID == id {
+			writeJSON(w, http.StatusOK, keyResponse{viewKey(k)})
+			return
+		}
+	}
+	writeError(w, r, a.log, notFound("key %s not found", truncate(id, 64)))
+}
+
+type applyRequest struct {
+	Projects []store.Project `json:"projects"`
+}
+
+type applyChange struct {
+	Project string `json:"project"`
+	Team    string `json:"team"`
+	Change  string `json:"change"` // created, updated or unchanged
+}
+
+type applyResponse struct {
+	Changes []applyChange `json:"changes"`
+}
+
+// apply handles POST /admin/apply {"projects": [...]}: every project is
+// validated first and nothing is written unless all are valid; then each is
+// upserted (its team created if missing) and the changes are reported in
+// order.
+func (a *admin) apply(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	var req applyRequest
+	if err := readAdminJSON(w, r, &req); err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	seen := make(map[string]bool, len(req.Projects))
+	for i, p := range req.Projects {
+		name := fmt.Sprintf("project %d", i+1)
+		if p.ID != "" {
+			name = "project " + truncate(p.ID, 64)
+		}
+		if seen[p.ID] {
+			writeError(w, r, a.log, badRequest("%s: listed twice", name))
+			return
+		}
+		seen[p.ID] = true
+		if err := p.Validate(); err != nil {
+			var ve *store.ValidationError
+			if errors.As(err, &ve) {
+				err = badRequest("%s: %s", name, ve.Error())
+			}
+			writeError(w, r, a.log, err)
+			return
+		}
+	}
+	out := applyResponse{Changes: make([]applyChange, 0, len(req.Projects))}
+	for _, p := range req.Projects {
+		if _, err := a.store.EnsureTeam(p.TeamID); err != nil {
+			writeError(w, r, a.log, err)
+			return
+		}
+		change, err := a.store.PutProject(p)
+		if err != nil {
+			// Earlier projects of this request stay applied; say so.
+			if errors.Is(err, store.ErrConflict) {
+				err = &userError{http.StatusConflict, codeConflict, fmt.Sprintf(
+					"project %s: %v (applied before it: %s)", p.ID, err, appliedNames(out.Changes))}
+			}
+			writeError(w, r, a.log, err)
+			return
+		}
+		out.Changes = append(out.Changes, applyChange{Project: p.ID, Team: p.TeamID, Change: string(change)})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func appliedNames(changes []applyChange) string {
+	if len(changes) == 0 {
+		return "none"
+	}
+	names := make([]string, len(changes))
+	for i, c := range changes {
+		names[i] = c.Project
+	}
+	return strings.Join(names, ", ")
+}
+
+// adminProject is a project with its model spec, without the modelKey hash.
+// Field names match store.Project so a client may decode into it.
+type adminProject struct {
+	ID               string     `json:"id"`
+	TeamID           string     `json:"teamId"`
+	MinReplicas      int        `json:"minReplicas"`
+	MaxReplicas      int        `json:"maxReplicas"`
+	InferenceTimeout int        `json:"inferenceTimeout"`
+	IdleTimeout      int        `json:"idleTimeout"`
+	Model            adminModel `json:"model"`
+	Created          time.Time  `json:"created"`
+	Updated          time.Time  `json:"updated"`
+}
+
+type adminModel struct {
+	Command      []string          `json:"command"`
+	Dir          string            `json:"dir,omitempty"`
+	Env          map[string]string `json:"env,omitempty"`
+	Protocol     string            `json:"protocol"`
+	HealthPath   string            `json:"healthPath,omitempty"`
+	InferPath    string            `json:"inferPath,omitempty"`
+	GPUs         int               `json:"gpus"`
+	GPUMemoryMiB int               `json:"gpuMemoryMiB,omitempty"`
+	Concurrency  int               `json:"concurrency"`
+	BootTimeout  int               `json:"bootTimeout"`
+}
+
+func viewAdminProject(p store.Project) adminProject {
+	m := p.Model
+	return adminProject{
+		ID: p.ID, TeamID: p.TeamID,
+		MinReplicas: p.MinReplicas, MaxReplicas: p.MaxReplicas,
+		InferenceTimeout: p.InferenceTimeout, IdleTimeout: p.IdleTimeout,
+		Model: adminModel{
+			Command: m.Command, Dir: m.Dir, Env: m.Env, Protocol: m.Protocol,
+			HealthPath: m.HealthPath, InferPath: m.InferPath, GPUs: m.GPUs,
+			GPUMemoryMiB: m.GPUMemoryMiB, Concurrency: m.Concurrency, BootTimeout: m.BootTimeout,
+		},
+		Created: p.Created, Updated: p.Updated,
+	}
+}
+
+type adminProjectList struct {
+	Results []adminProject `json:"results"`
+}
+
+// listProjects handles GET /admin/projects[?team=T], sorted by id.
+func (a *admin) listProjects(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	projects, err := a.store.ListProjects(r.URL.Query().Get("team"))
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	slices.SortFunc(projects, func(x, y store.Project) int { return strings.Compare(x.ID, y.ID) })
+	out := adminProjectList{Results: make([]adminProject, 0, len(projects))}
+	for _, p := range projects {
+		out.Results = append(out.Results, viewAdminProject(p))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+type deletedResponse struct {
+	Deleted string `json:"deleted"`
+}
+
+// deleteProject handles DELETE /admin/projects/:id.
+func (a *admin) deleteProject(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	id := ps.ByName("id")
+	if err := a.store.DeleteProject(id); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			err = notFound("project %s not found", truncate(id, 64))
+		}
+		writeError(w, r, a.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, deletedResponse{Deleted: id})
+}
+
+type teamList struct {
+	Results []store.Team `json:"results"`
+}
+
+// listTeams handles GET /admin/teams.
+func (a *admin) listTeams(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	teams, err := a.store.ListTeams()
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	if teams == nil {
+		teams = []store.Team{}
+	}
+	writeJSON(w, http.StatusOK, teamList{Results: teams})
+}
+
+// readAdminJSON reads a JSON object body into v.
+func readAdminJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := readBody(w, r, maxAdminBody)
+	if err != nil {
+		return err
+	}
+	return decodeObject(body, v)
+}
+
+// validateTeam checks a team id by the store's rule for ids.
+func validateTeam(id string) error {
+	switch {
+	case id == "":
+		return badRequest("missing team")
+	case !store.ValidID(id):
+		return badRequest("team %q: must be 1-64 characters of a-z, 0-9 and -", truncate(id, 64))
+	}
+	return nil
+}

@@ -1,0 +1,219 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"inferd/store"
+)
+
+func newAdminEnv(t *testing.T) (*fakeStore, http.Handler) {
+	t.Helper()
+	st := newFakeStore()
+	st.addKey(keyAcme, "acme", store.ScopeTeam, false)
+	st.addProject(testProject("echo", "acme"), "mk-echo")
+	return st, NewAdmin(st, zerolog.Nop())
+}
+
+func TestAdminCreateKey(t *testing.T) {
+	tests := []struct {
+		name, body string
+		status     int
+		wantScope  store.KeyScope
+		mention    string
+	}{
+		{"team key", `{"team": "acme"}`, 201, store.ScopeTeam, ""},
+		{"new team admin key", `{"team": "ops", "scope": "admin"}`, 201, store.ScopeAdmin, ""},
+		{"bad team id", `{"team": "Acme Corp"}`, 400, "", "team"},
+		{"missing team", `{"scope": "team"}`, 400, "", "missing team"},
+		{"bad scope", `{"team": "acme", "scope": "root"}`, 400, "", "scope"},
+		{"wrong type", `{"team": 5}`, 400, "", "team"},
+		{"empty body", ``, 400, "", "empty"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st, h := newAdminEnv(t)
+			rec := serve(h, http.MethodPost, "/admin/keys", tc.body)
+			if tc.status != http.StatusCreated {
+				msg := apiErrorReply(t, rec, tc.status, "bad_request")
+				if !strings.Contains(msg, tc.mention) {
+					t.Errorf("message %q does not mention %q", msg, tc.mention)
+				}
+				return
+			}
+			if rec.Code != http.StatusCreated {
+				t.Fatalf("status %d: %s", rec.Code, rec.Body)
+			}
+			if strings.Contains(rec.Body.String(), "hash") {
+				t.Errorf("response shows the hash: %s", rec.Body)
+			}
+			got := decode[struct {
+				Secret string
+				Key    map[string]any
+			}](t, rec)
+			if got.Secret == "" || got.Key["scope"] != string(tc.wantScope) || got.Key["revoked"] != nil {
+				t.Errorf("got %+v", got)
+			}
+			if _, err := st.Authenticate(got.Secret); err != nil {
+				t.Errorf("the new secret does not authenticate: %v", err)
+			}
+		})
+	}
+}
+
+func TestAdminListAndRevokeKeys(t *testing.T) {
+	st, h := newAdminEnv(t)
+	st.addKey(keyOther, "other", store.ScopeTeam, false)
+
+	rec := serve(h, http.MethodGet, "/admin/keys?team=other", "")
+	list := decode[struct{ Results []map[string]any }](t, rec)
+	if len(list.Results) != 1 || list.Results[0]["teamId"] != "other" {
+		t.Fatalf("list %+v", list)
+	}
+	if _, ok := list.Results[0]["hash"]; ok {
+		t.Error("list shows the hash")
+	}
+	id := list.Results[0]["id"].(string)
+
+	rec = serve(h, http.MethodPost, "/admin/keys/"+id+"/revoke", "")
+	got := decode[struct{ Key map[string]any }](t, rec)
+	if rec.Code != http.StatusOK || got.Key["revoked"] == nil || got.Key["id"] != id {
+		t.Fatalf("revoke: %d %s", rec.Code, rec.Body)
+	}
+	if _, err := st.Authenticate(keyOther); err == nil {
+		t.Error("revoked key still authenticates")
+	}
+	// The decoded shape matches store.APIKey's field names.
+	var k store.APIKey
+	if err := json.Unmarshal(mustJSON(t, got.Key), &k); err != nil || !k.IsRevoked() || k.TeamID != "other" {
+		t.Errorf("decode into store.APIKey: %v %+v", err, k)
+	}
+
+	apiErrorReply(t, serve(h, http.MethodPost, "/admin/keys/nope/revoke", ""), http.StatusNotFound, "not_found")
+
+	all := decode[struct{ Results []map[string]any }](t, serve(h, http.MethodGet, "/admin/keys", ""))
+	if len(all.Results) != 2 {
+		t.Errorf("all keys %+v", all)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func applyBody(t *testing.T, projects ...store.Project) string {
+	return string(mustJSON(t, map[string]any{"projects": projects}))
+}
+
+func TestAdminApply(t *testing.T) {
+	echo := testProject("echo", "acme")
+	echo2 := echo
+	echo2.MaxReplicas = 7
+	fresh := testProject("fresh", "newteam")
+	bad := testProject("broken", "acme")
+	bad.Model.Protocol = "grpc"
+	clash := testProject("clash", "acme")
+	clash.Model.KeyHash = echo.Model.KeyHash
+
+	tests := []struct {
+		name     string
+		body     string
+		status   int
+		want     string // project:team:change,... on success
+		mention  string
+		unchange bool // the store must be untouched
+	}{
+		{"unchanged and created", applyBody(t, echo, fresh), 200, "echo:acme:unchanged,fresh:newteam:created", "", false},
+		{"updated", applyBody(t, echo2), 200, "echo:acme:updated", "", false},
+		{"empty list", `{"projects": []}`, 200, "", "", false},
+		{"one invalid applies nothing", applyBody(t, fresh, bad), 400, "", "project broken: model.protocol", true},
+		{"invalid max", applyBody(t, func() store.Project { p := fresh; p.MaxReplicas = 0; return p }()), 400, "", "maxReplicas", true},
+		{"listed twice", applyBody(t, fresh, fresh), 400, "", "listed twice", true},
+		{"conflict", applyBody(t, clash), 409, "", "clash", true},
+		{"malformed", `{"projects": [`, 400, "", "malformed JSON", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st, h := newAdminEnv(t)
+			rec := serve(h, http.MethodPost, "/admin/apply", tc.body)
+			if tc.status != http.StatusOK {
+				codes := map[int]string{400: "bad_request", 409: "conflict"}
+				msg := apiErrorReply(t, rec, tc.status, codes[tc.status])
+				if !strings.Contains(msg, tc.mention) {
+					t.Errorf("message %q does not mention %q", msg, tc.mention)
+				}
+				if tc.unchange {
+					if ps, _ := st.ListProjects(""); len(ps) != 1 || st.project("echo").MaxReplicas != 3 {
+						t.Errorf("store changed: %+v", ps)
+					}
+				}
+				return
+			}
+			if rec.Code != http.StatusOK {
+				t.Fatalf("status %d: %s", rec.Code, rec.Body)
+			}
+			got := decode[struct{ Changes []applyChange }](t, rec)
+			var parts []string
+			for _, c := range got.Changes {
+				parts = append(parts, c.Project+":"+c.Team+":"+c.Change)
+			}
+			if strings.Join(parts, ",") != tc.want {
+				t.Errorf("changes %v, want %s", parts, tc.want)
+			}
+			if got.Changes == nil {
+				t.Error("changes is null")
+			}
+		})
+	}
+}
+
+func TestAdminApplyCreatesTeam(t *testing.T) {
+	st, h := newAdminEnv(t)
+	serve(h, http.MethodPost, "/admin/apply", applyBody(t, testProject("fresh", "newteam")))
+	teams := decode[struct{ Results []store.Team }](t, serve(h, http.MethodGet, "/admin/teams", ""))
+	var ids []string
+	for _, tm := range teams.Results {
+		ids = append(ids, tm.ID)
+	}
+	if strings.Join(ids, ",") != "acme,newteam" {
+		t.Errorf("teams %v", ids)
+	}
+	if st.project("fresh").TeamID != "newteam" {
+		t.Error("project not stored")
+	}
+}
+
+func TestAdminProjects(t *testing.T) {
+	st, h := newAdminEnv(t)
+	st.addProject(testProject("alpha", "other"), "mk-alpha")
+
+	rec := serve(h, http.MethodGet, "/admin/projects", "")
+	if strings.Contains(rec.Body.String(), "keyHash") || strings.Contains(rec.Body.String(), store.HashModelKey("mk-echo")) {
+		t.Errorf("list shows the modelKey hash: %s", rec.Body)
+	}
+	list := decode[struct{ Results []store.Project }](t, rec)
+	if len(list.Results) != 2 || list.Results[0].ID != "alpha" || list.Results[1].Model.Command[0] != "python3" {
+		t.Fatalf("list %+v", list)
+	}
+	team := decode[struct{ Results []store.Project }](t, serve(h, http.MethodGet, "/admin/projects?team=acme", ""))
+	if len(team.Results) != 1 || team.Results[0].ID != "echo" {
+		t.Errorf("team filter %+v", team)
+	}
+
+	rec = serve(h, http.MethodDelete, "/admin/projects/echo", "")
+	if got := decode[struct{ Deleted string }](t, rec); rec.Code != http.StatusOK || got.Deleted != "echo" {
+		t.Errorf("delete: %d %s", rec.Code, rec.Body)
+	}
+	apiErrorReply(t, serve(h, http.MethodDelete, "/admin/projects/echo", ""), http.StatusNotFound, "not_found")
+	apiErrorReply(t, serve(h, http.MethodGet, "/admin/projects/echo", ""), http.StatusMethodNotAllowed, "method_not_allowed")
+	apiErrorReply(t, serve(h, http.MethodGet, "/admin/nope", ""), http.StatusNotFound, "not_found")
+}

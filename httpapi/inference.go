@@ -1,0 +1,378 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/julienschmidt/httprouter"
+
+	"inferd/store"
+)
+
+// inferenceRequest is the body of Start and Check. Every field is kept raw so
+// that a wrong type gets a message naming the field; unknown fields (the SDKs
+// send id and created) are ignored.
+type inferenceRequest struct {
+	APIKey      json.RawMessage `json:"apiKey"`
+	ModelKey    json.RawMessage `json:"modelKey"`
+	ModelInputs json.RawMessage `json:"modelInputs"`
+	StartOnly   json.RawMessage `json:"startOnly"`
+	CallID      json.RawMessage `json:"callID"`
+	LongPoll    json.RawMessage `json:"longPoll"`
+}
+
+// inferenceResponse is the body of every Start and Check answer, errors
+// included. ModelOutputs is null unless the call succeeded.
+type inferenceResponse struct {
+	ID           string          `json:"id"`
+	Message      string          `json:"message"`
+	Created      int64           `json:"created"`
+	APIVersion   string          `json:"apiVersion"`
+	CallID       string          `json:"callID"`
+	Finished     bool            `json:"finished"`
+	ModelOutputs json.RawMessage `json:"modelOutputs"`
+	QueueMs      *int64          `json:"queueMs,omitempty"`
+	BootMs       *int64          `json:"bootMs,omitempty"`
+	RunMs        *int64          `json:"runMs,omitempty"`
+}
+
+func (a *api) newResponse(message, callID string) inferenceResponse {
+	return inferenceResponse{
+		ID:         uuid.NewString(),
+		Message:    message,
+		Created:    time.Now().Unix(),
+		APIVersion: a.opts.APIVersion,
+		CallID:     callID,
+	}
+}
+
+// writeInference answers an inference request: always HTTP 200, the outcome
+// is in message. Outputs that cannot be encoded (a model reply that is not
+// JSON) still give a well-formed error answer.
+func (a *api) writeInference(w http.ResponseWriter, resp inferenceResponse) {
+	b, err := json.Marshal(resp)
+	if err != nil {
+		a.log.Error().Err(err).Str("request_id", requestIDOf(w)).Str("call", resp.CallID).
+			Msg("encode inference response")
+		resp.Message = "error: internal error: the model's reply could not be encoded as JSON"
+		resp.ModelOutputs = nil
+		if b, err = json.Marshal(resp); err != nil {
+			panic(err) // only strings, numbers and booleans are left
+		}
+	}
+	writeBody(w, http.StatusOK, b)
+}
+
+// fail answers an inference request that failed before a call existed.
+func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
+	msg, internal := inferenceMessage(err)
+	if internal {
+		a.log.Error().Err(err).Str("request_id", requestIDOf(w)).
+			Str("path", r.URL.Path).Msg("inference request failed")
+	}
+	a.writeInference(w, a.newResponse(msg, ""))
+}
+
+// startArgs are the checked fields of a Start body.
+type startArgs struct {
+	apiKey, modelKey string
+	inputs           json.RawMessage
+	startOnly        bool
+}
+
+// checkArgs are the checked fields of a Check body.
+type checkArgs struct {
+	apiKey, callID string
+	longPoll       bool
+}
+
+// start handles POST /start/v4: admit a call and, unless startOnly, wait up
+// to StartWait for its result.
+func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	args, err := a.decodeStart(w, r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	key, err := a.authenticate(args.apiKey, errInvalidAPIKey)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	project, err := a.store.ProjectByModelKey(args.modelKey)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		a.fail(w, r, errUnknownModelKey)
+		return
+	case err != nil:
+		a.fail(w, r, err)
+		return
+	case !mayAccess(key, project.TeamID):
+		a.fail(w, r, errUnknownModelKey) // never reveal another team's project
+		return
+	}
+
+	// The call belongs to the server once admitted: a client that goes away
+	// must not cancel it.
+	call, err := a.sched.Submit(context.WithoutCancel(r.Context()), project, args.inputs)
+	if err != nil {
+		a.fail(w, r, &schedulerError{err})
+		return
+	}
+	if !args.startOnly && !call.State.Done() {
+		call = a.await(r.Context(), call, nil, a.opts.StartWait)
+	}
+	a.writeInference(w, a.callResponse(call))
+}
+
+// check handles POST /check/v4: report a call's state and, with longPoll,
+// wait up to LongPollWait for its result.
+func (a *api) check(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	args, err := a.decodeCheck(w, r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	key, err := a.authenticate(args.apiKey, errInvalidAPIKey)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	call, done, err := a.sched.Lookup(args.callID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		a.fail(w, r, errCallNotFound)
+		return
+	case err != nil:
+		a.fail(w, r, err)
+		return
+	case !mayAccess(key, call.TeamID):
+		a.fail(w, r, errCallNotFound) // never reveal another team's call
+		return
+	}
+	if args.longPoll && !call.State.Done() {
+		call = a.await(r.Context(), call, done, a.opts.LongPollWait)
+	}
+	a.writeInference(w, a.callResponse(call))
+}
+
+// await waits until the call is done, the wait ends, or the client goes
+// away, and returns the call as it then stands. done is the call's
+// completion signal (shared by every waiter), or nil to look it up. A lookup
+// that fails after the call was seen keeps the last known state: the call
+// itself is not affected.
+func (a *api) await(ctx context.Context, call store.Call, done <-chan struct{}, wait time.Duration) store.Call {
+	if done == nil {
+		c, d, err := a.sched.Lookup(call.ID)
+		if err != nil {
+			return call
+		}
+		call, done = c, d
+		if call.State.Done() {
+			return call
+		}
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	case <-ctx.Done():
+		return call // nobody reads the answer
+	}
+	if c, _, err := a.sched.Lookup(call.ID); err == nil {
+		return c
+	}
+	return call
+}
+
+// callResponse renders a call: success with its outputs, a final error, or
+// the pending state.
+func (a *api) callResponse(c store.Call) inferenceResponse {
+	resp := a.newResponse("", c.ID)
+	switch c.State {
+	case store.CallSucceeded:
+		resp.Message = "success"
+		resp.Finished = true
+		resp.ModelOutputs = wrapOutputs(c.Outputs)
+	case store.CallFailed:
+		resp.Finished = true
+		resp.Message = failureMessage(c.Message)
+	default:
+		resp.Message = pendingMessage(c.State)
+	}
+	if !c.Dispatched.IsZero() {
+		resp.QueueMs = &c.QueueMs
+		if c.State.Done() {
+			resp.RunMs = &c.RunMs
+		}
+	}
+	if c.BootMs > 0 {
+		resp.BootMs = &c.BootMs
+	}
+	return resp
+}
+
+// wrapOutputs turns the model's reply into the one-element modelOutputs array.
+func wrapOutputs(out json.RawMessage) json.RawMessage {
+	out = bytes.TrimSpace(out)
+	if len(out) == 0 {
+		return json.RawMessage("[]")
+	}
+	b := make([]byte, 0, len(out)+2)
+	b = append(b, '[')
+	b = append(b, out...)
+	return append(b, ']')
+}
+
+// failureMessage makes sure a failed call's message says "error".
+func failureMessage(m string) string {
+	switch {
+	case m == "":
+		return "error: inference failed"
+	case strings.HasPrefix(m, "error"):
+		return m
+	default:
+		return "error: " + m
+	}
+}
+
+// pendingMessage is the state of an unfinished call; it never contains
+// "error", which clients read as a failure.
+func pendingMessage(s store.CallState) string {
+	if s == "" || strings.Contains(string(s), "error") {
+		return string(store.CallQueued)
+	}
+	return string(s)
+}
+
+// authenticate checks an API key secret. Unknown, malformed and revoked keys
+// all give invalid, which never says which.
+func (a *api) authenticate(secret string, invalid error) (store.APIKey, error) {
+	key, err := a.store.Authenticate(secret)
+	switch {
+	case errors.Is(err, store.ErrInvalidKey), errors.Is(err, store.ErrNotFound):
+		return store.APIKey{}, invalid
+	case err != nil:
+		return store.APIKey{}, err
+	case key.IsRevoked():
+		return store.APIKey{}, invalid
+	}
+	return key, nil
+}
+
+// mayAccess reports whether key may see what belongs to teamID.
+func mayAccess(key store.APIKey, teamID string) bool {
+	return key.Scope == store.ScopeAdmin || key.TeamID == teamID
+}
+
+// decodeStart reads a Start body and checks each field's presence and type.
+func (a *api) decodeStart(w http.ResponseWriter, r *http.Request) (args startArgs, err error) {
+	req, err := a.decodeInference(w, r)
+	if err != nil {
+		return args, err
+	}
+	if args.apiKey, err = requiredString("apiKey", req.APIKey, errMissingAPIKey); err != nil {
+		return args, err
+	}
+	if args.modelKey, err = requiredString("modelKey", req.ModelKey, errMissingModelKey); err != nil {
+		return args, err
+	}
+	switch {
+	case isAbsent(req.ModelInputs):
+		return args, errMissingInputs
+	case req.ModelInputs[0] != '{': // a RawMessage starts at its value
+		return args, errInputsNotObject
+	}
+	args.inputs = req.ModelInputs
+	args.startOnly, err = optionalBool("startOnly", req.StartOnly)
+	return args, err
+}
+
+// decodeCheck reads a Check body and checks each field's presence and type.
+func (a *api) decodeCheck(w http.ResponseWriter, r *http.Request) (args checkArgs, err error) {
+	req, err := a.decodeInference(w, r)
+	if err != nil {
+		return args, err
+	}
+	if args.apiKey, err = requiredString("apiKey", req.APIKey, errMissingAPIKey); err != nil {
+		return args, err
+	}
+	if args.callID, err = requiredString("callID", req.CallID, errMissingCallID); err != nil {
+		return args, err
+	}
+	args.longPoll, err = optionalBool("longPoll", req.LongPoll)
+	return args, err
+}
+
+// decodeInference reads the body of Start or Check, which must be a JSON
+// object.
+func (a *api) decodeInference(w http.ResponseWriter, r *http.Request) (inferenceRequest, error) {
+	var req inferenceRequest
+	body, err := readBody(w, r, a.opts.MaxBodyBytes)
+	if err != nil {
+		return req, err
+	}
+	err = decodeObject(body, &req)
+	return req, err
+}
+
+// decodeObject parses body, which must be one JSON object, into v.
+func decodeObject(body []byte, v any) error {
+	switch firstByte(body) {
+	case 0:
+		return errEmptyBody
+	case '{':
+	default:
+		if !json.Valid(body) {
+			return malformedJSON(json.Unmarshal(body, v))
+		}
+		return errNotObject
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return malformedJSON(err)
+	}
+	return nil
+}
+
+// isAbsent reports whether a field is missing or null.
+func isAbsent(raw json.RawMessage) bool {
+	return len(raw) == 0 || string(raw) == "null"
+}
+
+// requiredString returns a string field; missing, null and "" give ifMissing.
+func requiredString(name string, raw json.RawMessage, ifMissing error) (string, error) {
+	if isAbsent(raw) {
+		return "", ifMissing
+	}
+	if raw[0] != '"' {
+		return "", badRequest("%s must be a string", name)
+	}
+	var s string
+	if bytes.IndexByte(raw, '\\') < 0 {
+		s = string(raw[1 : len(raw)-1]) // no escapes: skip the decoder
+	} else if err := json.Unmarshal(raw, &s); err != nil {
+		return "", badRequest("%s must be a string", name)
+	}
+	if s == "" {
+		return "", ifMissing
+	}
+	return s, nil
+}
+
+// optionalBool returns a boolean field; missing or null is false.
+func optionalBool(name string, raw json.RawMessage) (bool, error) {
+	switch string(raw) {
+	case "", "null", "false":
+		return false, nil
+	case "true":
+		return true, nil
+	}
+	return false, badRequest("%s must be a boolean (true or false)", name)
+}

@@ -1,0 +1,215 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/julienschmidt/httprouter"
+
+	"inferd/store"
+)
+
+// maxProjectBody caps a PUT body; four integers fit many times over.
+const maxProjectBody = 64 << 10
+
+// projectView is a project as the API shows it: exactly the six API fields,
+// never the model spec.
+type projectView struct {
+	ID               string `json:"id"`
+	TeamID           string `json:"teamId"`
+	MinReplicas      int    `json:"minReplicas"`
+	MaxReplicas      int    `json:"maxReplicas"`
+	InferenceTimeout int    `json:"inferenceTimeout"`
+	IdleTimeout      int    `json:"idleTimeout"`
+}
+
+func viewProject(p store.Project) projectView {
+	return projectView{
+		ID:               p.ID,
+		TeamID:           p.TeamID,
+		MinReplicas:      p.MinReplicas,
+		MaxReplicas:      p.MaxReplicas,
+		InferenceTimeout: p.InferenceTimeout,
+		IdleTimeout:      p.IdleTimeout,
+	}
+}
+
+type projectList struct {
+	Results []projectView `json:"results"`
+}
+
+// headerKey authenticates a project-API request by its X-Service-API-Key
+// (or the original X-Banana-API-Key) header.
+func (a *api) headerKey(r *http.Request) (store.APIKey, error) {
+	secret := r.Header.Get("X-Service-API-Key")
+	if secret == "" {
+		secret = r.Header.Get("X-Banana-API-Key")
+	}
+	if secret == "" {
+		return store.APIKey{}, errMissingHeaderKey
+	}
+	return a.authenticate(secret, errInvalidHeaderKey)
+}
+
+// listProjects handles GET /v1/projects: the caller's projects sorted by id
+// (every team's for an admin key).
+func (a *api) listProjects(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	key, err := a.headerKey(r)
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	team := key.TeamID
+	if key.Scope == store.ScopeAdmin {
+		team = ""
+	}
+	projects, err := a.store.ListProjects(team)
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	slices.SortFunc(projects, func(x, y store.Project) int { return strings.Compare(x.ID, y.ID) })
+	out := projectList{Results: make([]projectView, 0, len(projects))}
+	for _, p := range projects {
+		if mayAccess(key, p.TeamID) {
+			out.Results = append(out.Results, viewProject(p))
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// getProject handles GET /v1/projects/:id.
+func (a *api) getProject(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	key, err := a.headerKey(r)
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	p, err := a.store.GetProject(ps.ByName("id"))
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		writeError(w, r, a.log, errProjectNotFound)
+	case err != nil:
+		writeError(w, r, a.log, err)
+	case !mayAccess(key, p.TeamID):
+		writeError(w, r, a.log, errProjectNotFound)
+	default:
+		writeJSON(w, http.StatusOK, viewProject(p))
+	}
+}
+
+// putProject handles PUT /v1/projects/:id: a partial, atomic update of the
+// four updatable fields. On any error nothing changes.
+func (a *api) putProject(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	key, err := a.headerKey(r)
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	body, err := readBody(w, r, min(a.opts.MaxBodyBytes, maxProjectBody))
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	upd, err := decodeProjectUpdate(body)
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	p, err := a.store.UpdateProject(ps.ByName("id"), func(p *store.Project) error {
+		if !mayAccess(key, p.TeamID) {
+			return errNotYours
+		}
+		upd.apply(p)
+		return p.Validate()
+	})
+	switch {
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, errNotYours):
+		writeError(w, r, a.log, errProjectNotFound)
+	case err != nil:
+		writeError(w, r, a.log, err)
+	default:
+		writeJSON(w, http.StatusOK, viewProject(p))
+	}
+}
+
+// updatable lists the attributes a PUT may set, in the order messages name them.
+var updatable = []string{"minReplicas", "maxReplicas", "inferenceTimeout", "idleTimeout"}
+
+// projectUpdate holds the attributes a PUT supplied; nil means keep.
+type projectUpdate struct {
+	MinReplicas, MaxReplicas, InferenceTimeout, IdleTimeout *int
+}
+
+func (u projectUpdate) apply(p *store.Project) {
+	set := func(dst *int, v *int) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	set(&p.MinReplicas, u.MinReplicas)
+	set(&p.MaxReplicas, u.MaxReplicas)
+	set(&p.InferenceTimeout, u.InferenceTimeout)
+	set(&p.IdleTimeout, u.IdleTimeout)
+}
+
+// decodeProjectUpdate parses a PUT body strictly: a JSON object with one or
+// more of the updatable attributes, each a JSON integer (5, not 5.0, "5",
+// true or null); anything else is a 400 naming the attribute.
+func decodeProjectUpdate(body []byte) (projectUpdate, error) {
+	var u projectUpdate
+	var fields map[string]json.RawMessage
+	if err := decodeObject(body, &fields); err != nil {
+		return u, err
+	}
+	if len(fields) == 0 {
+		return u, badRequest("supply at least one of %s", strings.Join(updatable, ", "))
+	}
+	names := make([]string, 0, len(fields))
+	for name := range fields {
+		names = append(names, name)
+	}
+	slices.Sort(names) // report the same problem first every time
+	for _, name := range names {
+		var dst **int
+		switch name {
+		case "minReplicas":
+			dst = &u.MinReplicas
+		case "maxReplicas":
+			dst = &u.MaxReplicas
+		case "inferenceTimeout":
+			dst = &u.InferenceTimeout
+		case "idleTimeout":
+			dst = &u.IdleTimeout
+		case "id", "teamId":
+			return u, badRequest("%s cannot be changed; updatable: %s", name, strings.Join(updatable, ", "))
+		default:
+			return u, badRequest("unknown attribute %s; updatable: %s",
+				strconv.Quote(truncate(name, 64)), strings.Join(updatable, ", "))
+		}
+		v, err := jsonInt(name, fields[name])
+		if err != nil {
+			return u, err
+		}
+		*dst = &v
+	}
+	return u, nil
+}
+
+// jsonInt parses a JSON integer literal: an optional minus and digits only.
+func jsonInt(name string, raw json.RawMessage) (int, error) {
+	s := string(raw)
+	digits := strings.TrimPrefix(s, "-")
+	if digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return 0, badRequest("%s must be an integer, got %s", name, truncate(s, 32))
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, badRequest("%s is out of range: %s", name, truncate(s, 32))
+	}
+	return v, nil
+}

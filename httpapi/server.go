@@ -1,0 +1,271 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/julienschmidt/httprouter"
+	"github.com/rs/zerolog"
+
+	"inferd/store"
+)
+
+// Defaults for the zero values of Options.
+const (
+	DefaultStartWait    = 50 * time.Second
+	DefaultLongPollWait = 50 * time.Second
+	DefaultMaxBodyBytes = 10 << 20
+	DefaultAPIVersion   = "inferd"
+)
+
+// Options configures the public API handler. Zero values take the defaults.
+type Options struct {
+	// StartWait is how long a Start without startOnly waits for the result
+	// before answering with the callID (default 50s).
+	StartWait time.Duration
+	// LongPollWait is how long a Check with longPoll waits for the result
+	// (default 50s).
+	LongPollWait time.Duration
+	// MaxBodyBytes caps every request body (default 10 MiB).
+	MaxBodyBytes int64
+	// APIVersion is the apiVersion of inference responses, e.g. "inferd/0.1.0".
+	APIVersion string
+	// Log receives one access line per request and internal errors.
+	Log zerolog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.StartWait <= 0 {
+		o.StartWait = DefaultStartWait
+	}
+	if o.LongPollWait <= 0 {
+		o.LongPollWait = DefaultLongPollWait
+	}
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.APIVersion == "" {
+		o.APIVersion = DefaultAPIVersion
+	}
+	return o
+}
+
+// Store is what the public API needs from *store.Store.
+type Store interface {
+	Authenticate(secret string) (store.APIKey, error)
+	ProjectByModelKey(modelKey string) (store.Project, error)
+	GetProject(id string) (store.Project, error)
+	ListProjects(teamID string) ([]store.Project, error)
+	UpdateProject(id string, fn func(*store.Project) error) (store.Project, error)
+}
+
+// Scheduler is what the public API needs from the scheduler.
+type Scheduler interface {
+	// Submit admits a call; the returned call is durable. Errors are
+	// user-facing texts (queue full, not enough GPUs) or store errors.
+	Submit(ctx context.Context, p store.Project, inputs json.RawMessage) (store.Call, error)
+	// Lookup returns the call and a channel that is closed once its final
+	// result is durable; store.ErrNotFound if the id is unknown or expired.
+	Lookup(id string) (store.Call, <-chan struct{}, error)
+	// Ready reports whether the scheduler is running.
+	Ready() bool
+}
+
+// api holds the dependencies of the public handlers.
+type api struct {
+	opts  Options
+	log   zerolog.Logger
+	store Store
+	sched Scheduler
+}
+
+// New returns the public HTTP API: the inference endpoints, the project API
+// and the health probes, wrapped in request-id and access-log middleware.
+func New(opts Options, st Store, sched Scheduler) http.Handler {
+	opts = opts.withDefaults()
+	a := &api{opts: opts, log: opts.Log, store: st, sched: sched}
+
+	r := newRouter(a.recoverPanic)
+	for _, v := range []string{"v3", "v4"} {
+		// Both spellings are registered: httprouter would otherwise answer
+		// a POST to the other one with a 307.
+		for _, slash := range []string{"", "/"} {
+			r.POST("/start/"+v+slash, a.start)
+			r.POST("/check/"+v+slash, a.check)
+		}
+	}
+	r.GET("/v1/projects", a.listProjects)
+	r.GET("/v1/projects/", a.listProjects)
+	for _, p := range []string{"/v1/projects/:id", "/v1/projects/:id/"} {
+		r.GET(p, a.getProject)
+		r.PUT(p, a.putProject)
+	}
+	r.GET("/healthz", a.healthz)
+	r.GET("/readyz", a.readyz)
+	return withRequestLog(r, opts.Log)
+}
+
+// newRouter returns an httprouter that never redirects and answers JSON for
+// unknown routes, wrong methods and panics.
+func newRouter(onPanic func(http.ResponseWriter, *http.Request, any)) *httprouter.Router {
+	r := httprouter.New()
+	r.RedirectTrailingSlash = false // a POST would get a 307, which clients do not follow
+	r.RedirectFixedPath = false
+	r.HandleMethodNotAllowed = true
+	r.HandleOPTIONS = true
+	r.GlobalOPTIONS = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent) // Allow is set by the router
+	})
+	r.NotFound = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, errorBody{errorDetail{codeNotFound,
+			"no such endpoint: " + r.Method + " " + truncate(r.URL.Path, 200)}})
+	})
+	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusMethodNotAllowed, errorBody{errorDetail{codeMethodNotAllowed,
+			"method " + r.Method + " not allowed; allowed: " + w.Header().Get("Allow")}})
+	})
+	r.PanicHandler = onPanic
+	return r
+}
+
+// recoverPanic answers a handler panic: the inference endpoints keep their
+// promise of HTTP 200 with an "error:" message, the others answer JSON 500.
+func (a *api) recoverPanic(w http.ResponseWriter, r *http.Request, v any) {
+	if !logPanic(w, r, a.log, v) {
+		return
+	}
+	if isInferencePath(r.URL.Path) {
+		a.writeInference(w, a.newResponse("error: internal error", ""))
+		return
+	}
+	writeJSON(w, http.StatusInternalServerError, errorBody{errorDetail{codeInternal,
+		"internal error; see the server log for request id " + requestIDOf(w)}})
+}
+
+// logPanic logs a recovered panic with its stack and reports whether a
+// response may still be written.
+func logPanic(w http.ResponseWriter, r *http.Request, log zerolog.Logger, v any) bool {
+	if v == http.ErrAbortHandler {
+		panic(v) // net/http's way to abort a response silently
+	}
+	log.Error().Str("request_id", requestIDOf(w)).Str("method", r.Method).
+		Str("path", truncate(r.URL.Path, 200)).Interface("panic", v).
+		Bytes("stack", debug.Stack()).Msg("handler panicked")
+	rw, ok := w.(*responseRecorder)
+	return !ok || !rw.wroteHeader
+}
+
+func isInferencePath(p string) bool {
+	return strings.HasPrefix(p, "/start/") || strings.HasPrefix(p, "/check/")
+}
+
+func (a *api) healthz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
+	writeJSON(w, http.StatusOK, statusBody{"ok"})
+}
+
+// readyz reports ready once the scheduler runs; the scheduler only runs on
+// an open store.
+func (a *api) readyz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
+	if !a.sched.Ready() {
+		writeJSON(w, http.StatusServiceUnavailable, statusBody{"not ready"})
+		return
+	}
+	writeJSON(w, http.StatusOK, statusBody{"ready"})
+}
+
+type statusBody struct {
+	Status string `json:"status"`
+}
+
+// requestIDHeader carries the request id both ways.
+const requestIDHeader = "X-Request-Id"
+
+// responseRecorder remembers the status and size of a response for the
+// access log, and whether the header is out (after which a panic can no
+// longer be answered).
+type responseRecorder struct {
+	http.ResponseWriter
+	status      int
+	bytes       int64
+	wroteHeader bool
+}
+
+func (w *responseRecorder) WriteHeader(code int) {
+	if !w.wroteHeader && code >= 200 {
+		w.status = code
+		w.wroteHeader = true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *responseRecorder) Write(b []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *responseRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// withRequestLog gives every request an id (the caller's X-Request-Id when it
+// is sane, else a new UUID), echoes it in the response, and logs one line per
+// request. It never logs headers, keys or bodies.
+func withRequestLog(next http.Handler, log zerolog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		id := r.Header.Get(requestIDHeader)
+		if !saneRequestID(id) {
+			id = uuid.NewString()
+		}
+		w.Header().Set(requestIDHeader, id)
+		rec := &responseRecorder{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(rec, r)
+		log.Info().
+			Str("method", r.Method).
+			Str("path", truncate(r.URL.Path, 200)).
+			Int("status", rec.status).
+			Float64("duration_ms", float64(time.Since(start).Microseconds())/1000).
+			Int64("bytes", rec.bytes).
+			Str("request_id", id).
+			Msg("request")
+	})
+}
+
+// requestIDOf returns the id that withRequestLog gave the request (it sits
+// in the response header, which saves a context value per request).
+func requestIDOf(w http.ResponseWriter) string {
+	return w.Header().Get(requestIDHeader)
+}
+
+// saneRequestID accepts 1–64 characters of [A-Za-z0-9._-]: anything else
+// could forge log lines or headers.
+func saneRequestID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9',
+			c == '.', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

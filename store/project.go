@@ -1,0 +1,152 @@
+package store
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"path/filepath"
+	"strings"
+)
+
+// Model protocols.
+const (
+	ProtocolHTTP      = "http"
+	ProtocolPotassium = "potassium"
+)
+
+// Defaults of a new project. The replica bounds and timeouts cannot be
+// inferred from a zero value (0 is a valid minReplicas and idleTimeout), so
+// they are set only by NewProject; ApplyDefaults fills the model spec.
+const (
+	DefaultMinReplicas      = 0
+	DefaultMaxReplicas      = 3
+	DefaultInferenceTimeout = 300 // seconds
+	DefaultIdleTimeout      = 30  // seconds
+	DefaultConcurrency      = 1
+	DefaultBootTimeout      = 600 // seconds
+	DefaultInferPath        = "/"
+	DefaultHTTPHealthPath   = "/healthz"
+	PotassiumHealthPath     = "/__status__"
+)
+
+// Bounds checked by Validate.
+const (
+	MaxReplicasLimit = 1000
+	MaxTimeout       = 86400 // seconds, for inference, idle and boot timeouts
+	MaxGPUsPerModel  = 64
+	MaxConcurrency   = 1000
+)
+
+// HashModelKey returns the hex SHA-256 of a modelKey, the form stored in
+// ModelSpec.KeyHash and looked up by ProjectByModelKey.
+func HashModelKey(modelKey string) string {
+	sum := sha256.Sum256([]byte(modelKey))
+	return hex.EncodeToString(sum[:])
+}
+
+// NewProject returns a project with every default set: minReplicas 0,
+// maxReplicas 3, inferenceTimeout 300 s, idleTimeout 30 s, and the model
+// defaults of ApplyDefaults. Callers set the model command and key hash.
+func NewProject(id, teamID string) Project {
+	p := Project{
+		ID:               id,
+		TeamID:           teamID,
+		MinReplicas:      DefaultMinReplicas,
+		MaxReplicas:      DefaultMaxReplicas,
+		InferenceTimeout: DefaultInferenceTimeout,
+		IdleTimeout:      DefaultIdleTimeout,
+	}
+	p.ApplyDefaults()
+	return p
+}
+
+// ApplyDefaults fills the model spec's zero values: protocol "http", health
+// path "/healthz" ("/__status__" for potassium), infer path "/", concurrency
+// 1 and bootTimeout 600 s. It leaves replica bounds and timeouts alone: see
+// NewProject.
+func (p *Project) ApplyDefaults() {
+	m := &p.Model
+	if m.Protocol == "" {
+		m.Protocol = ProtocolHTTP
+	}
+	if m.HealthPath == "" {
+		m.HealthPath = DefaultHTTPHealthPath
+		if m.Protocol == ProtocolPotassium {
+			m.HealthPath = PotassiumHealthPath
+		}
+	}
+	if m.InferPath == "" {
+		m.InferPath = DefaultInferPath
+	}
+	if m.Concurrency == 0 {
+		m.Concurrency = DefaultConcurrency
+	}
+	if m.BootTimeout == 0 {
+		m.BootTimeout = DefaultBootTimeout
+	}
+}
+
+// Validate checks every field against its bounds and returns the first
+// violation as a *ValidationError. It fills no defaults: an empty protocol,
+// for one, is invalid (call ApplyDefaults first).
+func (p Project) Validate() error {
+	const idRule = "must be 1-64 characters of a-z, 0-9 and -"
+	switch {
+	case !ValidID(p.ID):
+		return invalid("id", idRule)
+	case !ValidID(p.TeamID):
+		return invalid("teamId", idRule)
+	case p.MinReplicas < 0:
+		return invalid("minReplicas", "must be at least 0")
+	case p.MaxReplicas < 1:
+		return invalid("maxReplicas", "must be at least 1")
+	case p.MaxReplicas > MaxReplicasLimit:
+		return invalid("maxReplicas", "must be at most %d", MaxReplicasLimit)
+	case p.MinReplicas > p.MaxReplicas:
+		return invalid("minReplicas", "must not exceed maxReplicas (%d)", p.MaxReplicas)
+	case p.InferenceTimeout < 1 || p.InferenceTimeout > MaxTimeout:
+		return invalid("inferenceTimeout", "must be between 1 and %d seconds", MaxTimeout)
+	case p.IdleTimeout < 0 || p.IdleTimeout > MaxTimeout:
+		return invalid("idleTimeout", "must be between 0 and %d seconds", MaxTimeout)
+	}
+	return p.Model.validate()
+}
+
+func (m ModelSpec) validate() error {
+	switch {
+	case len(m.KeyHash) != 64 || !isLowerHex(m.KeyHash):
+		return invalid("model.keyHash", "must be 64 lowercase hex characters (a SHA-256)")
+	case len(m.Command) == 0 || m.Command[0] == "":
+		return invalid("model.command", "must not be empty")
+	case m.Dir != "" && !filepath.IsAbs(m.Dir):
+		return invalid("model.dir", "must be an absolute path")
+	case m.Protocol != ProtocolHTTP && m.Protocol != ProtocolPotassium:
+		return invalid("model.protocol", "must be %q or %q", ProtocolHTTP, ProtocolPotassium)
+	case m.HealthPath != "" && !strings.HasPrefix(m.HealthPath, "/"):
+		return invalid("model.healthPath", "must start with /")
+	case m.InferPath != "" && !strings.HasPrefix(m.InferPath, "/"):
+		return invalid("model.inferPath", "must start with /")
+	case m.GPUs < 0 || m.GPUs > MaxGPUsPerModel:
+		return invalid("model.gpus", "must be between 0 and %d", MaxGPUsPerModel)
+	case m.GPUMemoryMiB < 0:
+		return invalid("model.gpuMemoryMiB", "must be at least 0")
+	case m.Concurrency < 1 || m.Concurrency > MaxConcurrency:
+		return invalid("model.concurrency", "must be between 1 and %d", MaxConcurrency)
+	case m.BootTimeout < 1 || m.BootTimeout > MaxTimeout:
+		return invalid("model.bootTimeout", "must be between 1 and %d seconds", MaxTimeout)
+	}
+	for name := range m.Env {
+		if name == "" || strings.ContainsAny(name, "=\x00") {
+			return invalid("model.env", "variable name %q must be non-empty without = or NUL", name)
+		}
+	}
+	return nil
+}
+
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}

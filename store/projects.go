@@ -1,0 +1,277 @@
+package store
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Change says what PutProject did.
+type Change string
+
+// Outcomes of PutProject.
+const (
+	ChangeCreated   Change = "created"
+	ChangeUpdated   Change = "updated"
+	ChangeUnchanged Change = "unchanged"
+)
+
+// PutProject creates or replaces the project with p.ID (creating its team if
+// missing) and reports which. Content equal to the stored project, ignoring
+// Created and Updated, writes nothing and returns ChangeUnchanged. Created is
+// kept from the stored project; both stamps from p are ignored. An invalid
+// project returns its *ValidationError as is; a modelKey hash that belongs to
+// another project fails with ErrConflict.
+func (s *Store) PutProject(p Project) (Change, error) {
+	if err := p.Validate(); err != nil {
+		return "", err
+	}
+	var change Change
+	err := s.update(func(tx *bolt.Tx) error {
+		old, exists, err := getProject(tx, p.ID)
+		if err != nil {
+			return err
+		}
+		if !exists {
+			change = ChangeCreated
+			_, err := s.saveProject(tx, nil, p)
+			return err
+		}
+		if sameProject(old, p) {
+			change = ChangeUnchanged
+			return nil
+		}
+		change = ChangeUpdated
+		_, err = s.saveProject(tx, &old, p)
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("put project %s: %w", p.ID, err)
+	}
+	if change != ChangeUnchanged {
+		s.projectChanged(p.ID)
+	}
+	return change, nil
+}
+
+// UpdateProject loads the project, lets fn change it, validates and saves
+// it, all in one write transaction: concurrent updates never lose each
+// other's changes. An error from fn aborts and is returned as is (as is a
+// *ValidationError), leaving the project unchanged. fn runs inside the
+// transaction: it must be quick and must not call the Store. It may not
+// change the id. A missing project fails with ErrNotFound.
+func (s *Store) UpdateProject(id string, fn func(*Project) error) (Project, error) {
+	var (
+		p       Project
+		changed bool
+		abort   error // from fn or validation: returned unwrapped
+	)
+	err := s.update(func(tx *bolt.Tx) error {
+		old, exists, err := getProject(tx, id)
+		if err != nil {
+			return err
+		}
+		if !exists {
+			return ErrNotFound
+		}
+		// Decode again rather than copy old: fn gets its own slices and maps.
+		p, _, _ = getProject(tx, id)
+		if abort = fn(&p); abort == nil && p.ID != id {
+			abort = invalid("id", "cannot be changed")
+		}
+		if abort == nil {
+			abort = p.Validate()
+		}
+		if abort != nil {
+			return abort
+		}
+		if sameProject(old, p) {
+			p = old
+			return nil
+		}
+		changed = true
+		p, err = s.saveProject(tx, &old, p)
+		return err
+	})
+	if abort != nil {
+		return Project{}, abort
+	}
+	if err != nil {
+		return Project{}, fmt.Errorf("update project %s: %w", id, err)
+	}
+	if changed {
+		s.projectChanged(id)
+	}
+	return p, nil
+}
+
+// saveProject writes p, replacing old (nil when p is new), keeps the
+// modelkeys index and the team in step, and returns p as stored (with its
+// stamps). Callers validated p.
+func (s *Store) saveProject(tx *bolt.Tx, old *Project, p Project) (Project, error) {
+	idx := tx.Bucket(bucketModelKeys)
+	if owner := idx.Get([]byte(p.Model.KeyHash)); owner != nil && string(owner) != p.ID {
+		return p, fmt.Errorf("modelKey already belongs to project %s: %w", owner, ErrConflict)
+	}
+	if _, err := s.ensureTeam(tx, p.TeamID); err != nil {
+		return p, err
+	}
+	now := s.now().UTC()
+	p.Created, p.Updated = now, now
+	if old != nil {
+		p.Created = old.Created
+		if old.Model.KeyHash != p.Model.KeyHash && string(idx.Get([]byte(old.Model.KeyHash))) == p.ID {
+			if err := idx.Delete([]byte(old.Model.KeyHash)); err != nil {
+				return p, err
+			}
+		}
+	}
+	v, err := json.Marshal(p)
+	if err != nil {
+		return p, fmt.Errorf("encode: %w", err)
+	}
+	if err := tx.Bucket(bucketProjects).Put([]byte(p.ID), v); err != nil {
+		return p, err
+	}
+	return p, idx.Put([]byte(p.Model.KeyHash), []byte(p.ID))
+}
+
+// sameProject reports whether a and b have the same content, ignoring the
+// Created and Updated stamps. It compares the JSON encodings, which is what
+// is stored (map keys are sorted, so the encoding is deterministic).
+func sameProject(a, b Project) bool {
+	a.Created, a.Updated = time.Time{}, time.Time{}
+	b.Created, b.Updated = time.Time{}, time.Time{}
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
+}
+
+func getProject(tx *bolt.Tx, id string) (Project, bool, error) {
+	v := tx.Bucket(bucketProjects).Get([]byte(id))
+	if v == nil {
+		return Project{}, false, nil
+	}
+	var p Project
+	if err := json.Unmarshal(v, &p); err != nil {
+		return Project{}, false, fmt.Errorf("decode project %s: %w", id, err)
+	}
+	return p, true, nil
+}
+
+// GetProject returns the project with the given id, or ErrNotFound.
+func (s *Store) GetProject(id string) (Project, error) {
+	var (
+		p  Project
+		ok bool
+	)
+	err := s.view(func(tx *bolt.Tx) error {
+		var err error
+		p, ok, err = getProject(tx, id)
+		return err
+	})
+	if err == nil && !ok {
+		err = ErrNotFound
+	}
+	if err != nil {
+		return Project{}, fmt.Errorf("get project %s: %w", id, err)
+	}
+	return p, nil
+}
+
+// ProjectByModelKey returns the project whose modelKey this is, or
+// ErrNotFound. The modelKey itself is never stored or put in errors.
+func (s *Store) ProjectByModelKey(modelKey string) (Project, error) {
+	hash := HashModelKey(modelKey)
+	var (
+		p  Project
+		ok bool
+	)
+	err := s.view(func(tx *bolt.Tx) error {
+		id := tx.Bucket(bucketModelKeys).Get([]byte(hash))
+		if id == nil {
+			return nil
+		}
+		var err error
+		p, ok, err = getProject(tx, string(id))
+		return err
+	})
+	if err == nil && !ok {
+		err = ErrNotFound
+	}
+	if err != nil {
+		return Project{}, fmt.Errorf("project by modelKey: %w", err)
+	}
+	return p, nil
+}
+
+// ListProjects returns the projects of a team, or of every team when teamID
+// is "", sorted by id.
+func (s *Store) ListProjects(teamID string) ([]Project, error) {
+	var ps []Project
+	err := s.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketProjects).ForEach(func(k, v []byte) error {
+			var p Project
+			if err := json.Unmarshal(v, &p); err != nil {
+				return fmt.Errorf("decode project %s: %w", k, err)
+			}
+			if teamID == "" || p.TeamID == teamID {
+				ps = append(ps, p)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list projects: %w", err)
+	}
+	return ps, nil
+}
+
+// DeleteProject deletes the project and its modelKey index entry, or fails
+// with ErrNotFound. Its calls stay until they expire.
+func (s *Store) DeleteProject(id string) error {
+	err := s.update(func(tx *bolt.Tx) error {
+		p, ok, err := getProject(tx, id)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return ErrNotFound
+		}
+		idx := tx.Bucket(bucketModelKeys)
+		if string(idx.Get([]byte(p.Model.KeyHash))) == id {
+			if err := idx.Delete([]byte(p.Model.KeyHash)); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucketProjects).Delete([]byte(id))
+	})
+	if err != nil {
+		return fmt.Errorf("delete project %s: %w", id, err)
+	}
+	s.projectChanged(id)
+	return nil
+}
+
+// OnProjectChange registers fn to be called with a project's id after each
+// committed create, update or delete of that project (not for a write that
+// changed nothing). Hooks run in registration order on the goroutine that
+// made the change, after the commit and outside any transaction; they should
+// return quickly (e.g. signal the scheduler's loop).
+func (s *Store) OnProjectChange(fn func(projectID string)) {
+	s.hooksMu.Lock()
+	defer s.hooksMu.Unlock()
+	s.hooks = append(s.hooks, fn)
+}
+
+func (s *Store) projectChanged(id string) {
+	s.hooksMu.RLock()
+	hooks := s.hooks
+	s.hooksMu.RUnlock()
+	for _, fn := range hooks {
+		fn(id)
+	}
+}

@@ -1,0 +1,189 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// Defaults for Options and the bbolt file.
+const (
+	// DefaultTimeout is how long Open waits for another process to release
+	// the data file's lock.
+	DefaultTimeout = 2 * time.Second
+	// initialMmapSize is mapped up front so that read transactions rarely
+	// block a commit that must grow the file (bbolt remaps under a lock).
+	initialMmapSize = 64 << 20
+)
+
+// Options configure Open. The zero value is ready to use.
+type Options struct {
+	// Timeout is how long Open waits for the file lock held by another
+	// process before failing with ErrInUse. Zero means DefaultTimeout.
+	Timeout time.Duration
+	// Now stamps Created, Updated, Revoked and a final call's missing
+	// Finished, and is the sweeper's clock. Nil means time.Now.
+	Now func() time.Time
+
+	// maxSize caps the file like a full disk would (bbolt's MaxSize); for
+	// tests of the storage-full path.
+	maxSize int
+}
+
+// Store is an open data file. Its methods are safe for concurrent use.
+type Store struct {
+	db   *bolt.DB
+	path string
+	now  func() time.Time
+
+	w writer // the one group-commit writer for call records
+
+	hooksMu sync.RWMutex
+	hooks   []func(projectID string)
+
+	keys keyCache
+
+	commits     atomic.Int64 // group commits made by the writer
+	commitWrite atomic.Int64 // call writes in those commits
+	commitNanos atomic.Int64 // time spent in those commits
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens the data file at path, creating it (mode 0600, and its
+// directory with mode 0700) if it does not exist. A brand-new file is
+// initialised. A file held by another process fails with ErrInUse; a corrupt,
+// truncated or foreign file fails with ErrCorrupt and is left untouched; a
+// file from a newer inferd fails with ErrSchema.
+func Open(path string, opts Options) (*Store, error) {
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("create data directory: %w", err)
+	}
+	if err := checkDataFile(path, opts.Timeout); err != nil {
+		return nil, err
+	}
+	db, err := openBolt(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{db: db, path: path, now: opts.Now}
+	s.keys.init()
+	s.w.init()
+	go s.runWriter()
+	return s, nil
+}
+
+// openBolt opens the file with bbolt and checks or initialises the schema.
+// bbolt panics on some corrupt files instead of returning an error, and a
+// fault in mapped memory is a panic only with SetPanicOnFault: both become
+// ErrCorrupt here.
+func openBolt(path string, opts Options) (db *bolt.DB, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			if db != nil {
+				closeQuietly(db)
+				db = nil
+			}
+			err = corruptError(path, fmt.Sprintf("bbolt panicked: %v", r))
+		}
+	}()
+	db, err = bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:         opts.Timeout,
+		MaxSize:         opts.maxSize,
+		InitialMmapSize: initialMmapSize,
+		FreelistType:    bolt.FreelistMapType,
+		NoFreelistSync:  true, // commits skip writing the freelist; it is rebuilt at open
+	})
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, inUseError(path)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch),
+		errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrInvalidMapping):
+		return nil, corruptError(path, err)
+	case err != nil:
+		return nil, fmt.Errorf("open data file %s: %w", path, err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error { return initSchema(tx, path) }); err != nil {
+		closeQuietly(db)
+		var oe *openError
+		if errors.As(err, &oe) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("initialise data file %s: %w", path, storageErr(err))
+	}
+	return db, nil
+}
+
+func closeQuietly(db *bolt.DB) {
+	defer func() { _ = recover() }()
+	_ = db.Close()
+}
+
+// Close drains the call writer (every write queued before Close is committed
+// or failed), then closes the file. Later calls return ErrClosed.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.w.stop()
+		if err := s.db.Close(); err != nil {
+			s.closeErr = fmt.Errorf("close data file %s: %w", s.path, err)
+		}
+	})
+	return s.closeErr
+}
+
+// Path returns the data file's path as given to Open.
+func (s *Store) Path() string { return s.path }
+
+// Size returns the size of the data file in bytes.
+func (s *Store) Size() int64 {
+	if fi, err := os.Stat(s.path); err == nil {
+		return fi.Size()
+	}
+	var n int64
+	_ = s.db.View(func(tx *bolt.Tx) error { n = tx.Size(); return nil })
+	return n
+}
+
+// WriteBackup writes a consistent snapshot of the whole data file to w while
+// the store stays in use, and returns the bytes written. The copy opens with
+// Open. It holds one read transaction for the whole copy, which delays a
+// commit only if that commit must grow the file past the initial map.
+func (s *Store) WriteBackup(w io.Writer) (int64, error) {
+	var n int64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		n, err = tx.WriteTo(w)
+		return err
+	})
+	if err != nil {
+		return n, fmt.Errorf("write backup: %w", storageErr(err))
+	}
+	return n, nil
+}
+
+// view and update run fn in a read or a write transaction, classifying
+// bbolt's errors (full disk, closed store). Errors fn returns pass unchanged.
+func (s *Store) view(fn func(tx *bolt.Tx) error) error {
+	return storageErr(s.db.View(fn))
+}
+
+func (s *Store) update(fn func(tx *bolt.Tx) error) error {
+	return storageErr(s.db.Update(fn))
+}
