@@ -5,7 +5,7 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: build run test lint fuzz clean
+.PHONY: build run test lint fuzz clean client-deps
 
 ## build: compile ./inferd
 build:
@@ -22,9 +22,14 @@ run: build
 	@echo
 	./inferd --config $(CONFIG) serve
 
-## test: every check CI runs: formatting, vet, and all tests with the race detector
-test: lint
-	go test -race -count=1 ./...
+## test: every check CI runs: formatting, vet, and all tests with the race detector,
+## including the public Banana npm clients against a live inferd
+test: lint client-deps
+	INFERD_REQUIRE_CLIENT_TESTS=1 go test -race -count=1 ./...
+
+## client-deps: the pinned Banana JavaScript clients the end-to-end test drives
+client-deps:
+	cd examples/banana-js && npm ci --no-audit --no-fund --loglevel=error
 
 ## lint: gofmt and go vet
 lint:
