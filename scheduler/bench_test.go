@@ -1,0 +1,76 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"inferd/store"
+)
+
+// benchScheduler runs a scheduler whose replicas are ready at once and
+// answer every call at once, over the in-memory store.
+func benchScheduler(b *testing.B, p store.Project) *Scheduler {
+	st := newFakeStore(p)
+	l := newFakeLauncher()
+	l.auto, l.reply = true, json.RawMessage(`{"ok":true}`)
+	s := New(Config{CPUSlots: 64}, st, l, nil, RealClock(), zerolog.Nop())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	b.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Errorf("Run: %v", err)
+		}
+		st.close()
+	})
+	return s
+}
+
+// cycle submits one call and waits until its result is durable.
+func cycle(b *testing.B, s *Scheduler, p store.Project, inputs json.RawMessage) {
+	c, err := s.Submit(context.Background(), p, inputs)
+	if err != nil {
+		b.Errorf("Submit: %v", err) // not Fatal: RunParallel's goroutines call this
+		return
+	}
+	_, done, err := s.Lookup(c.ID)
+	if err != nil {
+		b.Errorf("Lookup: %v", err)
+		return
+	}
+	<-done
+}
+
+// BenchmarkDispatchCycle measures one call's way through the scheduler:
+// admission, created write, dispatch, running write, inference on a fake
+// replica that answers at once, final write, done.
+func BenchmarkDispatchCycle(b *testing.B) {
+	p := testProject("bench", minMax(1, 1))
+	s := benchScheduler(b, p)
+	inputs := json.RawMessage(`{"x":1}`)
+	cycle(b, s, p, inputs) // boots the replica
+	b.ReportAllocs()
+	for b.Loop() {
+		cycle(b, s, p, inputs)
+	}
+}
+
+// BenchmarkDispatchCycleParallel is the same with concurrent callers on
+// replicas that take 8 calls each.
+func BenchmarkDispatchCycleParallel(b *testing.B) {
+	p := testProject("bench", minMax(4, 4), concurrency(8))
+	s := benchScheduler(b, p)
+	inputs := json.RawMessage(`{"x":1}`)
+	cycle(b, s, p, inputs)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			cycle(b, s, p, inputs)
+		}
+	})
+}

@@ -1,0 +1,312 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"inferd/store"
+)
+
+// maxRecentFailures bounds the calls kept in memory whose final write
+// failed; the oldest are forgotten first.
+const maxRecentFailures = 10000
+
+// admit takes a call into its project's queue, or refuses it, and queues its
+// created write. Submit gets its answer once that write has committed.
+func (s *Scheduler) admit(req submitReq) {
+	p := s.projects[req.p.ID]
+	if p == nil || p.deleted {
+		// New to the loop (created since Run started), or the caller read it
+		// just before a delete: take the caller's copy, and read the store to
+		// be sure it still exists.
+		p = s.addProject(req.p)
+		s.reload(p.id)
+	}
+	if need, have := p.cfg.Model.GPUs, len(s.devices()); need > have {
+		req.reply <- submitResult{err: &needsGPUsError{need: need, have: have}}
+		return
+	}
+	if n := p.queue.len(); n >= s.cfg.MaxQueuedPerProject {
+		req.reply <- submitResult{err: &queueFullError{waiting: n}}
+		return
+	}
+	c := &call{c: req.c, done: make(chan struct{}), p: p, reply: req.reply}
+	s.calls[c.c.ID] = c
+	p.queue.push(c)
+	created, reply := c.c, req.reply
+	s.st.SaveCallAsync(created, func(err error) {
+		if !s.in.post(evCreated{c: c, err: err}) {
+			reply <- createdResultOf(created, err)
+		}
+	})
+}
+
+// onCreated makes a call dispatchable once its created write has committed,
+// and answers Submit.
+func (s *Scheduler) onCreated(c *call, err error) {
+	if err != nil && !c.finished() {
+		c.p.queue.remove(c)
+		delete(s.calls, c.c.ID)
+		close(c.done)
+	}
+	c.committed = err == nil
+	c.reply <- s.createdResult(c, err)
+}
+
+func (s *Scheduler) createdResult(c *call, err error) submitResult {
+	return createdResultOf(c.c, err)
+}
+
+func createdResultOf(c store.Call, err error) submitResult {
+	if err != nil {
+		return submitResult{err: fmt.Errorf("save call: %w", err)}
+	}
+	c.State = store.CallQueued
+	return submitResult{c: c}
+}
+
+// dispatch hands the project's oldest calls to its ready replicas with room.
+func (s *Scheduler) dispatch(p *project) {
+	for {
+		c := p.queue.peek()
+		if c == nil || !c.committed {
+			return // FIFO: a later call never overtakes an uncommitted one
+		}
+		r := p.pick()
+		if r == nil {
+			return
+		}
+		p.queue.pop()
+		s.startCall(c, r)
+	}
+}
+
+// startCall marks c running on r, queues that write and starts the Infer
+// goroutine and the inference timeout.
+func (s *Scheduler) startCall(c *call, r *rep) {
+	now := s.clk.Now()
+	c.c.State = store.CallRunning
+	c.c.Dispatched = now
+	c.c.ReplicaID = r.id
+	c.c.Attempt++
+	c.c.QueueMs = ms(now.Sub(c.c.Created))
+	c.c.BootMs = 0
+	if r.readyAt.After(c.c.Created) {
+		// The call waited for this replica to boot: from whichever came later,
+		// the call or the boot, until ready.
+		from := r.started
+		if c.c.Created.After(from) {
+			from = c.c.Created
+		}
+		c.c.BootMs = ms(r.readyAt.Sub(from))
+	}
+	c.r = r
+	r.calls[c] = struct{}{}
+	r.idleSince = now
+	r.idleT.stop()
+	c.p.running++
+
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	secs := c.p.inferenceTimeout()
+	c.timeoutSecs = secs
+	s.arm(&c.timeout, seconds(secs), func(seq uint64) event { return evInferTimeout{c: c, seq: seq} })
+	s.st.SaveCallAsync(c.c, s.logSaveErr(c.c.ID, "saving a running call failed"))
+	s.wg.Add(1)
+	go s.infer(ctx, c, r, r.inst, c.c.Inputs)
+}
+
+// infer runs one call on inst and reports the outcome. The failure message
+// is decided here, off the loop, because it looks at the process.
+func (s *Scheduler) infer(ctx context.Context, c *call, r *rep, inst Instance, inputs json.RawMessage) {
+	defer s.wg.Done()
+	if isClosed(inst.Exited()) {
+		// Dispatched just as the process died: the model never saw the call,
+		// so it goes back to the queue rather than failing.
+		s.in.post(evInferDone{c: c, r: r, notSent: true})
+		return
+	}
+	out, err := inst.Infer(ctx, inputs)
+	ev := evInferDone{c: c, r: r, out: out, err: err}
+	if err != nil {
+		exited := isClosed(inst.Exited())
+		var exitErr error
+		if exited {
+			exitErr = inst.ExitErr()
+		}
+		ev.msg = inferFailure(err, exited, exitErr)
+	}
+	s.in.post(ev) // after shutdown nobody wants it: the call stays running in the store
+}
+
+func (s *Scheduler) onInferDone(ev evInferDone) {
+	c := ev.c
+	if c.r != ev.r || c.finished() {
+		return // already ended by a timeout, an exit or a delete
+	}
+	s.detach(c)
+	if ev.notSent {
+		s.requeue(c)
+		return
+	}
+	if ev.err != nil {
+		s.finish(c, store.CallFailed, nil, ev.msg)
+		return
+	}
+	s.finish(c, store.CallSucceeded, ev.out, msgSuccess)
+}
+
+// requeue puts a call that never reached its replica back at the head of
+// its queue, and says so in the store, so that a restart requeues it too.
+func (s *Scheduler) requeue(c *call) {
+	c.c.State = store.CallQueued
+	c.c.ReplicaID = ""
+	c.c.Dispatched = time.Time{}
+	c.c.QueueMs, c.c.BootMs = 0, 0
+	c.c.Attempt--
+	c.p.queue.pushFront(c)
+	s.st.SaveCallAsync(c.c, s.logSaveErr(c.c.ID, "saving a requeued call failed"))
+}
+
+// logSaveErr returns a done callback for writes whose failure only matters
+// to the operator: the next write of the same call supersedes them.
+func (s *Scheduler) logSaveErr(id, msg string) func(error) {
+	return func(err error) {
+		if err != nil {
+			s.log.Error().Err(err).Str("call", id).Msg(msg)
+		}
+	}
+}
+
+// onInferTimeout fails the call and stops its replica, which may be wedged;
+// the scheduling pass replaces it if it is still needed.
+func (s *Scheduler) onInferTimeout(c *call, seq uint64) {
+	if !c.timeout.fired(seq) || c.r == nil || c.finished() {
+		return
+	}
+	r := c.r
+	secs := c.timeoutSecs
+	s.detach(c)
+	s.finish(c, store.CallFailed, nil, msgInferenceTimeout(secs))
+	s.log.Warn().Str("project", c.p.id).Str("replica", r.id).Str("call", c.c.ID).
+		Int("timeoutSeconds", secs).Msg("inference timed out; stopping the replica")
+	s.stop(r)
+}
+
+// detach ends c's run on its replica: the replica gets the room back and the
+// Infer goroutine is cancelled.
+func (s *Scheduler) detach(c *call) {
+	r := c.r
+	delete(r.calls, c)
+	if len(r.calls) == 0 {
+		r.idleSince = s.clk.Now()
+	}
+	c.p.running--
+	c.timeout.stop()
+	c.cancel()
+	c.r = nil
+}
+
+// finish decides c's outcome and queues its final write; waiters wake once
+// it has committed (onFinal). The caller has taken c off its queue or
+// replica.
+func (s *Scheduler) finish(c *call, state store.CallState, out json.RawMessage, msg string) {
+	now := s.clk.Now()
+	f := c.c
+	f.State, f.Outputs, f.Message, f.Finished = state, out, msg, now
+	if !f.Dispatched.IsZero() {
+		f.RunMs = ms(now.Sub(f.Dispatched))
+	}
+	c.final = &f
+	done := c.done
+	s.st.SaveCallAsync(f, func(err error) {
+		if !s.in.post(evFinal{c: c, err: err}) {
+			close(done) // the loop is gone; the store has the last word
+		}
+	})
+}
+
+// onFinal wakes the call's waiters now that its result is durable. A failed
+// write still wakes them, with the call failed for that reason and kept in
+// memory, since the store cannot answer for it.
+func (s *Scheduler) onFinal(c *call, err error) {
+	if s.calls[c.c.ID] == c {
+		delete(s.calls, c.c.ID)
+	}
+	if err != nil {
+		s.log.Error().Err(err).Str("call", c.c.ID).Msg("saving a call result failed")
+		f := *c.final
+		f.State, f.Outputs, f.Message = store.CallFailed, nil, msgStorageFull
+		s.failures.add(f)
+		// Best effort, so that the store does not keep the call as running
+		// if it takes writes again.
+		s.st.SaveCallAsync(f, func(error) {})
+	}
+	close(c.done)
+}
+
+// failQueued fails every queued call of p with msg.
+func (s *Scheduler) failQueued(p *project, msg string) {
+	for _, c := range p.queue.drain() {
+		s.finish(c, store.CallFailed, nil, msg)
+	}
+}
+
+// lookupLive answers Lookup for calls the loop knows.
+func (s *Scheduler) lookupLive(id string) lookupResult {
+	if c, ok := s.calls[id]; ok {
+		v := c.c
+		if v.State == store.CallQueued && c.p.booting() {
+			v.State = store.CallBooting
+		}
+		return lookupResult{c: v, done: c.done, found: true}
+	}
+	if f, ok := s.failures.get(id); ok {
+		return lookupResult{c: f, done: s.closedc, found: true}
+	}
+	return lookupResult{}
+}
+
+// recentFailures remembers calls whose final write failed, oldest forgotten
+// first, so that Lookup can still tell their waiters what happened.
+type recentFailures struct {
+	max   int
+	calls map[string]store.Call
+	order []string // ring of ids, oldest at next
+	next  int
+}
+
+func newRecentFailures(n int) recentFailures {
+	return recentFailures{max: n, calls: map[string]store.Call{}}
+}
+
+func (f *recentFailures) add(c store.Call) {
+	if _, ok := f.calls[c.ID]; ok {
+		f.calls[c.ID] = c
+		return
+	}
+	if len(f.order) < f.max {
+		f.order = append(f.order, c.ID)
+	} else {
+		delete(f.calls, f.order[f.next])
+		f.order[f.next] = c.ID
+		f.next = (f.next + 1) % f.max
+	}
+	f.calls[c.ID] = c
+}
+
+func (f *recentFailures) get(id string) (store.Call, bool) {
+	c, ok := f.calls[id]
+	return c, ok
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}

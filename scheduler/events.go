@@ -1,0 +1,150 @@
+package scheduler
+
+import (
+	"encoding/json"
+	"sync"
+
+	"inferd/store"
+)
+
+// inbox carries events from the scheduler's goroutines, timers and store
+// callbacks to the loop. Posting never blocks: the store's writer calls back
+// into it and must not wait on the loop, and goroutines that outlive the loop
+// (a launch in flight at shutdown) must be able to finish. It holds at most
+// one event per outstanding operation, so it stays small without a bound.
+type inbox struct {
+	mu     sync.Mutex
+	evs    []event
+	closed bool
+	kick   chan struct{} // capacity 1: "there is something to take"
+}
+
+func newInbox() *inbox { return &inbox{kick: make(chan struct{}, 1)} }
+
+// post queues ev for the loop. It reports false once the loop has stopped
+// taking events; the poster then cleans up after itself.
+func (b *inbox) post(ev event) bool {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return false
+	}
+	b.evs = append(b.evs, ev)
+	b.mu.Unlock()
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// take returns the queued events and keeps spare (emptied) as the next
+// buffer, so that the loop and its posters swap two slices instead of
+// allocating one per batch.
+func (b *inbox) take(spare []event) []event {
+	clear(spare)
+	b.mu.Lock()
+	evs := b.evs
+	b.evs = spare[:0]
+	b.mu.Unlock()
+	return evs
+}
+
+// close stops the inbox and returns what was still queued.
+func (b *inbox) close() []event {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	evs := b.evs
+	b.evs = nil
+	return evs
+}
+
+// event is anything the loop reacts to apart from direct requests.
+type event interface{ isEvent() }
+
+// evCreated: the created write of a submitted call has committed (err nil) or
+// failed.
+type evCreated struct {
+	c   *call
+	err error
+}
+
+// evFinal: the final write of a call has committed or failed.
+type evFinal struct {
+	c   *call
+	err error
+}
+
+// evLaunched: Launcher.Launch returned.
+type evLaunched struct {
+	r    *rep
+	inst Instance
+	err  error
+}
+
+// evReady: the replica's health check answered.
+type evReady struct{ r *rep }
+
+// evExited: the replica's process has exited. lastLine and exitErr are read
+// by the watcher after the exit, off the loop.
+type evExited struct {
+	r        *rep
+	exitErr  error
+	lastLine string
+}
+
+// evInferDone: an Infer call returned, or was never made (notSent) because
+// the process had exited by then. msg is the failure message when err is not
+// nil, decided off the loop because it looks at the process.
+type evInferDone struct {
+	c       *call
+	r       *rep
+	out     json.RawMessage
+	err     error
+	msg     string
+	notSent bool
+}
+
+// Timer events carry the seq their timer was armed with (see timer.fired).
+type (
+	evBootTimeout struct {
+		r   *rep
+		seq uint64
+	}
+	evIdleExpired struct {
+		r   *rep
+		seq uint64
+	}
+	evInferTimeout struct {
+		c   *call
+		seq uint64
+	}
+	evBackoffDone struct {
+		p   *project
+		seq uint64
+	}
+)
+
+// evProjectChanged: ProjectChanged was called.
+type evProjectChanged struct{ id string }
+
+// evProjectLoaded: the re-read that a change asked for has returned.
+type evProjectLoaded struct {
+	id  string
+	p   store.Project
+	err error
+}
+
+func (evCreated) isEvent()        {}
+func (evFinal) isEvent()          {}
+func (evLaunched) isEvent()       {}
+func (evReady) isEvent()          {}
+func (evExited) isEvent()         {}
+func (evInferDone) isEvent()      {}
+func (evBootTimeout) isEvent()    {}
+func (evIdleExpired) isEvent()    {}
+func (evInferTimeout) isEvent()   {}
+func (evBackoffDone) isEvent()    {}
+func (evProjectChanged) isEvent() {}
+func (evProjectLoaded) isEvent()  {}

@@ -1,0 +1,687 @@
+package scheduler
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"inferd/gpu"
+	"inferd/scheduler/replica"
+	"inferd/store"
+)
+
+// errNotFound stands in for the store's sentinel: the fake wraps
+// store.ErrNotFound so the scheduler sees what the real store returns.
+var errNotFound = fmt.Errorf("fake store: %w", store.ErrNotFound)
+
+// fakeClock is a Clock driven by Advance.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	c  *fakeClock
+	at time.Time
+	f  func()
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{c: c, at: c.now.Add(d), f: f}
+	if d <= 0 {
+		go f() // due now, like time.AfterFunc
+		return t
+	}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+func (t *fakeTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	n := len(t.c.timers)
+	t.c.timers = slices.DeleteFunc(t.c.timers, func(x *fakeTimer) bool { return x == t })
+	return len(t.c.timers) < n
+}
+
+// Advance moves time forward by d, firing due timers in order, each at its
+// own time.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	end := c.now.Add(d)
+	for {
+		var next *fakeTimer
+		for _, t := range c.timers {
+			if !t.at.After(end) && (next == nil || t.at.Before(next.at)) {
+				next = t
+			}
+		}
+		if next == nil {
+			break
+		}
+		c.timers = slices.DeleteFunc(c.timers, func(x *fakeTimer) bool { return x == next })
+		if next.at.After(c.now) {
+			c.now = next.at
+		}
+		c.mu.Unlock()
+		next.f()
+		c.mu.Lock()
+	}
+	c.now = end
+	c.mu.Unlock()
+}
+
+// fakeStore keeps records in memory. SaveCallAsync applies writes in order on
+// a writer goroutine, like the real store's group-commit writer; tests can
+// hold writes back or make them fail.
+type fakeStore struct {
+	mu       sync.Mutex
+	projects map[string]store.Project
+	calls    map[string]store.Call
+	writes   []store.Call // every applied write, in order
+	pending  []pendingWrite
+	kick     chan struct{}
+	quit     chan struct{}
+	finished chan struct{}
+	// hold, when it returns true for a write, makes the writer wait for a
+	// value on release before applying it.
+	hold    func(store.Call) bool
+	release chan struct{}
+	// fail, when set, decides the error of a write (nil: applied).
+	fail func(store.Call) error
+}
+
+type pendingWrite struct {
+	c    store.Call
+	done func(error)
+}
+
+func newFakeStore(projects ...store.Project) *fakeStore {
+	s := &fakeStore{
+		projects: map[string]store.Project{},
+		calls:    map[string]store.Call{},
+		kick:     make(chan struct{}, 1),
+		quit:     make(chan struct{}),
+		finished: make(chan struct{}),
+		release:  make(chan struct{}),
+	}
+	for _, p := range projects {
+		s.projects[p.ID] = p
+	}
+	go s.writer()
+	return s
+}
+
+func (s *fakeStore) writer() {
+	defer close(s.finished)
+	for {
+		s.mu.Lock()
+		if len(s.pending) == 0 {
+			s.mu.Unlock()
+			select {
+			case <-s.kick:
+				continue
+			case <-s.quit:
+				return
+			}
+		}
+		w := s.pending[0]
+		s.pending = s.pending[1:]
+		hold, fail := s.hold, s.fail
+		s.mu.Unlock()
+		if hold != nil && hold(w.c) {
+			select {
+			case <-s.release:
+			case <-s.quit:
+				return
+			}
+		}
+		var err error
+		if fail != nil {
+			err = fail(w.c)
+		}
+		if err == nil {
+			s.mu.Lock()
+			s.calls[w.c.ID] = w.c
+			s.writes = append(s.writes, w.c)
+			s.mu.Unlock()
+		}
+		w.done(err)
+	}
+}
+
+func (s *fakeStore) close() {
+	close(s.quit)
+	<-s.finished
+}
+
+func (s *fakeStore) setHold(f func(store.Call) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hold = f
+}
+
+func (s *fakeStore) setFail(f func(store.Call) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fail = f
+}
+
+func (s *fakeStore) putProject(p store.Project) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.projects[p.ID] = p
+}
+
+func (s *fakeStore) deleteProject(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.projects, id)
+}
+
+func (s *fakeStore) putCall(c store.Call) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls[c.ID] = c
+}
+
+func (s *fakeStore) call(id string) (store.Call, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.calls[id]
+	return c, ok
+}
+
+// states returns the states written for call id, in order.
+func (s *fakeStore) states(id string) []store.CallState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []store.CallState
+	for _, w := range s.writes {
+		if w.ID == id {
+			out = append(out, w.State)
+		}
+	}
+	return out
+}
+
+func (s *fakeStore) GetProject(id string) (store.Project, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.projects[id]
+	if !ok {
+		return store.Project{}, errNotFound
+	}
+	return p, nil
+}
+
+func (s *fakeStore) ListProjects(teamID string) ([]store.Project, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []store.Project
+	for _, p := range s.projects {
+		if teamID == "" || p.TeamID == teamID {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b store.Project) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+func (s *fakeStore) GetCall(id string) (store.Call, error) {
+	c, ok := s.call(id)
+	if !ok {
+		return store.Call{}, errNotFound
+	}
+	return c, nil
+}
+
+func (s *fakeStore) PendingCalls() ([]store.Call, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []store.Call
+	for _, c := range s.calls {
+		if c.State == store.CallQueued || c.State == store.CallRunning {
+			out = append(out, c)
+		}
+	}
+	slices.SortFunc(out, func(a, b store.Call) int {
+		return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))
+	})
+	return out, nil
+}
+
+func (s *fakeStore) SaveCall(ctx context.Context, c store.Call) error {
+	done := make(chan error, 1)
+	s.SaveCallAsync(c, func(err error) { done <- err })
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *fakeStore) SaveCallAsync(c store.Call, done func(error)) {
+	s.mu.Lock()
+	s.pending = append(s.pending, pendingWrite{c: c, done: done})
+	s.mu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// fakeLauncher hands out fakeInstances; tests take them from launched in
+// launch order.
+type fakeLauncher struct {
+	launched chan *fakeInstance
+	// fail, when set, makes Launch fail for a spec.
+	mu   sync.Mutex
+	fail func(replica.Spec) error
+	// auto makes instances ready at once and answer every call with reply.
+	auto  bool
+	reply json.RawMessage
+}
+
+func newFakeLauncher() *fakeLauncher {
+	return &fakeLauncher{launched: make(chan *fakeInstance, 1000)}
+}
+
+func (l *fakeLauncher) Launch(spec replica.Spec) (Instance, error) {
+	l.mu.Lock()
+	fail := l.fail
+	l.mu.Unlock()
+	if fail != nil {
+		if err := fail(spec); err != nil {
+			return nil, err
+		}
+	}
+	i := &fakeInstance{
+		spec:    spec,
+		pid:     1000 + len(l.launched),
+		ready:   make(chan struct{}),
+		exited:  make(chan struct{}),
+		stopped: make(chan struct{}),
+		calls:   make(chan *fakeCall),
+		auto:    l.auto,
+		reply:   l.reply,
+	}
+	if l.auto {
+		close(i.ready)
+		return i, nil
+	}
+	l.launched <- i
+	return i, nil
+}
+
+// fakeInstance is a model server under the test's control.
+type fakeInstance struct {
+	spec    replica.Spec
+	pid     int
+	ready   chan struct{}
+	exited  chan struct{}
+	stopped chan struct{} // closed by the first Stop
+	calls   chan *fakeCall
+	auto    bool
+	reply   json.RawMessage
+
+	mu       sync.Mutex
+	exitErr  error
+	lastLine string
+	stopOnce sync.Once
+	exitOnce sync.Once
+}
+
+// fakeCall is one Infer waiting for the test's answer.
+type fakeCall struct {
+	inputs json.RawMessage
+	answer chan fakeAnswer
+}
+
+type fakeAnswer struct {
+	out json.RawMessage
+	err error
+}
+
+func (c *fakeCall) reply(out string) { c.answer <- fakeAnswer{out: json.RawMessage(out)} }
+func (c *fakeCall) fail(err error)   { c.answer <- fakeAnswer{err: err} }
+
+func (i *fakeInstance) ID() string              { return i.spec.ID }
+func (i *fakeInstance) Pid() int                { return i.pid }
+func (i *fakeInstance) Ready() <-chan struct{}  { return i.ready }
+func (i *fakeInstance) Exited() <-chan struct{} { return i.exited }
+
+func (i *fakeInstance) ExitErr() error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.exitErr
+}
+
+func (i *fakeInstance) LastLogLine() string {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.lastLine
+}
+
+func (i *fakeInstance) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMessage, error) {
+	if i.auto {
+		return i.reply, nil
+	}
+	c := &fakeCall{inputs: inputs, answer: make(chan fakeAnswer, 1)}
+	select {
+	case i.calls <- c:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-i.exited:
+		return nil, i.exitedErr()
+	}
+	select {
+	case a := <-c.answer:
+		return a.out, a.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-i.exited:
+		return nil, i.exitedErr()
+	}
+}
+
+func (i *fakeInstance) exitedErr() error {
+	return fmt.Errorf("%w (%v)", replica.ErrExited, i.ExitErr())
+}
+
+// Stop behaves like a process that exits on SIGTERM.
+func (i *fakeInstance) Stop(grace time.Duration) {
+	i.stopOnce.Do(func() { close(i.stopped) })
+	i.exit(errors.New("signal: terminated"), "")
+	<-i.exited
+}
+
+func (i *fakeInstance) markReady() { close(i.ready) }
+
+// exit ends the process with err (nil = exit status 0) after it printed
+// line.
+func (i *fakeInstance) exit(err error, line string) {
+	i.exitOnce.Do(func() {
+		i.mu.Lock()
+		i.exitErr = err
+		if line != "" {
+			i.lastLine = line
+		}
+		i.mu.Unlock()
+		close(i.exited)
+	})
+}
+
+func (i *fakeInstance) wasStopped() bool { return isClosed(i.stopped) }
+func (i *fakeInstance) hasExited() bool  { return isClosed(i.exited) }
+
+// fakeGPUs is an Inventory of n simulated GPUs.
+type fakeGPUs []gpu.Device
+
+func simulatedGPUs(n int) fakeGPUs {
+	var d fakeGPUs
+	for i := range n {
+		d = append(d, gpu.Device{Index: i, UUID: fmt.Sprintf("GPU-%d", i), Name: "Simulated", MemoryTotalMiB: 16384, Simulated: true})
+	}
+	return d
+}
+
+func (g fakeGPUs) Devices() []gpu.Device { return g }
+
+// harness runs a Scheduler with fakes inside a synctest bubble. settle waits
+// until every goroutine of the bubble is blocked, which is when the loop has
+// handled everything that can happen without the test acting.
+type harness struct {
+	t      *testing.T
+	s      *Scheduler
+	st     *fakeStore
+	l      *fakeLauncher
+	clk    *fakeClock
+	cancel context.CancelFunc
+	runErr chan error
+}
+
+func newHarness(t *testing.T, cfg Config, gpus Inventory, projects ...store.Project) *harness {
+	return startHarness(t, cfg, gpus, newFakeStore(projects...))
+}
+
+func startHarness(t *testing.T, cfg Config, gpus Inventory, st *fakeStore) *harness {
+	t.Helper()
+	if cfg.CPUSlots == 0 {
+		cfg.CPUSlots = 8
+	}
+	h := &harness{t: t, st: st, l: newFakeLauncher(), clk: newFakeClock(), runErr: make(chan error, 1)}
+	h.s = New(cfg, h.st, h.l, gpus, h.clk, zerolog.Nop())
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	go func() { h.runErr <- h.s.Run(ctx) }()
+	h.settle()
+	return h
+}
+
+// stop ends Run and the fake store; Run must return by itself, having ended
+// every goroutine it started (the synctest bubble fails the test otherwise).
+func (h *harness) stop() {
+	h.t.Helper()
+	h.cancel()
+	if err := <-h.runErr; err != nil {
+		h.t.Errorf("Run: %v", err)
+	}
+	h.st.close()
+}
+
+func (h *harness) settle() { synctest.Wait() }
+
+// advance lets the scheduler catch up, then moves the clock by d.
+func (h *harness) advance(d time.Duration) {
+	h.settle()
+	h.clk.Advance(d)
+	h.settle()
+}
+
+// submit submits a call and waits for Submit to return.
+func (h *harness) submit(p store.Project, inputs string) store.Call {
+	h.t.Helper()
+	c, err := h.s.Submit(context.Background(), p, json.RawMessage(inputs))
+	if err != nil {
+		h.t.Fatalf("Submit: %v", err)
+	}
+	h.settle()
+	return c
+}
+
+// launched returns the next launched instance, failing if there is none.
+func (h *harness) launched() *fakeInstance {
+	h.t.Helper()
+	h.settle()
+	select {
+	case i := <-h.l.launched:
+		return i
+	default:
+		h.t.Fatalf("no replica was launched")
+		return nil
+	}
+}
+
+// launchedN returns the next n launched instances and checks no more were.
+func (h *harness) launchedN(n int) []*fakeInstance {
+	h.t.Helper()
+	var out []*fakeInstance
+	for range n {
+		out = append(out, h.launched())
+	}
+	h.noLaunch()
+	// Launches run concurrently: order them as started.
+	slices.SortFunc(out, func(a, b *fakeInstance) int {
+		return cmp.Or(cmp.Compare(a.spec.ProjectID, b.spec.ProjectID), cmp.Compare(len(a.spec.ID), len(b.spec.ID)), cmp.Compare(a.spec.ID, b.spec.ID))
+	})
+	return out
+}
+
+// noLaunch checks that no replica was launched.
+func (h *harness) noLaunch() {
+	h.t.Helper()
+	h.settle()
+	select {
+	case i := <-h.l.launched:
+		h.t.Fatalf("unexpected launch of %s", i.spec.ID)
+	default:
+	}
+}
+
+// ready marks instances ready and lets the scheduler react.
+func (h *harness) ready(is ...*fakeInstance) {
+	for _, i := range is {
+		i.markReady()
+	}
+	h.settle()
+}
+
+// call returns the Infer call waiting on i, failing if there is none.
+func (h *harness) call(i *fakeInstance) *fakeCall {
+	h.t.Helper()
+	h.settle()
+	select {
+	case c := <-i.calls:
+		return c
+	default:
+		h.t.Fatalf("no call reached replica %s", i.spec.ID)
+		return nil
+	}
+}
+
+// noCall checks that no call waits on i.
+func (h *harness) noCall(i *fakeInstance) {
+	h.t.Helper()
+	h.settle()
+	select {
+	case c := <-i.calls:
+		h.t.Fatalf("unexpected call %s on replica %s", c.inputs, i.spec.ID)
+	default:
+	}
+}
+
+// result waits for call id's done channel and returns the call as Lookup
+// then reports it.
+func (h *harness) result(id string) store.Call {
+	h.t.Helper()
+	h.settle()
+	_, done, err := h.s.Lookup(id)
+	if err != nil {
+		h.t.Fatalf("Lookup(%s): %v", id, err)
+	}
+	if !isClosed(done) {
+		h.t.Fatalf("call %s is not done", id)
+	}
+	c, _, err := h.s.Lookup(id)
+	if err != nil {
+		h.t.Fatalf("Lookup(%s): %v", id, err)
+	}
+	return c
+}
+
+// state returns call id's state as Lookup reports it.
+func (h *harness) state(id string) store.CallState {
+	h.t.Helper()
+	h.settle()
+	c, _, err := h.s.Lookup(id)
+	if err != nil {
+		h.t.Fatalf("Lookup(%s): %v", id, err)
+	}
+	return c.State
+}
+
+func (h *harness) project(id string) ProjectStatus {
+	h.t.Helper()
+	h.settle()
+	for _, p := range h.s.Snapshot().Projects {
+		if p.ID == id {
+			return p
+		}
+	}
+	h.t.Fatalf("project %s not in the snapshot", id)
+	return ProjectStatus{}
+}
+
+// replicaStates returns "id:state" of the project's replicas.
+func (h *harness) replicaStates(id string) []string {
+	var out []string
+	for _, r := range h.project(id).Replicas {
+		out = append(out, r.ID+":"+r.State)
+	}
+	return out
+}
+
+// testProject returns a valid project; opts adjust it.
+func testProject(id string, opts ...func(*store.Project)) store.Project {
+	p := store.Project{
+		ID:               id,
+		TeamID:           "team",
+		MinReplicas:      0,
+		MaxReplicas:      3,
+		InferenceTimeout: 300,
+		IdleTimeout:      30,
+		Model: store.ModelSpec{
+			Command:     []string{"python3", "serve.py", id},
+			Protocol:    "http",
+			Concurrency: 1,
+			BootTimeout: 600,
+		},
+	}
+	for _, o := range opts {
+		o(&p)
+	}
+	return p
+}
+
+func minMax(lo, hi int) func(*store.Project) {
+	return func(p *store.Project) { p.MinReplicas, p.MaxReplicas = lo, hi }
+}
+
+func concurrency(n int) func(*store.Project) {
+	return func(p *store.Project) { p.Model.Concurrency = n }
+}
+
+func idleTimeout(s int) func(*store.Project) {
+	return func(p *store.Project) { p.IdleTimeout = s }
+}
+
+// logs makes line the instance's last log line.
+func (i *fakeInstance) logs(line string) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.lastLine = line
+}
+
+func stoppedCount(is []*fakeInstance) int {
+	n := 0
+	for _, i := range is {
+		if i.wasStopped() {
+			n++
+		}
+	}
+	return n
+}

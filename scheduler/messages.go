@@ -1,0 +1,102 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"inferd/scheduler/replica"
+)
+
+// The user-facing texts of the calls the scheduler ends. Clients see them as
+// the call's message, so each says what happened; DESIGN.md lists them.
+const (
+	msgSuccess        = "success"
+	msgInterrupted    = "error: interrupted by a server restart"
+	msgProjectDeleted = "error: project deleted"
+	msgStorageFull    = "error: storage full: the result could not be saved"
+)
+
+// ErrQueueFull is wrapped by Submit's error when the project's queue is at
+// its bound. The error's text is the client message without "error: ".
+var ErrQueueFull = errors.New("queue full")
+
+// ErrNeedsGPUs is wrapped by Submit's error when the project asks for more
+// GPUs per replica than the machine has, so its calls could never run.
+var ErrNeedsGPUs = errors.New("project needs more GPUs than this machine has")
+
+// queueFullError says how many calls wait, e.g.
+// "queue full (1000 calls waiting); retry later".
+type queueFullError struct{ waiting int }
+
+func (e *queueFullError) Error() string {
+	return fmt.Sprintf("queue full (%d calls waiting); retry later", e.waiting)
+}
+
+func (e *queueFullError) Unwrap() error { return ErrQueueFull }
+
+// needsGPUsError: "project needs 2 GPUs, this machine has 1".
+type needsGPUsError struct{ need, have int }
+
+func (e *needsGPUsError) Error() string {
+	return fmt.Sprintf("project needs %d GPUs, this machine has %d", e.need, e.have)
+}
+
+func (e *needsGPUsError) Unwrap() error { return ErrNeedsGPUs }
+
+// msgNeedsGPUs ends the queued calls of a project that was changed to need
+// more GPUs than the machine has.
+func msgNeedsGPUs(need, have int) string {
+	return "error: " + (&needsGPUsError{need, have}).Error()
+}
+
+func msgInferenceTimeout(seconds int) string {
+	return fmt.Sprintf("error: inference timed out after %ds", seconds)
+}
+
+// msgFailedToStart ends the queued calls of a project whose replicas failed
+// to boot MaxBootFailures times in a row; reason is the model's last log line
+// when it printed one.
+func msgFailedToStart(reason string) string {
+	return "error: model failed to start: " + reason
+}
+
+// msgExited fails the calls a replica was running when its process exited.
+func msgExited(exitErr error) string {
+	return fmt.Sprintf("error: model process exited (%s) during inference", exitStatus(exitErr))
+}
+
+// exitStatus is how a process ended, as exec says it ("exit status 1",
+// "signal: killed"); nil means it exited cleanly.
+func exitStatus(exitErr error) string {
+	if exitErr == nil {
+		return "exit status 0"
+	}
+	return exitErr.Error()
+}
+
+// inferFailure maps an error of Instance.Infer to the call's message. exited
+// says whether the process had exited by the time Infer returned, which turns
+// any transport error into the exit message.
+func inferFailure(err error, exited bool, exitErr error) string {
+	var httpErr *replica.HTTPError
+	var excErr *replica.ExceptionError
+	switch {
+	case errors.As(err, &httpErr):
+		body := strings.TrimSpace(httpErr.Body)
+		if body == "" {
+			return fmt.Sprintf("error: model returned HTTP %d", httpErr.Status)
+		}
+		return fmt.Sprintf("error: model returned HTTP %d: %s", httpErr.Status, body)
+	case errors.As(err, &excErr):
+		return "error: model raised an exception: " + excErr.LastLine
+	case errors.Is(err, replica.ErrInvalidReply):
+		detail := strings.TrimPrefix(err.Error(), replica.ErrInvalidReply.Error())
+		detail = strings.TrimPrefix(detail, ": ")
+		return "error: model returned an invalid reply: " + detail
+	case exited || errors.Is(err, replica.ErrExited):
+		return msgExited(exitErr)
+	default:
+		return "error: model request failed: " + err.Error()
+	}
+}

@@ -1,0 +1,281 @@
+package scheduler
+
+import (
+	"errors"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"inferd/store"
+)
+
+// Defaults for project fields that an older record may lack.
+const (
+	defaultInferenceTimeout = 300 // seconds
+	defaultBootTimeout      = 600 // seconds
+)
+
+// project is the loop's state of one project: its settings, queue and
+// replicas.
+type project struct {
+	id  string
+	cfg store.Project
+	// specGen counts model spec changes; replicas started from an older one
+	// are drained.
+	specGen  int
+	queue    fifo
+	replicas []*rep // in start order
+	next     int    // last replica number handed out
+	running  int    // calls running on its replicas
+	deleted  bool   // its replicas are stopping; it goes once they have
+
+	bootFailures int           // consecutive failed boots
+	backoff      time.Duration // the next restart wait; 0 = RestartBackoff
+	backoffT     timer         // armed: no boots until it fires
+	lastError    string
+	waiting      string // why a wanted replica is not booting, for the status
+}
+
+func (p *project) concurrency() int { return max(1, p.cfg.Model.Concurrency) }
+
+func (p *project) inferenceTimeout() int {
+	if p.cfg.InferenceTimeout <= 0 {
+		return defaultInferenceTimeout
+	}
+	return p.cfg.InferenceTimeout
+}
+
+func (p *project) bootTimeout() int {
+	if p.cfg.Model.BootTimeout <= 0 {
+		return defaultBootTimeout
+	}
+	return p.cfg.Model.BootTimeout
+}
+
+// live counts the replicas that serve or will serve the current spec: not
+// stopping, not draining.
+func (p *project) live() int {
+	n := 0
+	for _, r := range p.replicas {
+		if r.live() {
+			n++
+		}
+	}
+	return n
+}
+
+// want is the desired number of replicas: enough for the queued calls and
+// those running on live replicas, within [min, max].
+func (p *project) want() int {
+	load := p.queue.len()
+	for _, r := range p.replicas {
+		if r.live() {
+			load += len(r.calls)
+		}
+	}
+	n := (load + p.concurrency() - 1) / p.concurrency()
+	return min(max(n, p.cfg.MinReplicas), p.cfg.MaxReplicas)
+}
+
+// pick returns the ready replica that should take the next call: the
+// fullest one with room, so that calls pack and spare replicas go idle.
+func (p *project) pick() *rep {
+	var best *rep
+	for _, r := range p.replicas {
+		if r.state != stateReady || r.draining || len(r.calls) >= p.concurrency() || r.exited() {
+			continue
+		}
+		if best == nil || len(r.calls) > len(best.calls) {
+			best = r
+		}
+	}
+	return best
+}
+
+// booting reports whether a queued call waits for a boot: a replica is
+// starting and none is ready.
+func (p *project) booting() bool {
+	boot := false
+	for _, r := range p.replicas {
+		switch {
+		case r.state == stateReady && !r.draining:
+			return false
+		case r.state == stateBooting && !r.draining:
+			boot = true
+		}
+	}
+	return boot
+}
+
+// addProject makes cfg known to the loop, or revives a deleted project that
+// is still stopping its replicas.
+func (s *Scheduler) addProject(cfg store.Project) *project {
+	if p := s.projects[cfg.ID]; p != nil {
+		if p.deleted {
+			p.deleted = false
+			p.cfg = cfg
+			p.specGen++ // whatever still runs belongs to the deleted one
+			p.resetFailures()
+			p.lastError = ""
+		}
+		return p
+	}
+	p := &project{id: cfg.ID, cfg: cfg}
+	s.projects[p.id] = p
+	i := sort.Search(len(s.order), func(i int) bool { return s.order[i].id >= p.id })
+	s.order = slices.Insert(s.order, i, p)
+	return p
+}
+
+// removeProject forgets a deleted project once its replicas have exited.
+func (s *Scheduler) removeProject(p *project) {
+	delete(s.projects, p.id)
+	s.order = slices.DeleteFunc(s.order, func(q *project) bool { return q == p })
+}
+
+func (p *project) resetFailures() {
+	p.bootFailures = 0
+	p.backoff = 0
+	p.backoffT.stop()
+}
+
+// reload re-reads project id off the loop. Reads of one project never
+// overlap, and a change during a read causes one more, so the last read
+// always follows the last change.
+func (s *Scheduler) reload(id string) {
+	if _, busy := s.loading[id]; busy {
+		s.loading[id] = true
+		return
+	}
+	s.loading[id] = false
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		p, err := s.st.GetProject(id)
+		s.in.post(evProjectLoaded{id: id, p: p, err: err})
+	}()
+}
+
+func (s *Scheduler) onProjectLoaded(ev evProjectLoaded) {
+	again := s.loading[ev.id]
+	delete(s.loading, ev.id)
+	if again {
+		s.reload(ev.id)
+		return
+	}
+	switch {
+	case errors.Is(ev.err, store.ErrNotFound):
+		if p := s.projects[ev.id]; p != nil && !p.deleted {
+			s.deleteProject(p)
+		}
+	case ev.err != nil:
+		s.log.Error().Err(ev.err).Str("project", ev.id).Msg("re-reading a changed project failed; keeping its old settings")
+	default:
+		s.applyProject(ev.p)
+	}
+}
+
+// applyProject reconciles a project with its new settings: a changed model
+// spec drains the old replicas; a lower min or max stops surplus idle
+// replicas now; a higher min boots in the scheduling pass that follows; a new
+// inferenceTimeout applies to the next dispatches.
+func (s *Scheduler) applyProject(cfg store.Project) {
+	p := s.projects[cfg.ID]
+	if p == nil || p.deleted {
+		p = s.addProject(cfg)
+		s.checkGPUs(p)
+		return
+	}
+	old := p.cfg
+	p.cfg = cfg
+	if specChanged(old.Model, cfg.Model) {
+		p.specGen++
+		p.resetFailures()
+		for _, r := range p.replicas {
+			if r.state == stateStopping {
+				continue
+			}
+			r.draining = true
+			if r.state == stateBooting || len(r.calls) == 0 {
+				s.stop(r)
+			}
+		}
+		s.log.Info().Str("project", p.id).Msg("model spec changed; draining old replicas")
+	}
+	if cfg.MinReplicas < old.MinReplicas || cfg.MaxReplicas < old.MaxReplicas {
+		s.trimIdle(p)
+	}
+	s.checkGPUs(p)
+}
+
+// specChanged reports whether replicas started from a must be replaced to
+// serve b. Concurrency and bootTimeout apply to running replicas as they are.
+func specChanged(a, b store.ModelSpec) bool {
+	return !slices.Equal(a.Command, b.Command) || a.Dir != b.Dir || !maps.Equal(a.Env, b.Env) ||
+		!strings.EqualFold(a.Protocol, b.Protocol) || a.HealthPath != b.HealthPath ||
+		a.InferPath != b.InferPath || a.GPUs != b.GPUs || a.GPUMemoryMiB != b.GPUMemoryMiB
+}
+
+// deleteProject fails the calls of a deleted project and stops its replicas.
+func (s *Scheduler) deleteProject(p *project) {
+	p.deleted = true
+	p.waiting = ""
+	p.backoffT.stop()
+	s.failQueued(p, msgProjectDeleted)
+	for _, r := range p.replicas {
+		for _, c := range r.callList() {
+			s.detach(c)
+			s.finish(c, store.CallFailed, nil, msgProjectDeleted)
+		}
+		s.stop(r)
+	}
+	s.log.Info().Str("project", p.id).Msg("project deleted; stopping its replicas")
+	if len(p.replicas) == 0 {
+		s.removeProject(p)
+	}
+}
+
+// checkGPUs fails the queued calls of a project that needs more GPUs per
+// replica than the machine has: they could never run.
+func (s *Scheduler) checkGPUs(p *project) {
+	need, have := p.cfg.Model.GPUs, len(s.devices())
+	if need <= have {
+		return
+	}
+	p.lastError = (&needsGPUsError{need: need, have: have}).Error()
+	if p.queue.len() > 0 {
+		s.failQueued(p, msgNeedsGPUs(need, have))
+	}
+}
+
+// trimIdle stops idle replicas, least recently used first, while the
+// project has more than it wants.
+func (s *Scheduler) trimIdle(p *project) {
+	idle := s.idleReplicas(p)
+	live := p.live()
+	for _, r := range idle {
+		if live <= p.want() {
+			return
+		}
+		s.stop(r)
+		live--
+	}
+}
+
+// idleReplicas returns p's live idle replicas, least recently used first. The
+// slice is scratch space, valid until the next call.
+func (s *Scheduler) idleReplicas(p *project) []*rep {
+	idle := s.scratch[:0]
+	for _, r := range p.replicas {
+		if r.live() && r.idle() {
+			idle = append(idle, r)
+		}
+	}
+	slices.SortStableFunc(idle, func(a, b *rep) int { return a.idleSince.Compare(b.idleSince) })
+	s.scratch = idle
+	return idle
+}
+
+func seconds(n int) time.Duration { return time.Duration(n) * time.Second }

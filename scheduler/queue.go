@@ -1,0 +1,102 @@
+package scheduler
+
+import (
+	"context"
+
+	"inferd/store"
+)
+
+// call is the loop's record of one live call: from admission until its final
+// write has committed.
+type call struct {
+	// c is what Lookup shows. It keeps the running state while the final
+	// write is in flight, so that nobody reads a result that is not durable.
+	c store.Call
+	// final is the finished call once decided, until its write commits.
+	final *store.Call
+	// done is closed once the final write has committed (or failed: see
+	// evFinal), never earlier.
+	done chan struct{}
+	p    *project
+	// committed: the created write has landed, so the call may be dispatched.
+	committed bool
+	// reply takes Submit's answer once the created write has committed.
+	reply chan submitResult
+
+	// While running:
+	r           *rep
+	cancel      context.CancelFunc // ends the Infer goroutine
+	timeout     timer              // inference timeout
+	timeoutSecs int                // its length, for the message
+}
+
+// finished reports whether the call's outcome is decided.
+func (c *call) finished() bool { return c.final != nil }
+
+// fifo is a project's queue of calls waiting for a replica, oldest first.
+type fifo struct {
+	items []*call
+	head  int
+}
+
+func (q *fifo) len() int { return len(q.items) - q.head }
+
+func (q *fifo) push(c *call) { q.items = append(q.items, c) }
+
+// pushFront puts c back in front of the oldest call.
+func (q *fifo) pushFront(c *call) {
+	if q.head > 0 {
+		q.head--
+		q.items[q.head] = c
+		return
+	}
+	q.items = append(q.items, nil)
+	copy(q.items[1:], q.items)
+	q.items[0] = c
+}
+
+// peek returns the oldest call, or nil.
+func (q *fifo) peek() *call {
+	if q.head == len(q.items) {
+		return nil
+	}
+	return q.items[q.head]
+}
+
+// pop removes the oldest call.
+func (q *fifo) pop() *call {
+	c := q.items[q.head]
+	q.items[q.head] = nil
+	q.head++
+	if q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+	} else if q.head > 64 && q.head*2 > len(q.items) {
+		// Compact so that a long-lived busy queue does not grow without bound.
+		n := copy(q.items, q.items[q.head:])
+		clear(q.items[n:])
+		q.items, q.head = q.items[:n], 0
+	}
+	return c
+}
+
+// remove takes c out of the queue wherever it is; it reports whether it was
+// there. Rare (a failed created write), so linear.
+func (q *fifo) remove(c *call) bool {
+	for i := q.head; i < len(q.items); i++ {
+		if q.items[i] == c {
+			copy(q.items[i:], q.items[i+1:])
+			q.items[len(q.items)-1] = nil
+			q.items = q.items[:len(q.items)-1]
+			return true
+		}
+	}
+	return false
+}
+
+// drain empties the queue and returns its calls, oldest first.
+func (q *fifo) drain() []*call {
+	out := append([]*call(nil), q.items[q.head:]...)
+	clear(q.items)
+	q.items, q.head = q.items[:0], 0
+	return out
+}

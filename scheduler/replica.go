@@ -1,0 +1,304 @@
+package scheduler
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"inferd/scheduler/replica"
+	"inferd/store"
+)
+
+// replicaState is where a replica is in its life. "busy" is not a state: it
+// is a ready replica with calls in flight.
+type replicaState int
+
+const (
+	stateBooting  replicaState = iota // launched or launching, not ready yet
+	stateReady                        // takes calls
+	stateStopping                     // Stop requested; gone once its process has exited
+)
+
+// rep is the loop's state of one model server process.
+type rep struct {
+	id  string
+	p   *project
+	gen int // the project's specGen it was started from
+
+	inst  Instance // nil until Launch has returned
+	pid   int
+	state replicaState
+	// draining: started from an older spec; takes no new calls and is
+	// stopped once idle.
+	draining bool
+
+	gpus    []string // GPU UUIDs it holds
+	cpuSlot bool     // it holds one of the CPU slots
+
+	started   time.Time
+	readyAt   time.Time
+	calls     map[*call]struct{} // running on it
+	idleSince time.Time          // last time it had no calls
+	idleT     timer              // idle timeout
+	boot      timer              // boot timeout
+	// bootTimedOut: stopped by the boot timeout, which counts as a failed
+	// boot once the process has exited.
+	bootTimedOut bool
+}
+
+// live reports whether r counts toward its project's replicas: it is, or
+// will be, serving the current spec.
+func (r *rep) live() bool { return r.state != stateStopping && !r.draining }
+
+// exited reports whether r's process has exited. The loop learns it from
+// evExited, but a call that failed because of the exit can come back first:
+// checking here keeps the next call off a dead replica meanwhile.
+func (r *rep) exited() bool { return r.inst != nil && isClosed(r.inst.Exited()) }
+
+// idle reports whether r is ready and has no call.
+func (r *rep) idle() bool { return r.state == stateReady && len(r.calls) == 0 }
+
+// callList returns r's calls, for loops that end them.
+func (r *rep) callList() []*call {
+	cs := make([]*call, 0, len(r.calls))
+	for c := range r.calls {
+		cs = append(cs, c)
+	}
+	slices.SortFunc(cs, func(a, b *call) int { return a.c.Dispatched.Compare(b.c.Dispatched) })
+	return cs
+}
+
+func (r *rep) stateName() string {
+	switch {
+	case r.state == stateBooting:
+		return "booting"
+	case r.state == stateStopping:
+		return "stopping"
+	case len(r.calls) > 0:
+		return "busy"
+	default:
+		return "ready"
+	}
+}
+
+// boot starts a replica of p on the resources given (GPU UUIDs, or a CPU
+// slot). Launch runs off the loop; its outcome comes back as evLaunched. The
+// boot timeout counts from now.
+func (s *Scheduler) boot(p *project, gpus []string, cpuSlot bool) {
+	p.next++
+	r := &rep{
+		id:      fmt.Sprintf("%s-%d", p.id, p.next),
+		p:       p,
+		gen:     p.specGen,
+		state:   stateBooting,
+		gpus:    gpus,
+		cpuSlot: cpuSlot,
+		started: s.clk.Now(),
+		calls:   map[*call]struct{}{},
+	}
+	p.replicas = append(p.replicas, r)
+	for _, u := range gpus {
+		s.gpuUsed[u] = r
+	}
+	if cpuSlot {
+		s.cpuUsed++
+	}
+	m := p.cfg.Model
+	spec := replica.Spec{
+		ID:          r.id,
+		ProjectID:   p.id,
+		Command:     m.Command,
+		Dir:         m.Dir,
+		Env:         m.Env,
+		Protocol:    m.Protocol,
+		HealthPath:  m.HealthPath,
+		InferPath:   m.InferPath,
+		GPUUUIDs:    gpus,
+		LogMaxBytes: s.cfg.LogMaxBytes,
+		RunDir:      s.cfg.RunDir,
+	}
+	if s.cfg.LogDir != "" {
+		spec.LogPath = filepath.Join(s.cfg.LogDir, p.id, r.id+".log")
+	}
+	s.arm(&r.boot, seconds(p.bootTimeout()), func(seq uint64) event { return evBootTimeout{r: r, seq: seq} })
+	s.log.Info().Str("project", p.id).Str("replica", r.id).Strs("gpus", gpus).Msg("booting replica")
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		inst, err := s.launch.Launch(spec)
+		if !s.in.post(evLaunched{r: r, inst: inst, err: err}) && err == nil {
+			inst.Stop(s.cfg.StopGrace) // the loop has stopped: nobody else will
+		}
+	}()
+}
+
+func (s *Scheduler) onLaunched(ev evLaunched) {
+	r := ev.r
+	if ev.err != nil {
+		s.log.Error().Err(ev.err).Str("project", r.p.id).Str("replica", r.id).Msg("launching replica failed")
+		s.gone(r, ev.err.Error(), nil)
+		return
+	}
+	r.inst = ev.inst
+	r.pid = ev.inst.Pid()
+	s.wg.Add(1)
+	go s.watch(r, ev.inst)
+	if r.state == stateStopping {
+		s.goStop(r.inst) // stopped while launching
+	}
+}
+
+// watch reports the replica's readiness and exit. It ends with the process.
+func (s *Scheduler) watch(r *rep, inst Instance) {
+	defer s.wg.Done()
+	select {
+	case <-inst.Ready():
+		s.in.post(evReady{r: r})
+		<-inst.Exited()
+	case <-inst.Exited():
+	}
+	s.in.post(evExited{r: r, exitErr: inst.ExitErr(), lastLine: inst.LastLogLine()})
+}
+
+func (s *Scheduler) onReady(r *rep) {
+	if r.state != stateBooting {
+		return
+	}
+	now := s.clk.Now()
+	r.state = stateReady
+	r.readyAt = now
+	r.idleSince = now
+	r.boot.stop()
+	if !r.draining {
+		r.p.bootFailures = 0
+		r.p.backoff = 0
+	}
+	s.log.Info().Str("project", r.p.id).Str("replica", r.id).Int("pid", r.pid).
+		Dur("boot", now.Sub(r.started)).Msg("replica ready")
+}
+
+func (s *Scheduler) onBootTimeout(r *rep, seq uint64) {
+	if !r.boot.fired(seq) || r.state != stateBooting {
+		return
+	}
+	s.log.Warn().Str("project", r.p.id).Str("replica", r.id).Int("bootTimeout", r.p.bootTimeout()).
+		Msg("replica not ready in time; stopping it")
+	r.bootTimedOut = true
+	// Back off now, not when the process has exited: otherwise the pass
+	// that follows would boot a replacement at once.
+	s.startBackoff(r.p)
+	s.stop(r)
+}
+
+func (s *Scheduler) onIdleExpired(r *rep, seq uint64) {
+	if !r.idleT.fired(seq) || !r.idle() || !r.live() {
+		return
+	}
+	if p := r.p; p.live() > p.want() {
+		s.log.Info().Str("project", p.id).Str("replica", r.id).Msg("replica idle; stopping it")
+		s.stop(r)
+	}
+}
+
+// stop asks r to stop. Its resources stay taken until its process has
+// exited (onExited).
+func (s *Scheduler) stop(r *rep) {
+	if r.state == stateStopping {
+		return
+	}
+	r.state = stateStopping
+	r.boot.stop()
+	r.idleT.stop()
+	if r.inst != nil {
+		s.goStop(r.inst)
+	}
+}
+
+func (s *Scheduler) onExited(ev evExited) {
+	s.gone(ev.r, ev.lastLine, ev.exitErr)
+}
+
+// gone handles a replica whose process has exited (or never started):
+// its calls fail, its resources are freed, and a failure that was not asked
+// for counts toward the boot failures or the restart backoff.
+func (s *Scheduler) gone(r *rep, lastLine string, exitErr error) {
+	p := r.p
+	was := r.state
+	r.state = stateStopping
+	r.boot.stop()
+	r.idleT.stop()
+	p.replicas = slices.DeleteFunc(p.replicas, func(q *rep) bool { return q == r })
+	if r.cpuSlot {
+		s.cpuUsed--
+		r.cpuSlot = false
+	}
+	for _, u := range r.gpus {
+		if s.gpuUsed[u] == r {
+			delete(s.gpuUsed, u)
+		}
+	}
+	for _, c := range r.callList() {
+		s.detach(c)
+		s.finish(c, store.CallFailed, nil, msgExited(exitErr))
+	}
+	log := s.log.With().Str("project", p.id).Str("replica", r.id).Str("exit", exitStatus(exitErr)).Logger()
+	switch {
+	case p.deleted:
+		if len(p.replicas) == 0 {
+			s.removeProject(p)
+		}
+	case r.gen != p.specGen:
+		// An old spec's replica: its failures say nothing about the new one.
+	case r.bootTimedOut:
+		reason := lastLine
+		if reason == "" {
+			reason = fmt.Sprintf("not ready within %ds (bootTimeout)", p.bootTimeout())
+		}
+		s.bootFailed(p, r, reason, false)
+	case was == stateBooting:
+		reason := lastLine
+		if reason == "" {
+			reason = exitStatus(exitErr)
+		}
+		s.bootFailed(p, r, reason, true)
+	case was == stateReady:
+		p.lastError = fmt.Sprintf("replica %s exited (%s)", r.id, exitStatus(exitErr))
+		if lastLine != "" {
+			p.lastError += ": " + lastLine
+		}
+		log.Warn().Str("lastLine", lastLine).Msg("replica exited unexpectedly")
+		s.startBackoff(p)
+	default:
+		log.Info().Msg("replica stopped")
+	}
+}
+
+// bootFailed counts a failed boot and backs off (unless the boot timeout
+// already did); after MaxBootFailures in a row the project's queued calls
+// fail with the reason, and the count starts over.
+func (s *Scheduler) bootFailed(p *project, r *rep, reason string, backoff bool) {
+	p.bootFailures++
+	p.lastError = "model failed to start: " + reason
+	s.log.Warn().Str("project", p.id).Str("replica", r.id).Int("failures", p.bootFailures).
+		Str("reason", reason).Msg("replica failed to boot")
+	if backoff {
+		s.startBackoff(p)
+	}
+	if p.bootFailures >= s.cfg.MaxBootFailures {
+		p.bootFailures = 0
+		s.failQueued(p, msgFailedToStart(reason))
+	}
+}
+
+// startBackoff holds the project's boots back for its current backoff, and
+// doubles the next one up to MaxRestartBackoff. A replica getting ready
+// resets it.
+func (s *Scheduler) startBackoff(p *project) {
+	d := p.backoff
+	if d <= 0 {
+		d = s.cfg.RestartBackoff
+	}
+	p.backoff = min(2*d, s.cfg.MaxRestartBackoff)
+	s.arm(&p.backoffT, d, func(seq uint64) event { return evBackoffDone{p: p, seq: seq} })
+}

@@ -1,0 +1,478 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+
+	"inferd/gpu"
+	"inferd/scheduler/replica"
+	"inferd/store"
+)
+
+// Config tunes the scheduler. Zero values take the defaults named per field.
+type Config struct {
+	MaxQueuedPerProject int           // calls waiting per project before Submit refuses; default 1000
+	CPUSlots            int           // CPU replicas (gpus: 0) at once; default runtime.NumCPU()
+	StopGrace           time.Duration // SIGTERM to SIGKILL when stopping a replica; default 10s
+	LogDir              string        // replica logs go to LogDir/<project>/<replica>.log; "" = none
+	LogMaxBytes         int64         // size cap of one replica log
+	RunDir              string        // pid files for orphan cleanup
+	MaxBootFailures     int           // consecutive failed boots before queued calls fail; default 3
+	RestartBackoff      time.Duration // first wait after a crash or failed boot, doubling; default 1s
+	MaxRestartBackoff   time.Duration // cap of that wait; default 30s
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxQueuedPerProject <= 0 {
+		c.MaxQueuedPerProject = 1000
+	}
+	if c.CPUSlots <= 0 {
+		c.CPUSlots = runtime.NumCPU()
+	}
+	if c.StopGrace <= 0 {
+		c.StopGrace = 10 * time.Second
+	}
+	if c.MaxBootFailures <= 0 {
+		c.MaxBootFailures = 3
+	}
+	if c.RestartBackoff <= 0 {
+		c.RestartBackoff = time.Second
+	}
+	if c.MaxRestartBackoff <= 0 {
+		c.MaxRestartBackoff = 30 * time.Second
+	}
+	c.MaxRestartBackoff = max(c.MaxRestartBackoff, c.RestartBackoff)
+	return c
+}
+
+// Store is what the scheduler needs of *store.Store.
+type Store interface {
+	GetProject(id string) (store.Project, error)
+	ListProjects(teamID string) ([]store.Project, error)
+	GetCall(id string) (store.Call, error)
+	PendingCalls() ([]store.Call, error)
+	SaveCall(ctx context.Context, c store.Call) error
+	// SaveCallAsync queues a write without blocking; writes apply in the
+	// order queued and done is called once the write has committed or failed.
+	SaveCallAsync(c store.Call, done func(error))
+}
+
+// Instance is one running model server; *rep.Process satisfies it.
+type Instance interface {
+	ID() string
+	Pid() int
+	Ready() <-chan struct{}
+	Exited() <-chan struct{}
+	ExitErr() error
+	Infer(ctx context.Context, inputs json.RawMessage) (json.RawMessage, error)
+	Stop(grace time.Duration)
+	LastLogLine() string
+}
+
+// Launcher starts model servers.
+type Launcher interface {
+	Launch(spec replica.Spec) (Instance, error)
+}
+
+// Inventory says which GPUs exist.
+type Inventory interface {
+	Devices() []gpu.Device
+}
+
+// errStopped is returned by Submit when the scheduler is not running.
+var errStopped = errors.New("scheduler is not running")
+
+// Scheduler queues inference calls and runs them on replicas of each
+// project's model server. Create it with New and start it with Run; its
+// methods are safe for concurrent use. See the package documentation for who
+// owns what.
+type Scheduler struct {
+	cfg    Config
+	st     Store
+	launch Launcher
+	gpus   Inventory
+	clk    Clock
+	log    zerolog.Logger
+
+	submitc chan submitReq
+	lookupc chan lookupReq
+	snapc   chan chan Status
+	in      *inbox
+	stopped chan struct{} // closed when Run returns
+	closedc chan struct{} // always closed: the done channel of a finished call
+	never   chan struct{} // never closed: the done channel of a call nobody will finish
+	started atomic.Bool   // Run has been called
+	ready   atomic.Bool   // the loop is serving
+	wg      sync.WaitGroup
+
+	// Loop-owned: everything below is read and written only by the goroutine
+	// running Run (recovery, then the loop).
+	projects map[string]*project
+	order    []*project       // projects sorted by id: stable iteration
+	calls    map[string]*call // live calls: queued, running, or final write pending
+	failures recentFailures
+	cpuUsed  int
+	gpuUsed  map[string]*rep // GPU UUID → the replica holding it
+	rrLast   string          // the project that got a replica last, for round-robin
+	seq      uint64          // last timer seq handed out
+	loading  map[string]bool // project re-read in flight → another one is needed after it
+	evbuf    []event
+	scratch  []*rep
+	needs    []int
+}
+
+type submitReq struct {
+	p     store.Project
+	c     store.Call
+	reply chan submitResult
+}
+
+type submitResult struct {
+	c   store.Call
+	err error
+}
+
+type lookupReq struct {
+	id    string
+	reply chan lookupResult
+}
+
+type lookupResult struct {
+	c     store.Call
+	done  <-chan struct{}
+	found bool
+}
+
+// New returns a Scheduler that is not running yet: call Run. gpus may be
+// nil on a machine without GPUs.
+func New(cfg Config, st Store, launch Launcher, gpus Inventory, clk Clock, log zerolog.Logger) *Scheduler {
+	if clk == nil {
+		clk = RealClock()
+	}
+	s := &Scheduler{
+		cfg:      cfg.withDefaults(),
+		st:       st,
+		launch:   launch,
+		gpus:     gpus,
+		clk:      clk,
+		log:      log,
+		submitc:  make(chan submitReq),
+		lookupc:  make(chan lookupReq),
+		snapc:    make(chan chan Status),
+		in:       newInbox(),
+		stopped:  make(chan struct{}),
+		closedc:  make(chan struct{}),
+		never:    make(chan struct{}),
+		projects: map[string]*project{},
+		calls:    map[string]*call{},
+		failures: newRecentFailures(maxRecentFailures),
+		gpuUsed:  map[string]*rep{},
+		loading:  map[string]bool{},
+	}
+	close(s.closedc)
+	return s
+}
+
+// Ready reports whether the scheduler's loop is running (recovery done).
+func (s *Scheduler) Ready() bool { return s.ready.Load() }
+
+// Run recovers the calls that were pending when the daemon last stopped, then
+// schedules until ctx ends. Then it stops every replica (concurrently, each
+// with StopGrace) and returns once every goroutine it started has ended.
+// Calls still running are left as they are in the store: the next start
+// fails them as interrupted. Run may be called once.
+func (s *Scheduler) Run(ctx context.Context) error {
+	if !s.started.CompareAndSwap(false, true) {
+		return errors.New("scheduler: Run called twice")
+	}
+	defer close(s.stopped)
+	if err := s.recoverPending(ctx); err != nil {
+		s.in.close()
+		return err
+	}
+	s.ready.Store(true)
+	s.loop(ctx)
+	return nil
+}
+
+// Submit admits a call of project p and returns it (state queued) once it is
+// durably stored, so its ID can be handed to the client. It fails with an
+// error wrapping ErrQueueFull or ErrNeedsGPUs when the call cannot be
+// admitted, and with the store's error when the call could not be saved.
+func (s *Scheduler) Submit(ctx context.Context, p store.Project, inputs json.RawMessage) (store.Call, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return store.Call{}, fmt.Errorf("new call id: %w", err)
+	}
+	req := submitReq{
+		p: p,
+		c: store.Call{
+			ID:        "call_" + id.String(),
+			ProjectID: p.ID,
+			TeamID:    p.TeamID,
+			State:     store.CallQueued,
+			Inputs:    inputs,
+			Created:   s.clk.Now(),
+		},
+		reply: make(chan submitResult, 1),
+	}
+	select {
+	case s.submitc <- req:
+	case <-ctx.Done():
+		return store.Call{}, ctx.Err()
+	case <-s.stopped:
+		return store.Call{}, errStopped
+	}
+	// Admitted: the answer comes once the created write has committed. A
+	// caller that gives up meanwhile does not cancel the call.
+	select {
+	case r := <-req.reply:
+		return r.c, r.err
+	case <-ctx.Done():
+		return store.Call{}, ctx.Err()
+	case <-s.stopped:
+		select {
+		case r := <-req.reply:
+			return r.c, r.err
+		default:
+			return store.Call{}, errStopped
+		}
+	}
+}
+
+// Lookup returns call id and a channel closed once its result is durable.
+// Live calls come from the scheduler (state queued, booting or running);
+// others from the store, with a closed channel when they are finished. An
+// unknown call is store.ErrNotFound. Before Run has recovered the pending
+// calls, Lookup waits for it.
+func (s *Scheduler) Lookup(id string) (store.Call, <-chan struct{}, error) {
+	req := lookupReq{id: id, reply: make(chan lookupResult, 1)}
+	select {
+	case s.lookupc <- req:
+		if r := <-req.reply; r.found {
+			return r.c, r.done, nil
+		}
+	case <-s.stopped:
+	}
+	c, err := s.st.GetCall(id)
+	if err != nil {
+		return store.Call{}, nil, fmt.Errorf("get call %s: %w", id, err)
+	}
+	if !c.State.Done() {
+		// Unfinished but unknown to the loop: Run has returned, and whoever
+		// runs next will finish it, not this scheduler.
+		return c, s.never, nil
+	}
+	return c, s.closedc, nil
+}
+
+// ProjectChanged tells the scheduler that project id was created, updated or
+// deleted. It never blocks: the scheduler re-reads the project and
+// reconciles at once.
+func (s *Scheduler) ProjectChanged(id string) { s.in.post(evProjectChanged{id: id}) }
+
+// Snapshot returns the scheduler's state for the status page and metrics.
+// It is empty until Run has recovered and after Run has returned.
+func (s *Scheduler) Snapshot() Status {
+	if !s.ready.Load() {
+		return Status{CPUSlots: s.cfg.CPUSlots}
+	}
+	reply := make(chan Status, 1)
+	select {
+	case s.snapc <- reply:
+		return <-reply
+	case <-s.stopped:
+		return Status{CPUSlots: s.cfg.CPUSlots}
+	}
+}
+
+// loop is the one goroutine that owns the scheduler's state.
+func (s *Scheduler) loop(ctx context.Context) {
+	s.schedule()
+	for {
+		select {
+		case <-ctx.Done():
+			s.shutdown()
+			return
+		case req := <-s.submitc:
+			s.admit(req)
+		case req := <-s.lookupc:
+			req.reply <- s.lookupLive(req.id)
+			continue // reads change nothing: no scheduling pass
+		case reply := <-s.snapc:
+			reply <- s.snapshot()
+			continue
+		case <-s.in.kick:
+			evs := s.in.take(s.evbuf)
+			for _, ev := range evs {
+				s.handle(ev)
+			}
+			s.evbuf = evs
+		}
+		s.schedule()
+	}
+}
+
+// handle applies one event to the state. The scheduling pass that follows
+// each batch acts on the result (dispatch, boots, idle timers).
+func (s *Scheduler) handle(ev event) {
+	switch ev := ev.(type) {
+	case evCreated:
+		s.onCreated(ev.c, ev.err)
+	case evFinal:
+		s.onFinal(ev.c, ev.err)
+	case evLaunched:
+		s.onLaunched(ev)
+	case evReady:
+		s.onReady(ev.r)
+	case evExited:
+		s.onExited(ev)
+	case evInferDone:
+		s.onInferDone(ev)
+	case evBootTimeout:
+		s.onBootTimeout(ev.r, ev.seq)
+	case evIdleExpired:
+		s.onIdleExpired(ev.r, ev.seq)
+	case evInferTimeout:
+		s.onInferTimeout(ev.c, ev.seq)
+	case evBackoffDone:
+		ev.p.backoffT.fired(ev.seq) // the pass boots what is needed
+	case evProjectChanged:
+		s.reload(ev.id)
+	case evProjectLoaded:
+		s.onProjectLoaded(ev)
+	}
+}
+
+// arm (re)starts tm to post the event built by mk after d.
+func (s *Scheduler) arm(tm *timer, d time.Duration, mk func(seq uint64) event) {
+	tm.stop()
+	s.seq++
+	seq := s.seq
+	tm.seq = seq
+	tm.at = s.clk.Now().Add(d)
+	tm.t = s.clk.AfterFunc(d, func() { s.in.post(mk(seq)) })
+}
+
+// shutdown stops every replica and waits for every goroutine the scheduler
+// started. Nothing new is written to the store from here on.
+func (s *Scheduler) shutdown() {
+	s.ready.Store(false)
+	// Events that arrive from now on are handled by their posters (see each
+	// post call); these few were posted before the inbox closed.
+	for _, ev := range s.in.close() {
+		switch ev := ev.(type) {
+		case evLaunched:
+			if ev.err == nil {
+				s.goStop(ev.inst)
+			}
+		case evFinal:
+			close(ev.c.done)
+		case evCreated:
+			ev.c.reply <- s.createdResult(ev.c, ev.err)
+		}
+	}
+	for _, p := range s.order {
+		p.backoffT.stop()
+		for _, r := range p.replicas {
+			r.boot.stop()
+			r.idleT.stop()
+			if r.inst != nil && r.state != stateStopping {
+				r.state = stateStopping
+				s.goStop(r.inst)
+			}
+		}
+	}
+	for _, c := range s.calls {
+		c.timeout.stop()
+		if c.cancel != nil {
+			c.cancel()
+		}
+	}
+	s.wg.Wait()
+}
+
+// goStop stops inst in a goroutine of its own: Stop takes up to StopGrace.
+func (s *Scheduler) goStop(inst Instance) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		inst.Stop(s.cfg.StopGrace)
+	}()
+}
+
+// recoverPending re-queues the calls that were queued when the daemon last
+// stopped and fails those that were running: their replica died with it.
+func (s *Scheduler) recoverPending(ctx context.Context) error {
+	projects, err := s.st.ListProjects("")
+	if err != nil {
+		return fmt.Errorf("list projects: %w", err)
+	}
+	for _, p := range projects {
+		s.addProject(p)
+	}
+	pending, err := s.st.PendingCalls()
+	if err != nil {
+		return fmt.Errorf("pending calls: %w", err)
+	}
+	now := s.clk.Now()
+	var ended []store.Call
+	for _, c := range pending {
+		p := s.projects[c.ProjectID]
+		switch {
+		case c.State == store.CallQueued && p != nil:
+			cl := &call{c: c, done: make(chan struct{}), p: p, committed: true}
+			s.calls[c.ID] = cl
+			p.queue.push(cl)
+		case c.State == store.CallQueued:
+			c.State, c.Message, c.Finished = store.CallFailed, msgProjectDeleted, now
+			ended = append(ended, c)
+		default:
+			c.State, c.Message, c.Finished = store.CallFailed, msgInterrupted, now
+			ended = append(ended, c)
+		}
+	}
+	for _, p := range s.order {
+		s.checkGPUs(p)
+	}
+	// One async write each shares commits; waiting for all keeps "recovery
+	// first": nobody reads a call as running that the daemon already gave up.
+	errs := make(chan error, len(ended))
+	for _, c := range ended {
+		s.st.SaveCallAsync(c, func(err error) { errs <- err })
+	}
+	for range ended {
+		select {
+		case err := <-errs:
+			if err != nil {
+				s.log.Error().Err(err).Msg("recovery: saving an interrupted call failed")
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if len(pending) > 0 {
+		s.log.Info().Int("requeued", len(pending)-len(ended)).Int("failed", len(ended)).Msg("recovered pending calls")
+	}
+	return nil
+}
+
+// devices is the machine's GPUs.
+func (s *Scheduler) devices() []gpu.Device {
+	if s.gpus == nil {
+		return nil
+	}
+	return s.gpus.Devices()
+}
+
+// ms is d in whole milliseconds.
+func ms(d time.Duration) int64 { return d.Milliseconds() }
