@@ -28,6 +28,9 @@ Usage:
   inferd [global flags] apply -f MANIFEST.yaml      create or update teams and projects
   inferd [global flags] project list
   inferd [global flags] project delete ID
+  inferd [global flags] backup [--force] FILE       consistent snapshot of the data file (also while serving)
+  inferd [global flags] restore FILE                replace the data file with a backup (daemon stopped)
+  inferd [global flags] doctor                      check this box and say what to fix
   inferd version
 
 Global flags:
@@ -68,6 +71,10 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
+	if cmd == "doctor" {
+		// doctor loads the config itself, to report a broken one as a check.
+		return exitCode(doctorCommand(ctx, g, environ, cmdArgs, stdout, stderr), stderr)
+	}
 	cfg, err := config.Load(g.configPath, environ, g.overrides)
 	if err != nil {
 		fmt.Fprintln(stderr, "inferd:", err)
@@ -82,6 +89,10 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		err = applyCommand(ctx, cfg, cmdArgs, stdout, stderr)
 	case "project":
 		err = projectCommand(ctx, cfg, cmdArgs, stdout, stderr)
+	case "backup":
+		err = backupCommand(ctx, cfg, cmdArgs, stdout, stderr)
+	case "restore":
+		err = restoreCommand(ctx, cfg, cmdArgs, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "inferd: unknown command %q\n\n%s", cmd, usage)
 		return 2

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -29,6 +30,12 @@ type AdminStore interface {
 	DeleteProject(id string) error
 }
 
+// BackupWriter is the optional part of an AdminStore that serves
+// GET /admin/backup; *store.Store has it. A store without it answers 501.
+type BackupWriter interface {
+	WriteBackup(w io.Writer) (int64, error)
+}
+
 type admin struct {
 	store AdminStore
 	log   zerolog.Logger
@@ -48,6 +55,7 @@ func NewAdmin(st AdminStore, log zerolog.Logger) http.Handler {
 	r.GET("/admin/projects", a.listProjects)
 	r.DELETE("/admin/projects/:id", a.deleteProject)
 	r.GET("/admin/teams", a.listTeams)
+	r.GET("/admin/backup", a.backup)
 	return withRequestLog(r, log)
 }
 
@@ -330,6 +338,40 @@ func (a *admin) listTeams(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		teams = []store.Team{}
 	}
 	writeJSON(w, http.StatusOK, teamList{Results: teams})
+}
+
+// backup handles GET /admin/backup: a consistent snapshot of the data file,
+// streamed as it is written. A failure after the first byte cannot change the
+// status any more; it aborts the response so the client sees a short body.
+func (a *admin) backup(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	bw, ok := a.store.(BackupWriter)
+	if !ok {
+		writeError(w, r, a.log, &userError{http.StatusNotImplemented, codeInternal, "this store cannot write backups"})
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", `attachment; filename="inferd.db"`)
+	cw := &countingWriter{w: w}
+	if _, err := bw.WriteBackup(cw); err != nil {
+		if cw.n == 0 {
+			writeError(w, r, a.log, err)
+			return
+		}
+		a.log.Error().Err(err).Int64("written", cw.n).Msg("backup aborted")
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// countingWriter counts the bytes that reached w.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // readAdminJSON reads a JSON object body into v.
