@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	vm "github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
@@ -57,7 +58,12 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	gpus := discoverGPUs(cfg.GPU, log)
 	defer gpus.Close()
 
-	sched := scheduler.New(schedulerConfig(cfg), st, scheduler.ProcessLauncher(log), gpus, scheduler.RealClock(), log)
+	// One metrics set, owned by this server: no package globals.
+	metrics := httpapi.NewMetrics(vm.NewSet())
+	schedCfg := schedulerConfig(cfg)
+	schedCfg.Observer = metrics
+	sched := scheduler.New(schedCfg, st, scheduler.ProcessLauncher(log), gpus, scheduler.RealClock(), log)
+	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st})
 	st.OnProjectChange(sched.ProjectChanged)
 
 	api := &http.Server{
@@ -67,6 +73,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			MaxBodyBytes: cfg.MaxBodyBytes,
 			APIVersion:   "inferd/" + version,
 			Log:          log,
+			Metrics:      metrics,
 		}, st, sched),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       2 * time.Minute,

@@ -37,6 +37,9 @@ type Options struct {
 	APIVersion string
 	// Log receives one access line per request and internal errors.
 	Log zerolog.Logger
+	// Metrics, when set, counts requests by route and status and is served
+	// at GET /metrics (no API key; see serveMetrics).
+	Metrics *Metrics
 }
 
 func (o Options) withDefaults() Options {
@@ -91,23 +94,39 @@ func New(opts Options, st Store, sched Scheduler) http.Handler {
 	a := &api{opts: opts, log: opts.Log, store: st, sched: sched}
 
 	r := newRouter(a.recoverPanic)
+	m := opts.Metrics
+	handle := func(method, path string, h httprouter.Handle) { r.Handle(method, path, routed(path, h)) }
 	for _, v := range []string{"v3", "v4"} {
 		// Both spellings are registered: httprouter would otherwise answer
 		// a POST to the other one with a 307.
 		for _, slash := range []string{"", "/"} {
-			r.POST("/start/"+v+slash, a.start)
-			r.POST("/check/"+v+slash, a.check)
+			handle(http.MethodPost, "/start/"+v+slash, a.start)
+			handle(http.MethodPost, "/check/"+v+slash, m.inFlightCheck(a.check))
 		}
 	}
-	r.GET("/v1/projects", a.listProjects)
-	r.GET("/v1/projects/", a.listProjects)
+	handle(http.MethodGet, "/v1/projects", a.listProjects)
+	handle(http.MethodGet, "/v1/projects/", a.listProjects)
 	for _, p := range []string{"/v1/projects/:id", "/v1/projects/:id/"} {
-		r.GET(p, a.getProject)
-		r.PUT(p, a.putProject)
+		handle(http.MethodGet, p, a.getProject)
+		handle(http.MethodPut, p, a.putProject)
 	}
-	r.GET("/healthz", a.healthz)
-	r.GET("/readyz", a.readyz)
-	return withRequestLog(r, opts.Log)
+	handle(http.MethodGet, "/healthz", a.healthz)
+	handle(http.MethodGet, "/readyz", a.readyz)
+	if m != nil {
+		handle(http.MethodGet, "/metrics", m.serveMetrics)
+	}
+	return withRequestLog(m.countRequests(r), opts.Log)
+}
+
+// routed records the route pattern of the request for the request counter:
+// the pattern, not the raw path, keeps the metric's label set bounded.
+func routed(pattern string, h httprouter.Handle) httprouter.Handle {
+	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+		if rec, ok := w.(*responseRecorder); ok {
+			rec.route = pattern
+		}
+		h(w, r, ps)
+	}
 }
 
 // newRouter returns an httprouter that never redirects and answers JSON for
@@ -193,6 +212,7 @@ type responseRecorder struct {
 	status      int
 	bytes       int64
 	wroteHeader bool
+	route       string // the matched route pattern, set by routed
 }
 
 func (w *responseRecorder) WriteHeader(code int) {

@@ -235,15 +235,16 @@ func (s *Scheduler) onFinal(c *call, err error) {
 	if s.calls[c.c.ID] == c {
 		delete(s.calls, c.c.ID)
 	}
+	f := *c.final
 	if err != nil {
 		s.log.Error().Err(err).Str("call", c.c.ID).Msg("saving a call result failed")
-		f := *c.final
 		f.State, f.Outputs, f.Message = store.CallFailed, nil, msgStorageFull
 		s.failures.add(f)
 		// Best effort, so that the store does not keep the call as running
 		// if it takes writes again.
 		s.st.SaveCallAsync(f, func(error) {})
 	}
+	s.cfg.Observer.CallFinished(f)
 	close(c.done)
 }
 

@@ -123,6 +123,7 @@ func (s *Scheduler) boot(p *project, gpus []string, cpuSlot bool) {
 	}
 	s.arm(&r.boot, seconds(p.bootTimeout()), func(seq uint64) event { return evBootTimeout{r: r, seq: seq} })
 	s.log.Info().Str("project", p.id).Str("replica", r.id).Strs("gpus", gpus).Msg("booting replica")
+	s.cfg.Observer.ReplicaStarted(p.id)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -225,6 +226,9 @@ func (s *Scheduler) onExited(ev evExited) {
 func (s *Scheduler) gone(r *rep, lastLine string, exitErr error) {
 	p := r.p
 	was := r.state
+	if was != stateStopping {
+		s.cfg.Observer.ReplicaCrashed(p.id) // nobody asked it to stop
+	}
 	r.state = stateStopping
 	r.boot.stop()
 	r.idleT.stop()

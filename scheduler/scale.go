@@ -153,6 +153,7 @@ func (s *Scheduler) evict(waiting []*project, devices []gpu.Device) {
 			}
 			if v := s.lruIdle(p, false); v != nil {
 				s.log.Info().Str("project", v.p.id).Str("replica", v.id).Str("for", p.id).Msg("evicting idle replica for a waiting project")
+				s.cfg.Observer.ReplicaEvicted(v.p.id)
 				s.stop(v)
 			}
 			continue
@@ -163,6 +164,7 @@ func (s *Scheduler) evict(waiting []*project, devices []gpu.Device) {
 				break
 			}
 			s.log.Info().Str("project", v.p.id).Str("replica", v.id).Str("for", p.id).Msg("evicting idle replica for a waiting project")
+			s.cfg.Observer.ReplicaEvicted(v.p.id)
 			s.stop(v)
 			gpuAvail += len(v.gpus)
 		}

@@ -29,6 +29,7 @@ type Config struct {
 	MaxBootFailures     int           // consecutive failed boots before queued calls fail; default 3
 	RestartBackoff      time.Duration // first wait after a crash or failed boot, doubling; default 1s
 	MaxRestartBackoff   time.Duration // cap of that wait; default 30s
+	Observer            Observer      // told about finished calls and replica events; nil = none
 }
 
 func (c Config) withDefaults() Config {
@@ -51,6 +52,9 @@ func (c Config) withDefaults() Config {
 		c.MaxRestartBackoff = 30 * time.Second
 	}
 	c.MaxRestartBackoff = max(c.MaxRestartBackoff, c.RestartBackoff)
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
+	}
 	return c
 }
 

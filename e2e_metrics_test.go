@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bufio"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// scrapeMetrics GETs /metrics (no API key) and parses the exposition text:
+// `name{labels} value` lines, keyed by `name{labels}` as written.
+func scrapeMetrics(t *testing.T, base string) map[string]float64 {
+	t.Helper()
+	status, body := doRaw(t, "GET", base+"/metrics", nil, "")
+	if status != 200 {
+		t.Fatalf("GET /metrics answered HTTP %d: %s", status, body)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(strings.NewReader(string(body)))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			t.Fatalf("bad exposition line %q", line)
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("bad value in %q: %v", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+func TestMetricsEndToEnd(t *testing.T) {
+	echo := echoDir(t)
+	dir, cfg := newDaemonDir(t, "startWait: 20s\nlongPollWait: 5s\n")
+	mark := marker()
+	d := startDaemon(t, dir, cfg)
+	key := d.createKey("acme", false)
+	d.apply("projects:\n" + echoProject("echo", "acme", "mk-echo", echo, mark, "") + "    idleTimeout: 300\n")
+	c := inferenceClient{t: t, base: d.base, key: key}
+
+	before := scrapeMetrics(t, d.base)
+	if r := c.start("mk-echo", `{"prompt":"hi"}`, false); r["message"] != "success" {
+		t.Fatalf("want success, got %v", r)
+	}
+	if r := c.start("mk-echo", `{"fail":"x"}`, false); !strings.Contains(r["message"].(string), "error") {
+		t.Fatalf("want an error, got %v", r)
+	}
+	// The queue depth and replica gauges read the scheduler at scrape time.
+	var after map[string]float64
+	eventually(t, 10*time.Second, "both calls counted", func() bool {
+		after = scrapeMetrics(t, d.base)
+		return after[`inferd_calls_total{project="echo",outcome="failed"}`] >= 1
+	})
+
+	grew := func(name string, by float64) {
+		t.Helper()
+		if got := after[name] - before[name]; got < by {
+			t.Errorf("%s went from %v to %v, want +%v", name, before[name], after[name], by)
+		}
+	}
+	grew(`inferd_calls_total{project="echo",outcome="succeeded"}`, 1)
+	grew(`inferd_calls_total{project="echo",outcome="failed"}`, 1)
+	grew(`inferd_call_run_seconds_count{project="echo"}`, 2)
+	grew(`inferd_call_boot_seconds_count{project="echo"}`, 2)
+	grew(`inferd_replica_starts_total{project="echo"}`, 1)
+	grew(`inferd_http_requests_total{route="/start/v4",status="200"}`, 2)
+	grew(`inferd_http_requests_total{route="/metrics",status="200"}`, 1)
+	grew(`inferd_store_commits_total`, 1)
+	if after["inferd_store_file_bytes"] <= 0 {
+		t.Errorf("inferd_store_file_bytes = %v", after["inferd_store_file_bytes"])
+	}
+	if _, ok := after[`inferd_queue_depth{project="echo"}`]; !ok {
+		t.Errorf("no inferd_queue_depth for echo")
+	}
+	live := 0.0
+	for _, s := range []string{"booting", "ready", "busy", "stopping"} {
+		live += after[`inferd_replicas{project="echo",state="`+s+`"}`]
+	}
+	if live < 1 {
+		t.Errorf("no echo replica in inferd_replicas right after two calls")
+	}
+	if _, ok := after["inferd_longpolls_in_flight"]; !ok {
+		t.Errorf("no inferd_longpolls_in_flight")
+	}
+}

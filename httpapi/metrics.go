@@ -1,0 +1,220 @@
+package httpapi
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	// VictoriaMetrics/metrics rather than prometheus/client_golang: it adds
+	// about 0.5 MB to the binary against about 2.9 MB, and writes the same
+	// Prometheus text format (see shared/LIBRARIES.md).
+	vm "github.com/VictoriaMetrics/metrics"
+	"github.com/julienschmidt/httprouter"
+
+	"inferd/gpu"
+	"inferd/scheduler"
+	"inferd/store"
+)
+
+// durationBuckets are the upper bounds, in seconds, of the queue, boot and
+// run time histograms: 5 ms to 10 min.
+var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+
+// replicaStates are the states inferd_replicas is reported for, each project
+// getting every one (0 included) so that series do not come and go.
+var replicaStates = []string{"booting", "ready", "busy", "stopping"}
+
+// MetricsSources are read at scrape time for the gauges. Any may be nil.
+type MetricsSources struct {
+	Status func() scheduler.Status // the scheduler's Snapshot
+	GPUs   func() []gpu.Device     // the GPU inventory's Devices
+	Store  StoreStats
+}
+
+// StoreStats is what the metrics read of *store.Store.
+type StoreStats interface {
+	CommitStats() store.CommitStats
+	Size() int64
+}
+
+// Metrics keeps inferd's Prometheus metrics in one metrics.Set that the
+// caller owns: counters and histograms updated as things happen (it is the
+// scheduler's Observer and counts HTTP requests), and gauges read from
+// MetricsSources at each scrape. Its methods are safe for concurrent use.
+type Metrics struct {
+	set       *vm.Set
+	src       atomic.Pointer[MetricsSources]
+	longPolls atomic.Int64
+}
+
+var _ scheduler.Observer = (*Metrics)(nil)
+
+// NewMetrics returns Metrics that register in set. Call SetSources before
+// serving scrapes; until then only the event counters are written.
+func NewMetrics(set *vm.Set) *Metrics {
+	return &Metrics{set: set}
+}
+
+// SetSources sets where the scrape-time gauges come from.
+func (m *Metrics) SetSources(src MetricsSources) { m.src.Store(&src) }
+
+// CallFinished counts a finished call and records its queue, boot and run
+// times; a call that never reached a replica records none of them.
+func (m *Metrics) CallFinished(c store.Call) {
+	outcome := "failed"
+	if c.State == store.CallSucceeded {
+		outcome = "succeeded"
+	}
+	p := labelValue(c.ProjectID)
+	m.set.GetOrCreateCounter(`inferd_calls_total{project="` + p + `",outcome="` + outcome + `"}`).Inc()
+	if c.Dispatched.IsZero() {
+		return
+	}
+	m.histogram("inferd_call_queue_seconds", p).Update(float64(c.QueueMs) / 1000)
+	m.histogram("inferd_call_boot_seconds", p).Update(float64(c.BootMs) / 1000)
+	m.histogram("inferd_call_run_seconds", p).Update(float64(c.RunMs) / 1000)
+}
+
+func (m *Metrics) histogram(name, project string) *vm.PrometheusHistogram {
+	return m.set.GetOrCreatePrometheusHistogramExt(name+`{project="`+project+`"}`, durationBuckets)
+}
+
+// ReplicaStarted counts a replica boot.
+func (m *Metrics) ReplicaStarted(project string) {
+	m.projectCounter("inferd_replica_starts_total", project)
+}
+
+// ReplicaCrashed counts a replica that exited unasked.
+func (m *Metrics) ReplicaCrashed(project string) {
+	m.projectCounter("inferd_replica_crashes_total", project)
+}
+
+// ReplicaEvicted counts an idle replica stopped for another project.
+func (m *Metrics) ReplicaEvicted(project string) {
+	m.projectCounter("inferd_replica_evictions_total", project)
+}
+
+func (m *Metrics) projectCounter(name, project string) {
+	m.set.GetOrCreateCounter(name + `{project="` + labelValue(project) + `"}`).Inc()
+}
+
+// countRequest counts one answered request by route pattern and status.
+func (m *Metrics) countRequest(route string, status int) {
+	m.set.GetOrCreateCounter(`inferd_http_requests_total{route="` + labelValue(route) +
+		`",status="` + strconv.Itoa(status) + `"}`).Inc()
+}
+
+// WritePrometheus writes every metric in the Prometheus text format.
+func (m *Metrics) WritePrometheus(w io.Writer) {
+	m.set.WritePrometheus(w)
+	vm.WriteGaugeUint64(w, "inferd_longpolls_in_flight", uint64(max(m.longPolls.Load(), 0)))
+	src := m.src.Load()
+	if src == nil {
+		return
+	}
+	if src.Status != nil {
+		writeSchedulerGauges(w, src.Status())
+	}
+	if src.GPUs != nil {
+		writeGPUGauges(w, src.GPUs())
+	}
+	if src.Store != nil {
+		cs := src.Store.CommitStats()
+		vm.WriteGaugeUint64(w, "inferd_store_file_bytes", uint64(max(src.Store.Size(), 0)))
+		vm.WriteCounterUint64(w, "inferd_store_commits_total", uint64(max(cs.Commits, 0)))
+		vm.WriteCounterFloat64(w, "inferd_store_commit_seconds_total", cs.Duration.Seconds())
+	}
+}
+
+func writeSchedulerGauges(w io.Writer, st scheduler.Status) {
+	for _, p := range st.Projects {
+		vm.WriteGaugeUint64(w, `inferd_queue_depth{project="`+labelValue(p.ID)+`"}`, uint64(max(p.Queued, 0)))
+	}
+	for _, p := range st.Projects {
+		n := map[string]uint64{}
+		for _, r := range p.Replicas {
+			n[r.State]++
+		}
+		for _, state := range replicaStates {
+			vm.WriteGaugeUint64(w, `inferd_replicas{project="`+labelValue(p.ID)+`",state="`+state+`"}`, n[state])
+		}
+	}
+}
+
+func writeGPUGauges(w io.Writer, devs []gpu.Device) {
+	const mib = 1 << 20
+	lbl := func(d gpu.Device) string {
+		return fmt.Sprintf(`{gpu="%d",uuid="%s"}`, d.Index, labelValue(d.UUID))
+	}
+	for _, d := range devs {
+		vm.WriteGaugeUint64(w, "inferd_gpu_memory_total_bytes"+lbl(d), d.MemoryTotalMiB*mib)
+	}
+	for _, d := range devs {
+		used := d.MemoryTotalMiB - min(d.MemoryFreeMiB, d.MemoryTotalMiB)
+		vm.WriteGaugeUint64(w, "inferd_gpu_memory_used_bytes"+lbl(d), used*mib)
+	}
+	for _, d := range devs {
+		vm.WriteGaugeFloat64(w, "inferd_gpu_utilization_ratio"+lbl(d), float64(d.UtilizationPct)/100)
+	}
+}
+
+// serveMetrics answers GET /metrics. It needs no API key: the figures hold
+// no inputs, outputs or secrets, only project ids, and Prometheus scrapes
+// without credentials. Bind the API listener to loopback (or firewall it)
+// where project ids must stay private.
+func (m *Metrics) serveMetrics(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	m.WritePrometheus(w)
+}
+
+// labelValue escapes s for a Prometheus label value.
+func labelValue(s string) string {
+	if !strings.ContainsAny(s, "\\\"\n") {
+		return s
+	}
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
+}
+
+// unmatchedRoute is the route label of requests no route matched.
+const unmatchedRoute = "unmatched"
+
+// countRequests counts every request by route pattern and status once it
+// has been answered. It runs inside withRequestLog, whose recorder holds
+// both. A nil m counts nothing.
+func (m *Metrics) countRequests(next http.Handler) http.Handler {
+	if m == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			// Deferred, so that an aborted response (http.ErrAbortHandler)
+			// counts too.
+			route, status := unmatchedRoute, http.StatusOK
+			if rec, ok := w.(*responseRecorder); ok {
+				status = rec.status
+				if rec.route != "" {
+					route = rec.route
+				}
+			}
+			m.countRequest(route, status)
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// inFlightCheck counts check requests in progress as
+// inferd_longpolls_in_flight: a check without longPoll answers at once, so
+// the gauge is in effect the long polls held open. A nil m counts nothing.
+func (m *Metrics) inFlightCheck(h httprouter.Handle) httprouter.Handle {
+	if m == nil {
+		return h
+	}
+	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+		m.longPolls.Add(1)
+		defer m.longPolls.Add(-1)
+		h(w, r, ps)
+	}
+}

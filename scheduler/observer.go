@@ -1,0 +1,27 @@
+package scheduler
+
+import "inferd/store"
+
+// Observer is told about events worth counting, for metrics. Its methods run
+// on the scheduler's loop goroutine: they must be quick and never block.
+type Observer interface {
+	// CallFinished reports a call whose final result is durable (or whose
+	// final write failed: then it is reported failed).
+	CallFinished(c store.Call)
+	// ReplicaStarted reports a replica being booted (a launch attempt).
+	ReplicaStarted(project string)
+	// ReplicaCrashed reports a replica whose process ended without being
+	// asked to: a failed launch, a crash while booting, or while serving.
+	ReplicaCrashed(project string)
+	// ReplicaEvicted reports an idle replica stopped to make room for
+	// another project.
+	ReplicaEvicted(project string)
+}
+
+// nopObserver is the Observer of a Config that sets none.
+type nopObserver struct{}
+
+func (nopObserver) CallFinished(store.Call) {}
+func (nopObserver) ReplicaStarted(string)   {}
+func (nopObserver) ReplicaCrashed(string)   {}
+func (nopObserver) ReplicaEvicted(string)   {}
