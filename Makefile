@@ -8,7 +8,7 @@ BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: build run test lint fuzz clean client-deps
+.PHONY: build run test lint fuzz clean client-deps test-deps
 
 ## build: compile ./inferd
 build:
@@ -27,8 +27,12 @@ run: build
 
 ## test: every check CI runs: formatting, vet, and all tests with the race detector,
 ## including the public Banana npm clients against a live inferd
-test: lint client-deps
+test: lint test-deps client-deps
 	INFERD_REQUIRE_CLIENT_TESTS=1 go test -race -count=1 ./...
+
+## test-deps: the Debian packages the tests need (apt, only what is missing)
+test-deps:
+	scripts/test-deps.sh
 
 ## client-deps: the pinned Banana JavaScript clients the end-to-end test drives
 client-deps:
