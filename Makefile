@@ -8,7 +8,7 @@ BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: build run test lint fuzz clean client-deps test-deps
+.PHONY: build run test lint fuzz clean client-deps test-deps package
 
 ## build: compile ./inferd
 build:
@@ -43,6 +43,11 @@ lint:
 	@out=$$(gofmt -l .); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	go vet ./...
+
+## package: build dist/inferd_VERSION_ARCH.deb and .rpm with nfpm (pinned in
+## tools/go.mod); make test installs the .deb when it runs as root
+package:
+	scripts/package.sh dist
 
 ## fuzz: a short run of each fuzz target
 fuzz:

@@ -128,9 +128,16 @@ func newDaemonDir(t *testing.T, extra string) (dir, cfgPath string) {
 // startDaemon starts `inferd serve` on the config in dir and waits until it serves.
 func startDaemon(t *testing.T, dir, cfgPath string) *daemon {
 	t.Helper()
-	d := &daemon{t: t, dir: dir, cfgPath: cfgPath, logs: &lineLog{grew: make(chan struct{})}, exited: make(chan struct{})}
-	d.cmd = exec.Command(inferdBin, "--config", cfgPath, "serve")
-	d.cmd.Env = append(os.Environ(), "INFERD_SECRET_PROBE=must-not-leak")
+	cmd := exec.Command(inferdBin, "--config", cfgPath, "serve")
+	cmd.Env = append(os.Environ(), "INFERD_SECRET_PROBE=must-not-leak")
+	return startDaemonCmd(t, cmd, dir, cfgPath)
+}
+
+// startDaemonCmd starts cmd, an `inferd serve` logging JSON to stderr, and
+// waits until it serves.
+func startDaemonCmd(t *testing.T, cmd *exec.Cmd, dir, cfgPath string) *daemon {
+	t.Helper()
+	d := &daemon{t: t, dir: dir, cfgPath: cfgPath, cmd: cmd, logs: &lineLog{grew: make(chan struct{})}, exited: make(chan struct{})}
 	stderr, err := d.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

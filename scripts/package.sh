@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Builds the inferd .deb and .rpm into OUT (default dist/) with nfpm, which
+# tools/go.mod pins and the Go module proxy serves: nothing else is downloaded.
+#   scripts/package.sh [OUT]
+# Prints the paths of the packages it wrote, one a line, last.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+out=$(realpath -m "${1:-dist}")
+
+# Version from git: v1.2.3 → 1.2.3; 4 commits after it → 1.2.3+git4.gabc1234;
+# no tag yet → 0.0.0+git<commits>.g<hash>. These sort in commit order for both
+# dpkg and rpm, so each build upgrades the one before.
+pkg_version() {
+	local d
+	if d=$(git describe --tags --match 'v[0-9]*' --long --abbrev=7 2>/dev/null); then
+		# v1.2.3-4-gabc1234
+		local tag=${d%-*-g*} rest=${d#"${d%-*-g*}"-}
+		local n=${rest%%-*} hash=${rest#*-}
+		tag=${tag#v}
+		if [ "$n" = 0 ]; then echo "$tag"; else echo "$tag+git$n.$hash"; fi
+	else
+		echo "0.0.0+git$(git rev-list --count HEAD).g$(git rev-parse --short=7 HEAD)"
+	fi
+}
+
+export PKG_VERSION=${PKG_VERSION:-$(pkg_version)}
+export PKG_ARCH=${PKG_ARCH:-$(go env GOARCH)}
+export PKG_DIR=$out/stage
+rm -rf "$PKG_DIR"
+mkdir -p "$PKG_DIR"
+
+echo "building inferd $PKG_VERSION for $PKG_ARCH"
+commit=$(git rev-parse --short HEAD)
+build_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+CGO_CFLAGS=${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations} GOARCH=$PKG_ARCH \
+	go build -trimpath \
+	-ldflags "-s -w -X main.version=$PKG_VERSION -X main.commit=$commit -X main.buildDate=$build_date" \
+	-o "$PKG_DIR/inferd" .
+
+# The packaged config is config.example.yaml with the data dir moved to
+# /var/lib/inferd, so the two cannot drift; the .deb install test compares them.
+grep -qx 'dataDir: ./data' config.example.yaml || {
+	echo "config.example.yaml has no line 'dataDir: ./data'; update scripts/package.sh" >&2
+	exit 1
+}
+sed 's|^dataDir: ./data$|dataDir: /var/lib/inferd|' config.example.yaml >"$PKG_DIR/config.yaml"
+
+# Only the tracked files of the example model (no __pycache__).
+git ls-files -z examples/echo | xargs -0 cp --parents -t "$PKG_DIR"
+
+go -C tools build -o "$out/nfpm" github.com/goreleaser/nfpm/v2/cmd/nfpm
+for p in deb rpm; do
+	"$out/nfpm" package --config packaging/nfpm.yaml --packager "$p" --target "$out/" >&2
+done
+ls -1 "$out"/inferd*"$PKG_VERSION"*.{deb,rpm} 2>/dev/null || ls -1 "$out"/*.deb "$out"/*.rpm
