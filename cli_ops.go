@@ -63,22 +63,29 @@ func daemonAnswers(cfg config.Config) bool {
 	return true
 }
 
-// storeSummary opens a data file, counts its teams and projects, and closes it.
-func storeSummary(path string) (teams, projects int, err error) {
-	st, err := store.Open(path, store.Options{Timeout: time.Second})
+// dataSummary is what storeSummary found in a data file.
+type dataSummary struct {
+	teams, projects int
+	schema          int // the file's schema version
+}
+
+// storeSummary opens a data file read-only (it neither migrates nor touches
+// it), counts its teams and projects, and closes it.
+func storeSummary(path string) (dataSummary, error) {
+	st, err := store.Open(path, store.Options{Timeout: time.Second, ReadOnly: true})
 	if err != nil {
-		return 0, 0, err
+		return dataSummary{}, err
 	}
 	defer st.Close()
 	ts, err := st.ListTeams()
 	if err != nil {
-		return 0, 0, fmt.Errorf("read teams from %s: %w", path, err)
+		return dataSummary{}, fmt.Errorf("read teams from %s: %w", path, err)
 	}
 	ps, err := st.ListProjects("")
 	if err != nil {
-		return 0, 0, fmt.Errorf("read projects from %s: %w", path, err)
+		return dataSummary{}, fmt.Errorf("read projects from %s: %w", path, err)
 	}
-	return len(ts), len(ps), nil
+	return dataSummary{teams: len(ts), projects: len(ps), schema: st.Migration().From}, nil
 }
 
 // syncDir fsyncs a directory so a rename in it survives a crash.
@@ -150,7 +157,7 @@ func backupCommand(ctx context.Context, cfg config.Config, args []string, stdout
 	}
 	// Verify the copy before it takes FILE's name, so a bad copy never
 	// replaces a good older backup.
-	teams, projects, err := storeSummary(tmp)
+	sum, err := storeSummary(tmp)
 	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("backup failed verification: %w", err)
@@ -162,7 +169,7 @@ func backupCommand(ctx context.Context, cfg config.Config, args []string, stdout
 	if err := syncDir(filepath.Dir(dst)); err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
-	fmt.Fprintf(stdout, "backup written to %s (%d bytes, %d teams, %d projects)\n", dst, n, teams, projects)
+	fmt.Fprintf(stdout, "backup written to %s (%d bytes, %d teams, %d projects)\n", dst, n, sum.teams, sum.projects)
 	return nil
 }
 
@@ -182,7 +189,7 @@ func restoreCommand(_ context.Context, cfg config.Config, args []string, stdout,
 	if _, err := os.Stat(src); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
-	teams, projects, err := storeSummary(src)
+	sum, err := storeSummary(src)
 	if err != nil {
 		return fmt.Errorf("refusing to restore %s: %w", src, err)
 	}
@@ -234,7 +241,7 @@ func restoreCommand(_ context.Context, cfg config.Config, args []string, stdout,
 	if aside != "" {
 		fmt.Fprintf(stdout, "moved the current data file to %s\n", aside)
 	}
-	fmt.Fprintf(stdout, "restored %s to %s (%d bytes, %d teams, %d projects)\n", src, cur, n, teams, projects)
+	fmt.Fprintf(stdout, "restored %s to %s (%d bytes, %d teams, %d projects)\n", src, cur, n, sum.teams, sum.projects)
 	fmt.Fprintln(stdout, "start the daemon to serve the restored data")
 	return nil
 }
@@ -331,14 +338,17 @@ func doctorDataFile(r *doctorReport, cfg config.Config, running bool) {
 		r.line("fail", "data file", "%v", err)
 		return
 	}
-	teams, projects, err := storeSummary(path)
+	sum, err := storeSummary(path)
 	switch {
 	case errors.Is(err, store.ErrInUse):
 		r.line("warn", "data file", "%s is locked by another process but no daemon answers on %s", path, cfg.SocketPath())
 	case err != nil:
 		r.line("fail", "data file", "%v", err)
+	case sum.schema < store.SchemaVersion:
+		r.line("ok", "data file", "%s opens (%d bytes, %d teams, %d projects); schema version %d: the next start migrates it to %d and keeps a copy as %s.schema-v%d",
+			path, fi.Size(), sum.teams, sum.projects, sum.schema, store.SchemaVersion, path, sum.schema)
 	default:
-		r.line("ok", "data file", "%s opens (%d bytes, %d teams, %d projects)", path, fi.Size(), teams, projects)
+		r.line("ok", "data file", "%s opens (%d bytes, %d teams, %d projects, schema version %d)", path, fi.Size(), sum.teams, sum.projects, sum.schema)
 	}
 }
 

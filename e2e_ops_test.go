@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/rand"
 	"os"
 	"path/filepath"
@@ -166,6 +167,22 @@ func TestDoctorReports(t *testing.T) {
 	check(out)
 	if !strings.Contains(out, "daemon running (admin socket answers)") || !strings.Contains(out, "in use by the running daemon") {
 		t.Errorf("doctor with a daemon running:\n%s", out)
+	}
+
+	// After a stop: doctor reads the data file without changing it (it never
+	// migrates: the daemon does that) and reports its schema version.
+	d.stop()
+	dbPath := filepath.Join(dir, "data", "inferd.db")
+	before, err := os.ReadFile(dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ = runCLI(cfgPath, "doctor")
+	if !strings.Contains(out, "opens (") || !strings.Contains(out, "schema version 1)") {
+		t.Errorf("doctor on a stopped daemon's data file:\n%s", out)
+	}
+	if after, _ := os.ReadFile(dbPath); !bytes.Equal(before, after) {
+		t.Error("doctor changed the data file")
 	}
 
 	// A broken config is a failed check, not a crash.

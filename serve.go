@@ -37,6 +37,10 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		return err
 	}
 	defer st.Close()
+	if m := st.Migration(); m.Migrated() {
+		log.Warn().Int("from", m.From).Int("to", m.To).Str("copy", m.Copy).
+			Msg("migrated the data file to a newer schema; the copy holds the old data for a downgrade")
+	}
 
 	apiLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -2,21 +2,18 @@ package store
 
 import (
 	"encoding/binary"
-	"fmt"
-	"strconv"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // SchemaVersion is the layout of buckets and records this binary reads and
-// writes. Bump it, with a migration in initSchema, whenever a change would
-// confuse an older binary; adding a bucket or an omitempty field does not.
+// writes. Bump it, with a step in migrations (migrate.go), whenever a change
+// would confuse an older binary; adding a bucket or an omitempty field does not.
 const SchemaVersion = 1
 
 // Buckets and their invariants. All keys sort the way they are scanned.
 //
-//	meta        "schema" → decimal SchemaVersion. Present in every initialised file.
+//	meta        "schema" → decimal schema version (SchemaVersion once Open has
+//	            migrated the file). Present in every initialised file.
 //	teams       team id → Team JSON.
 //	keys        key id (10 hex chars, the non-secret part of the secret) → APIKey JSON.
 //	            Every key's TeamID has an entry in teams.
@@ -50,56 +47,6 @@ func allBuckets() [][]byte {
 		bucketMeta, bucketTeams, bucketKeys, bucketProjects, bucketModelKeys,
 		bucketCalls, bucketCallPending, bucketCallFinished, bucketCallExpiry,
 	}
-}
-
-// initSchema initialises a brand-new file or checks an existing one. It runs
-// in the one write transaction of Open, so a refused file is never written:
-// returning an error rolls everything back.
-func initSchema(tx *bolt.Tx, path string) error {
-	meta := tx.Bucket(bucketMeta)
-	if meta == nil {
-		// A file bbolt just created has no buckets at all. Any other bucket
-		// means someone else's bbolt file: refuse rather than mix data in.
-		var other []byte
-		_ = tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
-			other = append([]byte(nil), name...)
-			return errStopIteration
-		})
-		if other != nil {
-			return corruptError(path, fmt.Sprintf("bbolt file without inferd's meta bucket (has bucket %q)", other))
-		}
-		var err error
-		if meta, err = tx.CreateBucket(bucketMeta); err != nil {
-			return fmt.Errorf("create bucket meta: %w", err)
-		}
-		if err := meta.Put(keySchema, []byte(strconv.Itoa(SchemaVersion))); err != nil {
-			return fmt.Errorf("write schema version: %w", err)
-		}
-	}
-	raw := meta.Get(keySchema)
-	v, err := strconv.Atoi(string(raw))
-	if err != nil || v < 1 {
-		return &openError{
-			msg: fmt.Sprintf("data file %s has unknown schema version %q; this inferd supports schema version %d: upgrade inferd or restore from a backup",
-				path, raw, SchemaVersion),
-			kind: ErrSchema,
-		}
-	}
-	if v > SchemaVersion {
-		return &openError{
-			msg: fmt.Sprintf("data file %s has schema version %d, newer than version %d that this inferd supports: upgrade inferd",
-				path, v, SchemaVersion),
-			kind: ErrSchema,
-		}
-	}
-	// Same schema: make sure every bucket exists, so the rest of the package
-	// can rely on tx.Bucket never returning nil.
-	for _, name := range allBuckets() {
-		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-			return fmt.Errorf("create bucket %s: %w", name, err)
-		}
-	}
-	return nil
 }
 
 type stopIteration struct{}

@@ -34,9 +34,18 @@ type Options struct {
 	// Finished, and is the sweeper's clock. Nil means time.Now.
 	Now func() time.Time
 
+	// ReadOnly opens an existing file without changing it, holding a shared
+	// lock (so it fails with ErrInUse while a daemon has the file open): for
+	// inspecting a data file or a backup. A file of an older schema opens as
+	// it is, unmigrated (see Migration); writes fail.
+	ReadOnly bool
+
 	// maxSize caps the file like a full disk would (bbolt's MaxSize); for
 	// tests of the storage-full path.
 	maxSize int
+	// migrations replaces the package's migrations; for tests of the
+	// migration machinery with synthetic schema versions.
+	migrations []migration
 }
 
 // Store is an open data file. Its methods are safe for concurrent use.
@@ -46,6 +55,8 @@ type Store struct {
 	now  func() time.Time
 
 	w writer // the one group-commit writer for call records
+
+	migration Migration // what Open did to the schema
 
 	hooksMu sync.RWMutex
 	hooks   []func(projectID string)
@@ -64,7 +75,9 @@ type Store struct {
 // directory with mode 0700) if it does not exist. A brand-new file is
 // initialised. A file held by another process fails with ErrInUse; a corrupt,
 // truncated or foreign file fails with ErrCorrupt and is left untouched; a
-// file from a newer inferd fails with ErrSchema.
+// file from a newer inferd fails with ErrSchema. A file from an older inferd
+// is migrated to SchemaVersion, after a copy of it is written beside it
+// (Migration says so; the caller logs it).
 func Open(path string, opts Options) (*Store, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
@@ -72,17 +85,29 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	if opts.migrations == nil {
+		opts.migrations = migrations
+	}
+	if opts.ReadOnly {
+		// bbolt would try to initialise a missing or empty file.
+		fi, err := os.Stat(path)
+		if err != nil {
+			return nil, fmt.Errorf("open data file: %w", err)
+		}
+		if fi.Size() == 0 {
+			return nil, corruptError(path, "empty file")
+		}
+	} else if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
 	if err := checkDataFile(path, opts.Timeout); err != nil {
 		return nil, err
 	}
-	db, err := openBolt(path, opts)
+	db, mig, err := openBolt(path, opts)
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, path: path, now: opts.Now}
+	s := &Store{db: db, path: path, now: opts.Now, migration: mig}
 	s.keys.init()
 	s.w.init()
 	go s.runWriter()
@@ -93,7 +118,7 @@ func Open(path string, opts Options) (*Store, error) {
 // bbolt panics on some corrupt files instead of returning an error, and a
 // fault in mapped memory is a panic only with SetPanicOnFault: both become
 // ErrCorrupt here.
-func openBolt(path string, opts Options) (db *bolt.DB, err error) {
+func openBolt(path string, opts Options) (db *bolt.DB, mig Migration, err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
@@ -110,25 +135,51 @@ func openBolt(path string, opts Options) (db *bolt.DB, err error) {
 		InitialMmapSize: initialMmapSize,
 		FreelistType:    bolt.FreelistMapType,
 		NoFreelistSync:  true, // commits skip writing the freelist; it is rebuilt at open
+		ReadOnly:        opts.ReadOnly,
 	})
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):
-		return nil, inUseError(path)
+		return nil, mig, inUseError(path)
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch),
 		errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrInvalidMapping):
-		return nil, corruptError(path, err)
+		return nil, mig, corruptError(path, err)
 	case err != nil:
-		return nil, fmt.Errorf("open data file %s: %w", path, err)
+		return nil, mig, fmt.Errorf("open data file %s: %w", path, err)
 	}
-	if err := db.Update(func(tx *bolt.Tx) error { return initSchema(tx, path) }); err != nil {
+	latest := len(opts.migrations)
+	if opts.ReadOnly {
+		err = db.View(func(tx *bolt.Tx) error {
+			v, err := fileSchema(tx, path, latest)
+			if err == nil && v == 0 {
+				err = corruptError(path, "no inferd schema (a file inferd never initialised)")
+			}
+			mig = Migration{From: v, To: v}
+			return err
+		})
+		if err != nil {
+			closeQuietly(db)
+			return nil, mig, err
+		}
+		return db, mig, nil
+	}
+	if mig.Copy, err = copyBeforeMigration(db, path, latest); err != nil {
+		closeQuietly(db)
+		return nil, mig, err
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		var err error
+		mig.From, err = migrate(tx, path, opts.migrations)
+		return err
+	}); err != nil {
 		closeQuietly(db)
 		var oe *openError
 		if errors.As(err, &oe) {
-			return nil, err
+			return nil, mig, err
 		}
-		return nil, fmt.Errorf("initialise data file %s: %w", path, storageErr(err))
+		return nil, mig, fmt.Errorf("initialise data file %s: %w", path, storageErr(err))
 	}
-	return db, nil
+	mig.To = latest
+	return db, mig, nil
 }
 
 func closeQuietly(db *bolt.DB) {
@@ -147,6 +198,10 @@ func (s *Store) Close() error {
 	})
 	return s.closeErr
 }
+
+// Migration says what Open did to the file's schema: which version it found,
+// which it left, and where it copied the file before migrating it.
+func (s *Store) Migration() Migration { return s.migration }
 
 // Path returns the data file's path as given to Open.
 func (s *Store) Path() string { return s.path }
