@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -283,11 +282,7 @@ func doctorCommand(_ context.Context, g globals, environ []string, args []string
 	doctorDataFile(r, cfg, running)
 	doctorDisk(r, cfg)
 	doctorGPU(r, cfg)
-	if p, err := exec.LookPath("python3"); err == nil {
-		r.line("ok", "python3", "%s", p)
-	} else {
-		r.line("warn", "python3", "not on PATH: the example model (examples/echo) needs it; install python3")
-	}
+	doctorExample(r)
 	doctorListen(r, cfg, running)
 
 	if r.fails > 0 {

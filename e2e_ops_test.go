@@ -129,10 +129,11 @@ func TestBackupOffline(t *testing.T) {
 }
 
 func TestDoctorReports(t *testing.T) {
+	echoDir(t)
 	dir, cfgPath := newDaemonDir(t, "")
 	check := func(out string) {
 		t.Helper()
-		for _, name := range []string{"config", "data dir", "data file", "disk", "gpu", "python3", "listen"} {
+		for _, name := range []string{"config", "data dir", "data file", "disk", "gpu", "python3", "example", "listen"} {
 			found := false
 			for _, line := range strings.Split(out, "\n") {
 				f := strings.Fields(line)
@@ -146,6 +147,10 @@ func TestDoctorReports(t *testing.T) {
 		}
 		if !strings.Contains(out, "NVIDIA") {
 			t.Errorf("doctor does not mention the NVIDIA driver:\n%s", out)
+		}
+		// python3 is here (echoDir skips otherwise) and so is examples/echo.
+		if !strings.Contains(out, "ok    example") || !strings.Contains(out, "answers /healthz") {
+			t.Errorf("doctor did not boot the example model:\n%s", out)
 		}
 	}
 	// Before the first start: exit 0 or 1, never a usage error.

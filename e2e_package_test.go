@@ -116,7 +116,7 @@ func TestDebPackageInstallsServesAndPurges(t *testing.T) {
 		t.Helper()
 		c := exec.Command(pkgBinary, append([]string{"--config", pkgConfig}, args...)...)
 		c.Dir = "/"
-		c.Env = []string{"PATH=/usr/sbin:/usr/bin", "HOME=" + svc.HomeDir}
+		c.Env = []string{"PATH=/usr/sbin:/usr/bin", "HOME=" + svc.HomeDir, fmt.Sprintf("INFERD_LISTEN=127.0.0.1:%d", port)}
 		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
 		return mustOutput(t, c)
 	}
@@ -137,6 +137,16 @@ func TestDebPackageInstallsServesAndPurges(t *testing.T) {
 	}
 	d.stop()
 	eventually(t, 30*time.Second, "no process of user "+unit.user+" left", func() bool { return len(processesOfUser(uid)) == 0 })
+
+	// doctor, as the service user, passes on the installed layout and boots
+	// the packaged example model.
+	report := asService("doctor")
+	for _, want := range []string{"ok    data dir    " + pkgDataDir, "ok    data file   " + pkgDataDir + "/inferd.db opens",
+		"ok    example     /usr/share/inferd/examples/echo boots"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("doctor on the installed package lacks %q:\n%s", want, report)
+		}
+	}
 
 	// Remove keeps the config and the data; purge deletes both.
 	dpkgRun(t, "-r", "inferd")
