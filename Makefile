@@ -8,7 +8,7 @@ BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: build run test lint fuzz clean client-deps test-deps
+.PHONY: build run test lint fuzz clean client-deps test-deps bench
 
 ## build: compile ./inferd
 build:
@@ -43,6 +43,11 @@ lint:
 	@out=$$(gofmt -l .); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	go vet ./...
+
+## bench: inferd side by side with the model called directly and behind nginx,
+## plus the Go micro-benchmarks (docs/benchmarks.md); about 5 minutes
+bench:
+	scripts/bench.sh
 
 ## fuzz: a short run of each fuzz target
 fuzz:
