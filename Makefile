@@ -45,7 +45,7 @@ lint:
 	go vet ./...
 
 ## bench: inferd side by side with the model called directly and behind nginx,
-## plus the Go micro-benchmarks (docs/benchmarks.md); about 5 minutes
+## plus the Go micro-benchmarks (docs/benchmarks.md); about 3 minutes
 bench:
 	scripts/bench.sh
 
