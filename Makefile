@@ -8,7 +8,7 @@ BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: build run test lint fuzz clean client-deps test-deps package
+.PHONY: build run test lint fuzz clean client-deps test-deps package bench
 
 ## build: compile ./inferd
 build:
@@ -48,6 +48,11 @@ lint:
 ## tools/go.mod); make test installs the .deb when it runs as root
 package:
 	scripts/package.sh dist
+
+## bench: inferd side by side with the model called directly and behind nginx,
+## plus the Go micro-benchmarks (docs/benchmarks.md); about 3 minutes
+bench:
+	scripts/bench.sh
 
 ## fuzz: a short run of each fuzz target
 fuzz:

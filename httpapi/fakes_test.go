@@ -259,6 +259,32 @@ func (f *fakeScheduler) Submit(ctx context.Context, p store.Project, inputs json
 	return c, nil
 }
 
+// SubmitWait is Submit, then a wait like the real one's: until the call is
+// done, wait passes or ctx ends.
+func (f *fakeScheduler) SubmitWait(ctx context.Context, p store.Project, inputs json.RawMessage, wait time.Duration) (store.Call, error) {
+	c, err := f.Submit(context.WithoutCancel(ctx), p, inputs)
+	if err != nil {
+		return c, err
+	}
+	f.mu.Lock()
+	done := f.calls[c.ID].done
+	f.mu.Unlock()
+	select {
+	case f.lookups <- c.ID: // holding done, as after a Lookup (see waitLookup)
+	default:
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[c.ID].call, nil
+}
+
 func (f *fakeScheduler) Lookup(id string) (store.Call, <-chan struct{}, error) {
 	f.mu.Lock()
 	fc, ok := f.calls[id]

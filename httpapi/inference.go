@@ -118,15 +118,19 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		return
 	}
 
-	// The call belongs to the server once admitted: a client that goes away
-	// must not cancel it.
-	call, err := a.sched.Submit(context.WithoutCancel(r.Context()), project, args.inputs)
+	var call store.Call
+	if args.startOnly {
+		// The call belongs to the server once admitted: a client that goes
+		// away must not cancel it.
+		call, err = a.sched.Submit(context.WithoutCancel(r.Context()), project, args.inputs)
+	} else {
+		// One write for a call that finishes within the wait (see
+		// SubmitWait); the call runs on if the client goes away.
+		call, err = a.sched.SubmitWait(r.Context(), project, args.inputs, a.opts.StartWait)
+	}
 	if err != nil {
 		a.fail(w, r, &schedulerError{err})
 		return
-	}
-	if !args.startOnly && !call.State.Done() {
-		call = a.await(r.Context(), call, nil, a.opts.StartWait)
 	}
 	a.writeInference(w, a.callResponse(call))
 }

@@ -72,6 +72,10 @@ type Scheduler interface {
 	// Submit admits a call; the returned call is durable. Errors are
 	// user-facing texts (queue full, not enough GPUs) or store errors.
 	Submit(ctx context.Context, p store.Project, inputs json.RawMessage) (store.Call, error)
+	// SubmitWait admits a call and waits up to wait (or until ctx ends) for
+	// its result; the returned call, finished or not, is durable. ctx never
+	// cancels the call.
+	SubmitWait(ctx context.Context, p store.Project, inputs json.RawMessage, wait time.Duration) (store.Call, error)
 	// Lookup returns the call and a channel that is closed once its final
 	// result is durable; store.ErrNotFound if the id is unknown or expired.
 	Lookup(id string) (store.Call, <-chan struct{}, error)

@@ -35,6 +35,13 @@ func (s *Scheduler) admit(req submitReq) {
 	c := &call{c: req.c, done: make(chan struct{}), p: p, reply: req.reply}
 	s.calls[c.c.ID] = c
 	p.queue.push(c)
+	if req.deferred {
+		// Nobody knows the call's ID, so there is nothing to make durable
+		// yet: dispatchable at once, answered at once.
+		c.committed, c.deferred = true, true
+		req.reply <- submitResult{c: c.c, call: c}
+		return
+	}
 	created, reply := c.c, req.reply
 	s.st.SaveCallAsync(created, func(err error) {
 		if !s.in.post(evCreated{c: c, err: err}) {
@@ -113,7 +120,9 @@ func (s *Scheduler) startCall(c *call, r *rep) {
 	secs := c.p.inferenceTimeout()
 	c.timeoutSecs = secs
 	s.arm(&c.timeout, seconds(secs), func(seq uint64) event { return evInferTimeout{c: c, seq: seq} })
-	s.st.SaveCallAsync(c.c, s.logSaveErr(c.c.ID, "saving a running call failed"))
+	if !c.deferred {
+		s.st.SaveCallAsync(c.c, s.logSaveErr(c.c.ID, "saving a running call failed"))
+	}
 	s.wg.Add(1)
 	go s.infer(ctx, c, r, r.inst, c.c.Inputs)
 }
@@ -167,7 +176,9 @@ func (s *Scheduler) requeue(c *call) {
 	c.c.QueueMs, c.c.BootMs = 0, 0
 	c.c.Attempt--
 	c.p.queue.pushFront(c)
-	s.st.SaveCallAsync(c.c, s.logSaveErr(c.c.ID, "saving a requeued call failed"))
+	if !c.deferred {
+		s.st.SaveCallAsync(c.c, s.logSaveErr(c.c.ID, "saving a requeued call failed"))
+	}
 }
 
 // logSaveErr returns a done callback for writes whose failure only matters
@@ -220,6 +231,7 @@ func (s *Scheduler) finish(c *call, state store.CallState, out json.RawMessage, 
 		f.RunMs = ms(now.Sub(f.Dispatched))
 	}
 	c.final = &f
+	c.result = f
 	done := c.done
 	s.st.SaveCallAsync(f, func(err error) {
 		if !s.in.post(evFinal{c: c, err: err}) {
@@ -244,6 +256,7 @@ func (s *Scheduler) onFinal(c *call, err error) {
 		// if it takes writes again.
 		s.st.SaveCallAsync(f, func(error) {})
 	}
+	c.result = f
 	s.cfg.Observer.CallFinished(f)
 	close(c.done)
 }
@@ -258,16 +271,22 @@ func (s *Scheduler) failQueued(p *project, msg string) {
 // lookupLive answers Lookup for calls the loop knows.
 func (s *Scheduler) lookupLive(id string) lookupResult {
 	if c, ok := s.calls[id]; ok {
-		v := c.c
-		if v.State == store.CallQueued && c.p.booting() {
-			v.State = store.CallBooting
-		}
-		return lookupResult{c: v, done: c.done, found: true}
+		return lookupResult{c: s.view(c), done: c.done, found: true}
 	}
 	if f, ok := s.failures.get(id); ok {
 		return lookupResult{c: f, done: s.closedc, found: true}
 	}
 	return lookupResult{}
+}
+
+// view is a live call as clients see it: queued reads booting while its
+// project boots a replica.
+func (s *Scheduler) view(c *call) store.Call {
+	v := c.c
+	if v.State == store.CallQueued && c.p.booting() {
+		v.State = store.CallBooting
+	}
+	return v
 }
 
 // recentFailures remembers calls whose final write failed, oldest forgotten

@@ -20,8 +20,15 @@ type call struct {
 	p    *project
 	// committed: the created write has landed, so the call may be dispatched.
 	committed bool
+	// deferred: a SubmitWait call whose ID nobody has been given yet, so
+	// nothing is written until its final write or a persist (see
+	// SubmitWait); its created and running writes are skipped.
+	deferred bool
 	// reply takes Submit's answer once the created write has committed.
 	reply chan submitResult
+	// result is the call as its final write left it; read only after done
+	// is closed (the close orders the write before the read).
+	result store.Call
 
 	// While running:
 	r           *rep

@@ -107,16 +107,17 @@ type Scheduler struct {
 	clk    Clock
 	log    zerolog.Logger
 
-	submitc chan submitReq
-	lookupc chan lookupReq
-	snapc   chan chan Status
-	in      *inbox
-	stopped chan struct{} // closed when Run returns
-	closedc chan struct{} // always closed: the done channel of a finished call
-	never   chan struct{} // never closed: the done channel of a call nobody will finish
-	started atomic.Bool   // Run has been called
-	ready   atomic.Bool   // the loop is serving
-	wg      sync.WaitGroup
+	submitc  chan submitReq
+	lookupc  chan lookupReq
+	persistc chan persistReq
+	snapc    chan chan Status
+	in       *inbox
+	stopped  chan struct{} // closed when Run returns
+	closedc  chan struct{} // always closed: the done channel of a finished call
+	never    chan struct{} // never closed: the done channel of a call nobody will finish
+	started  atomic.Bool   // Run has been called
+	ready    atomic.Bool   // the loop is serving
+	wg       sync.WaitGroup
 
 	// Loop-owned: everything below is read and written only by the goroutine
 	// running Run (recovery, then the loop).
@@ -135,14 +136,16 @@ type Scheduler struct {
 }
 
 type submitReq struct {
-	p     store.Project
-	c     store.Call
-	reply chan submitResult
+	p        store.Project
+	c        store.Call
+	deferred bool // SubmitWait: no created write
+	reply    chan submitResult
 }
 
 type submitResult struct {
-	c   store.Call
-	err error
+	c    store.Call
+	call *call // SubmitWait only
+	err  error
 }
 
 type lookupReq struct {
@@ -171,6 +174,7 @@ func New(cfg Config, st Store, launch Launcher, gpus Inventory, clk Clock, log z
 		log:      log,
 		submitc:  make(chan submitReq),
 		lookupc:  make(chan lookupReq),
+		persistc: make(chan persistReq),
 		snapc:    make(chan chan Status),
 		in:       newInbox(),
 		stopped:  make(chan struct{}),
@@ -213,21 +217,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 // error wrapping ErrQueueFull or ErrNeedsGPUs when the call cannot be
 // admitted, and with the store's error when the call could not be saved.
 func (s *Scheduler) Submit(ctx context.Context, p store.Project, inputs json.RawMessage) (store.Call, error) {
-	id, err := uuid.NewV7()
+	req, err := s.newSubmit(p, inputs)
 	if err != nil {
-		return store.Call{}, fmt.Errorf("new call id: %w", err)
-	}
-	req := submitReq{
-		p: p,
-		c: store.Call{
-			ID:        "call_" + id.String(),
-			ProjectID: p.ID,
-			TeamID:    p.TeamID,
-			State:     store.CallQueued,
-			Inputs:    inputs,
-			Created:   s.clk.Now(),
-		},
-		reply: make(chan submitResult, 1),
+		return store.Call{}, err
 	}
 	select {
 	case s.submitc <- req:
@@ -251,6 +243,26 @@ func (s *Scheduler) Submit(ctx context.Context, p store.Project, inputs json.Raw
 			return store.Call{}, errStopped
 		}
 	}
+}
+
+// newSubmit builds the request that admits a new queued call of p.
+func (s *Scheduler) newSubmit(p store.Project, inputs json.RawMessage) (submitReq, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return submitReq{}, fmt.Errorf("new call id: %w", err)
+	}
+	return submitReq{
+		p: p,
+		c: store.Call{
+			ID:        "call_" + id.String(),
+			ProjectID: p.ID,
+			TeamID:    p.TeamID,
+			State:     store.CallQueued,
+			Inputs:    inputs,
+			Created:   s.clk.Now(),
+		},
+		reply: make(chan submitResult, 1),
+	}, nil
 }
 
 // Lookup returns call id and a channel closed once its result is durable.
@@ -312,6 +324,9 @@ func (s *Scheduler) loop(ctx context.Context) {
 		case req := <-s.lookupc:
 			req.reply <- s.lookupLive(req.id)
 			continue // reads change nothing: no scheduling pass
+		case req := <-s.persistc:
+			s.persist(req)
+			continue // a write of the state as it is: nothing to schedule
 		case reply := <-s.snapc:
 			reply <- s.snapshot()
 			continue

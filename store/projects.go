@@ -48,6 +48,7 @@ func (s *Store) PutProject(p Project) (Change, error) {
 		_, err = s.saveProject(tx, &old, p)
 		return err
 	})
+	s.projects.reset()
 	if err != nil {
 		return "", fmt.Errorf("put project %s: %w", p.ID, err)
 	}
@@ -96,6 +97,7 @@ func (s *Store) UpdateProject(id string, fn func(*Project) error) (Project, erro
 		p, err = s.saveProject(tx, &old, p)
 		return err
 	})
+	s.projects.reset()
 	if abort != nil {
 		return Project{}, abort
 	}
@@ -186,10 +188,10 @@ func (s *Store) GetProject(id string) (Project, error) {
 // ErrNotFound. The modelKey itself is never stored or put in errors.
 func (s *Store) ProjectByModelKey(modelKey string) (Project, error) {
 	hash := HashModelKey(modelKey)
-	var (
-		p  Project
-		ok bool
-	)
+	p, gen, ok := s.projects.get(hash)
+	if ok {
+		return p, nil
+	}
 	err := s.view(func(tx *bolt.Tx) error {
 		id := tx.Bucket(bucketModelKeys).Get([]byte(hash))
 		if id == nil {
@@ -205,6 +207,7 @@ func (s *Store) ProjectByModelKey(modelKey string) (Project, error) {
 	if err != nil {
 		return Project{}, fmt.Errorf("project by modelKey: %w", err)
 	}
+	s.projects.put(hash, p, gen)
 	return p, nil
 }
 
@@ -249,6 +252,7 @@ func (s *Store) DeleteProject(id string) error {
 		}
 		return tx.Bucket(bucketProjects).Delete([]byte(id))
 	})
+	s.projects.reset()
 	if err != nil {
 		return fmt.Errorf("delete project %s: %w", id, err)
 	}

@@ -62,6 +62,8 @@ type Store struct {
 	hooks   []func(projectID string)
 
 	keys keyCache
+	// projects caches ProjectByModelKey; every project write resets it.
+	projects projectCache
 
 	commits     atomic.Int64 // group commits made by the writer
 	commitWrite atomic.Int64 // call writes in those commits

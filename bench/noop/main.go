@@ -1,0 +1,101 @@
+// Command noop is the benchmark's model server: it speaks inferd's http
+// protocol (GET /healthz, POST / with JSON inputs, JSON reply) and does
+// nothing else, so that what a benchmark measures is whatever sits in front
+// of it.
+//
+// Flags (environment variables, since inferd passes only env to a model):
+//
+//	PORT          port to listen on, on 127.0.0.1 (inferd sets it)
+//	NOOP_DELAY    a fixed time each call takes, e.g. 10ms (default 0)
+//	NOOP_BOOT     a fixed boot time before the port opens, e.g. 200ms
+//	NOOP_BOOTLOG  a file to append one line to once listening: the Unix
+//	              time in nanoseconds when main started and when the
+//	              listener opened, so the cold-boot benchmark can subtract
+//	              the model's own boot time from what inferd adds.
+//
+// The reply is {"ok":true}; the inputs are read and ignored.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+)
+
+var reply = []byte(`{"ok":true}`)
+
+func main() {
+	start := time.Now()
+	if err := run(start); err != nil {
+		fmt.Fprintln(os.Stderr, "noop:", err)
+		os.Exit(1)
+	}
+}
+
+func run(start time.Time) error {
+	port := os.Getenv("PORT")
+	if _, err := strconv.Atoi(port); err != nil {
+		return fmt.Errorf("PORT %q: not a port number", port)
+	}
+	delay, err := envDuration("NOOP_DELAY")
+	if err != nil {
+		return err
+	}
+	boot, err := envDuration("NOOP_BOOT")
+	if err != nil {
+		return err
+	}
+	time.Sleep(boot) // stands in for loading a model
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(reply)
+	})
+	mux.HandleFunc("POST /", func(w http.ResponseWriter, r *http.Request) {
+		// Drain the body so the connection can be reused.
+		io.Copy(io.Discard, r.Body)
+		if delay > 0 {
+			time.Sleep(delay)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(reply)))
+		w.Write(reply)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:"+port)
+	if err != nil {
+		return err
+	}
+	if path := os.Getenv("NOOP_BOOTLOG"); path != "" {
+		if err := appendLine(path, fmt.Sprintf("%d %d", start.UnixNano(), time.Now().UnixNano())); err != nil {
+			return err
+		}
+	}
+	return http.Serve(ln, mux)
+}
+
+func envDuration(name string) (time.Duration, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: %w", name, v, err)
+	}
+	return d, nil
+}
+
+func appendLine(path, line string) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(f, line)
+	return errors.Join(err, f.Close())
+}

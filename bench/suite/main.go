@@ -1,0 +1,285 @@
+// Command suite is what `make bench` runs: it starts a no-op model server,
+// nginx as a keep-alive reverse proxy in front of it, and inferd with
+// projects pointing at the same no-op server, then measures them side by
+// side with one load generator and prints a Markdown report (figures and
+// ratios) to stdout. Everything runs on loopback, as the current user, in a
+// temporary directory that is removed at the end.
+//
+//	go run ./bench/suite -inferd ./inferd -noop ./noop [-nginx /usr/sbin/nginx] [-quick]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type options struct {
+	inferd, noop, nginx string
+	phase               time.Duration // length of one measured slice
+	rounds              int           // slices per target, interleaved
+	fill                int           // finished calls to store for the memory figure
+	polls               int           // concurrent long polls
+	keep                bool
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.inferd, "inferd", "./inferd", "inferd binary")
+	flag.StringVar(&o.noop, "noop", "./noop", "no-op model binary (go build ./bench/noop)")
+	flag.StringVar(&o.nginx, "nginx", "/usr/sbin/nginx", "nginx binary")
+	flag.DurationVar(&o.phase, "phase", 3*time.Second, "length of one measured slice")
+	flag.IntVar(&o.rounds, "rounds", 3, "slices per target, interleaved across targets")
+	flag.IntVar(&o.fill, "fill", 100000, "finished calls to store before the memory figure")
+	flag.IntVar(&o.polls, "polls", 10000, "concurrent long polls to hold")
+	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (logs, data file)")
+	flag.Parse()
+	o.inferd, o.noop = mustAbs(o.inferd), mustAbs(o.noop)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	raiseNoFile()
+	dir, err := os.MkdirTemp("", "inferd-bench-")
+	if err != nil {
+		return err
+	}
+	if o.keep {
+		fmt.Fprintln(os.Stderr, "bench: working directory", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+	e, err := setUp(ctx, o, dir)
+	if e != nil {
+		defer e.tearDown()
+	}
+	if err != nil {
+		return err
+	}
+	rep := &report{}
+	rep.machine()
+	steps := []struct {
+		name string
+		fn   func(context.Context, *env, options, *report) error
+	}{
+		{"idle memory", measureIdle},
+		{"latency, concurrency 1", measureLatency},
+		{"throughput, no-op model, concurrency 64", measureThroughputNoop},
+		{"throughput, 10 ms model, concurrency 64", measureThroughput10ms},
+		{"cold boot", measureColdBoot},
+		{"scale-up under a burst", measureBurst},
+		{"stored calls: memory and file size", measureFill},
+		{"long-poll capacity", measureLongPolls},
+	}
+	for _, s := range steps {
+		fmt.Fprintf(os.Stderr, "bench: %s ...\n", s.name)
+		t := time.Now()
+		if err := s.fn(ctx, e, o, rep); err != nil {
+			rep.errorf("%s: %v", s.name, err)
+			fmt.Fprintf(os.Stderr, "bench: %s failed: %v\n", s.name, err)
+		}
+		fmt.Fprintf(os.Stderr, "bench: %s done in %v\n", s.name, time.Since(t).Round(time.Millisecond))
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	rep.print(os.Stdout)
+	if len(rep.errors) > 0 {
+		return fmt.Errorf("%d measurements failed", len(rep.errors))
+	}
+	return nil
+}
+
+// raiseNoFile lifts the soft open-file limit to the hard one, for this
+// process and the inferd it starts (10k long polls need 10k sockets on each
+// side). Go does this for its own process; children get the old limit back
+// unless it is set explicitly.
+func raiseNoFile() {
+	var l syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Cur < l.Max {
+		l.Cur = l.Max
+		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+	}
+}
+
+// env is everything the suite started.
+type env struct {
+	dir               string
+	procs             []*proc
+	direct, direct10  string // no-op model URLs (0 ms and 10 ms per call)
+	nginx             string // nginx in front of direct
+	base              string // inferd's base URL
+	apiKey            string
+	inferdPid         int
+	dbPath            string
+	coldLog, burstLog string
+	inferdCfg         string
+}
+
+func (e *env) tearDown() {
+	for i := len(e.procs) - 1; i >= 0; i-- {
+		e.procs[i].stop()
+	}
+}
+
+func setUp(ctx context.Context, o options, dir string) (*env, error) {
+	e := &env{dir: dir, coldLog: filepath.Join(dir, "cold.boots"), burstLog: filepath.Join(dir, "burst.boots")}
+	// Two no-op model servers the clients call directly (and nginx proxies).
+	for _, m := range []struct {
+		url   *string
+		delay string
+	}{{&e.direct, "0"}, {&e.direct10, "10ms"}} {
+		port, err := freePort()
+		if err != nil {
+			return e, err
+		}
+		p, err := start("noop", filepath.Join(dir, "noop-"+m.delay+".log"),
+			[]string{fmt.Sprintf("PORT=%d", port), "NOOP_DELAY=" + m.delay}, o.noop)
+		if err != nil {
+			return e, err
+		}
+		e.procs = append(e.procs, p)
+		*m.url = fmt.Sprintf("http://127.0.0.1:%d/", port)
+		if err := waitHTTP(ctx, "GET", *m.url+"healthz", 10*time.Second); err != nil {
+			return e, err
+		}
+	}
+	if err := startNginx(ctx, o, e); err != nil {
+		return e, err
+	}
+	return e, startInferd(ctx, o, e)
+}
+
+const nginxConf = `daemon off;
+master_process on;
+worker_processes auto;
+pid %[1]s/nginx.pid;
+error_log %[1]s/nginx-error.log warn;
+events { worker_connections 20000; }
+http {
+  access_log off;
+  client_body_temp_path %[1]s/nginx-body;
+  proxy_temp_path %[1]s/nginx-proxy;
+  fastcgi_temp_path %[1]s/nginx-fastcgi;
+  uwsgi_temp_path %[1]s/nginx-uwsgi;
+  scgi_temp_path %[1]s/nginx-scgi;
+  upstream model { server 127.0.0.1:%[2]s; keepalive 128; }
+  server {
+    listen 127.0.0.1:%[3]d;
+    location / {
+      proxy_pass http://model;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+`
+
+// startNginx runs nginx as a reverse proxy to the 0 ms model, with
+// keep-alive connections to it (nginx's own recommended upstream setup).
+func startNginx(ctx context.Context, o options, e *env) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	upstream := strings.TrimSuffix(strings.TrimPrefix(e.direct, "http://127.0.0.1:"), "/")
+	conf := filepath.Join(e.dir, "nginx.conf")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, nginxConf, e.dir, upstream, port), 0o644); err != nil {
+		return err
+	}
+	args := []string{o.nginx, "-p", e.dir, "-c", conf, "-e", filepath.Join(e.dir, "nginx-error.log")}
+	if out, err := exec.Command(args[0], append(args[1:], "-t")...).CombinedOutput(); err != nil {
+		return fmt.Errorf("nginx -t: %v: %s", err, out)
+	}
+	p, err := start("nginx", filepath.Join(e.dir, "nginx.log"), nil, args...)
+	if err != nil {
+		return err
+	}
+	e.procs = append(e.procs, p)
+	e.nginx = fmt.Sprintf("http://127.0.0.1:%d/", port)
+	return waitHTTP(ctx, "GET", e.nginx+"healthz", 10*time.Second)
+}
+
+const inferdConf = `listen: 127.0.0.1:%d
+dataDir: %s/data
+log: {level: warn, format: json}
+longPollWait: 300s
+maxQueuedPerProject: 20000
+cpuSlots: 64
+sweepInterval: 1h
+`
+
+// The projects, all on the no-op model. cold and burst scale to zero at once
+// when idle; hang never answers, so its calls wait for the long-poll figure.
+const manifest = `projects:
+  - {id: noop, team: bench, modelKey: mk-noop, command: [%[1]q], concurrency: 64, minReplicas: 1, maxReplicas: 1, bootTimeout: 30}
+  - {id: noop10, team: bench, modelKey: mk-noop10, command: [%[1]q], env: {NOOP_DELAY: 10ms}, concurrency: 64, minReplicas: 1, maxReplicas: 1, bootTimeout: 30}
+  - {id: noop10x4, team: bench, modelKey: mk-noop10x4, command: [%[1]q], env: {NOOP_DELAY: 10ms}, concurrency: 16, minReplicas: 4, maxReplicas: 4, bootTimeout: 30}
+  - {id: cold, team: bench, modelKey: mk-cold, command: [%[1]q], env: {NOOP_BOOTLOG: %[2]q}, concurrency: 1, minReplicas: 0, maxReplicas: 1, idleTimeout: 0, bootTimeout: 30}
+  - {id: burst, team: bench, modelKey: mk-burst, command: [%[1]q], env: {NOOP_BOOTLOG: %[3]q, NOOP_DELAY: 200ms}, concurrency: 1, minReplicas: 0, maxReplicas: 4, idleTimeout: 0, bootTimeout: 30}
+  - {id: hang, team: bench, modelKey: mk-hang, command: [%[1]q], env: {NOOP_DELAY: 1h}, concurrency: 1, minReplicas: 1, maxReplicas: 1, inferenceTimeout: 86400, bootTimeout: 30}
+`
+
+func startInferd(ctx context.Context, o options, e *env) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	e.inferdCfg = filepath.Join(e.dir, "inferd.yaml")
+	if err := os.WriteFile(e.inferdCfg, fmt.Appendf(nil, inferdConf, port, e.dir), 0o644); err != nil {
+		return err
+	}
+	mf := filepath.Join(e.dir, "projects.yaml")
+	if err := os.WriteFile(mf, fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog), 0o644); err != nil {
+		return err
+	}
+	if out, err := exec.Command(o.inferd, "--config", e.inferdCfg, "apply", "-f", mf).CombinedOutput(); err != nil {
+		return fmt.Errorf("inferd apply: %v: %s", err, out)
+	}
+	p, err := start("inferd", filepath.Join(e.dir, "inferd.log"), nil, o.inferd, "--config", e.inferdCfg, "serve")
+	if err != nil {
+		return err
+	}
+	e.procs = append(e.procs, p)
+	e.inferdPid = p.pid()
+	e.base = fmt.Sprintf("http://127.0.0.1:%d", port)
+	e.dbPath = filepath.Join(e.dir, "data", "inferd.db")
+	if err := waitHTTP(ctx, "GET", e.base+"/readyz", 30*time.Second); err != nil {
+		return err
+	}
+	out, err := exec.Command(o.inferd, "--config", e.inferdCfg, "key", "create", "--team", "bench").Output()
+	if err != nil {
+		return fmt.Errorf("inferd key create: %w", err)
+	}
+	lines := strings.Fields(strings.TrimSpace(string(out)))
+	e.apiKey = lines[len(lines)-1]
+	// Every replica that should always run is up.
+	for _, w := range []struct {
+		project string
+		n       float64
+	}{{"noop", 1}, {"noop10", 1}, {"noop10x4", 4}, {"hang", 1}} {
+		if _, err := waitReplicas(ctx, e.base, w.project, "ready", 30*time.Second, func(v float64) bool { return v >= w.n }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitReplicas waits until the number of the project's replicas in state
+// ("" = any state) satisfies ok.
+func waitReplicas(ctx context.Context, base, project, state string, timeout time.Duration, ok func(float64) bool) (float64, error) {
+	return waitMetric(ctx, base, `inferd_replicas{project="`+project+`",state="`+state, timeout, ok)
+}

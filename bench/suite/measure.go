@@ -1,0 +1,395 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptrace"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"inferd/bench/loadgen"
+)
+
+// run is one named load configuration in a side-by-side comparison.
+type runSpec struct {
+	name string
+	cfg  loadgen.Config
+}
+
+func (e *env) model(name, url string, c int) runSpec {
+	return runSpec{name, loadgen.Config{Target: loadgen.Model, URL: url, Concurrency: c}}
+}
+
+func (e *env) inferd(name string, t loadgen.Target, modelKey string, c int) runSpec {
+	return runSpec{name, loadgen.Config{Target: t, URL: e.base, APIKey: e.apiKey, ModelKey: modelKey, Concurrency: c}}
+}
+
+// sideBySide runs each spec for o.phase, o.rounds times, interleaved (a, b,
+// c, a, b, c, ...) so that a noisy neighbour hits every target alike, and
+// merges each spec's slices.
+func sideBySide(ctx context.Context, o options, specs []runSpec) (map[string]*merged, error) {
+	out := map[string]*merged{}
+	for _, s := range specs {
+		s.cfg.Client = loadgen.NewClient(s.cfg.Concurrency)
+		s.cfg.Warmup = 2
+		if _, err := loadgen.Run(ctx, withCount(s.cfg, 1)); err != nil { // warm connections and replicas
+			return nil, err
+		}
+		out[s.name] = &merged{name: s.name, concurrency: s.cfg.Concurrency}
+	}
+	for range o.rounds {
+		for _, s := range specs {
+			cfg := s.cfg
+			cfg.Duration = o.phase
+			cfg.Client = loadgen.NewClient(cfg.Concurrency)
+			cfg.Warmup = 1
+			r, err := loadgen.Run(ctx, cfg)
+			if err != nil {
+				return nil, err
+			}
+			cfg.Client.CloseIdleConnections()
+			out[s.name].add(r)
+		}
+	}
+	return out, nil
+}
+
+func withCount(c loadgen.Config, n int) loadgen.Config {
+	c.Count, c.Duration = n*c.Concurrency, 0
+	return c
+}
+
+// merged is the union of one spec's slices.
+type merged struct {
+	name          string
+	concurrency   int
+	lat           []time.Duration
+	requests, err int
+	elapsed       time.Duration
+	firstErr      string
+}
+
+func (m *merged) add(r *loadgen.Result) {
+	m.lat = append(m.lat, r.Latencies()...)
+	m.requests += r.Requests
+	m.err += r.Errors
+	m.elapsed += r.Elapsed
+	if m.firstErr == "" {
+		m.firstErr = r.FirstError
+	}
+}
+
+func (m *merged) pct(p float64) time.Duration {
+	slices.Sort(m.lat)
+	return loadgen.Percentile(m.lat, p)
+}
+
+func (m *merged) throughput() float64 { return float64(len(m.lat)) / m.elapsed.Seconds() }
+
+func measureIdle(ctx context.Context, e *env, o options, r *report) error {
+	rss, err := rssBytes(e.inferdPid)
+	if err != nil {
+		return err
+	}
+	r.idleRSS = rss
+	r.add("RSS idle (6 projects, 8 replicas up, no calls yet)", mib(rss), "≤ 40 MB", rss <= 40<<20)
+	return nil
+}
+
+func measureLatency(ctx context.Context, e *env, o options, r *report) error {
+	res, err := sideBySide(ctx, o, []runSpec{
+		e.model("direct", e.direct, 1),
+		e.model("nginx", e.nginx, 1),
+		e.inferd("inferd start", loadgen.Start, "mk-noop", 1),
+		e.inferd("inferd startOnly+check", loadgen.StartOnly, "mk-noop", 1),
+	})
+	if err != nil {
+		return err
+	}
+	r.table("Latency, no-op model, concurrency 1 (closed loop)", res, "direct", "direct",
+		"direct", "nginx", "inferd start", "inferd startOnly+check")
+	d, s := res["direct"], res["inferd start"]
+	r.warmStart = s.pct(50)
+	add50, add99 := s.pct(50)-d.pct(50), s.pct(99)-d.pct(99)
+	r.add("Added latency, sync start vs direct, p50", dur(add50), "≤ 1 ms", add50 <= time.Millisecond)
+	r.add("Added latency, sync start vs direct, p99", dur(add99), "≤ 3 ms", add99 <= 3*time.Millisecond)
+	n := res["nginx"]
+	r.add("Added latency, nginx vs direct, p50 / p99 (for scale)",
+		dur(n.pct(50)-d.pct(50))+" / "+dur(n.pct(99)-d.pct(99)), "", true)
+	return nil
+}
+
+func measureThroughputNoop(ctx context.Context, e *env, o options, r *report) error {
+	res, err := sideBySide(ctx, o, []runSpec{
+		e.model("direct", e.direct, 64),
+		e.model("nginx", e.nginx, 64),
+		e.inferd("inferd start", loadgen.Start, "mk-noop", 64),
+		e.inferd("inferd startOnly+check", loadgen.StartOnly, "mk-noop", 64),
+	})
+	if err != nil {
+		return err
+	}
+	r.table("Throughput, no-op model, concurrency 64 (closed loop)", res, "direct", "nginx",
+		"direct", "nginx", "inferd start", "inferd startOnly+check")
+	ratio := res["inferd start"].throughput() / res["nginx"].throughput()
+	r.add("Throughput at c=64, no-op model, sync start / nginx", pct(ratio), "≥ 50%", ratio >= 0.5)
+	ratio = res["inferd startOnly+check"].throughput() / res["nginx"].throughput()
+	r.add("Throughput at c=64, no-op model, startOnly+check / nginx", pct(ratio), "", true)
+	return nil
+}
+
+func measureThroughput10ms(ctx context.Context, e *env, o options, r *report) error {
+	res, err := sideBySide(ctx, o, []runSpec{
+		e.model("direct", e.direct10, 64),
+		e.inferd("inferd start, 1 replica × concurrency 64", loadgen.Start, "mk-noop10", 64),
+		e.inferd("inferd start, 4 replicas × concurrency 16", loadgen.Start, "mk-noop10x4", 64),
+	})
+	if err != nil {
+		return err
+	}
+	r.table("Throughput, 10 ms model, concurrency 64 (closed loop)", res, "direct", "direct",
+		"direct", "inferd start, 1 replica × concurrency 64", "inferd start, 4 replicas × concurrency 16")
+	ratio := res["inferd start, 1 replica × concurrency 64"].throughput() / res["direct"].throughput()
+	r.add("Throughput at c=64, 10 ms model, sync start / direct (1 replica, concurrency 64)", pct(ratio), "≥ 95%", ratio >= 0.95)
+	ratio = res["inferd start, 4 replicas × concurrency 16"].throughput() / res["direct"].throughput()
+	r.add("Throughput at c=64, 10 ms model, sync start / direct (4 replicas, concurrency 16)", pct(ratio), "≥ 95%", ratio >= 0.95)
+	return nil
+}
+
+// measureColdBoot calls the scaled-to-zero project cold again and again:
+// inferd's share is the call's latency less the model's own boot (from its
+// main to its listener, which it logs) and less a warm sync call.
+func measureColdBoot(ctx context.Context, e *env, o options, r *report) error {
+	const n = 10
+	client := loadgen.NewClient(1)
+	body := inferBody(e, "mk-cold", false)
+	var over, own, bootMs []time.Duration
+	for range n {
+		if _, err := waitReplicas(ctx, e.base, "cold", "", 30*time.Second, func(v float64) bool { return v == 0 }); err != nil {
+			return err
+		}
+		before, err := readBootLog(e.coldLog)
+		if err != nil {
+			return err
+		}
+		t := time.Now()
+		a, err := loadgen.PostInference(ctx, client, e.base+"/start/v4", body)
+		lat := time.Since(t)
+		if err != nil {
+			return err
+		}
+		after, err := readBootLog(e.coldLog)
+		if err != nil {
+			return err
+		}
+		if len(after) != len(before)+1 {
+			return fmt.Errorf("expected one boot of the cold project, saw %d", len(after)-len(before))
+		}
+		b := after[len(after)-1]
+		modelBoot := b.listening.Sub(b.started)
+		own = append(own, modelBoot)
+		over = append(over, lat-modelBoot-r.warmStart)
+		if a.BootMs != nil {
+			bootMs = append(bootMs, time.Duration(*a.BootMs)*time.Millisecond-modelBoot)
+		}
+		client.CloseIdleConnections()
+	}
+	slices.Sort(over)
+	slices.Sort(own)
+	p50 := loadgen.Percentile(over, 50)
+	r.add(fmt.Sprintf("Cold boot overhead added by inferd, p50 (max) of %d: call latency − model's own boot (p50 %s) − warm sync call (%s)",
+		n, dur(loadgen.Percentile(own, 50)), dur(r.warmStart)),
+		dur(p50)+" ("+dur(over[len(over)-1])+")", "≤ 20 ms", p50 <= 20*time.Millisecond)
+	if len(bootMs) > 0 {
+		slices.Sort(bootMs)
+		r.add("Cold boot: the call's bootMs − model's own boot, p50 (bootMs has 1 ms resolution)",
+			dur(loadgen.Percentile(bootMs, 50)), "", true)
+	}
+	return nil
+}
+
+// measureBurst sends 16 calls at once at a scaled-to-zero project with up to
+// 4 replicas of a 200 ms model, and reads when each replica process started
+// and became ready.
+func measureBurst(ctx context.Context, e *env, o options, r *report) error {
+	const calls, replicas = 16, 4
+	if _, err := waitReplicas(ctx, e.base, "burst", "", 30*time.Second, func(v float64) bool { return v == 0 }); err != nil {
+		return err
+	}
+	client := loadgen.NewClient(calls)
+	body := inferBody(e, "mk-burst", false)
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, calls)
+	for range calls {
+		wg.Go(func() {
+			if _, err := loadgen.PostInference(ctx, client, e.base+"/start/v4", body); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	total := time.Since(t0)
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	boots, err := readBootLog(e.burstLog)
+	if err != nil {
+		return err
+	}
+	if len(boots) != replicas {
+		return fmt.Errorf("burst booted %d replicas, want %d", len(boots), replicas)
+	}
+	var lastStart, lastReady time.Time
+	for _, b := range boots {
+		lastStart = maxTime(lastStart, b.started)
+		lastReady = maxTime(lastReady, b.listening)
+	}
+	r.add(fmt.Sprintf("Scale-up under a burst (%d calls at once, 0 → %d replicas): until all %d model processes ran / were listening",
+		calls, replicas, replicas), dur(lastStart.Sub(t0))+" / "+dur(lastReady.Sub(t0)), "", true)
+	r.add(fmt.Sprintf("Scale-up under a burst: all %d calls of 200 ms answered (ideal with %d replicas: %s + boot)",
+		calls, replicas, dur(calls/replicas*200*time.Millisecond)), dur(total), "", true)
+	return nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// measureFill stores finished calls (sync starts on the no-op model) until
+// there are o.fill, then reads RSS and the data file's size.
+func measureFill(ctx context.Context, e *env, o options, r *report) error {
+	have, err := metricSum(ctx, e.base, `inferd_calls_total{`)
+	if err != nil {
+		return err
+	}
+	size0 := fileSize(e.dbPath)
+	n := o.fill - int(have)
+	if n > 0 {
+		res, err := loadgen.Run(ctx, loadgen.Config{Target: loadgen.Start, URL: e.base, APIKey: e.apiKey,
+			ModelKey: "mk-noop", Concurrency: 64, Count: n})
+		if err != nil {
+			return err
+		}
+		if res.Errors > 0 {
+			return fmt.Errorf("fill: %d errors, first: %s", res.Errors, res.FirstError)
+		}
+		r.add(fmt.Sprintf("Fill: %d sync starts at c=64 (throughput)", n), fmt.Sprintf("%.0f calls/s", res.Throughput), "", true)
+	}
+	total, err := metricSum(ctx, e.base, `inferd_calls_total{`)
+	if err != nil {
+		return err
+	}
+	rss, err := rssBytes(e.inferdPid)
+	if err != nil {
+		return err
+	}
+	added := rss - r.idleRSS
+	r.add(fmt.Sprintf("RSS with %.0f finished calls stored (added over idle; includes the heap left by the load)", total),
+		mib(rss)+" (+"+mib(added)+")", "≤ +30 MB", added <= 30<<20)
+	if n > 0 {
+		per := float64(fileSize(e.dbPath)-size0) / float64(n)
+		r.add(fmt.Sprintf("Data file growth per call (%d calls, inputs %s, outputs {\"ok\":true}); file %s",
+			n, `{"prompt":"hello"}`, mib(fileSize(e.dbPath))), fmt.Sprintf("%.0f bytes", per), "", true)
+	}
+	return nil
+}
+
+// measureLongPolls starts o.polls calls on a model that never answers and
+// holds one long-poll check on each at once.
+func measureLongPolls(ctx context.Context, e *env, o options, r *report) error {
+	ids, err := startCalls(ctx, e, "mk-hang", o.polls)
+	if err != nil {
+		return err
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// One connection per poll; at most 256 dials in flight, so the listen
+	// backlog never overflows into SYN retries.
+	client := &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: -1}}
+	sem := make(chan struct{}, 256)
+	var wg sync.WaitGroup
+	var early atomic.Int64
+	for _, id := range ids {
+		sem <- struct{}{}
+		wg.Go(func() {
+			var once sync.Once
+			release := func() { once.Do(func() { <-sem }) }
+			defer release()
+			trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { release() }}
+			b, _ := json.Marshal(map[string]any{"apiKey": e.apiKey, "callID": id, "longPoll": true})
+			if _, err := loadgen.Post(httptrace.WithClientTrace(pctx, trace), client, e.base+"/check/v4", b); err == nil {
+				early.Add(1) // answered before we let go: not held
+			}
+		})
+	}
+	held, err := waitMetric(ctx, e.base, "inferd_longpolls_in_flight", 120*time.Second,
+		func(v float64) bool { return v >= float64(o.polls) })
+	if err != nil {
+		cancel()
+		wg.Wait()
+		return err
+	}
+	rss, err := rssBytes(e.inferdPid)
+	cancel()
+	wg.Wait()
+	if err != nil {
+		return err
+	}
+	if early.Load() > 0 {
+		return fmt.Errorf("%d long polls answered before the end", early.Load())
+	}
+	r.add(fmt.Sprintf("RSS with %.0f long polls held at once (and %d queued calls)", held, len(ids)), mib(rss), "≤ 300 MB", rss <= 300<<20)
+	return nil
+}
+
+// startCalls starts n calls with startOnly and returns their ids.
+func startCalls(ctx context.Context, e *env, modelKey string, n int) ([]string, error) {
+	client := loadgen.NewClient(64)
+	body := inferBody(e, modelKey, true)
+	ids := make([]string, n)
+	var next atomic.Int64
+	var firstErr error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				a, err := loadgen.PostInference(ctx, client, e.base+"/start/v4", body)
+				if err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+					return
+				}
+				ids[i] = a.CallID
+			}
+		})
+	}
+	wg.Wait()
+	return ids, firstErr
+}
+
+func inferBody(e *env, modelKey string, startOnly bool) []byte {
+	b, _ := json.Marshal(map[string]any{"apiKey": e.apiKey, "modelKey": modelKey,
+		"modelInputs": map[string]string{"prompt": "hello"}, "startOnly": startOnly})
+	return b
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}
