@@ -227,7 +227,7 @@ func TestAdminApplyReportsCapacityWarningsOfAllProjects(t *testing.T) {
 		for _, p := range ps {
 			seen = append(seen, p.ID)
 		}
-		return []string{"2 of 3 minimum GPU replicas do not fit"}
+		return []string{"minReplicas need 3 GPU replicas at once but only 2 fit"}
 	}
 	h := NewAdmin(st, zerolog.Nop(), WithCapacityCheck(check))
 	rec := serve(h, http.MethodPost, "/admin/apply", applyBody(t, testProject("fresh", "acme")))
@@ -235,7 +235,7 @@ func TestAdminApplyReportsCapacityWarningsOfAllProjects(t *testing.T) {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
 	}
 	got := decode[applyResponse](t, rec)
-	if len(got.Changes) != 1 || len(got.Warnings) != 1 || got.Warnings[0] != "2 of 3 minimum GPU replicas do not fit" {
+	if len(got.Changes) != 1 || len(got.Warnings) != 1 || got.Warnings[0] != "minReplicas need 3 GPU replicas at once but only 2 fit" {
 		t.Errorf("reply %+v", got)
 	}
 	if strings.Join(seen, ",") != "echo,fresh" {

@@ -248,27 +248,23 @@ func minimumsWarnings(devices []gpu.Device, cpuSlots int, projects []store.Proje
 			cmp.Compare(b.req.memoryMiB, a.req.memoryMiB))
 	})
 	var held []assignment
-	var short []string
-	missing := 0
+	var gpuProjects []string
 	for _, w := range wants {
-		gpus, ok := place(devices, held, w.req)
-		if !ok {
-			missing++
-			if !slices.Contains(short, w.id) {
-				short = append(short, w.id)
-			}
-			continue
+		if !slices.Contains(gpuProjects, w.id) {
+			gpuProjects = append(gpuProjects, w.id)
 		}
-		held = append(held, assignment{replica: w.id, gpus: gpus, memoryMiB: w.req.memoryMiB})
+		if gpus, ok := place(devices, held, w.req); ok {
+			held = append(held, assignment{replica: w.id, gpus: gpus, memoryMiB: w.req.memoryMiB})
+		}
 	}
 	var warnings []string
-	if missing > 0 {
-		slices.Sort(short)
-		warnings = append(warnings, fmt.Sprintf("%d of %d minimum GPU replicas do not fit on this machine's %d GPUs (projects %s); they wait until GPUs come free",
-			missing, len(wants), len(devices), strings.Join(short, ", ")))
+	if len(held) < len(wants) {
+		slices.Sort(gpuProjects)
+		warnings = append(warnings, fmt.Sprintf("minReplicas need %d GPU replicas at once but only %d fit on this machine's %d GPUs (projects %s); the rest wait until GPUs come free",
+			len(wants), len(held), len(devices), strings.Join(gpuProjects, ", ")))
 	}
 	if cpu > cpuSlots {
-		warnings = append(warnings, fmt.Sprintf("minimum CPU replicas add up to %d, more than cpuSlots (%d) (projects %s); the rest wait for a slot",
+		warnings = append(warnings, fmt.Sprintf("minReplicas need %d CPU replicas at once but cpuSlots is %d (projects %s); the rest wait for a slot",
 			cpu, cpuSlots, strings.Join(cpuProjects, ", ")))
 	}
 	return warnings

@@ -154,17 +154,17 @@ func TestMinimumsWarnings(t *testing.T) {
 		{
 			"one GPU replica too many",
 			2, []store.Project{proj("w", 1, 1, 0), proj("x", 2, 1, 0)},
-			[]string{"1 of 3 minimum GPU replicas do not fit on this machine's 2 GPUs (projects x)"},
+			[]string{"minReplicas need 3 GPU replicas at once but only 2 fit on this machine's 2 GPUs (projects w, x)"},
 		},
 		{
 			"shares fragment",
 			2, []store.Project{proj("s", 3, 0, 10000)},
-			[]string{"1 of 3 minimum GPU replicas do not fit on this machine's 2 GPUs (projects s)"},
+			[]string{"minReplicas need 3 GPU replicas at once but only 2 fit on this machine's 2 GPUs (projects s)"},
 		},
 		{
 			"CPU minimums above cpuSlots",
 			2, []store.Project{proj("a", 2, 0, 0), proj("b", 1, 0, 0)},
-			[]string{"minimum CPU replicas add up to 3, more than cpuSlots (2) (projects a, b)"},
+			[]string{"minReplicas need 3 CPU replicas at once but cpuSlots is 2 (projects a, b)"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
