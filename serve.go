@@ -86,7 +86,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		IdleTimeout:    2 * time.Minute,
 		MaxHeaderBytes: 64 << 10,
 	}
-	admin := &http.Server{Handler: httpapi.NewAdmin(st, log), ReadHeaderTimeout: 10 * time.Second}
+	admin := &http.Server{Handler: httpapi.NewAdmin(st, log, httpapi.WithCapacityCheck(sched.CapacityWarnings)), ReadHeaderTimeout: 10 * time.Second}
 
 	log.Info().Str("listen", "http://"+apiLn.Addr().String()).Str("dataDir", cfg.DataDir).
 		Int("gpus", gpus.Count()).Str("gpuSource", gpus.Source()).Str("version", version).Msg("inferd serving")

@@ -10,4 +10,9 @@ type Device struct {
 	UtilizationPct int    `json:"utilizationPct"`
 	MIG            bool   `json:"mig"`
 	Simulated      bool   `json:"simulated"`
+	// Samples counts the successful NVML reads of this device (discovery
+	// included); 0 for simulated GPUs. A read counted after an event has
+	// happened reflects it: the scheduler waits for a higher count before it
+	// trusts that a stopped replica's memory is back.
+	Samples uint64 `json:"samples,omitempty"`
 }

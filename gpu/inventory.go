@@ -121,6 +121,7 @@ func (i *Inventory) refresh() {
 		if v, ok := s[d.UUID]; ok {
 			d.MemoryFreeMiB = v.freeMiB
 			d.UtilizationPct = v.utilPct
+			d.Samples++
 		}
 	}
 }

@@ -79,6 +79,7 @@ func discover(lib nvmlLib, log zerolog.Logger) *Inventory {
 			ev.Err(err).Msg("skipping GPU: query failed")
 			continue
 		}
+		d.Samples = 1
 		b.handles[d.UUID] = h
 		devs = append(devs, d)
 	}

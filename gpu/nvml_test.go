@@ -161,8 +161,8 @@ func TestDiscoverMapsNVMLDevices(t *testing.T) {
 			},
 			wantSource: "nvml (driver 550.54.15)",
 			want: []Device{
-				{Index: 0, UUID: "GPU-aaaaaaaa-0000-0000-0000-000000000000", Name: "NVIDIA A100-SXM4-40GB", MemoryTotalMiB: 40960, MemoryFreeMiB: 30000, UtilizationPct: 12},
-				{Index: 1, UUID: "GPU-bbbbbbbb-0000-0000-0000-000000000000", Name: "NVIDIA H100 80GB HBM3", MemoryTotalMiB: 81559, MemoryFreeMiB: 81000, UtilizationPct: 0, MIG: true},
+				{Index: 0, UUID: "GPU-aaaaaaaa-0000-0000-0000-000000000000", Name: "NVIDIA A100-SXM4-40GB", MemoryTotalMiB: 40960, MemoryFreeMiB: 30000, UtilizationPct: 12, Samples: 1},
+				{Index: 1, UUID: "GPU-bbbbbbbb-0000-0000-0000-000000000000", Name: "NVIDIA H100 80GB HBM3", MemoryTotalMiB: 81559, MemoryFreeMiB: 81000, UtilizationPct: 0, MIG: true, Samples: 1},
 			},
 		},
 		{
@@ -176,7 +176,7 @@ func TestDiscoverMapsNVMLDevices(t *testing.T) {
 			},
 			wantSource: "nvml (driver 470.256.02)",
 			want: []Device{
-				{Index: 0, UUID: "GPU-aaaaaaaa-0000-0000-0000-000000000000", Name: "NVIDIA A100-SXM4-40GB", MemoryTotalMiB: 40960, MemoryFreeMiB: 30000, UtilizationPct: 12},
+				{Index: 0, UUID: "GPU-aaaaaaaa-0000-0000-0000-000000000000", Name: "NVIDIA A100-SXM4-40GB", MemoryTotalMiB: 40960, MemoryFreeMiB: 30000, UtilizationPct: 12, Samples: 1},
 			},
 		},
 		{
@@ -185,8 +185,8 @@ func TestDiscoverMapsNVMLDevices(t *testing.T) {
 			gpus:       func() []*fakeGPU { a, h := a100(), h100(); a.index, h.index = 1, 0; return []*fakeGPU{a, h} },
 			wantSource: "nvml (driver 550.54.15)",
 			want: []Device{
-				{Index: 0, UUID: "GPU-bbbbbbbb-0000-0000-0000-000000000000", Name: "NVIDIA H100 80GB HBM3", MemoryTotalMiB: 81559, MemoryFreeMiB: 81000, UtilizationPct: 55},
-				{Index: 1, UUID: "GPU-aaaaaaaa-0000-0000-0000-000000000000", Name: "NVIDIA A100-SXM4-40GB", MemoryTotalMiB: 40960, MemoryFreeMiB: 30000, UtilizationPct: 12},
+				{Index: 0, UUID: "GPU-bbbbbbbb-0000-0000-0000-000000000000", Name: "NVIDIA H100 80GB HBM3", MemoryTotalMiB: 81559, MemoryFreeMiB: 81000, UtilizationPct: 55, Samples: 1},
+				{Index: 1, UUID: "GPU-aaaaaaaa-0000-0000-0000-000000000000", Name: "NVIDIA A100-SXM4-40GB", MemoryTotalMiB: 40960, MemoryFreeMiB: 30000, UtilizationPct: 12, Samples: 1},
 			},
 		},
 		{
@@ -195,7 +195,7 @@ func TestDiscoverMapsNVMLDevices(t *testing.T) {
 			gpus:       func() []*fakeGPU { g := h100(); g.memRet = nvml.ERROR_UNKNOWN; return []*fakeGPU{a100(), g} },
 			wantSource: "nvml (driver 550.54.15)",
 			want: []Device{
-				{Index: 0, UUID: "GPU-aaaaaaaa-0000-0000-0000-000000000000", Name: "NVIDIA A100-SXM4-40GB", MemoryTotalMiB: 40960, MemoryFreeMiB: 30000, UtilizationPct: 12},
+				{Index: 0, UUID: "GPU-aaaaaaaa-0000-0000-0000-000000000000", Name: "NVIDIA A100-SXM4-40GB", MemoryTotalMiB: 40960, MemoryFreeMiB: 30000, UtilizationPct: 12, Samples: 1},
 			},
 			wantWarns: [][]string{{"skipping GPU", "GPU-bbbbbbbb-0000-0000-0000-000000000000", "get memory info", "ERROR_UNKNOWN"}},
 		},
@@ -205,7 +205,7 @@ func TestDiscoverMapsNVMLDevices(t *testing.T) {
 			gpus:       func() []*fakeGPU { g := a100(); g.handleRet = nvml.ERROR_GPU_IS_LOST; return []*fakeGPU{g, h100()} },
 			wantSource: "nvml (driver 550.54.15)",
 			want: []Device{
-				{Index: 1, UUID: "GPU-bbbbbbbb-0000-0000-0000-000000000000", Name: "NVIDIA H100 80GB HBM3", MemoryTotalMiB: 81559, MemoryFreeMiB: 81000, UtilizationPct: 55},
+				{Index: 1, UUID: "GPU-bbbbbbbb-0000-0000-0000-000000000000", Name: "NVIDIA H100 80GB HBM3", MemoryTotalMiB: 81559, MemoryFreeMiB: 81000, UtilizationPct: 55, Samples: 1},
 			},
 			wantWarns: [][]string{{"skipping GPU", "index=0", "ERROR_GPU_IS_LOST"}},
 		},
@@ -378,6 +378,8 @@ func TestRefreshUpdatesVolatileFields(t *testing.T) {
 		wantFree  [2]uint64
 		wantUtil  [2]int
 		wantWarns int // warning lines logged during this step
+		// wantSamples: successful reads per GPU so far, discovery included.
+		wantSamples [2]uint64
 	}
 	tests := []struct {
 		name  string
@@ -388,11 +390,11 @@ func TestRefreshUpdatesVolatileFields(t *testing.T) {
 			steps: []step{
 				{
 					change:   func(a, h *fakeGPU) { a.freeMiB, a.util = 1000, 97; h.freeMiB = 80000 },
-					wantFree: [2]uint64{1000, 80000}, wantUtil: [2]int{97, 55},
+					wantFree: [2]uint64{1000, 80000}, wantUtil: [2]int{97, 55}, wantSamples: [2]uint64{2, 2},
 				},
 				{
 					change:   func(a, h *fakeGPU) { a.freeMiB, a.util = 40000, 0 },
-					wantFree: [2]uint64{40000, 80000}, wantUtil: [2]int{0, 55},
+					wantFree: [2]uint64{40000, 80000}, wantUtil: [2]int{0, 55}, wantSamples: [2]uint64{3, 3},
 				},
 			},
 		},
@@ -401,19 +403,19 @@ func TestRefreshUpdatesVolatileFields(t *testing.T) {
 			steps: []step{
 				{
 					change:   func(a, h *fakeGPU) { a.memRet = nvml.ERROR_GPU_IS_LOST; a.freeMiB = 1; h.freeMiB = 70000 },
-					wantFree: [2]uint64{30000, 70000}, wantUtil: [2]int{12, 55}, wantWarns: 1,
+					wantFree: [2]uint64{30000, 70000}, wantUtil: [2]int{12, 55}, wantWarns: 1, wantSamples: [2]uint64{1, 2},
 				},
 				{
 					change:   func(a, h *fakeGPU) { h.freeMiB = 60000 },
-					wantFree: [2]uint64{30000, 60000}, wantUtil: [2]int{12, 55}, wantWarns: 0,
+					wantFree: [2]uint64{30000, 60000}, wantUtil: [2]int{12, 55}, wantWarns: 0, wantSamples: [2]uint64{1, 3},
 				},
 				{
 					change:   func(a, h *fakeGPU) { a.memRet = nvml.SUCCESS },
-					wantFree: [2]uint64{1, 60000}, wantUtil: [2]int{12, 55}, wantWarns: 0,
+					wantFree: [2]uint64{1, 60000}, wantUtil: [2]int{12, 55}, wantWarns: 0, wantSamples: [2]uint64{2, 4},
 				},
 				{
 					change:   func(a, h *fakeGPU) { a.utilRet = nvml.ERROR_UNKNOWN; a.freeMiB = 2 },
-					wantFree: [2]uint64{1, 60000}, wantUtil: [2]int{12, 55}, wantWarns: 1,
+					wantFree: [2]uint64{1, 60000}, wantUtil: [2]int{12, 55}, wantWarns: 1, wantSamples: [2]uint64{2, 5},
 				},
 			},
 		},
@@ -439,6 +441,9 @@ func TestRefreshUpdatesVolatileFields(t *testing.T) {
 					if devs[d].MemoryFreeMiB != s.wantFree[d] || devs[d].UtilizationPct != s.wantUtil[d] {
 						t.Errorf("step %d GPU %d: free %d util %d, want free %d util %d",
 							k, d, devs[d].MemoryFreeMiB, devs[d].UtilizationPct, s.wantFree[d], s.wantUtil[d])
+					}
+					if devs[d].Samples != s.wantSamples[d] {
+						t.Errorf("step %d GPU %d: %d samples, want %d", k, d, devs[d].Samples, s.wantSamples[d])
 					}
 					if devs[d].MemoryTotalMiB == 0 || devs[d].Name == "" {
 						t.Errorf("step %d GPU %d: static fields lost: %+v", k, d, devs[d])

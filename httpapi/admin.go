@@ -37,16 +37,30 @@ type BackupWriter interface {
 }
 
 type admin struct {
-	store AdminStore
-	log   zerolog.Logger
+	store    AdminStore
+	log      zerolog.Logger
+	capacity func([]store.Project) []string
+}
+
+// AdminOption adjusts the admin API.
+type AdminOption func(*admin)
+
+// WithCapacityCheck makes apply report as warnings what check says of all
+// projects once the apply is done (the scheduler's CapacityWarnings: whether
+// every minReplicas fits on the machine). Warnings reject nothing.
+func WithCapacityCheck(check func([]store.Project) []string) AdminOption {
+	return func(a *admin) { a.capacity = check }
 }
 
 // NewAdmin returns the admin API: teams, keys and declarative project
 // upserts. It has no authentication of its own: the daemon serves it only on
 // a unix socket with mode 0600, and the CLI calls it in-process when no
 // daemon runs.
-func NewAdmin(st AdminStore, log zerolog.Logger) http.Handler {
+func NewAdmin(st AdminStore, log zerolog.Logger, opts ...AdminOption) http.Handler {
 	a := &admin{store: st, log: log}
+	for _, o := range opts {
+		o(a)
+	}
 	r := newRouter(a.recoverPanic)
 	r.POST("/admin/keys", a.createKey)
 	r.GET("/admin/keys", a.listKeys)
@@ -180,7 +194,8 @@ type applyChange struct {
 }
 
 type applyResponse struct {
-	Changes []applyChange `json:"changes"`
+	Changes  []applyChange `json:"changes"`
+	Warnings []string      `json:"warnings,omitempty"` // the apply went through; these say what will not work as hoped
 }
 
 // apply handles POST /admin/apply {"projects": [...]}: every project is
@@ -231,7 +246,23 @@ func (a *admin) apply(w http.ResponseWriter, r *http.Request, _ httprouter.Param
 		}
 		out.Changes = append(out.Changes, applyChange{Project: p.ID, Team: p.TeamID, Change: string(change)})
 	}
+	out.Warnings = a.capacityWarnings()
 	writeJSON(w, http.StatusOK, out)
+}
+
+// capacityWarnings runs the capacity check on every project, if there is
+// one. The apply has succeeded by now, so a failed read only costs the
+// warnings.
+func (a *admin) capacityWarnings() []string {
+	if a.capacity == nil {
+		return nil
+	}
+	all, err := a.store.ListProjects("")
+	if err != nil {
+		a.log.Warn().Err(err).Msg("apply: listing projects for the capacity check failed")
+		return nil
+	}
+	return a.capacity(all)
 }
 
 func appliedNames(changes []applyChange) string {

@@ -217,3 +217,38 @@ func TestAdminProjects(t *testing.T) {
 	apiErrorReply(t, serve(h, http.MethodGet, "/admin/projects/echo", ""), http.StatusMethodNotAllowed, "method_not_allowed")
 	apiErrorReply(t, serve(h, http.MethodGet, "/admin/nope", ""), http.StatusNotFound, "not_found")
 }
+
+func TestAdminApplyReportsCapacityWarningsOfAllProjects(t *testing.T) {
+	st := newFakeStore()
+	st.addProject(testProject("echo", "acme"), "mk-echo")
+	var seen []string
+	check := func(ps []store.Project) []string {
+		seen = nil
+		for _, p := range ps {
+			seen = append(seen, p.ID)
+		}
+		return []string{"minReplicas need 3 GPU replicas at once but only 2 fit"}
+	}
+	h := NewAdmin(st, zerolog.Nop(), WithCapacityCheck(check))
+	rec := serve(h, http.MethodPost, "/admin/apply", applyBody(t, testProject("fresh", "acme")))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	got := decode[applyResponse](t, rec)
+	if len(got.Changes) != 1 || len(got.Warnings) != 1 || got.Warnings[0] != "minReplicas need 3 GPU replicas at once but only 2 fit" {
+		t.Errorf("reply %+v", got)
+	}
+	if strings.Join(seen, ",") != "echo,fresh" {
+		t.Errorf("the check saw %v, want every project after the apply", seen)
+	}
+	if st.project("fresh").ID != "fresh" {
+		t.Error("a warning kept the project from being stored")
+	}
+
+	// Without a check (the CLI's in-process admin), no warnings field.
+	_, plain := newAdminEnv(t)
+	rec = serve(plain, http.MethodPost, "/admin/apply", applyBody(t, testProject("fresh", "acme")))
+	if strings.Contains(rec.Body.String(), "warnings") {
+		t.Errorf("reply without a check mentions warnings: %s", rec.Body)
+	}
+}

@@ -24,8 +24,8 @@ func (s *Scheduler) admit(req submitReq) {
 		p = s.addProject(req.p)
 		s.reload(p.id)
 	}
-	if need, have := p.cfg.Model.GPUs, len(s.devices()); need > have {
-		req.reply <- submitResult{err: &needsGPUsError{need: need, have: have}}
+	if err := fitsMachine(s.devices(), requestOf(p.cfg.Model)); err != nil {
+		req.reply <- submitResult{err: err}
 		return
 	}
 	if n := p.queue.len(); n >= s.cfg.MaxQueuedPerProject {

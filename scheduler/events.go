@@ -124,6 +124,7 @@ type (
 		p   *project
 		seq uint64
 	}
+	evGPUPoll struct{ seq uint64 }
 )
 
 // evProjectChanged: ProjectChanged was called.
@@ -146,5 +147,6 @@ func (evBootTimeout) isEvent()    {}
 func (evIdleExpired) isEvent()    {}
 func (evInferTimeout) isEvent()   {}
 func (evBackoffDone) isEvent()    {}
+func (evGPUPoll) isEvent()        {}
 func (evProjectChanged) isEvent() {}
 func (evProjectLoaded) isEvent()  {}

@@ -444,7 +444,7 @@ type fakeGPUs []gpu.Device
 func simulatedGPUs(n int) fakeGPUs {
 	var d fakeGPUs
 	for i := range n {
-		d = append(d, gpu.Device{Index: i, UUID: fmt.Sprintf("GPU-%d", i), Name: "Simulated", MemoryTotalMiB: 16384, Simulated: true})
+		d = append(d, gpu.Device{Index: i, UUID: fmt.Sprintf("GPU-%d", i), Name: "Simulated", MemoryTotalMiB: 16384, MemoryFreeMiB: 16384, Simulated: true})
 	}
 	return d
 }

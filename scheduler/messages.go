@@ -35,10 +35,18 @@ func (e *queueFullError) Error() string {
 
 func (e *queueFullError) Unwrap() error { return ErrQueueFull }
 
-// needsGPUsError: "project needs 2 GPUs, this machine has 1".
-type needsGPUsError struct{ need, have int }
+// needsGPUsError: "project needs 2 GPUs, this machine has 1", or for a
+// share by memory "project needs 1 GPUs with 20000 MiB, this machine has 0
+// that large".
+type needsGPUsError struct {
+	need, have int
+	memoryMiB  uint64 // per GPU; 0 = whole GPUs
+}
 
 func (e *needsGPUsError) Error() string {
+	if e.memoryMiB > 0 {
+		return fmt.Sprintf("project needs %d GPUs with %d MiB, this machine has %d that large", e.need, e.memoryMiB, e.have)
+	}
 	return fmt.Sprintf("project needs %d GPUs, this machine has %d", e.need, e.have)
 }
 
@@ -46,8 +54,8 @@ func (e *needsGPUsError) Unwrap() error { return ErrNeedsGPUs }
 
 // msgNeedsGPUs ends the queued calls of a project that was changed to need
 // more GPUs than the machine has.
-func msgNeedsGPUs(need, have int) string {
-	return "error: " + (&needsGPUsError{need, have}).Error()
+func msgNeedsGPUs(err error) string {
+	return "error: " + err.Error()
 }
 
 func msgInferenceTimeout(seconds int) string {

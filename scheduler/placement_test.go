@@ -1,35 +1,214 @@
 package scheduler
 
 import (
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"inferd/gpu"
+	"inferd/store"
 )
 
-func TestPlaceWholeGPUs(t *testing.T) {
-	four := []gpu.Device{{Index: 2, UUID: "C"}, {Index: 0, UUID: "A"}, {Index: 3, UUID: "D"}, {Index: 1, UUID: "B"}}
+// dev is a GPU with total MiB, all of it free unless free is given.
+func dev(index int, uuid string, total uint64, free ...uint64) gpu.Device {
+	d := gpu.Device{Index: index, UUID: uuid, MemoryTotalMiB: total, MemoryFreeMiB: total}
+	if len(free) > 0 {
+		d.MemoryFreeMiB = free[0]
+	}
+	return d
+}
+
+func hold(replica string, memMiB uint64, gpus ...string) assignment {
+	return assignment{replica: replica, gpus: gpus, memoryMiB: memMiB}
+}
+
+func TestPlace(t *testing.T) {
+	four := []gpu.Device{dev(2, "C", 16384), dev(0, "A", 16384), dev(3, "D", 16384), dev(1, "B", 16384)}
+	two := []gpu.Device{dev(0, "A", 16384), dev(1, "B", 16384)}
 	for _, tc := range []struct {
 		name    string
 		devices []gpu.Device
 		held    []assignment
-		gpus    int
+		req     placementRequest
 		want    []string
 		ok      bool
 	}{
-		{"cpu replica needs nothing", nil, nil, 0, nil, true},
-		{"no GPUs", nil, nil, 1, nil, false},
-		{"lowest index first", four, nil, 1, []string{"A"}, true},
-		{"skips held GPUs", four, []assignment{{replica: "p-1", gpus: []string{"A", "C"}}}, 2, []string{"B", "D"}, true},
-		{"multi-GPU replica", four, nil, 3, []string{"A", "B", "C"}, true},
-		{"not enough free", four, []assignment{{replica: "p-1", gpus: []string{"A", "B", "C"}}}, 2, nil, false},
-		{"all taken", four[:1], []assignment{{replica: "p-1", gpus: []string{"C"}}}, 1, nil, false},
+		{"cpu replica needs nothing", nil, nil, placementRequest{}, nil, true},
+		{"no GPUs", nil, nil, placementRequest{gpus: 1}, nil, false},
+
+		// Whole GPUs.
+		{"whole: lowest index first", four, nil, placementRequest{gpus: 1}, []string{"A"}, true},
+		{"whole: skips held GPUs", four, []assignment{hold("p-1", 0, "A", "C")}, placementRequest{gpus: 2}, []string{"B", "D"}, true},
+		{"whole: multi-GPU replica", four, nil, placementRequest{gpus: 3}, []string{"A", "B", "C"}, true},
+		{"whole: not enough free", four, []assignment{hold("p-1", 0, "A", "B", "C")}, placementRequest{gpus: 2}, nil, false},
+		{"whole: a GPU shared by memory is not whole", two, []assignment{hold("s-1", 1024, "A")}, placementRequest{gpus: 1}, []string{"B"}, true},
+		{"whole: every GPU partly shared", two, []assignment{hold("s-1", 1024, "A"), hold("s-2", 1024, "B")}, placementRequest{gpus: 1}, nil, false},
+
+		// Shares by memory.
+		{"share: fits beside another share", two[:1], []assignment{hold("s-1", 10000, "A")}, placementRequest{gpus: 1, memoryMiB: 6000}, []string{"A"}, true},
+		{"share: does not fit beside it", two[:1], []assignment{hold("s-1", 10000, "A")}, placementRequest{gpus: 1, memoryMiB: 7000}, nil, false},
+		{"share: never on a whole-held GPU", two, []assignment{hold("w-1", 0, "A")}, placementRequest{gpus: 1, memoryMiB: 1}, []string{"B"}, true},
+		{"share: best fit keeps a GPU whole", two, []assignment{hold("s-1", 8000, "B")}, placementRequest{gpus: 1, memoryMiB: 4000}, []string{"B"}, true},
+		{"share: best fit by the driver's free memory", []gpu.Device{dev(0, "A", 16384), dev(1, "B", 16384, 5000)}, nil, placementRequest{gpus: 1, memoryMiB: 4000}, []string{"B"}, true},
+		{"share: ties go to the lowest index", []gpu.Device{dev(1, "B", 16384), dev(0, "A", 16384)}, nil, placementRequest{gpus: 1, memoryMiB: 4000}, []string{"A"}, true},
+		{
+			"share: fragmentation: free memory adds up but no GPU has enough",
+			two, []assignment{hold("s-1", 10000, "A"), hold("s-2", 10000, "B")},
+			placementRequest{gpus: 1, memoryMiB: 8000}, nil, false,
+		},
+		{
+			"share: the driver's free memory limits it (used outside inferd, or not shown back yet)",
+			[]gpu.Device{dev(0, "A", 16384, 3000)}, nil, placementRequest{gpus: 1, memoryMiB: 4000}, nil, false,
+		},
+		{
+			"share: inferd's bookkeeping limits it (handed out, not allocated yet)",
+			[]gpu.Device{dev(0, "A", 16384)}, []assignment{hold("s-1", 14000, "A")}, placementRequest{gpus: 1, memoryMiB: 4000}, nil, false,
+		},
+		{
+			"share: over-committed bookkeeping reads as no free memory",
+			[]gpu.Device{dev(0, "A", 1000)}, []assignment{hold("s-1", 800, "A"), hold("s-2", 800, "A")}, placementRequest{gpus: 1, memoryMiB: 1}, nil, false,
+		},
+		{
+			"share: multi-GPU replica takes distinct GPUs",
+			four, []assignment{hold("s-1", 12000, "A")}, placementRequest{gpus: 2, memoryMiB: 8000}, []string{"B", "C"}, true,
+		},
+		{
+			"share: multi-GPU replica needs that many GPUs with room",
+			two, []assignment{hold("s-1", 12000, "A")}, placementRequest{gpus: 2, memoryMiB: 8000}, nil, false,
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := place(tc.devices, tc.held, placementRequest{gpus: tc.gpus})
+			held := slices.Clone(tc.held)
+			got, ok := place(tc.devices, tc.held, tc.req)
 			if ok != tc.ok || !slices.Equal(got, tc.want) {
 				t.Errorf("place = %v, %v; want %v, %v", got, ok, tc.want, tc.ok)
 			}
+			if !slices.EqualFunc(held, tc.held, func(a, b assignment) bool { return a.replica == b.replica }) {
+				t.Error("place changed its input")
+			}
 		})
+	}
+}
+
+func TestRequestOf(t *testing.T) {
+	for _, tc := range []struct {
+		gpus, mem int
+		want      placementRequest
+	}{
+		{0, 0, placementRequest{}},
+		{2, 0, placementRequest{gpus: 2}},
+		{0, 4096, placementRequest{gpus: 1, memoryMiB: 4096}}, // a share implies one GPU
+		{2, 4096, placementRequest{gpus: 2, memoryMiB: 4096}},
+	} {
+		if got := requestOf(store.ModelSpec{GPUs: tc.gpus, GPUMemoryMiB: tc.mem}); got != tc.want {
+			t.Errorf("requestOf(gpus %d, gpuMemoryMiB %d) = %+v, want %+v", tc.gpus, tc.mem, got, tc.want)
+		}
+	}
+}
+
+func TestFitsMachine(t *testing.T) {
+	box := []gpu.Device{dev(0, "A", 24576), dev(1, "B", 81920, 100)} // free memory does not matter
+	for _, tc := range []struct {
+		name string
+		req  placementRequest
+		want string
+	}{
+		{"cpu", placementRequest{}, ""},
+		{"two whole GPUs", placementRequest{gpus: 2}, ""},
+		{"three whole GPUs", placementRequest{gpus: 3}, "project needs 3 GPUs, this machine has 2"},
+		{"a share that one GPU can hold", placementRequest{gpus: 1, memoryMiB: 40000}, ""},
+		{"two shares only one GPU can hold", placementRequest{gpus: 2, memoryMiB: 40000}, "project needs 2 GPUs with 40000 MiB, this machine has 1 that large"},
+		{"a share larger than any GPU", placementRequest{gpus: 1, memoryMiB: 90000}, "project needs 1 GPUs with 90000 MiB, this machine has 0 that large"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := fitsMachine(box, tc.req)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("fitsMachine = %v, want nil", err)
+			case tc.want != "" && (err == nil || err.Error() != tc.want || !errors.Is(err, ErrNeedsGPUs)):
+				t.Errorf("fitsMachine = %v, want %q wrapping ErrNeedsGPUs", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestMinimumsWarnings(t *testing.T) {
+	two := []gpu.Device{dev(0, "A", 16384, 0), dev(1, "B", 16384, 0)} // driver's free memory is ignored
+	proj := func(id string, min, gpus, mem int) store.Project {
+		return store.Project{ID: id, MinReplicas: min, Model: store.ModelSpec{GPUs: gpus, GPUMemoryMiB: mem}}
+	}
+	for _, tc := range []struct {
+		name     string
+		cpuSlots int
+		projects []store.Project
+		want     []string // substrings, one per warning
+	}{
+		{"nothing", 2, nil, nil},
+		{"minimums fit exactly", 2, []store.Project{proj("w", 1, 1, 0), proj("s", 2, 0, 8192), proj("c", 2, 0, 0)}, nil},
+		{"max does not count", 1, []store.Project{proj("w", 0, 2, 0), proj("c", 0, 0, 0)}, nil},
+		{
+			"a whole GPU beside a share",
+			2, []store.Project{proj("s", 1, 0, 12000), proj("w", 1, 1, 0)}, nil,
+		},
+		{
+			"one GPU replica too many",
+			2, []store.Project{proj("w", 1, 1, 0), proj("x", 2, 1, 0)},
+			[]string{"minReplicas need 3 GPU replicas at once but only 2 fit on this machine's 2 GPUs (projects w, x)"},
+		},
+		{
+			"shares fragment",
+			2, []store.Project{proj("s", 3, 0, 10000)},
+			[]string{"minReplicas need 3 GPU replicas at once but only 2 fit on this machine's 2 GPUs (projects s)"},
+		},
+		{
+			"CPU minimums above cpuSlots",
+			2, []store.Project{proj("a", 2, 0, 0), proj("b", 1, 0, 0)},
+			[]string{"minReplicas need 3 CPU replicas at once but cpuSlots is 2 (projects a, b)"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := minimumsWarnings(two, tc.cpuSlots, tc.projects)
+			if len(got) != len(tc.want) {
+				t.Fatalf("warnings = %q, want %d", got, len(tc.want))
+			}
+			for i := range got {
+				if !strings.Contains(got[i], tc.want[i]) {
+					t.Errorf("warning %q, want it to contain %q", got[i], tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestReleasedGPUsComeBackOnlyAfterADriverRead covers the bookkeeping of an
+// exited replica's hold on a real GPU: held until the device has been read
+// again, then gone.
+func TestReleasedGPUsComeBackOnlyAfterADriverRead(t *testing.T) {
+	s := &Scheduler{}
+	real := []gpu.Device{dev(0, "A", 16384), dev(1, "B", 16384)}
+	real[0].Samples, real[1].Samples = 5, 7
+	sim := []gpu.Device{{Index: 0, UUID: "S", MemoryTotalMiB: 16384, MemoryFreeMiB: 16384, Simulated: true}}
+
+	s.releaseGPUs(&rep{id: "sim-1", gpus: []string{"S"}}, sim)
+	if len(s.assignments()) != 0 {
+		t.Fatalf("a simulated GPU was held after its replica exited: %+v", s.assignments())
+	}
+
+	s.releaseGPUs(&rep{id: "w-1", gpus: []string{"A", "B"}}, real)
+	if _, ok := place(real, s.assignments(), placementRequest{gpus: 1}); ok {
+		t.Fatal("an exited replica's GPUs were free before the driver was read again")
+	}
+	real[0].Samples++ // A read again; B not yet
+	s.pruneReleases(real)
+	if got, ok := place(real, s.assignments(), placementRequest{gpus: 2}); ok {
+		t.Fatalf("placed %v on B before B was read again", got)
+	}
+	if got, _ := place(real, s.assignments(), placementRequest{gpus: 1}); !slices.Equal(got, []string{"A"}) {
+		t.Fatalf("placed %v, want A (read again since the exit)", got)
+	}
+	s.pruneReleases(real[:1]) // B vanished from the inventory: nothing to wait for
+	if len(s.releasing) != 0 {
+		t.Errorf("releases left: %+v", s.releasing)
 	}
 }

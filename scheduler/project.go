@@ -240,13 +240,13 @@ func (s *Scheduler) deleteProject(p *project) {
 // checkGPUs fails the queued calls of a project that needs more GPUs per
 // replica than the machine has: they could never run.
 func (s *Scheduler) checkGPUs(p *project) {
-	need, have := p.cfg.Model.GPUs, len(s.devices())
-	if need <= have {
+	err := fitsMachine(s.devices(), requestOf(p.cfg.Model))
+	if err == nil {
 		return
 	}
-	p.lastError = (&needsGPUsError{need: need, have: have}).Error()
+	p.lastError = err.Error()
 	if p.queue.len() > 0 {
-		s.failQueued(p, msgNeedsGPUs(need, have))
+		s.failQueued(p, msgNeedsGPUs(err))
 	}
 }
 

@@ -33,8 +33,9 @@ type rep struct {
 	// stopped once idle.
 	draining bool
 
-	gpus    []string // GPU UUIDs it holds
-	cpuSlot bool     // it holds one of the CPU slots
+	gpus      []string // GPU UUIDs it holds
+	gpuMemMiB uint64   // per GPU; 0 = the whole GPUs
+	cpuSlot   bool     // it holds one of the CPU slots
 
 	started   time.Time
 	readyAt   time.Time
@@ -86,21 +87,23 @@ func (r *rep) stateName() string {
 // slot). Launch runs off the loop; its outcome comes back as evLaunched. The
 // boot timeout counts from now.
 func (s *Scheduler) boot(p *project, gpus []string, cpuSlot bool) {
+	var memMiB uint64
+	if len(gpus) > 0 {
+		memMiB = requestOf(p.cfg.Model).memoryMiB
+	}
 	p.next++
 	r := &rep{
-		id:      fmt.Sprintf("%s-%d", p.id, p.next),
-		p:       p,
-		gen:     p.specGen,
-		state:   stateBooting,
-		gpus:    gpus,
-		cpuSlot: cpuSlot,
-		started: s.clk.Now(),
-		calls:   map[*call]struct{}{},
+		id:        fmt.Sprintf("%s-%d", p.id, p.next),
+		p:         p,
+		gen:       p.specGen,
+		state:     stateBooting,
+		gpus:      gpus,
+		gpuMemMiB: memMiB,
+		cpuSlot:   cpuSlot,
+		started:   s.clk.Now(),
+		calls:     map[*call]struct{}{},
 	}
 	p.replicas = append(p.replicas, r)
-	for _, u := range gpus {
-		s.gpuUsed[u] = r
-	}
 	if cpuSlot {
 		s.cpuUsed++
 	}
@@ -237,10 +240,8 @@ func (s *Scheduler) gone(r *rep, lastLine string, exitErr error) {
 		s.cpuUsed--
 		r.cpuSlot = false
 	}
-	for _, u := range r.gpus {
-		if s.gpuUsed[u] == r {
-			delete(s.gpuUsed, u)
-		}
+	if len(r.gpus) > 0 {
+		s.releaseGPUs(r, s.devices())
 	}
 	for _, c := range r.callList() {
 		s.detach(c)

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"slices"
 	"sort"
 
 	"inferd/gpu"
@@ -64,19 +65,22 @@ func (s *Scheduler) scaleUp() {
 		return
 	}
 	devices := s.devices()
+	s.pruneReleases(devices)
 	needs := s.needs[:0]
 	any := false
+	waitedGPU := false
 	for _, p := range s.order {
 		n := 0
-		if !p.deleted && !p.backoffT.armed() && p.cfg.Model.GPUs <= len(devices) {
+		if !p.deleted && !p.backoffT.armed() && fitsMachine(devices, requestOf(p.cfg.Model)) == nil {
 			n = max(p.want()-p.live(), 0)
 		}
 		needs = append(needs, n)
-		p.waiting = ""
+		waitedGPU = waitedGPU || p.waiting == waitingGPU
 		any = any || n > 0
 	}
 	s.needs = needs
 	if !any {
+		s.setWaiting(nil, nil)
 		return
 	}
 	start := sort.Search(len(s.order), func(i int) bool { return s.order[i].id > s.rrLast }) % len(s.order)
@@ -100,24 +104,51 @@ func (s *Scheduler) scaleUp() {
 	}
 	var waiting []*project
 	for k := range s.order {
-		i := (start + k) % len(s.order)
-		if p := s.order[i]; needs[i] > 0 {
-			p.waiting = waitingCPU
-			if p.cfg.Model.GPUs > 0 {
-				p.waiting = waitingGPU
-			}
-			waiting = append(waiting, p)
+		if i := (start + k) % len(s.order); needs[i] > 0 {
+			waiting = append(waiting, s.order[i])
 		}
 	}
+	s.setWaiting(waiting, devices)
 	if len(waiting) > 0 {
 		s.evict(waiting, devices)
 	}
 }
 
+// setWaiting records why the waiting projects wait (for the status), and
+// polls the inventory while one waits for GPU memory that only a fresh
+// driver reading can show: a stopped replica's, or memory used outside
+// inferd. Simulated GPUs change only with inferd's own events.
+func (s *Scheduler) setWaiting(waiting []*project, devices []gpu.Device) {
+	for _, p := range s.order {
+		was := p.waiting
+		p.waiting = ""
+		if slices.Contains(waiting, p) {
+			p.waiting = waitingCPU
+			if requestOf(p.cfg.Model).gpus > 0 {
+				p.waiting = waitingGPU
+			}
+		}
+		if p.waiting != was && p.waiting != "" {
+			s.log.Info().Str("project", p.id).Int("queued", p.queue.len()).Msg(p.waiting)
+		}
+	}
+	poll := false
+	for _, p := range waiting {
+		poll = poll || p.waiting == waitingGPU
+	}
+	poll = poll && slices.ContainsFunc(devices, func(d gpu.Device) bool { return !d.Simulated })
+	switch {
+	case !poll:
+		s.gpuPoll.stop()
+	case !s.gpuPoll.armed():
+		s.arm(&s.gpuPoll, s.cfg.GPUPoll, func(seq uint64) event { return evGPUPoll{seq: seq} })
+	}
+}
+
 // acquire takes a CPU slot or GPUs for one replica of p.
 func (s *Scheduler) acquire(p *project, devices []gpu.Device) (gpus []string, cpuSlot, ok bool) {
-	if n := p.cfg.Model.GPUs; n > 0 {
-		gpus, ok = place(devices, s.assignments(), placementRequest{gpus: n, memoryMiB: uint64(p.cfg.Model.GPUMemoryMiB)})
+	if req := requestOf(p.cfg.Model); req.gpus > 0 {
+		gpus, ok = place(devices, s.assignments(), req)
 		return gpus, false, ok
 	}
 	if s.cpuUsed < s.cfg.CPUSlots {
@@ -127,64 +158,125 @@ func (s *Scheduler) acquire(p *project, devices []gpu.Device) (gpus []string, cp
 }
 
 // evict makes room for waiting projects (in turn order) by stopping the
-// least recently used idle replica of another project that is above its
-// minReplicas. Resources held by stopping replicas count as coming free, so
-// one free-up is never paid for twice; busy replicas and minimums are never
-// touched.
+// least recently used idle replicas of other projects that are above their
+// minReplicas. Busy replicas and minimums are never touched.
+//
+// It plans on inferd's own bookkeeping: what stopping and exited replicas
+// hold counts as coming free, so one free-up is never paid for twice, and
+// each waiting project's replica is placed in the plan before the next
+// project's turn. A GPU project evicts only when stopping every replica it
+// may stop would make its request fit, so no replica is stopped in vain.
 func (s *Scheduler) evict(waiting []*project, devices []gpu.Device) {
 	cpuAvail := max(s.cfg.CPUSlots-s.cpuUsed, 0)
-	gpuAvail := len(devices) - len(s.gpuUsed)
+	planDevs := emptied(devices)
+	var plan []assignment // GPU holds that stay: live replicas
 	for _, p := range s.order {
 		for _, r := range p.replicas {
 			if r.state == stateStopping {
 				if r.cpuSlot {
 					cpuAvail++
 				}
-				gpuAvail += len(r.gpus)
+				continue
+			}
+			if len(r.gpus) > 0 {
+				plan = append(plan, assignment{replica: r.id, gpus: r.gpus, memoryMiB: r.gpuMemMiB})
 			}
 		}
 	}
 	for _, p := range waiting {
-		need := p.cfg.Model.GPUs
-		if need == 0 {
+		if p.queue.len() == 0 {
+			continue // a minimum alone waits; only calls evict
+		}
+		req := requestOf(p.cfg.Model)
+		if req.gpus == 0 {
 			if cpuAvail > 0 {
 				cpuAvail--
 				continue
 			}
-			if v := s.lruIdle(p, false); v != nil {
-				s.log.Info().Str("project", v.p.id).Str("replica", v.id).Str("for", p.id).Msg("evicting idle replica for a waiting project")
-				s.cfg.Observer.ReplicaEvicted(v.p.id)
-				s.stop(v)
+			if v := s.lruIdle(p, false, nil); v != nil {
+				s.evictReplica(v, p)
 			}
 			continue
 		}
-		for gpuAvail < need {
-			v := s.lruIdle(p, true)
-			if v == nil {
-				break
-			}
-			s.log.Info().Str("project", v.p.id).Str("replica", v.id).Str("for", p.id).Msg("evicting idle replica for a waiting project")
-			s.cfg.Observer.ReplicaEvicted(v.p.id)
-			s.stop(v)
-			gpuAvail += len(v.gpus)
+		planned := assignment{replica: "planned:" + p.id, memoryMiB: req.memoryMiB}
+		if gpus, ok := place(planDevs, plan, req); ok {
+			planned.gpus = gpus
+			plan = append(plan, planned)
+			continue
 		}
-		if gpuAvail >= need {
-			gpuAvail -= need
+		if gpus, victims := s.victims(p, req, planDevs, plan); victims != nil {
+			for _, v := range victims {
+				s.evictReplica(v, p)
+			}
+			planned.gpus = gpus
+			plan = append(without(plan, victims), planned)
 		}
 	}
 }
 
+// victims chooses the idle replicas to stop so that req fits in plan: the
+// least recently used first, as many as needed, then without those whose
+// stop turns out not to help. It returns where req would go, and nil
+// victims when even stopping every candidate would not make room.
+func (s *Scheduler) victims(p *project, req placementRequest, devices []gpu.Device, plan []assignment) ([]string, []*rep) {
+	var cands []*rep
+	for v := s.lruIdle(p, true, cands); v != nil; v = s.lruIdle(p, true, cands) {
+		cands = append(cands, v)
+	}
+	n := 0
+	for ; n < len(cands); n++ {
+		if _, ok := place(devices, without(plan, cands[:n+1]), req); ok {
+			break
+		}
+	}
+	if n == len(cands) {
+		return nil, nil
+	}
+	chosen := slices.Clone(cands[:n+1])
+	for i := len(chosen) - 2; i >= 0; i-- { // the last one was needed
+		fewer := slices.Delete(slices.Clone(chosen), i, i+1)
+		if _, ok := place(devices, without(plan, fewer), req); ok {
+			chosen = fewer
+		}
+	}
+	gpus, _ := place(devices, without(plan, chosen), req)
+	return gpus, chosen
+}
+
+func (s *Scheduler) evictReplica(v *rep, forP *project) {
+	s.log.Info().Str("project", v.p.id).Str("replica", v.id).Str("for", forP.id).Msg("evicting idle replica for a waiting project")
+	s.cfg.Observer.ReplicaEvicted(v.p.id)
+	s.stop(v)
+}
+
+// without returns the assignments of plan not held by victims, as a new slice.
+func without(plan []assignment, victims []*rep) []assignment {
+	return slices.DeleteFunc(slices.Clone(plan), func(a assignment) bool {
+		return slices.ContainsFunc(victims, func(v *rep) bool { return v.id == a.replica })
+	})
+}
+
 // lruIdle returns the least recently used idle replica, of a project other
 // than except that is above its minReplicas and has nothing queued, holding
-// GPUs (gpu) or a CPU slot (!gpu); nil if there is none.
-func (s *Scheduler) lruIdle(except *project, gpu bool) *rep {
+// GPUs (gpu) or a CPU slot (!gpu), and not among taken; nil if there is
+// none. A project's minimum counts the replicas in taken as gone.
+func (s *Scheduler) lruIdle(except *project, gpu bool, taken []*rep) *rep {
 	var best *rep
 	for _, q := range s.order {
-		if q == except || q.deleted || q.queue.len() > 0 || q.live() <= q.cfg.MinReplicas {
+		if q == except || q.deleted || q.queue.len() > 0 {
+			continue
+		}
+		live := q.live()
+		for _, v := range taken {
+			if v.p == q {
+				live--
+			}
+		}
+		if live <= q.cfg.MinReplicas {
 			continue
 		}
 		for _, r := range q.replicas {
-			if !r.live() || !r.idle() || (len(r.gpus) > 0) != gpu {
+			if !r.live() || !r.idle() || (len(r.gpus) > 0) != gpu || slices.Contains(taken, r) {
 				continue
 			}
 			if best == nil || r.idleSince.Before(best.idleSince) {

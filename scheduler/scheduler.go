@@ -29,6 +29,7 @@ type Config struct {
 	MaxBootFailures     int           // consecutive failed boots before queued calls fail; default 3
 	RestartBackoff      time.Duration // first wait after a crash or failed boot, doubling; default 1s
 	MaxRestartBackoff   time.Duration // cap of that wait; default 30s
+	GPUPoll             time.Duration // while a project waits for GPU, how often free GPU memory is re-read; default 1s
 	Observer            Observer      // told about finished calls and replica events; nil = none
 }
 
@@ -52,6 +53,9 @@ func (c Config) withDefaults() Config {
 		c.MaxRestartBackoff = 30 * time.Second
 	}
 	c.MaxRestartBackoff = max(c.MaxRestartBackoff, c.RestartBackoff)
+	if c.GPUPoll <= 0 {
+		c.GPUPoll = time.Second
+	}
 	if c.Observer == nil {
 		c.Observer = nopObserver{}
 	}
@@ -126,13 +130,17 @@ type Scheduler struct {
 	calls    map[string]*call // live calls: queued, running, or final write pending
 	failures recentFailures
 	cpuUsed  int
-	gpuUsed  map[string]*rep // GPU UUID → the replica holding it
-	rrLast   string          // the project that got a replica last, for round-robin
-	seq      uint64          // last timer seq handed out
-	loading  map[string]bool // project re-read in flight → another one is needed after it
-	evbuf    []event
-	scratch  []*rep
-	needs    []int
+	// releasing: holds of exited replicas on real GPUs that the driver has
+	// not been read for since (see pruneReleases).
+	releasing []release
+	gpuPoll   timer           // armed while a project waits for GPU: re-read the inventory
+	rrLast    string          // the project that got a replica last, for round-robin
+	seq       uint64          // last timer seq handed out
+	loading   map[string]bool // project re-read in flight → another one is needed after it
+	evbuf     []event
+	scratch   []*rep
+	needs     []int
+	held      []assignment
 }
 
 type submitReq struct {
@@ -183,7 +191,6 @@ func New(cfg Config, st Store, launch Launcher, gpus Inventory, clk Clock, log z
 		projects: map[string]*project{},
 		calls:    map[string]*call{},
 		failures: newRecentFailures(maxRecentFailures),
-		gpuUsed:  map[string]*rep{},
 		loading:  map[string]bool{},
 	}
 	close(s.closedc)
@@ -365,6 +372,8 @@ func (s *Scheduler) handle(ev event) {
 		s.onInferTimeout(ev.c, ev.seq)
 	case evBackoffDone:
 		ev.p.backoffT.fired(ev.seq) // the pass boots what is needed
+	case evGPUPoll:
+		s.gpuPoll.fired(ev.seq) // the pass re-reads the inventory
 	case evProjectChanged:
 		s.reload(ev.id)
 	case evProjectLoaded:
@@ -400,6 +409,7 @@ func (s *Scheduler) shutdown() {
 			ev.c.reply <- s.createdResult(ev.c, ev.err)
 		}
 	}
+	s.gpuPoll.stop()
 	for _, p := range s.order {
 		p.backoffT.stop()
 		for _, r := range p.replicas {

@@ -1,0 +1,267 @@
+package scheduler
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"inferd/gpu"
+	"inferd/store"
+)
+
+func wholeGPUs(n int) func(*store.Project) {
+	return func(p *store.Project) { p.Model.GPUs = n }
+}
+
+func gpuMemory(mib int) func(*store.Project) {
+	return func(p *store.Project) { p.Model.GPUMemoryMiB = mib }
+}
+
+// serveOne makes i ready if it is not, and answers the one call sent to it.
+func (h *harness) serveOne(i *fakeInstance) {
+	h.t.Helper()
+	if !isClosed(i.ready) {
+		h.ready(i)
+	}
+	h.call(i).reply(`{}`)
+	h.settle()
+}
+
+func TestGPUEvictionStopsLeastRecentlyUsedIdleReplicaThenTheWaitingCallRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := testProject("a", minMax(0, 2), idleTimeout(600), wholeGPUs(1))
+		b := testProject("b", minMax(0, 1), wholeGPUs(1))
+		h := newHarness(t, Config{}, simulatedGPUs(2), a, b)
+		defer h.stop()
+		h.submit(a, `{}`)
+		h.submit(a, `{}`)
+		as := h.launchedN(2)
+		h.ready(as...)
+		fa := []*fakeCall{h.call(as[0]), h.call(as[1])}
+		h.clk.Advance(time.Second)
+		fa[1].reply(`{}`) // a-2 idle first: least recently used
+		h.settle()
+		h.clk.Advance(time.Second)
+		fa[0].reply(`{}`)
+		h.settle()
+
+		c := h.submit(b, `{}`)
+		if !as[1].wasStopped() || as[0].wasStopped() {
+			t.Fatalf("stopped a-1 %v, a-2 %v; want only a-2 (least recently used)", as[0].wasStopped(), as[1].wasStopped())
+		}
+		ib := h.launched()
+		if ib.spec.ProjectID != "b" || !slices.Equal(ib.spec.GPUUUIDs, as[1].spec.GPUUUIDs) {
+			t.Fatalf("launched %s on %v, want b on a-2's GPU %v", ib.spec.ID, ib.spec.GPUUUIDs, as[1].spec.GPUUUIDs)
+		}
+		h.serveOne(ib)
+		if got := h.result(c.ID); got.State != store.CallSucceeded {
+			t.Errorf("b's call = %s %q", got.State, got.Message)
+		}
+	})
+}
+
+func TestGPUCallsWaitWhileEveryReplicaIsBusyOrAMinimum(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		keep := testProject("keep", minMax(1, 1), wholeGPUs(1)) // its minimum: never evicted
+		busy := testProject("busy", minMax(0, 1), wholeGPUs(1))
+		b := testProject("b", minMax(0, 1), wholeGPUs(1))
+		h := newHarness(t, Config{}, simulatedGPUs(2), keep, busy, b)
+		defer h.stop()
+		ik := h.launched()
+		h.ready(ik)
+		h.submit(busy, `{}`)
+		ib := h.launched()
+		h.ready(ib)
+		fc := h.call(ib)
+
+		c := h.submit(b, `{}`)
+		h.noLaunch()
+		if ik.wasStopped() || ib.wasStopped() {
+			t.Fatal("a minimum or busy replica was evicted")
+		}
+		if ps := h.project("b"); ps.Waiting != "waiting for GPU" || ps.Queued != 1 {
+			t.Errorf("b: waiting %q, queued %d", ps.Waiting, ps.Queued)
+		}
+		if got := h.state(c.ID); got != store.CallQueued {
+			t.Errorf("b's call is %s, want queued", got)
+		}
+
+		fc.reply(`{}`) // busy goes idle: now it may be evicted for b
+		h.settle()
+		if !ib.wasStopped() {
+			t.Fatal("the idle replica was not evicted for the waiting call")
+		}
+		h.serveOne(h.launched())
+		if got := h.result(c.ID); got.State != store.CallSucceeded {
+			t.Errorf("b's call = %s %q", got.State, got.Message)
+		}
+		if ps := h.project("b"); ps.Waiting != "" {
+			t.Errorf("b still waiting: %q", ps.Waiting)
+		}
+	})
+}
+
+func TestGPUEvictionStopsNothingWhenStoppingAllItMay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		keep := testProject("keep", minMax(1, 1), wholeGPUs(1))
+		spare := testProject("spare", minMax(0, 1), idleTimeout(600), wholeGPUs(1))
+		big := testProject("big", minMax(0, 1), wholeGPUs(2))
+		h := newHarness(t, Config{}, simulatedGPUs(2), keep, spare, big)
+		defer h.stop()
+		h.ready(h.launched())
+		h.submit(spare, `{}`)
+		is := h.launched()
+		h.serveOne(is)
+
+		h.submit(big, `{}`)
+		h.noLaunch()
+		if is.wasStopped() {
+			t.Error("evicted spare although big needs keep's GPU too")
+		}
+		if got := h.project("big").Waiting; got != "waiting for GPU" {
+			t.Errorf("big waiting = %q", got)
+		}
+	})
+}
+
+func TestGPUSharesPackByMemoryAndEvictOnlyWhatIsNeeded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// One 16 GiB GPU: a and small share it, then big needs a's memory.
+		a := testProject("a", minMax(0, 1), idleTimeout(600), gpuMemory(10000))
+		small := testProject("small", minMax(0, 1), idleTimeout(600), gpuMemory(4000))
+		big := testProject("big", minMax(0, 1), gpuMemory(12000))
+		h := newHarness(t, Config{}, simulatedGPUs(1), a, small, big)
+		defer h.stop()
+		h.submit(a, `{}`)
+		ia := h.launched()
+		h.serveOne(ia)
+		h.clk.Advance(time.Second)
+		h.submit(small, `{}`)
+		is := h.launched()
+		if !slices.Equal(is.spec.GPUUUIDs, []string{"GPU-0"}) || ia.wasStopped() {
+			t.Fatalf("small on %v, a stopped %v; want small beside a on GPU-0", is.spec.GPUUUIDs, ia.wasStopped())
+		}
+		h.serveOne(is) // small is idle now too, but more recently used than a
+
+		c := h.submit(big, `{}`)
+		if !ia.wasStopped() {
+			t.Fatal("a (10000 MiB, least recently used) was not evicted")
+		}
+		if is.wasStopped() {
+			t.Error("small was evicted too: 16384-4000 leaves room for 12000")
+		}
+		ib := h.launched()
+		if !slices.Equal(ib.spec.GPUUUIDs, []string{"GPU-0"}) {
+			t.Fatalf("big on %v", ib.spec.GPUUUIDs)
+		}
+		h.serveOne(ib)
+		if got := h.result(c.ID); got.State != store.CallSucceeded {
+			t.Errorf("big's call = %s %q", got.State, got.Message)
+		}
+	})
+}
+
+func TestSubmitRejectsShareLargerThanAnyGPU(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("huge", gpuMemory(20000))
+		h := newHarness(t, Config{}, simulatedGPUs(2), p)
+		defer h.stop()
+		_, err := h.s.Submit(t.Context(), p, nil)
+		if want := "project needs 1 GPUs with 20000 MiB, this machine has 0 that large"; err == nil || err.Error() != want {
+			t.Fatalf("Submit error = %v, want %q", err, want)
+		}
+		h.noLaunch()
+	})
+}
+
+// liveGPUs is an Inventory of real (not simulated) GPUs whose driver
+// readings the test controls.
+type liveGPUs struct {
+	mu   sync.Mutex
+	devs []gpu.Device
+}
+
+func newLiveGPUs(n int) *liveGPUs {
+	g := &liveGPUs{}
+	for i := range n {
+		g.devs = append(g.devs, gpu.Device{Index: i, UUID: fmt.Sprintf("GPU-%d", i), MemoryTotalMiB: 16384, MemoryFreeMiB: 16384, Samples: 1})
+	}
+	return g
+}
+
+func (g *liveGPUs) Devices() []gpu.Device {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.devs)
+}
+
+// read is one refresh: every device read again with free memory free[i].
+func (g *liveGPUs) read(free ...uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i := range g.devs {
+		g.devs[i].Samples++
+		g.devs[i].MemoryFreeMiB = free[i]
+	}
+}
+
+func TestRealGPUComesBackOnlyOnceTheDriverIsReadAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := testProject("a", minMax(0, 1), idleTimeout(600), wholeGPUs(1))
+		b := testProject("b", minMax(0, 1), wholeGPUs(1))
+		gpus := newLiveGPUs(1)
+		h := newHarness(t, Config{GPUPoll: time.Second}, gpus, a, b)
+		defer h.stop()
+		h.submit(a, `{}`)
+		ia := h.launched()
+		h.serveOne(ia)
+		gpus.read(1000) // a's model holds most of the GPU
+
+		c := h.submit(b, `{}`)
+		if !ia.wasStopped() || !ia.hasExited() {
+			t.Fatal("a was not evicted")
+		}
+		h.noLaunch() // exited, but the driver has not been read since
+		if got := h.project("b").Waiting; got != "waiting for GPU" {
+			t.Errorf("b waiting = %q", got)
+		}
+		h.advance(time.Second)
+		h.noLaunch() // the poll found no new reading
+
+		gpus.read(16000)
+		h.advance(time.Second)
+		ib := h.launched()
+		h.serveOne(ib)
+		if got := h.result(c.ID); got.State != store.CallSucceeded {
+			t.Errorf("b's call = %s %q", got.State, got.Message)
+		}
+	})
+}
+
+func TestGPUShareWaitsForTheDriversFreeMemory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := testProject("b", minMax(0, 1), gpuMemory(8000))
+		gpus := newLiveGPUs(1)
+		gpus.read(1000) // used outside inferd
+		h := newHarness(t, Config{GPUPoll: time.Second}, gpus, b)
+		defer h.stop()
+		c := h.submit(b, `{}`)
+		h.noLaunch()
+		if got := h.project("b").Waiting; got != "waiting for GPU" {
+			t.Errorf("b waiting = %q", got)
+		}
+		gpus.read(4000)
+		h.advance(time.Second)
+		h.noLaunch()
+
+		gpus.read(9000)
+		h.advance(time.Second)
+		h.serveOne(h.launched())
+		if got := h.result(c.ID); got.State != store.CallSucceeded {
+			t.Errorf("b's call = %s %q", got.State, got.Message)
+		}
+	})
+}
