@@ -101,7 +101,7 @@ func New(opts Options, st Store, sched Scheduler) http.Handler {
 		// a POST to the other one with a 307.
 		for _, slash := range []string{"", "/"} {
 			handle(http.MethodPost, "/start/"+v+slash, a.start)
-			handle(http.MethodPost, "/check/"+v+slash, m.inFlightCheck(a.check))
+			handle(http.MethodPost, "/check/"+v+slash, a.check)
 		}
 	}
 	handle(http.MethodGet, "/v1/projects", a.listProjects)
