@@ -166,6 +166,7 @@ func schedulerConfig(cfg config.Config) scheduler.Config {
 		StopGrace:           cfg.Replica.StopGrace,
 		LogDir:              cfg.LogDir(),
 		LogMaxBytes:         cfg.Replica.LogMaxBytes,
+		LogKeep:             cfg.Replica.LogKeep,
 		RunDir:              cfg.RunDir(),
 		MaxBootFailures:     cfg.Replica.MaxBootFailures,
 		RestartBackoff:      cfg.Replica.RestartBackoff,
