@@ -74,6 +74,9 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			APIVersion:   "inferd/" + version,
 			Log:          log,
 			Metrics:      metrics,
+			Status: &httpapi.StatusSources{
+				Snapshot: sched.Snapshot, GPUs: gpus.Devices, Calls: st, LogDir: cfg.LogDir(),
+			},
 		}, st, sched),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       2 * time.Minute,
