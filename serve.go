@@ -85,7 +85,16 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		IdleTimeout:    2 * time.Minute,
 		MaxHeaderBytes: 64 << 10,
 	}
-	admin := &http.Server{Handler: httpapi.NewAdmin(st, log), ReadHeaderTimeout: 10 * time.Second}
+	// Followed logs (inferd logs -f) run until the client hangs up: Shutdown
+	// ends them through the base context, or it would wait them out.
+	adminCtx, endAdmin := context.WithCancel(context.Background())
+	defer endAdmin()
+	admin := &http.Server{
+		Handler:           httpapi.NewAdmin(st, log, httpapi.AdminLogDir(cfg.LogDir())),
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return adminCtx },
+	}
+	admin.RegisterOnShutdown(endAdmin)
 
 	log.Info().Str("listen", "http://"+apiLn.Addr().String()).Str("dataDir", cfg.DataDir).
 		Int("gpus", gpus.Count()).Str("gpuSource", gpus.Source()).Str("version", version).Msg("inferd serving")

@@ -37,16 +37,20 @@ type BackupWriter interface {
 }
 
 type admin struct {
-	store AdminStore
-	log   zerolog.Logger
+	store  AdminStore
+	log    zerolog.Logger
+	logDir string // replica logs; "" = none (see AdminLogDir)
 }
 
 // NewAdmin returns the admin API: teams, keys and declarative project
 // upserts. It has no authentication of its own: the daemon serves it only on
 // a unix socket with mode 0600, and the CLI calls it in-process when no
 // daemon runs.
-func NewAdmin(st AdminStore, log zerolog.Logger) http.Handler {
+func NewAdmin(st AdminStore, log zerolog.Logger, opts ...AdminOption) http.Handler {
 	a := &admin{store: st, log: log}
+	for _, o := range opts {
+		o(a)
+	}
 	r := newRouter(a.recoverPanic)
 	r.POST("/admin/keys", a.createKey)
 	r.GET("/admin/keys", a.listKeys)
@@ -56,6 +60,7 @@ func NewAdmin(st AdminStore, log zerolog.Logger) http.Handler {
 	r.DELETE("/admin/projects/:id", a.deleteProject)
 	r.GET("/admin/teams", a.listTeams)
 	r.GET("/admin/backup", a.backup)
+	r.GET("/admin/logs/:project", a.logs)
 	return withRequestLog(r, log)
 }
 
