@@ -17,17 +17,7 @@ import (
 // INFERD_REQUIRE_CLIENT_TESTS=1, so there this test cannot skip. The page's
 // screenshot goes to $INFERD_ARTIFACTS (CI keeps it) or the test's temp dir.
 func TestStatusPageInBrowser(t *testing.T) {
-	required := os.Getenv("INFERD_REQUIRE_CLIENT_TESTS") == "1"
-	skip := func(reason string) {
-		if required {
-			t.Fatal(reason)
-		}
-		t.Skip(reason + " (make test installs it)")
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		skip("node is not installed")
-	}
+	node, skip := clientTestTools(t)
 	browser := "/usr/bin/chromium"
 	if _, err := os.Stat(browser); err != nil {
 		skip("chromium is not installed")

@@ -140,9 +140,9 @@ type results[T any] struct {
 func (s *statusAPI) register(handle func(method, path string, h httprouter.Handle)) {
 	for _, slash := range []string{"", "/"} {
 		handle(http.MethodGet, "/v1/status"+slash, s.all)
-		handle(http.MethodGet, "/v1/status/gpus"+slash, s.gpus)
-		handle(http.MethodGet, "/v1/status/projects"+slash, s.projects)
-		handle(http.MethodGet, "/v1/status/calls"+slash, s.calls)
+		handle(http.MethodGet, "/v1/status/gpus"+slash, list(s, false, s.gpus))
+		handle(http.MethodGet, "/v1/status/projects"+slash, list(s, true, s.projects))
+		handle(http.MethodGet, "/v1/status/calls"+slash, list(s, true, s.calls))
 	}
 	handle(http.MethodGet, "/v1/status/projects/:id/replicas/:replica/logs", s.logs)
 }
@@ -204,39 +204,35 @@ func (s *statusAPI) all(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	})
 }
 
-// gpus handles GET /v1/status/gpus.
-func (s *statusAPI) gpus(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-	v, err := s.read(r, false)
-	if err != nil {
-		writeError(w, r, s.log, err)
-		return
+// list returns a handler that answers {"results": render(view)} for one
+// kind of status, reading the recent calls only when wantCalls.
+func list[T any](s *statusAPI, wantCalls bool, render func(*http.Request, view) ([]T, error)) httprouter.Handle {
+	return func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+		v, err := s.read(r, wantCalls)
+		var out []T
+		if err == nil {
+			out, err = render(r, v)
+		}
+		if err != nil {
+			writeError(w, r, s.log, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, results[T]{out})
 	}
-	writeJSON(w, http.StatusOK, results[statusGPU]{s.viewGPUs(v)})
 }
 
-// projects handles GET /v1/status/projects.
-func (s *statusAPI) projects(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-	v, err := s.read(r, true)
-	if err != nil {
-		writeError(w, r, s.log, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, results[statusProject]{s.viewProjects(v)})
+// gpus renders GET /v1/status/gpus.
+func (s *statusAPI) gpus(_ *http.Request, v view) ([]statusGPU, error) { return s.viewGPUs(v), nil }
+
+// projects renders GET /v1/status/projects.
+func (s *statusAPI) projects(_ *http.Request, v view) ([]statusProject, error) {
+	return s.viewProjects(v), nil
 }
 
-// calls handles GET /v1/status/calls[?limit=N].
-func (s *statusAPI) calls(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+// calls renders GET /v1/status/calls[?limit=N].
+func (s *statusAPI) calls(r *http.Request, v view) ([]statusCall, error) {
 	limit, err := queryInt(r, "limit", defaultStatusCalls, maxStatusCalls)
-	if err != nil {
-		writeError(w, r, s.log, err)
-		return
-	}
-	v, err := s.read(r, true)
-	if err != nil {
-		writeError(w, r, s.log, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, results[statusCall]{viewCalls(v.calls, limit)})
+	return viewCalls(v.calls, limit), err
 }
 
 type statusLog struct {
