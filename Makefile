@@ -34,9 +34,12 @@ test: lint test-deps client-deps
 test-deps:
 	scripts/test-deps.sh
 
-## client-deps: the pinned Banana JavaScript clients the end-to-end test drives
+## client-deps: the pinned Banana JavaScript clients the end-to-end test drives, and
+## playwright-core for the status page browser test (it drives Debian's chromium and
+## never downloads a browser)
 client-deps:
 	cd examples/banana-js && npm ci --no-audit --no-fund --loglevel=error
+	cd web/browsertest && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error
 
 ## lint: gofmt and go vet
 lint:

@@ -23,8 +23,9 @@ import (
 // when no daemon runs, in-process on the data file opened directly. Both paths
 // run the same handler, so the CLI behaves the same either way.
 type adminClient struct {
-	http  *http.Client
-	close func() error
+	http      *http.Client
+	close     func() error
+	inProcess bool // no daemon runs: the handler runs here, on the data file
 }
 
 func dialAdmin(cfg config.Config) (*adminClient, error) {
@@ -44,8 +45,8 @@ func dialAdmin(cfg config.Config) (*adminClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("no daemon answers on %s, and the data file cannot be opened: %w", sock, err)
 	}
-	h := httpapi.NewAdmin(st, zerolog.Nop())
-	return &adminClient{http: &http.Client{Transport: handlerTransport{h}}, close: st.Close}, nil
+	h := httpapi.NewAdmin(st, zerolog.Nop(), httpapi.AdminLogDir(cfg.LogDir()))
+	return &adminClient{http: &http.Client{Transport: handlerTransport{h}}, close: st.Close, inProcess: true}, nil
 }
 
 // handlerTransport serves requests with an in-process handler.
@@ -97,6 +98,34 @@ func (c *adminClient) call(ctx context.Context, method, path string, body, out a
 		return fmt.Errorf("admin API: decode reply: %w", err)
 	}
 	return nil
+}
+
+// stream sends a GET to the admin API and copies the reply body to w as it
+// arrives; an error reply becomes an error. It returns the reply's headers.
+func (c *adminClient) stream(ctx context.Context, path string, w io.Writer) (http.Header, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://inferd"+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("admin API: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error struct{ Message string } `json:"error"`
+		}
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		if json.Unmarshal(data, &e) == nil && e.Error.Message != "" {
+			return nil, errors.New(e.Error.Message)
+		}
+		return nil, fmt.Errorf("admin API: %s", resp.Status)
+	}
+	if _, err := io.Copy(w, resp.Body); err != nil && ctx.Err() == nil {
+		return resp.Header, fmt.Errorf("admin API: %w", err)
+	}
+	return resp.Header, nil
 }
 
 // withAdmin runs fn with an admin client and closes it afterwards.

@@ -30,6 +30,8 @@ Usage:
   inferd [global flags] project delete ID
   inferd [global flags] backup [--force] FILE       consistent snapshot of the data file (also while serving)
   inferd [global flags] restore FILE                replace the data file with a backup (daemon stopped)
+  inferd [global flags] logs PROJECT [--replica ID] [-n LINES] [-f]
+                                                    a replica's output (default: the newest log)
   inferd [global flags] doctor                      check this box and say what to fix
   inferd version
 
@@ -93,6 +95,8 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		err = backupCommand(ctx, cfg, cmdArgs, stdout, stderr)
 	case "restore":
 		err = restoreCommand(ctx, cfg, cmdArgs, stdout, stderr)
+	case "logs":
+		err = logsCommand(ctx, cfg, cmdArgs, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "inferd: unknown command %q\n\n%s", cmd, usage)
 		return 2

@@ -15,17 +15,7 @@ import (
 // them from examples/banana-js/package-lock.json and sets
 // INFERD_REQUIRE_CLIENT_TESTS=1, so there this test cannot skip.
 func TestBananaJavaScriptClients(t *testing.T) {
-	required := os.Getenv("INFERD_REQUIRE_CLIENT_TESTS") == "1"
-	skip := func(reason string) {
-		if required {
-			t.Fatal(reason)
-		}
-		t.Skip(reason + " (make test installs it)")
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		skip("node is not installed")
-	}
+	node, skip := clientTestTools(t)
 	clients, _ := filepath.Abs("examples/banana-js")
 	if _, err := os.Stat(filepath.Join(clients, "node_modules", "banana-v4")); err != nil {
 		skip("the Banana npm clients are not installed in examples/banana-js/node_modules")
@@ -54,4 +44,23 @@ func TestBananaJavaScriptClients(t *testing.T) {
 		t.Fatalf("expected 6 passing client tests:\n%s", out)
 	}
 	fmt.Fprintf(os.Stderr, "%s", out)
+}
+
+// clientTestTools finds node for a test that drives a JavaScript client, and
+// returns how to skip for a missing tool: `make test` installs every one and
+// sets INFERD_REQUIRE_CLIENT_TESTS=1, and there skip fails the test instead.
+func clientTestTools(t *testing.T) (node string, skip func(reason string)) {
+	t.Helper()
+	skip = func(reason string) {
+		t.Helper()
+		if os.Getenv("INFERD_REQUIRE_CLIENT_TESTS") == "1" {
+			t.Fatal(reason)
+		}
+		t.Skip(reason + " (make test installs it)")
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		skip("node is not installed")
+	}
+	return node, skip
 }

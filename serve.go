@@ -78,6 +78,9 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			APIVersion:   "inferd/" + version,
 			Log:          log,
 			Metrics:      metrics,
+			Status: &httpapi.StatusSources{
+				Snapshot: sched.Snapshot, GPUs: gpus.Devices, Calls: st, LogDir: cfg.LogDir(),
+			},
 		}, st, sched),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       2 * time.Minute,
@@ -86,7 +89,17 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		IdleTimeout:    2 * time.Minute,
 		MaxHeaderBytes: 64 << 10,
 	}
-	admin := &http.Server{Handler: httpapi.NewAdmin(st, log, httpapi.WithCapacityCheck(sched.CapacityWarnings)), ReadHeaderTimeout: 10 * time.Second}
+	// Followed logs (inferd logs -f) run until the client hangs up: Shutdown
+	// ends them through the base context, or it would wait them out.
+	adminCtx, endAdmin := context.WithCancel(context.Background())
+	defer endAdmin()
+	admin := &http.Server{
+		Handler: httpapi.NewAdmin(st, log,
+			httpapi.AdminLogDir(cfg.LogDir()), httpapi.WithCapacityCheck(sched.CapacityWarnings)),
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return adminCtx },
+	}
+	admin.RegisterOnShutdown(endAdmin)
 
 	log.Info().Str("listen", "http://"+apiLn.Addr().String()).Str("dataDir", cfg.DataDir).
 		Int("gpus", gpus.Count()).Str("gpuSource", gpus.Source()).Str("version", version).Msg("inferd serving")
@@ -170,6 +183,7 @@ func schedulerConfig(cfg config.Config) scheduler.Config {
 		StopGrace:           cfg.Replica.StopGrace,
 		LogDir:              cfg.LogDir(),
 		LogMaxBytes:         cfg.Replica.LogMaxBytes,
+		LogKeep:             cfg.Replica.LogKeep,
 		RunDir:              cfg.RunDir(),
 		MaxBootFailures:     cfg.Replica.MaxBootFailures,
 		RestartBackoff:      cfg.Replica.RestartBackoff,

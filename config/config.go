@@ -51,6 +51,7 @@ type Log struct {
 type Replica struct {
 	StopGrace         time.Duration `koanf:"stopGrace"`
 	LogMaxBytes       int64         `koanf:"logMaxBytes"`
+	LogKeep           int           `koanf:"logKeep"`
 	MaxBootFailures   int           `koanf:"maxBootFailures"`
 	RestartBackoff    time.Duration `koanf:"restartBackoff"`
 	MaxRestartBackoff time.Duration `koanf:"maxRestartBackoff"`
@@ -81,6 +82,7 @@ func defaults() map[string]any {
 		"shutdownTimeout":           "30s",
 		"replica.stopGrace":         "10s",
 		"replica.logMaxBytes":       10 << 20,
+		"replica.logKeep":           3,
 		"replica.maxBootFailures":   3,
 		"replica.restartBackoff":    "1s",
 		"replica.maxRestartBackoff": "30s",
@@ -263,6 +265,9 @@ func (c Config) validate() error {
 	}
 	if c.Replica.LogMaxBytes < 4096 {
 		bad("replica.logMaxBytes", "must be at least 4096, got %d", c.Replica.LogMaxBytes)
+	}
+	if c.Replica.LogKeep < 1 || c.Replica.LogKeep > 100 {
+		bad("replica.logKeep", "must be 1 to 100, got %d", c.Replica.LogKeep)
 	}
 	if c.Replica.MaxBootFailures < 1 {
 		bad("replica.maxBootFailures", "must be at least 1, got %d", c.Replica.MaxBootFailures)

@@ -40,6 +40,7 @@ type admin struct {
 	store    AdminStore
 	log      zerolog.Logger
 	capacity func([]store.Project) []string
+	logDir   string // replica logs; "" = none (see AdminLogDir)
 }
 
 // AdminOption adjusts the admin API.
@@ -70,6 +71,7 @@ func NewAdmin(st AdminStore, log zerolog.Logger, opts ...AdminOption) http.Handl
 	r.DELETE("/admin/projects/:id", a.deleteProject)
 	r.GET("/admin/teams", a.listTeams)
 	r.GET("/admin/backup", a.backup)
+	r.GET("/admin/logs/:project", a.logs)
 	return withRequestLog(r, log)
 }
 

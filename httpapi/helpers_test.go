@@ -214,3 +214,16 @@ func decode[T any](t *testing.T, rec *httptest.ResponseRecorder) T {
 	}
 	return v
 }
+
+// eventuallyTrue polls cond until it holds; the bound only guards against
+// hanging forever.
+func eventuallyTrue(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition never held")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -161,7 +161,9 @@ func (a *api) check(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		return
 	}
 	if args.longPoll && !call.State.Done() {
+		end := a.opts.Metrics.longPollBegin()
 		call = a.await(r.Context(), call, done, a.opts.LongPollWait)
+		end()
 	}
 	a.writeInference(w, a.callResponse(call))
 }

@@ -205,16 +205,14 @@ func (m *Metrics) countRequests(next http.Handler) http.Handler {
 	})
 }
 
-// inFlightCheck counts check requests in progress as
-// inferd_longpolls_in_flight: a check without longPoll answers at once, so
-// the gauge is in effect the long polls held open. A nil m counts nothing.
-func (m *Metrics) inFlightCheck(h httprouter.Handle) httprouter.Handle {
+// longPollBegin counts a check that waits for its call as one of
+// inferd_longpolls_in_flight, until the returned func is called. Checks that
+// answer at once (no longPoll, or the call already finished) are not long
+// polls and never count. A nil m counts nothing.
+func (m *Metrics) longPollBegin() (end func()) {
 	if m == nil {
-		return h
+		return func() {}
 	}
-	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-		m.longPolls.Add(1)
-		defer m.longPolls.Add(-1)
-		h(w, r, ps)
-	}
+	m.longPolls.Add(1)
+	return func() { m.longPolls.Add(-1) }
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	vm "github.com/VictoriaMetrics/metrics"
-	"github.com/julienschmidt/httprouter"
 
 	"inferd/gpu"
 	"inferd/scheduler"
@@ -122,17 +121,26 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 }
 
+// TestMetricsLongPollsInFlight counts only checks that wait for their call:
+// a plain check and a long poll on a finished call answer at once.
 func TestMetricsLongPollsInFlight(t *testing.T) {
 	m := NewMetrics(vm.NewSet())
-	h := m.inFlightCheck(func(http.ResponseWriter, *http.Request, httprouter.Params) {
-		got := parseExposition(t, scrape(m))
-		if got["inferd_longpolls_in_flight"] != 1 {
-			t.Errorf("in flight during a check = %v, want 1", got["inferd_longpolls_in_flight"])
-		}
-	})
-	h(nil, nil, nil)
-	if got := parseExposition(t, scrape(m)); got["inferd_longpolls_in_flight"] != 0 {
-		t.Errorf("in flight after = %v, want 0", got["inferd_longpolls_in_flight"])
+	env := newEnv(t, Options{LongPollWait: time.Hour, Metrics: m})
+	env.sched.add(store.Call{ID: "c1", TeamID: "acme", State: store.CallRunning})
+	env.sched.add(store.Call{ID: "c2", TeamID: "acme", State: store.CallSucceeded})
+	inFlight := func() float64 { return parseExposition(t, scrape(m))["inferd_longpolls_in_flight"] }
+
+	serve(env.h, "POST", "/check/v4", `{"apiKey": "`+keyAcme+`", "callID": "c1"}`)
+	serve(env.h, "POST", "/check/v4", `{"apiKey": "`+keyAcme+`", "callID": "c2", "longPoll": true}`)
+	if got := inFlight(); got != 0 {
+		t.Fatalf("in flight after checks that answered at once = %v, want 0", got)
+	}
+	res := serveAsync(env.h, "POST", "/check/v4", `{"apiKey": "`+keyAcme+`", "callID": "c1", "longPoll": true}`)
+	eventuallyTrue(t, func() bool { return inFlight() == 1 })
+	env.sched.finish("c1", store.CallSucceeded, `{}`, "success")
+	waitResult(t, res)
+	if got := inFlight(); got != 0 {
+		t.Errorf("in flight after the long poll answered = %v, want 0", got)
 	}
 }
 

@@ -40,6 +40,9 @@ type Options struct {
 	// Metrics, when set, counts requests by route and status and is served
 	// at GET /metrics (no API key; see serveMetrics).
 	Metrics *Metrics
+	// Status, when set, feeds the /v1/status endpoints and the status page
+	// at GET / (see status.go).
+	Status *StatusSources
 }
 
 func (o Options) withDefaults() Options {
@@ -105,7 +108,7 @@ func New(opts Options, st Store, sched Scheduler) http.Handler {
 		// a POST to the other one with a 307.
 		for _, slash := range []string{"", "/"} {
 			handle(http.MethodPost, "/start/"+v+slash, a.start)
-			handle(http.MethodPost, "/check/"+v+slash, m.inFlightCheck(a.check))
+			handle(http.MethodPost, "/check/"+v+slash, a.check)
 		}
 	}
 	handle(http.MethodGet, "/v1/projects", a.listProjects)
@@ -118,6 +121,10 @@ func New(opts Options, st Store, sched Scheduler) http.Handler {
 	handle(http.MethodGet, "/readyz", a.readyz)
 	if m != nil {
 		handle(http.MethodGet, "/metrics", m.serveMetrics)
+	}
+	if opts.Status != nil {
+		(&statusAPI{api: a, src: *opts.Status}).register(handle)
+		registerPage(handle)
 	}
 	return withRequestLog(m.countRequests(r), opts.Log)
 }

@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"fmt"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -119,10 +118,11 @@ func (s *Scheduler) boot(p *project, gpus []string, cpuSlot bool) {
 		InferPath:   m.InferPath,
 		GPUUUIDs:    gpus,
 		LogMaxBytes: s.cfg.LogMaxBytes,
+		LogKeep:     s.cfg.LogKeep,
 		RunDir:      s.cfg.RunDir,
 	}
 	if s.cfg.LogDir != "" {
-		spec.LogPath = filepath.Join(s.cfg.LogDir, p.id, r.id+".log")
+		spec.LogPath = replica.LogPath(s.cfg.LogDir, p.id, r.id)
 	}
 	s.arm(&r.boot, seconds(p.bootTimeout()), func(seq uint64) event { return evBootTimeout{r: r, seq: seq} })
 	s.log.Info().Str("project", p.id).Str("replica", r.id).Strs("gpus", gpus).Msg("booting replica")

@@ -25,6 +25,7 @@ type Config struct {
 	StopGrace           time.Duration // SIGTERM to SIGKILL when stopping a replica; default 10s
 	LogDir              string        // replica logs go to LogDir/<project>/<replica>.log; "" = none
 	LogMaxBytes         int64         // size cap of one replica log
+	LogKeep             int           // rotated generations kept per replica log
 	RunDir              string        // pid files for orphan cleanup
 	MaxBootFailures     int           // consecutive failed boots before queued calls fail; default 3
 	RestartBackoff      time.Duration // first wait after a crash or failed boot, doubling; default 1s

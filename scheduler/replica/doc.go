@@ -35,8 +35,8 @@
 //
 // # Logs and goroutines
 //
-// stdout and stderr share one pipe, copied to a size-capped log file with one old
-// generation (LogPath+".1"); the last non-empty line is kept in memory for error
+// stdout and stderr share one pipe, copied to a size-capped log file with LogKeep old
+// generations (LogPath+".1", the newest, to LogPath+".N"; see logread.go); the last non-empty line is kept in memory for error
 // messages. Per process there are three goroutines: the locked one that starts and
 // waits for the child, the log copier and the readiness poller. All of them have ended
 // by the time Exited is closed.

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ const maxLineBytes = 500
 type logSink struct {
 	path  string // "" = keep no file, only the last line
 	max   int64
+	keep  int // old generations kept: path.1 (newest) .. path.<keep>
 	onErr func(error)
 
 	mu      sync.Mutex
@@ -30,8 +32,8 @@ type logSink struct {
 }
 
 // openLogSink opens (appending to) path, creating its parent directories.
-func openLogSink(path string, max int64, onErr func(error)) (*logSink, error) {
-	s := &logSink{path: path, max: max, onErr: onErr}
+func openLogSink(path string, maxBytes int64, keep int, onErr func(error)) (*logSink, error) {
+	s := &logSink{path: path, max: maxBytes, keep: max(keep, 1), onErr: onErr}
 	if path == "" {
 		return s, nil
 	}
@@ -71,14 +73,20 @@ func (s *logSink) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// rotate moves the full file to path.1 (replacing the older generation) and starts a
-// new one. Callers hold mu.
+// rotate shifts the old generations up by one (path.<keep> falls off the end),
+// moves the full file to path.1 and starts a new one. Callers hold mu.
 func (s *logSink) rotate() error {
 	if err := s.f.Close(); err != nil {
 		return fmt.Errorf("close log: %w", err)
 	}
 	s.f = nil
-	if err := os.Rename(s.path, s.path+".1"); err != nil {
+	for i := s.keep - 1; i >= 1; i-- {
+		err := os.Rename(generation(s.path, i), generation(s.path, i+1))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("rotate log: %w", err)
+		}
+	}
+	if err := os.Rename(s.path, generation(s.path, 1)); err != nil {
 		return fmt.Errorf("rotate log: %w", err)
 	}
 	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)

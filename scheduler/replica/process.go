@@ -76,7 +76,7 @@ func start(spec Spec, log zerolog.Logger) (*Process, error) {
 		return nil, err
 	}
 	log = log.With().Str("replica", spec.ID).Str("project", spec.ProjectID).Logger()
-	sink, err := openLogSink(spec.LogPath, spec.LogMaxBytes, func(err error) {
+	sink, err := openLogSink(spec.LogPath, spec.LogMaxBytes, spec.LogKeep, func(err error) {
 		log.Warn().Err(err).Str("log", spec.LogPath).Msg("replica log write failed; output is dropped")
 	})
 	if err != nil {

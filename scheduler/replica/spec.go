@@ -13,6 +13,7 @@ const (
 	DefaultHealthPath  = "/healthz"
 	DefaultInferPath   = "/"
 	DefaultLogMaxBytes = 10 << 20
+	DefaultLogKeep     = 3
 )
 
 // Spec describes one model server process to start.
@@ -27,6 +28,7 @@ type Spec struct {
 	GPUUUIDs      []string          // GPUs the model may see; empty = CPU only
 	LogPath       string            // stdout+stderr; parent dirs created; "" = not kept
 	LogMaxBytes   int64             // rotate to LogPath+".1" beyond this; default 10 MiB
+	LogKeep       int               // old generations kept (LogPath+".1" .. ".N"); default 3
 	RunDir        string            // holds <ID>.pid while the process runs; "" = no pid file
 }
 
@@ -54,6 +56,9 @@ func (s Spec) withDefaults() (Spec, error) {
 	}
 	if s.LogMaxBytes <= 0 {
 		s.LogMaxBytes = DefaultLogMaxBytes
+	}
+	if s.LogKeep <= 0 {
+		s.LogKeep = DefaultLogKeep
 	}
 	switch {
 	case s.ID == "" || s.ID == "." || s.ID == ".." || strings.ContainsAny(s.ID, "/\x00"):

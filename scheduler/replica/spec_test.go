@@ -121,8 +121,8 @@ func TestStartAppliesDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := []any{spec.Protocol, spec.HealthPath, spec.InferPath, spec.LogMaxBytes}
-	want := []any{"http", "/healthz", "/", int64(10 << 20)}
+	got := []any{spec.Protocol, spec.HealthPath, spec.InferPath, spec.LogMaxBytes, spec.LogKeep}
+	want := []any{"http", "/healthz", "/", int64(10 << 20), 3}
 	if !slices.Equal(got, want) {
 		t.Errorf("defaults = %v, want %v", got, want)
 	}

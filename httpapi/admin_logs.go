@@ -1,0 +1,105 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/julienschmidt/httprouter"
+
+	"inferd/scheduler/replica"
+	"inferd/store"
+)
+
+// AdminLogDir lets GET /admin/logs read the replica logs under dir.
+func AdminLogDir(dir string) AdminOption {
+	return func(a *admin) { a.logDir = dir }
+}
+
+// followPoll is how often a followed log is checked for new output.
+const followPoll = 250 * time.Millisecond
+
+// logs handles GET /admin/logs/:project[?replica=ID][&lines=N][&follow=1]:
+// the last lines of a replica's log as text, then, with follow, what is
+// written to it until the client or the server goes away. Without a
+// replica it picks the project's most recently written log and names it in
+// the X-Inferd-Replica header. Deleted projects' logs are readable too.
+func (a *admin) logs(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	project, rid := ps.ByName("project"), r.URL.Query().Get("replica")
+	n, err := queryInt(r, "lines", defaultLogLines, maxLogLines)
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	if a.logDir == "" || !store.ValidID(project) {
+		writeError(w, r, a.log, notFound("no logs for project %s", truncate(project, 64)))
+		return
+	}
+	if rid == "" {
+		ids, err := replica.LogReplicas(a.logDir, project)
+		if err != nil {
+			writeError(w, r, a.log, err)
+			return
+		}
+		if len(ids) == 0 {
+			writeError(w, r, a.log, notFound("no logs for project %s", project))
+			return
+		}
+		rid = ids[0]
+	}
+	if !store.ValidID(rid) || !strings.HasPrefix(rid, project+"-") {
+		writeError(w, r, a.log, notFound("no log for replica %s of project %s", truncate(rid, 64), project))
+		return
+	}
+	path := replica.LogPath(a.logDir, project, rid)
+	size, err := replica.LogSize(path)
+	if err == nil {
+		var lines []string
+		lines, err = replica.TailLog(path, n)
+		if err == nil {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.Header().Set("X-Inferd-Replica", rid)
+			for _, l := range lines {
+				fmt.Fprintln(w, l)
+			}
+		}
+	}
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		writeError(w, r, a.log, notFound("no log for replica %s of project %s", rid, project))
+		return
+	case err != nil:
+		writeError(w, r, a.log, err)
+		return
+	}
+	if r.URL.Query().Get("follow") != "1" {
+		return
+	}
+	fw := &flushWriter{w: w, rc: http.NewResponseController(w)}
+	if err := fw.rc.Flush(); err != nil {
+		return // the client is gone
+	}
+	// Ends when the client hangs up or the server shuts down (serve.go
+	// cancels the admin server's base context on Shutdown).
+	if err := replica.FollowLog(r.Context(), path, size, followPoll, fw); err != nil && r.Context().Err() == nil {
+		a.log.Debug().Err(err).Str("log", path).Msg("log follow ended")
+	}
+}
+
+// flushWriter sends every write to the client at once.
+type flushWriter struct {
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+func (f *flushWriter) Write(p []byte) (int, error) {
+	n, err := f.w.Write(p)
+	if err != nil {
+		return n, err
+	}
+	return n, f.rc.Flush()
+}

@@ -1,0 +1,425 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/julienschmidt/httprouter"
+
+	"inferd/gpu"
+	"inferd/scheduler"
+	"inferd/scheduler/replica"
+	"inferd/store"
+)
+
+// Bounds of the status endpoints.
+const (
+	defaultStatusCalls = 50   // recent calls shown
+	maxStatusCalls     = 500  // ?limit= cap
+	latencyWindow      = 500  // newest calls of the caller's teams that p50/p95 are taken over
+	defaultLogLines    = 200  // log lines shown
+	maxLogLines        = 5000 // ?lines= cap
+	maxStatusMessage   = 300  // a failed call's message is cut here
+)
+
+// StatusSources feed the /v1/status endpoints and the status page. Any
+// function may be nil (nothing of that kind is shown).
+type StatusSources struct {
+	Snapshot func() scheduler.Status // the scheduler's Snapshot
+	GPUs     func() []gpu.Device     // the GPU inventory's Devices
+	Calls    RecentCalls
+	LogDir   string           // replica logs (see replica.LogPath); "" = none
+	Now      func() time.Time // for uptimes; nil = time.Now
+}
+
+// RecentCalls is what the status endpoints read of *store.Store.
+type RecentCalls interface {
+	// RecentCalls returns up to limit calls of teamID ("" = all), newest
+	// first, without inputs and outputs.
+	RecentCalls(teamID string, limit int) ([]store.Call, error)
+}
+
+// statusAPI serves /v1/status. Every endpoint needs an API key in the same
+// header as the project API: a team key sees its own projects, calls and
+// logs, an admin key everyone's; another team's project is a 404. It never
+// shows call inputs or outputs.
+type statusAPI struct {
+	*api
+	src StatusSources
+}
+
+func (s *statusAPI) now() time.Time {
+	if s.src.Now != nil {
+		return s.src.Now()
+	}
+	return time.Now()
+}
+
+// statusGPU is one GPU; HeldBy names the replica holding it when the caller
+// may see that replica's project, and Held says whether anyone does.
+type statusGPU struct {
+	Index            int          `json:"index"`
+	UUID             string       `json:"uuid"`
+	Name             string       `json:"name"`
+	MemoryTotalBytes uint64       `json:"memoryTotalBytes"`
+	MemoryUsedBytes  uint64       `json:"memoryUsedBytes"`
+	UtilizationPct   int          `json:"utilizationPct"`
+	Simulated        bool         `json:"simulated"`
+	Held             bool         `json:"held"`
+	HeldBy           *replicaName `json:"heldBy"`
+}
+
+type replicaName struct {
+	Project string `json:"project"`
+	Replica string `json:"replica"`
+}
+
+// statusProject is one project: its bounds, queue, replicas and latency.
+type statusProject struct {
+	ID          string          `json:"id"`
+	TeamID      string          `json:"teamId"`
+	MinReplicas int             `json:"minReplicas"`
+	MaxReplicas int             `json:"maxReplicas"`
+	GPUs        int             `json:"gpusPerReplica"`
+	Queued      int             `json:"queued"`
+	Running     int             `json:"running"`
+	Waiting     string          `json:"waiting"`
+	LastError   string          `json:"lastError"`
+	LatencyP50  *int64          `json:"latencyP50Ms"` // created → finished, over the recent calls; null without any
+	LatencyP95  *int64          `json:"latencyP95Ms"`
+	Finished    int             `json:"recentFinished"` // calls the latencies are taken over
+	Replicas    []statusReplica `json:"replicas"`
+}
+
+type statusReplica struct {
+	ID            string     `json:"id"`
+	State         string     `json:"state"`
+	Pid           int        `json:"pid"`
+	GPUs          []int      `json:"gpus"` // GPU indexes
+	Started       time.Time  `json:"started"`
+	UptimeSeconds int64      `json:"uptimeSeconds"`
+	InFlight      int        `json:"inFlight"`
+	IdleExpiry    *time.Time `json:"idleExpiry"` // when the idle timeout stops it; null if not armed
+}
+
+// statusCall is a call without its inputs or outputs.
+type statusCall struct {
+	ID         string     `json:"id"`
+	ProjectID  string     `json:"projectId"`
+	State      string     `json:"state"`
+	Message    string     `json:"message,omitempty"` // failures only
+	ReplicaID  string     `json:"replicaId,omitempty"`
+	Created    time.Time  `json:"created"`
+	Dispatched *time.Time `json:"dispatched"`
+	Finished   *time.Time `json:"finished"`
+	QueueMs    int64      `json:"queueMs"`
+	BootMs     int64      `json:"bootMs"`
+	RunMs      int64      `json:"runMs"`
+	TotalMs    *int64     `json:"totalMs"` // created → finished
+}
+
+type statusAll struct {
+	Generated time.Time       `json:"generated"`
+	Scope     store.KeyScope  `json:"scope"`
+	TeamID    string          `json:"teamId"`
+	GPUs      []statusGPU     `json:"gpus"`
+	Projects  []statusProject `json:"projects"`
+	Calls     []statusCall    `json:"calls"`
+}
+
+type results[T any] struct {
+	Results []T `json:"results"`
+}
+
+// register adds the status routes.
+func (s *statusAPI) register(handle func(method, path string, h httprouter.Handle)) {
+	for _, slash := range []string{"", "/"} {
+		handle(http.MethodGet, "/v1/status"+slash, s.all)
+		handle(http.MethodGet, "/v1/status/gpus"+slash, list(s, false, s.gpus))
+		handle(http.MethodGet, "/v1/status/projects"+slash, list(s, true, s.projects))
+		handle(http.MethodGet, "/v1/status/calls"+slash, list(s, true, s.calls))
+	}
+	handle(http.MethodGet, "/v1/status/projects/:id/replicas/:replica/logs", s.logs)
+}
+
+// view is what one request may see, read once.
+type view struct {
+	key      store.APIKey
+	snapshot scheduler.Status
+	projects []store.Project // visible, sorted by id
+	calls    []store.Call    // visible, newest first, at most latencyWindow
+}
+
+func (s *statusAPI) read(r *http.Request, wantCalls bool) (view, error) {
+	key, err := s.headerKey(r)
+	if err != nil {
+		return view{}, err
+	}
+	v := view{key: key}
+	team := key.TeamID
+	if key.Scope == store.ScopeAdmin {
+		team = ""
+	}
+	if v.projects, err = s.store.ListProjects(team); err != nil {
+		return view{}, err
+	}
+	v.projects = slices.DeleteFunc(v.projects, func(p store.Project) bool { return !mayAccess(key, p.TeamID) })
+	slices.SortFunc(v.projects, func(x, y store.Project) int { return strings.Compare(x.ID, y.ID) })
+	if s.src.Snapshot != nil {
+		v.snapshot = s.src.Snapshot()
+	}
+	if wantCalls && s.src.Calls != nil {
+		if v.calls, err = s.src.Calls.RecentCalls(team, latencyWindow); err != nil {
+			return view{}, err
+		}
+		v.calls = slices.DeleteFunc(v.calls, func(c store.Call) bool { return !mayAccess(key, c.TeamID) })
+	}
+	return v, nil
+}
+
+// all handles GET /v1/status: everything the status page shows, in one read.
+func (s *statusAPI) all(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	limit, err := queryInt(r, "limit", defaultStatusCalls, maxStatusCalls)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	v, err := s.read(r, true)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, statusAll{
+		Generated: s.now().UTC(),
+		Scope:     v.key.Scope,
+		TeamID:    v.key.TeamID,
+		GPUs:      s.viewGPUs(v),
+		Projects:  s.viewProjects(v),
+		Calls:     viewCalls(v.calls, limit),
+	})
+}
+
+// list returns a handler that answers {"results": render(view)} for one
+// kind of status, reading the recent calls only when wantCalls.
+func list[T any](s *statusAPI, wantCalls bool, render func(*http.Request, view) ([]T, error)) httprouter.Handle {
+	return func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+		v, err := s.read(r, wantCalls)
+		var out []T
+		if err == nil {
+			out, err = render(r, v)
+		}
+		if err != nil {
+			writeError(w, r, s.log, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, results[T]{out})
+	}
+}
+
+// gpus renders GET /v1/status/gpus.
+func (s *statusAPI) gpus(_ *http.Request, v view) ([]statusGPU, error) { return s.viewGPUs(v), nil }
+
+// projects renders GET /v1/status/projects.
+func (s *statusAPI) projects(_ *http.Request, v view) ([]statusProject, error) {
+	return s.viewProjects(v), nil
+}
+
+// calls renders GET /v1/status/calls[?limit=N].
+func (s *statusAPI) calls(r *http.Request, v view) ([]statusCall, error) {
+	limit, err := queryInt(r, "limit", defaultStatusCalls, maxStatusCalls)
+	return viewCalls(v.calls, limit), err
+}
+
+type statusLog struct {
+	Project string   `json:"project"`
+	Replica string   `json:"replica"`
+	Lines   []string `json:"lines"`
+}
+
+// logs handles GET /v1/status/projects/:id/replicas/:replica/logs[?lines=N]:
+// the last lines of a replica's log, running or not.
+func (s *statusAPI) logs(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	n, err := queryInt(r, "lines", defaultLogLines, maxLogLines)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	key, err := s.headerKey(r)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	id, rid := ps.ByName("id"), ps.ByName("replica")
+	p, err := s.store.GetProject(id)
+	switch {
+	case errors.Is(err, store.ErrNotFound) || (err == nil && !mayAccess(key, p.TeamID)):
+		writeError(w, r, s.log, errProjectNotFound)
+		return
+	case err != nil:
+		writeError(w, r, s.log, err)
+		return
+	}
+	// The replica id names a file: only ids the scheduler could have made.
+	if s.src.LogDir == "" || !store.ValidID(rid) || !strings.HasPrefix(rid, p.ID+"-") {
+		writeError(w, r, s.log, notFound("no log for replica %s", truncate(rid, 64)))
+		return
+	}
+	lines, err := replica.TailLog(replica.LogPath(s.src.LogDir, p.ID, rid), n)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		writeError(w, r, s.log, notFound("no log for replica %s", rid))
+		return
+	case err != nil:
+		writeError(w, r, s.log, err)
+		return
+	}
+	if lines == nil {
+		lines = []string{}
+	}
+	writeJSON(w, http.StatusOK, statusLog{Project: p.ID, Replica: rid, Lines: lines})
+}
+
+func (s *statusAPI) viewGPUs(v view) []statusGPU {
+	if s.src.GPUs == nil {
+		return []statusGPU{}
+	}
+	const mib = 1 << 20
+	holders := map[string]replicaName{} // GPU UUID → replica
+	visible := map[string]bool{}
+	for _, p := range v.projects {
+		visible[p.ID] = true
+	}
+	for _, p := range v.snapshot.Projects {
+		for _, r := range p.Replicas {
+			for _, u := range r.GPUs {
+				holders[u] = replicaName{Project: p.ID, Replica: r.ID}
+			}
+		}
+	}
+	devs := s.src.GPUs()
+	out := make([]statusGPU, 0, len(devs))
+	for _, d := range devs {
+		g := statusGPU{
+			Index: d.Index, UUID: d.UUID, Name: d.Name,
+			MemoryTotalBytes: d.MemoryTotalMiB * mib,
+			MemoryUsedBytes:  (d.MemoryTotalMiB - min(d.MemoryFreeMiB, d.MemoryTotalMiB)) * mib,
+			UtilizationPct:   d.UtilizationPct,
+			Simulated:        d.Simulated,
+		}
+		if h, ok := holders[d.UUID]; ok {
+			g.Held = true
+			if visible[h.Project] {
+				g.HeldBy = &h
+			}
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+func (s *statusAPI) viewProjects(v view) []statusProject {
+	live := map[string]scheduler.ProjectStatus{}
+	for _, p := range v.snapshot.Projects {
+		live[p.ID] = p
+	}
+	index := map[string]int{} // GPU UUID → index
+	if s.src.GPUs != nil {
+		for _, d := range s.src.GPUs() {
+			index[d.UUID] = d.Index
+		}
+	}
+	latencies := map[string][]int64{}
+	for _, c := range v.calls {
+		if c.State.Done() && !c.Finished.IsZero() {
+			latencies[c.ProjectID] = append(latencies[c.ProjectID], c.Finished.Sub(c.Created).Milliseconds())
+		}
+	}
+	now := s.now()
+	out := make([]statusProject, 0, len(v.projects))
+	for _, p := range v.projects {
+		lp := live[p.ID]
+		sp := statusProject{
+			ID: p.ID, TeamID: p.TeamID,
+			MinReplicas: p.MinReplicas, MaxReplicas: p.MaxReplicas, GPUs: p.Model.GPUs,
+			Queued: lp.Queued, Running: lp.Running, Waiting: lp.Waiting, LastError: lp.LastError,
+			Replicas: make([]statusReplica, 0, len(lp.Replicas)),
+		}
+		lat := latencies[p.ID]
+		sp.Finished = len(lat)
+		sp.LatencyP50, sp.LatencyP95 = percentile(lat, 50), percentile(lat, 95)
+		for _, r := range lp.Replicas {
+			sr := statusReplica{
+				ID: r.ID, State: r.State, Pid: r.Pid, Started: r.Started.UTC(),
+				UptimeSeconds: int64(max(now.Sub(r.Started), 0) / time.Second),
+				InFlight:      r.InFlight, GPUs: make([]int, 0, len(r.GPUs)),
+			}
+			for _, u := range r.GPUs {
+				if i, ok := index[u]; ok {
+					sr.GPUs = append(sr.GPUs, i)
+				}
+			}
+			if !r.IdleExpiry.IsZero() {
+				t := r.IdleExpiry.UTC()
+				sr.IdleExpiry = &t
+			}
+			sp.Replicas = append(sp.Replicas, sr)
+		}
+		out = append(out, sp)
+	}
+	return out
+}
+
+func viewCalls(calls []store.Call, limit int) []statusCall {
+	calls = calls[:min(limit, len(calls))]
+	out := make([]statusCall, 0, len(calls))
+	for _, c := range calls {
+		sc := statusCall{
+			ID: c.ID, ProjectID: c.ProjectID, State: string(c.State), ReplicaID: c.ReplicaID,
+			Created: c.Created.UTC(), QueueMs: c.QueueMs, BootMs: c.BootMs, RunMs: c.RunMs,
+		}
+		if c.State == store.CallFailed {
+			sc.Message = truncate(failureMessage(c.Message), maxStatusMessage)
+		}
+		if !c.Dispatched.IsZero() {
+			t := c.Dispatched.UTC()
+			sc.Dispatched = &t
+		}
+		if !c.Finished.IsZero() {
+			t := c.Finished.UTC()
+			total := t.Sub(c.Created).Milliseconds()
+			sc.Finished, sc.TotalMs = &t, &total
+		}
+		out = append(out, sc)
+	}
+	return out
+}
+
+// percentile returns the nearest-rank p-th percentile of xs, or nil for none.
+// xs is sorted in place.
+func percentile(xs []int64, p int) *int64 {
+	if len(xs) == 0 {
+		return nil
+	}
+	slices.Sort(xs)
+	rank := (p*len(xs) + 99) / 100 // ceil(p/100 · n), 1-based
+	v := xs[max(rank, 1)-1]
+	return &v
+}
+
+// queryInt reads an optional positive integer query parameter, capped at max.
+func queryInt(r *http.Request, name string, def, limit int) (int, error) {
+	s := r.URL.Query().Get(name)
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return 0, badRequest("%s must be a positive integer, got %q", name, truncate(s, 32))
+	}
+	return min(n, limit), nil
+}

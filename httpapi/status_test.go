@@ -1,0 +1,260 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"inferd/gpu"
+	"inferd/scheduler"
+	"inferd/scheduler/replica"
+	"inferd/store"
+)
+
+// fakeCalls is a RecentCalls over a fixed list, newest first.
+type fakeCalls []store.Call
+
+func (f fakeCalls) RecentCalls(teamID string, limit int) ([]store.Call, error) {
+	var out []store.Call
+	for _, c := range f {
+		if (teamID == "" || c.TeamID == teamID) && len(out) < limit {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+var statusNow = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// newStatusEnv serves two simulated GPUs, one held by acme's echo-1 and one
+// by other's hidden-1, finished calls of both teams, and replica logs.
+func newStatusEnv(t *testing.T) (*testEnv, string) {
+	t.Helper()
+	logDir := t.TempDir()
+	for _, id := range []string{"echo-1", "hidden-1"} {
+		project, _, _ := strings.Cut(id, "-")
+		p := replica.LogPath(logDir, project, id)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte("booting "+id+"\nlistening\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	devs := gpu.Simulated([]gpu.SimulatedGPU{{Name: "Sim A"}, {Name: "Sim B", MemoryMiB: 1024}}).Devices()
+	snap := scheduler.Status{Projects: []scheduler.ProjectStatus{
+		{ID: "echo", TeamID: "acme", Queued: 2, Running: 1, LastError: "model failed to start: boom",
+			Replicas: []scheduler.ReplicaStatus{{ID: "echo-1", State: "busy", Pid: 4242, GPUs: []string{devs[0].UUID},
+				Started: statusNow.Add(-90 * time.Second), InFlight: 1}}},
+		{ID: "hidden", TeamID: "other",
+			Replicas: []scheduler.ReplicaStatus{{ID: "hidden-1", State: "ready", Pid: 777, GPUs: []string{devs[1].UUID},
+				Started: statusNow.Add(-time.Hour), IdleExpiry: statusNow.Add(30 * time.Second)}}},
+	}}
+	var calls fakeCalls
+	call := func(id, project, team string, state store.CallState, totalMs int) {
+		c := store.Call{ID: id, ProjectID: project, TeamID: team, State: state,
+			Inputs: json.RawMessage(`{"secret":"input-` + id + `"}`), Outputs: json.RawMessage(`{"secret":"output"}`),
+			Created: statusNow.Add(-time.Minute)}
+		if state.Done() {
+			c.Dispatched = c.Created.Add(time.Millisecond)
+			c.Finished = c.Created.Add(time.Duration(totalMs) * time.Millisecond)
+			c.QueueMs, c.RunMs = 1, int64(totalMs-1)
+		}
+		if state == store.CallFailed {
+			c.Message = "error: model returned HTTP 500"
+		}
+		calls = append(calls, c)
+	}
+	call("c5", "hidden", "other", store.CallSucceeded, 5000)
+	call("c4", "echo", "acme", store.CallQueued, 0)
+	for i, ms := range []int{10, 20, 30, 40, 1000} {
+		state := store.CallSucceeded
+		if i == 4 {
+			state = store.CallFailed
+		}
+		call("c3-"+string(rune('a'+i)), "echo", "acme", state, ms)
+	}
+	env := newEnv(t, Options{Status: &StatusSources{
+		Snapshot: func() scheduler.Status { return snap },
+		GPUs:     func() []gpu.Device { return devs },
+		Calls:    calls,
+		LogDir:   logDir,
+		Now:      func() time.Time { return statusNow },
+	}})
+	return env, logDir
+}
+
+func TestStatusNeedsAKey(t *testing.T) {
+	env, _ := newStatusEnv(t)
+	for _, path := range []string{"/v1/status", "/v1/status/gpus", "/v1/status/projects", "/v1/status/calls",
+		"/v1/status/projects/echo/replicas/echo-1/logs"} {
+		apiErrorReply(t, serve(env.h, "GET", path, ""), http.StatusUnauthorized, codeUnauthorized)
+		apiErrorReply(t, serve(env.h, "GET", path, "", "X-Service-API-Key", "ik_nope"), http.StatusUnauthorized, codeUnauthorized)
+		apiErrorReply(t, serve(env.h, "GET", path, "", "X-Service-API-Key", keyRevoked), http.StatusUnauthorized, codeUnauthorized)
+	}
+}
+
+func TestStatusTeamSeesOnlyItsOwn(t *testing.T) {
+	env, _ := newStatusEnv(t)
+	rec := serve(env.h, "GET", "/v1/status", "", "X-BANANA-API-KEY", keyAcme)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	if strings.Contains(rec.Body.String(), "hidden") || strings.Contains(rec.Body.String(), "secret") {
+		t.Fatalf("a team sees another team's project or call inputs/outputs:\n%s", rec.Body)
+	}
+	st := decode[statusAll](t, rec)
+	var ids []string
+	for _, p := range st.Projects {
+		ids = append(ids, p.ID)
+	}
+	if !slices.Equal(ids, []string{"echo", "zeta"}) {
+		t.Errorf("projects %v, want [echo zeta]", ids)
+	}
+	if len(st.GPUs) != 2 {
+		t.Fatalf("gpus %+v", st.GPUs)
+	}
+	if g := st.GPUs[0]; !g.Held || g.HeldBy == nil || *g.HeldBy != (replicaName{"echo", "echo-1"}) {
+		t.Errorf("GPU 0 holder %+v, want acme's echo-1", g)
+	}
+	if g := st.GPUs[1]; !g.Held || g.HeldBy != nil || g.MemoryTotalBytes != 1<<30 || g.Name != "Sim B" {
+		t.Errorf("GPU 1 = %+v, want held by someone unnamed, 1 GiB", g)
+	}
+	var callIDs []string
+	for _, c := range st.Calls {
+		callIDs = append(callIDs, c.ID)
+	}
+	if want := []string{"c4", "c3-a", "c3-b", "c3-c", "c3-d", "c3-e"}; !slices.Equal(callIDs, want) {
+		t.Errorf("calls %v, want %v", callIDs, want)
+	}
+	if st.Scope != store.ScopeTeam || st.TeamID != "acme" {
+		t.Errorf("scope %q team %q", st.Scope, st.TeamID)
+	}
+}
+
+func TestStatusAdminSeesAll(t *testing.T) {
+	env, _ := newStatusEnv(t)
+	st := decode[statusAll](t, serve(env.h, "GET", "/v1/status/", "", "X-Service-API-Key", keyAdmin))
+	if len(st.Projects) != 3 || len(st.Calls) != 7 {
+		t.Errorf("admin sees %d projects, %d calls; want 3, 7", len(st.Projects), len(st.Calls))
+	}
+	if g := st.GPUs[1]; g.HeldBy == nil || g.HeldBy.Replica != "hidden-1" {
+		t.Errorf("admin does not see GPU 1's holder: %+v", g)
+	}
+}
+
+func TestStatusProjectFigures(t *testing.T) {
+	env, _ := newStatusEnv(t)
+	got := decode[results[statusProject]](t, serve(env.h, "GET", "/v1/status/projects", "", "X-Service-API-Key", keyAcme))
+	echo := got.Results[0]
+	// Latencies 10, 20, 30, 40, 1000 ms (the queued call has none): nearest rank.
+	if echo.LatencyP50 == nil || *echo.LatencyP50 != 30 || echo.LatencyP95 == nil || *echo.LatencyP95 != 1000 || echo.Finished != 5 {
+		t.Errorf("latency p50 %v p95 %v over %d", echo.LatencyP50, echo.LatencyP95, echo.Finished)
+	}
+	if echo.Queued != 2 || echo.Running != 1 || echo.LastError != "model failed to start: boom" || echo.MaxReplicas != 3 {
+		t.Errorf("echo = %+v", echo)
+	}
+	r := echo.Replicas[0]
+	if r.ID != "echo-1" || r.State != "busy" || r.Pid != 4242 || !slices.Equal(r.GPUs, []int{0}) || r.UptimeSeconds != 90 || r.IdleExpiry != nil {
+		t.Errorf("replica = %+v", r)
+	}
+	zeta := got.Results[1]
+	if zeta.LatencyP50 != nil || len(zeta.Replicas) != 0 {
+		t.Errorf("zeta (no calls, not loaded) = %+v", zeta)
+	}
+}
+
+func TestStatusCallsCarryTimingsNotData(t *testing.T) {
+	env, _ := newStatusEnv(t)
+	rec := serve(env.h, "GET", "/v1/status/calls?limit=2", "", "X-Service-API-Key", keyAcme)
+	got := decode[results[statusCall]](t, rec)
+	if len(got.Results) != 2 {
+		t.Fatalf("limit=2 gave %d calls", len(got.Results))
+	}
+	if c := got.Results[0]; c.ID != "c4" || c.State != "queued" || c.Finished != nil || c.TotalMs != nil {
+		t.Errorf("queued call = %+v", c)
+	}
+	if c := got.Results[1]; c.QueueMs != 1 || c.RunMs != 9 || c.TotalMs == nil || *c.TotalMs != 10 || c.Message != "" {
+		t.Errorf("finished call = %+v", c)
+	}
+	if strings.Contains(rec.Body.String(), "secret") {
+		t.Errorf("inputs or outputs leaked: %s", rec.Body)
+	}
+	failed := decode[results[statusCall]](t, serve(env.h, "GET", "/v1/status/calls", "", "X-Service-API-Key", keyAcme)).Results[5]
+	if failed.State != "failed" || failed.Message != "error: model returned HTTP 500" {
+		t.Errorf("failed call = %+v", failed)
+	}
+	apiErrorReply(t, serve(env.h, "GET", "/v1/status/calls?limit=x", "", "X-Service-API-Key", keyAcme), http.StatusBadRequest, codeBadRequest)
+}
+
+func TestStatusReplicaLogs(t *testing.T) {
+	env, _ := newStatusEnv(t)
+	tests := []struct {
+		name, key, path string
+		status          int
+		want            []string
+	}{
+		{"own replica", keyAcme, "/v1/status/projects/echo/replicas/echo-1/logs", 200, []string{"booting echo-1", "listening"}},
+		{"last line", keyAcme, "/v1/status/projects/echo/replicas/echo-1/logs?lines=1", 200, []string{"listening"}},
+		{"admin", keyAdmin, "/v1/status/projects/hidden/replicas/hidden-1/logs", 200, []string{"booting hidden-1", "listening"}},
+		{"other team's project", keyAcme, "/v1/status/projects/hidden/replicas/hidden-1/logs", 404, nil},
+		{"unknown project", keyAcme, "/v1/status/projects/nope/replicas/nope-1/logs", 404, nil},
+		{"replica of another project", keyAcme, "/v1/status/projects/echo/replicas/hidden-1/logs", 404, nil},
+		{"no log yet", keyAcme, "/v1/status/projects/echo/replicas/echo-2/logs", 404, nil},
+		{"path traversal", keyAcme, "/v1/status/projects/echo/replicas/echo-..%2F..%2Fhidden%2Fhidden-1/logs", 404, nil},
+		{"bad lines", keyAcme, "/v1/status/projects/echo/replicas/echo-1/logs?lines=-3", 400, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := serve(env.h, "GET", tc.path, "", "X-Service-API-Key", tc.key)
+			if rec.Code != tc.status {
+				t.Fatalf("status %d, want %d: %s", rec.Code, tc.status, rec.Body)
+			}
+			if tc.status != 200 {
+				if strings.Contains(rec.Body.String(), "listening") {
+					t.Errorf("error reply shows the log: %s", rec.Body)
+				}
+				return
+			}
+			if got := decode[statusLog](t, rec).Lines; !slices.Equal(got, tc.want) {
+				t.Errorf("lines %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestStatusPageIsServedWithAStrictPolicy(t *testing.T) {
+	env, _ := newStatusEnv(t)
+	tests := []struct{ path, contentType, contains string }{
+		{"/", "text/html", `<script src="/assets/app.js"`},
+		{"/assets/app.js", "javascript", "/v1/status"},
+		{"/assets/style.css", "text/css", ".gpu"},
+	}
+	for _, tc := range tests {
+		rec := serve(env.h, "GET", tc.path, "")
+		if rec.Code != 200 || !strings.Contains(rec.Header().Get("Content-Type"), tc.contentType) ||
+			!strings.Contains(rec.Body.String(), tc.contains) {
+			t.Errorf("GET %s: %d %q, body lacks %q", tc.path, rec.Code, rec.Header().Get("Content-Type"), tc.contains)
+		}
+		if csp := rec.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") {
+			t.Errorf("GET %s: CSP %q", tc.path, csp)
+		}
+	}
+	for _, path := range []string{"/assets/nope.js", "/assets/index.html", "/assets/..%2Fweb.go"} {
+		if rec := serve(env.h, "GET", path, ""); rec.Code != http.StatusNotFound {
+			t.Errorf("GET %s: %d, want 404", path, rec.Code)
+		}
+	}
+}
+
+func TestStatusOffWithoutSources(t *testing.T) {
+	env := newEnv(t, Options{})
+	for _, path := range []string{"/", "/v1/status"} {
+		if rec := serve(env.h, "GET", path, "", "X-Service-API-Key", keyAdmin); rec.Code != http.StatusNotFound {
+			t.Errorf("GET %s without Status: %d, want 404", path, rec.Code)
+		}
+	}
+}

@@ -1,0 +1,222 @@
+package replica
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Replica logs on disk: dir/<project>/<replica>.log is the file being
+// written, and <replica>.log.1 (newest) to .log.<LogKeep> the older
+// generations. They outlive the replica, so that a crash can be read after
+// the fact; the next replica with the same id appends to the same file.
+
+const logSuffix = ".log"
+
+// LogPath returns the log file of a replica under the logs directory dir.
+func LogPath(dir, project, replica string) string {
+	return filepath.Join(dir, project, replica+logSuffix)
+}
+
+// generation returns the name of old generation n (n ≥ 1) of the log at path.
+func generation(path string, n int) string {
+	return path + "." + strconv.Itoa(n)
+}
+
+// LogReplicas returns the ids of the replicas of project that have a log
+// under dir, the most recently written first. A project without logs gives
+// none and no error.
+func LogReplicas(dir, project string) ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(dir, project))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list replica logs: %w", err)
+	}
+	type logFile struct {
+		id  string
+		mod time.Time
+	}
+	var logs []logFile
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), logSuffix)
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue // removed meanwhile
+		}
+		logs = append(logs, logFile{id, info.ModTime()})
+	}
+	slices.SortFunc(logs, func(a, b logFile) int {
+		if c := b.mod.Compare(a.mod); c != 0 {
+			return c
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	ids := make([]string, len(logs))
+	for i, l := range logs {
+		ids[i] = l.id
+	}
+	return ids, nil
+}
+
+// Bounds of what TailLog reads and returns.
+const (
+	tailChunk        = 256 << 10 // bytes read from the end of each generation
+	MaxTailLineBytes = 2000      // longer lines are cut
+)
+
+// TailLog returns the last n lines of the log at path, reaching into older
+// generations (path.1, path.2, ...) when the current file has fewer. Lines
+// are valid UTF-8 and at most MaxTailLineBytes long. A log that does not
+// exist is os.ErrNotExist.
+func TailLog(path string, n int) ([]string, error) {
+	var lines []string
+	for gen := 0; len(lines) < n; gen++ {
+		name := path
+		if gen > 0 {
+			name = generation(path, gen)
+		}
+		chunk, whole, err := readTail(name, tailChunk)
+		if errors.Is(err, os.ErrNotExist) {
+			if gen == 0 {
+				return nil, err
+			}
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		got := splitLines(chunk, !whole)
+		if len(got) > n-len(lines) {
+			got = got[len(got)-(n-len(lines)):]
+		}
+		lines = append(got, lines...)
+		if !whole {
+			break // older generations are older than what was skipped here
+		}
+	}
+	return lines, nil
+}
+
+// readTail returns the last limit bytes of the file and whether that is all of it.
+func readTail(name string, limit int64) (chunk []byte, whole bool, err error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, false, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, false, err
+	}
+	off := max(st.Size()-limit, 0)
+	chunk, err = io.ReadAll(io.NewSectionReader(f, off, st.Size()-off))
+	return chunk, off == 0, err
+}
+
+// splitLines splits b into display lines; with cut, the first line is a
+// fragment and is dropped. \r ends a line too, so progress bars show their
+// latest state rather than one very long line.
+func splitLines(b []byte, cut bool) []string {
+	if cut {
+		i := bytes.IndexAny(b, "\r\n")
+		if i < 0 {
+			return nil
+		}
+		b = b[i+1:]
+	}
+	// Blank lines (and the empty piece between \r and \n) are dropped.
+	parts := bytes.FieldsFunc(b, func(r rune) bool { return r == '\n' || r == '\r' })
+	out := make([]string, 0, len(parts))
+	for _, p := range parts {
+		if len(p) > MaxTailLineBytes {
+			p = p[:MaxTailLineBytes]
+		}
+		out = append(out, strings.ToValidUTF8(string(p), "\uFFFD"))
+	}
+	return out
+}
+
+// FollowLog writes to w what is appended to the log at path after its first
+// `from` bytes, until ctx ends or a write to w fails. It checks for growth
+// every poll; when the file is rotated (it shrinks or is replaced), it goes on
+// from the start of the new file. It returns nil when ctx ends.
+func FollowLog(ctx context.Context, path string, from int64, poll time.Duration, w io.Writer) error {
+	var (
+		f    *os.File
+		prev os.FileInfo
+	)
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+	}()
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		st, err := os.Stat(path)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			// Between a rotation's rename and the new file: wait.
+		case err != nil:
+			return err
+		default:
+			if f != nil && (!os.SameFile(prev, st) || st.Size() < from) {
+				// Rotated: what was written before the rename is still
+				// readable through the open file.
+				if _, err := copyFrom(w, f, from); err != nil {
+					return err
+				}
+				f.Close()
+				f, from = nil, 0
+			}
+			if f == nil {
+				if f, err = os.Open(path); err != nil {
+					return err
+				}
+			}
+			prev = st
+			n, err := copyFrom(w, f, from)
+			from += n
+			if err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// copyFrom writes what f holds past offset from and returns how much.
+func copyFrom(w io.Writer, f *os.File, from int64) (int64, error) {
+	st, err := f.Stat()
+	if err != nil || st.Size() <= from {
+		return 0, err
+	}
+	return io.Copy(w, io.NewSectionReader(f, from, st.Size()-from))
+}
+
+// LogSize returns the current size of the log at path, where a follow that
+// shows only new output starts.
+func LogSize(path string) (int64, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}

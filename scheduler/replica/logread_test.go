@@ -1,0 +1,166 @@
+package replica
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestLogSinkKeepsNGenerations(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p", "r.log")
+	s, err := openLogSink(path, 5, 2, func(err error) { t.Error(err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		s.Write(fmt.Appendf(nil, "line%d\n", i)) // 6 bytes: each write rotates
+	}
+	s.Write([]byte("tail\n"))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"r.log": "tail\n", "r.log.1": "line4\n", "r.log.2": "line3\n"}
+	for name, content := range want {
+		got, err := os.ReadFile(filepath.Join(filepath.Dir(path), name))
+		if err != nil || string(got) != content {
+			t.Errorf("%s = %q (%v), want %q", name, got, err, content)
+		}
+	}
+	if _, err := os.Stat(path + ".3"); !os.IsNotExist(err) {
+		t.Errorf("a third old generation exists with keep 2: %v", err)
+	}
+}
+
+func TestTailLogReachesIntoOlderGenerations(t *testing.T) {
+	dir := t.TempDir()
+	path := LogPath(dir, "echo", "echo-1")
+	os.MkdirAll(filepath.Dir(path), 0o755)
+	write := func(name, s string) {
+		if err := os.WriteFile(name, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(path+".2", "a\nb\n")
+	write(path+".1", "c\r\nd\n\n")
+	write(path, "e\nprogress 10%\rprogress 90%")
+	tests := []struct {
+		n    int
+		want []string
+	}{
+		{1, []string{"progress 90%"}},
+		{3, []string{"e", "progress 10%", "progress 90%"}},
+		{5, []string{"c", "d", "e", "progress 10%", "progress 90%"}},
+		{100, []string{"a", "b", "c", "d", "e", "progress 10%", "progress 90%"}},
+	}
+	for _, tc := range tests {
+		got, err := TailLog(path, tc.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("TailLog(%d) = %q, want %q", tc.n, got, tc.want)
+		}
+	}
+	if _, err := TailLog(LogPath(dir, "echo", "echo-9"), 10); !os.IsNotExist(err) {
+		t.Errorf("missing log: err %v, want not exist", err)
+	}
+}
+
+func TestTailLogDropsTheCutFirstLineOfALargeFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.log")
+	big := strings.Repeat("x", tailChunk) + "\nlast\n"
+	if err := os.WriteFile(path, []byte(big), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(path+".1", []byte("older\n"), 0o644)
+	got, err := TailLog(path, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, []string{"last"}) {
+		t.Errorf("got %d lines %.40q", len(got), got)
+	}
+}
+
+func TestLogReplicasNewestFirst(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	for i, id := range []string{"echo-1", "echo-2", "echo-3"} {
+		p := LogPath(dir, "echo", id)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte("x\n"), 0o644)
+		os.WriteFile(p+".1", []byte("x\n"), 0o644) // old generations are not replicas
+		mod := now.Add(time.Duration([]int{-2, 0, -1}[i]) * time.Minute)
+		os.Chtimes(p, mod, mod)
+	}
+	got, err := LogReplicas(dir, "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"echo-2", "echo-3", "echo-1"}; !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if got, err := LogReplicas(dir, "none"); err != nil || len(got) != 0 {
+		t.Errorf("project without logs: %v, %v", got, err)
+	}
+}
+
+// syncBuffer collects what FollowLog writes, from its goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestFollowLogSeesAppendsAndRotation(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.log")
+	sink, err := openLogSink(path, 20, 1, func(err error) { t.Error(err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	sink.Write([]byte("before\n"))
+	from, _ := LogSize(path)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- FollowLog(ctx, path, from, time.Millisecond, &out) }()
+	waitFor := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for out.String() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("followed %q, want %q", out.String(), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	sink.Write([]byte("one\n"))
+	waitFor("one\n")
+	sink.Write([]byte("two, which rotates\n")) // past 20 bytes: the file is rotated after it
+	waitFor("one\ntwo, which rotates\n")
+	sink.Write([]byte("three\n"))
+	waitFor("one\ntwo, which rotates\nthree\n")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,88 @@
+// Drives the inferd status page in Debian's chromium, headless, through
+// playwright-core (which never downloads a browser). Run by
+// e2e_statuspage_test.go against a live inferd; it reads:
+//   INFERD_BASE      http://127.0.0.1:PORT
+//   INFERD_KEY       an API key
+//   EXPECT_GPUS      how many GPU cards must show
+//   EXPECT_PROJECTS  comma-separated project ids that must show
+//   EXPECT_CALL      a finished call id that must show as succeeded
+//   EXPECT_REPLICA   a replica whose log must open on click
+//   SCREENSHOT       where to save a full-page PNG
+//   CHROMIUM         the browser (default /usr/bin/chromium)
+import { chromium } from "playwright-core";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import assert from "node:assert/strict";
+
+const env = (name) => {
+  const v = process.env[name];
+  if (!v) throw new Error(`${name} is not set`);
+  return v;
+};
+const base = env("INFERD_BASE");
+const timeout = 30000;
+
+const profile = mkdtempSync(join(tmpdir(), "inferd-chromium-"));
+const context = await chromium.launchPersistentContext(profile, {
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  headless: true,
+  viewport: { width: 1280, height: 900 },
+  args: [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+  ],
+});
+const problems = [];
+try {
+  const page = context.pages()[0] || (await context.newPage());
+  page.setDefaultTimeout(timeout);
+  // A CSP violation or a script error shows up here.
+  page.on("console", (m) => { if (m.type() === "error") problems.push(`console: ${m.text()}`); });
+  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+
+  await page.goto(base + "/");
+  await page.locator("#login").waitFor({ state: "visible" });
+  await page.fill("#key", env("INFERD_KEY"));
+  await page.click("#login-form button[type=submit]");
+  await page.locator("#dash").waitFor({ state: "visible" });
+  const stored = await page.evaluate(() => sessionStorage.getItem("inferd.apiKey"));
+  assert.equal(stored, env("INFERD_KEY"), "the key is kept in sessionStorage");
+
+  const gpus = Number(env("EXPECT_GPUS"));
+  await page.waitForFunction((n) => document.querySelectorAll("[data-gpu]").length === n, gpus);
+  console.log(`ok: ${gpus} GPUs shown`);
+
+  for (const id of env("EXPECT_PROJECTS").split(",")) {
+    await page.locator(`[data-project="${id}"]`).waitFor({ state: "visible" });
+    console.log(`ok: project ${id} shown`);
+  }
+
+  const call = page.locator(`tr[data-call="${env("EXPECT_CALL")}"]`);
+  await call.waitFor({ state: "visible" });
+  await call.locator(".badge.succeeded").waitFor({ state: "visible" });
+  console.log("ok: the finished call is shown as succeeded");
+
+  const replica = env("EXPECT_REPLICA");
+  // Every replica of a min-1 project holds a GPU: the card names it.
+  await page.waitForFunction((r) => [...document.querySelectorAll("[data-gpu] .holder")].some((e) => e.textContent.includes(r)), replica);
+  await page.click(`tr[data-replica="${replica}"]`);
+  await page.locator("#log-panel").waitFor({ state: "visible" });
+  await page.waitForFunction(() => document.getElementById("log-lines").textContent.includes("listening"));
+  console.log(`ok: the log of ${replica} opens on click`);
+
+  // The page keeps refreshing: the "updated" time changes.
+  const updated = await page.locator("#summary .muted").textContent();
+  await page.waitForFunction((u) => document.querySelector("#summary .muted")?.textContent !== u, updated);
+  console.log("ok: the page refreshes by itself");
+
+  if (process.env.SCREENSHOT) {
+    await page.screenshot({ path: process.env.SCREENSHOT, fullPage: true });
+    console.log(`screenshot: ${process.env.SCREENSHOT}`);
+  }
+  assert.deepEqual(problems, [], "no console errors");
+  console.log("PASS status page");
+} finally {
+  await context.close();
+  rmSync(profile, { recursive: true, force: true });
+}
