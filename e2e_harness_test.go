@@ -332,3 +332,35 @@ func echoDir(t *testing.T) string {
 	}
 	return dir
 }
+
+// replicaStates returns the states of project's replicas as /v1/status shows
+// them to key ("booting", "ready", "busy", "stopping"). Tests wait on it for a
+// replica to be ready instead of guessing how long a boot takes on a busy box.
+func (d *daemon) replicaStates(key, project string) []string {
+	d.t.Helper()
+	code, body := doRaw(d.t, "GET", d.base+"/v1/status/projects", map[string]string{"X-Service-API-Key": key}, "")
+	if code != http.StatusOK {
+		d.t.Fatalf("status of %s: HTTP %d %s", project, code, body)
+	}
+	var all struct {
+		Results []struct {
+			ID       string `json:"id"`
+			Replicas []struct {
+				State string `json:"state"`
+			} `json:"replicas"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(body, &all); err != nil {
+		d.t.Fatalf("status of %s: %v in %s", project, err, body)
+	}
+	var states []string
+	for _, p := range all.Results {
+		if p.ID != project {
+			continue
+		}
+		for _, r := range p.Replicas {
+			states = append(states, r.State)
+		}
+	}
+	return states
+}

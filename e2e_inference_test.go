@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -102,6 +103,11 @@ func TestInferenceEndToEnd(t *testing.T) {
 
 	t.Run("minReplicas replica runs right after start", func(t *testing.T) {
 		eventually(t, 20*time.Second, "one echo replica", func() bool { return len(processesWithEnv(mark)) == 1 })
+		// startWait is 1s here: on a loaded machine a boot can take longer,
+		// so the sync start below waits for a ready replica first.
+		eventually(t, 60*time.Second, "echo replica ready", func() bool {
+			return slices.Equal(d.replicaStates(key, "echo"), []string{"ready"})
+		})
 	})
 	t.Run("sync start returns the reply", func(t *testing.T) {
 		r := c.start("mk-echo", `{"prompt":"hello"}`, false)
