@@ -5,9 +5,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestPotassiumAppEndToEnd runs an unmodified Potassium app (examples/potassium,
@@ -35,6 +37,11 @@ func TestPotassiumAppEndToEnd(t *testing.T) {
     maxReplicas: 2
 `, app, mark))
 	c := inferenceClient{t: t, base: d.base, key: key}
+	// Both replicas must be up before the overlapping calls, or on a slow box
+	// the first replica can serve both before the second is ready.
+	eventually(t, 60*time.Second, "both potassium replicas ready", func() bool {
+		return slices.Equal(d.replicaStates(key, "potassium-app"), []string{"ready", "ready"})
+	})
 
 	var wg sync.WaitGroup
 	replicas := make([]string, 2)
