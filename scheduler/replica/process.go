@@ -41,6 +41,7 @@ type Process struct {
 	maxReply int64 // Infer's reply cap; a field so tests can lower it
 
 	ready    chan struct{} // closed by the readiness poller
+	output   chan struct{} // the model wrote output: a hint for the poller (1 buffered)
 	exited   chan struct{} // closed by run, last
 	stopping chan struct{} // closed by the first Stop
 	stopOnce sync.Once
@@ -115,6 +116,7 @@ func start(spec Spec, log zerolog.Logger) (*Process, error) {
 		pipe:     r,
 		maxReply: maxReplyBytes,
 		ready:    make(chan struct{}),
+		output:   make(chan struct{}, 1),
 		exited:   make(chan struct{}),
 		stopping: make(chan struct{}),
 	}
@@ -223,6 +225,10 @@ func (p *Process) copyLog(done chan<- struct{}) {
 		n, err := p.pipe.Read(buf)
 		if n > 0 {
 			p.sink.Write(buf[:n])
+			select { // wake the readiness poller; one pending hint is enough
+			case p.output <- struct{}{}:
+			default:
+			}
 		}
 		if err != nil {
 			return
