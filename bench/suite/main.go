@@ -272,15 +272,9 @@ func startInferd(ctx context.Context, o options, e *env) error {
 	if out, err := exec.Command(o.inferd, "--config", e.inferdCfg, "apply", "-f", mf).CombinedOutput(); err != nil {
 		return fmt.Errorf("inferd apply: %v: %s", err, out)
 	}
-	p, err := start("inferd", filepath.Join(e.dir, "inferd.log"), nil, o.inferd, "--config", e.inferdCfg, "serve")
-	if err != nil {
-		return err
-	}
-	e.procs = append(e.procs, p)
-	e.inferdPid = p.pid()
 	e.base = fmt.Sprintf("http://127.0.0.1:%d", port)
 	e.dbPath = filepath.Join(e.dir, "data", "inferd.db")
-	if err := waitHTTP(ctx, "GET", e.base+"/readyz", 30*time.Second); err != nil {
+	if err := serveInferd(ctx, o, e); err != nil {
 		return err
 	}
 	out, err := exec.Command(o.inferd, "--config", e.inferdCfg, "key", "create", "--team", "bench").Output()
@@ -289,7 +283,11 @@ func startInferd(ctx context.Context, o options, e *env) error {
 	}
 	lines := strings.Fields(strings.TrimSpace(string(out)))
 	e.apiKey = lines[len(lines)-1]
-	// Every replica that should always run is up.
+	return waitAlwaysOn(ctx, e)
+}
+
+// waitAlwaysOn waits until every replica that should always run is up.
+func waitAlwaysOn(ctx context.Context, e *env) error { // Every replica that should always run is up.
 	for _, w := range []struct {
 		project string
 		n       float64
@@ -299,6 +297,34 @@ func startInferd(ctx context.Context, o options, e *env) error {
 		}
 	}
 	return nil
+}
+
+// serveInferd starts inferd serve on the prepared configuration and waits
+// until it answers /readyz.
+func serveInferd(ctx context.Context, o options, e *env) error {
+	p, err := start("inferd", filepath.Join(e.dir, "inferd.log"), nil, o.inferd, "--config", e.inferdCfg, "serve")
+	if err != nil {
+		return err
+	}
+	e.procs = append(e.procs, p)
+	e.inferdPid = p.pid()
+	return waitHTTP(ctx, "GET", e.base+"/readyz", 30*time.Second)
+}
+
+// restartInferd stops inferd (SIGTERM, as systemd would) and starts it again
+// on the same data file, then waits for the always-on replicas.
+func restartInferd(ctx context.Context, o options, e *env) error {
+	for i, p := range e.procs {
+		if p.pid() == e.inferdPid {
+			p.stop()
+			e.procs = append(e.procs[:i], e.procs[i+1:]...)
+			break
+		}
+	}
+	if err := serveInferd(ctx, o, e); err != nil {
+		return err
+	}
+	return waitAlwaysOn(ctx, e)
 }
 
 // waitReplicas waits until the number of the project's replicas in state

@@ -21,8 +21,13 @@ const (
 	// drainWait bounds how long the log pipe is read after the group was killed. Only
 	// a process that left the group (setsid) can hold the pipe open that long.
 	drainWait = 2 * time.Second
-	// maxIdleConns is the keep-alive pool per replica: more than a replica serves at once.
-	maxIdleConns = 64
+	// maxIdleConns is the keep-alive pool per replica: at least as many connections
+	// as calls a replica may serve at once (a project's concurrency goes up to
+	// store.MaxConcurrency, and can be raised while the replica runs), so that no
+	// finished call's connection is closed only to be dialled again for the next.
+	// Idle connections exist only up to the peak of calls in flight and close after
+	// IdleConnTimeout.
+	maxIdleConns = 1000
 )
 
 // Process is one running (or exited) model server started by Start. Its methods are
