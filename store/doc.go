@@ -17,7 +17,9 @@
 //     transaction; reads use short read transactions. No transaction is held
 //     while calling back into user code, except the fn of UpdateProject.
 //   - NoSync is never set. NoFreelistSync is: the freelist is rebuilt when the
-//     file is opened, which makes each commit cheaper.
+//     file is opened, which makes each commit cheaper. The rebuild reads every
+//     page; Open then releases the pages from the process's map (they stay in
+//     the page cache), so idle RSS does not grow with the number of stored calls.
 //   - A data file that is corrupt, truncated, not a bbolt file or written by a
 //     newer inferd is refused with a clear error and never recreated or
 //     overwritten; a brand-new empty file is initialised.

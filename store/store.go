@@ -109,6 +109,7 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	releaseMapped(db, path)
 	s := &Store{db: db, path: path, now: opts.Now, migration: mig}
 	s.keys.init()
 	s.w.init()

@@ -12,6 +12,8 @@
 //	              time in nanoseconds when main started and when the
 //	              listener opened, so the cold-boot benchmark can subtract
 //	              the model's own boot time from what inferd adds.
+//	NOOP_QUIET    1: print nothing once listening (by default it prints one
+//	              line, as most model servers do)
 //
 // The reply is {"ok":true}; the inputs are read and ignored.
 package main
@@ -75,6 +77,9 @@ func run(start time.Time) error {
 		if err := appendLine(path, fmt.Sprintf("%d %d", start.UnixNano(), time.Now().UnixNano())); err != nil {
 			return err
 		}
+	}
+	if os.Getenv("NOOP_QUIET") != "1" {
+		fmt.Println("noop listening on", ln.Addr())
 	}
 	return http.Serve(ln, mux)
 }

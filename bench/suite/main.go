@@ -28,6 +28,7 @@ type options struct {
 	fill                int           // finished calls to store for the memory figure
 	polls               int           // concurrent long polls
 	keep                bool
+	only                string // comma-separated step names to run; "" = all
 }
 
 func main() {
@@ -40,6 +41,7 @@ func main() {
 	flag.IntVar(&o.fill, "fill", 100000, "finished calls to store before the memory figure")
 	flag.IntVar(&o.polls, "polls", 10000, "concurrent long polls to hold")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (logs, data file)")
+	flag.StringVar(&o.only, "only", "", "run only these steps, comma-separated words of their names (e.g. \"cold,throughput\")")
 	flag.Parse()
 	o.inferd, o.noop = mustAbs(o.inferd), mustAbs(o.noop)
 
@@ -80,11 +82,15 @@ func run(ctx context.Context, o options) error {
 		{"throughput, no-op model, concurrency 64", measureThroughputNoop},
 		{"throughput, 10 ms model, concurrency 64", measureThroughput10ms},
 		{"cold boot", measureColdBoot},
+		{"cold boot, quiet model", measureColdBootQuiet},
 		{"scale-up under a burst", measureBurst},
 		{"stored calls: memory and file size", measureFill},
 		{"long-poll capacity", measureLongPolls},
 	}
 	for _, s := range steps {
+		if !o.selected(s.name) {
+			continue
+		}
 		fmt.Fprintf(os.Stderr, "bench: %s ...\n", s.name)
 		t := time.Now()
 		if err := s.fn(ctx, e, o, rep); err != nil {
@@ -101,6 +107,20 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("%d measurements failed", len(rep.errors))
 	}
 	return nil
+}
+
+// selected reports whether step name is to run: every step without -only, or one
+// whose name contains a word of -only.
+func (o options) selected(name string) bool {
+	if o.only == "" {
+		return true
+	}
+	for w := range strings.SplitSeq(o.only, ",") {
+		if w != "" && strings.Contains(name, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // raiseNoFile lifts the soft open-file limit to the hard one, for this
@@ -126,6 +146,7 @@ type env struct {
 	inferdPid         int
 	dbPath            string
 	coldLog, burstLog string
+	coldQuietLog      string
 	inferdCfg         string
 }
 
@@ -136,7 +157,8 @@ func (e *env) tearDown() {
 }
 
 func setUp(ctx context.Context, o options, dir string) (*env, error) {
-	e := &env{dir: dir, coldLog: filepath.Join(dir, "cold.boots"), burstLog: filepath.Join(dir, "burst.boots")}
+	e := &env{dir: dir, coldLog: filepath.Join(dir, "cold.boots"), coldQuietLog: filepath.Join(dir, "coldquiet.boots"),
+		burstLog: filepath.Join(dir, "burst.boots")}
 	// Two no-op model servers the clients call directly (and nginx proxies).
 	for _, m := range []struct {
 		url   *string
@@ -222,13 +244,14 @@ cpuSlots: 64
 sweepInterval: 1h
 `
 
-// The projects, all on the no-op model. cold and burst scale to zero at once
-// when idle; hang never answers, so its calls wait for the long-poll figure.
+// The projects, all on the no-op model. cold, coldquiet (a model that prints
+// nothing once listening) and burst scale to zero at once when idle; hang never answers, so its calls wait for the long-poll figure.
 const manifest = `projects:
   - {id: noop, team: bench, modelKey: mk-noop, command: [%[1]q], concurrency: 64, minReplicas: 1, maxReplicas: 1, bootTimeout: 30}
   - {id: noop10, team: bench, modelKey: mk-noop10, command: [%[1]q], env: {NOOP_DELAY: 10ms}, concurrency: 64, minReplicas: 1, maxReplicas: 1, bootTimeout: 30}
   - {id: noop10x4, team: bench, modelKey: mk-noop10x4, command: [%[1]q], env: {NOOP_DELAY: 10ms}, concurrency: 16, minReplicas: 4, maxReplicas: 4, bootTimeout: 30}
   - {id: cold, team: bench, modelKey: mk-cold, command: [%[1]q], env: {NOOP_BOOTLOG: %[2]q}, concurrency: 1, minReplicas: 0, maxReplicas: 1, idleTimeout: 0, bootTimeout: 30}
+  - {id: coldquiet, team: bench, modelKey: mk-coldquiet, command: [%[1]q], env: {NOOP_BOOTLOG: %[4]q, NOOP_QUIET: "1"}, concurrency: 1, minReplicas: 0, maxReplicas: 1, idleTimeout: 0, bootTimeout: 30}
   - {id: burst, team: bench, modelKey: mk-burst, command: [%[1]q], env: {NOOP_BOOTLOG: %[3]q, NOOP_DELAY: 200ms}, concurrency: 1, minReplicas: 0, maxReplicas: 4, idleTimeout: 0, bootTimeout: 30}
   - {id: hang, team: bench, modelKey: mk-hang, command: [%[1]q], env: {NOOP_DELAY: 1h}, concurrency: 1, minReplicas: 1, maxReplicas: 1, inferenceTimeout: 86400, bootTimeout: 30}
 `
@@ -243,21 +266,15 @@ func startInferd(ctx context.Context, o options, e *env) error {
 		return err
 	}
 	mf := filepath.Join(e.dir, "projects.yaml")
-	if err := os.WriteFile(mf, fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog), 0o644); err != nil {
+	if err := os.WriteFile(mf, fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog, e.coldQuietLog), 0o644); err != nil {
 		return err
 	}
 	if out, err := exec.Command(o.inferd, "--config", e.inferdCfg, "apply", "-f", mf).CombinedOutput(); err != nil {
 		return fmt.Errorf("inferd apply: %v: %s", err, out)
 	}
-	p, err := start("inferd", filepath.Join(e.dir, "inferd.log"), nil, o.inferd, "--config", e.inferdCfg, "serve")
-	if err != nil {
-		return err
-	}
-	e.procs = append(e.procs, p)
-	e.inferdPid = p.pid()
 	e.base = fmt.Sprintf("http://127.0.0.1:%d", port)
 	e.dbPath = filepath.Join(e.dir, "data", "inferd.db")
-	if err := waitHTTP(ctx, "GET", e.base+"/readyz", 30*time.Second); err != nil {
+	if err := serveInferd(ctx, o, e); err != nil {
 		return err
 	}
 	out, err := exec.Command(o.inferd, "--config", e.inferdCfg, "key", "create", "--team", "bench").Output()
@@ -266,7 +283,11 @@ func startInferd(ctx context.Context, o options, e *env) error {
 	}
 	lines := strings.Fields(strings.TrimSpace(string(out)))
 	e.apiKey = lines[len(lines)-1]
-	// Every replica that should always run is up.
+	return waitAlwaysOn(ctx, e)
+}
+
+// waitAlwaysOn waits until every replica that should always run is up.
+func waitAlwaysOn(ctx context.Context, e *env) error { // Every replica that should always run is up.
 	for _, w := range []struct {
 		project string
 		n       float64
@@ -276,6 +297,34 @@ func startInferd(ctx context.Context, o options, e *env) error {
 		}
 	}
 	return nil
+}
+
+// serveInferd starts inferd serve on the prepared configuration and waits
+// until it answers /readyz.
+func serveInferd(ctx context.Context, o options, e *env) error {
+	p, err := start("inferd", filepath.Join(e.dir, "inferd.log"), nil, o.inferd, "--config", e.inferdCfg, "serve")
+	if err != nil {
+		return err
+	}
+	e.procs = append(e.procs, p)
+	e.inferdPid = p.pid()
+	return waitHTTP(ctx, "GET", e.base+"/readyz", 30*time.Second)
+}
+
+// restartInferd stops inferd (SIGTERM, as systemd would) and starts it again
+// on the same data file, then waits for the always-on replicas.
+func restartInferd(ctx context.Context, o options, e *env) error {
+	for i, p := range e.procs {
+		if p.pid() == e.inferdPid {
+			p.stop()
+			e.procs = append(e.procs[:i], e.procs[i+1:]...)
+			break
+		}
+	}
+	if err := serveInferd(ctx, o, e); err != nil {
+		return err
+	}
+	return waitAlwaysOn(ctx, e)
 }
 
 // waitReplicas waits until the number of the project's replicas in state

@@ -21,8 +21,13 @@ const (
 	// drainWait bounds how long the log pipe is read after the group was killed. Only
 	// a process that left the group (setsid) can hold the pipe open that long.
 	drainWait = 2 * time.Second
-	// maxIdleConns is the keep-alive pool per replica: more than a replica serves at once.
-	maxIdleConns = 64
+	// maxIdleConns is the keep-alive pool per replica: at least as many connections
+	// as calls a replica may serve at once (a project's concurrency goes up to
+	// store.MaxConcurrency, and can be raised while the replica runs), so that no
+	// finished call's connection is closed only to be dialled again for the next.
+	// Idle connections exist only up to the peak of calls in flight and close after
+	// IdleConnTimeout.
+	maxIdleConns = 1000
 )
 
 // Process is one running (or exited) model server started by Start. Its methods are
@@ -41,6 +46,7 @@ type Process struct {
 	maxReply int64 // Infer's reply cap; a field so tests can lower it
 
 	ready    chan struct{} // closed by the readiness poller
+	output   chan struct{} // the model wrote output: a hint for the poller (1 buffered)
 	exited   chan struct{} // closed by run, last
 	stopping chan struct{} // closed by the first Stop
 	stopOnce sync.Once
@@ -115,6 +121,7 @@ func start(spec Spec, log zerolog.Logger) (*Process, error) {
 		pipe:     r,
 		maxReply: maxReplyBytes,
 		ready:    make(chan struct{}),
+		output:   make(chan struct{}, 1),
 		exited:   make(chan struct{}),
 		stopping: make(chan struct{}),
 	}
@@ -223,6 +230,10 @@ func (p *Process) copyLog(done chan<- struct{}) {
 		n, err := p.pipe.Read(buf)
 		if n > 0 {
 			p.sink.Write(buf[:n])
+			select { // wake the readiness poller; one pending hint is enough
+			case p.output <- struct{}{}:
+			default:
+			}
 		}
 		if err != nil {
 			return

@@ -425,3 +425,20 @@ func TestExitedDoesNotWaitForAChildThatLeftTheGroup(t *testing.T) {
 		t.Errorf("ExitErr = %s, want signal: terminated", got)
 	}
 }
+
+// A model is checked again as soon as it writes output, so one that prints a line
+// once it listens is found ready without waiting for the next poll. With the poll
+// interval set to an hour, the line is the only thing that can make it ready.
+func TestOutputTriggersReadinessCheck(t *testing.T) {
+	saved := readyIntervals
+	readyIntervals = []time.Duration{time.Hour}
+	t.Cleanup(func() { readyIntervals = saved })
+
+	spec := echoSpec(t, "hint-1")
+	// Not listening at the first check, which comes right after the fork.
+	spec.Env = map[string]string{"BOOT_DELAY": "0.2"}
+	p := startReady(t, spec)
+	if got := p.LastLogLine(); !strings.Contains(got, "listening") {
+		t.Errorf("LastLogLine = %q, want the model's listening line", got)
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"inferd/store"
 )
 
 func TestStartRejectsSpecsItCannotRun(t *testing.T) {
@@ -125,5 +127,13 @@ func TestStartAppliesDefaults(t *testing.T) {
 	want := []any{"http", "/healthz", "/", int64(10 << 20), 3}
 	if !slices.Equal(got, want) {
 		t.Errorf("defaults = %v, want %v", got, want)
+	}
+}
+
+// The keep-alive pool must hold a connection for every call a replica may serve at
+// once, or calls beyond it reconnect every time.
+func TestKeepAlivePoolCoversMaxConcurrency(t *testing.T) {
+	if maxIdleConns < store.MaxConcurrency {
+		t.Errorf("maxIdleConns = %d, below store.MaxConcurrency %d", maxIdleConns, store.MaxConcurrency)
 	}
 }
