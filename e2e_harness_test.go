@@ -128,9 +128,16 @@ func newDaemonDir(t *testing.T, extra string) (dir, cfgPath string) {
 // startDaemon starts `inferd serve` on the config in dir and waits until it serves.
 func startDaemon(t *testing.T, dir, cfgPath string) *daemon {
 	t.Helper()
+	return startDaemonWith(t, dir, cfgPath, inferdBin)
+}
+
+// startDaemonWith is startDaemon with another inferd binary (such as one built
+// with failpoints) and extra environment variables.
+func startDaemonWith(t *testing.T, dir, cfgPath, bin string, env ...string) *daemon {
+	t.Helper()
 	d := &daemon{t: t, dir: dir, cfgPath: cfgPath, logs: &lineLog{grew: make(chan struct{})}, exited: make(chan struct{})}
-	d.cmd = exec.Command(inferdBin, "--config", cfgPath, "serve")
-	d.cmd.Env = append(os.Environ(), "INFERD_SECRET_PROBE=must-not-leak")
+	d.cmd = exec.Command(bin, "--config", cfgPath, "serve")
+	d.cmd.Env = append(append(os.Environ(), "INFERD_SECRET_PROBE=must-not-leak"), env...)
 	stderr, err := d.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
