@@ -8,7 +8,7 @@ BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: build run test lint fuzz clean client-deps test-deps package bench
+.PHONY: build run test lint fuzz faults clean client-deps test-deps package bench
 
 ## build: compile ./inferd
 build:
@@ -61,5 +61,15 @@ bench:
 fuzz:
 	go test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./manifest/
 
+## faults: the fault tests (docs/reliability.md) with a long kill -9 soak; run as
+## root for the disk-full test. Figures go to faults-report.txt.
+FAULT_TESTS := Fault|Kill|Crash|Corrupt|DiskFull|StorageFull|Orphan|Leaked|WallClock|RealClock|Backoff|Recovery|InferReports|SurviveDaemon
+faults:
+	rm -f faults-report.txt
+	INFERD_SOAK_ROUNDS=$${INFERD_SOAK_ROUNDS:-8} INFERD_SOAK_CALLS=$${INFERD_SOAK_CALLS:-250} \
+	  INFERD_FAULTS_REPORT=$(CURDIR)/faults-report.txt \
+	  go test -race -count=1 -run '$(FAULT_TESTS)' ./...
+	@cat faults-report.txt
+
 clean:
-	rm -rf inferd dist
+	rm -rf inferd dist faults-report.txt

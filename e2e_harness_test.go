@@ -128,8 +128,15 @@ func newDaemonDir(t *testing.T, extra string) (dir, cfgPath string) {
 // startDaemon starts `inferd serve` on the config in dir and waits until it serves.
 func startDaemon(t *testing.T, dir, cfgPath string) *daemon {
 	t.Helper()
-	cmd := exec.Command(inferdBin, "--config", cfgPath, "serve")
-	cmd.Env = append(os.Environ(), "INFERD_SECRET_PROBE=must-not-leak")
+	return startDaemonWith(t, dir, cfgPath, inferdBin)
+}
+
+// startDaemonWith is startDaemon with another inferd binary (such as one built
+// with failpoints) and extra environment variables.
+func startDaemonWith(t *testing.T, dir, cfgPath, bin string, env ...string) *daemon {
+	t.Helper()
+	cmd := exec.Command(bin, "--config", cfgPath, "serve")
+	cmd.Env = append(append(os.Environ(), "INFERD_SECRET_PROBE=must-not-leak"), env...)
 	return startDaemonCmd(t, cmd, dir, cfgPath)
 }
 

@@ -88,6 +88,7 @@ func (s *Store) runWriter() {
 			return
 		}
 		start := time.Now()
+		commitFailpoint("before", batch)
 		err := s.update(func(tx *bolt.Tx) error {
 			for i := range batch {
 				if err := applyCallWrite(tx, &batch[i]); err != nil {
@@ -96,6 +97,9 @@ func (s *Store) runWriter() {
 			}
 			return nil
 		})
+		if err == nil {
+			commitFailpoint("after", batch)
+		}
 		s.commits.Add(1)
 		s.commitWrite.Add(int64(len(batch)))
 		s.commitNanos.Add(int64(time.Since(start)))

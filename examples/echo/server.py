@@ -41,6 +41,7 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(503, {"ok": False})
         else:
             self.reply(200, {"ok": True})
+            exit_after_ready()
 
     def do_POST(self):
         length = int(self.headers.get("Content-Length") or 0)
@@ -80,6 +81,26 @@ class Handler(BaseHTTPRequestHandler):
         if inputs.get("spawn"):
             out["child"] = subprocess.Popen(["sleep", "1000"]).pid
         self.reply(200, out)
+
+
+_exit_timer = None
+
+
+def exit_after_ready():
+    """With EXIT_AFTER_READY=<seconds>, exit with status 4 that long after the
+    first successful health check: a model that dies right after it is ready."""
+    global _exit_timer
+    delay = os.environ.get("EXIT_AFTER_READY")
+    if delay is None or _exit_timer is not None:
+        return
+
+    def die():
+        print("exiting after ready: EXIT_AFTER_READY is set", flush=True)
+        os._exit(4)
+
+    _exit_timer = threading.Timer(float(delay), die)
+    _exit_timer.daemon = True
+    _exit_timer.start()
 
 
 def main():
