@@ -29,4 +29,5 @@ require (
 	github.com/valyala/histogram v1.2.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sys v0.45.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
 )

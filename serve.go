@@ -74,8 +74,15 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			APIVersion:   "inferd/" + version,
 			Log:          log,
 			Metrics:      metrics,
+			Limits: httpapi.Limits{
+				RequestsPerSecond: cfg.Limits.RequestsPerSecond,
+				Burst:             cfg.Limits.Burst,
+				MaxWaitsPerKey:    cfg.Limits.MaxWaitsPerKey,
+				MaxWaits:          cfg.Limits.MaxWaits,
+				MaxInputDepth:     cfg.Limits.MaxInputDepth,
+			},
 		}, st, sched),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
 		ReadTimeout:       2 * time.Minute,
 		// Long enough for the longest wait the API holds a request open.
 		WriteTimeout:   max(cfg.StartWait, cfg.LongPollWait) + time.Minute,

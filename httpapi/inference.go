@@ -126,7 +126,7 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		return
 	}
 	if !args.startOnly && !call.State.Done() {
-		call = a.await(r.Context(), call, nil, a.opts.StartWait)
+		call = a.await(r.Context(), key.ID, call, nil, a.opts.StartWait)
 	}
 	a.writeInference(w, a.callResponse(call))
 }
@@ -157,7 +157,7 @@ func (a *api) check(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		return
 	}
 	if args.longPoll && !call.State.Done() {
-		call = a.await(r.Context(), call, done, a.opts.LongPollWait)
+		call = a.await(r.Context(), key.ID, call, done, a.opts.LongPollWait)
 	}
 	a.writeInference(w, a.callResponse(call))
 }
@@ -166,8 +166,14 @@ func (a *api) check(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 // away, and returns the call as it then stands. done is the call's
 // completion signal (shared by every waiter), or nil to look it up. A lookup
 // that fails after the call was seen keeps the last known state: the call
-// itself is not affected.
-func (a *api) await(ctx context.Context, call store.Call, done <-chan struct{}, wait time.Duration) store.Call {
+// itself is not affected. When keyID already holds as many waits as
+// Limits allow, the call is returned as it stands (see Limits.MaxWaits).
+func (a *api) await(ctx context.Context, keyID string, call store.Call, done <-chan struct{}, wait time.Duration) store.Call {
+	release, ok := a.limits.beginWait(keyID)
+	if !ok {
+		return call
+	}
+	defer release()
 	if done == nil {
 		c, d, err := a.sched.Lookup(call.ID)
 		if err != nil {
@@ -252,8 +258,9 @@ func pendingMessage(s store.CallState) string {
 	return string(s)
 }
 
-// authenticate checks an API key secret. Unknown, malformed and revoked keys
-// all give invalid, which never says which.
+// authenticate checks an API key secret and takes one request from the key's
+// rate limit. Unknown, malformed and revoked keys all give invalid, which
+// never says which.
 func (a *api) authenticate(secret string, invalid error) (store.APIKey, error) {
 	key, err := a.store.Authenticate(secret)
 	switch {
@@ -263,6 +270,9 @@ func (a *api) authenticate(secret string, invalid error) (store.APIKey, error) {
 		return store.APIKey{}, err
 	case key.IsRevoked():
 		return store.APIKey{}, invalid
+	}
+	if err := a.limits.allow(key.ID); err != nil {
+		return store.APIKey{}, err
 	}
 	return key, nil
 }
@@ -289,6 +299,8 @@ func (a *api) decodeStart(w http.ResponseWriter, r *http.Request) (args startArg
 		return args, errMissingInputs
 	case req.ModelInputs[0] != '{': // a RawMessage starts at its value
 		return args, errInputsNotObject
+	case a.opts.Limits.MaxInputDepth > 0 && jsonDepthExceeds(req.ModelInputs, a.opts.Limits.MaxInputDepth):
+		return args, errInputsTooDeep(a.opts.Limits.MaxInputDepth)
 	}
 	args.inputs = req.ModelInputs
 	args.startOnly, err = optionalBool("startOnly", req.StartOnly)
