@@ -16,6 +16,7 @@ require (
 	github.com/rs/zerolog v1.35.1
 	go.etcd.io/bbolt v1.5.0
 	golang.org/x/sync v0.24.0
+	golang.org/x/time v0.16.0
 	gopkg.in/yaml.v3 v3.0.1
 )
 
@@ -29,5 +30,4 @@ require (
 	github.com/valyala/histogram v1.2.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sys v0.45.0 // indirect
-	golang.org/x/time v0.16.0 // indirect
 )
