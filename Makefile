@@ -29,6 +29,7 @@ run: build
 ## including the public Banana npm clients against a live inferd
 test: lint test-deps client-deps
 	INFERD_REQUIRE_CLIENT_TESTS=1 go test -race -count=1 ./...
+	scripts/fuzz.sh $(CI_FUZZTIME)
 
 ## test-deps: the Debian packages the tests need (apt, only what is missing)
 test-deps:
@@ -44,9 +45,11 @@ lint:
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	go vet ./...
 
-## fuzz: a short run of each fuzz target
+## fuzz: each fuzz target for FUZZTIME (make test runs each for CI_FUZZTIME)
+FUZZTIME ?= 30s
+CI_FUZZTIME ?= 3s
 fuzz:
-	go test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./manifest/
+	scripts/fuzz.sh $(FUZZTIME)
 
 clean:
 	rm -rf inferd dist
