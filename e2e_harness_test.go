@@ -126,11 +126,21 @@ func newDaemonDir(t *testing.T, extra string) (dir, cfgPath string) {
 }
 
 // startDaemon starts `inferd serve` on the config in dir and waits until it serves.
+// Model processes run as the test's user even when that is root (replica.user:
+// root): python3 and the examples may live where an unprivileged user cannot
+// read them (a pyenv under /root). TestModelProcessesAreConfined covers the
+// default, an unprivileged model user, with startDaemonEnv.
 func startDaemon(t *testing.T, dir, cfgPath string) *daemon {
+	t.Helper()
+	return startDaemonEnv(t, dir, cfgPath, "INFERD_REPLICA_USER=root")
+}
+
+// startDaemonEnv is startDaemon with extra NAME=value environment variables.
+func startDaemonEnv(t *testing.T, dir, cfgPath string, env ...string) *daemon {
 	t.Helper()
 	d := &daemon{t: t, dir: dir, cfgPath: cfgPath, logs: &lineLog{grew: make(chan struct{})}, exited: make(chan struct{})}
 	d.cmd = exec.Command(inferdBin, "--config", cfgPath, "serve")
-	d.cmd.Env = append(os.Environ(), "INFERD_SECRET_PROBE=must-not-leak")
+	d.cmd.Env = append(append(os.Environ(), "INFERD_SECRET_PROBE=must-not-leak"), env...)
 	stderr, err := d.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

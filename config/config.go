@@ -60,6 +60,7 @@ type Log struct {
 
 // Replica holds the settings for model server processes.
 type Replica struct {
+	User              string        `koanf:"user"` // model processes run as this user when inferd runs as root
 	StopGrace         time.Duration `koanf:"stopGrace"`
 	LogMaxBytes       int64         `koanf:"logMaxBytes"`
 	MaxBootFailures   int           `koanf:"maxBootFailures"`
@@ -96,6 +97,7 @@ func defaults() map[string]any {
 		"limits.maxWaits":           10000,
 		"limits.maxInputDepth":      64,
 		"limits.readHeaderTimeout":  "10s",
+		"replica.user":              "nobody",
 		"replica.stopGrace":         "10s",
 		"replica.logMaxBytes":       10 << 20,
 		"replica.maxBootFailures":   3,
@@ -294,6 +296,9 @@ func (c Config) validate() error {
 	}
 	if c.Replica.LogMaxBytes < 4096 {
 		bad("replica.logMaxBytes", "must be at least 4096, got %d", c.Replica.LogMaxBytes)
+	}
+	if c.Replica.User == "" {
+		bad("replica.user", "must name a user (\"root\" keeps models as root when inferd runs as root)")
 	}
 	if c.Replica.MaxBootFailures < 1 {
 		bad("replica.maxBootFailures", "must be at least 1, got %d", c.Replica.MaxBootFailures)

@@ -117,6 +117,7 @@ func (s *Scheduler) boot(p *project, gpus []string, cpuSlot bool) {
 		GPUUUIDs:    gpus,
 		LogMaxBytes: s.cfg.LogMaxBytes,
 		RunDir:      s.cfg.RunDir,
+		RunAs:       s.cfg.RunAs,
 	}
 	if s.cfg.LogDir != "" {
 		spec.LogPath = filepath.Join(s.cfg.LogDir, p.id, r.id+".log")
