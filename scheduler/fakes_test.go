@@ -436,7 +436,6 @@ func (i *fakeInstance) exit(err error, line string) {
 }
 
 func (i *fakeInstance) wasStopped() bool { return isClosed(i.stopped) }
-func (i *fakeInstance) hasExited() bool  { return isClosed(i.exited) }
 
 // fakeGPUs is an Inventory of n simulated GPUs.
 type fakeGPUs []gpu.Device
