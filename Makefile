@@ -39,11 +39,10 @@ test-deps:
 client-deps:
 	cd examples/banana-js && npm ci --no-audit --no-fund --loglevel=error
 
-## lint: gofmt and go vet
+## lint: gofmt, go vet, staticcheck and govulncheck (skipped only when its
+## database cannot be reached)
 lint:
-	@out=$$(gofmt -l .); \
-	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	go vet ./...
+	scripts/lint.sh
 
 ## fuzz: each fuzz target for FUZZTIME (make test runs each for CI_FUZZTIME)
 FUZZTIME ?= 30s
