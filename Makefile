@@ -44,9 +44,9 @@ client-deps:
 lint:
 	scripts/lint.sh
 
-## fuzz: each fuzz target for FUZZTIME (make test runs each for CI_FUZZTIME)
-FUZZTIME ?= 30s
-CI_FUZZTIME ?= 3s
+## fuzz: each fuzz target for FUZZTIME executions (make test: CI_FUZZTIME)
+FUZZTIME ?= 200000x
+CI_FUZZTIME ?= 3000x
 fuzz:
 	scripts/fuzz.sh $(FUZZTIME)
 
