@@ -29,6 +29,7 @@ run: build
 ## including the public Banana npm clients against a live inferd
 test: lint test-deps client-deps
 	INFERD_REQUIRE_CLIENT_TESTS=1 go test -race -count=1 ./...
+	scripts/fuzz.sh $(CI_FUZZTIME)
 
 ## test-deps: the Debian packages the tests need (apt, only what is missing)
 test-deps:
@@ -41,11 +42,10 @@ client-deps:
 	cd examples/banana-js && npm ci --no-audit --no-fund --loglevel=error
 	cd web/browsertest && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error
 
-## lint: gofmt and go vet
+## lint: gofmt, go vet, staticcheck and govulncheck (skipped only when its
+## database cannot be reached)
 lint:
-	@out=$$(gofmt -l .); \
-	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	go vet ./...
+	scripts/lint.sh
 
 ## package: build dist/inferd_VERSION_ARCH.deb and .rpm with nfpm (pinned in
 ## tools/go.mod); make test installs the .deb when it runs as root
@@ -57,9 +57,11 @@ package:
 bench:
 	scripts/bench.sh
 
-## fuzz: a short run of each fuzz target
+## fuzz: each fuzz target for FUZZTIME executions (make test: CI_FUZZTIME)
+FUZZTIME ?= 200000x
+CI_FUZZTIME ?= 3000x
 fuzz:
-	go test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./manifest/
+	scripts/fuzz.sh $(FUZZTIME)
 
 ## faults: the fault tests (docs/reliability.md) with a long kill -9 soak; run as
 ## root for the disk-full test. Figures go to faults-report.txt.

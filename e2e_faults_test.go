@@ -317,7 +317,7 @@ func TestCrashPointsInCommitPath(t *testing.T) {
 			dir, cfg := newDaemonDir(t, "startWait: 1s\nlongPollWait: 5s\n")
 			dataFile := filepath.Join(dir, "data", "inferd.db")
 			mark := marker()
-			d := startDaemonWith(t, dir, cfg, bin, "INFERD_FAILPOINT="+tc.point)
+			d := startDaemonWith(t, dir, cfg, bin, "INFERD_REPLICA_USER=root", "INFERD_FAILPOINT="+tc.point)
 			key := d.createKey("acme", false)
 			d.apply("projects:\n" + echoProject("fp", "acme", "mk-fp", echo, mark, "") + "    minReplicas: 1\n    maxReplicas: 1\n")
 			c := faultClient{base: d.base, key: key}

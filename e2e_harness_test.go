@@ -126,13 +126,24 @@ func newDaemonDir(t *testing.T, extra string) (dir, cfgPath string) {
 }
 
 // startDaemon starts `inferd serve` on the config in dir and waits until it serves.
+// Model processes run as the test's user even when that is root (replica.user:
+// root): python3 and the examples may live where an unprivileged user cannot
+// read them (a pyenv under /root). TestModelProcessesAreConfined covers the
+// default, an unprivileged model user, with startDaemonEnv.
 func startDaemon(t *testing.T, dir, cfgPath string) *daemon {
 	t.Helper()
-	return startDaemonWith(t, dir, cfgPath, inferdBin)
+	return startDaemonWith(t, dir, cfgPath, inferdBin, "INFERD_REPLICA_USER=root")
 }
 
-// startDaemonWith is startDaemon with another inferd binary (such as one built
-// with failpoints) and extra environment variables.
+// startDaemonEnv is startDaemon with extra NAME=value environment variables
+// and the default model user.
+func startDaemonEnv(t *testing.T, dir, cfgPath string, env ...string) *daemon {
+	t.Helper()
+	return startDaemonWith(t, dir, cfgPath, inferdBin, env...)
+}
+
+// startDaemonWith is startDaemonEnv with another inferd binary (such as one
+// built with failpoints).
 func startDaemonWith(t *testing.T, dir, cfgPath, bin string, env ...string) *daemon {
 	t.Helper()
 	cmd := exec.Command(bin, "--config", cfgPath, "serve")

@@ -32,6 +32,10 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	if err := cfg.EnsureDataDir(); err != nil {
 		return err
 	}
+	runAs, err := modelUser(cfg.Replica.User, log)
+	if err != nil {
+		return err
+	}
 	st, err := store.Open(cfg.StorePath(), store.Options{})
 	if err != nil {
 		return err
@@ -66,6 +70,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	metrics := httpapi.NewMetrics(vm.NewSet())
 	schedCfg := schedulerConfig(cfg)
 	schedCfg.Observer = metrics
+	schedCfg.RunAs = runAs
 	sched := scheduler.New(schedCfg, st, scheduler.ProcessLauncher(log), gpus, scheduler.RealClock(), log)
 	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st})
 	st.OnProjectChange(sched.ProjectChanged)
@@ -81,8 +86,15 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			Status: &httpapi.StatusSources{
 				Snapshot: sched.Snapshot, GPUs: gpus.Devices, Calls: st, LogDir: cfg.LogDir(),
 			},
+			Limits: httpapi.Limits{
+				RequestsPerSecond: cfg.Limits.RequestsPerSecond,
+				Burst:             cfg.Limits.Burst,
+				MaxWaitsPerKey:    cfg.Limits.MaxWaitsPerKey,
+				MaxWaits:          cfg.Limits.MaxWaits,
+				MaxInputDepth:     cfg.Limits.MaxInputDepth,
+			},
 		}, st, sched),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
 		ReadTimeout:       2 * time.Minute,
 		// Long enough for the longest wait the API holds a request open.
 		WriteTimeout:   max(cfg.StartWait, cfg.LongPollWait) + time.Minute,
@@ -189,4 +201,22 @@ func schedulerConfig(cfg config.Config) scheduler.Config {
 		RestartBackoff:      cfg.Replica.RestartBackoff,
 		MaxRestartBackoff:   cfg.Replica.MaxRestartBackoff,
 	}
+}
+
+// modelUser resolves the user model processes run as: replica.user when
+// inferd runs as root (unless that is "root"), else inferd's own user (nil).
+func modelUser(name string, log zerolog.Logger) (*replica.RunAs, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	if name == "root" || name == "0" {
+		log.Warn().Msg("model processes run as root (replica.user: root)")
+		return nil, nil
+	}
+	u, err := replica.LookupRunAs(name)
+	if err != nil {
+		return nil, fmt.Errorf("config: replica.user: %w", err)
+	}
+	log.Info().Str("user", u.Name).Uint32("uid", u.UID).Msg("model processes run as an unprivileged user")
+	return u, nil
 }

@@ -37,8 +37,19 @@ type Config struct {
 	ResultTTL           time.Duration `koanf:"resultTTL"`
 	SweepInterval       time.Duration `koanf:"sweepInterval"`
 	ShutdownTimeout     time.Duration `koanf:"shutdownTimeout"`
+	Limits              Limits        `koanf:"limits"`
 	Replica             Replica       `koanf:"replica"`
 	GPU                 GPU           `koanf:"gpu"`
+}
+
+// Limits bound what one client can take of the daemon (see docs/security.md).
+type Limits struct {
+	RequestsPerSecond float64       `koanf:"requestsPerSecond"` // per API key; 0 = unlimited
+	Burst             int           `koanf:"burst"`
+	MaxWaitsPerKey    int           `koanf:"maxWaitsPerKey"` // held-open start/check waits; 0 = unlimited
+	MaxWaits          int           `koanf:"maxWaits"`
+	MaxInputDepth     int           `koanf:"maxInputDepth"`
+	ReadHeaderTimeout time.Duration `koanf:"readHeaderTimeout"`
 }
 
 // Log selects the log level and format.
@@ -49,6 +60,7 @@ type Log struct {
 
 // Replica holds the settings for model server processes.
 type Replica struct {
+	User              string        `koanf:"user"` // model processes run as this user when inferd runs as root
 	StopGrace         time.Duration `koanf:"stopGrace"`
 	LogMaxBytes       int64         `koanf:"logMaxBytes"`
 	LogKeep           int           `koanf:"logKeep"`
@@ -80,6 +92,13 @@ func defaults() map[string]any {
 		"resultTTL":                 "24h",
 		"sweepInterval":             "1m",
 		"shutdownTimeout":           "30s",
+		"limits.requestsPerSecond":  1000,
+		"limits.burst":              2000,
+		"limits.maxWaitsPerKey":     1000,
+		"limits.maxWaits":           10000,
+		"limits.maxInputDepth":      64,
+		"limits.readHeaderTimeout":  "10s",
+		"replica.user":              "nobody",
 		"replica.stopGrace":         "10s",
 		"replica.logMaxBytes":       10 << 20,
 		"replica.logKeep":           3,
@@ -245,6 +264,7 @@ func (c Config) validate() error {
 		"sweepInterval": c.SweepInterval, "shutdownTimeout": c.ShutdownTimeout,
 		"replica.stopGrace": c.Replica.StopGrace, "replica.restartBackoff": c.Replica.RestartBackoff,
 		"replica.maxRestartBackoff": c.Replica.MaxRestartBackoff, "gpu.refreshInterval": c.GPU.RefreshInterval,
+		"limits.readHeaderTimeout": c.Limits.ReadHeaderTimeout,
 	}
 	for _, key := range sortedKeys(positive) {
 		if positive[key] <= 0 {
@@ -260,6 +280,19 @@ func (c Config) validate() error {
 	if c.MaxQueuedPerProject < 1 {
 		bad("maxQueuedPerProject", "must be at least 1, got %d", c.MaxQueuedPerProject)
 	}
+	if c.Limits.RequestsPerSecond < 0 {
+		bad("limits.requestsPerSecond", "must be 0 (unlimited) or more, got %g", c.Limits.RequestsPerSecond)
+	}
+	if c.Limits.RequestsPerSecond > 0 && c.Limits.Burst < 1 {
+		bad("limits.burst", "must be at least 1 when requestsPerSecond is set, got %d", c.Limits.Burst)
+	}
+	if c.Limits.MaxWaitsPerKey < 0 || c.Limits.MaxWaits < 0 {
+		bad("limits.maxWaitsPerKey/maxWaits", "must be 0 (unlimited) or more")
+	}
+	if c.Limits.MaxInputDepth < 1 || c.Limits.MaxInputDepth > 10000 {
+		// encoding/json refuses more than 10000 levels anyway.
+		bad("limits.maxInputDepth", "must be between 1 and 10000, got %d", c.Limits.MaxInputDepth)
+	}
 	if c.CPUSlots < 0 {
 		bad("cpuSlots", "must be 0 (one per CPU) or more, got %d", c.CPUSlots)
 	}
@@ -268,6 +301,9 @@ func (c Config) validate() error {
 	}
 	if c.Replica.LogKeep < 1 || c.Replica.LogKeep > 100 {
 		bad("replica.logKeep", "must be 1 to 100, got %d", c.Replica.LogKeep)
+	}
+	if c.Replica.User == "" {
+		bad("replica.user", "must name a user (\"root\" keeps models as root when inferd runs as root)")
 	}
 	if c.Replica.MaxBootFailures < 1 {
 		bad("replica.maxBootFailures", "must be at least 1, got %d", c.Replica.MaxBootFailures)

@@ -141,3 +141,38 @@ func TestMissingFileIsAnError(t *testing.T) {
 		t.Fatalf("want an error naming the file, got %v", err)
 	}
 }
+
+// FuzzLoad feeds arbitrary bytes to the config file parser: it never panics,
+// and a file it accepts gives a Config that passes validation (so the daemon
+// never starts on a value it would have refused by name).
+func FuzzLoad(f *testing.F) {
+	example, err := os.ReadFile("../config.example.yaml")
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range []string{
+		string(example),
+		"listen: 127.0.0.1:9000\nstartWait: 5\nlimits:\n  requestsPerSecond: 0\n",
+		"replica:\n  stopGrace: 1.5\n",
+		"gpu:\n  simulate:\n    - {name: A100, memoryMiB: 40960}\n",
+		"startWait: -1s\n", "bogus: 1\n", "limits: [1, 2]\n", "listen: [\n", "",
+	} {
+		f.Add([]byte(s))
+	}
+	path := filepath.Join(f.TempDir(), "config.yaml")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := Load(path, nil, nil)
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatal("an error without a message")
+			}
+			return
+		}
+		if err := cfg.validate(); err != nil {
+			t.Fatalf("Load accepted a config that does not validate: %v", err)
+		}
+	})
+}

@@ -20,6 +20,7 @@ const (
 	codeNotFound         = "not_found"
 	codeMethodNotAllowed = "method_not_allowed"
 	codeTooLarge         = "payload_too_large"
+	codeRateLimited      = "rate_limited"
 	codeConflict         = "conflict"
 	codeStorageFull      = "insufficient_storage"
 	codeInternal         = "internal"

@@ -331,9 +331,3 @@ func (f *fakeScheduler) finish(id string, state store.CallState, outputs, messag
 	fc.call.QueueMs, fc.call.RunMs = 1, 7
 	close(fc.done)
 }
-
-func (f *fakeScheduler) setState(id string, state store.CallState) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls[id].call.State = state
-}

@@ -119,14 +119,21 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 	}
 
 	var call store.Call
-	if args.startOnly {
-		// The call belongs to the server once admitted: a client that goes
-		// away must not cancel it.
-		call, err = a.sched.Submit(context.WithoutCancel(r.Context()), project, args.inputs)
-	} else {
+	release, mayWait := func() {}, false
+	if !args.startOnly {
+		// Over the cap on held-open waits the call is still admitted and
+		// answered at once with its state, as a startOnly would be.
+		release, mayWait = a.limits.beginWait(key.ID)
+	}
+	if mayWait {
 		// One write for a call that finishes within the wait (see
 		// SubmitWait); the call runs on if the client goes away.
 		call, err = a.sched.SubmitWait(r.Context(), project, args.inputs, a.opts.StartWait)
+		release()
+	} else {
+		// The call belongs to the server once admitted: a client that goes
+		// away must not cancel it.
+		call, err = a.sched.Submit(context.WithoutCancel(r.Context()), project, args.inputs)
 	}
 	if err != nil {
 		a.fail(w, r, &schedulerError{err})
@@ -162,7 +169,7 @@ func (a *api) check(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 	}
 	if args.longPoll && !call.State.Done() {
 		end := a.opts.Metrics.longPollBegin()
-		call = a.await(r.Context(), call, done, a.opts.LongPollWait)
+		call = a.await(r.Context(), key.ID, call, done, a.opts.LongPollWait)
 		end()
 	}
 	a.writeInference(w, a.callResponse(call))
@@ -172,8 +179,14 @@ func (a *api) check(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 // away, and returns the call as it then stands. done is the call's
 // completion signal (shared by every waiter), or nil to look it up. A lookup
 // that fails after the call was seen keeps the last known state: the call
-// itself is not affected.
-func (a *api) await(ctx context.Context, call store.Call, done <-chan struct{}, wait time.Duration) store.Call {
+// itself is not affected. When keyID already holds as many waits as
+// Limits allow, the call is returned as it stands (see Limits.MaxWaits).
+func (a *api) await(ctx context.Context, keyID string, call store.Call, done <-chan struct{}, wait time.Duration) store.Call {
+	release, ok := a.limits.beginWait(keyID)
+	if !ok {
+		return call
+	}
+	defer release()
 	if done == nil {
 		c, d, err := a.sched.Lookup(call.ID)
 		if err != nil {
@@ -258,8 +271,9 @@ func pendingMessage(s store.CallState) string {
 	return string(s)
 }
 
-// authenticate checks an API key secret. Unknown, malformed and revoked keys
-// all give invalid, which never says which.
+// authenticate checks an API key secret and takes one request from the key's
+// rate limit. Unknown, malformed and revoked keys all give invalid, which
+// never says which.
 func (a *api) authenticate(secret string, invalid error) (store.APIKey, error) {
 	key, err := a.store.Authenticate(secret)
 	switch {
@@ -269,6 +283,9 @@ func (a *api) authenticate(secret string, invalid error) (store.APIKey, error) {
 		return store.APIKey{}, err
 	case key.IsRevoked():
 		return store.APIKey{}, invalid
+	}
+	if err := a.limits.allow(key.ID); err != nil {
+		return store.APIKey{}, err
 	}
 	return key, nil
 }
@@ -295,6 +312,8 @@ func (a *api) decodeStart(w http.ResponseWriter, r *http.Request) (args startArg
 		return args, errMissingInputs
 	case req.ModelInputs[0] != '{': // a RawMessage starts at its value
 		return args, errInputsNotObject
+	case a.opts.Limits.MaxInputDepth > 0 && jsonDepthExceeds(req.ModelInputs, a.opts.Limits.MaxInputDepth):
+		return args, errInputsTooDeep(a.opts.Limits.MaxInputDepth)
 	}
 	args.inputs = req.ModelInputs
 	args.startOnly, err = optionalBool("startOnly", req.StartOnly)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -159,7 +160,7 @@ func TestInferenceOverRealHTTP(t *testing.T) {
 			}
 			rec := httptest.NewRecorder()
 			rec.Code = resp.StatusCode
-			rec.HeaderMap = resp.Header
+			maps.Copy(rec.Header(), resp.Header)
 			if _, err := io.Copy(rec.Body, resp.Body); err != nil {
 				t.Fatal(err)
 			}

@@ -43,6 +43,9 @@ type Options struct {
 	// Status, when set, feeds the /v1/status endpoints and the status page
 	// at GET / (see status.go).
 	Status *StatusSources
+	// Limits caps request rates, held-open waits and input nesting per API
+	// key; unlike the fields above, a zero field means no limit.
+	Limits Limits
 }
 
 func (o Options) withDefaults() Options {
@@ -88,17 +91,18 @@ type Scheduler interface {
 
 // api holds the dependencies of the public handlers.
 type api struct {
-	opts  Options
-	log   zerolog.Logger
-	store Store
-	sched Scheduler
+	opts   Options
+	log    zerolog.Logger
+	store  Store
+	sched  Scheduler
+	limits *limiter
 }
 
 // New returns the public HTTP API: the inference endpoints, the project API
 // and the health probes, wrapped in request-id and access-log middleware.
 func New(opts Options, st Store, sched Scheduler) http.Handler {
 	opts = opts.withDefaults()
-	a := &api{opts: opts, log: opts.Log, store: st, sched: sched}
+	a := &api{opts: opts, log: opts.Log, store: st, sched: sched, limits: newLimiter(opts.Limits)}
 
 	r := newRouter(a.recoverPanic)
 	m := opts.Metrics

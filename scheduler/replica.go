@@ -120,6 +120,7 @@ func (s *Scheduler) boot(p *project, gpus []string, cpuSlot bool) {
 		LogMaxBytes: s.cfg.LogMaxBytes,
 		LogKeep:     s.cfg.LogKeep,
 		RunDir:      s.cfg.RunDir,
+		RunAs:       s.cfg.RunAs,
 	}
 	if s.cfg.LogDir != "" {
 		spec.LogPath = replica.LogPath(s.cfg.LogDir, p.id, r.id)

@@ -20,18 +20,19 @@ import (
 
 // Config tunes the scheduler. Zero values take the defaults named per field.
 type Config struct {
-	MaxQueuedPerProject int           // calls waiting per project before Submit refuses; default 1000
-	CPUSlots            int           // CPU replicas (gpus: 0) at once; default runtime.NumCPU()
-	StopGrace           time.Duration // SIGTERM to SIGKILL when stopping a replica; default 10s
-	LogDir              string        // replica logs go to LogDir/<project>/<replica>.log; "" = none
-	LogMaxBytes         int64         // size cap of one replica log
-	LogKeep             int           // rotated generations kept per replica log
-	RunDir              string        // pid files for orphan cleanup
-	MaxBootFailures     int           // consecutive failed boots before queued calls fail; default 3
-	RestartBackoff      time.Duration // first wait after a crash or failed boot, doubling; default 1s
-	MaxRestartBackoff   time.Duration // cap of that wait; default 30s
-	GPUPoll             time.Duration // while a project waits for GPU, how often free GPU memory is re-read; default 1s
-	Observer            Observer      // told about finished calls and replica events; nil = none
+	MaxQueuedPerProject int            // calls waiting per project before Submit refuses; default 1000
+	CPUSlots            int            // CPU replicas (gpus: 0) at once; default runtime.NumCPU()
+	StopGrace           time.Duration  // SIGTERM to SIGKILL when stopping a replica; default 10s
+	LogDir              string         // replica logs go to LogDir/<project>/<replica>.log; "" = none
+	LogMaxBytes         int64          // size cap of one replica log
+	LogKeep             int            // rotated generations kept per replica log
+	RunDir              string         // pid files for orphan cleanup
+	MaxBootFailures     int            // consecutive failed boots before queued calls fail; default 3
+	RestartBackoff      time.Duration  // first wait after a crash or failed boot, doubling; default 1s
+	MaxRestartBackoff   time.Duration  // cap of that wait; default 30s
+	GPUPoll             time.Duration  // while a project waits for GPU, how often free GPU memory is re-read; default 1s
+	Observer            Observer       // told about finished calls and replica events; nil = none
+	RunAs               *replica.RunAs // the user model processes run as; nil = inferd's own
 }
 
 func (c Config) withDefaults() Config {

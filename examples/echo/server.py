@@ -78,6 +78,15 @@ class Handler(BaseHTTPRequestHandler):
             out["data"] = "x" * int(inputs["bytes"])
         if "env" in inputs:
             out["env"] = os.environ.get(str(inputs["env"]))
+        if inputs.get("whoami"):
+            out["uid"], out["gid"] = os.getuid(), os.getgid()
+            out["environ"] = sorted(os.environ)
+        if "read" in inputs:
+            try:
+                with open(str(inputs["read"]), "rb") as f:
+                    out["read"] = "read %d bytes" % len(f.read(16))
+            except OSError as e:
+                out["read"] = "error: " + e.strerror
         if inputs.get("spawn"):
             out["child"] = subprocess.Popen(["sleep", "1000"]).pid
         self.reply(200, out)

@@ -43,7 +43,12 @@ const PotassiumHealthPath = "/__status__"
 var potassiumShim []byte
 
 // potassiumShimDir returns the directory the shim is written to for spec.
+// A model running as another user cannot enter the data dir (mode 0700), so
+// its shim goes to a directory of inferd's user under the system temp dir.
 func potassiumShimDir(spec Spec) string {
+	if spec.RunAs != nil {
+		return filepath.Join(os.TempDir(), fmt.Sprintf(".inferd-potassium-shim-%d", os.Geteuid()))
+	}
 	if spec.LogPath == "" {
 		return filepath.Join(os.TempDir(), ".inferd-potassium-shim")
 	}
@@ -56,7 +61,11 @@ func potassiumShimDir(spec Spec) string {
 // project's PYTHONPATH.
 func preparePotassium(spec Spec) (Spec, error) {
 	dir := potassiumShimDir(spec)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	mkdir := func(dir string) error { return os.MkdirAll(dir, 0o755) }
+	if spec.RunAs != nil {
+		mkdir = sharedDir
+	}
+	if err := mkdir(dir); err != nil {
 		return spec, fmt.Errorf("potassium shim: %w", err)
 	}
 	path := filepath.Join(dir, "sitecustomize.py")

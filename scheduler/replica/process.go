@@ -102,6 +102,11 @@ func start(spec Spec, log zerolog.Logger) (*Process, error) {
 	// a leaked child still holds the pipe.
 	cmd.Stdout, cmd.Stderr = w, w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if spec.RunAs != nil {
+		// Go sets the parent-death signal after changing credentials, which
+		// would otherwise clear it.
+		cmd.SysProcAttr.Credential = spec.RunAs.credential()
+	}
 
 	transport := &http.Transport{
 		Proxy:               nil, // loopback only: never a proxy from the daemon's env
@@ -133,6 +138,9 @@ func start(spec Spec, log zerolog.Logger) (*Process, error) {
 	if err != nil {
 		r.Close()
 		sink.Close()
+		if spec.RunAs != nil && errors.Is(err, os.ErrPermission) {
+			err = fmt.Errorf("%w (the model runs as user %s: its dir and program must be readable by that user; see replica.user)", err, spec.RunAs.Name)
+		}
 		return nil, err
 	}
 	log.Info().Int("pid", p.pid).Int("port", port).Strs("command", spec.Command).Msg("replica started")

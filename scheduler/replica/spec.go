@@ -30,6 +30,7 @@ type Spec struct {
 	LogMaxBytes   int64             // rotate to LogPath+".1" beyond this; default 10 MiB
 	LogKeep       int               // old generations kept (LogPath+".1" .. ".N"); default 3
 	RunDir        string            // holds <ID>.pid while the process runs; "" = no pid file
+	RunAs         *RunAs            // the user the process runs as; nil = inferd's own
 }
 
 // baseEnvKeys are the only variables copied from the daemon's environment. pyenv's
@@ -102,6 +103,12 @@ func (s Spec) environ(port int, getenv func(string) (string, bool)) []string {
 		// For the NVIDIA container runtime "" would mean "all GPUs"; "void" means none.
 		nvidia = "void"
 	}
+	if s.RunAs != nil {
+		env["HOME"], env["USER"], env["LOGNAME"] = s.RunAs.Home, s.RunAs.Name, s.RunAs.Name
+	}
+	// HOST tells the model where to listen: inferd reaches it on loopback, and
+	// nothing else on the network should.
+	env["HOST"] = "127.0.0.1"
 	env["PORT"] = fmt.Sprint(port)
 	env["CUDA_VISIBLE_DEVICES"] = gpus
 	env["NVIDIA_VISIBLE_DEVICES"] = nvidia

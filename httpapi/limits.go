@@ -1,0 +1,159 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+
+	"golang.org/x/time/rate"
+)
+
+// Limits bound what one API key, and all keys together, may hold of the
+// server. A zero field means no limit; the daemon's config supplies the
+// defaults (see config.Limits).
+type Limits struct {
+	// RequestsPerSecond is the sustained request rate of one API key on
+	// every key-authenticated endpoint; Burst is how many it may send at
+	// once. Over it, the project API answers 429 and Start/Check an
+	// "error: rate limit exceeded" message (no call is created).
+	RequestsPerSecond float64
+	Burst             int
+	// MaxWaitsPerKey and MaxWaits cap the requests held open waiting for a
+	// result (Start without startOnly, Check with longPoll), per key and in
+	// total. Over a cap the request is answered at once with the call's
+	// current state, as if it had not asked to wait: an "error:" here would
+	// tell the client that a call which is still running has failed.
+	MaxWaitsPerKey int
+	MaxWaits       int
+	// MaxInputDepth is the deepest nesting of arrays and objects accepted in
+	// modelInputs (the object itself is depth 1).
+	MaxInputDepth int
+}
+
+// errRateLimited is the answer to a key over its request rate.
+func errRateLimited(perSecond float64) error {
+	return &userError{http.StatusTooManyRequests, codeRateLimited, fmt.Sprintf(
+		"rate limit exceeded (%g requests per second per API key); retry later", perSecond)}
+}
+
+func errInputsTooDeep(max int) error {
+	return badRequest("modelInputs nest deeper than %d levels", max)
+}
+
+// pruneAt is the number of tracked keys above which idle entries are dropped.
+// Only authenticated keys get an entry, so the map is bounded by the number
+// of keys an administrator created; pruning only keeps revoked and unused
+// keys from lingering.
+const pruneAt = 4096
+
+// limiter enforces Limits per API key id. It is safe for concurrent use.
+type limiter struct {
+	limits Limits
+
+	mu    sync.Mutex
+	keys  map[string]*keyUsage
+	waits int // requests waiting across all keys
+}
+
+// keyUsage is what one key currently holds.
+type keyUsage struct {
+	rate  *rate.Limiter // nil when the rate is unlimited
+	waits int
+}
+
+func newLimiter(l Limits) *limiter {
+	return &limiter{limits: l, keys: make(map[string]*keyUsage)}
+}
+
+// usage returns the entry of key id; l.mu is held.
+func (l *limiter) usage(id string) *keyUsage {
+	u, ok := l.keys[id]
+	if ok {
+		return u
+	}
+	if len(l.keys) >= pruneAt {
+		l.prune()
+	}
+	u = &keyUsage{}
+	if l.limits.RequestsPerSecond > 0 {
+		burst := max(l.limits.Burst, 1)
+		u.rate = rate.NewLimiter(rate.Limit(l.limits.RequestsPerSecond), burst)
+	}
+	l.keys[id] = u
+	return u
+}
+
+// prune drops keys that wait for nothing and have their full burst back,
+// which is exactly what a fresh entry would hold; l.mu is held.
+func (l *limiter) prune() {
+	for id, u := range l.keys {
+		if u.waits == 0 && (u.rate == nil || u.rate.Tokens() >= float64(u.rate.Burst())) {
+			delete(l.keys, id)
+		}
+	}
+}
+
+// allow takes one request from key id's rate, or returns the error to answer.
+func (l *limiter) allow(id string) error {
+	if l.limits.RequestsPerSecond <= 0 {
+		return nil
+	}
+	l.mu.Lock()
+	u := l.usage(id)
+	l.mu.Unlock()
+	if !u.rate.Allow() { // rate.Limiter has its own lock
+		return errRateLimited(l.limits.RequestsPerSecond)
+	}
+	return nil
+}
+
+// beginWait reserves a waiting slot for key id. It returns the function that
+// gives the slot back, or ok=false when the key or the server is at its cap.
+func (l *limiter) beginWait(id string) (release func(), ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	u := l.usage(id)
+	if (l.limits.MaxWaitsPerKey > 0 && u.waits >= l.limits.MaxWaitsPerKey) ||
+		(l.limits.MaxWaits > 0 && l.waits >= l.limits.MaxWaits) {
+		return nil, false
+	}
+	u.waits++
+	l.waits++
+	return func() {
+		l.mu.Lock()
+		u.waits--
+		l.waits--
+		l.mu.Unlock()
+	}, true
+}
+
+// jsonDepthExceeds reports whether the JSON value v nests arrays and objects
+// more than max levels deep. v must be valid JSON (the decoder has checked
+// it); only brackets outside strings count.
+func jsonDepthExceeds(v []byte, max int) bool {
+	depth := 0
+	inString, escaped := false, false
+	for _, c := range v {
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			switch c {
+			case '\\':
+				escaped = true
+			case '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+			if depth > max {
+				return true
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return false
+}
