@@ -23,7 +23,9 @@ run: build
 	@echo "  KEY=\$$(./inferd --config $(CONFIG) key create --team demo | tail -n1)"
 	@echo "  curl -s localhost:8080/start/v4 -d '{\"apiKey\":\"'\$$KEY'\",\"modelKey\":\"mk-echo-1\",\"modelInputs\":{\"prompt\":\"hi\"}}'"
 	@echo
-	./inferd --config $(CONFIG) serve
+	@# The demo runs its model as you, even as root, where a service install would
+	@# use replica.user (nobody): python3 may live where nobody cannot read it.
+	INFERD_REPLICA_USER=$${INFERD_REPLICA_USER:-$$(id -un)} ./inferd --config $(CONFIG) serve
 
 ## test: every check CI runs: formatting, vet, and all tests with the race detector,
 ## including the public Banana npm clients against a live inferd

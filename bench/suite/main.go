@@ -242,6 +242,10 @@ longPollWait: 300s
 maxQueuedPerProject: 20000
 cpuSlots: 64
 sweepInterval: 1h
+# The harness is the only client: abuse limits would cap what it measures.
+limits: {requestsPerSecond: 0, maxWaitsPerKey: 0, maxWaits: 0}
+# Models run as the harness's user (its temp dir is 0700); ignored unless root.
+replica: {user: root}
 `
 
 // The projects, all on the no-op model. cold, coldquiet (a model that prints
