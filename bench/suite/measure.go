@@ -352,7 +352,7 @@ func measureFill(ctx context.Context, e *env, o options, r *report) error {
 	if err != nil {
 		return err
 	}
-	r.add(fmt.Sprintf("RSS right after storing them (over idle; the heap the load grew is not yet returned to the OS, and bbolt's mmap holds the pages it wrote)"),
+	r.add("RSS right after storing them (over idle; the heap the load grew is not yet returned to the OS, and bbolt's mmap holds the pages it wrote)",
 		mib(rss)+" (+"+mib(rss-r.idleRSS)+")", "", true)
 	// What a user sees: the same daemon with the calls in its file, idle. The
 	// idle figure was taken the same way, with an empty file.
