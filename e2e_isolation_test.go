@@ -38,9 +38,8 @@ func projectAPI(method, path, body string) func(*testing.T, *daemon, string, iso
 	}
 }
 
-// everyEndpoint lists every route of the public API that takes a key. The
-// status page JSON (/v1/status) is not on this branch yet; when it lands it
-// belongs in this table.
+// everyEndpoint lists every route of the public API that takes a key and
+// names one resource; the status lists are checked in "status lists".
 var everyEndpoint = []endpoint{
 	{"start v4", inference("/start/v4", `{"apiKey":"KEY","modelKey":"MODELKEY","startOnly":true,"modelInputs":{}}`)},
 	{"start v4/", inference("/start/v4/", `{"apiKey":"KEY","modelKey":"MODELKEY","startOnly":true,"modelInputs":{}}`)},
@@ -52,6 +51,7 @@ var everyEndpoint = []endpoint{
 	{"get project/", projectAPI("GET", "/v1/projects/PROJECT/", "")},
 	{"put project", projectAPI("PUT", "/v1/projects/PROJECT", `{"maxReplicas": 7}`)},
 	{"put project/", projectAPI("PUT", "/v1/projects/PROJECT/", `{"minReplicas": 1}`)},
+	{"get replica logs", projectAPI("GET", "/v1/status/projects/PROJECT/replicas/PROJECT-1/logs", "")},
 }
 
 // TestTeamsAreIsolatedOnEveryEndpoint proves that a key of team A can never
@@ -94,6 +94,17 @@ func TestTeamsAreIsolatedOnEveryEndpoint(t *testing.T) {
 		results := body["results"].([]any)
 		if status != 200 || len(results) != 1 || results[0].(map[string]any)["id"] != "proj-a" {
 			t.Fatalf("team A lists %d %v, want only proj-a", status, body)
+		}
+	})
+	t.Run("status lists", func(t *testing.T) {
+		for _, path := range []string{"/v1/status", "/v1/status/projects", "/v1/status/calls"} {
+			status, raw := doRaw(t, "GET", d.base+path, map[string]string{"X-Service-API-Key": keyA}, "")
+			if status != http.StatusOK || (path != "/v1/status/calls" && !strings.Contains(string(raw), `"proj-a"`)) {
+				t.Fatalf("GET %s: %d %s, want team A's own project", path, status, raw)
+			}
+			if strings.Contains(string(raw), "proj-b") || strings.Contains(string(raw), callB) {
+				t.Fatalf("GET %s shows team B's project or call to team A: %s", path, raw)
+			}
 		}
 	})
 	t.Run("team B's project and call are untouched", func(t *testing.T) {
