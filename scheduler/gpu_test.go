@@ -265,3 +265,68 @@ func TestGPUShareWaitsForTheDriversFreeMemory(t *testing.T) {
 		}
 	})
 }
+
+func TestSnapshotReportsWhatInferdHandedOutOnEachGPU(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		whole := testProject("whole", minMax(1, 1), wholeGPUs(1))
+		a := testProject("a", minMax(0, 1), idleTimeout(60), gpuMemory(4000))
+		b := testProject("b", minMax(0, 1), idleTimeout(600), gpuMemory(6000))
+		h := newHarness(t, Config{}, simulatedGPUs(3), whole, a, b)
+		defer h.stop()
+		h.ready(h.launched())
+		h.submit(a, `{}`)
+		h.serveOne(h.launched())
+		h.submit(b, `{}`)
+		h.serveOne(h.launched())
+
+		want := []GPUStatus{
+			{UUID: "GPU-0", ReservedMiB: 16384, Replicas: []string{"whole-1"}},
+			{UUID: "GPU-1", ReservedMiB: 10000, Replicas: []string{"a-1", "b-1"}},
+			{UUID: "GPU-2", ReservedMiB: 0, Replicas: []string{}},
+		}
+		if got := h.s.Snapshot().GPUs; !equalGPUStatus(got, want) {
+			t.Fatalf("GPUs = %+v, want %+v", got, want)
+		}
+
+		h.advance(time.Minute) // a's idle timeout: its share comes back at once on a simulated GPU
+		if got := h.replicaStates("a"); len(got) != 0 {
+			t.Fatalf("a's replicas = %v, want none after the idle timeout", got)
+		}
+		want[1] = GPUStatus{UUID: "GPU-1", ReservedMiB: 6000, Replicas: []string{"b-1"}}
+		if got := h.s.Snapshot().GPUs; !equalGPUStatus(got, want) {
+			t.Errorf("after a stopped: GPUs = %+v, want %+v", got, want)
+		}
+	})
+}
+
+func TestSnapshotKeepsAnExitedReplicasRealGPUUntilTheDriverIsReadAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := testProject("a", minMax(0, 1), idleTimeout(60), wholeGPUs(1))
+		gpus := newLiveGPUs(1)
+		h := newHarness(t, Config{GPUPoll: time.Second}, gpus, a)
+		defer h.stop()
+		h.submit(a, `{}`)
+		ia := h.launched()
+		h.serveOne(ia)
+		h.advance(time.Minute)
+		if !ia.hasExited() {
+			t.Fatal("a did not stop at its idle timeout")
+		}
+		held := []GPUStatus{{UUID: "GPU-0", ReservedMiB: 16384, Replicas: []string{"a-1"}}}
+		if got := h.s.Snapshot().GPUs; !equalGPUStatus(got, held) {
+			t.Fatalf("before the driver is read again: GPUs = %+v, want %+v", got, held)
+		}
+		gpus.read(16384)
+		h.advance(time.Second)
+		free := []GPUStatus{{UUID: "GPU-0", Replicas: []string{}}}
+		if got := h.s.Snapshot().GPUs; !equalGPUStatus(got, free) {
+			t.Errorf("after the driver showed it free: GPUs = %+v, want %+v", got, free)
+		}
+	})
+}
+
+func equalGPUStatus(a, b []GPUStatus) bool {
+	return slices.EqualFunc(a, b, func(x, y GPUStatus) bool {
+		return x.UUID == y.UUID && x.ReservedMiB == y.ReservedMiB && x.Replicas != nil && slices.Equal(x.Replicas, y.Replicas)
+	})
+}

@@ -76,7 +76,7 @@ func place(devices []gpu.Device, held []assignment, req placementRequest) ([]str
 		case u.whole:
 			continue
 		default:
-			free := min(d.MemoryFreeMiB, d.MemoryTotalMiB-min(u.memMiB, d.MemoryTotalMiB))
+			free := min(d.MemoryFreeMiB, d.MemoryTotalMiB-u.reservedMiB(d.MemoryTotalMiB))
 			if free >= req.memoryMiB {
 				cands = append(cands, cand{d: d, free: free})
 			}
@@ -99,6 +99,14 @@ func place(devices []gpu.Device, held []assignment, req placementRequest) ([]str
 type gpuUse struct {
 	whole  bool
 	memMiB uint64
+}
+
+// reservedMiB is how much of a GPU of total MiB this hands out.
+func (u gpuUse) reservedMiB(total uint64) uint64 {
+	if u.whole {
+		return total
+	}
+	return min(u.memMiB, total)
 }
 
 func usage(held []assignment) map[string]gpuUse {

@@ -9,8 +9,24 @@ import (
 // metrics. It holds no call inputs or outputs.
 type Status struct {
 	Projects     []ProjectStatus `json:"projects"` // sorted by id
+	GPUs         []GPUStatus     `json:"gpus"`     // one per inventory device, in its order
 	CPUSlots     int             `json:"cpuSlots"`
 	CPUSlotsUsed int             `json:"cpuSlotsUsed"`
+}
+
+// GPUStatus is what inferd has handed out on one GPU: its own bookkeeping,
+// which moves at once, while the driver's figures (the inventory's free
+// memory) follow only as model servers allocate and free, and never for
+// simulated GPUs.
+type GPUStatus struct {
+	UUID string `json:"uuid"`
+	// ReservedMiB is the whole GPU while a whole-GPU replica holds it, else
+	// the sum of the holders' gpuMemoryMiB shares.
+	ReservedMiB uint64 `json:"reservedMiB"`
+	// Replicas are the holders: live replicas (stopping ones included) in
+	// project and start order, then exited ones whose memory the driver has
+	// not shown back yet. Never nil.
+	Replicas []string `json:"replicas"`
 }
 
 // ProjectStatus is one project's queue and replicas.
@@ -73,5 +89,28 @@ func (s *Scheduler) snapshot() Status {
 		}
 		st.Projects = append(st.Projects, ps)
 	}
+	st.GPUs = s.gpuStatus()
 	return st
+}
+
+// gpuStatus is the hand-outs on each device, from the same bookkeeping that
+// placement uses. Releases the driver has shown back since are pruned
+// first: with nothing waiting for a GPU no schedule pass would do it, and
+// the status would keep an exited replica's hold.
+func (s *Scheduler) gpuStatus() []GPUStatus {
+	devs := s.devices()
+	s.pruneReleases(devs)
+	held := s.assignments()
+	use := usage(held)
+	out := make([]GPUStatus, 0, len(devs))
+	for _, d := range devs {
+		g := GPUStatus{UUID: d.UUID, ReservedMiB: use[d.UUID].reservedMiB(d.MemoryTotalMiB), Replicas: []string{}}
+		for _, a := range held {
+			if slices.Contains(a.gpus, d.UUID) {
+				g.Replicas = append(g.Replicas, a.replica)
+			}
+		}
+		out = append(out, g)
+	}
+	return out
 }
