@@ -115,11 +115,13 @@ func (m *Metrics) WritePrometheus(w io.Writer) {
 	if src == nil {
 		return
 	}
+	var st scheduler.Status
 	if src.Status != nil {
-		writeSchedulerGauges(w, src.Status())
+		st = src.Status()
+		writeSchedulerGauges(w, st)
 	}
 	if src.GPUs != nil {
-		writeGPUGauges(w, src.GPUs())
+		writeGPUGauges(w, src.GPUs(), reservations(st))
 	}
 	if src.Store != nil {
 		cs := src.Store.CommitStats()
@@ -144,17 +146,20 @@ func writeSchedulerGauges(w io.Writer, st scheduler.Status) {
 	}
 }
 
-func writeGPUGauges(w io.Writer, devs []gpu.Device) {
-	const mib = 1 << 20
+// writeGPUGauges writes each GPU's memory and utilization; see memoryOf
+// for what used and reserved mean on real and simulated GPUs.
+func writeGPUGauges(w io.Writer, devs []gpu.Device, reservedMiB map[string]uint64) {
 	lbl := func(d gpu.Device) string {
 		return fmt.Sprintf(`{gpu="%d",uuid="%s"}`, d.Index, labelValue(d.UUID))
 	}
 	for _, d := range devs {
-		vm.WriteGaugeUint64(w, "inferd_gpu_memory_total_bytes"+lbl(d), d.MemoryTotalMiB*mib)
+		vm.WriteGaugeUint64(w, "inferd_gpu_memory_total_bytes"+lbl(d), memoryOf(d, reservedMiB).total)
 	}
 	for _, d := range devs {
-		used := d.MemoryTotalMiB - min(d.MemoryFreeMiB, d.MemoryTotalMiB)
-		vm.WriteGaugeUint64(w, "inferd_gpu_memory_used_bytes"+lbl(d), used*mib)
+		vm.WriteGaugeUint64(w, "inferd_gpu_memory_used_bytes"+lbl(d), memoryOf(d, reservedMiB).used)
+	}
+	for _, d := range devs {
+		vm.WriteGaugeUint64(w, "inferd_gpu_memory_reserved_bytes"+lbl(d), memoryOf(d, reservedMiB).reserved)
 	}
 	for _, d := range devs {
 		vm.WriteGaugeFloat64(w, "inferd_gpu_utilization_ratio"+lbl(d), float64(d.UtilizationPct)/100)

@@ -53,10 +53,13 @@ func TestMetricsEndpoint(t *testing.T) {
 			return scheduler.Status{Projects: []scheduler.ProjectStatus{{
 				ID: "echo", Queued: 3,
 				Replicas: []scheduler.ReplicaStatus{{State: "busy"}, {State: "busy"}, {State: "booting"}},
-			}}}
+			}}, GPUs: []scheduler.GPUStatus{{UUID: "GPU-a", ReservedMiB: 512}, {UUID: "GPU-sim", ReservedMiB: 300}}}
 		},
 		GPUs: func() []gpu.Device {
-			return []gpu.Device{{Index: 0, UUID: "GPU-a", MemoryTotalMiB: 1024, MemoryFreeMiB: 256, UtilizationPct: 40}}
+			return []gpu.Device{
+				{Index: 0, UUID: "GPU-a", MemoryTotalMiB: 1024, MemoryFreeMiB: 256, UtilizationPct: 40},
+				{Index: 1, UUID: "GPU-sim", MemoryTotalMiB: 2048, MemoryFreeMiB: 2048, Simulated: true},
+			}
 		},
 		Store: fakeStoreStats{},
 	})
@@ -94,7 +97,11 @@ func TestMetricsEndpoint(t *testing.T) {
 		`inferd_replicas{project="echo",state="booting"}`:                   1,
 		`inferd_replicas{project="echo",state="ready"}`:                     0,
 		`inferd_gpu_memory_total_bytes{gpu="0",uuid="GPU-a"}`:               1024 << 20,
-		`inferd_gpu_memory_used_bytes{gpu="0",uuid="GPU-a"}`:                768 << 20,
+		`inferd_gpu_memory_used_bytes{gpu="0",uuid="GPU-a"}`:                768 << 20, // the driver's view
+		`inferd_gpu_memory_reserved_bytes{gpu="0",uuid="GPU-a"}`:            512 << 20,
+		`inferd_gpu_memory_used_bytes{gpu="1",uuid="GPU-sim"}`:              300 << 20, // no driver: the reservation
+		`inferd_gpu_memory_reserved_bytes{gpu="1",uuid="GPU-sim"}`:          300 << 20,
+		`inferd_gpu_utilization_ratio{gpu="1",uuid="GPU-sim"}`:              0,
 		`inferd_gpu_utilization_ratio{gpu="0",uuid="GPU-a"}`:                0.4,
 		`inferd_store_file_bytes`:                                           32768,
 		`inferd_store_commits_total`:                                        7,

@@ -62,16 +62,20 @@ func (s *statusAPI) now() time.Time {
 
 // statusGPU is one GPU; HeldBy names the replica holding it when the caller
 // may see that replica's project, and Held says whether anyone does.
+// MemoryUsedBytes is the driver's view (for a simulated GPU, the
+// reservation); MemoryReservedBytes is what inferd has handed out on it,
+// which moves at once when a replica starts or stops.
 type statusGPU struct {
-	Index            int          `json:"index"`
-	UUID             string       `json:"uuid"`
-	Name             string       `json:"name"`
-	MemoryTotalBytes uint64       `json:"memoryTotalBytes"`
-	MemoryUsedBytes  uint64       `json:"memoryUsedBytes"`
-	UtilizationPct   int          `json:"utilizationPct"`
-	Simulated        bool         `json:"simulated"`
-	Held             bool         `json:"held"`
-	HeldBy           *replicaName `json:"heldBy"`
+	Index               int          `json:"index"`
+	UUID                string       `json:"uuid"`
+	Name                string       `json:"name"`
+	MemoryTotalBytes    uint64       `json:"memoryTotalBytes"`
+	MemoryUsedBytes     uint64       `json:"memoryUsedBytes"`
+	MemoryReservedBytes uint64       `json:"memoryReservedBytes"`
+	UtilizationPct      int          `json:"utilizationPct"` // 0 for simulated GPUs
+	Simulated           bool         `json:"simulated"`
+	Held                bool         `json:"held"`
+	HeldBy              *replicaName `json:"heldBy"`
 }
 
 type replicaName struct {
@@ -288,7 +292,6 @@ func (s *statusAPI) viewGPUs(v view) []statusGPU {
 	if s.src.GPUs == nil {
 		return []statusGPU{}
 	}
-	const mib = 1 << 20
 	holders := map[string]replicaName{} // GPU UUID → replica
 	visible := map[string]bool{}
 	for _, p := range v.projects {
@@ -301,15 +304,16 @@ func (s *statusAPI) viewGPUs(v view) []statusGPU {
 			}
 		}
 	}
+	reserved := reservations(v.snapshot)
 	devs := s.src.GPUs()
 	out := make([]statusGPU, 0, len(devs))
 	for _, d := range devs {
+		m := memoryOf(d, reserved)
 		g := statusGPU{
 			Index: d.Index, UUID: d.UUID, Name: d.Name,
-			MemoryTotalBytes: d.MemoryTotalMiB * mib,
-			MemoryUsedBytes:  (d.MemoryTotalMiB - min(d.MemoryFreeMiB, d.MemoryTotalMiB)) * mib,
-			UtilizationPct:   d.UtilizationPct,
-			Simulated:        d.Simulated,
+			MemoryTotalBytes: m.total, MemoryUsedBytes: m.used, MemoryReservedBytes: m.reserved,
+			UtilizationPct: d.UtilizationPct,
+			Simulated:      d.Simulated,
 		}
 		if h, ok := holders[d.UUID]; ok {
 			g.Held = true

@@ -52,6 +52,9 @@ func newStatusEnv(t *testing.T) (*testEnv, string) {
 		{ID: "hidden", TeamID: "other",
 			Replicas: []scheduler.ReplicaStatus{{ID: "hidden-1", State: "ready", Pid: 777, GPUs: []string{devs[1].UUID},
 				Started: statusNow.Add(-time.Hour), IdleExpiry: statusNow.Add(30 * time.Second)}}},
+	}, GPUs: []scheduler.GPUStatus{
+		{UUID: devs[0].UUID, ReservedMiB: 16384, Replicas: []string{"echo-1"}}, // a whole GPU
+		{UUID: devs[1].UUID, ReservedMiB: 512, Replicas: []string{"hidden-1"}}, // a share
 	}}
 	var calls fakeCalls
 	call := func(id, project, team string, state store.CallState, totalMs int) {
@@ -122,6 +125,13 @@ func TestStatusTeamSeesOnlyItsOwn(t *testing.T) {
 	}
 	if g := st.GPUs[1]; !g.Held || g.HeldBy != nil || g.MemoryTotalBytes != 1<<30 || g.Name != "Sim B" {
 		t.Errorf("GPU 1 = %+v, want held by someone unnamed, 1 GiB", g)
+	}
+	// Simulated GPUs have no driver: used memory is what inferd reserved.
+	for i, want := range []uint64{16 << 30, 512 << 20} {
+		if g := st.GPUs[i]; g.MemoryReservedBytes != want || g.MemoryUsedBytes != want || g.UtilizationPct != 0 {
+			t.Errorf("GPU %d memory used %d, reserved %d, utilization %d%%; want %d reserved and used, 0%%",
+				i, g.MemoryUsedBytes, g.MemoryReservedBytes, g.UtilizationPct, want)
+		}
 	}
 	var callIDs []string
 	for _, c := range st.Calls {
