@@ -66,6 +66,23 @@ try {
   const replica = env("EXPECT_REPLICA");
   // Every replica of a min-1 project holds a GPU: the card names it.
   await page.waitForFunction((r) => [...document.querySelectorAll("[data-gpu] .holder")].some((e) => e.textContent.includes(r)), replica);
+  // A whole-GPU replica reserves all of its GPU, and a simulated GPU shows
+  // that reservation as used memory (it has no driver to ask).
+  const mem = await page.evaluate((r) => {
+    const card = [...document.querySelectorAll("[data-gpu]")].find((c) => c.querySelector(".holder").textContent.includes(r));
+    return {
+      used: card.querySelector(".row.used .value").textContent,
+      reserved: card.querySelector(".row.reserved .value").textContent,
+      bar: card.querySelector(".bar.mem .reserved").style.width,
+    };
+  }, replica);
+  const total = mem.used.split(" / ")[1];
+  assert.notEqual(mem.reserved, "0 MiB", `the GPU of ${replica} shows memory reserved`);
+  assert.equal(mem.reserved, total, `the GPU of ${replica} is reserved whole: ${JSON.stringify(mem)}`);
+  assert.equal(mem.used, `${total} / ${total}`, `the simulated GPU of ${replica} shows its reservation as used`);
+  assert.equal(mem.bar, "100%", "the reserved segment fills the bar");
+  console.log(`ok: the GPU of ${replica} shows ${mem.reserved} reserved by inferd`);
+
   await page.click(`tr[data-replica="${replica}"]`);
   await page.locator("#log-panel").waitFor({ state: "visible" });
   await page.waitForFunction(() => document.getElementById("log-lines").textContent.includes("listening"));

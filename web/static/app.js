@@ -121,7 +121,9 @@ function renderGPUs(gpus) {
     return;
   }
   box.replaceChildren(...gpus.map((g) => {
-    const memPct = g.memoryTotalBytes ? (100 * g.memoryUsedBytes) / g.memoryTotalBytes : 0;
+    const pct = (n) => (g.memoryTotalBytes ? Math.min(100, (100 * n) / g.memoryTotalBytes) : 0);
+    const memPct = pct(g.memoryUsedBytes);
+    const resPct = pct(g.memoryReservedBytes);
     let holder;
     if (g.heldBy) holder = el("div", { class: "holder" }, "held by ", el("b", {}, g.heldBy.replica));
     else if (g.held) holder = el("div", { class: "holder" }, "held by another team's replica");
@@ -129,8 +131,14 @@ function renderGPUs(gpus) {
     return el("div", { class: "card gpu", dataset: { gpu: g.index } },
       el("div", { class: "name" }, `GPU ${g.index} · ${g.name}`),
       el("div", { class: "sub mono", title: g.uuid }, g.uuid + (g.simulated ? " (simulated)" : "")),
-      el("div", { class: "row" }, el("span", {}, "memory"), el("span", {}, `${bytes(g.memoryUsedBytes)} / ${bytes(g.memoryTotalBytes)}`)),
-      el("div", { class: "bar", title: `${memPct.toFixed(0)}% of memory used` }, el("span", { style: `width:${memPct.toFixed(1)}%` })),
+      el("div", { class: "row used" }, el("span", {}, "memory used"), el("span", { class: "value" }, `${bytes(g.memoryUsedBytes)} / ${bytes(g.memoryTotalBytes)}`)),
+      // The driver's used memory over the lighter share inferd has handed
+      // out: before a model has loaded, only the reservation shows.
+      el("div", { class: "bar mem", title: `${memPct.toFixed(0)}% used, ${resPct.toFixed(0)}% reserved by inferd` },
+        el("span", { class: "reserved", style: `width:${resPct.toFixed(1)}%` }),
+        el("span", { class: "used", style: `width:${memPct.toFixed(1)}%` })),
+      el("div", { class: "row reserved" }, el("span", {}, el("i", { class: "swatch" }), "reserved by inferd"),
+        el("span", { class: "value" }, bytes(g.memoryReservedBytes))),
       el("div", { class: "row" }, el("span", {}, "utilization"), el("span", {}, `${g.utilizationPct}%`)),
       el("div", { class: "bar util" }, el("span", { style: `width:${g.utilizationPct}%` })),
       holder,
