@@ -21,5 +21,6 @@
 //
 // Only free memory and utilization change after discovery; Inventory.Run
 // refreshes them periodically. Simulated GPUs never change: the scheduler
-// accounts for what it hands out itself.
+// accounts for what it hands out itself, and the status page and metrics
+// report that reservation as a simulated GPU's used memory.
 package gpu

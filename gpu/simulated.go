@@ -22,8 +22,8 @@ type SimulatedGPU struct {
 // Simulated returns an Inventory of fake GPUs, one per spec, indexed in spec
 // order. Each gets a UUID derived from its index ("GPU-sim-0000-...",
 // "GPU-sim-0001-..."), so the same config yields the same UUIDs on every
-// start. Free memory always equals total: the scheduler tracks what it hands
-// out itself.
+// start. Free memory always equals total and utilization 0: the scheduler
+// tracks what it hands out itself (httpapi reports that as used memory).
 func Simulated(specs []SimulatedGPU) *Inventory {
 	devs := make([]Device, 0, len(specs))
 	for idx, s := range specs {
