@@ -74,15 +74,17 @@ func wrapSaveErr(err error) error { return fmt.Errorf("save calls: %w", err) }
 // schema.go): callpending holds the call iff it is not final; callfinished
 // and callexpiry hold it iff it is final, under its current Finished time.
 func applyCallWrite(tx *bolt.Tx, cw *callWrite) error {
+	calls := tx.Bucket(bucketCalls)
 	finished := tx.Bucket(bucketCallFinished)
 	expiry := tx.Bucket(bucketCallExpiry)
 	pending := tx.Bucket(bucketCallPending)
+	calls.FillPercent, finished.FillPercent, expiry.FillPercent = appendFill, appendFill, appendFill
 	if old := finished.Get(cw.key); old != nil {
 		if err := expiry.Delete(expiryKey(old, cw.key)); err != nil {
 			return err
 		}
 	}
-	if err := tx.Bucket(bucketCalls).Put(cw.key, cw.value); err != nil {
+	if err := calls.Put(cw.key, cw.value); err != nil {
 		return err
 	}
 	if !cw.final {
@@ -100,6 +102,13 @@ func applyCallWrite(tx *bolt.Tx, cw *callWrite) error {
 	}
 	return expiry.Put(expiryKey(ts, cw.key), []byte{})
 }
+
+// appendFill is how full bbolt packs a page it splits, for the call buckets
+// whose keys grow with time (call IDs are UUIDv7, expiry keys start with the
+// finish time). New keys land at the end, so the left half of a split is
+// never written again: bbolt's default of 50% would leave every page half
+// empty for good, and each commit would write twice the pages.
+const appendFill = 0.95
 
 // expiryKey is the callexpiry key: 8-byte finish time, then the call id.
 func expiryKey(ts, id []byte) []byte {
