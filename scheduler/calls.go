@@ -123,14 +123,12 @@ func (s *Scheduler) startCall(c *call, r *rep) {
 	if !c.deferred {
 		s.st.SaveCallAsync(c.c, s.logSaveErr(c.c.ID, "saving a running call failed"))
 	}
-	s.wg.Add(1)
-	go s.infer(ctx, c, r, r.inst, c.c.Inputs)
+	s.runInfer(inferJob{ctx: ctx, c: c, r: r, inst: r.inst, inputs: c.c.Inputs})
 }
 
 // infer runs one call on inst and reports the outcome. The failure message
 // is decided here, off the loop, because it looks at the process.
 func (s *Scheduler) infer(ctx context.Context, c *call, r *rep, inst Instance, inputs json.RawMessage) {
-	defer s.wg.Done()
 	if isClosed(inst.Exited()) {
 		// Dispatched just as the process died: the model never saw the call,
 		// so it goes back to the queue rather than failing.

@@ -124,6 +124,7 @@ type Scheduler struct {
 	started  atomic.Bool   // Run has been called
 	ready    atomic.Bool   // the loop is serving
 	wg       sync.WaitGroup
+	workers  inferWorkers // goroutines that run calls on replicas
 
 	// Loop-owned: everything below is read and written only by the goroutine
 	// running Run (recovery, then the loop).
@@ -190,6 +191,7 @@ func New(cfg Config, st Store, launch Launcher, gpus Inventory, clk Clock, log z
 		stopped:  make(chan struct{}),
 		closedc:  make(chan struct{}),
 		never:    make(chan struct{}),
+		workers:  newInferWorkers(),
 		projects: map[string]*project{},
 		calls:    map[string]*call{},
 		failures: newRecentFailures(maxRecentFailures),
@@ -429,6 +431,7 @@ func (s *Scheduler) shutdown() {
 			c.cancel()
 		}
 	}
+	s.stopWorkers()
 	s.wg.Wait()
 }
 
