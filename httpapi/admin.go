@@ -20,12 +20,11 @@ const maxAdminBody = 10 << 20
 
 // AdminStore is what the admin API needs from *store.Store.
 type AdminStore interface {
-	EnsureTeam(id string) (created bool, err error)
 	ListTeams() ([]store.Team, error)
 	CreateKey(teamID string, scope store.KeyScope) (secret string, k store.APIKey, err error)
 	ListKeys(teamID string) ([]store.APIKey, error)
 	RevokeKey(id string) error
-	PutProject(p store.Project) (store.Change, error)
+	PutProjects(ps []store.Project) ([]store.Change, error) // all or nothing
 	ListProjects(teamID string) ([]store.Project, error)
 	DeleteProject(id string) error
 }
@@ -201,9 +200,9 @@ type applyResponse struct {
 }
 
 // apply handles POST /admin/apply {"projects": [...]}: every project is
-// validated first and nothing is written unless all are valid; then each is
-// upserted (its team created if missing) and the changes are reported in
-// order.
+// validated first, then all are upserted (teams created if missing) in one
+// transaction, so a conflict leaves nothing applied; the changes are reported
+// in order.
 func (a *admin) apply(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	var req applyRequest
 	if err := readAdminJSON(w, r, &req); err != nil {
@@ -230,23 +229,17 @@ func (a *admin) apply(w http.ResponseWriter, r *http.Request, _ httprouter.Param
 			return
 		}
 	}
-	out := applyResponse{Changes: make([]applyChange, 0, len(req.Projects))}
-	for _, p := range req.Projects {
-		if _, err := a.store.EnsureTeam(p.TeamID); err != nil {
-			writeError(w, r, a.log, err)
-			return
+	changes, err := a.store.PutProjects(req.Projects)
+	if err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			err = &userError{http.StatusConflict, codeConflict, err.Error() + " (nothing was applied)"}
 		}
-		change, err := a.store.PutProject(p)
-		if err != nil {
-			// Earlier projects of this request stay applied; say so.
-			if errors.Is(err, store.ErrConflict) {
-				err = &userError{http.StatusConflict, codeConflict, fmt.Sprintf(
-					"project %s: %v (applied before it: %s)", p.ID, err, appliedNames(out.Changes))}
-			}
-			writeError(w, r, a.log, err)
-			return
-		}
-		out.Changes = append(out.Changes, applyChange{Project: p.ID, Team: p.TeamID, Change: string(change)})
+		writeError(w, r, a.log, err)
+		return
+	}
+	out := applyResponse{Changes: make([]applyChange, len(req.Projects))}
+	for i, p := range req.Projects {
+		out.Changes[i] = applyChange{Project: p.ID, Team: p.TeamID, Change: string(changes[i])}
 	}
 	out.Warnings = a.capacityWarnings()
 	writeJSON(w, http.StatusOK, out)
@@ -265,17 +258,6 @@ func (a *admin) capacityWarnings() []string {
 		return nil
 	}
 	return a.capacity(all)
-}
-
-func appliedNames(changes []applyChange) string {
-	if len(changes) == 0 {
-		return "none"
-	}
-	names := make([]string, len(changes))
-	for i, c := range changes {
-		names[i] = c.Project
-	}
-	return strings.Join(names, ", ")
 }
 
 // adminProject is a project with its model spec, without the modelKey hash.

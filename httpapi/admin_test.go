@@ -139,6 +139,7 @@ func TestAdminApply(t *testing.T) {
 		{"invalid max", applyBody(t, func() store.Project { p := fresh; p.MaxReplicas = 0; return p }()), 400, "", "maxReplicas", true},
 		{"listed twice", applyBody(t, fresh, fresh), 400, "", "listed twice", true},
 		{"conflict", applyBody(t, clash), 409, "", "clash", true},
+		{"conflict after a valid project applies nothing", applyBody(t, fresh, clash), 409, "", "nothing was applied", true},
 		{"malformed", `{"projects": [`, 400, "", "malformed JSON", true},
 	}
 	for _, tc := range tests {

@@ -124,16 +124,6 @@ func (f *fakeStore) UpdateProject(id string, fn func(*store.Project) error) (sto
 	return p, nil
 }
 
-func (f *fakeStore) EnsureTeam(id string) (bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if _, ok := f.teams[id]; ok {
-		return false, nil
-	}
-	f.teams[id] = store.Team{ID: id}
-	return true, nil
-}
-
 func (f *fakeStore) ListTeams() ([]store.Team, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -181,24 +171,35 @@ func (f *fakeStore) RevokeKey(id string) error {
 	return store.ErrNotFound
 }
 
-func (f *fakeStore) PutProject(p store.Project) (store.Change, error) {
+// PutProjects is all or nothing, as the store's is: every conflict is
+// checked before anything is written.
+func (f *fakeStore) PutProjects(ps []store.Project) ([]store.Change, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, q := range f.projects {
-		if q.ID != p.ID && q.Model.KeyHash == p.Model.KeyHash {
-			return store.ChangeUnchanged, fmt.Errorf("modelKey of project %s is already used by project %s: %w", p.ID, q.ID, store.ErrConflict)
+	for _, p := range ps {
+		for _, q := range f.projects {
+			if q.ID != p.ID && q.Model.KeyHash == p.Model.KeyHash {
+				return nil, fmt.Errorf("put project %s: modelKey already belongs to project %s: %w", p.ID, q.ID, store.ErrConflict)
+			}
 		}
 	}
-	old, ok := f.projects[p.ID]
-	f.projects[p.ID] = p
-	switch {
-	case !ok:
-		return store.ChangeCreated, nil
-	case reflect.DeepEqual(old, p):
-		return store.ChangeUnchanged, nil
-	default:
-		return store.ChangeUpdated, nil
+	changes := make([]store.Change, len(ps))
+	for i, p := range ps {
+		if _, ok := f.teams[p.TeamID]; !ok {
+			f.teams[p.TeamID] = store.Team{ID: p.TeamID}
+		}
+		old, ok := f.projects[p.ID]
+		f.projects[p.ID] = p
+		switch {
+		case !ok:
+			changes[i] = store.ChangeCreated
+		case reflect.DeepEqual(old, p):
+			changes[i] = store.ChangeUnchanged
+		default:
+			changes[i] = store.ChangeUpdated
+		}
 	}
+	return changes, nil
 }
 
 func (f *fakeStore) DeleteProject(id string) error {

@@ -43,6 +43,18 @@ func TestProjectAPIOnRealStore(t *testing.T) {
 		t.Fatalf("apply: %d %s", rec.Code, rec.Body)
 	}
 
+	// A modelKey conflict on the second project leaves the first unapplied.
+	clash := testProject("clash", "acme")
+	clash.Model.KeyHash = store.HashModelKey("mk-echo")
+	rec = serve(adm, http.MethodPost, "/admin/apply", applyBody(t, testProject("later", "newteam"), clash))
+	apiErrorReply(t, rec, http.StatusConflict, "conflict")
+	if _, err := st.GetProject("later"); err == nil {
+		t.Error("project later was applied alongside a conflicting one")
+	}
+	if teams, _ := st.ListTeams(); len(teams) != 2 {
+		t.Errorf("teams after a failed apply = %+v, want acme and other only", teams)
+	}
+
 	m := inferenceReply(t, serve(pub, http.MethodPost, "/start/v4",
 		`{"apiKey": "`+acme+`", "modelKey": "mk-echo", "startOnly": true, "modelInputs": {}}`))
 	if m["callID"] != "call_1" {

@@ -26,36 +26,61 @@ const (
 // project returns its *ValidationError as is; a modelKey hash that belongs to
 // another project fails with ErrConflict.
 func (s *Store) PutProject(p Project) (Change, error) {
-	if err := p.Validate(); err != nil {
+	changes, err := s.PutProjects([]Project{p})
+	if err != nil {
 		return "", err
 	}
-	var change Change
+	return changes[0], nil
+}
+
+// PutProjects is PutProject for several projects in one transaction: either
+// all are written or, on any error, none is (an apply never leaves a manifest
+// half applied). Changes come back in the order of ps.
+func (s *Store) PutProjects(ps []Project) ([]Change, error) {
+	for _, p := range ps {
+		if err := p.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	changes := make([]Change, len(ps))
 	err := s.update(func(tx *bolt.Tx) error {
-		old, exists, err := getProject(tx, p.ID)
-		if err != nil {
-			return err
+		for i, p := range ps {
+			change, err := s.putProject(tx, p)
+			if err != nil {
+				return fmt.Errorf("put project %s: %w", p.ID, err)
+			}
+			changes[i] = change
 		}
-		if !exists {
-			change = ChangeCreated
-			_, err := s.saveProject(tx, nil, p)
-			return err
-		}
-		if sameProject(old, p) {
-			change = ChangeUnchanged
-			return nil
-		}
-		change = ChangeUpdated
-		_, err = s.saveProject(tx, &old, p)
-		return err
+		return nil
 	})
 	s.projects.reset()
 	if err != nil {
-		return "", fmt.Errorf("put project %s: %w", p.ID, err)
+		return nil, err
 	}
-	if change != ChangeUnchanged {
-		s.projectChanged(p.ID)
+	for i, p := range ps {
+		if changes[i] != ChangeUnchanged {
+			s.projectChanged(p.ID)
+		}
 	}
-	return change, nil
+	return changes, nil
+}
+
+// putProject writes p inside tx unless the stored project has the same
+// content, and reports which.
+func (s *Store) putProject(tx *bolt.Tx, p Project) (Change, error) {
+	old, exists, err := getProject(tx, p.ID)
+	if err != nil {
+		return "", err
+	}
+	if !exists {
+		_, err := s.saveProject(tx, nil, p)
+		return ChangeCreated, err
+	}
+	if sameProject(old, p) {
+		return ChangeUnchanged, nil
+	}
+	_, err = s.saveProject(tx, &old, p)
+	return ChangeUpdated, err
 }
 
 // UpdateProject loads the project, lets fn change it, validates and saves

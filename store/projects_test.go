@@ -186,6 +186,37 @@ func TestPutProjectModelKeyConflict(t *testing.T) {
 	}
 }
 
+func TestPutProjectsIsAllOrNothing(t *testing.T) {
+	s := openTest(t)
+	if _, err := s.PutProject(testProject("one", "t")); err != nil {
+		t.Fatal(err)
+	}
+	var changed []string
+	s.OnProjectChange(func(id string) { changed = append(changed, id) })
+	clash := testProject("clash", "t")
+	clash.Model.KeyHash = HashModelKey("key-one")
+	if _, err := s.PutProjects([]Project{testProject("fresh", "new-team"), clash}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("PutProjects(fresh, clash) = %v, want ErrConflict", err)
+	}
+	if _, err := s.GetProject("fresh"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("fresh was stored beside a conflicting project: %v", err)
+	}
+	if teams, _ := s.ListTeams(); len(teams) != 1 {
+		t.Errorf("teams = %+v, want only t", teams)
+	}
+	if len(changed) != 0 {
+		t.Errorf("change hooks ran for %v after a failed write", changed)
+	}
+
+	changes, err := s.PutProjects([]Project{testProject("one", "t"), testProject("fresh", "new-team")})
+	if err != nil || len(changes) != 2 || changes[0] != ChangeUnchanged || changes[1] != ChangeCreated {
+		t.Fatalf("PutProjects = %v, %v; want [unchanged created]", changes, err)
+	}
+	if len(changed) != 1 || changed[0] != "fresh" {
+		t.Errorf("change hooks ran for %v, want [fresh]", changed)
+	}
+}
+
 func TestPutProjectMovesModelKeyIndex(t *testing.T) {
 	s := openTest(t)
 	p := testProject("p", "t")
