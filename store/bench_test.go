@@ -14,21 +14,9 @@ import (
 func BenchmarkSaveCallParallel(b *testing.B) {
 	s := openTest(b)
 	inputs := json.RawMessage(`{"prompt":"a short prompt for the model"}`)
-	b.ReportAllocs()
-	b.SetParallelism(16) // 16 × GOMAXPROCS concurrent requests
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			c := Call{ID: NewCallID(), ProjectID: "p", TeamID: "t", State: CallQueued, Inputs: inputs}
-			if err := s.SaveCall(context.Background(), c); err != nil {
-				b.Error(err)
-				return
-			}
-		}
+	saveParallel(b, s, 16, func() Call { // 16 × GOMAXPROCS concurrent requests
+		return Call{ID: NewCallID(), ProjectID: "p", TeamID: "t", State: CallQueued, Inputs: inputs}
 	})
-	b.StopTimer()
-	st := s.CommitStats()
-	b.ReportMetric(float64(st.Writes)/float64(max(st.Commits, 1)), "writes/commit")
 }
 
 // BenchmarkSaveFinalCallParallel is the write of a synchronous start: one
@@ -39,15 +27,25 @@ func BenchmarkSaveFinalCallParallel(b *testing.B) {
 	inputs := json.RawMessage(`{"prompt":"hello"}`)
 	outputs := json.RawMessage(`{"ok":true}`)
 	before := fileSize(b, s)
+	commits := saveParallel(b, s, 32, func() Call { // 32 × GOMAXPROCS, like c=64
+		now := time.Now()
+		return Call{ID: NewCallID(), ProjectID: "p", TeamID: "t", State: CallSucceeded, Inputs: inputs,
+			Outputs: outputs, Created: now, Dispatched: now, Finished: now, ReplicaID: "r-1", Attempt: 1}
+	})
+	b.ReportMetric(float64(fileSize(b, s)-before)/float64(b.N), "bytes/call")
+	b.ReportMetric(float64(pageWrites(s))/float64(commits), "pagewrites/commit")
+}
+
+// saveParallel saves b.N calls made by newCall from parallelism ×
+// GOMAXPROCS goroutines, reports writes per commit and returns the number
+// of commits (at least 1).
+func saveParallel(b *testing.B, s *Store, parallelism int, newCall func() Call) int64 {
 	b.ReportAllocs()
-	b.SetParallelism(32) // 32 × GOMAXPROCS concurrent requests, like c=64
+	b.SetParallelism(parallelism)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			now := time.Now()
-			c := Call{ID: NewCallID(), ProjectID: "p", TeamID: "t", State: CallSucceeded, Inputs: inputs,
-				Outputs: outputs, Created: now, Dispatched: now, Finished: now, ReplicaID: "r-1", Attempt: 1}
-			if err := s.SaveCall(context.Background(), c); err != nil {
+			if err := s.SaveCall(context.Background(), newCall()); err != nil {
 				b.Error(err)
 				return
 			}
@@ -55,9 +53,9 @@ func BenchmarkSaveFinalCallParallel(b *testing.B) {
 	})
 	b.StopTimer()
 	st := s.CommitStats()
-	b.ReportMetric(float64(st.Writes)/float64(max(st.Commits, 1)), "writes/commit")
-	b.ReportMetric(float64(fileSize(b, s)-before)/float64(b.N), "bytes/call")
-	b.ReportMetric(float64(pageWrites(s))/float64(max(st.Commits, 1)), "pagewrites/commit")
+	commits := max(st.Commits, 1)
+	b.ReportMetric(float64(st.Writes)/float64(commits), "writes/commit")
+	return commits
 }
 
 // fileSize is the data's extent in the file (bbolt's high-water mark; the
