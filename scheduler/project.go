@@ -180,7 +180,8 @@ func (s *Scheduler) onProjectLoaded(ev evProjectLoaded) {
 // applyProject reconciles a project with its new settings: a changed model
 // spec drains the old replicas; a lower min or max stops surplus idle
 // replicas now; a higher min boots in the scheduling pass that follows; a new
-// inferenceTimeout applies to the next dispatches.
+// idleTimeout re-times the replicas already idle; a new inferenceTimeout
+// applies to the next dispatches.
 func (s *Scheduler) applyProject(cfg store.Project) {
 	p := s.projects[cfg.ID]
 	if p == nil || p.deleted {
@@ -206,6 +207,13 @@ func (s *Scheduler) applyProject(cfg store.Project) {
 	}
 	if cfg.MinReplicas < old.MinReplicas || cfg.MaxReplicas < old.MaxReplicas {
 		s.trimIdle(p)
+	}
+	if cfg.IdleTimeout != old.IdleTimeout {
+		// Armed timers hold the old length: the pass that follows re-arms
+		// them from each replica's idleSince.
+		for _, r := range p.replicas {
+			r.idleT.stop()
+		}
 	}
 	s.checkGPUs(p)
 }

@@ -1,0 +1,52 @@
+package scheduler
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// A PUT of idleTimeout takes effect at once, also for a replica that is
+// already idle: its expiry follows the new setting, counted from when it went
+// idle.
+func TestIdleTimeoutChangeAppliesToReplicaAlreadyIdle(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		from, to      int
+		stopsAt       time.Duration // since the replica went idle
+		keptUntilLast time.Duration // still running this long after it went idle
+	}{
+		{"lowered", 600, 10, 10 * time.Second, 9 * time.Second},
+		{"raised", 10, 600, 600 * time.Second, 599 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := testProject("idle", minMax(0, 1), idleTimeout(tc.from))
+				h := newHarness(t, Config{}, nil, p)
+				defer h.stop()
+				c := h.submit(p, `{}`)
+				i := h.launched()
+				h.ready(i)
+				h.call(i).reply(`{}`)
+				h.result(c.ID)
+
+				h.advance(time.Second)
+				p.IdleTimeout = tc.to
+				h.st.putProject(p)
+				h.s.ProjectChanged(p.ID)
+				h.settle()
+				if got, want := h.project("idle").Replicas[0].IdleExpiry, h.clk.Now().Add(tc.stopsAt-time.Second); !got.Equal(want) {
+					t.Errorf("idle expiry after the change = %v, want %v", got, want)
+				}
+				h.advance(tc.keptUntilLast - time.Second)
+				if i.wasStopped() {
+					t.Fatalf("replica stopped %v after going idle, before the new idleTimeout %ds", tc.keptUntilLast, tc.to)
+				}
+				h.advance(tc.stopsAt - tc.keptUntilLast)
+				if !i.wasStopped() {
+					t.Fatalf("replica still running %v after going idle with idleTimeout %ds", tc.stopsAt, tc.to)
+				}
+			})
+		})
+	}
+}
