@@ -81,6 +81,12 @@ func start(spec Spec, log zerolog.Logger) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
+	running := false // from then on the port is given back once the process has exited (run)
+	defer func() {
+		if !running {
+			releasePort(port)
+		}
+	}()
 	log = log.With().Str("replica", spec.ID).Str("project", spec.ProjectID).Logger()
 	sink, err := openLogSink(spec.LogPath, spec.LogMaxBytes, spec.LogKeep, func(err error) {
 		log.Warn().Err(err).Str("log", spec.LogPath).Msg("replica log write failed; output is dropped")
@@ -144,21 +150,8 @@ func start(spec Spec, log zerolog.Logger) (*Process, error) {
 		return nil, err
 	}
 	log.Info().Int("pid", p.pid).Int("port", port).Strs("command", spec.Command).Msg("replica started")
+	running = true
 	return p, nil
-}
-
-// freePort asks the kernel for a free loopback port. Another process could take it
-// before the model binds it; the model then fails to boot and the scheduler retries.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pick port: %w", err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	if err := l.Close(); err != nil {
-		return 0, fmt.Errorf("pick port: %w", err)
-	}
-	return port, nil
 }
 
 // run starts the child, reports the outcome on started, then owns it until it has
@@ -227,6 +220,7 @@ func (p *Process) run(started chan<- error) {
 		ev = ev.Str("exit", err.Error()).Str("last_line", p.sink.LastLine())
 	}
 	ev.Msg("replica exited")
+	releasePort(p.port)
 	close(p.exited)
 }
 
