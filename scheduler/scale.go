@@ -68,14 +68,12 @@ func (s *Scheduler) scaleUp() {
 	s.pruneReleases(devices)
 	needs := s.needs[:0]
 	any := false
-	waitedGPU := false
 	for _, p := range s.order {
 		n := 0
 		if !p.deleted && !p.backoffT.armed() && fitsMachine(devices, requestOf(p.cfg.Model)) == nil {
 			n = max(p.want()-p.live(), 0)
 		}
 		needs = append(needs, n)
-		waitedGPU = waitedGPU || p.waiting == waitingGPU
 		any = any || n > 0
 	}
 	s.needs = needs
