@@ -134,10 +134,23 @@ func (m ModelSpec) validate() error {
 	case m.BootTimeout < 1 || m.BootTimeout > MaxTimeout:
 		return invalid("model.bootTimeout", "must be between 1 and %d seconds", MaxTimeout)
 	}
-	for name := range m.Env {
+	for name, value := range m.Env {
 		if name == "" || strings.ContainsAny(name, "=\x00") {
 			return invalid("model.env", "variable name %q must be non-empty without = or NUL", name)
 		}
+		if strings.ContainsRune(value, 0) {
+			return invalid("model.env", "value of %s must not contain NUL", name)
+		}
+	}
+	// The kernel cannot take a NUL inside an argument or path: without this
+	// check the project would be stored and then fail every boot.
+	for _, arg := range m.Command {
+		if strings.ContainsRune(arg, 0) {
+			return invalid("model.command", "must not contain NUL")
+		}
+	}
+	if strings.ContainsRune(m.Dir, 0) {
+		return invalid("model.dir", "must not contain NUL")
 	}
 	return nil
 }

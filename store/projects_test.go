@@ -81,6 +81,9 @@ func TestProjectValidate(t *testing.T) {
 		{"inferPath relative", func(p *Project) { p.Model.InferPath = "infer" }, "model.inferPath", ""},
 		{"env name with =", func(p *Project) { p.Model.Env = map[string]string{"A=B": "c"} }, "model.env", ""},
 		{"env ok", func(p *Project) { p.Model.Env = map[string]string{"HF_HOME": "/x"} }, "", ""},
+		{"env value with NUL", func(p *Project) { p.Model.Env = map[string]string{"A": "b\x00c"} }, "model.env", ""},
+		{"command arg with NUL", func(p *Project) { p.Model.Command = []string{"/bin/model", "--x\x00"} }, "model.command", ""},
+		{"dir with NUL", func(p *Project) { p.Model.Dir = "/srv/\x00" }, "model.dir", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testProject("p", "t")
