@@ -54,9 +54,15 @@ func writeError(w http.ResponseWriter, r *http.Request, log zerolog.Logger, err 
 	writeJSON(w, status, errorBody{errorDetail{code, msg}})
 }
 
+// maxPresize bounds the buffer readBody sets aside from a Content-Length
+// before any of the body has arrived: the header is only a claim, and a
+// client that announces the full cap and sends nothing must not make the
+// server reserve it. A longer body grows the buffer as its bytes arrive.
+const maxPresize = 64 << 10
+
 // readBody reads the whole request body, at most limit bytes; a longer body
 // gives an *http.MaxBytesError. Chunked bodies (unknown length) are fine.
-// With a Content-Length the buffer is sized once.
+// With a Content-Length of up to maxPresize the buffer is sized once.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	if r.Body == nil {
 		return nil, nil
@@ -67,7 +73,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	body := http.MaxBytesReader(w, r.Body, limit)
 	size := 512
 	if r.ContentLength > 0 {
-		size = int(r.ContentLength) + 1 // +1: room to see EOF without growing
+		size = int(min(r.ContentLength+1, maxPresize)) // +1: room to see EOF without growing
 	}
 	buf := make([]byte, 0, size)
 	for {

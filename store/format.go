@@ -91,11 +91,13 @@ func checkDataFile(path string, timeout time.Duration) error {
 // bbolt would use.
 func readBoltMeta(r io.ReaderAt, size int64) (boltMeta, error) {
 	m0, err0 := readMetaAt(r, size, boltPageHeader)
-	off1 := int64(boltDefaultPageSz)
+	var m1 boltMeta
+	var err1 error
 	if err0 == nil {
-		off1 = int64(m0.pageSize)
+		m1, err1 = readMetaAt(r, size, int64(m0.pageSize)+boltPageHeader)
+	} else {
+		m1, err1 = findSecondMeta(r, size)
 	}
-	m1, err1 := readMetaAt(r, size, off1+boltPageHeader)
 	switch {
 	case err0 != nil && err1 != nil:
 		return boltMeta{}, fmt.Errorf("no valid bbolt meta page (page 0: %v; page 1: %v)", err0, err1)
@@ -107,6 +109,29 @@ func readBoltMeta(r io.ReaderAt, size int64) (boltMeta, error) {
 		return m1, nil
 	}
 	return m0, nil
+}
+
+// findSecondMeta finds meta page 1 when page 0, which gives the page size,
+// is unreadable (a meta write torn by a power cut). A file's page size is
+// the OS page size where it was created: 4 KiB, but 16 or 64 KiB on some
+// arm64 kernels. Like bbolt, which then opens from page 1, it tries every
+// page size from 1 KiB to 16 MiB; the error is the one at 4 KiB.
+func findSecondMeta(r io.ReaderAt, size int64) (boltMeta, error) {
+	err := fmt.Errorf("file too short (%d bytes)", size)
+	for shift := 0; shift <= 14; shift++ {
+		pos := int64(1024) << shift
+		if pos >= size-1024 {
+			break
+		}
+		m, e := readMetaAt(r, size, pos+boltPageHeader)
+		if e == nil {
+			return m, nil
+		}
+		if pos == boltDefaultPageSz {
+			err = e
+		}
+	}
+	return boltMeta{}, err
 }
 
 func readMetaAt(r io.ReaderAt, size, off int64) (boltMeta, error) {

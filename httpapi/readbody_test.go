@@ -1,0 +1,54 @@
+package httpapi
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+// TestAnnouncedBodySizeCostsNoMemoryUpFront: a client that announces a body
+// as large as the cap and then sends nothing must not make the server set
+// that much memory aside, or a few hundred such connections (each held open
+// for the read timeout) would exhaust the machine without sending a byte.
+func TestAnnouncedBodySizeCostsNoMemoryUpFront(t *testing.T) {
+	env := newEnv(t, Options{}) // the default cap, 10 MiB
+	const requests = 10
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range requests {
+		req := httptest.NewRequest(http.MethodPost, "/check/v4", nil)
+		req.ContentLength = DefaultMaxBodyBytes
+		req.Body = io.NopCloser(iotest.ErrReader(io.ErrUnexpectedEOF)) // the client went away
+		rec := httptest.NewRecorder()
+		env.h.ServeHTTP(rec, req)
+		m := inferenceReply(t, rec)
+		if msg := m["message"].(string); !strings.HasPrefix(msg, "error: could not read the request body") {
+			t.Fatalf("message %q", msg)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > DefaultMaxBodyBytes {
+		t.Errorf("%d requests that sent no body allocated %d bytes; each reserved its announced size", requests, got)
+	}
+}
+
+// TestBodyLargerThanThePresizeArrivesWhole: a body past what readBody sets
+// aside up front still reaches the model unchanged.
+func TestBodyLargerThanThePresizeArrivesWhole(t *testing.T) {
+	env := newEnv(t, Options{})
+	inputs := `{"pad": "` + strings.Repeat("x", 4*maxPresize) + `"}`
+	m := inferenceReply(t, serve(env.h, http.MethodPost, "/start/v4",
+		`{"apiKey": "`+keyAcme+`", "modelKey": "mk-echo", "startOnly": true, "modelInputs": `+inputs+`}`))
+	id, _ := m["callID"].(string)
+	c, _, err := env.sched.Lookup(id)
+	if err != nil {
+		t.Fatalf("message %q: %v", m["message"], err)
+	}
+	if string(c.Inputs) != inputs {
+		t.Errorf("inputs arrived as %d bytes, want %d", len(c.Inputs), len(inputs))
+	}
+}
