@@ -69,7 +69,7 @@ func TestPotassiumAppEndToEnd(t *testing.T) {
 	if r := c.start("mk-k", `{"after": "exception"}`, false); r["message"] != "success" {
 		t.Fatalf("the app keeps serving after an exception: %v", r)
 	}
-	logs, _ := filepath.Glob(filepath.Join(dir, "data", "logs", "potassium-app", "*.log"))
+	logs, _ := filepath.Glob(filepath.Join(dir, "data", "logs", "kali", "potassium-app", "*.log"))
 	var all strings.Builder
 	for _, l := range logs {
 		b, _ := os.ReadFile(l)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,23 +40,29 @@ func (a *admin) logs(w http.ResponseWriter, r *http.Request, ps httprouter.Param
 		writeError(w, r, a.log, notFound("no logs for project %s", truncate(project, 64)))
 		return
 	}
-	if rid == "" {
-		ids, err := replica.LogReplicas(a.logDir, project)
-		if err != nil {
-			writeError(w, r, a.log, err)
-			return
-		}
-		if len(ids) == 0 {
-			writeError(w, r, a.log, notFound("no logs for project %s", project))
-			return
-		}
-		rid = ids[0]
-	}
-	if !store.ValidID(rid) || !strings.HasPrefix(rid, project+"-") {
+	if rid != "" && (!store.ValidID(rid) || !strings.HasPrefix(rid, project+"-")) {
 		writeError(w, r, a.log, notFound("no log for replica %s of project %s", truncate(rid, 64), project))
 		return
 	}
-	path := replica.LogPath(a.logDir, project, rid)
+	// Whichever team the project belongs or belonged to: the newest log of
+	// the replica asked for, or of any replica.
+	logs, err := replica.FindLogs(a.logDir, "", project)
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	if rid != "" {
+		logs = slices.DeleteFunc(logs, func(l replica.LogFile) bool { return l.Replica != rid })
+	}
+	if len(logs) == 0 {
+		if rid != "" {
+			writeError(w, r, a.log, notFound("no log for replica %s of project %s", rid, project))
+		} else {
+			writeError(w, r, a.log, notFound("no logs for project %s", project))
+		}
+		return
+	}
+	rid, path := logs[0].Replica, logs[0].Path
 	size, err := replica.LogSize(path)
 	if err == nil {
 		var lines []string

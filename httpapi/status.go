@@ -273,7 +273,7 @@ func (s *statusAPI) logs(w http.ResponseWriter, r *http.Request, ps httprouter.P
 		writeError(w, r, s.log, notFound("no log for replica %s", truncate(rid, 64)))
 		return
 	}
-	lines, err := replica.TailLog(replica.LogPath(s.src.LogDir, p.ID, rid), n)
+	lines, err := replica.TailLog(replica.LogPath(s.src.LogDir, p.TeamID, p.ID, rid), n)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		writeError(w, r, s.log, notFound("no log for replica %s", rid))

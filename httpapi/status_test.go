@@ -36,9 +36,11 @@ var statusNow = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 func newStatusEnv(t *testing.T) (*testEnv, string) {
 	t.Helper()
 	logDir := t.TempDir()
-	for _, id := range []string{"echo-1", "hidden-1"} {
+	// echo-7 ran when echo belonged to team other; acme must not see it.
+	for _, l := range []struct{ team, id string }{{"acme", "echo-1"}, {"other", "hidden-1"}, {"other", "echo-7"}} {
+		id := l.id
 		project, _, _ := strings.Cut(id, "-")
-		p := replica.LogPath(logDir, project, id)
+		p := replica.LogPath(logDir, l.team, project, id)
 		os.MkdirAll(filepath.Dir(p), 0o755)
 		if err := os.WriteFile(p, []byte("booting "+id+"\nlistening\n"), 0o644); err != nil {
 			t.Fatal(err)
@@ -214,6 +216,7 @@ func TestStatusReplicaLogs(t *testing.T) {
 		{"unknown project", keyAcme, "/v1/status/projects/nope/replicas/nope-1/logs", 404, nil},
 		{"replica of another project", keyAcme, "/v1/status/projects/echo/replicas/hidden-1/logs", 404, nil},
 		{"no log yet", keyAcme, "/v1/status/projects/echo/replicas/echo-2/logs", 404, nil},
+		{"log of the project's former team", keyAcme, "/v1/status/projects/echo/replicas/echo-7/logs", 404, nil},
 		{"path traversal", keyAcme, "/v1/status/projects/echo/replicas/echo-..%2F..%2Fhidden%2Fhidden-1/logs", 404, nil},
 		{"bad lines", keyAcme, "/v1/status/projects/echo/replicas/echo-1/logs?lines=-3", 400, nil},
 	}

@@ -123,7 +123,7 @@ func (s *Scheduler) boot(p *project, gpus []string, cpuSlot bool) {
 		RunAs:       s.cfg.RunAs,
 	}
 	if s.cfg.LogDir != "" {
-		spec.LogPath = replica.LogPath(s.cfg.LogDir, p.id, r.id)
+		spec.LogPath = replica.LogPath(s.cfg.LogDir, p.cfg.TeamID, p.id, r.id)
 	}
 	s.arm(&r.boot, seconds(p.bootTimeout()), func(seq uint64) event { return evBootTimeout{r: r, seq: seq} })
 	s.log.Info().Str("project", p.id).Str("replica", r.id).Strs("gpus", gpus).Msg("booting replica")

@@ -23,7 +23,7 @@ type Config struct {
 	MaxQueuedPerProject int            // calls waiting per project before Submit refuses; default 1000
 	CPUSlots            int            // CPU replicas (gpus: 0) at once; default runtime.NumCPU()
 	StopGrace           time.Duration  // SIGTERM to SIGKILL when stopping a replica; default 10s
-	LogDir              string         // replica logs go to LogDir/<project>/<replica>.log; "" = none
+	LogDir              string         // replica logs go to LogDir/<team>/<project>/<replica>.log; "" = none
 	LogMaxBytes         int64          // size cap of one replica log
 	LogKeep             int            // rotated generations kept per replica log
 	RunDir              string         // pid files for orphan cleanup

@@ -36,7 +36,7 @@ func TestSubmitRunsCallOnNewReplicaAndRecordsResult(t *testing.T) {
 			t.Fatalf("writes after Submit = %v, want the created write committed", got)
 		}
 		i := h.launched()
-		want := []string{"echo-1", "echo", "/logs/echo/echo-1.log", "/run"}
+		want := []string{"echo-1", "echo", "/logs/team/echo/echo-1.log", "/run"}
 		if got := []string{i.spec.ID, i.spec.ProjectID, i.spec.LogPath, i.spec.RunDir}; !slices.Equal(got, want) {
 			t.Errorf("spec id, project, log, run dir = %q, want %q", got, want)
 		}

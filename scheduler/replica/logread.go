@@ -14,16 +14,19 @@ import (
 	"time"
 )
 
-// Replica logs on disk: dir/<project>/<replica>.log is the file being
+// Replica logs on disk: dir/<team>/<project>/<replica>.log is the file being
 // written, and <replica>.log.1 (newest) to .log.<LogKeep> the older
 // generations. They outlive the replica, so that a crash can be read after
-// the fact; the next replica with the same id appends to the same file.
+// the fact; the next replica with the same id appends to the same file. The
+// team is part of the path so that a project deleted and made again for
+// another team, or moved to one, never shows the new team the old team's
+// output.
 
 const logSuffix = ".log"
 
 // LogPath returns the log file of a replica under the logs directory dir.
-func LogPath(dir, project, replica string) string {
-	return filepath.Join(dir, project, replica+logSuffix)
+func LogPath(dir, team, project, replica string) string {
+	return filepath.Join(dir, team, project, replica+logSuffix)
 }
 
 // generation returns the name of old generation n (n ≥ 1) of the log at path.
@@ -31,44 +34,60 @@ func generation(path string, n int) string {
 	return path + "." + strconv.Itoa(n)
 }
 
-// LogReplicas returns the ids of the replicas of project that have a log
-// under dir, the most recently written first. A project without logs gives
-// none and no error.
-func LogReplicas(dir, project string) ([]string, error) {
-	entries, err := os.ReadDir(filepath.Join(dir, project))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+// LogFile is one replica's current log file.
+type LogFile struct {
+	Replica string
+	Path    string
+	mod     time.Time
+}
+
+// FindLogs returns the logs of project's replicas under dir, the most
+// recently written first: those kept for team, or for any team when team is
+// "" (the operator's view, which also finds a deleted project's logs). A
+// project without logs gives none and no error.
+func FindLogs(dir, team, project string) ([]LogFile, error) {
+	teams := []string{team}
+	if team == "" {
+		entries, err := os.ReadDir(dir)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("list replica logs: %w", err)
+		}
+		teams = teams[:0]
+		for _, e := range entries {
+			if e.IsDir() {
+				teams = append(teams, e.Name())
+			}
+		}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("list replica logs: %w", err)
-	}
-	type logFile struct {
-		id  string
-		mod time.Time
-	}
-	var logs []logFile
-	for _, e := range entries {
-		id, ok := strings.CutSuffix(e.Name(), logSuffix)
-		if !ok || !e.Type().IsRegular() {
+	var logs []LogFile
+	for _, t := range teams {
+		projectDir := filepath.Join(dir, t, project)
+		entries, err := os.ReadDir(projectDir)
+		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
-		info, err := e.Info()
 		if err != nil {
-			continue // removed meanwhile
+			return nil, fmt.Errorf("list replica logs: %w", err)
 		}
-		logs = append(logs, logFile{id, info.ModTime()})
+		for _, e := range entries {
+			id, ok := strings.CutSuffix(e.Name(), logSuffix)
+			if !ok || !e.Type().IsRegular() {
+				continue
+			}
+			info, err := e.Info()
+			if err != nil {
+				continue // removed meanwhile
+			}
+			logs = append(logs, LogFile{Replica: id, Path: filepath.Join(projectDir, e.Name()), mod: info.ModTime()})
+		}
 	}
-	slices.SortFunc(logs, func(a, b logFile) int {
+	slices.SortFunc(logs, func(a, b LogFile) int {
 		if c := b.mod.Compare(a.mod); c != 0 {
 			return c
 		}
-		return strings.Compare(a.id, b.id)
+		return strings.Compare(a.Path, b.Path)
 	})
-	ids := make([]string, len(logs))
-	for i, l := range logs {
-		ids[i] = l.id
-	}
-	return ids, nil
+	return logs, nil
 }
 
 // Bounds of what TailLog reads and returns.

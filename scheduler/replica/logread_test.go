@@ -39,7 +39,7 @@ func TestLogSinkKeepsNGenerations(t *testing.T) {
 
 func TestTailLogReachesIntoOlderGenerations(t *testing.T) {
 	dir := t.TempDir()
-	path := LogPath(dir, "echo", "echo-1")
+	path := LogPath(dir, "acme", "echo", "echo-1")
 	os.MkdirAll(filepath.Dir(path), 0o755)
 	write := func(name, s string) {
 		if err := os.WriteFile(name, []byte(s), 0o644); err != nil {
@@ -67,7 +67,7 @@ func TestTailLogReachesIntoOlderGenerations(t *testing.T) {
 			t.Errorf("TailLog(%d) = %q, want %q", tc.n, got, tc.want)
 		}
 	}
-	if _, err := TailLog(LogPath(dir, "echo", "echo-9"), 10); !os.IsNotExist(err) {
+	if _, err := TailLog(LogPath(dir, "acme", "echo", "echo-9"), 10); !os.IsNotExist(err) {
 		t.Errorf("missing log: err %v, want not exist", err)
 	}
 }
@@ -88,26 +88,47 @@ func TestTailLogDropsTheCutFirstLineOfALargeFile(t *testing.T) {
 	}
 }
 
-func TestLogReplicasNewestFirst(t *testing.T) {
+func TestFindLogsNewestFirstPerTeam(t *testing.T) {
 	dir := t.TempDir()
 	now := time.Now()
-	for i, id := range []string{"echo-1", "echo-2", "echo-3"} {
-		p := LogPath(dir, "echo", id)
+	// echo ran for team a, then was made again for team b.
+	for i, l := range []struct{ team, id string }{{"a", "echo-1"}, {"b", "echo-2"}, {"b", "echo-3"}} {
+		p := LogPath(dir, l.team, "echo", l.id)
 		os.MkdirAll(filepath.Dir(p), 0o755)
 		os.WriteFile(p, []byte("x\n"), 0o644)
 		os.WriteFile(p+".1", []byte("x\n"), 0o644) // old generations are not replicas
 		mod := now.Add(time.Duration([]int{-2, 0, -1}[i]) * time.Minute)
 		os.Chtimes(p, mod, mod)
 	}
-	got, err := LogReplicas(dir, "echo")
-	if err != nil {
-		t.Fatal(err)
+	replicas := func(team string) []string {
+		t.Helper()
+		logs, err := FindLogs(dir, team, "echo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, l := range logs {
+			if filepath.Base(l.Path) != l.Replica+".log" {
+				t.Errorf("path %s does not name replica %s", l.Path, l.Replica)
+			}
+			ids = append(ids, l.Replica)
+		}
+		return ids
 	}
-	if want := []string{"echo-2", "echo-3", "echo-1"}; !slices.Equal(got, want) {
-		t.Errorf("got %v, want %v", got, want)
+	if got, want := replicas("b"), []string{"echo-2", "echo-3"}; !slices.Equal(got, want) {
+		t.Errorf("team b sees %v, want %v", got, want)
 	}
-	if got, err := LogReplicas(dir, "none"); err != nil || len(got) != 0 {
-		t.Errorf("project without logs: %v, %v", got, err)
+	if got, want := replicas("a"), []string{"echo-1"}; !slices.Equal(got, want) {
+		t.Errorf("team a sees %v, want %v", got, want)
+	}
+	if got, want := replicas(""), []string{"echo-2", "echo-3", "echo-1"}; !slices.Equal(got, want) {
+		t.Errorf("the operator sees %v, want %v", got, want)
+	}
+	if logs, err := FindLogs(dir, "", "none"); err != nil || len(logs) != 0 {
+		t.Errorf("project without logs: %v, %v", logs, err)
+	}
+	if logs, err := FindLogs(filepath.Join(dir, "missing"), "", "echo"); err != nil || len(logs) != 0 {
+		t.Errorf("no logs directory yet: %v, %v", logs, err)
 	}
 }
 
