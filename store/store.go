@@ -64,6 +64,8 @@ type Store struct {
 	keys keyCache
 	// projects caches ProjectByModelKey; every project write resets it.
 	projects projectCache
+	// summaries caches RecentCalls' decoding of finished calls.
+	summaries summaryCache
 
 	commits     atomic.Int64 // group commits made by the writer
 	commitWrite atomic.Int64 // call writes in those commits
