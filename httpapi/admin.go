@@ -257,6 +257,8 @@ func (a *admin) capacityWarnings() []string {
 		a.log.Warn().Err(err).Msg("apply: listing projects for the capacity check failed")
 		return nil
 	}
+	// In id order, so that the warnings come in the same order every time.
+	slices.SortFunc(all, func(x, y store.Project) int { return strings.Compare(x.ID, y.ID) })
 	return a.capacity(all)
 }
 
