@@ -199,6 +199,12 @@ func (s *Scheduler) onInferTimeout(c *call, seq uint64) {
 	secs := c.timeoutSecs
 	s.detach(c)
 	s.finish(c, store.CallFailed, nil, msgInferenceTimeout(secs))
+	// The replica's other calls end with it; say why, or they would read
+	// as a model crash.
+	for other := range r.calls {
+		s.detach(other)
+		s.finish(other, store.CallFailed, nil, msgStoppedForTimeout(secs))
+	}
 	s.log.Warn().Str("project", c.p.id).Str("replica", r.id).Str("call", c.c.ID).
 		Int("timeoutSeconds", secs).Msg("inference timed out; stopping the replica")
 	s.stop(r)

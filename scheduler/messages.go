@@ -62,6 +62,12 @@ func msgInferenceTimeout(seconds int) string {
 	return fmt.Sprintf("error: inference timed out after %ds", seconds)
 }
 
+// msgStoppedForTimeout ends the calls that were running on a replica beside
+// one that timed out: the replica is stopped, since it may be wedged.
+func msgStoppedForTimeout(seconds int) string {
+	return fmt.Sprintf("error: the replica was stopped because another call on it timed out after %ds; retry this call", seconds)
+}
+
 // msgFailedToStart ends the queued calls of a project whose replicas failed
 // to boot MaxBootFailures times in a row; reason is the model's last log line
 // when it printed one.

@@ -309,6 +309,34 @@ func TestInferenceTimeoutFailsCallAndReplacesReplica(t *testing.T) {
 	})
 }
 
+// A replica running several calls is stopped when one of them times out;
+// the others end with a message that says why, not as a model crash.
+func TestInferenceTimeoutTellsTheReplicasOtherCallsWhy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("busy", minMax(1, 1), func(p *store.Project) {
+			p.InferenceTimeout = 5
+			p.Model.Concurrency = 2
+		})
+		h := newHarness(t, Config{}, nil, p)
+		defer h.stop()
+		i := h.launched()
+		h.ready(i)
+		slow := h.submit(p, `{}`)
+		h.call(i) // never answered
+		h.advance(3 * time.Second)
+		other := h.submit(p, `{}`)
+		h.call(i) // still running when the first times out
+		h.advance(2 * time.Second)
+		if got := h.result(slow.ID); got.Message != "error: inference timed out after 5s" {
+			t.Errorf("timed-out call: %q", got.Message)
+		}
+		got := h.result(other.ID)
+		if want := "error: the replica was stopped because another call on it timed out after 5s; retry this call"; got.State != store.CallFailed || got.Message != want {
+			t.Errorf("other call = %s %q, want %q", got.State, got.Message, want)
+		}
+	})
+}
+
 func TestInferenceTimeoutChangeAppliesToNextDispatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("t", minMax(1, 1), func(p *store.Project) { p.InferenceTimeout = 100 })
