@@ -7,11 +7,13 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -211,6 +213,12 @@ func secondsHook(from, to reflect.Type, data any) (any, error) {
 		return time.Duration(v) * time.Second, nil
 	case float64:
 		return time.Duration(v * float64(time.Second)), nil
+	case string:
+		// INFERD_* variables and flags arrive as strings: "5" means 5s there
+		// too, as in the file.
+		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {
+			return time.Duration(f * float64(time.Second)), nil
+		}
 	}
 	return data, nil
 }

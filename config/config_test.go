@@ -176,3 +176,18 @@ func FuzzLoad(f *testing.F) {
 		}
 	})
 }
+
+// The docs promise that a duration may be a plain number of seconds; that
+// holds for INFERD_* variables and flags (strings) as for the file.
+func TestPlainSecondsFromEnvironmentAndFlags(t *testing.T) {
+	cfg, err := Load("", []string{"INFERD_REPLICA_STOPGRACE=5", "INFERD_STARTWAIT=1.5"}, map[string]string{"resultTTL": "60"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Replica.StopGrace != 5*time.Second || cfg.StartWait != 1500*time.Millisecond || cfg.ResultTTL != time.Minute {
+		t.Fatalf("stopGrace %v, startWait %v, resultTTL %v; want 5s, 1.5s, 1m", cfg.Replica.StopGrace, cfg.StartWait, cfg.ResultTTL)
+	}
+	if _, err := Load("", []string{"INFERD_REPLICA_STOPGRACE=NaN"}, nil); err == nil || !strings.Contains(err.Error(), "stopGrace") {
+		t.Fatalf("NaN seconds: err %v, want an error naming replica.stopGrace", err)
+	}
+}
