@@ -225,14 +225,36 @@ func secondsHook(from, to reflect.Type, data any) (any, error) {
 
 // decodeMessage turns mapstructure's errors into one line naming the keys.
 func decodeMessage(err error) string {
+	// mapstructure wraps its joined errors in a "decoding failed due to the
+	// following error(s):" line; the joined list inside is what names the keys.
+	var joined interface{ Unwrap() []error }
+	if errors.As(err, &joined) {
+		err = joined.(error)
+	}
 	var parts []string
 	for _, e := range unwrapAll(err) {
-		msg := e.Error()
-		msg = strings.Replace(msg, "has invalid keys:", "unknown setting(s):", 1)
-		parts = append(parts, msg)
+		parts = append(parts, unknownKeysMessage(e.Error()))
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, "; ")
+}
+
+// unknownKeysMessage rewrites mapstructure's "'replica' has invalid keys: a, b"
+// as "unknown setting(s): replica.a, replica.b", the keys as a user writes them;
+// any other message is returned as it is.
+func unknownKeysMessage(msg string) string {
+	parent, keys, ok := strings.Cut(msg, " has invalid keys: ")
+	if !ok {
+		return msg
+	}
+	parent = strings.Trim(parent, "'")
+	names := strings.Split(keys, ", ")
+	for i, name := range names {
+		if parent != "" {
+			names[i] = parent + "." + name
+		}
+	}
+	return "unknown setting(s): " + strings.Join(names, ", ")
 }
 
 func unwrapAll(err error) []error {

@@ -114,7 +114,7 @@ func TestInvalidSettingsNameTheKey(t *testing.T) {
 		wantKey string
 	}{
 		{"unknown top-level key", "listn: 127.0.0.1:1\n", nil, "listn"},
-		{"unknown nested key", "replica:\n  stopGrase: 1s\n", nil, "stopGrase"},
+		{"unknown nested key", "replica:\n  stopGrase: 1s\n", nil, "replica.stopGrase"},
 		{"bad duration", "startWait: soon\n", nil, "startWait"},
 		{"negative duration", "longPollWait: -1s\n", nil, "longPollWait"},
 		{"bad listen", "listen: nowhere\n", nil, "listen"},
@@ -131,6 +131,9 @@ func TestInvalidSettingsNameTheKey(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.wantKey) {
 				t.Fatalf("error %q does not name %q", err, tc.wantKey)
+			}
+			if strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "''") {
+				t.Fatalf("error %q should be one line naming the key", err)
 			}
 		})
 	}
