@@ -127,6 +127,11 @@ func Load(path string, environ []string, flags map[string]string) (Config, error
 			return Config{}, fmt.Errorf("config file %s: %w", path, err)
 		}
 	}
+	for _, key := range fileOnly {
+		if lookup(environ, EnvName(key)) {
+			return Config{}, fmt.Errorf("config: %s sets %s, which can be set only in the config file", EnvName(key), key)
+		}
+	}
 	if err := k.Load(confmap.Provider(envValues(known, environ), "."), nil); err != nil {
 		return Config{}, fmt.Errorf("load environment: %w", err)
 	}
@@ -186,11 +191,20 @@ func envValues(known []string, environ []string) map[string]any {
 	return out
 }
 
+// fileOnly are the keys no INFERD_* variable can set: lists of objects, which
+// an environment string cannot spell.
+var fileOnly = []string{"gpu.simulate"}
+
 func fromEnvOrFlag(key string, environ []string, flags map[string]string) bool {
 	if _, ok := flags[key]; ok {
 		return true
 	}
-	prefix := EnvName(key) + "="
+	return lookup(environ, EnvName(key))
+}
+
+// lookup reports whether environ sets the variable name.
+func lookup(environ []string, name string) bool {
+	prefix := name + "="
 	for _, kv := range environ {
 		if strings.HasPrefix(kv, prefix) {
 			return true

@@ -194,3 +194,12 @@ func TestPlainSecondsFromEnvironmentAndFlags(t *testing.T) {
 		t.Fatalf("NaN seconds: err %v, want an error naming replica.stopGrace", err)
 	}
 }
+
+// gpu.simulate is documented as file only: its variable gets an error that
+// says so, not a decoding error about maps and strings.
+func TestFileOnlyKeyFromEnvironmentSaysFileOnly(t *testing.T) {
+	_, err := Load("", []string{"INFERD_GPU_SIMULATE=[{name: A, memoryMiB: 1}]"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "INFERD_GPU_SIMULATE") || !strings.Contains(err.Error(), "only in the config file") {
+		t.Fatalf("err %v, want one naming INFERD_GPU_SIMULATE as file only", err)
+	}
+}
