@@ -315,8 +315,11 @@ func (c Config) validate() error {
 			bad(key, "must be a positive duration, got %s", positive[key])
 		}
 	}
-	if c.StartWait > 10*time.Minute || c.LongPollWait > 10*time.Minute {
-		bad("startWait/longPollWait", "must be at most 10m")
+	waits := map[string]time.Duration{"startWait": c.StartWait, "longPollWait": c.LongPollWait}
+	for _, key := range sortedKeys(waits) {
+		if waits[key] > 10*time.Minute {
+			bad(key, "must be at most 10m, got %s", waits[key])
+		}
 	}
 	if c.MaxBodyBytes < 1024 {
 		bad("maxBodyBytes", "must be at least 1024, got %d", c.MaxBodyBytes)

@@ -117,6 +117,7 @@ func TestInvalidSettingsNameTheKey(t *testing.T) {
 		{"unknown nested key", "replica:\n  stopGrase: 1s\n", nil, "replica.stopGrase"},
 		{"bad duration", "startWait: soon\n", nil, "startWait"},
 		{"negative duration", "longPollWait: -1s\n", nil, "longPollWait"},
+		{"wait over 10m", "longPollWait: 11m\n", nil, "config: longPollWait: must be at most 10m"},
 		{"bad listen", "listen: nowhere\n", nil, "listen"},
 		{"bad level", "log:\n  level: loud\n", nil, "log.level"},
 		{"bad env value", "", []string{"INFERD_MAXQUEUEDPERPROJECT=lots"}, "maxQueuedPerProject"},
