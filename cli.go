@@ -69,9 +69,16 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stdout, "inferd %s (commit %s, built %s, %s)\n", version, commit, buildDate, goVersion())
 		return 0
 	}
-	if cmd == "help" || cmd == "-h" || cmd == "--help" {
+	if cmd == "help" || cmd == "-h" || cmd == "--help" || groupHelp(cmd, cmdArgs) {
 		fmt.Fprint(stdout, usage)
 		return 0
+	}
+	if cmd == "serve" {
+		// serve takes no arguments; parsing them first means `serve -h` prints
+		// help instead of starting a daemon, and a stray word is an error.
+		if err := noArgs("serve", cmdArgs, stderr); err != nil {
+			return exitCode(err, stderr)
+		}
 	}
 	if cmd == "doctor" {
 		// doctor loads the config itself, to report a broken one as a check.
@@ -124,7 +131,7 @@ func exitCode(err error, stderr io.Writer) int {
 func parseGlobals(args, environ []string, stderr io.Writer) (globals, []string, error) {
 	fs := flag.NewFlagSet("inferd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	fs.Usage = func() {} // printed below, to stdout for -h and stderr for a mistake
 	g := globals{overrides: map[string]string{}}
 	fs.StringVar(&g.configPath, "config", "", "YAML config file")
 	// Flags that override config keys; only those the user set are applied,
@@ -134,6 +141,12 @@ func parseGlobals(args, environ []string, stderr io.Writer) (globals, []string, 
 		fs.String(name, "", "")
 	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			// `inferd --help` is a request, not a mistake: the usage goes to
+			// stdout with exit code 0, as for `inferd help`.
+			return g, []string{"help"}, nil
+		}
+		fmt.Fprint(stderr, usage)
 		return g, nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	fs.Visit(func(f *flag.Flag) {
@@ -161,6 +174,33 @@ func goVersion() string {
 		return bi.GoVersion
 	}
 	return "unknown"
+}
+
+// groupHelp reports whether args ask a command group (key, project) for help:
+// its subcommands are listed in the usage.
+func groupHelp(cmd string, args []string) bool {
+	if cmd != "key" && cmd != "project" || len(args) == 0 {
+		return false
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		return true
+	}
+	return false
+}
+
+// noArgs parses the arguments of a command that takes none.
+func noArgs(name string, args []string, stderr io.Writer) error {
+	fs := subFlags(name, stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	rest, err := parseSub(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return fmt.Errorf("%w: %s takes no arguments, got %q", errUsage, name, rest[0])
+	}
+	return nil
 }
 
 // subFlags makes a flag set for a subcommand that reports errors as usage errors.

@@ -7,11 +7,13 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -125,6 +127,11 @@ func Load(path string, environ []string, flags map[string]string) (Config, error
 			return Config{}, fmt.Errorf("config file %s: %w", path, err)
 		}
 	}
+	for _, key := range fileOnly {
+		if lookup(environ, EnvName(key)) {
+			return Config{}, fmt.Errorf("config: %s sets %s, which can be set only in the config file", EnvName(key), key)
+		}
+	}
 	if err := k.Load(confmap.Provider(envValues(known, environ), "."), nil); err != nil {
 		return Config{}, fmt.Errorf("load environment: %w", err)
 	}
@@ -184,11 +191,20 @@ func envValues(known []string, environ []string) map[string]any {
 	return out
 }
 
+// fileOnly are the keys no INFERD_* variable can set: lists of objects, which
+// an environment string cannot spell.
+var fileOnly = []string{"gpu.simulate"}
+
 func fromEnvOrFlag(key string, environ []string, flags map[string]string) bool {
 	if _, ok := flags[key]; ok {
 		return true
 	}
-	prefix := EnvName(key) + "="
+	return lookup(environ, EnvName(key))
+}
+
+// lookup reports whether environ sets the variable name.
+func lookup(environ []string, name string) bool {
+	prefix := name + "="
 	for _, kv := range environ {
 		if strings.HasPrefix(kv, prefix) {
 			return true
@@ -211,20 +227,48 @@ func secondsHook(from, to reflect.Type, data any) (any, error) {
 		return time.Duration(v) * time.Second, nil
 	case float64:
 		return time.Duration(v * float64(time.Second)), nil
+	case string:
+		// INFERD_* variables and flags arrive as strings: "5" means 5s there
+		// too, as in the file.
+		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {
+			return time.Duration(f * float64(time.Second)), nil
+		}
 	}
 	return data, nil
 }
 
 // decodeMessage turns mapstructure's errors into one line naming the keys.
 func decodeMessage(err error) string {
+	// mapstructure wraps its joined errors in a "decoding failed due to the
+	// following error(s):" line; the joined list inside is what names the keys.
+	var joined interface{ Unwrap() []error }
+	if errors.As(err, &joined) {
+		err = joined.(error)
+	}
 	var parts []string
 	for _, e := range unwrapAll(err) {
-		msg := e.Error()
-		msg = strings.Replace(msg, "has invalid keys:", "unknown setting(s):", 1)
-		parts = append(parts, msg)
+		parts = append(parts, unknownKeysMessage(e.Error()))
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, "; ")
+}
+
+// unknownKeysMessage rewrites mapstructure's "'replica' has invalid keys: a, b"
+// as "unknown setting(s): replica.a, replica.b", the keys as a user writes them;
+// any other message is returned as it is.
+func unknownKeysMessage(msg string) string {
+	parent, keys, ok := strings.Cut(msg, " has invalid keys: ")
+	if !ok {
+		return msg
+	}
+	parent = strings.Trim(parent, "'")
+	names := strings.Split(keys, ", ")
+	for i, name := range names {
+		if parent != "" {
+			names[i] = parent + "." + name
+		}
+	}
+	return "unknown setting(s): " + strings.Join(names, ", ")
 }
 
 func unwrapAll(err error) []error {
@@ -271,8 +315,11 @@ func (c Config) validate() error {
 			bad(key, "must be a positive duration, got %s", positive[key])
 		}
 	}
-	if c.StartWait > 10*time.Minute || c.LongPollWait > 10*time.Minute {
-		bad("startWait/longPollWait", "must be at most 10m")
+	waits := map[string]time.Duration{"startWait": c.StartWait, "longPollWait": c.LongPollWait}
+	for _, key := range sortedKeys(waits) {
+		if waits[key] > 10*time.Minute {
+			bad(key, "must be at most 10m, got %s", waits[key])
+		}
 	}
 	if c.MaxBodyBytes < 1024 {
 		bad("maxBodyBytes", "must be at least 1024, got %d", c.MaxBodyBytes)

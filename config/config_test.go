@@ -114,9 +114,10 @@ func TestInvalidSettingsNameTheKey(t *testing.T) {
 		wantKey string
 	}{
 		{"unknown top-level key", "listn: 127.0.0.1:1\n", nil, "listn"},
-		{"unknown nested key", "replica:\n  stopGrase: 1s\n", nil, "stopGrase"},
+		{"unknown nested key", "replica:\n  stopGrase: 1s\n", nil, "replica.stopGrase"},
 		{"bad duration", "startWait: soon\n", nil, "startWait"},
 		{"negative duration", "longPollWait: -1s\n", nil, "longPollWait"},
+		{"wait over 10m", "longPollWait: 11m\n", nil, "config: longPollWait: must be at most 10m"},
 		{"bad listen", "listen: nowhere\n", nil, "listen"},
 		{"bad level", "log:\n  level: loud\n", nil, "log.level"},
 		{"bad env value", "", []string{"INFERD_MAXQUEUEDPERPROJECT=lots"}, "maxQueuedPerProject"},
@@ -131,6 +132,9 @@ func TestInvalidSettingsNameTheKey(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.wantKey) {
 				t.Fatalf("error %q does not name %q", err, tc.wantKey)
+			}
+			if strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "''") {
+				t.Fatalf("error %q should be one line naming the key", err)
 			}
 		})
 	}
@@ -175,4 +179,28 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("Load accepted a config that does not validate: %v", err)
 		}
 	})
+}
+
+// The docs promise that a duration may be a plain number of seconds; that
+// holds for INFERD_* variables and flags (strings) as for the file.
+func TestPlainSecondsFromEnvironmentAndFlags(t *testing.T) {
+	cfg, err := Load("", []string{"INFERD_REPLICA_STOPGRACE=5", "INFERD_STARTWAIT=1.5"}, map[string]string{"resultTTL": "60"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Replica.StopGrace != 5*time.Second || cfg.StartWait != 1500*time.Millisecond || cfg.ResultTTL != time.Minute {
+		t.Fatalf("stopGrace %v, startWait %v, resultTTL %v; want 5s, 1.5s, 1m", cfg.Replica.StopGrace, cfg.StartWait, cfg.ResultTTL)
+	}
+	if _, err := Load("", []string{"INFERD_REPLICA_STOPGRACE=NaN"}, nil); err == nil || !strings.Contains(err.Error(), "stopGrace") {
+		t.Fatalf("NaN seconds: err %v, want an error naming replica.stopGrace", err)
+	}
+}
+
+// gpu.simulate is documented as file only: its variable gets an error that
+// says so, not a decoding error about maps and strings.
+func TestFileOnlyKeyFromEnvironmentSaysFileOnly(t *testing.T) {
+	_, err := Load("", []string{"INFERD_GPU_SIMULATE=[{name: A, memoryMiB: 1}]"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "INFERD_GPU_SIMULATE") || !strings.Contains(err.Error(), "only in the config file") {
+		t.Fatalf("err %v, want one naming INFERD_GPU_SIMULATE as file only", err)
+	}
 }
