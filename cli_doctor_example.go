@@ -11,7 +11,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/rs/zerolog"
+
+	"inferd/config"
+	"inferd/scheduler/replica"
 )
 
 // exampleBootTimeout bounds how long doctor waits for the example model.
@@ -28,10 +34,29 @@ func exampleDirs() []string {
 	return append(dirs, filepath.Join("examples", "echo"))
 }
 
+// doctorModelUser reports who model processes will run as, the way serve
+// decides it, and returns that user (nil: doctor's own user).
+func doctorModelUser(r *doctorReport, cfg config.Config) (runAs *replica.RunAs, ok bool) {
+	runAs, err := modelUser(cfg.Replica.User, zerolog.Nop())
+	switch {
+	case err != nil:
+		r.line("fail", "model user", "%v: serve will refuse to start; create the user or set replica.user", err)
+		return nil, false
+	case runAs != nil:
+		r.line("ok", "model user", "models run as %s (uid %d), since inferd runs as root (replica.user)", runAs.Name, runAs.UID)
+	case os.Geteuid() == 0:
+		r.line("warn", "model user", "models run as root (replica.user: root): a model can read the data file and the keys")
+	default:
+		r.line("ok", "model user", "models run as inferd's own user")
+	}
+	return runAs, true
+}
+
 // doctorExample checks python3 and that the example model boots: it runs
-// examples/echo the way a replica runs (its own port, on loopback), waits for
-// GET /healthz, and stops it. That proves this user can run a model server.
-func doctorExample(r *doctorReport) {
+// examples/echo the way a replica runs (its own port, on loopback, as the
+// model user), waits for GET /healthz, and stops it. That proves that model
+// servers can run here.
+func doctorExample(r *doctorReport, runAs *replica.RunAs) {
 	py, err := exec.LookPath("python3")
 	if err != nil {
 		r.line("warn", "python3", "not on PATH: the example model (examples/echo) needs it; install python3")
@@ -49,9 +74,13 @@ func doctorExample(r *doctorReport) {
 		r.line("warn", "example", "the echo example is not installed (looked in %s): skipped the model boot check", strings.Join(exampleDirs(), ", "))
 		return
 	}
-	took, err := bootExample(py, dir)
+	took, err := bootExample(py, dir, runAs)
 	if err != nil {
-		r.line("fail", "example", "%s did not boot: %v; model servers will fail the same way: check python3 and that this user can read %s", dir, err, dir)
+		who := "this user"
+		if runAs != nil {
+			who = "user " + runAs.Name
+		}
+		r.line("fail", "example", "%s did not boot: %v; model servers will fail the same way: check that %s can run %s and read %s", dir, err, who, py, dir)
 		return
 	}
 	r.line("ok", "example", "%s boots and answers /healthz (%s)", dir, took.Round(time.Millisecond))
@@ -59,7 +88,7 @@ func doctorExample(r *doctorReport) {
 
 // bootExample starts the echo server in dir, waits until /healthz answers 200,
 // and stops it; the process never outlives the call.
-func bootExample(python, dir string) (time.Duration, error) {
+func bootExample(python, dir string, runAs *replica.RunAs) (time.Duration, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -73,6 +102,10 @@ func bootExample(python, dir string) (time.Duration, error) {
 	cmd := exec.CommandContext(ctx, python, "server.py")
 	cmd.Dir = dir
 	cmd.Env = []string{"PORT=" + strconv.Itoa(port), "PATH=" + os.Getenv("PATH"), "PYTHONDONTWRITEBYTECODE=1"}
+	if runAs != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: runAs.Credential()}
+		cmd.Env = append(cmd.Env, "HOME="+runAs.Home)
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

@@ -282,7 +282,9 @@ func doctorCommand(_ context.Context, g globals, environ []string, args []string
 	doctorDataFile(r, cfg, running)
 	doctorDisk(r, cfg)
 	doctorGPU(r, cfg)
-	doctorExample(r)
+	if runAs, ok := doctorModelUser(r, cfg); ok {
+		doctorExample(r, runAs)
+	}
 	doctorListen(r, cfg, running)
 
 	if r.fails > 0 {

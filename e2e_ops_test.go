@@ -130,10 +130,12 @@ func TestBackupOffline(t *testing.T) {
 
 func TestDoctorReports(t *testing.T) {
 	echoDir(t)
-	dir, cfgPath := newDaemonDir(t, "")
+	// Models run as the test's user, as startDaemon has them (the default
+	// unprivileged user may not reach a python3 under /root).
+	dir, cfgPath := newDaemonDir(t, "replica:\n  user: root\n")
 	check := func(out string) {
 		t.Helper()
-		for _, name := range []string{"config", "data dir", "data file", "disk", "gpu", "python3", "example", "listen"} {
+		for _, name := range []string{"config", "data dir", "data file", "disk", "gpu", "model user", "python3", "example", "listen"} {
 			found := false
 			for _, line := range strings.Split(out, "\n") {
 				f := strings.Fields(line)
@@ -198,5 +200,15 @@ func TestDoctorReports(t *testing.T) {
 	out, err = runCLI(bad, "doctor")
 	if err == nil || !strings.HasPrefix(out, "fail") {
 		t.Errorf("doctor with a broken config: err %v, output %q", err, out)
+	}
+
+	// As root, a model user that does not exist fails the check: serve
+	// would refuse to start.
+	if os.Geteuid() == 0 {
+		_, noUser := newDaemonDir(t, "replica:\n  user: no-such-inferd-user\n")
+		out, err = runCLI(noUser, "doctor")
+		if err == nil || !strings.Contains(out, "fail  model user") || !strings.Contains(out, "no-such-inferd-user") {
+			t.Errorf("doctor with a missing replica.user: err %v, output:\n%s", err, out)
+		}
 	}
 }

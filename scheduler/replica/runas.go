@@ -57,6 +57,9 @@ func LookupRunAs(name string) (*RunAs, error) {
 	return r, nil
 }
 
+// Credential is what a process started as this user is given.
+func (r *RunAs) Credential() *syscall.Credential { return r.credential() }
+
 func (r *RunAs) credential() *syscall.Credential {
 	return &syscall.Credential{Uid: r.UID, Gid: r.GID, Groups: r.Groups}
 }
