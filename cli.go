@@ -66,7 +66,8 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	}
 	cmd, cmdArgs := rest[0], rest[1:]
 	if cmd == "version" {
-		fmt.Fprintf(stdout, "inferd %s (commit %s, built %s, %s)\n", version, commit, buildDate, goVersion())
+		c, built := buildInfo()
+		fmt.Fprintf(stdout, "inferd %s (commit %s, built %s, %s)\n", version, c, built, goVersion())
 		return 0
 	}
 	if cmd == "help" || cmd == "-h" || cmd == "--help" || groupHelp(cmd, cmdArgs) {
@@ -174,6 +175,35 @@ func goVersion() string {
 		return bi.GoVersion
 	}
 	return "unknown"
+}
+
+// buildInfo returns the commit and build date set with -ldflags (make build,
+// make package) or, for a plain `go build` in a checkout, the commit and
+// commit time Go recorded from version control ("+dirty" when the tree had
+// changes).
+func buildInfo() (rev, built string) {
+	rev, built = commit, buildDate
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return rev, built
+	}
+	vcs := map[string]string{}
+	for _, s := range bi.Settings {
+		vcs[s.Key] = s.Value
+	}
+	if rev == "unknown" && vcs["vcs.revision"] != "" {
+		rev = vcs["vcs.revision"]
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		if vcs["vcs.modified"] == "true" {
+			rev += "+dirty"
+		}
+	}
+	if built == "unknown" && vcs["vcs.time"] != "" {
+		built = vcs["vcs.time"] + " (commit time)"
+	}
+	return rev, built
 }
 
 // groupHelp reports whether args ask a command group (key, project) for help:
