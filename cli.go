@@ -66,6 +66,9 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	}
 	cmd, cmdArgs := rest[0], rest[1:]
 	if cmd == "version" {
+		if err := noArgs("version", cmdArgs, stderr); err != nil {
+			return exitCode(err, stderr)
+		}
 		c, built := buildInfo()
 		fmt.Fprintf(stdout, "inferd %s (commit %s, built %s, %s)\n", version, c, built, goVersion())
 		return 0
@@ -223,12 +226,18 @@ func groupHelp(cmd string, args []string) bool {
 func noArgs(name string, args []string, stderr io.Writer) error {
 	fs := subFlags(name, stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	return parseFlagsOnly(fs, args)
+}
+
+// parseFlagsOnly parses the flags of a command that takes no other
+// arguments: a stray word is a usage error, not silently ignored.
+func parseFlagsOnly(fs *flag.FlagSet, args []string) error {
 	rest, err := parseSub(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(rest) > 0 {
-		return fmt.Errorf("%w: %s takes no arguments, got %q", errUsage, name, rest[0])
+		return fmt.Errorf("%w: %s takes no arguments, got %q", errUsage, fs.Name(), rest[0])
 	}
 	return nil
 }

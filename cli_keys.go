@@ -28,7 +28,7 @@ func keyCommand(ctx context.Context, cfg config.Config, args []string, stdout, s
 		fs := subFlags("key create", stderr)
 		team := fs.String("team", "", "team that owns the key (created if missing)")
 		admin := fs.Bool("admin", false, "admin scope: every team's projects and calls")
-		if _, err := parseSub(fs, args[1:]); err != nil {
+		if err := parseFlagsOnly(fs, args[1:]); err != nil {
 			return err
 		}
 		if *team == "" {
@@ -54,7 +54,7 @@ func keyCommand(ctx context.Context, cfg config.Config, args []string, stdout, s
 	case "list":
 		fs := subFlags("key list", stderr)
 		team := fs.String("team", "", "only this team's keys")
-		if _, err := parseSub(fs, args[1:]); err != nil {
+		if err := parseFlagsOnly(fs, args[1:]); err != nil {
 			return err
 		}
 		var out struct {

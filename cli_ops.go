@@ -262,7 +262,7 @@ func (r *doctorReport) line(status, check, format string, a ...any) {
 // It loads the config itself so that a broken config is reported as a check.
 func doctorCommand(_ context.Context, g globals, environ []string, args []string, stdout, stderr io.Writer) error {
 	fs := subFlags("doctor", stderr)
-	if _, err := parseSub(fs, args); err != nil {
+	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
 	}
 	r := &doctorReport{out: stdout}

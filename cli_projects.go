@@ -18,7 +18,7 @@ import (
 func applyCommand(ctx context.Context, cfg config.Config, args []string, stdout, stderr io.Writer) error {
 	fs := subFlags("apply", stderr)
 	path := fs.String("f", "", "manifest file (YAML)")
-	if _, err := parseSub(fs, args); err != nil {
+	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
 	}
 	if *path == "" {
@@ -65,7 +65,7 @@ func projectCommand(ctx context.Context, cfg config.Config, args []string, stdou
 	}
 	switch args[0] {
 	case "list":
-		if _, err := parseSub(subFlags("project list", stderr), args[1:]); err != nil {
+		if err := parseFlagsOnly(subFlags("project list", stderr), args[1:]); err != nil {
 			return err
 		}
 		var out struct {

@@ -57,3 +57,14 @@ func TestServeHelpDoesNotStartTheDaemon(t *testing.T) {
 		}
 	}
 }
+
+// A stray word after a command that takes none is a usage error, not
+// silently ignored (it is usually a mistyped flag or subcommand).
+func TestCommandsWithoutArgumentsRefuseStrayWords(t *testing.T) {
+	for _, args := range [][]string{{"version", "extra"}, {"doctor", "extra"}, {"project", "list", "extra"}, {"key", "list", "extra"}, {"apply", "-f", "x.yaml", "extra"}} {
+		code, stdout, stderr, _ := runInProcess(t, args...)
+		if code != 2 || !strings.Contains(stderr, `takes no arguments, got "extra"`) {
+			t.Errorf("inferd %v: exit %d, stdout %q, stderr %q; want exit 2 naming the stray word", args, code, stdout, stderr)
+		}
+	}
+}
