@@ -189,6 +189,12 @@ func restoreCommand(_ context.Context, cfg config.Config, args []string, stdout,
 		return fmt.Errorf("restore: %w", err)
 	}
 	sum, err := storeSummary(src)
+	if errors.Is(err, store.ErrCorrupt) {
+		// The store's advice ("restore from a backup") reads oddly when the
+		// file is the backup.
+		return fmt.Errorf("refusing to restore %s: not a usable inferd backup: %s; the current data file is unchanged",
+			src, strings.TrimSuffix(err.Error(), "; restore from a backup"))
+	}
 	if err != nil {
 		return fmt.Errorf("refusing to restore %s: %w", src, err)
 	}

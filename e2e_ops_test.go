@@ -101,8 +101,9 @@ func TestRestoreRefusesCorruptFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = runCLI(cfgPath, "restore", junk)
-	if err == nil || !strings.Contains(err.Error(), "corrupt") {
-		t.Fatalf("restore of random bytes: err = %v, want the store's corrupt-file error", err)
+	if err == nil || !strings.Contains(err.Error(), "not a usable inferd backup") || !strings.Contains(err.Error(), "corrupt") ||
+		strings.Contains(err.Error(), "restore from a backup") {
+		t.Fatalf("restore of random bytes: err = %v, want it refused as not a usable backup, with the store's reason", err)
 	}
 	after, err := os.ReadFile(filepath.Join(dir, "data", "inferd.db"))
 	if err != nil || string(after) != string(before) {
