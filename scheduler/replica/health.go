@@ -7,8 +7,13 @@ import (
 	"time"
 )
 
-// readyAttemptTimeout bounds one health check.
-const readyAttemptTimeout = time.Second
+const (
+	// readyAttemptTimeout bounds one health check.
+	readyAttemptTimeout = time.Second
+	// healthDrainBytes is how much of a health reply is read; a longer one closes
+	// the connection.
+	healthDrainBytes = 4 << 10
+)
 
 // readyIntervals are the pauses between health checks after a start or after the
 // model last wrote output; the last one repeats. A model is often listening within a
@@ -60,12 +65,14 @@ func (p *Process) healthy(ctx context.Context, url string) bool {
 	if err != nil {
 		return false
 	}
-	resp, err := p.client.Do(req)
+	// Through the pool, so that the connection the model was found ready on
+	// carries its first call.
+	resp, finish, err := p.conns.roundTrip(ctx, req)
 	if err != nil {
 		return false
 	}
 	// Drain a little so the connection can be reused for the next check or call.
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-	resp.Body.Close()
+	n, err := io.Copy(io.Discard, io.LimitReader(resp.Body, healthDrainBytes))
+	finish(err == nil && n < healthDrainBytes)
 	return resp.StatusCode >= 200 && resp.StatusCode < 300
 }

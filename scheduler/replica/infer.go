@@ -78,17 +78,19 @@ func (p *Process) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMe
 	if potassium {
 		req.Header.Set("X-Banana-Request-Id", uuid.NewString())
 	}
-	resp, err := p.client.Do(req)
+	resp, finish, err := p.send(ctx, req, len(inputs))
 	if err != nil {
 		return nil, p.callFailed(ctx, err)
 	}
-	defer resp.Body.Close()
+	clean := false // the body was read to its end: the connection may be reused
+	defer func() { finish(clean) }()
 
 	if potassium && resp.StatusCode == http.StatusInternalServerError && isTextPlain(resp.Header.Get("Content-Type")) {
 		body, err := io.ReadAll(io.LimitReader(resp.Body, tracebackBytes))
 		if err != nil {
 			return nil, p.callFailed(ctx, err)
 		}
+		clean = len(body) < tracebackBytes
 		tb := validUTF8(body)
 		p.log.Debug().Str("request_id", req.Header.Get("X-Banana-Request-Id")).Str("traceback", tb).Msg("model raised an exception")
 		return nil, &ExceptionError{LastLine: validUTF8(truncate([]byte(lastTracebackLine(tb)), errorBodyBytes))}
@@ -99,6 +101,7 @@ func (p *Process) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMe
 		if err != nil {
 			return nil, p.callFailed(ctx, err)
 		}
+		clean = len(body) < errorBodyBytes
 		return nil, &HTTPError{Status: resp.StatusCode, Body: validUTF8(body)}
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, p.maxReply+1))
@@ -108,10 +111,26 @@ func (p *Process) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMe
 	if int64(len(body)) > p.maxReply {
 		return nil, fmt.Errorf("%w: reply larger than %d bytes", ErrInvalidReply, p.maxReply)
 	}
+	clean = true // shorter than the limit: the body ended
 	if !json.Valid(body) {
 		return nil, fmt.Errorf("%w: reply is not JSON: %q", ErrInvalidReply, truncate(body, 200))
 	}
 	return body, nil
+}
+
+// send sends req through the connection pool, or through http.Client when the body
+// is too large for the pool (see fastPathMaxBody). finish must be called once the
+// body has been read, with clean set when it was read to its end.
+func (p *Process) send(ctx context.Context, req *http.Request, bodyLen int) (*http.Response, func(clean bool), error) {
+	if bodyLen <= fastPathMaxBody {
+		return p.conns.roundTrip(ctx, req)
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	// net/http reuses the connection on its own once the body was read to EOF.
+	return resp, func(bool) { resp.Body.Close() }, nil
 }
 
 // callFailed classifies a transport error: the context's own error passes through,

@@ -143,7 +143,7 @@ func waitExited(t *testing.T, p *Process) {
 }
 
 // testLogger writes the package's log lines to the test log.
-func testLogger(t *testing.T) zerolog.Logger {
+func testLogger(t testing.TB) zerolog.Logger {
 	return zerolog.New(zerolog.NewTestWriter(t))
 }
 

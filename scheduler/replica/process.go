@@ -26,8 +26,12 @@ const (
 	// store.MaxConcurrency, and can be raised while the replica runs), so that no
 	// finished call's connection is closed only to be dialled again for the next.
 	// Idle connections exist only up to the peak of calls in flight and close after
-	// IdleConnTimeout.
+	// idleConnTimeout.
 	maxIdleConns = 1000
+	// idleConnTimeout closes a keep-alive connection unused this long.
+	idleConnTimeout = 90 * time.Second
+	// dialTimeout bounds a loopback connect to the model.
+	dialTimeout = time.Second
 )
 
 // Process is one running (or exited) model server started by Start. Its methods are
@@ -38,8 +42,9 @@ type Process struct {
 	cmd     *exec.Cmd
 	pid     int
 	port    int
-	baseURL string // http://127.0.0.1:PORT
-	client  *http.Client
+	baseURL string       // http://127.0.0.1:PORT
+	client  *http.Client // calls with a large body (see fastPathMaxBody)
+	conns   *connPool    // health checks and the other calls: see connPool
 	sink    *logSink
 	pipe    *os.File // read end of the model's stdout+stderr
 
@@ -116,10 +121,10 @@ func start(spec Spec, log zerolog.Logger) (*Process, error) {
 
 	transport := &http.Transport{
 		Proxy:               nil, // loopback only: never a proxy from the daemon's env
-		DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
+		DialContext:         (&net.Dialer{Timeout: dialTimeout}).DialContext,
 		MaxIdleConns:        maxIdleConns,
 		MaxIdleConnsPerHost: maxIdleConns,
-		IdleConnTimeout:     90 * time.Second,
+		IdleConnTimeout:     idleConnTimeout,
 	}
 	p := &Process{
 		spec:     spec,
@@ -128,6 +133,7 @@ func start(spec Spec, log zerolog.Logger) (*Process, error) {
 		port:     port,
 		baseURL:  "http://127.0.0.1:" + strconv.Itoa(port),
 		client:   &http.Client{Transport: transport}, // no timeout: each call's ctx decides
+		conns:    newConnPool("127.0.0.1:"+strconv.Itoa(port), dialTimeout, maxIdleConns, idleConnTimeout),
 		sink:     sink,
 		pipe:     r,
 		maxReply: maxReplyBytes,
@@ -206,6 +212,7 @@ func (p *Process) run(started chan<- error) {
 	<-copied
 	poller.Wait()
 	p.client.CloseIdleConnections()
+	p.conns.close()
 	if err := p.sink.Close(); err != nil {
 		p.log.Warn().Err(err).Msg("close replica log")
 	}
