@@ -179,10 +179,16 @@ func readBootLog(path string) ([]bootRecord, error) {
 	return out, nil
 }
 
-func fileSize(path string) int64 {
+// diskBytes is how much of the disk path takes. bbolt grows its file by
+// ftruncate in 16 MiB steps, leaving a sparse tail, so the apparent size moves
+// in steps that hide what a call costs; the blocks written do not.
+func diskBytes(path string) int64 {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return 0
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Blocks * 512
 	}
 	return fi.Size()
 }
