@@ -297,10 +297,14 @@ func (s *statusAPI) viewGPUs(v view) []statusGPU {
 	for _, p := range v.projects {
 		visible[p.ID] = true
 	}
+	// A shared GPU has several holders: name the first the caller may see,
+	// so a team is never told its own replica's GPU is another team's.
 	for _, p := range v.snapshot.Projects {
 		for _, r := range p.Replicas {
 			for _, u := range r.GPUs {
-				holders[u] = replicaName{Project: p.ID, Replica: r.ID}
+				if h, ok := holders[u]; !ok || !visible[h.Project] {
+					holders[u] = replicaName{Project: p.ID, Replica: r.ID}
+				}
 			}
 		}
 	}
@@ -349,7 +353,7 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 		lp := live[p.ID]
 		sp := statusProject{
 			ID: p.ID, TeamID: p.TeamID,
-			MinReplicas: p.MinReplicas, MaxReplicas: p.MaxReplicas, GPUs: p.Model.GPUs,
+			MinReplicas: p.MinReplicas, MaxReplicas: p.MaxReplicas, GPUs: gpusPerReplica(p.Model),
 			Queued: lp.Queued, Running: lp.Running, Waiting: lp.Waiting, LastError: lp.LastError,
 			Replicas: make([]statusReplica, 0, len(lp.Replicas)),
 		}
@@ -376,6 +380,16 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 		out = append(out, sp)
 	}
 	return out
+}
+
+// gpusPerReplica is how many GPUs each replica of a project with model m
+// gets: gpuMemoryMiB without gpus is a share of one GPU (as the scheduler
+// places it).
+func gpusPerReplica(m store.ModelSpec) int {
+	if m.GPUs == 0 && m.GPUMemoryMiB > 0 {
+		return 1
+	}
+	return m.GPUs
 }
 
 func viewCalls(calls []store.Call, limit int) []statusCall {

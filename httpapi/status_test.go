@@ -271,3 +271,39 @@ func TestStatusOffWithoutSources(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusSharedGPU: a GPU shared by replicas of two teams is shown to each
+// team as held by its own replica, and a share-only project (gpuMemoryMiB
+// without gpus) reports the one GPU each replica gets.
+func TestStatusSharedGPU(t *testing.T) {
+	devs := gpu.Simulated([]gpu.SimulatedGPU{{Name: "Sim A"}}).Devices()
+	shared := []string{devs[0].UUID}
+	// Projects in id order, as the scheduler gives them: acme's echo sorts
+	// before other's hidden.
+	snap := scheduler.Status{Projects: []scheduler.ProjectStatus{
+		{ID: "echo", TeamID: "acme", Running: 1, Replicas: []scheduler.ReplicaStatus{
+			{ID: "echo-1", State: "ready", GPUs: shared, Started: statusNow}}},
+		{ID: "hidden", TeamID: "other", Running: 1, Replicas: []scheduler.ReplicaStatus{
+			{ID: "hidden-1", State: "ready", GPUs: shared, Started: statusNow}}},
+	}, GPUs: []scheduler.GPUStatus{{UUID: devs[0].UUID, ReservedMiB: 2048, Replicas: []string{"echo-1", "hidden-1"}}}}
+	env := newEnv(t, Options{Status: &StatusSources{
+		Snapshot: func() scheduler.Status { return snap },
+		GPUs:     func() []gpu.Device { return devs },
+		Now:      func() time.Time { return statusNow },
+	}})
+	echo := env.store.project("echo")
+	echo.Model.GPUMemoryMiB = 1024
+	env.store.addProject(echo, "mk-echo")
+
+	for _, tc := range []struct{ key, want string }{{keyAcme, "echo-1"}, {keyOther, "hidden-1"}} {
+		st := decode[statusAll](t, serve(env.h, "GET", "/v1/status", "", "X-Service-API-Key", tc.key))
+		if g := st.GPUs[0]; !g.Held || g.HeldBy == nil || g.HeldBy.Replica != tc.want {
+			t.Errorf("key %s: GPU held by %+v, want its own %s", tc.key, g.HeldBy, tc.want)
+		}
+		if tc.key == keyAcme {
+			if p := st.Projects[0]; p.ID != "echo" || p.GPUs != 1 || !slices.Equal(p.Replicas[0].GPUs, []int{0}) {
+				t.Errorf("share-only project = %+v, want gpusPerReplica 1 and its replica on GPU 0", p)
+			}
+		}
+	}
+}
