@@ -93,6 +93,35 @@ try {
   await page.waitForFunction((u) => document.querySelector("#summary .muted")?.textContent !== u, updated);
   console.log("ok: the page refreshes by itself");
 
+  // A failing server is reported even before the dashboard has been shown:
+  // after signing in, and on a reload with the key kept. (A tab of its own:
+  // Chromium logs every 500 as a console error.)
+  const failing = await context.newPage();
+  failing.setDefaultTimeout(timeout);
+  failing.on("pageerror", (e) => problems.push(`page error (failing server): ${e.message}`));
+  await failing.route("**/v1/status", (route) => route.fulfill({
+    status: 500, contentType: "application/json",
+    body: JSON.stringify({ error: { code: "internal", message: "boom from the server" } }),
+  }));
+  await failing.goto(base + "/");
+  await failing.fill("#key", env("INFERD_KEY"));
+  await failing.click("#login-form button[type=submit]");
+  const stale = failing.locator("#stale");
+  await stale.waitFor({ state: "visible" });
+  assert.match(await stale.textContent(), /boom from the server/);
+  await failing.reload();
+  await stale.waitFor({ state: "visible" });
+  assert.match(await stale.textContent(), /boom from the server/);
+  console.log("ok: a failing server is reported before the dashboard has loaded");
+  await failing.unroute("**/v1/status");
+  await failing.locator("#dash").waitFor({ state: "visible" });
+  await stale.waitFor({ state: "hidden" });
+  await failing.click("#signout");
+  await failing.locator("#login").waitFor({ state: "visible" });
+  assert.equal(await stale.isVisible(), false, "no stale banner over the sign-in form");
+  await failing.close();
+  console.log("ok: the page recovers once the server answers");
+
   if (process.env.SCREENSHOT) {
     await page.screenshot({ path: process.env.SCREENSHOT, fullPage: true });
     console.log(`screenshot: ${process.env.SCREENSHOT}`);

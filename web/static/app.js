@@ -68,6 +68,7 @@ function showLogin(message) {
   clearTimeout(timer);
   timer = null;
   $("dash").hidden = true;
+  $("stale").hidden = true;
   $("login").hidden = false;
   $("signout").hidden = true;
   $("who").textContent = "";
