@@ -61,7 +61,10 @@ func TestDigitsModelEndToEnd(t *testing.T) {
 			t.Errorf("probabilities %v, want 10", out["probabilities"])
 		}
 		t.Logf("cold call: bootMs %v, runMs %v", r["bootMs"], r["runMs"])
-		t.Logf("boot: %s", d.logs.waitFor(t, `"replica ready"`, time.Second))
+		// The daemon logged this before it answered, but the line still has
+		// to come through the stderr pipe and the harness's reader, which a
+		// loaded box can hold up for more than a second.
+		t.Logf("boot: %s", d.logs.waitFor(t, `"replica ready"`, 30*time.Second))
 	})
 	t.Run("warm calls classify single images and batches", func(t *testing.T) {
 		var images []string

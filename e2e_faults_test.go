@@ -215,7 +215,8 @@ func TestDaemonKillUnderLoad(t *testing.T) {
 	key := d.createKey("acme", false)
 	d.apply("projects:\n" +
 		echoProject("soak-a", "acme", "mk-a", echo, mark, "") + "    minReplicas: 1\n    maxReplicas: 2\n" +
-		echoProject("soak-b", "acme", "mk-b", echo, mark, "") + "    maxReplicas: 1\n    idleTimeout: 1\n")
+		echoProject("soak-b", "acme", "mk-b", echo, mark, "") + "    maxReplicas: 1\n    idleTimeout: 1\n" +
+		echoProject("soak-c", "acme", "mk-c", echo, mark, "") + "    minReplicas: 1\n    maxReplicas: 1\n")
 
 	l := newLedger()
 	var next atomic.Int64
@@ -225,13 +226,31 @@ func TestDaemonKillUnderLoad(t *testing.T) {
 		want := l.count() + perRound
 		g := startLoad(c, l, &next, 8)
 		eventually(t, 3*time.Minute, fmt.Sprintf("round %d: %d callIDs returned", round, want), func() bool { return l.count() >= want })
-		// The calls started last are the ones still queued or running.
-		recent := l.ids()
-		for _, id := range recent[max(0, len(recent)-30):] {
-			if r, err := c.check(id, false); err == nil && message(r) == "queued" {
-				sawQueued++
+		// A 10 s call holding soak-c's one replica, and a short one queued
+		// behind it: whatever the box's speed, the kill meets a call running
+		// and one queued. (The load alone on a loaded box can be slower than
+		// its 50 ms calls, and every kill found nothing in flight.)
+		var held []string
+		for _, sleep := range []string{"10", "0.05"} {
+			i := int(next.Add(1))
+			l.mu.Lock()
+			l.issued++
+			l.mu.Unlock()
+			r, err := c.start("mk-c", fmt.Sprintf(`{"i":%d,"sleep":%s}`, i, sleep), true)
+			id, _ := r["callID"].(string)
+			if err != nil || id == "" {
+				t.Fatalf("round %d: start of a soak-c call: %v %v", round, r, err)
 			}
+			l.add(id, i)
+			l.observe(id, r)
+			held = append(held, id)
 		}
+		eventually(t, time.Minute, fmt.Sprintf("round %d: a soak-c call running and one queued", round), func() bool {
+			r0, err0 := c.check(held[0], false)
+			r1, err1 := c.check(held[1], false)
+			return err0 == nil && err1 == nil && message(r0) == "running" && message(r1) == "queued"
+		})
+		sawQueued++
 		before := processesWithEnv(mark)
 		d.kill()
 		g.stop.Store(true)

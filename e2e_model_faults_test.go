@@ -22,7 +22,7 @@ func TestModelFaultsEndToEnd(t *testing.T) {
 	key := d.createKey("acme", false)
 	d.apply("projects:\n" +
 		echoProject("faulty", "acme", "mk-faulty", echo, mark, "") + "    minReplicas: 1\n    maxReplicas: 1\n" +
-		echoProject("leaky", "acme", "mk-leaky", echo, leakMark, "") + "    maxReplicas: 1\n    idleTimeout: 1\n" +
+		echoProject("leaky", "acme", "mk-leaky", echo, leakMark, "") + "    maxReplicas: 1\n    idleTimeout: 600\n" +
 		echoProject("flaky", "acme", "mk-flaky", echo, mark, `, EXIT_AFTER_READY: "0.5"`) + "    maxReplicas: 1\n" +
 		echoProject("crashloop", "acme", "mk-crashloop", echo, mark, `, BOOT_FAIL: "1"`) + "    minReplicas: 1\n    maxReplicas: 1\n")
 	c := faultClient{base: d.base, key: key}
@@ -86,8 +86,11 @@ func TestModelFaultsEndToEnd(t *testing.T) {
 		if pids := processesWithEnv(leakMark); len(pids) != 2 || !slices.Contains(pids, child) {
 			t.Fatalf("want the replica and its child %d running, got pids %v", child, pids)
 		}
-		// idleTimeout 1 s stops the replica; its child (which inherited the
-		// marker) must go with it.
+		// Lowering idleTimeout to 1 s stops the replica, idle since the call;
+		// its child (which inherited the marker) must go with it. (A 1 s
+		// idleTimeout from the start could stop it before the look at /proc
+		// above on a loaded box.)
+		d.apply("projects:\n" + echoProject("leaky", "acme", "mk-leaky", echo, leakMark, "") + "    maxReplicas: 1\n    idleTimeout: 1\n")
 		eventually(t, 20*time.Second, "the leaky replica and its child stopped", func() bool {
 			return len(processesWithEnv(leakMark)) == 0
 		})

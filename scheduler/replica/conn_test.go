@@ -13,21 +13,18 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 )
 
-// countingListener counts the connections the client dialled.
+// countingListener is the model's listener, with a count of the connections the
+// pool dialled to it. The pool's dialer counts them, not Accept: a listener on
+// 127.0.0.1:0 can get a port that something else on the box (another test's
+// daemon, probing a replica port it just gave up) still connects to, and such a
+// stray connection is no dial of the pool's.
 type countingListener struct {
 	net.Listener
-	accepted atomic.Int64
-}
-
-func (l *countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.accepted.Add(1)
-	}
-	return c, err
+	dialled atomic.Int64
 }
 
 func listen(t testing.TB) *countingListener {
@@ -40,18 +37,28 @@ func listen(t testing.TB) *countingListener {
 	return &countingListener{Listener: ln}
 }
 
-// poolProcess returns a Process whose Infer goes to addr, without a model process
+// poolProcess returns a Process whose Infer goes to ln, without a model process
 // behind it: these tests are about the connections, the model is a Go server.
-func poolProcess(t testing.TB, addr string) *Process {
+// Every connection its pool dials is counted in ln.dialled.
+func poolProcess(t testing.TB, ln *countingListener) *Process {
+	addr := ln.Addr().String()
+	count := func(string, string, syscall.RawConn) error {
+		ln.dialled.Add(1)
+		return nil
+	}
+	// Large requests go through net/http: its dials count too.
+	tr := &http.Transport{DialContext: (&net.Dialer{Control: count}).DialContext}
+	t.Cleanup(tr.CloseIdleConnections)
 	p := &Process{
 		spec:     Spec{ID: "pool", InferPath: "/"},
 		log:      testLogger(t),
 		baseURL:  "http://" + addr,
-		client:   &http.Client{},
+		client:   &http.Client{Transport: tr},
 		conns:    newConnPool(addr, dialTimeout, maxIdleConns, idleConnTimeout),
 		maxReply: maxReplyBytes,
 		exited:   make(chan struct{}),
 	}
+	p.conns.dialer.Control = count
 	t.Cleanup(p.conns.close)
 	return p
 }
@@ -64,7 +71,7 @@ func serve(t testing.TB, h http.HandlerFunc) (*Process, *countingListener) {
 	srv.Listener = ln
 	srv.Start()
 	t.Cleanup(srv.Close)
-	return poolProcess(t, ln.Addr().String()), ln
+	return poolProcess(t, ln), ln
 }
 
 // idleConns is how many connections the pool keeps for reuse.
@@ -97,7 +104,7 @@ func TestPoolReusesOneConnectionForSequentialCalls(t *testing.T) {
 			t.Fatalf("call %d: got %s, want %s", i, got, in)
 		}
 	}
-	if n := ln.accepted.Load(); n != 1 {
+	if n := ln.dialled.Load(); n != 1 {
 		t.Fatalf("dialled %d connections for 20 sequential calls, want 1", n)
 	}
 }
@@ -114,7 +121,7 @@ func TestPoolReadsChunkedReplyAndReusesConnection(t *testing.T) {
 			t.Fatalf("got %s", got)
 		}
 	}
-	if n := ln.accepted.Load(); n != 1 {
+	if n := ln.dialled.Load(); n != 1 {
 		t.Fatalf("dialled %d connections, want 1", n)
 	}
 }
@@ -127,7 +134,7 @@ func TestPoolHonoursConnectionClose(t *testing.T) {
 	for range 3 {
 		mustInfer(t, p, `[1]`)
 	}
-	if n := ln.accepted.Load(); n != 3 {
+	if n := ln.dialled.Load(); n != 3 {
 		t.Fatalf("dialled %d connections, want one per call (3)", n)
 	}
 	if n := idleConns(p); n != 0 {
@@ -147,17 +154,23 @@ func TestPoolSkipsConnectionsTheModelClosedWhileIdle(t *testing.T) {
 			if err != nil {
 				return
 			}
-			br := bufio.NewReader(c)
-			req, err := http.ReadRequest(br)
-			if err == nil {
+			// One goroutine per connection, and a signal only for Infer's POST:
+			// a stray connection from elsewhere on the box (see
+			// countingListener) must neither hold up nor stand in for the pool's.
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil || req.Method != http.MethodPost {
+					return
+				}
 				io.Copy(io.Discard, req.Body)
 				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 4\r\n\r\ntrue")
-			}
-			c.Close()
-			closedConn <- struct{}{}
+				c.Close()
+				closedConn <- struct{}{}
+			}()
 		}
 	}()
-	p := poolProcess(t, ln.Addr().String())
+	p := poolProcess(t, ln)
 	for i := range 5 {
 		if got := mustInfer(t, p, `{}`); got != "true" {
 			t.Fatalf("call %d: got %s", i, got)
@@ -172,7 +185,7 @@ func TestPoolSkipsConnectionsTheModelClosedWhileIdle(t *testing.T) {
 			return len(p.conns.idle) == 1 && !p.conns.idle[0].alive()
 		})
 	}
-	if n := ln.accepted.Load(); n != 5 {
+	if n := ln.dialled.Load(); n != 5 {
 		t.Fatalf("dialled %d connections, want 5", n)
 	}
 }
@@ -210,7 +223,7 @@ func TestPoolDoesNotReuseAConnectionAfterCancel(t *testing.T) {
 	if got := mustInfer(t, p, `{}`); got != `{"partial":1}` {
 		t.Fatalf("got %s", got)
 	}
-	if n := ln.accepted.Load(); n != 2 {
+	if n := ln.dialled.Load(); n != 2 {
 		t.Fatalf("dialled %d connections, want 2 (the cancelled one is not reused)", n)
 	}
 }
@@ -246,7 +259,7 @@ func TestPoolDoesNotReuseAConnectionWithAnUnreadBody(t *testing.T) {
 			if _, err := p.Infer(context.Background(), json.RawMessage(`{}`)); !tt.wantErr(err) {
 				t.Fatalf("second Infer: %v", err)
 			}
-			if n := ln.accepted.Load(); n != 2 {
+			if n := ln.dialled.Load(); n != 2 {
 				t.Fatalf("dialled %d connections, want 2 (none reused)", n)
 			}
 		})
@@ -264,7 +277,7 @@ func TestPoolReusesAConnectionAfterACompleteErrorReply(t *testing.T) {
 			t.Fatalf("Infer: %v, want HTTP 400 bad input", err)
 		}
 	}
-	if n := ln.accepted.Load(); n != 1 {
+	if n := ln.dialled.Load(); n != 1 {
 		t.Fatalf("dialled %d connections, want 1", n)
 	}
 }
@@ -294,7 +307,7 @@ func TestPoolClosedPoolKeepsNothing(t *testing.T) {
 	if n := idleConns(p); n != 0 {
 		t.Fatalf("%d connections pooled after close", n)
 	}
-	if n := ln.accepted.Load(); n != 2 {
+	if n := ln.dialled.Load(); n != 2 {
 		t.Fatalf("dialled %d connections, want 2", n)
 	}
 }
@@ -310,7 +323,7 @@ func TestPoolLeavesLargeRequestsToNetHTTP(t *testing.T) {
 	if n := idleConns(p); n != 0 {
 		t.Fatalf("%d connections in the pool after large requests only", n)
 	}
-	if n := ln.accepted.Load(); n != 1 {
+	if n := ln.dialled.Load(); n != 1 {
 		t.Fatalf("dialled %d connections, want 1 (net/http keeps its own alive)", n)
 	}
 }
