@@ -227,7 +227,10 @@ func TestScalingEndToEnd(t *testing.T) {
 	mark := marker()
 	d := startDaemon(t, dir, cfg)
 	key := d.createKey("acme", false)
-	d.apply("projects:\n" + echoProject("burst", "acme", "mk-burst", echo, mark, "") + "    minReplicas: 0\n    maxReplicas: 2\n    idleTimeout: 1\n")
+	// A long idleTimeout during the burst: on a loaded box a replica idle
+	// between two late calls must not stop and come back under a new id.
+	project := "projects:\n" + echoProject("burst", "acme", "mk-burst", echo, mark, "") + "    minReplicas: 0\n    maxReplicas: 2\n"
+	d.apply(project + "    idleTimeout: 600\n")
 	c := inferenceClient{t: t, base: d.base, key: key}
 
 	// Six overlapping calls: the project scales up at once, to max and no further.
@@ -255,7 +258,9 @@ func TestScalingEndToEnd(t *testing.T) {
 	if n := len(processesWithEnv(mark)); n > 2 {
 		t.Fatalf("%d model processes running, max is 2", n)
 	}
-	// Above minReplicas 0, idle replicas go away after idleTimeout (1 s).
+	// Above minReplicas 0, idle replicas go away after idleTimeout: lowered
+	// to 1 s, it applies to the replicas already idle.
+	d.apply(project + "    idleTimeout: 1\n")
 	eventually(t, 15*time.Second, "idle replicas stopped", func() bool { return len(processesWithEnv(mark)) == 0 })
 }
 
