@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
 	"inferd/gpu"
@@ -113,7 +112,7 @@ type Scheduler struct {
 	clk    Clock
 	log    zerolog.Logger
 
-	submitc  chan submitReq
+	submitc  chan startReq
 	lookupc  chan lookupReq
 	persistc chan persistReq
 	snapc    chan chan Status
@@ -146,19 +145,6 @@ type Scheduler struct {
 	held      []assignment
 }
 
-type submitReq struct {
-	p        store.Project
-	c        store.Call
-	deferred bool // SubmitWait: no created write
-	reply    chan submitResult
-}
-
-type submitResult struct {
-	c    store.Call
-	call *call // SubmitWait only
-	err  error
-}
-
 type lookupReq struct {
 	id    string
 	reply chan lookupResult
@@ -183,7 +169,7 @@ func New(cfg Config, st Store, launch Launcher, gpus Inventory, clk Clock, log z
 		gpus:     gpus,
 		clk:      clk,
 		log:      log,
-		submitc:  make(chan submitReq),
+		submitc:  make(chan startReq),
 		lookupc:  make(chan lookupReq),
 		persistc: make(chan persistReq),
 		snapc:    make(chan chan Status),
@@ -221,59 +207,6 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.ready.Store(true)
 	s.loop(ctx)
 	return nil
-}
-
-// Submit admits a call of project p and returns it (state queued) once it is
-// durably stored, so its ID can be handed to the client. It fails with an
-// error wrapping ErrQueueFull or ErrNeedsGPUs when the call cannot be
-// admitted, and with the store's error when the call could not be saved.
-func (s *Scheduler) Submit(ctx context.Context, p store.Project, inputs json.RawMessage) (store.Call, error) {
-	req, err := s.newSubmit(p, inputs)
-	if err != nil {
-		return store.Call{}, err
-	}
-	select {
-	case s.submitc <- req:
-	case <-ctx.Done():
-		return store.Call{}, ctx.Err()
-	case <-s.stopped:
-		return store.Call{}, errStopped
-	}
-	// Admitted: the answer comes once the created write has committed. A
-	// caller that gives up meanwhile does not cancel the call.
-	select {
-	case r := <-req.reply:
-		return r.c, r.err
-	case <-ctx.Done():
-		return store.Call{}, ctx.Err()
-	case <-s.stopped:
-		select {
-		case r := <-req.reply:
-			return r.c, r.err
-		default:
-			return store.Call{}, errStopped
-		}
-	}
-}
-
-// newSubmit builds the request that admits a new queued call of p.
-func (s *Scheduler) newSubmit(p store.Project, inputs json.RawMessage) (submitReq, error) {
-	id, err := uuid.NewV7()
-	if err != nil {
-		return submitReq{}, fmt.Errorf("new call id: %w", err)
-	}
-	return submitReq{
-		p: p,
-		c: store.Call{
-			ID:        "call_" + id.String(),
-			ProjectID: p.ID,
-			TeamID:    p.TeamID,
-			State:     store.CallQueued,
-			Inputs:    inputs,
-			Created:   s.clk.Now(),
-		},
-		reply: make(chan submitResult, 1),
-	}, nil
 }
 
 // Lookup returns call id and a channel closed once its result is durable.
@@ -336,8 +269,8 @@ func (s *Scheduler) loop(ctx context.Context) {
 			req.reply <- s.lookupLive(req.id)
 			continue // reads change nothing: no scheduling pass
 		case req := <-s.persistc:
-			s.persist(req)
-			continue // a write of the state as it is: nothing to schedule
+			s.persist(req.c, s.view(req.c), req.reply)
+			continue // a write of the call as it stands: nothing to schedule
 		case reply := <-s.snapc:
 			reply <- s.snapshot()
 			continue
@@ -356,8 +289,8 @@ func (s *Scheduler) loop(ctx context.Context) {
 // each batch acts on the result (dispatch, boots, idle timers).
 func (s *Scheduler) handle(ev event) {
 	switch ev := ev.(type) {
-	case evCreated:
-		s.onCreated(ev.c, ev.err)
+	case evPersisted:
+		s.onPersisted(ev)
 	case evFinal:
 		s.onFinal(ev.c, ev.err)
 	case evLaunched:
@@ -409,8 +342,8 @@ func (s *Scheduler) shutdown() {
 			}
 		case evFinal:
 			close(ev.c.done)
-		case evCreated:
-			ev.c.reply <- s.createdResult(ev.c, ev.err)
+		case evPersisted:
+			ev.reply <- persistedResult(ev.answer, ev.err)
 		}
 	}
 	s.gpuPoll.stop()
@@ -464,7 +397,7 @@ func (s *Scheduler) recoverPending(ctx context.Context) error {
 		p := s.projects[c.ProjectID]
 		switch {
 		case c.State == store.CallQueued && p != nil:
-			cl := &call{c: c, done: make(chan struct{}), p: p, committed: true}
+			cl := &call{c: c, state: callQueued, done: make(chan struct{}), p: p}
 			s.calls[c.ID] = cl
 			p.queue.push(cl)
 		case c.State == store.CallQueued:
