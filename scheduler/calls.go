@@ -214,11 +214,14 @@ func (s *Scheduler) onFinal(c *call, err error) {
 	close(c.done)
 }
 
+// msgMoveRefused is logged when the loop tries a move the lifecycle refuses.
+const msgMoveRefused = "scheduler: call state move refused"
+
 // move takes c to next. The lifecycle refuses a move it does not allow; that
 // is a bug in the loop, logged, and the call stays where it was.
 func (s *Scheduler) move(c *call, next callState) bool {
 	if err := c.to(next); err != nil {
-		s.log.Error().Err(err).Msg("scheduler: call state move refused")
+		s.log.Error().Err(err).Msg(msgMoveRefused)
 		return false
 	}
 	return true
