@@ -108,6 +108,7 @@ func (s *Scheduler) start(ctx context.Context, p store.Project, inputs json.RawM
 			return c.result, nil
 		case <-ctx.Done():
 		case <-fired:
+		case <-s.stopped:
 		}
 		sr := persistReq{c: c, reply: make(chan startResult, 1)}
 		select {
