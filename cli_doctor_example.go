@@ -17,7 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"inferd/config"
-	"inferd/scheduler/replica"
+	replica "inferd/scheduler/backend/local"
 )
 
 // exampleBootTimeout bounds how long doctor waits for the example model.

@@ -20,7 +20,7 @@ import (
 	"inferd/gpu"
 	"inferd/httpapi"
 	"inferd/scheduler"
-	"inferd/scheduler/replica"
+	replica "inferd/scheduler/backend/local"
 	"inferd/store"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"inferd/gpu"
 	"inferd/scheduler"
-	"inferd/scheduler/replica"
+	replica "inferd/scheduler/backend/local"
 	"inferd/store"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"inferd/gpu"
 	"inferd/scheduler"
-	"inferd/scheduler/replica"
+	replica "inferd/scheduler/backend/local"
 	"inferd/store"
 )
 

@@ -3,7 +3,7 @@ package scheduler
 import (
 	"github.com/rs/zerolog"
 
-	"inferd/scheduler/replica"
+	replica "inferd/scheduler/backend/local"
 )
 
 // ProcessLauncher returns the Launcher that runs model servers as OS

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"inferd/scheduler/replica"
+	replica "inferd/scheduler/backend/local"
 )
 
 // The user-facing texts of the calls the scheduler ends. Clients see them as

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"inferd/scheduler/replica"
+	replica "inferd/scheduler/backend/local"
 	"inferd/store"
 )
 

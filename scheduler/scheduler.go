@@ -14,7 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"inferd/gpu"
-	"inferd/scheduler/replica"
+	replica "inferd/scheduler/backend/local"
 	"inferd/store"
 )
 

@@ -11,7 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"inferd/scheduler/replica"
+	replica "inferd/scheduler/backend/local"
 	"inferd/store"
 )
 

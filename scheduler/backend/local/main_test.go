@@ -43,7 +43,7 @@ func waitNoProcessGoroutines(limit time.Duration) string {
 		buf = buf[:runtime.Stack(buf, true)]
 		var leaked []string
 		for _, g := range bytes.Split(buf, []byte("\n\n")) {
-			if bytes.Contains(g, []byte("scheduler/replica.(*Process)")) {
+			if bytes.Contains(g, []byte("backend/local.(*Process)")) {
 				leaked = append(leaked, string(g))
 			}
 		}
