@@ -40,4 +40,4 @@
 // messages. Per process there are three goroutines: the locked one that starts and
 // waits for the child, the log copier and the readiness poller. All of them have ended
 // by the time Exited is closed.
-package replica
+package local

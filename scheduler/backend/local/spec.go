@@ -1,37 +1,13 @@
-package replica
+package local
 
 import (
 	"errors"
 	"fmt"
 	"sort"
 	"strings"
-)
 
-// Defaults applied by Start to the zero values of a Spec.
-const (
-	DefaultProtocol    = "http"
-	DefaultHealthPath  = "/healthz"
-	DefaultInferPath   = "/"
-	DefaultLogMaxBytes = 10 << 20
-	DefaultLogKeep     = 3
+	"inferd/scheduler/backend"
 )
-
-// Spec describes one model server process to start.
-type Spec struct {
-	ID, ProjectID string            // replica and project ids; ID is unique per RunDir and names the pid file (no "/")
-	Command       []string          // argv; a relative program path is taken relative to Dir
-	Dir           string            // working directory ("" = the daemon's)
-	Env           map[string]string // the project's env, added on top of the allowlisted base
-	Protocol      string            // "http" (the default) or "potassium"
-	HealthPath    string            // readiness check, GET; default "/healthz" ("/__status__" for potassium)
-	InferPath     string            // inference, POST; default "/"
-	GPUUUIDs      []string          // GPUs the model may see; empty = CPU only
-	LogPath       string            // stdout+stderr; parent dirs created; "" = not kept
-	LogMaxBytes   int64             // rotate to LogPath+".1" beyond this; default 10 MiB
-	LogKeep       int               // old generations kept (LogPath+".1" .. ".N"); default 3
-	RunDir        string            // holds <ID>.pid while the process runs; "" = no pid file
-	RunAs         *RunAs            // the user the process runs as; nil = inferd's own
-}
 
 // baseEnvKeys are the only variables copied from the daemon's environment. pyenv's
 // are included because python3 is commonly a pyenv shim that needs them.
@@ -40,83 +16,71 @@ var baseEnvKeys = []string{
 	"PYENV_ROOT", "PYENV_VERSION",
 }
 
-// withDefaults returns spec with zero values replaced by defaults, or an error when
-// the spec cannot be started.
-func (s Spec) withDefaults() (Spec, error) {
-	if s.Protocol == "" {
-		s.Protocol = DefaultProtocol
-	}
-	if s.HealthPath == "" {
-		s.HealthPath = DefaultHealthPath
-		if s.Protocol == ProtocolPotassium {
-			s.HealthPath = PotassiumHealthPath
-		}
-	}
-	if s.InferPath == "" {
-		s.InferPath = DefaultInferPath
-	}
-	if s.LogMaxBytes <= 0 {
-		s.LogMaxBytes = DefaultLogMaxBytes
-	}
-	if s.LogKeep <= 0 {
-		s.LogKeep = DefaultLogKeep
-	}
+// checkSpec returns an error when spec cannot be started as a process. The
+// model protocol's fields are checked by protocol.New.
+func (b *Backend) checkSpec(s backend.Spec) error {
 	switch {
-	case s.ID == "" || s.ID == "." || s.ID == ".." || strings.ContainsAny(s.ID, "/\x00"):
-		return s, fmt.Errorf("invalid replica id %q", s.ID)
-	case len(s.Command) == 0 || s.Command[0] == "":
-		return s, errors.New("empty command")
-	case s.Protocol != DefaultProtocol && s.Protocol != ProtocolPotassium:
-		return s, fmt.Errorf("unsupported protocol %q (supported: %q, %q)", s.Protocol, DefaultProtocol, ProtocolPotassium)
-	case !strings.HasPrefix(s.HealthPath, "/"):
-		return s, fmt.Errorf("health path %q does not start with /", s.HealthPath)
-	case !strings.HasPrefix(s.InferPath, "/"):
-		return s, fmt.Errorf("infer path %q does not start with /", s.InferPath)
+	case !pathName(s.ReplicaID):
+		return fmt.Errorf("invalid replica id %q", s.ReplicaID)
+	case b.cfg.LogDir != "" && !pathName(s.ProjectID):
+		return fmt.Errorf("invalid project id %q", s.ProjectID)
+	case b.cfg.LogDir != "" && !pathName(s.TeamID):
+		return fmt.Errorf("invalid team id %q", s.TeamID)
+	case len(s.Model.Command) == 0 || s.Model.Command[0] == "":
+		return errors.New("empty command")
 	}
-	for k := range s.Env {
+	for k := range s.Model.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return s, fmt.Errorf("invalid env name %q", k)
+			return fmt.Errorf("invalid env name %q", k)
 		}
 	}
-	return s, nil
+	return nil
+}
+
+// pathName reports whether s can name a file or directory of its own: the
+// replica id names its pid file and its log, the team and project ids the
+// directories its log is kept in.
+func pathName(s string) bool {
+	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, "/\x00")
 }
 
 // environ builds the model's environment: the allowlisted base read through getenv,
-// then the project's env, then the variables inferd owns, which the project cannot
+// then the project's env (env, which may differ from the spec's: see
+// preparePotassium), then the variables inferd owns, which the project cannot
 // override. The result is sorted, one NAME=value per variable.
-func (s Spec) environ(port int, getenv func(string) (string, bool)) []string {
-	env := map[string]string{}
+func environ(s backend.Spec, env map[string]string, port int, runAs *RunAs, getenv func(string) (string, bool)) []string {
+	vars := map[string]string{}
 	for _, k := range baseEnvKeys {
 		if v, ok := getenv(k); ok {
-			env[k] = v
+			vars[k] = v
 		}
 	}
 	// Unbuffered Python output makes the log (and LastLogLine) current; a project may
 	// still turn it off.
-	env["PYTHONUNBUFFERED"] = "1"
-	for k, v := range s.Env {
-		env[k] = v
+	vars["PYTHONUNBUFFERED"] = "1"
+	for k, v := range env {
+		vars[k] = v
 	}
-	gpus := strings.Join(s.GPUUUIDs, ",")
+	gpus := strings.Join(s.GPUs, ",")
 	nvidia := gpus
 	if nvidia == "" {
 		// For the NVIDIA container runtime "" would mean "all GPUs"; "void" means none.
 		nvidia = "void"
 	}
-	if s.RunAs != nil {
-		env["HOME"], env["USER"], env["LOGNAME"] = s.RunAs.Home, s.RunAs.Name, s.RunAs.Name
+	if runAs != nil {
+		vars["HOME"], vars["USER"], vars["LOGNAME"] = runAs.Home, runAs.Name, runAs.Name
 	}
 	// HOST tells the model where to listen: inferd reaches it on loopback, and
 	// nothing else on the network should.
-	env["HOST"] = "127.0.0.1"
-	env["PORT"] = fmt.Sprint(port)
-	env["CUDA_VISIBLE_DEVICES"] = gpus
-	env["NVIDIA_VISIBLE_DEVICES"] = nvidia
-	env["INFERD_PROJECT_ID"] = s.ProjectID
-	env["INFERD_REPLICA_ID"] = s.ID
+	vars["HOST"] = "127.0.0.1"
+	vars["PORT"] = fmt.Sprint(port)
+	vars["CUDA_VISIBLE_DEVICES"] = gpus
+	vars["NVIDIA_VISIBLE_DEVICES"] = nvidia
+	vars["INFERD_PROJECT_ID"] = s.ProjectID
+	vars["INFERD_REPLICA_ID"] = s.ReplicaID
 
-	out := make([]string, 0, len(env))
-	for k, v := range env {
+	out := make([]string, 0, len(vars))
+	for k, v := range vars {
 		out = append(out, k+"="+v)
 	}
 	sort.Strings(out)

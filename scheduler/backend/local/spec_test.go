@@ -1,48 +1,56 @@
-package replica
+package local
 
 import (
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
 func TestStartRejectsSpecsItCannotRun(t *testing.T) {
-	ok := Spec{ID: "r1", Command: []string{"true"}}
 	tests := []struct {
 		name string
-		edit func(*Spec)
+		edit func(*backend.Spec, *Config)
 		want string
 	}{
-		{"empty id", func(s *Spec) { s.ID = "" }, "invalid replica id"},
-		{"id with slash", func(s *Spec) { s.ID = "../r1" }, "invalid replica id"},
-		{"dot dot id", func(s *Spec) { s.ID = ".." }, "invalid replica id"},
-		{"no command", func(s *Spec) { s.Command = nil }, "empty command"},
-		{"empty program", func(s *Spec) { s.Command = []string{""} }, "empty command"},
-		{"unknown protocol", func(s *Spec) { s.Protocol = "grpc" }, `unsupported protocol "grpc"`},
-		{"relative health path", func(s *Spec) { s.HealthPath = "healthz" }, "health path"},
-		{"relative infer path", func(s *Spec) { s.InferPath = "predict" }, "infer path"},
-		{"env name with =", func(s *Spec) { s.Env = map[string]string{"A=B": "1"} }, "invalid env name"},
-		{"empty env name", func(s *Spec) { s.Env = map[string]string{"": "1"} }, "invalid env name"},
-		{"missing program", func(s *Spec) { s.Command = []string{"/nonexistent/model-server"} }, "no such file"},
-		{"run dir not creatable", func(s *Spec) { s.Command = []string{"sleep", "1000"}; s.RunDir = "/dev/null/run" }, "create run dir"},
+		{"empty id", func(s *backend.Spec, _ *Config) { s.ReplicaID = "" }, "invalid replica id"},
+		{"id with slash", func(s *backend.Spec, _ *Config) { s.ReplicaID = "../r1" }, "invalid replica id"},
+		{"dot dot id", func(s *backend.Spec, _ *Config) { s.ReplicaID = ".." }, "invalid replica id"},
+		{"project id with slash", func(s *backend.Spec, _ *Config) { s.ProjectID = "../p" }, "invalid project id"},
+		{"dot dot team", func(s *backend.Spec, _ *Config) { s.TeamID = ".." }, "invalid team id"},
+		{"no command", func(s *backend.Spec, _ *Config) { s.Model.Command = nil }, "empty command"},
+		{"empty program", func(s *backend.Spec, _ *Config) { s.Model.Command = []string{""} }, "empty command"},
+		{"unknown protocol", func(s *backend.Spec, _ *Config) { s.Model.Protocol = "grpc" }, `unsupported protocol "grpc"`},
+		{"relative health path", func(s *backend.Spec, _ *Config) { s.Model.HealthPath = "healthz" }, "health path"},
+		{"relative infer path", func(s *backend.Spec, _ *Config) { s.Model.InferPath = "predict" }, "infer path"},
+		{"env name with =", func(s *backend.Spec, _ *Config) { s.Model.Env = map[string]string{"A=B": "1"} }, "invalid env name"},
+		{"empty env name", func(s *backend.Spec, _ *Config) { s.Model.Env = map[string]string{"": "1"} }, "invalid env name"},
+		{"missing program", func(s *backend.Spec, _ *Config) { s.Model.Command = []string{"/nonexistent/model-server"} }, "no such file"},
+		{"run dir not creatable", func(s *backend.Spec, c *Config) {
+			s.Model.Command = []string{"sleep", "1000"}
+			c.RunDir = "/dev/null/run"
+		}, "create run dir"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			spec := ok
-			spec.RunDir = t.TempDir()
-			tc.edit(&spec)
-			p, err := Start(spec, testLogger(t))
+			b := testBackend(t)
+			spec := shSpec("r1", "")
+			spec.Model.Command = []string{"true"}
+			tc.edit(&spec, &b.cfg)
+			p, err := b.start(spec)
 			if err == nil {
-				p.Stop(0)
-				t.Fatal("Start succeeded")
+				p.stop(0)
+				t.Fatal("start succeeded")
 			}
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %q does not mention %q", err, tc.want)
 			}
-			if files, _ := os.ReadDir(spec.RunDir); len(files) > 0 {
+			if files, _ := os.ReadDir(b.cfg.RunDir); len(files) > 0 {
 				t.Errorf("run dir not empty after a failed start: %v", files)
 			}
 		})
@@ -64,13 +72,13 @@ func TestEnvironHoldsAllowlistProjectEnvAndInferdVariables(t *testing.T) {
 	getenv := func(k string) (string, bool) { v, ok := daemon[k]; return v, ok }
 	tests := []struct {
 		name   string
-		spec   Spec
+		spec   backend.Spec
 		want   []string // NAME=value that must be present
 		absent []string // names that must not be
 	}{
 		{
 			name: "cpu replica",
-			spec: Spec{ID: "r1", ProjectID: "p1"},
+			spec: backend.Spec{ReplicaID: "r1", ProjectID: "p1"},
 			want: []string{
 				"PATH=/usr/bin:/bin", "HOME=/home/inferd", "LANG=C.UTF-8", "PYENV_ROOT=/root/.pyenv",
 				"PORT=8123", "CUDA_VISIBLE_DEVICES=", "NVIDIA_VISIBLE_DEVICES=void",
@@ -80,25 +88,25 @@ func TestEnvironHoldsAllowlistProjectEnvAndInferdVariables(t *testing.T) {
 		},
 		{
 			name: "gpu replica",
-			spec: Spec{ID: "r2", ProjectID: "p1", GPUUUIDs: []string{"GPU-aaa", "GPU-bbb"}},
+			spec: backend.Spec{ReplicaID: "r2", ProjectID: "p1", GPUs: []string{"GPU-aaa", "GPU-bbb"}},
 			want: []string{"CUDA_VISIBLE_DEVICES=GPU-aaa,GPU-bbb", "NVIDIA_VISIBLE_DEVICES=GPU-aaa,GPU-bbb"},
 		},
 		{
 			name: "project env on top of the base",
-			spec: Spec{ID: "r3", Env: map[string]string{"GREETING": "hi", "PATH": "/opt/model/bin", "PYTHONUNBUFFERED": "0"}},
+			spec: backend.Spec{ReplicaID: "r3", Model: store.ModelSpec{Env: map[string]string{"GREETING": "hi", "PATH": "/opt/model/bin", "PYTHONUNBUFFERED": "0"}}},
 			want: []string{"GREETING=hi", "PATH=/opt/model/bin", "PYTHONUNBUFFERED=0"},
 		},
 		{
 			name: "project cannot override inferd's variables",
-			spec: Spec{ID: "r4", ProjectID: "p4", Env: map[string]string{
+			spec: backend.Spec{ReplicaID: "r4", ProjectID: "p4", Model: store.ModelSpec{Env: map[string]string{
 				"PORT": "1", "CUDA_VISIBLE_DEVICES": "0", "INFERD_REPLICA_ID": "other", "INFERD_PROJECT_ID": "other",
-			}},
+			}}},
 			want: []string{"PORT=8123", "CUDA_VISIBLE_DEVICES=", "INFERD_REPLICA_ID=r4", "INFERD_PROJECT_ID=p4"},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			env := tc.spec.environ(8123, getenv)
+			env := environ(tc.spec, tc.spec.Model.Env, 8123, nil, getenv)
 			if !slices.IsSorted(env) {
 				t.Errorf("environment not sorted: %v", env)
 			}
@@ -118,22 +126,14 @@ func TestEnvironHoldsAllowlistProjectEnvAndInferdVariables(t *testing.T) {
 	}
 }
 
-func TestStartAppliesDefaults(t *testing.T) {
-	spec, err := Spec{ID: "r1", Command: []string{"m"}}.withDefaults()
+func TestNewAppliesDefaults(t *testing.T) {
+	b, err := New(Config{User: "root"}, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := []any{spec.Protocol, spec.HealthPath, spec.InferPath, spec.LogMaxBytes, spec.LogKeep}
-	want := []any{"http", "/healthz", "/", int64(10 << 20), 3}
+	got := []any{b.cfg.LogMaxBytes, b.cfg.LogKeep, b.cfg.StopGrace, b.Capacity().CPUSlots, len(b.Capacity().GPUs)}
+	want := []any{int64(10 << 20), 3, 10 * time.Second, runtime.NumCPU(), 0}
 	if !slices.Equal(got, want) {
 		t.Errorf("defaults = %v, want %v", got, want)
-	}
-}
-
-// The keep-alive pool must hold a connection for every call a replica may serve at
-// once, or calls beyond it reconnect every time.
-func TestKeepAlivePoolCoversMaxConcurrency(t *testing.T) {
-	if maxIdleConns < store.MaxConcurrency {
-		t.Errorf("maxIdleConns = %d, below store.MaxConcurrency %d", maxIdleConns, store.MaxConcurrency)
 	}
 }
