@@ -2,6 +2,7 @@ package local
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -144,6 +145,38 @@ func TestKillOrphansKillsAForgottenReplica(t *testing.T) {
 	}
 }
 
+// The next daemon's backend, on the same run dir, recovers what the last one
+// left: a replica still running, with a child in its group, is killed whole.
+func TestRecoverKillsTheReplicasOfAPreviousRun(t *testing.T) {
+	prev := testBackend(t)
+	p := startModel(t, prev, shSpec("left-1", `sleep 1000 & echo "child $!"; wait`))
+	waitFor(t, "the child to start", func() bool { return strings.HasPrefix(p.LastLogLine(), "child ") })
+	child, _ := strconv.Atoi(strings.TrimPrefix(p.LastLogLine(), "child "))
+
+	next, err := New(Config{RunDir: prev.cfg.RunDir, User: "root"}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Recover(context.Background()); err != nil {
+		t.Fatalf("Recover: %v", err)
+	}
+	waitExited(t, p)
+	if got := fmt.Sprint(p.ExitErr()); got != "signal: killed" {
+		t.Errorf("ExitErr = %s, want signal: killed", got)
+	}
+	waitGone(t, child)
+	if files, _ := os.ReadDir(prev.cfg.RunDir); len(files) != 0 {
+		t.Errorf("pid files left: %v", files)
+	}
+	none, err := New(Config{User: "root"}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := none.Recover(context.Background()); err != nil {
+		t.Errorf("Recover without a run dir: %v", err)
+	}
+}
+
 func TestKillOrphansWithoutRunDir(t *testing.T) {
 	n, err := killOrphans(filepath.Join(t.TempDir(), "missing"), testLogger(t))
 	if n != 0 || err != nil {
@@ -211,7 +244,7 @@ func TestHelperDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the child to start", func() bool { return strings.HasPrefix(p.LastLogLine(), "child ") })
-	fmt.Printf("replica %d %s\n", p.Pid(), p.LastLogLine())
+	fmt.Printf("replica %d %s\n", p.pid, p.LastLogLine())
 	select {
 	case <-p.Exited():
 		t.Fatalf("replica exited while its daemon lives: %v", p.ExitErr())

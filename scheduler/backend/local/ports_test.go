@@ -17,13 +17,13 @@ func TestReplicaNeverGetsThePortOfALiveReplica(t *testing.T) {
 	be.ports.listen = func() (int, error) {
 		if !offered { // the kernel repeats a's port once
 			offered = true
-			return a.Port(), nil
+			return a.port, nil
 		}
 		return listenPort()
 	}
 	b := startReady(t, be, echoSpec(t, "port-b"))
-	if b.Port() == a.Port() {
-		t.Fatalf("replica b was given port %d, which replica a holds", b.Port())
+	if b.port == a.port {
+		t.Fatalf("replica b was given port %d, which replica a holds", b.port)
 	}
 	if r := infer(t, b, `{}`); r.Replica != "port-b" {
 		t.Errorf("a call to replica b was answered by replica %q", r.Replica)
@@ -46,7 +46,7 @@ func TestPortIsGivenBackWhenTheReplicaEnds(t *testing.T) {
 		t.Fatal("start of a missing program succeeded")
 	}
 	a := startModel(t, be, shSpec("port-1", "exec sleep 60"))
-	if a.Port() != port {
+	if a.port != port {
 		t.Fatalf("port %d still held after a failed start", port)
 	}
 	if _, err := be.start(shSpec("port-2", "exec sleep 60")); err == nil {
@@ -54,7 +54,7 @@ func TestPortIsGivenBackWhenTheReplicaEnds(t *testing.T) {
 	}
 	a.stop(time.Second)
 	b := startModel(t, be, shSpec("port-3", "exec sleep 60"))
-	if b.Port() != port {
+	if b.port != port {
 		t.Fatalf("port %d still held after its replica exited", port)
 	}
 }

@@ -100,8 +100,8 @@ func TestPotassiumReplicasRunSideBySide(t *testing.T) {
 	b := startModel(t, be, potassiumSpec(t, "pot-b"))
 	waitReady(t, a)
 	waitReady(t, b)
-	if a.Port() == b.Port() || a.Port() == 8000 || b.Port() == 8000 {
-		t.Fatalf("ports %d and %d", a.Port(), b.Port())
+	if a.port == b.port || a.port == 8000 || b.port == 8000 {
+		t.Fatalf("ports %d and %d", a.port, b.port)
 	}
 
 	t.Run("overlapping calls are served by different replicas", func(t *testing.T) {
@@ -117,8 +117,8 @@ func TestPotassiumReplicasRunSideBySide(t *testing.T) {
 		}
 		for i, p := range []*Process{a, b} {
 			r := replies[i]
-			if r.Pid != p.Pid() || r.Replica != p.spec.ReplicaID || r.Echo["n"] != float64(i) {
-				t.Errorf("reply %d = %+v; want pid %d, replica %s", i, r, p.Pid(), p.spec.ReplicaID)
+			if r.Pid != p.pid || r.Replica != p.spec.ReplicaID || r.Echo["n"] != float64(i) {
+				t.Errorf("reply %d = %+v; want pid %d, replica %s", i, r, p.pid, p.spec.ReplicaID)
 			}
 			if len(r.RequestID) != 36 {
 				t.Errorf("request id %q is not a uuid", r.RequestID)
@@ -149,7 +149,7 @@ func TestPotassiumReplicasRunSideBySide(t *testing.T) {
 		}
 	})
 
-	base := func(p *Process) string { return "http://127.0.0.1:" + strconv.Itoa(p.Port()) }
+	base := func(p *Process) string { return "http://127.0.0.1:" + strconv.Itoa(p.port) }
 	post := func(t *testing.T, url, body string) (int, string) {
 		t.Helper()
 		resp, err := http.Post(url, "application/json", strings.NewReader(body))

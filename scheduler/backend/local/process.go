@@ -39,8 +39,8 @@ type Process struct {
 	spec   backend.Spec
 	log    zerolog.Logger
 	cmd    *exec.Cmd
-	pid    int
-	port   int
+	pid    int // of the leader, which is also the process group id; set before start returns
+	port   int // the loopback port the model was told to listen on (its PORT)
 	client *protocol.Client // health checks and calls
 	sink   *logSink
 	pipe   *os.File // read end of the model's stdout+stderr
@@ -256,12 +256,6 @@ func (p *Process) signal(sig syscall.Signal) {
 		syscall.Kill(-p.pid, sig)
 	}
 }
-
-// Pid returns the process id of the model server, which is also its process group id.
-func (p *Process) Pid() int { return p.pid }
-
-// Port returns the loopback port the model was told to listen on (its PORT).
-func (p *Process) Port() int { return p.port }
 
 // Info describes the replica: its process id.
 func (p *Process) Info() backend.Info { return backend.Info{Pid: p.pid} }

@@ -52,24 +52,24 @@ func TestStartedModelBecomesReadyAndEchoes(t *testing.T) {
 	spec.Model.Env = map[string]string{"GREETING": "hello"}
 	p := startReady(t, b, spec)
 
-	if p.Info().Pid != p.Pid() || p.Pid() <= 0 || p.Port() <= 0 {
-		t.Fatalf("Info, Pid, Port = %+v, %d, %d", p.Info(), p.Pid(), p.Port())
+	if p.Info().Pid != p.pid || p.pid <= 0 || p.port <= 0 {
+		t.Fatalf("Info, Pid, Port = %+v, %d, %d", p.Info(), p.pid, p.port)
 	}
 	for i := range 3 { // repeated calls share a kept-alive connection
 		r := infer(t, p, fmt.Sprintf(`{"n": %d, "text": "hi"}`, i))
 		if r.Echo["n"] != float64(i) || r.Echo["text"] != "hi" {
 			t.Errorf("echo = %v", r.Echo)
 		}
-		if r.Greeting == nil || *r.Greeting != "hello" || r.Replica != "echo-1" || r.Pid != p.Pid() {
-			t.Errorf("greeting, replica, pid = %v, %q, %d; want hello, echo-1, %d", r.Greeting, r.Replica, r.Pid, p.Pid())
+		if r.Greeting == nil || *r.Greeting != "hello" || r.Replica != "echo-1" || r.Pid != p.pid {
+			t.Errorf("greeting, replica, pid = %v, %q, %d; want hello, echo-1, %d", r.Greeting, r.Replica, r.Pid, p.pid)
 		}
 	}
-	if got := p.LastLogLine(); got != fmt.Sprintf("echo model listening on 127.0.0.1:%d", p.Port()) {
+	if got := p.LastLogLine(); got != fmt.Sprintf("echo model listening on 127.0.0.1:%d", p.port) {
 		t.Errorf("LastLogLine = %q", got)
 	}
 	pidFile := b.cfg.RunDir + "/echo-1.pid"
 	rec, err := readPidFile(pidFile)
-	if err != nil || rec.Pid != p.Pid() || rec.Pgid != p.Pid() || rec.ID != "echo-1" {
+	if err != nil || rec.Pid != p.pid || rec.Pgid != p.pid || rec.ID != "echo-1" {
 		t.Errorf("pid file = %+v, %v", rec, err)
 	}
 
@@ -105,7 +105,7 @@ func TestModelSeesOnlyAllowlistedEnvironment(t *testing.T) {
 		name string
 		want *string // nil = unset
 	}{
-		{"PORT", ptr(strconv.Itoa(p.Port()))},
+		{"PORT", ptr(strconv.Itoa(p.port))},
 		{"INFERD_REPLICA_ID", ptr("env-1")},
 		{"INFERD_PROJECT_ID", ptr("proj-env")},
 		{"CUDA_VISIBLE_DEVICES", ptr("GPU-1111,GPU-2222")},
@@ -313,7 +313,7 @@ func TestBootFailures(t *testing.T) {
 func waitHealth(t *testing.T, p *Process, status int) {
 	t.Helper()
 	client := &http.Client{Timeout: time.Second}
-	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", p.Port())
+	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", p.port)
 	waitFor(t, fmt.Sprintf("health check to answer %d", status), func() bool {
 		resp, err := client.Get(url)
 		if err != nil {

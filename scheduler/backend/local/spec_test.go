@@ -42,10 +42,13 @@ func TestStartRejectsSpecsItCannotRun(t *testing.T) {
 			spec := shSpec("r1", "")
 			spec.Model.Command = []string{"true"}
 			tc.edit(&spec, &b.cfg)
-			p, err := b.start(spec)
+			inst, err := b.Launch(spec)
 			if err == nil {
-				p.stop(0)
-				t.Fatal("start succeeded")
+				inst.Stop()
+				t.Fatal("Launch succeeded")
+			}
+			if inst != nil {
+				t.Errorf("a failed Launch returned an Instance: %#v", inst)
 			}
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %q does not mention %q", err, tc.want)
