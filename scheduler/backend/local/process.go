@@ -39,8 +39,8 @@ type Process struct {
 	spec   backend.Spec
 	log    zerolog.Logger
 	cmd    *exec.Cmd
-	pid    int // of the leader, which is also the process group id; set before start returns
-	port   int // the loopback port the model was told to listen on (its PORT)
+	pid    int              // of the leader, which is also the process group id; set before start returns
+	port   int              // the loopback port the model was told to listen on (its PORT)
 	client *protocol.Client // health checks and calls
 	sink   *logSink
 	pipe   *os.File // read end of the model's stdout+stderr
