@@ -123,57 +123,47 @@ func writeTestPidFile(t *testing.T, runDir, id string, pid int) {
 	}
 }
 
+// A replica this test started and then "forgot": the daemon that knew it is gone,
+// only the pid file remains. Cleaning up, directly or as the next daemon's backend
+// does at start, kills it and the child in its group.
 func TestKillOrphansKillsAForgottenReplica(t *testing.T) {
-	// A replica this test started and then "forgot": the daemon that knew it is gone,
-	// only the pid file remains.
-	b := testBackend(t)
-	p := startModel(t, b, shSpec("forgotten-1", `sleep 1000 & echo "child $!"; wait`))
-	waitFor(t, "the child to start", func() bool { return strings.HasPrefix(p.LastLogLine(), "child ") })
-	child, _ := strconv.Atoi(strings.TrimPrefix(p.LastLogLine(), "child "))
+	tests := []struct {
+		name  string
+		clean func(t *testing.T, runDir string)
+	}{
+		{"killOrphans", func(t *testing.T, runDir string) {
+			n, err := killOrphans(runDir, testLogger(t))
+			if err != nil || n != 1 {
+				t.Fatalf("killOrphans = %d, %v; want 1", n, err)
+			}
+		}},
+		{"Recover of the next daemon's backend", func(t *testing.T, runDir string) {
+			next, err := New(Config{RunDir: runDir, User: "root"}, testLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := next.Recover(context.Background()); err != nil {
+				t.Fatalf("Recover: %v", err)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := testBackend(t)
+			p := startModel(t, b, shSpec("forgotten-1", `sleep 1000 & echo "child $!"; wait`))
+			waitFor(t, "the child to start", func() bool { return strings.HasPrefix(p.LastLogLine(), "child ") })
+			child, _ := strconv.Atoi(strings.TrimPrefix(p.LastLogLine(), "child "))
 
-	n, err := killOrphans(b.cfg.RunDir, testLogger(t))
-	if err != nil || n != 1 {
-		t.Fatalf("killOrphans = %d, %v; want 1", n, err)
-	}
-	waitExited(t, p)
-	if got := fmt.Sprint(p.ExitErr()); got != "signal: killed" {
-		t.Errorf("ExitErr = %s, want signal: killed", got)
-	}
-	waitGone(t, child)
-	if files, _ := os.ReadDir(b.cfg.RunDir); len(files) != 0 {
-		t.Errorf("pid files left: %v", files)
-	}
-}
-
-// The next daemon's backend, on the same run dir, recovers what the last one
-// left: a replica still running, with a child in its group, is killed whole.
-func TestRecoverKillsTheReplicasOfAPreviousRun(t *testing.T) {
-	prev := testBackend(t)
-	p := startModel(t, prev, shSpec("left-1", `sleep 1000 & echo "child $!"; wait`))
-	waitFor(t, "the child to start", func() bool { return strings.HasPrefix(p.LastLogLine(), "child ") })
-	child, _ := strconv.Atoi(strings.TrimPrefix(p.LastLogLine(), "child "))
-
-	next, err := New(Config{RunDir: prev.cfg.RunDir, User: "root"}, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := next.Recover(context.Background()); err != nil {
-		t.Fatalf("Recover: %v", err)
-	}
-	waitExited(t, p)
-	if got := fmt.Sprint(p.ExitErr()); got != "signal: killed" {
-		t.Errorf("ExitErr = %s, want signal: killed", got)
-	}
-	waitGone(t, child)
-	if files, _ := os.ReadDir(prev.cfg.RunDir); len(files) != 0 {
-		t.Errorf("pid files left: %v", files)
-	}
-	none, err := New(Config{User: "root"}, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := none.Recover(context.Background()); err != nil {
-		t.Errorf("Recover without a run dir: %v", err)
+			tc.clean(t, b.cfg.RunDir)
+			waitExited(t, p)
+			if got := fmt.Sprint(p.ExitErr()); got != "signal: killed" {
+				t.Errorf("ExitErr = %s, want signal: killed", got)
+			}
+			waitGone(t, child)
+			if files, _ := os.ReadDir(b.cfg.RunDir); len(files) != 0 {
+				t.Errorf("pid files left: %v", files)
+			}
+		})
 	}
 }
 
@@ -181,6 +171,13 @@ func TestKillOrphansWithoutRunDir(t *testing.T) {
 	n, err := killOrphans(filepath.Join(t.TempDir(), "missing"), testLogger(t))
 	if n != 0 || err != nil {
 		t.Fatalf("killOrphans = %d, %v", n, err)
+	}
+	b, err := New(Config{User: "root"}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Recover(context.Background()); err != nil {
+		t.Errorf("Recover without a run dir: %v", err)
 	}
 }
 

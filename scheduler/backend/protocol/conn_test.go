@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -330,9 +329,8 @@ func TestPoolLeavesLargeRequestsToNetHTTP(t *testing.T) {
 }
 
 // http10Model is a model on Python's http.server as shipped: HTTP/1.0, so it closes
-// the connection after every reply. It listens on the port given as argv[1].
+// the connection after every reply. It prints its port once it listens.
 const http10Model = `
-import sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 class H(BaseHTTPRequestHandler):
@@ -348,7 +346,9 @@ class H(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
-HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+srv = HTTPServer(("127.0.0.1", 0), H)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
 `
 
 func TestInferOnAModelThatClosesEveryConnection(t *testing.T) {
@@ -356,20 +356,24 @@ func TestInferOnAModelThatClosesEveryConnection(t *testing.T) {
 	if err != nil {
 		t.Skipf("python3 is needed: %v", err)
 	}
-	ln := listen(t)
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close() // the model binds it; a test on a busy box may lose it and fail
-	model := exec.Command(py, "-c", http10Model, strconv.Itoa(port))
+	model := exec.Command(py, "-c", http10Model)
+	out, err := model.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := model.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { model.Process.Kill(); model.Wait() })
-	p := poolClient(t, ln)
-	waitFor(t, "the model to listen", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		return p.Healthy(ctx)
-	})
+	port, err := bufio.NewReader(out).ReadString('\n') // it listens once it says so
+	if err != nil {
+		t.Fatalf("model printed no port: %v", err)
+	}
+	p, err := New(Config{Addr: "127.0.0.1:" + strings.TrimSpace(port)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
 	for i := range 20 {
 		in := fmt.Sprintf(`{"i":%d}`, i)
 		if got := mustInfer(t, p, in); got != in {
