@@ -16,6 +16,7 @@ import (
 
 	"inferd/config"
 	"inferd/httpapi"
+	"inferd/scheduler/backend/local"
 	"inferd/store"
 )
 
@@ -45,7 +46,7 @@ func dialAdmin(cfg config.Config) (*adminClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("no daemon answers on %s, and the data file cannot be opened: %w", sock, err)
 	}
-	h := httpapi.NewAdmin(st, zerolog.Nop(), httpapi.AdminLogDir(cfg.LogDir()))
+	h := httpapi.NewAdmin(st, zerolog.Nop(), httpapi.AdminLogs(local.LogDir(cfg.LogDir())))
 	return &adminClient{http: &http.Client{Transport: handlerTransport{h}}, close: st.Close, inProcess: true}, nil
 }
 

@@ -1,23 +1,18 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"inferd/config"
-	"inferd/scheduler/replica"
+	"inferd/scheduler/backend"
+	"inferd/scheduler/backend/local"
+	"inferd/store"
 )
 
 // exampleBootTimeout bounds how long doctor waits for the example model.
@@ -36,11 +31,11 @@ func exampleDirs() []string {
 
 // doctorModelUser reports who model processes will run as, the way serve
 // decides it, and returns that user (nil: doctor's own user).
-func doctorModelUser(r *doctorReport, cfg config.Config) (runAs *replica.RunAs, ok bool) {
-	runAs, err := modelUser(cfg.Replica.User, zerolog.Nop())
+func doctorModelUser(r *doctorReport, cfg config.Config) (runAs *local.RunAs, ok bool) {
+	runAs, err := local.ModelUser(cfg.Replica.User)
 	switch {
 	case err != nil:
-		r.line("fail", "model user", "%v: serve will refuse to start; create the user or set replica.user", err)
+		r.line("fail", "model user", "config: replica.user: %v: serve will refuse to start; create the user or set replica.user", err)
 		return nil, false
 	case runAs != nil:
 		r.line("ok", "model user", "models run as %s (uid %d), since inferd runs as root (replica.user)", runAs.Name, runAs.UID)
@@ -53,11 +48,11 @@ func doctorModelUser(r *doctorReport, cfg config.Config) (runAs *replica.RunAs, 
 }
 
 // doctorExample checks python3 and that the example model boots: it runs
-// examples/echo the way a replica runs (its own port, on loopback, as the
-// model user), waits for GET /healthz, and stops it. That proves that model
-// servers can run here.
-func doctorExample(r *doctorReport, runAs *replica.RunAs) {
-	py, err := exec.LookPath("python3")
+// examples/echo the way a replica runs (through the local-process backend:
+// its own port, on loopback, as the model user), waits for GET /healthz, and
+// stops it. That proves that model servers can run here.
+func doctorExample(r *doctorReport, runAs *local.RunAs) {
+	py, err := local.LookPath("python3")
 	if err != nil {
 		r.line("warn", "python3", "not on PATH: the example model (examples/echo) needs it; install python3")
 		return
@@ -86,58 +81,40 @@ func doctorExample(r *doctorReport, runAs *replica.RunAs) {
 	r.line("ok", "example", "%s boots and answers /healthz (%s)", dir, took.Round(time.Millisecond))
 }
 
-// bootExample starts the echo server in dir, waits until /healthz answers 200,
-// and stops it; the process never outlives the call.
-func bootExample(python, dir string, runAs *replica.RunAs) (time.Duration, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// bootExample starts the echo server in dir as a replica of a backend of its
+// own (no logs or pid files kept), waits until /healthz answers, and stops
+// it; the process never outlives the call.
+func bootExample(python, dir string, runAs *local.RunAs) (time.Duration, error) {
+	user := "root" // with runAs nil: doctor's own user, root or not
+	if runAs != nil {
+		user = runAs.Name
+	}
+	b, err := local.New(local.Config{User: user, StopGrace: time.Second}, zerolog.Nop())
 	if err != nil {
 		return 0, err
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-
-	ctx, cancel := context.WithTimeout(context.Background(), exampleBootTimeout)
-	defer cancel()
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, python, "server.py")
-	cmd.Dir = dir
-	cmd.Env = []string{"PORT=" + strconv.Itoa(port), "PATH=" + os.Getenv("PATH"), "PYTHONDONTWRITEBYTECODE=1"}
-	if runAs != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: runAs.Credential()}
-		cmd.Env = append(cmd.Env, "HOME="+runAs.Home)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
+	inst, err := b.Launch(backend.Spec{
+		ReplicaID: "doctor-example",
+		Model: store.ModelSpec{
+			Command: []string{python, "server.py"},
+			Dir:     dir,
+			Env:     map[string]string{"PYTHONDONTWRITEBYTECODE": "1"},
+		},
+	})
+	if err != nil {
 		return 0, err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		cancel() // kills the server if it still runs
-		<-exited
-	}()
-
-	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", port)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return time.Since(start), nil
-			}
-		}
-		select {
-		case err := <-exited:
-			exited <- err // for the deferred wait
-			return 0, fmt.Errorf("exited (%v): %s", err, lastLine(stderr.String()))
-		case <-ctx.Done():
-			exited <- <-exited // ctx killed it; stderr is complete once it is reaped
-			return 0, fmt.Errorf("no answer on /healthz within %s: %s", exampleBootTimeout, lastLine(stderr.String()))
-		case <-tick.C:
-		}
+	defer inst.Stop()
+	t := time.NewTimer(exampleBootTimeout)
+	defer t.Stop()
+	select {
+	case <-inst.Ready():
+		return time.Since(start), nil
+	case <-inst.Exited():
+		return 0, fmt.Errorf("exited (%v): %s", inst.ExitErr(), lastLine(inst.LastLogLine()))
+	case <-t.C:
+		return 0, fmt.Errorf("no answer on /healthz within %s: %s", exampleBootTimeout, lastLine(inst.LastLogLine()))
 	}
 }
 

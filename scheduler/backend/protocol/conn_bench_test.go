@@ -1,4 +1,4 @@
-package replica
+package protocol
 
 import (
 	"bytes"
@@ -19,10 +19,10 @@ func BenchmarkInferHop(b *testing.B) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"ok":true}`))
 	}
-	viaPool := func(p *Process, req *http.Request) (*http.Response, func(bool), error) {
+	viaPool := func(p *Client, req *http.Request) (*http.Response, func(bool), error) {
 		return p.conns.roundTrip(req.Context(), req)
 	}
-	viaTransport := func(p *Process, req *http.Request) (*http.Response, func(bool), error) {
+	viaTransport := func(p *Client, req *http.Request) (*http.Response, func(bool), error) {
 		resp, err := p.client.Do(req)
 		if err != nil {
 			return nil, nil, err
@@ -31,9 +31,9 @@ func BenchmarkInferHop(b *testing.B) {
 	}
 	for _, c := range []struct {
 		name string
-		send func(*Process, *http.Request) (*http.Response, func(bool), error)
+		send func(*Client, *http.Request) (*http.Response, func(bool), error)
 	}{{"pool", viaPool}, {"net-http", viaTransport}} {
-		one := func(b *testing.B, p *Process) {
+		one := func(b *testing.B, p *Client) {
 			req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, p.baseURL+"/", bytes.NewReader(inputs))
 			if err != nil {
 				b.Error(err) // Error, not Fatal: RunParallel's goroutines call this too

@@ -1,7 +1,8 @@
-package replica
+package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"inferd/scheduler/backend"
 )
 
 func TestLogSinkKeepsNGenerations(t *testing.T) {
@@ -58,17 +61,22 @@ func TestTailLogReachesIntoOlderGenerations(t *testing.T) {
 		{5, []string{"c", "d", "e", "progress 10%", "progress 90%"}},
 		{100, []string{"a", "b", "c", "d", "e", "progress 10%", "progress 90%"}},
 	}
+	b := LogDir(dir)
+	size := int64(len("e\nprogress 10%\rprogress 90%"))
 	for _, tc := range tests {
-		got, err := TailLog(path, tc.n)
+		got, next, err := b.TailLog(backend.Log{Team: "acme", Project: "echo", Replica: "echo-1"}, tc.n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Equal(got, tc.want) {
-			t.Errorf("TailLog(%d) = %q, want %q", tc.n, got, tc.want)
+		if !slices.Equal(got, tc.want) || next != size {
+			t.Errorf("TailLog(%d) = %q, %d; want %q, %d", tc.n, got, next, tc.want, size)
 		}
 	}
-	if _, err := TailLog(LogPath(dir, "acme", "echo", "echo-9"), 10); !os.IsNotExist(err) {
-		t.Errorf("missing log: err %v, want not exist", err)
+	if _, _, err := b.TailLog(backend.Log{Team: "acme", Project: "echo", Replica: "echo-9"}, 10); !errors.Is(err, backend.ErrNoLog) {
+		t.Errorf("missing log: err %v, want ErrNoLog", err)
+	}
+	if _, _, err := b.TailLog(backend.Log{Team: "..", Project: "acme", Replica: "echo"}, 10); !errors.Is(err, backend.ErrNoLog) {
+		t.Errorf("a log outside the logs directory: err %v, want ErrNoLog", err)
 	}
 }
 
@@ -79,7 +87,7 @@ func TestTailLogDropsTheCutFirstLineOfALargeFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(path+".1", []byte("older\n"), 0o644)
-	got, err := TailLog(path, 10)
+	got, err := tailLog(path, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,16 +108,17 @@ func TestFindLogsNewestFirstPerTeam(t *testing.T) {
 		mod := now.Add(time.Duration([]int{-2, 0, -1}[i]) * time.Minute)
 		os.Chtimes(p, mod, mod)
 	}
+	b := LogDir(dir)
 	replicas := func(team string) []string {
 		t.Helper()
-		logs, err := FindLogs(dir, team, "echo")
+		logs, err := b.ReplicaLogs(team, "echo")
 		if err != nil {
 			t.Fatal(err)
 		}
 		var ids []string
 		for _, l := range logs {
-			if filepath.Base(l.Path) != l.Replica+".log" {
-				t.Errorf("path %s does not name replica %s", l.Path, l.Replica)
+			if _, err := os.Stat(LogPath(dir, l.Team, l.Project, l.Replica)); err != nil || l.Project != "echo" {
+				t.Errorf("log %+v does not name a log file: %v", l, err)
 			}
 			ids = append(ids, l.Replica)
 		}
@@ -124,15 +133,16 @@ func TestFindLogsNewestFirstPerTeam(t *testing.T) {
 	if got, want := replicas(""), []string{"echo-2", "echo-3", "echo-1"}; !slices.Equal(got, want) {
 		t.Errorf("the operator sees %v, want %v", got, want)
 	}
-	if logs, err := FindLogs(dir, "", "none"); err != nil || len(logs) != 0 {
+	if logs, err := b.ReplicaLogs("", "none"); err != nil || len(logs) != 0 {
 		t.Errorf("project without logs: %v, %v", logs, err)
 	}
-	if logs, err := FindLogs(filepath.Join(dir, "missing"), "", "echo"); err != nil || len(logs) != 0 {
+	missing := LogDir(filepath.Join(dir, "missing"))
+	if logs, err := missing.ReplicaLogs("", "echo"); err != nil || len(logs) != 0 {
 		t.Errorf("no logs directory yet: %v, %v", logs, err)
 	}
 }
 
-// syncBuffer collects what FollowLog writes, from its goroutine.
+// syncBuffer collects what followLog writes, from its goroutine.
 type syncBuffer struct {
 	mu sync.Mutex
 	b  strings.Builder
@@ -158,12 +168,12 @@ func TestFollowLogSeesAppendsAndRotation(t *testing.T) {
 	}
 	defer sink.Close()
 	sink.Write([]byte("before\n"))
-	from, _ := LogSize(path)
+	from, _ := logSize(path)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var out syncBuffer
 	done := make(chan error, 1)
-	go func() { done <- FollowLog(ctx, path, from, time.Millisecond, &out) }()
+	go func() { done <- followLog(ctx, path, from, time.Millisecond, &out) }()
 	waitFor := func(want string) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)

@@ -1,4 +1,4 @@
-package replica
+package local
 
 import (
 	"bytes"
@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"inferd/scheduler/backend"
 )
 
 // Replica logs on disk: dir/<team>/<project>/<replica>.log is the file being
@@ -24,9 +26,20 @@ import (
 
 const logSuffix = ".log"
 
+// followPoll is how often a followed log is checked for new output.
+const followPoll = 250 * time.Millisecond
+
 // LogPath returns the log file of a replica under the logs directory dir.
 func LogPath(dir, team, project, replica string) string {
 	return filepath.Join(dir, team, project, replica+logSuffix)
+}
+
+// logPath is where spec's replica logs to; "" = nowhere.
+func (b *Backend) logPath(spec backend.Spec) string {
+	if b.cfg.LogDir == "" {
+		return ""
+	}
+	return LogPath(b.cfg.LogDir, spec.TeamID, spec.ProjectID, spec.ReplicaID)
 }
 
 // generation returns the name of old generation n (n ≥ 1) of the log at path.
@@ -34,18 +47,93 @@ func generation(path string, n int) string {
 	return path + "." + strconv.Itoa(n)
 }
 
-// LogFile is one replica's current log file.
-type LogFile struct {
-	Replica string
-	Path    string
-	mod     time.Time
+// LogDir reads the replica logs kept under a directory, as backend.Logs: the
+// Backend's are read through one, and the admin commands read them with one
+// when no daemon runs. "" holds no logs.
+type LogDir string
+
+var _ backend.Logs = LogDir("")
+
+// ReplicaLogs lists project's replica logs; see backend.Logs. A name that
+// could not be a directory of ours (such as "..") has no logs.
+func (d LogDir) ReplicaLogs(team, project string) ([]backend.Log, error) {
+	if d == "" || !pathName(project) || (team != "" && !pathName(team)) {
+		return nil, nil
+	}
+	files, err := findLogs(string(d), team, project)
+	if err != nil {
+		return nil, err
+	}
+	logs := make([]backend.Log, len(files))
+	for i, f := range files {
+		logs[i] = f.log
+	}
+	return logs, nil
 }
 
-// FindLogs returns the logs of project's replicas under dir, the most
+// TailLog returns the last n lines of l; see backend.Logs.
+func (d LogDir) TailLog(l backend.Log, n int) (lines []string, next int64, err error) {
+	path, ok := d.pathOf(l)
+	if !ok {
+		return nil, 0, backend.ErrNoLog
+	}
+	// The size first: a follow from there repeats a line written meanwhile
+	// rather than miss it.
+	if next, err = logSize(path); err == nil {
+		lines, err = tailLog(path, n)
+	}
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil, 0, fmt.Errorf("replica %s of project %s: %w", l.Replica, l.Project, backend.ErrNoLog)
+	case err != nil:
+		return nil, 0, fmt.Errorf("read replica log: %w", err)
+	}
+	return lines, next, nil
+}
+
+// FollowLog writes what l gets after offset from; see backend.Logs.
+func (d LogDir) FollowLog(ctx context.Context, l backend.Log, from int64, w io.Writer) error {
+	path, ok := d.pathOf(l)
+	if !ok {
+		return backend.ErrNoLog
+	}
+	return followLog(ctx, path, from, followPoll, w)
+}
+
+// pathOf is the file of l, unless a name in l could step out of d.
+func (d LogDir) pathOf(l backend.Log) (string, bool) {
+	if d == "" || !pathName(l.Team) || !pathName(l.Project) || !pathName(l.Replica) {
+		return "", false
+	}
+	return LogPath(string(d), l.Team, l.Project, l.Replica), true
+}
+
+// ReplicaLogs lists the logs kept for project's replicas; see backend.Logs.
+func (b *Backend) ReplicaLogs(team, project string) ([]backend.Log, error) {
+	return LogDir(b.cfg.LogDir).ReplicaLogs(team, project)
+}
+
+// TailLog returns the last n lines of l; see backend.Logs.
+func (b *Backend) TailLog(l backend.Log, n int) ([]string, int64, error) {
+	return LogDir(b.cfg.LogDir).TailLog(l, n)
+}
+
+// FollowLog writes what l gets after offset from; see backend.Logs.
+func (b *Backend) FollowLog(ctx context.Context, l backend.Log, from int64, w io.Writer) error {
+	return LogDir(b.cfg.LogDir).FollowLog(ctx, l, from, w)
+}
+
+// logFile is one replica's current log file.
+type logFile struct {
+	log  backend.Log
+	path string
+	mod  time.Time
+}
+
+// findLogs returns the logs of project's replicas under dir, the most
 // recently written first: those kept for team, or for any team when team is
-// "" (the operator's view, which also finds a deleted project's logs). A
-// project without logs gives none and no error.
-func FindLogs(dir, team, project string) ([]LogFile, error) {
+// "".
+func findLogs(dir, team, project string) ([]logFile, error) {
 	teams := []string{team}
 	if team == "" {
 		entries, err := os.ReadDir(dir)
@@ -59,7 +147,7 @@ func FindLogs(dir, team, project string) ([]LogFile, error) {
 			}
 		}
 	}
-	var logs []LogFile
+	var logs []logFile
 	for _, t := range teams {
 		projectDir := filepath.Join(dir, t, project)
 		entries, err := os.ReadDir(projectDir)
@@ -78,29 +166,30 @@ func FindLogs(dir, team, project string) ([]LogFile, error) {
 			if err != nil {
 				continue // removed meanwhile
 			}
-			logs = append(logs, LogFile{Replica: id, Path: filepath.Join(projectDir, e.Name()), mod: info.ModTime()})
+			logs = append(logs, logFile{
+				log:  backend.Log{Team: t, Project: project, Replica: id},
+				path: filepath.Join(projectDir, e.Name()),
+				mod:  info.ModTime(),
+			})
 		}
 	}
-	slices.SortFunc(logs, func(a, b LogFile) int {
+	slices.SortFunc(logs, func(a, b logFile) int {
 		if c := b.mod.Compare(a.mod); c != 0 {
 			return c
 		}
-		return strings.Compare(a.Path, b.Path)
+		return strings.Compare(a.path, b.path)
 	})
 	return logs, nil
 }
 
-// Bounds of what TailLog reads and returns.
-const (
-	tailChunk        = 256 << 10 // bytes read from the end of each generation
-	MaxTailLineBytes = 2000      // longer lines are cut
-)
+// tailChunk is how much tailLog reads from the end of each generation.
+const tailChunk = 256 << 10
 
-// TailLog returns the last n lines of the log at path, reaching into older
+// tailLog returns the last n lines of the log at path, reaching into older
 // generations (path.1, path.2, ...) when the current file has fewer. Lines
-// are valid UTF-8 and at most MaxTailLineBytes long. A log that does not
-// exist is os.ErrNotExist.
-func TailLog(path string, n int) ([]string, error) {
+// are valid UTF-8 and at most backend.MaxLogLineBytes long. A log that does
+// not exist is os.ErrNotExist.
+func tailLog(path string, n int) ([]string, error) {
 	var lines []string
 	for gen := 0; len(lines) < n; gen++ {
 		name := path
@@ -160,19 +249,19 @@ func splitLines(b []byte, cut bool) []string {
 	parts := bytes.FieldsFunc(b, func(r rune) bool { return r == '\n' || r == '\r' })
 	out := make([]string, 0, len(parts))
 	for _, p := range parts {
-		if len(p) > MaxTailLineBytes {
-			p = p[:MaxTailLineBytes]
+		if len(p) > backend.MaxLogLineBytes {
+			p = p[:backend.MaxLogLineBytes]
 		}
 		out = append(out, strings.ToValidUTF8(string(p), "\uFFFD"))
 	}
 	return out
 }
 
-// FollowLog writes to w what is appended to the log at path after its first
+// followLog writes to w what is appended to the log at path after its first
 // `from` bytes, until ctx ends or a write to w fails. It checks for growth
 // every poll; when the file is rotated (it shrinks or is replaced), it goes on
 // from the start of the new file. It returns nil when ctx ends.
-func FollowLog(ctx context.Context, path string, from int64, poll time.Duration, w io.Writer) error {
+func followLog(ctx context.Context, path string, from int64, poll time.Duration, w io.Writer) error {
 	var (
 		f    *os.File
 		prev os.FileInfo
@@ -230,9 +319,9 @@ func copyFrom(w io.Writer, f *os.File, from int64) (int64, error) {
 	return io.Copy(w, io.NewSectionReader(f, from, st.Size()-from))
 }
 
-// LogSize returns the current size of the log at path, where a follow that
+// logSize returns the current size of the log at path, where a follow that
 // shows only new output starts.
-func LogSize(path string) (int64, error) {
+func logSize(path string) (int64, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return 0, err

@@ -1,4 +1,4 @@
-package replica
+package local
 
 import (
 	"bytes"
@@ -27,7 +27,7 @@ type pidFile struct {
 // pidFilePath is where the pid file of replica id lives.
 func pidFilePath(runDir, id string) string { return filepath.Join(runDir, id+".pid") }
 
-// writePidFile writes rec atomically (temp file, then rename), so that KillOrphans
+// writePidFile writes rec atomically (temp file, then rename), so that killOrphans
 // never reads half a record.
 func writePidFile(runDir string, rec pidFile) error {
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
@@ -49,18 +49,18 @@ func writePidFile(runDir string, rec pidFile) error {
 	return nil
 }
 
-// orphanWait bounds how long KillOrphans waits for killed groups to disappear, so
+// orphanWait bounds how long killOrphans waits for killed groups to disappear, so
 // that the GPU memory they held is free before new replicas are placed.
 const orphanWait = 2 * time.Second
 
-// KillOrphans kills the process groups of replicas started by a previous daemon that
+// killOrphans kills the process groups of replicas started by a previous daemon that
 // died without stopping them, as recorded by the pid files in runDir, and removes
 // those files. Call it at daemon start, before starting any replica with the same
 // runDir. A group is killed only while one of its members has INFERD_REPLICA_ID=<id>
 // in its environment, so a recycled pid is left alone; when /proc cannot be read
 // nothing is killed. It returns the number of groups killed, after waiting briefly
 // for them to be gone. A missing runDir is not an error.
-func KillOrphans(runDir string, log zerolog.Logger) (int, error) {
+func killOrphans(runDir string, log zerolog.Logger) (int, error) {
 	entries, err := os.ReadDir(runDir)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil

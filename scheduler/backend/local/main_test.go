@@ -1,4 +1,4 @@
-package replica
+package local
 
 import (
 	"bytes"
@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"inferd/scheduler/backend"
+	"inferd/store"
 )
 
 // testDeadline bounds every wait in these tests; a healthy run needs a fraction.
@@ -43,7 +46,7 @@ func waitNoProcessGoroutines(limit time.Duration) string {
 		buf = buf[:runtime.Stack(buf, true)]
 		var leaked []string
 		for _, g := range bytes.Split(buf, []byte("\n\n")) {
-			if bytes.Contains(g, []byte("scheduler/replica.(*Process)")) {
+			if bytes.Contains(g, []byte("backend/local.(*Process)")) {
 				leaked = append(leaked, string(g))
 			}
 		}
@@ -67,57 +70,63 @@ var python = sync.OnceValues(func() (string, error) {
 	return strings.TrimSpace(string(out)), nil
 })
 
-// echoSpec returns a Spec running examples/echo/server.py with its log and pid file
-// under a test directory, or skips the test when python3 is absent.
-func echoSpec(t *testing.T, id string) Spec {
+// testBackend returns a backend with its logs and pid files under a test directory,
+// whose models run as the test's own user.
+func testBackend(t *testing.T) *Backend {
+	t.Helper()
+	dir := t.TempDir()
+	b, err := New(Config{LogDir: filepath.Join(dir, "logs"), RunDir: filepath.Join(dir, "run"), User: "root"}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// echoSpec returns a Spec running examples/echo/server.py, or skips the test when
+// python3 is absent.
+func echoSpec(t *testing.T, id string) backend.Spec {
 	t.Helper()
 	py, err := python()
 	if err != nil {
 		t.Skipf("python3 is needed to run examples/echo: %v", err)
 	}
-	server, err := filepath.Abs("../../examples/echo/server.py")
+	server, err := filepath.Abs("../../../examples/echo/server.py")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	return Spec{
-		ID:        id,
+	return backend.Spec{
+		ReplicaID: id,
 		ProjectID: "proj-" + id,
-		Command:   []string{py, server},
-		Dir:       dir,
-		LogPath:   filepath.Join(dir, "logs", id+".log"),
-		RunDir:    filepath.Join(dir, "run"),
+		TeamID:    "team",
+		Model:     store.ModelSpec{Command: []string{py, server}, Dir: t.TempDir()},
 	}
 }
 
-// shSpec returns a Spec running a shell script, with its log and pid file under a
-// test directory.
-func shSpec(t *testing.T, id, script string) Spec {
-	t.Helper()
-	dir := t.TempDir()
-	return Spec{
-		ID:      id,
-		Command: []string{"sh", "-c", script},
-		LogPath: filepath.Join(dir, id+".log"),
-		RunDir:  filepath.Join(dir, "run"),
+// shSpec returns a Spec running a shell script.
+func shSpec(id, script string) backend.Spec {
+	return backend.Spec{
+		ReplicaID: id,
+		ProjectID: "proj-" + id,
+		TeamID:    "team",
+		Model:     store.ModelSpec{Command: []string{"sh", "-c", script}},
 	}
 }
 
-// startModel starts spec and stops the process when the test ends.
-func startModel(t *testing.T, spec Spec) *Process {
+// startModel starts spec on b and stops the process when the test ends.
+func startModel(t *testing.T, b *Backend, spec backend.Spec) *Process {
 	t.Helper()
-	p, err := Start(spec, testLogger(t))
+	p, err := b.start(spec)
 	if err != nil {
-		t.Fatalf("Start: %v", err)
+		t.Fatalf("start: %v", err)
 	}
-	t.Cleanup(func() { p.Stop(5 * time.Second) })
+	t.Cleanup(func() { p.stop(5 * time.Second) })
 	return p
 }
 
-// startReady starts spec and waits until the model is ready.
-func startReady(t *testing.T, spec Spec) *Process {
+// startReady starts spec on b and waits until the model is ready.
+func startReady(t *testing.T, b *Backend, spec backend.Spec) *Process {
 	t.Helper()
-	p := startModel(t, spec)
+	p := startModel(t, b, spec)
 	waitReady(t, p)
 	return p
 }

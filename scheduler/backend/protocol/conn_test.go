@@ -1,4 +1,4 @@
-package replica
+package protocol
 
 import (
 	"bufio"
@@ -11,10 +11,16 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"inferd/scheduler/backend"
 )
 
 // countingListener is the model's listener, with a count of the connections the
@@ -37,51 +43,45 @@ func listen(t testing.TB) *countingListener {
 	return &countingListener{Listener: ln}
 }
 
-// poolProcess returns a Process whose Infer goes to ln, without a model process
-// behind it: these tests are about the connections, the model is a Go server.
-// Every connection its pool dials is counted in ln.dialled.
-func poolProcess(t testing.TB, ln *countingListener) *Process {
-	addr := ln.Addr().String()
+// poolClient returns a Client whose calls go to ln: these tests are about the
+// connections, the model is a Go server. Every connection it dials, through its
+// pool or through net/http for large requests, is counted in ln.dialled.
+func poolClient(t testing.TB, ln *countingListener) *Client {
 	count := func(string, string, syscall.RawConn) error {
 		ln.dialled.Add(1)
 		return nil
 	}
-	// Large requests go through net/http: its dials count too.
-	tr := &http.Transport{DialContext: (&net.Dialer{Control: count}).DialContext}
-	t.Cleanup(tr.CloseIdleConnections)
-	p := &Process{
-		spec:     Spec{ID: "pool", InferPath: "/"},
-		log:      testLogger(t),
-		baseURL:  "http://" + addr,
-		client:   &http.Client{Transport: tr},
-		conns:    newConnPool(addr, dialTimeout, maxIdleConns, idleConnTimeout),
-		maxReply: maxReplyBytes,
-		exited:   make(chan struct{}),
+	c, err := New(Config{
+		Addr: ln.Addr().String(),
+		Dial: (&net.Dialer{Timeout: dialTimeout, Control: count}).DialContext,
+		Log:  zerolog.New(zerolog.NewTestWriter(t)),
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	p.conns.dialer.Control = count
-	t.Cleanup(p.conns.close)
-	return p
+	t.Cleanup(c.Close)
+	return c
 }
 
-// serve runs h on a counting listener and returns a Process calling it.
-func serve(t testing.TB, h http.HandlerFunc) (*Process, *countingListener) {
+// serve runs h on a counting listener and returns a Client calling it.
+func serve(t testing.TB, h http.HandlerFunc) (*Client, *countingListener) {
 	t.Helper()
 	ln := listen(t)
 	srv := httptest.NewUnstartedServer(h)
 	srv.Listener = ln
 	srv.Start()
 	t.Cleanup(srv.Close)
-	return poolProcess(t, ln), ln
+	return poolClient(t, ln), ln
 }
 
 // idleConns is how many connections the pool keeps for reuse.
-func idleConns(p *Process) int {
+func idleConns(p *Client) int {
 	p.conns.mu.Lock()
 	defer p.conns.mu.Unlock()
 	return len(p.conns.idle)
 }
 
-func mustInfer(t *testing.T, p *Process, inputs string) string {
+func mustInfer(t *testing.T, p *Client, inputs string) string {
 	t.Helper()
 	out, err := p.Infer(context.Background(), json.RawMessage(inputs))
 	if err != nil {
@@ -170,7 +170,7 @@ func TestPoolSkipsConnectionsTheModelClosedWhileIdle(t *testing.T) {
 			}()
 		}
 	}()
-	p := poolProcess(t, ln)
+	p := poolClient(t, ln)
 	for i := range 5 {
 		if got := mustInfer(t, p, `{}`); got != "true" {
 			t.Fatalf("call %d: got %s", i, got)
@@ -236,9 +236,9 @@ func TestPoolDoesNotReuseAConnectionWithAnUnreadBody(t *testing.T) {
 		body    string
 		wantErr func(error) bool
 	}{
-		{"oversize reply", 200, big, func(err error) bool { return errors.Is(err, ErrInvalidReply) }},
+		{"oversize reply", 200, big, func(err error) bool { return errors.Is(err, backend.ErrInvalidReply) }},
 		{"error body over a KiB", 500, big, func(err error) bool {
-			var he *HTTPError
+			var he *backend.HTTPError
 			return errors.As(err, &he) && he.Status == 500 && len(he.Body) == errorBodyBytes
 		}},
 	}
@@ -249,7 +249,7 @@ func TestPoolDoesNotReuseAConnectionWithAnUnreadBody(t *testing.T) {
 				w.WriteHeader(tt.status)
 				w.Write([]byte(tt.body))
 			})
-			p.maxReply = 1 << 10
+			p.cfg.MaxReplyBytes = 1 << 10
 			if _, err := p.Infer(context.Background(), json.RawMessage(`{}`)); !tt.wantErr(err) {
 				t.Fatalf("Infer: %v", err)
 			}
@@ -272,7 +272,7 @@ func TestPoolReusesAConnectionAfterACompleteErrorReply(t *testing.T) {
 		http.Error(w, "bad input", http.StatusBadRequest)
 	})
 	for range 3 {
-		var he *HTTPError
+		var he *backend.HTTPError
 		if _, err := p.Infer(context.Background(), json.RawMessage(`{}`)); !errors.As(err, &he) || he.Status != 400 || he.Body != "bad input\n" {
 			t.Fatalf("Infer: %v, want HTTP 400 bad input", err)
 		}
@@ -329,9 +329,8 @@ func TestPoolLeavesLargeRequestsToNetHTTP(t *testing.T) {
 }
 
 // http10Model is a model on Python's http.server as shipped: HTTP/1.0, so it closes
-// the connection after every reply.
+// the connection after every reply. It prints its port once it listens.
 const http10Model = `
-import os
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 class H(BaseHTTPRequestHandler):
@@ -347,17 +346,34 @@ class H(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
-HTTPServer(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
+srv = HTTPServer(("127.0.0.1", 0), H)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
 `
 
 func TestInferOnAModelThatClosesEveryConnection(t *testing.T) {
-	py, err := python()
+	py, err := exec.LookPath("python3")
 	if err != nil {
 		t.Skipf("python3 is needed: %v", err)
 	}
-	spec := shSpec(t, "http10", "")
-	spec.Command = []string{py, "-c", http10Model}
-	p := startReady(t, spec)
+	model := exec.Command(py, "-c", http10Model)
+	out, err := model.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := model.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { model.Process.Kill(); model.Wait() })
+	port, err := bufio.NewReader(out).ReadString('\n') // it listens once it says so
+	if err != nil {
+		t.Fatalf("model printed no port: %v", err)
+	}
+	p, err := New(Config{Addr: "127.0.0.1:" + strings.TrimSpace(port)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
 	for i := range 20 {
 		in := fmt.Sprintf(`{"i":%d}`, i)
 		if got := mustInfer(t, p, in); got != in {
@@ -366,5 +382,19 @@ func TestInferOnAModelThatClosesEveryConnection(t *testing.T) {
 	}
 	if n := idleConns(p); n != 0 {
 		t.Fatalf("%d connections pooled from an HTTP/1.0 model", n)
+	}
+}
+
+// waitFor polls cond until it holds or 15 s have passed.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
 	}
 }

@@ -1,4 +1,4 @@
-package replica
+package local
 
 import (
 	"context"
@@ -14,6 +14,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"inferd/scheduler/backend"
+	"inferd/store"
 )
 
 // potassiumReply is what examples/potassium/app.py answers.
@@ -25,9 +28,9 @@ type potassiumReply struct {
 }
 
 // potassiumSpec returns a Spec running examples/potassium/app.py (an unmodified
-// Potassium app on the framework's test double) with its log under dir, or skips the
-// test when python3 or Flask is missing.
-func potassiumSpec(t *testing.T, dir, id string) Spec {
+// Potassium app on the framework's test double), or skips the test when python3 or
+// Flask is missing.
+func potassiumSpec(t *testing.T, id string) backend.Spec {
 	t.Helper()
 	py, err := python()
 	if err != nil {
@@ -36,18 +39,15 @@ func potassiumSpec(t *testing.T, dir, id string) Spec {
 	if out, err := exec.Command(py, "-c", "import flask, werkzeug").CombinedOutput(); err != nil {
 		t.Skipf("flask and werkzeug are needed to run examples/potassium: %v: %s", err, out)
 	}
-	app, err := filepath.Abs("../../examples/potassium")
+	app, err := filepath.Abs("../../../examples/potassium")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Spec{
-		ID:        id,
+	return backend.Spec{
+		ReplicaID: id,
 		ProjectID: "proj-potassium",
-		Command:   []string{py, "app.py"},
-		Dir:       app,
-		Protocol:  ProtocolPotassium,
-		LogPath:   filepath.Join(dir, "logs", id+".log"),
-		RunDir:    filepath.Join(dir, "run"),
+		TeamID:    "team",
+		Model:     store.ModelSpec{Command: []string{py, "app.py"}, Dir: app, Protocol: store.ProtocolPotassium},
 	}
 }
 
@@ -66,27 +66,18 @@ func potassiumInfer(t *testing.T, p *Process, inputs string) potassiumReply {
 	return r
 }
 
-func TestPotassiumDefaults(t *testing.T) {
-	spec, err := Spec{ID: "r1", Command: []string{"m"}, Protocol: "potassium"}.withDefaults()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if spec.HealthPath != "/__status__" || spec.InferPath != "/" {
-		t.Errorf("health, infer path = %q, %q; want /__status__, /", spec.HealthPath, spec.InferPath)
-	}
-}
-
 func TestPotassiumShimIsWrittenOnceAndPrependedToPythonPath(t *testing.T) {
-	dir := t.TempDir()
-	spec := Spec{ID: "r1", LogPath: filepath.Join(dir, "logs", "r1.log"), Env: map[string]string{"PYTHONPATH": "/opt/lib"}}
+	b := testBackend(t)
+	spec := shSpec("r1", "")
+	spec.Model.Env = map[string]string{"PYTHONPATH": "/opt/lib"}
 	for range 2 {
-		got, err := preparePotassium(spec)
+		got, err := b.preparePotassium(spec)
 		if err != nil {
 			t.Fatal(err)
 		}
-		shimDir := filepath.Join(dir, "logs", ".potassium-shim")
-		if want := shimDir + ":/opt/lib"; got.Env["PYTHONPATH"] != want {
-			t.Errorf("PYTHONPATH = %q, want %q", got.Env["PYTHONPATH"], want)
+		shimDir := filepath.Join(b.cfg.LogDir, "team", "proj-r1", ".potassium-shim")
+		if want := shimDir + ":/opt/lib"; got["PYTHONPATH"] != want {
+			t.Errorf("PYTHONPATH = %q, want %q", got["PYTHONPATH"], want)
 		}
 		b, err := os.ReadFile(filepath.Join(shimDir, "sitecustomize.py"))
 		if err != nil || string(b) != string(potassiumShim) {
@@ -96,33 +87,21 @@ func TestPotassiumShimIsWrittenOnceAndPrependedToPythonPath(t *testing.T) {
 			t.Errorf("shim dir holds %d files, want 1", len(files))
 		}
 	}
-	if spec.Env["PYTHONPATH"] != "/opt/lib" {
+	if spec.Model.Env["PYTHONPATH"] != "/opt/lib" {
 		t.Error("preparePotassium changed the caller's Env map")
-	}
-}
-
-func TestLastTracebackLine(t *testing.T) {
-	for in, want := range map[string]string{
-		"Traceback (most recent call last):\n  File \"x\"\nValueError: bad prompt\n\n": "ValueError: bad prompt",
-		"  KeyError: 'x'  \r\n": "KeyError: 'x'",
-		"":                      "",
-	} {
-		if got := lastTracebackLine(in); got != want {
-			t.Errorf("lastTracebackLine(%q) = %q, want %q", in, got, want)
-		}
 	}
 }
 
 // TestPotassiumReplicasRunSideBySide runs two replicas of one unmodified Potassium
 // app (both ask for port 8000) and checks the protocol end to end.
 func TestPotassiumReplicasRunSideBySide(t *testing.T) {
-	dir := t.TempDir()
-	a := startModel(t, potassiumSpec(t, dir, "pot-a"))
-	b := startModel(t, potassiumSpec(t, dir, "pot-b"))
+	be := testBackend(t)
+	a := startModel(t, be, potassiumSpec(t, "pot-a"))
+	b := startModel(t, be, potassiumSpec(t, "pot-b"))
 	waitReady(t, a)
 	waitReady(t, b)
-	if a.Port() == b.Port() || a.Port() == 8000 || b.Port() == 8000 {
-		t.Fatalf("ports %d and %d", a.Port(), b.Port())
+	if a.port == b.port || a.port == 8000 || b.port == 8000 {
+		t.Fatalf("ports %d and %d", a.port, b.port)
 	}
 
 	t.Run("overlapping calls are served by different replicas", func(t *testing.T) {
@@ -138,8 +117,8 @@ func TestPotassiumReplicasRunSideBySide(t *testing.T) {
 		}
 		for i, p := range []*Process{a, b} {
 			r := replies[i]
-			if r.Pid != p.Pid() || r.Replica != p.ID() || r.Echo["n"] != float64(i) {
-				t.Errorf("reply %d = %+v; want pid %d, replica %s", i, r, p.Pid(), p.ID())
+			if r.Pid != p.pid || r.Replica != p.spec.ReplicaID || r.Echo["n"] != float64(i) {
+				t.Errorf("reply %d = %+v; want pid %d, replica %s", i, r, p.pid, p.spec.ReplicaID)
 			}
 			if len(r.RequestID) != 36 {
 				t.Errorf("request id %q is not a uuid", r.RequestID)
@@ -154,13 +133,13 @@ func TestPotassiumReplicasRunSideBySide(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
 		defer cancel()
 		_, err := a.Infer(ctx, json.RawMessage(`{"raise": true}`))
-		var exc *ExceptionError
+		var exc *backend.ExceptionError
 		if !errors.As(err, &exc) || exc.LastLine != "ValueError: bad prompt" {
 			t.Fatalf("Infer = %v (%T); want *ExceptionError with ValueError: bad prompt", err, err)
 		}
 		// The full traceback is in the replica log, printed by the app.
 		waitFor(t, "traceback in the log", func() bool {
-			b, _ := os.ReadFile(filepath.Join(dir, "logs", "pot-a.log"))
+			b, _ := os.ReadFile(be.logPath(a.spec))
 			return strings.Contains(string(b), "Traceback (most recent call last)") &&
 				strings.Contains(string(b), `raise ValueError("bad prompt")`)
 		})
@@ -170,7 +149,7 @@ func TestPotassiumReplicasRunSideBySide(t *testing.T) {
 		}
 	})
 
-	base := func(p *Process) string { return "http://127.0.0.1:" + strconv.Itoa(p.Port()) }
+	base := func(p *Process) string { return "http://127.0.0.1:" + strconv.Itoa(p.port) }
 	post := func(t *testing.T, url, body string) (int, string) {
 		t.Helper()
 		resp, err := http.Post(url, "application/json", strings.NewReader(body))

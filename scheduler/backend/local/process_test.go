@@ -1,4 +1,4 @@
-package replica
+package local
 
 import (
 	"context"
@@ -9,12 +9,15 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"inferd/scheduler/backend"
 )
 
 // echoReply is what examples/echo answers to a plain call.
@@ -44,32 +47,33 @@ func infer(t *testing.T, p *Process, inputs string) echoReply {
 }
 
 func TestStartedModelBecomesReadyAndEchoes(t *testing.T) {
+	b := testBackend(t)
 	spec := echoSpec(t, "echo-1")
-	spec.Env = map[string]string{"GREETING": "hello"}
-	p := startReady(t, spec)
+	spec.Model.Env = map[string]string{"GREETING": "hello"}
+	p := startReady(t, b, spec)
 
-	if p.ID() != "echo-1" || p.Pid() <= 0 || p.Port() <= 0 {
-		t.Fatalf("ID, Pid, Port = %q, %d, %d", p.ID(), p.Pid(), p.Port())
+	if p.Info().Pid != p.pid || p.pid <= 0 || p.port <= 0 {
+		t.Fatalf("Info, Pid, Port = %+v, %d, %d", p.Info(), p.pid, p.port)
 	}
 	for i := range 3 { // repeated calls share a kept-alive connection
 		r := infer(t, p, fmt.Sprintf(`{"n": %d, "text": "hi"}`, i))
 		if r.Echo["n"] != float64(i) || r.Echo["text"] != "hi" {
 			t.Errorf("echo = %v", r.Echo)
 		}
-		if r.Greeting == nil || *r.Greeting != "hello" || r.Replica != "echo-1" || r.Pid != p.Pid() {
-			t.Errorf("greeting, replica, pid = %v, %q, %d; want hello, echo-1, %d", r.Greeting, r.Replica, r.Pid, p.Pid())
+		if r.Greeting == nil || *r.Greeting != "hello" || r.Replica != "echo-1" || r.Pid != p.pid {
+			t.Errorf("greeting, replica, pid = %v, %q, %d; want hello, echo-1, %d", r.Greeting, r.Replica, r.Pid, p.pid)
 		}
 	}
-	if got := p.LastLogLine(); got != fmt.Sprintf("echo model listening on 127.0.0.1:%d", p.Port()) {
+	if got := p.LastLogLine(); got != fmt.Sprintf("echo model listening on 127.0.0.1:%d", p.port) {
 		t.Errorf("LastLogLine = %q", got)
 	}
-	pidFile := spec.RunDir + "/echo-1.pid"
+	pidFile := b.cfg.RunDir + "/echo-1.pid"
 	rec, err := readPidFile(pidFile)
-	if err != nil || rec.Pid != p.Pid() || rec.Pgid != p.Pid() || rec.ID != "echo-1" {
+	if err != nil || rec.Pid != p.pid || rec.Pgid != p.pid || rec.ID != "echo-1" {
 		t.Errorf("pid file = %+v, %v", rec, err)
 	}
 
-	p.Stop(5 * time.Second)
+	p.stop(5 * time.Second)
 	if !closed(p.Exited()) {
 		t.Fatal("Stop returned before Exited")
 	}
@@ -79,10 +83,11 @@ func TestStartedModelBecomesReadyAndEchoes(t *testing.T) {
 	if _, err := os.Stat(pidFile); !os.IsNotExist(err) {
 		t.Errorf("pid file still there after exit: %v", err)
 	}
-	if log, _ := os.ReadFile(spec.LogPath); !strings.Contains(string(log), "echo model listening") {
-		t.Errorf("log file = %q", log)
+	logPath := filepath.Join(b.cfg.LogDir, "team", "proj-echo-1", "echo-1.log")
+	if log, _ := os.ReadFile(logPath); !strings.Contains(string(log), "echo model listening") {
+		t.Errorf("log file %s = %q", logPath, log)
 	}
-	if _, err := p.Infer(context.Background(), json.RawMessage(`{}`)); !errors.Is(err, ErrExited) {
+	if _, err := p.Infer(context.Background(), json.RawMessage(`{}`)); !errors.Is(err, backend.ErrExited) {
 		t.Errorf("Infer after Stop = %v, want ErrExited", err)
 	}
 }
@@ -92,15 +97,15 @@ func TestModelSeesOnlyAllowlistedEnvironment(t *testing.T) {
 	t.Setenv("SOME_DAEMON_SETTING", "x")
 	spec := echoSpec(t, "env-1")
 	spec.ProjectID = "proj-env"
-	spec.GPUUUIDs = []string{"GPU-1111", "GPU-2222"}
-	spec.Env = map[string]string{"GREETING": "hi"}
-	p := startReady(t, spec)
+	spec.GPUs = []string{"GPU-1111", "GPU-2222"}
+	spec.Model.Env = map[string]string{"GREETING": "hi"}
+	p := startReady(t, testBackend(t), spec)
 
 	tests := []struct {
 		name string
 		want *string // nil = unset
 	}{
-		{"PORT", ptr(strconv.Itoa(p.Port()))},
+		{"PORT", ptr(strconv.Itoa(p.port))},
 		{"INFERD_REPLICA_ID", ptr("env-1")},
 		{"INFERD_PROJECT_ID", ptr("proj-env")},
 		{"CUDA_VISIBLE_DEVICES", ptr("GPU-1111,GPU-2222")},
@@ -134,8 +139,9 @@ func deref(s *string) any {
 }
 
 func TestInferReportsModelFailures(t *testing.T) {
-	p := startReady(t, echoSpec(t, "errs-1"))
-	p.maxReply = 1 << 20 // set before any call; a 64 MiB reply would make a slow test
+	b := testBackend(t)
+	b.maxReplyBytes = 1 << 20 // a 64 MiB reply would make a slow test
+	p := startReady(t, b, echoSpec(t, "errs-1"))
 
 	tests := []struct {
 		name    string
@@ -147,7 +153,7 @@ func TestInferReportsModelFailures(t *testing.T) {
 			name:   "500 becomes HTTPError with body",
 			inputs: `{"fail": "out of cheese"}`,
 			check: func(t *testing.T, _ json.RawMessage, err error) {
-				var he *HTTPError
+				var he *backend.HTTPError
 				if !errors.As(err, &he) || he.Status != 500 || he.Body != `{"error": "out of cheese"}` {
 					t.Fatalf("err = %#v, want HTTPError 500 with the body", err)
 				}
@@ -157,7 +163,7 @@ func TestInferReportsModelFailures(t *testing.T) {
 			name:   "bad inputs become HTTPError 400",
 			inputs: `[1, 2]`,
 			check: func(t *testing.T, _ json.RawMessage, err error) {
-				var he *HTTPError
+				var he *backend.HTTPError
 				if !errors.As(err, &he) || he.Status != 400 || !strings.Contains(he.Body, "must be a JSON object") {
 					t.Fatalf("err = %v, want HTTPError 400", err)
 				}
@@ -167,7 +173,7 @@ func TestInferReportsModelFailures(t *testing.T) {
 			name:   "non-JSON reply is invalid",
 			inputs: `{"raw": "plain text"}`,
 			check: func(t *testing.T, _ json.RawMessage, err error) {
-				if !errors.Is(err, ErrInvalidReply) || !strings.Contains(err.Error(), "plain text") {
+				if !errors.Is(err, backend.ErrInvalidReply) || !strings.Contains(err.Error(), "plain text") {
 					t.Fatalf("err = %v, want ErrInvalidReply quoting the reply", err)
 				}
 			},
@@ -185,7 +191,7 @@ func TestInferReportsModelFailures(t *testing.T) {
 			name:   "reply over the cap",
 			inputs: `{"bytes": 2000000}`,
 			check: func(t *testing.T, _ json.RawMessage, err error) {
-				if !errors.Is(err, ErrInvalidReply) || !strings.Contains(err.Error(), "larger than") {
+				if !errors.Is(err, backend.ErrInvalidReply) || !strings.Contains(err.Error(), "larger than") {
 					t.Fatalf("err = %v, want ErrInvalidReply for size", err)
 				}
 			},
@@ -225,12 +231,12 @@ func TestInferReportsModelFailures(t *testing.T) {
 }
 
 func TestInferReturnsErrExitedWhenModelCrashesMidCall(t *testing.T) {
-	p := startReady(t, echoSpec(t, "crash-1"))
+	p := startReady(t, testBackend(t), echoSpec(t, "crash-1"))
 	ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
 	defer cancel()
 
 	_, err := p.Infer(ctx, json.RawMessage(`{"crash": true}`))
-	if !errors.Is(err, ErrExited) || !strings.Contains(err.Error(), "exit status 3") {
+	if !errors.Is(err, backend.ErrExited) || !strings.Contains(err.Error(), "exit status 3") {
 		t.Fatalf("err = %v, want ErrExited with exit status 3", err)
 	}
 	if !closed(p.Exited()) {
@@ -271,15 +277,16 @@ func TestBootFailures(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			b := testBackend(t)
 			spec := echoSpec(t, "boot-1")
-			spec.Env = tc.env
-			p := startModel(t, spec)
+			spec.Model.Env = tc.env
+			p := startModel(t, b, spec)
 			if tc.stopAfter {
 				if tc.env["NEVER_READY"] != "" {
 					waitHealth(t, p, http.StatusServiceUnavailable)
 				}
 				start := time.Now()
-				p.Stop(10 * time.Second)
+				p.stop(10 * time.Second)
 				if d := time.Since(start); d > 5*time.Second {
 					t.Errorf("Stop took %v: SIGTERM was not honoured", d)
 				}
@@ -294,7 +301,7 @@ func TestBootFailures(t *testing.T) {
 			if got := p.LastLogLine(); tc.wantLine != "" && got != tc.wantLine {
 				t.Errorf("LastLogLine = %q, want %q", got, tc.wantLine)
 			}
-			if _, err := os.Stat(pidFilePath(spec.RunDir, spec.ID)); !os.IsNotExist(err) {
+			if _, err := os.Stat(pidFilePath(b.cfg.RunDir, spec.ReplicaID)); !os.IsNotExist(err) {
 				t.Errorf("pid file left after exit: %v", err)
 			}
 		})
@@ -306,7 +313,7 @@ func TestBootFailures(t *testing.T) {
 func waitHealth(t *testing.T, p *Process, status int) {
 	t.Helper()
 	client := &http.Client{Timeout: time.Second}
-	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", p.Port())
+	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", p.port)
 	waitFor(t, fmt.Sprintf("health check to answer %d", status), func() bool {
 		resp, err := client.Get(url)
 		if err != nil {
@@ -323,7 +330,7 @@ func TestLeakedChildrenDieWithTheReplica(t *testing.T) {
 		name string
 		end  func(t *testing.T, p *Process)
 	}{
-		{"stopped", func(t *testing.T, p *Process) { p.Stop(5 * time.Second) }},
+		{"stopped", func(t *testing.T, p *Process) { p.stop(5 * time.Second) }},
 		{"crashed", func(t *testing.T, p *Process) {
 			p.Infer(context.Background(), json.RawMessage(`{"crash": true}`))
 			waitExited(t, p)
@@ -331,7 +338,7 @@ func TestLeakedChildrenDieWithTheReplica(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := startReady(t, echoSpec(t, "spawn-1"))
+			p := startReady(t, testBackend(t), echoSpec(t, "spawn-1"))
 			child := infer(t, p, `{"spawn": true}`).Child
 			if child <= 0 || processGone(child) {
 				t.Fatalf("spawned child %d not running", child)
@@ -344,7 +351,7 @@ func TestLeakedChildrenDieWithTheReplica(t *testing.T) {
 
 func TestStopEscalatesToKillAndIsIdempotent(t *testing.T) {
 	// The ignored SIGTERM is inherited by sleep, so only SIGKILL ends the group.
-	p := startModel(t, shSpec(t, "stubborn-1", `trap "" TERM; echo trapped; while :; do sleep 1; done`))
+	p := startModel(t, testBackend(t), shSpec("stubborn-1", `trap "" TERM; echo trapped; while :; do sleep 1; done`))
 	waitFor(t, "the trap to be set", func() bool { return p.LastLogLine() == "trapped" })
 
 	const grace = 300 * time.Millisecond
@@ -352,7 +359,7 @@ func TestStopEscalatesToKillAndIsIdempotent(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 3 {
 		wg.Go(func() {
-			p.Stop(grace)
+			p.stop(grace)
 			if !closed(p.Exited()) {
 				t.Error("Stop returned before Exited")
 			}
@@ -365,16 +372,17 @@ func TestStopEscalatesToKillAndIsIdempotent(t *testing.T) {
 	if got := fmt.Sprint(p.ExitErr()); got != "signal: killed" {
 		t.Errorf("ExitErr = %s, want signal: killed", got)
 	}
-	p.Stop(grace) // after exit: returns at once
+	p.stop(grace) // after exit: returns at once
 }
 
 func TestLogFileRotatesAtCap(t *testing.T) {
 	// About 300 KB in all, far more than the cap plus one pipe read, even when the
 	// copier falls behind and reads 32 KiB at a time.
 	pad := strings.Repeat("x", 90)
-	spec := shSpec(t, "chatty-1", `i=0; while [ $i -lt 3000 ]; do echo "line $i `+pad+`"; i=$((i+1)); done`)
-	spec.LogMaxBytes = 4096
-	p := startModel(t, spec)
+	b := testBackend(t)
+	b.cfg.LogMaxBytes = 4096
+	spec := shSpec("chatty-1", `i=0; while [ $i -lt 3000 ]; do echo "line $i `+pad+`"; i=$((i+1)); done`)
+	p := startModel(t, b, spec)
 	waitExited(t, p)
 
 	if err := p.ExitErr(); err != nil {
@@ -383,11 +391,11 @@ func TestLogFileRotatesAtCap(t *testing.T) {
 	if got := p.LastLogLine(); got != "line 2999 "+pad {
 		t.Errorf("LastLogLine = %q", got)
 	}
-	cur, err := os.ReadFile(spec.LogPath)
+	cur, err := os.ReadFile(b.logPath(spec))
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, err := os.ReadFile(spec.LogPath + ".1")
+	old, err := os.ReadFile(b.logPath(spec) + ".1")
 	if err != nil {
 		t.Fatalf("no rotated log: %v", err)
 	}
@@ -412,12 +420,12 @@ func TestExitedDoesNotWaitForAChildThatLeftTheGroup(t *testing.T) {
 	// The escaped sleep keeps the log pipe open after the leader exits; Exited must
 	// still close (after drainWait) and the copier must end. It reports its pid only
 	// once it has its own session, so Stop cannot reach it.
-	p := startModel(t, shSpec(t, "escape-1", `setsid sh -c 'echo "escaped $$"; exec sleep 1000' & wait`))
+	p := startModel(t, testBackend(t), shSpec("escape-1", `setsid sh -c 'echo "escaped $$"; exec sleep 1000' & wait`))
 	waitFor(t, "the child to start", func() bool { return strings.HasPrefix(p.LastLogLine(), "escaped ") })
 	escaped, _ := strconv.Atoi(strings.TrimPrefix(p.LastLogLine(), "escaped "))
 	t.Cleanup(func() { syscall.Kill(escaped, syscall.SIGKILL) })
 
-	p.Stop(time.Second)
+	p.stop(time.Second)
 	if processGone(escaped) {
 		t.Fatal("the escaped child died: this test no longer covers a held pipe")
 	}
@@ -430,14 +438,13 @@ func TestExitedDoesNotWaitForAChildThatLeftTheGroup(t *testing.T) {
 // once it listens is found ready without waiting for the next poll. With the poll
 // interval set to an hour, the line is the only thing that can make it ready.
 func TestOutputTriggersReadinessCheck(t *testing.T) {
-	saved := readyIntervals
-	readyIntervals = []time.Duration{time.Hour}
-	t.Cleanup(func() { readyIntervals = saved })
+	b := testBackend(t)
+	b.readyIntervals = []time.Duration{time.Hour}
 
 	spec := echoSpec(t, "hint-1")
 	// Not listening at the first check, which comes right after the fork.
-	spec.Env = map[string]string{"BOOT_DELAY": "0.2"}
-	p := startReady(t, spec)
+	spec.Model.Env = map[string]string{"BOOT_DELAY": "0.2"}
+	p := startReady(t, b, spec)
 	if got := p.LastLogLine(); !strings.Contains(got, "listening") {
 		t.Errorf("LastLogLine = %q, want the model's listening line", got)
 	}

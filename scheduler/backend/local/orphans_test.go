@@ -1,7 +1,8 @@
-package replica
+package local
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -95,9 +96,9 @@ func TestKillOrphansKillsRecordedGroups(t *testing.T) {
 			die, live := tc.setup(t, runDir)
 			os.WriteFile(filepath.Join(runDir, "README"), []byte("not ours"), 0o600)
 
-			n, err := KillOrphans(runDir, testLogger(t))
+			n, err := killOrphans(runDir, testLogger(t))
 			if err != nil || n != tc.wantKilled {
-				t.Fatalf("KillOrphans = %d, %v; want %d", n, err, tc.wantKilled)
+				t.Fatalf("killOrphans = %d, %v; want %d", n, err, tc.wantKilled)
 			}
 			for _, pid := range die {
 				waitGone(t, pid)
@@ -122,38 +123,67 @@ func writeTestPidFile(t *testing.T, runDir, id string, pid int) {
 	}
 }
 
+// A replica this test started and then "forgot": the daemon that knew it is gone,
+// only the pid file remains. Cleaning up, directly or as the next daemon's backend
+// does at start, kills it and the child in its group.
 func TestKillOrphansKillsAForgottenReplica(t *testing.T) {
-	// A replica this test started and then "forgot": the daemon that knew it is gone,
-	// only the pid file remains.
-	spec := shSpec(t, "forgotten-1", `sleep 1000 & echo "child $!"; wait`)
-	p := startModel(t, spec)
-	waitFor(t, "the child to start", func() bool { return strings.HasPrefix(p.LastLogLine(), "child ") })
-	child, _ := strconv.Atoi(strings.TrimPrefix(p.LastLogLine(), "child "))
+	tests := []struct {
+		name  string
+		clean func(t *testing.T, runDir string)
+	}{
+		{"killOrphans", func(t *testing.T, runDir string) {
+			n, err := killOrphans(runDir, testLogger(t))
+			if err != nil || n != 1 {
+				t.Fatalf("killOrphans = %d, %v; want 1", n, err)
+			}
+		}},
+		{"Recover of the next daemon's backend", func(t *testing.T, runDir string) {
+			next, err := New(Config{RunDir: runDir, User: "root"}, testLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := next.Recover(context.Background()); err != nil {
+				t.Fatalf("Recover: %v", err)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := testBackend(t)
+			p := startModel(t, b, shSpec("forgotten-1", `sleep 1000 & echo "child $!"; wait`))
+			waitFor(t, "the child to start", func() bool { return strings.HasPrefix(p.LastLogLine(), "child ") })
+			child, _ := strconv.Atoi(strings.TrimPrefix(p.LastLogLine(), "child "))
 
-	n, err := KillOrphans(spec.RunDir, testLogger(t))
-	if err != nil || n != 1 {
-		t.Fatalf("KillOrphans = %d, %v; want 1", n, err)
-	}
-	waitExited(t, p)
-	if got := fmt.Sprint(p.ExitErr()); got != "signal: killed" {
-		t.Errorf("ExitErr = %s, want signal: killed", got)
-	}
-	waitGone(t, child)
-	if files, _ := os.ReadDir(spec.RunDir); len(files) != 0 {
-		t.Errorf("pid files left: %v", files)
+			tc.clean(t, b.cfg.RunDir)
+			waitExited(t, p)
+			if got := fmt.Sprint(p.ExitErr()); got != "signal: killed" {
+				t.Errorf("ExitErr = %s, want signal: killed", got)
+			}
+			waitGone(t, child)
+			if files, _ := os.ReadDir(b.cfg.RunDir); len(files) != 0 {
+				t.Errorf("pid files left: %v", files)
+			}
+		})
 	}
 }
 
 func TestKillOrphansWithoutRunDir(t *testing.T) {
-	n, err := KillOrphans(filepath.Join(t.TempDir(), "missing"), testLogger(t))
+	n, err := killOrphans(filepath.Join(t.TempDir(), "missing"), testLogger(t))
 	if n != 0 || err != nil {
-		t.Fatalf("KillOrphans = %d, %v", n, err)
+		t.Fatalf("killOrphans = %d, %v", n, err)
+	}
+	b, err := New(Config{User: "root"}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Recover(context.Background()); err != nil {
+		t.Errorf("Recover without a run dir: %v", err)
 	}
 }
 
 // TestReplicaDiesWithItsDaemon kills a daemon (this test binary, re-executed as
 // TestHelperDaemon) with SIGKILL: Pdeathsig must take its replica down, and
-// KillOrphans must then find the grandchild that Pdeathsig cannot reach.
+// killOrphans must then find the grandchild that Pdeathsig cannot reach.
 func TestReplicaDiesWithItsDaemon(t *testing.T) {
 	dir := t.TempDir()
 	daemon := exec.Command(os.Args[0], "-test.run=^TestHelperDaemon$")
@@ -185,12 +215,12 @@ func TestReplicaDiesWithItsDaemon(t *testing.T) {
 	daemon.Wait()
 	waitGone(t, replica)
 	if processGone(child) {
-		t.Fatal("the grandchild died too: this test no longer shows KillOrphans' job")
+		t.Fatal("the grandchild died too: this test no longer shows killOrphans' job")
 	}
 
-	n, err := KillOrphans(filepath.Join(dir, "run"), testLogger(t))
+	n, err := killOrphans(filepath.Join(dir, "run"), testLogger(t))
 	if err != nil || n != 1 {
-		t.Fatalf("KillOrphans = %d, %v; want 1", n, err)
+		t.Fatalf("killOrphans = %d, %v; want 1", n, err)
 	}
 	waitGone(t, child)
 }
@@ -202,17 +232,16 @@ func TestHelperDaemon(t *testing.T) {
 	if dir == "" {
 		t.Skip("helper process for TestReplicaDiesWithItsDaemon")
 	}
-	p, err := Start(Spec{
-		ID:      "daemon-child-1",
-		Command: []string{"sh", "-c", `sleep 1000 & echo "child $!"; wait`},
-		LogPath: filepath.Join(dir, "replica.log"),
-		RunDir:  filepath.Join(dir, "run"),
-	}, testLogger(t))
+	b, err := New(Config{LogDir: filepath.Join(dir, "logs"), RunDir: filepath.Join(dir, "run"), User: "root"}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.start(shSpec("daemon-child-1", `sleep 1000 & echo "child $!"; wait`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the child to start", func() bool { return strings.HasPrefix(p.LastLogLine(), "child ") })
-	fmt.Printf("replica %d %s\n", p.Pid(), p.LastLogLine())
+	fmt.Printf("replica %d %s\n", p.pid, p.LastLogLine())
 	select {
 	case <-p.Exited():
 		t.Fatalf("replica exited while its daemon lives: %v", p.ExitErr())

@@ -1,4 +1,4 @@
-package replica
+package protocol
 
 import (
 	"bufio"
@@ -27,7 +27,7 @@ import (
 // end, that did not ask to close, and with no error or cancellation on the way.
 type connPool struct {
 	addr   string
-	dialer net.Dialer
+	dial   dialFunc
 	max    int           // idle connections kept at most
 	maxAge time.Duration // an idle connection older than this is closed, not reused
 
@@ -75,8 +75,8 @@ const max1xx = 5
 // write at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
-func newConnPool(addr string, dialTimeout time.Duration, max int, maxAge time.Duration) *connPool {
-	return &connPool{addr: addr, dialer: net.Dialer{Timeout: dialTimeout}, max: max, maxAge: maxAge}
+func newConnPool(addr string, dial dialFunc, max int, maxAge time.Duration) *connPool {
+	return &connPool{addr: addr, dial: dial, max: max, maxAge: maxAge}
 }
 
 // roundTrip sends req (HTTP/1.1, a body of at most fastPathMaxBody) and reads the
@@ -167,7 +167,7 @@ func (p *connPool) get(ctx context.Context) (pc *poolConn, reused bool, err erro
 		}
 		pc.conn.Close()
 	}
-	conn, err := p.dialer.DialContext(ctx, "tcp", p.addr)
+	conn, err := p.dial(ctx, "tcp", p.addr)
 	if err != nil {
 		return nil, false, err
 	}

@@ -1,11 +1,11 @@
-package replica
+package local
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"runtime"
@@ -15,40 +15,35 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"inferd/scheduler/backend"
+	"inferd/scheduler/backend/protocol"
+	"inferd/store"
 )
 
 const (
 	// drainWait bounds how long the log pipe is read after the group was killed. Only
 	// a process that left the group (setsid) can hold the pipe open that long.
 	drainWait = 2 * time.Second
-	// maxIdleConns is the keep-alive pool per replica: at least as many connections
-	// as calls a replica may serve at once (a project's concurrency goes up to
-	// store.MaxConcurrency, and can be raised while the replica runs), so that no
-	// finished call's connection is closed only to be dialled again for the next.
-	// Idle connections exist only up to the peak of calls in flight and close after
-	// idleConnTimeout.
-	maxIdleConns = 1000
-	// idleConnTimeout closes a keep-alive connection unused this long.
-	idleConnTimeout = 90 * time.Second
 	// dialTimeout bounds a loopback connect to the model.
 	dialTimeout = time.Second
+	// exitGrace is how long a failed call waits to see whether the process is
+	// exiting, which turns a broken connection into backend.ErrExited.
+	exitGrace = time.Second
 )
 
-// Process is one running (or exited) model server started by Start. Its methods are
-// safe for concurrent use.
+// Process is one running (or exited) model server started by Launch. Its methods
+// are safe for concurrent use.
 type Process struct {
-	spec    Spec
-	log     zerolog.Logger
-	cmd     *exec.Cmd
-	pid     int
-	port    int
-	baseURL string       // http://127.0.0.1:PORT
-	client  *http.Client // calls with a large body (see fastPathMaxBody)
-	conns   *connPool    // health checks and the other calls: see connPool
-	sink    *logSink
-	pipe    *os.File // read end of the model's stdout+stderr
-
-	maxReply int64 // Infer's reply cap; a field so tests can lower it
+	b      *Backend
+	spec   backend.Spec
+	log    zerolog.Logger
+	cmd    *exec.Cmd
+	pid    int              // of the leader, which is also the process group id; set before start returns
+	port   int              // the loopback port the model was told to listen on (its PORT)
+	client *protocol.Client // health checks and calls
+	sink   *logSink
+	pipe   *os.File // read end of the model's stdout+stderr
 
 	ready    chan struct{} // closed by the readiness poller
 	output   chan struct{} // the model wrote output: a hint for the poller (1 buffered)
@@ -61,40 +56,53 @@ type Process struct {
 	exitErr error // set before exited is closed
 }
 
-// Start starts the model server described by spec and returns once the process
-// runs; it does not wait for readiness (see Ready). The boot timeout is the caller's:
-// Stop a process that is not Ready in time. log receives one line at start and exit.
-func Start(spec Spec, log zerolog.Logger) (*Process, error) {
-	spec, err := spec.withDefaults()
+// start starts the model server described by spec and returns once the process
+// runs; it does not wait for readiness (see Ready).
+func (b *Backend) start(spec backend.Spec) (*Process, error) {
+	p, err := b.startProcess(spec)
 	if err != nil {
-		return nil, fmt.Errorf("start replica %s: %w", spec.ID, err)
-	}
-	if spec.Protocol == ProtocolPotassium {
-		if spec, err = preparePotassium(spec); err != nil {
-			return nil, fmt.Errorf("start replica %s: %w", spec.ID, err)
-		}
-	}
-	p, err := start(spec, log)
-	if err != nil {
-		return nil, fmt.Errorf("start replica %s: %w", spec.ID, err)
+		return nil, fmt.Errorf("start replica %s: %w", spec.ReplicaID, err)
 	}
 	return p, nil
 }
 
-func start(spec Spec, log zerolog.Logger) (*Process, error) {
-	port, err := freePort()
+func (b *Backend) startProcess(spec backend.Spec) (*Process, error) {
+	if err := b.checkSpec(spec); err != nil {
+		return nil, err
+	}
+	port, err := b.ports.take()
 	if err != nil {
 		return nil, err
 	}
 	running := false // from then on the port is given back once the process has exited (run)
 	defer func() {
 		if !running {
-			releasePort(port)
+			b.ports.release(port)
 		}
 	}()
-	log = log.With().Str("replica", spec.ID).Str("project", spec.ProjectID).Logger()
-	sink, err := openLogSink(spec.LogPath, spec.LogMaxBytes, spec.LogKeep, func(err error) {
-		log.Warn().Err(err).Str("log", spec.LogPath).Msg("replica log write failed; output is dropped")
+	log := b.log.With().Str("replica", spec.ReplicaID).Str("project", spec.ProjectID).Logger()
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	client, err := protocol.New(protocol.Config{
+		Protocol:      spec.Model.Protocol,
+		HealthPath:    spec.Model.HealthPath,
+		InferPath:     spec.Model.InferPath,
+		Addr:          addr,
+		Dial:          (&net.Dialer{Timeout: dialTimeout}).DialContext,
+		MaxReplyBytes: b.maxReplyBytes,
+		Log:           log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	env := spec.Model.Env
+	if spec.Model.Protocol == store.ProtocolPotassium {
+		if env, err = b.preparePotassium(spec); err != nil {
+			return nil, err
+		}
+	}
+	logPath := b.logPath(spec)
+	sink, err := openLogSink(logPath, b.cfg.LogMaxBytes, b.cfg.LogKeep, func(err error) {
+		log.Warn().Err(err).Str("log", logPath).Msg("replica log write failed; output is dropped")
 	})
 	if err != nil {
 		return nil, err
@@ -105,38 +113,29 @@ func start(spec Spec, log zerolog.Logger) (*Process, error) {
 		return nil, fmt.Errorf("log pipe: %w", err)
 	}
 
-	cmd := exec.Command(spec.Command[0], spec.Command[1:]...)
-	cmd.Dir = spec.Dir
-	cmd.Env = spec.environ(port, os.LookupEnv)
+	cmd := exec.Command(spec.Model.Command[0], spec.Model.Command[1:]...)
+	cmd.Dir = spec.Model.Dir
+	cmd.Env = environ(spec, env, port, b.runAs, os.LookupEnv)
 	// The write end is an *os.File, so exec hands it to the child as is and starts no
 	// copying goroutine of its own; Wait then returns when the leader exits, even if
 	// a leaked child still holds the pipe.
 	cmd.Stdout, cmd.Stderr = w, w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if spec.RunAs != nil {
+	if b.runAs != nil {
 		// Go sets the parent-death signal after changing credentials, which
 		// would otherwise clear it.
-		cmd.SysProcAttr.Credential = spec.RunAs.credential()
+		cmd.SysProcAttr.Credential = b.runAs.Credential()
 	}
 
-	transport := &http.Transport{
-		Proxy:               nil, // loopback only: never a proxy from the daemon's env
-		DialContext:         (&net.Dialer{Timeout: dialTimeout}).DialContext,
-		MaxIdleConns:        maxIdleConns,
-		MaxIdleConnsPerHost: maxIdleConns,
-		IdleConnTimeout:     idleConnTimeout,
-	}
 	p := &Process{
+		b:        b,
 		spec:     spec,
 		log:      log,
 		cmd:      cmd,
 		port:     port,
-		baseURL:  "http://127.0.0.1:" + strconv.Itoa(port),
-		client:   &http.Client{Transport: transport}, // no timeout: each call's ctx decides
-		conns:    newConnPool("127.0.0.1:"+strconv.Itoa(port), dialTimeout, maxIdleConns, idleConnTimeout),
+		client:   client,
 		sink:     sink,
 		pipe:     r,
-		maxReply: maxReplyBytes,
 		ready:    make(chan struct{}),
 		output:   make(chan struct{}, 1),
 		exited:   make(chan struct{}),
@@ -150,12 +149,12 @@ func start(spec Spec, log zerolog.Logger) (*Process, error) {
 	if err != nil {
 		r.Close()
 		sink.Close()
-		if spec.RunAs != nil && errors.Is(err, os.ErrPermission) {
-			err = fmt.Errorf("%w (the model runs as user %s: its dir and program must be readable by that user; see replica.user)", err, spec.RunAs.Name)
+		if b.runAs != nil && errors.Is(err, os.ErrPermission) {
+			err = fmt.Errorf("%w (the model runs as user %s: its dir and program must be readable by that user; see replica.user)", err, b.runAs.Name)
 		}
 		return nil, err
 	}
-	log.Info().Int("pid", p.pid).Int("port", port).Strs("command", spec.Command).Msg("replica started")
+	log.Info().Int("pid", p.pid).Int("port", port).Strs("command", spec.Model.Command).Msg("replica started")
 	running = true
 	return p, nil
 }
@@ -175,9 +174,9 @@ func (p *Process) run(started chan<- error) {
 		return
 	}
 	p.pid = p.cmd.Process.Pid
-	if p.spec.RunDir != "" {
-		rec := pidFile{ID: p.spec.ID, ProjectID: p.spec.ProjectID, Pid: p.pid, Pgid: p.pid}
-		if err := writePidFile(p.spec.RunDir, rec); err != nil {
+	if runDir := p.b.cfg.RunDir; runDir != "" {
+		rec := pidFile{ID: p.spec.ReplicaID, ProjectID: p.spec.ProjectID, Pid: p.pid, Pgid: p.pid}
+		if err := writePidFile(runDir, rec); err != nil {
 			// Without the record a daemon crash could leak this group: refuse to run.
 			syscall.Kill(-p.pid, syscall.SIGKILL)
 			p.cmd.Wait()
@@ -211,13 +210,12 @@ func (p *Process) run(started chan<- error) {
 	p.pipe.Close() // unblocks the copier's Read if it is still waiting
 	<-copied
 	poller.Wait()
-	p.client.CloseIdleConnections()
-	p.conns.close()
+	p.client.Close()
 	if err := p.sink.Close(); err != nil {
 		p.log.Warn().Err(err).Msg("close replica log")
 	}
-	if p.spec.RunDir != "" {
-		if err := os.Remove(pidFilePath(p.spec.RunDir, p.spec.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if runDir := p.b.cfg.RunDir; runDir != "" {
+		if err := os.Remove(pidFilePath(runDir, p.spec.ReplicaID)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			p.log.Warn().Err(err).Msg("remove replica pid file")
 		}
 	}
@@ -227,7 +225,7 @@ func (p *Process) run(started chan<- error) {
 		ev = ev.Str("exit", err.Error()).Str("last_line", p.sink.LastLine())
 	}
 	ev.Msg("replica exited")
-	releasePort(p.port)
+	p.b.ports.release(p.port)
 	close(p.exited)
 }
 
@@ -259,14 +257,8 @@ func (p *Process) signal(sig syscall.Signal) {
 	}
 }
 
-// ID returns the replica id from the Spec.
-func (p *Process) ID() string { return p.spec.ID }
-
-// Pid returns the process id of the model server, which is also its process group id.
-func (p *Process) Pid() int { return p.pid }
-
-// Port returns the loopback port the model was told to listen on (its PORT).
-func (p *Process) Port() int { return p.port }
+// Info describes the replica: its process id.
+func (p *Process) Info() backend.Info { return backend.Info{Pid: p.pid} }
 
 // Ready returns a channel closed once GET HealthPath has answered 2xx. It is never
 // closed if the process exits or is stopped first, and never after Exited.
@@ -287,10 +279,13 @@ func (p *Process) ExitErr() error {
 	}
 }
 
-// Stop sends SIGTERM to the process group, waits up to grace for the process to exit,
+// Stop stops the process with the backend's StopGrace; see stop.
+func (p *Process) Stop() { p.stop(p.b.cfg.StopGrace) }
+
+// stop sends SIGTERM to the process group, waits up to grace for the process to exit,
 // then sends SIGKILL, and returns once it has exited. It is idempotent and safe to
 // call concurrently; every call returns only after the process has exited.
-func (p *Process) Stop(grace time.Duration) {
+func (p *Process) stop(grace time.Duration) {
 	p.stopOnce.Do(func() { close(p.stopping) })
 	select {
 	case <-p.exited:
@@ -312,3 +307,46 @@ func (p *Process) Stop(grace time.Duration) {
 // LastLogLine returns the last non-empty line the model printed on stdout or stderr
 // (at most 500 bytes), for error messages such as a failed boot.
 func (p *Process) LastLogLine() string { return p.sink.LastLine() }
+
+// Infer sends inputs to the model; see backend.Instance. A broken exchange with
+// a model that exits at about the same time is backend.ErrExited.
+func (p *Process) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMessage, error) {
+	if err := p.exitedErr(); err != nil {
+		return nil, err
+	}
+	out, err := p.client.Infer(ctx, inputs)
+	var broken *protocol.TransportError
+	if errors.As(err, &broken) {
+		return nil, p.callFailed(ctx, err)
+	}
+	return out, err
+}
+
+// callFailed waits briefly for the process to exit after a transport error:
+// if it does, the call failed because of the exit (ErrExited).
+func (p *Process) callFailed(ctx context.Context, err error) error {
+	t := time.NewTimer(exitGrace)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+		return p.exitedErr()
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return err
+	}
+}
+
+// exitedErr returns backend.ErrExited, wrapped with the exit status, once the
+// process has exited, and nil before.
+func (p *Process) exitedErr() error {
+	select {
+	case <-p.exited:
+	default:
+		return nil
+	}
+	if p.exitErr != nil {
+		return fmt.Errorf("%w (%v)", backend.ErrExited, p.exitErr)
+	}
+	return backend.ErrExited
+}

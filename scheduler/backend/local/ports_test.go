@@ -1,4 +1,4 @@
-package replica
+package local
 
 import (
 	"testing"
@@ -10,21 +10,20 @@ import (
 // check and its calls would reach the first replica's model (another project's,
 // possibly another team's).
 func TestReplicaNeverGetsThePortOfALiveReplica(t *testing.T) {
-	a := startReady(t, echoSpec(t, "port-a"))
+	be := testBackend(t)
+	a := startReady(t, be, echoSpec(t, "port-a"))
 
-	saved := listenPort
-	t.Cleanup(func() { listenPort = saved })
 	offered := false
-	listenPort = func() (int, error) {
+	be.ports.listen = func() (int, error) {
 		if !offered { // the kernel repeats a's port once
 			offered = true
-			return a.Port(), nil
+			return a.port, nil
 		}
-		return saved()
+		return listenPort()
 	}
-	b := startReady(t, echoSpec(t, "port-b"))
-	if b.Port() == a.Port() {
-		t.Fatalf("replica b was given port %d, which replica a holds", b.Port())
+	b := startReady(t, be, echoSpec(t, "port-b"))
+	if b.port == a.port {
+		t.Fatalf("replica b was given port %d, which replica a holds", b.port)
 	}
 	if r := infer(t, b, `{}`); r.Replica != "port-b" {
 		t.Errorf("a call to replica b was answered by replica %q", r.Replica)
@@ -34,29 +33,28 @@ func TestReplicaNeverGetsThePortOfALiveReplica(t *testing.T) {
 // A port comes free again once its replica has exited, or when its replica failed
 // to start.
 func TestPortIsGivenBackWhenTheReplicaEnds(t *testing.T) {
-	saved := listenPort
-	t.Cleanup(func() { listenPort = saved })
-	port, err := saved()
+	be := testBackend(t)
+	port, err := listenPort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	listenPort = func() (int, error) { return port, nil } // the kernel offers only this one
+	be.ports.listen = func() (int, error) { return port, nil } // the kernel offers only this one
 
-	spec := shSpec(t, "gone-1", "exec sleep 60")
-	spec.Command = []string{"/nonexistent/model"}
-	if _, err := Start(spec, testLogger(t)); err == nil {
-		t.Fatal("Start of a missing program succeeded")
+	spec := shSpec("gone-1", "exec sleep 60")
+	spec.Model.Command = []string{"/nonexistent/model"}
+	if _, err := be.start(spec); err == nil {
+		t.Fatal("start of a missing program succeeded")
 	}
-	a := startModel(t, shSpec(t, "port-1", "exec sleep 60"))
-	if a.Port() != port {
+	a := startModel(t, be, shSpec("port-1", "exec sleep 60"))
+	if a.port != port {
 		t.Fatalf("port %d still held after a failed start", port)
 	}
-	if _, err := Start(shSpec(t, "port-2", "exec sleep 60"), testLogger(t)); err == nil {
+	if _, err := be.start(shSpec("port-2", "exec sleep 60")); err == nil {
 		t.Fatal("a second replica started on a port that a live replica holds")
 	}
-	a.Stop(time.Second)
-	b := startModel(t, shSpec(t, "port-3", "exec sleep 60"))
-	if b.Port() != port {
+	a.stop(time.Second)
+	b := startModel(t, be, shSpec("port-3", "exec sleep 60"))
+	if b.port != port {
 		t.Fatalf("port %d still held after its replica exited", port)
 	}
 }

@@ -11,13 +11,15 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"inferd/scheduler/backend/local"
 	"inferd/store"
 )
 
-// TestProcessLauncherRunsEchoModel runs real examples/echo processes through
-// the scheduler (with the in-memory store): success, model errors, a crash,
-// an inference timeout and a model that never boots each end as designed.
-func TestProcessLauncherRunsEchoModel(t *testing.T) {
+// TestLocalBackendRunsEchoModel runs real examples/echo processes through the
+// scheduler on the local-process backend (with the in-memory store): success,
+// model errors, a crash, an inference timeout and a model that never boots
+// each end as designed.
+func TestLocalBackendRunsEchoModel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real model processes")
 	}
@@ -42,8 +44,11 @@ func TestProcessLauncherRunsEchoModel(t *testing.T) {
 	st := newFakeStore(p, broken)
 	defer st.close()
 	dir := t.TempDir()
-	cfg := Config{LogDir: filepath.Join(dir, "logs"), RunDir: filepath.Join(dir, "run"), StopGrace: time.Second, RestartBackoff: 50 * time.Millisecond}
-	s := New(cfg, st, ProcessLauncher(zerolog.Nop()), nil, RealClock(), zerolog.Nop())
+	b, err := local.New(local.Config{LogDir: filepath.Join(dir, "logs"), RunDir: filepath.Join(dir, "run"), StopGrace: time.Second, User: "root"}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{RestartBackoff: 50 * time.Millisecond}, st, b, RealClock(), zerolog.Nop())
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- s.Run(ctx) }()

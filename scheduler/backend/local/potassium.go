@@ -1,4 +1,4 @@
-package replica
+package local
 
 import (
 	"bytes"
@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
+
+	"inferd/scheduler/backend"
 )
 
 // Protocol "potassium" runs apps written for Banana's Potassium framework (0.5)
@@ -14,7 +15,7 @@ import (
 // 0.0.0.0:8000, so every replica of it asks for the same port and only the first
 // could bind it.
 //
-// The fix lives here and only here: a Python start-up shim. Start writes
+// The fix lives here and only here: a Python start-up shim. Launch writes
 // potassiumshim/sitecustomize.py into a shim directory (".potassium-shim" next to
 // the replica's log file, so in the daemon's data dir; os.TempDir() without a log)
 // and puts that directory first on the model's PYTHONPATH. Python imports
@@ -29,13 +30,8 @@ import (
 // which then runs it itself (the next one found on sys.path) after patching bind.
 //
 // The protocol's wire side (status route, X-Banana-Request-Id, text/plain 500s with
-// a traceback as *ExceptionError) is in Infer; see docs/protocols.md.
-
-// ProtocolPotassium is the Spec.Protocol of Potassium apps.
-const ProtocolPotassium = "potassium"
-
-// PotassiumHealthPath is the default HealthPath of protocol potassium.
-const PotassiumHealthPath = "/__status__"
+// a traceback as *backend.ExceptionError) is in package protocol; see
+// docs/protocols.md.
 
 // potassiumShim is the sitecustomize.py that redirects port 8000 to $PORT.
 //
@@ -45,34 +41,34 @@ var potassiumShim []byte
 // potassiumShimDir returns the directory the shim is written to for spec.
 // A model running as another user cannot enter the data dir (mode 0700), so
 // its shim goes to a directory of inferd's user under the system temp dir.
-func potassiumShimDir(spec Spec) string {
-	if spec.RunAs != nil {
+func (b *Backend) potassiumShimDir(spec backend.Spec) string {
+	if b.runAs != nil {
 		return filepath.Join(os.TempDir(), fmt.Sprintf(".inferd-potassium-shim-%d", os.Geteuid()))
 	}
-	if spec.LogPath == "" {
+	if b.cfg.LogDir == "" {
 		return filepath.Join(os.TempDir(), ".inferd-potassium-shim")
 	}
-	return filepath.Join(filepath.Dir(spec.LogPath), ".potassium-shim")
+	return filepath.Join(filepath.Dir(b.logPath(spec)), ".potassium-shim")
 }
 
 // preparePotassium writes the shim (idempotent: rewritten through a temporary file
 // and a rename only when its content differs, so replicas starting at once never
-// see a partial file) and returns spec with the shim directory prepended to the
-// project's PYTHONPATH.
-func preparePotassium(spec Spec) (Spec, error) {
-	dir := potassiumShimDir(spec)
+// see a partial file) and returns the project's env with the shim directory
+// prepended to its PYTHONPATH. spec is left as it is.
+func (b *Backend) preparePotassium(spec backend.Spec) (map[string]string, error) {
+	dir := b.potassiumShimDir(spec)
 	mkdir := func(dir string) error { return os.MkdirAll(dir, 0o755) }
-	if spec.RunAs != nil {
+	if b.runAs != nil {
 		mkdir = sharedDir
 	}
 	if err := mkdir(dir); err != nil {
-		return spec, fmt.Errorf("potassium shim: %w", err)
+		return nil, fmt.Errorf("potassium shim: %w", err)
 	}
 	path := filepath.Join(dir, "sitecustomize.py")
 	if cur, err := os.ReadFile(path); err != nil || !bytes.Equal(cur, potassiumShim) {
 		tmp, err := os.CreateTemp(dir, ".sitecustomize-*.tmp")
 		if err != nil {
-			return spec, fmt.Errorf("potassium shim: %w", err)
+			return nil, fmt.Errorf("potassium shim: %w", err)
 		}
 		_, werr := tmp.Write(potassiumShim)
 		cerr := tmp.Close()
@@ -87,11 +83,11 @@ func preparePotassium(spec Spec) (Spec, error) {
 		}
 		if werr != nil {
 			os.Remove(tmp.Name())
-			return spec, fmt.Errorf("potassium shim: %w", werr)
+			return nil, fmt.Errorf("potassium shim: %w", werr)
 		}
 	}
-	env := make(map[string]string, len(spec.Env)+1)
-	for k, v := range spec.Env {
+	env := make(map[string]string, len(spec.Model.Env)+1)
+	for k, v := range spec.Model.Env {
 		env[k] = v
 	}
 	pp := dir
@@ -99,18 +95,5 @@ func preparePotassium(spec Spec) (Spec, error) {
 		pp += string(os.PathListSeparator) + old
 	}
 	env["PYTHONPATH"] = pp
-	spec.Env = env
-	return spec, nil
-}
-
-// lastTracebackLine returns the last non-empty line of a traceback, trimmed, e.g.
-// "ValueError: bad prompt".
-func lastTracebackLine(body string) string {
-	lines := strings.Split(strings.TrimRight(body, "\r\n\t "), "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
-		if l := strings.TrimSpace(lines[i]); l != "" {
-			return l
-		}
-	}
-	return ""
+	return env, nil
 }
