@@ -1,6 +1,4 @@
-package main
-
-// Operations commands: backup, restore and doctor.
+package cli
 
 import (
 	"bytes"
@@ -12,7 +10,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -21,234 +21,28 @@ import (
 
 	"inferd/config"
 	"inferd/gpu"
+	"inferd/scheduler/replica"
 	"inferd/store"
 )
 
-// download streams the body of a GET on the admin API into w.
-func (c *adminClient) download(ctx context.Context, path string, w io.Writer) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", "http://inferd"+path, nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("admin API: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		var e struct {
-			Error struct{ Message string } `json:"error"`
-		}
-		if json.Unmarshal(data, &e) == nil && e.Error.Message != "" {
-			return 0, errors.New(e.Error.Message)
-		}
-		return 0, fmt.Errorf("admin API: %s", resp.Status)
-	}
-	n, err := io.Copy(w, resp.Body)
-	if err != nil {
-		return n, fmt.Errorf("admin API: read reply: %w", err)
-	}
-	return n, nil
+// doctorCommand checks what inferd needs on this box and says what to fix,
+// one line per check. It loads the config itself, so that a broken config is
+// reported as a check, and it never creates the data directory or file.
+type doctorCommand struct {
+	env       *env
+	modelUser func(name string, log zerolog.Logger) (*replica.RunAs, error)
 }
 
-// daemonAnswers reports whether a daemon answers on the admin socket.
-func daemonAnswers(cfg config.Config) bool {
-	conn, err := net.DialTimeout("unix", cfg.SocketPath(), time.Second)
-	if err != nil {
-		return false
-	}
-	conn.Close()
-	return true
-}
+func (c *doctorCommand) Usage() string {
+	return `Usage:
+  inferd [global flags] doctor
 
-// dataSummary is what storeSummary found in a data file.
-type dataSummary struct {
-	teams, projects int
-	schema          int // the file's schema version
-}
-
-// storeSummary opens a data file read-only (it neither migrates nor touches
-// it), counts its teams and projects, and closes it.
-func storeSummary(path string) (dataSummary, error) {
-	st, err := store.Open(path, store.Options{Timeout: time.Second, ReadOnly: true})
-	if err != nil {
-		return dataSummary{}, err
-	}
-	defer st.Close()
-	ts, err := st.ListTeams()
-	if err != nil {
-		return dataSummary{}, fmt.Errorf("read teams from %s: %w", path, err)
-	}
-	ps, err := st.ListProjects("")
-	if err != nil {
-		return dataSummary{}, fmt.Errorf("read projects from %s: %w", path, err)
-	}
-	return dataSummary{teams: len(ts), projects: len(ps), schema: st.Migration().From}, nil
-}
-
-// syncDir fsyncs a directory so a rename in it survives a crash.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
-}
-
-// writeFileSynced creates path (mode 0600, failing if it exists), fills it
-// with fill, and fsyncs it. On failure the file is removed.
-func writeFileSynced(path string, fill func(io.Writer) (int64, error)) (n int64, err error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return 0, err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(path)
-		}
-	}()
-	if n, err = fill(f); err != nil {
-		return n, err
-	}
-	if err = f.Sync(); err != nil {
-		return n, fmt.Errorf("sync %s: %w", path, err)
-	}
-	if err = f.Close(); err != nil {
-		return n, fmt.Errorf("close %s: %w", path, err)
-	}
-	return n, nil
-}
-
-func backupCommand(ctx context.Context, cfg config.Config, args []string, stdout, stderr io.Writer) error {
-	fs := subFlags("backup", stderr)
-	force := fs.Bool("force", false, "overwrite FILE if it exists")
-	pos, err := parseSub(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return fmt.Errorf("%w: backup needs exactly one FILE", errUsage)
-	}
-	dst := pos[0]
-	if _, err := os.Stat(dst); err == nil && !*force {
-		return fmt.Errorf("%s exists; pass --force to overwrite it", dst)
-	}
-	tmp := dst + ".tmp"
-	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove stale %s: %w", tmp, err)
-	}
-	var n int64
-	err = withAdmin(cfg, func(c *adminClient) error {
-		var err error
-		n, err = writeFileSynced(tmp, func(w io.Writer) (int64, error) {
-			return c.download(ctx, "/admin/backup", w)
-		})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("backup: %w", err)
-	}
-	// Verify the copy before it takes FILE's name, so a bad copy never
-	// replaces a good older backup.
-	sum, err := storeSummary(tmp)
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("backup failed verification: %w", err)
-	}
-	if err := os.Rename(tmp, dst); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("backup: %w", err)
-	}
-	if err := syncDir(filepath.Dir(dst)); err != nil {
-		return fmt.Errorf("backup: %w", err)
-	}
-	fmt.Fprintf(stdout, "backup written to %s (%d bytes, %d teams, %d projects)\n", dst, n, sum.teams, sum.projects)
-	return nil
-}
-
-func restoreCommand(_ context.Context, cfg config.Config, args []string, stdout, stderr io.Writer) error {
-	fs := subFlags("restore", stderr)
-	pos, err := parseSub(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return fmt.Errorf("%w: restore needs exactly one FILE", errUsage)
-	}
-	src := pos[0]
-	if daemonAnswers(cfg) {
-		return fmt.Errorf("a daemon is serving on %s: stop the daemon first, then restore", cfg.SocketPath())
-	}
-	if _, err := os.Stat(src); err != nil {
-		return fmt.Errorf("restore: %w", err)
-	}
-	sum, err := storeSummary(src)
-	if errors.Is(err, store.ErrCorrupt) {
-		// The store's advice ("restore from a backup") reads oddly when the
-		// file is the backup.
-		return fmt.Errorf("refusing to restore %s: not a usable inferd backup: %s; the current data file is unchanged",
-			src, strings.TrimSuffix(err.Error(), "; restore from a backup"))
-	}
-	if err != nil {
-		return fmt.Errorf("refusing to restore %s: %w", src, err)
-	}
-	if err := cfg.EnsureDataDir(); err != nil {
-		return err
-	}
-	cur := cfg.StorePath()
-	// Hold the data file's lock (the one bbolt takes) for the whole swap, so
-	// a daemon that starts meanwhile, or one whose socket is gone, cannot
-	// have the file open under us.
-	if f, err := os.Open(cur); err == nil {
-		defer f.Close()
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-			return fmt.Errorf("data file %s is in use by another inferd process: stop the daemon first", cur)
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("restore: %w", err)
-	}
-
-	tmp := cur + ".restore-tmp"
-	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove stale %s: %w", tmp, err)
-	}
-	n, err := writeFileSynced(tmp, func(w io.Writer) (int64, error) {
-		in, err := os.Open(src)
-		if err != nil {
-			return 0, err
-		}
-		defer in.Close()
-		return io.Copy(w, in)
-	})
-	if err != nil {
-		return fmt.Errorf("restore: copy %s: %w", src, err)
-	}
-	aside := ""
-	if _, err := os.Stat(cur); err == nil {
-		aside = fmt.Sprintf("%s.before-restore-%d", cur, time.Now().Unix())
-		if err := os.Rename(cur, aside); err != nil {
-			os.Remove(tmp)
-			return fmt.Errorf("restore: move the current data file aside: %w", err)
-		}
-	}
-	if err := os.Rename(tmp, cur); err != nil {
-		return fmt.Errorf("restore: put %s in place (the old data file is %s): %w", tmp, aside, err)
-	}
-	if err := syncDir(cfg.DataDir); err != nil {
-		return fmt.Errorf("restore: %w", err)
-	}
-	if aside != "" {
-		fmt.Fprintf(stdout, "moved the current data file to %s\n", aside)
-	}
-	fmt.Fprintf(stdout, "restored %s to %s (%d bytes, %d teams, %d projects)\n", src, cur, n, sum.teams, sum.projects)
-	fmt.Fprintln(stdout, "start the daemon to serve the restored data")
-	return nil
+Checks what inferd needs on this box and prints one line per check (ok, warn
+or fail) with what to fix: the config, the data directory and file, free disk,
+the NVIDIA driver, the user models run as, python3 and that the example model
+boots as that user, and the listen address. Exit status 1 when a check fails.
+Give it the same --config (and environment) as serve.
+`
 }
 
 // doctorReport prints one line per check and counts failures.
@@ -264,21 +58,18 @@ func (r *doctorReport) line(status, check, format string, a ...any) {
 	fmt.Fprintf(r.out, "%-4s  %-11s %s\n", status, check, fmt.Sprintf(format, a...))
 }
 
-// doctorCommand checks what inferd needs on this box and says what to fix.
-// It loads the config itself so that a broken config is reported as a check.
-func doctorCommand(_ context.Context, g globals, environ []string, args []string, stdout, stderr io.Writer) error {
-	fs := subFlags("doctor", stderr)
-	if err := parseFlagsOnly(fs, args); err != nil {
+func (c *doctorCommand) Run(_ context.Context, args []string) error {
+	if err := parseFlagsOnly(subFlags("doctor"), args); err != nil {
 		return err
 	}
-	r := &doctorReport{out: stdout}
-	cfg, err := config.Load(g.configPath, environ, g.overrides)
+	r := &doctorReport{out: c.env.stdout}
+	cfg, err := c.env.config()
 	if err != nil {
 		r.line("fail", "config", "%v: fix the file or the INFERD_* environment", err)
 		return fmt.Errorf("doctor: %d check(s) failed", r.fails)
 	}
-	if g.configPath != "" {
-		r.line("ok", "config", "loaded %s", g.configPath)
+	if c.env.configPath != "" {
+		r.line("ok", "config", "loaded %s", c.env.configPath)
 	} else {
 		r.line("ok", "config", "no config file: built-in defaults (pass --config or set INFERD_CONFIG)")
 	}
@@ -288,7 +79,7 @@ func doctorCommand(_ context.Context, g globals, environ []string, args []string
 	doctorDataFile(r, cfg, running)
 	doctorDisk(r, cfg)
 	doctorGPU(r, cfg)
-	if runAs, ok := doctorModelUser(r, cfg); ok {
+	if runAs, ok := c.doctorModelUser(r, cfg); ok {
 		doctorExample(r, runAs)
 	}
 	doctorListen(r, cfg, running)
@@ -442,4 +233,139 @@ func doctorListen(r *doctorReport, cfg config.Config, running bool) {
 		return
 	}
 	r.line("fail", "listen", "cannot listen on %s (%v): stop what uses it or change listen", cfg.Listen, err)
+}
+
+// exampleBootTimeout bounds how long doctor waits for the example model.
+const exampleBootTimeout = 15 * time.Second
+
+// exampleDirs are where the echo example lives: beside the installed binary
+// (/usr/bin/inferd → /usr/share/inferd/examples/echo, as packaged) or in a
+// source checkout.
+func exampleDirs() []string {
+	var dirs []string
+	if exe, err := os.Executable(); err == nil {
+		dirs = append(dirs, filepath.Join(filepath.Dir(exe), "..", "share", "inferd", "examples", "echo"))
+	}
+	return append(dirs, filepath.Join("examples", "echo"))
+}
+
+// doctorModelUser reports who model processes will run as, the way serve
+// decides it, and returns that user (nil: doctor's own user).
+func (c *doctorCommand) doctorModelUser(r *doctorReport, cfg config.Config) (runAs *replica.RunAs, ok bool) {
+	var err error
+	if c.modelUser != nil {
+		runAs, err = c.modelUser(cfg.Replica.User, zerolog.Nop())
+	}
+	switch {
+	case err != nil:
+		r.line("fail", "model user", "%v: serve will refuse to start; create the user or set replica.user", err)
+		return nil, false
+	case runAs != nil:
+		r.line("ok", "model user", "models run as %s (uid %d), since inferd runs as root (replica.user)", runAs.Name, runAs.UID)
+	case os.Geteuid() == 0:
+		r.line("warn", "model user", "models run as root (replica.user: root): a model can read the data file and the keys")
+	default:
+		r.line("ok", "model user", "models run as inferd's own user")
+	}
+	return runAs, true
+}
+
+// doctorExample checks python3 and that the example model boots: it runs
+// examples/echo the way a replica runs (its own port, on loopback, as the
+// model user), waits for GET /healthz, and stops it. That proves that model
+// servers can run here.
+func doctorExample(r *doctorReport, runAs *replica.RunAs) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		r.line("warn", "python3", "not on PATH: the example model (examples/echo) needs it; install python3")
+		return
+	}
+	r.line("ok", "python3", "%s", py)
+	dir := ""
+	for _, d := range exampleDirs() {
+		if _, err := os.Stat(filepath.Join(d, "server.py")); err == nil {
+			dir = filepath.Clean(d)
+			break
+		}
+	}
+	if dir == "" {
+		r.line("warn", "example", "the echo example is not installed (looked in %s): skipped the model boot check", strings.Join(exampleDirs(), ", "))
+		return
+	}
+	took, err := bootExample(py, dir, runAs)
+	if err != nil {
+		who := "this user"
+		if runAs != nil {
+			who = "user " + runAs.Name
+		}
+		r.line("fail", "example", "%s did not boot: %v; model servers will fail the same way: check that %s can run %s and read %s", dir, err, who, py, dir)
+		return
+	}
+	r.line("ok", "example", "%s boots and answers /healthz (%s)", dir, took.Round(time.Millisecond))
+}
+
+// bootExample starts the echo server in dir, waits until /healthz answers 200,
+// and stops it; the process never outlives the call.
+func bootExample(python, dir string, runAs *replica.RunAs) (time.Duration, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), exampleBootTimeout)
+	defer cancel()
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, python, "server.py")
+	cmd.Dir = dir
+	cmd.Env = []string{"PORT=" + strconv.Itoa(port), "PATH=" + os.Getenv("PATH"), "PYTHONDONTWRITEBYTECODE=1"}
+	if runAs != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: runAs.Credential()}
+		cmd.Env = append(cmd.Env, "HOME="+runAs.Home)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		cancel() // kills the server if it still runs
+		<-exited
+	}()
+
+	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", port)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return time.Since(start), nil
+			}
+		}
+		select {
+		case err := <-exited:
+			exited <- err // for the deferred wait
+			return 0, fmt.Errorf("exited (%v): %s", err, lastLine(stderr.String()))
+		case <-ctx.Done():
+			exited <- <-exited // ctx killed it; stderr is complete once it is reaped
+			return 0, fmt.Errorf("no answer on /healthz within %s: %s", exampleBootTimeout, lastLine(stderr.String()))
+		case <-tick.C:
+		}
+	}
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	if s == "" {
+		return "no output"
+	}
+	return s
 }

@@ -1,4 +1,11 @@
-package main
+// Package cli is inferd's command line: global flags, then one command. Each
+// command is a small type with Run(ctx, args) and Usage() in its own file
+// (key.go, apply.go, doctor.go, …), in the shape of litestream's
+// cmd/litestream. The daemon itself is wired in package main and handed in as
+// Main.Serve, so this package starts no servers; the admin commands talk to
+// the running daemon over its socket in the data directory, or run the same
+// admin handler in-process on the data file when no daemon runs (admin.go).
+package cli
 
 import (
 	"context"
@@ -6,23 +13,21 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"runtime/debug"
+	"os"
+	"path/filepath"
+
+	"github.com/rs/zerolog"
 
 	"inferd/config"
-)
-
-// Build information, set with -ldflags "-X main.version=... -X main.commit=... -X main.buildDate=...".
-var (
-	version   = "dev"
-	commit    = "unknown"
-	buildDate = "unknown"
+	"inferd/scheduler/replica"
 )
 
 const usage = `inferd: a one-box serverless inference appliance
 
 Usage:
   inferd [global flags] serve                       run the daemon
-  inferd [global flags] key create --team T [--admin]  create an API key (the secret is the last line)
+  inferd [global flags] key create [--team T] [--admin]
+                                                    create an API key (the secret is the last line)
   inferd [global flags] key list [--team T]
   inferd [global flags] key revoke ID
   inferd [global flags] apply -f MANIFEST.yaml      create or update teams and projects
@@ -33,7 +38,8 @@ Usage:
   inferd [global flags] logs PROJECT [--replica ID] [-n LINES] [-f]
                                                     a replica's output (default: the newest log)
   inferd [global flags] doctor                      check this box and say what to fix
-  inferd version
+  inferd version                                    (also: inferd --version)
+  inferd help [COMMAND]                             this text, or a command's (also: inferd COMMAND --help)
 
 Global flags:
   --config FILE      YAML config file (default: $INFERD_CONFIG, else built-in defaults)
@@ -41,103 +47,155 @@ Global flags:
   --data-dir DIR     data directory (config key dataDir)
   --log-level LEVEL  debug, info, warn or error (config key log.level)
   --log-format FMT   auto, console or json (config key log.format)
+  --version          print the version and exit
 
 The admin commands talk to the running daemon over its socket in the data
-directory, or open the data file directly when no daemon runs.
+directory, or open the data file directly when no daemon runs. With no config
+file and no data directory given, they need ./data to exist: they do not
+create a data file where nothing says one belongs.
 `
 
 // errUsage marks a command-line mistake: exit code 2.
 var errUsage = errors.New("usage")
 
-// globals are the flags accepted before the subcommand.
-type globals struct {
-	configPath string
-	overrides  map[string]string // config key → value, only for flags the user set
+// Build is the version information package main sets with -ldflags.
+type Build struct {
+	Version, Commit, Date string
 }
 
-func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
-	g, rest, err := parseGlobals(args, environ, stderr)
+// Main runs one command line. Package main fills it in with the process's
+// streams and the daemon's wiring; tests fill it with buffers and fakes.
+type Main struct {
+	Stdout, Stderr io.Writer
+	Environ        []string // NAME=value, as os.Environ returns them
+	Build          Build
+	// Serve runs the daemon until ctx ends.
+	Serve func(ctx context.Context, cfg config.Config, stderr io.Writer) error
+	// ModelUser resolves the user model processes run as, the way Serve
+	// does, so doctor checks what serve will do; a nil user means inferd's
+	// own. Nil ModelUser: doctor assumes inferd's own user.
+	ModelUser func(name string, log zerolog.Logger) (*replica.RunAs, error)
+}
+
+// command is one subcommand: Run parses its own arguments (returning
+// flag.ErrHelp when they ask for help) and does the work; Usage is what
+// `inferd COMMAND --help` prints.
+type command interface {
+	Run(ctx context.Context, args []string) error
+	Usage() string
+}
+
+// env is what every command shares: the process's streams and environment
+// and the global flags.
+type env struct {
+	stdout, stderr io.Writer
+	environ        []string
+	configPath     string            // --config, else $INFERD_CONFIG; "" for none
+	overrides      map[string]string // config key → value, only for flags the user set
+}
+
+// Run runs the command line args (without the program name) and returns the
+// process's exit code: 0 done, 1 failed, 2 a usage mistake.
+func (m *Main) Run(ctx context.Context, args []string) int {
+	e, rest, err := m.parseGlobals(args)
 	if err != nil {
-		return exitCode(err, stderr)
+		return m.exitCode("", err)
 	}
 	if len(rest) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(m.Stderr, usage)
 		return 2
 	}
-	cmd, cmdArgs := rest[0], rest[1:]
-	if cmd == "version" {
-		if err := noArgs("version", cmdArgs, stderr); err != nil {
-			return exitCode(err, stderr)
-		}
-		c, built := buildInfo()
-		fmt.Fprintf(stdout, "inferd %s (commit %s, built %s, %s)\n", version, c, built, goVersion())
-		return 0
+	name, cmdArgs := rest[0], rest[1:]
+	if name == "help" {
+		return m.help(cmdArgs, e)
 	}
-	if cmd == "help" || cmd == "-h" || cmd == "--help" || groupHelp(cmd, cmdArgs) {
-		fmt.Fprint(stdout, usage)
-		return 0
-	}
-	if cmd == "serve" {
-		// serve takes no arguments; parsing them first means `serve -h` prints
-		// help instead of starting a daemon, and a stray word is an error.
-		if err := noArgs("serve", cmdArgs, stderr); err != nil {
-			return exitCode(err, stderr)
-		}
-	}
-	if cmd == "doctor" {
-		// doctor loads the config itself, to report a broken one as a check.
-		return exitCode(doctorCommand(ctx, g, environ, cmdArgs, stdout, stderr), stderr)
-	}
-	cfg, err := config.Load(g.configPath, environ, g.overrides)
-	if err != nil {
-		fmt.Fprintln(stderr, "inferd:", err)
-		return 1
-	}
-	switch cmd {
-	case "serve":
-		err = serve(ctx, cfg, stderr)
-	case "key":
-		err = keyCommand(ctx, cfg, cmdArgs, stdout, stderr)
-	case "apply":
-		err = applyCommand(ctx, cfg, cmdArgs, stdout, stderr)
-	case "project":
-		err = projectCommand(ctx, cfg, cmdArgs, stdout, stderr)
-	case "backup":
-		err = backupCommand(ctx, cfg, cmdArgs, stdout, stderr)
-	case "restore":
-		err = restoreCommand(ctx, cfg, cmdArgs, stdout, stderr)
-	case "logs":
-		err = logsCommand(ctx, cfg, cmdArgs, stdout, stderr)
-	default:
-		fmt.Fprintf(stderr, "inferd: unknown command %q\n\n%s", cmd, usage)
+	cmd := m.command(name, e)
+	if cmd == nil {
+		fmt.Fprintf(m.Stderr, "inferd: unknown command %q\n\n%s", name, usage)
 		return 2
 	}
-	return exitCode(err, stderr)
+	return m.exitCode(name, m.runCommand(ctx, cmd, cmdArgs))
 }
 
-func exitCode(err error, stderr io.Writer) int {
+// runCommand runs cmd; a request for help prints its usage to stdout.
+func (m *Main) runCommand(ctx context.Context, cmd command, args []string) error {
+	err := cmd.Run(ctx, args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(m.Stdout, cmd.Usage())
+		return nil
+	}
+	return err
+}
+
+// help answers `inferd help [COMMAND]`.
+func (m *Main) help(args []string, e *env) int {
+	if len(args) == 0 {
+		fmt.Fprint(m.Stdout, usage)
+		return 0
+	}
+	cmd := m.command(args[0], e)
+	if cmd == nil || len(args) > 1 {
+		fmt.Fprintf(m.Stderr, "inferd: help takes one command name, got %q\n\n%s", args, usage)
+		return 2
+	}
+	fmt.Fprint(m.Stdout, cmd.Usage())
+	return 0
+}
+
+func (m *Main) command(name string, e *env) command {
+	switch name {
+	case "serve":
+		return &serveCommand{env: e, serve: m.Serve}
+	case "key":
+		return &keyCommand{env: e}
+	case "apply":
+		return &applyCommand{env: e}
+	case "project":
+		return &projectCommand{env: e}
+	case "backup":
+		return &backupCommand{env: e}
+	case "restore":
+		return &restoreCommand{env: e}
+	case "logs":
+		return &logsCommand{env: e}
+	case "doctor":
+		return &doctorCommand{env: e, modelUser: m.ModelUser}
+	case "version":
+		return &versionCommand{env: e, build: m.Build}
+	}
+	return nil
+}
+
+// exitCode prints err, if any, and maps it to the exit code; name is the
+// command that failed ("" for the global flags).
+func (m *Main) exitCode(name string, err error) int {
 	switch {
 	case err == nil:
 		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
 	case errors.Is(err, errUsage):
 		if msg := err.Error(); msg != errUsage.Error() {
-			fmt.Fprintln(stderr, "inferd:", msg)
+			fmt.Fprintln(m.Stderr, "inferd:", msg)
+		}
+		if name != "" {
+			fmt.Fprintf(m.Stderr, "(inferd %s --help shows its usage)\n", name)
 		}
 		return 2
 	default:
-		fmt.Fprintln(stderr, "inferd:", err)
+		fmt.Fprintln(m.Stderr, "inferd:", err)
 		return 1
 	}
 }
 
-func parseGlobals(args, environ []string, stderr io.Writer) (globals, []string, error) {
+// parseGlobals parses the flags before the command; it returns the command
+// line from the command on. --help and --version become the help and version
+// commands.
+func (m *Main) parseGlobals(args []string) (*env, []string, error) {
 	fs := flag.NewFlagSet("inferd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(m.Stderr)
 	fs.Usage = func() {} // printed below, to stdout for -h and stderr for a mistake
-	g := globals{overrides: map[string]string{}}
-	fs.StringVar(&g.configPath, "config", "", "YAML config file")
+	e := &env{stdout: m.Stdout, stderr: m.Stderr, environ: m.Environ, overrides: map[string]string{}}
+	fs.StringVar(&e.configPath, "config", "", "YAML config file")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	// Flags that override config keys; only those the user set are applied,
 	// so a flag's zero value never hides the file or the environment.
 	keys := map[string]string{"listen": "listen", "data-dir": "dataDir", "log-level": "log.level", "log-format": "log.format"}
@@ -148,20 +206,57 @@ func parseGlobals(args, environ []string, stderr io.Writer) (globals, []string, 
 		if errors.Is(err, flag.ErrHelp) {
 			// `inferd --help` is a request, not a mistake: the usage goes to
 			// stdout with exit code 0, as for `inferd help`.
-			return g, []string{"help"}, nil
+			return e, []string{"help"}, nil
 		}
-		fmt.Fprint(stderr, usage)
-		return g, nil, fmt.Errorf("%w: %v", errUsage, err)
+		fmt.Fprint(m.Stderr, usage)
+		return e, nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	fs.Visit(func(f *flag.Flag) {
 		if key, ok := keys[f.Name]; ok {
-			g.overrides[key] = f.Value.String()
+			e.overrides[key] = f.Value.String()
 		}
 	})
-	if g.configPath == "" {
-		g.configPath = lookupEnv(environ, "INFERD_CONFIG")
+	if e.configPath == "" {
+		e.configPath = lookupEnv(m.Environ, "INFERD_CONFIG")
 	}
-	return g, fs.Args(), nil
+	if *showVersion {
+		// The version command refuses anything after it, as `version` does.
+		return e, append([]string{"version"}, fs.Args()...), nil
+	}
+	return e, fs.Args(), nil
+}
+
+// config loads the configuration the global flags and environment name.
+func (e *env) config() (config.Config, error) {
+	return config.Load(e.configPath, e.environ, e.overrides)
+}
+
+// dataConfig is config for the commands that open the data file. When
+// nothing names the data directory (no config file, no --data-dir, no
+// $INFERD_DATADIR) and the default one does not exist here, it stops instead
+// of letting the command create an empty data file: the operator ran the
+// command from another directory or forgot --config, and a fresh data file
+// would hide that behind "no such project" or a key nobody's daemon knows.
+func (e *env) dataConfig() (config.Config, error) {
+	cfg, err := e.config()
+	if err != nil {
+		return cfg, err
+	}
+	dataDirEnv := config.EnvName("dataDir")
+	if e.configPath != "" || e.overrides["dataDir"] != "" || lookupEnv(e.environ, dataDirEnv) != "" {
+		return cfg, nil
+	}
+	if _, err := os.Stat(cfg.DataDir); !errors.Is(err, os.ErrNotExist) {
+		return cfg, nil
+	}
+	where := cfg.DataDir
+	if abs, err := filepath.Abs(where); err == nil {
+		where = fmt.Sprintf("%s (%s)", cfg.DataDir, abs)
+	}
+	return cfg, fmt.Errorf("no inferd data here: no config file was given (--config, $INFERD_CONFIG) "+
+		"and the default data directory %s does not exist; "+
+		"pass --config with the daemon's config file (the package installs /etc/inferd/config.yaml), "+
+		"--data-dir DIR or $%s, or run from the directory that holds data/", where, dataDirEnv)
 }
 
 func lookupEnv(environ []string, name string) string {
@@ -171,100 +266,4 @@ func lookupEnv(environ []string, name string) string {
 		}
 	}
 	return ""
-}
-
-func goVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		return bi.GoVersion
-	}
-	return "unknown"
-}
-
-// buildInfo returns the commit and build date set with -ldflags (make build,
-// make package) or, for a plain `go build` in a checkout, the commit and
-// commit time Go recorded from version control ("+dirty" when the tree had
-// changes).
-func buildInfo() (rev, built string) {
-	rev, built = commit, buildDate
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return rev, built
-	}
-	vcs := map[string]string{}
-	for _, s := range bi.Settings {
-		vcs[s.Key] = s.Value
-	}
-	if rev == "unknown" && vcs["vcs.revision"] != "" {
-		rev = vcs["vcs.revision"]
-		if len(rev) > 12 {
-			rev = rev[:12]
-		}
-		if vcs["vcs.modified"] == "true" {
-			rev += "+dirty"
-		}
-	}
-	if built == "unknown" && vcs["vcs.time"] != "" {
-		built = vcs["vcs.time"] + " (commit time)"
-	}
-	return rev, built
-}
-
-// groupHelp reports whether args ask a command group (key, project) for help:
-// its subcommands are listed in the usage.
-func groupHelp(cmd string, args []string) bool {
-	if cmd != "key" && cmd != "project" || len(args) == 0 {
-		return false
-	}
-	switch args[0] {
-	case "-h", "-help", "--help", "help":
-		return true
-	}
-	return false
-}
-
-// noArgs parses the arguments of a command that takes none.
-func noArgs(name string, args []string, stderr io.Writer) error {
-	fs := subFlags(name, stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage) }
-	return parseFlagsOnly(fs, args)
-}
-
-// parseFlagsOnly parses the flags of a command that takes no other
-// arguments: a stray word is a usage error, not silently ignored.
-func parseFlagsOnly(fs *flag.FlagSet, args []string) error {
-	rest, err := parseSub(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(rest) > 0 {
-		return fmt.Errorf("%w: %s takes no arguments, got %q", errUsage, fs.Name(), rest[0])
-	}
-	return nil
-}
-
-// subFlags makes a flag set for a subcommand that reports errors as usage errors.
-func subFlags(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
-}
-
-// parseSub parses a subcommand's flags, allowing flags after positional
-// arguments (`key revoke ID --x`) as users type them.
-func parseSub(fs *flag.FlagSet, args []string) ([]string, error) {
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%w: %v", errUsage, err)
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return positional, nil
-		}
-		positional = append(positional, args[0])
-		args = args[1:]
-	}
 }
