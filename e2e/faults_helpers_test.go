@@ -1,6 +1,6 @@
-package main
+package e2e
 
-// Helpers for the fault tests (e2e_faults_test.go): an HTTP client that
+// Helpers for the fault tests (e2e/faults_test.go): an HTTP client that
 // reports errors instead of failing the test, so load goroutines can see the
 // daemon die; a reader of the data file that checks its integrity; and the
 // inferd binary built with failpoints.

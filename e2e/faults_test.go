@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // Fault tests: the real binary is killed with SIGKILL under load, killed at
 // crash points inside the commit path, given a full disk and a corrupt data

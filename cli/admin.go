@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -31,8 +31,7 @@ type adminClient struct {
 
 func dialAdmin(cfg config.Config) (*adminClient, error) {
 	sock := cfg.SocketPath()
-	if conn, err := net.DialTimeout("unix", sock, time.Second); err == nil {
-		conn.Close()
+	if daemonAnswers(cfg) {
 		tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", sock)
@@ -50,6 +49,16 @@ func dialAdmin(cfg config.Config) (*adminClient, error) {
 	return &adminClient{http: &http.Client{Transport: handlerTransport{h}}, close: st.Close, inProcess: true}, nil
 }
 
+// daemonAnswers reports whether a daemon answers on the admin socket.
+func daemonAnswers(cfg config.Config) bool {
+	conn, err := net.DialTimeout("unix", cfg.SocketPath(), time.Second)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}
+
 // handlerTransport serves requests with an in-process handler.
 type handlerTransport struct{ h http.Handler }
 
@@ -57,6 +66,21 @@ func (t handlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	rec := httptest.NewRecorder()
 	t.h.ServeHTTP(rec, req)
 	return rec.Result(), nil
+}
+
+// withAdmin runs fn with an admin client for the data directory the global
+// flags name (see dataConfig), and closes it afterwards.
+func (e *env) withAdmin(fn func(*adminClient) error) error {
+	cfg, err := e.dataConfig()
+	if err != nil {
+		return err
+	}
+	c, err := dialAdmin(cfg)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	return fn(c)
 }
 
 // call sends a JSON request to the admin API and decodes the JSON reply into out.
@@ -69,28 +93,14 @@ func (c *adminClient) call(ctx context.Context, method, path string, body, out a
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://inferd"+path, rd)
+	resp, err := c.do(ctx, method, path, rd)
 	if err != nil {
 		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("admin API: %w", err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return fmt.Errorf("admin API: read reply: %w", err)
-	}
-	if resp.StatusCode >= 300 {
-		var e struct {
-			Error struct{ Message string } `json:"error"`
-		}
-		if json.Unmarshal(data, &e) == nil && e.Error.Message != "" {
-			return errors.New(e.Error.Message)
-		}
-		return fmt.Errorf("admin API: %s", resp.Status)
 	}
 	if out == nil {
 		return nil
@@ -102,39 +112,45 @@ func (c *adminClient) call(ctx context.Context, method, path string, body, out a
 }
 
 // stream sends a GET to the admin API and copies the reply body to w as it
-// arrives; an error reply becomes an error. It returns the reply's headers.
-func (c *adminClient) stream(ctx context.Context, path string, w io.Writer) (http.Header, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://inferd"+path, nil)
+// arrives. It returns the reply's headers and the bytes copied; an error
+// reply, or a body cut short, is an error.
+func (c *adminClient) stream(ctx context.Context, path string, w io.Writer) (http.Header, int64, error) {
+	resp, err := c.do(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(w, resp.Body)
+	if err != nil {
+		return resp.Header, n, fmt.Errorf("admin API: read reply: %w", err)
+	}
+	return resp.Header, n, nil
+}
+
+// do sends a request to the admin API; a reply other than 2xx becomes an
+// error carrying the API's own message.
+func (c *adminClient) do(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://inferd"+path, body)
 	if err != nil {
 		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("admin API: %w", err)
 	}
+	if resp.StatusCode < 300 {
+		return resp, nil
+	}
 	defer resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		var e struct {
-			Error struct{ Message string } `json:"error"`
-		}
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		if json.Unmarshal(data, &e) == nil && e.Error.Message != "" {
-			return nil, errors.New(e.Error.Message)
-		}
-		return nil, fmt.Errorf("admin API: %s", resp.Status)
+	var e struct {
+		Error struct{ Message string } `json:"error"`
 	}
-	if _, err := io.Copy(w, resp.Body); err != nil && ctx.Err() == nil {
-		return resp.Header, fmt.Errorf("admin API: %w", err)
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if json.Unmarshal(data, &e) == nil && e.Error.Message != "" {
+		return nil, errors.New(e.Error.Message)
 	}
-	return resp.Header, nil
-}
-
-// withAdmin runs fn with an admin client and closes it afterwards.
-func withAdmin(cfg config.Config, fn func(*adminClient) error) error {
-	c, err := dialAdmin(cfg)
-	if err != nil {
-		return err
-	}
-	defer c.close()
-	return fn(c)
+	return nil, fmt.Errorf("admin API: %s", resp.Status)
 }

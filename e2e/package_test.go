@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // The .deb install test: build the package with `scripts/package.sh` (what
 // `make package` runs), install it with dpkg, start inferd the way the

@@ -1,8 +1,8 @@
-package main
+package e2e
 
-// The end-to-end harness: it builds the real inferd binary once, starts it as a
-// separate process on a free port with a fresh data dir, and talks to it over
-// real HTTP and the real CLI. Model servers are the real examples.
+// The end-to-end harness: it builds the real inferd binary (the module root's
+// package main) once, starts it as a separate process on a free port with a
+// fresh data dir, and talks to it over real HTTP and the real CLI. Model servers are the real examples.
 
 import (
 	"bufio"
@@ -29,6 +29,12 @@ import (
 var inferdBin string
 
 func TestMain(m *testing.M) {
+	// The tests name the repository's files (examples/, scripts/, web/) from
+	// the module root and build the binary there: run them from it.
+	if err := os.Chdir(".."); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	dir, err := os.MkdirTemp("", "inferd-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
