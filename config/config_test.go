@@ -123,6 +123,11 @@ func TestInvalidSettingsNameTheKey(t *testing.T) {
 		{"bad env value", "", []string{"INFERD_MAXQUEUEDPERPROJECT=lots"}, "maxQueuedPerProject"},
 		{"zero queue", "maxQueuedPerProject: 0\n", nil, "maxQueuedPerProject"},
 		{"simulated gpu without memory", "gpu:\n  simulate:\n    - {name: A}\n", nil, "gpu.simulate[0]"},
+		{"uid range with root", "replica:\n  uidRange: 0-100\n", nil, "replica.uidRange: \"0-100\" includes uid 0"},
+		{"uid range backwards", "replica:\n  uidRange: 70000-60000\n", nil, "replica.uidRange: \"70000-60000\" ends before"},
+		{"uid range not a range", "", []string{"INFERD_REPLICA_UIDRANGE=61184"}, "replica.uidRange"},
+		{"unknown network", "replica:\n  network: bridge\n", nil, "replica.network"},
+		{"log budget below one log", "replica:\n  logMaxBytesPerProject: 4096\n", nil, "replica.logMaxBytesPerProject"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

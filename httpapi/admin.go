@@ -288,6 +288,9 @@ type adminModel struct {
 	GPUMemoryMiB int               `json:"gpuMemoryMiB,omitempty"`
 	Concurrency  int               `json:"concurrency"`
 	BootTimeout  int               `json:"bootTimeout"`
+	MemoryMiB    int               `json:"memoryMiB,omitempty"`
+	PidsMax      int               `json:"pidsMax,omitempty"`
+	Network      string            `json:"network,omitempty"`
 }
 
 func viewAdminProject(p store.Project) adminProject {
@@ -300,6 +303,7 @@ func viewAdminProject(p store.Project) adminProject {
 			Command: m.Command, Dir: m.Dir, Env: m.Env, Protocol: m.Protocol,
 			HealthPath: m.HealthPath, InferPath: m.InferPath, GPUs: m.GPUs,
 			GPUMemoryMiB: m.GPUMemoryMiB, Concurrency: m.Concurrency, BootTimeout: m.BootTimeout,
+			MemoryMiB: m.MemoryMiB, PidsMax: m.PidsMax, Network: m.Network,
 		},
 		Created: p.Created, Updated: p.Updated,
 	}

@@ -36,6 +36,9 @@ type Project struct {
 	GPUMemoryMiB     *int              `yaml:"gpuMemoryMiB"`
 	Concurrency      *int              `yaml:"concurrency"`
 	BootTimeout      *int              `yaml:"bootTimeout"`
+	MemoryMiB        *int              `yaml:"memoryMiB"`
+	PidsMax          *int              `yaml:"pidsMax"`
+	Network          string            `yaml:"network"`
 	MinReplicas      *int              `yaml:"minReplicas"`
 	MaxReplicas      *int              `yaml:"maxReplicas"`
 	InferenceTimeout *int              `yaml:"inferenceTimeout"`
@@ -101,6 +104,9 @@ func (mp Project) toStore(baseDir string) (store.Project, error) {
 	setInt(&m.GPUMemoryMiB, mp.GPUMemoryMiB)
 	setInt(&m.Concurrency, mp.Concurrency)
 	setInt(&m.BootTimeout, mp.BootTimeout)
+	setInt(&m.MemoryMiB, mp.MemoryMiB)
+	setInt(&m.PidsMax, mp.PidsMax)
+	m.Network = mp.Network
 	dir := mp.Dir
 	if dir == "" {
 		dir = "."

@@ -223,7 +223,8 @@ func (s *Scheduler) applyProject(cfg store.Project) {
 func specChanged(a, b store.ModelSpec) bool {
 	return !slices.Equal(a.Command, b.Command) || a.Dir != b.Dir || !maps.Equal(a.Env, b.Env) ||
 		!strings.EqualFold(a.Protocol, b.Protocol) || a.HealthPath != b.HealthPath ||
-		a.InferPath != b.InferPath || a.GPUs != b.GPUs || a.GPUMemoryMiB != b.GPUMemoryMiB
+		a.InferPath != b.InferPath || a.GPUs != b.GPUs || a.GPUMemoryMiB != b.GPUMemoryMiB ||
+		a.MemoryMiB != b.MemoryMiB || a.PidsMax != b.PidsMax || a.Network != b.Network
 }
 
 // deleteProject fails the calls of a deleted project and stops its replicas.

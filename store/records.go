@@ -61,8 +61,11 @@ type ModelSpec struct {
 	InferPath    string            `json:"inferPath,omitempty"`
 	GPUs         int               `json:"gpus"` // whole GPUs per replica; 0 = CPU
 	GPUMemoryMiB int               `json:"gpuMemoryMiB,omitempty"`
-	Concurrency  int               `json:"concurrency"` // calls at once per replica
-	BootTimeout  int               `json:"bootTimeout"` // seconds
+	Concurrency  int               `json:"concurrency"`         // calls at once per replica
+	BootTimeout  int               `json:"bootTimeout"`         // seconds
+	MemoryMiB    int               `json:"memoryMiB,omitempty"` // memory of a replica's whole process tree; 0 = no limit
+	PidsMax      int               `json:"pidsMax,omitempty"`   // processes and threads of a replica; 0 = no limit
+	Network      string            `json:"network,omitempty"`   // NetworkPrivate, NetworkHost, or "" = the daemon's replica.network
 }
 
 // CallState is where an inference call is in its life.
