@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"inferd/cli"
 	"inferd/config"
 	"inferd/gpu"
 	"inferd/httpapi"
@@ -33,10 +34,11 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	}
 	gpus := discoverGPUs(cfg.GPU, log)
 	defer gpus.Close()
-	replicas, err := local.New(backendConfig(cfg, gpus), log)
+	replicas, err := local.New(cli.BackendConfig(cfg, gpus), log)
 	if err != nil {
 		return err
 	}
+	defer replicas.Close() // after the scheduler has stopped every replica
 	st, err := store.Open(cfg.StorePath(), store.Options{})
 	if err != nil {
 		return err
@@ -76,6 +78,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			Metrics:      metrics,
 			Status: &httpapi.StatusSources{
 				Snapshot: sched.Snapshot, GPUs: gpus.Devices, Calls: st, Logs: replicas,
+				Protections: replicas.Protections,
 			},
 			Limits: httpapi.Limits{
 				RequestsPerSecond: cfg.Limits.RequestsPerSecond,
@@ -98,7 +101,9 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	defer endAdmin()
 	admin := &http.Server{
 		Handler: httpapi.NewAdmin(st, log,
-			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(sched.CapacityWarnings)),
+			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(func(ps []store.Project) []string {
+				return append(sched.CapacityWarnings(ps), replicas.AccessWarnings(ps)...)
+			})),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return adminCtx },
 	}
@@ -181,20 +186,5 @@ func schedulerConfig(cfg config.Config) scheduler.Config {
 		MaxBootFailures:     cfg.Replica.MaxBootFailures,
 		RestartBackoff:      cfg.Replica.RestartBackoff,
 		MaxRestartBackoff:   cfg.Replica.MaxRestartBackoff,
-	}
-}
-
-// backendConfig is how the local-process backend runs replicas: its logs,
-// pid files, model user, stop grace, and what it places them on.
-func backendConfig(cfg config.Config, gpus *gpu.Inventory) local.Config {
-	return local.Config{
-		LogDir:      cfg.LogDir(),
-		LogMaxBytes: cfg.Replica.LogMaxBytes,
-		LogKeep:     cfg.Replica.LogKeep,
-		RunDir:      cfg.RunDir(),
-		User:        cfg.Replica.User,
-		StopGrace:   cfg.Replica.StopGrace,
-		CPUSlots:    cfg.CPUSlots, // 0 = one per CPU
-		GPUs:        gpus,
 	}
 }

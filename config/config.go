@@ -430,6 +430,10 @@ func (c Config) LogDir() string { return filepath.Join(c.DataDir, "logs") }
 // RunDir holds the replica pid files used to clean up after a crash.
 func (c Config) RunDir() string { return filepath.Join(c.DataDir, "run") }
 
+// UIDFile records the uid each project's replicas run as (replica.user:
+// per-project), for good.
+func (c Config) UIDFile() string { return filepath.Join(c.RunDir(), "uids.json") }
+
 // EnsureDataDir creates the data directory, private to the daemon's user.
 func (c Config) EnsureDataDir() error {
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {

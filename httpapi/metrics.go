@@ -97,6 +97,11 @@ func (m *Metrics) ReplicaEvicted(project string) {
 	m.projectCounter("inferd_replica_evictions_total", project)
 }
 
+// ReplicaOOMKilled counts a replica killed for going over its memoryMiB.
+func (m *Metrics) ReplicaOOMKilled(project string) {
+	m.projectCounter("inferd_replica_oom_kills_total", project)
+}
+
 func (m *Metrics) projectCounter(name, project string) {
 	m.set.GetOrCreateCounter(name + `{project="` + labelValue(project) + `"}`).Inc()
 }

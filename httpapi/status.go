@@ -34,6 +34,8 @@ type StatusSources struct {
 	Calls    RecentCalls
 	Logs     backend.Logs     // replica logs; nil = none
 	Now      func() time.Time // for uptimes; nil = time.Now
+	// Protections says how replicas are contained (the backend's sandbox).
+	Protections func() []backend.Protection
 }
 
 // RecentCalls is what the status endpoints read of *store.Store.
@@ -93,6 +95,7 @@ type statusProject struct {
 	Running     int             `json:"running"`
 	Waiting     string          `json:"waiting"`
 	LastError   string          `json:"lastError"`
+	OOMKills    int             `json:"oomKills"`     // replicas killed for going over memoryMiB since the daemon started
 	LatencyP50  *int64          `json:"latencyP50Ms"` // created → finished, over the recent calls; null without any
 	LatencyP95  *int64          `json:"latencyP95Ms"`
 	Finished    int             `json:"recentFinished"` // calls the latencies are taken over
@@ -133,6 +136,9 @@ type statusAll struct {
 	GPUs      []statusGPU     `json:"gpus"`
 	Projects  []statusProject `json:"projects"`
 	Calls     []statusCall    `json:"calls"`
+	// Protections are the sandbox's: which ways of keeping models apart
+	// are in force on this box (docs/security.md).
+	Protections []backend.Protection `json:"protections"`
 }
 
 type results[T any] struct {
@@ -198,13 +204,22 @@ func (s *statusAPI) all(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		return
 	}
 	writeJSON(w, http.StatusOK, statusAll{
-		Generated: s.now().UTC(),
-		Scope:     v.key.Scope,
-		TeamID:    v.key.TeamID,
-		GPUs:      s.viewGPUs(v),
-		Projects:  s.viewProjects(v),
-		Calls:     viewCalls(v.calls, limit),
+		Generated:   s.now().UTC(),
+		Scope:       v.key.Scope,
+		TeamID:      v.key.TeamID,
+		GPUs:        s.viewGPUs(v),
+		Projects:    s.viewProjects(v),
+		Calls:       viewCalls(v.calls, limit),
+		Protections: s.protections(),
 	})
+}
+
+// protections are the backend's, or none known.
+func (s *statusAPI) protections() []backend.Protection {
+	if s.src.Protections == nil {
+		return []backend.Protection{}
+	}
+	return s.src.Protections()
 }
 
 // list returns a handler that answers {"results": render(view)} for one
@@ -353,7 +368,7 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 		sp := statusProject{
 			ID: p.ID, TeamID: p.TeamID,
 			MinReplicas: p.MinReplicas, MaxReplicas: p.MaxReplicas, GPUs: gpusPerReplica(p.Model),
-			Queued: lp.Queued, Running: lp.Running, Waiting: lp.Waiting, LastError: lp.LastError,
+			Queued: lp.Queued, Running: lp.Running, Waiting: lp.Waiting, LastError: lp.LastError, OOMKills: lp.OOMKills,
 			Replicas: make([]statusReplica, 0, len(lp.Replicas)),
 		}
 		lat := latencies[p.ID]

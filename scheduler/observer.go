@@ -16,6 +16,9 @@ type Observer interface {
 	// ReplicaEvicted reports an idle replica stopped to make room for
 	// another project.
 	ReplicaEvicted(project string)
+	// ReplicaOOMKilled reports a replica the kernel killed for going over
+	// its project's memoryMiB.
+	ReplicaOOMKilled(project string)
 }
 
 // nopObserver is the Observer of a Config that sets none.
@@ -25,3 +28,4 @@ func (nopObserver) CallFinished(store.Call) {}
 func (nopObserver) ReplicaStarted(string)   {}
 func (nopObserver) ReplicaCrashed(string)   {}
 func (nopObserver) ReplicaEvicted(string)   {}
+func (nopObserver) ReplicaOOMKilled(string) {}

@@ -39,6 +39,7 @@ type ProjectStatus struct {
 	Running     int             `json:"running"`
 	Waiting     string          `json:"waiting"`   // "", "waiting for CPU slot" or "waiting for GPU"
 	LastError   string          `json:"lastError"` // the last failed boot or crash
+	OOMKills    int             `json:"oomKills"`  // replicas killed for going over memoryMiB, since the daemon started
 	Replicas    []ReplicaStatus `json:"replicas"`  // in start order
 }
 
@@ -70,6 +71,7 @@ func (s *Scheduler) snapshot() Status {
 			Running:     p.running,
 			Waiting:     p.waiting,
 			LastError:   p.lastError,
+			OOMKills:    p.oomKills,
 			Replicas:    make([]ReplicaStatus, 0, len(p.replicas)),
 		}
 		for _, r := range p.replicas {

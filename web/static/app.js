@@ -108,11 +108,21 @@ function render(st) {
     el("span", {}, el("b", {}, st.projects.length), " projects"),
     el("span", {}, el("b", {}, replicas), " replicas"),
     el("span", {}, el("b", {}, queued), " queued"),
+    sandbox(st.protections || []),
     el("span", { class: "muted" }, `updated ${new Date(now).toLocaleTimeString()}`),
   );
   renderGPUs(st.gpus);
   renderProjects(st.projects, now);
   renderCalls(st.calls, now);
+}
+
+// sandbox sums up the replica sandbox: how many protections are on, and the
+// detail of each in the tooltip (docs/security.md).
+function sandbox(ps) {
+  const on = ps.filter((p) => p.on).length;
+  const title = ps.map((p) => `${p.on ? "on" : "OFF"} ${p.name}: ${p.detail}`).join("\n");
+  return el("span", { class: on === ps.length ? "" : "waiting", title },
+    "sandbox ", el("b", {}, `${on}/${ps.length}`), " on");
 }
 
 function renderGPUs(gpus) {
@@ -187,7 +197,8 @@ function renderProjects(projects, now) {
         el("span", {}, "running ", el("b", {}, p.running)),
         el("span", {}, "p50 ", el("b", {}, ms(p.latencyP50Ms))),
         el("span", {}, "p95 ", el("b", {}, ms(p.latencyP95Ms))),
-        el("span", { class: "muted" }, `over ${p.recentFinished} recent calls`)),
+        el("span", { class: "muted" }, `over ${p.recentFinished} recent calls`),
+        p.oomKills ? el("span", { class: "waiting" }, "out of memory ", el("b", {}, p.oomKills)) : null),
       p.lastError ? el("div", { class: "lasterror" }, `last error: ${p.lastError}`) : null,
       table,
     );

@@ -3,7 +3,6 @@ package local
 import (
 	"errors"
 	"fmt"
-	"os"
 	"os/user"
 	"strconv"
 	"syscall"
@@ -62,28 +61,4 @@ func (r *RunAs) Credential() *syscall.Credential { return r.credential() }
 
 func (r *RunAs) credential() *syscall.Credential {
 	return &syscall.Credential{Uid: r.UID, Gid: r.GID, Groups: r.Groups}
-}
-
-// sharedDir creates (or reuses) dir as a directory that other users may read
-// but only inferd's user may write, for files a model running as another user
-// must read (the Potassium shim). dir sits in a world-writable place such as
-// /tmp, so a directory someone else created there is refused, never used.
-func sharedDir(dir string) error {
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return err
-	}
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return err
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	switch {
-	case !fi.IsDir():
-		return fmt.Errorf("%s is not a directory", dir)
-	case !ok || int(st.Uid) != os.Geteuid():
-		return fmt.Errorf("%s belongs to another user; remove it", dir)
-	case fi.Mode().Perm()&0o022 != 0:
-		return fmt.Errorf("%s is writable by others; remove it", dir)
-	}
-	return os.Chmod(dir, 0o755)
 }

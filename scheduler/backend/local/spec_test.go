@@ -76,6 +76,8 @@ func TestEnvironHoldsAllowlistProjectEnvAndInferdVariables(t *testing.T) {
 	tests := []struct {
 		name   string
 		spec   backend.Spec
+		dir    string // the private directory
+		runAs  *RunAs
 		want   []string // NAME=value that must be present
 		absent []string // names that must not be
 	}{
@@ -100,6 +102,18 @@ func TestEnvironHoldsAllowlistProjectEnvAndInferdVariables(t *testing.T) {
 			want: []string{"GREETING=hi", "PATH=/opt/model/bin", "PYTHONUNBUFFERED=0"},
 		},
 		{
+			name: "private HOME and TMPDIR, and the model user's name",
+			spec: backend.Spec{ReplicaID: "r5", ProjectID: "p5"},
+			dir:  "/tmp/inferd-0-x/r5", runAs: perProjectRunAs(61200),
+			want: []string{"HOME=/tmp/inferd-0-x/r5", "TMPDIR=/tmp/inferd-0-x/r5", "USER=61200", "LOGNAME=61200"},
+		},
+		{
+			name: "the project may move HOME and TMPDIR",
+			spec: backend.Spec{ReplicaID: "r6", Model: store.ModelSpec{Env: map[string]string{"HOME": "/srv/cache", "TMPDIR": "/scratch"}}},
+			dir:  "/tmp/inferd-0-x/r6",
+			want: []string{"HOME=/srv/cache", "TMPDIR=/scratch"},
+		},
+		{
 			name: "project cannot override inferd's variables",
 			spec: backend.Spec{ReplicaID: "r4", ProjectID: "p4", Model: store.ModelSpec{Env: map[string]string{
 				"PORT": "1", "CUDA_VISIBLE_DEVICES": "0", "INFERD_REPLICA_ID": "other", "INFERD_PROJECT_ID": "other",
@@ -109,7 +123,7 @@ func TestEnvironHoldsAllowlistProjectEnvAndInferdVariables(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			env := environ(tc.spec, tc.spec.Model.Env, 8123, nil, getenv)
+			env := environ(tc.spec, tc.spec.Model.Env, 8123, tc.runAs, tc.dir, getenv)
 			if !slices.IsSorted(env) {
 				t.Errorf("environment not sorted: %v", env)
 			}
