@@ -48,6 +48,10 @@ const (
 // cgroupKillWait bounds how long a killed cgroup may take to empty.
 const cgroupKillWait = 10 * time.Second
 
+// eventsRecheck is how often waitPopulated reads cgroup.events without a
+// signal from the kernel.
+const eventsRecheck = 100 * time.Millisecond
+
 // cgroups makes the cgroup of each replica, in whatever hierarchies the
 // host offers. A nil *cgroups makes none.
 type cgroups struct {
@@ -517,7 +521,9 @@ func cgroupPids(dir string) ([]int, error) {
 
 // waitPopulated waits until the v2 cgroup at dir has no process left: the
 // kernel reports it in cgroup.events and signals each change of the file to
-// inotify.
+// inotify. The file is read again at least every eventsRecheck too: the
+// kernel drops a pending signal when the cgroup is removed meanwhile (by
+// Recover, racing the replica's own end), and a removed cgroup is empty.
 func waitPopulated(dir string) error {
 	events := filepath.Join(dir, "cgroup.events")
 	ino, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
@@ -549,7 +555,7 @@ func waitPopulated(dir string) error {
 			return fmt.Errorf("cgroup %s still has processes %s after it was killed", dir, cgroupKillWait)
 		}
 		fds := []unix.PollFd{{Fd: int32(ino), Events: unix.POLLIN}}
-		if _, err := unix.Poll(fds, int(left/time.Millisecond)+1); err != nil && !errors.Is(err, unix.EINTR) {
+		if _, err := unix.Poll(fds, int(min(left, eventsRecheck)/time.Millisecond)+1); err != nil && !errors.Is(err, unix.EINTR) {
 			return fmt.Errorf("wait for cgroup %s: %w", dir, err)
 		}
 		unix.Read(ino, buf) // drain; the file is read again either way
