@@ -337,6 +337,7 @@ func TestRecoverKillsTheCgroupsAPreviousDaemonLeft(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(next.Close)
 	if err := next.Recover(context.Background()); err != nil {
 		t.Fatalf("Recover: %v", err)
 	}

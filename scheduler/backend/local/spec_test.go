@@ -148,6 +148,7 @@ func TestNewAppliesDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(b.Close)
 	got := []any{b.cfg.LogMaxBytes, b.cfg.LogKeep, b.cfg.StopGrace, b.Capacity().CPUSlots, len(b.Capacity().GPUs)}
 	want := []any{int64(10 << 20), 3, 10 * time.Second, runtime.NumCPU(), 0}
 	if !slices.Equal(got, want) {
