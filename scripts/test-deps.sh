@@ -8,6 +8,8 @@ packages=(
   chromium          # status page browser test (web/browsertest)
   python3-torch     # examples/digits: a real PyTorch model server
   python3-sklearn   # examples/digits: the bundled 8x8 digits data set
+  python3-flask     # examples/potassium: the Potassium stand-in is built on Flask
+  prometheus        # promtool checks the /metrics exposition (httpapi metrics test)
 )
 
 missing=()
