@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"inferd/internal/testenv"
 	"inferd/store"
 )
 
@@ -501,9 +502,7 @@ func TestStartRefusesCorruptDataFile(t *testing.T) {
 // calls fail with "error: storage full", that what was stored before still
 // answers unchanged, and that calls work again once space is freed.
 func TestDiskFull(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs as the data dir needs root (CI runs as root); run `make faults` as root to include this test")
-	}
+	testenv.NeedRoot(t, "mounting a tmpfs as the data dir; run `make faults` as root to include this test")
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, "startWait: 10s\nlongPollWait: 5s\n")
 	data := filepath.Join(dir, "data")

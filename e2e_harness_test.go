@@ -24,6 +24,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"inferd/internal/testenv"
 )
 
 var inferdBin string
@@ -346,7 +348,7 @@ func echoDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 is not installed; the echo example needs it")
+		testenv.Missing(t, "python3 on PATH: the echo example needs it")
 	}
 	return dir
 }

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"inferd/internal/testenv"
 )
 
 const (
@@ -29,27 +31,16 @@ const (
 )
 
 func TestDebPackageInstallsServesAndPurges(t *testing.T) {
-	required := os.Getenv("INFERD_REQUIRE_CLIENT_TESTS") == "1"
-	skip := func(format string, a ...any) {
-		t.Helper()
-		msg := fmt.Sprintf(format, a...)
-		if required {
-			t.Fatalf("%s (INFERD_REQUIRE_CLIENT_TESTS=1, as in make test, so this test cannot skip)", msg)
-		}
-		t.Skip(msg)
-	}
-	if os.Geteuid() != 0 {
-		skip("the .deb install test installs a package: run it as root")
-	}
+	testenv.NeedRoot(t, "the .deb install test installs a package")
 	if _, err := exec.LookPath("dpkg"); err != nil {
-		skip("the .deb install test needs dpkg")
+		testenv.Missing(t, "dpkg, to install the .deb")
 	}
 	echoDir(t) // the packaged example needs python3
 	if out, _ := exec.Command("dpkg-query", "-W", "-f=${Status}", "inferd").Output(); len(out) > 0 && !strings.Contains(string(out), "not-installed") {
-		skip("an inferd package is already on this machine (%s); this test installs and purges its own, so it leaves that one alone: `dpkg --purge inferd` to let it run", out)
+		testenv.Missing(t, "a machine without an inferd package (one is installed: %s); this test installs and purges its own, so it leaves that one alone: `dpkg --purge inferd` to let it run", out)
 	}
 	if _, err := os.Stat(pkgDataDir); err == nil {
-		skip("%s exists without an inferd package; move it away to let this test run", pkgDataDir)
+		testenv.Missing(t, "a machine without %s (it exists without an inferd package); move it away to let this test run", pkgDataDir)
 	}
 
 	deb := buildDeb(t)

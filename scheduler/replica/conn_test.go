@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+
+	"inferd/internal/testenv"
 )
 
 // countingListener is the model's listener, with a count of the connections the
@@ -353,7 +355,7 @@ HTTPServer(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
 func TestInferOnAModelThatClosesEveryConnection(t *testing.T) {
 	py, err := python()
 	if err != nil {
-		t.Skipf("python3 is needed: %v", err)
+		testenv.Missing(t, "python3 on PATH: %v", err)
 	}
 	spec := shSpec(t, "http10", "")
 	spec.Command = []string{py, "-c", http10Model}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"inferd/internal/testenv"
 )
 
 // testDeadline bounds every wait in these tests; a healthy run needs a fraction.
@@ -73,7 +75,7 @@ func echoSpec(t *testing.T, id string) Spec {
 	t.Helper()
 	py, err := python()
 	if err != nil {
-		t.Skipf("python3 is needed to run examples/echo: %v", err)
+		testenv.Missing(t, "python3 on PATH, to run examples/echo: %v", err)
 	}
 	server, err := filepath.Abs("../../examples/echo/server.py")
 	if err != nil {

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"inferd/internal/testenv"
 )
 
 // echoReply is what examples/echo answers to a plain call.
@@ -407,7 +409,7 @@ func TestLogFileRotatesAtCap(t *testing.T) {
 
 func TestExitedDoesNotWaitForAChildThatLeftTheGroup(t *testing.T) {
 	if _, err := exec.LookPath("setsid"); err != nil {
-		t.Skipf("setsid is needed: %v", err)
+		testenv.Missing(t, "setsid (util-linux): %v", err)
 	}
 	// The escaped sleep keeps the log pipe open after the leader exits; Exited must
 	// still close (after drainWait) and the copier must end. It reports its pid only
