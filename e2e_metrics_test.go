@@ -119,11 +119,13 @@ func TestMetricsDuringLoad(t *testing.T) {
 	for range 3 {
 		ids = append(ids, c.start("mk-slow", `{"sleep":3}`, true)["callID"].(string))
 	}
-	polls := make(chan map[string]any, len(ids))
+	// Each poll reports its error on the channel: t.Fatal is for the test's
+	// goroutine only, and a poll that ended without sending would hang the test.
+	polls := make(chan error, len(ids))
 	for _, id := range ids {
 		go func() {
-			_, obj := do(t, "POST", d.base+"/check/v4", nil, `{"apiKey":"`+key+`","callID":"`+id+`","longPoll":true}`)
-			polls <- obj
+			_, _, err := tryDo("POST", d.base+"/check/v4", nil, `{"apiKey":"`+key+`","callID":"`+id+`","longPoll":true}`)
+			polls <- err
 		}()
 	}
 	var during map[string]float64
@@ -134,7 +136,9 @@ func TestMetricsDuringLoad(t *testing.T) {
 			during["inferd_longpolls_in_flight"] >= 1
 	})
 	for range ids {
-		<-polls
+		if err := <-polls; err != nil {
+			t.Errorf("long poll: %v", err)
+		}
 	}
 	// The slow replica holds both GPUs and is idle now: a call of another
 	// project evicts it.
