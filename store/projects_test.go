@@ -68,6 +68,9 @@ func TestProjectValidate(t *testing.T) {
 		{"concurrency 0", func(p *Project) { p.Model.Concurrency = 0 }, "model.concurrency", ""},
 		{"concurrency 1000", func(p *Project) { p.Model.Concurrency = 1000 }, "", ""},
 		{"concurrency 1001", func(p *Project) { p.Model.Concurrency = 1001 }, "model.concurrency", ""},
+		{"potassium concurrency 1", func(p *Project) { p.Model.Protocol = ProtocolPotassium }, "", ""},
+		{"potassium concurrency 2", func(p *Project) { p.Model.Protocol = ProtocolPotassium; p.Model.Concurrency = 2 }, "model.concurrency",
+			`must be 1 for protocol "potassium": a Potassium app runs one call at a time on its single worker (raise maxReplicas to serve more at once)`},
 		{"bootTimeout 0", func(p *Project) { p.Model.BootTimeout = 0 }, "model.bootTimeout", ""},
 		{"bootTimeout 86400", func(p *Project) { p.Model.BootTimeout = 86400 }, "", ""},
 		{"bootTimeout 86401", func(p *Project) { p.Model.BootTimeout = 86401 }, "model.bootTimeout", ""},
@@ -292,8 +295,9 @@ func TestUpdateProject(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if stored.MaxReplicas != tc.wantMax || stored.Model.Env["A"] != "1" {
-				t.Errorf("stored max = %d env = %v, want max %d env A=1", stored.MaxReplicas, stored.Model.Env, tc.wantMax)
+			if stored.MaxReplicas != tc.wantMax || stored.MinReplicas != p.MinReplicas || stored.Model.Env["A"] != "1" {
+				t.Errorf("stored min = %d max = %d env = %v, want min %d max %d env A=1",
+					stored.MinReplicas, stored.MaxReplicas, stored.Model.Env, p.MinReplicas, tc.wantMax)
 			}
 		})
 	}
