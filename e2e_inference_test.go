@@ -305,7 +305,7 @@ func TestScalingEndToEnd(t *testing.T) {
 
 func TestCallsSurviveDaemonKill(t *testing.T) {
 	echo := echoDir(t)
-	dir, cfg := newDaemonDir(t, "cpuSlots: 4\n")
+	dir, cfg := newDaemonDir(t, noLimits+"cpuSlots: 4\n")
 	mark := marker()
 	d := startDaemon(t, dir, cfg)
 	key := d.createKey("acme", false)
