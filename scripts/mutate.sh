@@ -168,6 +168,8 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 git worktree add --detach -q "$src" HEAD
 cd "$src"
 
