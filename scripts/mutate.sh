@@ -17,7 +17,9 @@
 # It mutates HEAD: commit first. Environment: MUTATE_LIST (default
 # scripts/mutations.txt), MUTATE_TIMEOUT (go test -timeout per test line,
 # default 5m: a hang counts as caught), MUTATE_BASELINE=0 to skip the check that
-# the tests pass unmutated, MUTATE_KEEP=1 to keep the worktree and logs.
+# the tests pass unmutated, MUTATE_KEEP=1 to keep the worktree and logs,
+# MUTATE_EVERY=1 to run every test line of a row, not only up to the first that
+# fails, and count the mutation caught only if each of them fails.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -236,24 +238,33 @@ for i in "${selected[@]}"; do
     fi
   done <<<"${tests[$i]}"
   if [ $result = missed ]; then
-    k=0
+    k=0 passed=
     while IFS= read -r t; do
       [ -n "$t" ] || continue
       k=$((k + 1))
       read -r pkg re <<<"$t"
       log=$logs/$name-$k.log
-      if ! run_test "$log" "$pkg" "$re"; then
-        result=caught detail="by $pkg -run '$re': $(first_failure "$log")"
+      if run_test "$log" "$pkg" "$re"; then
+        passed+=" $pkg -run '$re';"
+      elif [ -z "$detail" ]; then
+        detail="by $pkg -run '$re': $(first_failure "$log")"
+      fi
+      if [ -n "$detail" ] && [ "${MUTATE_EVERY:-0}" != 1 ]; then
         break
       fi
     done <<<"${tests[$i]}"
+    if [ -n "$detail" ] && { [ -z "$passed" ] || [ "${MUTATE_EVERY:-0}" != 1 ]; }; then
+      result=caught
+    elif [ -n "$detail" ]; then
+      detail="not by$passed only $detail" # MUTATE_EVERY: some test lines passed
+    fi
   fi
   git checkout -q -- "$f"
 
   secs=$(($(date +%s) - t0))
   case $result in
   caught) caught=$((caught + 1)) ;;
-  missed) missed=$((missed + 1)) detail="no test failed: ${rules[$i]}" ;;
+  missed) missed=$((missed + 1)) detail=${detail:-"no test failed: ${rules[$i]}"} ;;
   broken) broken=$((broken + 1)) ;;
   esac
   line=$(printf '%-7s %-36s %4ss  %s' "$result" "$name" "$secs" "$detail")
