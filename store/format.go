@@ -46,7 +46,7 @@ type boltMeta struct {
 // lock so a running daemon's writes cannot race the check, that one meta page
 // is valid, that the file holds every page below its high-water mark, and
 // (checkTree) that every page bbolt will read is well formed.
-// A missing or empty file passes: bbolt initialises it.
+// A missing file passes: it is a fresh install, and Open creates it.
 func checkDataFile(path string, timeout time.Duration) error {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -71,7 +71,9 @@ func checkDataFile(path string, timeout time.Duration) error {
 	}
 	size := fi.Size()
 	if size == 0 {
-		return nil
+		// Open creates a new file whole (createDataFile): an empty one was
+		// emptied since.
+		return corruptError(path, "the file is empty (0 bytes)")
 	}
 	m, err := readBoltMeta(f, size)
 	if err != nil {

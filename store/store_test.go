@@ -46,6 +46,48 @@ func TestOpenCreatesPrivateFileAndDirectory(t *testing.T) {
 	}
 }
 
+// TestOpenRefusesAnEmptyFileButCreatesAMissingOne: a fresh install has no
+// data file, and Open creates it whole (under a temporary name, linked into
+// place), so a 0-byte data file is damage: refused, never started empty.
+func TestOpenRefusesAnEmptyFileButCreatesAMissingOne(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "inferd.db")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, ro := range []bool{false, true} {
+		s, err := Open(path, Options{ReadOnly: ro})
+		if err == nil {
+			_ = s.Close()
+			t.Fatalf("Open(ReadOnly: %v) started on an empty file", ro)
+		}
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "empty") {
+			t.Errorf("Open(ReadOnly: %v) = %v, want ErrCorrupt saying the file is empty", ro, err)
+		}
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
+		t.Fatalf("the empty file changed: %v, %v", fi, err)
+	}
+
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	s := openAt(t, path, Options{})
+	if _, err := s.EnsureTeam("acme"); err != nil {
+		t.Fatal(err)
+	}
+	if m := s.Migration(); m.From != 0 || m.To != SchemaVersion {
+		t.Errorf("a new file: Migration() = %+v, want from 0 to %d", m, SchemaVersion)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 {
+		t.Errorf("the data dir holds %v, want only inferd.db", entries)
+	}
+}
+
 func TestReopenKeepsTeamsKeysProjectsAndCalls(t *testing.T) {
 	path := testPath(t)
 	s, err := Open(path, Options{})
@@ -218,6 +260,7 @@ func TestOpenRefusesCorruptFileAndLeavesItUnchanged(t *testing.T) {
 	}{
 		{"random bytes", random},
 		{"text file", []byte("hello, not a database\n")},
+		{"empty (0 bytes)", nil},
 		{"truncated to half its pages", real[:used/2]},
 		{"last page cut short", real[:used-100]},
 		{"truncated to two pages", real[:8192]},
