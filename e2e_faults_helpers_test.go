@@ -188,6 +188,35 @@ func failpointBinary(t *testing.T) string {
 	return failpointBin
 }
 
+// treePageIDs lists the branch and leaf pages the data file at path uses, as
+// bbolt classifies them (free pages and overflow continuations left out), and
+// the file's page size.
+func treePageIDs(t *testing.T, path string) (map[string][]int, int) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	pages := map[string][]int{}
+	err = db.View(func(tx *bolt.Tx) error {
+		for id := 2; ; id++ {
+			info, err := tx.Page(id)
+			if err != nil || info == nil {
+				return err
+			}
+			if info.Type == "branch" || info.Type == "leaf" {
+				pages[info.Type] = append(pages[info.Type], id)
+				id += info.OverflowCount
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pages, db.Info().PageSize
+}
+
 // envInt reads a positive integer setting of the fault tests.
 func envInt(t *testing.T, name string, def int) int {
 	t.Helper()

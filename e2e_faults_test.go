@@ -442,17 +442,36 @@ func TestStartRefusesCorruptDataFile(t *testing.T) {
 	rand.Read(random)
 	zeroedMeta := append([]byte(nil), real...)
 	clear(zeroedMeta[:8192])
+	// Flipped bytes in the element table of a leaf and of a branch page the
+	// file uses: once each crashed the daemon with a raw panic inside bbolt.
+	pages, pageSize := treePageIDs(t, filepath.Join(realDir, "data", "inferd.db"))
+	flipped := func(kind string) []byte {
+		if len(pages[kind]) == 0 {
+			t.Fatalf("the data file has no %s page", kind)
+		}
+		b := append([]byte(nil), real...)
+		at := pages[kind][0]*pageSize + 16
+		for i := at; i < at+16; i++ {
+			b[i] ^= 0xff
+		}
+		return b
+	}
 
-	for _, tc := range []struct {
+	cases := []struct {
 		name    string
 		content []byte
 	}{
 		{"random bytes", random},
 		{"a text file", []byte("not a database\n")},
+		{"a 0-byte file", []byte{}},
 		{"truncated to 1 MiB", real[:1<<20]},
 		{"truncated inside the meta pages", real[:6000]},
 		{"meta pages zeroed", zeroedMeta},
-	} {
+		{"flipped bytes in a leaf page", flipped("leaf")},
+		{"flipped bytes in a branch page", flipped("branch")},
+	}
+	var refused atomic.Int64
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, cfg := newDaemonDir(t, "")
 			path := filepath.Join(dir, "data", "inferd.db")
@@ -478,9 +497,14 @@ func TestStartRefusesCorruptDataFile(t *testing.T) {
 			if !errors.As(err, &exit) || exit.ExitCode() <= 0 {
 				t.Fatalf("inferd serve on a corrupt file: %v, want a non-zero exit; output:\n%s", err, out)
 			}
-			for _, want := range []string{path, "corrupt or not an inferd database", "restore from a backup"} {
+			for _, want := range []string{path, "corrupt or not an inferd database", "restore from a backup", "inferd restore"} {
 				if !strings.Contains(string(out), want) {
 					t.Errorf("the start-up error does not mention %q:\n%s", want, out)
+				}
+			}
+			for _, crash := range []string{"panic", "fatal error", "goroutine "} {
+				if strings.Contains(string(out), crash) {
+					t.Errorf("inferd crashed instead of refusing the file (%q):\n%s", crash, out)
 				}
 			}
 			if strings.Contains(string(out), "inferd serving") {
@@ -493,8 +517,14 @@ func TestStartRefusesCorruptDataFile(t *testing.T) {
 			if string(after) != string(tc.content) {
 				t.Error("start-up changed the corrupt file")
 			}
+			if !t.Failed() {
+				refused.Add(1)
+			}
 		})
 	}
+	report(t, "corrupt data files refused with the file's name and the restore command, left untouched: %d of %d "+
+		"(random bytes, text, 0 bytes, truncated ×2, meta zeroed, flipped bytes in a leaf and in a branch page)",
+		refused.Load(), len(cases))
 }
 
 // TestDiskFull runs the daemon on a small tmpfs, fills it, and checks that

@@ -38,7 +38,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	}
 	st, err := store.Open(cfg.StorePath(), store.Options{})
 	if err != nil {
-		return err
+		return withRestoreHint(err)
 	}
 	defer st.Close()
 	if m := st.Migration(); m.Migrated() {
@@ -137,10 +137,19 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	})
 	err = g.Wait()
 	if err != nil && !errors.Is(err, context.Canceled) {
-		return err
+		return withRestoreHint(err) // the scheduler reads every pending call at start
 	}
 	log.Info().Msg("stopped")
 	return nil
+}
+
+// withRestoreHint names the command that puts a backup in place in a
+// corrupt-data-file error, which the store words without knowing the CLI.
+func withRestoreHint(err error) error {
+	if errors.Is(err, store.ErrCorrupt) {
+		return fmt.Errorf("%w with `inferd restore BACKUP-FILE` (a file written by `inferd backup`)", err)
+	}
+	return err
 }
 
 func serveHTTP(srv *http.Server, ln net.Listener) error {
