@@ -527,6 +527,109 @@ func TestStartRefusesCorruptDataFile(t *testing.T) {
 		refused.Load(), len(cases))
 }
 
+// TestGracefulShutdownDrainsRunningCalls sends SIGTERM while a 5 s call runs,
+// a long poll waits on it and a second call is queued behind it. The daemon
+// refuses new calls at once, finishes the running one and hands its success
+// to the poller, then exits; the queued call stays queued in the data file
+// and runs after the restart. With a deadline shorter than the call, only
+// the call still running at the deadline ends as interrupted.
+func TestGracefulShutdownDrainsRunningCalls(t *testing.T) {
+	echo := echoDir(t)
+	for _, tc := range []struct {
+		name            string
+		shutdownTimeout string
+		want            string // what the poller of the running call reads
+	}{
+		{"the running call finishes", "30s", "success"},
+		{"the deadline interrupts it", "1s", msgRestart},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, cfg := newDaemonDir(t, "startWait: 1s\nlongPollWait: 50s\nshutdownTimeout: "+tc.shutdownTimeout+"\n")
+			d := startDaemon(t, dir, cfg)
+			key := d.createKey("acme", false)
+			mark := marker()
+			d.apply("projects:\n" + echoProject("drain", "acme", "mk-drain", echo, mark, "") + "    maxReplicas: 1\n")
+			c := faultClient{base: d.base, key: key}
+
+			var ids []string
+			for i, sleep := range []string{"5", "0.01"} {
+				r, err := c.start("mk-drain", fmt.Sprintf(`{"i":%d,"sleep":%s}`, i, sleep), true)
+				if err != nil || r["callID"] == nil || r["callID"] == "" {
+					t.Fatalf("start call %d: %v %v", i, r, err)
+				}
+				ids = append(ids, r["callID"].(string))
+			}
+			eventually(t, time.Minute, "call 0 running, call 1 queued", func() bool {
+				r0, _ := c.check(ids[0], false)
+				r1, _ := c.check(ids[1], false)
+				return message(r0) == "running" && message(r1) == "queued"
+			})
+			polled := make(chan map[string]any, 1)
+			go func() {
+				r, err := c.check(ids[0], true)
+				if err != nil {
+					r = map[string]any{"message": "transport error: " + err.Error()}
+				}
+				polled <- r
+			}()
+			eventually(t, 10*time.Second, "the long poll waiting", func() bool {
+				_, body := doRaw(t, "GET", d.base+"/metrics", nil, "")
+				return strings.Contains(string(body), "inferd_longpolls_in_flight 1")
+			})
+
+			sent := time.Now()
+			d.cmd.Process.Signal(syscall.SIGTERM)
+			eventually(t, 10*time.Second, "/readyz says not ready while draining", func() bool {
+				status, _ := doRaw(t, "GET", d.base+"/readyz", nil, "")
+				return status == 503
+			})
+			if r, err := c.start("mk-drain", `{"i":9}`, false); err != nil || message(r) != "error: server is shutting down; retry shortly" {
+				t.Errorf("a start while draining: %v %v, want error: server is shutting down; retry shortly", r, err)
+			}
+			if r, err := c.check(ids[1], false); err != nil || message(r) != "queued" {
+				t.Errorf("a check of the queued call while draining: %v %v, want queued", r, err)
+			}
+			r := <-polled
+			if message(r) != tc.want {
+				t.Errorf("the long poll of the running call read %q, want %q: %v", message(r), tc.want, r)
+			}
+			if tc.want == "success" {
+				if i, ok := echoedIndex(r); !ok || i != 0 {
+					t.Errorf("the long poll read another call's result: %v", r)
+				}
+			}
+			select {
+			case <-d.exited:
+			case <-time.After(time.Minute):
+				t.Fatal("the daemon did not exit after the drain")
+			}
+			took := time.Since(sent)
+			eventually(t, 20*time.Second, "no model process after shutdown", func() bool { return len(processesWithEnv(mark)) == 0 })
+
+			stored := readDataFile(t, filepath.Join(dir, "data", "inferd.db"))
+			if sc := stored[ids[0]]; sc.State != store.CallSucceeded && tc.want == "success" ||
+				sc.State != store.CallFailed && tc.want == msgRestart {
+				t.Errorf("the running call is stored %s (%q)", sc.State, sc.Message)
+			}
+			if sc := stored[ids[1]]; sc.State != store.CallQueued {
+				t.Errorf("the queued call is stored %s, want queued for the next start", sc.State)
+			}
+
+			d = startDaemon(t, dir, cfg)
+			c.base = d.base
+			for i, want := range []string{tc.want, "success"} {
+				r, err := c.final(ids[i])
+				if err != nil || message(r) != want {
+					t.Errorf("after the restart call %d answers %v %v, want %s", i, r, err, want)
+				}
+			}
+			report(t, "SIGTERM with a 5 s call running, a long poll on it and a call queued (shutdownTimeout %s): "+
+				"the poller read %q, new starts were refused, the daemon exited after %.1fs, the queued call ran after the restart",
+				tc.shutdownTimeout, message(r), took.Seconds())
+		})
+	}
+}
+
 // TestDiskFull runs the daemon on a small tmpfs, fills it, and checks that
 // calls fail with "error: storage full", that what was stored before still
 // answers unchanged, and that calls work again once space is freed.

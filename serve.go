@@ -75,6 +75,8 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st})
 	st.OnProjectChange(sched.ProjectChanged)
 
+	apiCtx, endWaits := context.WithCancel(context.Background())
+	defer endWaits()
 	api := &http.Server{
 		Handler: httpapi.New(httpapi.Options{
 			StartWait:    cfg.StartWait,
@@ -95,7 +97,10 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			},
 		}, st, sched),
 		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
-		ReadTimeout:       2 * time.Minute,
+		// Ending it ends the waits (long polls, sync starts) at shutdown:
+		// each answers the call as it then stands.
+		BaseContext: func(net.Listener) context.Context { return apiCtx },
+		ReadTimeout: 2 * time.Minute,
 		// Long enough for the longest wait the API holds a request open.
 		WriteTimeout:   max(cfg.StartWait, cfg.LongPollWait) + time.Minute,
 		IdleTimeout:    2 * time.Minute,
@@ -126,14 +131,8 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	g.Go(func() error { return serveHTTP(admin, adminLn) })
 	g.Go(func() error {
 		<-gctx.Done()
-		log.Info().Msg("shutting down")
-		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-		defer cancel()
-		// Stop taking requests first, then stop the replicas: calls still
-		// running are recorded as interrupted and answered after a restart.
-		errs := errors.Join(api.Shutdown(sctx), admin.Shutdown(sctx))
-		stopSched()
-		return errs
+		shutdown(cfg.ShutdownTimeout, sched, api, admin, endWaits, stopSched, log)
+		return nil
 	})
 	err = g.Wait()
 	if err != nil && !errors.Is(err, context.Canceled) {
@@ -141,6 +140,39 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	}
 	log.Info().Msg("stopped")
 	return nil
+}
+
+// httpShutdownGrace bounds the wait for requests still in flight once the
+// drain is over: the waits among them end at once (endWaits), so only a slow
+// client reading its answer can take that long.
+const httpShutdownGrace = 5 * time.Second
+
+// shutdown drains, then stops, in this order: new calls are refused while the
+// running ones finish, up to timeout (the API keeps serving, so their waiting
+// clients get the results and anyone may check a call); calls still running
+// then end as interrupted; the waits still open answer the call as it stands
+// (queued calls stay queued for the next start); the listeners close; and
+// last the scheduler stops the replicas.
+func shutdown(timeout time.Duration, sched *scheduler.Scheduler, api, admin *http.Server,
+	endWaits, stopSched func(), log zerolog.Logger) {
+	log.Info().Dur("shutdownTimeout", timeout).Msg("shutting down: refusing new calls, letting running calls finish")
+	dctx, cancel := context.WithTimeout(context.Background(), timeout)
+	interrupted := sched.Drain(dctx)
+	cancel()
+	if interrupted > 0 {
+		log.Warn().Int("calls", interrupted).Dur("shutdownTimeout", timeout).
+			Msg("calls still running at the shutdown deadline end as interrupted")
+	}
+	endWaits()
+	sctx, cancel := context.WithTimeout(context.Background(), httpShutdownGrace)
+	defer cancel()
+	for _, srv := range []*http.Server{api, admin} {
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Warn().Err(err).Msg("requests still open at shutdown; closing their connections")
+			srv.Close()
+		}
+	}
+	stopSched()
 }
 
 // withRestoreHint names the command that puts a backup in place in a

@@ -16,6 +16,10 @@ const maxRecentFailures = 10000
 // admit takes a call into its project's queue, or refuses it, and queues its
 // created write. Submit gets its answer once that write has committed.
 func (s *Scheduler) admit(req submitReq) {
+	if s.draining.Load() { // set before Drain's event reaches the loop
+		req.reply <- submitResult{err: ErrShuttingDown}
+		return
+	}
 	p := s.projects[req.p.ID]
 	if p == nil || p.deleted {
 		// New to the loop (created since Run started), or the caller read it

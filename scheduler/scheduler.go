@@ -123,6 +123,7 @@ type Scheduler struct {
 	never    chan struct{} // never closed: the done channel of a call nobody will finish
 	started  atomic.Bool   // Run has been called
 	ready    atomic.Bool   // the loop is serving
+	draining atomic.Bool   // Drain has been called
 	wg       sync.WaitGroup
 	workers  inferWorkers // goroutines that run calls on replicas
 
@@ -140,6 +141,7 @@ type Scheduler struct {
 	rrLast    string          // the project that got a replica last, for round-robin
 	seq       uint64          // last timer seq handed out
 	loading   map[string]bool // project re-read in flight → another one is needed after it
+	drain     *drainState     // set once Drain has begun (drain.go)
 	evbuf     []event
 	scratch   []*rep
 	needs     []int
@@ -201,8 +203,9 @@ func New(cfg Config, st Store, launch Launcher, gpus Inventory, clk Clock, log z
 	return s
 }
 
-// Ready reports whether the scheduler's loop is running (recovery done).
-func (s *Scheduler) Ready() bool { return s.ready.Load() }
+// Ready reports whether the scheduler's loop is running (recovery done) and
+// takes new calls (Drain has not begun).
+func (s *Scheduler) Ready() bool { return s.ready.Load() && !s.draining.Load() }
 
 // Run recovers the calls that were pending when the daemon last stopped, then
 // schedules until ctx ends. Then it stops every replica (concurrently, each
@@ -382,6 +385,10 @@ func (s *Scheduler) handle(ev event) {
 		s.reload(ev.id)
 	case evProjectLoaded:
 		s.onProjectLoaded(ev)
+	case evDrain:
+		s.onDrain(ev)
+	case evDrainDeadline:
+		s.onDrainDeadline(ev.reply)
 	}
 }
 
