@@ -46,6 +46,10 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			Msg("migrated the data file to a newer schema; the copy holds the old data for a downgrade")
 	}
 
+	conns, err := connLimit(cfg.Limits.MaxConnections, log)
+	if err != nil {
+		return err
+	}
 	apiLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
@@ -72,7 +76,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	schedCfg.Observer = metrics
 	schedCfg.RunAs = runAs
 	sched := scheduler.New(schedCfg, st, scheduler.ProcessLauncher(log), gpus, scheduler.RealClock(), log)
-	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st})
+	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st, Conns: conns.Stats})
 	st.OnProjectChange(sched.ProjectChanged)
 
 	apiCtx, endWaits := context.WithCancel(context.Background())
@@ -97,6 +101,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			},
 		}, st, sched),
 		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
+		ConnState:         conns.ConnState,
 		// Ending it ends the waits (long polls, sync starts) at shutdown:
 		// each answers the call as it then stands.
 		BaseContext: func(net.Listener) context.Context { return apiCtx },
@@ -127,7 +132,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	g.Go(func() error { return sched.Run(schedCtx) })
 	g.Go(func() error { return st.RunSweeper(gctx, cfg.ResultTTL, cfg.SweepInterval) })
 	g.Go(func() error { return gpus.Run(gctx, cfg.GPU.RefreshInterval) })
-	g.Go(func() error { return serveHTTP(api, apiLn) })
+	g.Go(func() error { return serveHTTP(api, conns.Listener(apiLn)) })
 	g.Go(func() error { return serveHTTP(admin, adminLn) })
 	g.Go(func() error {
 		<-gctx.Done()
@@ -173,6 +178,46 @@ func shutdown(timeout time.Duration, sched *scheduler.Scheduler, api, admin *htt
 		}
 	}
 	stopSched()
+}
+
+// connLimit raises the soft limit on open files to the hard limit and caps
+// the API's connections: at maxConns, or when that is 0, at a size that
+// leaves a reserve of descriptors for replicas, the data file and the admin
+// socket (httpapi.DefaultMaxConnections).
+func connLimit(maxConns int, log zerolog.Logger) (*httpapi.ConnLimit, error) {
+	files, err := raiseFileLimit()
+	if err != nil {
+		return nil, err
+	}
+	sized := httpapi.DefaultMaxConnections(files)
+	if maxConns == 0 {
+		maxConns = sized
+	} else if maxConns > sized {
+		log.Warn().Int("maxConnections", maxConns).Uint64("openFileLimit", files).
+			Msg("limits.maxConnections leaves less than the usual reserve of file descriptors; replica boots may fail under a connection flood")
+	}
+	log.Info().Int("maxConnections", maxConns).Uint64("openFileLimit", files).Msg("API connections capped")
+	return httpapi.NewConnLimit(maxConns), nil
+}
+
+// raiseFileLimit raises the soft limit on open files to the hard limit and
+// returns the limit in force. Go's runtime already raises it at start (and
+// restores the old soft limit in the processes it starts, so model servers
+// keep the usual one), so Setrlimit, which would end that restoring, runs only
+// where the runtime did not.
+func raiseFileLimit() (uint64, error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, fmt.Errorf("read the open-file limit: %w", err)
+	}
+	if lim.Cur < lim.Max {
+		raised := syscall.Rlimit{Cur: lim.Max, Max: lim.Max}
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &raised); err != nil {
+			return lim.Cur, nil // keep the soft limit; the cap is sized from it
+		}
+		lim = raised
+	}
+	return lim.Cur, nil
 }
 
 // withRestoreHint names the command that puts a backup in place in a
