@@ -689,6 +689,9 @@ func TestDiskFull(t *testing.T) {
 	// commit needs new ones.
 	pad := strings.Repeat("y", 256<<10)
 	full := ""
+	// A callID answered with an error must keep answering it, after a
+	// restart too; one the store could not keep is not handed out.
+	fullIDs := map[string]string{}
 	for i := 0; i < 100 && full == ""; i++ {
 		r, err := c.start("mk-full", fmt.Sprintf(`{"i":%d,"pad":%q}`, 100+i, pad), false)
 		if r == nil {
@@ -697,6 +700,9 @@ func TestDiskFull(t *testing.T) {
 		switch msg := message(r); {
 		case strings.HasPrefix(msg, "error: storage full"):
 			full = msg
+			if id, _ := r["callID"].(string); id != "" {
+				fullIDs[id] = msg
+			}
 		case msg != "success":
 			t.Fatalf("call on a full disk: %q, want success or error: storage full", msg)
 		}
@@ -720,12 +726,21 @@ func TestDiskFull(t *testing.T) {
 	verify(c, before, false)
 	before.check(t)
 	d.stop()
+	d = startDaemon(t, dir, cfg)
+	c.base = d.base
+	for id, want := range fullIDs {
+		if r, err := c.check(id, false); err != nil || message(r) != want {
+			t.Errorf("call %s answered %q on the full disk, and %v %v after a restart", id, want, r, err)
+		}
+	}
+	d.stop()
 	stored := readDataFile(t, filepath.Join(data, "inferd.db"))
 	for id, want := range before.index {
 		if sc, ok := stored[id]; !ok || sc.State != store.CallSucceeded || inputIndex(sc) != want {
 			t.Errorf("call %s stored before the disk filled is now %+v", id, sc)
 		}
 	}
-	report(t, "on a full 16 MiB tmpfs: %q; %d results stored before it filled answer unchanged; calls succeed once space is freed",
-		full, len(before.index))
+	report(t, "on a full 16 MiB tmpfs: %q; %d results stored before it filled answer unchanged; calls succeed once space is freed; "+
+		"%d callIDs answered with the error, each answering it after a restart",
+		full, len(before.index), len(fullIDs))
 }

@@ -250,23 +250,46 @@ func (s *Scheduler) finish(c *call, state store.CallState, out json.RawMessage, 
 
 // onFinal wakes the call's waiters now that its result is durable. A failed
 // write still wakes them, with the call failed for that reason and kept in
-// memory, since the store cannot answer for it.
+// memory, since the store cannot answer for it, and written again once a
+// later write lands. A SubmitWait call that was never stored gets no ID: see
+// finalAnswer.
 func (s *Scheduler) onFinal(c *call, err error) {
 	if s.calls[c.c.ID] == c {
 		delete(s.calls, c.c.ID)
 	}
 	f := *c.final
-	if err != nil {
+	switch {
+	case err != nil:
 		s.log.Error().Err(err).Str("call", c.c.ID).Msg("saving a call result failed")
 		f.State, f.Outputs, f.Message = store.CallFailed, nil, msgStorageFull
+		if c.deferred {
+			// Never stored, and its ID never given out: SubmitWait answers
+			// with the error instead, so no ID exists that a restart forgets.
+			c.unstored = true
+			break
+		}
 		s.failures.add(f)
-		// Best effort, so that the store does not keep the call as running
-		// if it takes writes again.
-		s.st.SaveCallAsync(f, func(error) {})
+		s.unsaved.add(f)
+	case s.unsaved.len() > 0:
+		s.resaveFailures() // this write landed: the store takes writes again
 	}
 	c.result = f
 	s.cfg.Observer.CallFinished(f)
 	close(c.done)
+}
+
+// resaveFailures writes again the failures whose final write failed, so
+// that the store answers for them as their waiters were told, after a restart
+// too, rather than keep them running (which a restart reads as interrupted).
+// One that fails again is remembered for the next try.
+func (s *Scheduler) resaveFailures() {
+	for _, f := range s.unsaved.take() {
+		s.st.SaveCallAsync(f, func(err error) {
+			if err != nil {
+				s.in.post(evUnsaved{c: f})
+			}
+		})
+	}
 }
 
 // failQueued fails every queued call of p with msg.
@@ -328,6 +351,25 @@ func (f *recentFailures) add(c store.Call) {
 func (f *recentFailures) get(id string) (store.Call, bool) {
 	c, ok := f.calls[id]
 	return c, ok
+}
+
+// unsavedFailures are failed calls whose failure is not in the store yet,
+// at most maxRecentFailures of them (the oldest are dropped first).
+type unsavedFailures struct{ calls []store.Call }
+
+func (u *unsavedFailures) add(c store.Call) {
+	if len(u.calls) >= maxRecentFailures {
+		u.calls = u.calls[1:]
+	}
+	u.calls = append(u.calls, c)
+}
+
+func (u *unsavedFailures) len() int { return len(u.calls) }
+
+func (u *unsavedFailures) take() []store.Call {
+	cs := u.calls
+	u.calls = nil
+	return cs
 }
 
 func isClosed(ch <-chan struct{}) bool {

@@ -137,6 +137,10 @@ type evProjectLoaded struct {
 	err error
 }
 
+// evUnsaved: writing a failure again (resaveFailures) failed again.
+type evUnsaved struct{ c store.Call }
+
+func (evUnsaved) isEvent()        {}
 func (evCreated) isEvent()        {}
 func (evFinal) isEvent()          {}
 func (evLaunched) isEvent()       {}

@@ -24,6 +24,9 @@ type call struct {
 	// nothing is written until its final write or a persist (see
 	// SubmitWait); its created and running writes are skipped.
 	deferred bool
+	// unstored: a deferred call whose final write, its only one, failed. The
+	// store does not know it, so SubmitWait must not hand out its ID.
+	unstored bool
 	// reply takes Submit's answer once the created write has committed.
 	reply chan submitResult
 	// result is the call as its final write left it; read only after done

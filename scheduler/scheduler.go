@@ -133,6 +133,7 @@ type Scheduler struct {
 	order    []*project       // projects sorted by id: stable iteration
 	calls    map[string]*call // live calls: queued, running, or final write pending
 	failures recentFailures
+	unsaved  unsavedFailures // failures to write again once the store takes writes
 	cpuUsed  int
 	// releasing: holds of exited replicas on real GPUs that the driver has
 	// not been read for since (see pruneReleases).
@@ -385,6 +386,8 @@ func (s *Scheduler) handle(ev event) {
 		s.reload(ev.id)
 	case evProjectLoaded:
 		s.onProjectLoaded(ev)
+	case evUnsaved:
+		s.unsaved.add(ev.c)
 	case evDrain:
 		s.onDrain(ev)
 	case evDrainDeadline:

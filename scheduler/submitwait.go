@@ -3,7 +3,9 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"inferd/store"
@@ -48,11 +50,25 @@ func (s *Scheduler) SubmitWait(ctx context.Context, p store.Project, inputs json
 	defer t.Stop()
 	select {
 	case <-c.done:
-		return c.result, nil
+		return finalAnswer(c)
 	case <-ctx.Done():
 	case <-fired:
 	}
 	return s.persistNow(c)
+}
+
+// errNotSaved is SubmitWait's error for a call whose one write, the final
+// one, failed: the store does not know the call, so its ID is not handed out
+// (a check after a restart would say "not found"); the text is the client
+// message without "error: ".
+var errNotSaved = errors.New(strings.TrimPrefix(msgStorageFull, "error: "))
+
+// finalAnswer is SubmitWait's answer for a finished call, read after done.
+func finalAnswer(c *call) (store.Call, error) {
+	if c.unstored {
+		return store.Call{}, errNotSaved
+	}
+	return c.result, nil
 }
 
 type persistReq struct {
@@ -72,14 +88,14 @@ func (s *Scheduler) persistNow(c *call) (store.Call, error) {
 	select {
 	case s.persistc <- req:
 	case <-c.done:
-		return c.result, nil
+		return finalAnswer(c)
 	case <-s.stopped:
 		return store.Call{}, errStopped
 	}
 	r := <-req.reply // the store answers every write, even after Close
 	if r.finished {
 		<-c.done
-		return c.result, nil
+		return finalAnswer(c)
 	}
 	if r.err != nil {
 		return store.Call{}, fmt.Errorf("save call: %w", r.err)
