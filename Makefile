@@ -67,7 +67,7 @@ fuzz:
 
 ## faults: the fault tests (docs/reliability.md) with a long kill -9 soak; run as
 ## root for the disk-full test. Figures go to faults-report.txt.
-FAULT_TESTS := Fault|Kill|Crash|Corrupt|DiskFull|StorageFull|Orphan|Leaked|WallClock|RealClock|Backoff|Recovery|InferReports|SurviveDaemon
+FAULT_TESTS := Fault|Kill|Crash|Corrupt|DamagedTree|FlippedBytes|EmptyFile|DiskFull|StorageFull|NotSave|Orphan|Leaked|WallClock|RealClock|Backoff|Recovery|InferReports|SurviveDaemon|Graceful|Drain|Flood|ConnLimit
 faults:
 	rm -f faults-report.txt
 	INFERD_SOAK_ROUNDS=$${INFERD_SOAK_ROUNDS:-8} INFERD_SOAK_CALLS=$${INFERD_SOAK_CALLS:-250} \

@@ -741,6 +741,6 @@ func TestDiskFull(t *testing.T) {
 		}
 	}
 	report(t, "on a full 16 MiB tmpfs: %q; %d results stored before it filled answer unchanged; calls succeed once space is freed; "+
-		"%d callIDs answered with the error, each answering it after a restart",
+		"%d callIDs answered with the error (a start whose result could not be saved gets none), each answering it after a restart",
 		full, len(before.index), len(fullIDs))
 }
