@@ -3,9 +3,9 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"time"
 
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
@@ -13,77 +13,12 @@ import (
 // failed; the oldest are forgotten first.
 const maxRecentFailures = 10000
 
-// admit takes a call into its project's queue, or refuses it, and queues its
-// created write. Submit gets its answer once that write has committed.
-func (s *Scheduler) admit(req submitReq) {
-	if s.draining.Load() { // set before Drain's event reaches the loop
-		req.reply <- submitResult{err: ErrShuttingDown}
-		return
-	}
-	p := s.projects[req.p.ID]
-	if p == nil || p.deleted {
-		// New to the loop (created since Run started), or the caller read it
-		// just before a delete: take the caller's copy, and read the store to
-		// be sure it still exists.
-		p = s.addProject(req.p)
-		s.reload(p.id)
-	}
-	if err := fitsMachine(s.devices(), requestOf(p.cfg.Model)); err != nil {
-		req.reply <- submitResult{err: err}
-		return
-	}
-	if n := p.queue.len(); n >= s.cfg.MaxQueuedPerProject {
-		req.reply <- submitResult{err: &queueFullError{waiting: n}}
-		return
-	}
-	c := &call{c: req.c, done: make(chan struct{}), p: p, reply: req.reply}
-	s.calls[c.c.ID] = c
-	p.queue.push(c)
-	if req.deferred {
-		// Nobody knows the call's ID, so there is nothing to make durable
-		// yet: dispatchable at once, answered at once.
-		c.committed, c.deferred = true, true
-		req.reply <- submitResult{c: c.c, call: c}
-		return
-	}
-	created, reply := c.c, req.reply
-	s.st.SaveCallAsync(created, func(err error) {
-		if !s.in.post(evCreated{c: c, err: err}) {
-			reply <- createdResultOf(created, err)
-		}
-	})
-}
-
-// onCreated makes a call dispatchable once its created write has committed,
-// and answers Submit.
-func (s *Scheduler) onCreated(c *call, err error) {
-	if err != nil && !c.finished() {
-		c.p.queue.remove(c)
-		delete(s.calls, c.c.ID)
-		close(c.done)
-	}
-	c.committed = err == nil
-	c.reply <- s.createdResult(c, err)
-}
-
-func (s *Scheduler) createdResult(c *call, err error) submitResult {
-	return createdResultOf(c.c, err)
-}
-
-func createdResultOf(c store.Call, err error) submitResult {
-	if err != nil {
-		return submitResult{err: fmt.Errorf("save call: %w", err)}
-	}
-	c.State = store.CallQueued
-	return submitResult{c: c}
-}
-
 // dispatch hands the project's oldest calls to its ready replicas with room.
 func (s *Scheduler) dispatch(p *project) {
 	for {
 		c := p.queue.peek()
-		if c == nil || !c.committed {
-			return // FIFO: a later call never overtakes an uncommitted one
+		if c == nil || c.state != callQueued {
+			return // FIFO: a later call never overtakes one whose first write is in flight
 		}
 		r := p.pick()
 		if r == nil {
@@ -97,6 +32,7 @@ func (s *Scheduler) dispatch(p *project) {
 // startCall marks c running on r, queues that write and starts the Infer
 // goroutine and the inference timeout.
 func (s *Scheduler) startCall(c *call, r *rep) {
+	s.move(c, callRunning)
 	now := s.clk.Now()
 	c.c.State = store.CallRunning
 	c.c.Dispatched = now
@@ -124,7 +60,7 @@ func (s *Scheduler) startCall(c *call, r *rep) {
 	secs := c.p.inferenceTimeout()
 	c.timeoutSecs = secs
 	s.arm(&c.timeout, seconds(secs), func(seq uint64) event { return evInferTimeout{c: c, seq: seq} })
-	if !c.deferred {
+	if !c.unsaved {
 		s.st.SaveCallAsync(c.c, s.logSaveErr(c.c.ID, "saving a running call failed"))
 	}
 	s.runInfer(inferJob{ctx: ctx, c: c, r: r, inst: r.inst, inputs: c.c.Inputs})
@@ -132,7 +68,7 @@ func (s *Scheduler) startCall(c *call, r *rep) {
 
 // infer runs one call on inst and reports the outcome. The failure message
 // is decided here, off the loop, because it looks at the process.
-func (s *Scheduler) infer(ctx context.Context, c *call, r *rep, inst Instance, inputs json.RawMessage) {
+func (s *Scheduler) infer(ctx context.Context, c *call, r *rep, inst backend.Instance, inputs json.RawMessage) {
 	if isClosed(inst.Exited()) {
 		// Dispatched just as the process died: the model never saw the call,
 		// so it goes back to the queue rather than failing.
@@ -172,13 +108,14 @@ func (s *Scheduler) onInferDone(ev evInferDone) {
 // requeue puts a call that never reached its replica back at the head of
 // its queue, and says so in the store, so that a restart requeues it too.
 func (s *Scheduler) requeue(c *call) {
+	s.move(c, callQueued)
 	c.c.State = store.CallQueued
 	c.c.ReplicaID = ""
 	c.c.Dispatched = time.Time{}
 	c.c.QueueMs, c.c.BootMs = 0, 0
 	c.c.Attempt--
 	c.p.queue.pushFront(c)
-	if !c.deferred {
+	if !c.unsaved {
 		s.st.SaveCallAsync(c.c, s.logSaveErr(c.c.ID, "saving a requeued call failed"))
 	}
 }
@@ -232,13 +169,17 @@ func (s *Scheduler) detach(c *call) {
 // it has committed (onFinal). The caller has taken c off its queue or
 // replica.
 func (s *Scheduler) finish(c *call, state store.CallState, out json.RawMessage, msg string) {
+	if !s.move(c, callFinishing) {
+		return
+	}
 	now := s.clk.Now()
 	f := c.c
 	f.State, f.Outputs, f.Message, f.Finished = state, out, msg, now
 	if !f.Dispatched.IsZero() {
 		f.RunMs = ms(now.Sub(f.Dispatched))
 	}
-	c.final = &f
+	// Until the write commits only the loop reads result; after the loop is
+	// gone, the waiters woken below read it as the outcome.
 	c.result = f
 	done := c.done
 	s.st.SaveCallAsync(f, func(err error) {
@@ -251,27 +192,32 @@ func (s *Scheduler) finish(c *call, state store.CallState, out json.RawMessage, 
 // onFinal wakes the call's waiters now that its result is durable. A failed
 // write still wakes them, with the call failed for that reason and kept in
 // memory, since the store cannot answer for it, and written again once a
-// later write lands. A SubmitWait call that was never stored gets no ID: see
-// finalAnswer.
+// later write lands. A sync start's call that was never stored gets no ID:
+// see finalAnswer.
 func (s *Scheduler) onFinal(c *call, err error) {
 	if s.calls[c.c.ID] == c {
 		delete(s.calls, c.c.ID)
 	}
-	f := *c.final
+	f := c.result
 	switch {
 	case err != nil:
 		s.log.Error().Err(err).Str("call", c.c.ID).Msg("saving a call result failed")
 		f.State, f.Outputs, f.Message = store.CallFailed, nil, msgStorageFull
-		if c.deferred {
-			// Never stored, and its ID never given out: SubmitWait answers
+		if c.unsaved {
+			// Never stored, and its ID never given out: the start answers
 			// with the error instead, so no ID exists that a restart forgets.
 			c.unstored = true
 			break
 		}
 		s.failures.add(f)
-		s.unsaved.add(f)
-	case s.unsaved.len() > 0:
+		s.resave.add(f)
+	case s.resave.len() > 0:
 		s.resaveFailures() // this write landed: the store takes writes again
+	}
+	if f.State == store.CallSucceeded {
+		s.move(c, callSucceeded)
+	} else {
+		s.move(c, callFailed)
 	}
 	c.result = f
 	s.cfg.Observer.CallFinished(f)
@@ -281,15 +227,28 @@ func (s *Scheduler) onFinal(c *call, err error) {
 // resaveFailures writes again the failures whose final write failed, so
 // that the store answers for them as their waiters were told, after a restart
 // too, rather than keep them running (which a restart reads as interrupted).
-// One that fails again is remembered for the next try.
+// One that fails again is kept for the next try.
 func (s *Scheduler) resaveFailures() {
-	for _, f := range s.unsaved.take() {
+	for _, f := range s.resave.take() {
 		s.st.SaveCallAsync(f, func(err error) {
 			if err != nil {
-				s.in.post(evUnsaved{c: f})
+				s.in.post(evResaveFailed{c: f})
 			}
 		})
 	}
+}
+
+// msgMoveRefused is logged when the loop tries a move the lifecycle refuses.
+const msgMoveRefused = "scheduler: call state move refused"
+
+// move takes c to next. The lifecycle refuses a move it does not allow; that
+// is a bug in the loop, logged, and the call stays where it was.
+func (s *Scheduler) move(c *call, next callState) bool {
+	if err := c.to(next); err != nil {
+		s.log.Error().Err(err).Msg(msgMoveRefused)
+		return false
+	}
+	return true
 }
 
 // failQueued fails every queued call of p with msg.
@@ -353,22 +312,22 @@ func (f *recentFailures) get(id string) (store.Call, bool) {
 	return c, ok
 }
 
-// unsavedFailures are failed calls whose failure is not in the store yet,
-// at most maxRecentFailures of them (the oldest are dropped first).
-type unsavedFailures struct{ calls []store.Call }
+// resaveQueue holds failed calls whose failure is not in the store yet, at
+// most maxRecentFailures of them (the oldest are dropped first).
+type resaveQueue struct{ calls []store.Call }
 
-func (u *unsavedFailures) add(c store.Call) {
-	if len(u.calls) >= maxRecentFailures {
-		u.calls = u.calls[1:]
+func (q *resaveQueue) add(c store.Call) {
+	if len(q.calls) >= maxRecentFailures {
+		q.calls = q.calls[1:]
 	}
-	u.calls = append(u.calls, c)
+	q.calls = append(q.calls, c)
 }
 
-func (u *unsavedFailures) len() int { return len(u.calls) }
+func (q *resaveQueue) len() int { return len(q.calls) }
 
-func (u *unsavedFailures) take() []store.Call {
-	cs := u.calls
-	u.calls = nil
+func (q *resaveQueue) take() []store.Call {
+	cs := q.calls
+	q.calls = nil
 	return cs
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"sync"
 
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
@@ -63,11 +64,13 @@ func (b *inbox) close() []event {
 // event is anything the loop reacts to apart from direct requests.
 type event interface{ isEvent() }
 
-// evCreated: the created write of a submitted call has committed (err nil) or
-// failed.
-type evCreated struct {
-	c   *call
-	err error
+// evPersisted: the first write of a call (see Scheduler.persist) has committed
+// (err nil) or failed; answer and reply are the start's.
+type evPersisted struct {
+	c      *call
+	err    error
+	answer store.Call
+	reply  chan<- startResult
 }
 
 // evFinal: the final write of a call has committed or failed.
@@ -76,10 +79,10 @@ type evFinal struct {
 	err error
 }
 
-// evLaunched: Launcher.Launch returned.
+// evLaunched: Backend.Launch returned.
 type evLaunched struct {
 	r    *rep
-	inst Instance
+	inst backend.Instance
 	err  error
 }
 
@@ -137,11 +140,11 @@ type evProjectLoaded struct {
 	err error
 }
 
-// evUnsaved: writing a failure again (resaveFailures) failed again.
-type evUnsaved struct{ c store.Call }
+// evResaveFailed: writing a failure again (resaveFailures) failed again.
+type evResaveFailed struct{ c store.Call }
 
-func (evUnsaved) isEvent()        {}
-func (evCreated) isEvent()        {}
+func (evResaveFailed) isEvent()   {}
+func (evPersisted) isEvent()      {}
 func (evFinal) isEvent()          {}
 func (evLaunched) isEvent()       {}
 func (evReady) isEvent()          {}

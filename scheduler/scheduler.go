@@ -2,48 +2,34 @@ package scheduler
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
 	"inferd/gpu"
-	"inferd/scheduler/replica"
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
 // Config tunes the scheduler. Zero values take the defaults named per field.
+// How replicas run (their logs, user, stop grace, the CPU slots and GPUs) is
+// the backend's to decide, not the scheduler's.
 type Config struct {
-	MaxQueuedPerProject int            // calls waiting per project before Submit refuses; default 1000
-	CPUSlots            int            // CPU replicas (gpus: 0) at once; default runtime.NumCPU()
-	StopGrace           time.Duration  // SIGTERM to SIGKILL when stopping a replica; default 10s
-	LogDir              string         // replica logs go to LogDir/<team>/<project>/<replica>.log; "" = none
-	LogMaxBytes         int64          // size cap of one replica log
-	LogKeep             int            // rotated generations kept per replica log
-	RunDir              string         // pid files for orphan cleanup
-	MaxBootFailures     int            // consecutive failed boots before queued calls fail; default 3
-	RestartBackoff      time.Duration  // first wait after a crash or failed boot, doubling; default 1s
-	MaxRestartBackoff   time.Duration  // cap of that wait; default 30s
-	GPUPoll             time.Duration  // while a project waits for GPU, how often free GPU memory is re-read; default 1s
-	Observer            Observer       // told about finished calls and replica events; nil = none
-	RunAs               *replica.RunAs // the user model processes run as; nil = inferd's own
+	MaxQueuedPerProject int           // calls waiting per project before Submit refuses; default 1000
+	MaxBootFailures     int           // consecutive failed boots before queued calls fail; default 3
+	RestartBackoff      time.Duration // first wait after a crash or failed boot, doubling; default 1s
+	MaxRestartBackoff   time.Duration // cap of that wait; default 30s
+	GPUPoll             time.Duration // while a project waits for GPU, how often free GPU memory is re-read; default 1s
+	Observer            Observer      // told about finished calls and replica events; nil = none
 }
 
 func (c Config) withDefaults() Config {
 	if c.MaxQueuedPerProject <= 0 {
 		c.MaxQueuedPerProject = 1000
-	}
-	if c.CPUSlots <= 0 {
-		c.CPUSlots = runtime.NumCPU()
-	}
-	if c.StopGrace <= 0 {
-		c.StopGrace = 10 * time.Second
 	}
 	if c.MaxBootFailures <= 0 {
 		c.MaxBootFailures = 3
@@ -76,28 +62,6 @@ type Store interface {
 	SaveCallAsync(c store.Call, done func(error))
 }
 
-// Instance is one running model server; *rep.Process satisfies it.
-type Instance interface {
-	ID() string
-	Pid() int
-	Ready() <-chan struct{}
-	Exited() <-chan struct{}
-	ExitErr() error
-	Infer(ctx context.Context, inputs json.RawMessage) (json.RawMessage, error)
-	Stop(grace time.Duration)
-	LastLogLine() string
-}
-
-// Launcher starts model servers.
-type Launcher interface {
-	Launch(spec replica.Spec) (Instance, error)
-}
-
-// Inventory says which GPUs exist.
-type Inventory interface {
-	Devices() []gpu.Device
-}
-
 // errStopped is returned by Submit when the scheduler is not running.
 var errStopped = errors.New("scheduler is not running")
 
@@ -106,14 +70,13 @@ var errStopped = errors.New("scheduler is not running")
 // methods are safe for concurrent use. See the package documentation for who
 // owns what.
 type Scheduler struct {
-	cfg    Config
-	st     Store
-	launch Launcher
-	gpus   Inventory
-	clk    Clock
-	log    zerolog.Logger
+	cfg     Config
+	st      Store
+	backend backend.Backend
+	clk     Clock
+	log     zerolog.Logger
 
-	submitc  chan submitReq
+	submitc  chan startReq
 	lookupc  chan lookupReq
 	persistc chan persistReq
 	snapc    chan chan Status
@@ -133,7 +96,7 @@ type Scheduler struct {
 	order    []*project       // projects sorted by id: stable iteration
 	calls    map[string]*call // live calls: queued, running, or final write pending
 	failures recentFailures
-	unsaved  unsavedFailures // failures to write again once the store takes writes
+	resave   resaveQueue // failures to write again once the store takes writes
 	cpuUsed  int
 	// releasing: holds of exited replicas on real GPUs that the driver has
 	// not been read for since (see pruneReleases).
@@ -149,19 +112,6 @@ type Scheduler struct {
 	held      []assignment
 }
 
-type submitReq struct {
-	p        store.Project
-	c        store.Call
-	deferred bool // SubmitWait: no created write
-	reply    chan submitResult
-}
-
-type submitResult struct {
-	c    store.Call
-	call *call // SubmitWait only
-	err  error
-}
-
 type lookupReq struct {
 	id    string
 	reply chan lookupResult
@@ -173,20 +123,19 @@ type lookupResult struct {
 	found bool
 }
 
-// New returns a Scheduler that is not running yet: call Run. gpus may be
-// nil on a machine without GPUs.
-func New(cfg Config, st Store, launch Launcher, gpus Inventory, clk Clock, log zerolog.Logger) *Scheduler {
+// New returns a Scheduler that is not running yet: call Run. Replicas run on
+// b, which also says what capacity (CPU slots, GPUs) there is.
+func New(cfg Config, st Store, b backend.Backend, clk Clock, log zerolog.Logger) *Scheduler {
 	if clk == nil {
 		clk = RealClock()
 	}
 	s := &Scheduler{
 		cfg:      cfg.withDefaults(),
 		st:       st,
-		launch:   launch,
-		gpus:     gpus,
+		backend:  b,
 		clk:      clk,
 		log:      log,
-		submitc:  make(chan submitReq),
+		submitc:  make(chan startReq),
 		lookupc:  make(chan lookupReq),
 		persistc: make(chan persistReq),
 		snapc:    make(chan chan Status),
@@ -208,16 +157,23 @@ func New(cfg Config, st Store, launch Launcher, gpus Inventory, clk Clock, log z
 // takes new calls (Drain has not begun).
 func (s *Scheduler) Ready() bool { return s.ready.Load() && !s.draining.Load() }
 
-// Run recovers the calls that were pending when the daemon last stopped, then
-// schedules until ctx ends. Then it stops every replica (concurrently, each
-// with StopGrace) and returns once every goroutine it started has ended.
-// Calls still running are left as they are in the store: the next start
-// fails them as interrupted. Run may be called once.
+// Run has the backend recover the replicas a previous run left behind and
+// recovers the calls that were pending when the daemon last stopped, then
+// schedules until ctx ends. Then it stops every replica (concurrently) and
+// returns once every goroutine it started has ended. Calls still running are
+// left as they are in the store: the next start fails them as interrupted.
+// Run may be called once.
 func (s *Scheduler) Run(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("scheduler: Run called twice")
 	}
 	defer close(s.stopped)
+	// Before any launch, so that what a previous run left holds no GPU or
+	// port a new replica is given. A cleanup that failed leaves processes
+	// behind, not a broken daemon: serve on.
+	if err := s.backend.Recover(ctx); err != nil {
+		s.log.Warn().Err(err).Msg("replica recovery incomplete")
+	}
 	if err := s.recoverPending(ctx); err != nil {
 		s.in.close()
 		return err
@@ -225,59 +181,6 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.ready.Store(true)
 	s.loop(ctx)
 	return nil
-}
-
-// Submit admits a call of project p and returns it (state queued) once it is
-// durably stored, so its ID can be handed to the client. It fails with an
-// error wrapping ErrQueueFull or ErrNeedsGPUs when the call cannot be
-// admitted, and with the store's error when the call could not be saved.
-func (s *Scheduler) Submit(ctx context.Context, p store.Project, inputs json.RawMessage) (store.Call, error) {
-	req, err := s.newSubmit(p, inputs)
-	if err != nil {
-		return store.Call{}, err
-	}
-	select {
-	case s.submitc <- req:
-	case <-ctx.Done():
-		return store.Call{}, ctx.Err()
-	case <-s.stopped:
-		return store.Call{}, errStopped
-	}
-	// Admitted: the answer comes once the created write has committed. A
-	// caller that gives up meanwhile does not cancel the call.
-	select {
-	case r := <-req.reply:
-		return r.c, r.err
-	case <-ctx.Done():
-		return store.Call{}, ctx.Err()
-	case <-s.stopped:
-		select {
-		case r := <-req.reply:
-			return r.c, r.err
-		default:
-			return store.Call{}, errStopped
-		}
-	}
-}
-
-// newSubmit builds the request that admits a new queued call of p.
-func (s *Scheduler) newSubmit(p store.Project, inputs json.RawMessage) (submitReq, error) {
-	id, err := uuid.NewV7()
-	if err != nil {
-		return submitReq{}, fmt.Errorf("new call id: %w", err)
-	}
-	return submitReq{
-		p: p,
-		c: store.Call{
-			ID:        "call_" + id.String(),
-			ProjectID: p.ID,
-			TeamID:    p.TeamID,
-			State:     store.CallQueued,
-			Inputs:    inputs,
-			Created:   s.clk.Now(),
-		},
-		reply: make(chan submitResult, 1),
-	}, nil
 }
 
 // Lookup returns call id and a channel closed once its result is durable.
@@ -315,14 +218,14 @@ func (s *Scheduler) ProjectChanged(id string) { s.in.post(evProjectChanged{id: i
 // It is empty until Run has recovered and after Run has returned.
 func (s *Scheduler) Snapshot() Status {
 	if !s.ready.Load() {
-		return Status{CPUSlots: s.cfg.CPUSlots}
+		return Status{CPUSlots: s.cpuSlots()}
 	}
 	reply := make(chan Status, 1)
 	select {
 	case s.snapc <- reply:
 		return <-reply
 	case <-s.stopped:
-		return Status{CPUSlots: s.cfg.CPUSlots}
+		return Status{CPUSlots: s.cpuSlots()}
 	}
 }
 
@@ -340,8 +243,8 @@ func (s *Scheduler) loop(ctx context.Context) {
 			req.reply <- s.lookupLive(req.id)
 			continue // reads change nothing: no scheduling pass
 		case req := <-s.persistc:
-			s.persist(req)
-			continue // a write of the state as it is: nothing to schedule
+			s.persist(req.c, s.view(req.c), req.reply)
+			continue // a write of the call as it stands: nothing to schedule
 		case reply := <-s.snapc:
 			reply <- s.snapshot()
 			continue
@@ -360,8 +263,8 @@ func (s *Scheduler) loop(ctx context.Context) {
 // each batch acts on the result (dispatch, boots, idle timers).
 func (s *Scheduler) handle(ev event) {
 	switch ev := ev.(type) {
-	case evCreated:
-		s.onCreated(ev.c, ev.err)
+	case evPersisted:
+		s.onPersisted(ev)
 	case evFinal:
 		s.onFinal(ev.c, ev.err)
 	case evLaunched:
@@ -386,8 +289,8 @@ func (s *Scheduler) handle(ev event) {
 		s.reload(ev.id)
 	case evProjectLoaded:
 		s.onProjectLoaded(ev)
-	case evUnsaved:
-		s.unsaved.add(ev.c)
+	case evResaveFailed:
+		s.resave.add(ev.c)
 	case evDrain:
 		s.onDrain(ev)
 	case evDrainDeadline:
@@ -419,8 +322,8 @@ func (s *Scheduler) shutdown() {
 			}
 		case evFinal:
 			close(ev.c.done)
-		case evCreated:
-			ev.c.reply <- s.createdResult(ev.c, ev.err)
+		case evPersisted:
+			ev.reply <- persistedResult(ev.answer, ev.err)
 		}
 	}
 	s.gpuPoll.stop()
@@ -445,12 +348,13 @@ func (s *Scheduler) shutdown() {
 	s.wg.Wait()
 }
 
-// goStop stops inst in a goroutine of its own: Stop takes up to StopGrace.
-func (s *Scheduler) goStop(inst Instance) {
+// goStop stops inst in a goroutine of its own: Stop takes up to the
+// backend's grace period.
+func (s *Scheduler) goStop(inst backend.Instance) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		inst.Stop(s.cfg.StopGrace)
+		inst.Stop()
 	}()
 }
 
@@ -474,7 +378,7 @@ func (s *Scheduler) recoverPending(ctx context.Context) error {
 		p := s.projects[c.ProjectID]
 		switch {
 		case c.State == store.CallQueued && p != nil:
-			cl := &call{c: c, done: make(chan struct{}), p: p, committed: true}
+			cl := &call{c: c, state: callQueued, done: make(chan struct{}), p: p}
 			s.calls[c.ID] = cl
 			p.queue.push(cl)
 		case c.State == store.CallQueued:
@@ -510,13 +414,11 @@ func (s *Scheduler) recoverPending(ctx context.Context) error {
 	return nil
 }
 
-// devices is the machine's GPUs.
-func (s *Scheduler) devices() []gpu.Device {
-	if s.gpus == nil {
-		return nil
-	}
-	return s.gpus.Devices()
-}
+// devices is the backend's GPUs.
+func (s *Scheduler) devices() []gpu.Device { return s.backend.Capacity().GPUs }
+
+// cpuSlots is how many CPU replicas the backend runs at once.
+func (s *Scheduler) cpuSlots() int { return s.backend.Capacity().CPUSlots }
 
 // ms is d in whole milliseconds.
 func ms(d time.Duration) int64 { return d.Milliseconds() }
