@@ -373,7 +373,7 @@ func TestOpenNeverPanicsOnFlippedBytes(t *testing.T) {
 	ps := int(m.pageSize)
 	rng := mathrand.New(mathrand.NewPCG(16, 16))
 	refused := 0
-	const rounds = 200
+	const rounds = 80
 	for round := range rounds {
 		content := bytes.Clone(real)
 		id := ids[rng.IntN(len(ids))]
