@@ -18,6 +18,7 @@ import (
 
 	"inferd/config"
 	"inferd/gpu"
+	"inferd/history"
 	"inferd/httpapi"
 	"inferd/scheduler"
 	"inferd/scheduler/replica"
@@ -68,10 +69,18 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 
 	// One metrics set, owned by this server: no package globals.
 	metrics := httpapi.NewMetrics(vm.NewSet())
+	// The status page's charts: the last 15 minutes, kept in memory. It hears
+	// of finished calls from the scheduler and reads the scheduler's queues,
+	// which exists only after it: hist.Run, the only reader, starts later.
+	var sched *scheduler.Scheduler
+	hist := history.New(history.Sources{
+		Snapshot: func() scheduler.Status { return sched.Snapshot() },
+		GPUs:     gpus.Devices,
+	}, history.DefaultInterval, history.DefaultWindow)
 	schedCfg := schedulerConfig(cfg)
-	schedCfg.Observer = metrics
+	schedCfg.Observer = observers{Metrics: metrics, hist: hist}
 	schedCfg.RunAs = runAs
-	sched := scheduler.New(schedCfg, st, scheduler.ProcessLauncher(log), gpus, scheduler.RealClock(), log)
+	sched = scheduler.New(schedCfg, st, scheduler.ProcessLauncher(log), gpus, scheduler.RealClock(), log)
 	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st})
 	st.OnProjectChange(sched.ProjectChanged)
 
@@ -85,6 +94,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			Metrics:      metrics,
 			Status: &httpapi.StatusSources{
 				Snapshot: sched.Snapshot, GPUs: gpus.Devices, Calls: st, LogDir: cfg.LogDir(),
+				History: hist,
 			},
 			Limits: httpapi.Limits{
 				RequestsPerSecond: cfg.Limits.RequestsPerSecond,
@@ -122,6 +132,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	g.Go(func() error { return sched.Run(schedCtx) })
 	g.Go(func() error { return st.RunSweeper(gctx, cfg.ResultTTL, cfg.SweepInterval) })
 	g.Go(func() error { return gpus.Run(gctx, cfg.GPU.RefreshInterval) })
+	g.Go(func() error { return hist.Run(gctx) })
 	g.Go(func() error { return serveHTTP(api, apiLn) })
 	g.Go(func() error { return serveHTTP(admin, adminLn) })
 	g.Go(func() error {
@@ -141,6 +152,18 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	}
 	log.Info().Msg("stopped")
 	return nil
+}
+
+// observers tells the metrics and the status page's history of each
+// scheduler event (the history needs only finished calls).
+type observers struct {
+	*httpapi.Metrics
+	hist *history.Recorder
+}
+
+func (o observers) CallFinished(c store.Call) {
+	o.Metrics.CallFinished(c)
+	o.hist.CallFinished(c)
 }
 
 func serveHTTP(srv *http.Server, ln net.Listener) error {

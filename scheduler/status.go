@@ -29,6 +29,12 @@ type GPUStatus struct {
 	Replicas []string `json:"replicas"`
 }
 
+// The reasons in ProjectStatus.Waiting.
+const (
+	WaitingCPU = waitingCPU // no CPU slot free (cpuSlots)
+	WaitingGPU = waitingGPU // no GPU, or not enough of one, free
+)
+
 // ProjectStatus is one project's queue and replicas.
 type ProjectStatus struct {
 	ID          string          `json:"id"`
