@@ -1,19 +1,30 @@
 #!/usr/bin/env bash
-# Writes the inferd(1) manual page, in roff, from the CLI's own help text, so
-# that the page says what `inferd help` says and never drifts from it.
+# Writes the inferd(1) manual page, in roff, from the CLI's own help texts
+# (`inferd help` and `inferd help COMMAND` for each command it lists), so
+# that the page says what the help says and never drifts from it.
 #   packaging/manpage.sh BINARY VERSION DATE > inferd.1
-# The help text's shape is what it reads: a first line "inferd: SUMMARY",
-# section headers flush left and ending in ":" ("Usage:", "Global flags:"),
-# indented lines inside a section (kept as written), and flush-left prose
-# (the description). Each section becomes a .SH, its lines a no-fill block.
+# The help's shape is what it reads: a first line "inferd: SUMMARY", section
+# headers flush left, capitalised, ending in ":" ("Usage:", "Global flags:"), indented
+# lines (kept as written, in a no-fill block) and flush-left prose (filled).
+# The global help gives NAME, SYNOPSIS, OPTIONS and DESCRIPTION; each
+# command's help a subsection of COMMANDS.
 set -euo pipefail
 bin=$1 version=$2 date=$3
 
 help=$("$bin" help)
+# The commands, in the order the usage lists them: the word after "inferd"
+# and its global flags on each usage line ("help" describes only itself).
+commands=$(sed -n 's/^  inferd \(\[global flags\] \)\{0,1\}\([a-z][a-z-]*\).*/\2/p' <<<"$help" | awk '$0 != "help" && !seen[$0]++')
 
-awk -v version="$version" -v date="$date" '
-# roff escapes: a backslash, and a line that would start with a control
-# character (. or '\'').
+{
+	printf '%s\n' "$help"
+	for c in $commands; do
+		printf '@@COMMAND %s\n' "$c"
+		"$bin" help "$c"
+	done
+} | awk -v version="$version" -v date="$date" '
+# roff escapes: a backslash, a hyphen (a minus in roff), and a line that
+# would start with a control character (. or '\'').
 function esc(s) {
 	gsub(/\\/, "\\e", s)
 	gsub(/-/, "\\-", s)
@@ -28,8 +39,17 @@ NR == 1 {
 	print "inferd \\- " esc(substr($0, length(a[1]) + 3))
 	next
 }
-/^[^ \t].*:$/ {
+/^@@COMMAND / {
 	close_block()
+	if (!incommands) { print ".SH COMMANDS"; incommands = 1 }
+	print ".SS " esc($2)
+	fresh = 1
+	next
+}
+# A header is a word or three, capitalised: prose can end a line in ":" too.
+/^[A-Z][a-z]*( [a-z]+)?( [a-z]+)?:$/ {
+	close_block()
+	if (incommands) next # a command'"'"'s "Usage:": its subsection says it
 	title = toupper(substr($0, 1, length($0) - 1))
 	if (title == "USAGE") title = "SYNOPSIS"
 	if (title == "GLOBAL FLAGS") title = "OPTIONS"
@@ -41,13 +61,15 @@ NR == 1 {
 	if (!inblock) { print ".nf"; inblock = 1 }
 	sub(/^  /, "")
 	print esc($0)
+	fresh = 0
 	next
 }
 {
 	close_block()
-	if (!indesc) { print ".SH DESCRIPTION"; indesc = 1 }
-	else if (blank) print ".PP"
+	if (!incommands && !indesc) { print ".SH DESCRIPTION"; indesc = 1 }
+	else if (blank && !fresh) print ".PP"
 	blank = 0
+	fresh = 0
 	print esc($0)
 }
 END {
@@ -60,7 +82,10 @@ END {
 	print ".I /var/lib/inferd"
 	print "the data directory: the data file, the admin socket and the replica logs"
 	print ".SH SEE ALSO"
-	print "/usr/share/doc/inferd/operations.md, /usr/share/doc/inferd/configuration.md,"
+	print ".nf"
+	print "/usr/share/doc/inferd/operations.md"
+	print "/usr/share/doc/inferd/configuration.md"
 	print "/usr/share/doc/inferd/metrics.md"
+	print ".fi"
 }
-' <<<"$help"
+'
