@@ -17,6 +17,7 @@ import (
 
 	"inferd/config"
 	"inferd/gpu"
+	"inferd/history"
 	"inferd/httpapi"
 	"inferd/scheduler"
 	"inferd/scheduler/backend/local"
@@ -60,9 +61,17 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 
 	// One metrics set, owned by this server: no package globals.
 	metrics := httpapi.NewMetrics(vm.NewSet())
+	// The status page's charts: the last 15 minutes, kept in memory. It hears
+	// of finished calls from the scheduler and reads the scheduler's queues,
+	// which exists only after it: hist.Run, the only reader, starts later.
+	var sched *scheduler.Scheduler
+	hist := history.New(history.Sources{
+		Snapshot: func() scheduler.Status { return sched.Snapshot() },
+		GPUs:     gpus.Devices,
+	}, history.DefaultInterval, history.DefaultWindow)
 	schedCfg := schedulerConfig(cfg)
-	schedCfg.Observer = metrics
-	sched := scheduler.New(schedCfg, st, replicas, scheduler.RealClock(), log)
+	schedCfg.Observer = observers{Metrics: metrics, hist: hist}
+	sched = scheduler.New(schedCfg, st, replicas, scheduler.RealClock(), log)
 	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st})
 	st.OnProjectChange(sched.ProjectChanged)
 
@@ -76,6 +85,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			Metrics:      metrics,
 			Status: &httpapi.StatusSources{
 				Snapshot: sched.Snapshot, GPUs: gpus.Devices, Calls: st, Logs: replicas,
+				History: hist,
 			},
 			Limits: httpapi.Limits{
 				RequestsPerSecond: cfg.Limits.RequestsPerSecond,
@@ -113,6 +123,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	g.Go(func() error { return sched.Run(schedCtx) })
 	g.Go(func() error { return st.RunSweeper(gctx, cfg.ResultTTL, cfg.SweepInterval) })
 	g.Go(func() error { return gpus.Run(gctx, cfg.GPU.RefreshInterval) })
+	g.Go(func() error { return hist.Run(gctx) })
 	g.Go(func() error { return serveHTTP(api, apiLn) })
 	g.Go(func() error { return serveHTTP(admin, adminLn) })
 	g.Go(func() error {
@@ -132,6 +143,18 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	}
 	log.Info().Msg("stopped")
 	return nil
+}
+
+// observers tells the metrics and the status page's history of each
+// scheduler event (the history needs only finished calls).
+type observers struct {
+	*httpapi.Metrics
+	hist *history.Recorder
+}
+
+func (o observers) CallFinished(c store.Call) {
+	o.Metrics.CallFinished(c)
+	o.hist.CallFinished(c)
 }
 
 func serveHTTP(srv *http.Server, ln net.Listener) error {

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,9 +20,10 @@ import (
 	"inferd/store"
 )
 
-// durationBuckets are the upper bounds, in seconds, of the queue, boot and
-// run time histograms: 5 ms to 10 min.
-var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+// durationBuckets are the upper bounds, in seconds, of the latency, queue,
+// boot and run time histograms: 5 ms to 1 h (a call can wait out several
+// boot timeouts of 10 min).
+var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
 
 // replicaStates are the states inferd_replicas is reported for, each project
 // getting every one (0 included) so that series do not come and go.
@@ -61,15 +63,21 @@ func NewMetrics(set *vm.Set) *Metrics {
 // SetSources sets where the scrape-time gauges come from.
 func (m *Metrics) SetSources(src MetricsSources) { m.src.Store(&src) }
 
-// CallFinished counts a finished call and records its queue, boot and run
-// times; a call that never reached a replica records none of them.
+// CallFinished counts a finished call and records its latency (created to
+// finished) and its queue, boot and run times; a call that never reached a
+// replica records only its latency.
 func (m *Metrics) CallFinished(c store.Call) {
 	outcome := "failed"
 	if c.State == store.CallSucceeded {
 		outcome = "succeeded"
 	}
 	p := labelValue(c.ProjectID)
-	m.set.GetOrCreateCounter(`inferd_calls_total{project="` + p + `",outcome="` + outcome + `"}`).Inc()
+	labels := `{project="` + p + `",outcome="` + outcome + `"}`
+	m.set.GetOrCreateCounter(`inferd_calls_total` + labels).Inc()
+	if !c.Finished.IsZero() && !c.Created.IsZero() {
+		m.set.GetOrCreatePrometheusHistogramExt(`inferd_call_seconds`+labels, durationBuckets).
+			Update(max(c.Finished.Sub(c.Created).Seconds(), 0))
+	}
 	if c.Dispatched.IsZero() {
 		return
 	}
@@ -107,8 +115,16 @@ func (m *Metrics) countRequest(route string, status int) {
 		`",status="` + strconv.Itoa(status) + `"}`).Inc()
 }
 
-// WritePrometheus writes every metric in the Prometheus text format.
+// WritePrometheus writes every metric in the Prometheus text format, each
+// family headed by its # HELP and # TYPE lines (see metricFamilies).
 func (m *Metrics) WritePrometheus(w io.Writer) {
+	var buf bytes.Buffer
+	m.writeSamples(&buf)
+	writeWithMetadata(w, buf.Bytes())
+}
+
+// writeSamples writes every sample line, without metadata.
+func (m *Metrics) writeSamples(w io.Writer) {
 	m.set.WritePrometheus(w)
 	vm.WriteGaugeUint64(w, "inferd_longpolls_in_flight", uint64(max(m.longPolls.Load(), 0)))
 	src := m.src.Load()

@@ -36,6 +36,11 @@ type project struct {
 	backoffT     timer         // armed: no boots until it fires
 	lastError    string
 	waiting      string // why a wanted replica is not booting, for the status
+
+	// lastErrorAt and lastErrorReplica say when lastError happened and which
+	// replica's log tells more ("" when no replica's does), for the status.
+	lastErrorAt      time.Time
+	lastErrorReplica string
 }
 
 func (p *project) concurrency() int { return max(1, p.cfg.Model.Concurrency) }
@@ -118,7 +123,7 @@ func (s *Scheduler) addProject(cfg store.Project) *project {
 			p.cfg = cfg
 			p.specGen++ // whatever still runs belongs to the deleted one
 			p.resetFailures()
-			p.lastError = ""
+			p.lastError, p.lastErrorReplica, p.lastErrorAt = "", "", time.Time{}
 		}
 		return p
 	}
@@ -252,7 +257,7 @@ func (s *Scheduler) checkGPUs(p *project) {
 	if err == nil {
 		return
 	}
-	p.lastError = err.Error()
+	p.lastError, p.lastErrorReplica, p.lastErrorAt = err.Error(), "", s.clk.Now()
 	if p.queue.len() > 0 {
 		s.failQueued(p, msgNeedsGPUs(err))
 	}

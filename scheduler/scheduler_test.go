@@ -372,8 +372,8 @@ func TestModelCrashMidCallFailsCallWithExitStatus(t *testing.T) {
 			t.Fatalf("result = %s %q, want %q", got.State, got.Message, want)
 		}
 		ps := h.project("crash")
-		if len(ps.Replicas) != 0 || !strings.Contains(ps.LastError, "crash-1 exited (signal: killed)") {
-			t.Errorf("after the crash: replicas %v, last error %q", ps.Replicas, ps.LastError)
+		if len(ps.Replicas) != 0 || !strings.Contains(ps.LastError, "crash-1 exited (signal: killed)") || ps.LastErrorReplica != "crash-1" {
+			t.Errorf("after the crash: replicas %v, last error %q of replica %q", ps.Replicas, ps.LastError, ps.LastErrorReplica)
 		}
 	})
 }
@@ -474,8 +474,14 @@ func TestExitBeforeReadyCountsAsFailedBoot(t *testing.T) {
 				if got.State != store.CallFailed || got.Message != tc.want {
 					t.Fatalf("result = %s %q, want %q", got.State, got.Message, tc.want)
 				}
-				if le := h.project("broken").LastError; le != strings.TrimPrefix(tc.want, "error: ") {
-					t.Errorf("last error = %q", le)
+				ps := h.project("broken")
+				if ps.LastError != strings.TrimPrefix(tc.want, "error: ") {
+					t.Errorf("last error = %q", ps.LastError)
+				}
+				// The status page links the failure to the log of the replica
+				// that failed: the second one, a second after the first.
+				if ps.LastErrorReplica != "broken-2" || !ps.LastErrorAt.Equal(h.clk.Now()) {
+					t.Errorf("last error replica %q at %v, want broken-2 at %v", ps.LastErrorReplica, ps.LastErrorAt, h.clk.Now())
 				}
 			})
 		})
