@@ -301,6 +301,7 @@ type fakeLauncher struct {
 	// fail, when set, makes Launch fail for a spec.
 	mu   sync.Mutex
 	fail func(replica.Spec) error
+	pids int // launches so far: each instance gets a pid of its own
 	// auto makes instances ready at once and answer every call with reply.
 	auto  bool
 	reply json.RawMessage
@@ -313,6 +314,8 @@ func newFakeLauncher() *fakeLauncher {
 func (l *fakeLauncher) Launch(spec replica.Spec) (Instance, error) {
 	l.mu.Lock()
 	fail := l.fail
+	l.pids++
+	pid := 1000 + l.pids
 	l.mu.Unlock()
 	if fail != nil {
 		if err := fail(spec); err != nil {
@@ -321,7 +324,7 @@ func (l *fakeLauncher) Launch(spec replica.Spec) (Instance, error) {
 	}
 	i := &fakeInstance{
 		spec:    spec,
-		pid:     1000 + len(l.launched),
+		pid:     pid,
 		ready:   make(chan struct{}),
 		exited:  make(chan struct{}),
 		stopped: make(chan struct{}),

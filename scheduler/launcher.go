@@ -20,3 +20,7 @@ func (l processLauncher) Launch(spec replica.Spec) (Instance, error) {
 	}
 	return p, nil
 }
+
+// ProcessGroup tells the scheduler which replica a process the GPU driver
+// lists belongs to: each replica leads its own process group.
+func (l processLauncher) ProcessGroup(pid int) (int, bool) { return replica.ProcessGroup(pid) }
