@@ -197,6 +197,7 @@ func schedulerConfig(cfg config.Config) scheduler.Config {
 		LogMaxBytes:         cfg.Replica.LogMaxBytes,
 		LogKeep:             cfg.Replica.LogKeep,
 		RunDir:              cfg.RunDir(),
+		PassEnv:             cfg.Replica.PassEnv,
 		MaxBootFailures:     cfg.Replica.MaxBootFailures,
 		RestartBackoff:      cfg.Replica.RestartBackoff,
 		MaxRestartBackoff:   cfg.Replica.MaxRestartBackoff,

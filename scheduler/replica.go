@@ -121,6 +121,7 @@ func (s *Scheduler) boot(p *project, gpus []string, cpuSlot bool) {
 		LogKeep:     s.cfg.LogKeep,
 		RunDir:      s.cfg.RunDir,
 		RunAs:       s.cfg.RunAs,
+		PassEnv:     s.cfg.PassEnv,
 	}
 	if s.cfg.LogDir != "" {
 		spec.LogPath = replica.LogPath(s.cfg.LogDir, p.cfg.TeamID, p.id, r.id)

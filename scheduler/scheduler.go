@@ -33,6 +33,7 @@ type Config struct {
 	GPUPoll             time.Duration  // while a project waits for GPU, how often free GPU memory is re-read; default 1s
 	Observer            Observer       // told about finished calls and replica events; nil = none
 	RunAs               *replica.RunAs // the user model processes run as; nil = inferd's own
+	PassEnv             []string       // variables copied from inferd's environment to models (replica.passEnv)
 }
 
 func (c Config) withDefaults() Config {

@@ -3,6 +3,7 @@ package replica
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -31,6 +32,7 @@ type Spec struct {
 	LogKeep       int               // old generations kept (LogPath+".1" .. ".N"); default 3
 	RunDir        string            // holds <ID>.pid while the process runs; "" = no pid file
 	RunAs         *RunAs            // the user the process runs as; nil = inferd's own
+	PassEnv       []string          // more variables copied from the daemon's environment (replica.passEnv)
 }
 
 // baseEnvKeys are the only variables copied from the daemon's environment. pyenv's
@@ -81,12 +83,12 @@ func (s Spec) withDefaults() (Spec, error) {
 	return s, nil
 }
 
-// environ builds the model's environment: the allowlisted base read through getenv,
+// environ builds the model's environment: the allowlisted base and PassEnv read through getenv,
 // then the project's env, then the variables inferd owns, which the project cannot
 // override. The result is sorted, one NAME=value per variable.
 func (s Spec) environ(port int, getenv func(string) (string, bool)) []string {
 	env := map[string]string{}
-	for _, k := range baseEnvKeys {
+	for _, k := range slices.Concat(baseEnvKeys, s.PassEnv) {
 		if v, ok := getenv(k); ok {
 			env[k] = v
 		}

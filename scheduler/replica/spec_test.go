@@ -60,6 +60,8 @@ func TestEnvironHoldsAllowlistProjectEnvAndInferdVariables(t *testing.T) {
 		"AWS_SECRET":       "nope",
 		"LD_PRELOAD":       "/evil.so",
 		"PORT":             "9999",
+		"LD_LIBRARY_PATH":  "/usr/local/nvidia/lib64",
+		"CUDA_HOME":        "/usr/local/cuda",
 	}
 	getenv := func(k string) (string, bool) { v, ok := daemon[k]; return v, ok }
 	tests := []struct {
@@ -76,7 +78,18 @@ func TestEnvironHoldsAllowlistProjectEnvAndInferdVariables(t *testing.T) {
 				"PORT=8123", "CUDA_VISIBLE_DEVICES=", "NVIDIA_VISIBLE_DEVICES=void",
 				"INFERD_PROJECT_ID=p1", "INFERD_REPLICA_ID=r1", "PYTHONUNBUFFERED=1",
 			},
-			absent: []string{"INFERD_ADMIN_KEY", "INFERD_DATA_DIR", "AWS_SECRET", "LD_PRELOAD", "USER", "TZ"},
+			absent: []string{"INFERD_ADMIN_KEY", "INFERD_DATA_DIR", "AWS_SECRET", "LD_PRELOAD", "USER", "TZ", "LD_LIBRARY_PATH", "CUDA_HOME"},
+		},
+		{
+			name:   "replica.passEnv adds variables, and only those set",
+			spec:   Spec{ID: "r5", PassEnv: []string{"LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH"}},
+			want:   []string{"LD_LIBRARY_PATH=/usr/local/nvidia/lib64", "CUDA_HOME=/usr/local/cuda", "PATH=/usr/bin:/bin"},
+			absent: []string{"CUDA_PATH", "AWS_SECRET"},
+		},
+		{
+			name: "replica.passEnv cannot override inferd's variables",
+			spec: Spec{ID: "r6", PassEnv: []string{"PORT"}},
+			want: []string{"PORT=8123"},
 		},
 		{
 			name: "gpu replica",
