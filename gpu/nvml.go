@@ -83,6 +83,10 @@ type nvmlBackend struct {
 	memV2   bool                   // memInfoV2Symbol exists
 	handles map[string]nvml.Device // by UUID, from the last enumeration
 	failing map[string]bool        // "UUID query" whose last read failed; logs once per failure streak
+	// warned and warning: the troubles the previous and the current
+	// enumeration warned about. Enumeration is retried with backoff while
+	// there is trouble; the same trouble is worth one line per streak.
+	warned, warning map[string]bool
 }
 
 // enumerate starts NVML (shutting it down first if it is up, so that a GPU
@@ -105,6 +109,8 @@ func (b *nvmlBackend) enumerate() (scan, error) {
 		return scan{}, initError{ret}
 	}
 	b.up = true
+	b.warning = map[string]bool{}
+	defer func() { b.warned = b.warning }()
 	// GetMemoryInfo_v2 needs a symbol check; LookupSymbol only looks in the
 	// library Init has loaded.
 	b.memV2 = b.lib.Extensions().LookupSymbol(memInfoV2Symbol) == nil
@@ -124,13 +130,13 @@ func (b *nvmlBackend) enumerate() (scan, error) {
 	for idx := range count {
 		h, ret := b.lib.DeviceGetHandleByIndex(idx)
 		if ret != nvml.SUCCESS {
-			b.log.Warn().Int("index", idx).Err(ret).Msg("skipping GPU: get handle failed")
+			b.warn(fmt.Sprint("handle ", idx, ret)).Int("index", idx).Err(ret).Msg("skipping GPU: get handle failed")
 			s.missing++
 			continue
 		}
 		d, err := readGPU(h)
 		if err != nil {
-			ev := b.log.Warn().Int("index", idx)
+			ev := b.warn(fmt.Sprint("query ", idx, err)).Int("index", idx)
 			if d.UUID != "" {
 				ev = ev.Str("uuid", d.UUID)
 			}
@@ -144,7 +150,7 @@ func (b *nvmlBackend) enumerate() (scan, error) {
 		}
 		migs := b.migDevices(h, d)
 		if len(migs) == 0 {
-			b.log.Warn().Int("index", d.Index).Str("uuid", d.UUID).
+			b.warn("no MIG devices "+d.UUID).Int("index", d.Index).Str("uuid", d.UUID).
 				Msg("GPU is in MIG mode but has no MIG devices: it gets no replicas until GPU and compute instances are created (nvidia-smi mig -cgi ... -C) or MIG mode is turned off")
 		}
 		s.devices = append(s.devices, migs...)
@@ -185,7 +191,7 @@ func (b *nvmlBackend) migMode(h nvml.Device, d Device) bool {
 	case nvml.ERROR_NOT_SUPPORTED:
 		return false
 	default:
-		b.log.Warn().Int("index", d.Index).Str("uuid", d.UUID).Err(ret).Msg("MIG mode query failed: using the GPU whole")
+		b.warn(fmt.Sprint("MIG mode ", d.UUID, ret)).Int("index", d.Index).Str("uuid", d.UUID).Err(ret).Msg("MIG mode query failed: using the GPU whole")
 		return false
 	}
 }
@@ -195,7 +201,7 @@ func (b *nvmlBackend) migMode(h nvml.Device, d Device) bool {
 func (b *nvmlBackend) migDevices(h nvml.Device, gpu Device) []Device {
 	n, ret := h.GetMaxMigDeviceCount()
 	if ret != nvml.SUCCESS {
-		b.log.Warn().Int("index", gpu.Index).Str("uuid", gpu.UUID).Err(ret).Msg("skipping MIG GPU: MIG device count failed")
+		b.warn(fmt.Sprint("MIG count ", gpu.UUID, ret)).Int("index", gpu.Index).Str("uuid", gpu.UUID).Err(ret).Msg("skipping MIG GPU: MIG device count failed")
 		return nil
 	}
 	var out []Device
@@ -205,12 +211,12 @@ func (b *nvmlBackend) migDevices(h nvml.Device, gpu Device) []Device {
 			continue
 		}
 		if ret != nvml.SUCCESS {
-			b.log.Warn().Int("index", gpu.Index).Int("mig", k).Err(ret).Msg("skipping MIG device: get handle failed")
+			b.warn(fmt.Sprint("MIG handle ", gpu.UUID, k, ret)).Int("index", gpu.Index).Int("mig", k).Err(ret).Msg("skipping MIG device: get handle failed")
 			continue
 		}
 		uuid, ret := mh.GetUUID()
 		if ret != nvml.SUCCESS {
-			b.log.Warn().Int("index", gpu.Index).Int("mig", k).Err(ret).Msg("skipping MIG device: get UUID failed")
+			b.warn(fmt.Sprint("MIG UUID ", gpu.UUID, k, ret)).Int("index", gpu.Index).Int("mig", k).Err(ret).Msg("skipping MIG device: get UUID failed")
 			continue
 		}
 		name, ret := mh.GetName()
@@ -229,7 +235,7 @@ func (b *nvmlBackend) unit(h nvml.Device, d Device) Device {
 	b.handles[d.UUID] = h
 	s := b.read(d.UUID, h)
 	if s.problem != "" {
-		b.log.Warn().Int("index", d.Index).Str("uuid", d.UUID).Str("problem", s.problem).
+		b.warn("unhealthy "+d.UUID+" "+s.problem).Int("index", d.Index).Str("uuid", d.UUID).Str("problem", s.problem).
 			Msg("GPU unhealthy: no replicas on it until it reads well")
 		d.Problem = s.problem
 		return d
@@ -327,6 +333,17 @@ func (b *nvmlBackend) streak(uuid, query string, ret nvml.Return) {
 			b.failing[key] = true
 		}
 	}
+}
+
+// warn returns a warning event the first time an enumeration meets key's
+// trouble after one that did not, and a nil event (which logs nothing)
+// while the trouble lasts. The caller holds b.mu, inside enumerate.
+func (b *nvmlBackend) warn(key string) *zerolog.Event {
+	b.warning[key] = true
+	if b.warned[key] {
+		return nil
+	}
+	return b.log.Warn()
 }
 
 // problemOf words an essential read's failure as a Device.Problem.

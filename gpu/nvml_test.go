@@ -722,6 +722,11 @@ func TestLostGPUIsRediscoveredWithBackoff(t *testing.T) {
 		if d := inv.Devices()[1]; !d.Healthy() || d.Samples < 2 {
 			t.Errorf("H100 = %+v, want healthy and read again by the restarts", d)
 		}
+		// One line when the refresh found it lost, one when a restart did:
+		// the restarts that follow say nothing new.
+		if w := warnings(lines()); len(w) != 2 {
+			t.Errorf("warnings after two restarts: %v, want 2", w)
+		}
 		samples := inv.Devices()[0].Samples
 
 		a.set(func(f *fakeGPU) { f.memRet, f.freeMiB = nvml.SUCCESS, 39000 })
