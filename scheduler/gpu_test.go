@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"inferd/gpu"
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
@@ -55,8 +56,8 @@ func TestGPUEvictionStopsLeastRecentlyUsedIdleReplicaThenTheWaitingCallRuns(t *t
 			t.Fatalf("stopped a-1 %v, a-2 %v; want only a-2 (least recently used)", as[0].wasStopped(), as[1].wasStopped())
 		}
 		ib := h.launched()
-		if ib.spec.ProjectID != "b" || !slices.Equal(ib.spec.GPUUUIDs, as[1].spec.GPUUUIDs) {
-			t.Fatalf("launched %s on %v, want b on a-2's GPU %v", ib.spec.ID, ib.spec.GPUUUIDs, as[1].spec.GPUUUIDs)
+		if ib.spec.ProjectID != "b" || !slices.Equal(ib.spec.GPUs, as[1].spec.GPUs) {
+			t.Fatalf("launched %s on %v, want b on a-2's GPU %v", ib.spec.ReplicaID, ib.spec.GPUs, as[1].spec.GPUs)
 		}
 		h.serveOne(ib)
 		if got := h.result(c.ID); got.State != store.CallSucceeded {
@@ -143,8 +144,8 @@ func TestGPUSharesPackByMemoryAndEvictOnlyWhatIsNeeded(t *testing.T) {
 		h.clk.Advance(time.Second)
 		h.submit(small, `{}`)
 		is := h.launched()
-		if !slices.Equal(is.spec.GPUUUIDs, []string{"GPU-0"}) || ia.wasStopped() {
-			t.Fatalf("small on %v, a stopped %v; want small beside a on GPU-0", is.spec.GPUUUIDs, ia.wasStopped())
+		if !slices.Equal(is.spec.GPUs, []string{"GPU-0"}) || ia.wasStopped() {
+			t.Fatalf("small on %v, a stopped %v; want small beside a on GPU-0", is.spec.GPUs, ia.wasStopped())
 		}
 		h.serveOne(is) // small is idle now too, but more recently used than a
 
@@ -156,8 +157,8 @@ func TestGPUSharesPackByMemoryAndEvictOnlyWhatIsNeeded(t *testing.T) {
 			t.Error("small was evicted too: 16384-4000 leaves room for 12000")
 		}
 		ib := h.launched()
-		if !slices.Equal(ib.spec.GPUUUIDs, []string{"GPU-0"}) {
-			t.Fatalf("big on %v", ib.spec.GPUUUIDs)
+		if !slices.Equal(ib.spec.GPUs, []string{"GPU-0"}) {
+			t.Fatalf("big on %v", ib.spec.GPUs)
 		}
 		h.serveOne(ib)
 		if got := h.result(c.ID); got.State != store.CallSucceeded {
@@ -398,8 +399,8 @@ func TestGPUShareCountsWhatEachReplicaUsesAndHasYetToAllocate(t *testing.T) {
 		})
 		h.advance(time.Second)
 		ic := h.launched()
-		if !slices.Equal(ic.spec.GPUUUIDs, []string{"GPU-0"}) {
-			t.Errorf("c on %v, want GPU-0", ic.spec.GPUUUIDs)
+		if !slices.Equal(ic.spec.GPUs, []string{"GPU-0"}) {
+			t.Errorf("c on %v, want GPU-0", ic.spec.GPUs)
 		}
 		h.serveOne(ic)
 		if got := h.result(call.ID); got.State != store.CallSucceeded {
@@ -424,8 +425,8 @@ func TestWholeGPUWaitsWhileAProcessOutsideInferdUsesIt(t *testing.T) {
 		h.submit(p, `{}`)
 		h.submit(p, `{}`)
 		first := h.launched()
-		if !slices.Equal(first.spec.GPUUUIDs, []string{"GPU-1"}) {
-			t.Fatalf("first replica on %v, want GPU-1 (GPU-0 is in use outside inferd)", first.spec.GPUUUIDs)
+		if !slices.Equal(first.spec.GPUs, []string{"GPU-1"}) {
+			t.Fatalf("first replica on %v, want GPU-1 (GPU-0 is in use outside inferd)", first.spec.GPUs)
 		}
 		h.noLaunch()
 		if got := h.project("p").Waiting; got != "waiting for GPU" {
@@ -433,8 +434,8 @@ func TestWholeGPUWaitsWhileAProcessOutsideInferdUsesIt(t *testing.T) {
 		}
 		gpus.change(0, func(d *gpu.Device) { d.MemoryFreeMiB, d.Processes = 16384, nil })
 		h.advance(time.Second)
-		if second := h.launched(); !slices.Equal(second.spec.GPUUUIDs, []string{"GPU-0"}) {
-			t.Errorf("second replica on %v, want GPU-0 once the foreign process is gone", second.spec.GPUUUIDs)
+		if second := h.launched(); !slices.Equal(second.spec.GPUs, []string{"GPU-0"}) {
+			t.Errorf("second replica on %v, want GPU-0 once the foreign process is gone", second.spec.GPUs)
 		}
 	})
 }
@@ -457,15 +458,15 @@ func TestLostGPUGetsNoReplicasUntilItIsHealthyAgain(t *testing.T) {
 		}
 		h.submit(one, `{}`)
 		h.submit(one, `{}`)
-		if i := h.launched(); !slices.Equal(i.spec.GPUUUIDs, []string{"GPU-1"}) {
-			t.Fatalf("replica on %v, want GPU-1, not the lost GPU-0", i.spec.GPUUUIDs)
+		if i := h.launched(); !slices.Equal(i.spec.GPUs, []string{"GPU-1"}) {
+			t.Fatalf("replica on %v, want GPU-1, not the lost GPU-0", i.spec.GPUs)
 		}
 		h.noLaunch()
 
 		gpus.change(0, func(d *gpu.Device) { d.Problem = "" }) // rediscovered
 		h.advance(time.Second)
-		if i := h.launched(); !slices.Equal(i.spec.GPUUUIDs, []string{"GPU-0"}) {
-			t.Errorf("replica on %v, want GPU-0 once healthy again", i.spec.GPUUUIDs)
+		if i := h.launched(); !slices.Equal(i.spec.GPUs, []string{"GPU-0"}) {
+			t.Errorf("replica on %v, want GPU-0 once healthy again", i.spec.GPUs)
 		}
 	})
 }
@@ -490,7 +491,7 @@ func TestMIGDevicesArePinnedAsTheirOwnUnits(t *testing.T) {
 		}
 		var got []string
 		for _, i := range h.launchedN(3) {
-			got = append(got, strings.Join(i.spec.GPUUUIDs, ","))
+			got = append(got, strings.Join(i.spec.GPUs, ","))
 		}
 		if want := []string{"GPU-0", "MIG-a", "MIG-b"}; !slices.Equal(got, want) {
 			t.Errorf("replicas pinned to %v, want %v", got, want)
@@ -525,19 +526,19 @@ func TestReplicaExitAsksTheInventoryForAFreshRead(t *testing.T) {
 	})
 }
 
-// groupLauncher tells process groups as an OS-process launcher does.
-type groupLauncher struct {
-	Launcher
+// groupBackend tells process groups as the local-process backend does.
+type groupBackend struct {
+	backend.Backend
 	groups map[int]int
 }
 
-func (l groupLauncher) ProcessGroup(pid int) (int, bool) {
+func (l groupBackend) ProcessGroup(pid int) (int, bool) {
 	g, ok := l.groups[pid]
 	return g, ok
 }
 
 func TestAttributeCountsAReplicasForkedProcessesAsItsOwn(t *testing.T) {
-	s := &Scheduler{launch: groupLauncher{groups: map[int]int{1000: 1000, 1001: 1000, 1002: 1000, 2000: 2000, 3000: 1}}}
+	s := &Scheduler{backend: groupBackend{groups: map[int]int{1000: 1000, 1001: 1000, 1002: 1000, 2000: 2000, 3000: 1}}}
 	devices := []gpu.Device{
 		{UUID: "A", Processes: []gpu.Process{{Pid: 1000}, {Pid: 1001}, {Pid: 2000}, {Pid: 3000}}},
 		{UUID: "B", Processes: []gpu.Process{{Pid: 1002}, {Pid: 4000}}}, // 4000: gone since the read

@@ -234,7 +234,7 @@ func (s *Scheduler) assignments() []assignment {
 	for _, p := range s.order {
 		for _, r := range p.replicas {
 			if len(r.gpus) > 0 {
-				held = append(held, assignment{replica: r.id, gpus: r.gpus, memoryMiB: r.gpuMemMiB, group: r.pid})
+				held = append(held, assignment{replica: r.id, gpus: r.gpus, memoryMiB: r.gpuMemMiB, group: r.info.Pid})
 			}
 		}
 	}
@@ -245,15 +245,15 @@ func (s *Scheduler) assignments() []assignment {
 	return held
 }
 
-// processGrouper is a Launcher whose replicas are OS process groups. It
-// tells the group of any pid, so that GPU processes a model forks count as
-// the model's.
+// processGrouper is a backend whose replicas are OS process groups led by
+// their Info().Pid. It tells the group of any pid, so that GPU processes a
+// model forks count as the model's.
 type processGrouper interface {
 	ProcessGroup(pid int) (pgid int, ok bool)
 }
 
 // attribute tells each hold which of the processes the driver lists on the
-// devices are its own: those in its replica's process group. A launcher
+// devices are its own: those in its replica's process group. A backend
 // that cannot tell groups (and a process that has exited) matches by the
 // replica's own pid only.
 func (s *Scheduler) attribute(held []assignment, devices []gpu.Device) {
@@ -267,7 +267,7 @@ func (s *Scheduler) attribute(held []assignment, devices []gpu.Device) {
 				groups = map[int]int{}
 			}
 			groups[p.Pid] = p.Pid
-			if g, ok := s.launch.(processGrouper); ok {
+			if g, ok := s.backend.(processGrouper); ok {
 				if pgid, ok := g.ProcessGroup(p.Pid); ok {
 					groups[p.Pid] = pgid
 				}
@@ -284,8 +284,8 @@ func (s *Scheduler) attribute(held []assignment, devices []gpu.Device) {
 	}
 }
 
-// refresher is an Inventory that can read the driver again at once.
-type refresher interface{ RefreshSoon() }
+// gpuRefresher is a backend that can have its GPUs read again at once.
+type gpuRefresher interface{ RefreshGPUs() }
 
 // release is the hold of an exited replica on real GPUs, kept until every
 // one of its devices has been read again after the exit.
@@ -295,10 +295,11 @@ type release struct {
 }
 
 // releaseGPUs turns an exited replica's hold on real GPUs into a release,
-// and asks the inventory to read them again. Simulated GPUs have no driver
+// and asks the backend to read its GPUs again: after the release has
+// recorded the read counts, so that this read is the one it waits for. Simulated GPUs have no driver
 // to wait for: their memory is back at once.
 func (s *Scheduler) releaseGPUs(r *rep, devices []gpu.Device) {
-	rl := release{assignment: assignment{replica: r.id, memoryMiB: r.gpuMemMiB, group: r.pid}, samples: map[string]uint64{}}
+	rl := release{assignment: assignment{replica: r.id, memoryMiB: r.gpuMemMiB, group: r.info.Pid}, samples: map[string]uint64{}}
 	for _, d := range devices {
 		if !d.Simulated && slices.Contains(r.gpus, d.UUID) {
 			rl.gpus = append(rl.gpus, d.UUID)
@@ -309,8 +310,8 @@ func (s *Scheduler) releaseGPUs(r *rep, devices []gpu.Device) {
 		s.releasing = append(s.releasing, rl)
 		// Its memory shows back at the next driver read: ask for one now
 		// rather than at the next refresh interval.
-		if f, ok := s.gpus.(refresher); ok {
-			f.RefreshSoon()
+		if f, ok := s.backend.(gpuRefresher); ok {
+			f.RefreshGPUs()
 		}
 	}
 }
@@ -341,7 +342,7 @@ func (s *Scheduler) pruneReleases(devices []gpu.Device) {
 // loop state, so it is safe to call from any goroutine, and it rejects
 // nothing: a minimum that does not fit just waits.
 func (s *Scheduler) CapacityWarnings(projects []store.Project) []string {
-	return minimumsWarnings(s.devices(), s.cfg.CPUSlots, projects)
+	return minimumsWarnings(s.devices(), s.cpuSlots(), projects)
 }
 
 // minimumsWarnings names the projects whose minReplicas cannot fit beside
