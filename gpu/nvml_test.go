@@ -194,6 +194,13 @@ const (
 	nameH = "NVIDIA H100 80GB HBM3"
 )
 
+// discoveredA and discoveredH are a100() and h100() as discovery lists them
+// from a driver without GetMemoryInfo_v2.
+var (
+	discoveredA = Device{Index: 0, UUID: uuidA, Name: nameA, MemoryTotalMiB: 40960, MemoryFreeMiB: 30000, UtilizationPct: 12, Samples: 1}
+	discoveredH = Device{Index: 1, UUID: uuidH, Name: nameH, MemoryTotalMiB: 81559, MemoryFreeMiB: 81000, UtilizationPct: 55, Samples: 1}
+)
+
 func TestDiscoverMapsNVMLDevices(t *testing.T) {
 	tests := []struct {
 		name       string
@@ -212,8 +219,8 @@ func TestDiscoverMapsNVMLDevices(t *testing.T) {
 			gpus:       func() []*fakeGPU { return []*fakeGPU{a100(), h100()} },
 			wantSource: "nvml (driver 470.256.02)",
 			want: []Device{
-				{Index: 0, UUID: uuidA, Name: nameA, MemoryTotalMiB: 40960, MemoryFreeMiB: 30000, UtilizationPct: 12, Samples: 1},
-				{Index: 1, UUID: uuidH, Name: nameH, MemoryTotalMiB: 81559, MemoryFreeMiB: 81000, UtilizationPct: 55, Samples: 1},
+				discoveredA,
+				discoveredH,
 			},
 		},
 		{
@@ -280,7 +287,7 @@ func TestDiscoverMapsNVMLDevices(t *testing.T) {
 			},
 			wantSource: "nvml (driver 470.256.02)",
 			want: []Device{
-				{Index: 0, UUID: uuidA, Name: nameA, MemoryTotalMiB: 40960, MemoryFreeMiB: 30000, UtilizationPct: 12, Samples: 1},
+				discoveredA,
 			},
 		},
 		{
@@ -289,7 +296,7 @@ func TestDiscoverMapsNVMLDevices(t *testing.T) {
 			gpus:       func() []*fakeGPU { g := a100(); g.migRet = nvml.ERROR_UNKNOWN; return []*fakeGPU{g} },
 			wantSource: "nvml (driver 550.54.15)",
 			want: []Device{
-				{Index: 0, UUID: uuidA, Name: nameA, MemoryTotalMiB: 40960, MemoryFreeMiB: 30000, UtilizationPct: 12, Samples: 1},
+				discoveredA,
 			},
 			wantWarns: [][]string{{"MIG mode query failed", uuidA, "ERROR_UNKNOWN"}},
 		},
@@ -319,7 +326,7 @@ func TestDiscoverMapsNVMLDevices(t *testing.T) {
 			gpus:       func() []*fakeGPU { g := h100(); g.memRet = nvml.ERROR_UNKNOWN; return []*fakeGPU{a100(), g} },
 			wantSource: "nvml (driver 550.54.15)",
 			want: []Device{
-				{Index: 0, UUID: uuidA, Name: nameA, MemoryTotalMiB: 40960, MemoryFreeMiB: 30000, UtilizationPct: 12, Samples: 1},
+				discoveredA,
 				{Index: 1, UUID: uuidH, Name: nameH, Problem: "memory read failed (ERROR_UNKNOWN)"},
 			},
 			wantWarns: [][]string{{"GPU unhealthy", uuidH, "ERROR_UNKNOWN"}},
@@ -330,7 +337,7 @@ func TestDiscoverMapsNVMLDevices(t *testing.T) {
 			gpus:       func() []*fakeGPU { g := a100(); g.handleRet = nvml.ERROR_GPU_IS_LOST; return []*fakeGPU{g, h100()} },
 			wantSource: "nvml (driver 550.54.15)",
 			want: []Device{
-				{Index: 1, UUID: uuidH, Name: nameH, MemoryTotalMiB: 81559, MemoryFreeMiB: 81000, UtilizationPct: 55, Samples: 1},
+				discoveredH,
 			},
 			wantWarns: [][]string{{"skipping GPU", "index=0", "ERROR_GPU_IS_LOST"}},
 		},
@@ -520,9 +527,7 @@ func TestInitIsRetriedWithBackoffUntilTheDriverLoads(t *testing.T) {
 		log, lines := newTestLogger(t)
 		inv := discover(lib, log)
 		defer inv.Close()
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- inv.Run(ctx, time.Hour) }()
+		stop := running(t, inv, time.Hour)
 
 		time.Sleep(6 * time.Second) // Inits at 1s, 3s (1+2) fail
 		synctest.Wait()
@@ -552,11 +557,19 @@ func TestInitIsRetriedWithBackoffUntilTheDriverLoads(t *testing.T) {
 		if n := len(lib.InitCalls()); n != 5 {
 			t.Errorf("Init called %d times in all, want 5", n)
 		}
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("Run() = %v", err)
 		}
 	})
+}
+
+// running runs inv.Run in the background; stop ends it and returns its
+// error.
+func running(t *testing.T, inv *Inventory, every time.Duration) (stop func() error) {
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- inv.Run(ctx, every) }()
+	return func() error { cancel(); return <-done }
 }
 
 func TestDiscoverDeviceCountFailureShutsDown(t *testing.T) {
@@ -701,9 +714,7 @@ func TestLostGPUIsRediscoveredWithBackoff(t *testing.T) {
 		log, lines := newTestLogger(t)
 		inv := discover(lib, log)
 		defer inv.Close()
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- inv.Run(ctx, time.Hour) }()
+		stop := running(t, inv, time.Hour)
 
 		a.set(func(f *fakeGPU) { f.memRet = nvml.ERROR_GPU_IS_LOST })
 		inv.RefreshSoon()
@@ -739,8 +750,7 @@ func TestLostGPUIsRediscoveredWithBackoff(t *testing.T) {
 		if !slices.ContainsFunc(lines(), func(l logLine) bool { return l.message() == "GPU healthy again" }) {
 			t.Errorf("no recovery line: %v", lines())
 		}
-		cancel()
-		<-done
+		stop()
 	})
 }
 
@@ -805,9 +815,7 @@ func TestRunRefreshesEveryIntervalAndOnRequest(t *testing.T) {
 		inv := discover(newMockLib("550.54.15", a), zerolog.Nop())
 		defer inv.Close()
 
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- inv.Run(ctx, 10*time.Second) }()
+		stop := running(t, inv, 10*time.Second)
 
 		a.set(func(f *fakeGPU) { f.freeMiB = 5000 })
 		time.Sleep(9 * time.Second)
@@ -829,8 +837,7 @@ func TestRunRefreshesEveryIntervalAndOnRequest(t *testing.T) {
 			t.Errorf("free right after RefreshSoon = %d, want 40000", got)
 		}
 
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("Run() = %v, want nil", err)
 		}
 	})

@@ -33,6 +33,19 @@ func (h *harness) serveOne(i *fakeInstance) {
 	h.settle()
 }
 
+// servesOn checks that i was pinned to gpus, then has it serve the call
+// waiting for it and checks that call id succeeded.
+func (h *harness) servesOn(i *fakeInstance, id string, gpus ...string) {
+	h.t.Helper()
+	if !slices.Equal(i.spec.GPUs, gpus) {
+		h.t.Errorf("%s on %v, want %v", i.spec.ReplicaID, i.spec.GPUs, gpus)
+	}
+	h.serveOne(i)
+	if got := h.result(id); got.State != store.CallSucceeded {
+		h.t.Errorf("call on %s = %s %q", i.spec.ReplicaID, got.State, got.Message)
+	}
+}
+
 func TestGPUEvictionStopsLeastRecentlyUsedIdleReplicaThenTheWaitingCallRuns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := testProject("a", minMax(0, 2), idleTimeout(600), wholeGPUs(1))
@@ -156,14 +169,7 @@ func TestGPUSharesPackByMemoryAndEvictOnlyWhatIsNeeded(t *testing.T) {
 		if is.wasStopped() {
 			t.Error("small was evicted too: 16384-4000 leaves room for 12000")
 		}
-		ib := h.launched()
-		if !slices.Equal(ib.spec.GPUs, []string{"GPU-0"}) {
-			t.Fatalf("big on %v", ib.spec.GPUs)
-		}
-		h.serveOne(ib)
-		if got := h.result(c.ID); got.State != store.CallSucceeded {
-			t.Errorf("big's call = %s %q", got.State, got.Message)
-		}
+		h.servesOn(h.launched(), c.ID, "GPU-0")
 	})
 }
 
@@ -398,14 +404,7 @@ func TestGPUShareCountsWhatEachReplicaUsesAndHasYetToAllocate(t *testing.T) {
 			d.Processes = []gpu.Process{{Pid: ia.pid, UsedMiB: 20480}}
 		})
 		h.advance(time.Second)
-		ic := h.launched()
-		if !slices.Equal(ic.spec.GPUs, []string{"GPU-0"}) {
-			t.Errorf("c on %v, want GPU-0", ic.spec.GPUs)
-		}
-		h.serveOne(ic)
-		if got := h.result(call.ID); got.State != store.CallSucceeded {
-			t.Errorf("c's call = %s %q", got.State, got.Message)
-		}
+		h.servesOn(h.launched(), call.ID, "GPU-0")
 	})
 }
 

@@ -27,14 +27,7 @@ func hold(replica string, memMiB uint64, gpus ...string) assignment {
 func TestPlace(t *testing.T) {
 	four := []gpu.Device{dev(2, "C", 16384), dev(0, "A", 16384), dev(3, "D", 16384), dev(1, "B", 16384)}
 	two := []gpu.Device{dev(0, "A", 16384), dev(1, "B", 16384)}
-	for _, tc := range []struct {
-		name    string
-		devices []gpu.Device
-		held    []assignment
-		req     placementRequest
-		want    []string
-		ok      bool
-	}{
+	for _, tc := range []placeCase{
 		{"cpu replica needs nothing", nil, nil, placementRequest{}, nil, true},
 		{"no GPUs", nil, nil, placementRequest{gpus: 1}, nil, false},
 
@@ -79,16 +72,28 @@ func TestPlace(t *testing.T) {
 			two, []assignment{hold("s-1", 12000, "A")}, placementRequest{gpus: 2, memoryMiB: 8000}, nil, false,
 		},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			held := slices.Clone(tc.held)
-			got, ok := place(tc.devices, tc.held, tc.req)
-			if ok != tc.ok || !slices.Equal(got, tc.want) {
-				t.Errorf("place = %v, %v; want %v, %v", got, ok, tc.want, tc.ok)
-			}
-			if !slices.EqualFunc(held, tc.held, func(a, b assignment) bool { return a.replica == b.replica }) {
-				t.Error("place changed its input")
-			}
-		})
+		t.Run(tc.name, tc.run)
+	}
+}
+
+// placeCase is one row of a placement table.
+type placeCase struct {
+	name    string
+	devices []gpu.Device
+	held    []assignment
+	req     placementRequest
+	want    []string
+	ok      bool
+}
+
+func (tc placeCase) run(t *testing.T) {
+	held := slices.Clone(tc.held)
+	got, ok := place(tc.devices, tc.held, tc.req)
+	if ok != tc.ok || !slices.Equal(got, tc.want) {
+		t.Errorf("place = %v, %v; want %v, %v", got, ok, tc.want, tc.ok)
+	}
+	if !slices.EqualFunc(held, tc.held, func(a, b assignment) bool { return a.replica == b.replica }) {
+		t.Error("place changed its input")
 	}
 }
 
@@ -128,14 +133,7 @@ func TestPlaceByWhatGPUsHold(t *testing.T) {
 	v2 := dev(0, "A", 16384, 16384-600) // GetMemoryInfo_v2: 600 MiB reserved by the driver
 	v2.DriverReservedMiB = 600
 
-	for _, tc := range []struct {
-		name    string
-		devices []gpu.Device
-		held    []assignment
-		req     placementRequest
-		want    []string
-		ok      bool
-	}{
+	for _, tc := range []placeCase{
 		// Shares by what replicas use.
 		{"share: the overcommit example is refused", []gpu.Device{aUses40}, overcommit, placementRequest{gpus: 1, memoryMiB: 25600}, nil, false},
 		{"share: what is left after B loads fits", []gpu.Device{aUses40}, overcommit, placementRequest{gpus: 1, memoryMiB: 9000}, []string{"H"}, true},
@@ -196,12 +194,7 @@ func TestPlaceByWhatGPUsHold(t *testing.T) {
 			placementRequest{gpus: 2}, nil, false,
 		},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, ok := place(tc.devices, tc.held, tc.req)
-			if ok != tc.ok || !slices.Equal(got, tc.want) {
-				t.Errorf("place = %v, %v; want %v, %v", got, ok, tc.want, tc.ok)
-			}
-		})
+		t.Run(tc.name, tc.run)
 	}
 }
 
