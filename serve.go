@@ -219,5 +219,6 @@ func backendConfig(cfg config.Config, gpus *gpu.Inventory) local.Config {
 		StopGrace:   cfg.Replica.StopGrace,
 		CPUSlots:    cfg.CPUSlots, // 0 = one per CPU
 		GPUs:        gpus,
+		PassEnv:     cfg.Replica.PassEnv,
 	}
 }

@@ -180,6 +180,10 @@ func writeGPUGauges(w io.Writer, devs []gpu.Device, reservedMiB map[string]uint6
 	for _, d := range devs {
 		vm.WriteGaugeFloat64(w, "inferd_gpu_utilization_ratio"+lbl(d), float64(d.UtilizationPct)/100)
 	}
+	// 0 while the device gets no replicas: lost, or its memory unreadable.
+	for _, d := range devs {
+		vm.WriteGaugeUint64(w, "inferd_gpu_healthy"+lbl(d), boolGauge(d.Healthy()))
+	}
 }
 
 // serveMetrics answers GET /metrics. It needs no API key: the figures hold
@@ -189,6 +193,13 @@ func writeGPUGauges(w io.Writer, devs []gpu.Device, reservedMiB map[string]uint6
 func (m *Metrics) serveMetrics(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	m.WritePrometheus(w)
+}
+
+func boolGauge(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // labelValue escapes s for a Prometheus label value.

@@ -50,6 +50,8 @@ var metricFamilies = []metricFamily{
 		"Memory inferd has handed out to replicas on each GPU, in bytes."},
 	{"inferd_gpu_utilization_ratio", "gauge", []string{"gpu", "uuid"},
 		"Each GPU's utilization as its driver reports it, 0 to 1 (0 for a simulated GPU)."},
+	{"inferd_gpu_healthy", "gauge", []string{"gpu", "uuid"},
+		"1 while the GPU reads normally, 0 while it is lost or unreadable (no new replicas are placed on it)."},
 	{"inferd_store_file_bytes", "gauge", nil,
 		"Size of the data file, in bytes."},
 	{"inferd_store_commits_total", "counter", nil,

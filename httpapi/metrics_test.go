@@ -63,6 +63,7 @@ func loadedMetrics() *Metrics {
 			return []gpu.Device{
 				{Index: 0, UUID: "GPU-a", MemoryTotalMiB: 1024, MemoryFreeMiB: 256, UtilizationPct: 40},
 				{Index: 1, UUID: "GPU-sim", MemoryTotalMiB: 2048, MemoryFreeMiB: 2048, Simulated: true},
+				{Index: 2, UUID: "GPU-lost", MemoryTotalMiB: 2048, Problem: "lost (ERROR_GPU_IS_LOST)"},
 			}
 		},
 		Store: fakeStoreStats{},
@@ -118,6 +119,9 @@ func TestMetricsEndpoint(t *testing.T) {
 		`inferd_gpu_memory_reserved_bytes{gpu="1",uuid="GPU-sim"}`:             300 << 20,
 		`inferd_gpu_utilization_ratio{gpu="1",uuid="GPU-sim"}`:                 0,
 		`inferd_gpu_utilization_ratio{gpu="0",uuid="GPU-a"}`:                   0.4,
+		`inferd_gpu_healthy{gpu="0",uuid="GPU-a"}`:                             1,
+		`inferd_gpu_healthy{gpu="1",uuid="GPU-sim"}`:                           1,
+		`inferd_gpu_healthy{gpu="2",uuid="GPU-lost"}`:                          0,
 		`inferd_store_file_bytes`:                                              32768,
 		`inferd_store_commits_total`:                                           7,
 		`inferd_store_commit_seconds_total`:                                    1.5,

@@ -62,11 +62,12 @@ func (s *statusAPI) now() time.Time {
 	return time.Now()
 }
 
-// statusGPU is one GPU; HeldBy names the replica holding it when the caller
-// may see that replica's project, and Held says whether anyone does.
-// MemoryUsedBytes is the driver's view (for a simulated GPU, the
-// reservation); MemoryReservedBytes is what inferd has handed out on it,
-// which moves at once when a replica starts or stops.
+// statusGPU is one GPU or MIG device; HeldBy names the replica holding it
+// when the caller may see that replica's project, and Held says whether
+// anyone does. MemoryUsedBytes is the driver's view (for a simulated GPU,
+// the reservation); MemoryReservedBytes is what inferd has handed out on it,
+// which moves at once when a replica starts or stops. Healthy is false
+// while the device gets no replicas (lost, unreadable); Problem says why.
 type statusGPU struct {
 	Index               int          `json:"index"`
 	UUID                string       `json:"uuid"`
@@ -76,6 +77,10 @@ type statusGPU struct {
 	MemoryReservedBytes uint64       `json:"memoryReservedBytes"`
 	UtilizationPct      int          `json:"utilizationPct"` // 0 for simulated GPUs
 	Simulated           bool         `json:"simulated"`
+	Healthy             bool         `json:"healthy"`
+	Problem             string       `json:"problem,omitempty"`
+	MIG                 bool         `json:"mig"`              // a MIG device, pinned as MIG-<uuid>
+	Parent              string       `json:"parent,omitempty"` // a MIG device's GPU
 	Held                bool         `json:"held"`
 	HeldBy              *replicaName `json:"heldBy"`
 }
@@ -333,6 +338,7 @@ func (s *statusAPI) viewGPUs(v view) []statusGPU {
 			MemoryTotalBytes: m.total, MemoryUsedBytes: m.used, MemoryReservedBytes: m.reserved,
 			UtilizationPct: d.UtilizationPct,
 			Simulated:      d.Simulated,
+			Healthy:        d.Healthy(), Problem: d.Problem, MIG: d.MIG, Parent: d.Parent,
 		}
 		if h, ok := holders[d.UUID]; ok {
 			g.Held = true

@@ -305,6 +305,7 @@ type fakeBackend struct {
 	// fail, when set, makes Launch fail for a spec.
 	mu   sync.Mutex
 	fail func(backend.Spec) error
+	pids int // launches so far: each instance gets a pid of its own
 	// auto makes instances ready at once and answer every call with reply.
 	auto  bool
 	reply json.RawMessage
@@ -336,6 +337,14 @@ func (l *fakeBackend) Capacity() backend.Capacity {
 
 func (l *fakeBackend) Recover(context.Context) error { return nil }
 
+// RefreshGPUs passes the scheduler's request for a fresh GPU read on to
+// an inventory that counts them (liveGPUs).
+func (l *fakeBackend) RefreshGPUs() {
+	if r, ok := l.gpus.(interface{ RefreshSoon() }); ok {
+		r.RefreshSoon()
+	}
+}
+
 func (l *fakeBackend) ReplicaLogs(team, project string) ([]backend.Log, error) { return nil, nil }
 
 func (l *fakeBackend) TailLog(backend.Log, int) ([]string, int64, error) {
@@ -349,6 +358,8 @@ func (l *fakeBackend) FollowLog(context.Context, backend.Log, int64, io.Writer) 
 func (l *fakeBackend) Launch(spec backend.Spec) (backend.Instance, error) {
 	l.mu.Lock()
 	fail := l.fail
+	l.pids++
+	pid := 1000 + l.pids
 	l.mu.Unlock()
 	if fail != nil {
 		if err := fail(spec); err != nil {
@@ -357,7 +368,7 @@ func (l *fakeBackend) Launch(spec backend.Spec) (backend.Instance, error) {
 	}
 	i := &fakeInstance{
 		spec:    spec,
-		pid:     1000 + len(l.launched),
+		pid:     pid,
 		ready:   make(chan struct{}),
 		exited:  make(chan struct{}),
 		stopped: make(chan struct{}),

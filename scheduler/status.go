@@ -116,10 +116,9 @@ func (s *Scheduler) gpuStatus() []GPUStatus {
 	devs := s.devices()
 	s.pruneReleases(devs)
 	held := s.assignments()
-	use := usage(held)
 	out := make([]GPUStatus, 0, len(devs))
 	for _, d := range devs {
-		g := GPUStatus{UUID: d.UUID, ReservedMiB: use[d.UUID].reservedMiB(d.MemoryTotalMiB), Replicas: []string{}}
+		g := GPUStatus{UUID: d.UUID, ReservedMiB: loadOf(d, held).reservedMiB(d), Replicas: []string{}}
 		for _, a := range held {
 			if slices.Contains(a.gpus, d.UUID) {
 				g.Replicas = append(g.Replicas, a.replica)
