@@ -21,7 +21,7 @@ import (
 
 	"inferd/config"
 	"inferd/gpu"
-	"inferd/store"
+	"inferd/store/bolt"
 )
 
 // download streams the body of a GET on the admin API into w.
@@ -71,7 +71,7 @@ type dataSummary struct {
 // storeSummary opens a data file read-only (it neither migrates nor touches
 // it), counts its teams and projects, and closes it.
 func storeSummary(path string) (dataSummary, error) {
-	st, err := store.Open(path, store.Options{Timeout: time.Second, ReadOnly: true})
+	st, err := bolt.Open(path, bolt.Options{Timeout: time.Second, ReadOnly: true})
 	if err != nil {
 		return dataSummary{}, err
 	}
@@ -189,7 +189,7 @@ func restoreCommand(_ context.Context, cfg config.Config, args []string, stdout,
 		return fmt.Errorf("restore: %w", err)
 	}
 	sum, err := storeSummary(src)
-	if errors.Is(err, store.ErrCorrupt) {
+	if errors.Is(err, bolt.ErrCorrupt) {
 		// The store's advice ("restore from a backup") reads oddly when the
 		// file is the backup.
 		return fmt.Errorf("refusing to restore %s: not a usable inferd backup: %s; the current data file is unchanged",
@@ -343,13 +343,13 @@ func doctorDataFile(r *doctorReport, cfg config.Config, running bool) {
 	}
 	sum, err := storeSummary(path)
 	switch {
-	case errors.Is(err, store.ErrInUse):
+	case errors.Is(err, bolt.ErrInUse):
 		r.line("warn", "data file", "%s is locked by another process but no daemon answers on %s", path, cfg.SocketPath())
 	case err != nil:
 		r.line("fail", "data file", "%v", err)
-	case sum.schema < store.SchemaVersion:
+	case sum.schema < bolt.SchemaVersion:
 		r.line("ok", "data file", "%s opens (%d bytes, %d teams, %d projects); schema version %d: the next start migrates it to %d and keeps a copy as %s.schema-v%d",
-			path, fi.Size(), sum.teams, sum.projects, sum.schema, store.SchemaVersion, path, sum.schema)
+			path, fi.Size(), sum.teams, sum.projects, sum.schema, bolt.SchemaVersion, path, sum.schema)
 	default:
 		r.line("ok", "data file", "%s opens (%d bytes, %d teams, %d projects, schema version %d)", path, fi.Size(), sum.teams, sum.projects, sum.schema)
 	}

@@ -18,7 +18,7 @@ import (
 // maxAdminBody caps admin request bodies (an apply carries every project).
 const maxAdminBody = 10 << 20
 
-// AdminStore is what the admin API needs from *store.Store.
+// AdminStore is what the admin API needs from a store.Store.
 type AdminStore interface {
 	ListTeams() ([]store.Team, error)
 	CreateKey(teamID string, scope store.KeyScope) (secret string, k store.APIKey, err error)
@@ -30,7 +30,7 @@ type AdminStore interface {
 }
 
 // BackupWriter is the optional part of an AdminStore that serves
-// GET /admin/backup; *store.Store has it. A store without it answers 501.
+// GET /admin/backup; *bolt.Store has it. A store without it answers 501.
 type BackupWriter interface {
 	WriteBackup(w io.Writer) (int64, error)
 }

@@ -37,7 +37,7 @@ type StatusSources struct {
 	Now      func() time.Time // for uptimes; nil = time.Now
 }
 
-// RecentCalls is what the status endpoints read of *store.Store.
+// RecentCalls is what the status endpoints read of a store.Store.
 type RecentCalls interface {
 	// RecentCalls returns up to limit calls of teamID ("" = all), newest
 	// first, without inputs and outputs.

@@ -1,10 +1,13 @@
 package store
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"bytes"
+	"encoding/json"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 )
 
 // Model protocols.
@@ -35,13 +38,6 @@ const (
 	MaxGPUsPerModel  = 64
 	MaxConcurrency   = 1000
 )
-
-// HashModelKey returns the hex SHA-256 of a modelKey, the form stored in
-// ModelSpec.KeyHash and looked up by ProjectByModelKey.
-func HashModelKey(modelKey string) string {
-	sum := sha256.Sum256([]byte(modelKey))
-	return hex.EncodeToString(sum[:])
-}
 
 // NewProject returns a project with every default set: minReplicas 0,
 // maxReplicas 3, inferenceTimeout 300 s, idleTimeout 30 s, and the model
@@ -89,7 +85,6 @@ func (p *Project) ApplyDefaults() {
 // violation as a *ValidationError. It fills no defaults: an empty protocol,
 // for one, is invalid (call ApplyDefaults first).
 func (p Project) Validate() error {
-	const idRule = "must be 1-64 characters of a-z, 0-9 and -"
 	switch {
 	case !ValidID(p.ID):
 		return invalid("id", idRule)
@@ -162,4 +157,41 @@ func isLowerHex(s string) bool {
 		}
 	}
 	return true
+}
+
+// Clone returns p with its own slices and maps, so that changing the copy
+// never changes p (stores hand out clones of what they keep).
+func (p Project) Clone() Project {
+	p.Model.Command = slices.Clone(p.Model.Command)
+	p.Model.Env = maps.Clone(p.Model.Env)
+	return p
+}
+
+// SameContent reports whether a and b have the same content, ignoring the
+// Created and Updated stamps: a write of b over a changes nothing. It
+// compares the JSON encodings, the stored form (map keys are sorted, so the
+// encoding is deterministic).
+func SameContent(a, b Project) bool {
+	a.Created, a.Updated = time.Time{}, time.Time{}
+	b.Created, b.Updated = time.Time{}, time.Time{}
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
+}
+
+// Edit is the part of every UpdateProject that does not depend on the
+// storage: it runs fn on a clone of old and validates the result. An error
+// from fn, a changed id or an invalid result is returned as is.
+func Edit(old Project, fn func(*Project) error) (Project, error) {
+	p := old.Clone()
+	if err := fn(&p); err != nil {
+		return Project{}, err
+	}
+	if p.ID != old.ID {
+		return Project{}, invalid("id", "cannot be changed")
+	}
+	if err := p.Validate(); err != nil {
+		return Project{}, err
+	}
+	return p, nil
 }

@@ -99,3 +99,21 @@ type Call struct {
 	BootMs     int64           `json:"bootMs,omitempty"`
 	RunMs      int64           `json:"runMs,omitempty"`
 }
+
+// Change says what a project write did.
+type Change string
+
+// Outcomes of PutProject.
+const (
+	ChangeCreated   Change = "created"
+	ChangeUpdated   Change = "updated"
+	ChangeUnchanged Change = "unchanged"
+)
+
+// CommitStats counts a store's group commits of call records since it was
+// opened, for metrics.
+type CommitStats struct {
+	Commits  int64         // write transactions committed (or failed)
+	Writes   int64         // call writes in them
+	Duration time.Duration // total time spent in them, fsyncs included
+}

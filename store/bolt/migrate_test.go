@@ -1,4 +1,4 @@
-package store
+package bolt
 
 import (
 	"bytes"
@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	bbolt "go.etcd.io/bbolt"
+
+	"inferd/store"
 )
 
 // Each schema version has a data file written by the inferd of that version,
@@ -41,17 +43,17 @@ func writeFixture(t *testing.T) (raw []byte, secret string) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	secret, _, err = s.CreateKey("acme", ScopeTeam)
+	secret, _, err = s.CreateKey("acme", store.ScopeTeam)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.PutProject(testProject("echo", "acme")); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []Call{
-		{ID: fixtureCallDone, ProjectID: "echo", TeamID: "acme", State: CallSucceeded, Inputs: json.RawMessage(`{"prompt":"hi"}`),
+	for _, c := range []store.Call{
+		{ID: fixtureCallDone, ProjectID: "echo", TeamID: "acme", State: store.CallSucceeded, Inputs: json.RawMessage(`{"prompt":"hi"}`),
 			Outputs: json.RawMessage(`{"echo":"hi"}`), Message: "success", Attempt: 1, Created: fixtureTime, Finished: fixtureTime.Add(time.Second)},
-		{ID: fixtureCallPending, ProjectID: "echo", TeamID: "acme", State: CallQueued, Inputs: json.RawMessage(`{"n":1}`), Created: fixtureTime},
+		{ID: fixtureCallPending, ProjectID: "echo", TeamID: "acme", State: store.CallQueued, Inputs: json.RawMessage(`{"n":1}`), Created: fixtureTime},
 	} {
 		if err := s.SaveCall(context.Background(), c); err != nil {
 			t.Fatal(err)
@@ -70,13 +72,13 @@ func checkFixtureData(t *testing.T, s *Store, secret string) {
 	if k, err := s.Authenticate(secret); err != nil || k.TeamID != "acme" {
 		t.Errorf("Authenticate(fixture secret) = %+v, %v; want a key of team acme", k, err)
 	}
-	if p, err := s.GetProject("echo"); err != nil || p.TeamID != "acme" || p.Model.KeyHash != HashModelKey("key-echo") {
+	if p, err := s.GetProject("echo"); err != nil || p.TeamID != "acme" || p.Model.KeyHash != store.HashModelKey("key-echo") {
 		t.Errorf("GetProject(echo) = %+v, %v", p, err)
 	}
 	if p, err := s.ProjectByModelKey("key-echo"); err != nil || p.ID != "echo" {
 		t.Errorf("ProjectByModelKey(key-echo) = %+v, %v", p, err)
 	}
-	if c, err := s.GetCall(fixtureCallDone); err != nil || c.State != CallSucceeded || string(c.Outputs) != `{"echo":"hi"}` {
+	if c, err := s.GetCall(fixtureCallDone); err != nil || c.State != store.CallSucceeded || string(c.Outputs) != `{"echo":"hi"}` {
 		t.Errorf("GetCall(done) = %+v, %v", c, err)
 	}
 	if pending, err := s.PendingCalls(); err != nil || len(pending) != 1 || pending[0].ID != fixtureCallPending {
@@ -166,7 +168,7 @@ func TestNewFileStartsAtVersionZero(t *testing.T) {
 func syntheticSteps(calls *[]string) []migration {
 	steps := append([]migration(nil), migrations...)
 	return append(steps,
-		migration{why: "label teams", run: func(tx *bolt.Tx) error {
+		migration{why: "label teams", run: func(tx *bbolt.Tx) error {
 			*calls = append(*calls, "1→2")
 			b := tx.Bucket(bucketTeams)
 			return b.ForEach(func(k, v []byte) error {
@@ -182,7 +184,7 @@ func syntheticSteps(calls *[]string) []migration {
 				return b.Put(k, out)
 			})
 		}},
-		migration{why: "add a bucket", run: func(tx *bolt.Tx) error {
+		migration{why: "add a bucket", run: func(tx *bbolt.Tx) error {
 			*calls = append(*calls, "2→3")
 			_, err := tx.CreateBucket([]byte("v3things"))
 			return err
@@ -204,7 +206,7 @@ func TestOpenRunsEachStepOnceAndKeepsACopy(t *testing.T) {
 	if strings.Join(ran, ",") != "1→2,2→3" {
 		t.Errorf("steps ran: %v, want 1→2,2→3", ran)
 	}
-	err = s.view(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bbolt.Tx) error {
 		if got := string(tx.Bucket(bucketMeta).Get(keySchema)); got != "3" {
 			t.Errorf("recorded schema = %q, want 3", got)
 		}
@@ -249,7 +251,7 @@ func TestFailedStepLeavesTheFileUnchanged(t *testing.T) {
 	path, secret := copyFixture(t, 1)
 	var ran []string
 	steps := syntheticSteps(&ran)
-	steps[2].run = func(*bolt.Tx) error { return errors.New("disk says no") }
+	steps[2].run = func(*bbolt.Tx) error { return errors.New("disk says no") }
 	before, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

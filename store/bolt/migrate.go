@@ -1,4 +1,4 @@
-package store
+package bolt
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 
-	bolt "go.etcd.io/bbolt"
+	bbolt "go.etcd.io/bbolt"
 )
 
 // A migration moves a data file from one schema version to the next. It runs
@@ -14,7 +14,7 @@ import (
 // the new version number, so a file is migrated completely or not at all.
 type migration struct {
 	why string // what changes, for the error message if it fails
-	run func(tx *bolt.Tx) error
+	run func(tx *bbolt.Tx) error
 }
 
 // migrations[v] moves a file from schema version v to v+1, so
@@ -33,8 +33,8 @@ var migrations = []migration{
 		bucketCalls, bucketCallPending, bucketCallFinished, bucketCallExpiry)},
 }
 
-func createBuckets(names ...[]byte) func(tx *bolt.Tx) error {
-	return func(tx *bolt.Tx) error {
+func createBuckets(names ...[]byte) func(tx *bbolt.Tx) error {
+	return func(tx *bbolt.Tx) error {
 		for _, name := range names {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
@@ -60,13 +60,13 @@ func (m Migration) Migrated() bool { return m.From > 0 && m.From < m.To }
 // fileSchema reads the schema version recorded in the file: 0 for a file
 // without inferd's meta bucket and no other bucket (new), an error for a
 // foreign, unreadable or newer file.
-func fileSchema(tx *bolt.Tx, path string, latest int) (int, error) {
+func fileSchema(tx *bbolt.Tx, path string, latest int) (int, error) {
 	meta := tx.Bucket(bucketMeta)
 	if meta == nil {
 		// A file bbolt just created has no buckets at all. Any other bucket
 		// means someone else's bbolt file: refuse rather than mix data in.
 		var other []byte
-		_ = tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+		_ = tx.ForEach(func(name []byte, _ *bbolt.Bucket) error {
 			other = append([]byte(nil), name...)
 			return errStopIteration
 		})
@@ -97,7 +97,7 @@ func fileSchema(tx *bolt.Tx, path string, latest int) (int, error) {
 // migrate brings the file in tx from its schema version to len(steps) and
 // makes sure every current bucket exists, so the rest of the package can rely
 // on tx.Bucket never returning nil. It returns the version it started from.
-func migrate(tx *bolt.Tx, path string, steps []migration) (from int, err error) {
+func migrate(tx *bbolt.Tx, path string, steps []migration) (from int, err error) {
 	from, err = fileSchema(tx, path, len(steps))
 	if err != nil {
 		return 0, err
@@ -125,9 +125,9 @@ func migrate(tx *bolt.Tx, path string, steps []migration) (from int, err error) 
 // operator can go back to the older inferd. It returns the copy's path, or ""
 // when there is nothing to migrate. The copy is written to a temporary name,
 // fsynced and renamed, so a crash never leaves half a copy under that name.
-func copyBeforeMigration(db *bolt.DB, path string, latest int) (string, error) {
+func copyBeforeMigration(db *bbolt.DB, path string, latest int) (string, error) {
 	var copyPath string
-	err := db.View(func(tx *bolt.Tx) error {
+	err := db.View(func(tx *bbolt.Tx) error {
 		v, err := fileSchema(tx, path, latest)
 		if err != nil || v == 0 || v == latest {
 			return nil // nothing to migrate, or a refusal migrate reports

@@ -1,31 +1,23 @@
-package store
+package bolt
 
 import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
-	bolt "go.etcd.io/bbolt"
+	bbolt "go.etcd.io/bbolt"
+
+	"inferd/store"
 )
-
-const maxCallIDLen = 128
-
-// NewCallID returns a fresh call id, "call_" + a UUIDv7. Version 7 UUIDs
-// start with the time, so ids sort in creation order.
-func NewCallID() string {
-	return "call_" + uuid.Must(uuid.NewV7()).String()
-}
 
 // SaveCall durably creates or replaces the call: it returns once the write is
 // committed, or with the commit's error (ErrStorageFull for a full disk,
 // ErrClosed after Close). ctx bounds only the wait: a write already queued
 // still happens when ctx ends. A call in a final state without Finished gets
 // the current time.
-func (s *Store) SaveCall(ctx context.Context, c Call) error {
+func (s *Store) SaveCall(ctx context.Context, c store.Call) error {
 	ch := make(chan error, 1)
 	s.SaveCallAsync(c, func(err error) { ch <- err })
 	select {
@@ -42,12 +34,12 @@ func (s *Store) SaveCall(ctx context.Context, c Call) error {
 // runs on the writer goroutine, after the commit, so it must not block; when
 // the write is refused up front (invalid call, closed store) it runs before
 // SaveCallAsync returns. done may be nil.
-func (s *Store) SaveCallAsync(c Call, done func(error)) {
+func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
 	if done == nil {
 		done = func(error) {}
 	}
-	if c.ID == "" || len(c.ID) > maxCallIDLen {
-		done(fmt.Errorf("save call %q: %w", c.ID, invalid("id", "must be 1-%d characters", maxCallIDLen)))
+	if err := store.ValidateCallID(c.ID); err != nil {
+		done(fmt.Errorf("save call %q: %w", c.ID, err))
 		return
 	}
 	cw := callWrite{key: []byte(c.ID), final: c.State.Done(), done: done}
@@ -64,7 +56,7 @@ func (s *Store) SaveCallAsync(c Call, done func(error)) {
 	}
 	cw.value = v
 	if !s.w.enqueue(cw) {
-		done(fmt.Errorf("save call %s: %w", c.ID, ErrClosed))
+		done(fmt.Errorf("save call %s: %w", c.ID, store.ErrClosed))
 	}
 }
 
@@ -73,7 +65,7 @@ func wrapSaveErr(err error) error { return fmt.Errorf("save calls: %w", err) }
 // applyCallWrite writes one call and keeps the call indexes in step (see
 // schema.go): callpending holds the call iff it is not final; callfinished
 // and callexpiry hold it iff it is final, under its current Finished time.
-func applyCallWrite(tx *bolt.Tx, cw *callWrite) error {
+func applyCallWrite(tx *bbolt.Tx, cw *callWrite) error {
 	calls := tx.Bucket(bucketCalls)
 	finished := tx.Bucket(bucketCallFinished)
 	expiry := tx.Bucket(bucketCallExpiry)
@@ -117,12 +109,12 @@ func expiryKey(ts, id []byte) []byte {
 }
 
 // GetCall returns the committed state of a call, or ErrNotFound.
-func (s *Store) GetCall(id string) (Call, error) {
+func (s *Store) GetCall(id string) (store.Call, error) {
 	var (
-		c     Call
+		c     store.Call
 		found bool
 	)
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bbolt.Tx) error {
 		v := tx.Bucket(bucketCalls).Get([]byte(id))
 		if v == nil {
 			return nil
@@ -131,19 +123,19 @@ func (s *Store) GetCall(id string) (Call, error) {
 		return json.Unmarshal(v, &c)
 	})
 	if err == nil && !found {
-		err = ErrNotFound
+		err = store.ErrNotFound
 	}
 	if err != nil {
-		return Call{}, fmt.Errorf("get call %s: %w", id, err)
+		return store.Call{}, fmt.Errorf("get call %s: %w", id, err)
 	}
 	return c, nil
 }
 
 // PendingCalls returns every call not in a final state (queued or running),
 // oldest first. The scheduler calls it at start-up to recover them.
-func (s *Store) PendingCalls() ([]Call, error) {
-	var calls []Call
-	err := s.view(func(tx *bolt.Tx) error {
+func (s *Store) PendingCalls() ([]store.Call, error) {
+	var calls []store.Call
+	err := s.view(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bucketCalls)
 		// Call ids are UUIDv7: key order is creation order.
 		return tx.Bucket(bucketCallPending).ForEach(func(id, _ []byte) error {
@@ -151,7 +143,7 @@ func (s *Store) PendingCalls() ([]Call, error) {
 			if v == nil {
 				return fmt.Errorf("pending call %s has no record", id)
 			}
-			var c Call
+			var c store.Call
 			if err := json.Unmarshal(v, &c); err != nil {
 				return fmt.Errorf("decode call %s: %w", id, err)
 			}
@@ -177,7 +169,7 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 	total := 0
 	for {
 		n := 0
-		err := s.update(func(tx *bolt.Tx) error {
+		err := s.update(func(tx *bbolt.Tx) error {
 			calls := tx.Bucket(bucketCalls)
 			finished := tx.Bucket(bucketCallFinished)
 			expiry := tx.Bucket(bucketCallExpiry)
@@ -216,25 +208,7 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 }
 
 // RunSweeper deletes finished calls older than ttl now and then every
-// `every`, until ctx ends (then it returns nil). A full disk is retried on
-// the next tick; any other error ends it.
+// `every`, until ctx ends (see store.RunSweeper), on the store's clock.
 func (s *Store) RunSweeper(ctx context.Context, ttl, every time.Duration) error {
-	if every <= 0 {
-		return fmt.Errorf("sweeper interval %v: must be positive", every)
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		if _, err := s.ExpireCalls(s.now().Add(-ttl)); err != nil && !errors.Is(err, ErrStorageFull) {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	return store.RunSweeper(ctx, s, s.now, ttl, every)
 }

@@ -1,4 +1,4 @@
-package store
+package bolt
 
 import (
 	"context"
@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	bbolt "go.etcd.io/bbolt"
+
+	"inferd/store"
 )
 
 // BenchmarkSaveCallParallel measures durable call writes from many
@@ -14,8 +16,8 @@ import (
 func BenchmarkSaveCallParallel(b *testing.B) {
 	s := openTest(b)
 	inputs := json.RawMessage(`{"prompt":"a short prompt for the model"}`)
-	saveParallel(b, s, 16, func() Call { // 16 × GOMAXPROCS concurrent requests
-		return Call{ID: NewCallID(), ProjectID: "p", TeamID: "t", State: CallQueued, Inputs: inputs}
+	saveParallel(b, s, 16, func() store.Call { // 16 × GOMAXPROCS concurrent requests
+		return store.Call{ID: newCallID(), ProjectID: "p", TeamID: "t", State: store.CallQueued, Inputs: inputs}
 	})
 }
 
@@ -27,9 +29,9 @@ func BenchmarkSaveFinalCallParallel(b *testing.B) {
 	inputs := json.RawMessage(`{"prompt":"hello"}`)
 	outputs := json.RawMessage(`{"ok":true}`)
 	before := fileSize(b, s)
-	commits := saveParallel(b, s, 32, func() Call { // 32 × GOMAXPROCS, like c=64
+	commits := saveParallel(b, s, 32, func() store.Call { // 32 × GOMAXPROCS, like c=64
 		now := time.Now()
-		return Call{ID: NewCallID(), ProjectID: "p", TeamID: "t", State: CallSucceeded, Inputs: inputs,
+		return store.Call{ID: newCallID(), ProjectID: "p", TeamID: "t", State: store.CallSucceeded, Inputs: inputs,
 			Outputs: outputs, Created: now, Dispatched: now, Finished: now, ReplicaID: "r-1", Attempt: 1}
 	})
 	b.ReportMetric(float64(fileSize(b, s)-before)/float64(b.N), "bytes/call")
@@ -39,7 +41,7 @@ func BenchmarkSaveFinalCallParallel(b *testing.B) {
 // saveParallel saves b.N calls made by newCall from parallelism ×
 // GOMAXPROCS goroutines, reports writes per commit and returns the number
 // of commits (at least 1).
-func saveParallel(b *testing.B, s *Store, parallelism int, newCall func() Call) int64 {
+func saveParallel(b *testing.B, s *Store, parallelism int, newCall func() store.Call) int64 {
 	b.ReportAllocs()
 	b.SetParallelism(parallelism)
 	b.ResetTimer()
@@ -62,7 +64,7 @@ func saveParallel(b *testing.B, s *Store, parallelism int, newCall func() Call) 
 // file itself grows in large steps).
 func fileSize(b *testing.B, s *Store) int64 {
 	var n int64
-	if err := s.db.View(func(tx *bolt.Tx) error { n = tx.Size(); return nil }); err != nil {
+	if err := s.db.View(func(tx *bbolt.Tx) error { n = tx.Size(); return nil }); err != nil {
 		b.Fatal(err)
 	}
 	return n
@@ -74,7 +76,7 @@ func BenchmarkSaveCallSerial(b *testing.B) {
 	s := openTest(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := s.SaveCall(context.Background(), Call{ID: NewCallID(), State: CallQueued}); err != nil {
+		if err := s.SaveCall(context.Background(), store.Call{ID: newCallID(), State: store.CallQueued}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -82,7 +84,7 @@ func BenchmarkSaveCallSerial(b *testing.B) {
 
 func BenchmarkAuthenticate(b *testing.B) {
 	s := openTest(b)
-	secret, _, err := s.CreateKey("acme", ScopeTeam)
+	secret, _, err := s.CreateKey("acme", store.ScopeTeam)
 	if err != nil {
 		b.Fatal(err)
 	}

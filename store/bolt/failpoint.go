@@ -1,6 +1,6 @@
 //go:build failpoints
 
-package store
+package bolt
 
 import (
 	"encoding/json"
@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"inferd/store"
 )
 
 // Crash points in the commit path, compiled only into test binaries built
@@ -71,8 +73,8 @@ func batchHolds(kind string, batch []callWrite) bool {
 		case kind == "result" && cw.final:
 			return true
 		case kind == "call" && !cw.final:
-			var c struct{ State CallState }
-			if json.Unmarshal(cw.value, &c) == nil && c.State == CallQueued {
+			var c struct{ State store.CallState }
+			if json.Unmarshal(cw.value, &c) == nil && c.State == store.CallQueued {
 				return true
 			}
 		}

@@ -1,10 +1,14 @@
-package store
+package bolt
 
 import (
+	"github.com/google/uuid"
+
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	"inferd/store"
 )
 
 // fakeClock is an injectable clock that moves only when told to.
@@ -50,9 +54,13 @@ func openTest(t testing.TB) *Store {
 }
 
 // testProject returns a valid project whose modelKey is "key-"+id.
-func testProject(id, team string) Project {
-	p := NewProject(id, team)
+func testProject(id, team string) store.Project {
+	p := store.NewProject(id, team)
 	p.Model.Command = []string{"/usr/bin/model", "--port", "$PORT"}
-	p.Model.KeyHash = HashModelKey("key-" + id)
+	p.Model.KeyHash = store.HashModelKey("key-" + id)
 	return p
 }
+
+// newCallID returns a fresh call id shaped like the scheduler's: "call_" +
+// a UUIDv7, so ids sort in creation order.
+func newCallID() string { return "call_" + uuid.Must(uuid.NewV7()).String() }

@@ -1,4 +1,4 @@
-package store
+package bolt
 
 import (
 	"bytes"
@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	bbolt "go.etcd.io/bbolt"
+
+	"inferd/store"
 )
 
 func TestOpenCreatesPrivateFileAndDirectory(t *testing.T) {
@@ -54,7 +56,7 @@ func TestReopenKeepsTeamsKeysProjectsAndCalls(t *testing.T) {
 	if _, err := s.EnsureTeam("acme"); err != nil {
 		t.Fatal(err)
 	}
-	secret, key, err := s.CreateKey("labs", ScopeAdmin)
+	secret, key, err := s.CreateKey("labs", store.ScopeAdmin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +65,7 @@ func TestReopenKeepsTeamsKeysProjectsAndCalls(t *testing.T) {
 	if _, err := s.PutProject(proj); err != nil {
 		t.Fatal(err)
 	}
-	call := Call{ID: NewCallID(), ProjectID: "resnet", TeamID: "acme", State: CallQueued,
+	call := store.Call{ID: newCallID(), ProjectID: "resnet", TeamID: "acme", State: store.CallQueued,
 		Inputs: json.RawMessage(`{"prompt":"hi"}`), Created: time.Now().UTC()}
 	if err := s.SaveCall(context.Background(), call); err != nil {
 		t.Fatal(err)
@@ -81,7 +83,7 @@ func TestReopenKeepsTeamsKeysProjectsAndCalls(t *testing.T) {
 		t.Errorf("teams = %+v, want acme and labs", teams)
 	}
 	got, err := s.Authenticate(secret)
-	if err != nil || got.ID != key.ID || got.Scope != ScopeAdmin {
+	if err != nil || got.ID != key.ID || got.Scope != store.ScopeAdmin {
 		t.Errorf("Authenticate = %+v, %v; want key %s", got, err, key.ID)
 	}
 	p, err := s.ProjectByModelKey("key-resnet")
@@ -89,7 +91,7 @@ func TestReopenKeepsTeamsKeysProjectsAndCalls(t *testing.T) {
 		t.Errorf("ProjectByModelKey = %+v, %v", p, err)
 	}
 	c, err := s.GetCall(call.ID)
-	if err != nil || c.State != CallQueued || string(c.Inputs) != `{"prompt":"hi"}` {
+	if err != nil || c.State != store.CallQueued || string(c.Inputs) != `{"prompt":"hi"}` {
 		t.Errorf("GetCall = %+v, %v", c, err)
 	}
 	pending, err := s.PendingCalls()
@@ -101,12 +103,12 @@ func TestReopenKeepsTeamsKeysProjectsAndCalls(t *testing.T) {
 // setSchema rewrites the schema version of a closed data file with raw bbolt.
 func setSchema(t *testing.T, path, version string) {
 	t.Helper()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	err = db.Update(func(tx *bolt.Tx) error {
+	err = db.Update(func(tx *bbolt.Tx) error {
 		return tx.Bucket(bucketMeta).Put(keySchema, []byte(version))
 	})
 	if err != nil {
@@ -162,7 +164,7 @@ func realDB(t *testing.T) []byte {
 	}
 	inputs := json.RawMessage(`{"blob":"` + strings.Repeat("x", 2000) + `"}`)
 	for range 200 {
-		if err := s.SaveCall(context.Background(), Call{ID: NewCallID(), State: CallQueued, Inputs: inputs}); err != nil {
+		if err := s.SaveCall(context.Background(), store.Call{ID: newCallID(), State: store.CallQueued, Inputs: inputs}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -179,11 +181,11 @@ func realDB(t *testing.T) []byte {
 func foreignBolt(t *testing.T) []byte {
 	t.Helper()
 	path := testPath(t)
-	db, err := bolt.Open(path, 0o600, nil)
+	db, err := bbolt.Open(path, 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
+	err = db.Update(func(tx *bbolt.Tx) error {
 		b, err := tx.CreateBucket([]byte("widgets"))
 		if err != nil {
 			return err
@@ -274,8 +276,8 @@ func TestWriteBackupOpensWithTheSameData(t *testing.T) {
 	if _, err := s.PutProject(testProject("p1", "team-a")); err != nil {
 		t.Fatal(err)
 	}
-	id := NewCallID()
-	if err := s.SaveCall(context.Background(), Call{ID: id, State: CallSucceeded, Outputs: json.RawMessage(`[1]`)}); err != nil {
+	id := newCallID()
+	if err := s.SaveCall(context.Background(), store.Call{ID: id, State: store.CallSucceeded, Outputs: json.RawMessage(`[1]`)}); err != nil {
 		t.Fatal(err)
 	}
 	backup := filepath.Join(t.TempDir(), "backup", "inferd.db")
@@ -321,14 +323,16 @@ func TestClosedStoreReturnsErrClosed(t *testing.T) {
 		name string
 		call func() error
 	}{
-		{"SaveCall", func() error { return s.SaveCall(context.Background(), Call{ID: NewCallID(), State: CallQueued}) }},
+		{"SaveCall", func() error {
+			return s.SaveCall(context.Background(), store.Call{ID: newCallID(), State: store.CallQueued})
+		}},
 		{"GetCall", func() error { _, err := s.GetCall("call_x"); return err }},
 		{"PutProject", func() error { _, err := s.PutProject(testProject("p", "t")); return err }},
 		{"Authenticate", func() error { _, err := s.Authenticate("ik_0123456789_abc"); return err }},
 		{"ExpireCalls", func() error { _, err := s.ExpireCalls(time.Now()); return err }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := tc.call(); !errors.Is(err, ErrClosed) {
+			if err := tc.call(); !errors.Is(err, store.ErrClosed) {
 				t.Errorf("%s after Close = %v, want ErrClosed", tc.name, err)
 			}
 		})

@@ -1,10 +1,10 @@
-package store
+package bolt
 
 import (
 	"os"
 	"syscall"
 
-	bolt "go.etcd.io/bbolt"
+	bbolt "go.etcd.io/bbolt"
 )
 
 // releaseMapped drops the data file's pages from the process's memory map after
@@ -14,7 +14,7 @@ import (
 // the page cache; bbolt maps the file read-only and shared, so MADV_DONTNEED loses
 // nothing and a later read maps a page again. Only what the daemon then touches
 // counts in its RSS. Callers run it before anything else uses db.
-func releaseMapped(db *bolt.DB, path string) {
+func releaseMapped(db *bbolt.DB, path string) {
 	fi, err := os.Stat(path)
 	if err != nil || fi.Size() == 0 {
 		return

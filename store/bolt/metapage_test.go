@@ -1,11 +1,11 @@
-package store
+package bolt
 
 import (
 	"fmt"
 	"os"
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
+	bbolt "go.etcd.io/bbolt"
 )
 
 // TestOpenSurvivesATornFirstMetaPageAtAnyPageSize: bbolt keeps two meta
@@ -18,7 +18,7 @@ func TestOpenSurvivesATornFirstMetaPageAtAnyPageSize(t *testing.T) {
 	for _, pageSize := range []int{4096, 16384, 65536} {
 		t.Run(fmt.Sprint(pageSize), func(t *testing.T) {
 			path := testPath(t)
-			db, err := bolt.Open(path, 0o600, &bolt.Options{PageSize: pageSize})
+			db, err := bbolt.Open(path, 0o600, &bbolt.Options{PageSize: pageSize})
 			if err != nil {
 				t.Fatal(err)
 			}

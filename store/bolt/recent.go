@@ -1,11 +1,13 @@
-package store
+package bolt
 
 import (
 	"encoding/json"
 	"fmt"
 	"sync"
 
-	bolt "go.etcd.io/bbolt"
+	bbolt "go.etcd.io/bbolt"
+
+	"inferd/store"
 )
 
 // RecentScanLimit bounds the call records one RecentCalls examines, so that
@@ -16,12 +18,12 @@ const RecentScanLimit = 5000
 // RecentCalls returns up to limit calls of teamID ("" = every team), newest
 // first, without their inputs and outputs: what a status page may show. It
 // looks at no more than the RecentScanLimit newest calls.
-func (s *Store) RecentCalls(teamID string, limit int) ([]Call, error) {
-	calls := make([]Call, 0, min(max(limit, 0), 64))
+func (s *Store) RecentCalls(teamID string, limit int) ([]store.Call, error) {
+	calls := make([]store.Call, 0, min(max(limit, 0), 64))
 	if limit <= 0 {
 		return calls, nil
 	}
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bbolt.Tx) error {
 		cur := tx.Bucket(bucketCalls).Cursor()
 		// Call ids are UUIDv7: the last key is the newest call.
 		scanned := 0
@@ -52,7 +54,7 @@ func (s *Store) RecentCalls(teamID string, limit int) ([]Call, error) {
 // may be large and must not leave the store here: the outer fields shadow
 // the embedded ones and discard what they are given.
 type callSummary struct {
-	Call
+	store.Call
 	Inputs  discard `json:"inputs"`
 	Outputs discard `json:"outputs"`
 }
@@ -75,10 +77,10 @@ const summaryCacheMax = 2 * RecentScanLimit
 // never goes stale. Running and queued calls are not kept.
 type summaryCache struct {
 	mu sync.Mutex
-	m  map[string]Call
+	m  map[string]store.Call
 }
 
-func (c *summaryCache) get(id []byte) (Call, bool) {
+func (c *summaryCache) get(id []byte) (store.Call, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	call, ok := c.m[string(id)]
@@ -86,14 +88,14 @@ func (c *summaryCache) get(id []byte) (Call, bool) {
 }
 
 // put keeps call if it has finished; a full cache starts again empty.
-func (c *summaryCache) put(id []byte, call Call) {
+func (c *summaryCache) put(id []byte, call store.Call) {
 	if !call.State.Done() {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil || len(c.m) >= summaryCacheMax {
-		c.m = make(map[string]Call, 256)
+		c.m = make(map[string]store.Call, 256)
 	}
 	c.m[string(id)] = call
 }

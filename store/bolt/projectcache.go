@@ -1,9 +1,9 @@
-package store
+package bolt
 
 import (
-	"maps"
-	"slices"
 	"sync"
+
+	"inferd/store"
 )
 
 // projectCache keeps projects found by modelKey, so /start/v4 usually skips
@@ -17,26 +17,26 @@ import (
 type projectCache struct {
 	mu     sync.RWMutex
 	gen    uint64
-	byHash map[string]Project // modelKey hash → project
+	byHash map[string]store.Project // modelKey hash → project
 }
 
-func (c *projectCache) get(hash string) (Project, uint64, bool) {
+func (c *projectCache) get(hash string) (store.Project, uint64, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	p, ok := c.byHash[hash]
-	return p.clone(), c.gen, ok
+	return p.Clone(), c.gen, ok
 }
 
-func (c *projectCache) put(hash string, p Project, gen uint64) {
+func (c *projectCache) put(hash string, p store.Project, gen uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.gen != gen {
 		return
 	}
 	if c.byHash == nil {
-		c.byHash = make(map[string]Project)
+		c.byHash = make(map[string]store.Project)
 	}
-	c.byHash[hash] = p.clone()
+	c.byHash[hash] = p.Clone()
 }
 
 // reset forgets every project; called after each project write, whether or
@@ -46,12 +46,4 @@ func (c *projectCache) reset() {
 	defer c.mu.Unlock()
 	c.gen++
 	clear(c.byHash)
-}
-
-// clone returns p with its own slices and maps, so callers never share
-// the cached copy's.
-func (p Project) clone() Project {
-	p.Model.Command = slices.Clone(p.Model.Command)
-	p.Model.Env = maps.Clone(p.Model.Env)
-	return p
 }

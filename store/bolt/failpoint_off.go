@@ -1,6 +1,6 @@
 //go:build !failpoints
 
-package store
+package bolt
 
 // commitFailpoint is a crash point for fault tests; see failpoint.go. In
 // production builds it is empty and the compiler drops the calls.

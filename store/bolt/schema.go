@@ -1,4 +1,4 @@
-package store
+package bolt
 
 import (
 	"encoding/binary"

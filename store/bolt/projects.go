@@ -1,22 +1,12 @@
-package store
+package bolt
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"time"
 
-	bolt "go.etcd.io/bbolt"
-)
+	bbolt "go.etcd.io/bbolt"
 
-// Change says what PutProject did.
-type Change string
-
-// Outcomes of PutProject.
-const (
-	ChangeCreated   Change = "created"
-	ChangeUpdated   Change = "updated"
-	ChangeUnchanged Change = "unchanged"
+	"inferd/store"
 )
 
 // PutProject creates or replaces the project with p.ID (creating its team if
@@ -25,8 +15,8 @@ const (
 // kept from the stored project; both stamps from p are ignored. An invalid
 // project returns its *ValidationError as is; a modelKey hash that belongs to
 // another project fails with ErrConflict.
-func (s *Store) PutProject(p Project) (Change, error) {
-	changes, err := s.PutProjects([]Project{p})
+func (s *Store) PutProject(p store.Project) (store.Change, error) {
+	changes, err := s.PutProjects([]store.Project{p})
 	if err != nil {
 		return "", err
 	}
@@ -36,14 +26,14 @@ func (s *Store) PutProject(p Project) (Change, error) {
 // PutProjects is PutProject for several projects in one transaction: either
 // all are written or, on any error, none is (an apply never leaves a manifest
 // half applied). Changes come back in the order of ps.
-func (s *Store) PutProjects(ps []Project) ([]Change, error) {
+func (s *Store) PutProjects(ps []store.Project) ([]store.Change, error) {
 	for _, p := range ps {
 		if err := p.Validate(); err != nil {
 			return nil, err
 		}
 	}
-	changes := make([]Change, len(ps))
-	err := s.update(func(tx *bolt.Tx) error {
+	changes := make([]store.Change, len(ps))
+	err := s.update(func(tx *bbolt.Tx) error {
 		for i, p := range ps {
 			change, err := s.putProject(tx, p)
 			if err != nil {
@@ -58,7 +48,7 @@ func (s *Store) PutProjects(ps []Project) ([]Change, error) {
 		return nil, err
 	}
 	for i, p := range ps {
-		if changes[i] != ChangeUnchanged {
+		if changes[i] != store.ChangeUnchanged {
 			s.projectChanged(p.ID)
 		}
 	}
@@ -67,20 +57,20 @@ func (s *Store) PutProjects(ps []Project) ([]Change, error) {
 
 // putProject writes p inside tx unless the stored project has the same
 // content, and reports which.
-func (s *Store) putProject(tx *bolt.Tx, p Project) (Change, error) {
+func (s *Store) putProject(tx *bbolt.Tx, p store.Project) (store.Change, error) {
 	old, exists, err := getProject(tx, p.ID)
 	if err != nil {
 		return "", err
 	}
 	if !exists {
 		_, err := s.saveProject(tx, nil, p)
-		return ChangeCreated, err
+		return store.ChangeCreated, err
 	}
-	if sameProject(old, p) {
-		return ChangeUnchanged, nil
+	if store.SameContent(old, p) {
+		return store.ChangeUnchanged, nil
 	}
 	_, err = s.saveProject(tx, &old, p)
-	return ChangeUpdated, err
+	return store.ChangeUpdated, err
 }
 
 // UpdateProject loads the project, lets fn change it, validates and saves
@@ -89,32 +79,24 @@ func (s *Store) putProject(tx *bolt.Tx, p Project) (Change, error) {
 // *ValidationError), leaving the project unchanged. fn runs inside the
 // transaction: it must be quick and must not call the Store. It may not
 // change the id. A missing project fails with ErrNotFound.
-func (s *Store) UpdateProject(id string, fn func(*Project) error) (Project, error) {
+func (s *Store) UpdateProject(id string, fn func(*store.Project) error) (store.Project, error) {
 	var (
-		p       Project
+		p       store.Project
 		changed bool
 		abort   error // from fn or validation: returned unwrapped
 	)
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bbolt.Tx) error {
 		old, exists, err := getProject(tx, id)
 		if err != nil {
 			return err
 		}
 		if !exists {
-			return ErrNotFound
+			return store.ErrNotFound
 		}
-		// Decode again rather than copy old: fn gets its own slices and maps.
-		p, _, _ = getProject(tx, id)
-		if abort = fn(&p); abort == nil && p.ID != id {
-			abort = invalid("id", "cannot be changed")
-		}
-		if abort == nil {
-			abort = p.Validate()
-		}
-		if abort != nil {
+		if p, abort = store.Edit(old, fn); abort != nil {
 			return abort
 		}
-		if sameProject(old, p) {
+		if store.SameContent(old, p) {
 			p = old
 			return nil
 		}
@@ -124,10 +106,10 @@ func (s *Store) UpdateProject(id string, fn func(*Project) error) (Project, erro
 	})
 	s.projects.reset()
 	if abort != nil {
-		return Project{}, abort
+		return store.Project{}, abort
 	}
 	if err != nil {
-		return Project{}, fmt.Errorf("update project %s: %w", id, err)
+		return store.Project{}, fmt.Errorf("update project %s: %w", id, err)
 	}
 	if changed {
 		s.projectChanged(id)
@@ -138,10 +120,10 @@ func (s *Store) UpdateProject(id string, fn func(*Project) error) (Project, erro
 // saveProject writes p, replacing old (nil when p is new), keeps the
 // modelkeys index and the team in step, and returns p as stored (with its
 // stamps). Callers validated p.
-func (s *Store) saveProject(tx *bolt.Tx, old *Project, p Project) (Project, error) {
+func (s *Store) saveProject(tx *bbolt.Tx, old *store.Project, p store.Project) (store.Project, error) {
 	idx := tx.Bucket(bucketModelKeys)
 	if owner := idx.Get([]byte(p.Model.KeyHash)); owner != nil && string(owner) != p.ID {
-		return p, fmt.Errorf("modelKey already belongs to project %s: %w", owner, ErrConflict)
+		return p, fmt.Errorf("modelKey already belongs to project %s: %w", owner, store.ErrConflict)
 	}
 	if _, err := s.ensureTeam(tx, p.TeamID); err != nil {
 		return p, err
@@ -166,58 +148,47 @@ func (s *Store) saveProject(tx *bolt.Tx, old *Project, p Project) (Project, erro
 	return p, idx.Put([]byte(p.Model.KeyHash), []byte(p.ID))
 }
 
-// sameProject reports whether a and b have the same content, ignoring the
-// Created and Updated stamps. It compares the JSON encodings, which is what
-// is stored (map keys are sorted, so the encoding is deterministic).
-func sameProject(a, b Project) bool {
-	a.Created, a.Updated = time.Time{}, time.Time{}
-	b.Created, b.Updated = time.Time{}, time.Time{}
-	ja, errA := json.Marshal(a)
-	jb, errB := json.Marshal(b)
-	return errA == nil && errB == nil && bytes.Equal(ja, jb)
-}
-
-func getProject(tx *bolt.Tx, id string) (Project, bool, error) {
+func getProject(tx *bbolt.Tx, id string) (store.Project, bool, error) {
 	v := tx.Bucket(bucketProjects).Get([]byte(id))
 	if v == nil {
-		return Project{}, false, nil
+		return store.Project{}, false, nil
 	}
-	var p Project
+	var p store.Project
 	if err := json.Unmarshal(v, &p); err != nil {
-		return Project{}, false, fmt.Errorf("decode project %s: %w", id, err)
+		return store.Project{}, false, fmt.Errorf("decode project %s: %w", id, err)
 	}
 	return p, true, nil
 }
 
 // GetProject returns the project with the given id, or ErrNotFound.
-func (s *Store) GetProject(id string) (Project, error) {
+func (s *Store) GetProject(id string) (store.Project, error) {
 	var (
-		p  Project
+		p  store.Project
 		ok bool
 	)
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bbolt.Tx) error {
 		var err error
 		p, ok, err = getProject(tx, id)
 		return err
 	})
 	if err == nil && !ok {
-		err = ErrNotFound
+		err = store.ErrNotFound
 	}
 	if err != nil {
-		return Project{}, fmt.Errorf("get project %s: %w", id, err)
+		return store.Project{}, fmt.Errorf("get project %s: %w", id, err)
 	}
 	return p, nil
 }
 
 // ProjectByModelKey returns the project whose modelKey this is, or
 // ErrNotFound. The modelKey itself is never stored or put in errors.
-func (s *Store) ProjectByModelKey(modelKey string) (Project, error) {
-	hash := HashModelKey(modelKey)
+func (s *Store) ProjectByModelKey(modelKey string) (store.Project, error) {
+	hash := store.HashModelKey(modelKey)
 	p, gen, ok := s.projects.get(hash)
 	if ok {
 		return p, nil
 	}
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bbolt.Tx) error {
 		id := tx.Bucket(bucketModelKeys).Get([]byte(hash))
 		if id == nil {
 			return nil
@@ -227,10 +198,10 @@ func (s *Store) ProjectByModelKey(modelKey string) (Project, error) {
 		return err
 	})
 	if err == nil && !ok {
-		err = ErrNotFound
+		err = store.ErrNotFound
 	}
 	if err != nil {
-		return Project{}, fmt.Errorf("project by modelKey: %w", err)
+		return store.Project{}, fmt.Errorf("project by modelKey: %w", err)
 	}
 	s.projects.put(hash, p, gen)
 	return p, nil
@@ -238,11 +209,11 @@ func (s *Store) ProjectByModelKey(modelKey string) (Project, error) {
 
 // ListProjects returns the projects of a team, or of every team when teamID
 // is "", sorted by id.
-func (s *Store) ListProjects(teamID string) ([]Project, error) {
-	var ps []Project
-	err := s.view(func(tx *bolt.Tx) error {
+func (s *Store) ListProjects(teamID string) ([]store.Project, error) {
+	var ps []store.Project
+	err := s.view(func(tx *bbolt.Tx) error {
 		return tx.Bucket(bucketProjects).ForEach(func(k, v []byte) error {
-			var p Project
+			var p store.Project
 			if err := json.Unmarshal(v, &p); err != nil {
 				return fmt.Errorf("decode project %s: %w", k, err)
 			}
@@ -261,13 +232,13 @@ func (s *Store) ListProjects(teamID string) ([]Project, error) {
 // DeleteProject deletes the project and its modelKey index entry, or fails
 // with ErrNotFound. Its calls stay until they expire.
 func (s *Store) DeleteProject(id string) error {
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bbolt.Tx) error {
 		p, ok, err := getProject(tx, id)
 		if err != nil {
 			return err
 		}
 		if !ok {
-			return ErrNotFound
+			return store.ErrNotFound
 		}
 		idx := tx.Bucket(bucketModelKeys)
 		if string(idx.Get([]byte(p.Model.KeyHash))) == id {

@@ -1,4 +1,4 @@
-package store
+package bolt
 
 import (
 	"bufio"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
+	bbolt "go.etcd.io/bbolt"
 )
 
 // A daemon reopening a large data file must not carry the whole file in its RSS:
@@ -17,7 +17,7 @@ func TestOpenDoesNotKeepTheFileMapped(t *testing.T) {
 	path := testPath(t)
 	s := openAt(t, path, Options{})
 	// About 12 MiB of small records, spread over many leaf pages, as stored calls are.
-	if err := s.db.Update(func(tx *bolt.Tx) error {
+	if err := s.db.Update(func(tx *bbolt.Tx) error {
 		b, err := tx.CreateBucket([]byte("filler"))
 		if err != nil {
 			return err
@@ -47,7 +47,7 @@ func TestOpenDoesNotKeepTheFileMapped(t *testing.T) {
 		t.Errorf("after Open, %d KiB of the %d KiB file count in RSS; want under a quarter", rss>>10, fi.Size()>>10)
 	}
 	// Reads still work: the pages come back from the page cache.
-	if err := s.db.View(func(tx *bolt.Tx) error {
+	if err := s.db.View(func(tx *bbolt.Tx) error {
 		if v := tx.Bucket([]byte("filler")).Get([]byte("key-00099999")); len(v) != 100 {
 			return fmt.Errorf("last record = %q", v)
 		}

@@ -1,8 +1,10 @@
-package store
+package bolt
 
 import (
 	"errors"
 	"testing"
+
+	"inferd/store"
 )
 
 // ProjectByModelKey answers from a cache after the first lookup; every
@@ -19,7 +21,7 @@ func TestProjectByModelKeySeesEveryWriteAtOnce(t *testing.T) {
 	}
 	got.Model.Command[0] = "/changed/by/caller"
 
-	if _, err := s.UpdateProject("p", func(p *Project) error { p.MaxReplicas = 7; return nil }); err != nil {
+	if _, err := s.UpdateProject("p", func(p *store.Project) error { p.MaxReplicas = 7; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	got, err = s.ProjectByModelKey("key-p")
@@ -38,7 +40,7 @@ func TestProjectByModelKeySeesEveryWriteAtOnce(t *testing.T) {
 	if err := s.DeleteProject("p"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ProjectByModelKey("key-p"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.ProjectByModelKey("key-p"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("after DeleteProject: %v, want ErrNotFound", err)
 	}
 }

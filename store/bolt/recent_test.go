@@ -1,4 +1,4 @@
-package store
+package bolt
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"inferd/store"
 )
 
 func TestRecentCallsNewestFirstByTeamWithoutInputsOrOutputs(t *testing.T) {
@@ -19,8 +21,8 @@ func TestRecentCallsNewestFirstByTeamWithoutInputsOrOutputs(t *testing.T) {
 		if i%2 == 1 {
 			team = "other"
 		}
-		c := Call{
-			ID: NewCallID(), ProjectID: "p-" + team, TeamID: team, State: CallSucceeded,
+		c := store.Call{
+			ID: newCallID(), ProjectID: "p-" + team, TeamID: team, State: store.CallSucceeded,
 			Inputs:  json.RawMessage(fmt.Sprintf(`{"secret":%d}`, i)),
 			Outputs: json.RawMessage(`[1,2,3]`), Message: "success",
 			Created: time.Unix(int64(1700000000+i), 0).UTC(), QueueMs: 3, BootMs: 4, RunMs: 5,
@@ -74,31 +76,31 @@ func TestRecentCallsFollowStateChangesAcrossPolls(t *testing.T) {
 	s := openTest(t)
 	ctx := context.Background()
 	created := time.Unix(1700000000, 0).UTC()
-	c := Call{ID: NewCallID(), ProjectID: "p", TeamID: "t", State: CallRunning, Created: created}
+	c := store.Call{ID: newCallID(), ProjectID: "p", TeamID: "t", State: store.CallRunning, Created: created}
 	if err := s.SaveCall(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	state := func() []CallState {
+	state := func() []store.CallState {
 		t.Helper()
 		calls, err := s.RecentCalls("", 10)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got []CallState
+		var got []store.CallState
 		for _, c := range calls {
 			got = append(got, c.State)
 		}
 		return got
 	}
-	if got := state(); !slices.Equal(got, []CallState{CallRunning}) {
+	if got := state(); !slices.Equal(got, []store.CallState{store.CallRunning}) {
 		t.Fatalf("running call: %v", got)
 	}
-	c.State, c.Message, c.Finished = CallSucceeded, "success", created.Add(time.Second)
+	c.State, c.Message, c.Finished = store.CallSucceeded, "success", created.Add(time.Second)
 	if err := s.SaveCall(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 { // the second poll is answered from the cache
-		if got := state(); !slices.Equal(got, []CallState{CallSucceeded}) {
+		if got := state(); !slices.Equal(got, []store.CallState{store.CallSucceeded}) {
 			t.Fatalf("finished call: %v", got)
 		}
 	}
@@ -118,7 +120,7 @@ func BenchmarkRecentCallsLargeInputs(b *testing.B) {
 	s := openTest(b)
 	big := json.RawMessage(`{"image":"` + strings.Repeat("A", 100<<10) + `"}`)
 	for range 500 {
-		c := Call{ID: NewCallID(), ProjectID: "p", TeamID: "t", State: CallSucceeded, Inputs: big, Outputs: big,
+		c := store.Call{ID: newCallID(), ProjectID: "p", TeamID: "t", State: store.CallSucceeded, Inputs: big, Outputs: big,
 			Message: "success", Created: time.Now(), Finished: time.Now()}
 		if err := s.SaveCall(context.Background(), c); err != nil {
 			b.Fatal(err)

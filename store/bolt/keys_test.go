@@ -1,4 +1,4 @@
-package store
+package bolt
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"inferd/store"
 )
 
 func TestCreateAuthenticateRevokeKey(t *testing.T) {
@@ -17,7 +19,7 @@ func TestCreateAuthenticateRevokeKey(t *testing.T) {
 	if !regexp.MustCompile(`^ik_[0-9a-f]{10}_[A-Za-z0-9_-]{43}$`).MatchString(secret) {
 		t.Errorf("secret %q has the wrong shape", secret)
 	}
-	if k.Scope != ScopeTeam || k.TeamID != "acme" || k.Hash != hashSecret(secret) || strings.Contains(k.Hash, secret) {
+	if k.Scope != store.ScopeTeam || k.TeamID != "acme" || k.Hash != store.HashKeySecret(secret) || strings.Contains(k.Hash, secret) {
 		t.Errorf("key = %+v", k)
 	}
 	if teams, _ := s.ListTeams(); len(teams) != 1 || teams[0].ID != "acme" {
@@ -32,13 +34,13 @@ func TestCreateAuthenticateRevokeKey(t *testing.T) {
 	if err := s.RevokeKey(k.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Authenticate(secret); !errors.Is(err, ErrInvalidKey) {
+	if _, err := s.Authenticate(secret); !errors.Is(err, store.ErrInvalidKey) {
 		t.Errorf("Authenticate after revoke = %v, want ErrInvalidKey", err)
 	}
 	if err := s.RevokeKey(k.ID); err != nil {
 		t.Errorf("second RevokeKey = %v, want nil", err)
 	}
-	if err := s.RevokeKey("0123456789"); !errors.Is(err, ErrNotFound) {
+	if err := s.RevokeKey("0123456789"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("RevokeKey(unknown) = %v, want ErrNotFound", err)
 	}
 	keys, err := s.ListKeys("acme")
@@ -49,7 +51,7 @@ func TestCreateAuthenticateRevokeKey(t *testing.T) {
 
 func TestAuthenticateRejectsBadSecrets(t *testing.T) {
 	s := openTest(t)
-	secret, k, err := s.CreateKey("acme", ScopeTeam)
+	secret, k, err := s.CreateKey("acme", store.ScopeTeam)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +74,7 @@ func TestAuthenticateRejectsBadSecrets(t *testing.T) {
 		{"whitespace", " " + secret},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got, err := s.Authenticate(tc.secret); !errors.Is(err, ErrInvalidKey) {
+			if got, err := s.Authenticate(tc.secret); !errors.Is(err, store.ErrInvalidKey) {
 				t.Errorf("Authenticate(%q) = %+v, %v; want ErrInvalidKey", tc.secret, got, err)
 			}
 		})
@@ -91,16 +93,16 @@ func TestCreateKeyValidates(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		team  string
-		scope KeyScope
+		scope store.KeyScope
 		field string
 	}{
-		{"empty team", "", ScopeTeam, "teamId"},
-		{"bad team", "Acme", ScopeTeam, "teamId"},
+		{"empty team", "", store.ScopeTeam, "teamId"},
+		{"bad team", "Acme", store.ScopeTeam, "teamId"},
 		{"bad scope", "acme", "root", "scope"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := s.CreateKey(tc.team, tc.scope)
-			var ve *ValidationError
+			var ve *store.ValidationError
 			if !errors.As(err, &ve) || ve.Field != tc.field {
 				t.Errorf("CreateKey = %v, want a validation error on %s", err, tc.field)
 			}
@@ -113,7 +115,7 @@ func TestListKeysSortedByTeamThenCreated(t *testing.T) {
 	s := openAt(t, testPath(t), Options{Now: clock.Now})
 	for _, team := range []string{"b", "a", "b", "a"} {
 		clock.Advance(time.Second)
-		if _, _, err := s.CreateKey(team, ScopeTeam); err != nil {
+		if _, _, err := s.CreateKey(team, store.ScopeTeam); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -151,7 +153,7 @@ func TestListKeysSortedByTeamThenCreated(t *testing.T) {
 func TestRevokeTakesEffectDespiteConcurrentAuthentication(t *testing.T) {
 	s := openTest(t)
 	for range 20 {
-		secret, k, err := s.CreateKey("acme", ScopeTeam)
+		secret, k, err := s.CreateKey("acme", store.ScopeTeam)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,7 +176,7 @@ func TestRevokeTakesEffectDespiteConcurrentAuthentication(t *testing.T) {
 		// Let the racing goroutine finish any lookup it started, then check.
 		close(stop)
 		<-done
-		if _, err := s.Authenticate(secret); !errors.Is(err, ErrInvalidKey) {
+		if _, err := s.Authenticate(secret); !errors.Is(err, store.ErrInvalidKey) {
 			t.Fatalf("revoked key still authenticates: %v", err)
 		}
 	}

@@ -1,4 +1,4 @@
-package store
+package bolt
 
 import (
 	"context"
@@ -12,20 +12,9 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-)
 
-func TestNewCallIDSortsInCreationOrder(t *testing.T) {
-	ids := make([]string, 1000)
-	for i := range ids {
-		ids[i] = NewCallID()
-	}
-	if !slices.IsSorted(ids) {
-		t.Error("call ids are not in creation order")
-	}
-	if len(ids[0]) != len("call_")+36 || ids[0][:5] != "call_" {
-		t.Errorf("call id %q has the wrong shape", ids[0])
-	}
-}
+	"inferd/store"
+)
 
 func TestSaveCallFromManyGoroutinesIsDurable(t *testing.T) {
 	path := testPath(t)
@@ -39,7 +28,7 @@ func TestSaveCallFromManyGoroutinesIsDurable(t *testing.T) {
 	for g := range goroutines {
 		wg.Go(func() {
 			for i := range perG {
-				c := Call{ID: NewCallID(), ProjectID: "p", State: CallQueued,
+				c := store.Call{ID: newCallID(), ProjectID: "p", State: store.CallQueued,
 					Inputs: json.RawMessage(fmt.Sprintf(`{"g":%d,"i":%d}`, g, i))}
 				if err := s.SaveCall(context.Background(), c); err != nil {
 					t.Error(err)
@@ -76,18 +65,18 @@ func TestSaveCallFromManyGoroutinesIsDurable(t *testing.T) {
 func TestSaveCallAsyncAppliesInQueueOrder(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		states []CallState
+		states []store.CallState
 	}{
-		{"queued running succeeded", []CallState{CallQueued, CallRunning, CallSucceeded}},
-		{"queued running failed", []CallState{CallQueued, CallRunning, CallFailed}},
-		{"retried after failure", []CallState{CallQueued, CallFailed, CallQueued, CallRunning}},
+		{"queued running succeeded", []store.CallState{store.CallQueued, store.CallRunning, store.CallSucceeded}},
+		{"queued running failed", []store.CallState{store.CallQueued, store.CallRunning, store.CallFailed}},
+		{"retried after failure", []store.CallState{store.CallQueued, store.CallFailed, store.CallQueued, store.CallRunning}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := openTest(t)
-			id := NewCallID()
+			id := newCallID()
 			errs := make(chan error, len(tc.states))
 			for i, st := range tc.states {
-				s.SaveCallAsync(Call{ID: id, State: st, Attempt: i}, func(err error) { errs <- err })
+				s.SaveCallAsync(store.Call{ID: id, State: st, Attempt: i}, func(err error) { errs <- err })
 			}
 			for range tc.states {
 				if err := <-errs; err != nil {
@@ -123,8 +112,8 @@ func TestSaveCallRejectsBadIDAndHonoursContext(t *testing.T) {
 		{"huge id", string(make([]byte, 200))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var ve *ValidationError
-			if err := s.SaveCall(context.Background(), Call{ID: tc.id}); !errors.As(err, &ve) {
+			var ve *store.ValidationError
+			if err := s.SaveCall(context.Background(), store.Call{ID: tc.id}); !errors.As(err, &ve) {
 				t.Errorf("SaveCall = %v, want a validation error", err)
 			}
 		})
@@ -132,13 +121,13 @@ func TestSaveCallRejectsBadIDAndHonoursContext(t *testing.T) {
 	t.Run("cancelled context still writes", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		id := NewCallID()
-		err := s.SaveCall(ctx, Call{ID: id, State: CallQueued})
+		id := newCallID()
+		err := s.SaveCall(ctx, store.Call{ID: id, State: store.CallQueued})
 		if err != nil && !errors.Is(err, context.Canceled) {
 			t.Fatalf("SaveCall = %v", err)
 		}
 		// A later durable write of another call is committed after it.
-		if err := s.SaveCall(context.Background(), Call{ID: NewCallID(), State: CallQueued}); err != nil {
+		if err := s.SaveCall(context.Background(), store.Call{ID: newCallID(), State: store.CallQueued}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.GetCall(id); err != nil {
@@ -151,13 +140,13 @@ func TestPendingCallsOldestFirst(t *testing.T) {
 	s := openTest(t)
 	ids := make([]string, 50)
 	for i := range ids {
-		ids[i] = NewCallID()
+		ids[i] = newCallID()
 	}
 	order := rand.Perm(len(ids))
 	var want []string
 	for _, i := range order {
-		st := []CallState{CallQueued, CallRunning, CallSucceeded, CallFailed}[i%4]
-		if err := s.SaveCall(context.Background(), Call{ID: ids[i], State: st}); err != nil {
+		st := []store.CallState{store.CallQueued, store.CallRunning, store.CallSucceeded, store.CallFailed}[i%4]
+		if err := s.SaveCall(context.Background(), store.Call{ID: ids[i], State: st}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -182,23 +171,23 @@ func TestPendingCallsOldestFirst(t *testing.T) {
 func TestExpireCallsDeletesOnlyFinishedBefore(t *testing.T) {
 	s := openTest(t)
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	save := func(id string, st CallState, finished time.Time) {
+	save := func(id string, st store.CallState, finished time.Time) {
 		t.Helper()
-		if err := s.SaveCall(context.Background(), Call{ID: id, State: st, Finished: finished}); err != nil {
+		if err := s.SaveCall(context.Background(), store.Call{ID: id, State: st, Finished: finished}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	save("call_a", CallSucceeded, t0)
-	save("call_b", CallFailed, t0.Add(time.Hour))
-	save("call_c", CallSucceeded, t0.Add(2*time.Hour))
-	save("call_d", CallQueued, time.Time{})
-	save("call_e", CallRunning, time.Time{})
+	save("call_a", store.CallSucceeded, t0)
+	save("call_b", store.CallFailed, t0.Add(time.Hour))
+	save("call_c", store.CallSucceeded, t0.Add(2*time.Hour))
+	save("call_d", store.CallQueued, time.Time{})
+	save("call_e", store.CallRunning, time.Time{})
 	// Re-saved with a later finish time: the old index entry must not expire it.
-	save("call_f", CallSucceeded, t0)
-	save("call_f", CallSucceeded, t0.Add(3*time.Hour))
+	save("call_f", store.CallSucceeded, t0)
+	save("call_f", store.CallSucceeded, t0.Add(3*time.Hour))
 	// Finished, then retried: no longer finished, never expired.
-	save("call_g", CallFailed, t0)
-	save("call_g", CallQueued, time.Time{})
+	save("call_g", store.CallFailed, t0)
+	save("call_g", store.CallQueued, time.Time{})
 
 	for _, tc := range []struct {
 		name   string
@@ -219,7 +208,7 @@ func TestExpireCallsDeletesOnlyFinishedBefore(t *testing.T) {
 			}
 			for _, id := range []string{"call_a", "call_b", "call_c", "call_d", "call_e", "call_f", "call_g"} {
 				_, err := s.GetCall(id)
-				if gone := slices.Contains(tc.gone, id); gone != errors.Is(err, ErrNotFound) {
+				if gone := slices.Contains(tc.gone, id); gone != errors.Is(err, store.ErrNotFound) {
 					t.Errorf("call %s: gone = %v, GetCall err = %v", id, gone, err)
 				}
 			}
@@ -233,7 +222,7 @@ func TestExpireCallsWorksInChunks(t *testing.T) {
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	errs := make(chan error, n)
 	for i := range n {
-		s.SaveCallAsync(Call{ID: NewCallID(), State: CallSucceeded, Finished: t0.Add(time.Duration(i))},
+		s.SaveCallAsync(store.Call{ID: newCallID(), State: store.CallSucceeded, Finished: t0.Add(time.Duration(i))},
 			func(err error) { errs <- err })
 	}
 	for range n {
@@ -255,7 +244,7 @@ func TestRunSweeperExpiresOldCallsUntilCancelled(t *testing.T) {
 		}
 		defer s.Close()
 		ctx, cancel := context.WithCancel(t.Context())
-		if err := s.SaveCall(ctx, Call{ID: "call_old", State: CallSucceeded, Finished: time.Now()}); err != nil {
+		if err := s.SaveCall(ctx, store.Call{ID: "call_old", State: store.CallSucceeded, Finished: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
 		done := make(chan error)
@@ -268,7 +257,7 @@ func TestRunSweeperExpiresOldCallsUntilCancelled(t *testing.T) {
 		}
 		time.Sleep(2 * time.Minute)
 		synctest.Wait()
-		if _, err := s.GetCall("call_old"); !errors.Is(err, ErrNotFound) {
+		if _, err := s.GetCall("call_old"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("call not expired after its TTL: %v", err)
 		}
 		cancel()
@@ -288,8 +277,8 @@ func TestCloseDrainsQueuedWrites(t *testing.T) {
 	results := make(chan error, n)
 	ids := make([]string, n)
 	for i := range ids {
-		ids[i] = NewCallID()
-		s.SaveCallAsync(Call{ID: ids[i], State: CallQueued}, func(err error) { results <- err })
+		ids[i] = newCallID()
+		s.SaveCallAsync(store.Call{ID: ids[i], State: store.CallQueued}, func(err error) { results <- err })
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -309,12 +298,12 @@ func TestCloseDrainsQueuedWrites(t *testing.T) {
 func TestFullDiskFailsTheWriteAndTheWriterGoesOn(t *testing.T) {
 	s := openAt(t, testPath(t), Options{maxSize: 1 << 20})
 	big := json.RawMessage(`"` + strings.Repeat("x", 2<<20) + `"`)
-	err := s.SaveCall(context.Background(), Call{ID: NewCallID(), State: CallQueued, Inputs: big})
-	if !errors.Is(err, ErrStorageFull) {
+	err := s.SaveCall(context.Background(), store.Call{ID: newCallID(), State: store.CallQueued, Inputs: big})
+	if !errors.Is(err, store.ErrStorageFull) {
 		t.Fatalf("SaveCall(too big) = %v, want ErrStorageFull", err)
 	}
-	id := NewCallID()
-	if err := s.SaveCall(context.Background(), Call{ID: id, State: CallQueued}); err != nil {
+	id := newCallID()
+	if err := s.SaveCall(context.Background(), store.Call{ID: id, State: store.CallQueued}); err != nil {
 		t.Fatalf("SaveCall after a full-disk failure = %v", err)
 	}
 	if _, err := s.GetCall(id); err != nil {

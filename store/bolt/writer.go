@@ -1,10 +1,12 @@
-package store
+package bolt
 
 import (
 	"sync"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	bbolt "go.etcd.io/bbolt"
+
+	"inferd/store"
 )
 
 // callWrite is one queued SaveCall: the record already encoded by the
@@ -89,7 +91,7 @@ func (s *Store) runWriter() {
 		}
 		start := time.Now()
 		commitFailpoint("before", batch)
-		err := s.update(func(tx *bolt.Tx) error {
+		err := s.update(func(tx *bbolt.Tx) error {
 			for i := range batch {
 				if err := applyCallWrite(tx, &batch[i]); err != nil {
 					return err
@@ -114,16 +116,9 @@ func (s *Store) runWriter() {
 	}
 }
 
-// CommitStats counts the writer's group commits since Open.
-type CommitStats struct {
-	Commits  int64         // write transactions committed (or failed)
-	Writes   int64         // call writes in them
-	Duration time.Duration // total time spent in them, fsyncs included
-}
-
 // CommitStats returns the group-commit counters, for metrics.
-func (s *Store) CommitStats() CommitStats {
-	return CommitStats{
+func (s *Store) CommitStats() store.CommitStats {
+	return store.CommitStats{
 		Commits:  s.commits.Load(),
 		Writes:   s.commitWrite.Load(),
 		Duration: time.Duration(s.commitNanos.Load()),

@@ -1,9 +1,9 @@
 //go:build !linux
 
-package store
+package bolt
 
-import bolt "go.etcd.io/bbolt"
+import bbolt "go.etcd.io/bbolt"
 
 // releaseMapped is Linux-only (see release_linux.go); elsewhere the mapped pages
 // stay counted until the kernel reclaims them.
-func releaseMapped(*bolt.DB, string) {}
+func releaseMapped(*bbolt.DB, string) {}
