@@ -1,12 +1,12 @@
 package bolt
 
 import (
-	"github.com/google/uuid"
-
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"inferd/store"
 )

@@ -20,7 +20,7 @@ import (
 
 // Each schema version has a data file written by the inferd of that version,
 // testdata/schema-v<N>.db, with the secret of its one API key beside it in
-// schema-v<N>.secret. `go test ./store -run TestSchemaFixtures -update`
+// schema-v<N>.secret. `go test ./store/bolt -run TestSchemaFixtures -update`
 // writes the fixture of the current SchemaVersion when it is missing; commit
 // it when you bump SchemaVersion, before changing the layout.
 var update = flag.Bool("update", false, "write testdata/schema-v<SchemaVersion>.db if it is missing")
@@ -91,7 +91,7 @@ func copyFixture(t *testing.T, v int) (path, secret string) {
 	t.Helper()
 	raw, err := os.ReadFile(fixturePath(v))
 	if err != nil {
-		t.Fatalf("schema version %d has no fixture (%v): run `go test ./store -run TestSchemaFixtures -update` with the inferd that writes version %d and commit %s",
+		t.Fatalf("schema version %d has no fixture (%v): run `go test ./store/bolt -run TestSchemaFixtures -update` with the inferd that writes version %d and commit %s",
 			v, err, v, fixturePath(v))
 	}
 	sec, err := os.ReadFile(strings.TrimSuffix(fixturePath(v), ".db") + ".secret")
@@ -125,7 +125,7 @@ func TestSchemaFixtures(t *testing.T) {
 	}
 	for v := 1; v <= SchemaVersion; v++ {
 		if _, err := os.Stat(fixturePath(v)); err != nil {
-			t.Errorf("schema version %d has no fixture: run `go test ./store -run TestSchemaFixtures -update` and commit %s", v, fixturePath(v))
+			t.Errorf("schema version %d has no fixture: run `go test ./store/bolt -run TestSchemaFixtures -update` and commit %s", v, fixturePath(v))
 		}
 	}
 }

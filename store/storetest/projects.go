@@ -1,4 +1,4 @@
-package bolt
+package storetest
 
 import (
 	"errors"
@@ -11,9 +11,47 @@ import (
 	"inferd/store"
 )
 
-func TestPutProjectReportsCreatedUpdatedUnchanged(t *testing.T) {
-	clock := newFakeClock()
-	s := openAt(t, testPath(t), Options{Now: clock.Now})
+// ProjectByModelKey answers from a cache after the first lookup; every
+// project write must show at once, and callers must not share its copy.
+func testProjectByModelKeySeesEveryWriteAtOnce(t *testing.T, e *env) {
+	s := e.open(t)
+	p := testProject("p", "t")
+	if _, err := s.PutProject(p); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ProjectByModelKey("key-p") // now cached
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Model.Command[0] = "/changed/by/caller"
+
+	if _, err := s.UpdateProject("p", func(p *store.Project) error { p.MaxReplicas = 7; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	got, err = s.ProjectByModelKey("key-p")
+	if err != nil || got.MaxReplicas != 7 || got.Model.Command[0] != "/usr/bin/model" {
+		t.Fatalf("after UpdateProject: max %d command %q, %v", got.MaxReplicas, got.Model.Command, err)
+	}
+
+	p.MaxReplicas = 9
+	if _, err := s.PutProject(p); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.ProjectByModelKey("key-p"); err != nil || got.MaxReplicas != 9 {
+		t.Fatalf("after PutProject: max %d, %v", got.MaxReplicas, err)
+	}
+
+	if err := s.DeleteProject("p"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ProjectByModelKey("key-p"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("after DeleteProject: %v, want ErrNotFound", err)
+	}
+}
+
+func testPutProjectReportsCreatedUpdatedUnchanged(t *testing.T, e *env) {
+	clock := e.clock
+	s := e.open(t)
 	p := testProject("p", "team-a")
 	created0 := clock.Now()
 	steps := []struct {
@@ -53,8 +91,8 @@ func TestPutProjectReportsCreatedUpdatedUnchanged(t *testing.T) {
 	}
 }
 
-func TestPutProjectRejectsInvalidAndCreatesTeam(t *testing.T) {
-	s := openTest(t)
+func testPutProjectRejectsInvalidAndCreatesTeam(t *testing.T, e *env) {
+	s := e.open(t)
 	bad := testProject("p", "team-a")
 	bad.MaxReplicas = 0
 	var ve *store.ValidationError
@@ -69,8 +107,8 @@ func TestPutProjectRejectsInvalidAndCreatesTeam(t *testing.T) {
 	}
 }
 
-func TestPutProjectModelKeyConflict(t *testing.T) {
-	s := openTest(t)
+func testPutProjectModelKeyConflict(t *testing.T, e *env) {
+	s := e.open(t)
 	if _, err := s.PutProject(testProject("one", "t")); err != nil {
 		t.Fatal(err)
 	}
@@ -88,8 +126,8 @@ func TestPutProjectModelKeyConflict(t *testing.T) {
 	}
 }
 
-func TestPutProjectsIsAllOrNothing(t *testing.T) {
-	s := openTest(t)
+func testPutProjectsIsAllOrNothing(t *testing.T, e *env) {
+	s := e.open(t)
 	if _, err := s.PutProject(testProject("one", "t")); err != nil {
 		t.Fatal(err)
 	}
@@ -119,8 +157,8 @@ func TestPutProjectsIsAllOrNothing(t *testing.T) {
 	}
 }
 
-func TestPutProjectMovesModelKeyIndex(t *testing.T) {
-	s := openTest(t)
+func testPutProjectMovesModelKeyIndex(t *testing.T, e *env) {
+	s := e.open(t)
 	p := testProject("p", "t")
 	if _, err := s.PutProject(p); err != nil {
 		t.Fatal(err)
@@ -154,7 +192,7 @@ func TestPutProjectMovesModelKeyIndex(t *testing.T) {
 	}
 }
 
-func TestUpdateProject(t *testing.T) {
+func testUpdateProject(t *testing.T, e *env) {
 	errBoom := errors.New("boom")
 	for _, tc := range []struct {
 		name    string
@@ -173,7 +211,7 @@ func TestUpdateProject(t *testing.T) {
 			func(err error) bool { return err == errBoom }, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := openTest(t)
+			s := e.open(t)
 			p := testProject("p", "t")
 			p.Model.Env = map[string]string{"A": "1"}
 			if _, err := s.PutProject(p); err != nil {
@@ -197,7 +235,7 @@ func TestUpdateProject(t *testing.T) {
 		})
 	}
 	t.Run("unknown project", func(t *testing.T) {
-		s := openTest(t)
+		s := e.open(t)
 		_, err := s.UpdateProject("nope", func(*store.Project) error { return nil })
 		if !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("UpdateProject(unknown) = %v, want ErrNotFound", err)
@@ -205,8 +243,8 @@ func TestUpdateProject(t *testing.T) {
 	})
 }
 
-func TestUpdateProjectConcurrentIncrementsAllApply(t *testing.T) {
-	s := openTest(t)
+func testUpdateProjectConcurrentIncrementsAllApply(t *testing.T, e *env) {
+	s := e.open(t)
 	p := testProject("p", "t")
 	p.MaxReplicas = 1
 	if _, err := s.PutProject(p); err != nil {
@@ -226,8 +264,8 @@ func TestUpdateProjectConcurrentIncrementsAllApply(t *testing.T) {
 	}
 }
 
-func TestOnProjectChangeFiresAfterCommit(t *testing.T) {
-	s := openTest(t)
+func testOnProjectChangeFiresAfterCommit(t *testing.T, e *env) {
+	s := e.open(t)
 	type event struct {
 		hook int
 		id   string
@@ -271,8 +309,8 @@ func TestOnProjectChangeFiresAfterCommit(t *testing.T) {
 	}
 }
 
-func TestDeleteAndListProjects(t *testing.T) {
-	s := openTest(t)
+func testDeleteAndListProjects(t *testing.T, e *env) {
+	s := e.open(t)
 	for _, p := range []store.Project{testProject("c", "t1"), testProject("a", "t2"), testProject("b", "t1")} {
 		if _, err := s.PutProject(p); err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package bolt
+package storetest
 
 import (
 	"errors"
@@ -10,8 +10,8 @@ import (
 	"inferd/store"
 )
 
-func TestCreateAuthenticateRevokeKey(t *testing.T) {
-	s := openTest(t)
+func testCreateAuthenticateRevokeKey(t *testing.T, e *env) {
+	s := e.open(t)
 	secret, k, err := s.CreateKey("acme", "")
 	if err != nil {
 		t.Fatal(err)
@@ -49,47 +49,8 @@ func TestCreateAuthenticateRevokeKey(t *testing.T) {
 	}
 }
 
-func TestAuthenticateRejectsBadSecrets(t *testing.T) {
-	s := openTest(t)
-	secret, k, err := s.CreateKey("acme", store.ScopeTeam)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rest := secret[len("ik_")+10:]
-	for _, tc := range []struct {
-		name   string
-		secret string
-	}{
-		{"empty", ""},
-		{"prefix only", "ik_"},
-		{"no secret part", "ik_" + k.ID + "_"},
-		{"wrong prefix", "xk_" + k.ID + rest},
-		{"uppercase id", "ik_" + strings.ToUpper(k.ID) + rest},
-		{"short id", "ik_" + k.ID[:9] + rest},
-		{"unknown id", "ik_ffffffffff" + rest},
-		{"wrong secret", secret[:len(secret)-1] + flip(secret[len(secret)-1])},
-		{"extra character", secret + "a"},
-		{"bad character", secret[:len(secret)-1] + "!"},
-		{"too long", secret + strings.Repeat("a", 200)},
-		{"whitespace", " " + secret},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got, err := s.Authenticate(tc.secret); !errors.Is(err, store.ErrInvalidKey) {
-				t.Errorf("Authenticate(%q) = %+v, %v; want ErrInvalidKey", tc.secret, got, err)
-			}
-		})
-	}
-}
-
-func flip(c byte) string {
-	if c == 'a' {
-		return "b"
-	}
-	return "a"
-}
-
-func TestCreateKeyValidates(t *testing.T) {
-	s := openTest(t)
+func testCreateKeyValidates(t *testing.T, e *env) {
+	s := e.open(t)
 	for _, tc := range []struct {
 		name  string
 		team  string
@@ -110,9 +71,9 @@ func TestCreateKeyValidates(t *testing.T) {
 	}
 }
 
-func TestListKeysSortedByTeamThenCreated(t *testing.T) {
-	clock := newFakeClock()
-	s := openAt(t, testPath(t), Options{Now: clock.Now})
+func testListKeysSortedByTeamThenCreated(t *testing.T, e *env) {
+	clock := e.clock
+	s := e.open(t)
 	for _, team := range []string{"b", "a", "b", "a"} {
 		clock.Advance(time.Second)
 		if _, _, err := s.CreateKey(team, store.ScopeTeam); err != nil {
@@ -148,10 +109,42 @@ func TestListKeysSortedByTeamThenCreated(t *testing.T) {
 	}
 }
 
+func testAuthenticateRejectsBadSecrets(t *testing.T, e *env) {
+	s := e.open(t)
+	secret, k, err := s.CreateKey("acme", store.ScopeTeam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest := secret[len("ik_")+10:]
+	for _, tc := range []struct {
+		name   string
+		secret string
+	}{
+		{"empty", ""},
+		{"prefix only", "ik_"},
+		{"no secret part", "ik_" + k.ID + "_"},
+		{"wrong prefix", "xk_" + k.ID + rest},
+		{"uppercase id", "ik_" + strings.ToUpper(k.ID) + rest},
+		{"short id", "ik_" + k.ID[:9] + rest},
+		{"unknown id", "ik_ffffffffff" + rest},
+		{"wrong secret", secret[:len(secret)-1] + flip(secret[len(secret)-1])},
+		{"extra character", secret + "a"},
+		{"bad character", secret[:len(secret)-1] + "!"},
+		{"too long", secret + strings.Repeat("a", 200)},
+		{"whitespace", " " + secret},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got, err := s.Authenticate(tc.secret); !errors.Is(err, store.ErrInvalidKey) {
+				t.Errorf("Authenticate(%q) = %+v, %v; want ErrInvalidKey", tc.secret, got, err)
+			}
+		})
+	}
+}
+
 // A revocation must win over a concurrent authentication that filled the
 // cache from a read made before the revocation committed.
-func TestRevokeTakesEffectDespiteConcurrentAuthentication(t *testing.T) {
-	s := openTest(t)
+func testRevokeTakesEffectDespiteConcurrentAuthentication(t *testing.T, e *env) {
+	s := e.open(t)
 	for range 20 {
 		secret, k, err := s.CreateKey("acme", store.ScopeTeam)
 		if err != nil {
