@@ -39,7 +39,7 @@ func TestProcessLauncherRunsEchoModel(t *testing.T) {
 		p.Model.Dir = echo
 		p.Model.Env = map[string]string{"BOOT_FAIL": "1"}
 	})
-	st := newFakeStore(p, broken)
+	st := newTestStore(t, p, broken)
 	defer st.close()
 	dir := t.TempDir()
 	cfg := Config{LogDir: filepath.Join(dir, "logs"), RunDir: filepath.Join(dir, "run"), StopGrace: time.Second, RestartBackoff: 50 * time.Millisecond}

@@ -55,9 +55,7 @@ func TestSubmitWaitMakesAnUnfinishedCallDurableBeforeReturningIt(t *testing.T) {
 		res := h.submitWait(context.Background(), p, time.Minute)
 		fc := h.call(i)
 		h.settle()
-		h.st.mu.Lock()
-		n := len(h.st.writes)
-		h.st.mu.Unlock()
+		n := h.st.CallWrites()
 		if n != 0 {
 			t.Fatalf("%d writes before the wait ended, want none", n)
 		}
