@@ -106,16 +106,10 @@ func (s *Scheduler) boot(p *project, gpus []string, cpuSlot bool) {
 	if cpuSlot {
 		s.cpuUsed++
 	}
-	m := p.cfg.Model
 	spec := replica.Spec{
 		ID:          r.id,
 		ProjectID:   p.id,
-		Command:     m.Command,
-		Dir:         m.Dir,
-		Env:         m.Env,
-		Protocol:    m.Protocol,
-		HealthPath:  m.HealthPath,
-		InferPath:   m.InferPath,
+		ModelSpec:   p.cfg.Model,
 		GPUUUIDs:    gpus,
 		LogMaxBytes: s.cfg.LogMaxBytes,
 		LogKeep:     s.cfg.LogKeep,

@@ -41,7 +41,8 @@ const (
 
 // NewProject returns a project with every default set: minReplicas 0,
 // maxReplicas 3, inferenceTimeout 300 s, idleTimeout 30 s, and the model
-// defaults of ApplyDefaults. Callers set the model command and key hash.
+// defaults of ModelSpec.WithDefaults. Callers set the model command and key
+// hash.
 func NewProject(id, teamID string) Project {
 	p := Project{
 		ID:               id,
@@ -55,12 +56,16 @@ func NewProject(id, teamID string) Project {
 	return p
 }
 
-// ApplyDefaults fills the model spec's zero values: protocol "http", health
-// path "/healthz" ("/__status__" for potassium), infer path "/", concurrency
-// 1 and bootTimeout 600 s. It leaves replica bounds and timeouts alone: see
+// ApplyDefaults fills the model spec's zero values (see
+// ModelSpec.WithDefaults). It leaves replica bounds and timeouts alone: see
 // NewProject.
-func (p *Project) ApplyDefaults() {
-	m := &p.Model
+func (p *Project) ApplyDefaults() { p.Model = p.Model.WithDefaults() }
+
+// WithDefaults returns m with its zero values replaced by the defaults:
+// protocol "http", health path "/healthz" ("/__status__" for potassium),
+// infer path "/", concurrency 1 and bootTimeout 600 s. It is the only place
+// that knows them.
+func (m ModelSpec) WithDefaults() ModelSpec {
 	if m.Protocol == "" {
 		m.Protocol = ProtocolHTTP
 	}
@@ -79,6 +84,31 @@ func (p *Project) ApplyDefaults() {
 	if m.BootTimeout == 0 {
 		m.BootTimeout = DefaultBootTimeout
 	}
+	return m
+}
+
+// RestartNeeded reports whether replicas started from spec m must be
+// replaced (drained) to serve next. It compares the whole spec, defaults
+// applied, in its stored encoding, except for the fields that running
+// replicas take as they are: the modelKey hash (a key rotation), concurrency
+// (how many calls the scheduler hands a replica) and bootTimeout (how long
+// the scheduler waits for one to start). Any other field, including one
+// added later, describes how a replica is started, so a change to it
+// restarts them: forgetting a field here can only cost a needless restart,
+// never a stale replica.
+func (m ModelSpec) RestartNeeded(next ModelSpec) bool {
+	a, errA := json.Marshal(m.WithDefaults().launchPart())
+	b, errB := json.Marshal(next.WithDefaults().launchPart())
+	return errA != nil || errB != nil || !bytes.Equal(a, b)
+}
+
+// launchPart is m without the fields that running replicas take as they
+// are (see RestartNeeded).
+func (m ModelSpec) launchPart() ModelSpec {
+	m.KeyHash = ""
+	m.Concurrency = 0
+	m.BootTimeout = 0
+	return m
 }
 
 // Validate checks every field against its bounds and returns the first

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+
+	"inferd/store"
 )
 
 // countingListener is the model's listener, with a count of the connections the
@@ -50,7 +52,7 @@ func poolProcess(t testing.TB, ln *countingListener) *Process {
 	tr := &http.Transport{DialContext: (&net.Dialer{Control: count}).DialContext}
 	t.Cleanup(tr.CloseIdleConnections)
 	p := &Process{
-		spec:     Spec{ID: "pool", InferPath: "/"},
+		spec:     Spec{ID: "pool", ModelSpec: store.ModelSpec{InferPath: "/"}},
 		log:      testLogger(t),
 		baseURL:  "http://" + addr,
 		client:   &http.Client{Transport: tr},

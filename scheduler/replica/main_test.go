@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"inferd/store"
 )
 
 // testDeadline bounds every wait in these tests; a healthy run needs a fraction.
@@ -83,8 +85,7 @@ func echoSpec(t *testing.T, id string) Spec {
 	return Spec{
 		ID:        id,
 		ProjectID: "proj-" + id,
-		Command:   []string{py, server},
-		Dir:       dir,
+		ModelSpec: store.ModelSpec{Command: []string{py, server}, Dir: dir},
 		LogPath:   filepath.Join(dir, "logs", id+".log"),
 		RunDir:    filepath.Join(dir, "run"),
 	}
@@ -96,10 +97,10 @@ func shSpec(t *testing.T, id, script string) Spec {
 	t.Helper()
 	dir := t.TempDir()
 	return Spec{
-		ID:      id,
-		Command: []string{"sh", "-c", script},
-		LogPath: filepath.Join(dir, id+".log"),
-		RunDir:  filepath.Join(dir, "run"),
+		ID:        id,
+		ModelSpec: store.ModelSpec{Command: []string{"sh", "-c", script}},
+		LogPath:   filepath.Join(dir, id+".log"),
+		RunDir:    filepath.Join(dir, "run"),
 	}
 }
 

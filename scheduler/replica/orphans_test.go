@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"inferd/store"
 )
 
 // helperEnv, when set to a directory, makes TestHelperDaemon act as a daemon that
@@ -203,10 +205,10 @@ func TestHelperDaemon(t *testing.T) {
 		t.Skip("helper process for TestReplicaDiesWithItsDaemon")
 	}
 	p, err := Start(Spec{
-		ID:      "daemon-child-1",
-		Command: []string{"sh", "-c", `sleep 1000 & echo "child $!"; wait`},
-		LogPath: filepath.Join(dir, "replica.log"),
-		RunDir:  filepath.Join(dir, "run"),
+		ID:        "daemon-child-1",
+		ModelSpec: store.ModelSpec{Command: []string{"sh", "-c", `sleep 1000 & echo "child $!"; wait`}},
+		LogPath:   filepath.Join(dir, "replica.log"),
+		RunDir:    filepath.Join(dir, "run"),
 	}, testLogger(t))
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"inferd/store"
 )
 
 // Protocol "potassium" runs apps written for Banana's Potassium framework (0.5)
@@ -32,10 +34,7 @@ import (
 // a traceback as *ExceptionError) is in Infer; see docs/protocols.md.
 
 // ProtocolPotassium is the Spec.Protocol of Potassium apps.
-const ProtocolPotassium = "potassium"
-
-// PotassiumHealthPath is the default HealthPath of protocol potassium.
-const PotassiumHealthPath = "/__status__"
+const ProtocolPotassium = store.ProtocolPotassium
 
 // potassiumShim is the sitecustomize.py that redirects port 8000 to $PORT.
 //

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"inferd/store"
 )
 
 // potassiumReply is what examples/potassium/app.py answers.
@@ -43,9 +45,7 @@ func potassiumSpec(t *testing.T, dir, id string) Spec {
 	return Spec{
 		ID:        id,
 		ProjectID: "proj-potassium",
-		Command:   []string{py, "app.py"},
-		Dir:       app,
-		Protocol:  ProtocolPotassium,
+		ModelSpec: store.ModelSpec{Command: []string{py, "app.py"}, Dir: app, Protocol: ProtocolPotassium},
 		LogPath:   filepath.Join(dir, "logs", id+".log"),
 		RunDir:    filepath.Join(dir, "run"),
 	}
@@ -67,7 +67,7 @@ func potassiumInfer(t *testing.T, p *Process, inputs string) potassiumReply {
 }
 
 func TestPotassiumDefaults(t *testing.T) {
-	spec, err := Spec{ID: "r1", Command: []string{"m"}, Protocol: "potassium"}.withDefaults()
+	spec, err := Spec{ID: "r1", ModelSpec: store.ModelSpec{Command: []string{"m"}, Protocol: "potassium"}}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestPotassiumDefaults(t *testing.T) {
 
 func TestPotassiumShimIsWrittenOnceAndPrependedToPythonPath(t *testing.T) {
 	dir := t.TempDir()
-	spec := Spec{ID: "r1", LogPath: filepath.Join(dir, "logs", "r1.log"), Env: map[string]string{"PYTHONPATH": "/opt/lib"}}
+	spec := Spec{ID: "r1", ModelSpec: store.ModelSpec{Env: map[string]string{"PYTHONPATH": "/opt/lib"}}, LogPath: filepath.Join(dir, "logs", "r1.log")}
 	for range 2 {
 		got, err := preparePotassium(spec)
 		if err != nil {

@@ -5,32 +5,33 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"inferd/store"
 )
 
-// Defaults applied by Start to the zero values of a Spec.
+// Defaults applied by Start to the zero values of a Spec's own fields; the
+// model spec's come from store.ModelSpec.WithDefaults.
 const (
-	DefaultProtocol    = "http"
-	DefaultHealthPath  = "/healthz"
-	DefaultInferPath   = "/"
 	DefaultLogMaxBytes = 10 << 20
 	DefaultLogKeep     = 3
 )
 
-// Spec describes one model server process to start.
+// Spec describes one model server process to start: the project's model
+// spec as stored, and where this replica runs it.
 type Spec struct {
-	ID, ProjectID string            // replica and project ids; ID is unique per RunDir and names the pid file (no "/")
-	Command       []string          // argv; a relative program path is taken relative to Dir
-	Dir           string            // working directory ("" = the daemon's)
-	Env           map[string]string // the project's env, added on top of the allowlisted base
-	Protocol      string            // "http" (the default) or "potassium"
-	HealthPath    string            // readiness check, GET; default "/healthz" ("/__status__" for potassium)
-	InferPath     string            // inference, POST; default "/"
-	GPUUUIDs      []string          // GPUs the model may see; empty = CPU only
-	LogPath       string            // stdout+stderr; parent dirs created; "" = not kept
-	LogMaxBytes   int64             // rotate to LogPath+".1" beyond this; default 10 MiB
-	LogKeep       int               // old generations kept (LogPath+".1" .. ".N"); default 3
-	RunDir        string            // holds <ID>.pid while the process runs; "" = no pid file
-	RunAs         *RunAs            // the user the process runs as; nil = inferd's own
+	ID, ProjectID string // replica and project ids; ID is unique per RunDir and names the pid file (no "/")
+	// ModelSpec is the project's model spec. Start uses Command (argv; a
+	// relative program path is taken relative to Dir), Dir ("" = the
+	// daemon's), Env (added on top of the allowlisted base), Protocol,
+	// HealthPath (readiness, GET) and InferPath (inference, POST); the
+	// scheduler has already placed GPUs and GPUMemoryMiB as GPUUUIDs.
+	store.ModelSpec
+	GPUUUIDs    []string // GPUs the model may see; empty = CPU only
+	LogPath     string   // stdout+stderr; parent dirs created; "" = not kept
+	LogMaxBytes int64    // rotate to LogPath+".1" beyond this; default 10 MiB
+	LogKeep     int      // old generations kept (LogPath+".1" .. ".N"); default 3
+	RunDir      string   // holds <ID>.pid while the process runs; "" = no pid file
+	RunAs       *RunAs   // the user the process runs as; nil = inferd's own
 }
 
 // baseEnvKeys are the only variables copied from the daemon's environment. pyenv's
@@ -43,18 +44,7 @@ var baseEnvKeys = []string{
 // withDefaults returns spec with zero values replaced by defaults, or an error when
 // the spec cannot be started.
 func (s Spec) withDefaults() (Spec, error) {
-	if s.Protocol == "" {
-		s.Protocol = DefaultProtocol
-	}
-	if s.HealthPath == "" {
-		s.HealthPath = DefaultHealthPath
-		if s.Protocol == ProtocolPotassium {
-			s.HealthPath = PotassiumHealthPath
-		}
-	}
-	if s.InferPath == "" {
-		s.InferPath = DefaultInferPath
-	}
+	s.ModelSpec = s.ModelSpec.WithDefaults()
 	if s.LogMaxBytes <= 0 {
 		s.LogMaxBytes = DefaultLogMaxBytes
 	}
@@ -66,8 +56,8 @@ func (s Spec) withDefaults() (Spec, error) {
 		return s, fmt.Errorf("invalid replica id %q", s.ID)
 	case len(s.Command) == 0 || s.Command[0] == "":
 		return s, errors.New("empty command")
-	case s.Protocol != DefaultProtocol && s.Protocol != ProtocolPotassium:
-		return s, fmt.Errorf("unsupported protocol %q (supported: %q, %q)", s.Protocol, DefaultProtocol, ProtocolPotassium)
+	case s.Protocol != store.ProtocolHTTP && s.Protocol != ProtocolPotassium:
+		return s, fmt.Errorf("unsupported protocol %q (supported: %q, %q)", s.Protocol, store.ProtocolHTTP, ProtocolPotassium)
 	case !strings.HasPrefix(s.HealthPath, "/"):
 		return s, fmt.Errorf("health path %q does not start with /", s.HealthPath)
 	case !strings.HasPrefix(s.InferPath, "/"):

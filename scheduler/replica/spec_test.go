@@ -10,7 +10,7 @@ import (
 )
 
 func TestStartRejectsSpecsItCannotRun(t *testing.T) {
-	ok := Spec{ID: "r1", Command: []string{"true"}}
+	ok := Spec{ID: "r1", ModelSpec: store.ModelSpec{Command: []string{"true"}}}
 	tests := []struct {
 		name string
 		edit func(*Spec)
@@ -85,14 +85,18 @@ func TestEnvironHoldsAllowlistProjectEnvAndInferdVariables(t *testing.T) {
 		},
 		{
 			name: "project env on top of the base",
-			spec: Spec{ID: "r3", Env: map[string]string{"GREETING": "hi", "PATH": "/opt/model/bin", "PYTHONUNBUFFERED": "0"}},
+			spec: Spec{ID: "r3", ModelSpec: store.ModelSpec{Env: map[string]string{"GREETING": "hi", "PATH": "/opt/model/bin", "PYTHONUNBUFFERED": "0"}}},
 			want: []string{"GREETING=hi", "PATH=/opt/model/bin", "PYTHONUNBUFFERED=0"},
 		},
 		{
 			name: "project cannot override inferd's variables",
-			spec: Spec{ID: "r4", ProjectID: "p4", Env: map[string]string{
-				"PORT": "1", "CUDA_VISIBLE_DEVICES": "0", "INFERD_REPLICA_ID": "other", "INFERD_PROJECT_ID": "other",
-			}},
+			spec: Spec{
+				ID:        "r4",
+				ProjectID: "p4",
+				ModelSpec: store.ModelSpec{Env: map[string]string{
+					"PORT": "1", "CUDA_VISIBLE_DEVICES": "0", "INFERD_REPLICA_ID": "other", "INFERD_PROJECT_ID": "other",
+				}},
+			},
 			want: []string{"PORT=8123", "CUDA_VISIBLE_DEVICES=", "INFERD_REPLICA_ID=r4", "INFERD_PROJECT_ID=p4"},
 		},
 	}
@@ -119,7 +123,7 @@ func TestEnvironHoldsAllowlistProjectEnvAndInferdVariables(t *testing.T) {
 }
 
 func TestStartAppliesDefaults(t *testing.T) {
-	spec, err := Spec{ID: "r1", Command: []string{"m"}}.withDefaults()
+	spec, err := Spec{ID: "r1", ModelSpec: store.ModelSpec{Command: []string{"m"}}}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}
