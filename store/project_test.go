@@ -1,28 +1,23 @@
-package store
+package store_test
 
 import (
 	"errors"
 	"strings"
 	"testing"
+
+	"inferd/store"
+	"inferd/store/storetest"
 )
 
-// testProject returns a valid project whose modelKey is "key-"+id.
-func testProject(id, team string) Project {
-	p := NewProject(id, team)
-	p.Model.Command = []string{"/usr/bin/model", "--port", "$PORT"}
-	p.Model.KeyHash = HashModelKey("key-" + id)
-	return p
-}
-
 func TestNewProjectDefaults(t *testing.T) {
-	p := NewProject("p", "t")
-	want := Project{ID: "p", TeamID: "t", MinReplicas: 0, MaxReplicas: 3, InferenceTimeout: 300, IdleTimeout: 30,
-		Model: ModelSpec{Protocol: "http", HealthPath: "/healthz", InferPath: "/", Concurrency: 1, BootTimeout: 600}}
-	if !SameContent(p, want) {
+	p := store.NewProject("p", "t")
+	want := store.Project{ID: "p", TeamID: "t", MinReplicas: 0, MaxReplicas: 3, InferenceTimeout: 300, IdleTimeout: 30,
+		Model: store.ModelSpec{Protocol: "http", HealthPath: "/healthz", InferPath: "/", Concurrency: 1, BootTimeout: 600}}
+	if !store.SameContent(p, want) {
 		t.Errorf("NewProject = %+v, want %+v", p, want)
 	}
-	var q Project
-	q.Model.Protocol = ProtocolPotassium
+	var q store.Project
+	q.Model.Protocol = store.ProtocolPotassium
 	q.ApplyDefaults()
 	if q.Model.HealthPath != "/__status__" {
 		t.Errorf("potassium health path = %q", q.Model.HealthPath)
@@ -32,66 +27,66 @@ func TestNewProjectDefaults(t *testing.T) {
 func TestProjectValidate(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		edit   func(*Project)
+		edit   func(*store.Project)
 		field  string // "" = valid
 		reason string
 	}{
-		{"defaults are valid", func(*Project) {}, "", ""},
-		{"id empty", func(p *Project) { p.ID = "" }, "id", ""},
-		{"id 64 chars", func(p *Project) { p.ID = strings.Repeat("a", 64) }, "", ""},
-		{"id 65 chars", func(p *Project) { p.ID = strings.Repeat("a", 65) }, "id", ""},
-		{"id uppercase", func(p *Project) { p.ID = "Abc" }, "id", ""},
-		{"id underscore", func(p *Project) { p.ID = "a_b" }, "id", ""},
-		{"id dashes digits", func(p *Project) { p.ID = "a-1-b" }, "", ""},
-		{"teamId empty", func(p *Project) { p.TeamID = "" }, "teamId", ""},
-		{"teamId slash", func(p *Project) { p.TeamID = "a/b" }, "teamId", ""},
-		{"minReplicas -1", func(p *Project) { p.MinReplicas = -1 }, "minReplicas", "must be at least 0"},
-		{"minReplicas equals max", func(p *Project) { p.MinReplicas = 3 }, "", ""},
-		{"minReplicas above max", func(p *Project) { p.MinReplicas = 4 }, "minReplicas", "must not exceed maxReplicas (3)"},
-		{"maxReplicas 0", func(p *Project) { p.MaxReplicas = 0 }, "maxReplicas", "must be at least 1"},
-		{"maxReplicas 1000", func(p *Project) { p.MaxReplicas = 1000 }, "", ""},
-		{"maxReplicas 1001", func(p *Project) { p.MaxReplicas = 1001 }, "maxReplicas", "must be at most 1000"},
-		{"min and max 1000", func(p *Project) { p.MinReplicas, p.MaxReplicas = 1000, 1000 }, "", ""},
-		{"inferenceTimeout 0", func(p *Project) { p.InferenceTimeout = 0 }, "inferenceTimeout", ""},
-		{"inferenceTimeout 1", func(p *Project) { p.InferenceTimeout = 1 }, "", ""},
-		{"inferenceTimeout 86400", func(p *Project) { p.InferenceTimeout = 86400 }, "", ""},
-		{"inferenceTimeout 86401", func(p *Project) { p.InferenceTimeout = 86401 }, "inferenceTimeout", ""},
-		{"idleTimeout -1", func(p *Project) { p.IdleTimeout = -1 }, "idleTimeout", ""},
-		{"idleTimeout 0", func(p *Project) { p.IdleTimeout = 0 }, "", ""},
-		{"idleTimeout 86400", func(p *Project) { p.IdleTimeout = 86400 }, "", ""},
-		{"idleTimeout 86401", func(p *Project) { p.IdleTimeout = 86401 }, "idleTimeout", ""},
-		{"command nil", func(p *Project) { p.Model.Command = nil }, "model.command", "must not be empty"},
-		{"command empty string", func(p *Project) { p.Model.Command = []string{""} }, "model.command", ""},
-		{"protocol empty", func(p *Project) { p.Model.Protocol = "" }, "model.protocol", ""},
-		{"protocol potassium", func(p *Project) { p.Model.Protocol = "potassium" }, "", ""},
-		{"protocol grpc", func(p *Project) { p.Model.Protocol = "grpc" }, "model.protocol", ""},
-		{"gpus -1", func(p *Project) { p.Model.GPUs = -1 }, "model.gpus", ""},
-		{"gpus 64", func(p *Project) { p.Model.GPUs = 64 }, "", ""},
-		{"gpus 65", func(p *Project) { p.Model.GPUs = 65 }, "model.gpus", ""},
-		{"gpuMemoryMiB -1", func(p *Project) { p.Model.GPUMemoryMiB = -1 }, "model.gpuMemoryMiB", ""},
-		{"gpuMemoryMiB 0", func(p *Project) { p.Model.GPUMemoryMiB = 0 }, "", ""},
-		{"concurrency 0", func(p *Project) { p.Model.Concurrency = 0 }, "model.concurrency", ""},
-		{"concurrency 1000", func(p *Project) { p.Model.Concurrency = 1000 }, "", ""},
-		{"concurrency 1001", func(p *Project) { p.Model.Concurrency = 1001 }, "model.concurrency", ""},
-		{"bootTimeout 0", func(p *Project) { p.Model.BootTimeout = 0 }, "model.bootTimeout", ""},
-		{"bootTimeout 86400", func(p *Project) { p.Model.BootTimeout = 86400 }, "", ""},
-		{"bootTimeout 86401", func(p *Project) { p.Model.BootTimeout = 86401 }, "model.bootTimeout", ""},
-		{"keyHash empty", func(p *Project) { p.Model.KeyHash = "" }, "model.keyHash", ""},
-		{"keyHash short", func(p *Project) { p.Model.KeyHash = p.Model.KeyHash[:63] }, "model.keyHash", ""},
-		{"keyHash uppercase", func(p *Project) { p.Model.KeyHash = strings.ToUpper(p.Model.KeyHash) }, "model.keyHash", ""},
-		{"keyHash not hex", func(p *Project) { p.Model.KeyHash = strings.Repeat("g", 64) }, "model.keyHash", ""},
-		{"dir relative", func(p *Project) { p.Model.Dir = "models/a" }, "model.dir", ""},
-		{"dir absolute", func(p *Project) { p.Model.Dir = "/srv/models/a" }, "", ""},
-		{"healthPath relative", func(p *Project) { p.Model.HealthPath = "healthz" }, "model.healthPath", ""},
-		{"inferPath relative", func(p *Project) { p.Model.InferPath = "infer" }, "model.inferPath", ""},
-		{"env name with =", func(p *Project) { p.Model.Env = map[string]string{"A=B": "c"} }, "model.env", ""},
-		{"env ok", func(p *Project) { p.Model.Env = map[string]string{"HF_HOME": "/x"} }, "", ""},
-		{"env value with NUL", func(p *Project) { p.Model.Env = map[string]string{"A": "b\x00c"} }, "model.env", ""},
-		{"command arg with NUL", func(p *Project) { p.Model.Command = []string{"/bin/model", "--x\x00"} }, "model.command", ""},
-		{"dir with NUL", func(p *Project) { p.Model.Dir = "/srv/\x00" }, "model.dir", ""},
+		{"defaults are valid", func(*store.Project) {}, "", ""},
+		{"id empty", func(p *store.Project) { p.ID = "" }, "id", ""},
+		{"id 64 chars", func(p *store.Project) { p.ID = strings.Repeat("a", 64) }, "", ""},
+		{"id 65 chars", func(p *store.Project) { p.ID = strings.Repeat("a", 65) }, "id", ""},
+		{"id uppercase", func(p *store.Project) { p.ID = "Abc" }, "id", ""},
+		{"id underscore", func(p *store.Project) { p.ID = "a_b" }, "id", ""},
+		{"id dashes digits", func(p *store.Project) { p.ID = "a-1-b" }, "", ""},
+		{"teamId empty", func(p *store.Project) { p.TeamID = "" }, "teamId", ""},
+		{"teamId slash", func(p *store.Project) { p.TeamID = "a/b" }, "teamId", ""},
+		{"minReplicas -1", func(p *store.Project) { p.MinReplicas = -1 }, "minReplicas", "must be at least 0"},
+		{"minReplicas equals max", func(p *store.Project) { p.MinReplicas = 3 }, "", ""},
+		{"minReplicas above max", func(p *store.Project) { p.MinReplicas = 4 }, "minReplicas", "must not exceed maxReplicas (3)"},
+		{"maxReplicas 0", func(p *store.Project) { p.MaxReplicas = 0 }, "maxReplicas", "must be at least 1"},
+		{"maxReplicas 1000", func(p *store.Project) { p.MaxReplicas = 1000 }, "", ""},
+		{"maxReplicas 1001", func(p *store.Project) { p.MaxReplicas = 1001 }, "maxReplicas", "must be at most 1000"},
+		{"min and max 1000", func(p *store.Project) { p.MinReplicas, p.MaxReplicas = 1000, 1000 }, "", ""},
+		{"inferenceTimeout 0", func(p *store.Project) { p.InferenceTimeout = 0 }, "inferenceTimeout", ""},
+		{"inferenceTimeout 1", func(p *store.Project) { p.InferenceTimeout = 1 }, "", ""},
+		{"inferenceTimeout 86400", func(p *store.Project) { p.InferenceTimeout = 86400 }, "", ""},
+		{"inferenceTimeout 86401", func(p *store.Project) { p.InferenceTimeout = 86401 }, "inferenceTimeout", ""},
+		{"idleTimeout -1", func(p *store.Project) { p.IdleTimeout = -1 }, "idleTimeout", ""},
+		{"idleTimeout 0", func(p *store.Project) { p.IdleTimeout = 0 }, "", ""},
+		{"idleTimeout 86400", func(p *store.Project) { p.IdleTimeout = 86400 }, "", ""},
+		{"idleTimeout 86401", func(p *store.Project) { p.IdleTimeout = 86401 }, "idleTimeout", ""},
+		{"command nil", func(p *store.Project) { p.Model.Command = nil }, "model.command", "must not be empty"},
+		{"command empty string", func(p *store.Project) { p.Model.Command = []string{""} }, "model.command", ""},
+		{"protocol empty", func(p *store.Project) { p.Model.Protocol = "" }, "model.protocol", ""},
+		{"protocol potassium", func(p *store.Project) { p.Model.Protocol = "potassium" }, "", ""},
+		{"protocol grpc", func(p *store.Project) { p.Model.Protocol = "grpc" }, "model.protocol", ""},
+		{"gpus -1", func(p *store.Project) { p.Model.GPUs = -1 }, "model.gpus", ""},
+		{"gpus 64", func(p *store.Project) { p.Model.GPUs = 64 }, "", ""},
+		{"gpus 65", func(p *store.Project) { p.Model.GPUs = 65 }, "model.gpus", ""},
+		{"gpuMemoryMiB -1", func(p *store.Project) { p.Model.GPUMemoryMiB = -1 }, "model.gpuMemoryMiB", ""},
+		{"gpuMemoryMiB 0", func(p *store.Project) { p.Model.GPUMemoryMiB = 0 }, "", ""},
+		{"concurrency 0", func(p *store.Project) { p.Model.Concurrency = 0 }, "model.concurrency", ""},
+		{"concurrency 1000", func(p *store.Project) { p.Model.Concurrency = 1000 }, "", ""},
+		{"concurrency 1001", func(p *store.Project) { p.Model.Concurrency = 1001 }, "model.concurrency", ""},
+		{"bootTimeout 0", func(p *store.Project) { p.Model.BootTimeout = 0 }, "model.bootTimeout", ""},
+		{"bootTimeout 86400", func(p *store.Project) { p.Model.BootTimeout = 86400 }, "", ""},
+		{"bootTimeout 86401", func(p *store.Project) { p.Model.BootTimeout = 86401 }, "model.bootTimeout", ""},
+		{"keyHash empty", func(p *store.Project) { p.Model.KeyHash = "" }, "model.keyHash", ""},
+		{"keyHash short", func(p *store.Project) { p.Model.KeyHash = p.Model.KeyHash[:63] }, "model.keyHash", ""},
+		{"keyHash uppercase", func(p *store.Project) { p.Model.KeyHash = strings.ToUpper(p.Model.KeyHash) }, "model.keyHash", ""},
+		{"keyHash not hex", func(p *store.Project) { p.Model.KeyHash = strings.Repeat("g", 64) }, "model.keyHash", ""},
+		{"dir relative", func(p *store.Project) { p.Model.Dir = "models/a" }, "model.dir", ""},
+		{"dir absolute", func(p *store.Project) { p.Model.Dir = "/srv/models/a" }, "", ""},
+		{"healthPath relative", func(p *store.Project) { p.Model.HealthPath = "healthz" }, "model.healthPath", ""},
+		{"inferPath relative", func(p *store.Project) { p.Model.InferPath = "infer" }, "model.inferPath", ""},
+		{"env name with =", func(p *store.Project) { p.Model.Env = map[string]string{"A=B": "c"} }, "model.env", ""},
+		{"env ok", func(p *store.Project) { p.Model.Env = map[string]string{"HF_HOME": "/x"} }, "", ""},
+		{"env value with NUL", func(p *store.Project) { p.Model.Env = map[string]string{"A": "b\x00c"} }, "model.env", ""},
+		{"command arg with NUL", func(p *store.Project) { p.Model.Command = []string{"/bin/model", "--x\x00"} }, "model.command", ""},
+		{"dir with NUL", func(p *store.Project) { p.Model.Dir = "/srv/\x00" }, "model.dir", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := testProject("p", "t")
+			p := storetest.Project("p", "t")
 			tc.edit(&p)
 			err := p.Validate()
 			if tc.field == "" {
@@ -100,7 +95,7 @@ func TestProjectValidate(t *testing.T) {
 				}
 				return
 			}
-			var ve *ValidationError
+			var ve *store.ValidationError
 			if !errors.As(err, &ve) {
 				t.Fatalf("Validate = %v, want *ValidationError", err)
 			}

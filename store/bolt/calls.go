@@ -18,14 +18,7 @@ import (
 // still happens when ctx ends. A call in a final state without Finished gets
 // the current time.
 func (s *Store) SaveCall(ctx context.Context, c store.Call) error {
-	ch := make(chan error, 1)
-	s.SaveCallAsync(c, func(err error) { ch <- err })
-	select {
-	case err := <-ch:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("save call %s: %w", c.ID, ctx.Err())
-	}
+	return store.SaveCallAndWait(ctx, s, c)
 }
 
 // SaveCallAsync queues the call for the group-commit writer and returns at

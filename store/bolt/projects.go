@@ -49,7 +49,7 @@ func (s *Store) PutProjects(ps []store.Project) ([]store.Change, error) {
 	}
 	for i, p := range ps {
 		if changes[i] != store.ChangeUnchanged {
-			s.projectChanged(p.ID)
+			s.hooks.Notify(p.ID)
 		}
 	}
 	return changes, nil
@@ -112,7 +112,7 @@ func (s *Store) UpdateProject(id string, fn func(*store.Project) error) (store.P
 		return store.Project{}, fmt.Errorf("update project %s: %w", id, err)
 	}
 	if changed {
-		s.projectChanged(id)
+		s.hooks.Notify(id)
 	}
 	return p, nil
 }
@@ -252,26 +252,10 @@ func (s *Store) DeleteProject(id string) error {
 	if err != nil {
 		return fmt.Errorf("delete project %s: %w", id, err)
 	}
-	s.projectChanged(id)
+	s.hooks.Notify(id)
 	return nil
 }
 
 // OnProjectChange registers fn to be called with a project's id after each
-// committed create, update or delete of that project (not for a write that
-// changed nothing). Hooks run in registration order on the goroutine that
-// made the change, after the commit and outside any transaction; they should
-// return quickly (e.g. signal the scheduler's loop).
-func (s *Store) OnProjectChange(fn func(projectID string)) {
-	s.hooksMu.Lock()
-	defer s.hooksMu.Unlock()
-	s.hooks = append(s.hooks, fn)
-}
-
-func (s *Store) projectChanged(id string) {
-	s.hooksMu.RLock()
-	hooks := s.hooks
-	s.hooksMu.RUnlock()
-	for _, fn := range hooks {
-		fn(id)
-	}
-}
+// committed create, update or delete of that project (see store.Projects).
+func (s *Store) OnProjectChange(fn func(projectID string)) { s.hooks.OnProjectChange(fn) }

@@ -64,8 +64,7 @@ type Store struct {
 
 	migration Migration // what Open did to the schema
 
-	hooksMu sync.RWMutex
-	hooks   []func(projectID string)
+	hooks store.ProjectHooks
 
 	keys keyCache
 	// projects caches ProjectByModelKey; every project write resets it.

@@ -40,8 +40,7 @@ type Store struct {
 	hold    func(store.Call) bool
 	fail    func(store.Call) error
 
-	hooksMu sync.RWMutex
-	hooks   []func(projectID string)
+	hooks store.ProjectHooks
 
 	kick     chan struct{} // a write was queued (buffered: one wake-up is enough)
 	release  chan struct{} // ReleaseCallWrite hands a held write through
@@ -228,14 +227,7 @@ func (s *Store) failPending(w callWrite) {
 
 // SaveCall implements store.Calls.
 func (s *Store) SaveCall(ctx context.Context, c store.Call) error {
-	ch := make(chan error, 1)
-	s.SaveCallAsync(c, func(err error) { ch <- err })
-	select {
-	case err := <-ch:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("save call %s: %w", c.ID, ctx.Err())
-	}
+	return store.SaveCallAndWait(ctx, s, c)
 }
 
 // SaveCallAsync implements store.Calls.
@@ -251,10 +243,8 @@ func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
 	if c.State.Done() && c.Finished.IsZero() {
 		c.Finished = s.now().UTC()
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		done(fmt.Errorf("save call %s: %w", c.ID, store.ErrClosed))
+	if err := s.lock(fmt.Sprintf("save call %s", c.ID)); err != nil {
+		done(err)
 		return
 	}
 	s.pending = append(s.pending, callWrite{c: c, done: done})
@@ -267,16 +257,11 @@ func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
 
 // GetCall implements store.Calls.
 func (s *Store) GetCall(id string) (store.Call, error) {
-	s.mu.Lock()
+	if err := s.lock(fmt.Sprintf("get call %s", id)); err != nil {
+		return store.Call{}, err
+	}
 	defer s.mu.Unlock()
-	if s.closed {
-		return store.Call{}, fmt.Errorf("get call %s: %w", id, store.ErrClosed)
-	}
-	c, ok := s.d.calls[id]
-	if !ok {
-		return store.Call{}, fmt.Errorf("get call %s: %w", id, store.ErrNotFound)
-	}
-	return cloneCall(c), nil
+	return lookup(s.d.calls, id, "get call", cloneCall)
 }
 
 // PendingCalls implements store.Calls.
@@ -299,11 +284,10 @@ func (s *Store) RecentCalls(teamID string, limit int) ([]store.Call, error) {
 // selectCalls returns up to limit (-1: all) committed calls that keep
 // accepts, by id (creation order for UUIDv7 ids), newest first if newest.
 func (s *Store) selectCalls(keep func(store.Call) bool, newest bool, limit int, what string) ([]store.Call, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, fmt.Errorf("%s: %w", what, store.ErrClosed)
+	if err := s.lock(what); err != nil {
+		return nil, err
 	}
+	defer s.mu.Unlock()
 	ids := slices.Sorted(maps.Keys(s.d.calls))
 	if newest {
 		slices.Reverse(ids)
@@ -322,11 +306,10 @@ func (s *Store) selectCalls(keep func(store.Call) bool, newest bool, limit int, 
 
 // ExpireCalls implements store.Calls.
 func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return 0, fmt.Errorf("expire calls: %w", store.ErrClosed)
+	if err := s.lock("expire calls"); err != nil {
+		return 0, err
 	}
+	defer s.mu.Unlock()
 	n := 0
 	for id, c := range s.d.calls {
 		if c.State.Done() && c.Finished.Before(finishedBefore) {
@@ -337,10 +320,31 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 	return n, nil
 }
 
+// lookup returns a copy of m[id], or store.ErrNotFound. Callers hold mu.
+func lookup[T any](m map[string]T, id, what string, clone func(T) T) (T, error) {
+	v, ok := m[id]
+	if !ok {
+		var zero T
+		return zero, fmt.Errorf("%s %s: %w", what, id, store.ErrNotFound)
+	}
+	return clone(v), nil
+}
+
 func cloneCall(c store.Call) store.Call {
 	c.Inputs = slices.Clone(c.Inputs)
 	c.Outputs = slices.Clone(c.Outputs)
 	return c
+}
+
+// lock takes mu, or fails with store.ErrClosed after Close (what names the
+// operation), not holding it then.
+func (s *Store) lock(what string) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return fmt.Errorf("%s: %w", what, store.ErrClosed)
+	}
+	return nil
 }
 
 // EnsureTeam implements store.Teams.
@@ -348,11 +352,10 @@ func (s *Store) EnsureTeam(id string) (bool, error) {
 	if err := store.ValidateTeamID(id); err != nil {
 		return false, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false, fmt.Errorf("ensure team %s: %w", id, store.ErrClosed)
+	if err := s.lock(fmt.Sprintf("ensure team %s", id)); err != nil {
+		return false, err
 	}
+	defer s.mu.Unlock()
 	return s.ensureTeam(id), nil
 }
 
@@ -367,11 +370,10 @@ func (s *Store) ensureTeam(id string) bool {
 
 // ListTeams implements store.Teams.
 func (s *Store) ListTeams() ([]store.Team, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, fmt.Errorf("list teams: %w", store.ErrClosed)
+	if err := s.lock("list teams"); err != nil {
+		return nil, err
 	}
+	defer s.mu.Unlock()
 	var out []store.Team
 	for _, id := range slices.Sorted(maps.Keys(s.d.teams)) {
 		out = append(out, s.d.teams[id])
@@ -385,11 +387,10 @@ func (s *Store) CreateKey(teamID string, scope store.KeyScope) (string, store.AP
 	if err != nil {
 		return "", store.APIKey{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return "", store.APIKey{}, fmt.Errorf("create key for team %s: %w", teamID, store.ErrClosed)
+	if err := s.lock(fmt.Sprintf("create key for team %s", teamID)); err != nil {
+		return "", store.APIKey{}, err
 	}
+	defer s.mu.Unlock()
 	for {
 		if _, taken := s.d.keys[k.ID]; !taken {
 			break
@@ -419,11 +420,10 @@ func (s *Store) AddKey(secret string, k store.APIKey) error {
 	if k.Created.IsZero() {
 		k.Created = s.now().UTC()
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("add key %s: %w", id, store.ErrClosed)
+	if err := s.lock(fmt.Sprintf("add key %s", id)); err != nil {
+		return err
 	}
+	defer s.mu.Unlock()
 	s.ensureTeam(k.TeamID)
 	s.d.keys[id] = k
 	return nil
@@ -431,11 +431,10 @@ func (s *Store) AddKey(secret string, k store.APIKey) error {
 
 // ListKeys implements store.Keys.
 func (s *Store) ListKeys(teamID string) ([]store.APIKey, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, fmt.Errorf("list keys: %w", store.ErrClosed)
+	if err := s.lock("list keys"); err != nil {
+		return nil, err
 	}
+	defer s.mu.Unlock()
 	var out []store.APIKey
 	for _, k := range s.d.keys {
 		if teamID == "" || k.TeamID == teamID {
@@ -450,11 +449,10 @@ func (s *Store) ListKeys(teamID string) ([]store.APIKey, error) {
 
 // RevokeKey implements store.Keys.
 func (s *Store) RevokeKey(id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("revoke key %s: %w", id, store.ErrClosed)
+	if err := s.lock(fmt.Sprintf("revoke key %s", id)); err != nil {
+		return err
 	}
+	defer s.mu.Unlock()
 	k, ok := s.d.keys[id]
 	if !ok {
 		return fmt.Errorf("revoke key %s: %w", id, store.ErrNotFound)
@@ -472,11 +470,10 @@ func (s *Store) Authenticate(secret string) (store.APIKey, error) {
 	if !ok {
 		return store.APIKey{}, store.ErrInvalidKey
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return store.APIKey{}, fmt.Errorf("authenticate key %s: %w", id, store.ErrClosed)
+	if err := s.lock(fmt.Sprintf("authenticate key %s", id)); err != nil {
+		return store.APIKey{}, err
 	}
+	defer s.mu.Unlock()
 	k, ok := s.d.keys[id]
 	if !ok || k.IsRevoked() || !k.Matches(secret) {
 		return store.APIKey{}, store.ErrInvalidKey
@@ -501,10 +498,8 @@ func (s *Store) PutProjects(ps []store.Project) ([]store.Change, error) {
 			return nil, err
 		}
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, fmt.Errorf("put projects: %w", store.ErrClosed)
+	if err := s.lock("put projects"); err != nil {
+		return nil, err
 	}
 	// The modelKey owners after the whole write, checked first.
 	owners := map[string]string{}
@@ -538,7 +533,7 @@ func (s *Store) PutProjects(ps []store.Project) ([]store.Change, error) {
 	s.mu.Unlock()
 	for i, p := range ps {
 		if changes[i] != store.ChangeUnchanged {
-			s.projectChanged(p.ID)
+			s.hooks.Notify(p.ID)
 		}
 	}
 	return changes, nil
@@ -561,10 +556,8 @@ func (s *Store) saveProject(old *store.Project, p store.Project) store.Project {
 
 // UpdateProject implements store.Projects.
 func (s *Store) UpdateProject(id string, fn func(*store.Project) error) (store.Project, error) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return store.Project{}, fmt.Errorf("update project %s: %w", id, store.ErrClosed)
+	if err := s.lock(fmt.Sprintf("update project %s", id)); err != nil {
+		return store.Project{}, err
 	}
 	old, ok := s.d.projects[id]
 	if !ok {
@@ -588,32 +581,26 @@ func (s *Store) UpdateProject(id string, fn func(*store.Project) error) (store.P
 	}
 	p = s.saveProject(&old, p)
 	s.mu.Unlock()
-	s.projectChanged(id)
+	s.hooks.Notify(id)
 	return p, nil
 }
 
 // GetProject implements store.Projects.
 func (s *Store) GetProject(id string) (store.Project, error) {
-	s.mu.Lock()
+	if err := s.lock(fmt.Sprintf("get project %s", id)); err != nil {
+		return store.Project{}, err
+	}
 	defer s.mu.Unlock()
-	if s.closed {
-		return store.Project{}, fmt.Errorf("get project %s: %w", id, store.ErrClosed)
-	}
-	p, ok := s.d.projects[id]
-	if !ok {
-		return store.Project{}, fmt.Errorf("get project %s: %w", id, store.ErrNotFound)
-	}
-	return p.Clone(), nil
+	return lookup(s.d.projects, id, "get project", store.Project.Clone)
 }
 
 // ProjectByModelKey implements store.Projects.
 func (s *Store) ProjectByModelKey(modelKey string) (store.Project, error) {
 	hash := store.HashModelKey(modelKey)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return store.Project{}, fmt.Errorf("project by modelKey: %w", store.ErrClosed)
+	if err := s.lock("project by modelKey"); err != nil {
+		return store.Project{}, err
 	}
+	defer s.mu.Unlock()
 	for _, p := range s.d.projects {
 		if p.Model.KeyHash == hash {
 			return p.Clone(), nil
@@ -624,11 +611,10 @@ func (s *Store) ProjectByModelKey(modelKey string) (store.Project, error) {
 
 // ListProjects implements store.Projects.
 func (s *Store) ListProjects(teamID string) ([]store.Project, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, fmt.Errorf("list projects: %w", store.ErrClosed)
+	if err := s.lock("list projects"); err != nil {
+		return nil, err
 	}
+	defer s.mu.Unlock()
 	var out []store.Project
 	for _, id := range slices.Sorted(maps.Keys(s.d.projects)) {
 		if p := s.d.projects[id]; teamID == "" || p.TeamID == teamID {
@@ -640,10 +626,8 @@ func (s *Store) ListProjects(teamID string) ([]store.Project, error) {
 
 // DeleteProject implements store.Projects.
 func (s *Store) DeleteProject(id string) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return fmt.Errorf("delete project %s: %w", id, store.ErrClosed)
+	if err := s.lock(fmt.Sprintf("delete project %s", id)); err != nil {
+		return err
 	}
 	if _, ok := s.d.projects[id]; !ok {
 		s.mu.Unlock()
@@ -651,22 +635,9 @@ func (s *Store) DeleteProject(id string) error {
 	}
 	delete(s.d.projects, id)
 	s.mu.Unlock()
-	s.projectChanged(id)
+	s.hooks.Notify(id)
 	return nil
 }
 
 // OnProjectChange implements store.Projects.
-func (s *Store) OnProjectChange(fn func(projectID string)) {
-	s.hooksMu.Lock()
-	defer s.hooksMu.Unlock()
-	s.hooks = append(s.hooks, fn)
-}
-
-func (s *Store) projectChanged(id string) {
-	s.hooksMu.RLock()
-	hooks := s.hooks
-	s.hooksMu.RUnlock()
-	for _, fn := range hooks {
-		fn(id)
-	}
-}
+func (s *Store) OnProjectChange(fn func(projectID string)) { s.hooks.OnProjectChange(fn) }

@@ -18,7 +18,7 @@ func testReadsByTeamSeeOnlyThatTeam(t *testing.T, e *env) {
 			t.Fatal(err)
 		}
 		for _, id := range []string{team + "-1", team + "-2"} {
-			if _, err := s.PutProject(testProject(id, team)); err != nil {
+			if _, err := s.PutProject(Project(id, team)); err != nil {
 				t.Fatal(err)
 			}
 			c := store.Call{ID: newCallID(), ProjectID: id, TeamID: team, State: store.CallQueued}
@@ -69,7 +69,7 @@ func testReadsByTeamSeeOnlyThatTeam(t *testing.T, e *env) {
 // holds, nor what other callers get.
 func testRecordsHandedOutAreCopies(t *testing.T, e *env) {
 	s := e.open(t)
-	p := testProject("p", "t")
+	p := Project("p", "t")
 	p.Model.Env = map[string]string{"A": "1"}
 	if _, err := s.PutProject(p); err != nil {
 		t.Fatal(err)

@@ -15,7 +15,7 @@ import (
 // project write must show at once, and callers must not share its copy.
 func testProjectByModelKeySeesEveryWriteAtOnce(t *testing.T, e *env) {
 	s := e.open(t)
-	p := testProject("p", "t")
+	p := Project("p", "t")
 	if _, err := s.PutProject(p); err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func testProjectByModelKeySeesEveryWriteAtOnce(t *testing.T, e *env) {
 func testPutProjectReportsCreatedUpdatedUnchanged(t *testing.T, e *env) {
 	clock := e.clock
 	s := e.open(t)
-	p := testProject("p", "team-a")
+	p := Project("p", "team-a")
 	created0 := clock.Now()
 	steps := []struct {
 		name string
@@ -93,13 +93,13 @@ func testPutProjectReportsCreatedUpdatedUnchanged(t *testing.T, e *env) {
 
 func testPutProjectRejectsInvalidAndCreatesTeam(t *testing.T, e *env) {
 	s := e.open(t)
-	bad := testProject("p", "team-a")
+	bad := Project("p", "team-a")
 	bad.MaxReplicas = 0
 	var ve *store.ValidationError
 	if _, err := s.PutProject(bad); !errors.As(err, &ve) || ve.Field != "maxReplicas" {
 		t.Errorf("PutProject(invalid) = %v", err)
 	}
-	if _, err := s.PutProject(testProject("p", "team-a")); err != nil {
+	if _, err := s.PutProject(Project("p", "team-a")); err != nil {
 		t.Fatal(err)
 	}
 	if teams, _ := s.ListTeams(); len(teams) != 1 || teams[0].ID != "team-a" {
@@ -109,10 +109,10 @@ func testPutProjectRejectsInvalidAndCreatesTeam(t *testing.T, e *env) {
 
 func testPutProjectModelKeyConflict(t *testing.T, e *env) {
 	s := e.open(t)
-	if _, err := s.PutProject(testProject("one", "t")); err != nil {
+	if _, err := s.PutProject(Project("one", "t")); err != nil {
 		t.Fatal(err)
 	}
-	two := testProject("two", "t")
+	two := Project("two", "t")
 	two.Model.KeyHash = store.HashModelKey("key-one")
 	_, err := s.PutProject(two)
 	if !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "one") {
@@ -128,14 +128,14 @@ func testPutProjectModelKeyConflict(t *testing.T, e *env) {
 
 func testPutProjectsIsAllOrNothing(t *testing.T, e *env) {
 	s := e.open(t)
-	if _, err := s.PutProject(testProject("one", "t")); err != nil {
+	if _, err := s.PutProject(Project("one", "t")); err != nil {
 		t.Fatal(err)
 	}
 	var changed []string
 	s.OnProjectChange(func(id string) { changed = append(changed, id) })
-	clash := testProject("clash", "t")
+	clash := Project("clash", "t")
 	clash.Model.KeyHash = store.HashModelKey("key-one")
-	if _, err := s.PutProjects([]store.Project{testProject("fresh", "new-team"), clash}); !errors.Is(err, store.ErrConflict) {
+	if _, err := s.PutProjects([]store.Project{Project("fresh", "new-team"), clash}); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("PutProjects(fresh, clash) = %v, want ErrConflict", err)
 	}
 	if _, err := s.GetProject("fresh"); !errors.Is(err, store.ErrNotFound) {
@@ -148,7 +148,7 @@ func testPutProjectsIsAllOrNothing(t *testing.T, e *env) {
 		t.Errorf("change hooks ran for %v after a failed write", changed)
 	}
 
-	changes, err := s.PutProjects([]store.Project{testProject("one", "t"), testProject("fresh", "new-team")})
+	changes, err := s.PutProjects([]store.Project{Project("one", "t"), Project("fresh", "new-team")})
 	if err != nil || len(changes) != 2 || changes[0] != store.ChangeUnchanged || changes[1] != store.ChangeCreated {
 		t.Fatalf("PutProjects = %v, %v; want [unchanged created]", changes, err)
 	}
@@ -159,7 +159,7 @@ func testPutProjectsIsAllOrNothing(t *testing.T, e *env) {
 
 func testPutProjectMovesModelKeyIndex(t *testing.T, e *env) {
 	s := e.open(t)
-	p := testProject("p", "t")
+	p := Project("p", "t")
 	if _, err := s.PutProject(p); err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func testPutProjectMovesModelKeyIndex(t *testing.T, e *env) {
 		})
 	}
 	// The freed key can now go to another project.
-	q := testProject("q", "t")
+	q := Project("q", "t")
 	q.Model.KeyHash = store.HashModelKey("key-p")
 	if _, err := s.PutProject(q); err != nil {
 		t.Errorf("PutProject with the freed key = %v", err)
@@ -212,7 +212,7 @@ func testUpdateProject(t *testing.T, e *env) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := e.open(t)
-			p := testProject("p", "t")
+			p := Project("p", "t")
 			p.Model.Env = map[string]string{"A": "1"}
 			if _, err := s.PutProject(p); err != nil {
 				t.Fatal(err)
@@ -245,7 +245,7 @@ func testUpdateProject(t *testing.T, e *env) {
 
 func testUpdateProjectConcurrentIncrementsAllApply(t *testing.T, e *env) {
 	s := e.open(t)
-	p := testProject("p", "t")
+	p := Project("p", "t")
 	p.MaxReplicas = 1
 	if _, err := s.PutProject(p); err != nil {
 		t.Fatal(err)
@@ -281,7 +281,7 @@ func testOnProjectChangeFiresAfterCommit(t *testing.T, e *env) {
 			events = append(events, event{i, id, p.MaxReplicas})
 		})
 	}
-	p := testProject("p", "t")
+	p := Project("p", "t")
 	steps := []func() error{
 		func() error { _, err := s.PutProject(p); return err },
 		func() error { _, err := s.PutProject(p); return err }, // unchanged: no event
@@ -311,7 +311,7 @@ func testOnProjectChangeFiresAfterCommit(t *testing.T, e *env) {
 
 func testDeleteAndListProjects(t *testing.T, e *env) {
 	s := e.open(t)
-	for _, p := range []store.Project{testProject("c", "t1"), testProject("a", "t2"), testProject("b", "t1")} {
+	for _, p := range []store.Project{Project("c", "t1"), Project("a", "t2"), Project("b", "t1")} {
 		if _, err := s.PutProject(p); err != nil {
 			t.Fatal(err)
 		}

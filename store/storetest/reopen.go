@@ -43,7 +43,7 @@ func testReopenKeepsTeamsKeysProjectsAndCalls(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proj := testProject("resnet", "acme")
+	proj := Project("resnet", "acme")
 	proj.Model.Env = map[string]string{"A": "1"}
 	if _, err := s.PutProject(proj); err != nil {
 		t.Fatal(err)
@@ -99,7 +99,7 @@ func testClosedStoreReturnsErrClosed(t *testing.T, e *env) {
 			return s.SaveCall(context.Background(), store.Call{ID: newCallID(), State: store.CallQueued})
 		}},
 		{"GetCall", func() error { _, err := s.GetCall("call_x"); return err }},
-		{"PutProject", func() error { _, err := s.PutProject(testProject("p", "t")); return err }},
+		{"PutProject", func() error { _, err := s.PutProject(Project("p", "t")); return err }},
 		{"Authenticate", func() error { _, err := s.Authenticate("ik_0123456789_abc"); return err }},
 		{"ExpireCalls", func() error { _, err := s.ExpireCalls(time.Now()); return err }},
 	} {

@@ -136,8 +136,10 @@ func (c *clock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-// testProject returns a valid project whose modelKey is "key-"+id.
-func testProject(id, team string) store.Project {
+// Project returns a valid project with every default, run by
+// /usr/bin/model, whose modelKey is "key-"+id: the project of the suite's
+// tests and of the implementations' own.
+func Project(id, team string) store.Project {
 	p := store.NewProject(id, team)
 	p.Model.Command = []string{"/usr/bin/model", "--port", "$PORT"}
 	p.Model.KeyHash = store.HashModelKey("key-" + id)

@@ -95,7 +95,7 @@ func testConcurrentWritersAreAllDurable(t *testing.T, e *env) {
 				return
 			}
 			secrets[g] = secret
-			if _, err := s.PutProject(testProject(fmt.Sprintf("p-%d", g), fmt.Sprintf("team-%d", g))); err != nil {
+			if _, err := s.PutProject(Project(fmt.Sprintf("p-%d", g), fmt.Sprintf("team-%d", g))); err != nil {
 				t.Error(err)
 			}
 		})
