@@ -67,6 +67,8 @@ fuzz:
 
 ## faults: the fault tests (docs/reliability.md) with a long kill -9 soak; run as
 ## root for the disk-full test. Figures go to faults-report.txt.
+# The end-to-end fault tests live in ./e2e/, the unit-level ones (store,
+# scheduler, replica) beside their code: ./... runs both.
 FAULT_TESTS := Fault|Kill|Crash|Corrupt|DiskFull|StorageFull|Orphan|Leaked|WallClock|RealClock|Backoff|Recovery|InferReports|SurviveDaemon
 faults:
 	rm -f faults-report.txt

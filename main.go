@@ -3,8 +3,8 @@
 // processes on the machine's GPUs or CPU, and serves the Banana-compatible
 // inference API, the project API, metrics and a status page.
 //
-// main wires the packages together; each subcommand is a small function in its
-// own file (serve.go, cli_keys.go, cli_projects.go).
+// This package is the entry point and the daemon's wiring (serve.go); the
+// command line and the admin commands are package cli.
 package main
 
 import (
@@ -12,11 +12,27 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"inferd/cli"
+)
+
+// Build information, set with -ldflags "-X main.version=... -X main.commit=... -X main.buildDate=...".
+var (
+	version   = "dev"
+	commit    = "unknown"
+	buildDate = "unknown"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
+	m := &cli.Main{
+		Stdout:  os.Stdout,
+		Stderr:  os.Stderr,
+		Environ: os.Environ(),
+		Build:   cli.Build{Version: version, Commit: commit, Date: buildDate},
+		Serve:   serve,
+	}
+	code := m.Run(ctx, os.Args[1:])
 	stop()
 	os.Exit(code)
 }

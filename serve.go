@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime"
 	"syscall"
 	"time"
 
@@ -20,7 +19,7 @@ import (
 	"inferd/gpu"
 	"inferd/httpapi"
 	"inferd/scheduler"
-	"inferd/scheduler/replica"
+	"inferd/scheduler/backend/local"
 	"inferd/store/bolt"
 )
 
@@ -32,7 +31,9 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	if err := cfg.EnsureDataDir(); err != nil {
 		return err
 	}
-	runAs, err := modelUser(cfg.Replica.User, log)
+	gpus := discoverGPUs(cfg.GPU, log)
+	defer gpus.Close()
+	replicas, err := local.New(backendConfig(cfg, gpus), log)
 	if err != nil {
 		return err
 	}
@@ -57,21 +58,11 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	}
 	defer os.Remove(cfg.SocketPath())
 
-	if n, err := replica.KillOrphans(cfg.RunDir(), log); err != nil {
-		log.Warn().Err(err).Msg("orphan cleanup incomplete")
-	} else if n > 0 {
-		log.Warn().Int("killed", n).Msg("killed model processes left by a previous run")
-	}
-
-	gpus := discoverGPUs(cfg.GPU, log)
-	defer gpus.Close()
-
 	// One metrics set, owned by this server: no package globals.
 	metrics := httpapi.NewMetrics(vm.NewSet())
 	schedCfg := schedulerConfig(cfg)
 	schedCfg.Observer = metrics
-	schedCfg.RunAs = runAs
-	sched := scheduler.New(schedCfg, st, scheduler.ProcessLauncher(log), gpus, scheduler.RealClock(), log)
+	sched := scheduler.New(schedCfg, st, replicas, scheduler.RealClock(), log)
 	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st})
 	st.OnProjectChange(sched.ProjectChanged)
 
@@ -84,7 +75,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			Log:          log,
 			Metrics:      metrics,
 			Status: &httpapi.StatusSources{
-				Snapshot: sched.Snapshot, GPUs: gpus.Devices, Calls: st, LogDir: cfg.LogDir(),
+				Snapshot: sched.Snapshot, GPUs: gpus.Devices, Calls: st, Logs: replicas,
 			},
 			Limits: httpapi.Limits{
 				RequestsPerSecond: cfg.Limits.RequestsPerSecond,
@@ -107,7 +98,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	defer endAdmin()
 	admin := &http.Server{
 		Handler: httpapi.NewAdmin(st, log,
-			httpapi.AdminLogDir(cfg.LogDir()), httpapi.WithCapacityCheck(sched.CapacityWarnings)),
+			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(sched.CapacityWarnings)),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return adminCtx },
 	}
@@ -185,38 +176,25 @@ func discoverGPUs(c config.GPU, log zerolog.Logger) *gpu.Inventory {
 }
 
 func schedulerConfig(cfg config.Config) scheduler.Config {
-	slots := cfg.CPUSlots
-	if slots == 0 {
-		slots = runtime.NumCPU()
-	}
 	return scheduler.Config{
 		MaxQueuedPerProject: cfg.MaxQueuedPerProject,
-		CPUSlots:            slots,
-		StopGrace:           cfg.Replica.StopGrace,
-		LogDir:              cfg.LogDir(),
-		LogMaxBytes:         cfg.Replica.LogMaxBytes,
-		LogKeep:             cfg.Replica.LogKeep,
-		RunDir:              cfg.RunDir(),
 		MaxBootFailures:     cfg.Replica.MaxBootFailures,
 		RestartBackoff:      cfg.Replica.RestartBackoff,
 		MaxRestartBackoff:   cfg.Replica.MaxRestartBackoff,
 	}
 }
 
-// modelUser resolves the user model processes run as: replica.user when
-// inferd runs as root (unless that is "root"), else inferd's own user (nil).
-func modelUser(name string, log zerolog.Logger) (*replica.RunAs, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
+// backendConfig is how the local-process backend runs replicas: its logs,
+// pid files, model user, stop grace, and what it places them on.
+func backendConfig(cfg config.Config, gpus *gpu.Inventory) local.Config {
+	return local.Config{
+		LogDir:      cfg.LogDir(),
+		LogMaxBytes: cfg.Replica.LogMaxBytes,
+		LogKeep:     cfg.Replica.LogKeep,
+		RunDir:      cfg.RunDir(),
+		User:        cfg.Replica.User,
+		StopGrace:   cfg.Replica.StopGrace,
+		CPUSlots:    cfg.CPUSlots, // 0 = one per CPU
+		GPUs:        gpus,
 	}
-	if name == "root" || name == "0" {
-		log.Warn().Msg("model processes run as root (replica.user: root)")
-		return nil, nil
-	}
-	u, err := replica.LookupRunAs(name)
-	if err != nil {
-		return nil, fmt.Errorf("config: replica.user: %w", err)
-	}
-	log.Info().Str("user", u.Name).Uint32("uid", u.UID).Msg("model processes run as an unprivileged user")
-	return u, nil
 }

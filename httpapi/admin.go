@@ -12,6 +12,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 	"github.com/rs/zerolog"
 
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
@@ -36,10 +37,10 @@ type BackupWriter interface {
 }
 
 type admin struct {
-	store    AdminStore
-	log      zerolog.Logger
-	capacity func([]store.Project) []string
-	logDir   string // replica logs; "" = none (see AdminLogDir)
+	store       AdminStore
+	log         zerolog.Logger
+	capacity    func([]store.Project) []string
+	replicaLogs backend.Logs // nil = none (see AdminLogs)
 }
 
 // AdminOption adjusts the admin API.

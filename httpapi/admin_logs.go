@@ -5,24 +5,19 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/julienschmidt/httprouter"
 
-	"inferd/scheduler/replica"
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
-// AdminLogDir lets GET /admin/logs read the replica logs under dir.
-func AdminLogDir(dir string) AdminOption {
-	return func(a *admin) { a.logDir = dir }
+// AdminLogs lets GET /admin/logs read the replica logs the backend keeps.
+func AdminLogs(logs backend.Logs) AdminOption {
+	return func(a *admin) { a.replicaLogs = logs }
 }
-
-// followPoll is how often a followed log is checked for new output.
-const followPoll = 250 * time.Millisecond
 
 // logs handles GET /admin/logs/:project[?replica=ID][&lines=N][&follow=1]:
 // the last lines of a replica's log as text, then, with follow, what is
@@ -36,7 +31,7 @@ func (a *admin) logs(w http.ResponseWriter, r *http.Request, ps httprouter.Param
 		writeError(w, r, a.log, err)
 		return
 	}
-	if a.logDir == "" || !store.ValidID(project) {
+	if a.replicaLogs == nil || !store.ValidID(project) {
 		writeError(w, r, a.log, notFound("no logs for project %s", truncate(project, 64)))
 		return
 	}
@@ -46,13 +41,13 @@ func (a *admin) logs(w http.ResponseWriter, r *http.Request, ps httprouter.Param
 	}
 	// Whichever team the project belongs or belonged to: the newest log of
 	// the replica asked for, or of any replica.
-	logs, err := replica.FindLogs(a.logDir, "", project)
+	logs, err := a.replicaLogs.ReplicaLogs("", project)
 	if err != nil {
 		writeError(w, r, a.log, err)
 		return
 	}
 	if rid != "" {
-		logs = slices.DeleteFunc(logs, func(l replica.LogFile) bool { return l.Replica != rid })
+		logs = slices.DeleteFunc(logs, func(l backend.Log) bool { return l.Replica != rid })
 	}
 	if len(logs) == 0 {
 		if rid != "" {
@@ -62,26 +57,21 @@ func (a *admin) logs(w http.ResponseWriter, r *http.Request, ps httprouter.Param
 		}
 		return
 	}
-	rid, path := logs[0].Replica, logs[0].Path
-	size, err := replica.LogSize(path)
-	if err == nil {
-		var lines []string
-		lines, err = replica.TailLog(path, n)
-		if err == nil {
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			w.Header().Set("X-Inferd-Replica", rid)
-			for _, l := range lines {
-				fmt.Fprintln(w, l)
-			}
-		}
-	}
+	l := logs[0]
+	rid = l.Replica
+	lines, next, err := a.replicaLogs.TailLog(l, n)
 	switch {
-	case errors.Is(err, os.ErrNotExist):
+	case errors.Is(err, backend.ErrNoLog):
 		writeError(w, r, a.log, notFound("no log for replica %s of project %s", rid, project))
 		return
 	case err != nil:
 		writeError(w, r, a.log, err)
 		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Inferd-Replica", rid)
+	for _, line := range lines {
+		fmt.Fprintln(w, line)
 	}
 	if r.URL.Query().Get("follow") != "1" {
 		return
@@ -92,8 +82,8 @@ func (a *admin) logs(w http.ResponseWriter, r *http.Request, ps httprouter.Param
 	}
 	// Ends when the client hangs up or the server shuts down (serve.go
 	// cancels the admin server's base context on Shutdown).
-	if err := replica.FollowLog(r.Context(), path, size, followPoll, fw); err != nil && r.Context().Err() == nil {
-		a.log.Debug().Err(err).Str("log", path).Msg("log follow ended")
+	if err := a.replicaLogs.FollowLog(r.Context(), l, next, fw); err != nil && r.Context().Err() == nil {
+		a.log.Debug().Err(err).Str("project", project).Str("replica", rid).Msg("log follow ended")
 	}
 }
 

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"errors"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,7 +12,7 @@ import (
 
 	"inferd/gpu"
 	"inferd/scheduler"
-	"inferd/scheduler/replica"
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
@@ -33,7 +32,7 @@ type StatusSources struct {
 	Snapshot func() scheduler.Status // the scheduler's Snapshot
 	GPUs     func() []gpu.Device     // the GPU inventory's Devices
 	Calls    RecentCalls
-	LogDir   string           // replica logs (see replica.LogPath); "" = none
+	Logs     backend.Logs     // replica logs; nil = none
 	Now      func() time.Time // for uptimes; nil = time.Now
 }
 
@@ -269,13 +268,13 @@ func (s *statusAPI) logs(w http.ResponseWriter, r *http.Request, ps httprouter.P
 		return
 	}
 	// The replica id names a file: only ids the scheduler could have made.
-	if s.src.LogDir == "" || !store.ValidID(rid) || !strings.HasPrefix(rid, p.ID+"-") {
+	if s.src.Logs == nil || !store.ValidID(rid) || !strings.HasPrefix(rid, p.ID+"-") {
 		writeError(w, r, s.log, notFound("no log for replica %s", truncate(rid, 64)))
 		return
 	}
-	lines, err := replica.TailLog(replica.LogPath(s.src.LogDir, p.TeamID, p.ID, rid), n)
+	lines, _, err := s.src.Logs.TailLog(backend.Log{Team: p.TeamID, Project: p.ID, Replica: rid}, n)
 	switch {
-	case errors.Is(err, os.ErrNotExist):
+	case errors.Is(err, backend.ErrNoLog):
 		writeError(w, r, s.log, notFound("no log for replica %s", rid))
 		return
 	case err != nil:

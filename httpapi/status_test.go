@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"inferd/gpu"
 	"inferd/scheduler"
-	"inferd/scheduler/replica"
+	"inferd/scheduler/backend/local"
 	"inferd/store"
 )
 
@@ -40,11 +42,15 @@ func newStatusEnv(t *testing.T) (*testEnv, string) {
 	for _, l := range []struct{ team, id string }{{"acme", "echo-1"}, {"other", "hidden-1"}, {"other", "echo-7"}} {
 		id := l.id
 		project, _, _ := strings.Cut(id, "-")
-		p := replica.LogPath(logDir, l.team, project, id)
+		p := local.LogPath(logDir, l.team, project, id)
 		os.MkdirAll(filepath.Dir(p), 0o755)
 		if err := os.WriteFile(p, []byte("booting "+id+"\nlistening\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+	logs, err := local.New(local.Config{LogDir: logDir, User: "root"}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
 	}
 	devs := gpu.Simulated([]gpu.SimulatedGPU{{Name: "Sim A"}, {Name: "Sim B", MemoryMiB: 1024}}).Devices()
 	snap := scheduler.Status{Projects: []scheduler.ProjectStatus{
@@ -86,7 +92,7 @@ func newStatusEnv(t *testing.T) (*testEnv, string) {
 		Snapshot: func() scheduler.Status { return snap },
 		GPUs:     func() []gpu.Device { return devs },
 		Calls:    calls,
-		LogDir:   logDir,
+		Logs:     logs,
 		Now:      func() time.Time { return statusNow },
 	}})
 	return env, logDir

@@ -46,7 +46,7 @@ func Parse(data []byte, baseDir string) ([]store.Project, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, errors.New("manifest is empty: it needs a projects: list")
 		}
-		return nil, fmt.Errorf("manifest: %w", err)
+		return nil, describe(data, err)
 	}
 	if len(f.Projects) == 0 {
 		return nil, errors.New("manifest has no projects")

@@ -102,3 +102,66 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// Mistakes in a manifest are told in the manifest's words: the line, the
+// field, the project, what the field takes, and for a typo the field meant;
+// never the Go types the decoder uses.
+func TestParseErrorsNameFieldAndProject(t *testing.T) {
+	entry := func(extra string) string {
+		return "projects:\n  - id: echo\n    team: demo\n    modelKey: mk-1\n    command: [python3, server.py]\n" + extra
+	}
+	tests := []struct {
+		name, body, want string
+	}{
+		{"typo", entry("    maxReplica: 2\n"),
+			"line 6: unknown field maxReplica in project echo (did you mean maxReplicas?)"},
+		{"other case", entry("    MaxReplicas: 2\n"),
+			"line 6: unknown field MaxReplicas in project echo (did you mean maxReplicas?)"},
+		{"nothing close", entry("    colour: red\n"),
+			"line 6: unknown field colour in project echo"},
+		{"top level", "project:\n  - {id: a}\n",
+			"line 1: unknown field project at the top level (did you mean projects?)"},
+		{"entry without id", "projects:\n  - {team: t, modelKey: k, command: [x], gpu: 1}\n",
+			"line 2: unknown field gpu in project #1 (did you mean gpus?)"},
+		{"second entry", entry("  - {id: other, team: t, modelKey: k, command: [x], idletimeout: 5}\n"),
+			"line 6: unknown field idletimeout in project other (did you mean idleTimeout?)"},
+		{"not a number", entry("    maxReplicas: many\n"),
+			`line 6: maxReplicas in project echo must be a whole number, not "many"`},
+		{"not a number, flow style", "projects:\n  - {id: a, team: t, modelKey: k, command: [x], gpus: two}\n",
+			`line 2: gpus in project a must be a whole number, not "two"`},
+		{"not a list", "projects:\n  - id: echo\n    command: python3 server.py\n",
+			`line 3: command in project echo must be a list of strings, not "python3 server.py"`},
+		{"not a mapping", entry("    env: [A, B]\n"),
+			"line 6: env in project echo must be a mapping of names to strings, not a list"},
+		{"two mistakes", entry("    maxReplica: 2\n    gpus: two\n"),
+			`line 6: unknown field maxReplica in project echo (did you mean maxReplicas?); line 7: gpus in project echo must be a whole number, not "two"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.body), "/x")
+			if err == nil {
+				t.Fatalf("no error, want %q", tc.want)
+			}
+			if err.Error() != tc.want {
+				t.Errorf("error\n  %s\nwant\n  %s", err, tc.want)
+			}
+			for _, goWords := range []string{"manifest.", "not found in type", "unmarshal", "[]", "map[", "!!"} {
+				if strings.Contains(err.Error(), goWords) {
+					t.Errorf("error %q shows the decoder's Go words (%q)", err, goWords)
+				}
+			}
+		})
+	}
+}
+
+func TestSuggestPicksTheClosestNameOrNone(t *testing.T) {
+	names := []string{"gpuMemoryMiB", "gpus", "idleTimeout", "inferenceTimeout", "maxReplicas", "minReplicas"}
+	for name, want := range map[string]string{
+		"maxReplica": "maxReplicas", "minreplicas": "minReplicas", "gpu": "gpus", "gpuMemoryMB": "gpuMemoryMiB",
+		"idleTimout": "idleTimeout", "colour": "", "x": "", "replicas": "maxReplicas",
+	} {
+		if got := suggest(name, names); got != want {
+			t.Errorf("suggest(%q) = %q, want %q", name, got, want)
+		}
+	}
+}

@@ -14,9 +14,9 @@ import (
 // answer every call at once, over the in-memory store.
 func benchScheduler(b *testing.B, p store.Project) *Scheduler {
 	st := newTestStore(b, p)
-	l := newFakeLauncher()
+	l := newFakeBackend(64, nil)
 	l.auto, l.reply = true, json.RawMessage(`{"ok":true}`)
-	s := New(Config{CPUSlots: 64}, st, l, nil, RealClock(), zerolog.Nop())
+	s := New(Config{}, st, l, RealClock(), zerolog.Nop())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
@@ -128,7 +129,7 @@ func (s *Scheduler) startCall(c *call, r *rep) {
 
 // infer runs one call on inst and reports the outcome. The failure message
 // is decided here, off the loop, because it looks at the process.
-func (s *Scheduler) infer(ctx context.Context, c *call, r *rep, inst Instance, inputs json.RawMessage) {
+func (s *Scheduler) infer(ctx context.Context, c *call, r *rep, inst backend.Instance, inputs json.RawMessage) {
 	if isClosed(inst.Exited()) {
 		// Dispatched just as the process died: the model never saw the call,
 		// so it goes back to the queue rather than failing.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"sync"
 
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
@@ -76,10 +77,10 @@ type evFinal struct {
 	err error
 }
 
-// evLaunched: Launcher.Launch returned.
+// evLaunched: Backend.Launch returned.
 type evLaunched struct {
 	r    *rep
-	inst Instance
+	inst backend.Instance
 	err  error
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 	"testing"
@@ -15,7 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"inferd/gpu"
-	"inferd/scheduler/replica"
+	"inferd/scheduler/backend"
 	"inferd/store"
 	"inferd/store/memstore"
 )
@@ -159,23 +160,57 @@ func (s *testStore) states(id string) []store.CallState {
 	return out
 }
 
-// fakeLauncher hands out fakeInstances; tests take them from launched in
-// launch order.
-type fakeLauncher struct {
+// fakeBackend hands out fakeInstances; tests take them from launched in
+// launch order. Its capacity is cpuSlots CPU slots and the GPUs of gpus.
+type fakeBackend struct {
 	launched chan *fakeInstance
+	cpuSlots int
+	gpus     Inventory // nil = none
 	// fail, when set, makes Launch fail for a spec.
 	mu   sync.Mutex
-	fail func(replica.Spec) error
+	fail func(backend.Spec) error
 	// auto makes instances ready at once and answer every call with reply.
 	auto  bool
 	reply json.RawMessage
 }
 
-func newFakeLauncher() *fakeLauncher {
-	return &fakeLauncher{launched: make(chan *fakeInstance, 1000)}
+func newFakeBackend(cpuSlots int, gpus Inventory) *fakeBackend {
+	return &fakeBackend{launched: make(chan *fakeInstance, 1000), cpuSlots: cpuSlots, gpus: gpus}
 }
 
-func (l *fakeLauncher) Launch(spec replica.Spec) (Instance, error) {
+// Inventory is where a fakeBackend reads its GPUs: fakeGPUs, liveGPUs, or
+// cpuSlots (none, and a number of CPU slots).
+type Inventory interface {
+	Devices() []gpu.Device
+}
+
+// cpuSlots is an Inventory with no GPUs that gives the fake backend that
+// many CPU slots.
+type cpuSlots int
+
+func (cpuSlots) Devices() []gpu.Device { return nil }
+
+func (l *fakeBackend) Capacity() backend.Capacity {
+	c := backend.Capacity{CPUSlots: l.cpuSlots}
+	if l.gpus != nil {
+		c.GPUs = l.gpus.Devices()
+	}
+	return c
+}
+
+func (l *fakeBackend) Recover(context.Context) error { return nil }
+
+func (l *fakeBackend) ReplicaLogs(team, project string) ([]backend.Log, error) { return nil, nil }
+
+func (l *fakeBackend) TailLog(backend.Log, int) ([]string, int64, error) {
+	return nil, 0, backend.ErrNoLog
+}
+
+func (l *fakeBackend) FollowLog(context.Context, backend.Log, int64, io.Writer) error {
+	return backend.ErrNoLog
+}
+
+func (l *fakeBackend) Launch(spec backend.Spec) (backend.Instance, error) {
 	l.mu.Lock()
 	fail := l.fail
 	l.mu.Unlock()
@@ -204,7 +239,7 @@ func (l *fakeLauncher) Launch(spec replica.Spec) (Instance, error) {
 
 // fakeInstance is a model server under the test's control.
 type fakeInstance struct {
-	spec    replica.Spec
+	spec    backend.Spec
 	pid     int
 	ready   chan struct{}
 	exited  chan struct{}
@@ -234,8 +269,7 @@ type fakeAnswer struct {
 func (c *fakeCall) reply(out string) { c.answer <- fakeAnswer{out: json.RawMessage(out)} }
 func (c *fakeCall) fail(err error)   { c.answer <- fakeAnswer{err: err} }
 
-func (i *fakeInstance) ID() string              { return i.spec.ID }
-func (i *fakeInstance) Pid() int                { return i.pid }
+func (i *fakeInstance) Info() backend.Info      { return backend.Info{Pid: i.pid} }
 func (i *fakeInstance) Ready() <-chan struct{}  { return i.ready }
 func (i *fakeInstance) Exited() <-chan struct{} { return i.exited }
 
@@ -274,11 +308,11 @@ func (i *fakeInstance) Infer(ctx context.Context, inputs json.RawMessage) (json.
 }
 
 func (i *fakeInstance) exitedErr() error {
-	return fmt.Errorf("%w (%v)", replica.ErrExited, i.ExitErr())
+	return fmt.Errorf("%w (%v)", backend.ErrExited, i.ExitErr())
 }
 
 // Stop behaves like a process that exits on SIGTERM.
-func (i *fakeInstance) Stop(grace time.Duration) {
+func (i *fakeInstance) Stop() {
 	i.stopOnce.Do(func() { close(i.stopped) })
 	i.exit(errors.New("signal: terminated"), "")
 	<-i.exited
@@ -323,23 +357,26 @@ type harness struct {
 	t      *testing.T
 	s      *Scheduler
 	st     *testStore
-	l      *fakeLauncher
+	l      *fakeBackend
 	clk    *fakeClock
 	cancel context.CancelFunc
 	runErr chan error
 }
 
+// newHarness runs a scheduler on a fake backend with the GPUs of gpus (nil =
+// none) and 8 CPU slots, or as many as gpus says when it is cpuSlots.
 func newHarness(t *testing.T, cfg Config, gpus Inventory, projects ...store.Project) *harness {
 	return startHarness(t, cfg, gpus, newTestStore(t, projects...))
 }
 
 func startHarness(t *testing.T, cfg Config, gpus Inventory, st *testStore) *harness {
 	t.Helper()
-	if cfg.CPUSlots == 0 {
-		cfg.CPUSlots = 8
+	slots := 8
+	if n, ok := gpus.(cpuSlots); ok {
+		slots = int(n)
 	}
-	h := &harness{t: t, st: st, l: newFakeLauncher(), clk: newFakeClock(), runErr: make(chan error, 1)}
-	h.s = New(cfg, h.st, h.l, gpus, h.clk, zerolog.Nop())
+	h := &harness{t: t, st: st, l: newFakeBackend(slots, gpus), clk: newFakeClock(), runErr: make(chan error, 1)}
+	h.s = New(cfg, h.st, h.l, h.clk, zerolog.Nop())
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	go func() { h.runErr <- h.s.Run(ctx) }()
@@ -401,7 +438,7 @@ func (h *harness) launchedN(n int) []*fakeInstance {
 	h.noLaunch()
 	// Launches run concurrently: order them as started.
 	slices.SortFunc(out, func(a, b *fakeInstance) int {
-		return cmp.Or(cmp.Compare(a.spec.ProjectID, b.spec.ProjectID), cmp.Compare(len(a.spec.ID), len(b.spec.ID)), cmp.Compare(a.spec.ID, b.spec.ID))
+		return cmp.Or(cmp.Compare(a.spec.ProjectID, b.spec.ProjectID), cmp.Compare(len(a.spec.ReplicaID), len(b.spec.ReplicaID)), cmp.Compare(a.spec.ReplicaID, b.spec.ReplicaID))
 	})
 	return out
 }
@@ -412,7 +449,7 @@ func (h *harness) noLaunch() {
 	h.settle()
 	select {
 	case i := <-h.l.launched:
-		h.t.Fatalf("unexpected launch of %s", i.spec.ID)
+		h.t.Fatalf("unexpected launch of %s", i.spec.ReplicaID)
 	default:
 	}
 }
@@ -433,7 +470,7 @@ func (h *harness) call(i *fakeInstance) *fakeCall {
 	case c := <-i.calls:
 		return c
 	default:
-		h.t.Fatalf("no call reached replica %s", i.spec.ID)
+		h.t.Fatalf("no call reached replica %s", i.spec.ReplicaID)
 		return nil
 	}
 }
@@ -444,7 +481,7 @@ func (h *harness) noCall(i *fakeInstance) {
 	h.settle()
 	select {
 	case c := <-i.calls:
-		h.t.Fatalf("unexpected call %s on replica %s", c.inputs, i.spec.ID)
+		h.t.Fatalf("unexpected call %s on replica %s", c.inputs, i.spec.ReplicaID)
 	default:
 	}
 }

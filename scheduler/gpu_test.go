@@ -53,8 +53,8 @@ func TestGPUEvictionStopsLeastRecentlyUsedIdleReplicaThenTheWaitingCallRuns(t *t
 			t.Fatalf("stopped a-1 %v, a-2 %v; want only a-2 (least recently used)", as[0].wasStopped(), as[1].wasStopped())
 		}
 		ib := h.launched()
-		if ib.spec.ProjectID != "b" || !slices.Equal(ib.spec.GPUUUIDs, as[1].spec.GPUUUIDs) {
-			t.Fatalf("launched %s on %v, want b on a-2's GPU %v", ib.spec.ID, ib.spec.GPUUUIDs, as[1].spec.GPUUUIDs)
+		if ib.spec.ProjectID != "b" || !slices.Equal(ib.spec.GPUs, as[1].spec.GPUs) {
+			t.Fatalf("launched %s on %v, want b on a-2's GPU %v", ib.spec.ReplicaID, ib.spec.GPUs, as[1].spec.GPUs)
 		}
 		h.serveOne(ib)
 		if got := h.result(c.ID); got.State != store.CallSucceeded {
@@ -141,8 +141,8 @@ func TestGPUSharesPackByMemoryAndEvictOnlyWhatIsNeeded(t *testing.T) {
 		h.clk.Advance(time.Second)
 		h.submit(small, `{}`)
 		is := h.launched()
-		if !slices.Equal(is.spec.GPUUUIDs, []string{"GPU-0"}) || ia.wasStopped() {
-			t.Fatalf("small on %v, a stopped %v; want small beside a on GPU-0", is.spec.GPUUUIDs, ia.wasStopped())
+		if !slices.Equal(is.spec.GPUs, []string{"GPU-0"}) || ia.wasStopped() {
+			t.Fatalf("small on %v, a stopped %v; want small beside a on GPU-0", is.spec.GPUs, ia.wasStopped())
 		}
 		h.serveOne(is) // small is idle now too, but more recently used than a
 
@@ -154,8 +154,8 @@ func TestGPUSharesPackByMemoryAndEvictOnlyWhatIsNeeded(t *testing.T) {
 			t.Error("small was evicted too: 16384-4000 leaves room for 12000")
 		}
 		ib := h.launched()
-		if !slices.Equal(ib.spec.GPUUUIDs, []string{"GPU-0"}) {
-			t.Fatalf("big on %v", ib.spec.GPUUUIDs)
+		if !slices.Equal(ib.spec.GPUs, []string{"GPU-0"}) {
+			t.Fatalf("big on %v", ib.spec.GPUs)
 		}
 		h.serveOne(ib)
 		if got := h.result(c.ID); got.State != store.CallSucceeded {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"inferd/scheduler/replica"
+	"inferd/scheduler/backend"
 )
 
 // The user-facing texts of the calls the scheduler ends. Clients see them as
@@ -89,12 +89,12 @@ func exitStatus(exitErr error) string {
 	return exitErr.Error()
 }
 
-// inferFailure maps an error of Instance.Infer to the call's message. exited
+// inferFailure maps an error of backend.Instance.Infer to the call's message. exited
 // says whether the process had exited by the time Infer returned, which turns
 // any transport error into the exit message.
 func inferFailure(err error, exited bool, exitErr error) string {
-	var httpErr *replica.HTTPError
-	var excErr *replica.ExceptionError
+	var httpErr *backend.HTTPError
+	var excErr *backend.ExceptionError
 	switch {
 	case errors.As(err, &httpErr):
 		body := strings.TrimSpace(httpErr.Body)
@@ -104,11 +104,11 @@ func inferFailure(err error, exited bool, exitErr error) string {
 		return fmt.Sprintf("error: model returned HTTP %d: %s", httpErr.Status, body)
 	case errors.As(err, &excErr):
 		return "error: model raised an exception: " + excErr.LastLine
-	case errors.Is(err, replica.ErrInvalidReply):
-		detail := strings.TrimPrefix(err.Error(), replica.ErrInvalidReply.Error())
+	case errors.Is(err, backend.ErrInvalidReply):
+		detail := strings.TrimPrefix(err.Error(), backend.ErrInvalidReply.Error())
 		detail = strings.TrimPrefix(detail, ": ")
 		return "error: model returned an invalid reply: " + detail
-	case exited || errors.Is(err, replica.ErrExited):
+	case exited || errors.Is(err, backend.ErrExited):
 		return msgExited(exitErr)
 	default:
 		return "error: model request failed: " + err.Error()

@@ -220,7 +220,7 @@ func (s *Scheduler) pruneReleases(devices []gpu.Device) {
 // loop state, so it is safe to call from any goroutine, and it rejects
 // nothing: a minimum that does not fit just waits.
 func (s *Scheduler) CapacityWarnings(projects []store.Project) []string {
-	return minimumsWarnings(s.devices(), s.cfg.CPUSlots, projects)
+	return minimumsWarnings(s.devices(), s.cpuSlots(), projects)
 }
 
 // minimumsWarnings names the projects whose minReplicas cannot fit beside

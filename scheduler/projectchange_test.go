@@ -87,8 +87,8 @@ func TestModelSpecFieldChangeDrainsOldReplicasUnlessLive(t *testing.T) {
 					t.Fatalf("a change to %s left the old replica running", field)
 				}
 				fresh := h.launched()
-				if fresh.spec.RestartNeeded(p.Model) {
-					t.Errorf("the new replica runs %+v, want the changed spec %+v", fresh.spec.ModelSpec, p.Model)
+				if fresh.spec.Model.RestartNeeded(p.Model) {
+					t.Errorf("the new replica runs %+v, want the changed spec %+v", fresh.spec.Model, p.Model)
 				}
 			})
 		})

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"inferd/scheduler/replica"
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
@@ -25,8 +25,8 @@ type rep struct {
 	p   *project
 	gen int // the project's specGen it was started from
 
-	inst  Instance // nil until Launch has returned
-	pid   int
+	inst  backend.Instance // nil until Launch has returned
+	info  backend.Info     // the backend's description, once launched
 	state replicaState
 	// draining: started from an older spec; takes no new calls and is
 	// stopped once idle.
@@ -106,30 +106,27 @@ func (s *Scheduler) boot(p *project, gpus []string, cpuSlot bool) {
 	if cpuSlot {
 		s.cpuUsed++
 	}
-	spec := replica.Spec{
-		ID:          r.id,
-		ProjectID:   p.id,
-		ModelSpec:   p.cfg.Model,
-		GPUUUIDs:    gpus,
-		LogMaxBytes: s.cfg.LogMaxBytes,
-		LogKeep:     s.cfg.LogKeep,
-		RunDir:      s.cfg.RunDir,
-		RunAs:       s.cfg.RunAs,
-	}
-	if s.cfg.LogDir != "" {
-		spec.LogPath = replica.LogPath(s.cfg.LogDir, p.cfg.TeamID, p.id, r.id)
-	}
+	spec := launchSpec(p.cfg, r.id, gpus)
 	s.arm(&r.boot, seconds(p.bootTimeout()), func(seq uint64) event { return evBootTimeout{r: r, seq: seq} })
 	s.log.Info().Str("project", p.id).Str("replica", r.id).Strs("gpus", gpus).Msg("booting replica")
 	s.cfg.Observer.ReplicaStarted(p.id)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		inst, err := s.launch.Launch(spec)
+		inst, err := s.backend.Launch(spec)
 		if !s.in.post(evLaunched{r: r, inst: inst, err: err}) && err == nil {
-			inst.Stop(s.cfg.StopGrace) // the loop has stopped: nobody else will
+			inst.Stop() // the loop has stopped: nobody else will
 		}
 	}()
+}
+
+// launchSpec is what the backend is asked to start for replica id of
+// project p on gpus: the one place where a project becomes a launch request.
+// The model spec goes whole, so a field added to it needs no change here.
+func launchSpec(p store.Project, id string, gpus []string) backend.Spec {
+	m := p.Model
+	m.KeyHash = "" // the backend has no use for the model key's hash
+	return backend.Spec{ReplicaID: id, ProjectID: p.ID, TeamID: p.TeamID, Model: m, GPUs: gpus}
 }
 
 func (s *Scheduler) onLaunched(ev evLaunched) {
@@ -140,7 +137,7 @@ func (s *Scheduler) onLaunched(ev evLaunched) {
 		return
 	}
 	r.inst = ev.inst
-	r.pid = ev.inst.Pid()
+	r.info = ev.inst.Info()
 	s.wg.Add(1)
 	go s.watch(r, ev.inst)
 	if r.state == stateStopping {
@@ -149,7 +146,7 @@ func (s *Scheduler) onLaunched(ev evLaunched) {
 }
 
 // watch reports the replica's readiness and exit. It ends with the process.
-func (s *Scheduler) watch(r *rep, inst Instance) {
+func (s *Scheduler) watch(r *rep, inst backend.Instance) {
 	defer s.wg.Done()
 	select {
 	case <-inst.Ready():
@@ -173,7 +170,7 @@ func (s *Scheduler) onReady(r *rep) {
 		r.p.bootFailures = 0
 		r.p.backoff = 0
 	}
-	s.log.Info().Str("project", r.p.id).Str("replica", r.id).Int("pid", r.pid).
+	s.log.Info().Str("project", r.p.id).Str("replica", r.id).Int("pid", r.info.Pid).
 		Dur("boot", now.Sub(r.started)).Msg("replica ready")
 }
 

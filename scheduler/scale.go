@@ -149,7 +149,7 @@ func (s *Scheduler) acquire(p *project, devices []gpu.Device) (gpus []string, cp
 		gpus, ok = place(devices, s.assignments(), req)
 		return gpus, false, ok
 	}
-	if s.cpuUsed < s.cfg.CPUSlots {
+	if s.cpuUsed < s.cpuSlots() {
 		return nil, true, true
 	}
 	return nil, false, false
@@ -165,7 +165,7 @@ func (s *Scheduler) acquire(p *project, devices []gpu.Device) (gpus []string, cp
 // project's turn. A GPU project evicts only when stopping every replica it
 // may stop would make its request fit, so no replica is stopped in vain.
 func (s *Scheduler) evict(waiting []*project, devices []gpu.Device) {
-	cpuAvail := max(s.cfg.CPUSlots-s.cpuUsed, 0)
+	cpuAvail := max(s.cpuSlots()-s.cpuUsed, 0)
 	planDevs := emptied(devices)
 	var plan []assignment // GPU holds that stay: live replicas
 	for _, p := range s.order {

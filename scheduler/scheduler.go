@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,36 +13,25 @@ import (
 	"github.com/rs/zerolog"
 
 	"inferd/gpu"
-	"inferd/scheduler/replica"
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
 // Config tunes the scheduler. Zero values take the defaults named per field.
+// How replicas run (their logs, user, stop grace, the CPU slots and GPUs) is
+// the backend's to decide, not the scheduler's.
 type Config struct {
-	MaxQueuedPerProject int            // calls waiting per project before Submit refuses; default 1000
-	CPUSlots            int            // CPU replicas (gpus: 0) at once; default runtime.NumCPU()
-	StopGrace           time.Duration  // SIGTERM to SIGKILL when stopping a replica; default 10s
-	LogDir              string         // replica logs go to LogDir/<team>/<project>/<replica>.log; "" = none
-	LogMaxBytes         int64          // size cap of one replica log
-	LogKeep             int            // rotated generations kept per replica log
-	RunDir              string         // pid files for orphan cleanup
-	MaxBootFailures     int            // consecutive failed boots before queued calls fail; default 3
-	RestartBackoff      time.Duration  // first wait after a crash or failed boot, doubling; default 1s
-	MaxRestartBackoff   time.Duration  // cap of that wait; default 30s
-	GPUPoll             time.Duration  // while a project waits for GPU, how often free GPU memory is re-read; default 1s
-	Observer            Observer       // told about finished calls and replica events; nil = none
-	RunAs               *replica.RunAs // the user model processes run as; nil = inferd's own
+	MaxQueuedPerProject int           // calls waiting per project before Submit refuses; default 1000
+	MaxBootFailures     int           // consecutive failed boots before queued calls fail; default 3
+	RestartBackoff      time.Duration // first wait after a crash or failed boot, doubling; default 1s
+	MaxRestartBackoff   time.Duration // cap of that wait; default 30s
+	GPUPoll             time.Duration // while a project waits for GPU, how often free GPU memory is re-read; default 1s
+	Observer            Observer      // told about finished calls and replica events; nil = none
 }
 
 func (c Config) withDefaults() Config {
 	if c.MaxQueuedPerProject <= 0 {
 		c.MaxQueuedPerProject = 1000
-	}
-	if c.CPUSlots <= 0 {
-		c.CPUSlots = runtime.NumCPU()
-	}
-	if c.StopGrace <= 0 {
-		c.StopGrace = 10 * time.Second
 	}
 	if c.MaxBootFailures <= 0 {
 		c.MaxBootFailures = 3
@@ -76,28 +64,6 @@ type Store interface {
 	SaveCallAsync(c store.Call, done func(error))
 }
 
-// Instance is one running model server; *rep.Process satisfies it.
-type Instance interface {
-	ID() string
-	Pid() int
-	Ready() <-chan struct{}
-	Exited() <-chan struct{}
-	ExitErr() error
-	Infer(ctx context.Context, inputs json.RawMessage) (json.RawMessage, error)
-	Stop(grace time.Duration)
-	LastLogLine() string
-}
-
-// Launcher starts model servers.
-type Launcher interface {
-	Launch(spec replica.Spec) (Instance, error)
-}
-
-// Inventory says which GPUs exist.
-type Inventory interface {
-	Devices() []gpu.Device
-}
-
 // errStopped is returned by Submit when the scheduler is not running.
 var errStopped = errors.New("scheduler is not running")
 
@@ -106,12 +72,11 @@ var errStopped = errors.New("scheduler is not running")
 // methods are safe for concurrent use. See the package documentation for who
 // owns what.
 type Scheduler struct {
-	cfg    Config
-	st     Store
-	launch Launcher
-	gpus   Inventory
-	clk    Clock
-	log    zerolog.Logger
+	cfg     Config
+	st      Store
+	backend backend.Backend
+	clk     Clock
+	log     zerolog.Logger
 
 	submitc  chan submitReq
 	lookupc  chan lookupReq
@@ -170,17 +135,16 @@ type lookupResult struct {
 	found bool
 }
 
-// New returns a Scheduler that is not running yet: call Run. gpus may be
-// nil on a machine without GPUs.
-func New(cfg Config, st Store, launch Launcher, gpus Inventory, clk Clock, log zerolog.Logger) *Scheduler {
+// New returns a Scheduler that is not running yet: call Run. Replicas run on
+// b, which also says what capacity (CPU slots, GPUs) there is.
+func New(cfg Config, st Store, b backend.Backend, clk Clock, log zerolog.Logger) *Scheduler {
 	if clk == nil {
 		clk = RealClock()
 	}
 	s := &Scheduler{
 		cfg:      cfg.withDefaults(),
 		st:       st,
-		launch:   launch,
-		gpus:     gpus,
+		backend:  b,
 		clk:      clk,
 		log:      log,
 		submitc:  make(chan submitReq),
@@ -204,16 +168,23 @@ func New(cfg Config, st Store, launch Launcher, gpus Inventory, clk Clock, log z
 // Ready reports whether the scheduler's loop is running (recovery done).
 func (s *Scheduler) Ready() bool { return s.ready.Load() }
 
-// Run recovers the calls that were pending when the daemon last stopped, then
-// schedules until ctx ends. Then it stops every replica (concurrently, each
-// with StopGrace) and returns once every goroutine it started has ended.
-// Calls still running are left as they are in the store: the next start
-// fails them as interrupted. Run may be called once.
+// Run has the backend recover the replicas a previous run left behind and
+// recovers the calls that were pending when the daemon last stopped, then
+// schedules until ctx ends. Then it stops every replica (concurrently) and
+// returns once every goroutine it started has ended. Calls still running are
+// left as they are in the store: the next start fails them as interrupted.
+// Run may be called once.
 func (s *Scheduler) Run(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("scheduler: Run called twice")
 	}
 	defer close(s.stopped)
+	// Before any launch, so that what a previous run left holds no GPU or
+	// port a new replica is given. A cleanup that failed leaves processes
+	// behind, not a broken daemon: serve on.
+	if err := s.backend.Recover(ctx); err != nil {
+		s.log.Warn().Err(err).Msg("replica recovery incomplete")
+	}
 	if err := s.recoverPending(ctx); err != nil {
 		s.in.close()
 		return err
@@ -311,14 +282,14 @@ func (s *Scheduler) ProjectChanged(id string) { s.in.post(evProjectChanged{id: i
 // It is empty until Run has recovered and after Run has returned.
 func (s *Scheduler) Snapshot() Status {
 	if !s.ready.Load() {
-		return Status{CPUSlots: s.cfg.CPUSlots}
+		return Status{CPUSlots: s.cpuSlots()}
 	}
 	reply := make(chan Status, 1)
 	select {
 	case s.snapc <- reply:
 		return <-reply
 	case <-s.stopped:
-		return Status{CPUSlots: s.cfg.CPUSlots}
+		return Status{CPUSlots: s.cpuSlots()}
 	}
 }
 
@@ -435,12 +406,13 @@ func (s *Scheduler) shutdown() {
 	s.wg.Wait()
 }
 
-// goStop stops inst in a goroutine of its own: Stop takes up to StopGrace.
-func (s *Scheduler) goStop(inst Instance) {
+// goStop stops inst in a goroutine of its own: Stop takes up to the
+// backend's grace period.
+func (s *Scheduler) goStop(inst backend.Instance) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		inst.Stop(s.cfg.StopGrace)
+		inst.Stop()
 	}()
 }
 
@@ -500,13 +472,11 @@ func (s *Scheduler) recoverPending(ctx context.Context) error {
 	return nil
 }
 
-// devices is the machine's GPUs.
-func (s *Scheduler) devices() []gpu.Device {
-	if s.gpus == nil {
-		return nil
-	}
-	return s.gpus.Devices()
-}
+// devices is the backend's GPUs.
+func (s *Scheduler) devices() []gpu.Device { return s.backend.Capacity().GPUs }
+
+// cpuSlots is how many CPU replicas the backend runs at once.
+func (s *Scheduler) cpuSlots() int { return s.backend.Capacity().CPUSlots }
 
 // ms is d in whole milliseconds.
 func ms(d time.Duration) int64 { return d.Milliseconds() }

@@ -11,21 +11,21 @@ import (
 	"testing/synctest"
 	"time"
 
-	"inferd/scheduler/replica"
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
-// Errors as replica.Process.Infer returns them.
+// Errors as backend.Instance.Infer returns them.
 var (
-	replicaHTTPError500 = replica.HTTPError{Status: 500, Body: "boom\n"}
-	replicaException    = replica.ExceptionError{LastLine: "ValueError: bad input"}
-	errInvalidReply     = fmt.Errorf("%w: reply is not JSON: %q", replica.ErrInvalidReply, "nope")
+	replicaHTTPError500 = backend.HTTPError{Status: 500, Body: "boom\n"}
+	replicaException    = backend.ExceptionError{LastLine: "ValueError: bad input"}
+	errInvalidReply     = fmt.Errorf("%w: reply is not JSON: %q", backend.ErrInvalidReply, "nope")
 )
 
 func TestSubmitRunsCallOnNewReplicaAndRecordsResult(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("echo")
-		h := newHarness(t, Config{LogDir: "/logs", RunDir: "/run", LogMaxBytes: 1 << 20}, nil, p)
+		h := newHarness(t, Config{}, nil, p)
 		defer h.stop()
 
 		c := h.submit(p, `{"x":1}`)
@@ -36,11 +36,11 @@ func TestSubmitRunsCallOnNewReplicaAndRecordsResult(t *testing.T) {
 			t.Fatalf("writes after Submit = %v, want the created write committed", got)
 		}
 		i := h.launched()
-		want := []string{"echo-1", "echo", "/logs/team/echo/echo-1.log", "/run"}
-		if got := []string{i.spec.ID, i.spec.ProjectID, i.spec.LogPath, i.spec.RunDir}; !slices.Equal(got, want) {
-			t.Errorf("spec id, project, log, run dir = %q, want %q", got, want)
+		want := []string{"echo-1", "echo", "team"}
+		if got := []string{i.spec.ReplicaID, i.spec.ProjectID, i.spec.TeamID}; !slices.Equal(got, want) {
+			t.Errorf("spec replica, project, team = %q, want %q", got, want)
 		}
-		if !slices.Equal(i.spec.Command, p.Model.Command) || i.spec.LogMaxBytes != 1<<20 || len(i.spec.GPUUUIDs) != 0 {
+		if !slices.Equal(i.spec.Model.Command, p.Model.Command) || i.spec.Model.KeyHash != "" || len(i.spec.GPUs) != 0 {
 			t.Errorf("spec = %+v", i.spec)
 		}
 		h.clk.Advance(2 * time.Second) // the boot
@@ -151,8 +151,8 @@ func TestMinReplicasBootAtStartAndAreNeverTimedOut(t *testing.T) {
 		h := newHarness(t, Config{}, nil, p)
 		defer h.stop()
 		is := h.launchedN(2)
-		if is[0].spec.ID != "warm-1" || is[1].spec.ID != "warm-2" {
-			t.Errorf("ids = %s, %s", is[0].spec.ID, is[1].spec.ID)
+		if is[0].spec.ReplicaID != "warm-1" || is[1].spec.ReplicaID != "warm-2" {
+			t.Errorf("ids = %s, %s", is[0].spec.ReplicaID, is[1].spec.ReplicaID)
 		}
 		if got := h.replicaStates("warm"); !slices.Equal(got, []string{"warm-1:booting", "warm-2:booting"}) {
 			t.Errorf("replicas = %v", got)
@@ -488,7 +488,7 @@ func TestLaunchErrorCountsAsFailedBoot(t *testing.T) {
 		h := newHarness(t, Config{MaxBootFailures: 1}, nil, p)
 		defer h.stop()
 		h.l.mu.Lock()
-		h.l.fail = func(spec replica.Spec) error { return fmt.Errorf("start replica %s: empty command", spec.ID) }
+		h.l.fail = func(spec backend.Spec) error { return fmt.Errorf("start replica %s: empty command", spec.ReplicaID) }
 		h.l.mu.Unlock()
 		c := h.submit(p, `{}`)
 		if got := h.result(c.ID); got.Message != "error: model failed to start: start replica nocmd-1: empty command" {
@@ -593,7 +593,7 @@ func TestProjectChangedHigherMinBootsReplicas(t *testing.T) {
 		h.st.putProject(q)
 		h.s.ProjectChanged(q.ID)
 		if i := h.launchedN(1)[0]; i.spec.ProjectID != "new" {
-			t.Errorf("launched %s", i.spec.ID)
+			t.Errorf("launched %s", i.spec.ReplicaID)
 		}
 	})
 }
@@ -646,8 +646,8 @@ func TestModelSpecChangeDrainsOldReplicas(t *testing.T) {
 			t.Fatalf("busy stopped %v, idle stopped %v; want only the idle one stopped", old[0].wasStopped(), old[1].wasStopped())
 		}
 		fresh := h.launchedN(2)
-		if !slices.Equal(fresh[0].spec.Command, p.Model.Command) {
-			t.Errorf("new replica runs %v", fresh[0].spec.Command)
+		if !slices.Equal(fresh[0].spec.Model.Command, p.Model.Command) {
+			t.Errorf("new replica runs %v", fresh[0].spec.Model.Command)
 		}
 		h.ready(fresh...)
 		c2 := h.submit(p, `{}`)
@@ -784,7 +784,7 @@ func TestEvictsLeastRecentlyUsedIdleReplicaOfAnotherProject(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := testProject("a", minMax(0, 2), idleTimeout(600))
 		b := testProject("b", minMax(0, 1))
-		h := newHarness(t, Config{CPUSlots: 2}, nil, a, b)
+		h := newHarness(t, Config{}, cpuSlots(2), a, b)
 		defer h.stop()
 		h.submit(a, `{}`)
 		h.submit(a, `{}`)
@@ -803,7 +803,7 @@ func TestEvictsLeastRecentlyUsedIdleReplicaOfAnotherProject(t *testing.T) {
 			t.Fatalf("stopped a-1 %v, a-2 %v; want only a-2 (least recently used)", as[0].wasStopped(), as[1].wasStopped())
 		}
 		if i := h.launchedN(1)[0]; i.spec.ProjectID != "b" {
-			t.Errorf("launched %s", i.spec.ID)
+			t.Errorf("launched %s", i.spec.ReplicaID)
 		}
 	})
 }
@@ -821,7 +821,7 @@ func TestEvictionNeverStopsBusyReplicasOrGoesBelowMin(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				a := testProject("a", minMax(tc.min, 1), idleTimeout(600))
 				b := testProject("b", minMax(0, 1))
-				h := newHarness(t, Config{CPUSlots: 1}, nil, a, b)
+				h := newHarness(t, Config{}, cpuSlots(1), a, b)
 				defer h.stop()
 				h.submit(a, `{}`)
 				ia := h.launched()
@@ -846,7 +846,7 @@ func TestEvictionNeverStopsBusyReplicasOrGoesBelowMin(t *testing.T) {
 func TestCPUSlotsLimitReplicasAcrossProjects(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("many", minMax(0, 5))
-		h := newHarness(t, Config{CPUSlots: 2}, nil, p)
+		h := newHarness(t, Config{}, cpuSlots(2), p)
 		defer h.stop()
 		for range 5 {
 			h.submit(p, `{}`)
@@ -871,7 +871,7 @@ func TestWaitingProjectsGetFreedSlotsRoundRobin(t *testing.T) {
 			ps = append(ps, testProject(id, minMax(0, 1), idleTimeout(600)))
 		}
 		a, b, c, x := ps[0], ps[1], ps[2], ps[3]
-		h := newHarness(t, Config{CPUSlots: 1}, nil, ps...)
+		h := newHarness(t, Config{}, cpuSlots(1), ps...)
 		defer h.stop()
 		var order []string
 		// run serves the one call of the next replica to boot.
@@ -947,7 +947,7 @@ func TestGPUReplicasGetWholeGPUsAndWaitWhenNoneIsFree(t *testing.T) {
 			h.submit(p, `{}`)
 		}
 		is := h.launchedN(2)
-		got := [][]string{is[0].spec.GPUUUIDs, is[1].spec.GPUUUIDs}
+		got := [][]string{is[0].spec.GPUs, is[1].spec.GPUs}
 		if !slices.Equal(got[0], []string{"GPU-0"}) || !slices.Equal(got[1], []string{"GPU-1"}) {
 			t.Errorf("GPUs = %v", got)
 		}

@@ -55,7 +55,7 @@ type ReplicaStatus struct {
 }
 
 func (s *Scheduler) snapshot() Status {
-	st := Status{CPUSlots: s.cfg.CPUSlots, CPUSlotsUsed: s.cpuUsed}
+	st := Status{CPUSlots: s.cpuSlots(), CPUSlotsUsed: s.cpuUsed}
 	st.Projects = make([]ProjectStatus, 0, len(s.order))
 	for _, p := range s.order {
 		if p.deleted {
@@ -76,7 +76,7 @@ func (s *Scheduler) snapshot() Status {
 			rs := ReplicaStatus{
 				ID:         r.id,
 				State:      r.stateName(),
-				Pid:        r.pid,
+				Pid:        r.info.Pid,
 				GPUs:       slices.Clone(r.gpus),
 				Started:    r.started,
 				InFlight:   len(r.calls),

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"time"
+
+	"inferd/scheduler/backend"
 )
 
 // workerIdle is how long an idle inference worker waits for another call
@@ -15,7 +17,7 @@ type inferJob struct {
 	ctx    context.Context
 	c      *call
 	r      *rep
-	inst   Instance
+	inst   backend.Instance
 	inputs json.RawMessage
 }
 

@@ -1,5 +1,5 @@
 // Runs the public Banana JavaScript clients, unmodified, against a live inferd.
-// The Go end-to-end test (e2e_banana_test.go) starts inferd and sets:
+// The Go end-to-end test (e2e/banana_test.go) starts inferd and sets:
 //   BANANA_URL      http://127.0.0.1:PORT/  (the v4 client reads it at import; it must end in /)
 //   INFERD_BASE     http://127.0.0.1:PORT
 //   INFERD_KEY      a team API key

@@ -14,7 +14,7 @@ import (
 )
 
 // Crash points in the commit path, compiled only into test binaries built
-// with -tags failpoints (e2e_faults_test.go builds one). Production builds
+// with -tags failpoints (e2e/faults_test.go builds one). Production builds
 // get the no-op in failpoint_off.go.
 //
 // INFERD_FAILPOINT=<point>[:<n>] makes the process SIGKILL itself the n-th

@@ -1,6 +1,6 @@
 // Drives the inferd status page in Debian's chromium, headless, through
 // playwright-core (which never downloads a browser). Run by
-// e2e_statuspage_test.go against a live inferd; it reads:
+// e2e/statuspage_test.go against a live inferd; it reads:
 //   INFERD_BASE      http://127.0.0.1:PORT
 //   INFERD_KEY       an API key
 //   EXPECT_GPUS      how many GPU cards must show

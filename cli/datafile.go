@@ -1,0 +1,76 @@
+package cli
+
+// Helpers for the commands that read or write data files directly (backup,
+// restore, doctor).
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"inferd/store/bolt"
+)
+
+// dataSummary is what storeSummary found in a data file.
+type dataSummary struct {
+	teams, projects int
+	schema          int // the file's schema version
+}
+
+// storeSummary opens a data file read-only (it neither migrates nor touches
+// it), counts its teams and projects, and closes it.
+func storeSummary(path string) (dataSummary, error) {
+	st, err := bolt.Open(path, bolt.Options{Timeout: time.Second, ReadOnly: true})
+	if err != nil {
+		return dataSummary{}, err
+	}
+	defer st.Close()
+	ts, err := st.ListTeams()
+	if err != nil {
+		return dataSummary{}, fmt.Errorf("read teams from %s: %w", path, err)
+	}
+	ps, err := st.ListProjects("")
+	if err != nil {
+		return dataSummary{}, fmt.Errorf("read projects from %s: %w", path, err)
+	}
+	return dataSummary{teams: len(ts), projects: len(ps), schema: st.Migration().From}, nil
+}
+
+// syncDir fsyncs a directory so a rename in it survives a crash.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// writeFileSynced creates path (mode 0600, failing if it exists), fills it
+// with fill, and fsyncs it. On failure the file is removed.
+func writeFileSynced(path string, fill func(io.Writer) (int64, error)) (n int64, err error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(path)
+		}
+	}()
+	if n, err = fill(f); err != nil {
+		return n, err
+	}
+	if err = f.Sync(); err != nil {
+		return n, fmt.Errorf("sync %s: %w", path, err)
+	}
+	if err = f.Close(); err != nil {
+		return n, fmt.Errorf("close %s: %w", path, err)
+	}
+	return n, nil
+}

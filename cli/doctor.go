@@ -1,0 +1,348 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"inferd/config"
+	"inferd/gpu"
+	"inferd/scheduler/backend"
+	"inferd/scheduler/backend/local"
+	"inferd/store"
+	"inferd/store/bolt"
+)
+
+// doctorCommand checks what inferd needs on this box and says what to fix,
+// one line per check. It loads the config itself, so that a broken config is
+// reported as a check, and it never creates the data directory or file.
+type doctorCommand struct {
+	env *env
+}
+
+func (c *doctorCommand) Usage() string {
+	return `Usage:
+  inferd [global flags] doctor
+
+Checks what inferd needs on this box and prints one line per check (ok, warn
+or fail) with what to fix: the config, the data directory and file, free disk,
+the NVIDIA driver, the user models run as, python3 and that the example model
+boots as that user, and the listen address. Exit status 1 when a check fails.
+Give it the same --config (and environment) as serve.
+`
+}
+
+// doctorReport prints one line per check and counts failures.
+type doctorReport struct {
+	out   io.Writer
+	fails int
+}
+
+func (r *doctorReport) line(status, check, format string, a ...any) {
+	if status == "fail" {
+		r.fails++
+	}
+	fmt.Fprintf(r.out, "%-4s  %-11s %s\n", status, check, fmt.Sprintf(format, a...))
+}
+
+func (c *doctorCommand) Run(_ context.Context, args []string) error {
+	if err := parseFlagsOnly(subFlags("doctor"), args); err != nil {
+		return err
+	}
+	r := &doctorReport{out: c.env.stdout}
+	cfg, err := c.env.config()
+	if err != nil {
+		r.line("fail", "config", "%v: fix the file or the INFERD_* environment", err)
+		return fmt.Errorf("doctor: %d check(s) failed", r.fails)
+	}
+	if c.env.configPath != "" {
+		r.line("ok", "config", "loaded %s", c.env.configPath)
+	} else {
+		r.line("ok", "config", "no config file: built-in defaults (pass --config or set INFERD_CONFIG)")
+	}
+
+	running := daemonAnswers(cfg)
+	doctorDataDir(r, cfg)
+	doctorDataFile(r, cfg, running)
+	doctorDisk(r, cfg)
+	doctorGPU(r, cfg)
+	if runAs, ok := c.doctorModelUser(r, cfg); ok {
+		doctorExample(r, runAs)
+	}
+	doctorListen(r, cfg, running)
+
+	if r.fails > 0 {
+		return fmt.Errorf("doctor: %d check(s) failed", r.fails)
+	}
+	return nil
+}
+
+func doctorDataDir(r *doctorReport, cfg config.Config) {
+	fi, err := os.Stat(cfg.DataDir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		r.line("warn", "data dir", "%s does not exist yet: inferd creates it on first start (its parent must be writable)", cfg.DataDir)
+		return
+	case err != nil:
+		r.line("fail", "data dir", "%v", err)
+		return
+	case !fi.IsDir():
+		r.line("fail", "data dir", "%s is not a directory: point dataDir elsewhere", cfg.DataDir)
+		return
+	}
+	f, err := os.CreateTemp(cfg.DataDir, ".doctor-*")
+	if err != nil {
+		r.line("fail", "data dir", "%s is not writable by this user (%v): fix its owner or mode", cfg.DataDir, err)
+		return
+	}
+	f.Close()
+	os.Remove(f.Name())
+	if fi.Mode().Perm()&0o077 != 0 {
+		r.line("warn", "data dir", "%s is writable but has mode %o: chmod 700 it, it holds key hashes", cfg.DataDir, fi.Mode().Perm())
+		return
+	}
+	r.line("ok", "data dir", "%s exists and is writable", cfg.DataDir)
+}
+
+func doctorDataFile(r *doctorReport, cfg config.Config, running bool) {
+	path := cfg.StorePath()
+	if running {
+		r.line("ok", "data file", "%s: daemon running (admin socket answers)", path)
+		return
+	}
+	fi, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		r.line("ok", "data file", "%s does not exist yet: it is created on first start", path)
+		return
+	}
+	if err != nil {
+		r.line("fail", "data file", "%v", err)
+		return
+	}
+	sum, err := storeSummary(path)
+	switch {
+	case errors.Is(err, bolt.ErrInUse):
+		r.line("warn", "data file", "%s is locked by another process but no daemon answers on %s", path, cfg.SocketPath())
+	case err != nil:
+		r.line("fail", "data file", "%v", err)
+	case sum.schema < bolt.SchemaVersion:
+		r.line("ok", "data file", "%s opens (%d bytes, %d teams, %d projects); schema version %d: the next start migrates it to %d and keeps a copy as %s.schema-v%d",
+			path, fi.Size(), sum.teams, sum.projects, sum.schema, bolt.SchemaVersion, path, sum.schema)
+	default:
+		r.line("ok", "data file", "%s opens (%d bytes, %d teams, %d projects, schema version %d)", path, fi.Size(), sum.teams, sum.projects, sum.schema)
+	}
+}
+
+func doctorDisk(r *doctorReport, cfg config.Config) {
+	// Measure the data dir, or the nearest existing parent if it does not exist yet.
+	dir := cfg.DataDir
+	for {
+		if _, err := os.Stat(dir); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			break
+		}
+		dir = parent
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		r.line("warn", "disk", "cannot measure free space in %s: %v", dir, err)
+		return
+	}
+	free := st.Bavail * uint64(st.Bsize)
+	const gib = 1 << 30
+	if free < gib {
+		r.line("warn", "disk", "%s has only %s free: call records stop being written when the disk fills", dir, humanBytes(free))
+		return
+	}
+	r.line("ok", "disk", "%s free in %s", humanBytes(free), dir)
+}
+
+func humanBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func doctorGPU(r *doctorReport, cfg config.Config) {
+	switch {
+	case len(cfg.GPU.Simulate) > 0:
+		r.line("warn", "gpu", "%d simulated GPU(s) from gpu.simulate: the NVIDIA driver is not used; remove gpu.simulate to serve on real GPUs", len(cfg.GPU.Simulate))
+		return
+	case cfg.GPU.Disabled:
+		r.line("warn", "gpu", "gpu.disabled is set: the NVIDIA driver is not checked and every project runs on CPU")
+		return
+	}
+	var buf bytes.Buffer
+	inv := gpu.Discover(zerolog.New(&buf))
+	defer inv.Close()
+	if n := inv.Count(); n > 0 {
+		r.line("ok", "gpu", "%d NVIDIA GPU(s) via %s", n, inv.Source())
+		return
+	}
+	detail := ""
+	var entry struct {
+		Message string `json:"message"`
+		NVML    string `json:"nvml"`
+		Error   string `json:"error"`
+	}
+	if line, _, _ := strings.Cut(buf.String(), "\n"); json.Unmarshal([]byte(line), &entry) == nil {
+		switch cause := entry.NVML + entry.Error; {
+		case cause != "" && strings.HasPrefix(entry.Message, "no NVIDIA driver"):
+			detail = " (NVML: " + cause + ")"
+		case cause != "":
+			detail = " (" + entry.Message + ": " + cause + ")"
+		case entry.Message != "":
+			detail = " (" + entry.Message + ")"
+		}
+	}
+	r.line("warn", "gpu", "no NVIDIA driver: CPU only%s; install the NVIDIA driver to serve GPU models", detail)
+}
+
+func doctorListen(r *doctorReport, cfg config.Config, running bool) {
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err == nil {
+		ln.Close()
+		r.line("ok", "listen", "%s is free", cfg.Listen)
+		return
+	}
+	if running {
+		r.line("ok", "listen", "%s is in use by the running daemon", cfg.Listen)
+		return
+	}
+	r.line("fail", "listen", "cannot listen on %s (%v): stop what uses it or change listen", cfg.Listen, err)
+}
+
+// exampleBootTimeout bounds how long doctor waits for the example model.
+const exampleBootTimeout = 15 * time.Second
+
+// exampleDirs are where the echo example lives: beside the installed binary
+// (/usr/bin/inferd → /usr/share/inferd/examples/echo, as packaged) or in a
+// source checkout.
+func exampleDirs() []string {
+	var dirs []string
+	if exe, err := os.Executable(); err == nil {
+		dirs = append(dirs, filepath.Join(filepath.Dir(exe), "..", "share", "inferd", "examples", "echo"))
+	}
+	return append(dirs, filepath.Join("examples", "echo"))
+}
+
+// doctorModelUser reports who model processes will run as, the way serve
+// decides it, and returns that user (nil: doctor's own user).
+func (c *doctorCommand) doctorModelUser(r *doctorReport, cfg config.Config) (runAs *local.RunAs, ok bool) {
+	runAs, err := local.ModelUser(cfg.Replica.User)
+	switch {
+	case err != nil:
+		r.line("fail", "model user", "config: replica.user: %v: serve will refuse to start; create the user or set replica.user", err)
+		return nil, false
+	case runAs != nil:
+		r.line("ok", "model user", "models run as %s (uid %d), since inferd runs as root (replica.user)", runAs.Name, runAs.UID)
+	case os.Geteuid() == 0:
+		r.line("warn", "model user", "models run as root (replica.user: root): a model can read the data file and the keys")
+	default:
+		r.line("ok", "model user", "models run as inferd's own user")
+	}
+	return runAs, true
+}
+
+// doctorExample checks python3 and that the example model boots: it runs
+// examples/echo the way a replica runs (through the local-process backend:
+// its own port, on loopback, as the model user), waits for GET /healthz, and
+// stops it. That proves that model servers can run here.
+func doctorExample(r *doctorReport, runAs *local.RunAs) {
+	py, err := local.LookPath("python3")
+	if err != nil {
+		r.line("warn", "python3", "not on PATH: the example model (examples/echo) needs it; install python3")
+		return
+	}
+	r.line("ok", "python3", "%s", py)
+	dir := ""
+	for _, d := range exampleDirs() {
+		if _, err := os.Stat(filepath.Join(d, "server.py")); err == nil {
+			dir = filepath.Clean(d)
+			break
+		}
+	}
+	if dir == "" {
+		r.line("warn", "example", "the echo example is not installed (looked in %s): skipped the model boot check", strings.Join(exampleDirs(), ", "))
+		return
+	}
+	took, err := bootExample(py, dir, runAs)
+	if err != nil {
+		who := "this user"
+		if runAs != nil {
+			who = "user " + runAs.Name
+		}
+		r.line("fail", "example", "%s did not boot: %v; model servers will fail the same way: check that %s can run %s and read %s", dir, err, who, py, dir)
+		return
+	}
+	r.line("ok", "example", "%s boots and answers /healthz (%s)", dir, took.Round(time.Millisecond))
+}
+
+// bootExample starts the echo server in dir as a replica of a backend of its
+// own (no logs or pid files kept), waits until /healthz answers, and stops
+// it; the process never outlives the call.
+func bootExample(python, dir string, runAs *local.RunAs) (time.Duration, error) {
+	user := "root" // with runAs nil: doctor's own user, root or not
+	if runAs != nil {
+		user = runAs.Name
+	}
+	b, err := local.New(local.Config{User: user, StopGrace: time.Second}, zerolog.Nop())
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	inst, err := b.Launch(backend.Spec{
+		ReplicaID: "doctor-example",
+		Model: store.ModelSpec{
+			Command: []string{python, "server.py"},
+			Dir:     dir,
+			Env:     map[string]string{"PYTHONDONTWRITEBYTECODE": "1"},
+		},
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer inst.Stop()
+	t := time.NewTimer(exampleBootTimeout)
+	defer t.Stop()
+	select {
+	case <-inst.Ready():
+		return time.Since(start), nil
+	case <-inst.Exited():
+		return 0, fmt.Errorf("exited (%v): %s", inst.ExitErr(), lastLine(inst.LastLogLine()))
+	case <-t.C:
+		return 0, fmt.Errorf("no answer on /healthz within %s: %s", exampleBootTimeout, lastLine(inst.LastLogLine()))
+	}
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	if s == "" {
+		return "no output"
+	}
+	return s
+}

@@ -1,0 +1,66 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+
+	"inferd/store"
+)
+
+// projectCommand lists and deletes projects.
+type projectCommand struct{ env *env }
+
+func (c *projectCommand) Usage() string {
+	return `Usage:
+  inferd [global flags] project list
+  inferd [global flags] project delete ID
+
+project list prints every team's projects with their replica bounds,
+timeouts, GPUs, protocol and command. project delete ID removes a project; a
+running daemon stops its replicas and fails its unfinished calls with "error:
+project deleted". Projects are created and changed with inferd apply.
+`
+}
+
+func (c *projectCommand) Run(ctx context.Context, args []string) error {
+	return runGroup(ctx, "project", args, subcommand{"list", c.list}, subcommand{"delete", c.delete})
+}
+
+func (c *projectCommand) list(ctx context.Context, args []string) error {
+	if err := parseFlagsOnly(subFlags("project list"), args); err != nil {
+		return err
+	}
+	var out struct {
+		Results []store.Project `json:"results"`
+	}
+	if err := c.env.withAdmin(func(a *adminClient) error { return a.call(ctx, "GET", "/admin/projects", nil, &out) }); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(c.env.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTEAM\tMIN\tMAX\tTIMEOUT\tIDLE\tGPUS\tPROTOCOL\tCOMMAND")
+	for _, p := range out.Results {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%ds\t%ds\t%d\t%s\t%s\n", p.ID, p.TeamID, p.MinReplicas, p.MaxReplicas,
+			p.InferenceTimeout, p.IdleTimeout, p.Model.GPUs, p.Model.Protocol, strings.Join(p.Model.Command, " "))
+	}
+	return tw.Flush()
+}
+
+func (c *projectCommand) delete(ctx context.Context, args []string) error {
+	ids, err := parseSub(subFlags("project delete"), args)
+	if err != nil {
+		return err
+	}
+	if len(ids) != 1 {
+		return fmt.Errorf("%w: project delete needs exactly one project ID", errUsage)
+	}
+	if err := c.env.withAdmin(func(a *adminClient) error {
+		return a.call(ctx, "DELETE", "/admin/projects/"+url.PathEscape(ids[0]), nil, nil)
+	}); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.env.stdout, "Deleted project %s.\n", ids[0])
+	return nil
+}

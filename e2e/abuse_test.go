@@ -1,0 +1,205 @@
+package e2e
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestModelProcessesAreConfined runs the echo model through a live daemon
+// and asks it what it can see: no inferd secret in its environment, told to
+// listen on loopback, and, when inferd runs as root, an unprivileged user
+// that cannot read the data file.
+func TestModelProcessesAreConfined(t *testing.T) {
+	echo := readableEcho(t)
+	dir, cfg := newDaemonDir(t, "")
+	// The default replica.user (nobody); the environment carries INFERD_SECRET_PROBE.
+	d := startDaemonEnv(t, dir, cfg)
+	key := d.createKey("acme", false)
+	mark := marker()
+	d.apply(strings.Replace("projects:\n"+echoProject("echo", "acme", "mk-echo", echo, mark, `, PROJECT_SETTING: "x"`),
+		`["python3"`, `["/usr/bin/python3"`, 1))
+	c := inferenceClient{t: t, base: d.base, key: key}
+	dbPath := filepath.Join(dir, "data", "inferd.db")
+	r := c.start("mk-echo", fmt.Sprintf(`{"whoami": true, "read": %q}`, dbPath), false)
+	if r["message"] != "success" {
+		t.Fatalf("call: %v", r)
+	}
+	out := output(t, r)
+
+	t.Run("environment holds only the allowlist, the project's env and inferd's variables", func(t *testing.T) {
+		allowed := map[string]bool{
+			"PATH": true, "HOME": true, "USER": true, "LOGNAME": true, "LANG": true, "LC_ALL": true, "LC_CTYPE": true,
+			"TZ": true, "TMPDIR": true, "PYENV_ROOT": true, "PYENV_VERSION": true, "PYTHONUNBUFFERED": true,
+			"HOST": true, "PORT": true, "CUDA_VISIBLE_DEVICES": true, "NVIDIA_VISIBLE_DEVICES": true,
+			"INFERD_PROJECT_ID": true, "INFERD_REPLICA_ID": true, "E2E_MARKER": true, "PROJECT_SETTING": true,
+		}
+		for _, name := range out["environ"].([]any) {
+			if !allowed[name.(string)] {
+				t.Errorf("the model sees %s", name)
+			}
+		}
+		if out := output(t, c.start("mk-echo", `{"env": "HOST"}`, false)); out["env"] != "127.0.0.1" {
+			t.Errorf("HOST = %v, want 127.0.0.1", out["env"])
+		}
+	})
+	t.Run("runs as the unprivileged model user when inferd is root", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("inferd runs as a normal user here: models run as that user")
+		}
+		nobody, err := user.Lookup("nobody")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uid := strconv.Itoa(int(out["uid"].(float64))); uid == "0" || uid != nobody.Uid {
+			t.Fatalf("model uid %s, want nobody's %s", uid, nobody.Uid)
+		}
+		if got := out["read"]; got != "error: Permission denied" {
+			t.Fatalf("the model reading the data file: %v", got)
+		}
+	})
+	// inferd still stops what runs as another user.
+	d.stop()
+	eventually(t, 10*time.Second, "no model process after shutdown", func() bool { return len(processesWithEnv(mark)) == 0 })
+}
+
+// readableEcho copies the echo model to a directory any user can read, so
+// that it runs as an unprivileged user wherever the checkout lives, and
+// checks that the system python3 exists (a pyenv one under /root would not
+// be readable by that user).
+func readableEcho(t *testing.T) string {
+	t.Helper()
+	src := filepath.Join(echoDir(t), "server.py")
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3 for an unprivileged model user to run")
+	}
+	code, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} { // t.TempDir makes them 0700
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "server.py"), code, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestAbuseLimitsEndToEnd drives each limit through a live daemon.
+func TestAbuseLimitsEndToEnd(t *testing.T) {
+	echo := echoDir(t)
+	dir, cfg := newDaemonDir(t, `maxBodyBytes: 2048
+limits:
+  requestsPerSecond: 0.001
+  burst: 3
+  maxInputDepth: 4
+  readHeaderTimeout: 1s
+`)
+	d := startDaemon(t, dir, cfg)
+	d.apply("projects:\n" + echoProject("echo", "acme", "mk-echo", echo, marker(), ""))
+	hdr := func(k string) map[string]string { return map[string]string{"X-Service-API-Key": k} }
+
+	t.Run("per-key request rate: 429 on the project API, an error on start", func(t *testing.T) {
+		key := d.createKey("acme", false)
+		for i := 0; i < 3; i++ {
+			if status, body := do(t, "GET", d.base+"/v1/projects", hdr(key), ""); status != 200 {
+				t.Fatalf("request %d within the burst: %d %v", i+1, status, body)
+			}
+		}
+		status, body := do(t, "GET", d.base+"/v1/projects", hdr(key), "")
+		if e, _ := body["error"].(map[string]any); status != 429 || e["code"] != "rate_limited" {
+			t.Fatalf("over the rate: %d %v", status, body)
+		}
+		_, r := do(t, "POST", d.base+"/start/v4", nil, fmt.Sprintf(`{"apiKey":%q,"modelKey":"mk-echo","modelInputs":{}}`, key))
+		if msg := r["message"].(string); !strings.HasPrefix(msg, "error: rate limit exceeded") {
+			t.Fatalf("start over the rate: %q", msg)
+		}
+		if status, _ := do(t, "GET", d.base+"/v1/projects", hdr(d.createKey("acme", false)), ""); status != 200 {
+			t.Fatalf("another key of the same team is limited too: %d", status)
+		}
+	})
+	t.Run("body size and input depth", func(t *testing.T) {
+		key := d.createKey("acme", false)
+		start := func(inputs string) string {
+			_, r := do(t, "POST", d.base+"/start/v4", nil, fmt.Sprintf(`{"apiKey":%q,"modelKey":"mk-echo","startOnly":true,"modelInputs":%s}`, key, inputs))
+			return r["message"].(string)
+		}
+		if msg := start(`{"pad":"` + strings.Repeat("x", 4096) + `"}`); msg != "error: request body is larger than 2048 bytes" {
+			t.Errorf("big body: %q", msg)
+		}
+		if msg := start(`{"a":{"b":{"c":{"d":{}}}}}`); msg != "error: modelInputs nest deeper than 4 levels" {
+			t.Errorf("deep inputs: %q", msg)
+		}
+		if status, _ := do(t, "PUT", d.base+"/v1/projects/echo", hdr(key), `{"maxReplicas":2,"x":"`+strings.Repeat("x", 4096)+`"}`); status != 413 {
+			t.Errorf("big PUT: %d", status)
+		}
+	})
+	t.Run("slow clients cannot hold the server", func(t *testing.T) {
+		const slow = 100
+		addr := strings.TrimPrefix(d.base, "http://")
+		var conns []net.Conn
+		for i := 0; i < slow; i++ {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { conn.Close() })
+			// Half a request line and never the rest: the slowloris pattern.
+			if _, err := io.WriteString(conn, "POST /start/v4 HTTP/1.1\r\nHost: x\r\nX-Slow: "); err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, conn)
+		}
+		// A trickler that sends one header byte at a time is cut off too:
+		// the timeout bounds the whole header, not the gap between bytes.
+		trickle, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { trickle.Close() })
+		io.WriteString(trickle, "GET /healthz HTTP/1.1\r\n")
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for {
+				if _, err := trickle.Write([]byte("X")); err != nil {
+					return // the server closed it
+				}
+				time.Sleep(50 * time.Millisecond) // the trickle itself, not synchronization
+			}
+		})
+
+		// While they all hang on, others are served.
+		key := d.createKey("acme", false)
+		if status, _ := do(t, "GET", d.base+"/healthz", nil, ""); status != 200 {
+			t.Fatalf("healthz while slow clients hold connections: %d", status)
+		}
+		if status, _ := do(t, "GET", d.base+"/v1/projects", hdr(key), ""); status != 200 {
+			t.Fatalf("project API while slow clients hold connections: %d", status)
+		}
+		// And the server drops every slow connection (readHeaderTimeout 1s);
+		// the 60 s deadline only guards against a server that never does.
+		for i, conn := range append(conns, trickle) {
+			conn.SetReadDeadline(time.Now().Add(60 * time.Second))
+			_, err := io.ReadAll(conn)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("slow connection %d still open after 60s", i)
+			}
+		}
+		trickle.Close()
+		wg.Wait()
+	})
+}

@@ -1,0 +1,598 @@
+package e2e
+
+// Fault tests: the real binary is killed with SIGKILL under load, killed at
+// crash points inside the commit path, given a full disk and a corrupt data
+// file. docs/reliability.md lists what each proves. `make test` runs a short
+// version; `make faults` a longer soak (INFERD_SOAK_ROUNDS, INFERD_SOAK_CALLS).
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"inferd/store"
+)
+
+const msgRestart = "error: interrupted by a server restart"
+
+// callLedger is what the test knows of every call the daemon accepted.
+type callLedger struct {
+	mu          sync.Mutex
+	index       map[string]int    // callID → its "i" input
+	final       map[string]string // callID → the final message it first answered
+	issued      int               // start requests sent
+	unreturned  int               // calls found stored whose callID never reached the client
+	problems    []error
+	interrupted int
+}
+
+func newLedger() *callLedger {
+	return &callLedger{index: map[string]int{}, final: map[string]string{}}
+}
+
+func (l *callLedger) fail(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.problems = append(l.problems, err)
+}
+
+func (l *callLedger) add(id string, i int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.index[id] = i
+}
+
+func (l *callLedger) ids() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ids := make([]string, 0, len(l.index))
+	for id := range l.index {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func (l *callLedger) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.index)
+}
+
+// observe checks one answer for call id: a success must carry this call's own
+// input, the only error allowed is the restart one, and a final answer must
+// never change.
+func (l *callLedger) observe(id string, r map[string]any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	msg := message(r)
+	if !isFinal(r) {
+		if _, final := l.final[id]; final {
+			l.problems = append(l.problems, fmt.Errorf("call %s answered %q after it had ended", id, msg))
+		}
+		return
+	}
+	switch msg {
+	case "success":
+		if got, ok := echoedIndex(r); !ok || got != l.index[id] {
+			l.problems = append(l.problems, fmt.Errorf("call %s (input %d) answered another call's result: %v", id, l.index[id], r))
+		}
+	case msgRestart:
+	default:
+		l.problems = append(l.problems, fmt.Errorf("call %s (input %d): %q", id, l.index[id], msg))
+	}
+	if prev, ok := l.final[id]; ok && prev != msg {
+		l.problems = append(l.problems, fmt.Errorf("call %s answered %q, then %q", id, prev, msg))
+	}
+	if _, ok := l.final[id]; !ok {
+		l.final[id] = msg
+		if msg == msgRestart {
+			l.interrupted++
+		}
+	}
+}
+
+func (l *callLedger) check(t *testing.T) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, err := range l.problems {
+		if i == 20 {
+			t.Errorf("... and %d more", len(l.problems)-20)
+			break
+		}
+		t.Error(err)
+	}
+	if len(l.problems) > 0 {
+		t.FailNow()
+	}
+}
+
+// soakCall is the i-th call of the load: mostly queued work on project a
+// (two replicas, so a queue builds), every 4th a synchronous call on project
+// b, every 10th one that leaves a child process in its replica's group.
+func soakCall(i int) (modelKey, inputs string, startOnly bool) {
+	switch {
+	case i%10 == 0:
+		return "mk-a", fmt.Sprintf(`{"i":%d,"spawn":true}`, i), true
+	case i%4 == 1:
+		return "mk-b", fmt.Sprintf(`{"i":%d,"sleep":0.02}`, i), false
+	default:
+		return "mk-a", fmt.Sprintf(`{"i":%d,"sleep":0.05}`, i), true
+	}
+}
+
+// loadGen runs workers that start calls until stopped or the daemon is gone.
+type loadGen struct {
+	stop atomic.Bool
+	wg   sync.WaitGroup
+}
+
+func startLoad(c faultClient, l *callLedger, next *atomic.Int64, workers int) *loadGen {
+	g := &loadGen{}
+	for range workers {
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			for !g.stop.Load() {
+				i := int(next.Add(1))
+				modelKey, inputs, startOnly := soakCall(i)
+				l.mu.Lock()
+				l.issued++
+				l.mu.Unlock()
+				r, err := c.start(modelKey, inputs, startOnly)
+				if r == nil {
+					return // the daemon is gone: the test killed it
+				}
+				id, _ := r["callID"].(string)
+				if err != nil || id == "" || strings.HasPrefix(message(r), "error:") {
+					l.fail(fmt.Errorf("start of call %d: %v %v", i, r, err))
+					continue
+				}
+				l.add(id, i)
+				l.observe(id, r)
+			}
+		}()
+	}
+	return g
+}
+
+// verify asks the daemon about every call in the ledger, 8 at a time; with
+// wait it long-polls each until it has ended.
+func verify(c faultClient, l *callLedger, wait bool) {
+	ids := l.ids()
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range work {
+				var r map[string]any
+				var err error
+				if wait {
+					r, err = c.final(id)
+				} else {
+					r, err = c.check(id, false)
+				}
+				if err != nil {
+					l.fail(fmt.Errorf("call %s does not answer: %v", id, err))
+					continue
+				}
+				l.observe(id, r)
+			}
+		}()
+	}
+	for _, id := range ids {
+		work <- id
+	}
+	close(work)
+	wg.Wait()
+}
+
+// TestDaemonKillUnderLoad kills the daemon with SIGKILL while hundreds of calls
+// are queued, running and finished, restarts it, and repeats. Every callID
+// ever returned must keep answering with its own result (or the restart
+// error for calls that were running), nothing stored may be lost, the data
+// file must stay consistent, and no model process may outlive its daemon.
+func TestDaemonKillUnderLoad(t *testing.T) {
+	echo := echoDir(t)
+	rounds := envInt(t, "INFERD_SOAK_ROUNDS", 3)
+	perRound := envInt(t, "INFERD_SOAK_CALLS", 80)
+	dir, cfg := newDaemonDir(t, "cpuSlots: 4\nstartWait: 1s\nlongPollWait: 5s\nmaxQueuedPerProject: 100000\n"+
+		"replica:\n  stopGrace: 2s\n  restartBackoff: 100ms\n")
+	dataFile := filepath.Join(dir, "data", "inferd.db")
+	mark := marker()
+	d := startDaemon(t, dir, cfg)
+	key := d.createKey("acme", false)
+	d.apply("projects:\n" +
+		echoProject("soak-a", "acme", "mk-a", echo, mark, "") + "    minReplicas: 1\n    maxReplicas: 2\n" +
+		echoProject("soak-b", "acme", "mk-b", echo, mark, "") + "    maxReplicas: 1\n    idleTimeout: 1\n" +
+		echoProject("soak-c", "acme", "mk-c", echo, mark, "") + "    minReplicas: 1\n    maxReplicas: 1\n")
+
+	l := newLedger()
+	var next atomic.Int64
+	sawQueued, orphans := 0, 0
+	for round := 1; round <= rounds; round++ {
+		c := faultClient{base: d.base, key: key}
+		want := l.count() + perRound
+		g := startLoad(c, l, &next, 8)
+		eventually(t, 3*time.Minute, fmt.Sprintf("round %d: %d callIDs returned", round, want), func() bool { return l.count() >= want })
+		// A 10 s call holding soak-c's one replica, and a short one queued
+		// behind it: whatever the box's speed, the kill meets a call running
+		// and one queued. (The load alone on a loaded box can be slower than
+		// its 50 ms calls, and every kill found nothing in flight.)
+		var held []string
+		for _, sleep := range []string{"10", "0.05"} {
+			i := int(next.Add(1))
+			l.mu.Lock()
+			l.issued++
+			l.mu.Unlock()
+			r, err := c.start("mk-c", fmt.Sprintf(`{"i":%d,"sleep":%s}`, i, sleep), true)
+			id, _ := r["callID"].(string)
+			if err != nil || id == "" {
+				t.Fatalf("round %d: start of a soak-c call: %v %v", round, r, err)
+			}
+			l.add(id, i)
+			l.observe(id, r)
+			held = append(held, id)
+		}
+		eventually(t, time.Minute, fmt.Sprintf("round %d: a soak-c call running and one queued", round), func() bool {
+			r0, err0 := c.check(held[0], false)
+			r1, err1 := c.check(held[1], false)
+			return err0 == nil && err1 == nil && message(r0) == "running" && message(r1) == "queued"
+		})
+		sawQueued++
+		before := processesWithEnv(mark)
+		d.kill()
+		g.stop.Store(true)
+		g.wg.Wait()
+
+		stored := readDataFile(t, dataFile)
+		for _, id := range l.ids() {
+			if _, ok := stored[id]; !ok {
+				t.Fatalf("round %d: call %s was returned to the client but is not in the data file", round, id)
+			}
+		}
+		for id, sc := range stored {
+			if _, known := l.index[id]; !known {
+				// Committed, but the kill came before its answer reached the
+				// client: it must answer like any other.
+				l.add(id, inputIndex(sc))
+				l.unreturned++
+			}
+		}
+
+		d = startDaemon(t, dir, cfg)
+		gone := func() bool {
+			now := map[int]bool{}
+			for _, pid := range processesWithEnv(mark) {
+				now[pid] = true
+			}
+			left := 0
+			for _, pid := range before {
+				if now[pid] {
+					left++
+				}
+			}
+			orphans = left
+			return left == 0
+		}
+		eventually(t, 20*time.Second, "every model process of the killed daemon is gone", gone)
+		verify(faultClient{base: d.base, key: key}, l, false)
+		l.check(t)
+	}
+	verify(faultClient{base: d.base, key: key}, l, true)
+	l.check(t)
+	d.stop()
+	eventually(t, 20*time.Second, "no model process after shutdown", func() bool { return len(processesWithEnv(mark)) == 0 })
+	stored := readDataFile(t, dataFile)
+	for id, c := range stored {
+		if !c.State.Done() {
+			t.Errorf("call %s is still %s in the data file after every call answered", id, c.State)
+		}
+	}
+	if len(stored) != l.count() {
+		t.Errorf("data file holds %d calls, the test knows %d", len(stored), l.count())
+	}
+	if l.interrupted == 0 || sawQueued == 0 {
+		t.Errorf("the load never had calls running (%d interrupted) and queued (%d seen) at a kill: the test proves nothing",
+			l.interrupted, sawQueued)
+	}
+	report(t, "calls issued %d; callIDs returned %d; stored but unanswered at a kill %d; kill -9 restarts survived %d; "+
+		"succeeded %d; interrupted by a restart %d; calls lost 0; results changed 0; orphans %d",
+		l.issued, l.count()-l.unreturned, l.unreturned, rounds, l.count()-l.interrupted, l.interrupted, orphans)
+}
+
+// TestCrashPointsInCommitPath kills the daemon (SIGKILL, from a failpoint
+// compiled into a test build: store/bolt/failpoint.go) just before and just after
+// the commit that stores a new call, and the one that stores a result. After
+// a restart every stored call answers, every returned callID is stored, and a
+// call whose commit never happened was never returned.
+func TestCrashPointsInCommitPath(t *testing.T) {
+	echo := echoDir(t)
+	bin := failpointBinary(t)
+	for _, tc := range []struct {
+		point string
+		// The calls the file holds after the crash: the calls returned
+		// before it, plus extra (stored, never returned); finals counts
+		// the stored results.
+		extra, finals int
+	}{
+		{point: "call-before:4", extra: 0, finals: -1},
+		{point: "call-after:4", extra: 1, finals: -1},
+		{point: "result-before:3", extra: 0, finals: 2},
+		{point: "result-after:3", extra: 0, finals: 3},
+	} {
+		t.Run(tc.point, func(t *testing.T) {
+			dir, cfg := newDaemonDir(t, "startWait: 1s\nlongPollWait: 5s\n")
+			dataFile := filepath.Join(dir, "data", "inferd.db")
+			mark := marker()
+			d := startDaemonWith(t, dir, cfg, bin, "INFERD_REPLICA_USER=root", "INFERD_FAILPOINT="+tc.point)
+			key := d.createKey("acme", false)
+			d.apply("projects:\n" + echoProject("fp", "acme", "mk-fp", echo, mark, "") + "    minReplicas: 1\n    maxReplicas: 1\n")
+			c := faultClient{base: d.base, key: key}
+			waitResults := strings.HasPrefix(tc.point, "result")
+
+			returned := map[string]int{}
+			crashedAt := -1
+			for i := 0; i < 20 && crashedAt < 0; i++ {
+				r, err := c.start("mk-fp", fmt.Sprintf(`{"i":%d,"sleep":0.01}`, i), true)
+				if r == nil {
+					crashedAt = i
+					break
+				}
+				if err != nil || message(r) == "" || strings.HasPrefix(message(r), "error:") {
+					t.Fatalf("call %d: %v %v", i, r, err)
+				}
+				returned[r["callID"].(string)] = i
+				if waitResults {
+					// One call at a time, so the n-th result commit is the
+					// n-th call's.
+					if res, err := c.final(r["callID"].(string)); res == nil {
+						crashedAt = i
+					} else if err != nil || message(res) != "success" {
+						t.Fatalf("call %d: %v %v", i, res, err)
+					}
+				}
+			}
+			if crashedAt < 0 {
+				t.Fatal("the failpoint was never reached")
+			}
+			<-d.exited
+			d.logs.waitFor(t, "failpoint "+strings.Split(tc.point, ":")[0]+" reached", time.Second)
+			eventually(t, 20*time.Second, "the killed daemon's model processes are gone", func() bool {
+				return len(processesWithEnv(mark)) == 0
+			})
+
+			stored := readDataFile(t, dataFile)
+			finals := 0
+			for id, sc := range stored {
+				if sc.State.Done() {
+					finals++
+				}
+				if _, ok := returned[id]; !ok {
+					if got := inputIndex(sc); got != crashedAt {
+						t.Errorf("stored call %s was never returned, and it is not the one in flight at the crash (input %d, crash at %d)", id, got, crashedAt)
+					}
+				}
+			}
+			for id := range returned {
+				if _, ok := stored[id]; !ok {
+					t.Errorf("call %s was returned but is not stored", id)
+				}
+			}
+			if got := len(stored) - len(returned); got != tc.extra {
+				t.Errorf("the data file holds %d calls never returned to a client, want %d", got, tc.extra)
+			}
+			if tc.finals >= 0 && finals != tc.finals {
+				t.Errorf("the data file holds %d results, want %d", finals, tc.finals)
+			}
+
+			// The normal binary takes over the same data file.
+			d = startDaemon(t, dir, cfg)
+			c.base = d.base
+			l := newLedger()
+			for id, sc := range stored {
+				l.add(id, inputIndex(sc))
+			}
+			verify(c, l, true)
+			l.check(t)
+			report(t, "%d callIDs returned before the crash, %d calls stored (%d results); every stored call answers after the restart",
+				len(returned), len(stored), finals)
+		})
+	}
+}
+
+// TestStartRefusesCorruptDataFile starts the binary on a damaged data file:
+// it must exit with a message that names the file and the remedy, and leave
+// the file exactly as it was, never start empty over it.
+func TestStartRefusesCorruptDataFile(t *testing.T) {
+	// A real data file with ~2 MB of call records, so that a cut at 1 MiB
+	// falls inside pages the file needs.
+	realDir, realCfg := newDaemonDir(t, "")
+	d := startDaemon(t, realDir, realCfg)
+	key := d.createKey("acme", false)
+	echo := echoDir(t)
+	d.apply("projects:\n" + echoProject("big", "acme", "mk-big", echo, marker(), "") + "    maxReplicas: 1\n")
+	pad := strings.Repeat("x", 100<<10)
+	c := faultClient{base: d.base, key: key}
+	for i := 0; i < 20; i++ {
+		if r, err := c.start("mk-big", fmt.Sprintf(`{"i":%d,"pad":%q}`, i, pad), true); err != nil {
+			t.Fatalf("call %d: %v %v", i, r, err)
+		}
+	}
+	d.stop()
+	real, err := os.ReadFile(filepath.Join(realDir, "data", "inferd.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(real) < 2<<20 {
+		t.Fatalf("the data file is only %d bytes", len(real))
+	}
+	random := make([]byte, 256<<10)
+	rand.Read(random)
+	zeroedMeta := append([]byte(nil), real...)
+	clear(zeroedMeta[:8192])
+
+	for _, tc := range []struct {
+		name    string
+		content []byte
+	}{
+		{"random bytes", random},
+		{"a text file", []byte("not a database\n")},
+		{"truncated to 1 MiB", real[:1<<20]},
+		{"truncated inside the meta pages", real[:6000]},
+		{"meta pages zeroed", zeroedMeta},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, cfg := newDaemonDir(t, "")
+			path := filepath.Join(dir, "data", "inferd.db")
+			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, tc.content, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(inferdBin, "--config", cfg, "serve")
+			done := make(chan struct{})
+			timer := time.AfterFunc(time.Minute, func() {
+				select {
+				case <-done:
+				default:
+					cmd.Process.Kill()
+				}
+			})
+			out, err := cmd.CombinedOutput()
+			close(done)
+			timer.Stop()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() <= 0 {
+				t.Fatalf("inferd serve on a corrupt file: %v, want a non-zero exit; output:\n%s", err, out)
+			}
+			for _, want := range []string{path, "corrupt or not an inferd database", "restore from a backup"} {
+				if !strings.Contains(string(out), want) {
+					t.Errorf("the start-up error does not mention %q:\n%s", want, out)
+				}
+			}
+			if strings.Contains(string(out), "inferd serving") {
+				t.Error("inferd served on a corrupt file")
+			}
+			after, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(after) != string(tc.content) {
+				t.Error("start-up changed the corrupt file")
+			}
+		})
+	}
+}
+
+// TestDiskFull runs the daemon on a small tmpfs, fills it, and checks that
+// calls fail with "error: storage full", that what was stored before still
+// answers unchanged, and that calls work again once space is freed.
+func TestDiskFull(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs as the data dir needs root (CI runs as root); run `make faults` as root to include this test")
+	}
+	echo := echoDir(t)
+	dir, cfg := newDaemonDir(t, "startWait: 10s\nlongPollWait: 5s\n")
+	data := filepath.Join(dir, "data")
+	if err := os.Mkdir(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", data).CombinedOutput(); err != nil {
+		t.Fatalf("mount a tmpfs on %s: %v: %s", data, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", data).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", data, err, out)
+			exec.Command("umount", "-l", data).Run()
+		}
+	})
+	mark := marker()
+	d := startDaemon(t, dir, cfg) // registered after the mount: stops before the umount
+	key := d.createKey("acme", false)
+	d.apply("projects:\n" + echoProject("full", "acme", "mk-full", echo, mark, "") + "    minReplicas: 1\n    maxReplicas: 1\n")
+	c := faultClient{base: d.base, key: key}
+
+	before := newLedger()
+	for i := 0; i < 5; i++ {
+		r, err := c.start("mk-full", fmt.Sprintf(`{"i":%d}`, i), false)
+		if err != nil || message(r) != "success" {
+			t.Fatalf("call %d before the disk filled: %v %v", i, r, err)
+		}
+		before.add(r["callID"].(string), i)
+		before.observe(r["callID"].(string), r)
+	}
+
+	// Fill the file system to the last byte.
+	filler := filepath.Join(data, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 64<<10)
+	for {
+		if _, err = f.Write(chunk); err != nil {
+			break
+		}
+	}
+	f.Close()
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("filling the tmpfs ended with %v, want ENOSPC", err)
+	}
+
+	// Big inputs use up the free pages inside the data file, then the
+	// commit needs new ones.
+	pad := strings.Repeat("y", 256<<10)
+	full := ""
+	for i := 0; i < 100 && full == ""; i++ {
+		r, err := c.start("mk-full", fmt.Sprintf(`{"i":%d,"pad":%q}`, 100+i, pad), false)
+		if r == nil {
+			t.Fatalf("call on a full disk: %v", err)
+		}
+		switch msg := message(r); {
+		case strings.HasPrefix(msg, "error: storage full"):
+			full = msg
+		case msg != "success":
+			t.Fatalf("call on a full disk: %q, want success or error: storage full", msg)
+		}
+	}
+	if full == "" {
+		t.Fatal("100 calls of 256 KiB on a full 16 MiB tmpfs all succeeded")
+	}
+	verify(c, before, false)
+	before.check(t)
+	if status, _ := doRaw(t, "GET", d.base+"/healthz", nil, ""); status != 200 {
+		t.Fatalf("healthz on a full disk: %d", status)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.start("mk-full", `{"i":999}`, false)
+	if err != nil || message(r) != "success" {
+		t.Fatalf("a call after space came back: %v %v", r, err)
+	}
+	verify(c, before, false)
+	before.check(t)
+	d.stop()
+	stored := readDataFile(t, filepath.Join(data, "inferd.db"))
+	for id, want := range before.index {
+		if sc, ok := stored[id]; !ok || sc.State != store.CallSucceeded || inputIndex(sc) != want {
+			t.Errorf("call %s stored before the disk filled is now %+v", id, sc)
+		}
+	}
+	report(t, "on a full 16 MiB tmpfs: %q; %d results stored before it filled answer unchanged; calls succeed once space is freed",
+		full, len(before.index))
+}

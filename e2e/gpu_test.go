@@ -1,0 +1,97 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// Simulated GPU UUIDs are fixed by their index (gpu.Simulated).
+const (
+	simGPU0 = "GPU-sim-0000-0000-0000-000000000000"
+	simGPU1 = "GPU-sim-0001-0000-0000-000000000001"
+)
+
+// TestGPUPlacementAndEvictionEndToEnd runs three echo projects on two
+// simulated GPUs: "resident" keeps GPU 0 by its minReplicas, "shared" takes
+// 8000 MiB of GPU 1, and "whole" needs all of a GPU, so its call waits until
+// shared's idle replica is evicted, and later shared's call waits for
+// whole's. Each replica reports the GPU it was pinned to.
+func TestGPUPlacementAndEvictionEndToEnd(t *testing.T) {
+	echo := echoDir(t)
+	dir, cfg := newDaemonDir(t, "startWait: 30s\nlongPollWait: 10s\nreplica:\n  stopGrace: 2s\n"+
+		"gpu:\n  simulate:\n    - {name: Sim A, memoryMiB: 16384}\n    - {name: Sim B, memoryMiB: 16384}\n")
+	mark := marker()
+	d := startDaemon(t, dir, cfg)
+	key := d.createKey("acme", false)
+	out := d.apply("projects:\n" +
+		echoProject("resident", "acme", "mk-resident", echo, mark, "") + "    gpus: 1\n    minReplicas: 1\n    maxReplicas: 1\n" +
+		echoProject("shared", "acme", "mk-shared", echo, mark, "") + "    gpuMemoryMiB: 8000\n    maxReplicas: 1\n    idleTimeout: 600\n" +
+		echoProject("whole", "acme", "mk-whole", echo, mark, "") + "    gpus: 1\n    maxReplicas: 1\n    idleTimeout: 600\n" +
+		echoProject("huge", "acme", "mk-huge", echo, mark, "") + "    gpus: 3\n")
+	if strings.Contains(out, "warning") {
+		t.Errorf("minimums that fit drew a warning:\n%s", out)
+	}
+	c := inferenceClient{t: t, base: d.base, key: key}
+	// gpuOf runs a call on the project and returns the GPUs its replica saw.
+	gpuOf := func(modelKey string) (cuda string) {
+		t.Helper()
+		r := c.start(modelKey, `{"env":"CUDA_VISIBLE_DEVICES"}`, false)
+		if r["message"] != "success" {
+			t.Fatalf("%s: %v", modelKey, r)
+		}
+		cuda, _ = output(t, r)["env"].(string)
+		nv := c.start(modelKey, `{"env":"NVIDIA_VISIBLE_DEVICES"}`, false)
+		if nv["message"] != "success" || output(t, nv)["env"] != cuda {
+			t.Fatalf("%s: NVIDIA_VISIBLE_DEVICES %v differs from CUDA_VISIBLE_DEVICES %q", modelKey, nv, cuda)
+		}
+		return cuda
+	}
+
+	t.Run("a project needing more GPUs than the machine has fails at once", func(t *testing.T) {
+		r := c.start("mk-huge", `{}`, false)
+		if r["message"] != "error: project needs 3 GPUs, this machine has 2" {
+			t.Fatalf("start: %v", r)
+		}
+	})
+	t.Run("the minimum replica is pinned to a whole GPU", func(t *testing.T) {
+		if got := gpuOf("mk-resident"); got != simGPU0 {
+			t.Fatalf("resident sees %q, want %s", got, simGPU0)
+		}
+	})
+	t.Run("a share by memory goes on the GPU left", func(t *testing.T) {
+		if got := gpuOf("mk-shared"); got != simGPU1 {
+			t.Fatalf("shared sees %q, want %s", got, simGPU1)
+		}
+	})
+	t.Run("a whole-GPU call waits, evicts the idle share, then succeeds", func(t *testing.T) {
+		r := c.start("mk-whole", `{"env":"CUDA_VISIBLE_DEVICES"}`, true)
+		if !strings.Contains(d.logs.waitFor(t, `"waiting for GPU"`, 30*time.Second), `"project":"whole"`) {
+			t.Error("the first project waiting for GPU is not whole")
+		}
+		if line := d.logs.waitFor(t, "evicting idle replica", 30*time.Second); !strings.Contains(line, `"project":"shared"`) || !strings.Contains(line, `"for":"whole"`) {
+			t.Errorf("eviction: %s", line)
+		}
+		res := c.waitResult(r["callID"].(string))
+		if res["message"] != "success" || output(t, res)["env"] != simGPU1 {
+			t.Fatalf("whole's call: %v", res)
+		}
+		if got := gpuOf("mk-resident"); got != simGPU0 {
+			t.Errorf("resident moved to %q", got)
+		}
+	})
+	t.Run("the share's next call waits for the idle whole replica to go", func(t *testing.T) {
+		if got := gpuOf("mk-shared"); got != simGPU1 {
+			t.Fatalf("shared sees %q, want %s", got, simGPU1)
+		}
+		if line := d.logs.waitFor(t, `"for":"shared"`, 30*time.Second); !strings.Contains(line, `"project":"whole"`) {
+			t.Errorf("eviction: %s", line)
+		}
+	})
+	t.Run("apply warns when minimums cannot all fit", func(t *testing.T) {
+		out := d.apply("projects:\n" + echoProject("greedy", "acme", "mk-greedy", echo, mark, "") + "    gpus: 1\n    minReplicas: 2\n    maxReplicas: 2\n")
+		if !strings.Contains(out, "warning: minReplicas need 3 GPU replicas at once but only 2 fit on this machine's 2 GPUs (projects greedy, resident)") {
+			t.Errorf("apply output:\n%s", out)
+		}
+	})
+}

@@ -1,0 +1,390 @@
+package e2e
+
+// The end-to-end harness: it builds the real inferd binary (the module root's
+// package main) once, starts it as a separate process on a free port with a
+// fresh data dir, and talks to it over real HTTP and the real CLI. Model servers are the real examples.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var inferdBin string
+
+func TestMain(m *testing.M) {
+	// The tests name the repository's files (examples/, scripts/, web/) from
+	// the module root and build the binary there: run them from it.
+	if err := os.Chdir(".."); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	dir, err := os.MkdirTemp("", "inferd-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	inferdBin = filepath.Join(dir, "inferd")
+	build := exec.Command("go", "build", "-race", "-o", inferdBin, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build inferd:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// daemon is one running inferd process.
+type daemon struct {
+	t       *testing.T
+	dir     string // holds config.yaml and data/
+	cfgPath string
+	base    string // http://127.0.0.1:PORT
+	cmd     *exec.Cmd
+	logs    *lineLog
+	exited  chan struct{}
+}
+
+// lineLog collects the daemon's stderr and lets a test wait for a line.
+type lineLog struct {
+	mu    sync.Mutex
+	lines []string
+	grew  chan struct{}
+}
+
+func (l *lineLog) add(line string) {
+	l.mu.Lock()
+	l.lines = append(l.lines, line)
+	close(l.grew)
+	l.grew = make(chan struct{})
+	l.mu.Unlock()
+}
+
+// waitFor blocks until a line containing substr has been logged.
+func (l *lineLog) waitFor(t *testing.T, substr string, timeout time.Duration) string {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	seen := 0
+	for {
+		l.mu.Lock()
+		for ; seen < len(l.lines); seen++ {
+			if strings.Contains(l.lines[seen], substr) {
+				line := l.lines[seen]
+				l.mu.Unlock()
+				return line
+			}
+		}
+		grew := l.grew
+		l.mu.Unlock()
+		select {
+		case <-grew:
+		case <-deadline.C:
+			t.Fatalf("no log line containing %q within %s; log:\n%s", substr, timeout, l.String())
+		}
+	}
+}
+
+func (l *lineLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// newDaemonDir writes a config for a fresh data dir; extra YAML is appended.
+func newDaemonDir(t *testing.T, extra string) (dir, cfgPath string) {
+	t.Helper()
+	dir = t.TempDir()
+	cfg := fmt.Sprintf("listen: 127.0.0.1:%d\ndataDir: ./data\nlog:\n  format: json\n  level: debug\n%s", freePort(t), extra)
+	cfgPath = filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir, cfgPath
+}
+
+// startDaemon starts `inferd serve` on the config in dir and waits until it serves.
+// Model processes run as the test's user even when that is root (replica.user:
+// root): python3 and the examples may live where an unprivileged user cannot
+// read them (a pyenv under /root). TestModelProcessesAreConfined covers the
+// default, an unprivileged model user, with startDaemonEnv.
+func startDaemon(t *testing.T, dir, cfgPath string) *daemon {
+	t.Helper()
+	return startDaemonWith(t, dir, cfgPath, inferdBin, "INFERD_REPLICA_USER=root")
+}
+
+// startDaemonEnv is startDaemon with extra NAME=value environment variables
+// and the default model user.
+func startDaemonEnv(t *testing.T, dir, cfgPath string, env ...string) *daemon {
+	t.Helper()
+	return startDaemonWith(t, dir, cfgPath, inferdBin, env...)
+}
+
+// startDaemonWith is startDaemonEnv with another inferd binary (such as one
+// built with failpoints).
+func startDaemonWith(t *testing.T, dir, cfgPath, bin string, env ...string) *daemon {
+	t.Helper()
+	cmd := exec.Command(bin, "--config", cfgPath, "serve")
+	cmd.Env = append(append(os.Environ(), "INFERD_SECRET_PROBE=must-not-leak"), env...)
+	return startDaemonCmd(t, cmd, dir, cfgPath)
+}
+
+// startDaemonCmd starts cmd, an `inferd serve` logging JSON to stderr, and
+// waits until it serves.
+func startDaemonCmd(t *testing.T, cmd *exec.Cmd, dir, cfgPath string) *daemon {
+	t.Helper()
+	d := &daemon{t: t, dir: dir, cfgPath: cfgPath, cmd: cmd, logs: &lineLog{grew: make(chan struct{})}, exited: make(chan struct{})}
+	stderr, err := d.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			d.logs.add(sc.Text())
+		}
+		d.cmd.Wait()
+		close(d.exited)
+	}()
+	t.Cleanup(func() { d.stop() })
+	line := d.logs.waitFor(t, `"inferd serving"`, 30*time.Second)
+	var entry struct{ Listen string }
+	if err := json.Unmarshal([]byte(line), &entry); err != nil || entry.Listen == "" {
+		t.Fatalf("cannot read the listen address from %q: %v", line, err)
+	}
+	d.base = entry.Listen
+	return d
+}
+
+// stop sends SIGTERM and waits for a graceful exit.
+func (d *daemon) stop() {
+	select {
+	case <-d.exited:
+		return
+	default:
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+	case <-time.After(60 * time.Second):
+		d.cmd.Process.Kill()
+		<-d.exited
+		d.t.Errorf("inferd did not stop within 60s of SIGTERM")
+	}
+}
+
+// kill sends SIGKILL: no cleanup of any kind runs in the daemon.
+func (d *daemon) kill() {
+	d.cmd.Process.Kill()
+	<-d.exited
+}
+
+// cli runs an admin command against this daemon's config.
+func (d *daemon) cli(args ...string) (string, error) {
+	return runCLI(d.cfgPath, args...)
+}
+
+func runCLI(cfgPath string, args ...string) (string, error) {
+	cmd := exec.Command(inferdBin, append([]string{"--config", cfgPath}, args...)...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	if err != nil {
+		return out.String(), fmt.Errorf("inferd %s: %v: %s", strings.Join(args, " "), err, errOut.String())
+	}
+	return out.String(), nil
+}
+
+// createKey makes a key with the CLI and returns the secret (the last line).
+func (d *daemon) createKey(team string, admin bool) string {
+	d.t.Helper()
+	args := []string{"key", "create", "--team", team}
+	if admin {
+		args = append(args, "--admin")
+	}
+	out, err := d.cli(args...)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return lines[len(lines)-1]
+}
+
+// apply writes a manifest beside the config and applies it.
+func (d *daemon) apply(manifest string) string {
+	d.t.Helper()
+	path := filepath.Join(d.dir, fmt.Sprintf("manifest-%d.yaml", time.Now().UnixNano()))
+	if err := os.WriteFile(path, []byte(manifest), 0o600); err != nil {
+		d.t.Fatal(err)
+	}
+	out, err := d.cli("apply", "-f", path)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return out
+}
+
+// do sends a request and returns the status and decoded JSON object.
+func do(t *testing.T, method, url string, headers map[string]string, body string) (int, map[string]any) {
+	t.Helper()
+	status, raw := doRaw(t, method, url, headers, body)
+	var obj map[string]any
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		t.Fatalf("%s %s: answer is not a JSON object (%v): %q", method, url, err, raw)
+	}
+	return status, obj
+}
+
+func doRaw(t *testing.T, method, url string, headers map[string]string, body string) (int, []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, raw
+}
+
+// marker is a unique value put in a project's env, so the test can find that
+// project's model processes in /proc and prove none is left behind.
+func marker() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return "m" + hex.EncodeToString(b)
+}
+
+// processesWithEnv lists live pids whose environment contains E2E_MARKER=m.
+func processesWithEnv(m string) []int {
+	entries, _ := os.ReadDir("/proc")
+	want := []byte("E2E_MARKER=" + m + "\x00")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil || !bytes.Contains(env, want) {
+			continue
+		}
+		if stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil && isZombie(stat) {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+func readEnviron(pid int) string {
+	env, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
+	return string(env)
+}
+
+func isZombie(stat []byte) bool {
+	i := bytes.LastIndexByte(stat, ')')
+	return i > 0 && i+2 < len(stat) && stat[i+2] == 'Z'
+}
+
+// eventually retries cond until it holds or the timeout passes. Used only for
+// conditions that have no signal of their own to wait on, such as a process
+// disappearing from /proc after the daemon that owned it was killed.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for: %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func echoDir(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs("examples/echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 is not installed; the echo example needs it")
+	}
+	return dir
+}
+
+// replicaStates returns the states of project's replicas as /v1/status shows
+// them to key ("booting", "ready", "busy", "stopping"). Tests wait on it for a
+// replica to be ready instead of guessing how long a boot takes on a busy box.
+func (d *daemon) replicaStates(key, project string) []string {
+	d.t.Helper()
+	code, body := doRaw(d.t, "GET", d.base+"/v1/status/projects", map[string]string{"X-Service-API-Key": key}, "")
+	if code != http.StatusOK {
+		d.t.Fatalf("status of %s: HTTP %d %s", project, code, body)
+	}
+	var all struct {
+		Results []struct {
+			ID       string `json:"id"`
+			Replicas []struct {
+				State string `json:"state"`
+			} `json:"replicas"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(body, &all); err != nil {
+		d.t.Fatalf("status of %s: %v in %s", project, err, body)
+	}
+	var states []string
+	for _, p := range all.Results {
+		if p.ID != project {
+			continue
+		}
+		for _, r := range p.Replicas {
+			states = append(states, r.State)
+		}
+	}
+	return states
+}

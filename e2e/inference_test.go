@@ -1,0 +1,318 @@
+package e2e
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// echoProject is a manifest entry for examples/echo with a unique marker env.
+func echoProject(id, team, modelKey, dir, mark, extra string) string {
+	return fmt.Sprintf(`  - id: %s
+    team: %s
+    modelKey: %s
+    command: ["python3", "server.py"]
+    dir: %s
+    env: {E2E_MARKER: "%s"%s}
+`, id, team, modelKey, dir, mark, extra)
+}
+
+type inferenceClient struct {
+	t    *testing.T
+	base string
+	key  string
+}
+
+func (c inferenceClient) start(modelKey, inputs string, startOnly bool) map[string]any {
+	c.t.Helper()
+	body := fmt.Sprintf(`{"id":"00000000-0000-0000-0000-000000000000","created":1,"apiKey":%q,"modelKey":%q,"startOnly":%t,"modelInputs":%s}`,
+		c.key, modelKey, startOnly, inputs)
+	status, obj := do(c.t, "POST", c.base+"/start/v4", nil, body)
+	if status != 200 {
+		c.t.Fatalf("start answered HTTP %d: %v", status, obj)
+	}
+	checkEnvelope(c.t, obj)
+	return obj
+}
+
+func (c inferenceClient) check(callID string, longPoll bool) map[string]any {
+	c.t.Helper()
+	body := fmt.Sprintf(`{"apiKey":%q,"callID":%q,"longPoll":%t}`, c.key, callID, longPoll)
+	status, obj := do(c.t, "POST", c.base+"/check/v4/", nil, body)
+	if status != 200 {
+		c.t.Fatalf("check answered HTTP %d: %v", status, obj)
+	}
+	checkEnvelope(c.t, obj)
+	return obj
+}
+
+// waitResult long-polls until the call has ended.
+func (c inferenceClient) waitResult(callID string) map[string]any {
+	c.t.Helper()
+	for i := 0; i < 10; i++ {
+		r := c.check(callID, true)
+		if msg := r["message"].(string); msg == "success" || strings.Contains(msg, "error") {
+			return r
+		}
+	}
+	c.t.Fatalf("call %s did not finish", callID)
+	return nil
+}
+
+// checkEnvelope asserts the fields every inference answer carries.
+func checkEnvelope(t *testing.T, obj map[string]any) {
+	t.Helper()
+	if _, ok := obj["id"].(string); !ok {
+		t.Fatalf("id missing or not a string: %v", obj)
+	}
+	if _, ok := obj["message"].(string); !ok {
+		t.Fatalf("message missing or not a string: %v", obj)
+	}
+	if c, ok := obj["created"].(float64); !ok || c != float64(int64(c)) || c < 1.7e9 {
+		t.Fatalf("created must be integer Unix seconds: %v", obj)
+	}
+	if _, ok := obj["apiVersion"].(string); !ok {
+		t.Fatalf("apiVersion missing: %v", obj)
+	}
+}
+
+func output(t *testing.T, r map[string]any) map[string]any {
+	t.Helper()
+	outs, ok := r["modelOutputs"].([]any)
+	if !ok || len(outs) != 1 {
+		t.Fatalf("modelOutputs should be [reply], got %v", r)
+	}
+	return outs[0].(map[string]any)
+}
+
+func TestInferenceEndToEnd(t *testing.T) {
+	echo := echoDir(t)
+	dir, cfg := newDaemonDir(t, "startWait: 1s\nlongPollWait: 5s\nmaxQueuedPerProject: 2\nreplica:\n  stopGrace: 2s\n  restartBackoff: 100ms\n  maxBootFailures: 2\n")
+	mark := marker()
+	d := startDaemon(t, dir, cfg)
+	key := d.createKey("acme", false)
+	otherKey := d.createKey("globex", false)
+	d.apply("projects:\n" +
+		echoProject("echo", "acme", "mk-echo", echo, mark, `, GREETING: "hi"`) + "    minReplicas: 1\n    maxReplicas: 2\n    idleTimeout: 1\n    inferenceTimeout: 2\n" +
+		echoProject("single", "acme", "mk-single", echo, mark, "") + "    maxReplicas: 1\n" +
+		echoProject("broken", "acme", "mk-broken", echo, mark, `, BOOT_FAIL: "1"`) + "    bootTimeout: 5\n")
+	c := inferenceClient{t: t, base: d.base, key: key}
+
+	t.Run("minReplicas replica runs right after start", func(t *testing.T) {
+		eventually(t, 20*time.Second, "one echo replica", func() bool { return len(processesWithEnv(mark)) == 1 })
+		// startWait is 1s here: on a loaded machine a boot can take longer,
+		// so the sync start below waits for a ready replica first.
+		eventually(t, 60*time.Second, "echo replica ready", func() bool {
+			return slices.Equal(d.replicaStates(key, "echo"), []string{"ready"})
+		})
+	})
+	t.Run("sync start returns the reply", func(t *testing.T) {
+		r := c.start("mk-echo", `{"prompt":"hello"}`, false)
+		if r["message"] != "success" || r["finished"] != true {
+			t.Fatalf("want success, got %v", r)
+		}
+		out := output(t, r)
+		if out["echo"].(map[string]any)["prompt"] != "hello" || out["greeting"] != "hi" {
+			t.Fatalf("reply %v", out)
+		}
+		if id, _ := r["callID"].(string); !strings.HasPrefix(id, "call_") {
+			t.Fatalf("callID %v", r["callID"])
+		}
+	})
+	t.Run("startOnly then long-poll check", func(t *testing.T) {
+		r := c.start("mk-echo", `{"n":1}`, true)
+		if r["finished"] != false || r["modelOutputs"] != nil || strings.Contains(r["message"].(string), "error") {
+			t.Fatalf("startOnly answer %v", r)
+		}
+		res := c.waitResult(r["callID"].(string))
+		if res["message"] != "success" || output(t, res)["echo"].(map[string]any)["n"] != 1.0 {
+			t.Fatalf("check %v", res)
+		}
+	})
+	t.Run("a call longer than the wait returns a callID, then success", func(t *testing.T) {
+		r := c.start("mk-echo", `{"sleep":1.5}`, false)
+		if r["finished"] != false {
+			t.Fatalf("a 1.5 s call should outlast the 1 s wait: %v", r)
+		}
+		if msg := r["message"].(string); msg != "running" && msg != "queued" && msg != "booting" {
+			t.Fatalf("pending message %q", msg)
+		}
+		if res := c.waitResult(r["callID"].(string)); res["message"] != "success" {
+			t.Fatalf("check %v", res)
+		}
+	})
+	t.Run("inference timeout", func(t *testing.T) {
+		r := c.waitResult(c.start("mk-echo", `{"hang":true}`, true)["callID"].(string))
+		if r["message"] != "error: inference timed out after 2s" {
+			t.Fatalf("got %v", r["message"])
+		}
+	})
+	t.Run("model crash mid-call", func(t *testing.T) {
+		r := c.waitResult(c.start("mk-echo", `{"crash":true}`, true)["callID"].(string))
+		if msg := r["message"].(string); !strings.HasPrefix(msg, "error: model process exited") || !strings.Contains(msg, "during inference") {
+			t.Fatalf("got %q", msg)
+		}
+	})
+	t.Run("model HTTP error", func(t *testing.T) {
+		r := c.waitResult(c.start("mk-echo", `{"fail":"bad input"}`, true)["callID"].(string))
+		if msg := r["message"].(string); !strings.HasPrefix(msg, "error: model returned HTTP 500") || !strings.Contains(msg, "bad input") {
+			t.Fatalf("got %q", msg)
+		}
+	})
+	t.Run("model that fails to start", func(t *testing.T) {
+		r := c.waitResult(c.start("mk-broken", `{}`, true)["callID"].(string))
+		if msg := r["message"].(string); !strings.HasPrefix(msg, "error: model failed to start") || !strings.Contains(msg, "BOOT_FAIL") {
+			t.Fatalf("got %q", msg)
+		}
+	})
+	t.Run("queue full", func(t *testing.T) {
+		var last map[string]any
+		for i := 0; i < 4; i++ {
+			last = c.start("mk-single", `{"sleep":3}`, true)
+		}
+		if last["message"] != "error: queue full (2 calls waiting); retry later" {
+			t.Fatalf("the 4th call with 1 replica and a queue of 2 should be refused, got %v", last["message"])
+		}
+	})
+	t.Run("another team cannot start or check", func(t *testing.T) {
+		other := inferenceClient{t: t, base: d.base, key: otherKey}
+		if r := other.start("mk-echo", `{}`, true); r["message"] != "error: unknown modelKey" {
+			t.Fatalf("start with another team's modelKey: %v", r["message"])
+		}
+		callID := c.start("mk-echo", `{}`, true)["callID"].(string)
+		if r := other.check(callID, false); !strings.HasPrefix(r["message"].(string), "error: callID not found") {
+			t.Fatalf("check of another team's call: %v", r["message"])
+		}
+	})
+	t.Run("bad requests get clear errors", func(t *testing.T) {
+		for body, want := range map[string]string{
+			`{"apiKey":`: "error: malformed JSON",
+			`{"apiKey":"nope","modelKey":"mk-echo","modelInputs":{}}`:                                 "error: invalid apiKey",
+			fmt.Sprintf(`{"apiKey":%q,"modelKey":"nope","modelInputs":{}}`, key):                      "error: unknown modelKey",
+			fmt.Sprintf(`{"apiKey":%q,"modelKey":"mk-echo","modelInputs":[1]}`, key):                  "error: modelInputs must be a JSON object",
+			fmt.Sprintf(`{"apiKey":%q,"modelKey":"mk-echo"}`, key):                                    "error: missing modelInputs",
+			fmt.Sprintf(`{"apiKey":%q,"modelKey":"mk-echo","startOnly":"yes","modelInputs":{}}`, key): "error: startOnly must be a boolean",
+		} {
+			status, r := do(t, "POST", d.base+"/start/v4", nil, body)
+			if status != 200 || !strings.HasPrefix(r["message"].(string), want) {
+				t.Fatalf("body %s: status %d message %v, want %q", body, status, r["message"], want)
+			}
+		}
+	})
+	t.Run("daemon stays healthy", func(t *testing.T) {
+		if status, _ := do(t, "GET", d.base+"/healthz", nil, ""); status != 200 {
+			t.Fatal("healthz")
+		}
+		if r := c.start("mk-echo", `{"ok":1}`, false); r["message"] != "success" {
+			t.Fatalf("a normal call after the faults: %v", r)
+		}
+	})
+	t.Run("model processes never see inferd's environment", func(t *testing.T) {
+		for _, pid := range processesWithEnv(mark) {
+			if env := readEnviron(pid); strings.Contains(env, "INFERD_SECRET_PROBE") {
+				t.Fatalf("replica %d sees the daemon's INFERD_SECRET_PROBE", pid)
+			}
+		}
+	})
+	d.stop()
+	eventually(t, 10*time.Second, "no model process after shutdown", func() bool { return len(processesWithEnv(mark)) == 0 })
+}
+
+func TestScalingEndToEnd(t *testing.T) {
+	echo := echoDir(t)
+	dir, cfg := newDaemonDir(t, "cpuSlots: 8\n")
+	mark := marker()
+	d := startDaemon(t, dir, cfg)
+	key := d.createKey("acme", false)
+	// A long idleTimeout during the burst: on a loaded box a replica idle
+	// between two late calls must not stop and come back under a new id.
+	project := "projects:\n" + echoProject("burst", "acme", "mk-burst", echo, mark, "") + "    minReplicas: 0\n    maxReplicas: 2\n"
+	d.apply(project + "    idleTimeout: 600\n")
+	c := inferenceClient{t: t, base: d.base, key: key}
+
+	// Six overlapping calls: the project scales up at once, to max and no further.
+	var mu sync.Mutex
+	replicas := map[string]int{}
+	var wg sync.WaitGroup
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := c.start("mk-burst", `{"sleep":0.5}`, false)
+			if r["message"] != "success" {
+				t.Errorf("burst call: %v", r)
+				return
+			}
+			mu.Lock()
+			replicas[output(t, r)["replica"].(string)]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if len(replicas) != 2 {
+		t.Fatalf("six overlapping calls on maxReplicas 2 should use exactly 2 replicas, used %v", replicas)
+	}
+	if n := len(processesWithEnv(mark)); n > 2 {
+		t.Fatalf("%d model processes running, max is 2", n)
+	}
+	// Above minReplicas 0, idle replicas go away after idleTimeout: lowered
+	// to 1 s, it applies to the replicas already idle.
+	d.apply(project + "    idleTimeout: 1\n")
+	eventually(t, 15*time.Second, "idle replicas stopped", func() bool { return len(processesWithEnv(mark)) == 0 })
+}
+
+func TestCallsSurviveDaemonKill(t *testing.T) {
+	echo := echoDir(t)
+	dir, cfg := newDaemonDir(t, "cpuSlots: 4\n")
+	mark := marker()
+	d := startDaemon(t, dir, cfg)
+	key := d.createKey("acme", false)
+	d.apply("projects:\n" + echoProject("slow", "acme", "mk-slow", echo, mark, "") + "    minReplicas: 1\n    maxReplicas: 1\n")
+	c := inferenceClient{t: t, base: d.base, key: key}
+	eventually(t, 20*time.Second, "replica up", func() bool { return len(processesWithEnv(mark)) == 1 })
+
+	// One call finished, one running, several queued behind it.
+	done := c.start("mk-slow", `{"i":0}`, false)
+	if done["message"] != "success" {
+		t.Fatalf("first call: %v", done)
+	}
+	ids := []string{done["callID"].(string)}
+	for i := 1; i <= 5; i++ {
+		r := c.start("mk-slow", fmt.Sprintf(`{"i":%d,"sleep":2}`, i), true)
+		ids = append(ids, r["callID"].(string))
+	}
+	// Each queued call runs for 2 s, one at a time: look for any of them
+	// running, not for one given call, whose 2 s a slow poll on a loaded box
+	// can miss entirely.
+	eventually(t, time.Minute, "a queued call running", func() bool {
+		for _, id := range ids[1:] {
+			if c.check(id, false)["message"] == "running" {
+				return true
+			}
+		}
+		return false
+	})
+	d.kill()
+	eventually(t, time.Minute, "model processes die with the daemon", func() bool { return len(processesWithEnv(mark)) == 0 })
+
+	d = startDaemon(t, dir, cfg)
+	c.base = d.base
+	for i, id := range ids {
+		r := c.waitResult(id)
+		msg := r["message"].(string)
+		switch {
+		case msg == "success":
+			if got := output(t, r)["echo"].(map[string]any)["i"]; got != float64(i) {
+				t.Fatalf("call %s returned the result of input %v, want %d", id, got, i)
+			}
+		case msg == "error: interrupted by a server restart" && i > 0:
+		default:
+			t.Fatalf("call %d (%s) after restart: %q", i, id, msg)
+		}
+	}
+	d.stop()
+	eventually(t, 10*time.Second, "no model process after shutdown", func() bool { return len(processesWithEnv(mark)) == 0 })
+}

@@ -1,0 +1,169 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+)
+
+// endpoint is one way a key reaches the public API, aimed at a resource of a
+// team (its modelKey, callID or project id). It returns the HTTP status and
+// the body with the per-response fields (id, created) blanked, so that two
+// answers can be compared byte for byte.
+type endpoint struct {
+	name string
+	call func(t *testing.T, d *daemon, key string, target isoTarget) (int, string)
+}
+
+// isoTarget names one team's resources, or resources that do not exist.
+type isoTarget struct{ modelKey, callID, project string }
+
+func inference(path, body string) func(*testing.T, *daemon, string, isoTarget) (int, string) {
+	return func(t *testing.T, d *daemon, key string, tg isoTarget) (int, string) {
+		b := strings.NewReplacer("KEY", key, "MODELKEY", tg.modelKey, "CALLID", tg.callID).Replace(body)
+		status, obj := do(t, "POST", d.base+path, nil, b)
+		delete(obj, "id")
+		delete(obj, "created")
+		return status, fmt.Sprint(obj)
+	}
+}
+
+func projectAPI(method, path, body string) func(*testing.T, *daemon, string, isoTarget) (int, string) {
+	return func(t *testing.T, d *daemon, key string, tg isoTarget) (int, string) {
+		status, raw := doRaw(t, method, d.base+strings.ReplaceAll(path, "PROJECT", tg.project),
+			map[string]string{"X-Service-API-Key": key}, body)
+		return status, string(raw)
+	}
+}
+
+// everyEndpoint lists every route of the public API that takes a key and
+// names one resource; the status lists are checked in "status lists".
+var everyEndpoint = []endpoint{
+	{"start v4", inference("/start/v4", `{"apiKey":"KEY","modelKey":"MODELKEY","startOnly":true,"modelInputs":{}}`)},
+	{"start v4/", inference("/start/v4/", `{"apiKey":"KEY","modelKey":"MODELKEY","startOnly":true,"modelInputs":{}}`)},
+	{"start v3 waiting", inference("/start/v3", `{"apiKey":"KEY","modelKey":"MODELKEY","modelInputs":{}}`)},
+	{"check v4", inference("/check/v4", `{"apiKey":"KEY","callID":"CALLID"}`)},
+	{"check v4/ longPoll", inference("/check/v4/", `{"apiKey":"KEY","callID":"CALLID","longPoll":true}`)},
+	{"check v3", inference("/check/v3", `{"apiKey":"KEY","callID":"CALLID"}`)},
+	{"get project", projectAPI("GET", "/v1/projects/PROJECT", "")},
+	{"get project/", projectAPI("GET", "/v1/projects/PROJECT/", "")},
+	{"put project", projectAPI("PUT", "/v1/projects/PROJECT", `{"maxReplicas": 7}`)},
+	{"put project/", projectAPI("PUT", "/v1/projects/PROJECT/", `{"minReplicas": 1}`)},
+	{"get replica logs", projectAPI("GET", "/v1/status/projects/PROJECT/replicas/PROJECT-1/logs", "")},
+}
+
+// TestTeamsAreIsolatedOnEveryEndpoint proves that a key of team A can never
+// read, start, check or change anything of team B: on every endpoint, B's
+// resource answers exactly as one that does not exist (404 on the project
+// API, never 403), and B's project is left unchanged.
+func TestTeamsAreIsolatedOnEveryEndpoint(t *testing.T) {
+	echo := echoDir(t)
+	dir, cfg := newDaemonDir(t, "startWait: 1s\nlongPollWait: 1s\n")
+	d := startDaemon(t, dir, cfg)
+	keyA, keyB := d.createKey("team-a", false), d.createKey("team-b", false)
+	d.apply(fmt.Sprintf(`projects:
+  - {id: proj-a, team: team-a, modelKey: mk-a, command: ["python3", "server.py"], dir: %[1]s, env: {E2E_MARKER: %[2]s}}
+  - {id: proj-b, team: team-b, modelKey: mk-b, command: ["python3", "server.py"], dir: %[1]s, env: {E2E_MARKER: %[2]s}}
+`, echo, marker()))
+	callB := inferenceClient{t: t, base: d.base, key: keyB}.start("mk-b", `{"mine": "b"}`, true)["callID"].(string)
+	ofB := isoTarget{modelKey: "mk-b", callID: callB, project: "proj-b"}
+	nowhere := isoTarget{modelKey: "mk-nowhere", callID: "call_0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", project: "proj-nowhere"}
+	_, projectBefore := projectAPI("GET", "/v1/projects/PROJECT", "")(t, d, keyB, ofB)
+
+	for _, ep := range everyEndpoint {
+		t.Run(ep.name, func(t *testing.T) {
+			gotStatus, got := ep.call(t, d, keyA, ofB)
+			wantStatus, want := ep.call(t, d, keyA, nowhere)
+			if gotStatus != wantStatus || got != want {
+				t.Fatalf("team A reaching team B's resource got %d %s;\nfor a resource that does not exist: %d %s",
+					gotStatus, got, wantStatus, want)
+			}
+			if strings.HasPrefix(ep.name, "get") || strings.HasPrefix(ep.name, "put") {
+				if gotStatus != http.StatusNotFound {
+					t.Fatalf("status %d, want 404", gotStatus)
+				}
+			} else if !strings.Contains(got, "message:error: ") {
+				t.Fatalf("answer %s, want an error message", got)
+			}
+		})
+	}
+	t.Run("list", func(t *testing.T) {
+		status, body := do(t, "GET", d.base+"/v1/projects", map[string]string{"X-Service-API-Key": keyA}, "")
+		results := body["results"].([]any)
+		if status != 200 || len(results) != 1 || results[0].(map[string]any)["id"] != "proj-a" {
+			t.Fatalf("team A lists %d %v, want only proj-a", status, body)
+		}
+	})
+	t.Run("status lists", func(t *testing.T) {
+		for _, path := range []string{"/v1/status", "/v1/status/projects", "/v1/status/calls"} {
+			status, raw := doRaw(t, "GET", d.base+path, map[string]string{"X-Service-API-Key": keyA}, "")
+			if status != http.StatusOK || (path != "/v1/status/calls" && !strings.Contains(string(raw), `"proj-a"`)) {
+				t.Fatalf("GET %s: %d %s, want team A's own project", path, status, raw)
+			}
+			if strings.Contains(string(raw), "proj-b") || strings.Contains(string(raw), callB) {
+				t.Fatalf("GET %s shows team B's project or call to team A: %s", path, raw)
+			}
+		}
+	})
+	t.Run("team B's project and call are untouched", func(t *testing.T) {
+		if _, after := projectAPI("GET", "/v1/projects/PROJECT", "")(t, d, keyB, ofB); after != projectBefore {
+			t.Fatalf("proj-b changed: %s → %s", projectBefore, after)
+		}
+		if r := (inferenceClient{t: t, base: d.base, key: keyB}).check(callB, false); strings.Contains(r["message"].(string), "error") {
+			t.Fatalf("team B's own call: %v", r)
+		}
+	})
+	t.Run("the admin API is not on the public listener", func(t *testing.T) {
+		for _, path := range []string{"/admin/keys", "/admin/teams", "/admin/backup"} {
+			if status, _ := doRaw(t, "GET", d.base+path, map[string]string{"X-Service-API-Key": keyA}, ""); status != http.StatusNotFound {
+				t.Fatalf("GET %s on the public listener: %d", path, status)
+			}
+		}
+		fi, err := os.Stat(dir + "/data/inferd.sock")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Fatalf("admin socket mode %v, want 0600 (the daemon's user only)", fi.Mode().Perm())
+		}
+	})
+}
+
+// TestRevokedKeyFailsAtOnceOnEveryEndpoint uses a key (so it sits in the
+// store's key cache), revokes it with the CLI and, with no pause, proves that
+// its very next request fails on every endpoint.
+func TestRevokedKeyFailsAtOnceOnEveryEndpoint(t *testing.T) {
+	echo := echoDir(t)
+	dir, cfg := newDaemonDir(t, "startWait: 1s\nlongPollWait: 1s\n")
+	d := startDaemon(t, dir, cfg)
+	key := d.createKey("team-a", false)
+	d.apply(fmt.Sprintf("projects:\n  - {id: proj-a, team: team-a, modelKey: mk-a, command: [\"python3\", \"server.py\"], dir: %s, env: {E2E_MARKER: %s}}\n",
+		echo, marker()))
+	c := inferenceClient{t: t, base: d.base, key: key}
+	own := isoTarget{modelKey: "mk-a", callID: c.start("mk-a", `{}`, true)["callID"].(string), project: "proj-a"}
+	if status, _ := projectAPI("GET", "/v1/projects/PROJECT", "")(t, d, key, own); status != 200 {
+		t.Fatalf("the key works before it is revoked: %d", status)
+	}
+
+	id := strings.Split(key, "_")[1] // secrets are ik_<id>_<secret>
+	if out, err := d.cli("key", "revoke", id); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, ep := range everyEndpoint {
+		t.Run(ep.name, func(t *testing.T) {
+			status, got := ep.call(t, d, key, own)
+			if strings.HasPrefix(ep.name, "get") || strings.HasPrefix(ep.name, "put") {
+				if status != http.StatusUnauthorized || !strings.Contains(got, `"invalid API key"`) {
+					t.Fatalf("revoked key: %d %s", status, got)
+				}
+			} else if !strings.Contains(got, "message:error: invalid apiKey") {
+				t.Fatalf("revoked key: %s", got)
+			}
+		})
+	}
+	if status, _ := doRaw(t, "GET", d.base+"/v1/projects", map[string]string{"X-Service-API-Key": key}, ""); status != http.StatusUnauthorized {
+		t.Fatalf("list with a revoked key: %d", status)
+	}
+}

@@ -1,0 +1,292 @@
+package e2e
+
+// The .deb install test: build the package with `scripts/package.sh` (what
+// `make package` runs), install it with dpkg, start inferd the way the
+// installed systemd unit would (CI has no systemd), administer and call it as
+// the docs say, then remove and purge the package. It changes the machine
+// (/usr/bin/inferd, /etc/inferd, /var/lib/inferd, the inferd user), so it runs
+// only as root, and refuses to touch an inferd package that was there before.
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const (
+	pkgUnit    = "/usr/lib/systemd/system/inferd.service"
+	pkgConfig  = "/etc/inferd/config.yaml"
+	pkgDataDir = "/var/lib/inferd"
+	pkgBinary  = "/usr/bin/inferd"
+)
+
+func TestDebPackageInstallsServesAndPurges(t *testing.T) {
+	required := os.Getenv("INFERD_REQUIRE_CLIENT_TESTS") == "1"
+	skip := func(format string, a ...any) {
+		t.Helper()
+		msg := fmt.Sprintf(format, a...)
+		if required {
+			t.Fatalf("%s (INFERD_REQUIRE_CLIENT_TESTS=1, as in make test, so this test cannot skip)", msg)
+		}
+		t.Skip(msg)
+	}
+	if os.Geteuid() != 0 {
+		skip("the .deb install test installs a package: run it as root")
+	}
+	if _, err := exec.LookPath("dpkg"); err != nil {
+		skip("the .deb install test needs dpkg")
+	}
+	echoDir(t) // the packaged example needs python3
+	if out, _ := exec.Command("dpkg-query", "-W", "-f=${Status}", "inferd").Output(); len(out) > 0 && !strings.Contains(string(out), "not-installed") {
+		skip("an inferd package is already on this machine (%s); this test installs and purges its own, so it leaves that one alone: `dpkg --purge inferd` to let it run", out)
+	}
+	if _, err := os.Stat(pkgDataDir); err == nil {
+		skip("%s exists without an inferd package; move it away to let this test run", pkgDataDir)
+	}
+
+	deb := buildDeb(t)
+	t.Cleanup(func() {
+		// Whatever happened, leave no package behind.
+		if out, _ := exec.Command("dpkg-query", "-W", "-f=${Status}", "inferd").Output(); len(out) > 0 && !strings.Contains(string(out), "not-installed") {
+			dpkgRun(t, "--purge", "inferd")
+		}
+	})
+	dpkgRun(t, "-i", deb)
+
+	// What the package put on the box.
+	pkgVersion := strings.TrimSpace(mustOutput(t, exec.Command("dpkg-query", "-W", "-f=${Version}", "inferd")))
+	if out := mustOutput(t, exec.Command(pkgBinary, "version")); !strings.Contains(out, "inferd "+pkgVersion+" (commit ") ||
+		strings.Contains(out, "commit unknown") || strings.Contains(out, "built unknown") {
+		t.Errorf("%s version = %q, want version %s, a commit and a build date", pkgBinary, out, pkgVersion)
+	}
+	if conf := mustOutput(t, exec.Command("dpkg-query", "-W", "-f=${Conffiles}", "inferd")); !strings.Contains(conf, pkgConfig) {
+		t.Errorf("%s is not a conffile (dpkg would overwrite the operator's edits on upgrade); conffiles: %q", pkgConfig, conf)
+	}
+	example, err := os.ReadFile("config.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantConfig := strings.Replace(string(example), "\ndataDir: ./data\n", "\ndataDir: "+pkgDataDir+"\n", 1)
+	if got, err := os.ReadFile(pkgConfig); err != nil || string(got) != wantConfig {
+		t.Errorf("%s should be config.example.yaml with dataDir: %s (err %v); got:\n%s", pkgConfig, pkgDataDir, err, got)
+	}
+	if got, want := readFile(t, pkgUnit), readFile(t, "packaging/inferd.service"); got != want {
+		t.Errorf("%s differs from packaging/inferd.service", pkgUnit)
+	}
+	unit := parseUnit(t, readFile(t, pkgUnit))
+	svc, err := user.Lookup(unit.user)
+	if err != nil {
+		t.Fatalf("the unit runs as %q, which the package did not create: %v", unit.user, err)
+	}
+	uid, _ := strconv.Atoi(svc.Uid)
+	gid, _ := strconv.Atoi(svc.Gid)
+	if fi, err := os.Stat(pkgDataDir); err != nil {
+		t.Fatalf("the package did not create %s: %v", pkgDataDir, err)
+	} else if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != uid || fi.Mode().Perm() != 0o700 {
+		t.Errorf("%s: owner uid %d mode %o, want uid %d (%s) mode 700", pkgDataDir, st.Uid, fi.Mode().Perm(), uid, unit.user)
+	}
+
+	// Start inferd as the unit would: its ExecStart, User, Environment and
+	// systemd's default environment, from /. Only the port differs: the
+	// packaged 127.0.0.1:8080 may be taken on a shared CI box.
+	port := freePort(t)
+	cmd := exec.Command(unit.execStart[0], unit.execStart[1:]...)
+	cmd.Dir = "/"
+	cmd.Env = append([]string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin",
+		"HOME=" + svc.HomeDir, "USER=" + svc.Username, "LOGNAME=" + svc.Username,
+	}, unit.environment...)
+	cmd.Env = append(cmd.Env, fmt.Sprintf("INFERD_LISTEN=127.0.0.1:%d", port))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	d := startDaemonCmd(t, cmd, pkgDataDir, pkgConfig)
+	if d.base != fmt.Sprintf("http://127.0.0.1:%d", port) {
+		t.Errorf("inferd serves on %s, want port %d", d.base, port)
+	}
+
+	// Administer it as the docs say: `sudo -u inferd inferd --config ... CMD`.
+	asService := func(args ...string) string {
+		t.Helper()
+		c := exec.Command(pkgBinary, append([]string{"--config", pkgConfig}, args...)...)
+		c.Dir = "/"
+		c.Env = []string{"PATH=/usr/sbin:/usr/bin", "HOME=" + svc.HomeDir, fmt.Sprintf("INFERD_LISTEN=127.0.0.1:%d", port)}
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+		return mustOutput(t, c)
+	}
+	lines := strings.Split(strings.TrimSpace(asService("key", "create", "--team", "demo")), "\n")
+	secret := lines[len(lines)-1]
+	asService("apply", "-f", "/usr/share/inferd/examples/projects.yaml")
+	body := fmt.Sprintf(`{"apiKey":%q,"modelKey":"mk-echo-1","modelInputs":{"prompt":"hi"}}`, secret)
+	status, r := do(t, "POST", d.base+"/start/v4", nil, body)
+	if status != 200 || r["message"] != "success" {
+		t.Fatalf("start/v4 on the packaged example: HTTP %d %v", status, r)
+	}
+	out := output(t, r)
+	if out["echo"].(map[string]any)["prompt"] != "hi" || out["greeting"] != "hello from inferd" {
+		t.Errorf("packaged echo answered %v", out)
+	}
+	if fi, err := os.Stat(filepath.Join(pkgDataDir, "inferd.db")); err != nil || int(fi.Sys().(*syscall.Stat_t).Uid) != uid {
+		t.Errorf("the data file should be %s/inferd.db owned by %s: %v", pkgDataDir, unit.user, err)
+	}
+	d.stop()
+	eventually(t, 30*time.Second, "no process of user "+unit.user+" left", func() bool { return len(processesOfUser(uid)) == 0 })
+
+	// doctor, as the service user, passes on the installed layout and boots
+	// the packaged example model.
+	report := asService("doctor")
+	for _, want := range []string{"ok    data dir    " + pkgDataDir, "ok    data file   " + pkgDataDir + "/inferd.db opens",
+		"ok    example     /usr/share/inferd/examples/echo boots"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("doctor on the installed package lacks %q:\n%s", want, report)
+		}
+	}
+
+	// Remove keeps the config and the data; purge deletes both.
+	dpkgRun(t, "-r", "inferd")
+	for path, want := range map[string]bool{pkgBinary: false, pkgUnit: false, pkgConfig: true, filepath.Join(pkgDataDir, "inferd.db"): true} {
+		if _, err := os.Stat(path); (err == nil) != want {
+			t.Errorf("after dpkg -r: %s exists = %v, want %v", path, err == nil, want)
+		}
+	}
+	dpkgRun(t, "--purge", "inferd")
+	for _, path := range []string{"/etc/inferd", pkgDataDir} {
+		if _, err := os.Stat(path); err == nil {
+			t.Errorf("after dpkg --purge: %s still exists", path)
+		}
+	}
+	if _, err := user.Lookup(unit.user); err != nil {
+		t.Errorf("purge removed the %s user (Debian keeps system users so their uid is never reused): %v", unit.user, err)
+	}
+}
+
+// buildDeb runs scripts/package.sh into a temporary directory and returns the .deb.
+func buildDeb(t *testing.T) string {
+	t.Helper()
+	out := t.TempDir()
+	cmd := exec.Command("scripts/package.sh", out)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("scripts/package.sh: %v\n%s%s", err, stdout, stderr.String())
+	}
+	for _, line := range strings.Split(string(stdout), "\n") {
+		if strings.HasSuffix(line, ".deb") {
+			return line
+		}
+	}
+	t.Fatalf("scripts/package.sh printed no .deb:\n%s", stdout)
+	return ""
+}
+
+// dpkgRun runs dpkg, waiting while another package manager holds its lock
+// (other jobs on a CI box install packages too).
+func dpkgRun(t *testing.T, args ...string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		out, err := exec.Command("dpkg", args...).CombinedOutput()
+		if err == nil {
+			return
+		}
+		if !bytes.Contains(out, []byte("lock")) || time.Now().After(deadline) {
+			t.Fatalf("dpkg %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		time.Sleep(time.Second) // dpkg has no lock timeout of its own
+	}
+}
+
+type unitFile struct {
+	user        string
+	environment []string
+	execStart   []string
+}
+
+// parseUnit reads the [Service] settings the test needs. It handles what our
+// unit uses (one ExecStart without quoting); anything fancier fails loudly.
+func parseUnit(t *testing.T, text string) unitFile {
+	t.Helper()
+	var u unitFile
+	section := ""
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";") {
+			continue
+		}
+		if strings.HasPrefix(line, "[") {
+			section = line
+			continue
+		}
+		key, val, _ := strings.Cut(line, "=")
+		if section != "[Service]" {
+			continue
+		}
+		switch key {
+		case "User":
+			u.user = val
+		case "Environment":
+			if strings.ContainsAny(val, `"'`) {
+				t.Fatalf("unit Environment=%s uses quoting, which this test does not parse", val)
+			}
+			u.environment = append(u.environment, strings.Fields(val)...)
+		case "ExecStart":
+			if strings.ContainsAny(val, `"'$%`) || u.execStart != nil {
+				t.Fatalf("unit ExecStart=%s: quoting, specifiers or several ExecStart lines are not parsed by this test", val)
+			}
+			u.execStart = strings.Fields(strings.TrimLeft(val, "-@:+!"))
+		}
+	}
+	if u.user == "" || len(u.execStart) == 0 {
+		t.Fatalf("unit has no User= or ExecStart= in [Service]:\n%s", text)
+	}
+	return u
+}
+
+// processesOfUser lists the live pids whose real uid is uid.
+func processesOfUser(uid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil || bytes.Contains(status, []byte("\nState:\tZ")) {
+			continue
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" && f[1] == strconv.Itoa(uid) {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func mustOutput(t *testing.T, cmd *exec.Cmd) string {
+	t.Helper()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, stderr.String())
+	}
+	return string(out)
+}

@@ -1,0 +1,58 @@
+// Package local is the local-process replica backend: it runs each replica as an
+// OS process group on this machine, keeps its logs, and cleans up after a daemon
+// that died without stopping its replicas.
+//
+// The scheduler reaches it only through backend.Backend: [Backend.Launch] starts a
+// replica from a backend.Spec and returns the [Process] that owns it. Talking to the
+// model (health checks, calls, the potassium wire format) is package protocol's;
+// this package hands it the address and the dialer. The package is written around
+// one promise from the design: no model process outlives the daemon, and killing a
+// replica kills its whole tree.
+//
+// # Process model
+//
+// Each replica is the leader of its own process group (Setpgid), so everything the
+// model forks (tokenizer workers, shell wrappers, a stray "sleep") can be signalled at
+// once with kill(-pgid). Stop sends SIGTERM to the group, waits the grace period, then
+// SIGKILL. When the leader exits for any reason, the group is SIGKILLed as well, so a
+// leaked grandchild cannot keep GPU memory or the log pipe.
+//
+// If the daemon itself dies, two mechanisms clean up:
+//
+//   - Pdeathsig SIGKILL: the kernel kills the leader when its parent *thread* exits. The
+//     child is therefore started from a goroutine locked to its OS thread
+//     (runtime.LockOSThread) that stays locked until the child has exited; otherwise the
+//     Go runtime could retire that thread and kill a healthy model.
+//   - Orphan cleanup: Pdeathsig reaches only the leader, not its children. While a
+//     replica runs, RunDir/<ID>.pid records its pid and process group;
+//     [Backend.Recover], which the scheduler calls at start, kills every recorded group
+//     that still exists. A group is only killed when one of its members carries
+//     INFERD_REPLICA_ID=<ID> in /proc/<pid>/environ, so a recycled pid is never hit.
+//
+// # Environment
+//
+// The model gets a minimal environment: an allowlist from the daemon's own (PATH, HOME,
+// USER, LOGNAME, LANG, LC_ALL, LC_CTYPE, TZ, TMPDIR, and pyenv's PYENV_ROOT and
+// PYENV_VERSION), then the project's env, then the variables inferd owns: HOST, PORT,
+// CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES, INFERD_PROJECT_ID and
+// INFERD_REPLICA_ID. The daemon's configuration and keys (INFERD_* and anything else)
+// never reach model code, which is the project owner's and not ours to trust. When
+// inferd runs as root, models run as replica.user (see [ModelUser]).
+//
+// # Ports
+//
+// Each replica listens on a loopback port of its own, handed out by the Backend's port
+// allocator, which never gives a port to two live replicas (see ports.go). Potassium
+// apps, which all ask for port 8000, are redirected to theirs by a start-up shim (see
+// potassium.go).
+//
+// # Logs and goroutines
+//
+// stdout and stderr share one pipe, copied to a size-capped log file,
+// LogDir/<team>/<project>/<replica>.log, with LogKeep old generations (".1", the
+// newest, to ".N"; see logread.go, which also reads them back as backend.Logs); the
+// last non-empty line is kept in memory for error messages. Per process there are
+// three goroutines: the locked one that starts and waits for the child, the log
+// copier and the readiness poller. All of them have ended by the time Exited is
+// closed.
+package local

@@ -1,0 +1,205 @@
+package local
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"inferd/scheduler/backend"
+	"inferd/store"
+)
+
+// testDeadline bounds every wait in these tests; a healthy run needs a fraction.
+const testDeadline = 15 * time.Second
+
+// TestMain fails the run if a Process goroutine outlives the tests: every process is
+// stopped or killed by the end, and its goroutines must end with it.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 && os.Getenv(helperEnv) == "" {
+		if leaked := waitNoProcessGoroutines(5 * time.Second); leaked != "" {
+			fmt.Fprintf(os.Stderr, "leaked replica goroutines:\n%s\n", leaked)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// waitNoProcessGoroutines waits until no goroutine runs a *Process method and returns
+// the offending stacks if some still do at the deadline.
+func waitNoProcessGoroutines(limit time.Duration) string {
+	deadline := time.Now().Add(limit)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		var leaked []string
+		for _, g := range bytes.Split(buf, []byte("\n\n")) {
+			if bytes.Contains(g, []byte("backend/local.(*Process)")) {
+				leaked = append(leaked, string(g))
+			}
+		}
+		if len(leaked) == 0 || time.Now().After(deadline) {
+			return strings.Join(leaked, "\n\n")
+		}
+		<-tick.C
+	}
+}
+
+// python returns the real python3 interpreter (resolving a pyenv shim once, which
+// saves about a second per model start), or skips the test when there is none.
+var python = sync.OnceValues(func() (string, error) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		return "", err
+	}
+	out, err := exec.Command("python3", "-c", "import sys; print(sys.executable)").Output()
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(out)), nil
+})
+
+// testBackend returns a backend with its logs and pid files under a test directory,
+// whose models run as the test's own user.
+func testBackend(t *testing.T) *Backend {
+	t.Helper()
+	dir := t.TempDir()
+	b, err := New(Config{LogDir: filepath.Join(dir, "logs"), RunDir: filepath.Join(dir, "run"), User: "root"}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// echoSpec returns a Spec running examples/echo/server.py, or skips the test when
+// python3 is absent.
+func echoSpec(t *testing.T, id string) backend.Spec {
+	t.Helper()
+	py, err := python()
+	if err != nil {
+		t.Skipf("python3 is needed to run examples/echo: %v", err)
+	}
+	server, err := filepath.Abs("../../../examples/echo/server.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return backend.Spec{
+		ReplicaID: id,
+		ProjectID: "proj-" + id,
+		TeamID:    "team",
+		Model:     store.ModelSpec{Command: []string{py, server}, Dir: t.TempDir()},
+	}
+}
+
+// shSpec returns a Spec running a shell script.
+func shSpec(id, script string) backend.Spec {
+	return backend.Spec{
+		ReplicaID: id,
+		ProjectID: "proj-" + id,
+		TeamID:    "team",
+		Model:     store.ModelSpec{Command: []string{"sh", "-c", script}},
+	}
+}
+
+// startModel starts spec on b and stops the process when the test ends.
+func startModel(t *testing.T, b *Backend, spec backend.Spec) *Process {
+	t.Helper()
+	p, err := b.start(spec)
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() { p.stop(5 * time.Second) })
+	return p
+}
+
+// startReady starts spec on b and waits until the model is ready.
+func startReady(t *testing.T, b *Backend, spec backend.Spec) *Process {
+	t.Helper()
+	p := startModel(t, b, spec)
+	waitReady(t, p)
+	return p
+}
+
+func waitReady(t *testing.T, p *Process) {
+	t.Helper()
+	select {
+	case <-p.Ready():
+	case <-p.Exited():
+		t.Fatalf("model exited before ready: %v; last line %q", p.ExitErr(), p.LastLogLine())
+	case <-time.After(testDeadline):
+		t.Fatalf("model not ready after %v; last line %q", testDeadline, p.LastLogLine())
+	}
+}
+
+func waitExited(t *testing.T, p *Process) {
+	t.Helper()
+	select {
+	case <-p.Exited():
+	case <-time.After(testDeadline):
+		t.Fatalf("model still running after %v; last line %q", testDeadline, p.LastLogLine())
+	}
+}
+
+// testLogger writes the package's log lines to the test log.
+func testLogger(t testing.TB) zerolog.Logger {
+	return zerolog.New(zerolog.NewTestWriter(t))
+}
+
+// processGone reports whether pid no longer runs; a zombie (dead, not yet reaped by
+// whoever inherited it) counts as gone.
+func processGone(pid int) bool {
+	if err := syscall.Kill(pid, 0); err == syscall.ESRCH {
+		return true
+	}
+	_, state, ok := procStat(pid)
+	return !ok || state == 'Z'
+}
+
+// waitGone waits until pid is gone. The process is not our child, so there is no
+// event to wait on: poll until the deadline.
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(testDeadline)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !processGone(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d still alive after %v", pid, testDeadline)
+		}
+		<-tick.C
+	}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testDeadline)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}

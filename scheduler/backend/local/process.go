@@ -1,0 +1,352 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"inferd/scheduler/backend"
+	"inferd/scheduler/backend/protocol"
+	"inferd/store"
+)
+
+const (
+	// drainWait bounds how long the log pipe is read after the group was killed. Only
+	// a process that left the group (setsid) can hold the pipe open that long.
+	drainWait = 2 * time.Second
+	// dialTimeout bounds a loopback connect to the model.
+	dialTimeout = time.Second
+	// exitGrace is how long a failed call waits to see whether the process is
+	// exiting, which turns a broken connection into backend.ErrExited.
+	exitGrace = time.Second
+)
+
+// Process is one running (or exited) model server started by Launch. Its methods
+// are safe for concurrent use.
+type Process struct {
+	b      *Backend
+	spec   backend.Spec
+	log    zerolog.Logger
+	cmd    *exec.Cmd
+	pid    int              // of the leader, which is also the process group id; set before start returns
+	port   int              // the loopback port the model was told to listen on (its PORT)
+	client *protocol.Client // health checks and calls
+	sink   *logSink
+	pipe   *os.File // read end of the model's stdout+stderr
+
+	ready    chan struct{} // closed by the readiness poller
+	output   chan struct{} // the model wrote output: a hint for the poller (1 buffered)
+	exited   chan struct{} // closed by run, last
+	stopping chan struct{} // closed by the first Stop
+	stopOnce sync.Once
+
+	mu      sync.Mutex
+	reaped  bool  // the leader has been waited for: its pid may be reused, signal nothing
+	exitErr error // set before exited is closed
+}
+
+// start starts the model server described by spec and returns once the process
+// runs; it does not wait for readiness (see Ready).
+func (b *Backend) start(spec backend.Spec) (*Process, error) {
+	p, err := b.startProcess(spec)
+	if err != nil {
+		return nil, fmt.Errorf("start replica %s: %w", spec.ReplicaID, err)
+	}
+	return p, nil
+}
+
+func (b *Backend) startProcess(spec backend.Spec) (*Process, error) {
+	if err := b.checkSpec(spec); err != nil {
+		return nil, err
+	}
+	port, err := b.ports.take()
+	if err != nil {
+		return nil, err
+	}
+	running := false // from then on the port is given back once the process has exited (run)
+	defer func() {
+		if !running {
+			b.ports.release(port)
+		}
+	}()
+	log := b.log.With().Str("replica", spec.ReplicaID).Str("project", spec.ProjectID).Logger()
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	client, err := protocol.New(protocol.Config{
+		Protocol:      spec.Model.Protocol,
+		HealthPath:    spec.Model.HealthPath,
+		InferPath:     spec.Model.InferPath,
+		Addr:          addr,
+		Dial:          (&net.Dialer{Timeout: dialTimeout}).DialContext,
+		MaxReplyBytes: b.maxReplyBytes,
+		Log:           log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	env := spec.Model.Env
+	if spec.Model.Protocol == store.ProtocolPotassium {
+		if env, err = b.preparePotassium(spec); err != nil {
+			return nil, err
+		}
+	}
+	logPath := b.logPath(spec)
+	sink, err := openLogSink(logPath, b.cfg.LogMaxBytes, b.cfg.LogKeep, func(err error) {
+		log.Warn().Err(err).Str("log", logPath).Msg("replica log write failed; output is dropped")
+	})
+	if err != nil {
+		return nil, err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		sink.Close()
+		return nil, fmt.Errorf("log pipe: %w", err)
+	}
+
+	cmd := exec.Command(spec.Model.Command[0], spec.Model.Command[1:]...)
+	cmd.Dir = spec.Model.Dir
+	cmd.Env = environ(spec, env, port, b.runAs, os.LookupEnv)
+	// The write end is an *os.File, so exec hands it to the child as is and starts no
+	// copying goroutine of its own; Wait then returns when the leader exits, even if
+	// a leaked child still holds the pipe.
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if b.runAs != nil {
+		// Go sets the parent-death signal after changing credentials, which
+		// would otherwise clear it.
+		cmd.SysProcAttr.Credential = b.runAs.Credential()
+	}
+
+	p := &Process{
+		b:        b,
+		spec:     spec,
+		log:      log,
+		cmd:      cmd,
+		port:     port,
+		client:   client,
+		sink:     sink,
+		pipe:     r,
+		ready:    make(chan struct{}),
+		output:   make(chan struct{}, 1),
+		exited:   make(chan struct{}),
+		stopping: make(chan struct{}),
+	}
+
+	started := make(chan error, 1)
+	go p.run(started)
+	err = <-started
+	w.Close() // the child has its copy; ours would keep the pipe open forever
+	if err != nil {
+		r.Close()
+		sink.Close()
+		if b.runAs != nil && errors.Is(err, os.ErrPermission) {
+			err = fmt.Errorf("%w (the model runs as user %s: its dir and program must be readable by that user; see replica.user)", err, b.runAs.Name)
+		}
+		return nil, err
+	}
+	log.Info().Int("pid", p.pid).Int("port", port).Strs("command", spec.Model.Command).Msg("replica started")
+	running = true
+	return p, nil
+}
+
+// run starts the child, reports the outcome on started, then owns it until it has
+// exited: it waits for the leader, kills the rest of the group, ends the copier and
+// the poller, removes the pid file and finally closes exited.
+//
+// The goroutine stays locked to its OS thread for as long as the child runs, because
+// Pdeathsig fires when the thread that forked the child exits, not the process.
+func (p *Process) run(started chan<- error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+
+	if err := p.cmd.Start(); err != nil {
+		started <- err
+		return
+	}
+	p.pid = p.cmd.Process.Pid
+	if runDir := p.b.cfg.RunDir; runDir != "" {
+		rec := pidFile{ID: p.spec.ReplicaID, ProjectID: p.spec.ProjectID, Pid: p.pid, Pgid: p.pid}
+		if err := writePidFile(runDir, rec); err != nil {
+			// Without the record a daemon crash could leak this group: refuse to run.
+			syscall.Kill(-p.pid, syscall.SIGKILL)
+			p.cmd.Wait()
+			started <- err
+			return
+		}
+	}
+	started <- nil
+
+	copied := make(chan struct{})
+	go p.copyLog(copied)
+	ctx, cancel := context.WithCancel(context.Background())
+	var poller sync.WaitGroup
+	poller.Go(func() { p.pollReady(ctx) })
+
+	err := p.cmd.Wait()
+
+	p.mu.Lock()
+	// The leader is gone but its group id stays reserved while members remain, so
+	// this reaches leaked children and nothing else.
+	syscall.Kill(-p.pid, syscall.SIGKILL)
+	p.reaped = true
+	p.exitErr = err
+	p.mu.Unlock()
+
+	cancel()
+	select {
+	case <-copied:
+	case <-time.After(drainWait): // a process that left the group holds the pipe
+	}
+	p.pipe.Close() // unblocks the copier's Read if it is still waiting
+	<-copied
+	poller.Wait()
+	p.client.Close()
+	if err := p.sink.Close(); err != nil {
+		p.log.Warn().Err(err).Msg("close replica log")
+	}
+	if runDir := p.b.cfg.RunDir; runDir != "" {
+		if err := os.Remove(pidFilePath(runDir, p.spec.ReplicaID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			p.log.Warn().Err(err).Msg("remove replica pid file")
+		}
+	}
+	// Info, not an error: whether this exit is a failure is the scheduler's call.
+	ev := p.log.Info().Int("pid", p.pid)
+	if err != nil {
+		ev = ev.Str("exit", err.Error()).Str("last_line", p.sink.LastLine())
+	}
+	ev.Msg("replica exited")
+	p.b.ports.release(p.port)
+	close(p.exited)
+}
+
+// copyLog copies the model's output into the sink until the pipe closes.
+func (p *Process) copyLog(done chan<- struct{}) {
+	defer close(done)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := p.pipe.Read(buf)
+		if n > 0 {
+			p.sink.Write(buf[:n])
+			select { // wake the readiness poller; one pending hint is enough
+			case p.output <- struct{}{}:
+			default:
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// signal sends sig to the process group unless the leader has been reaped.
+func (p *Process) signal(sig syscall.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.reaped {
+		syscall.Kill(-p.pid, sig)
+	}
+}
+
+// Info describes the replica: its process id.
+func (p *Process) Info() backend.Info { return backend.Info{Pid: p.pid} }
+
+// Ready returns a channel closed once GET HealthPath has answered 2xx. It is never
+// closed if the process exits or is stopped first, and never after Exited.
+func (p *Process) Ready() <-chan struct{} { return p.ready }
+
+// Exited returns a channel closed once the process has exited, its group has been
+// killed and all of the Process's goroutines have ended.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// ExitErr returns how the process ended, as exec reports it ("exit status 1",
+// "signal: killed"), or nil for a clean exit. Before Exited is closed it returns nil.
+func (p *Process) ExitErr() error {
+	select {
+	case <-p.exited:
+		return p.exitErr
+	default:
+		return nil
+	}
+}
+
+// Stop stops the process with the backend's StopGrace; see stop.
+func (p *Process) Stop() { p.stop(p.b.cfg.StopGrace) }
+
+// stop sends SIGTERM to the process group, waits up to grace for the process to exit,
+// then sends SIGKILL, and returns once it has exited. It is idempotent and safe to
+// call concurrently; every call returns only after the process has exited.
+func (p *Process) stop(grace time.Duration) {
+	p.stopOnce.Do(func() { close(p.stopping) })
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	p.signal(syscall.SIGTERM)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+		return
+	case <-t.C:
+	}
+	p.signal(syscall.SIGKILL)
+	<-p.exited
+}
+
+// LastLogLine returns the last non-empty line the model printed on stdout or stderr
+// (at most 500 bytes), for error messages such as a failed boot.
+func (p *Process) LastLogLine() string { return p.sink.LastLine() }
+
+// Infer sends inputs to the model; see backend.Instance. A broken exchange with
+// a model that exits at about the same time is backend.ErrExited.
+func (p *Process) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMessage, error) {
+	if err := p.exitedErr(); err != nil {
+		return nil, err
+	}
+	out, err := p.client.Infer(ctx, inputs)
+	var broken *protocol.TransportError
+	if errors.As(err, &broken) {
+		return nil, p.callFailed(ctx, err)
+	}
+	return out, err
+}
+
+// callFailed waits briefly for the process to exit after a transport error:
+// if it does, the call failed because of the exit (ErrExited).
+func (p *Process) callFailed(ctx context.Context, err error) error {
+	t := time.NewTimer(exitGrace)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+		return p.exitedErr()
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return err
+	}
+}
+
+// exitedErr returns backend.ErrExited, wrapped with the exit status, once the
+// process has exited, and nil before.
+func (p *Process) exitedErr() error {
+	select {
+	case <-p.exited:
+	default:
+		return nil
+	}
+	if p.exitErr != nil {
+		return fmt.Errorf("%w (%v)", backend.ErrExited, p.exitErr)
+	}
+	return backend.ErrExited
+}

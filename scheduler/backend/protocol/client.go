@@ -1,0 +1,275 @@
+// Package protocol speaks to model servers: the http protocol and Banana's
+// potassium (see docs/protocols.md). A [Client] checks a model's health and
+// sends it calls over kept-alive connections; it knows nothing of how the
+// model was started or where it runs, so any replica backend can use it,
+// handing it the dialer that reaches its models.
+package protocol
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+
+	"inferd/scheduler/backend"
+	"inferd/store"
+)
+
+const (
+	// maxReplyBytes caps a reply read into memory.
+	maxReplyBytes = 64 << 20
+	// errorBodyBytes is how much of a non-2xx reply HTTPError keeps.
+	errorBodyBytes = 1 << 10
+	// tracebackBytes is how much of a potassium exception's traceback is read.
+	tracebackBytes = 64 << 10
+	// maxIdleConns is the keep-alive pool per model: at least as many
+	// connections as calls a replica may serve at once (a project's
+	// concurrency goes up to store.MaxConcurrency, and can be raised while
+	// the replica runs), so that no finished call's connection is closed
+	// only to be dialled again for the next. Idle connections exist only up
+	// to the peak of calls in flight and close after idleConnTimeout.
+	maxIdleConns = 1000
+	// idleConnTimeout closes a keep-alive connection unused this long.
+	idleConnTimeout = 90 * time.Second
+	// dialTimeout bounds a connect to the model with the default dialer.
+	dialTimeout = time.Second
+	// healthDrainBytes is how much of a health reply is read; a longer one
+	// closes the connection.
+	healthDrainBytes = 4 << 10
+)
+
+// dialFunc connects to a model, as net.Dialer.DialContext does.
+type dialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// Config says where a model listens and which protocol it speaks.
+type Config struct {
+	Protocol   string // store.ProtocolHTTP ("" = it) or store.ProtocolPotassium
+	HealthPath string // GET; 2xx = ready. "" = /healthz (/__status__ for potassium)
+	InferPath  string // POST; "" = /
+	Addr       string // host:port
+	// Dial connects to Addr; nil = a TCP dial with a 1 s timeout. A backend
+	// whose models are reached some other way (from inside a network
+	// namespace, say) hands its own.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// MaxReplyBytes caps a reply read into memory; 0 = 64 MiB.
+	MaxReplyBytes int64
+	// Log gets a potassium exception's traceback, at debug level.
+	Log zerolog.Logger
+}
+
+// Client talks to one model server. Its methods are safe for concurrent use.
+type Client struct {
+	cfg       Config
+	potassium bool
+	baseURL   string       // http://ADDR
+	client    *http.Client // calls with a large body (see fastPathMaxBody)
+	conns     *connPool    // health checks and the other calls: see connPool
+}
+
+// New returns a client for the model described by cfg, or an error when cfg
+// names a protocol or a path that cannot be used. It connects to nothing yet.
+func New(cfg Config) (*Client, error) {
+	if cfg.Protocol == "" {
+		cfg.Protocol = store.ProtocolHTTP
+	}
+	if cfg.HealthPath == "" {
+		cfg.HealthPath = store.DefaultHTTPHealthPath
+		if cfg.Protocol == store.ProtocolPotassium {
+			cfg.HealthPath = store.PotassiumHealthPath
+		}
+	}
+	if cfg.InferPath == "" {
+		cfg.InferPath = store.DefaultInferPath
+	}
+	if cfg.MaxReplyBytes <= 0 {
+		cfg.MaxReplyBytes = maxReplyBytes
+	}
+	if cfg.Dial == nil {
+		cfg.Dial = (&net.Dialer{Timeout: dialTimeout}).DialContext
+	}
+	switch {
+	case cfg.Protocol != store.ProtocolHTTP && cfg.Protocol != store.ProtocolPotassium:
+		return nil, fmt.Errorf("unsupported protocol %q (supported: %q, %q)", cfg.Protocol, store.ProtocolHTTP, store.ProtocolPotassium)
+	case !strings.HasPrefix(cfg.HealthPath, "/"):
+		return nil, fmt.Errorf("health path %q does not start with /", cfg.HealthPath)
+	case !strings.HasPrefix(cfg.InferPath, "/"):
+		return nil, fmt.Errorf("infer path %q does not start with /", cfg.InferPath)
+	}
+	transport := &http.Transport{
+		Proxy:               nil, // the model is ours to reach: never a proxy from the daemon's env
+		DialContext:         cfg.Dial,
+		MaxIdleConns:        maxIdleConns,
+		MaxIdleConnsPerHost: maxIdleConns,
+		IdleConnTimeout:     idleConnTimeout,
+	}
+	return &Client{
+		cfg:       cfg,
+		potassium: cfg.Protocol == store.ProtocolPotassium,
+		baseURL:   "http://" + cfg.Addr,
+		client:    &http.Client{Transport: transport}, // no timeout: each call's ctx decides
+		conns:     newConnPool(cfg.Addr, cfg.Dial, maxIdleConns, idleConnTimeout),
+	}, nil
+}
+
+// Close closes the idle connections; calls made later dial afresh and keep
+// nothing.
+func (c *Client) Close() {
+	c.client.CloseIdleConnections()
+	c.conns.close()
+}
+
+// Healthy makes one health check: GET HealthPath answered 2xx within ctx.
+func (c *Client) Healthy(ctx context.Context) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.baseURL+c.cfg.HealthPath, nil)
+	if err != nil {
+		return false
+	}
+	// Through the pool, so that the connection the model was found ready on
+	// carries its first call.
+	resp, finish, err := c.conns.roundTrip(ctx, req)
+	if err != nil {
+		return false
+	}
+	// Drain a little so the connection can be reused for the next check or call.
+	n, err := io.Copy(io.Discard, io.LimitReader(resp.Body, healthDrainBytes))
+	finish(err == nil && n < healthDrainBytes)
+	return resp.StatusCode >= 200 && resp.StatusCode < 300
+}
+
+// TransportError is returned by Infer when the exchange with the model broke
+// (refused, reset, cut short) rather than the model answering. The caller
+// may know more: a backend that sees the model end at about the same time
+// reports backend.ErrExited instead.
+type TransportError struct{ Err error }
+
+// Error implements error.
+func (e *TransportError) Error() string { return "infer: " + e.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (e *TransportError) Unwrap() error { return e.Err }
+
+// Infer posts inputs to the model's InferPath as application/json and returns
+// the reply body, which is valid JSON. Errors: *backend.HTTPError for a
+// non-2xx reply, backend.ErrInvalidReply (wrapped) for a reply that is not
+// JSON or too large, *TransportError when the exchange broke; ctx's error is
+// returned as is. For protocol potassium the request carries a fresh
+// X-Banana-Request-Id, and a 500 with a text/plain body (the handler's
+// traceback) is a *backend.ExceptionError instead.
+func (c *Client) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMessage, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+c.cfg.InferPath, bytes.NewReader(inputs))
+	if err != nil {
+		return nil, fmt.Errorf("infer: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.potassium {
+		req.Header.Set("X-Banana-Request-Id", uuid.NewString())
+	}
+	resp, finish, err := c.send(ctx, req, len(inputs))
+	if err != nil {
+		return nil, broken(ctx, err)
+	}
+	clean := false // the body was read to its end: the connection may be reused
+	defer func() { finish(clean) }()
+
+	if c.potassium && resp.StatusCode == http.StatusInternalServerError && isTextPlain(resp.Header.Get("Content-Type")) {
+		body, err := io.ReadAll(io.LimitReader(resp.Body, tracebackBytes))
+		if err != nil {
+			return nil, broken(ctx, err)
+		}
+		clean = len(body) < tracebackBytes
+		tb := validUTF8(body)
+		c.cfg.Log.Debug().Str("request_id", req.Header.Get("X-Banana-Request-Id")).Str("traceback", tb).Msg("model raised an exception")
+		return nil, &backend.ExceptionError{LastLine: validUTF8(truncate([]byte(lastTracebackLine(tb)), errorBodyBytes))}
+	}
+
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		body, err := io.ReadAll(io.LimitReader(resp.Body, errorBodyBytes))
+		if err != nil {
+			return nil, broken(ctx, err)
+		}
+		clean = len(body) < errorBodyBytes
+		return nil, &backend.HTTPError{Status: resp.StatusCode, Body: validUTF8(body)}
+	}
+	limit := c.cfg.MaxReplyBytes
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, broken(ctx, err)
+	}
+	if int64(len(body)) > limit {
+		return nil, fmt.Errorf("%w: reply larger than %d bytes", backend.ErrInvalidReply, limit)
+	}
+	clean = true // shorter than the limit: the body ended
+	if !json.Valid(body) {
+		return nil, fmt.Errorf("%w: reply is not JSON: %q", backend.ErrInvalidReply, truncate(body, 200))
+	}
+	return body, nil
+}
+
+// send sends req through the connection pool, or through http.Client when the
+// body is too large for the pool (see fastPathMaxBody). finish must be called
+// once the body has been read, with clean set when it was read to its end.
+func (c *Client) send(ctx context.Context, req *http.Request, bodyLen int) (*http.Response, func(clean bool), error) {
+	if bodyLen <= fastPathMaxBody {
+		return c.conns.roundTrip(ctx, req)
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	// net/http reuses the connection on its own once the body was read to EOF.
+	return resp, func(bool) { resp.Body.Close() }, nil
+}
+
+// broken classifies a failed exchange: the context's own error passes
+// through, anything else is a *TransportError.
+func broken(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return &TransportError{Err: err}
+}
+
+// isTextPlain reports whether a Content-Type header is text/plain.
+func isTextPlain(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "text/plain"
+}
+
+// truncate returns at most n bytes of b.
+func truncate(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}
+
+// validUTF8 returns b as a string, dropping bytes that are not UTF-8 (a KiB cut can
+// split a character).
+func validUTF8(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	return string(bytes.ToValidUTF8(b, nil))
+}
+
+// lastTracebackLine returns the last non-empty line of a traceback, trimmed, e.g.
+// "ValueError: bad prompt".
+func lastTracebackLine(body string) string {
+	lines := strings.Split(strings.TrimRight(body, "\r\n\t "), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(lines[i]); l != "" {
+			return l
+		}
+	}
+	return ""
+}

@@ -1,0 +1,275 @@
+package protocol
+
+import (
+	"bufio"
+	"compress/gzip"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// connPool sends Infer's requests to one replica over kept-alive connections, on
+// the calling goroutine. net/http's Transport gives every connection a read and a
+// write goroutine, so each call through it hands off between three goroutines and
+// allocates for each; at concurrency 1 that was most of the daemon's time in the
+// hop to the model. Here the caller writes the request and reads the reply itself;
+// all HTTP parsing stays in net/http (Request.Write, ReadResponse), and this type
+// only keeps the connections.
+//
+// A connection goes back to the pool only after a reply whose body was read to its
+// end, that did not ask to close, and with no error or cancellation on the way.
+type connPool struct {
+	addr   string
+	dial   dialFunc
+	max    int           // idle connections kept at most
+	maxAge time.Duration // an idle connection older than this is closed, not reused
+
+	mu     sync.Mutex
+	idle   []*poolConn // most recently used last
+	closed bool
+}
+
+// poolConn is one connection with its buffers.
+type poolConn struct {
+	conn      net.Conn
+	raw       syscall.RawConn // for the liveness peek
+	cw        countWriter
+	br        *bufio.Reader
+	bw        *bufio.Writer
+	idleSince time.Time
+}
+
+// countWriter counts the bytes that reached the connection, so a failed write
+// that sent nothing can be retried on another connection.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
+}
+
+// fastPathMaxBody is the largest request body sent through connPool. The pool
+// writes the whole request before it reads the reply, so a larger body could block
+// on a model that answers (say 413) without reading it, where net/http would return
+// the answer; such requests, for which the per-call cost matters little, keep
+// going through http.Client. Up to this size a loopback write completes into the
+// socket buffers whatever the model does.
+const fastPathMaxBody = 32 << 10
+
+// max1xx is how many informational (1xx) replies are skipped before the real one,
+// as net/http does.
+const max1xx = 5
+
+// aLongTimeAgo is a deadline in the past: setting it interrupts a blocked read or
+// write at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+func newConnPool(addr string, dial dialFunc, max int, maxAge time.Duration) *connPool {
+	return &connPool{addr: addr, dial: dial, max: max, maxAge: maxAge}
+}
+
+// roundTrip sends req (HTTP/1.1, a body of at most fastPathMaxBody) and reads the
+// reply's header. The caller reads the body, then must call finish exactly once,
+// with clean set when it read the body to its end without error; finish pools or
+// closes the connection. Errors are *url.Error, as http.Client's are.
+func (p *connPool) roundTrip(ctx context.Context, req *http.Request) (resp *http.Response, finish func(clean bool), err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	// The transport asks for gzip and undoes it; so do we, so that a model sees the
+	// same request and the caller the same body.
+	req.Header.Set("Accept-Encoding", "gzip")
+	for {
+		pc, reused, err := p.get(ctx)
+		if err != nil {
+			return nil, nil, &url.Error{Op: urlOp(req.Method), URL: req.URL.String(), Err: err}
+		}
+		// A cancelled ctx interrupts the exchange by moving the deadline into the
+		// past; the connection is then closed, never pooled.
+		stop := context.AfterFunc(ctx, func() { pc.conn.SetDeadline(aLongTimeAgo) })
+		resp, err := pc.exchange(req)
+		if err != nil {
+			stop()
+			pc.conn.Close()
+			if reused && pc.cw.n == 0 && ctx.Err() == nil && req.GetBody != nil {
+				// Nothing reached the model on a connection it had already closed:
+				// safe to send again on another, as net/http does.
+				if body, gerr := req.GetBody(); gerr == nil {
+					req.Body = body
+					continue
+				}
+			}
+			return nil, nil, &url.Error{Op: urlOp(req.Method), URL: req.URL.String(), Err: err}
+		}
+		finish := func(clean bool) {
+			if !stop() || !clean || resp.Close {
+				pc.conn.Close()
+				return
+			}
+			p.put(pc)
+		}
+		return resp, finish, nil
+	}
+}
+
+// exchange writes req and reads the reply's header, skipping 1xx replies.
+func (pc *poolConn) exchange(req *http.Request) (*http.Response, error) {
+	pc.cw.n = 0
+	if err := req.Write(pc.bw); err != nil {
+		return nil, err
+	}
+	if err := pc.bw.Flush(); err != nil {
+		return nil, err
+	}
+	for range max1xx + 1 {
+		resp, err := http.ReadResponse(pc.br, req)
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			if resp.StatusCode < 200 {
+				resp.Close = true // the connection is not HTTP any more
+			}
+			gunzip(resp)
+			return resp, nil
+		}
+	}
+	return nil, errors.New("too many 1xx informational responses")
+}
+
+// get returns an idle connection that is still open, or dials a new one. reused
+// tells which.
+func (p *connPool) get(ctx context.Context) (pc *poolConn, reused bool, err error) {
+	for {
+		p.mu.Lock()
+		n := len(p.idle)
+		if n == 0 {
+			p.mu.Unlock()
+			break
+		}
+		pc = p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		if time.Since(pc.idleSince) < p.maxAge && pc.alive() {
+			return pc, true, nil
+		}
+		pc.conn.Close()
+	}
+	conn, err := p.dial(ctx, "tcp", p.addr)
+	if err != nil {
+		return nil, false, err
+	}
+	pc = &poolConn{conn: conn}
+	if sc, ok := conn.(syscall.Conn); ok {
+		if pc.raw, err = sc.SyscallConn(); err != nil {
+			conn.Close()
+			return nil, false, err
+		}
+	}
+	pc.cw.w = conn
+	pc.br = bufio.NewReader(conn)
+	pc.bw = bufio.NewWriter(&pc.cw)
+	return pc, false, nil
+}
+
+// alive reports whether an idle connection can carry a request: nothing buffered,
+// and a non-blocking peek at the socket finds neither data nor end of stream. This
+// stands in for net/http's read goroutine, which notices a model closing an idle
+// connection; without it the next call would be sent into a dead one and fail.
+func (pc *poolConn) alive() bool {
+	if pc.br.Buffered() > 0 || pc.raw == nil {
+		return false
+	}
+	var buf [1]byte
+	var rerr error
+	err := pc.raw.Read(func(fd uintptr) bool {
+		// Data (n > 0) or end of stream (n == 0, no error) both disqualify.
+		_, _, rerr = syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return true // never wait for readiness: one look is all we want
+	})
+	return err == nil && (rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK)
+}
+
+// put pools pc, or closes it when the pool is full or closed.
+func (p *connPool) put(pc *poolConn) {
+	pc.idleSince = time.Now()
+	p.mu.Lock()
+	if p.closed || len(p.idle) >= p.max {
+		p.mu.Unlock()
+		pc.conn.Close()
+		return
+	}
+	p.idle = append(p.idle, pc)
+	// The least recently used connection may have outlived maxAge while load was
+	// lower; close it rather than keep it until the replica exits.
+	var old *poolConn
+	if first := p.idle[0]; pc.idleSince.Sub(first.idleSince) > p.maxAge {
+		old = first
+		p.idle = append(p.idle[:0], p.idle[1:]...)
+	}
+	p.mu.Unlock()
+	if old != nil {
+		old.conn.Close()
+	}
+}
+
+// close closes the idle connections and makes later puts close theirs.
+func (p *connPool) close() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	p.closed = true
+	p.mu.Unlock()
+	for _, pc := range idle {
+		pc.conn.Close()
+	}
+}
+
+// gunzip undoes a gzip Content-Encoding the way net/http's transport does when it
+// asked for it: lazily, dropping the encoding and the length.
+func gunzip(resp *http.Response) {
+	if !strings.EqualFold(resp.Header.Get("Content-Encoding"), "gzip") {
+		return
+	}
+	resp.Body = &gzipReader{body: resp.Body}
+	resp.Header.Del("Content-Encoding")
+	resp.Header.Del("Content-Length")
+	resp.ContentLength = -1
+	resp.Uncompressed = true
+}
+
+// gzipReader decompresses body, opening the gzip stream on the first Read.
+type gzipReader struct {
+	body io.ReadCloser
+	zr   *gzip.Reader
+	zerr error
+}
+
+func (g *gzipReader) Read(b []byte) (int, error) {
+	if g.zr == nil && g.zerr == nil {
+		g.zr, g.zerr = gzip.NewReader(g.body)
+	}
+	if g.zerr != nil {
+		return 0, g.zerr
+	}
+	return g.zr.Read(b)
+}
+
+func (g *gzipReader) Close() error { return g.body.Close() }
+
+// urlOp is the Op of http.Client's *url.Error for method, e.g. "Post".
+func urlOp(method string) string {
+	return method[:1] + strings.ToLower(method[1:])
+}

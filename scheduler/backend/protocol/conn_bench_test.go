@@ -1,0 +1,74 @@
+package protocol
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"testing"
+)
+
+// BenchmarkInferHop compares one POST and its reply to a kept-alive server through
+// connPool and through net/http's Transport (what Infer used before), at c=1 and
+// with parallel callers. The server runs in the same process, so both pay for it
+// alike; the difference is the client side.
+func BenchmarkInferHop(b *testing.B) {
+	inputs := []byte(`{"prompt":"hello"}`)
+	noop := func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"ok":true}`))
+	}
+	viaPool := func(p *Client, req *http.Request) (*http.Response, func(bool), error) {
+		return p.conns.roundTrip(req.Context(), req)
+	}
+	viaTransport := func(p *Client, req *http.Request) (*http.Response, func(bool), error) {
+		resp, err := p.client.Do(req)
+		if err != nil {
+			return nil, nil, err
+		}
+		return resp, func(bool) { resp.Body.Close() }, nil
+	}
+	for _, c := range []struct {
+		name string
+		send func(*Client, *http.Request) (*http.Response, func(bool), error)
+	}{{"pool", viaPool}, {"net-http", viaTransport}} {
+		one := func(b *testing.B, p *Client) {
+			req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, p.baseURL+"/", bytes.NewReader(inputs))
+			if err != nil {
+				b.Error(err) // Error, not Fatal: RunParallel's goroutines call this too
+				return
+			}
+			req.Header.Set("Content-Type", "application/json")
+			resp, finish, err := c.send(p, req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			body, err := io.ReadAll(io.LimitReader(resp.Body, maxReplyBytes+1))
+			finish(err == nil)
+			if err != nil || len(body) == 0 {
+				b.Errorf("reply %q: %v", body, err)
+			}
+		}
+		b.Run(c.name+"/c=1", func(b *testing.B) {
+			p, _ := serve(b, noop)
+			p.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: maxIdleConns}}
+			b.ReportAllocs()
+			for b.Loop() {
+				one(b, p)
+			}
+		})
+		b.Run(c.name+"/parallel", func(b *testing.B) {
+			p, _ := serve(b, noop)
+			p.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: maxIdleConns}}
+			b.ReportAllocs()
+			b.SetParallelism(32)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					one(b, p)
+				}
+			})
+		})
+	}
+}
