@@ -316,12 +316,18 @@ func TestDaemonKillUnderLoad(t *testing.T) {
 // compiled into a test build: store/bolt/failpoint.go) just before and just after
 // the commit that stores a new call, and the one that stores a result. After
 // a restart every stored call answers, every returned callID is stored, and a
-// call whose commit never happened was never returned.
+// call whose commit never happened was never returned. The sync cases crash
+// on the path of a synchronous start that outlasts startWait: its call is
+// first written, queued, when the wait ends, and only then answered.
 func TestCrashPointsInCommitPath(t *testing.T) {
 	echo := echoDir(t)
 	bin := failpointBinary(t)
 	for _, tc := range []struct {
 		point string
+		// sync: call 0 (startOnly) holds the only replica for 30 s and
+		// every later call is a synchronous start, still queued when its
+		// 1 s startWait ends: the 2nd queued-call commit is call 1's.
+		sync bool
 		// The calls the file holds after the crash: the calls returned
 		// before it, plus extra (stored, never returned); finals counts
 		// the stored results.
@@ -331,8 +337,14 @@ func TestCrashPointsInCommitPath(t *testing.T) {
 		{point: "call-after:4", extra: 1, finals: -1},
 		{point: "result-before:3", extra: 0, finals: 2},
 		{point: "result-after:3", extra: 0, finals: 3},
+		{point: "call-before:2", sync: true, extra: 0, finals: 0},
+		{point: "call-after:2", sync: true, extra: 1, finals: 0},
 	} {
-		t.Run(tc.point, func(t *testing.T) {
+		name := tc.point
+		if tc.sync {
+			name += " sync start"
+		}
+		t.Run(name, func(t *testing.T) {
 			dir, cfg := newDaemonDir(t, "startWait: 1s\nlongPollWait: 5s\n")
 			dataFile := filepath.Join(dir, "data", "inferd.db")
 			mark := marker()
@@ -345,7 +357,14 @@ func TestCrashPointsInCommitPath(t *testing.T) {
 			returned := map[string]int{}
 			crashedAt := -1
 			for i := 0; i < 20 && crashedAt < 0; i++ {
-				r, err := c.start("mk-fp", fmt.Sprintf(`{"i":%d,"sleep":0.01}`, i), true)
+				inputs, startOnly := fmt.Sprintf(`{"i":%d,"sleep":0.01}`, i), true
+				if tc.sync {
+					inputs, startOnly = fmt.Sprintf(`{"i":%d}`, i), i == 0
+					if i == 0 {
+						inputs = `{"i":0,"sleep":30}`
+					}
+				}
+				r, err := c.start("mk-fp", inputs, startOnly)
 				if r == nil {
 					crashedAt = i
 					break
@@ -366,6 +385,12 @@ func TestCrashPointsInCommitPath(t *testing.T) {
 			}
 			if crashedAt < 0 {
 				t.Fatal("the failpoint was never reached")
+			}
+			if tc.sync && crashedAt != 1 {
+				// Its callID was answered before its write committed (the
+				// checks below then find it returned but not stored), or
+				// the calls did not go as the case says.
+				t.Errorf("the crash came at call %d, want the first sync start's (1)", crashedAt)
 			}
 			<-d.exited
 			d.logs.waitFor(t, "failpoint "+strings.Split(tc.point, ":")[0]+" reached", time.Second)

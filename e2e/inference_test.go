@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"inferd/store"
 )
 
 // echoProject is a manifest entry for examples/echo with a unique marker env.
@@ -264,9 +267,14 @@ func TestScalingEndToEnd(t *testing.T) {
 	eventually(t, 15*time.Second, "idle replicas stopped", func() bool { return len(processesWithEnv(mark)) == 0 })
 }
 
+// TestCallsSurviveDaemonKill kills the daemon with one call running and
+// four queued: after the restart the running call ends exactly
+// "interrupted by a server restart" and every queued one runs with its own
+// input.
 func TestCallsSurviveDaemonKill(t *testing.T) {
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, "cpuSlots: 4\n")
+	dataFile := filepath.Join(dir, "data", "inferd.db")
 	mark := marker()
 	d := startDaemon(t, dir, cfg)
 	key := d.createKey("acme", false)
@@ -274,29 +282,38 @@ func TestCallsSurviveDaemonKill(t *testing.T) {
 	c := inferenceClient{t: t, base: d.base, key: key}
 	eventually(t, 20*time.Second, "replica up", func() bool { return len(processesWithEnv(mark)) == 1 })
 
-	// One call finished, one running, several queued behind it.
+	// One call finished; one that holds the only replica for 30 s, so it is
+	// surely still running at the kill (and a daemon that wrongly ran it
+	// again after the restart fails this test in about that time); four
+	// queued behind it.
 	done := c.start("mk-slow", `{"i":0}`, false)
 	if done["message"] != "success" {
 		t.Fatalf("first call: %v", done)
 	}
 	ids := []string{done["callID"].(string)}
-	for i := 1; i <= 5; i++ {
-		r := c.start("mk-slow", fmt.Sprintf(`{"i":%d,"sleep":2}`, i), true)
-		ids = append(ids, r["callID"].(string))
+	ids = append(ids, c.start("mk-slow", `{"i":1,"sleep":30}`, true)["callID"].(string))
+	eventually(t, time.Minute, "call 1 running", func() bool { return c.check(ids[1], false)["message"] == "running" })
+	// Each of these starts answers once its call's write has committed, and
+	// the store commits writes in the order they were queued: call 1's
+	// running write is durable by then too.
+	for i := 2; i <= 5; i++ {
+		ids = append(ids, c.start("mk-slow", fmt.Sprintf(`{"i":%d}`, i), true)["callID"].(string))
 	}
-	// Each queued call runs for 2 s, one at a time: look for any of them
-	// running, not for one given call, whose 2 s a slow poll on a loaded box
-	// can miss entirely.
-	eventually(t, time.Minute, "a queued call running", func() bool {
-		for _, id := range ids[1:] {
-			if c.check(id, false)["message"] == "running" {
-				return true
-			}
-		}
-		return false
-	})
 	d.kill()
 	eventually(t, time.Minute, "model processes die with the daemon", func() bool { return len(processesWithEnv(mark)) == 0 })
+	stored := readDataFile(t, dataFile)
+	for i, id := range ids {
+		want := store.CallQueued
+		switch i {
+		case 0:
+			want = store.CallSucceeded
+		case 1:
+			want = store.CallRunning
+		}
+		if got := stored[id].State; got != want {
+			t.Fatalf("call %d is %q in the data file at the kill, want %q", i, got, want)
+		}
+	}
 
 	d = startDaemon(t, dir, cfg)
 	c.base = d.base
@@ -304,13 +321,16 @@ func TestCallsSurviveDaemonKill(t *testing.T) {
 		r := c.waitResult(id)
 		msg := r["message"].(string)
 		switch {
-		case msg == "success":
-			if got := output(t, r)["echo"].(map[string]any)["i"]; got != float64(i) {
-				t.Fatalf("call %s returned the result of input %v, want %d", id, got, i)
+		case i == 1:
+			if msg != msgRestart {
+				t.Errorf("call %d, running at the kill, answered %q after the restart, want %q", i, msg, msgRestart)
 			}
-		case msg == "error: interrupted by a server restart" && i > 0:
+		case msg != "success":
+			t.Errorf("call %d (%s), queued or done at the kill, answered %q after the restart, want success", i, id, msg)
 		default:
-			t.Fatalf("call %d (%s) after restart: %q", i, id, msg)
+			if got := output(t, r)["echo"].(map[string]any)["i"]; got != float64(i) {
+				t.Errorf("call %s returned the result of input %v, want %d", id, got, i)
+			}
 		}
 	}
 	d.stop()

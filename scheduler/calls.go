@@ -3,7 +3,6 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"time"
 
 	"inferd/scheduler/backend"
@@ -14,73 +13,12 @@ import (
 // failed; the oldest are forgotten first.
 const maxRecentFailures = 10000
 
-// admit takes a call into its project's queue, or refuses it, and queues its
-// created write. Submit gets its answer once that write has committed.
-func (s *Scheduler) admit(req submitReq) {
-	p := s.projects[req.p.ID]
-	if p == nil || p.deleted {
-		// New to the loop (created since Run started), or the caller read it
-		// just before a delete: take the caller's copy, and read the store to
-		// be sure it still exists.
-		p = s.addProject(req.p)
-		s.reload(p.id)
-	}
-	if err := fitsMachine(s.devices(), requestOf(p.cfg.Model)); err != nil {
-		req.reply <- submitResult{err: err}
-		return
-	}
-	if n := p.queue.len(); n >= s.cfg.MaxQueuedPerProject {
-		req.reply <- submitResult{err: &queueFullError{waiting: n}}
-		return
-	}
-	c := &call{c: req.c, done: make(chan struct{}), p: p, reply: req.reply}
-	s.calls[c.c.ID] = c
-	p.queue.push(c)
-	if req.deferred {
-		// Nobody knows the call's ID, so there is nothing to make durable
-		// yet: dispatchable at once, answered at once.
-		c.committed, c.deferred = true, true
-		req.reply <- submitResult{c: c.c, call: c}
-		return
-	}
-	created, reply := c.c, req.reply
-	s.st.SaveCallAsync(created, func(err error) {
-		if !s.in.post(evCreated{c: c, err: err}) {
-			reply <- createdResultOf(created, err)
-		}
-	})
-}
-
-// onCreated makes a call dispatchable once its created write has committed,
-// and answers Submit.
-func (s *Scheduler) onCreated(c *call, err error) {
-	if err != nil && !c.finished() {
-		c.p.queue.remove(c)
-		delete(s.calls, c.c.ID)
-		close(c.done)
-	}
-	c.committed = err == nil
-	c.reply <- s.createdResult(c, err)
-}
-
-func (s *Scheduler) createdResult(c *call, err error) submitResult {
-	return createdResultOf(c.c, err)
-}
-
-func createdResultOf(c store.Call, err error) submitResult {
-	if err != nil {
-		return submitResult{err: fmt.Errorf("save call: %w", err)}
-	}
-	c.State = store.CallQueued
-	return submitResult{c: c}
-}
-
 // dispatch hands the project's oldest calls to its ready replicas with room.
 func (s *Scheduler) dispatch(p *project) {
 	for {
 		c := p.queue.peek()
-		if c == nil || !c.committed {
-			return // FIFO: a later call never overtakes an uncommitted one
+		if c == nil || c.state != callQueued {
+			return // FIFO: a later call never overtakes one whose first write is in flight
 		}
 		r := p.pick()
 		if r == nil {
@@ -94,6 +32,7 @@ func (s *Scheduler) dispatch(p *project) {
 // startCall marks c running on r, queues that write and starts the Infer
 // goroutine and the inference timeout.
 func (s *Scheduler) startCall(c *call, r *rep) {
+	s.move(c, callRunning)
 	now := s.clk.Now()
 	c.c.State = store.CallRunning
 	c.c.Dispatched = now
@@ -121,7 +60,7 @@ func (s *Scheduler) startCall(c *call, r *rep) {
 	secs := c.p.inferenceTimeout()
 	c.timeoutSecs = secs
 	s.arm(&c.timeout, seconds(secs), func(seq uint64) event { return evInferTimeout{c: c, seq: seq} })
-	if !c.deferred {
+	if !c.unsaved {
 		s.st.SaveCallAsync(c.c, s.logSaveErr(c.c.ID, "saving a running call failed"))
 	}
 	s.runInfer(inferJob{ctx: ctx, c: c, r: r, inst: r.inst, inputs: c.c.Inputs})
@@ -169,13 +108,14 @@ func (s *Scheduler) onInferDone(ev evInferDone) {
 // requeue puts a call that never reached its replica back at the head of
 // its queue, and says so in the store, so that a restart requeues it too.
 func (s *Scheduler) requeue(c *call) {
+	s.move(c, callQueued)
 	c.c.State = store.CallQueued
 	c.c.ReplicaID = ""
 	c.c.Dispatched = time.Time{}
 	c.c.QueueMs, c.c.BootMs = 0, 0
 	c.c.Attempt--
 	c.p.queue.pushFront(c)
-	if !c.deferred {
+	if !c.unsaved {
 		s.st.SaveCallAsync(c.c, s.logSaveErr(c.c.ID, "saving a requeued call failed"))
 	}
 }
@@ -229,13 +169,17 @@ func (s *Scheduler) detach(c *call) {
 // it has committed (onFinal). The caller has taken c off its queue or
 // replica.
 func (s *Scheduler) finish(c *call, state store.CallState, out json.RawMessage, msg string) {
+	if !s.move(c, callFinishing) {
+		return
+	}
 	now := s.clk.Now()
 	f := c.c
 	f.State, f.Outputs, f.Message, f.Finished = state, out, msg, now
 	if !f.Dispatched.IsZero() {
 		f.RunMs = ms(now.Sub(f.Dispatched))
 	}
-	c.final = &f
+	// Until the write commits only the loop reads result; after the loop is
+	// gone, the waiters woken below read it as the outcome.
 	c.result = f
 	done := c.done
 	s.st.SaveCallAsync(f, func(err error) {
@@ -252,7 +196,7 @@ func (s *Scheduler) onFinal(c *call, err error) {
 	if s.calls[c.c.ID] == c {
 		delete(s.calls, c.c.ID)
 	}
-	f := *c.final
+	f := c.result
 	if err != nil {
 		s.log.Error().Err(err).Str("call", c.c.ID).Msg("saving a call result failed")
 		f.State, f.Outputs, f.Message = store.CallFailed, nil, msgStorageFull
@@ -261,9 +205,27 @@ func (s *Scheduler) onFinal(c *call, err error) {
 		// if it takes writes again.
 		s.st.SaveCallAsync(f, func(error) {})
 	}
+	if f.State == store.CallSucceeded {
+		s.move(c, callSucceeded)
+	} else {
+		s.move(c, callFailed)
+	}
 	c.result = f
 	s.cfg.Observer.CallFinished(f)
 	close(c.done)
+}
+
+// msgMoveRefused is logged when the loop tries a move the lifecycle refuses.
+const msgMoveRefused = "scheduler: call state move refused"
+
+// move takes c to next. The lifecycle refuses a move it does not allow; that
+// is a bug in the loop, logged, and the call stays where it was.
+func (s *Scheduler) move(c *call, next callState) bool {
+	if err := c.to(next); err != nil {
+		s.log.Error().Err(err).Msg(msgMoveRefused)
+		return false
+	}
+	return true
 }
 
 // failQueued fails every queued call of p with msg.

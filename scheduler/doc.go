@@ -20,9 +20,13 @@
 //
 // # Durability
 //
-// The writes of one call (created, running, final) are all queued from the loop
-// through Store.SaveCallAsync, which applies writes in the order queued, so
-// they can never be reordered. Submit returns only after the created write has
-// committed, a call is dispatched only after that, and a call's done channel
-// is closed only after its final write has committed.
+// The writes of one call (its first, running, final) are all queued from the
+// loop through Store.SaveCallAsync, which applies writes in the order queued,
+// so they can never be reordered. A call's states and the moves between them
+// are in lifecycle.go. Both starts, Submit and SubmitWait, go through one
+// admission path (start.go) and return a call that is not finished only after
+// its first write has committed; a queued call is dispatched only after that;
+// and a call's done channel is closed only after its final write has
+// committed. A synchronous start's call is written first when its wait ends,
+// or only once, with its result, if it finishes within the wait.
 package scheduler

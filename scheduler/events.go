@@ -64,11 +64,13 @@ func (b *inbox) close() []event {
 // event is anything the loop reacts to apart from direct requests.
 type event interface{ isEvent() }
 
-// evCreated: the created write of a submitted call has committed (err nil) or
-// failed.
-type evCreated struct {
-	c   *call
-	err error
+// evPersisted: the first write of a call (see Scheduler.persist) has committed
+// (err nil) or failed; answer and reply are the start's.
+type evPersisted struct {
+	c      *call
+	err    error
+	answer store.Call
+	reply  chan<- startResult
 }
 
 // evFinal: the final write of a call has committed or failed.
@@ -138,7 +140,7 @@ type evProjectLoaded struct {
 	err error
 }
 
-func (evCreated) isEvent()        {}
+func (evPersisted) isEvent()      {}
 func (evFinal) isEvent()          {}
 func (evLaunched) isEvent()       {}
 func (evReady) isEvent()          {}

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -376,7 +377,7 @@ func startHarness(t *testing.T, cfg Config, gpus Inventory, st *testStore) *harn
 		slots = int(n)
 	}
 	h := &harness{t: t, st: st, l: newFakeBackend(slots, gpus), clk: newFakeClock(), runErr: make(chan error, 1)}
-	h.s = New(cfg, h.st, h.l, h.clk, zerolog.Nop())
+	h.s = New(cfg, h.st, h.l, h.clk, zerolog.New(refusedMoves{t}).Level(zerolog.ErrorLevel))
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	go func() { h.runErr <- h.s.Run(ctx) }()
@@ -395,7 +396,28 @@ func (h *harness) stop() {
 	h.st.close()
 }
 
-func (h *harness) settle() { synctest.Wait() }
+// settle waits until every goroutine of the bubble is durably blocked. The
+// watchdog in main_test.go ends the run if that takes longer than
+// settleBound of real time, so a live-lock fails in seconds, not at the
+// package's -timeout.
+// refusedMoves is the harness's log: it fails the test when the loop tries a
+// move of a call that the lifecycle (lifecycle.go) refuses, so every
+// scheduler test checks the loop against the transition table. Other log
+// lines are dropped.
+type refusedMoves struct{ t *testing.T }
+
+func (r refusedMoves) Write(line []byte) (int, error) {
+	if bytes.Contains(line, []byte(msgMoveRefused)) {
+		r.t.Errorf("the loop tried a call move the lifecycle refuses: %s", line)
+	}
+	return len(line), nil
+}
+
+func (h *harness) settle() {
+	watch.begin(h.t.Name())
+	synctest.Wait()
+	watch.end()
+}
 
 // advance lets the scheduler catch up, then moves the clock by d.
 func (h *harness) advance(d time.Duration) {

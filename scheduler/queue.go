@@ -7,27 +7,23 @@ import (
 )
 
 // call is the loop's record of one live call: from admission until its final
-// write has committed.
+// write has committed. Its state moves only as lifecycle.go allows.
 type call struct {
 	// c is what Lookup shows. It keeps the running state while the final
 	// write is in flight, so that nobody reads a result that is not durable.
-	c store.Call
-	// final is the finished call once decided, until its write commits.
-	final *store.Call
+	c     store.Call
+	state callState
+	// unsaved: a sync start still waiting, so nobody knows the call's ID and
+	// nothing is written for it until its final write or its first (see
+	// Scheduler.persist); its queued and running moves are not written.
+	unsaved bool
 	// done is closed once the final write has committed (or failed: see
-	// evFinal), never earlier.
+	// evFinal), or the call is dropped; never earlier.
 	done chan struct{}
 	p    *project
-	// committed: the created write has landed, so the call may be dispatched.
-	committed bool
-	// deferred: a SubmitWait call whose ID nobody has been given yet, so
-	// nothing is written until its final write or a persist (see
-	// SubmitWait); its created and running writes are skipped.
-	deferred bool
-	// reply takes Submit's answer once the created write has committed.
-	reply chan submitResult
-	// result is the call as its final write left it; read only after done
-	// is closed (the close orders the write before the read).
+	// result is the outcome once decided (finishing), then the call as its
+	// final write left it; read off the loop only after done is closed (the
+	// close orders the write before the read).
 	result store.Call
 
 	// While running:
@@ -36,9 +32,6 @@ type call struct {
 	timeout     timer              // inference timeout
 	timeoutSecs int                // its length, for the message
 }
-
-// finished reports whether the call's outcome is decided.
-func (c *call) finished() bool { return c.final != nil }
 
 // fifo is a project's queue of calls waiting for a replica, oldest first.
 type fifo struct {

@@ -2,14 +2,12 @@ package scheduler
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
 	"inferd/gpu"
@@ -78,7 +76,7 @@ type Scheduler struct {
 	clk     Clock
 	log     zerolog.Logger
 
-	submitc  chan submitReq
+	submitc  chan startReq
 	lookupc  chan lookupReq
 	persistc chan persistReq
 	snapc    chan chan Status
@@ -111,19 +109,6 @@ type Scheduler struct {
 	held      []assignment
 }
 
-type submitReq struct {
-	p        store.Project
-	c        store.Call
-	deferred bool // SubmitWait: no created write
-	reply    chan submitResult
-}
-
-type submitResult struct {
-	c    store.Call
-	call *call // SubmitWait only
-	err  error
-}
-
 type lookupReq struct {
 	id    string
 	reply chan lookupResult
@@ -147,7 +132,7 @@ func New(cfg Config, st Store, b backend.Backend, clk Clock, log zerolog.Logger)
 		backend:  b,
 		clk:      clk,
 		log:      log,
-		submitc:  make(chan submitReq),
+		submitc:  make(chan startReq),
 		lookupc:  make(chan lookupReq),
 		persistc: make(chan persistReq),
 		snapc:    make(chan chan Status),
@@ -192,59 +177,6 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.ready.Store(true)
 	s.loop(ctx)
 	return nil
-}
-
-// Submit admits a call of project p and returns it (state queued) once it is
-// durably stored, so its ID can be handed to the client. It fails with an
-// error wrapping ErrQueueFull or ErrNeedsGPUs when the call cannot be
-// admitted, and with the store's error when the call could not be saved.
-func (s *Scheduler) Submit(ctx context.Context, p store.Project, inputs json.RawMessage) (store.Call, error) {
-	req, err := s.newSubmit(p, inputs)
-	if err != nil {
-		return store.Call{}, err
-	}
-	select {
-	case s.submitc <- req:
-	case <-ctx.Done():
-		return store.Call{}, ctx.Err()
-	case <-s.stopped:
-		return store.Call{}, errStopped
-	}
-	// Admitted: the answer comes once the created write has committed. A
-	// caller that gives up meanwhile does not cancel the call.
-	select {
-	case r := <-req.reply:
-		return r.c, r.err
-	case <-ctx.Done():
-		return store.Call{}, ctx.Err()
-	case <-s.stopped:
-		select {
-		case r := <-req.reply:
-			return r.c, r.err
-		default:
-			return store.Call{}, errStopped
-		}
-	}
-}
-
-// newSubmit builds the request that admits a new queued call of p.
-func (s *Scheduler) newSubmit(p store.Project, inputs json.RawMessage) (submitReq, error) {
-	id, err := uuid.NewV7()
-	if err != nil {
-		return submitReq{}, fmt.Errorf("new call id: %w", err)
-	}
-	return submitReq{
-		p: p,
-		c: store.Call{
-			ID:        "call_" + id.String(),
-			ProjectID: p.ID,
-			TeamID:    p.TeamID,
-			State:     store.CallQueued,
-			Inputs:    inputs,
-			Created:   s.clk.Now(),
-		},
-		reply: make(chan submitResult, 1),
-	}, nil
 }
 
 // Lookup returns call id and a channel closed once its result is durable.
@@ -307,8 +239,8 @@ func (s *Scheduler) loop(ctx context.Context) {
 			req.reply <- s.lookupLive(req.id)
 			continue // reads change nothing: no scheduling pass
 		case req := <-s.persistc:
-			s.persist(req)
-			continue // a write of the state as it is: nothing to schedule
+			s.persist(req.c, s.view(req.c), req.reply)
+			continue // a write of the call as it stands: nothing to schedule
 		case reply := <-s.snapc:
 			reply <- s.snapshot()
 			continue
@@ -327,8 +259,8 @@ func (s *Scheduler) loop(ctx context.Context) {
 // each batch acts on the result (dispatch, boots, idle timers).
 func (s *Scheduler) handle(ev event) {
 	switch ev := ev.(type) {
-	case evCreated:
-		s.onCreated(ev.c, ev.err)
+	case evPersisted:
+		s.onPersisted(ev)
 	case evFinal:
 		s.onFinal(ev.c, ev.err)
 	case evLaunched:
@@ -380,8 +312,8 @@ func (s *Scheduler) shutdown() {
 			}
 		case evFinal:
 			close(ev.c.done)
-		case evCreated:
-			ev.c.reply <- s.createdResult(ev.c, ev.err)
+		case evPersisted:
+			ev.reply <- persistedResult(ev.answer, ev.err)
 		}
 	}
 	s.gpuPoll.stop()
@@ -436,7 +368,7 @@ func (s *Scheduler) recoverPending(ctx context.Context) error {
 		p := s.projects[c.ProjectID]
 		switch {
 		case c.State == store.CallQueued && p != nil:
-			cl := &call{c: c, done: make(chan struct{}), p: p, committed: true}
+			cl := &call{c: c, state: callQueued, done: make(chan struct{}), p: p}
 			s.calls[c.ID] = cl
 			p.queue.push(cl)
 		case c.State == store.CallQueued:

@@ -33,8 +33,11 @@ func TestSubmitWaitWritesACallThatFinishesInTimeOnceWithItsResult(t *testing.T) 
 		defer h.stop()
 		i := h.launched()
 		h.ready(i)
+		h.st.setHold(func(c store.Call) bool { return c.State.Done() })
 		res := h.submitWait(context.Background(), p, time.Minute)
 		h.call(i).reply(`{"y":2}`)
+		h.noAnswer(res, "while the result's write was held back")
+		h.st.release()
 		r := <-res
 		if r.err != nil || r.c.State != store.CallSucceeded || string(r.c.Outputs) != `{"y":2}` {
 			t.Fatalf("SubmitWait = %+v, %v", r.c, r.err)
@@ -101,4 +104,122 @@ func TestSubmitWaitClientGoneStillStoresTheCall(t *testing.T) {
 			t.Errorf("writes = %v, want %v", got, want)
 		}
 	})
+}
+
+// noAnswer checks that a start has not answered once the scheduler has done
+// all it can.
+func (h *harness) noAnswer(res <-chan waitResult, why string) {
+	h.t.Helper()
+	h.settle()
+	select {
+	case r := <-res:
+		h.t.Fatalf("the start answered %+v, %v %s", r.c, r.err, why)
+	default:
+	}
+}
+
+// submitAsync runs Submit in the background and returns its answer's channel.
+func (h *harness) submitAsync(p store.Project) <-chan waitResult {
+	out := make(chan waitResult, 1)
+	go func() {
+		c, err := h.s.Submit(context.Background(), p, json.RawMessage(`{}`))
+		out <- waitResult{c, err}
+	}()
+	return out
+}
+
+// The design's first durability rule, on every start: a callID handed out is
+// never lost, so no start answers before the call's write has committed. The
+// store holds the write back; the start must wait for it.
+func TestStartsAnswerOnlyAfterTheCallsWriteCommits(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// start submits a call of p, a project with one ready replica
+		// (i), and returns the start's answer channel and the call the
+		// replica got, if the call runs before the write is released.
+		start func(h *harness, p store.Project, i *fakeInstance) (<-chan waitResult, *fakeCall)
+		held  store.CallState // the state of the write held back
+		want  store.CallState // the answer once released
+	}{
+		{
+			name: "async start",
+			start: func(h *harness, p store.Project, i *fakeInstance) (<-chan waitResult, *fakeCall) {
+				res := h.submitAsync(p)
+				h.noCall(i) // nor is the call run before its ID could be handed out
+				return res, nil
+			},
+			held: store.CallQueued, want: store.CallQueued,
+		},
+		{
+			name: "sync start that outlasts its wait while running",
+			start: func(h *harness, p store.Project, i *fakeInstance) (<-chan waitResult, *fakeCall) {
+				res := h.submitWait(context.Background(), p, time.Minute)
+				fc := h.call(i)
+				h.advance(time.Minute)
+				return res, fc
+			},
+			held: store.CallRunning, want: store.CallRunning,
+		},
+		{
+			name: "sync start that outlasts its wait while queued",
+			start: func(h *harness, p store.Project, i *fakeInstance) (<-chan waitResult, *fakeCall) {
+				h.submitWait(context.Background(), p, time.Hour) // takes the one replica
+				fc := h.call(i)
+				res := h.submitWait(context.Background(), p, time.Minute)
+				h.advance(time.Minute)
+				// The replica is free again, but the queued call must wait
+				// for its write before it runs.
+				fc.reply(`{}`)
+				h.noCall(i)
+				return res, nil
+			},
+			held: store.CallQueued, want: store.CallQueued,
+		},
+		{
+			name: "sync start client gone",
+			start: func(h *harness, p store.Project, i *fakeInstance) (<-chan waitResult, *fakeCall) {
+				ctx, cancel := context.WithCancel(context.Background())
+				res := h.submitWait(ctx, p, time.Hour)
+				fc := h.call(i)
+				cancel()
+				return res, fc
+			},
+			held: store.CallRunning, want: store.CallRunning,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := testProject("durable", minMax(1, 1))
+				h := newHarness(t, Config{}, nil, p)
+				defer h.stop()
+				i := h.launched()
+				h.ready(i)
+				var heldID string
+				h.st.setHold(func(c store.Call) bool {
+					if heldID == "" && c.State == tc.held && !c.State.Done() {
+						heldID = c.ID // the writer goroutine alone reads and sets it
+						return true
+					}
+					return false
+				})
+				res, fc := tc.start(h, p, i)
+				h.noAnswer(res, "while its write was held back")
+				h.st.release()
+				r := <-res
+				if r.err != nil || r.c.State != tc.want || r.c.ID != heldID {
+					t.Fatalf("answer = %s %s, %v; want %s %s", r.c.ID, r.c.State, r.err, heldID, tc.want)
+				}
+				if got := h.st.states(r.c.ID); len(got) == 0 || got[0] != tc.held {
+					t.Fatalf("writes = %v, want the %s write first", got, tc.held)
+				}
+				if fc == nil {
+					fc = h.call(i) // runs once its write has committed
+				}
+				fc.reply(`{}`)
+				if got := h.result(r.c.ID); got.State != store.CallSucceeded {
+					t.Errorf("result = %+v", got)
+				}
+			})
+		})
+	}
 }

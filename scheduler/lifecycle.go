@@ -1,0 +1,94 @@
+package scheduler
+
+import "fmt"
+
+// callState is where a live call is in its life, as the loop tracks it. The
+// store's states (queued, running, succeeded, failed) are what clients see;
+// the loop adds the two moments when a write is in flight that the call must
+// not get ahead of, because a callID returned is never lost and a result read
+// is never lost:
+//
+//   - saving: the call's first write (its admission write) is in flight. The
+//     call is not dispatched, and its ID is not handed out, until it commits.
+//   - finishing: the outcome is decided and the final write is in flight.
+//     Lookup keeps showing the call as it was, and waiters are not woken,
+//     until it commits.
+//
+// booting is not a state of the call but of its project: view shows a queued
+// call as booting while its project boots a replica.
+//
+// Every call is born queued, either from an admission or recovered from the
+// store at start-up, and every move goes through call.to, which allows only
+// the moves in transitions.
+type callState uint8
+
+const (
+	callQueued    callState = iota // in its project's queue, dispatchable
+	callSaving                     // in its project's queue, its first write in flight: not dispatchable
+	callRunning                    // on a replica
+	callFinishing                  // outcome decided, final write in flight
+	callSucceeded                  // final write committed: waiters woken
+	callFailed                     // final write committed, or failed (then kept in memory): waiters woken
+	callDropped                    // its first write failed: the start got the error; nobody knows the ID
+)
+
+var callStateNames = [...]string{
+	callQueued:    "queued",
+	callSaving:    "saving",
+	callRunning:   "running",
+	callFinishing: "finishing",
+	callSucceeded: "succeeded",
+	callFailed:    "failed",
+	callDropped:   "dropped",
+}
+
+func (s callState) String() string {
+	if int(s) < len(callStateNames) {
+		return callStateNames[s]
+	}
+	return fmt.Sprintf("callState(%d)", s)
+}
+
+// transitions lists every move a call may make, and only those. Where the
+// next capabilities come in: cancel and queue expiry are queued → finishing
+// and running → finishing with a failed outcome (and saving → finishing, as a
+// project deletion is today); a retry is running → queued, the move a call
+// dispatched to a replica that had just died makes today (its attempt counter
+// then stays counted).
+var transitions = map[callState][]callState{
+	// A sync start's wait ended with the call still queued (its first write),
+	// or an async start's call was just admitted.
+	callQueued: {callSaving, callRunning, callFinishing},
+	// First write committed: dispatchable; failed: dropped. The project may
+	// fail its queue meanwhile (deleted, boot failures, too few GPUs).
+	callSaving: {callQueued, callDropped, callFinishing},
+	// Never reached the model (the replica had exited): back to the queue.
+	// Otherwise the model answered, failed, timed out, or the replica went.
+	callRunning: {callQueued, callFinishing},
+	// The final write committed, or failed: then the call is failed.
+	callFinishing: {callSucceeded, callFailed},
+}
+
+// allowed reports whether a call may move from one state to the other.
+func allowed(from, to callState) bool {
+	for _, s := range transitions[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
+// to moves c to next, or leaves it where it is and returns an error when the
+// lifecycle does not allow that move (a bug in the loop, never a client's
+// doing).
+func (c *call) to(next callState) error {
+	if !allowed(c.state, next) {
+		return fmt.Errorf("call %s: %s → %s is not an allowed move", c.c.ID, c.state, next)
+	}
+	c.state = next
+	return nil
+}
+
+// finished reports whether the call's outcome is decided.
+func (c *call) finished() bool { return c.state >= callFinishing }

@@ -1,0 +1,214 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"inferd/store"
+)
+
+// Submit admits a call of project p and returns it (state queued) once it is
+// durably stored, so its ID can be handed to the client: a start that does
+// not wait (startOnly). It fails with an error wrapping ErrQueueFull or
+// ErrNeedsGPUs when the call cannot be admitted, with the store's error when
+// the call could not be saved (the call is then dropped: it never runs), and
+// with ctx's error when ctx ends before the call is admitted. Once admitted,
+// Submit answers when the write has committed whatever ctx does, and the call
+// is never cancelled.
+func (s *Scheduler) Submit(ctx context.Context, p store.Project, inputs json.RawMessage) (store.Call, error) {
+	return s.start(ctx, p, inputs, false, 0)
+}
+
+// SubmitWait admits a call of project p and waits up to wait for its result:
+// Submit for a caller that waits anyway (a synchronous start).
+//
+// Durability is as for Submit, with fewer writes: nobody knows the call's ID
+// until SubmitWait returns, so there is nothing to make durable at admission.
+// The call is dispatched at once, without a created or running write, and a
+// call that finishes within wait is written once, with its result, before
+// SubmitWait returns it. A call still unfinished when wait ends is written as
+// it then stands (queued or running) and returned once that write has
+// committed, so an ID the caller hands out is always durable, and a restart
+// recovers the call like any other. A daemon that dies before either write
+// loses a call whose ID nobody was ever given.
+//
+// When ctx ends first (the client went away), SubmitWait stops waiting as if
+// wait had ended; the call is never cancelled. Errors are Submit's.
+func (s *Scheduler) SubmitWait(ctx context.Context, p store.Project, inputs json.RawMessage, wait time.Duration) (store.Call, error) {
+	return s.start(ctx, p, inputs, true, wait)
+}
+
+// startReq asks the loop to admit a new call.
+type startReq struct {
+	p     store.Project
+	c     store.Call
+	sync  bool             // answer at once with the live call, write nothing yet
+	reply chan startResult // buffered
+}
+
+// startResult answers a start: at admission (a sync start, or a refusal) or
+// once the call's first write has committed.
+type startResult struct {
+	c        store.Call
+	call     *call // a sync start's live call, to wait on
+	err      error
+	finished bool // the final write was queued first: the answer is call's result, after done
+}
+
+// persistReq asks the loop to make a sync start's call durable as it stands.
+type persistReq struct {
+	c     *call
+	reply chan startResult // buffered
+}
+
+// start is the one admission path of both starts: admit the call; for a sync
+// start, wait for its result until wait or ctx ends; then, if the call has
+// not finished, answer once its first write has committed (persist).
+func (s *Scheduler) start(ctx context.Context, p store.Project, inputs json.RawMessage, sync bool, wait time.Duration) (store.Call, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return store.Call{}, fmt.Errorf("new call id: %w", err)
+	}
+	req := startReq{
+		p: p,
+		c: store.Call{
+			ID:        "call_" + id.String(),
+			ProjectID: p.ID,
+			TeamID:    p.TeamID,
+			State:     store.CallQueued,
+			Inputs:    inputs,
+			Created:   s.clk.Now(),
+		},
+		sync:  sync,
+		reply: make(chan startResult, 1),
+	}
+	select {
+	case s.submitc <- req:
+	case <-ctx.Done():
+		return store.Call{}, ctx.Err()
+	case <-s.stopped:
+		return store.Call{}, errStopped
+	}
+	reply := req.reply
+	if sync {
+		r := <-reply // admit answers a sync start at once
+		if r.err != nil {
+			return store.Call{}, r.err
+		}
+		c := r.call
+		fired := make(chan struct{})
+		t := s.clk.AfterFunc(wait, func() { close(fired) })
+		defer t.Stop()
+		select {
+		case <-c.done:
+			return c.result, nil
+		case <-ctx.Done():
+		case <-fired:
+		case <-s.stopped:
+		}
+		sr := persistReq{c: c, reply: make(chan startResult, 1)}
+		select {
+		case s.persistc <- sr:
+		case <-c.done:
+			return c.result, nil
+		case <-s.stopped:
+			return store.Call{}, errStopped
+		}
+		reply = sr.reply
+	}
+	// The store answers every write, even after Close, and the answer comes
+	// once the write has committed (see persist): a caller that gives up
+	// meanwhile must not be told less, nor cancel the call.
+	r := <-reply
+	if r.finished {
+		<-r.call.done
+		return r.call.result, nil
+	}
+	return r.c, r.err
+}
+
+// admit takes a call into its project's queue, or refuses it. A sync start
+// is answered at once with the live call; an async one once its first write
+// has committed.
+func (s *Scheduler) admit(req startReq) {
+	p := s.projects[req.p.ID]
+	if p == nil || p.deleted {
+		// New to the loop (created since Run started), or the caller read it
+		// just before a delete: take the caller's copy, and read the store to
+		// be sure it still exists.
+		p = s.addProject(req.p)
+		s.reload(p.id)
+	}
+	if err := fitsMachine(s.devices(), requestOf(p.cfg.Model)); err != nil {
+		req.reply <- startResult{err: err}
+		return
+	}
+	if n := p.queue.len(); n >= s.cfg.MaxQueuedPerProject {
+		req.reply <- startResult{err: &queueFullError{waiting: n}}
+		return
+	}
+	c := &call{c: req.c, state: callQueued, unsaved: true, done: make(chan struct{}), p: p}
+	s.calls[c.c.ID] = c
+	p.queue.push(c)
+	if req.sync {
+		// Nobody knows the call's ID, so there is nothing to make durable
+		// yet: dispatchable at once, answered at once.
+		req.reply <- startResult{call: c}
+		return
+	}
+	s.persist(c, c.c, req.reply)
+}
+
+// persist makes c durable as it stands, its first write, and sends answer on
+// reply once that write has committed: no start hands out a callID the store
+// does not hold. From here on every move of c is written. A queued call waits
+// in state saving, not dispatched, until the write commits; a running one
+// (a sync start that outlasted its wait) runs on.
+func (s *Scheduler) persist(c *call, answer store.Call, reply chan<- startResult) {
+	switch {
+	case c.finished():
+		reply <- startResult{call: c, finished: true}
+		return
+	case !c.unsaved:
+		reply <- startResult{c: answer} // saved before
+		return
+	}
+	c.unsaved = false
+	if c.state == callQueued {
+		s.move(c, callSaving)
+	}
+	s.st.SaveCallAsync(c.c, func(err error) {
+		if !s.in.post(evPersisted{c: c, err: err, answer: answer, reply: reply}) {
+			reply <- persistedResult(answer, err)
+		}
+	})
+}
+
+// onPersisted answers the start of a call whose first write has committed, and
+// makes the call dispatchable. A call whose write failed and that is still
+// waiting for it is dropped: the start returns the error, so nobody will ever
+// know its ID.
+func (s *Scheduler) onPersisted(ev evPersisted) {
+	c := ev.c
+	switch {
+	case c.state == callSaving && ev.err != nil:
+		c.p.queue.remove(c)
+		delete(s.calls, c.c.ID)
+		s.move(c, callDropped)
+		close(c.done)
+	case c.state == callSaving:
+		s.move(c, callQueued)
+	}
+	ev.reply <- persistedResult(ev.answer, ev.err)
+}
+
+func persistedResult(answer store.Call, err error) startResult {
+	if err != nil {
+		return startResult{err: fmt.Errorf("save call: %w", err)}
+	}
+	return startResult{c: answer}
+}
