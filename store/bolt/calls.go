@@ -28,20 +28,11 @@ func (s *Store) SaveCall(ctx context.Context, c store.Call) error {
 // the write is refused up front (invalid call, closed store) it runs before
 // SaveCallAsync returns. done may be nil.
 func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
-	if done == nil {
-		done = func(error) {}
-	}
-	if err := store.ValidateCallID(c.ID); err != nil {
-		done(fmt.Errorf("save call %q: %w", c.ID, err))
+	c, done, ok := store.PrepareCallWrite(c, done, s.now)
+	if !ok {
 		return
 	}
-	cw := callWrite{key: []byte(c.ID), final: c.State.Done(), done: done}
-	if cw.final {
-		if c.Finished.IsZero() {
-			c.Finished = s.now().UTC()
-		}
-		cw.finished = c.Finished
-	}
+	cw := callWrite{key: []byte(c.ID), final: c.State.Done(), finished: c.Finished, done: done}
 	v, err := json.Marshal(c)
 	if err != nil {
 		done(fmt.Errorf("save call %s: encode: %w", c.ID, err))

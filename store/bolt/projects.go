@@ -16,21 +16,15 @@ import (
 // project returns its *ValidationError as is; a modelKey hash that belongs to
 // another project fails with ErrConflict.
 func (s *Store) PutProject(p store.Project) (store.Change, error) {
-	changes, err := s.PutProjects([]store.Project{p})
-	if err != nil {
-		return "", err
-	}
-	return changes[0], nil
+	return store.PutOne(s, p)
 }
 
 // PutProjects is PutProject for several projects in one transaction: either
 // all are written or, on any error, none is (an apply never leaves a manifest
 // half applied). Changes come back in the order of ps.
 func (s *Store) PutProjects(ps []store.Project) ([]store.Change, error) {
-	for _, p := range ps {
-		if err := p.Validate(); err != nil {
-			return nil, err
-		}
+	if err := store.ValidateAll(ps); err != nil {
+		return nil, err
 	}
 	changes := make([]store.Change, len(ps))
 	err := s.update(func(tx *bbolt.Tx) error {

@@ -232,16 +232,9 @@ func (s *Store) SaveCall(ctx context.Context, c store.Call) error {
 
 // SaveCallAsync implements store.Calls.
 func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
-	if done == nil {
-		done = func(error) {}
-	}
-	if err := store.ValidateCallID(c.ID); err != nil {
-		done(fmt.Errorf("save call %q: %w", c.ID, err))
+	c, done, ok := store.PrepareCallWrite(cloneCall(c), done, s.now)
+	if !ok {
 		return
-	}
-	c = cloneCall(c)
-	if c.State.Done() && c.Finished.IsZero() {
-		c.Finished = s.now().UTC()
 	}
 	if err := s.lock(fmt.Sprintf("save call %s", c.ID)); err != nil {
 		done(err)
@@ -483,20 +476,14 @@ func (s *Store) Authenticate(secret string) (store.APIKey, error) {
 
 // PutProject implements store.Projects.
 func (s *Store) PutProject(p store.Project) (store.Change, error) {
-	changes, err := s.PutProjects([]store.Project{p})
-	if err != nil {
-		return "", err
-	}
-	return changes[0], nil
+	return store.PutOne(s, p)
 }
 
 // PutProjects implements store.Projects: every project is checked before
 // any is written, so a failure leaves the store as it was.
 func (s *Store) PutProjects(ps []store.Project) ([]store.Change, error) {
-	for _, p := range ps {
-		if err := p.Validate(); err != nil {
-			return nil, err
-		}
+	if err := store.ValidateAll(ps); err != nil {
+		return nil, err
 	}
 	if err := s.lock("put projects"); err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -262,6 +263,276 @@ func testExpireCallsDeletesOnlyFinishedBefore(t *testing.T, e *env) {
 				if gone := slices.Contains(tc.gone, id); gone != errors.Is(err, store.ErrNotFound) {
 					t.Errorf("call %s: gone = %v, GetCall err = %v", id, gone, err)
 				}
+			}
+		})
+	}
+}
+
+// A call moves queued → running → succeeded or failed, and may be queued
+// again (a retry). At each step GetCall returns what was written last,
+// PendingCalls holds the call exactly while it is not final, and only a
+// final call expires, by the Finished of its latest write.
+func testCallStateTransitions(t *testing.T, e *env) {
+	t0 := time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name  string
+		steps []store.CallState
+	}{
+		{"succeeds", []store.CallState{store.CallQueued, store.CallRunning, store.CallSucceeded}},
+		{"fails while queued", []store.CallState{store.CallQueued, store.CallFailed}},
+		{"fails while running", []store.CallState{store.CallQueued, store.CallRunning, store.CallFailed}},
+		{"retried after running", []store.CallState{store.CallQueued, store.CallRunning, store.CallQueued, store.CallRunning, store.CallSucceeded}},
+		{"finished, then queued again", []store.CallState{store.CallQueued, store.CallFailed, store.CallQueued}},
+		{"finished twice", []store.CallState{store.CallQueued, store.CallSucceeded, store.CallFailed}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := e.open(t)
+			c := store.Call{ID: newCallID(), ProjectID: "p", TeamID: "t", Created: t0}
+			for i, st := range tc.steps {
+				c.State, c.Attempt = st, i
+				c.Finished = time.Time{}
+				if st.Done() {
+					c.Finished = t0.Add(time.Duration(i) * time.Hour)
+				}
+				if err := s.SaveCall(context.Background(), c); err != nil {
+					t.Fatalf("step %d (%s): %v", i, st, err)
+				}
+				got, err := s.GetCall(c.ID)
+				if err != nil || got.State != st || got.Attempt != i {
+					t.Fatalf("step %d: GetCall = %s attempt %d, %v; want %s attempt %d", i, got.State, got.Attempt, err, st, i)
+				}
+				pending, err := s.PendingCalls()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if inPending := len(pending) == 1 && pending[0].ID == c.ID; inPending == st.Done() || len(pending) > 1 {
+					t.Fatalf("step %d (%s): PendingCalls = %+v", i, st, pending)
+				}
+			}
+			last := tc.steps[len(tc.steps)-1]
+			// Nothing expires before the latest Finished, whatever earlier
+			// writes said.
+			n, err := s.ExpireCalls(c.Finished)
+			if err != nil || n != 0 {
+				t.Fatalf("ExpireCalls(up to its finish) = %d, %v; want 0", n, err)
+			}
+			n, err = s.ExpireCalls(t0.Add(1000 * time.Hour))
+			if want := map[bool]int{true: 1, false: 0}[last.Done()]; err != nil || n != want {
+				t.Fatalf("ExpireCalls(far future) = %d, %v; want %d", n, err, want)
+			}
+			if _, err := s.GetCall(c.ID); last.Done() == (err == nil) {
+				t.Errorf("after expiry of a %s call, GetCall = %v", last, err)
+			}
+		})
+	}
+}
+
+// Many goroutines writing calls, keys and projects at once lose nothing:
+// each write that returned is there, and still there after a reopen.
+func testConcurrentWritersAreAllDurable(t *testing.T, e *env) {
+	s := e.open(t)
+	const goroutines, perG = 32, 10
+	ids := make([][]string, goroutines)
+	secrets := make([]string, goroutines)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range perG {
+				c := store.Call{ID: newCallID(), ProjectID: "p", State: store.CallQueued,
+					Inputs: []byte(fmt.Sprintf(`{"g":%d,"i":%d}`, g, i))}
+				if err := s.SaveCall(context.Background(), c); err != nil {
+					t.Error(err)
+					return
+				}
+				ids[g] = append(ids[g], c.ID)
+			}
+			secret, _, err := s.CreateKey(fmt.Sprintf("team-%d", g), store.ScopeTeam)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			secrets[g] = secret
+			if _, err := s.PutProject(Project(fmt.Sprintf("p-%d", g), fmt.Sprintf("team-%d", g))); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	check := func(s store.Store) {
+		t.Helper()
+		for g := range goroutines {
+			for i, id := range ids[g] {
+				c, err := s.GetCall(id)
+				if err != nil {
+					t.Fatalf("call %s lost: %v", id, err)
+				}
+				if want := fmt.Sprintf(`{"g":%d,"i":%d}`, g, i); string(c.Inputs) != want {
+					t.Errorf("call %s inputs = %s, want %s", id, c.Inputs, want)
+				}
+			}
+			if k, err := s.Authenticate(secrets[g]); err != nil || k.TeamID != fmt.Sprintf("team-%d", g) {
+				t.Errorf("key of goroutine %d: %+v, %v", g, k, err)
+			}
+		}
+		if pending, err := s.PendingCalls(); err != nil || len(pending) != goroutines*perG {
+			t.Errorf("PendingCalls = %d calls, %v; want %d", len(pending), err, goroutines*perG)
+		}
+		if ps, err := s.ListProjects(""); err != nil || len(ps) != goroutines {
+			t.Errorf("ListProjects = %d projects, %v; want %d", len(ps), err, goroutines)
+		}
+		if teams, err := s.ListTeams(); err != nil || len(teams) != goroutines {
+			t.Errorf("ListTeams = %d teams, %v; want %d", len(teams), err, goroutines)
+		}
+	}
+	check(s)
+	check(e.reopen(t, s))
+}
+
+// What a store committed before it closed, a revocation and a final call
+// included, is what the next open finds.
+func testReopenKeepsRevocationsAndFinishedCalls(t *testing.T, e *env) {
+	s := e.open(t)
+	secret, k, err := s.CreateKey("acme", store.ScopeTeam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RevokeKey(k.ID); err != nil {
+		t.Fatal(err)
+	}
+	done := store.Call{ID: newCallID(), State: store.CallSucceeded, Outputs: []byte(`[1]`), Message: "success"}
+	if err := s.SaveCall(context.Background(), done); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteProject("none"); err == nil {
+		t.Fatal("DeleteProject of a missing project succeeded")
+	}
+	s = e.reopen(t, s)
+	if _, err := s.Authenticate(secret); err == nil {
+		t.Error("a revoked key authenticates after reopen")
+	}
+	keys, err := s.ListKeys("acme")
+	if err != nil || len(keys) != 1 || !keys[0].IsRevoked() {
+		t.Errorf("ListKeys after reopen = %+v, %v; want one revoked key", keys, err)
+	}
+	got, err := s.GetCall(done.ID)
+	if err != nil || got.State != store.CallSucceeded || string(got.Outputs) != `[1]` || !got.Finished.Equal(e.clock.Now()) {
+		t.Errorf("finished call after reopen = %+v, %v; want it stamped Finished at save", got, err)
+	}
+	if pending, err := s.PendingCalls(); err != nil || len(pending) != 0 {
+		t.Errorf("PendingCalls after reopen = %+v, %v; want none", pending, err)
+	}
+	if ids := callIDs(s.RecentCalls("", 10)); !slices.Equal(ids, []string{done.ID}) {
+		t.Errorf("RecentCalls after reopen = %v", ids)
+	}
+}
+
+func callIDs(calls []store.Call, err error) []string {
+	if err != nil {
+		return []string{"error: " + err.Error()}
+	}
+	var out []string
+	for _, c := range calls {
+		out = append(out, c.ID)
+	}
+	return out
+}
+
+func testCloseDrainsQueuedWrites(t *testing.T, e *env) {
+	s := e.open(t)
+	const n = 500
+	results := make(chan error, n)
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = newCallID()
+		s.SaveCallAsync(store.Call{ID: ids[i], State: store.CallQueued}, func(err error) { results <- err })
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		if err := <-results; err != nil {
+			t.Fatalf("queued write failed: %v", err)
+		}
+	}
+	s = e.reopen(t, s)
+	pending, err := s.PendingCalls()
+	if err != nil || len(pending) != n {
+		t.Errorf("after reopen %d pending calls, %v; want %d", len(pending), err, n)
+	}
+}
+
+func testReopenKeepsTeamsKeysProjectsAndCalls(t *testing.T, e *env) {
+	s := e.open(t)
+	if _, err := s.EnsureTeam("acme"); err != nil {
+		t.Fatal(err)
+	}
+	secret, key, err := s.CreateKey("labs", store.ScopeAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proj := Project("resnet", "acme")
+	proj.Model.Env = map[string]string{"A": "1"}
+	if _, err := s.PutProject(proj); err != nil {
+		t.Fatal(err)
+	}
+	call := store.Call{ID: newCallID(), ProjectID: "resnet", TeamID: "acme", State: store.CallQueued,
+		Inputs: json.RawMessage(`{"prompt":"hi"}`), Created: time.Now().UTC()}
+	if err := s.SaveCall(context.Background(), call); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = e.reopen(t, s)
+	teams, err := s.ListTeams()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(teams) != 2 || teams[0].ID != "acme" || teams[1].ID != "labs" {
+		t.Errorf("teams = %+v, want acme and labs", teams)
+	}
+	got, err := s.Authenticate(secret)
+	if err != nil || got.ID != key.ID || got.Scope != store.ScopeAdmin {
+		t.Errorf("Authenticate = %+v, %v; want key %s", got, err, key.ID)
+	}
+	p, err := s.ProjectByModelKey("key-resnet")
+	if err != nil || p.ID != "resnet" || p.Model.Env["A"] != "1" {
+		t.Errorf("ProjectByModelKey = %+v, %v", p, err)
+	}
+	c, err := s.GetCall(call.ID)
+	if err != nil || c.State != store.CallQueued || string(c.Inputs) != `{"prompt":"hi"}` {
+		t.Errorf("GetCall = %+v, %v", c, err)
+	}
+	pending, err := s.PendingCalls()
+	if err != nil || len(pending) != 1 || pending[0].ID != call.ID {
+		t.Errorf("PendingCalls = %+v, %v", pending, err)
+	}
+}
+
+func testClosedStoreReturnsErrClosed(t *testing.T, e *env) {
+	s := e.open(t)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close = %v, want nil", err)
+	}
+	for _, tc := range []struct {
+		name string
+		call func() error
+	}{
+		{"SaveCall", func() error {
+			return s.SaveCall(context.Background(), store.Call{ID: newCallID(), State: store.CallQueued})
+		}},
+		{"GetCall", func() error { _, err := s.GetCall("call_x"); return err }},
+		{"PutProject", func() error { _, err := s.PutProject(Project("p", "t")); return err }},
+		{"Authenticate", func() error { _, err := s.Authenticate("ik_0123456789_abc"); return err }},
+		{"ExpireCalls", func() error { _, err := s.ExpireCalls(time.Now()); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.call(); !errors.Is(err, store.ErrClosed) {
+				t.Errorf("%s after Close = %v, want ErrClosed", tc.name, err)
 			}
 		})
 	}
