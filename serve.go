@@ -21,7 +21,7 @@ import (
 	"inferd/httpapi"
 	"inferd/scheduler"
 	"inferd/scheduler/backend/local"
-	"inferd/store"
+	"inferd/store/bolt"
 )
 
 // serve runs the daemon until ctx ends (SIGTERM/SIGINT): it opens the store,
@@ -38,7 +38,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	st, err := store.Open(cfg.StorePath(), store.Options{})
+	st, err := bolt.Open(cfg.StorePath(), bolt.Options{})
 	if err != nil {
 		return err
 	}

@@ -313,7 +313,7 @@ func TestDaemonKillUnderLoad(t *testing.T) {
 }
 
 // TestCrashPointsInCommitPath kills the daemon (SIGKILL, from a failpoint
-// compiled into a test build: store/failpoint.go) just before and just after
+// compiled into a test build: store/bolt/failpoint.go) just before and just after
 // the commit that stores a new call, and the one that stores a result. After
 // a restart every stored call answers, every returned callID is stored, and a
 // call whose commit never happened was never returned. The sync cases crash

@@ -36,7 +36,7 @@ type MetricsSources struct {
 	Store  StoreStats
 }
 
-// StoreStats is what the metrics read of *store.Store.
+// StoreStats is what the metrics read of the store; *bolt.Store has it.
 type StoreStats interface {
 	CommitStats() store.CommitStats
 	Size() int64

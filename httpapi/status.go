@@ -39,7 +39,7 @@ type StatusSources struct {
 	History  History          // the charts' samples (/v1/status/history); nil = none
 }
 
-// RecentCalls is what the status endpoints read of *store.Store.
+// RecentCalls is what the status endpoints read of a store.Store.
 type RecentCalls interface {
 	// RecentCalls returns up to limit calls of teamID ("" = all), newest
 	// first, without inputs and outputs.

@@ -299,7 +299,7 @@ func TestStatusSharedGPU(t *testing.T) {
 	}})
 	echo := env.store.project("echo")
 	echo.Model.GPUMemoryMiB = 1024
-	env.store.addProject(echo, "mk-echo")
+	env.store.addProject(t, echo, "mk-echo")
 
 	for _, tc := range []struct{ key, want string }{{keyAcme, "echo-1"}, {keyOther, "hidden-1"}} {
 		st := decode[statusAll](t, serve(env.h, "GET", "/v1/status", "", "X-Service-API-Key", tc.key))

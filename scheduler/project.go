@@ -2,19 +2,11 @@ package scheduler
 
 import (
 	"errors"
-	"maps"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"inferd/store"
-)
-
-// Defaults for project fields that an older record may lack.
-const (
-	defaultInferenceTimeout = 300 // seconds
-	defaultBootTimeout      = 600 // seconds
 )
 
 // project is the loop's state of one project: its settings, queue and
@@ -43,20 +35,23 @@ type project struct {
 	lastErrorReplica string
 }
 
-func (p *project) concurrency() int { return max(1, p.cfg.Model.Concurrency) }
+// concurrency, inferenceTimeout and bootTimeout read the project's settings
+// with the store's defaults for a value a record lacks (store.ModelSpec's
+// WithDefaults is their one source), never below what keeps the loop going.
+func (p *project) concurrency() int { return max(1, p.cfg.Model.WithDefaults().Concurrency) }
 
 func (p *project) inferenceTimeout() int {
 	if p.cfg.InferenceTimeout <= 0 {
-		return defaultInferenceTimeout
+		return store.DefaultInferenceTimeout
 	}
 	return p.cfg.InferenceTimeout
 }
 
 func (p *project) bootTimeout() int {
-	if p.cfg.Model.BootTimeout <= 0 {
-		return defaultBootTimeout
+	if t := p.cfg.Model.WithDefaults().BootTimeout; t > 0 {
+		return t
 	}
-	return p.cfg.Model.BootTimeout
+	return store.DefaultBootTimeout
 }
 
 // live counts the replicas that serve or will serve the current spec: not
@@ -196,7 +191,7 @@ func (s *Scheduler) applyProject(cfg store.Project) {
 	}
 	old := p.cfg
 	p.cfg = cfg
-	if specChanged(old.Model, cfg.Model) {
+	if old.Model.RestartNeeded(cfg.Model) {
 		p.specGen++
 		p.resetFailures()
 		for _, r := range p.replicas {
@@ -221,14 +216,6 @@ func (s *Scheduler) applyProject(cfg store.Project) {
 		}
 	}
 	s.checkGPUs(p)
-}
-
-// specChanged reports whether replicas started from a must be replaced to
-// serve b. Concurrency and bootTimeout apply to running replicas as they are.
-func specChanged(a, b store.ModelSpec) bool {
-	return !slices.Equal(a.Command, b.Command) || a.Dir != b.Dir || !maps.Equal(a.Env, b.Env) ||
-		!strings.EqualFold(a.Protocol, b.Protocol) || a.HealthPath != b.HealthPath ||
-		a.InferPath != b.InferPath || a.GPUs != b.GPUs || a.GPUMemoryMiB != b.GPUMemoryMiB
 }
 
 // deleteProject fails the calls of a deleted project and stops its replicas.

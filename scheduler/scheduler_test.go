@@ -675,7 +675,7 @@ func TestModelSpecChangeDrainsOldReplicas(t *testing.T) {
 func TestRecoveryRequeuesQueuedCallsAndFailsRunningOnes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("r", minMax(0, 1))
-		st := newFakeStore(p)
+		st := newTestStore(t, p)
 		t0 := time.Date(2024, 12, 31, 23, 0, 0, 0, time.UTC)
 		for _, c := range []store.Call{
 			{ID: "call_q1", ProjectID: "r", State: store.CallQueued, Created: t0, Inputs: json.RawMessage(`1`)},
@@ -728,7 +728,7 @@ func TestDoneClosesOnlyAfterFinalWriteCommits(t *testing.T) {
 		if err != nil || isClosed(done) || got.State != store.CallRunning {
 			t.Fatalf("before the commit: %s, done closed %v, err %v; want running and open", got.State, isClosed(done), err)
 		}
-		h.st.release <- struct{}{}
+		h.st.release()
 		h.settle()
 		if !isClosed(done) {
 			t.Fatal("done not closed after the final write committed")
