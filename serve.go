@@ -21,6 +21,7 @@ import (
 	"inferd/httpapi"
 	"inferd/scheduler"
 	"inferd/scheduler/backend/local"
+	"inferd/store"
 	"inferd/store/bolt"
 )
 

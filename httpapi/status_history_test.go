@@ -113,7 +113,7 @@ func TestStatusProjectExplainsWaitsAndFailures(t *testing.T) {
 	}})
 	zeta := testProject("zeta", "acme")
 	zeta.Model.GPUs = 2
-	env.store.addProject(zeta, "mk-zeta")
+	env.store.addProject(t, zeta, "mk-zeta")
 
 	got := decode[results[statusProject]](t, serve(env.h, "GET", "/v1/status/projects", "", "X-Service-API-Key", keyAcme)).Results
 	echo := got[0]
