@@ -17,10 +17,12 @@ import (
 
 	"inferd/config"
 	"inferd/gpu"
+	"inferd/history"
 	"inferd/httpapi"
 	"inferd/scheduler"
 	"inferd/scheduler/backend/local"
 	"inferd/store"
+	"inferd/store/bolt"
 )
 
 // serve runs the daemon until ctx ends (SIGTERM/SIGINT): it opens the store,
@@ -37,7 +39,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	st, err := store.Open(cfg.StorePath(), store.Options{})
+	st, err := bolt.Open(cfg.StorePath(), bolt.Options{})
 	if err != nil {
 		return withRestoreHint(err)
 	}
@@ -64,9 +66,17 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 
 	// One metrics set, owned by this server: no package globals.
 	metrics := httpapi.NewMetrics(vm.NewSet())
+	// The status page's charts: the last 15 minutes, kept in memory. It hears
+	// of finished calls from the scheduler and reads the scheduler's queues,
+	// which exists only after it: hist.Run, the only reader, starts later.
+	var sched *scheduler.Scheduler
+	hist := history.New(history.Sources{
+		Snapshot: func() scheduler.Status { return sched.Snapshot() },
+		GPUs:     gpus.Devices,
+	}, history.DefaultInterval, history.DefaultWindow)
 	schedCfg := schedulerConfig(cfg)
-	schedCfg.Observer = metrics
-	sched := scheduler.New(schedCfg, st, replicas, scheduler.RealClock(), log)
+	schedCfg.Observer = observers{Metrics: metrics, hist: hist}
+	sched = scheduler.New(schedCfg, st, replicas, scheduler.RealClock(), log)
 	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st, Conns: conns.Stats})
 	st.OnProjectChange(sched.ProjectChanged)
 
@@ -82,6 +92,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			Metrics:      metrics,
 			Status: &httpapi.StatusSources{
 				Snapshot: sched.Snapshot, GPUs: gpus.Devices, Calls: st, Logs: replicas,
+				History: hist,
 			},
 			Limits: httpapi.Limits{
 				RequestsPerSecond: cfg.Limits.RequestsPerSecond,
@@ -123,6 +134,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	g.Go(func() error { return sched.Run(schedCtx) })
 	g.Go(func() error { return st.RunSweeper(gctx, cfg.ResultTTL, cfg.SweepInterval) })
 	g.Go(func() error { return gpus.Run(gctx, cfg.GPU.RefreshInterval) })
+	g.Go(func() error { return hist.Run(gctx) })
 	g.Go(func() error { return serveHTTP(api, conns.Listener(apiLn)) })
 	g.Go(func() error { return serveHTTP(admin, adminLn) })
 	g.Go(func() error {
@@ -214,10 +226,22 @@ func raiseFileLimit() (uint64, error) {
 // withRestoreHint names the command that puts a backup in place in a
 // corrupt-data-file error, which the store words without knowing the CLI.
 func withRestoreHint(err error) error {
-	if errors.Is(err, store.ErrCorrupt) {
+	if errors.Is(err, bolt.ErrCorrupt) {
 		return fmt.Errorf("%w with `inferd restore BACKUP-FILE` (a file written by `inferd backup`)", err)
 	}
 	return err
+}
+
+// observers tells the metrics and the status page's history of each
+// scheduler event (the history needs only finished calls).
+type observers struct {
+	*httpapi.Metrics
+	hist *history.Recorder
+}
+
+func (o observers) CallFinished(c store.Call) {
+	o.Metrics.CallFinished(c)
+	o.hist.CallFinished(c)
 }
 
 func serveHTTP(srv *http.Server, ln net.Listener) error {
@@ -282,5 +306,6 @@ func backendConfig(cfg config.Config, gpus *gpu.Inventory) local.Config {
 		StopGrace:   cfg.Replica.StopGrace,
 		CPUSlots:    cfg.CPUSlots, // 0 = one per CPU
 		GPUs:        gpus,
+		PassEnv:     cfg.Replica.PassEnv,
 	}
 }

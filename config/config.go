@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -70,6 +71,10 @@ type Replica struct {
 	MaxBootFailures   int           `koanf:"maxBootFailures"`
 	RestartBackoff    time.Duration `koanf:"restartBackoff"`
 	MaxRestartBackoff time.Duration `koanf:"maxRestartBackoff"`
+	// PassEnv names variables copied from inferd's environment to every
+	// model process, beside the fixed allowlist (docs/gpu.md says which
+	// ones CUDA may need).
+	PassEnv []string `koanf:"passEnv"`
 }
 
 // GPU holds the settings for GPU discovery.
@@ -109,6 +114,7 @@ func defaults() map[string]any {
 		"replica.maxBootFailures":   3,
 		"replica.restartBackoff":    "1s",
 		"replica.maxRestartBackoff": "30s",
+		"replica.passEnv":           []any{"LD_LIBRARY_PATH"},
 		"gpu.disabled":              false,
 		"gpu.refreshInterval":       "5s",
 		"gpu.simulate":              []any{},
@@ -193,9 +199,9 @@ func envValues(known []string, environ []string) map[string]any {
 	return out
 }
 
-// fileOnly are the keys no INFERD_* variable can set: lists of objects, which
-// an environment string cannot spell.
-var fileOnly = []string{"gpu.simulate"}
+// fileOnly are the keys no INFERD_* variable can set: lists, which an
+// environment string cannot spell.
+var fileOnly = []string{"gpu.simulate", "replica.passEnv"}
 
 func fromEnvOrFlag(key string, environ []string, flags map[string]string) bool {
 	if _, ok := flags[key]; ok {
@@ -357,6 +363,11 @@ func (c Config) validate() error {
 	if c.Replica.User == "" {
 		bad("replica.user", "must name a user (\"root\" keeps models as root when inferd runs as root)")
 	}
+	for _, name := range c.Replica.PassEnv {
+		if !envName.MatchString(name) || strings.HasPrefix(name, "INFERD_") {
+			bad("replica.passEnv", "%q is not a variable name a model may get (letters, digits, _; not INFERD_*)", name)
+		}
+	}
 	if c.Replica.MaxBootFailures < 1 {
 		bad("replica.maxBootFailures", "must be at least 1, got %d", c.Replica.MaxBootFailures)
 	}
@@ -367,6 +378,9 @@ func (c Config) validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// envName is what replica.passEnv accepts as a variable name.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))

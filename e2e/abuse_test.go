@@ -45,6 +45,7 @@ func TestModelProcessesAreConfined(t *testing.T) {
 			"TZ": true, "TMPDIR": true, "PYENV_ROOT": true, "PYENV_VERSION": true, "PYTHONUNBUFFERED": true,
 			"HOST": true, "PORT": true, "CUDA_VISIBLE_DEVICES": true, "NVIDIA_VISIBLE_DEVICES": true,
 			"INFERD_PROJECT_ID": true, "INFERD_REPLICA_ID": true, "E2E_MARKER": true, "PROJECT_SETTING": true,
+			"LD_LIBRARY_PATH": true, // replica.passEnv's default, when inferd has it
 		}
 		for _, name := range out["environ"].([]any) {
 			if !allowed[name.(string)] {

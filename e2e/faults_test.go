@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"inferd/store"
+	"inferd/store/bolt"
 )
 
 const msgRestart = "error: interrupted by a server restart"
@@ -313,7 +314,7 @@ func TestDaemonKillUnderLoad(t *testing.T) {
 }
 
 // TestCrashPointsInCommitPath kills the daemon (SIGKILL, from a failpoint
-// compiled into a test build: store/failpoint.go) just before and just after
+// compiled into a test build: store/bolt/failpoint.go) just before and just after
 // the commit that stores a new call, and the one that stores a result. After
 // a restart every stored call answers, every returned callID is stored, and a
 // call whose commit never happened was never returned. The sync cases crash
@@ -469,7 +470,10 @@ func TestStartRefusesCorruptDataFile(t *testing.T) {
 	clear(zeroedMeta[:8192])
 	// Flipped bytes in the element table of a leaf and of a branch page the
 	// file uses: once each crashed the daemon with a raw panic inside bbolt.
-	pages, pageSize := treePageIDs(t, filepath.Join(realDir, "data", "inferd.db"))
+	pages, pageSize, err := bolt.TreePages(filepath.Join(realDir, "data", "inferd.db"), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
 	flipped := func(kind string) []byte {
 		if len(pages[kind]) == 0 {
 			t.Fatalf("the data file has no %s page", kind)

@@ -150,7 +150,9 @@ func (s *Scheduler) setWaiting(waiting []*project, devices []gpu.Device) {
 // acquire takes a CPU slot or GPUs for one replica of p.
 func (s *Scheduler) acquire(p *project, devices []gpu.Device) (gpus []string, cpuSlot, ok bool) {
 	if req := requestOf(p.cfg.Model); req.gpus > 0 {
-		gpus, ok = place(devices, s.assignments(), req)
+		held := s.assignments()
+		s.attribute(held, devices)
+		gpus, ok = place(devices, held, req)
 		return gpus, false, ok
 	}
 	if s.cpuUsed < s.cpuSlots() {

@@ -50,7 +50,7 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Store is what the scheduler needs of *store.Store.
+// Store is what the scheduler needs of a store.Store.
 type Store interface {
 	GetProject(id string) (store.Project, error)
 	ListProjects(teamID string) ([]store.Project, error)

@@ -38,7 +38,7 @@ func TestSubmitWaitWritesACallThatFinishesInTimeOnceWithItsResult(t *testing.T) 
 		res := h.submitWait(context.Background(), p, time.Minute)
 		h.call(i).reply(`{"y":2}`)
 		h.noAnswer(res, "while the result's write was held back")
-		h.st.release <- struct{}{}
+		h.st.release()
 		r := <-res
 		if r.err != nil || r.c.State != store.CallSucceeded || string(r.c.Outputs) != `{"y":2}` {
 			t.Fatalf("SubmitWait = %+v, %v", r.c, r.err)
@@ -59,9 +59,7 @@ func TestSubmitWaitMakesAnUnfinishedCallDurableBeforeReturningIt(t *testing.T) {
 		res := h.submitWait(context.Background(), p, time.Minute)
 		fc := h.call(i)
 		h.settle()
-		h.st.mu.Lock()
-		n := len(h.st.writes)
-		h.st.mu.Unlock()
+		n := h.st.CallWrites()
 		if n != 0 {
 			t.Fatalf("%d writes before the wait ended, want none", n)
 		}
@@ -207,7 +205,7 @@ func TestStartsAnswerOnlyAfterTheCallsWriteCommits(t *testing.T) {
 				})
 				res, fc := tc.start(h, p, i)
 				h.noAnswer(res, "while its write was held back")
-				h.st.release <- struct{}{}
+				h.st.release()
 				r := <-res
 				if r.err != nil || r.c.State != tc.want || r.c.ID != heldID {
 					t.Fatalf("answer = %s %s, %v; want %s %s", r.c.ID, r.c.State, r.err, heldID, tc.want)
