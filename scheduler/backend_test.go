@@ -42,7 +42,7 @@ func TestLocalBackendRunsEchoModel(t *testing.T) {
 		p.Model.Dir = echo
 		p.Model.Env = map[string]string{"BOOT_FAIL": "1"}
 	})
-	st := newFakeStore(p, broken)
+	st := newTestStore(t, p, broken)
 	defer st.close()
 	dir := t.TempDir()
 	b, err := local.New(local.Config{LogDir: filepath.Join(dir, "logs"), RunDir: filepath.Join(dir, "run"), StopGrace: time.Second, User: "root"}, zerolog.Nop())

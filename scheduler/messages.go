@@ -42,13 +42,18 @@ func (e *queueFullError) Unwrap() error { return ErrQueueFull }
 type needsGPUsError struct {
 	need, have int
 	memoryMiB  uint64 // per GPU; 0 = whole GPUs
+	unhealthy  int    // GPUs not counted in have because they are lost or unreadable
 }
 
 func (e *needsGPUsError) Error() string {
+	msg := fmt.Sprintf("project needs %d GPUs, this machine has %d", e.need, e.have)
 	if e.memoryMiB > 0 {
-		return fmt.Sprintf("project needs %d GPUs with %d MiB, this machine has %d that large", e.need, e.memoryMiB, e.have)
+		msg = fmt.Sprintf("project needs %d GPUs with %d MiB, this machine has %d that large", e.need, e.memoryMiB, e.have)
 	}
-	return fmt.Sprintf("project needs %d GPUs, this machine has %d", e.need, e.have)
+	if e.unhealthy > 0 {
+		msg += fmt.Sprintf(" (and %d unhealthy: see /v1/status/gpus)", e.unhealthy)
+	}
+	return msg
 }
 
 func (e *needsGPUsError) Unwrap() error { return ErrNeedsGPUs }
