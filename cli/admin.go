@@ -17,7 +17,7 @@ import (
 	"inferd/config"
 	"inferd/httpapi"
 	"inferd/scheduler/backend/local"
-	"inferd/store"
+	"inferd/store/bolt"
 )
 
 // adminClient reaches the admin API: over the running daemon's unix socket, or,
@@ -41,7 +41,7 @@ func dialAdmin(cfg config.Config) (*adminClient, error) {
 	if err := cfg.EnsureDataDir(); err != nil {
 		return nil, err
 	}
-	st, err := store.Open(cfg.StorePath(), store.Options{Timeout: 2 * time.Second})
+	st, err := bolt.Open(cfg.StorePath(), bolt.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("no daemon answers on %s, and the data file cannot be opened: %w", sock, err)
 	}

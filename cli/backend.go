@@ -30,5 +30,6 @@ func BackendConfig(cfg config.Config, gpus local.Inventory) local.Config {
 		StopGrace:             r.StopGrace,
 		CPUSlots:              cfg.CPUSlots, // 0 = one per CPU
 		GPUs:                  gpus,
+		PassEnv:               r.PassEnv,
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"os"
 	"time"
 
-	"inferd/store"
+	"inferd/store/bolt"
 )
 
 // dataSummary is what storeSummary found in a data file.
@@ -21,7 +21,7 @@ type dataSummary struct {
 // storeSummary opens a data file read-only (it neither migrates nor touches
 // it), counts its teams and projects, and closes it.
 func storeSummary(path string) (dataSummary, error) {
-	st, err := store.Open(path, store.Options{Timeout: time.Second, ReadOnly: true})
+	st, err := bolt.Open(path, bolt.Options{Timeout: time.Second, ReadOnly: true})
 	if err != nil {
 		return dataSummary{}, err
 	}

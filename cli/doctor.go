@@ -21,6 +21,7 @@ import (
 	"inferd/scheduler/backend"
 	"inferd/scheduler/backend/local"
 	"inferd/store"
+	"inferd/store/bolt"
 )
 
 // doctorCommand checks what inferd needs on this box and says what to fix,
@@ -135,13 +136,13 @@ func doctorDataFile(r *doctorReport, cfg config.Config, running bool) {
 	}
 	sum, err := storeSummary(path)
 	switch {
-	case errors.Is(err, store.ErrInUse):
+	case errors.Is(err, bolt.ErrInUse):
 		r.line("warn", "data file", "%s is locked by another process but no daemon answers on %s", path, cfg.SocketPath())
 	case err != nil:
 		r.line("fail", "data file", "%v", err)
-	case sum.schema < store.SchemaVersion:
+	case sum.schema < bolt.SchemaVersion:
 		r.line("ok", "data file", "%s opens (%d bytes, %d teams, %d projects); schema version %d: the next start migrates it to %d and keeps a copy as %s.schema-v%d",
-			path, fi.Size(), sum.teams, sum.projects, sum.schema, store.SchemaVersion, path, sum.schema)
+			path, fi.Size(), sum.teams, sum.projects, sum.schema, bolt.SchemaVersion, path, sum.schema)
 	default:
 		r.line("ok", "data file", "%s opens (%d bytes, %d teams, %d projects, schema version %d)", path, fi.Size(), sum.teams, sum.projects, sum.schema)
 	}

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"inferd/store"
+	"inferd/store/bolt"
 )
 
 // restoreCommand replaces the data file with a backup while no daemon runs.
@@ -47,7 +47,7 @@ func (c *restoreCommand) Run(_ context.Context, args []string) error {
 		return fmt.Errorf("restore: %w", err)
 	}
 	sum, err := storeSummary(src)
-	if errors.Is(err, store.ErrCorrupt) {
+	if errors.Is(err, bolt.ErrCorrupt) {
 		// The store's advice ("restore from a backup") reads oddly when the
 		// file is the backup.
 		return fmt.Errorf("refusing to restore %s: not a usable inferd backup: %s; the current data file is unchanged",

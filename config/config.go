@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -52,6 +53,7 @@ type Limits struct {
 	MaxWaits          int           `koanf:"maxWaits"`
 	MaxInputDepth     int           `koanf:"maxInputDepth"`
 	ReadHeaderTimeout time.Duration `koanf:"readHeaderTimeout"`
+	MaxConnections    int           `koanf:"maxConnections"` // open API connections; 0 = sized from the open-file limit
 }
 
 // Log selects the log level and format.
@@ -76,6 +78,10 @@ type Replica struct {
 	MaxBootFailures       int           `koanf:"maxBootFailures"`
 	RestartBackoff        time.Duration `koanf:"restartBackoff"`
 	MaxRestartBackoff     time.Duration `koanf:"maxRestartBackoff"`
+	// PassEnv names variables copied from inferd's environment to every
+	// model process, beside the fixed allowlist (docs/gpu.md says which
+	// ones CUDA may need).
+	PassEnv []string `koanf:"passEnv"`
 }
 
 // GPU holds the settings for GPU discovery.
@@ -107,6 +113,7 @@ func defaults() map[string]any {
 		"limits.maxWaits":               10000,
 		"limits.maxInputDepth":          64,
 		"limits.readHeaderTimeout":      "10s",
+		"limits.maxConnections":         0,
 		"replica.user":                  PerProjectUser,
 		"replica.uidRange":              "61184-65519",
 		"replica.network":               "private",
@@ -118,6 +125,7 @@ func defaults() map[string]any {
 		"replica.maxBootFailures":       3,
 		"replica.restartBackoff":        "1s",
 		"replica.maxRestartBackoff":     "30s",
+		"replica.passEnv":               []any{"LD_LIBRARY_PATH"},
 		"gpu.disabled":                  false,
 		"gpu.refreshInterval":           "5s",
 		"gpu.simulate":                  []any{},
@@ -202,9 +210,9 @@ func envValues(known []string, environ []string) map[string]any {
 	return out
 }
 
-// fileOnly are the keys no INFERD_* variable can set: lists of objects, which
-// an environment string cannot spell.
-var fileOnly = []string{"gpu.simulate"}
+// fileOnly are the keys no INFERD_* variable can set: lists, which an
+// environment string cannot spell.
+var fileOnly = []string{"gpu.simulate", "replica.passEnv"}
 
 func fromEnvOrFlag(key string, environ []string, flags map[string]string) bool {
 	if _, ok := flags[key]; ok {
@@ -351,6 +359,9 @@ func (c Config) validate() error {
 		// encoding/json refuses more than 10000 levels anyway.
 		bad("limits.maxInputDepth", "must be between 1 and 10000, got %d", c.Limits.MaxInputDepth)
 	}
+	if c.Limits.MaxConnections < 0 {
+		bad("limits.maxConnections", "must be 0 (sized from the open-file limit) or more, got %d", c.Limits.MaxConnections)
+	}
 	if c.CPUSlots < 0 {
 		bad("cpuSlots", "must be 0 (one per CPU) or more, got %d", c.CPUSlots)
 	}
@@ -371,6 +382,11 @@ func (c Config) validate() error {
 	}
 	if c.Replica.LogMaxBytesPerProject < c.Replica.LogMaxBytes {
 		bad("replica.logMaxBytesPerProject", "must be at least replica.logMaxBytes (%d), got %d", c.Replica.LogMaxBytes, c.Replica.LogMaxBytesPerProject)
+	}
+	for _, name := range c.Replica.PassEnv {
+		if !envName.MatchString(name) || strings.HasPrefix(name, "INFERD_") {
+			bad("replica.passEnv", "%q is not a variable name a model may get (letters, digits, _; not INFERD_*)", name)
+		}
 	}
 	if c.Replica.MaxBootFailures < 1 {
 		bad("replica.maxBootFailures", "must be at least 1, got %d", c.Replica.MaxBootFailures)
@@ -406,6 +422,9 @@ func ParseUIDRange(s string) (first, last uint32, err error) {
 	}
 	return uint32(f), uint32(l), nil
 }
+
+// envName is what replica.passEnv accepts as a variable name.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))

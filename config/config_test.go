@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -106,6 +107,30 @@ func TestSimulatedGPUs(t *testing.T) {
 	}
 }
 
+func TestPassEnvFromFile(t *testing.T) {
+	tests := []struct {
+		name string
+		file string
+		env  []string
+		want []string
+	}{
+		{"default", "", nil, []string{"LD_LIBRARY_PATH"}},
+		{"file list", "replica:\n  passEnv: [LD_LIBRARY_PATH, CUDA_HOME]\n", nil, []string{"LD_LIBRARY_PATH", "CUDA_HOME"}},
+		{"file empty list", "replica:\n  passEnv: []\n", nil, []string{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Load(writeFile(t, tc.file), tc.env, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(cfg.Replica.PassEnv, tc.want) {
+				t.Errorf("passEnv = %q, want %q", cfg.Replica.PassEnv, tc.want)
+			}
+		})
+	}
+}
+
 func TestInvalidSettingsNameTheKey(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -128,6 +153,9 @@ func TestInvalidSettingsNameTheKey(t *testing.T) {
 		{"uid range not a range", "", []string{"INFERD_REPLICA_UIDRANGE=61184"}, "replica.uidRange"},
 		{"unknown network", "replica:\n  network: bridge\n", nil, "replica.network"},
 		{"log budget below one log", "replica:\n  logMaxBytesPerProject: 4096\n", nil, "replica.logMaxBytesPerProject"},
+		{"passEnv with a value", "replica:\n  passEnv: [LD_LIBRARY_PATH=/x]\n", nil, "replica.passEnv"},
+		{"passEnv of inferd's own", "replica:\n  passEnv: [PATH, INFERD_ADMIN_KEY]\n", nil, "replica.passEnv"},
+		{"passEnv from the environment", "", []string{"INFERD_REPLICA_PASSENV=PATH"}, "replica.passEnv"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -20,13 +20,18 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"inferd/store"
+	"inferd/store/bolt"
 )
 
 // faultClient talks to the inference API and returns transport errors, which
 // a test expects while it kills the daemon.
+// noLimits turns the per-key request and wait limits off (config.example.yaml,
+// limits). A fault test's load must fail only through the fault it injects:
+// under the default limits a daemon that stalls shows up as "rate limit
+// exceeded" from the load generator instead of as what went wrong.
+const noLimits = "limits:\n  requestsPerSecond: 0\n  maxWaitsPerKey: 0\n  maxWaits: 0\n"
+
 type faultClient struct {
 	base string
 	key  string
@@ -112,55 +117,22 @@ func inputIndex(c store.Call) int {
 
 // readDataFile opens a stopped (or killed) daemon's data file the way the
 // daemon does, then checks bbolt's page structure and the call indexes the
-// store keeps (store/schema.go), and returns every stored call.
+// store keeps (store/bolt/schema.go), and returns every stored call.
 func readDataFile(t *testing.T, path string) map[string]store.Call {
 	t.Helper()
-	st, err := store.Open(path, store.Options{Timeout: 10 * time.Second})
+	st, err := bolt.Open(path, bolt.Options{Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatalf("the data file does not open cleanly: %v", err)
 	}
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatalf("bbolt cannot open the data file: %v", err)
-	}
-	defer db.Close()
-	calls := map[string]store.Call{}
-	err = db.View(func(tx *bolt.Tx) error {
-		for err := range tx.Check() {
-			t.Errorf("bbolt consistency check: %v", err)
-		}
-		pending := tx.Bucket([]byte("callpending"))
-		finished := tx.Bucket([]byte("callfinished"))
-		expiry := tx.Bucket([]byte("callexpiry"))
-		if err := tx.Bucket([]byte("calls")).ForEach(func(k, v []byte) error {
-			var c store.Call
-			if err := json.Unmarshal(v, &c); err != nil {
-				return fmt.Errorf("call %s: %w", k, err)
-			}
-			calls[string(k)] = c
-			fin := finished.Get(k)
-			switch {
-			case c.State.Done() && (pending.Get(k) != nil || fin == nil || expiry.Get(append(append([]byte(nil), fin...), k...)) == nil):
-				t.Errorf("finished call %s is missing from the finished/expiry indexes or still pending", k)
-			case !c.State.Done() && (pending.Get(k) == nil || fin != nil):
-				t.Errorf("%s call %s is missing from the pending index or marked finished", c.State, k)
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-		return pending.ForEach(func(k, _ []byte) error {
-			if _, ok := calls[string(k)]; !ok {
-				t.Errorf("pending index names call %s, which has no record", k)
-			}
-			return nil
-		})
-	})
+	calls, problems, err := bolt.Check(path, 10*time.Second)
 	if err != nil {
 		t.Fatalf("reading the data file: %v", err)
+	}
+	for _, p := range problems {
+		t.Error(p)
 	}
 	return calls
 }
@@ -171,7 +143,7 @@ var (
 	failpointErr  error
 )
 
-// failpointBinary builds inferd with -tags failpoints (store/failpoint.go)
+// failpointBinary builds inferd with -tags failpoints (store/bolt/failpoint.go)
 // once per test run.
 func failpointBinary(t *testing.T) string {
 	t.Helper()

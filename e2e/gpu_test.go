@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -94,4 +96,43 @@ func TestGPUPlacementAndEvictionEndToEnd(t *testing.T) {
 			t.Errorf("apply output:\n%s", out)
 		}
 	})
+}
+
+// TestGPUProbeSeesOnlyItsPinnedGPU applies examples/gpuprobe/project.yaml as
+// shipped on a simulated GPU: the replica is pinned by UUID and the status
+// reports the device healthy. On a real GPU box docs/gpu.md ("How to verify
+// on a GPU box") runs the same probe to see what CUDA and NVML show it.
+func TestGPUProbeSeesOnlyItsPinnedGPU(t *testing.T) {
+	manifest, err := filepath.Abs("examples/gpuprobe/project.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, cfg := newDaemonDir(t, "startWait: 2m\ngpu:\n  simulate:\n    - {name: Sim A, memoryMiB: 16384}\n")
+	d := startDaemon(t, dir, cfg)
+	key := d.createKey("demo", true)
+	if out, err := d.cli("apply", "-f", manifest); err != nil || !strings.Contains(out, "project gpuprobe (team demo): created") {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	c := inferenceClient{t: t, base: d.base, key: key}
+	r := c.start("mk-gpuprobe-1", `{}`, false)
+	if r["message"] != "success" {
+		t.Fatalf("start: %v", r)
+	}
+	if out := output(t, r); out["cudaVisibleDevices"] != simGPU0 || out["allocatedMiB"] != 0.0 {
+		t.Errorf("probe: %v, want it pinned to %s holding nothing", out, simGPU0)
+	}
+	var gpus struct {
+		Results []struct {
+			UUID    string `json:"uuid"`
+			Healthy bool   `json:"healthy"`
+			Held    bool   `json:"held"`
+		} `json:"results"`
+	}
+	code, body := doRaw(t, "GET", d.base+"/v1/status/gpus", map[string]string{"X-Service-API-Key": key}, "")
+	if err := json.Unmarshal(body, &gpus); code != 200 || err != nil {
+		t.Fatalf("/v1/status/gpus: %d %v %s", code, err, body)
+	}
+	if len(gpus.Results) != 1 || gpus.Results[0].UUID != simGPU0 || !gpus.Results[0].Healthy || !gpus.Results[0].Held {
+		t.Errorf("/v1/status/gpus = %+v, want the one GPU healthy and held", gpus.Results)
+	}
 }

@@ -2,22 +2,37 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"inferd/internal/testenv"
 )
 
 // scrapeMetrics GETs /metrics (no API key) and parses the exposition text:
 // `name{labels} value` lines, keyed by `name{labels}` as written.
 func scrapeMetrics(t *testing.T, base string) map[string]float64 {
 	t.Helper()
+	return parseMetrics(t, scrapeRaw(t, base))
+}
+
+// scrapeRaw GETs /metrics and returns the exposition text as served.
+func scrapeRaw(t *testing.T, base string) []byte {
+	t.Helper()
 	status, body := doRaw(t, "GET", base+"/metrics", nil, "")
 	if status != 200 {
 		t.Fatalf("GET /metrics answered HTTP %d: %s", status, body)
 	}
+	return body
+}
+
+func parseMetrics(t *testing.T, body []byte) map[string]float64 {
+	t.Helper()
 	out := map[string]float64{}
-	sc := bufio.NewScanner(strings.NewReader(string(body)))
+	sc := bufio.NewScanner(bytes.NewReader(body))
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -119,22 +134,28 @@ func TestMetricsDuringLoad(t *testing.T) {
 	for range 3 {
 		ids = append(ids, c.start("mk-slow", `{"sleep":3}`, true)["callID"].(string))
 	}
-	polls := make(chan map[string]any, len(ids))
+	// Each poll reports its error on the channel: t.Fatal is for the test's
+	// goroutine only, and a poll that ended without sending would hang the test.
+	polls := make(chan error, len(ids))
 	for _, id := range ids {
 		go func() {
-			_, obj := do(t, "POST", d.base+"/check/v4", nil, `{"apiKey":"`+key+`","callID":"`+id+`","longPoll":true}`)
-			polls <- obj
+			_, _, err := tryDo("POST", d.base+"/check/v4", nil, `{"apiKey":"`+key+`","callID":"`+id+`","longPoll":true}`)
+			polls <- err
 		}()
 	}
 	var during map[string]float64
+	var duringRaw []byte
 	eventually(t, 30*time.Second, "queue depth, busy replica and long polls seen in one scrape", func() bool {
-		during = scrapeMetrics(t, d.base)
+		duringRaw = scrapeRaw(t, d.base)
+		during = parseMetrics(t, duringRaw)
 		return during[`inferd_queue_depth{project="slow"}`] >= 1 &&
 			during[`inferd_replicas{project="slow",state="busy"}`] == 1 &&
 			during["inferd_longpolls_in_flight"] >= 1
 	})
 	for range ids {
-		<-polls
+		if err := <-polls; err != nil {
+			t.Errorf("long poll: %v", err)
+		}
 	}
 	// The slow replica holds both GPUs and is idle now: a call of another
 	// project evicts it.
@@ -163,5 +184,26 @@ func TestMetricsDuringLoad(t *testing.T) {
 	grew(`inferd_store_commit_seconds_total`, 1e-9)
 	if after[`inferd_queue_depth{project="slow"}`] != 0 {
 		t.Errorf("queue depth after the load: %v", after[`inferd_queue_depth{project="slow"}`])
+	}
+	// The scrape taken under load (a queue, a busy replica, long polls, GPU
+	// gauges, every histogram) passes Prometheus' own checker, lint included:
+	// # HELP and # TYPE for every family, names and units as it expects.
+	promtoolCheck(t, duringRaw)
+}
+
+// promtoolCheck runs `promtool check metrics` (Debian's prometheus package,
+// which scripts/test-deps.sh installs) on an exposition text. Without
+// promtool the test is skipped, after everything else in it has run, or
+// fails under make test (testenv.Missing).
+func promtoolCheck(t *testing.T, exposition []byte) {
+	t.Helper()
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		testenv.Missing(t, "promtool (Debian package prometheus; make test installs it)")
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(exposition)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s\non this scrape:\n%s", err, out, exposition)
 	}
 }

@@ -9,16 +9,21 @@ package e2e
 
 import (
 	"bytes"
+	"compress/gzip"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"inferd/internal/testenv"
 )
 
 const (
@@ -26,33 +31,24 @@ const (
 	pkgConfig  = "/etc/inferd/config.yaml"
 	pkgDataDir = "/var/lib/inferd"
 	pkgBinary  = "/usr/bin/inferd"
+	pkgWants   = "/etc/systemd/system/multi-user.target.wants/inferd.service"
 )
 
 func TestDebPackageInstallsServesAndPurges(t *testing.T) {
-	required := os.Getenv("INFERD_REQUIRE_CLIENT_TESTS") == "1"
-	skip := func(format string, a ...any) {
-		t.Helper()
-		msg := fmt.Sprintf(format, a...)
-		if required {
-			t.Fatalf("%s (INFERD_REQUIRE_CLIENT_TESTS=1, as in make test, so this test cannot skip)", msg)
-		}
-		t.Skip(msg)
-	}
-	if os.Geteuid() != 0 {
-		skip("the .deb install test installs a package: run it as root")
-	}
+	testenv.NeedRoot(t, "the .deb install test installs a package")
 	if _, err := exec.LookPath("dpkg"); err != nil {
-		skip("the .deb install test needs dpkg")
+		testenv.Missing(t, "dpkg, to install the .deb")
 	}
 	echoDir(t) // the packaged example needs python3
 	if out, _ := exec.Command("dpkg-query", "-W", "-f=${Status}", "inferd").Output(); len(out) > 0 && !strings.Contains(string(out), "not-installed") {
-		skip("an inferd package is already on this machine (%s); this test installs and purges its own, so it leaves that one alone: `dpkg --purge inferd` to let it run", out)
+		testenv.Missing(t, "a machine without an inferd package (one is installed: %s); this test installs and purges its own, so it leaves that one alone: `dpkg --purge inferd` to let it run", out)
 	}
 	if _, err := os.Stat(pkgDataDir); err == nil {
-		skip("%s exists without an inferd package; move it away to let this test run", pkgDataDir)
+		testenv.Missing(t, "a machine without %s (it exists without an inferd package); move it away to let this test run", pkgDataDir)
 	}
 
 	deb := buildDeb(t)
+	lintianCheck(t, deb)
 	t.Cleanup(func() {
 		// Whatever happened, leave no package behind.
 		if out, _ := exec.Command("dpkg-query", "-W", "-f=${Status}", "inferd").Output(); len(out) > 0 && !strings.Contains(string(out), "not-installed") {
@@ -77,6 +73,39 @@ func TestDebPackageInstallsServesAndPurges(t *testing.T) {
 	wantConfig := strings.Replace(string(example), "\ndataDir: ./data\n", "\ndataDir: "+pkgDataDir+"\n", 1)
 	if got, err := os.ReadFile(pkgConfig); err != nil || string(got) != wantConfig {
 		t.Errorf("%s should be config.example.yaml with dataDir: %s (err %v); got:\n%s", pkgConfig, pkgDataDir, err, got)
+	}
+	// Enabled for systemd even with none running (an image built in a
+	// chroot starts inferd at its first boot).
+	// (deb-systemd-helper may link through /lib, which is /usr/lib here.)
+	wants, err := filepath.EvalSymlinks(pkgWants)
+	if unit, _ := filepath.EvalSymlinks(pkgUnit); err != nil || wants != unit {
+		t.Errorf("%s resolves to %q (%v), want %s: the package enables the unit", pkgWants, wants, err, unit)
+	}
+
+	// The manual page is the CLI's own help, `inferd help` and each
+	// command's: every line of them is there but the first (the NAME) and
+	// the section headers ("Usage:", "Global flags:").
+	manPage := readGzip(t, "/usr/share/man/man1/inferd.1.gz")
+	manPage = strings.NewReplacer(`\-`, "-", `\e`, `\`, `\&`, "").Replace(manPage)
+	global := mustOutput(t, exec.Command(pkgBinary, "help"))
+	helps := map[string]string{"": global}
+	for _, m := range regexp.MustCompile(`(?m)^  inferd \[global flags\] ([a-z]+)`).FindAllStringSubmatch(global, -1) {
+		helps[m[1]] = mustOutput(t, exec.Command(pkgBinary, "help", m[1]))
+	}
+	if len(helps) < 5 {
+		t.Fatalf("found only %d commands in `inferd help`:\n%s", len(helps)-1, global)
+	}
+	header := regexp.MustCompile(`^[A-Z][a-z]*( [a-z]+)?( [a-z]+)?:$`)
+	for cmd, help := range helps {
+		lines := strings.Split(help, "\n")
+		if cmd == "" {
+			lines = lines[1:]
+		}
+		for _, line := range lines {
+			if line = strings.TrimSpace(line); line != "" && !header.MatchString(line) && !strings.Contains(manPage, line) {
+				t.Errorf("the man page lacks this line of `inferd help %s`: %q", cmd, line)
+			}
+		}
 	}
 	if got, want := readFile(t, pkgUnit), readFile(t, "packaging/inferd.service"); got != want {
 		t.Errorf("%s differs from packaging/inferd.service", pkgUnit)
@@ -156,8 +185,8 @@ func TestDebPackageInstallsServesAndPurges(t *testing.T) {
 		}
 	}
 	dpkgRun(t, "--purge", "inferd")
-	for _, path := range []string{"/etc/inferd", pkgDataDir} {
-		if _, err := os.Stat(path); err == nil {
+	for _, path := range []string{"/etc/inferd", pkgDataDir, pkgWants} {
+		if _, err := os.Lstat(path); err == nil {
 			t.Errorf("after dpkg --purge: %s still exists", path)
 		}
 	}
@@ -184,6 +213,41 @@ func buildDeb(t *testing.T) string {
 	}
 	t.Fatalf("scripts/package.sh printed no .deb:\n%s", stdout)
 	return ""
+}
+
+// lintianCheck runs lintian (Debian's package checker, which
+// scripts/test-deps.sh installs) on deb and fails on any error or warning.
+// Informational tags are logged, not failed.
+func lintianCheck(t *testing.T, deb string) {
+	t.Helper()
+	lintian, err := exec.LookPath("lintian")
+	if err != nil {
+		testenv.Missing(t, "lintian (Debian package lintian; make test installs it)")
+	}
+	out, err := exec.Command(lintian, "--fail-on", "error,warning", "--display-info", deb).CombinedOutput()
+	if err != nil {
+		t.Errorf("lintian %s: %v\n%s", filepath.Base(deb), err, out)
+	} else if len(out) > 0 {
+		t.Logf("lintian (informational only):\n%s", out)
+	}
+}
+
+func readGzip(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return string(b)
 }
 
 // dpkgRun runs dpkg, waiting while another package manager holds its lock

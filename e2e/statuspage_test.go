@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,8 +15,11 @@ import (
 
 // TestStatusPageInBrowser drives the status page in Debian's chromium
 // (headless, through playwright-core from web/browsertest) against a live
-// inferd with two simulated GPUs and two projects, after one call has
-// finished. `make test` installs chromium and the node module and sets
+// inferd with two simulated GPUs and three projects: captioner, idle after
+// one call; detector, with a failed call; broken, whose model never boots.
+// While detector is kept busy, the page must show detector and broken first,
+// captioner compact after them, the charts with data, the failed boot's log
+// behind a link and a replica's log beside it. `make test` installs chromium and the node module and sets
 // INFERD_REQUIRE_CLIENT_TESTS=1, so there this test cannot skip. The page's
 // screenshot goes to $INFERD_ARTIFACTS (CI keeps it) or the test's temp dir.
 func TestStatusPageInBrowser(t *testing.T) {
@@ -43,7 +49,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 	mark := marker()
 	d.apply("projects:\n" +
 		echoProject("captioner", "vision", "mk-captioner", echo, mark, "") + "    gpus: 1\n    minReplicas: 1\n" +
-		echoProject("detector", "vision", "mk-detector", echo, mark, "") + "    gpus: 1\n    minReplicas: 1\n    maxReplicas: 2\n")
+		echoProject("detector", "vision", "mk-detector", echo, mark, "") + "    gpus: 1\n    minReplicas: 1\n    maxReplicas: 2\n" +
+		echoProject("broken", "vision", "mk-broken", echo, mark, `, BOOT_FAIL: "1"`) + "    minReplicas: 1\n")
 	c := inferenceClient{t: t, base: d.base, key: key}
 	r := c.start("mk-captioner", `{"prompt":"a cat on a mat"}`, false)
 	if r["message"] != "success" {
@@ -59,13 +66,46 @@ func TestStatusPageInBrowser(t *testing.T) {
 		return strings.Count(string(body), `"state":"ready"`) == 2
 	})
 
+	// Load on detector while the page is open: calls come faster than its
+	// one replica answers and no GPU is free for a second one, so its queue
+	// grows, it waits for a GPU and the charts move. Stopped (and waited
+	// for) when the browser is done; bounded in count anyway.
+	loadCtx, stopLoad := context.WithCancel(t.Context())
+	loadDone := make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		client := &http.Client{Timeout: 5 * time.Second}
+		for i := range 240 {
+			select {
+			case <-loadCtx.Done():
+				return
+			case <-tick.C:
+			}
+			in := `{"sleep":0.5}`
+			if i%6 == 5 {
+				in = `{"fail":"image too blurry"}`
+			}
+			body := fmt.Sprintf(`{"apiKey":%q,"modelKey":"mk-detector","startOnly":true,"modelInputs":%s}`, key, in)
+			if res, err := client.Post(d.base+"/start/v4", "application/json", strings.NewReader(body)); err == nil {
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+			}
+		}
+	}()
+	defer func() { stopLoad(); <-loadDone }()
+
 	cmd := exec.Command(node, "statuspage.mjs")
 	cmd.Dir = script
 	cmd.Env = append(os.Environ(),
 		"INFERD_BASE="+d.base,
 		"INFERD_KEY="+key,
 		"EXPECT_GPUS=2",
-		"EXPECT_PROJECTS=captioner,detector",
+		"EXPECT_PROJECTS=broken,captioner,detector",
+		"EXPECT_FIRST=detector,broken", // both failed; detector has work too
+		"EXPECT_QUIET=captioner",
+		"EXPECT_FAILED=broken:BOOT_FAIL is set",
 		"EXPECT_CALL="+callID,
 		"EXPECT_REPLICA=captioner-1",
 		"SCREENSHOT="+shot,

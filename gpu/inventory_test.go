@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"slices"
+	"reflect"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -71,7 +71,7 @@ func TestSimulatedListsSpecsInOrder(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			inv := Simulated(tc.specs)
-			if got := inv.Devices(); !slices.Equal(got, tc.want) {
+			if got := inv.Devices(); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("Devices() = %+v, want %+v", got, tc.want)
 			}
 			if got := inv.Count(); got != len(tc.want) {
@@ -140,7 +140,7 @@ func TestRunWithoutBackendReturnsWhenContextEnds(t *testing.T) {
 				if err := <-done; err != nil {
 					t.Errorf("Run() = %v, want nil", err)
 				}
-				if after := tc.inv.Devices(); !slices.Equal(before, after) {
+				if after := tc.inv.Devices(); !reflect.DeepEqual(before, after) {
 					t.Errorf("devices changed: %+v -> %+v", before, after)
 				}
 			})

@@ -19,7 +19,7 @@ import (
 // maxAdminBody caps admin request bodies (an apply carries every project).
 const maxAdminBody = 10 << 20
 
-// AdminStore is what the admin API needs from *store.Store.
+// AdminStore is what the admin API needs from a store.Store.
 type AdminStore interface {
 	ListTeams() ([]store.Team, error)
 	CreateKey(teamID string, scope store.KeyScope) (secret string, k store.APIKey, err error)
@@ -31,7 +31,7 @@ type AdminStore interface {
 }
 
 // BackupWriter is the optional part of an AdminStore that serves
-// GET /admin/backup; *store.Store has it. A store without it answers 501.
+// GET /admin/backup; *bolt.Store has it. A store without it answers 501.
 type BackupWriter interface {
 	WriteBackup(w io.Writer) (int64, error)
 }
@@ -263,54 +263,10 @@ func (a *admin) capacityWarnings() []string {
 	return a.capacity(all)
 }
 
-// adminProject is a project with its model spec, without the modelKey hash.
-// Field names match store.Project so a client may decode into it.
-type adminProject struct {
-	ID               string     `json:"id"`
-	TeamID           string     `json:"teamId"`
-	MinReplicas      int        `json:"minReplicas"`
-	MaxReplicas      int        `json:"maxReplicas"`
-	InferenceTimeout int        `json:"inferenceTimeout"`
-	IdleTimeout      int        `json:"idleTimeout"`
-	Model            adminModel `json:"model"`
-	Created          time.Time  `json:"created"`
-	Updated          time.Time  `json:"updated"`
-}
-
-type adminModel struct {
-	Command      []string          `json:"command"`
-	Dir          string            `json:"dir,omitempty"`
-	Env          map[string]string `json:"env,omitempty"`
-	Protocol     string            `json:"protocol"`
-	HealthPath   string            `json:"healthPath,omitempty"`
-	InferPath    string            `json:"inferPath,omitempty"`
-	GPUs         int               `json:"gpus"`
-	GPUMemoryMiB int               `json:"gpuMemoryMiB,omitempty"`
-	Concurrency  int               `json:"concurrency"`
-	BootTimeout  int               `json:"bootTimeout"`
-	MemoryMiB    int               `json:"memoryMiB,omitempty"`
-	PidsMax      int               `json:"pidsMax,omitempty"`
-	Network      string            `json:"network,omitempty"`
-}
-
-func viewAdminProject(p store.Project) adminProject {
-	m := p.Model
-	return adminProject{
-		ID: p.ID, TeamID: p.TeamID,
-		MinReplicas: p.MinReplicas, MaxReplicas: p.MaxReplicas,
-		InferenceTimeout: p.InferenceTimeout, IdleTimeout: p.IdleTimeout,
-		Model: adminModel{
-			Command: m.Command, Dir: m.Dir, Env: m.Env, Protocol: m.Protocol,
-			HealthPath: m.HealthPath, InferPath: m.InferPath, GPUs: m.GPUs,
-			GPUMemoryMiB: m.GPUMemoryMiB, Concurrency: m.Concurrency, BootTimeout: m.BootTimeout,
-			MemoryMiB: m.MemoryMiB, PidsMax: m.PidsMax, Network: m.Network,
-		},
-		Created: p.Created, Updated: p.Updated,
-	}
-}
-
+// adminProjectList is GET /admin/projects: whole store projects, model spec
+// included, each without its modelKey hash (KeyHash is omitted when empty).
 type adminProjectList struct {
-	Results []adminProject `json:"results"`
+	Results []store.Project `json:"results"`
 }
 
 // listProjects handles GET /admin/projects[?team=T], sorted by id.
@@ -321,9 +277,10 @@ func (a *admin) listProjects(w http.ResponseWriter, r *http.Request, _ httproute
 		return
 	}
 	slices.SortFunc(projects, func(x, y store.Project) int { return strings.Compare(x.ID, y.ID) })
-	out := adminProjectList{Results: make([]adminProject, 0, len(projects))}
+	out := adminProjectList{Results: make([]store.Project, 0, len(projects))}
 	for _, p := range projects {
-		out.Results = append(out.Results, viewAdminProject(p))
+		p.Model.KeyHash = ""
+		out.Results = append(out.Results, p)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

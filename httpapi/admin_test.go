@@ -11,11 +11,11 @@ import (
 	"inferd/store"
 )
 
-func newAdminEnv(t *testing.T) (*fakeStore, http.Handler) {
+func newAdminEnv(t *testing.T) (*testStore, http.Handler) {
 	t.Helper()
-	st := newFakeStore()
-	st.addKey(keyAcme, "acme", store.ScopeTeam, false)
-	st.addProject(testProject("echo", "acme"), "mk-echo")
+	st := newTestStore(t)
+	st.addKey(t, keyAcme, "acme", store.ScopeTeam, false)
+	st.addProject(t, testProject("echo", "acme"), "mk-echo")
 	return st, NewAdmin(st, zerolog.Nop())
 }
 
@@ -67,7 +67,7 @@ func TestAdminCreateKey(t *testing.T) {
 
 func TestAdminListAndRevokeKeys(t *testing.T) {
 	st, h := newAdminEnv(t)
-	st.addKey(keyOther, "other", store.ScopeTeam, false)
+	st.addKey(t, keyOther, "other", store.ScopeTeam, false)
 
 	rec := serve(h, http.MethodGet, "/admin/keys?team=other", "")
 	list := decode[struct{ Results []map[string]any }](t, rec)
@@ -195,7 +195,7 @@ func TestAdminApplyCreatesTeam(t *testing.T) {
 
 func TestAdminProjects(t *testing.T) {
 	st, h := newAdminEnv(t)
-	st.addProject(testProject("alpha", "other"), "mk-alpha")
+	st.addProject(t, testProject("alpha", "other"), "mk-alpha")
 
 	rec := serve(h, http.MethodGet, "/admin/projects", "")
 	if strings.Contains(rec.Body.String(), "keyHash") || strings.Contains(rec.Body.String(), store.HashModelKey("mk-echo")) {
@@ -220,8 +220,8 @@ func TestAdminProjects(t *testing.T) {
 }
 
 func TestAdminApplyReportsCapacityWarningsOfAllProjects(t *testing.T) {
-	st := newFakeStore()
-	st.addProject(testProject("echo", "acme"), "mk-echo")
+	st := newTestStore(t)
+	st.addProject(t, testProject("echo", "acme"), "mk-echo")
 	var seen []string
 	check := func(ps []store.Project) []string {
 		seen = nil

@@ -174,7 +174,7 @@ func FuzzAdminBody(f *testing.F) {
 	} {
 		f.Add(s.route, []byte(s.body))
 	}
-	st := newFakeStore()
+	st := newTestStore(f)
 	h := NewAdmin(st, zerolog.Nop())
 	f.Fuzz(func(t *testing.T, route uint8, body []byte) {
 		path := "/admin/keys"

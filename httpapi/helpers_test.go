@@ -18,10 +18,10 @@ import (
 
 // Test fixtures: team acme owns echo and zeta, team other owns hidden.
 const (
-	keyAcme    = "ik_acme_secret"
-	keyOther   = "ik_other_secret"
-	keyAdmin   = "ik_admin_secret"
-	keyRevoked = "ik_revoked_secret"
+	keyAcme    = "ik_000000000a_acme"
+	keyOther   = "ik_000000000b_other"
+	keyAdmin   = "ik_000000000c_admin"
+	keyRevoked = "ik_000000000d_revoked"
 )
 
 func testProject(id, team string) store.Project {
@@ -40,7 +40,7 @@ func testProject(id, team string) store.Project {
 }
 
 type testEnv struct {
-	store *fakeStore
+	store *testStore
 	sched *fakeScheduler
 	h     http.Handler
 	logw  *lockedWriter
@@ -55,14 +55,14 @@ func (e *testEnv) logs() string {
 
 func newEnv(t testing.TB, opts Options) *testEnv {
 	t.Helper()
-	st := newFakeStore()
-	st.addKey(keyAcme, "acme", store.ScopeTeam, false)
-	st.addKey(keyOther, "other", store.ScopeTeam, false)
-	st.addKey(keyAdmin, "ops", store.ScopeAdmin, false)
-	st.addKey(keyRevoked, "acme", store.ScopeTeam, true)
-	st.addProject(testProject("zeta", "acme"), "mk-zeta")
-	st.addProject(testProject("echo", "acme"), "mk-echo")
-	st.addProject(testProject("hidden", "other"), "mk-hidden")
+	st := newTestStore(t)
+	st.addKey(t, keyAcme, "acme", store.ScopeTeam, false)
+	st.addKey(t, keyOther, "other", store.ScopeTeam, false)
+	st.addKey(t, keyAdmin, "ops", store.ScopeAdmin, false)
+	st.addKey(t, keyRevoked, "acme", store.ScopeTeam, true)
+	st.addProject(t, testProject("zeta", "acme"), "mk-zeta")
+	st.addProject(t, testProject("echo", "acme"), "mk-echo")
+	st.addProject(t, testProject("hidden", "other"), "mk-hidden")
 	sched := newFakeScheduler()
 	logw := &lockedWriter{w: new(bytes.Buffer)}
 	opts.Log = zerolog.New(logw)

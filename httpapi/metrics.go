@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,9 +20,10 @@ import (
 	"inferd/store"
 )
 
-// durationBuckets are the upper bounds, in seconds, of the queue, boot and
-// run time histograms: 5 ms to 10 min.
-var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+// durationBuckets are the upper bounds, in seconds, of the latency, queue,
+// boot and run time histograms: 5 ms to 1 h (a call can wait out several
+// boot timeouts of 10 min).
+var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
 
 // replicaStates are the states inferd_replicas is reported for, each project
 // getting every one (0 included) so that series do not come and go.
@@ -32,9 +34,10 @@ type MetricsSources struct {
 	Status func() scheduler.Status // the scheduler's Snapshot
 	GPUs   func() []gpu.Device     // the GPU inventory's Devices
 	Store  StoreStats
+	Conns  func() ConnStats // the API's connection limit
 }
 
-// StoreStats is what the metrics read of *store.Store.
+// StoreStats is what the metrics read of the store; *bolt.Store has it.
 type StoreStats interface {
 	CommitStats() store.CommitStats
 	Size() int64
@@ -61,15 +64,21 @@ func NewMetrics(set *vm.Set) *Metrics {
 // SetSources sets where the scrape-time gauges come from.
 func (m *Metrics) SetSources(src MetricsSources) { m.src.Store(&src) }
 
-// CallFinished counts a finished call and records its queue, boot and run
-// times; a call that never reached a replica records none of them.
+// CallFinished counts a finished call and records its latency (created to
+// finished) and its queue, boot and run times; a call that never reached a
+// replica records only its latency.
 func (m *Metrics) CallFinished(c store.Call) {
 	outcome := "failed"
 	if c.State == store.CallSucceeded {
 		outcome = "succeeded"
 	}
 	p := labelValue(c.ProjectID)
-	m.set.GetOrCreateCounter(`inferd_calls_total{project="` + p + `",outcome="` + outcome + `"}`).Inc()
+	labels := `{project="` + p + `",outcome="` + outcome + `"}`
+	m.set.GetOrCreateCounter(`inferd_calls_total` + labels).Inc()
+	if !c.Finished.IsZero() && !c.Created.IsZero() {
+		m.set.GetOrCreatePrometheusHistogramExt(`inferd_call_seconds`+labels, durationBuckets).
+			Update(max(c.Finished.Sub(c.Created).Seconds(), 0))
+	}
 	if c.Dispatched.IsZero() {
 		return
 	}
@@ -112,8 +121,16 @@ func (m *Metrics) countRequest(route string, status int) {
 		`",status="` + strconv.Itoa(status) + `"}`).Inc()
 }
 
-// WritePrometheus writes every metric in the Prometheus text format.
+// WritePrometheus writes every metric in the Prometheus text format, each
+// family headed by its # HELP and # TYPE lines (see metricFamilies).
 func (m *Metrics) WritePrometheus(w io.Writer) {
+	var buf bytes.Buffer
+	m.writeSamples(&buf)
+	writeWithMetadata(w, buf.Bytes())
+}
+
+// writeSamples writes every sample line, without metadata.
+func (m *Metrics) writeSamples(w io.Writer) {
 	m.set.WritePrometheus(w)
 	vm.WriteGaugeUint64(w, "inferd_longpolls_in_flight", uint64(max(m.longPolls.Load(), 0)))
 	src := m.src.Load()
@@ -127,6 +144,12 @@ func (m *Metrics) WritePrometheus(w io.Writer) {
 	}
 	if src.GPUs != nil {
 		writeGPUGauges(w, src.GPUs(), reservations(st))
+	}
+	if src.Conns != nil {
+		cs := src.Conns()
+		vm.WriteGaugeUint64(w, "inferd_connections_open", uint64(max(cs.Open, 0)))
+		vm.WriteGaugeUint64(w, "inferd_connections_max", uint64(max(cs.Max, 0)))
+		vm.WriteCounterUint64(w, "inferd_connections_closed_for_room_total", uint64(max(cs.Shed, 0)))
 	}
 	if src.Store != nil {
 		cs := src.Store.CommitStats()
@@ -169,6 +192,10 @@ func writeGPUGauges(w io.Writer, devs []gpu.Device, reservedMiB map[string]uint6
 	for _, d := range devs {
 		vm.WriteGaugeFloat64(w, "inferd_gpu_utilization_ratio"+lbl(d), float64(d.UtilizationPct)/100)
 	}
+	// 0 while the device gets no replicas: lost, or its memory unreadable.
+	for _, d := range devs {
+		vm.WriteGaugeUint64(w, "inferd_gpu_healthy"+lbl(d), boolGauge(d.Healthy()))
+	}
 }
 
 // serveMetrics answers GET /metrics. It needs no API key: the figures hold
@@ -178,6 +205,13 @@ func writeGPUGauges(w io.Writer, devs []gpu.Device, reservedMiB map[string]uint6
 func (m *Metrics) serveMetrics(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	m.WritePrometheus(w)
+}
+
+func boolGauge(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // labelValue escapes s for a Prometheus label value.

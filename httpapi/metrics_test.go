@@ -2,7 +2,9 @@ package httpapi
 
 import (
 	"bufio"
+	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -46,7 +48,9 @@ func (fakeStoreStats) CommitStats() store.CommitStats {
 }
 func (fakeStoreStats) Size() int64 { return 32768 }
 
-func TestMetricsEndpoint(t *testing.T) {
+// loadedMetrics returns Metrics with a scheduler, two GPUs (one simulated)
+// and a store behind them, and a few calls and replica events recorded.
+func loadedMetrics() *Metrics {
 	m := NewMetrics(vm.NewSet())
 	m.SetSources(MetricsSources{
 		Status: func() scheduler.Status {
@@ -59,21 +63,30 @@ func TestMetricsEndpoint(t *testing.T) {
 			return []gpu.Device{
 				{Index: 0, UUID: "GPU-a", MemoryTotalMiB: 1024, MemoryFreeMiB: 256, UtilizationPct: 40},
 				{Index: 1, UUID: "GPU-sim", MemoryTotalMiB: 2048, MemoryFreeMiB: 2048, Simulated: true},
+				{Index: 2, UUID: "GPU-lost", MemoryTotalMiB: 2048, Problem: "lost (ERROR_GPU_IS_LOST)"},
 			}
 		},
 		Store: fakeStoreStats{},
+		Conns: func() ConnStats { return ConnStats{Open: 5, Max: 100, Shed: 2} },
 	})
-	e := newEnv(t, Options{Metrics: m})
-
 	now := time.Now()
-	m.CallFinished(store.Call{ProjectID: "echo", State: store.CallSucceeded, Dispatched: now, QueueMs: 20, BootMs: 1500, RunMs: 250})
-	m.CallFinished(store.Call{ProjectID: "echo", State: store.CallFailed, Dispatched: now, RunMs: 10})
-	m.CallFinished(store.Call{ProjectID: "echo", State: store.CallFailed}) // never dispatched: no timings
+	m.CallFinished(store.Call{ProjectID: "echo", State: store.CallSucceeded, Created: now.Add(-1770 * time.Millisecond),
+		Dispatched: now.Add(-250 * time.Millisecond), Finished: now, QueueMs: 20, BootMs: 1500, RunMs: 250})
+	m.CallFinished(store.Call{ProjectID: "echo", State: store.CallFailed, Created: now.Add(-10 * time.Millisecond),
+		Dispatched: now.Add(-10 * time.Millisecond), Finished: now, RunMs: 10})
+	// Never dispatched: a latency but no queue, boot or run time.
+	m.CallFinished(store.Call{ProjectID: "echo", State: store.CallFailed, Created: now.Add(-2 * time.Second), Finished: now})
 	m.ReplicaStarted("echo")
 	m.ReplicaStarted("echo")
 	m.ReplicaCrashed("echo")
 	m.ReplicaOOMKilled("echo")
 	m.ReplicaEvicted(`we"ird`)
+	return m
+}
+
+func TestMetricsEndpoint(t *testing.T) {
+	m := loadedMetrics()
+	e := newEnv(t, Options{Metrics: m})
 
 	for _, p := range []string{"/healthz", "/healthz", "/v1/projects/echo", "/nope"} {
 		serve(e.h, "GET", p, "")
@@ -84,34 +97,44 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	got := parseExposition(t, rec.Body.String())
 	want := map[string]float64{
-		`inferd_calls_total{project="echo",outcome="succeeded"}`:            1,
-		`inferd_calls_total{project="echo",outcome="failed"}`:               2,
-		`inferd_call_run_seconds_count{project="echo"}`:                     2,
-		`inferd_call_run_seconds_sum{project="echo"}`:                       0.26,
-		`inferd_call_boot_seconds_sum{project="echo"}`:                      1.5,
-		`inferd_call_queue_seconds_bucket{project="echo",le="0.025"}`:       2, // cumulative: both dispatched calls
-		`inferd_replica_starts_total{project="echo"}`:                       2,
-		`inferd_replica_crashes_total{project="echo"}`:                      1,
-		`inferd_replica_oom_kills_total{project="echo"}`:                    1,
-		`inferd_replica_evictions_total{project="we\"ird"}`:                 1,
-		`inferd_queue_depth{project="echo"}`:                                3,
-		`inferd_replicas{project="echo",state="busy"}`:                      2,
-		`inferd_replicas{project="echo",state="booting"}`:                   1,
-		`inferd_replicas{project="echo",state="ready"}`:                     0,
-		`inferd_gpu_memory_total_bytes{gpu="0",uuid="GPU-a"}`:               1024 << 20,
-		`inferd_gpu_memory_used_bytes{gpu="0",uuid="GPU-a"}`:                768 << 20, // the driver's view
-		`inferd_gpu_memory_reserved_bytes{gpu="0",uuid="GPU-a"}`:            512 << 20,
-		`inferd_gpu_memory_used_bytes{gpu="1",uuid="GPU-sim"}`:              300 << 20, // no driver: the reservation
-		`inferd_gpu_memory_reserved_bytes{gpu="1",uuid="GPU-sim"}`:          300 << 20,
-		`inferd_gpu_utilization_ratio{gpu="1",uuid="GPU-sim"}`:              0,
-		`inferd_gpu_utilization_ratio{gpu="0",uuid="GPU-a"}`:                0.4,
-		`inferd_store_file_bytes`:                                           32768,
-		`inferd_store_commits_total`:                                        7,
-		`inferd_store_commit_seconds_total`:                                 1.5,
-		`inferd_http_requests_total{route="/healthz",status="200"}`:         2,
-		`inferd_http_requests_total{route="/v1/projects/:id",status="401"}`: 1,
-		`inferd_http_requests_total{route="unmatched",status="404"}`:        1,
-		`inferd_longpolls_in_flight`:                                        0,
+		`inferd_calls_total{project="echo",outcome="succeeded"}`:               1,
+		`inferd_calls_total{project="echo",outcome="failed"}`:                  2,
+		`inferd_call_seconds_count{project="echo",outcome="failed"}`:           2,
+		`inferd_call_seconds_sum{project="echo",outcome="succeeded"}`:          1.77,
+		`inferd_call_seconds_bucket{project="echo",outcome="failed",le="2.5"}`: 2,
+		`inferd_call_seconds_bucket{project="echo",outcome="failed",le="1"}`:   1,
+		`inferd_call_run_seconds_count{project="echo"}`:                        2,
+		`inferd_call_run_seconds_sum{project="echo"}`:                          0.26,
+		`inferd_call_boot_seconds_sum{project="echo"}`:                         1.5,
+		`inferd_call_queue_seconds_bucket{project="echo",le="0.025"}`:          2, // cumulative: both dispatched calls
+		`inferd_replica_starts_total{project="echo"}`:                          2,
+		`inferd_replica_crashes_total{project="echo"}`:                         1,
+		`inferd_replica_oom_kills_total{project="echo"}`:                       1,
+		`inferd_replica_evictions_total{project="we\"ird"}`:                    1,
+		`inferd_queue_depth{project="echo"}`:                                   3,
+		`inferd_replicas{project="echo",state="busy"}`:                         2,
+		`inferd_replicas{project="echo",state="booting"}`:                      1,
+		`inferd_replicas{project="echo",state="ready"}`:                        0,
+		`inferd_gpu_memory_total_bytes{gpu="0",uuid="GPU-a"}`:                  1024 << 20,
+		`inferd_gpu_memory_used_bytes{gpu="0",uuid="GPU-a"}`:                   768 << 20, // the driver's view
+		`inferd_gpu_memory_reserved_bytes{gpu="0",uuid="GPU-a"}`:               512 << 20,
+		`inferd_gpu_memory_used_bytes{gpu="1",uuid="GPU-sim"}`:                 300 << 20, // no driver: the reservation
+		`inferd_gpu_memory_reserved_bytes{gpu="1",uuid="GPU-sim"}`:             300 << 20,
+		`inferd_gpu_utilization_ratio{gpu="1",uuid="GPU-sim"}`:                 0,
+		`inferd_gpu_utilization_ratio{gpu="0",uuid="GPU-a"}`:                   0.4,
+		`inferd_gpu_healthy{gpu="0",uuid="GPU-a"}`:                             1,
+		`inferd_gpu_healthy{gpu="1",uuid="GPU-sim"}`:                           1,
+		`inferd_gpu_healthy{gpu="2",uuid="GPU-lost"}`:                          0,
+		`inferd_store_file_bytes`:                                              32768,
+		`inferd_store_commits_total`:                                           7,
+		`inferd_store_commit_seconds_total`:                                    1.5,
+		`inferd_http_requests_total{route="/healthz",status="200"}`:            2,
+		`inferd_http_requests_total{route="/v1/projects/:id",status="401"}`:    1,
+		`inferd_http_requests_total{route="unmatched",status="404"}`:           1,
+		`inferd_longpolls_in_flight`:                                           0,
+		`inferd_connections_open`:                                              5,
+		`inferd_connections_max`:                                               100,
+		`inferd_connections_closed_for_room_total`:                             2,
 	}
 	for k, v := range want {
 		g, ok := got[k]
@@ -164,4 +187,74 @@ func TestMetricsOff(t *testing.T) {
 	if rec := serve(e.h, "GET", "/metrics", ""); rec.Code != http.StatusNotFound {
 		t.Fatalf("GET /metrics without Metrics: %d, want 404", rec.Code)
 	}
+}
+
+// TestMetricsHaveHelpAndType checks the exposition's shape the way
+// promtool does: every family has one # HELP with text and one # TYPE, and
+// all its samples follow them together; and docs/metrics.md describes each
+// family with its labels.
+func TestMetricsHaveHelpAndType(t *testing.T) {
+	m := loadedMetrics()
+	e := newEnv(t, Options{Metrics: m})
+	serve(e.h, "GET", "/healthz", "")
+	text := serve(e.h, "GET", "/metrics", "").Body.String()
+
+	help, typ := map[string]string{}, map[string]string{}
+	current := ""
+	for _, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == "#" {
+			name := f[2]
+			switch f[1] {
+			case "HELP":
+				if _, dup := help[name]; dup {
+					t.Errorf("second HELP for %s", name)
+				}
+				help[name] = strings.Join(f[3:], " ")
+			case "TYPE":
+				if _, dup := typ[name]; dup {
+					t.Errorf("second TYPE for %s", name)
+				}
+				typ[name] = f[3]
+				current = name
+			}
+			continue
+		}
+		name := line[:strings.IndexAny(line, "{ ")]
+		if typ[current] == "histogram" {
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				if b, ok := strings.CutSuffix(name, s); ok && b == current {
+					name = current
+				}
+			}
+		}
+		if name != current {
+			t.Errorf("sample %q is not under its family's # TYPE (current family %q)", line, current)
+		}
+	}
+	docs, err := os.ReadFile("../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range metricFamilies {
+		if typ[f.name] != f.typ || help[f.name] == "" {
+			t.Errorf("%s: TYPE %q HELP %q, want TYPE %s and a help text", f.name, typ[f.name], help[f.name], f.typ)
+		}
+		// docs/metrics.md has one table row per family: name, type, labels.
+		row := fmt.Sprintf("| `%s` | %s | %s |", f.name, f.typ, docLabels(f.labels))
+		if !strings.Contains(string(docs), row) {
+			t.Errorf("docs/metrics.md lacks the row %q", row)
+		}
+	}
+	for name, ty := range typ {
+		if ty == "untyped" {
+			t.Errorf("%s is written but not in metricFamilies", name)
+		}
+	}
+}
+
+func docLabels(labels []string) string {
+	if len(labels) == 0 {
+		return "–"
+	}
+	return "`" + strings.Join(labels, "`, `") + "`"
 }

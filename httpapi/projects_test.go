@@ -58,8 +58,8 @@ func TestListProjects(t *testing.T) {
 
 func TestListProjectsEmptyIsArray(t *testing.T) {
 	env := newEnv(t, Options{})
-	env.store.addKey("ik_lonely_secret", "lonely", store.ScopeTeam, false)
-	rec := serve(env.h, http.MethodGet, "/v1/projects", "", "X-Service-API-Key", "ik_lonely_secret")
+	env.store.addKey(t, "ik_000000000e_lonely", "lonely", store.ScopeTeam, false)
+	rec := serve(env.h, http.MethodGet, "/v1/projects", "", "X-Service-API-Key", "ik_000000000e_lonely")
 	if got := strings.TrimSpace(rec.Body.String()); got != `{"results":[]}` {
 		t.Errorf("body %s", got)
 	}

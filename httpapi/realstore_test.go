@@ -9,19 +9,23 @@ import (
 	"github.com/rs/zerolog"
 
 	"inferd/store"
+	"inferd/store/bolt"
 )
 
-// *store.Store is what main passes for both interfaces.
+// Every store.Store serves both interfaces; main passes a *bolt.Store.
 var (
-	_ Store      = (*store.Store)(nil)
-	_ AdminStore = (*store.Store)(nil)
+	_ Store        = store.Store(nil)
+	_ AdminStore   = store.Store(nil)
+	_ RecentCalls  = store.Store(nil)
+	_ BackupWriter = (*bolt.Store)(nil)
+	_ StoreStats   = (*bolt.Store)(nil)
 )
 
 // TestProjectAPIOnRealStore runs the admin and project APIs against a real
 // bbolt store: keys made through the admin API authenticate on the public
 // one, and a rejected PUT leaves the stored project as it was.
 func TestProjectAPIOnRealStore(t *testing.T) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "inferd.db"), store.Options{})
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "inferd.db"), bolt.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

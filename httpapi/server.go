@@ -64,7 +64,7 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Store is what the public API needs from *store.Store.
+// Store is what the public API needs from a store.Store.
 type Store interface {
 	Authenticate(secret string) (store.APIKey, error)
 	ProjectByModelKey(modelKey string) (store.Project, error)

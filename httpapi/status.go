@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -18,12 +19,13 @@ import (
 
 // Bounds of the status endpoints.
 const (
-	defaultStatusCalls = 50   // recent calls shown
-	maxStatusCalls     = 500  // ?limit= cap
-	latencyWindow      = 500  // newest calls of the caller's teams that p50/p95 are taken over
-	defaultLogLines    = 200  // log lines shown
-	maxLogLines        = 5000 // ?lines= cap
-	maxStatusMessage   = 300  // a failed call's message is cut here
+	defaultStatusCalls = 50               // recent calls shown
+	maxStatusCalls     = 500              // ?limit= cap
+	latencyWindow      = 500              // newest calls of the caller's teams that p50/p95 are taken over
+	failureWindow      = 15 * time.Minute // a failure this recent puts its project first on the page
+	defaultLogLines    = 200              // log lines shown
+	maxLogLines        = 5000             // ?lines= cap
+	maxStatusMessage   = 300              // a failed call's message is cut here
 )
 
 // StatusSources feed the /v1/status endpoints and the status page. Any
@@ -34,11 +36,12 @@ type StatusSources struct {
 	Calls    RecentCalls
 	Logs     backend.Logs     // replica logs; nil = none
 	Now      func() time.Time // for uptimes; nil = time.Now
+	History  History          // the charts' samples (/v1/status/history); nil = none
 	// Protections says how replicas are contained (the backend's sandbox).
 	Protections func() []backend.Protection
 }
 
-// RecentCalls is what the status endpoints read of *store.Store.
+// RecentCalls is what the status endpoints read of a store.Store.
 type RecentCalls interface {
 	// RecentCalls returns up to limit calls of teamID ("" = all), newest
 	// first, without inputs and outputs.
@@ -61,11 +64,12 @@ func (s *statusAPI) now() time.Time {
 	return time.Now()
 }
 
-// statusGPU is one GPU; HeldBy names the replica holding it when the caller
-// may see that replica's project, and Held says whether anyone does.
-// MemoryUsedBytes is the driver's view (for a simulated GPU, the
-// reservation); MemoryReservedBytes is what inferd has handed out on it,
-// which moves at once when a replica starts or stops.
+// statusGPU is one GPU or MIG device; HeldBy names the replica holding it
+// when the caller may see that replica's project, and Held says whether
+// anyone does. MemoryUsedBytes is the driver's view (for a simulated GPU,
+// the reservation); MemoryReservedBytes is what inferd has handed out on it,
+// which moves at once when a replica starts or stops. Healthy is false
+// while the device gets no replicas (lost, unreadable); Problem says why.
 type statusGPU struct {
 	Index               int          `json:"index"`
 	UUID                string       `json:"uuid"`
@@ -75,6 +79,10 @@ type statusGPU struct {
 	MemoryReservedBytes uint64       `json:"memoryReservedBytes"`
 	UtilizationPct      int          `json:"utilizationPct"` // 0 for simulated GPUs
 	Simulated           bool         `json:"simulated"`
+	Healthy             bool         `json:"healthy"`
+	Problem             string       `json:"problem,omitempty"`
+	MIG                 bool         `json:"mig"`              // a MIG device, pinned as MIG-<uuid>
+	Parent              string       `json:"parent,omitempty"` // a MIG device's GPU
 	Held                bool         `json:"held"`
 	HeldBy              *replicaName `json:"heldBy"`
 }
@@ -96,10 +104,18 @@ type statusProject struct {
 	Waiting     string          `json:"waiting"`
 	LastError   string          `json:"lastError"`
 	OOMKills    int             `json:"oomKills"`     // replicas killed for going over memoryMiB since the daemon started
-	LatencyP50  *int64          `json:"latencyP50Ms"` // created → finished, over the recent calls; null without any
+	LatencyP50  *int64          `json:"latencyP50Ms"` // created → finished, over the recent calls that reached a replica; null without any
 	LatencyP95  *int64          `json:"latencyP95Ms"`
 	Finished    int             `json:"recentFinished"` // calls the latencies are taken over
 	Replicas    []statusReplica `json:"replicas"`
+
+	// LastErrorAt is when LastError happened; LastErrorReplica the replica
+	// whose log tells more ("" for none).
+	LastErrorAt      *time.Time `json:"lastErrorAt"`
+	LastErrorReplica string     `json:"lastErrorReplica"`
+	// RecentFailures counts the project's failed calls that finished within
+	// failureWindow, among the recent calls.
+	RecentFailures int `json:"recentFailures"`
 }
 
 type statusReplica struct {
@@ -154,6 +170,11 @@ func (s *statusAPI) register(handle func(method, path string, h httprouter.Handl
 		handle(http.MethodGet, "/v1/status/calls"+slash, list(s, true, s.calls))
 	}
 	handle(http.MethodGet, "/v1/status/projects/:id/replicas/:replica/logs", s.logs)
+	if s.src.History != nil {
+		for _, slash := range []string{"", "/"} {
+			handle(http.MethodGet, "/v1/status/history"+slash, s.history)
+		}
+	}
 }
 
 // view is what one request may see, read once.
@@ -332,6 +353,7 @@ func (s *statusAPI) viewGPUs(v view) []statusGPU {
 			MemoryTotalBytes: m.total, MemoryUsedBytes: m.used, MemoryReservedBytes: m.reserved,
 			UtilizationPct: d.UtilizationPct,
 			Simulated:      d.Simulated,
+			Healthy:        d.Healthy(), Problem: d.Problem, MIG: d.MIG, Parent: d.Parent,
 		}
 		if h, ok := holders[d.UUID]; ok {
 			g.Held = true
@@ -355,21 +377,36 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 			index[d.UUID] = d.Index
 		}
 	}
+	now := s.now()
 	latencies := map[string][]int64{}
+	failures := map[string]int{}
 	for _, c := range v.calls {
-		if c.State.Done() && !c.Finished.IsZero() {
+		if !c.State.Done() || c.Finished.IsZero() {
+			continue
+		}
+		if c.State == store.CallFailed && now.Sub(c.Finished) <= failureWindow {
+			failures[c.ProjectID]++
+		}
+		// A call that never reached a replica (a failed boot, a full queue)
+		// says nothing of how fast the model answers: no latency.
+		if !c.Dispatched.IsZero() {
 			latencies[c.ProjectID] = append(latencies[c.ProjectID], c.Finished.Sub(c.Created).Milliseconds())
 		}
 	}
-	now := s.now()
 	out := make([]statusProject, 0, len(v.projects))
 	for _, p := range v.projects {
 		lp := live[p.ID]
 		sp := statusProject{
 			ID: p.ID, TeamID: p.TeamID,
 			MinReplicas: p.MinReplicas, MaxReplicas: p.MaxReplicas, GPUs: gpusPerReplica(p.Model),
-			Queued: lp.Queued, Running: lp.Running, Waiting: lp.Waiting, LastError: lp.LastError, OOMKills: lp.OOMKills,
+			Queued: lp.Queued, Running: lp.Running, Waiting: explainWait(lp.Waiting, v.snapshot, p.Model),
+			LastError: lp.LastError, LastErrorReplica: lp.LastErrorReplica, RecentFailures: failures[p.ID],
+			OOMKills: lp.OOMKills,
 			Replicas: make([]statusReplica, 0, len(lp.Replicas)),
+		}
+		if !lp.LastErrorAt.IsZero() {
+			t := lp.LastErrorAt.UTC()
+			sp.LastErrorAt = &t
 		}
 		lat := latencies[p.ID]
 		sp.Finished = len(lat)
@@ -394,6 +431,29 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 		out = append(out, sp)
 	}
 	return out
+}
+
+// explainWait adds to the scheduler's reason a project waits what it waits
+// on and the setting that decides it, e.g. "waiting for CPU slot: 2 of 2
+// in use, see cpuSlots".
+func explainWait(waiting string, st scheduler.Status, m store.ModelSpec) string {
+	switch waiting {
+	case scheduler.WaitingCPU:
+		return fmt.Sprintf("%s: %d of %d in use, see cpuSlots", waiting, st.CPUSlotsUsed, st.CPUSlots)
+	case scheduler.WaitingGPU:
+		held := 0
+		for _, g := range st.GPUs {
+			if len(g.Replicas) > 0 {
+				held++
+			}
+		}
+		need := fmt.Sprintf("%d per replica", gpusPerReplica(m))
+		if m.GPUMemoryMiB > 0 {
+			need = fmt.Sprintf("%d MiB of GPU memory per replica", m.GPUMemoryMiB)
+		}
+		return fmt.Sprintf("%s: needs %s, %d of %d GPUs held, see gpus and gpuMemoryMiB", waiting, need, held, len(st.GPUs))
+	}
+	return waiting
 }
 
 // gpusPerReplica is how many GPUs each replica of a project with model m

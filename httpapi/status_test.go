@@ -301,7 +301,7 @@ func TestStatusSharedGPU(t *testing.T) {
 	}})
 	echo := env.store.project("echo")
 	echo.Model.GPUMemoryMiB = 1024
-	env.store.addProject(echo, "mk-echo")
+	env.store.addProject(t, echo, "mk-echo")
 
 	for _, tc := range []struct{ key, want string }{{keyAcme, "echo-1"}, {keyOther, "hidden-1"}} {
 		st := decode[statusAll](t, serve(env.h, "GET", "/v1/status", "", "X-Service-API-Key", tc.key))
@@ -313,5 +313,37 @@ func TestStatusSharedGPU(t *testing.T) {
 				t.Errorf("share-only project = %+v, want gpusPerReplica 1 and its replica on GPU 0", p)
 			}
 		}
+	}
+}
+
+func TestStatusGPUsReportHealthAndMIGDevices(t *testing.T) {
+	devs := []gpu.Device{
+		{Index: 0, UUID: "GPU-lost", Name: "A100", MemoryTotalMiB: 40960, Problem: "lost (ERROR_GPU_IS_LOST)"},
+		{Index: 1, UUID: "MIG-x", Name: "H100 MIG 1g.10gb", MemoryTotalMiB: 9856, MemoryFreeMiB: 9856, MIG: true, Parent: "GPU-h"},
+	}
+	env := newEnv(t, Options{Status: &StatusSources{
+		Snapshot: func() scheduler.Status { return scheduler.Status{} },
+		GPUs:     func() []gpu.Device { return devs },
+		Now:      func() time.Time { return statusNow },
+	}})
+	rec := serve(env.h, "GET", "/v1/status/gpus", "", "X-Service-API-Key", keyAcme)
+	got := decode[struct {
+		Results []map[string]any `json:"results"`
+	}](t, rec).Results
+	if len(got) != 2 {
+		t.Fatalf("GPUs = %v", got)
+	}
+	for k, want := range []map[string]any{
+		{"uuid": "GPU-lost", "healthy": false, "problem": "lost (ERROR_GPU_IS_LOST)", "mig": false},
+		{"uuid": "MIG-x", "healthy": true, "mig": true, "parent": "GPU-h"},
+	} {
+		for key, v := range want {
+			if got[k][key] != v {
+				t.Errorf("GPU %d: %s = %v, want %v", k, key, got[k][key], v)
+			}
+		}
+	}
+	if _, ok := got[1]["problem"]; ok {
+		t.Errorf("a healthy device has a problem field: %v", got[1])
 	}
 }

@@ -20,29 +20,20 @@ type File struct {
 	Projects []Project `yaml:"projects"`
 }
 
-// Project is one entry of the manifest. Pointer fields tell "absent" (take the
-// default) from an explicit zero.
+// Project is one entry of the manifest: its id, team and modelKey, the
+// model spec inline (store.ModelSpec, with the same field names as the
+// store and the admin API), and the four replica settings. Their pointers
+// tell "absent" (take the default) from an explicit zero; a zero in the
+// model spec takes the spec's default.
 type Project struct {
-	ID               string            `yaml:"id"`
-	Team             string            `yaml:"team"`
-	ModelKey         string            `yaml:"modelKey"`
-	Command          []string          `yaml:"command"`
-	Dir              string            `yaml:"dir"`
-	Env              map[string]string `yaml:"env"`
-	Protocol         string            `yaml:"protocol"`
-	HealthPath       string            `yaml:"healthPath"`
-	InferPath        string            `yaml:"inferPath"`
-	GPUs             *int              `yaml:"gpus"`
-	GPUMemoryMiB     *int              `yaml:"gpuMemoryMiB"`
-	Concurrency      *int              `yaml:"concurrency"`
-	BootTimeout      *int              `yaml:"bootTimeout"`
-	MemoryMiB        *int              `yaml:"memoryMiB"`
-	PidsMax          *int              `yaml:"pidsMax"`
-	Network          string            `yaml:"network"`
-	MinReplicas      *int              `yaml:"minReplicas"`
-	MaxReplicas      *int              `yaml:"maxReplicas"`
-	InferenceTimeout *int              `yaml:"inferenceTimeout"`
-	IdleTimeout      *int              `yaml:"idleTimeout"`
+	ID               string `yaml:"id"`
+	Team             string `yaml:"team"`
+	ModelKey         string `yaml:"modelKey"`
+	store.ModelSpec  `yaml:",inline"`
+	MinReplicas      *int `yaml:"minReplicas"`
+	MaxReplicas      *int `yaml:"maxReplicas"`
+	InferenceTimeout *int `yaml:"inferenceTimeout"`
+	IdleTimeout      *int `yaml:"idleTimeout"`
 }
 
 // Parse decodes a manifest and turns it into validated store projects. baseDir
@@ -93,20 +84,8 @@ func (mp Project) toStore(baseDir string) (store.Project, error) {
 	setInt(&p.InferenceTimeout, mp.InferenceTimeout)
 	setInt(&p.IdleTimeout, mp.IdleTimeout)
 
-	m := &p.Model
-	m.KeyHash = store.HashModelKey(mp.ModelKey)
-	m.Command = mp.Command
-	m.Env = mp.Env
-	m.Protocol = mp.Protocol
-	m.HealthPath = mp.HealthPath
-	m.InferPath = mp.InferPath
-	setInt(&m.GPUs, mp.GPUs)
-	setInt(&m.GPUMemoryMiB, mp.GPUMemoryMiB)
-	setInt(&m.Concurrency, mp.Concurrency)
-	setInt(&m.BootTimeout, mp.BootTimeout)
-	setInt(&m.MemoryMiB, mp.MemoryMiB)
-	setInt(&m.PidsMax, mp.PidsMax)
-	m.Network = mp.Network
+	p.Model = mp.ModelSpec
+	p.Model.KeyHash = store.HashModelKey(mp.ModelKey)
 	dir := mp.Dir
 	if dir == "" {
 		dir = "."
@@ -118,7 +97,7 @@ func (mp Project) toStore(baseDir string) (store.Project, error) {
 	if err != nil {
 		return store.Project{}, fmt.Errorf("dir: %w", err)
 	}
-	m.Dir = abs
+	p.Model.Dir = abs
 	p.ApplyDefaults()
 	if err := p.Validate(); err != nil {
 		return store.Project{}, err

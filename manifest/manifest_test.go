@@ -82,6 +82,7 @@ func TestParseRejects(t *testing.T) {
 		{"empty file", "", "empty"},
 		{"no projects", "projects: []\n", "no projects"},
 		{"unknown field", "projects:\n  - {id: a, team: t, modelKey: k, command: [x], replicas: 2}\n", "replicas"},
+		{"hash instead of modelKey", "projects:\n  - {id: a, team: t, modelKey: k, keyHash: abc, command: [x]}\n", "keyHash"},
 		{"wrong type", "projects:\n  - {id: a, team: t, modelKey: k, command: [x], maxReplicas: many}\n", "many"},
 		{"bad id", "projects:\n  - {id: Bad_Id, team: t, modelKey: k, command: [x]}\n", "id"},
 		{"missing modelKey", "projects:\n  - {id: a, team: t, command: [x]}\n", "modelKey"},

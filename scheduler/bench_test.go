@@ -13,7 +13,7 @@ import (
 // benchScheduler runs a scheduler whose replicas are ready at once and
 // answer every call at once, over the in-memory store.
 func benchScheduler(b *testing.B, p store.Project) *Scheduler {
-	st := newFakeStore(p)
+	st := newTestStore(b, p)
 	l := newFakeBackend(64, nil)
 	l.auto, l.reply = true, json.RawMessage(`{"ok":true}`)
 	s := New(Config{}, st, l, RealClock(), zerolog.Nop())

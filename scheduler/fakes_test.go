@@ -19,11 +19,8 @@ import (
 	"inferd/gpu"
 	"inferd/scheduler/backend"
 	"inferd/store"
+	"inferd/store/memstore"
 )
-
-// errNotFound stands in for the store's sentinel: the fake wraps
-// store.ErrNotFound so the scheduler sees what the real store returns.
-var errNotFound = fmt.Errorf("fake store: %w", store.ErrNotFound)
 
 // fakeClock is a Clock driven by Advance.
 type fakeClock struct {
@@ -95,205 +92,73 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// fakeStore keeps records in memory. SaveCallAsync applies writes in order on
-// a writer goroutine, like the real store's group-commit writer; tests can
-// hold writes back or make them fail.
-type fakeStore struct {
-	mu       sync.Mutex
-	projects map[string]store.Project
-	calls    map[string]store.Call
-	writes   []store.Call // every applied write, in order
-	pending  []pendingWrite
-	kick     chan struct{}
-	quit     chan struct{}
-	finished chan struct{}
-	// hold, when it returns true for a write, makes the writer wait for a
-	// value on release before applying it.
-	hold    func(store.Call) bool
-	release chan struct{}
-	// fail, when set, decides the error of a write (nil: applied).
-	fail func(store.Call) error
+// testStore is the in-memory store with the helpers these tests use. Its
+// writer goroutine runs in the test's synctest bubble: create it inside the
+// bubble and close it before the bubble ends.
+type testStore struct {
+	*memstore.Store
+	t testing.TB
 }
 
-type pendingWrite struct {
-	c    store.Call
-	done func(error)
-}
+// The scheduler runs on any store.Store.
+var _ Store = store.Store(nil)
 
-func newFakeStore(projects ...store.Project) *fakeStore {
-	s := &fakeStore{
-		projects: map[string]store.Project{},
-		calls:    map[string]store.Call{},
-		kick:     make(chan struct{}, 1),
-		quit:     make(chan struct{}),
-		finished: make(chan struct{}),
-		release:  make(chan struct{}),
-	}
+func newTestStore(t testing.TB, projects ...store.Project) *testStore {
+	s := &testStore{Store: memstore.New(memstore.Options{}), t: t}
 	for _, p := range projects {
-		s.projects[p.ID] = p
+		s.putProject(p)
 	}
-	go s.writer()
 	return s
 }
 
-func (s *fakeStore) writer() {
-	defer close(s.finished)
-	for {
-		s.mu.Lock()
-		if len(s.pending) == 0 {
-			s.mu.Unlock()
-			select {
-			case <-s.kick:
-				continue
-			case <-s.quit:
-				return
-			}
-		}
-		w := s.pending[0]
-		s.pending = s.pending[1:]
-		hold, fail := s.hold, s.fail
-		s.mu.Unlock()
-		if hold != nil && hold(w.c) {
-			select {
-			case <-s.release:
-			case <-s.quit:
-				return
-			}
-		}
-		var err error
-		if fail != nil {
-			err = fail(w.c)
-		}
-		if err == nil {
-			s.mu.Lock()
-			s.calls[w.c.ID] = w.c
-			s.writes = append(s.writes, w.c)
-			s.mu.Unlock()
-		}
-		w.done(err)
+func (s *testStore) close() { _ = s.Close() }
+
+// setHold makes the store hold back each call write for which f returns
+// true until release is called (see memstore.HoldCallWrites).
+func (s *testStore) setHold(f func(store.Call) bool) { s.HoldCallWrites(f) }
+
+// release lets one held write through, once the writer has reached it.
+func (s *testStore) release() { s.ReleaseCallWrite() }
+
+// setFail makes each call write for which f returns an error fail with it.
+func (s *testStore) setFail(f func(store.Call) error) { s.FailCallWrites(f) }
+
+// putProject stores p as the scheduler will read it; like an admin write,
+// it tells the scheduler nothing (tests call ProjectChanged).
+func (s *testStore) putProject(p store.Project) {
+	s.t.Helper()
+	if _, err := s.PutProject(p); err != nil {
+		s.t.Fatalf("put project %s: %v", p.ID, err)
 	}
 }
 
-func (s *fakeStore) close() {
-	close(s.quit)
-	<-s.finished
+func (s *testStore) deleteProject(id string) {
+	s.t.Helper()
+	if err := s.DeleteProject(id); err != nil {
+		s.t.Fatalf("delete project %s: %v", id, err)
+	}
 }
 
-func (s *fakeStore) setHold(f func(store.Call) bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.hold = f
+// putCall stores c durably, as a previous run of the daemon left it.
+func (s *testStore) putCall(c store.Call) {
+	s.t.Helper()
+	if err := s.SaveCall(context.Background(), c); err != nil {
+		s.t.Fatalf("save call %s: %v", c.ID, err)
+	}
 }
 
-func (s *fakeStore) setFail(f func(store.Call) error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.fail = f
-}
-
-func (s *fakeStore) putProject(p store.Project) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.projects[p.ID] = p
-}
-
-func (s *fakeStore) deleteProject(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.projects, id)
-}
-
-func (s *fakeStore) putCall(c store.Call) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.calls[c.ID] = c
-}
-
-func (s *fakeStore) call(id string) (store.Call, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c, ok := s.calls[id]
-	return c, ok
+func (s *testStore) call(id string) (store.Call, bool) {
+	c, err := s.GetCall(id)
+	return c, err == nil
 }
 
 // states returns the states written for call id, in order.
-func (s *fakeStore) states(id string) []store.CallState {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (s *testStore) states(id string) []store.CallState {
 	var out []store.CallState
-	for _, w := range s.writes {
-		if w.ID == id {
-			out = append(out, w.State)
-		}
+	for _, c := range s.CallHistory(id) {
+		out = append(out, c.State)
 	}
 	return out
-}
-
-func (s *fakeStore) GetProject(id string) (store.Project, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p, ok := s.projects[id]
-	if !ok {
-		return store.Project{}, errNotFound
-	}
-	return p, nil
-}
-
-func (s *fakeStore) ListProjects(teamID string) ([]store.Project, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []store.Project
-	for _, p := range s.projects {
-		if teamID == "" || p.TeamID == teamID {
-			out = append(out, p)
-		}
-	}
-	slices.SortFunc(out, func(a, b store.Project) int { return cmp.Compare(a.ID, b.ID) })
-	return out, nil
-}
-
-func (s *fakeStore) GetCall(id string) (store.Call, error) {
-	c, ok := s.call(id)
-	if !ok {
-		return store.Call{}, errNotFound
-	}
-	return c, nil
-}
-
-func (s *fakeStore) PendingCalls() ([]store.Call, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []store.Call
-	for _, c := range s.calls {
-		if c.State == store.CallQueued || c.State == store.CallRunning {
-			out = append(out, c)
-		}
-	}
-	slices.SortFunc(out, func(a, b store.Call) int {
-		return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))
-	})
-	return out, nil
-}
-
-func (s *fakeStore) SaveCall(ctx context.Context, c store.Call) error {
-	done := make(chan error, 1)
-	s.SaveCallAsync(c, func(err error) { done <- err })
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (s *fakeStore) SaveCallAsync(c store.Call, done func(error)) {
-	s.mu.Lock()
-	s.pending = append(s.pending, pendingWrite{c: c, done: done})
-	s.mu.Unlock()
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
 }
 
 // fakeBackend hands out fakeInstances; tests take them from launched in
@@ -305,6 +170,7 @@ type fakeBackend struct {
 	// fail, when set, makes Launch fail for a spec.
 	mu   sync.Mutex
 	fail func(backend.Spec) error
+	pids int // launches so far: each instance gets a pid of its own
 	// auto makes instances ready at once and answer every call with reply.
 	auto  bool
 	reply json.RawMessage
@@ -336,6 +202,14 @@ func (l *fakeBackend) Capacity() backend.Capacity {
 
 func (l *fakeBackend) Recover(context.Context) error { return nil }
 
+// RefreshGPUs passes the scheduler's request for a fresh GPU read on to
+// an inventory that counts them (liveGPUs).
+func (l *fakeBackend) RefreshGPUs() {
+	if r, ok := l.gpus.(interface{ RefreshSoon() }); ok {
+		r.RefreshSoon()
+	}
+}
+
 func (l *fakeBackend) ReplicaLogs(team, project string) ([]backend.Log, error) { return nil, nil }
 
 func (l *fakeBackend) TailLog(backend.Log, int) ([]string, int64, error) {
@@ -349,6 +223,8 @@ func (l *fakeBackend) FollowLog(context.Context, backend.Log, int64, io.Writer) 
 func (l *fakeBackend) Launch(spec backend.Spec) (backend.Instance, error) {
 	l.mu.Lock()
 	fail := l.fail
+	l.pids++
+	pid := 1000 + l.pids
 	l.mu.Unlock()
 	if fail != nil {
 		if err := fail(spec); err != nil {
@@ -357,7 +233,7 @@ func (l *fakeBackend) Launch(spec backend.Spec) (backend.Instance, error) {
 	}
 	i := &fakeInstance{
 		spec:    spec,
-		pid:     1000 + len(l.launched),
+		pid:     pid,
 		ready:   make(chan struct{}),
 		exited:  make(chan struct{}),
 		stopped: make(chan struct{}),
@@ -492,7 +368,7 @@ func (g fakeGPUs) Devices() []gpu.Device { return g }
 type harness struct {
 	t      *testing.T
 	s      *Scheduler
-	st     *fakeStore
+	st     *testStore
 	l      *fakeBackend
 	clk    *fakeClock
 	cancel context.CancelFunc
@@ -502,10 +378,10 @@ type harness struct {
 // newHarness runs a scheduler on a fake backend with the GPUs of gpus (nil =
 // none) and 8 CPU slots, or as many as gpus says when it is cpuSlots.
 func newHarness(t *testing.T, cfg Config, gpus Inventory, projects ...store.Project) *harness {
-	return startHarness(t, cfg, gpus, newFakeStore(projects...))
+	return startHarness(t, cfg, gpus, newTestStore(t, projects...))
 }
 
-func startHarness(t *testing.T, cfg Config, gpus Inventory, st *fakeStore) *harness {
+func startHarness(t *testing.T, cfg Config, gpus Inventory, st *testStore) *harness {
 	t.Helper()
 	slots := 8
 	if n, ok := gpus.(cpuSlots); ok {
@@ -704,6 +580,7 @@ func testProject(id string, opts ...func(*store.Project)) store.Project {
 		InferenceTimeout: 300,
 		IdleTimeout:      30,
 		Model: store.ModelSpec{
+			KeyHash:     store.HashModelKey("mk-" + id),
 			Command:     []string{"python3", "serve.py", id},
 			Protocol:    "http",
 			Concurrency: 1,

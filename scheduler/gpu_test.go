@@ -1,14 +1,17 @@
 package scheduler
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"inferd/gpu"
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
@@ -28,6 +31,19 @@ func (h *harness) serveOne(i *fakeInstance) {
 	}
 	h.call(i).reply(`{}`)
 	h.settle()
+}
+
+// servesOn checks that i was pinned to gpus, then has it serve the call
+// waiting for it and checks that call id succeeded.
+func (h *harness) servesOn(i *fakeInstance, id string, gpus ...string) {
+	h.t.Helper()
+	if !slices.Equal(i.spec.GPUs, gpus) {
+		h.t.Errorf("%s on %v, want %v", i.spec.ReplicaID, i.spec.GPUs, gpus)
+	}
+	h.serveOne(i)
+	if got := h.result(id); got.State != store.CallSucceeded {
+		h.t.Errorf("call on %s = %s %q", i.spec.ReplicaID, got.State, got.Message)
+	}
 }
 
 func TestGPUEvictionStopsLeastRecentlyUsedIdleReplicaThenTheWaitingCallRuns(t *testing.T) {
@@ -153,14 +169,7 @@ func TestGPUSharesPackByMemoryAndEvictOnlyWhatIsNeeded(t *testing.T) {
 		if is.wasStopped() {
 			t.Error("small was evicted too: 16384-4000 leaves room for 12000")
 		}
-		ib := h.launched()
-		if !slices.Equal(ib.spec.GPUs, []string{"GPU-0"}) {
-			t.Fatalf("big on %v", ib.spec.GPUs)
-		}
-		h.serveOne(ib)
-		if got := h.result(c.ID); got.State != store.CallSucceeded {
-			t.Errorf("big's call = %s %q", got.State, got.Message)
-		}
+		h.servesOn(h.launched(), c.ID, "GPU-0")
 	})
 }
 
@@ -180,8 +189,29 @@ func TestSubmitRejectsShareLargerThanAnyGPU(t *testing.T) {
 // liveGPUs is an Inventory of real (not simulated) GPUs whose driver
 // readings the test controls.
 type liveGPUs struct {
-	mu   sync.Mutex
-	devs []gpu.Device
+	mu       sync.Mutex
+	devs     []gpu.Device
+	refreshs int // RefreshSoon calls
+}
+
+func (g *liveGPUs) RefreshSoon() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.refreshs++
+}
+
+func (g *liveGPUs) refreshCalls() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.refreshs
+}
+
+// change is one refresh that changes device k as the test says.
+func (g *liveGPUs) change(k int, f func(d *gpu.Device)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.devs[k].Samples++
+	f(&g.devs[k])
 }
 
 func newLiveGPUs(n int) *liveGPUs {
@@ -195,7 +225,11 @@ func newLiveGPUs(n int) *liveGPUs {
 func (g *liveGPUs) Devices() []gpu.Device {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return slices.Clone(g.devs)
+	out := slices.Clone(g.devs)
+	for k := range out {
+		out[k].Processes = slices.Clone(out[k].Processes)
+	}
+	return out
 }
 
 // read is one refresh: every device read again with free memory free[i].
@@ -329,4 +363,192 @@ func equalGPUStatus(a, b []GPUStatus) bool {
 	return slices.EqualFunc(a, b, func(x, y GPUStatus) bool {
 		return x.UUID == y.UUID && x.ReservedMiB == y.ReservedMiB && x.Replicas != nil && slices.Equal(x.Replicas, y.Replicas)
 	})
+}
+
+// TestGPUShareCountsWhatEachReplicaUsesAndHasYetToAllocate is the
+// overcommit case through the scheduler: a share is placed only where it
+// still fits once every replica has allocated what it declared, going by
+// the memory the driver lists each replica's process as using.
+func TestGPUShareCountsWhatEachReplicaUsesAndHasYetToAllocate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const h100 = 81559
+		a := testProject("a", minMax(0, 1), idleTimeout(600), gpuMemory(20480))
+		b := testProject("b", minMax(0, 1), idleTimeout(600), gpuMemory(30720))
+		c := testProject("c", minMax(0, 1), gpuMemory(25600))
+		gpus := newLiveGPUs(1)
+		gpus.change(0, func(d *gpu.Device) { d.MemoryTotalMiB, d.MemoryFreeMiB = h100, h100 })
+		h := newHarness(t, Config{GPUPoll: time.Second}, gpus, a, b, c)
+		defer h.stop()
+		h.submit(a, `{}`)
+		ia := h.launched()
+		h.serveOne(ia)
+		h.submit(b, `{}`)
+		ib := h.launched()
+		h.serveOne(ib)
+
+		// a uses twice what it declared; b has not allocated yet.
+		gpus.change(0, func(d *gpu.Device) {
+			d.MemoryFreeMiB = h100 - 40960
+			d.Processes = []gpu.Process{{Pid: ia.pid, UsedMiB: 40960}}
+		})
+		h.advance(time.Second)
+		call := h.submit(c, `{}`)
+		h.noLaunch()
+		if got := h.project("c").Waiting; got != "waiting for GPU" {
+			t.Errorf("c waiting = %q, want waiting for GPU", got)
+		}
+
+		// a gives back what it did not declare: now c fits beside b's share.
+		gpus.change(0, func(d *gpu.Device) {
+			d.MemoryFreeMiB = h100 - 20480
+			d.Processes = []gpu.Process{{Pid: ia.pid, UsedMiB: 20480}}
+		})
+		h.advance(time.Second)
+		h.servesOn(h.launched(), call.ID, "GPU-0")
+	})
+}
+
+// TestWholeGPUWaitsWhileAProcessOutsideInferdUsesIt: a GPU filled by a
+// foreign process is not handed out whole; the replica goes elsewhere or
+// waits until the process is gone.
+func TestWholeGPUWaitsWhileAProcessOutsideInferdUsesIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("p", minMax(0, 2), idleTimeout(600), wholeGPUs(1))
+		gpus := newLiveGPUs(2)
+		gpus.change(0, func(d *gpu.Device) {
+			d.MemoryFreeMiB = 4000
+			d.Processes = []gpu.Process{{Pid: 4242, UsedMiB: 12000}}
+		})
+		h := newHarness(t, Config{GPUPoll: time.Second}, gpus, p)
+		defer h.stop()
+		h.submit(p, `{}`)
+		h.submit(p, `{}`)
+		first := h.launched()
+		if !slices.Equal(first.spec.GPUs, []string{"GPU-1"}) {
+			t.Fatalf("first replica on %v, want GPU-1 (GPU-0 is in use outside inferd)", first.spec.GPUs)
+		}
+		h.noLaunch()
+		if got := h.project("p").Waiting; got != "waiting for GPU" {
+			t.Errorf("p waiting = %q, want waiting for GPU", got)
+		}
+		gpus.change(0, func(d *gpu.Device) { d.MemoryFreeMiB, d.Processes = 16384, nil })
+		h.advance(time.Second)
+		if second := h.launched(); !slices.Equal(second.spec.GPUs, []string{"GPU-0"}) {
+			t.Errorf("second replica on %v, want GPU-0 once the foreign process is gone", second.spec.GPUs)
+		}
+	})
+}
+
+// TestLostGPUGetsNoReplicasUntilItIsHealthyAgain: a lost GPU is kept out
+// of placement, a project that needs it fails its calls at once saying so,
+// and once the inventory finds it healthy again it is used.
+func TestLostGPUGetsNoReplicasUntilItIsHealthyAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		one := testProject("one", minMax(0, 2), idleTimeout(600), wholeGPUs(1))
+		two := testProject("two", minMax(0, 1), wholeGPUs(2))
+		gpus := newLiveGPUs(2)
+		gpus.change(0, func(d *gpu.Device) { d.Problem = "lost (ERROR_GPU_IS_LOST)" })
+		h := newHarness(t, Config{GPUPoll: time.Second}, gpus, one, two)
+		defer h.stop()
+
+		_, err := h.s.Submit(t.Context(), two, []byte(`{}`))
+		if !errors.Is(err, ErrNeedsGPUs) || !strings.Contains(err.Error(), "this machine has 1 (and 1 unhealthy") {
+			t.Errorf("Submit(two) = %v, want ErrNeedsGPUs naming the unhealthy GPU", err)
+		}
+		h.submit(one, `{}`)
+		h.submit(one, `{}`)
+		if i := h.launched(); !slices.Equal(i.spec.GPUs, []string{"GPU-1"}) {
+			t.Fatalf("replica on %v, want GPU-1, not the lost GPU-0", i.spec.GPUs)
+		}
+		h.noLaunch()
+
+		gpus.change(0, func(d *gpu.Device) { d.Problem = "" }) // rediscovered
+		h.advance(time.Second)
+		if i := h.launched(); !slices.Equal(i.spec.GPUs, []string{"GPU-0"}) {
+			t.Errorf("replica on %v, want GPU-0 once healthy again", i.spec.GPUs)
+		}
+	})
+}
+
+// TestMIGDevicesArePinnedAsTheirOwnUnits: each MIG device is a placement
+// unit pinned by its MIG-<uuid>; a replica that needs two GPUs cannot be
+// made of MIG devices.
+func TestMIGDevicesArePinnedAsTheirOwnUnits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("p", minMax(0, 3), idleTimeout(600), wholeGPUs(1))
+		pair := testProject("pair", minMax(0, 1), wholeGPUs(2))
+		gpus := newLiveGPUs(3)
+		for k, uuid := range []string{"MIG-a", "MIG-b"} {
+			gpus.change(k+1, func(d *gpu.Device) {
+				d.Index, d.UUID, d.MIG, d.Parent, d.MemoryTotalMiB, d.MemoryFreeMiB = 1, uuid, true, "GPU-1", 9856, 9856
+			})
+		}
+		h := newHarness(t, Config{}, gpus, p, pair)
+		defer h.stop()
+		for range 3 {
+			h.submit(p, `{}`)
+		}
+		var got []string
+		for _, i := range h.launchedN(3) {
+			got = append(got, strings.Join(i.spec.GPUs, ","))
+		}
+		if want := []string{"GPU-0", "MIG-a", "MIG-b"}; !slices.Equal(got, want) {
+			t.Errorf("replicas pinned to %v, want %v", got, want)
+		}
+		if _, err := h.s.Submit(t.Context(), pair, []byte(`{}`)); !errors.Is(err, ErrNeedsGPUs) {
+			t.Errorf("Submit(pair) = %v, want ErrNeedsGPUs: two MIG devices are not two GPUs", err)
+		}
+	})
+}
+
+// TestReplicaExitAsksTheInventoryForAFreshRead: the driver is read again as
+// soon as a replica on a real GPU has exited, not at the next interval.
+func TestReplicaExitAsksTheInventoryForAFreshRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := testProject("a", minMax(0, 1), idleTimeout(60), wholeGPUs(1))
+		gpus := newLiveGPUs(1)
+		h := newHarness(t, Config{}, gpus, a)
+		defer h.stop()
+		h.submit(a, `{}`)
+		ia := h.launched()
+		h.serveOne(ia)
+		if n := gpus.refreshCalls(); n != 0 {
+			t.Fatalf("RefreshSoon called %d times while the replica runs", n)
+		}
+		h.advance(time.Minute) // idle timeout: it stops and exits
+		if !ia.hasExited() {
+			t.Fatal("a did not stop at its idle timeout")
+		}
+		if n := gpus.refreshCalls(); n != 1 {
+			t.Errorf("RefreshSoon called %d times after the exit, want 1", n)
+		}
+	})
+}
+
+// groupBackend tells process groups as the local-process backend does.
+type groupBackend struct {
+	backend.Backend
+	groups map[int]int
+}
+
+func (l groupBackend) ProcessGroup(pid int) (int, bool) {
+	g, ok := l.groups[pid]
+	return g, ok
+}
+
+func TestAttributeCountsAReplicasForkedProcessesAsItsOwn(t *testing.T) {
+	s := &Scheduler{backend: groupBackend{groups: map[int]int{1000: 1000, 1001: 1000, 1002: 1000, 2000: 2000, 3000: 1}}}
+	devices := []gpu.Device{
+		{UUID: "A", Processes: []gpu.Process{{Pid: 1000}, {Pid: 1001}, {Pid: 2000}, {Pid: 3000}}},
+		{UUID: "B", Processes: []gpu.Process{{Pid: 1002}, {Pid: 4000}}}, // 4000: gone since the read
+	}
+	held := []assignment{{replica: "r", group: 1000}, {replica: "q", group: 2000}, {replica: "booting", group: 0}, {replica: "x", group: 4000}}
+	s.attribute(held, devices)
+	want := map[string][]int{"r": {1000, 1001, 1002}, "q": {2000}, "booting": nil, "x": {4000}}
+	for _, a := range held {
+		got := slices.Sorted(slices.Values(a.pids))
+		if !slices.Equal(got, want[a.replica]) {
+			t.Errorf("%s owns %v, want %v", a.replica, got, want[a.replica])
+		}
+	}
 }

@@ -9,7 +9,8 @@ import (
 )
 
 // The user-facing texts of the calls the scheduler ends. Clients see them as
-// the call's message, so each says what happened; DESIGN.md lists them.
+// the call's message, so each says what happened; README.md ("Errors you may
+// see") and docs/protocols.md list them.
 const (
 	msgSuccess        = "success"
 	msgInterrupted    = "error: interrupted by a server restart"
@@ -41,13 +42,18 @@ func (e *queueFullError) Unwrap() error { return ErrQueueFull }
 type needsGPUsError struct {
 	need, have int
 	memoryMiB  uint64 // per GPU; 0 = whole GPUs
+	unhealthy  int    // GPUs not counted in have because they are lost or unreadable
 }
 
 func (e *needsGPUsError) Error() string {
+	msg := fmt.Sprintf("project needs %d GPUs, this machine has %d", e.need, e.have)
 	if e.memoryMiB > 0 {
-		return fmt.Sprintf("project needs %d GPUs with %d MiB, this machine has %d that large", e.need, e.memoryMiB, e.have)
+		msg = fmt.Sprintf("project needs %d GPUs with %d MiB, this machine has %d that large", e.need, e.memoryMiB, e.have)
 	}
-	return fmt.Sprintf("project needs %d GPUs, this machine has %d", e.need, e.have)
+	if e.unhealthy > 0 {
+		msg += fmt.Sprintf(" (and %d unhealthy: see /v1/status/gpus)", e.unhealthy)
+	}
+	return msg
 }
 
 func (e *needsGPUsError) Unwrap() error { return ErrNeedsGPUs }

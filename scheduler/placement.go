@@ -16,6 +16,12 @@ type assignment struct {
 	replica   string
 	gpus      []string // UUIDs
 	memoryMiB uint64   // per GPU; 0 = the whole GPU
+	// group is the replica's process group (its own pid: a replica leads
+	// its group); 0 until it has been launched.
+	group int
+	// pids are the processes the driver lists on GPUs that belong to this
+	// replica (see attribute); what they use is what it has allocated.
+	pids []int
 }
 
 // placementRequest is what one replica asks for: gpus GPUs, each whole
@@ -42,50 +48,72 @@ func (r placementRequest) String() string {
 	return fmt.Sprintf("%d GPUs with %d MiB", r.gpus, r.memoryMiB)
 }
 
+// eligible reports whether d may ever serve req: a process uses one MIG
+// device at most (CUDA sees only the first MIG-<uuid> it is given), so a
+// replica asking for several GPUs gets whole GPUs, never MIG devices.
+func (r placementRequest) eligible(d gpu.Device) bool {
+	return !d.MIG || r.gpus <= 1
+}
+
 // place chooses the GPUs for a replica, given the machine's devices and what
 // is already assigned, or reports false when the request does not fit now.
+// Unhealthy devices (lost, unreadable) get nothing.
 //
-// A GPU's free memory is the smaller of what the driver last reported free
-// and its total minus what inferd has handed out (a whole-GPU holder takes
-// all of it). So memory that a replica has not allocated yet is not given
-// twice, and memory that an exited replica held counts only once the driver
-// shows it back.
+// A GPU's free memory for a share is what the driver last reported free,
+// less what each replica holding a share of it has reserved but not yet
+// allocated (its gpuMemoryMiB minus what the driver lists its processes as
+// using, CUDA context included). So memory a replica has not allocated yet
+// is not given twice, a replica that uses more than it declared takes the
+// excess from the driver's free memory, and memory used outside inferd
+// counts. It is further capped by the usable memory minus every share
+// handed out, in case the driver's reading is older than a hand-out. An
+// exited replica's hold counts until the driver has been read again after
+// the exit (its processes are then gone from the list and its memory back
+// in the free figure).
 //
-// Whole GPUs go to devices nobody holds, lowest index first. Shares go best
-// fit: the devices with the least free memory that still fits, so that
-// whole GPUs stay whole for requests that need them.
+// A whole GPU goes only to a device nobody in inferd holds, where the
+// driver lists no compute process and shows at most wholeSlackMiB of its
+// usable memory in use: a GPU that something outside inferd fills is not
+// handed out whole.
+//
+// Whole GPUs go lowest index first. Shares go best fit: the devices with
+// the least free memory that still fits, so that whole GPUs stay whole for
+// requests that need them.
 //
 // It is a pure function so that placement rules can be tested as tables.
 func place(devices []gpu.Device, held []assignment, req placementRequest) ([]string, bool) {
 	if req.gpus <= 0 {
 		return nil, true
 	}
-	use := usage(held)
 	type cand struct {
 		d    gpu.Device
 		free uint64
 	}
 	cands := make([]cand, 0, len(devices))
 	for _, d := range devices {
-		u := use[d.UUID]
-		switch {
-		case req.memoryMiB == 0 && (u.whole || u.memMiB > 0):
+		if !d.Healthy() || !req.eligible(d) {
 			continue
-		case req.memoryMiB == 0:
-			cands = append(cands, cand{d: d})
-		case u.whole:
-			continue
-		default:
-			free := min(d.MemoryFreeMiB, d.MemoryTotalMiB-u.reservedMiB(d.MemoryTotalMiB))
-			if free >= req.memoryMiB {
-				cands = append(cands, cand{d: d, free: free})
+		}
+		l := loadOf(d, held)
+		if req.memoryMiB == 0 {
+			if l.wholeFree(d) {
+				cands = append(cands, cand{d: d})
 			}
+			continue
+		}
+		if l.whole {
+			continue
+		}
+		free := min(d.MemoryFreeMiB-min(l.unusedMiB, d.MemoryFreeMiB), d.UsableMiB()-min(l.sharedMiB, d.UsableMiB()))
+		if free >= req.memoryMiB {
+			cands = append(cands, cand{d: d, free: free})
 		}
 	}
 	if len(cands) < req.gpus {
 		return nil, false
 	}
-	slices.SortFunc(cands, func(a, b cand) int {
+	// Stable: a GPU's MIG devices share its index and keep their order.
+	slices.SortStableFunc(cands, func(a, b cand) int {
 		return cmp.Or(cmp.Compare(a.free, b.free), cmp.Compare(a.d.Index, b.d.Index))
 	})
 	out := make([]string, req.gpus)
@@ -95,60 +123,105 @@ func place(devices []gpu.Device, held []assignment, req placementRequest) ([]str
 	return out, true
 }
 
-// gpuUse is what inferd has handed out on one GPU.
-type gpuUse struct {
-	whole  bool
-	memMiB uint64
+// load is what is on one device, as placement sees it.
+type load struct {
+	whole     bool   // a whole-GPU replica holds it
+	sharedMiB uint64 // the shares handed out on it, summed
+	// unusedMiB: of the shares, what the holders' processes have not
+	// allocated yet.
+	unusedMiB uint64
+	// foreign: the driver lists a compute process on it that belongs to
+	// none of its holders.
+	foreign bool
 }
 
-// reservedMiB is how much of a GPU of total MiB this hands out.
-func (u gpuUse) reservedMiB(total uint64) uint64 {
-	if u.whole {
-		return total
-	}
-	return min(u.memMiB, total)
-}
-
-func usage(held []assignment) map[string]gpuUse {
-	use := make(map[string]gpuUse, len(held))
+// loadOf reads d's load from the holds on it and the driver's process list.
+func loadOf(d gpu.Device, held []assignment) load {
+	var l load
+	var mine []int
 	for _, a := range held {
-		for _, u := range a.gpus {
-			g := use[u]
-			if a.memoryMiB == 0 {
-				g.whole = true
+		if !slices.Contains(a.gpus, d.UUID) {
+			continue
+		}
+		if a.memoryMiB == 0 {
+			l.whole = true
+			continue
+		}
+		l.sharedMiB += a.memoryMiB
+		var used uint64
+		for _, p := range d.Processes {
+			if slices.Contains(a.pids, p.Pid) {
+				used += p.UsedMiB
+				mine = append(mine, p.Pid)
 			}
-			g.memMiB += a.memoryMiB
-			use[u] = g
+		}
+		l.unusedMiB += a.memoryMiB - min(used, a.memoryMiB)
+	}
+	for _, p := range d.Processes {
+		if !slices.Contains(mine, p.Pid) {
+			l.foreign = true
 		}
 	}
-	return use
+	return l
+}
+
+// wholeFree reports whether d can be handed out whole: nobody in inferd
+// holds it, and the driver shows nothing else on it.
+func (l load) wholeFree(d gpu.Device) bool {
+	if l.whole || l.sharedMiB > 0 || l.foreign {
+		return false
+	}
+	usable := d.UsableMiB()
+	return d.MemoryFreeMiB+wholeSlackMiB(usable) >= usable
+}
+
+// wholeSlackMiB is how much of a GPU's usable memory may read as in use
+// while nobody holds it, for it still to count as whole: drivers without
+// GetMemoryInfo_v2 count their own reservation (a few hundred MiB) as used,
+// and processes in other PID namespaces use memory without being listed.
+// 1/32 of the memory, at least 512 MiB.
+func wholeSlackMiB(usable uint64) uint64 { return max(usable/32, 512) }
+
+// reservedMiB is how much of d inferd has handed out under l.
+func (l load) reservedMiB(d gpu.Device) uint64 {
+	if l.whole {
+		return d.MemoryTotalMiB
+	}
+	return min(l.sharedMiB, d.MemoryTotalMiB)
 }
 
 // fitsMachine reports whether req could ever be placed on devices, with
-// nothing else running: enough GPUs, each big enough. It returns the error
-// users see otherwise.
+// nothing else running: enough healthy GPUs, each with enough usable memory
+// (driver-reserved memory is not), and no MIG devices for a replica that
+// asks for several GPUs. It returns the error users see otherwise.
 func fitsMachine(devices []gpu.Device, req placementRequest) error {
 	if req.gpus == 0 {
 		return nil
 	}
-	have := 0
+	have, unhealthy := 0, 0
 	for _, d := range devices {
-		if d.MemoryTotalMiB >= req.memoryMiB {
+		switch {
+		case !req.eligible(d):
+		case !d.Healthy():
+			unhealthy++
+		case d.UsableMiB() >= req.memoryMiB:
 			have++
 		}
 	}
 	if have >= req.gpus {
 		return nil
 	}
-	return &needsGPUsError{need: req.gpus, have: have, memoryMiB: req.memoryMiB}
+	return &needsGPUsError{need: req.gpus, have: have, memoryMiB: req.memoryMiB, unhealthy: unhealthy}
 }
 
-// emptied returns devices as they are with nothing running: free = total.
-// Planning (eviction, apply-time checks) works on inferd's own bookkeeping.
+// emptied returns devices as they are with nothing running: all usable
+// memory free, no processes. Planning (eviction, apply-time checks) works
+// on inferd's own bookkeeping.
 func emptied(devices []gpu.Device) []gpu.Device {
 	out := slices.Clone(devices)
 	for i := range out {
-		out[i].MemoryFreeMiB = out[i].MemoryTotalMiB
+		out[i].MemoryFreeMiB = out[i].UsableMiB()
+		out[i].Processes = nil
 	}
 	return out
 }
@@ -161,7 +234,7 @@ func (s *Scheduler) assignments() []assignment {
 	for _, p := range s.order {
 		for _, r := range p.replicas {
 			if len(r.gpus) > 0 {
-				held = append(held, assignment{replica: r.id, gpus: r.gpus, memoryMiB: r.gpuMemMiB})
+				held = append(held, assignment{replica: r.id, gpus: r.gpus, memoryMiB: r.gpuMemMiB, group: r.info.Pid})
 			}
 		}
 	}
@@ -172,6 +245,48 @@ func (s *Scheduler) assignments() []assignment {
 	return held
 }
 
+// processGrouper is a backend whose replicas are OS process groups led by
+// their Info().Pid. It tells the group of any pid, so that GPU processes a
+// model forks count as the model's.
+type processGrouper interface {
+	ProcessGroup(pid int) (pgid int, ok bool)
+}
+
+// attribute tells each hold which of the processes the driver lists on the
+// devices are its own: those in its replica's process group. A backend
+// that cannot tell groups (and a process that has exited) matches by the
+// replica's own pid only.
+func (s *Scheduler) attribute(held []assignment, devices []gpu.Device) {
+	var groups map[int]int // pid → group, one lookup per pid
+	for _, d := range devices {
+		for _, p := range d.Processes {
+			if _, done := groups[p.Pid]; done {
+				continue
+			}
+			if groups == nil {
+				groups = map[int]int{}
+			}
+			groups[p.Pid] = p.Pid
+			if g, ok := s.backend.(processGrouper); ok {
+				if pgid, ok := g.ProcessGroup(p.Pid); ok {
+					groups[p.Pid] = pgid
+				}
+			}
+		}
+	}
+	for i := range held {
+		held[i].pids = nil
+		for pid, g := range groups {
+			if held[i].group != 0 && g == held[i].group {
+				held[i].pids = append(held[i].pids, pid)
+			}
+		}
+	}
+}
+
+// gpuRefresher is a backend that can have its GPUs read again at once.
+type gpuRefresher interface{ RefreshGPUs() }
+
 // release is the hold of an exited replica on real GPUs, kept until every
 // one of its devices has been read again after the exit.
 type release struct {
@@ -179,10 +294,12 @@ type release struct {
 	samples map[string]uint64 // per UUID: the device's read count at the exit
 }
 
-// releaseGPUs turns an exited replica's hold on real GPUs into a release.
-// Simulated GPUs have no driver to wait for: their memory is back at once.
+// releaseGPUs turns an exited replica's hold on real GPUs into a release,
+// and asks the backend to read its GPUs again: after the release has
+// recorded the read counts, so that this read is the one it waits for. Simulated GPUs have no driver
+// to wait for: their memory is back at once.
 func (s *Scheduler) releaseGPUs(r *rep, devices []gpu.Device) {
-	rl := release{assignment: assignment{replica: r.id, memoryMiB: r.gpuMemMiB}, samples: map[string]uint64{}}
+	rl := release{assignment: assignment{replica: r.id, memoryMiB: r.gpuMemMiB, group: r.info.Pid}, samples: map[string]uint64{}}
 	for _, d := range devices {
 		if !d.Simulated && slices.Contains(r.gpus, d.UUID) {
 			rl.gpus = append(rl.gpus, d.UUID)
@@ -191,6 +308,11 @@ func (s *Scheduler) releaseGPUs(r *rep, devices []gpu.Device) {
 	}
 	if len(rl.gpus) > 0 {
 		s.releasing = append(s.releasing, rl)
+		// Its memory shows back at the next driver read: ask for one now
+		// rather than at the next refresh interval.
+		if f, ok := s.backend.(gpuRefresher); ok {
+			f.RefreshGPUs()
+		}
 	}
 }
 

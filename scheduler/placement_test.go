@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -26,14 +27,7 @@ func hold(replica string, memMiB uint64, gpus ...string) assignment {
 func TestPlace(t *testing.T) {
 	four := []gpu.Device{dev(2, "C", 16384), dev(0, "A", 16384), dev(3, "D", 16384), dev(1, "B", 16384)}
 	two := []gpu.Device{dev(0, "A", 16384), dev(1, "B", 16384)}
-	for _, tc := range []struct {
-		name    string
-		devices []gpu.Device
-		held    []assignment
-		req     placementRequest
-		want    []string
-		ok      bool
-	}{
+	for _, tc := range []placeCase{
 		{"cpu replica needs nothing", nil, nil, placementRequest{}, nil, true},
 		{"no GPUs", nil, nil, placementRequest{gpus: 1}, nil, false},
 
@@ -78,16 +72,129 @@ func TestPlace(t *testing.T) {
 			two, []assignment{hold("s-1", 12000, "A")}, placementRequest{gpus: 2, memoryMiB: 8000}, nil, false,
 		},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			held := slices.Clone(tc.held)
-			got, ok := place(tc.devices, tc.held, tc.req)
-			if ok != tc.ok || !slices.Equal(got, tc.want) {
-				t.Errorf("place = %v, %v; want %v, %v", got, ok, tc.want, tc.ok)
-			}
-			if !slices.EqualFunc(held, tc.held, func(a, b assignment) bool { return a.replica == b.replica }) {
-				t.Error("place changed its input")
-			}
-		})
+		t.Run(tc.name, tc.run)
+	}
+}
+
+// placeCase is one row of a placement table.
+type placeCase struct {
+	name    string
+	devices []gpu.Device
+	held    []assignment
+	req     placementRequest
+	want    []string
+	ok      bool
+}
+
+func (tc placeCase) run(t *testing.T) {
+	held := slices.Clone(tc.held)
+	got, ok := place(tc.devices, tc.held, tc.req)
+	if ok != tc.ok || !slices.Equal(got, tc.want) {
+		t.Errorf("place = %v, %v; want %v, %v", got, ok, tc.want, tc.ok)
+	}
+	if !slices.EqualFunc(held, tc.held, func(a, b assignment) bool { return a.replica == b.replica }) {
+		t.Error("place changed its input")
+	}
+}
+
+// procs returns d with the driver listing procs on it.
+func procs(d gpu.Device, ps ...gpu.Process) gpu.Device {
+	d.Processes = ps
+	return d
+}
+
+// owning returns a with the driver's pids that belong to its replica.
+func owning(a assignment, pids ...int) assignment {
+	a.pids = pids
+	return a
+}
+
+// TestPlaceByWhatGPUsHold covers the rules that read the driver: per-process
+// usage against what replicas reserved, whole GPUs under foreign load,
+// unhealthy devices and MIG devices.
+func TestPlaceByWhatGPUsHold(t *testing.T) {
+	const h100 = 81559 // MiB
+	// The overcommit case: A declared 20 GiB and uses 40 GiB, B declared
+	// 30 GiB and has not allocated yet. NVML free is about 41 GiB and total
+	// minus reserved about 31 GiB, yet only about 10 GiB will be left once B
+	// loads: a 25 GiB share must wait.
+	aUses40 := procs(dev(0, "H", h100, h100-40960), gpu.Process{Pid: 101, UsedMiB: 40960})
+	overcommit := []assignment{owning(hold("a-1", 20480, "H"), 101), owning(hold("b-1", 30720, "H"), 202)}
+	bLoaded := procs(dev(0, "H", h100, h100-40960-30720), gpu.Process{Pid: 101, UsedMiB: 40960}, gpu.Process{Pid: 202, UsedMiB: 30720})
+	asDeclared := procs(dev(0, "H", h100, h100-20480-30720), gpu.Process{Pid: 101, UsedMiB: 20480}, gpu.Process{Pid: 202, UsedMiB: 30720})
+
+	lost := dev(0, "A", 16384)
+	lost.Problem = "lost (ERROR_GPU_IS_LOST)"
+	mig := func(idx int, uuid string, total uint64) gpu.Device {
+		d := dev(idx, uuid, total)
+		d.MIG, d.Parent = true, fmt.Sprintf("GPU-parent-%d", idx)
+		return d
+	}
+	v2 := dev(0, "A", 16384, 16384-600) // GetMemoryInfo_v2: 600 MiB reserved by the driver
+	v2.DriverReservedMiB = 600
+
+	for _, tc := range []placeCase{
+		// Shares by what replicas use.
+		{"share: the overcommit example is refused", []gpu.Device{aUses40}, overcommit, placementRequest{gpus: 1, memoryMiB: 25600}, nil, false},
+		{"share: what is left after B loads fits", []gpu.Device{aUses40}, overcommit, placementRequest{gpus: 1, memoryMiB: 9000}, []string{"H"}, true},
+		{"share: once B has loaded the same holds", []gpu.Device{bLoaded}, overcommit, placementRequest{gpus: 1, memoryMiB: 25600}, nil, false},
+		{"share: replicas using what they declared leave the rest", []gpu.Device{asDeclared}, overcommit, placementRequest{gpus: 1, memoryMiB: 25600}, []string{"H"}, true},
+		{
+			"share: a replica's forked processes count as its own",
+			[]gpu.Device{procs(dev(0, "A", 16384, 16384-8000), gpu.Process{Pid: 11, UsedMiB: 4000}, gpu.Process{Pid: 12, UsedMiB: 4000})},
+			[]assignment{owning(hold("s-1", 8000, "A"), 11, 12)},
+			placementRequest{gpus: 1, memoryMiB: 8000}, []string{"A"}, true,
+		},
+		{
+			"share: an exited replica still listed by a stale read is not counted twice",
+			[]gpu.Device{procs(dev(0, "A", 16384, 16384-8000), gpu.Process{Pid: 11, UsedMiB: 8000})},
+			[]assignment{owning(hold("gone-1", 8000, "A"), 11)},
+			placementRequest{gpus: 1, memoryMiB: 8000}, []string{"A"}, true,
+		},
+		{"share: driver-reserved memory is not usable", []gpu.Device{v2}, []assignment{hold("s-1", 8000, "A")}, placementRequest{gpus: 1, memoryMiB: 8000}, nil, false},
+
+		// Whole GPUs and what else runs there.
+		{
+			"whole: a GPU a foreign process fills is not whole",
+			[]gpu.Device{procs(dev(0, "A", 16384, 4000), gpu.Process{Pid: 4242, UsedMiB: 12000}), dev(1, "B", 16384)},
+			nil, placementRequest{gpus: 1}, []string{"B"}, true,
+		},
+		{
+			"whole: any foreign compute process keeps it from being whole",
+			[]gpu.Device{procs(dev(0, "A", 16384), gpu.Process{Pid: 4242, UsedMiB: 300})},
+			nil, placementRequest{gpus: 1}, nil, false,
+		},
+		{
+			"whole: memory used by processes the driver does not list",
+			[]gpu.Device{dev(0, "A", 16384, 9000), dev(1, "B", 16384)},
+			nil, placementRequest{gpus: 1}, []string{"B"}, true,
+		},
+		{"whole: the driver's own few hundred MiB do not count", []gpu.Device{dev(0, "A", 16384, 16384-450)}, nil, placementRequest{gpus: 1}, []string{"A"}, true},
+		{"whole: v2 splits reserved memory out", []gpu.Device{v2}, nil, placementRequest{gpus: 1}, []string{"A"}, true},
+
+		// Health.
+		{"unhealthy: a lost GPU gets no whole replica", []gpu.Device{lost, dev(1, "B", 16384)}, nil, placementRequest{gpus: 2}, nil, false},
+		{"unhealthy: nor a share", []gpu.Device{lost, dev(1, "B", 16384, 1000)}, nil, placementRequest{gpus: 1, memoryMiB: 4000}, nil, false},
+		{"unhealthy: the healthy one is used", []gpu.Device{lost, dev(1, "B", 16384)}, nil, placementRequest{gpus: 1}, []string{"B"}, true},
+
+		// MIG devices.
+		{
+			"MIG: each MIG device is a unit, in NVML's order",
+			[]gpu.Device{mig(0, "MIG-x", 9856), mig(0, "MIG-y", 9856)}, []assignment{hold("w-1", 0, "MIG-x")},
+			placementRequest{gpus: 1}, []string{"MIG-y"}, true,
+		},
+		{
+			"MIG: shares pack into a MIG device",
+			[]gpu.Device{mig(0, "MIG-x", 40192), dev(1, "B", 81559)}, nil,
+			placementRequest{gpus: 1, memoryMiB: 20000}, []string{"MIG-x"}, true,
+		},
+		{
+			"MIG: a replica asking for several GPUs never gets MIG devices",
+			[]gpu.Device{mig(0, "MIG-x", 40192), mig(0, "MIG-y", 40192), dev(1, "B", 81559)}, nil,
+			placementRequest{gpus: 2}, nil, false,
+		},
+	} {
+		t.Run(tc.name, tc.run)
 	}
 }
 
@@ -120,9 +227,23 @@ func TestFitsMachine(t *testing.T) {
 		{"a share that one GPU can hold", placementRequest{gpus: 1, memoryMiB: 40000}, ""},
 		{"two shares only one GPU can hold", placementRequest{gpus: 2, memoryMiB: 40000}, "project needs 2 GPUs with 40000 MiB, this machine has 1 that large"},
 		{"a share larger than any GPU", placementRequest{gpus: 1, memoryMiB: 90000}, "project needs 1 GPUs with 90000 MiB, this machine has 0 that large"},
+		{"a share just under the total, above what is usable", placementRequest{gpus: 1, memoryMiB: 81800}, "project needs 1 GPUs with 81800 MiB, this machine has 0 that large"},
+		{"a lost GPU does not count", placementRequest{gpus: 3}, "project needs 3 GPUs, this machine has 2 (and 1 unhealthy: see /v1/status/gpus)"},
+		{"one MIG device per replica", placementRequest{gpus: 1, memoryMiB: 9000}, ""},
+		{"MIG devices never make up several GPUs", placementRequest{gpus: 2, memoryMiB: 30000}, "project needs 2 GPUs with 30000 MiB, this machine has 1 that large"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := fitsMachine(box, tc.req)
+			b := box[1]
+			b.DriverReservedMiB = 512
+			m := dev(3, "MIG-m", 9856)
+			m.MIG = true
+			devs := []gpu.Device{box[0], b, m}
+			if strings.Contains(tc.name, "lost") {
+				lost := dev(2, "L", 81920)
+				lost.Problem = "lost (ERROR_GPU_IS_LOST)"
+				devs = append(devs, lost)
+			}
+			err := fitsMachine(devs, tc.req)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Errorf("fitsMachine = %v, want nil", err)

@@ -2,19 +2,11 @@ package scheduler
 
 import (
 	"errors"
-	"maps"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"inferd/store"
-)
-
-// Defaults for project fields that an older record may lack.
-const (
-	defaultInferenceTimeout = 300 // seconds
-	defaultBootTimeout      = 600 // seconds
 )
 
 // project is the loop's state of one project: its settings, queue and
@@ -37,22 +29,30 @@ type project struct {
 	lastError    string
 	oomKills     int    // replicas of it the kernel killed for its memoryMiB
 	waiting      string // why a wanted replica is not booting, for the status
+
+	// lastErrorAt and lastErrorReplica say when lastError happened and which
+	// replica's log tells more ("" when no replica's does), for the status.
+	lastErrorAt      time.Time
+	lastErrorReplica string
 }
 
-func (p *project) concurrency() int { return max(1, p.cfg.Model.Concurrency) }
+// concurrency, inferenceTimeout and bootTimeout read the project's settings
+// with the store's defaults for a value a record lacks (store.ModelSpec's
+// WithDefaults is their one source), never below what keeps the loop going.
+func (p *project) concurrency() int { return max(1, p.cfg.Model.WithDefaults().Concurrency) }
 
 func (p *project) inferenceTimeout() int {
 	if p.cfg.InferenceTimeout <= 0 {
-		return defaultInferenceTimeout
+		return store.DefaultInferenceTimeout
 	}
 	return p.cfg.InferenceTimeout
 }
 
 func (p *project) bootTimeout() int {
-	if p.cfg.Model.BootTimeout <= 0 {
-		return defaultBootTimeout
+	if t := p.cfg.Model.WithDefaults().BootTimeout; t > 0 {
+		return t
 	}
-	return p.cfg.Model.BootTimeout
+	return store.DefaultBootTimeout
 }
 
 // live counts the replicas that serve or will serve the current spec: not
@@ -119,7 +119,7 @@ func (s *Scheduler) addProject(cfg store.Project) *project {
 			p.cfg = cfg
 			p.specGen++ // whatever still runs belongs to the deleted one
 			p.resetFailures()
-			p.lastError = ""
+			p.lastError, p.lastErrorReplica, p.lastErrorAt = "", "", time.Time{}
 		}
 		return p
 	}
@@ -192,7 +192,7 @@ func (s *Scheduler) applyProject(cfg store.Project) {
 	}
 	old := p.cfg
 	p.cfg = cfg
-	if specChanged(old.Model, cfg.Model) {
+	if old.Model.RestartNeeded(cfg.Model) {
 		p.specGen++
 		p.resetFailures()
 		for _, r := range p.replicas {
@@ -217,15 +217,6 @@ func (s *Scheduler) applyProject(cfg store.Project) {
 		}
 	}
 	s.checkGPUs(p)
-}
-
-// specChanged reports whether replicas started from a must be replaced to
-// serve b. Concurrency and bootTimeout apply to running replicas as they are.
-func specChanged(a, b store.ModelSpec) bool {
-	return !slices.Equal(a.Command, b.Command) || a.Dir != b.Dir || !maps.Equal(a.Env, b.Env) ||
-		!strings.EqualFold(a.Protocol, b.Protocol) || a.HealthPath != b.HealthPath ||
-		a.InferPath != b.InferPath || a.GPUs != b.GPUs || a.GPUMemoryMiB != b.GPUMemoryMiB ||
-		a.MemoryMiB != b.MemoryMiB || a.PidsMax != b.PidsMax || a.Network != b.Network
 }
 
 // deleteProject fails the calls of a deleted project and stops its replicas.
@@ -254,7 +245,7 @@ func (s *Scheduler) checkGPUs(p *project) {
 	if err == nil {
 		return
 	}
-	p.lastError = err.Error()
+	p.lastError, p.lastErrorReplica, p.lastErrorAt = err.Error(), "", s.clk.Now()
 	if p.queue.len() > 0 {
 		s.failQueued(p, msgNeedsGPUs(err))
 	}

@@ -4,6 +4,9 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"inferd/store"
+	"inferd/store/storetest"
 )
 
 // A PUT of idleTimeout takes effect at once, also for a replica that is
@@ -45,6 +48,47 @@ func TestIdleTimeoutChangeAppliesToReplicaAlreadyIdle(t *testing.T) {
 				h.advance(tc.stopsAt - tc.keptUntilLast)
 				if !i.wasStopped() {
 					t.Fatalf("replica still running %v after going idle with idleTimeout %ds", tc.stopsAt, tc.to)
+				}
+			})
+		})
+	}
+}
+
+// A change to any field of the model spec, one added later included,
+// drains the replicas started from the old spec and boots new ones from the
+// new spec; a change to a field that running replicas take as they are
+// (the modelKey hash, concurrency, bootTimeout) keeps them.
+func TestModelSpecFieldChangeDrainsOldReplicasUnlessLive(t *testing.T) {
+	live := map[string]bool{"KeyHash": true, "Concurrency": true, "BootTimeout": true}
+	for _, field := range storetest.ModelSpecFields() {
+		t.Run(field, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := testProject("v", minMax(1, 1), func(p *store.Project) {
+					p.Model.Dir = "/srv/v"
+					p.Model.Env = map[string]string{"A": "1"}
+				})
+				h := newHarness(t, Config{}, simulatedGPUs(2), p)
+				defer h.stop()
+				old := h.launched()
+				h.ready(old)
+
+				p.Model = storetest.ChangeModelSpecField(t, p.Model, field)
+				h.st.putProject(p)
+				h.s.ProjectChanged(p.ID)
+				h.settle()
+				if live[field] {
+					if old.wasStopped() {
+						t.Fatalf("a change to %s stopped the replica", field)
+					}
+					h.noLaunch()
+					return
+				}
+				if !old.wasStopped() {
+					t.Fatalf("a change to %s left the old replica running", field)
+				}
+				fresh := h.launched()
+				if fresh.spec.Model.RestartNeeded(p.Model) {
+					t.Errorf("the new replica runs %+v, want the changed spec %+v", fresh.spec.Model, p.Model)
 				}
 			})
 		})

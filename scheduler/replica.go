@@ -269,6 +269,7 @@ func (s *Scheduler) gone(r *rep, lastLine string, exitErr error) {
 		if lastLine != "" {
 			p.lastError += ": " + lastLine
 		}
+		p.lastErrorReplica, p.lastErrorAt = r.id, s.clk.Now()
 		log.Warn().Str("lastLine", lastLine).Msg("replica exited unexpectedly")
 		s.startBackoff(p)
 	default:
@@ -282,6 +283,7 @@ func (s *Scheduler) gone(r *rep, lastLine string, exitErr error) {
 func (s *Scheduler) bootFailed(p *project, r *rep, reason string, backoff bool) {
 	p.bootFailures++
 	p.lastError = "model failed to start: " + reason
+	p.lastErrorReplica, p.lastErrorAt = r.id, s.clk.Now()
 	s.log.Warn().Str("project", p.id).Str("replica", r.id).Int("failures", p.bootFailures).
 		Str("reason", reason).Msg("replica failed to boot")
 	if backoff {

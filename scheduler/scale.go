@@ -16,8 +16,12 @@ const (
 // schedule is the pass that follows every batch of events: dispatch queued
 // calls to ready replicas, stop or time replicas that are idle, then boot what
 // is wanted where resources allow, evicting idle replicas of other projects
-// for projects that wait.
+// for projects that wait. While draining, drainPass replaces it.
 func (s *Scheduler) schedule() {
+	if s.drain != nil {
+		s.drainPass()
+		return
+	}
 	for _, p := range s.order {
 		s.dispatch(p)
 	}
@@ -146,7 +150,9 @@ func (s *Scheduler) setWaiting(waiting []*project, devices []gpu.Device) {
 // acquire takes a CPU slot or GPUs for one replica of p.
 func (s *Scheduler) acquire(p *project, devices []gpu.Device) (gpus []string, cpuSlot, ok bool) {
 	if req := requestOf(p.cfg.Model); req.gpus > 0 {
-		gpus, ok = place(devices, s.assignments(), req)
+		held := s.assignments()
+		s.attribute(held, devices)
+		gpus, ok = place(devices, held, req)
 		return gpus, false, ok
 	}
 	if s.cpuUsed < s.cpuSlots() {

@@ -372,8 +372,8 @@ func TestModelCrashMidCallFailsCallWithExitStatus(t *testing.T) {
 			t.Fatalf("result = %s %q, want %q", got.State, got.Message, want)
 		}
 		ps := h.project("crash")
-		if len(ps.Replicas) != 0 || !strings.Contains(ps.LastError, "crash-1 exited (signal: killed)") {
-			t.Errorf("after the crash: replicas %v, last error %q", ps.Replicas, ps.LastError)
+		if len(ps.Replicas) != 0 || !strings.Contains(ps.LastError, "crash-1 exited (signal: killed)") || ps.LastErrorReplica != "crash-1" {
+			t.Errorf("after the crash: replicas %v, last error %q of replica %q", ps.Replicas, ps.LastError, ps.LastErrorReplica)
 		}
 	})
 }
@@ -507,8 +507,14 @@ func TestExitBeforeReadyCountsAsFailedBoot(t *testing.T) {
 				if got.State != store.CallFailed || got.Message != tc.want {
 					t.Fatalf("result = %s %q, want %q", got.State, got.Message, tc.want)
 				}
-				if le := h.project("broken").LastError; le != strings.TrimPrefix(tc.want, "error: ") {
-					t.Errorf("last error = %q", le)
+				ps := h.project("broken")
+				if ps.LastError != strings.TrimPrefix(tc.want, "error: ") {
+					t.Errorf("last error = %q", ps.LastError)
+				}
+				// The status page links the failure to the log of the replica
+				// that failed: the second one, a second after the first.
+				if ps.LastErrorReplica != "broken-2" || !ps.LastErrorAt.Equal(h.clk.Now()) {
+					t.Errorf("last error replica %q at %v, want broken-2 at %v", ps.LastErrorReplica, ps.LastErrorAt, h.clk.Now())
 				}
 			})
 		})
@@ -702,7 +708,7 @@ func TestModelSpecChangeDrainsOldReplicas(t *testing.T) {
 func TestRecoveryRequeuesQueuedCallsAndFailsRunningOnes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("r", minMax(0, 1))
-		st := newFakeStore(p)
+		st := newTestStore(t, p)
 		t0 := time.Date(2024, 12, 31, 23, 0, 0, 0, time.UTC)
 		for _, c := range []store.Call{
 			{ID: "call_q1", ProjectID: "r", State: store.CallQueued, Created: t0, Inputs: json.RawMessage(`1`)},
@@ -755,7 +761,7 @@ func TestDoneClosesOnlyAfterFinalWriteCommits(t *testing.T) {
 		if err != nil || isClosed(done) || got.State != store.CallRunning {
 			t.Fatalf("before the commit: %s, done closed %v, err %v; want running and open", got.State, isClosed(done), err)
 		}
-		h.st.release <- struct{}{}
+		h.st.release()
 		h.settle()
 		if !isClosed(done) {
 			t.Fatal("done not closed after the final write committed")
@@ -789,6 +795,20 @@ func TestFailedFinalWriteWakesWaitersWithStorageFull(t *testing.T) {
 		got, _, err := h.s.Lookup(c.ID)
 		if err != nil || got.State != store.CallFailed || got.Message != "error: storage full: the result could not be saved" {
 			t.Errorf("Lookup = %+v, %v", got, err)
+		}
+
+		// Once the store takes writes again, the failure is written, so a
+		// restart answers the call as its waiters were told, not as
+		// interrupted.
+		h.st.setFail(nil)
+		next := h.submit(p, `{}`)
+		h.call(i).reply(`{}`)
+		h.settle()
+		if got := h.result(next.ID); got.State != store.CallSucceeded {
+			t.Fatalf("the next call = %+v", got)
+		}
+		if sc, _ := h.st.call(c.ID); sc.State != store.CallFailed || sc.Message != msgStorageFull {
+			t.Errorf("the failed call is stored %s %q, want failed %q", sc.State, sc.Message, msgStorageFull)
 		}
 	})
 }

@@ -29,6 +29,12 @@ type GPUStatus struct {
 	Replicas []string `json:"replicas"`
 }
 
+// The reasons in ProjectStatus.Waiting.
+const (
+	WaitingCPU = waitingCPU // no CPU slot free (cpuSlots)
+	WaitingGPU = waitingGPU // no GPU, or not enough of one, free
+)
+
 // ProjectStatus is one project's queue and replicas.
 type ProjectStatus struct {
 	ID          string          `json:"id"`
@@ -41,6 +47,12 @@ type ProjectStatus struct {
 	LastError   string          `json:"lastError"` // the last failed boot or crash
 	OOMKills    int             `json:"oomKills"`  // replicas killed for going over memoryMiB, since the daemon started
 	Replicas    []ReplicaStatus `json:"replicas"`  // in start order
+
+	// LastErrorAt is when LastError happened (zero without one), and
+	// LastErrorReplica the replica it happened to, whose log tells more
+	// ("" when it was no replica's, as for a GPU request the box cannot meet).
+	LastErrorAt      time.Time `json:"lastErrorAt,omitzero"`
+	LastErrorReplica string    `json:"lastErrorReplica,omitempty"`
 }
 
 // ReplicaStatus is one replica.
@@ -73,6 +85,9 @@ func (s *Scheduler) snapshot() Status {
 			LastError:   p.lastError,
 			OOMKills:    p.oomKills,
 			Replicas:    make([]ReplicaStatus, 0, len(p.replicas)),
+
+			LastErrorAt:      p.lastErrorAt,
+			LastErrorReplica: p.lastErrorReplica,
 		}
 		for _, r := range p.replicas {
 			rs := ReplicaStatus{
@@ -103,10 +118,9 @@ func (s *Scheduler) gpuStatus() []GPUStatus {
 	devs := s.devices()
 	s.pruneReleases(devs)
 	held := s.assignments()
-	use := usage(held)
 	out := make([]GPUStatus, 0, len(devs))
 	for _, d := range devs {
-		g := GPUStatus{UUID: d.UUID, ReservedMiB: use[d.UUID].reservedMiB(d.MemoryTotalMiB), Replicas: []string{}}
+		g := GPUStatus{UUID: d.UUID, ReservedMiB: loadOf(d, held).reservedMiB(d), Replicas: []string{}}
 		for _, a := range held {
 			if slices.Contains(a.gpus, d.UUID) {
 				g.Replicas = append(g.Replicas, a.replica)

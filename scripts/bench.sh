@@ -30,4 +30,4 @@ go run ./bench/suite -inferd "$out/inferd" -noop "$out/noop" -nginx "$nginx_bin"
 echo
 echo '## Go benchmarks'
 echo
-go test -run '^$' -bench . -benchmem -benchtime 2s ./store/ ./scheduler/ ./httpapi/ | tee "$out/go-bench.txt"
+go test -run '^$' -bench . -benchmem -benchtime 2s ./store/bolt/ ./scheduler/ ./httpapi/ | tee "$out/go-bench.txt"

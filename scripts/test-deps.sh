@@ -6,8 +6,11 @@ set -euo pipefail
 
 packages=(
   chromium          # status page browser test (web/browsertest)
+  prometheus        # promtool: e2e_metrics_test.go checks a /metrics scrape
+  lintian           # e2e_package_test.go checks the .deb
   python3-torch     # examples/digits: a real PyTorch model server
   python3-sklearn   # examples/digits: the bundled 8x8 digits data set
+  python3-flask     # examples/potassium: the Potassium stand-in is built on Flask
 )
 
 missing=()

@@ -1,31 +1,20 @@
-// Package store keeps inferd's durable state in one bbolt file,
-// <dataDir>/inferd.db: teams, API keys, projects and every inference call.
+// Package store holds inferd's domain records (Team, APIKey, Project with
+// its ModelSpec, Call), their validation and defaults, the sentinel errors,
+// and the Store interfaces that the rest of inferd reads and writes through.
 //
-// # Durability rules
+// It knows nothing of how records are kept. The implementations are
+// store/bolt (one embedded bbolt file, the default) and store/memstore (in
+// memory, for tests); store/storetest is the contract suite both pass, so a
+// new implementation (an etcd store for cluster mode) is checked against
+// the same rules.
 //
-//   - A callID returned to a client is committed: callers save the call with
-//     SaveCall (which returns only after the fsync) before they answer, and
-//     save its result before they wake any waiter.
-//   - Call records go through one group-commit writer goroutine owned by the
-//     Store. It takes everything queued, applies it in queue order in one
-//     bbolt write transaction and commits, so concurrent requests share one
-//     commit (two fdatasyncs) instead of queueing for one each. It commits as
-//     soon as the previous commit ends, so a lone writer never waits for a
-//     timer (bbolt's Batch does, and may run its function twice). Writes of
-//     the same call apply in the order they were queued: the last one wins.
-//   - Rare admin writes (teams, keys, projects) use their own short write
-//     transaction; reads use short read transactions. No transaction is held
-//     while calling back into user code, except the fn of UpdateProject.
-//   - NoSync is never set. NoFreelistSync is: the freelist is rebuilt when the
-//     file is opened, which makes each commit cheaper. The rebuild reads every
-//     page; Open then releases the pages from the process's map (they stay in
-//     the page cache), so idle RSS does not grow with the number of stored calls.
-//   - A data file that is corrupt, truncated, not a bbolt file or written by a
-//     newer inferd is refused with a clear error and never recreated or
-//     overwritten; a brand-new empty file is initialised.
-//   - Finished calls are indexed by finish time and deleted after the result
-//     TTL by ExpireCalls/RunSweeper in short transactions, so the file stays
-//     bounded (bbolt reuses freed pages; the file itself never shrinks).
+// # Durability rules every implementation keeps
 //
-// The bucket layout and its invariants are documented in schema.go.
+//   - A call write that reports success is durable: callers save a call
+//     before they answer with its id, and save its result before they wake
+//     any waiter.
+//   - Call writes apply in the order they were queued; the last write of a
+//     call wins.
+//   - A write that returns is seen at once by every read in this process
+//     (see Keys and Projects for the caches this constrains).
 package store

@@ -1,18 +1,12 @@
 package store
 
 import (
-	"cmp"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
-	"fmt"
-	"slices"
-	"sync"
-
-	bolt "go.etcd.io/bbolt"
+	"time"
 )
 
 // API key secrets look like "ik_<id>_<secret>": id is keyIDLen lowercase hex
@@ -26,58 +20,47 @@ const (
 	maxSecretLen   = 128 // longer input is malformed without hashing it
 )
 
-// keyCache keeps keys that authenticated recently, so the hot path usually
-// skips the read transaction and the JSON decode. Only this process writes
-// the file (bbolt's lock), so the cache can only go stale through RevokeKey,
-// which bumps gen and drops the entry after its commit. A lookup that read
-// the file before that commit sees gen changed and does not cache what it
-// read, so a revoked key fails the moment RevokeKey returns.
-type keyCache struct {
-	mu   sync.RWMutex
-	gen  uint64
-	keys map[string]cachedKey // key id → key; only keys that exist and were not revoked
-}
-
-// cachedKey is a key with its hash decoded, so a check hashes the secret
-// and compares without allocating.
-type cachedKey struct {
-	key  APIKey
-	hash [sha256.Size]byte
-}
-
-func (c *keyCache) init() { c.keys = make(map[string]cachedKey) }
-
-func (c *keyCache) get(id string) (cachedKey, uint64, bool) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	k, ok := c.keys[id]
-	return k, c.gen, ok
-}
-
-func (c *keyCache) put(k cachedKey, gen uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.gen == gen {
-		c.keys[k.key.ID] = k
+// NewKey validates a key request and draws a fresh key for it: the secret,
+// shown once, and the record to store (its Hash, never the secret). An empty
+// scope means ScopeTeam. Key ids are 40 random bits: a store that finds the
+// id taken draws again.
+func NewKey(teamID string, scope KeyScope, now time.Time) (secret string, k APIKey, err error) {
+	if err := ValidateTeamID(teamID); err != nil {
+		return "", APIKey{}, err
 	}
+	switch scope {
+	case "":
+		scope = ScopeTeam
+	case ScopeTeam, ScopeAdmin:
+	default:
+		return "", APIKey{}, invalid("scope", "must be %q or %q", ScopeTeam, ScopeAdmin)
+	}
+	var idb [keyIDLen / 2]byte
+	var sec [keySecretBytes]byte
+	_, _ = rand.Read(idb[:]) // crypto/rand.Read never fails
+	_, _ = rand.Read(sec[:])
+	id := hex.EncodeToString(idb[:])
+	secret = keyPrefix + id + "_" + base64.RawURLEncoding.EncodeToString(sec[:])
+	k = APIKey{ID: id, TeamID: teamID, Scope: scope, Hash: HashKeySecret(secret), Created: now.UTC()}
+	return secret, k, nil
 }
 
-func (c *keyCache) drop(id string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.gen++
-	delete(c.keys, id)
-}
+// HashKeySecret returns the hex SHA-256 of an API key secret, the form kept
+// in APIKey.Hash.
+func HashKeySecret(secret string) string { return hashHex(secret) }
 
-// hashSecret returns the hex SHA-256 of s.
-func hashSecret(s string) string {
+// HashModelKey returns the hex SHA-256 of a modelKey, the form stored in
+// ModelSpec.KeyHash and looked up by ProjectByModelKey.
+func HashModelKey(modelKey string) string { return hashHex(modelKey) }
+
+func hashHex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
 
-// parseSecret returns the key id embedded in an API key secret, or false if
-// the secret is not shaped like one.
-func parseSecret(secret string) (string, bool) {
+// KeyIDOf returns the key id embedded in an API key secret, or false if the
+// secret is not shaped like one: such a secret is invalid without a lookup.
+func KeyIDOf(secret string) (string, bool) {
 	if len(secret) > maxSecretLen || len(secret) < len(keyPrefix)+keyIDLen+2 ||
 		secret[:len(keyPrefix)] != keyPrefix || secret[len(keyPrefix)+keyIDLen] != '_' {
 		return "", false
@@ -96,145 +79,13 @@ func parseSecret(secret string) (string, bool) {
 	return id, true
 }
 
-// CreateKey creates an API key for the team, creating the team if it does not
-// exist, and returns the secret, which is shown once and never stored. An
-// empty scope means ScopeTeam.
-func (s *Store) CreateKey(teamID string, scope KeyScope) (secret string, k APIKey, err error) {
-	if !ValidID(teamID) {
-		return "", APIKey{}, invalid("teamId", "must be 1-64 characters of a-z, 0-9 and -")
-	}
-	switch scope {
-	case "":
-		scope = ScopeTeam
-	case ScopeTeam, ScopeAdmin:
-	default:
-		return "", APIKey{}, invalid("scope", "must be %q or %q", ScopeTeam, ScopeAdmin)
-	}
-	err = s.update(func(tx *bolt.Tx) error {
-		if _, err := s.ensureTeam(tx, teamID); err != nil {
-			return err
-		}
-		b := tx.Bucket(bucketKeys)
-		for {
-			var idb [keyIDLen / 2]byte
-			var sec [keySecretBytes]byte
-			_, _ = rand.Read(idb[:]) // crypto/rand.Read never fails
-			_, _ = rand.Read(sec[:])
-			id := hex.EncodeToString(idb[:])
-			if b.Get([]byte(id)) != nil {
-				continue // 40-bit id collision: draw again
-			}
-			secret = keyPrefix + id + "_" + base64.RawURLEncoding.EncodeToString(sec[:])
-			k = APIKey{ID: id, TeamID: teamID, Scope: scope, Hash: hashSecret(secret), Created: s.now().UTC()}
-			v, err := json.Marshal(k)
-			if err != nil {
-				return err
-			}
-			return b.Put([]byte(id), v)
-		}
-	})
-	if err != nil {
-		return "", APIKey{}, fmt.Errorf("create key for team %s: %w", teamID, err)
-	}
-	return secret, k, nil
-}
-
-// ListKeys returns the keys of a team, or of every team when teamID is "",
-// sorted by team, then creation time. Revoked keys are included.
-func (s *Store) ListKeys(teamID string) ([]APIKey, error) {
-	var keys []APIKey
-	err := s.view(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketKeys).ForEach(func(id, v []byte) error {
-			var k APIKey
-			if err := json.Unmarshal(v, &k); err != nil {
-				return fmt.Errorf("decode key %s: %w", id, err)
-			}
-			if teamID == "" || k.TeamID == teamID {
-				keys = append(keys, k)
-			}
-			return nil
-		})
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list keys: %w", err)
-	}
-	slices.SortFunc(keys, func(a, b APIKey) int {
-		return cmp.Or(cmp.Compare(a.TeamID, b.TeamID), a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))
-	})
-	return keys, nil
-}
-
-// RevokeKey revokes the key with the given id; it fails with ErrNotFound if
-// there is none. Revoking a revoked key keeps its first revocation time.
-// Once RevokeKey returns, Authenticate refuses the key.
-func (s *Store) RevokeKey(id string) error {
-	err := s.update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketKeys)
-		v := b.Get([]byte(id))
-		if v == nil {
-			return ErrNotFound
-		}
-		var k APIKey
-		if err := json.Unmarshal(v, &k); err != nil {
-			return fmt.Errorf("decode: %w", err)
-		}
-		if k.IsRevoked() {
-			return nil
-		}
-		k.Revoked = s.now().UTC()
-		v, err := json.Marshal(k)
-		if err != nil {
-			return err
-		}
-		return b.Put([]byte(id), v)
-	})
-	// Drop the cache entry even if the commit failed: a failed commit may
-	// still have reached the disk, and a miss only costs a read.
-	s.keys.drop(id)
-	if err != nil {
-		return fmt.Errorf("revoke key %s: %w", id, err)
-	}
-	return nil
-}
-
-// Authenticate returns the key a secret belongs to. A malformed, unknown or
-// revoked secret, or a wrong secret for a known id, fails with ErrInvalidKey.
-// It is on every request's path: one short read transaction at most, with
-// the hashes compared in constant time.
-func (s *Store) Authenticate(secret string) (APIKey, error) {
-	id, ok := parseSecret(secret)
-	if !ok {
-		return APIKey{}, ErrInvalidKey
-	}
-	ck, gen, ok := s.keys.get(id)
-	if !ok {
-		var (
-			k     APIKey
-			found bool
-		)
-		err := s.view(func(tx *bolt.Tx) error {
-			v := tx.Bucket(bucketKeys).Get([]byte(id))
-			if v == nil {
-				return nil
-			}
-			found = true
-			return json.Unmarshal(v, &k)
-		})
-		if err != nil {
-			return APIKey{}, fmt.Errorf("authenticate key %s: %w", id, err)
-		}
-		if !found || k.IsRevoked() {
-			return APIKey{}, ErrInvalidKey
-		}
-		ck.key = k
-		if n, err := hex.Decode(ck.hash[:], []byte(k.Hash)); err != nil || n != sha256.Size {
-			return APIKey{}, fmt.Errorf("authenticate key %s: stored hash is not hex SHA-256", id)
-		}
-		s.keys.put(ck, gen)
+// Matches reports, in constant time, whether secret is this key's secret.
+// It does not look at revocation.
+func (k APIKey) Matches(secret string) bool {
+	var want [sha256.Size]byte
+	if n, err := hex.Decode(want[:], []byte(k.Hash)); err != nil || n != sha256.Size {
+		return false
 	}
 	sum := sha256.Sum256([]byte(secret))
-	if subtle.ConstantTimeCompare(sum[:], ck.hash[:]) != 1 {
-		return APIKey{}, ErrInvalidKey
-	}
-	return ck.key, nil
+	return subtle.ConstantTimeCompare(sum[:], want[:]) == 1
 }

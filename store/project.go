@@ -1,10 +1,13 @@
 package store
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"bytes"
+	"encoding/json"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 )
 
 // Model protocols.
@@ -44,16 +47,10 @@ const (
 	MinMemoryMiB     = 16 // a smaller memoryMiB could not start a model at all
 )
 
-// HashModelKey returns the hex SHA-256 of a modelKey, the form stored in
-// ModelSpec.KeyHash and looked up by ProjectByModelKey.
-func HashModelKey(modelKey string) string {
-	sum := sha256.Sum256([]byte(modelKey))
-	return hex.EncodeToString(sum[:])
-}
-
 // NewProject returns a project with every default set: minReplicas 0,
 // maxReplicas 3, inferenceTimeout 300 s, idleTimeout 30 s, and the model
-// defaults of ApplyDefaults. Callers set the model command and key hash.
+// defaults of ModelSpec.WithDefaults. Callers set the model command and key
+// hash.
 func NewProject(id, teamID string) Project {
 	p := Project{
 		ID:               id,
@@ -67,12 +64,16 @@ func NewProject(id, teamID string) Project {
 	return p
 }
 
-// ApplyDefaults fills the model spec's zero values: protocol "http", health
-// path "/healthz" ("/__status__" for potassium), infer path "/", concurrency
-// 1 and bootTimeout 600 s. It leaves replica bounds and timeouts alone: see
+// ApplyDefaults fills the model spec's zero values (see
+// ModelSpec.WithDefaults). It leaves replica bounds and timeouts alone: see
 // NewProject.
-func (p *Project) ApplyDefaults() {
-	m := &p.Model
+func (p *Project) ApplyDefaults() { p.Model = p.Model.WithDefaults() }
+
+// WithDefaults returns m with its zero values replaced by the defaults:
+// protocol "http", health path "/healthz" ("/__status__" for potassium),
+// infer path "/", concurrency 1 and bootTimeout 600 s. It is the only place
+// that knows them.
+func (m ModelSpec) WithDefaults() ModelSpec {
 	if m.Protocol == "" {
 		m.Protocol = ProtocolHTTP
 	}
@@ -91,13 +92,37 @@ func (p *Project) ApplyDefaults() {
 	if m.BootTimeout == 0 {
 		m.BootTimeout = DefaultBootTimeout
 	}
+	return m
+}
+
+// RestartNeeded reports whether replicas started from spec m must be
+// replaced (drained) to serve next. It compares the whole spec, defaults
+// applied, in its stored encoding, except for the fields that running
+// replicas take as they are: the modelKey hash (a key rotation), concurrency
+// (how many calls the scheduler hands a replica) and bootTimeout (how long
+// the scheduler waits for one to start). Any other field, including one
+// added later, describes how a replica is started, so a change to it
+// restarts them: forgetting a field here can only cost a needless restart,
+// never a stale replica.
+func (m ModelSpec) RestartNeeded(next ModelSpec) bool {
+	a, errA := json.Marshal(m.WithDefaults().launchPart())
+	b, errB := json.Marshal(next.WithDefaults().launchPart())
+	return errA != nil || errB != nil || !bytes.Equal(a, b)
+}
+
+// launchPart is m without the fields that running replicas take as they
+// are (see RestartNeeded).
+func (m ModelSpec) launchPart() ModelSpec {
+	m.KeyHash = ""
+	m.Concurrency = 0
+	m.BootTimeout = 0
+	return m
 }
 
 // Validate checks every field against its bounds and returns the first
 // violation as a *ValidationError. It fills no defaults: an empty protocol,
 // for one, is invalid (call ApplyDefaults first).
 func (p Project) Validate() error {
-	const idRule = "must be 1-64 characters of a-z, 0-9 and -"
 	switch {
 	case !ValidID(p.ID):
 		return invalid("id", idRule)
@@ -139,6 +164,11 @@ func (m ModelSpec) validate() error {
 		return invalid("model.gpuMemoryMiB", "must be at least 0")
 	case m.Concurrency < 1 || m.Concurrency > MaxConcurrency:
 		return invalid("model.concurrency", "must be between 1 and %d", MaxConcurrency)
+	case m.Protocol == ProtocolPotassium && m.Concurrency != 1:
+		// Potassium 0.5 runs every handler on one worker thread: a second call
+		// sent to a replica would wait inside the app, its inferenceTimeout
+		// already running, while the scheduler counted it as served.
+		return invalid("model.concurrency", "must be 1 for protocol %q: a Potassium app runs one call at a time on its single worker (raise maxReplicas to serve more at once)", ProtocolPotassium)
 	case m.BootTimeout < 1 || m.BootTimeout > MaxTimeout:
 		return invalid("model.bootTimeout", "must be between 1 and %d seconds", MaxTimeout)
 	case m.MemoryMiB != 0 && m.MemoryMiB < MinMemoryMiB:
@@ -176,4 +206,41 @@ func isLowerHex(s string) bool {
 		}
 	}
 	return true
+}
+
+// Clone returns p with its own slices and maps, so that changing the copy
+// never changes p (stores hand out clones of what they keep).
+func (p Project) Clone() Project {
+	p.Model.Command = slices.Clone(p.Model.Command)
+	p.Model.Env = maps.Clone(p.Model.Env)
+	return p
+}
+
+// SameContent reports whether a and b have the same content, ignoring the
+// Created and Updated stamps: a write of b over a changes nothing. It
+// compares the JSON encodings, the stored form (map keys are sorted, so the
+// encoding is deterministic).
+func SameContent(a, b Project) bool {
+	a.Created, a.Updated = time.Time{}, time.Time{}
+	b.Created, b.Updated = time.Time{}, time.Time{}
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
+}
+
+// Edit is the part of every UpdateProject that does not depend on the
+// storage: it runs fn on a clone of old and validates the result. An error
+// from fn, a changed id or an invalid result is returned as is.
+func Edit(old Project, fn func(*Project) error) (Project, error) {
+	p := old.Clone()
+	if err := fn(&p); err != nil {
+		return Project{}, err
+	}
+	if p.ID != old.ID {
+		return Project{}, invalid("id", "cannot be changed")
+	}
+	if err := p.Validate(); err != nil {
+		return Project{}, err
+	}
+	return p, nil
 }

@@ -50,22 +50,29 @@ type Project struct {
 	Updated          time.Time `json:"updated"`
 }
 
-// ModelSpec says how to start and talk to a project's model server.
+// ModelSpec says how to start and talk to a project's model server. It is
+// the one description of a model: the store keeps it (as JSON), the manifest
+// is written in it (as YAML, inline in a project entry), the admin API shows
+// it and the replica backend starts processes from it, so a new field is
+// added here and nowhere else. Defaults come from WithDefaults; whether
+// running replicas must be replaced after a change is RestartNeeded.
 type ModelSpec struct {
-	KeyHash      string            `json:"keyHash"` // hex SHA-256 of the modelKey
-	Command      []string          `json:"command"`
-	Dir          string            `json:"dir,omitempty"` // absolute working directory
-	Env          map[string]string `json:"env,omitempty"`
-	Protocol     string            `json:"protocol"` // "http" or "potassium"
-	HealthPath   string            `json:"healthPath,omitempty"`
-	InferPath    string            `json:"inferPath,omitempty"`
-	GPUs         int               `json:"gpus"` // whole GPUs per replica; 0 = CPU
-	GPUMemoryMiB int               `json:"gpuMemoryMiB,omitempty"`
-	Concurrency  int               `json:"concurrency"`         // calls at once per replica
-	BootTimeout  int               `json:"bootTimeout"`         // seconds
-	MemoryMiB    int               `json:"memoryMiB,omitempty"` // memory of a replica's whole process tree; 0 = no limit
-	PidsMax      int               `json:"pidsMax,omitempty"`   // processes and threads of a replica; 0 = no limit
-	Network      string            `json:"network,omitempty"`   // NetworkPrivate, NetworkHost, or "" = the daemon's replica.network
+	// KeyHash is the hex SHA-256 of the modelKey. The manifest gives the
+	// modelKey itself, never this; the admin API leaves it out.
+	KeyHash      string            `json:"keyHash,omitempty" yaml:"-"`
+	Command      []string          `json:"command" yaml:"command"`
+	Dir          string            `json:"dir,omitempty" yaml:"dir"` // absolute working directory
+	Env          map[string]string `json:"env,omitempty" yaml:"env"`
+	Protocol     string            `json:"protocol" yaml:"protocol"` // "http" or "potassium"
+	HealthPath   string            `json:"healthPath,omitempty" yaml:"healthPath"`
+	InferPath    string            `json:"inferPath,omitempty" yaml:"inferPath"`
+	GPUs         int               `json:"gpus" yaml:"gpus"` // whole GPUs per replica; 0 = CPU
+	GPUMemoryMiB int               `json:"gpuMemoryMiB,omitempty" yaml:"gpuMemoryMiB"`
+	Concurrency  int               `json:"concurrency" yaml:"concurrency"`       // calls at once per replica
+	BootTimeout  int               `json:"bootTimeout" yaml:"bootTimeout"`       // seconds
+	MemoryMiB    int               `json:"memoryMiB,omitempty" yaml:"memoryMiB"` // memory of a replica's whole process tree; 0 = no limit
+	PidsMax      int               `json:"pidsMax,omitempty" yaml:"pidsMax"`     // processes and threads of a replica; 0 = no limit
+	Network      string            `json:"network,omitempty" yaml:"network"`     // NetworkPrivate, NetworkHost, or "" = the daemon's replica.network
 }
 
 // CallState is where an inference call is in its life.
@@ -101,4 +108,22 @@ type Call struct {
 	QueueMs    int64           `json:"queueMs,omitempty"`
 	BootMs     int64           `json:"bootMs,omitempty"`
 	RunMs      int64           `json:"runMs,omitempty"`
+}
+
+// Change says what a project write did.
+type Change string
+
+// Outcomes of PutProject.
+const (
+	ChangeCreated   Change = "created"
+	ChangeUpdated   Change = "updated"
+	ChangeUnchanged Change = "unchanged"
+)
+
+// CommitStats counts a store's group commits of call records since it was
+// opened, for metrics.
+type CommitStats struct {
+	Commits  int64         // write transactions committed (or failed)
+	Writes   int64         // call writes in them
+	Duration time.Duration // total time spent in them, fsyncs included
 }

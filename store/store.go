@@ -1,249 +1,138 @@
 package store
 
 import (
-	"errors"
-	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"runtime/debug"
-	"sync"
-	"sync/atomic"
+	"context"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 )
 
-// Defaults for Options and the bbolt file.
-const (
-	// DefaultTimeout is how long Open waits for another process to release
-	// the data file's lock.
-	DefaultTimeout = 2 * time.Second
-	// initialMmapSize is mapped up front so that read transactions rarely
-	// block a commit that must grow the file (bbolt remaps under a lock).
-	initialMmapSize = 64 << 20
-)
-
-// Options configure Open. The zero value is ready to use.
-type Options struct {
-	// Timeout is how long Open waits for the file lock held by another
-	// process before failing with ErrInUse. Zero means DefaultTimeout.
-	Timeout time.Duration
-	// Now stamps Created, Updated, Revoked and a final call's missing
-	// Finished, and is the sweeper's clock. Nil means time.Now.
-	Now func() time.Time
-
-	// ReadOnly opens an existing file without changing it, holding a shared
-	// lock (so it fails with ErrInUse while a daemon has the file open): for
-	// inspecting a data file or a backup. A file of an older schema opens as
-	// it is, unmigrated (see Migration); writes fail.
-	ReadOnly bool
-
-	// maxSize caps the file like a full disk would (bbolt's MaxSize); for
-	// tests of the storage-full path.
-	maxSize int
-	// migrations replaces the package's migrations; for tests of the
-	// migration machinery with synthetic schema versions.
-	migrations []migration
+// Store is everything inferd keeps durably. Each implementation (store/bolt,
+// the embedded default; store/memstore, in memory for tests) satisfies it
+// and passes the contract suite in store/storetest, which is the executable
+// form of the rules written here. Callers depend on the smaller interfaces
+// below, or declare their own subset where they consume it.
+//
+// Methods are safe for concurrent use. After Close every method fails with
+// ErrClosed. Records handed out are the caller's: changing one never changes
+// what the store holds.
+type Store interface {
+	Teams
+	Keys
+	Projects
+	Calls
+	// Close finishes every call write queued before it (committed or
+	// failed, its done run) and releases the store.
+	Close() error
 }
 
-// Store is an open data file. Its methods are safe for concurrent use.
-type Store struct {
-	db   *bolt.DB
-	path string
-	now  func() time.Time
-
-	w writer // the one group-commit writer for call records
-
-	migration Migration // what Open did to the schema
-
-	hooksMu sync.RWMutex
-	hooks   []func(projectID string)
-
-	keys keyCache
-	// projects caches ProjectByModelKey; every project write resets it.
-	projects projectCache
-	// summaries caches RecentCalls' decoding of finished calls.
-	summaries summaryCache
-
-	commits     atomic.Int64 // group commits made by the writer
-	commitWrite atomic.Int64 // call writes in those commits
-	commitNanos atomic.Int64 // time spent in those commits
-
-	closeOnce sync.Once
-	closeErr  error
+// Teams are created implicitly by the first key or project that names them.
+type Teams interface {
+	// EnsureTeam creates the team if it does not exist and reports whether
+	// it did. An invalid id is a *ValidationError.
+	EnsureTeam(id string) (created bool, err error)
+	// ListTeams returns every team, sorted by id.
+	ListTeams() ([]Team, error)
 }
 
-// Open opens the data file at path, creating it (mode 0600, and its
-// directory with mode 0700) if it does not exist. A brand-new file is
-// initialised. A file held by another process fails with ErrInUse; a corrupt,
-// truncated or foreign file fails with ErrCorrupt and is left untouched; a
-// file from a newer inferd fails with ErrSchema. A file from an older inferd
-// is migrated to SchemaVersion, after a copy of it is written beside it
-// (Migration says so; the caller logs it).
-func Open(path string, opts Options) (*Store, error) {
-	if opts.Timeout <= 0 {
-		opts.Timeout = DefaultTimeout
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.migrations == nil {
-		opts.migrations = migrations
-	}
-	if opts.ReadOnly {
-		// bbolt would try to initialise a missing or empty file.
-		fi, err := os.Stat(path)
-		if err != nil {
-			return nil, fmt.Errorf("open data file: %w", err)
-		}
-		if fi.Size() == 0 {
-			return nil, corruptError(path, "empty file")
-		}
-	} else if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("create data directory: %w", err)
-	}
-	if err := checkDataFile(path, opts.Timeout); err != nil {
-		return nil, err
-	}
-	db, mig, err := openBolt(path, opts)
-	if err != nil {
-		return nil, err
-	}
-	releaseMapped(db, path)
-	s := &Store{db: db, path: path, now: opts.Now, migration: mig}
-	s.keys.init()
-	s.w.init()
-	go s.runWriter()
-	return s, nil
+// Keys are API keys. Only a key's hash is stored (see NewKey).
+//
+// Revocation is immediate: once RevokeKey returns, Authenticate refuses the
+// key, in this process. store/bolt meets this with a cache of recent keys
+// that it empties on every revocation; that is sound only because bbolt's
+// file lock makes this process the file's one writer. An implementation
+// that other processes write too (the etcd store of cluster mode) must
+// invalidate such a cache on their writes (a watch) or not cache at all.
+type Keys interface {
+	// CreateKey creates an API key for the team, creating the team if it
+	// does not exist, and returns the secret, which is shown once and never
+	// stored. An empty scope means ScopeTeam; a bad team id or scope is a
+	// *ValidationError.
+	CreateKey(teamID string, scope KeyScope) (secret string, k APIKey, err error)
+	// ListKeys returns the keys of a team, or of every team when teamID is
+	// "", sorted by team, then creation time. Revoked keys are included.
+	ListKeys(teamID string) ([]APIKey, error)
+	// RevokeKey revokes the key with the given id (ErrNotFound if there is
+	// none). Revoking a revoked key keeps its first revocation time.
+	RevokeKey(id string) error
+	// Authenticate returns the key a secret belongs to. A malformed,
+	// unknown or revoked secret, or a wrong secret for a known id, fails
+	// with ErrInvalidKey. It is on every request's path: implementations
+	// keep it cheap and compare hashes in constant time.
+	Authenticate(secret string) (APIKey, error)
 }
 
-// openBolt opens the file with bbolt and checks or initialises the schema.
-// bbolt panics on some corrupt files instead of returning an error, and a
-// fault in mapped memory is a panic only with SetPanicOnFault: both become
-// ErrCorrupt here.
-func openBolt(path string, opts Options) (db *bolt.DB, mig Migration, err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			if db != nil {
-				closeQuietly(db)
-				db = nil
-			}
-			err = corruptError(path, fmt.Sprintf("bbolt panicked: %v", r))
-		}
-	}()
-	db, err = bolt.Open(path, 0o600, &bolt.Options{
-		Timeout:         opts.Timeout,
-		MaxSize:         opts.maxSize,
-		InitialMmapSize: initialMmapSize,
-		FreelistType:    bolt.FreelistMapType,
-		NoFreelistSync:  true, // commits skip writing the freelist; it is rebuilt at open
-		ReadOnly:        opts.ReadOnly,
-	})
-	switch {
-	case errors.Is(err, berrors.ErrTimeout):
-		return nil, mig, inUseError(path)
-	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch),
-		errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrInvalidMapping):
-		return nil, mig, corruptError(path, err)
-	case err != nil:
-		return nil, mig, fmt.Errorf("open data file %s: %w", path, err)
-	}
-	latest := len(opts.migrations)
-	if opts.ReadOnly {
-		err = db.View(func(tx *bolt.Tx) error {
-			v, err := fileSchema(tx, path, latest)
-			if err == nil && v == 0 {
-				err = corruptError(path, "no inferd schema (a file inferd never initialised)")
-			}
-			mig = Migration{From: v, To: v}
-			return err
-		})
-		if err != nil {
-			closeQuietly(db)
-			return nil, mig, err
-		}
-		return db, mig, nil
-	}
-	if mig.Copy, err = copyBeforeMigration(db, path, latest); err != nil {
-		closeQuietly(db)
-		return nil, mig, err
-	}
-	if err := db.Update(func(tx *bolt.Tx) error {
-		var err error
-		mig.From, err = migrate(tx, path, opts.migrations)
-		return err
-	}); err != nil {
-		closeQuietly(db)
-		var oe *openError
-		if errors.As(err, &oe) {
-			return nil, mig, err
-		}
-		return nil, mig, fmt.Errorf("initialise data file %s: %w", path, storageErr(err))
-	}
-	mig.To = latest
-	return db, mig, nil
+// Projects are deployments with their model spec.
+//
+// Writes are seen at once: once a write returns, GetProject,
+// ProjectByModelKey and ListProjects return what it wrote, in this process.
+// store/bolt caches ProjectByModelKey (it is on every /start path) and
+// empties the cache on each project write; like the key cache this is sound
+// only while this process is the one writer (see Keys).
+type Projects interface {
+	// PutProject creates or replaces the project with p.ID (creating its
+	// team if missing) and reports which. Content equal to the stored
+	// project (SameContent) writes nothing and returns ChangeUnchanged.
+	// Created is kept from the stored project; both stamps of p are
+	// ignored. An invalid project returns its *ValidationError as is; a
+	// modelKey hash that belongs to another project fails with ErrConflict.
+	PutProject(p Project) (Change, error)
+	// PutProjects is PutProject for several projects at once: all are
+	// written or, on any error, none is (an apply never leaves a manifest
+	// half applied). Changes come back in the order of ps.
+	PutProjects(ps []Project) ([]Change, error)
+	// UpdateProject loads the project, lets fn change it, validates and
+	// saves it atomically: concurrent updates never lose each other's
+	// changes. An error from fn aborts and is returned as is (as is a
+	// *ValidationError), leaving the project unchanged. fn must be quick
+	// and must not call the store; it may run more than once, and may not
+	// change the id. A missing project fails with ErrNotFound.
+	UpdateProject(id string, fn func(*Project) error) (Project, error)
+	// GetProject returns the project with the given id, or ErrNotFound.
+	GetProject(id string) (Project, error)
+	// ProjectByModelKey returns the project whose modelKey this is (looked
+	// up by HashModelKey), or ErrNotFound. The modelKey itself is never
+	// stored or put in errors.
+	ProjectByModelKey(modelKey string) (Project, error)
+	// ListProjects returns the projects of a team, or of every team when
+	// teamID is "", sorted by id.
+	ListProjects(teamID string) ([]Project, error)
+	// DeleteProject deletes the project and frees its modelKey, or fails
+	// with ErrNotFound. Its calls stay until they expire.
+	DeleteProject(id string) error
+	// OnProjectChange registers fn to be called with a project's id after
+	// each committed create, update or delete of that project (not for a
+	// write that changed nothing). Hooks run in registration order on the
+	// goroutine that made the change, after the commit; they should return
+	// quickly (e.g. signal the scheduler's loop).
+	OnProjectChange(fn func(projectID string))
 }
 
-func closeQuietly(db *bolt.DB) {
-	defer func() { _ = recover() }()
-	_ = db.Close()
-}
-
-// Close drains the call writer (every write queued before Close is committed
-// or failed), then closes the file. Later calls return ErrClosed.
-func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
-		s.w.stop()
-		if err := s.db.Close(); err != nil {
-			s.closeErr = fmt.Errorf("close data file %s: %w", s.path, err)
-		}
-	})
-	return s.closeErr
-}
-
-// Migration says what Open did to the file's schema: which version it found,
-// which it left, and where it copied the file before migrating it.
-func (s *Store) Migration() Migration { return s.migration }
-
-// Path returns the data file's path as given to Open.
-func (s *Store) Path() string { return s.path }
-
-// Size returns the size of the data file in bytes.
-func (s *Store) Size() int64 {
-	if fi, err := os.Stat(s.path); err == nil {
-		return fi.Size()
-	}
-	var n int64
-	_ = s.db.View(func(tx *bolt.Tx) error { n = tx.Size(); return nil })
-	return n
-}
-
-// WriteBackup writes a consistent snapshot of the whole data file to w while
-// the store stays in use, and returns the bytes written. The copy opens with
-// Open. It holds one read transaction for the whole copy, which delays a
-// commit only if that commit must grow the file past the initial map.
-func (s *Store) WriteBackup(w io.Writer) (int64, error) {
-	var n int64
-	err := s.db.View(func(tx *bolt.Tx) error {
-		var err error
-		n, err = tx.WriteTo(w)
-		return err
-	})
-	if err != nil {
-		return n, fmt.Errorf("write backup: %w", storageErr(err))
-	}
-	return n, nil
-}
-
-// view and update run fn in a read or a write transaction, classifying
-// bbolt's errors (full disk, closed store). Errors fn returns pass unchanged.
-func (s *Store) view(fn func(tx *bolt.Tx) error) error {
-	return storageErr(s.db.View(fn))
-}
-
-func (s *Store) update(fn func(tx *bolt.Tx) error) error {
-	return storageErr(s.db.Update(fn))
+// Calls are inference calls. Writes of calls are durable when they report
+// success, and apply in the order they were queued.
+type Calls interface {
+	// SaveCall durably creates or replaces the call: it returns once the
+	// write is committed, or with the commit's error (ErrStorageFull for a
+	// full disk, ErrClosed after Close). ctx bounds only the wait: a write
+	// already queued still happens when ctx ends. A call in a final state
+	// without Finished gets the current time.
+	SaveCall(ctx context.Context, c Call) error
+	// SaveCallAsync queues the write and returns at once; done receives the
+	// commit's result (nil once durable). Writes apply in the order they
+	// were queued, so a later write of the same call wins. done runs after
+	// the commit on a goroutine of the store's, so it must not block; when
+	// the write is refused up front (an id ValidateCallID rejects, a closed
+	// store) it runs before SaveCallAsync returns. done may be nil.
+	SaveCallAsync(c Call, done func(error))
+	// GetCall returns the committed state of a call, or ErrNotFound.
+	GetCall(id string) (Call, error)
+	// PendingCalls returns every call not in a final state, oldest first
+	// (by id: call ids are UUIDv7). The scheduler recovers them at start-up.
+	PendingCalls() ([]Call, error)
+	// RecentCalls returns up to limit calls of teamID ("" = every team),
+	// newest first, without their inputs and outputs: what a status page
+	// may show. An implementation may bound how many records it examines.
+	RecentCalls(teamID string, limit int) ([]Call, error)
+	// ExpireCalls deletes the finished calls whose Finished is before
+	// finishedBefore and returns how many it deleted. Calls not finished
+	// are never expired.
+	ExpireCalls(finishedBefore time.Time) (int, error)
 }

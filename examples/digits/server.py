@@ -29,8 +29,14 @@ def pick_device():
     if visible and torch.cuda.is_available():
         return torch.device("cuda")
     if visible:
-        # Simulated GPUs (gpu.simulate) or a CPU-only torch build.
-        print(f"CUDA_VISIBLE_DEVICES={visible} but CUDA is not available: using CPU", flush=True)
+        # Simulated GPUs (gpu.simulate), a CPU-only torch build (Debian's), or
+        # a driver library CUDA cannot find (replica.passEnv: LD_LIBRARY_PATH).
+        why = "no CUDA in this torch build" if torch.version.cuda is None else "CUDA cannot start"
+        print(f"CUDA_VISIBLE_DEVICES={visible} but CUDA is not available ({why}; "
+              f"torch {torch.__version__} at {sys.executable}): using CPU", flush=True)
+        if int(torch.__version__.split(".")[0]) < 2:
+            print("torch < 2.0 may not accept GPU UUIDs in CUDA_VISIBLE_DEVICES: "
+                  "set DIGITS_PYTHON to a Python with a CUDA-enabled torch >= 2.0", flush=True)
     return torch.device("cpu")
 
 

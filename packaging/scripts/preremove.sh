@@ -1,9 +1,10 @@
 #!/bin/sh
-# Stops and disables inferd when the package is removed, not on an upgrade.
-# Called as `prerm remove|upgrade ...` (deb) or `%preun N` (rpm, N=0 on removal).
+# The rpm's %preun (the .deb has deb-prerm.sh): stops and disables inferd
+# when the package is removed, not on an upgrade. Called as `%preun N`
+# (N=0 on removal).
 set -e
 case "$1" in
-remove | 0) ;;
+0) ;;
 *) exit 0 ;;
 esac
 if [ -d /run/systemd/system ]; then

@@ -5,8 +5,14 @@
 //   INFERD_KEY       an API key
 //   EXPECT_GPUS      how many GPU cards must show
 //   EXPECT_PROJECTS  comma-separated project ids that must show
+//   EXPECT_FIRST     the projects that must show first, in full, in this order
+//                    (work, failures or waits), comma-separated
+//   EXPECT_QUIET     a project that must show as one compact line after them
+//   EXPECT_FAILED    a project whose failed boot links to its log, and a text
+//                    that log holds: PROJECT:TEXT
 //   EXPECT_CALL      a finished call id that must show as succeeded
-//   EXPECT_REPLICA   a replica whose log must open on click
+//   EXPECT_REPLICA   a replica of EXPECT_QUIET whose log must open on click,
+//                    beside it
 //   SCREENSHOT       where to save a full-page PNG
 //   CHROMIUM         the browser (default /usr/bin/chromium)
 import { chromium } from "playwright-core";
@@ -43,6 +49,8 @@ try {
 
   await page.goto(base + "/");
   await page.locator("#login").waitFor({ state: "visible" });
+  assert.match(await page.locator("#login .howto").textContent(), /inferd key create --team TEAM/,
+    "the sign-in form says how to get a key");
   await page.fill("#key", env("INFERD_KEY"));
   await page.click("#login-form button[type=submit]");
   await page.locator("#dash").waitFor({ state: "visible" });
@@ -57,6 +65,38 @@ try {
     await page.locator(`[data-project="${id}"]`).waitFor({ state: "visible" });
     console.log(`ok: project ${id} shown`);
   }
+
+  // Projects with work, failures or waits first, in full; the rest after
+  // them, one line each.
+  const first = env("EXPECT_FIRST").split(",");
+  await page.waitForFunction((want) =>
+    [...document.querySelectorAll("#projects > [data-project]")].map((e) => e.dataset.project).join(",") === want.join(","), first);
+  const quiet = env("EXPECT_QUIET");
+  const quietRow = page.locator(`#projects-quiet > .compact[data-project="${quiet}"]`);
+  await quietRow.waitFor({ state: "visible" });
+  const below = await page.evaluate(([f, q]) =>
+    document.querySelector(`[data-project="${f}"]`).getBoundingClientRect().bottom <=
+    document.querySelector(`[data-project="${q}"]`).getBoundingClientRect().top, [first[first.length - 1], quiet]);
+  assert.ok(below, `${quiet} shows below ${first.join(", ")}`);
+  console.log(`ok: ${first.join(", ")} first in full, ${quiet} after them in one line`);
+
+  // The charts of the last 15 minutes have data: the calls made before the
+  // page opened, their latency, the queues and the GPUs' memory.
+  for (const [id, test] of [["calls", "max"], ["latency", "max"], ["queue", "points"], ["gpu-memory", "max"]]) {
+    await page.waitForFunction(([id, test]) => {
+      const c = document.querySelector(`[data-chart="${id}"]`);
+      return c && Number(c.dataset.points) > 0 && (test !== "max" || Number(c.dataset.max) > 0) &&
+        c.querySelector("svg polyline, svg circle");
+    }, [id, test]);
+  }
+  console.log("ok: the calls, latency, queue and GPU memory charts are drawn with data");
+
+  // A failed boot links to its log, which opens beside that project's replicas.
+  const [failed, failedText] = env("EXPECT_FAILED").split(":");
+  await page.click(`[data-project="${failed}"] .loglink`);
+  await page.locator(`[data-project="${failed}"] #log-panel`).waitFor({ state: "visible" });
+  await page.waitForFunction((t) => document.getElementById("log-lines").textContent.includes(t), failedText);
+  console.log(`ok: the failed boot of ${failed} links to its log`);
 
   const call = page.locator(`tr[data-call="${env("EXPECT_CALL")}"]`);
   await call.waitFor({ state: "visible" });
@@ -83,10 +123,20 @@ try {
   assert.equal(mem.bar, "100%", "the reserved segment fills the bar");
   console.log(`ok: the GPU of ${replica} shows ${mem.reserved} reserved by inferd`);
 
+  // A compact project opens in full on click; its replica's log opens on
+  // click beside the replica table (to its right, level with it).
+  await quietRow.click();
   await page.click(`tr[data-replica="${replica}"]`);
-  await page.locator("#log-panel").waitFor({ state: "visible" });
+  await page.locator(`[data-project="${quiet}"] #log-panel`).waitFor({ state: "visible" });
   await page.waitForFunction(() => document.getElementById("log-lines").textContent.includes("listening"));
-  console.log(`ok: the log of ${replica} opens on click`);
+  const beside = await page.evaluate((q) => {
+    const table = document.querySelector(`[data-project="${q}"] table.replicas`).getBoundingClientRect();
+    const log = document.getElementById("log-panel").getBoundingClientRect();
+    return { tableRight: table.right, logLeft: log.left, tableTop: table.top, logTop: log.top, logBottom: log.bottom };
+  }, quiet);
+  assert.ok(beside.logLeft >= beside.tableRight && beside.logTop <= beside.tableTop && beside.logBottom > beside.tableTop,
+    `the log opens beside the replicas: ${JSON.stringify(beside)}`);
+  console.log(`ok: the log of ${replica} opens on click, beside it`);
 
   // The page keeps refreshing: the "updated" time changes.
   const updated = await page.locator("#summary .muted").textContent();
@@ -123,7 +173,11 @@ try {
   console.log("ok: the page recovers once the server answers");
 
   if (process.env.SCREENSHOT) {
-    await page.screenshot({ path: process.env.SCREENSHOT, fullPage: true });
+    // A few samples into the charts (one each 5 s), then the top of the
+    // page: charts, GPUs, projects and the first recent calls.
+    await page.waitForFunction(() => Number(document.querySelector('[data-chart="calls"]').dataset.points) >= 8);
+    const height = await page.evaluate(() => document.documentElement.scrollHeight);
+    await page.screenshot({ path: process.env.SCREENSHOT, fullPage: true, clip: { x: 0, y: 0, width: 1280, height: Math.min(height, 1300) } });
     console.log(`screenshot: ${process.env.SCREENSHOT}`);
   }
   assert.deepEqual(problems, [], "no console errors");

@@ -1,14 +1,18 @@
-// The inferd status page: polls /v1/status every 2 s with the API key kept in
-// sessionStorage and redraws. Every value is written with textContent, never
-// as HTML, so nothing a model or a user named can inject markup.
+// The inferd status page: polls /v1/status (and /v1/status/history for the
+// charts) every 2 s with the API key kept in sessionStorage and redraws.
+// Every value is written with textContent, never as HTML, so nothing a model
+// or a user named can inject markup. Charts are inline SVG built here.
 "use strict";
 
 const KEY = "inferd.apiKey";
 const POLL_MS = 2000;
+const RECENT_MS = 15 * 60 * 1000; // a failure this recent puts its project first
+const SVG = "http://www.w3.org/2000/svg";
 const $ = (id) => document.getElementById(id);
 
 let timer = null;
 let openLog = null; // {project, replica} whose log is shown
+const expanded = new Set(); // quiet projects shown in full on request
 
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
@@ -79,8 +83,13 @@ function showLogin(message) {
 
 async function refresh() {
   try {
-    const st = await api("/v1/status");
+    // The charts are extra: a server without them (404) still shows the rest.
+    const [st, hist] = await Promise.all([
+      api("/v1/status"),
+      api("/v1/status/history").catch((err) => { if (err.status === 401) throw err; return null; }),
+    ]);
     render(st);
+    renderCharts(hist);
     if (openLog) await loadLog();
     $("stale").hidden = true;
   } catch (err) {
@@ -157,52 +166,147 @@ function renderGPUs(gpus) {
   }));
 }
 
+// needsLook says whether a project has work, a recent failure or waiting
+// calls: those come first, in full; the rest are one line each.
+function needsLook(p, now) {
+  const failedRecently = p.recentFailures > 0 || (p.lastErrorAt && now - Date.parse(p.lastErrorAt) < RECENT_MS);
+  return p.queued > 0 || p.running > 0 || Boolean(p.waiting) || failedRecently ||
+    p.replicas.some((r) => r.state !== "ready");
+}
+
+// Within those, failures and waits before plain work, busiest first.
+function lookOrder(p, now) {
+  const trouble = p.waiting || p.recentFailures > 0 || (p.lastErrorAt && now - Date.parse(p.lastErrorAt) < RECENT_MS);
+  return [trouble ? 0 : 1, -(p.queued + p.running)];
+}
+
 function renderProjects(projects, now) {
   const box = $("projects");
+  const quiet = $("projects-quiet");
+  const pre = $("log-lines");
+  const logScroll = pre.scrollTop;
+  $("log-parking").append($("log-panel")); // before its card is replaced
   if (projects.length === 0) {
     box.replaceChildren(el("div", { class: "card empty" }, "No projects. Apply a manifest: inferd apply -f projects.yaml"));
+    quiet.hidden = true;
     return;
   }
-  box.replaceChildren(...projects.map((p) => {
-    const rows = p.replicas.map((r) => {
-      const open = openLog && openLog.project === p.id && openLog.replica === r.id;
-      const tr = el("tr", { class: open ? "open" : "", dataset: { replica: r.id }, title: "Show this replica's log" },
-        el("td", { class: "mono" }, r.id),
-        el("td", {}, badge(r.state)),
-        el("td", { class: "num mono" }, r.pid || "–"),
-        el("td", {}, r.gpus.length ? r.gpus.map((i) => `GPU ${i}`).join(", ") : "CPU"),
-        el("td", { class: "num" }, duration(r.uptimeSeconds)),
-        el("td", { class: "num" }, r.inFlight),
-        el("td", {}, r.idleExpiry ? `in ${duration(Math.max(0, Math.round((Date.parse(r.idleExpiry) - now) / 1000)))}` : "–"),
-      );
-      tr.addEventListener("click", () => showLog(p.id, r.id));
-      return tr;
-    });
-    const table = rows.length
-      ? el("table", { class: "replicas" },
-          el("thead", {}, el("tr", {},
-            el("th", {}, "Replica"), el("th", {}, "State"), el("th", { class: "num" }, "PID"), el("th", {}, "GPU"),
-            el("th", { class: "num" }, "Uptime"), el("th", { class: "num" }, "In flight"), el("th", {}, "Idle stop"))),
-          el("tbody", {}, ...rows))
-      : el("p", { class: "muted" }, "No replicas running.");
-    return el("div", { class: "card project", dataset: { project: p.id } },
-      el("div", { class: "head" },
-        el("span", { class: "id" }, p.id),
-        el("span", { class: "muted" }, `team ${p.teamId}`),
-        p.waiting ? el("span", { class: "waiting" }, p.waiting) : null),
-      el("div", { class: "facts" },
-        el("span", {}, "replicas ", el("b", {}, `${p.replicas.length}`), ` (min ${p.minReplicas}, max ${p.maxReplicas})`),
-        el("span", {}, "GPUs each ", el("b", {}, p.gpusPerReplica)),
-        el("span", {}, "queued ", el("b", {}, p.queued)),
-        el("span", {}, "running ", el("b", {}, p.running)),
-        el("span", {}, "p50 ", el("b", {}, ms(p.latencyP50Ms))),
-        el("span", {}, "p95 ", el("b", {}, ms(p.latencyP95Ms))),
-        el("span", { class: "muted" }, `over ${p.recentFinished} recent calls`),
-        p.oomKills ? el("span", { class: "waiting" }, "out of memory ", el("b", {}, p.oomKills)) : null),
-      p.lastError ? el("div", { class: "lasterror" }, `last error: ${p.lastError}`) : null,
-      table,
+  const busy = projects.filter((p) => needsLook(p, now));
+  busy.sort((a, b) => {
+    const [x, y] = [lookOrder(a, now), lookOrder(b, now)];
+    return x[0] - y[0] || x[1] - y[1] || a.id.localeCompare(b.id);
+  });
+  const rest = projects.filter((p) => !needsLook(p, now));
+  box.replaceChildren(...busy.map((p) => projectCard(p, now)));
+  quiet.hidden = rest.length === 0;
+  quiet.replaceChildren(...rest.map((p) => expanded.has(p.id) ? projectCard(p, now, true) : quietRow(p)));
+  // The open log sits beside its project's replicas.
+  const slot = openLog && document.querySelector(`[data-project="${CSS.escape(openLog.project)}"] .side`);
+  if (slot) {
+    slot.append($("log-panel"));
+    slot.closest(".project").classList.add("with-log");
+    pre.scrollTop = logScroll;
+  }
+}
+
+function quietRow(p) {
+  const states = {};
+  for (const r of p.replicas) states[r.state] = (states[r.state] || 0) + 1;
+  const replicas = Object.entries(states).map(([s, n]) => `${n} ${s}`).join(", ") || "no replicas";
+  const row = el("div", { class: "project compact", dataset: { project: p.id }, role: "button", tabindex: 0, title: "Show in full" },
+    el("span", { class: "id" }, p.id),
+    el("span", { class: "muted" }, `team ${p.teamId}`),
+    el("span", {}, replicas, el("span", { class: "muted" }, ` (min ${p.minReplicas}, max ${p.maxReplicas})`)),
+    el("span", {}, "p50 ", el("b", {}, ms(p.latencyP50Ms)), " · p95 ", el("b", {}, ms(p.latencyP95Ms))),
+    p.lastError ? el("span", { class: "muted", title: p.lastError }, "earlier error") : null);
+  const open = () => { expanded.add(p.id); refreshSoon(); };
+  row.addEventListener("click", open);
+  row.addEventListener("keydown", (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); open(); } });
+  return row;
+}
+
+function projectCard(p, now, collapsible) {
+  const rows = p.replicas.map((r) => {
+    const open = openLog && openLog.project === p.id && openLog.replica === r.id;
+    const tr = el("tr", { class: open ? "open" : "", dataset: { replica: r.id }, title: "Show this replica's log" },
+      el("td", { class: "mono" }, r.id),
+      el("td", {}, badge(r.state)),
+      el("td", { class: "num mono" }, r.pid || "–"),
+      el("td", {}, r.gpus.length ? r.gpus.map((i) => `GPU ${i}`).join(", ") : "CPU"),
+      el("td", { class: "num" }, duration(r.uptimeSeconds)),
+      el("td", { class: "num" }, r.inFlight),
+      el("td", {}, r.idleExpiry ? `in ${duration(Math.max(0, Math.round((Date.parse(r.idleExpiry) - now) / 1000)))}` : "–"),
     );
-  }));
+    tr.addEventListener("click", () => showLog(p.id, r.id));
+    return tr;
+  });
+  const table = rows.length
+    ? el("table", { class: "replicas" },
+        el("thead", {}, el("tr", {},
+          el("th", {}, "Replica"), el("th", {}, "State"), el("th", { class: "num" }, "PID"), el("th", {}, "GPU"),
+          el("th", { class: "num" }, "Uptime"), el("th", { class: "num" }, "In flight"), el("th", {}, "Idle stop"))),
+        el("tbody", {}, ...rows))
+    : el("p", { class: "muted" }, "No replicas running.");
+  let lastError = null;
+  if (p.lastError) {
+    lastError = el("div", { class: "lasterror" },
+      el("span", {}, `last error${p.lastErrorAt ? ` (${ago(p.lastErrorAt, now)})` : ""}: ${p.lastError}`));
+    if (p.lastErrorReplica) {
+      const link = el("button", { type: "button", class: "link loglink", dataset: { logReplica: p.lastErrorReplica } },
+        `log of ${p.lastErrorReplica}`);
+      link.addEventListener("click", () => showLog(p.id, p.lastErrorReplica));
+      lastError.append(" ", link);
+    }
+  }
+  let collapse = null;
+  if (collapsible) {
+    collapse = el("button", { type: "button", class: "link collapse" }, "Show less");
+    collapse.addEventListener("click", () => { expanded.delete(p.id); refreshSoon(); });
+  }
+  return el("div", { class: "card project", dataset: { project: p.id } },
+    el("div", { class: "head" },
+      el("span", { class: "id" }, p.id),
+      el("span", { class: "muted" }, `team ${p.teamId}`),
+      p.waiting ? el("span", { class: "waiting", title: waitHelp(p.waiting) }, p.waiting) : null,
+      collapse),
+    el("div", { class: "body" },
+      el("div", { class: "main" },
+        el("div", { class: "facts" },
+          el("span", {}, "replicas ", el("b", {}, `${p.replicas.length}`), ` (min ${p.minReplicas}, max ${p.maxReplicas})`),
+          el("span", {}, "GPUs each ", el("b", {}, p.gpusPerReplica)),
+          el("span", {}, "queued ", el("b", {}, p.queued)),
+          el("span", {}, "running ", el("b", {}, p.running)),
+          el("span", {}, "p50 ", el("b", {}, ms(p.latencyP50Ms))),
+          el("span", {}, "p95 ", el("b", {}, ms(p.latencyP95Ms))),
+          el("span", { class: "muted", title: "calls that failed before reaching a replica (a failed boot) are left out" },
+            `over ${p.recentFinished} recent calls`),
+          p.recentFailures ? el("span", { class: "bad" }, `${p.recentFailures} failed in 15 min`) : null,
+          p.oomKills ? el("span", { class: "bad", title: "replicas the kernel killed for going over the project's memoryMiB, since the daemon started" },
+            `${p.oomKills} out of memory`) : null),
+        lastError,
+        table),
+      el("div", { class: "side" })),
+  );
+}
+
+// waitHelp says what decides a wait, for the tooltip.
+function waitHelp(waiting) {
+  if (waiting.startsWith("waiting for CPU slot")) {
+    return "cpuSlots in the config: how many CPU replicas (gpus: 0) may run at once; 0 means one per core. " +
+      "A slot frees when a replica stops (idleTimeout) or fails.";
+  }
+  if (waiting.startsWith("waiting for GPU")) {
+    return "A replica needs its gpus (or gpuMemoryMiB) free on one GPU; idle replicas of other projects above " +
+      "their minReplicas are stopped to make room, busy ones are waited for.";
+  }
+  return "";
+}
+
+let soon = null;
+// refreshSoon redraws at once after a click instead of at the next poll.
+function refreshSoon() {
+  if (soon) return;
+  soon = setTimeout(() => { soon = null; clearTimeout(timer); refresh(); }, 0);
 }
 
 function renderCalls(calls, now) {
@@ -223,14 +327,129 @@ function renderCalls(calls, now) {
   }).flat());
 }
 
+// Charts: the last 15 minutes from /v1/status/history, one point per sample.
+const CHART_W = 320;
+const CHART_H = 120;
+const MIN_SPAN_MS = 2 * 60 * 1000;
+const PAD = { l: 4, r: 4, t: 18, b: 16 };
+
+function svg(tag, attrs, ...children) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  for (const c of children) if (c) e.append(c instanceof Node ? c : String(c));
+  return e;
+}
+
+// niceMax rounds up to 1, 2 or 5 times a power of ten, so the axis reads well.
+function niceMax(v) {
+  if (!(v > 0)) return 1;
+  const p = 10 ** Math.floor(Math.log10(v));
+  return [1, 2, 5, 10].map((m) => m * p).find((m) => m >= v);
+}
+
+// chart draws series [{name, cls, values}] against times (ms) on one y scale;
+// null values leave gaps. fmt writes a y value. The x axis spans the last 15
+// minutes, or less while the daemon has not run that long (2 min at least),
+// so that a fresh start is not a sliver at the right edge.
+function chart(id, title, times, series, fmt, fixedMax) {
+  const now = times.length ? times[times.length - 1] : Date.now();
+  const span = Math.min(RECENT_MS, Math.max(MIN_SPAN_MS, times.length ? now - times[0] : RECENT_MS));
+  const from = now - span;
+  const all = series.flatMap((s) => s.values).filter((v) => v !== null && v !== undefined);
+  const top = fixedMax || niceMax(Math.max(0, ...all));
+  const x = (t) => PAD.l + ((t - from) / span) * (CHART_W - PAD.l - PAD.r);
+  const y = (v) => CHART_H - PAD.b - (v / top) * (CHART_H - PAD.t - PAD.b);
+  const plot = svg("svg", { viewBox: `0 0 ${CHART_W} ${CHART_H}`, class: "chart", role: "img", "aria-label": title },
+    svg("line", { x1: PAD.l, x2: CHART_W - PAD.r, y1: y(0), y2: y(0), class: "axis" }),
+    svg("line", { x1: PAD.l, x2: CHART_W - PAD.r, y1: y(top), y2: y(top), class: "grid" }),
+    svg("text", { x: PAD.l, y: PAD.t - 6, class: "tick" }, fmt(top)),
+    svg("text", { x: PAD.l, y: CHART_H - 3, class: "tick" }, `${Math.round(span / 60000)} min ago`),
+    svg("text", { x: CHART_W - PAD.r, y: CHART_H - 3, class: "tick end" }, "now"));
+  let drawn = 0;
+  for (const s of series) {
+    // One polyline per run of values without a gap; a lone point is a dot.
+    let run = [];
+    const flush = () => {
+      if (run.length === 1) plot.append(svg("circle", { cx: run[0][0], cy: run[0][1], r: 2, class: `dot ${s.cls}` }));
+      else if (run.length > 1) plot.append(svg("polyline", { points: run.map((p) => p.join(",")).join(" "), class: `line ${s.cls}` }));
+      drawn += run.length;
+      run = [];
+    };
+    s.values.forEach((v, i) => {
+      if (v === null || v === undefined || times[i] < from) { flush(); return; }
+      run.push([x(times[i]).toFixed(1), y(v).toFixed(1)]);
+    });
+    flush();
+  }
+  const legend = el("div", { class: "legend" }, ...series.map((s) => {
+    const last = [...s.values].reverse().find((v) => v !== null && v !== undefined);
+    return el("span", {}, el("i", { class: `swatch ${s.cls}` }), `${s.name} `, el("b", {}, last === undefined ? "–" : fmt(last)));
+  }));
+  return el("div", { class: "card chartcard", dataset: { chart: id, points: drawn, max: Math.max(0, ...all) } },
+    el("div", { class: "name" }, title), plot, legend);
+}
+
+function perSec(v) {
+  if (v === 0) return "0/s";
+  return v >= 10 ? `${v.toFixed(0)}/s` : v >= 1 ? `${v.toFixed(1)}/s` : `${v.toFixed(2)}/s`;
+}
+
+function renderCharts(hist) {
+  const section = $("charts-section");
+  section.hidden = !hist;
+  if (!hist) return;
+  const pts = hist.points;
+  const times = pts.map((p) => Date.parse(p.time));
+  const gpuClasses = ["s1", "s2", "s3", "s4", "s5", "s6"];
+  const charts = [
+    chart("calls", "Calls per second", times, [
+      { name: "succeeded", cls: "ok", values: pts.map((p) => p.succeededPerSec) },
+      { name: "failed", cls: "bad", values: pts.map((p) => p.failedPerSec) },
+    ], perSec),
+    chart("latency", "Latency (calls that reached a replica)", times, [
+      { name: "p50", cls: "s1", values: pts.map((p) => p.latencyP50Ms) },
+      { name: "p95", cls: "s2", values: pts.map((p) => p.latencyP95Ms) },
+    ], ms),
+    chart("queue", "Queue depth", times, [
+      { name: "queued", cls: "s1", values: pts.map((p) => p.queued) },
+    ], (v) => `${Math.round(v)}`),
+  ];
+  if (hist.gpus.length) {
+    const total = Math.max(...hist.gpus.map((g) => g.memoryTotalBytes));
+    charts.push(chart("gpu-memory", "GPU memory used", times,
+      hist.gpus.map((g, i) => ({ name: `GPU ${g.index}`, cls: gpuClasses[i % gpuClasses.length], values: g.memoryUsedBytes })),
+      bytes, total));
+  }
+  if (!pts.length) {
+    charts.forEach((c) => c.append(el("p", { class: "muted empty-chart" },
+      `Collecting: a point every ${hist.intervalSeconds} s.`)));
+  }
+  $("charts").replaceChildren(...charts);
+}
+
 async function showLog(project, replica) {
   openLog = { project, replica };
-  $("log-panel").hidden = false;
+  const panel = $("log-panel");
+  panel.hidden = false;
   $("log-title").textContent = `Log · ${replica}`;
   $("log-lines").textContent = "loading…";
+  document.querySelectorAll(".project.with-log").forEach((c) => c.classList.remove("with-log"));
+  const card = document.querySelector(`[data-project="${CSS.escape(project)}"]`);
+  if (card) {
+    card.querySelector(".side").append(panel);
+    card.classList.add("with-log");
+  }
   document.querySelectorAll("tr[data-replica]").forEach((tr) => tr.classList.toggle("open", tr.dataset.replica === replica));
   await loadLog();
-  $("log-panel").scrollIntoView({ block: "nearest" });
+  panel.scrollIntoView({ block: "nearest" });
+}
+
+function closeLog() {
+  openLog = null;
+  $("log-panel").hidden = true;
+  $("log-parking").append($("log-panel"));
+  document.querySelectorAll(".project.with-log").forEach((c) => c.classList.remove("with-log"));
+  document.querySelectorAll("tr.open").forEach((tr) => tr.classList.remove("open"));
 }
 
 async function loadLog() {
@@ -261,15 +480,11 @@ function start() {
   });
   $("signout").addEventListener("click", () => {
     sessionStorage.removeItem(KEY);
-    openLog = null;
-    $("log-panel").hidden = true;
+    closeLog();
+    expanded.clear();
     showLogin("");
   });
-  $("log-close").addEventListener("click", () => {
-    openLog = null;
-    $("log-panel").hidden = true;
-    document.querySelectorAll("tr.open").forEach((tr) => tr.classList.remove("open"));
-  });
+  $("log-close").addEventListener("click", closeLog);
   if (sessionStorage.getItem(KEY)) refresh();
   else showLogin("");
 }

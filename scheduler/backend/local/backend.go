@@ -64,6 +64,10 @@ type Config struct {
 	StopGrace   time.Duration // SIGTERM to SIGKILL when stopping a replica; default 10 s
 	CPUSlots    int           // CPU replicas (gpus: 0) at once; default runtime.NumCPU()
 	GPUs        Inventory     // the machine's GPUs; nil = none
+	// PassEnv is replica.passEnv: variables copied from inferd's
+	// environment to every model, beside the fixed allowlist (CUDA may
+	// need LD_LIBRARY_PATH).
+	PassEnv []string
 }
 
 // Inventory says which GPUs the machine has (*gpu.Inventory is one).
@@ -154,6 +158,19 @@ func (b *Backend) Capacity() backend.Capacity {
 	}
 	return c
 }
+
+// RefreshGPUs asks the GPU inventory for a fresh read of the devices, when
+// it can take one (*gpu.Inventory can): the scheduler calls it when a
+// replica on a real GPU has exited, so that its memory shows back at once.
+func (b *Backend) RefreshGPUs() {
+	if r, ok := b.cfg.GPUs.(interface{ RefreshSoon() }); ok {
+		r.RefreshSoon()
+	}
+}
+
+// ProcessGroup tells which replica a process the GPU driver lists belongs
+// to: each replica leads its own process group, whose id is its Info().Pid.
+func (b *Backend) ProcessGroup(pid int) (int, bool) { return ProcessGroup(pid) }
 
 // Recover kills what replicas a previous daemon left running: every
 // process in the cgroups of this backend's instance (see cgroup.go), and

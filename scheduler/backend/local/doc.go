@@ -33,7 +33,8 @@
 //
 // The model gets a minimal environment: an allowlist from the daemon's own (PATH, HOME,
 // USER, LOGNAME, LANG, LC_ALL, LC_CTYPE, TZ, TMPDIR, and pyenv's PYENV_ROOT and
-// PYENV_VERSION), then the project's env, then the variables inferd owns: HOST, PORT,
+// PYENV_VERSION) plus Config.PassEnv (replica.passEnv: LD_LIBRARY_PATH by default,
+// which CUDA may need), then the project's env, then the variables inferd owns: HOST, PORT,
 // CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES, INFERD_PROJECT_ID and
 // INFERD_REPLICA_ID. The daemon's configuration and keys (INFERD_* and anything else)
 // never reach model code, which is the project owner's and not ours to trust. When

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"inferd/internal/testenv"
 	"inferd/scheduler/backend"
 	"inferd/store"
 )
@@ -115,7 +116,7 @@ func echoSpec(t *testing.T, id string) backend.Spec {
 	t.Helper()
 	py, err := python()
 	if err != nil {
-		t.Skipf("python3 is needed to run examples/echo: %v", err)
+		testenv.Missing(t, "python3 on PATH, to run examples/echo: %v", err)
 	}
 	server, err := filepath.Abs("../../../examples/echo/server.py")
 	if err != nil {
@@ -229,16 +230,4 @@ func closed(c <-chan struct{}) bool {
 	default:
 		return false
 	}
-}
-
-// missing ends a test that needs what this machine or user lacks (root, a
-// cgroup): a skip, but a failure under INFERD_REQUIRE_CLIENT_TESTS=1 (make
-// test), where nothing may pass by skipping.
-func missing(t *testing.T, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("INFERD_REQUIRE_CLIENT_TESTS") == "1" {
-		t.Fatalf("%s (INFERD_REQUIRE_CLIENT_TESTS=1: this test may not skip)", msg)
-	}
-	t.Skip(msg)
 }

@@ -145,7 +145,7 @@ func (b *Backend) startProcess(spec backend.Spec) (*Process, error) {
 
 	cmd := exec.Command(spec.Model.Command[0], spec.Model.Command[1:]...)
 	cmd.Dir = spec.Model.Dir
-	cmd.Env = environ(spec, env, p.port, x.runAs, x.dir, os.LookupEnv)
+	cmd.Env = environ(spec, env, p.port, x.runAs, x.dir, b.cfg.PassEnv, os.LookupEnv)
 	// The write end is an *os.File, so exec hands it to the child as is and starts no
 	// copying goroutine of its own; Wait then returns when the leader exits, even if
 	// a leaked child still holds the pipe.

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"inferd/internal/testenv"
 	"inferd/scheduler/backend"
 )
 
@@ -422,7 +423,7 @@ const escapeScript = `setsid sh -c 'echo "escaped $$"; exec sleep 1000' & wait`
 // its end.
 func TestExitedDoesNotWaitForAChildThatLeftTheGroup(t *testing.T) {
 	if _, err := exec.LookPath("setsid"); err != nil {
-		t.Skipf("setsid is needed: %v", err)
+		testenv.Missing(t, "setsid (util-linux): %v", err)
 	}
 	// The escaped sleep keeps the log pipe open after the leader exits; Exited must
 	// still close (after drainWait) and the copier must end. It reports its pid only
@@ -461,11 +462,11 @@ func TestOutputTriggersReadinessCheck(t *testing.T) {
 // exit, kills the child that left the process group too.
 func TestAChildThatLeftTheGroupDiesWithTheReplicaInItsCgroup(t *testing.T) {
 	if _, err := exec.LookPath("setsid"); err != nil {
-		t.Skipf("setsid is needed: %v", err)
+		testenv.Missing(t, "setsid (util-linux): %v", err)
 	}
 	b := testBackend(t)
 	if b.sb.cgroups == nil {
-		missing(t, "a cgroup per replica (%s): run as root", b.sb.cgWhy)
+		testenv.Missing(t, "a cgroup per replica (%s): run as root", b.sb.cgWhy)
 	}
 	for _, tc := range []struct {
 		name   string

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"inferd/internal/testenv"
 	"inferd/scheduler/backend"
 	"inferd/store"
 )
@@ -21,9 +22,7 @@ import (
 // needRoot ends a test that needs root to build the sandbox it checks.
 func needRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		missing(t, "root: the sandbox needs it to switch users and make cgroups and network namespaces")
-	}
+	testenv.NeedRoot(t, "the sandbox needs it to switch users and make cgroups and network namespaces")
 }
 
 // perProject configures a test backend with a uid per project, recorded in the
@@ -180,7 +179,7 @@ func TestUIDTable(t *testing.T) {
 func TestUIDTableSkipsUIDsOfRealUsers(t *testing.T) {
 	nobody, err := LookupRunAs("nobody")
 	if err != nil {
-		missing(t, "a user nobody: %v", err)
+		testenv.Missing(t, "a user nobody: %v", err)
 	}
 	tab, _ := openUIDTable("", nobody.UID, nobody.UID+1)
 	for range 2 {
@@ -221,11 +220,11 @@ func TestMemoryLimitEndsTheReplicaAsOutOfMemory(t *testing.T) {
 	needRoot(t)
 	py, err := python()
 	if err != nil {
-		t.Skipf("python3: %v", err)
+		testenv.Missing(t, "python3 on PATH: %v", err)
 	}
 	b := testBackend(t)
 	if b.sb.cgroups == nil || (!b.sb.cgroups.v2Ctl["memory"] && b.sb.cgroups.v1["memory"].base == "") {
-		missing(t, "a memory controller to make cgroups in")
+		testenv.Missing(t, "a memory controller to make cgroups in")
 	}
 	spec := sandboxSpec("oom-1", "")
 	spec.Model.Command = []string{py, "-c", "x = bytearray(400 << 20); print('allocated', flush=True)"}
@@ -253,12 +252,12 @@ func TestPidsLimitCapsTheReplicasProcesses(t *testing.T) {
 	needRoot(t)
 	py, err := python()
 	if err != nil {
-		t.Skipf("python3: %v", err)
+		testenv.Missing(t, "python3 on PATH: %v", err)
 	}
 	b := testBackend(t)
 	cg := b.sb.cgroups
 	if cg == nil || (!cg.v2Ctl["pids"] && cg.v1["pids"].base == "") {
-		missing(t, "a pids controller to make cgroups in")
+		testenv.Missing(t, "a pids controller to make cgroups in")
 	}
 	spec := sandboxSpec("pids-1", "")
 	spec.Model.Command = []string{py, "-c", `import os, time
@@ -290,7 +289,7 @@ func TestCgroupsAreRemovedWithTheReplica(t *testing.T) {
 	needRoot(t)
 	b := testBackend(t)
 	if b.sb.cgroups == nil {
-		missing(t, "a cgroup per replica: %s", b.sb.cgWhy)
+		testenv.Missing(t, "a cgroup per replica: %s", b.sb.cgWhy)
 	}
 	p := startModel(t, b, sandboxSpec("cg-1", "exec sleep 1000"))
 	dirs := slices.Collect(func(yield func(string) bool) {
@@ -320,7 +319,7 @@ func TestRecoverKillsTheCgroupsAPreviousDaemonLeft(t *testing.T) {
 	needRoot(t)
 	b := testBackend(t)
 	if b.sb.cgroups == nil {
-		missing(t, "a cgroup per replica: %s", b.sb.cgWhy)
+		testenv.Missing(t, "a cgroup per replica: %s", b.sb.cgWhy)
 	}
 	p := startModel(t, b, sandboxSpec("left-1", escapeScript))
 	waitFor(t, "the child to start", func() bool { return strings.HasPrefix(p.LastLogLine(), "escaped ") })
@@ -349,7 +348,7 @@ func TestPrivateNetworkReachesNothingOutside(t *testing.T) {
 	needRoot(t)
 	py, err := python()
 	if err != nil {
-		t.Skipf("python3: %v", err)
+		testenv.Missing(t, "python3 on PATH: %v", err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -3,6 +3,7 @@ package local
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -44,14 +45,15 @@ func pathName(s string) bool {
 	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, "/\x00")
 }
 
-// environ builds the model's environment: the allowlisted base read through getenv,
-// HOME and TMPDIR in the replica's private directory dir, then the project's env
-// (env, which may differ from the spec's: see preparePotassium; it may move HOME or
-// TMPDIR elsewhere), then the variables inferd owns, which the project cannot
-// override. The result is sorted, one NAME=value per variable.
-func environ(s backend.Spec, env map[string]string, port int, runAs *RunAs, dir string, getenv func(string) (string, bool)) []string {
+// environ builds the model's environment: the allowlisted base and the names in
+// pass (replica.passEnv) read through getenv, HOME and TMPDIR in the replica's
+// private directory dir, then the project's env (env, which may differ from the
+// spec's: see preparePotassium; it may move HOME or TMPDIR elsewhere), then the
+// variables inferd owns, which the project cannot override. The result is
+// sorted, one NAME=value per variable.
+func environ(s backend.Spec, env map[string]string, port int, runAs *RunAs, dir string, pass []string, getenv func(string) (string, bool)) []string {
 	vars := map[string]string{}
-	for _, k := range baseEnvKeys {
+	for _, k := range slices.Concat(baseEnvKeys, pass) {
 		if v, ok := getenv(k); ok {
 			vars[k] = v
 		}

@@ -71,13 +71,16 @@ func TestEnvironHoldsAllowlistProjectEnvAndInferdVariables(t *testing.T) {
 		"AWS_SECRET":       "nope",
 		"LD_PRELOAD":       "/evil.so",
 		"PORT":             "9999",
+		"LD_LIBRARY_PATH":  "/usr/local/nvidia/lib64",
+		"CUDA_HOME":        "/usr/local/cuda",
 	}
 	getenv := func(k string) (string, bool) { v, ok := daemon[k]; return v, ok }
 	tests := []struct {
 		name   string
 		spec   backend.Spec
-		dir    string // the private directory
-		runAs  *RunAs
+		dir    string   // the private directory
+		runAs  *RunAs   // who the model runs as
+		pass   []string // replica.passEnv
 		want   []string // NAME=value that must be present
 		absent []string // names that must not be
 	}{
@@ -89,7 +92,20 @@ func TestEnvironHoldsAllowlistProjectEnvAndInferdVariables(t *testing.T) {
 				"PORT=8123", "CUDA_VISIBLE_DEVICES=", "NVIDIA_VISIBLE_DEVICES=void",
 				"INFERD_PROJECT_ID=p1", "INFERD_REPLICA_ID=r1", "PYTHONUNBUFFERED=1",
 			},
-			absent: []string{"INFERD_ADMIN_KEY", "INFERD_DATA_DIR", "AWS_SECRET", "LD_PRELOAD", "USER", "TZ"},
+			absent: []string{"INFERD_ADMIN_KEY", "INFERD_DATA_DIR", "AWS_SECRET", "LD_PRELOAD", "USER", "TZ", "LD_LIBRARY_PATH", "CUDA_HOME"},
+		},
+		{
+			name:   "replica.passEnv adds variables, and only those set",
+			spec:   backend.Spec{ReplicaID: "r5"},
+			pass:   []string{"LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH"},
+			want:   []string{"LD_LIBRARY_PATH=/usr/local/nvidia/lib64", "CUDA_HOME=/usr/local/cuda", "PATH=/usr/bin:/bin"},
+			absent: []string{"CUDA_PATH", "AWS_SECRET"},
+		},
+		{
+			name: "replica.passEnv cannot override inferd's variables",
+			spec: backend.Spec{ReplicaID: "r6"},
+			pass: []string{"PORT"},
+			want: []string{"PORT=8123"},
 		},
 		{
 			name: "gpu replica",
@@ -123,7 +139,7 @@ func TestEnvironHoldsAllowlistProjectEnvAndInferdVariables(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			env := environ(tc.spec, tc.spec.Model.Env, 8123, tc.runAs, tc.dir, getenv)
+			env := environ(tc.spec, tc.spec.Model.Env, 8123, tc.runAs, tc.dir, tc.pass, getenv)
 			if !slices.IsSorted(env) {
 				t.Errorf("environment not sorted: %v", env)
 			}

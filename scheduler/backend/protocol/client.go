@@ -84,18 +84,9 @@ type Client struct {
 // New returns a client for the model described by cfg, or an error when cfg
 // names a protocol or a path that cannot be used. It connects to nothing yet.
 func New(cfg Config) (*Client, error) {
-	if cfg.Protocol == "" {
-		cfg.Protocol = store.ProtocolHTTP
-	}
-	if cfg.HealthPath == "" {
-		cfg.HealthPath = store.DefaultHTTPHealthPath
-		if cfg.Protocol == store.ProtocolPotassium {
-			cfg.HealthPath = store.PotassiumHealthPath
-		}
-	}
-	if cfg.InferPath == "" {
-		cfg.InferPath = store.DefaultInferPath
-	}
+	// The model spec's defaults, from their one source.
+	m := store.ModelSpec{Protocol: cfg.Protocol, HealthPath: cfg.HealthPath, InferPath: cfg.InferPath}.WithDefaults()
+	cfg.Protocol, cfg.HealthPath, cfg.InferPath = m.Protocol, m.HealthPath, m.InferPath
 	if cfg.MaxReplyBytes <= 0 {
 		cfg.MaxReplyBytes = maxReplyBytes
 	}

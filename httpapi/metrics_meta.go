@@ -1,0 +1,132 @@
+package httpapi
+
+import (
+	"bytes"
+	"io"
+	"strings"
+)
+
+// metricFamily is one metric family inferd exposes: its Prometheus type,
+// its labels and the `# HELP` text. docs/metrics.md lists the same families
+// (a test keeps the two in step).
+type metricFamily struct {
+	name   string
+	typ    string // counter, gauge or histogram
+	labels []string
+	help   string
+}
+
+// metricFamilies are every family /metrics writes, in the order written.
+var metricFamilies = []metricFamily{
+	{"inferd_calls_total", "counter", []string{"project", "outcome"},
+		"Inference calls finished, by project and outcome (succeeded or failed)."},
+	{"inferd_call_seconds", "histogram", []string{"project", "outcome"},
+		"Latency of finished calls, from start to result, in seconds, by project and outcome."},
+	{"inferd_call_queue_seconds", "histogram", []string{"project"},
+		"Time a call waited in its project's queue before it reached a replica, in seconds."},
+	{"inferd_call_boot_seconds", "histogram", []string{"project"},
+		"Part of a call's queue time spent waiting for a replica to boot, in seconds."},
+	{"inferd_call_run_seconds", "histogram", []string{"project"},
+		"Time a replica spent on a call, from dispatch to answer, in seconds."},
+	{"inferd_replica_starts_total", "counter", []string{"project"},
+		"Replica boots attempted (cold starts), by project."},
+	{"inferd_replica_crashes_total", "counter", []string{"project"},
+		"Replicas whose process exited without being asked to (failed launch, boot or serving), by project."},
+	{"inferd_replica_evictions_total", "counter", []string{"project"},
+		"Idle replicas stopped to free GPUs for another project, by project."},
+	{"inferd_replica_oom_kills_total", "counter", []string{"project"},
+		"Replicas the kernel killed for going over their project's memoryMiB, by project."},
+	{"inferd_http_requests_total", "counter", []string{"route", "status"},
+		"HTTP requests answered, by route pattern and status code."},
+	{"inferd_longpolls_in_flight", "gauge", nil,
+		"Check requests waiting on their call (long polls) right now."},
+	{"inferd_queue_depth", "gauge", []string{"project"},
+		"Calls waiting in each project's queue right now."},
+	{"inferd_replicas", "gauge", []string{"project", "state"},
+		"Replicas of each project by state (booting, ready, busy, stopping) right now."},
+	{"inferd_gpu_memory_total_bytes", "gauge", []string{"gpu", "uuid"},
+		"Memory of each GPU, in bytes."},
+	{"inferd_gpu_memory_used_bytes", "gauge", []string{"gpu", "uuid"},
+		"Memory in use on each GPU as its driver reports it (a simulated GPU: inferd's reservation), in bytes."},
+	{"inferd_gpu_memory_reserved_bytes", "gauge", []string{"gpu", "uuid"},
+		"Memory inferd has handed out to replicas on each GPU, in bytes."},
+	{"inferd_gpu_utilization_ratio", "gauge", []string{"gpu", "uuid"},
+		"Each GPU's utilization as its driver reports it, 0 to 1 (0 for a simulated GPU)."},
+	{"inferd_gpu_healthy", "gauge", []string{"gpu", "uuid"},
+		"1 while the GPU reads normally, 0 while it is lost or unreadable (no new replicas are placed on it)."},
+	{"inferd_connections_open", "gauge", nil,
+		"Client connections to the API open right now."},
+	{"inferd_connections_max", "gauge", nil,
+		"The cap on open API connections (limits.maxConnections, or sized from the open-file limit)."},
+	{"inferd_connections_closed_for_room_total", "counter", nil,
+		"Idle or silent API connections closed to make room for new ones at the cap."},
+	{"inferd_store_file_bytes", "gauge", nil,
+		"Size of the data file, in bytes."},
+	{"inferd_store_commits_total", "counter", nil,
+		"Write transactions committed to the data file."},
+	{"inferd_store_commit_seconds_total", "counter", nil,
+		"Time spent committing write transactions (fsync included), in seconds."},
+}
+
+// familyOf returns the family a sample line belongs to: its metric name, or
+// for a histogram's _bucket, _sum and _count series, the histogram's name.
+func familyOf(line string, known map[string]*metricFamily) string {
+	name := line
+	if i := strings.IndexAny(line, "{ "); i >= 0 {
+		name = line[:i]
+	}
+	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+		if base, ok := strings.CutSuffix(name, suffix); ok {
+			if f := known[base]; f != nil && f.typ == "histogram" {
+				return base
+			}
+		}
+	}
+	return name
+}
+
+// writeWithMetadata copies the sample lines of text to w, grouped by family
+// (in order of first appearance) and each group headed by its `# HELP` and
+// `# TYPE` lines, as promtool and the exposition format expect: one TYPE
+// per family, all its samples together.
+//
+// VictoriaMetrics/metrics has a switch for metadata (ExposeMetadata), but
+// it is package-global, writes an empty HELP, and writes a TYPE line with
+// every WriteGauge call, which repeats it for each project's series; so
+// inferd adds the metadata itself from metricFamilies. A family missing
+// there is written as untyped, without help (a test makes sure none is).
+func writeWithMetadata(w io.Writer, text []byte) {
+	known := make(map[string]*metricFamily, len(metricFamilies))
+	for i := range metricFamilies {
+		known[metricFamilies[i].name] = &metricFamilies[i]
+	}
+	var order []string
+	groups := map[string][]byte{}
+	for line := range bytes.Lines(text) {
+		s := strings.TrimSpace(string(line))
+		if s == "" || strings.HasPrefix(s, "#") {
+			continue
+		}
+		fam := familyOf(s, known)
+		if _, ok := groups[fam]; !ok {
+			order = append(order, fam)
+		}
+		groups[fam] = append(append(groups[fam], s...), '\n')
+	}
+	var out bytes.Buffer
+	for _, fam := range order {
+		if f := known[fam]; f != nil {
+			out.WriteString("# HELP " + fam + " " + helpText(f.help) + "\n")
+			out.WriteString("# TYPE " + fam + " " + f.typ + "\n")
+		} else {
+			out.WriteString("# TYPE " + fam + " untyped\n")
+		}
+		out.Write(groups[fam])
+	}
+	_, _ = w.Write(out.Bytes()) // a scrape that hung up has nobody to tell
+}
+
+// helpText escapes s for a HELP line: backslash and newline only.
+func helpText(s string) string {
+	return strings.NewReplacer(`\`, `\\`, "\n", `\n`).Replace(s)
+}

@@ -1,0 +1,108 @@
+package bolt
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"inferd/store"
+)
+
+// Concurrent writers share group commits; storetest checks that their
+// writes are durable.
+func TestCommitStatsCountGroupCommits(t *testing.T) {
+	s := openTest(t)
+	const goroutines, perG = 64, 20
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range perG {
+				c := store.Call{ID: newCallID(), ProjectID: "p", State: store.CallQueued,
+					Inputs: json.RawMessage(fmt.Sprintf(`{"g":%d,"i":%d}`, g, i))}
+				if err := s.SaveCall(context.Background(), c); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	st := s.CommitStats()
+	if st.Writes != goroutines*perG || st.Commits < 1 || st.Commits > st.Writes || st.Duration <= 0 {
+		t.Errorf("CommitStats = %+v", st)
+	}
+	t.Logf("%d writes in %d commits", st.Writes, st.Commits)
+}
+
+func TestExpireCallsWorksInChunks(t *testing.T) {
+	s := openTest(t)
+	const n = 2*expireChunk + 17
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	errs := make(chan error, n)
+	for i := range n {
+		s.SaveCallAsync(store.Call{ID: newCallID(), State: store.CallSucceeded, Finished: t0.Add(time.Duration(i))},
+			func(err error) { errs <- err })
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.ExpireCalls(t0.Add(time.Hour))
+	if err != nil || got != n {
+		t.Errorf("ExpireCalls = %d, %v; want %d", got, err, n)
+	}
+}
+
+func TestRunSweeperExpiresOldCallsUntilCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, err := Open(testPath(t), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		ctx, cancel := context.WithCancel(t.Context())
+		if err := s.SaveCall(ctx, store.Call{ID: "call_old", State: store.CallSucceeded, Finished: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error)
+		go func() { done <- s.RunSweeper(ctx, time.Hour, time.Minute) }()
+
+		time.Sleep(59 * time.Minute) // fake time inside the bubble
+		synctest.Wait()
+		if _, err := s.GetCall("call_old"); err != nil {
+			t.Fatalf("call expired before its TTL: %v", err)
+		}
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+		if _, err := s.GetCall("call_old"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("call not expired after its TTL: %v", err)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("RunSweeper = %v, want nil after cancel", err)
+		}
+	})
+}
+
+func TestFullDiskFailsTheWriteAndTheWriterGoesOn(t *testing.T) {
+	s := openAt(t, testPath(t), Options{maxSize: 1 << 20})
+	big := json.RawMessage(`"` + strings.Repeat("x", 2<<20) + `"`)
+	err := s.SaveCall(context.Background(), store.Call{ID: newCallID(), State: store.CallQueued, Inputs: big})
+	if !errors.Is(err, store.ErrStorageFull) {
+		t.Fatalf("SaveCall(too big) = %v, want ErrStorageFull", err)
+	}
+	id := newCallID()
+	if err := s.SaveCall(context.Background(), store.Call{ID: id, State: store.CallQueued}); err != nil {
+		t.Fatalf("SaveCall after a full-disk failure = %v", err)
+	}
+	if _, err := s.GetCall(id); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,68 @@
+package bolt
+
+import (
+	"encoding/binary"
+	"time"
+)
+
+// SchemaVersion is the layout of buckets and records this binary reads and
+// writes. Bump it, with a step in migrations (migrate.go), whenever a change
+// would confuse an older binary; adding a bucket or an omitempty field does not.
+const SchemaVersion = 1
+
+// Buckets and their invariants. All keys sort the way they are scanned.
+//
+//	meta        "schema" → decimal schema version (SchemaVersion once Open has
+//	            migrated the file). Present in every initialised file.
+//	teams       team id → Team JSON.
+//	keys        key id (10 hex chars, the non-secret part of the secret) → APIKey JSON.
+//	            Every key's TeamID has an entry in teams.
+//	projects    project id → Project JSON. Every project's TeamID has an entry in teams.
+//	modelkeys   Model.KeyHash → project id. Exactly one entry per project, and
+//	            modelkeys[p.Model.KeyHash] == p.ID; a hash belongs to at most one project.
+//	calls       call id ("call_" + UUIDv7, so key order is creation order) → Call JSON.
+//	callpending call id → empty, exactly for the calls whose state is not final
+//	            (queued, booting, running). Scanned at start-up to recover calls.
+//	callfinished call id → 8-byte big-endian Finished unix-nanos, exactly for the
+//	            calls whose state is final; lets a re-save find the old expiry entry
+//	            without decoding the (possibly large) old record.
+//	callexpiry  8-byte big-endian Finished unix-nanos + call id → empty, exactly one
+//	            per callfinished entry; ExpireCalls scans it from the front.
+var (
+	bucketMeta         = []byte("meta")
+	bucketTeams        = []byte("teams")
+	bucketKeys         = []byte("keys")
+	bucketProjects     = []byte("projects")
+	bucketModelKeys    = []byte("modelkeys")
+	bucketCalls        = []byte("calls")
+	bucketCallPending  = []byte("callpending")
+	bucketCallFinished = []byte("callfinished")
+	bucketCallExpiry   = []byte("callexpiry")
+
+	keySchema = []byte("schema")
+)
+
+func allBuckets() [][]byte {
+	return [][]byte{
+		bucketMeta, bucketTeams, bucketKeys, bucketProjects, bucketModelKeys,
+		bucketCalls, bucketCallPending, bucketCallFinished, bucketCallExpiry,
+	}
+}
+
+type stopIteration struct{}
+
+func (stopIteration) Error() string { return "stop iteration" }
+
+var errStopIteration error = stopIteration{}
+
+// nanosKey encodes t as 8 big-endian bytes of unix nanoseconds, so byte order
+// is time order. Times before 1970 encode as 0.
+func nanosKey(t time.Time) []byte {
+	var b [8]byte
+	n := t.UnixNano()
+	if n < 0 {
+		n = 0
+	}
+	binary.BigEndian.PutUint64(b[:], uint64(n))
+	return b[:]
+}

@@ -1,7 +1,0 @@
-//go:build !failpoints
-
-package store
-
-// commitFailpoint is a crash point for fault tests; see failpoint.go. In
-// production builds it is empty and the compiler drops the calls.
-func commitFailpoint(stage string, batch []callWrite) {}

@@ -1,0 +1,48 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// ProjectHooks keeps the functions registered with OnProjectChange; an
+// implementation embeds it and calls Notify after each committed project
+// write. The zero value is ready to use.
+type ProjectHooks struct {
+	mu    sync.RWMutex
+	hooks []func(projectID string)
+}
+
+// OnProjectChange implements Projects.
+func (h *ProjectHooks) OnProjectChange(fn func(projectID string)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.hooks = append(h.hooks, fn)
+}
+
+// Notify runs the hooks, in registration order, for a change to project
+// id. Callers hold no lock or transaction of theirs: a hook may read the
+// store.
+func (h *ProjectHooks) Notify(id string) {
+	h.mu.RLock()
+	hooks := h.hooks
+	h.mu.RUnlock()
+	for _, fn := range hooks {
+		fn(id)
+	}
+}
+
+// SaveCallAndWait is SaveCall for an implementation whose writes go through
+// SaveCallAsync: it queues the write and waits for its commit or for ctx to
+// end (the write still happens then).
+func SaveCallAndWait(ctx context.Context, s interface{ SaveCallAsync(Call, func(error)) }, c Call) error {
+	ch := make(chan error, 1)
+	s.SaveCallAsync(c, func(err error) { ch <- err })
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("save call %s: %w", c.ID, ctx.Err())
+	}
+}
