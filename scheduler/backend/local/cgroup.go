@@ -210,7 +210,7 @@ func newCgroups(s cgroupSetup) (*cgroups, string) {
 		}
 		base := filepath.Join(ownDir, cgroupRoot, s.instance)
 		if err := os.MkdirAll(base, 0o755); err != nil {
-			cg.why[c] = fmt.Sprintf("cannot make a cgroup v1 %s: %v", c, errBrief(err))
+			cg.why[c] = fmt.Sprintf("the host mounts %s only as cgroup v1, where inferd cannot make a cgroup (%v; systemd delegates only v2)", c, errBrief(err))
 			continue
 		}
 		cg.v1[c] = v1Base{base: base, own: ownDir}

@@ -298,8 +298,30 @@ func (x *box) enter() error {
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("drop ambient capabilities: %w", err)
 	}
+	if err := clearInheritable(); err != nil {
+		return err
+	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("set no_new_privs: %w", err)
+	}
+	return nil
+}
+
+// clearInheritable empties the calling thread's inheritable capabilities,
+// which an exec keeps (a program with file capabilities could take them up
+// again); its effective and permitted ones, inferd's own, stay.
+func clearInheritable() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("read capabilities: %w", err)
+	}
+	if data[0].Inheritable == 0 && data[1].Inheritable == 0 {
+		return nil
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("drop inheritable capabilities: %w", err)
 	}
 	return nil
 }
