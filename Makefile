@@ -23,8 +23,10 @@ run: build
 	@echo "  KEY=\$$(./inferd --config $(CONFIG) key create --team demo | tail -n1)"
 	@echo "  curl -s localhost:8080/start/v4 -d '{\"apiKey\":\"'\$$KEY'\",\"modelKey\":\"mk-echo-1\",\"modelInputs\":{\"prompt\":\"hi\"}}'"
 	@echo
-	@# The demo runs its model as you, even as root, where a service install would
-	@# use replica.user (nobody): python3 may live where nobody cannot read it.
+	@# The demo runs its model as you, even as root, where a service install gives
+	@# each project a uid of its own (replica.user: per-project): python3 may live
+	@# where no other user can read it. The rest of the sandbox applies as far as
+	@# your privileges allow; the start-up log line says which protections are on.
 	INFERD_REPLICA_USER=$${INFERD_REPLICA_USER:-$$(id -un)} ./inferd --config $(CONFIG) serve
 
 ## test: every check CI runs: formatting, vet, and all tests with the race detector,
