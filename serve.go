@@ -122,7 +122,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	admin := &http.Server{
 		Handler: httpapi.NewAdmin(st, log,
 			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(func(ps []store.Project) []string {
-				return append(sched.CapacityWarnings(ps), replicas.AccessWarnings(ps)...)
+				return append(sched.CapacityWarnings(ps), replicas.ApplyWarnings(ps)...)
 			})),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return adminCtx },

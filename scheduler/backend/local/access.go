@@ -9,17 +9,52 @@ import (
 	"strings"
 	"syscall"
 
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
-// AccessWarnings says, for each project whose replicas run as a user other
+// ApplyWarnings says what the sandbox cannot do for projects as they ask
+// (see accessWarnings and limitWarnings). apply shows these as warnings;
+// they reject nothing.
+func (b *Backend) ApplyWarnings(projects []store.Project) []string {
+	return append(b.accessWarnings(projects), b.limitWarnings(projects)...)
+}
+
+// limitWarnings names the projects that ask for a memoryMiB, a pidsMax or a
+// private network that this daemon cannot give them, and why.
+func (b *Backend) limitWarnings(projects []store.Project) []string {
+	var out []string
+	ps := b.Protections()
+	why := func(name string) (string, bool) {
+		for _, p := range ps {
+			if p.Name == name {
+				return p.Detail, p.On
+			}
+		}
+		return "", false
+	}
+	for _, p := range projects {
+		m := p.Model
+		if d, on := why(backend.ProtectionMemoryLimit); m.MemoryMiB > 0 && !on {
+			out = append(out, fmt.Sprintf("project %s: memoryMiB %d is not enforced here (%s)", p.ID, m.MemoryMiB, d))
+		}
+		if d, on := why(backend.ProtectionPidsLimit); m.PidsMax > 0 && !on {
+			out = append(out, fmt.Sprintf("project %s: pidsMax %d is not enforced here (%s)", p.ID, m.PidsMax, d))
+		}
+		if m.Network == store.NetworkPrivate && b.sb.netnsErr != nil {
+			out = append(out, fmt.Sprintf("project %s: network private is not possible here: its replicas share the host's network (%v)", p.ID, errBrief(b.sb.netnsErr)))
+		}
+	}
+	return out
+}
+
+// accessWarnings says, for each project whose replicas run as a user other
 // than the daemon's, what that user could not reach to start its model:
 // the model's dir (it must be able to enter and list it) or its program (it
 // must be able to run it). A uid of the project's own owns no file and is in
 // no group, so "others" permission bits are what count for it. Nothing is
-// said when models run as the daemon's own user. apply shows these as
-// warnings; they reject nothing.
-func (b *Backend) AccessWarnings(projects []store.Project) []string {
+// said when models run as the daemon's own user.
+func (b *Backend) accessWarnings(projects []store.Project) []string {
 	var out []string
 	for _, p := range projects {
 		who, u := b.accessUser(p)
@@ -54,7 +89,7 @@ func (b *Backend) AccessWarnings(projects []store.Project) []string {
 	return out
 }
 
-// accessUser is who p's replicas run as, for AccessWarnings; nil = the
+// accessUser is who p's replicas run as, for accessWarnings; nil = the
 // daemon's own user or root, whom nothing is checked for.
 func (b *Backend) accessUser(p store.Project) (string, *RunAs) {
 	switch b.sb.identity {

@@ -487,7 +487,7 @@ func TestCgroupMountsAndOwnCgroup(t *testing.T) {
 	}
 }
 
-func TestAccessWarningsNameWhatOthersCannotReach(t *testing.T) {
+func TestApplyWarningsNameWhatTheSandboxCannotDo(t *testing.T) {
 	needRoot(t)
 	b := testBackendWith(t, perProject)
 	base := t.TempDir()
@@ -506,7 +506,7 @@ func TestAccessWarningsNameWhatOthersCannotReach(t *testing.T) {
 		p.Model.Dir, p.Model.Command = dir, command
 		return p
 	}
-	got := b.AccessWarnings([]store.Project{
+	got := b.ApplyWarnings([]store.Project{
 		project("fine", open, "/bin/sh", "-c", "true"),
 		project("dir", closedDir, "/bin/sh"),
 		project("prog", open, "./run.sh"),
@@ -525,8 +525,21 @@ func TestAccessWarningsNameWhatOthersCannotReach(t *testing.T) {
 			t.Errorf("warning %d:\n %s\nwant it to start\n %s", i, got[i], want[i])
 		}
 	}
-	if w := testBackend(t).AccessWarnings([]store.Project{project("dir", closedDir, "/bin/sh")}); len(w) != 0 {
+	if w := testBackend(t).ApplyWarnings([]store.Project{project("dir", closedDir, "/bin/sh")}); len(w) != 0 {
 		t.Errorf("models as the daemon's own user are not checked, got %v", w)
+	}
+
+	// Limits the daemon cannot enforce are named too.
+	limited := project("limited", open, "/bin/sh")
+	limited.Model.MemoryMiB, limited.Model.PidsMax = 100, 10
+	noCgroups := testBackendWith(t, func(c *Config) { c.User, c.NoCgroups = "root", true })
+	w := noCgroups.ApplyWarnings([]store.Project{limited})
+	if len(w) != 2 || !strings.Contains(w[0], "project limited: memoryMiB 100 is not enforced here (no cgroup per replica") ||
+		!strings.Contains(w[1], "project limited: pidsMax 10 is not enforced here") {
+		t.Errorf("warnings for limits without cgroups: %q", w)
+	}
+	if w := testBackend(t).ApplyWarnings([]store.Project{limited}); len(w) != 0 {
+		t.Errorf("limits a cgroup enforces are warned of: %q", w)
 	}
 }
 
