@@ -76,12 +76,19 @@ func TestModelProcessesAreConfined(t *testing.T) {
 }
 
 // readableEcho copies the echo model to a directory any user can read, so
-// that it runs as an unprivileged user wherever the checkout lives, and
-// checks that the system python3 exists (a pyenv one under /root would not
-// be readable by that user).
+// that it runs as an unprivileged user wherever the checkout lives (see
+// readableModel).
 func readableEcho(t *testing.T) string {
 	t.Helper()
-	src := filepath.Join(echoDir(t), "server.py")
+	return readableModel(t, filepath.Join(echoDir(t), "server.py"))
+}
+
+// readableModel copies the model program src to server.py in a directory any
+// user can read, and checks that the system python3 exists (a pyenv one
+// under /root would not be readable by a model's uid), so that it runs under
+// a uid of its own wherever the checkout lives.
+func readableModel(t *testing.T, src string) string {
+	t.Helper()
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		testenv.Missing(t, "/usr/bin/python3, for an unprivileged model user to run")
 	}

@@ -20,27 +20,10 @@ import (
 	"inferd/internal/testenv"
 )
 
-// hostileDir copies e2e/testdata/hostile.py to a directory any user can read,
-// so that it runs under a uid of its own, with the system python3.
+// hostileDir copies e2e/testdata/hostile.py where any user can read it.
 func hostileDir(t *testing.T) string {
 	t.Helper()
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		testenv.Missing(t, "/usr/bin/python3, for a model that runs under a uid of its own")
-	}
-	code, err := os.ReadFile("e2e/testdata/hostile.py")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	for _, d := range []string{filepath.Dir(dir), dir} { // t.TempDir makes them 0700
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, "server.py"), code, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
+	return readableModel(t, "e2e/testdata/hostile.py")
 }
 
 // hostileProject is a manifest entry running the hostile model.

@@ -25,6 +25,16 @@ func needRoot(t *testing.T) {
 	testenv.NeedRoot(t, "the sandbox needs it to switch users and make cgroups and network namespaces")
 }
 
+// needPython returns the python3 interpreter, or ends the test without one.
+func needPython(t *testing.T) string {
+	t.Helper()
+	py, err := python()
+	if err != nil {
+		testenv.Missing(t, "python3 on PATH: %v", err)
+	}
+	return py
+}
+
 // perProject configures a test backend with a uid per project, recorded in the
 // test's run dir.
 func perProject(c *Config) {
@@ -218,10 +228,7 @@ func TestPrivateDirIsTheReplicasOwnAndGoesWithIt(t *testing.T) {
 
 func TestMemoryLimitEndsTheReplicaAsOutOfMemory(t *testing.T) {
 	needRoot(t)
-	py, err := python()
-	if err != nil {
-		testenv.Missing(t, "python3 on PATH: %v", err)
-	}
+	py := needPython(t)
 	b := testBackend(t)
 	if b.sb.cgroups == nil || (!b.sb.cgroups.v2Ctl["memory"] && b.sb.cgroups.v1["memory"].base == "") {
 		testenv.Missing(t, "a memory controller to make cgroups in")
@@ -250,10 +257,7 @@ func TestMemoryLimitEndsTheReplicaAsOutOfMemory(t *testing.T) {
 
 func TestPidsLimitCapsTheReplicasProcesses(t *testing.T) {
 	needRoot(t)
-	py, err := python()
-	if err != nil {
-		testenv.Missing(t, "python3 on PATH: %v", err)
-	}
+	py := needPython(t)
 	b := testBackend(t)
 	cg := b.sb.cgroups
 	if cg == nil || (!cg.v2Ctl["pids"] && cg.v1["pids"].base == "") {
@@ -346,10 +350,7 @@ func TestRecoverKillsTheCgroupsAPreviousDaemonLeft(t *testing.T) {
 
 func TestPrivateNetworkReachesNothingOutside(t *testing.T) {
 	needRoot(t)
-	py, err := python()
-	if err != nil {
-		testenv.Missing(t, "python3 on PATH: %v", err)
-	}
+	py := needPython(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
