@@ -115,7 +115,7 @@ func New(cfg Config, log zerolog.Logger) (*Backend, error) {
 	if cfg.LogMaxBytesPerProject <= 0 {
 		cfg.LogMaxBytesPerProject = DefaultLogMaxBytesPerProject
 	}
-	sb, err := newSandbox(cfg, log)
+	sb, err := newSandbox(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -8,11 +8,13 @@ import (
 	"syscall"
 )
 
-// RunAs is the user model processes run as when inferd runs as root, so that
-// a model cannot read the data file, other teams' logs or inferd's keys, nor
-// signal inferd. The process is started with this uid, gid and supplementary
-// groups (device groups such as video or render come from the user's groups),
-// and HOME, USER and LOGNAME describe this user.
+// RunAs is a user model processes run as when inferd may switch users, so
+// that a model cannot read the data file, other teams' logs or inferd's
+// keys, nor signal inferd: a uid of the project's own (see identity.go), or
+// replica.user's named user. The process is started with this uid, gid and
+// supplementary groups (a named user's device groups, such as video or
+// render, come with it), and USER and LOGNAME name it; HOME is the replica's
+// private directory, not Home.
 type RunAs struct {
 	Name     string
 	UID, GID uint32

@@ -48,7 +48,7 @@ const (
 )
 
 // newSandbox sets up what cfg asks for, as far as this machine allows.
-func newSandbox(cfg Config, log zerolog.Logger) (*sandbox, error) {
+func newSandbox(cfg Config) (*sandbox, error) {
 	sb := &sandbox{priv: effectivePrivileges(), network: cfg.Network, devices: cfg.DeviceRules}
 	if sb.network == "" {
 		sb.network = store.NetworkPrivate
