@@ -604,9 +604,19 @@ func TestLogBudgetNeverRemovesALiveReplicasFile(t *testing.T) {
 	if !slices.Equal(left, []string{"a-1.log", "b-1.log", "notes.txt"}) {
 		t.Fatalf("after trimming to 1000 bytes: %v", left)
 	}
+	// The live replica writes on: 800 + 300 is over, and the oldest file that
+	// is not live goes at once, not when the replica ends.
+	f, err := os.OpenFile(live, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(make([]byte, 200))
+	f.Close()
 	if lb.wrote(200) {
-		// 600 + 300 + 200 written: b-1.log goes, and the live file fits.
 		t.Fatal("still over the budget with only the live file left under it")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "b-1.log")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("b-1.log is still there while a live replica's writes took the project over its budget: %v", err)
 	}
 	if _, err := os.Stat(live); err != nil {
 		t.Fatalf("the live file was removed: %v", err)
