@@ -350,10 +350,17 @@ func TestInferencePanicAnswersWithErrorMessage(t *testing.T) {
 }
 
 func TestPendingMessagesNeverSayError(t *testing.T) {
-	for _, s := range []store.CallState{store.CallQueued, store.CallBooting, store.CallRunning, "", "error-ish"} {
-		if m := pendingMessage(s); strings.Contains(m, "error") || m == "" {
-			t.Errorf("pendingMessage(%q) = %q", s, m)
+	for _, c := range []store.Call{
+		{State: store.CallQueued}, {State: store.CallBooting}, {State: store.CallRunning}, {}, {State: "error-ish"},
+		{State: store.CallBooting, Message: "booting (attempt 2 of 3; last: ModuleNotFoundError)"},
+	} {
+		if m := pendingMessage(c); strings.Contains(strings.ToLower(m), "error") || m == "" {
+			t.Errorf("pendingMessage(%+v) = %q", c, m)
 		}
+	}
+	attempt := store.Call{State: store.CallBooting, Message: "booting (attempt 2 of 3; last: process exited with status 1)"}
+	if m := pendingMessage(attempt); m != attempt.Message {
+		t.Errorf("pendingMessage(%+v) = %q, want the scheduler's account", attempt, m)
 	}
 }
 

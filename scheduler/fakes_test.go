@@ -263,6 +263,7 @@ type fakeInstance struct {
 	mu       sync.Mutex
 	exitErr  error
 	lastLine string
+	problem  backend.BootProblem // what BootProblem returns
 	stopOnce sync.Once
 	exitOnce sync.Once
 }
@@ -289,6 +290,12 @@ func (i *fakeInstance) ExitErr() error {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	return i.exitErr
+}
+
+func (i *fakeInstance) BootProblem() backend.BootProblem {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.problem
 }
 
 func (i *fakeInstance) LastLogLine() string {
@@ -344,6 +351,13 @@ func (i *fakeInstance) exit(err error, line string) {
 		i.mu.Unlock()
 		close(i.exited)
 	})
+}
+
+// setProblem sets what BootProblem returns.
+func (i *fakeInstance) setProblem(bp backend.BootProblem) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.problem = bp
 }
 
 func (i *fakeInstance) wasStopped() bool { return isClosed(i.stopped) }

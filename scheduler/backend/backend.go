@@ -117,6 +117,23 @@ type Instance interface {
 	LastLogLine() string
 	// Info describes the replica for the operator.
 	Info() Info
+	// BootProblem says why the replica is not ready, as far as the backend
+	// can tell: its last finding while it booted (zero when it has none).
+	// It stays readable after Exited, so a failed boot can be explained.
+	BootProblem() BootProblem
+}
+
+// BootProblem says why a replica did not get ready, in the operator's words.
+type BootProblem struct {
+	// Text is what is wrong and what to set, e.g. "no answer on
+	// 127.0.0.1:41234 (the model must listen on $PORT); it listens on 5000"
+	// or "GET /healthz answered 404 (set healthPath)"; "" when nothing is
+	// known.
+	Text string
+	// Fatal says the backend stopped the replica for it, because waiting
+	// would not help: a replica started from the same spec fails the same
+	// way, so the scheduler need not retry it before the spec changes.
+	Fatal bool
 }
 
 // Info describes a running replica for the status page and logs. Fields a

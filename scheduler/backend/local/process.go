@@ -54,6 +54,8 @@ type Process struct {
 	mu      sync.Mutex
 	reaped  bool  // the leader has been waited for: its pid may be reused, signal nothing
 	exitErr error // set before exited is closed
+	// bootProblem is the readiness poller's last finding (bootcheck.go).
+	bootProblem backend.BootProblem
 }
 
 // start starts the model server described by spec and returns once the process

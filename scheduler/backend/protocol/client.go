@@ -121,21 +121,32 @@ func (c *Client) Close() {
 
 // Healthy makes one health check: GET HealthPath answered 2xx within ctx.
 func (c *Client) Healthy(ctx context.Context) bool {
+	status, err := c.Health(ctx)
+	return err == nil && status >= 200 && status < 300
+}
+
+// Health makes one health check and returns the status GET HealthPath
+// answered, or the error of a check that got no answer (refused, timed
+// out), so that a backend can say why a model is not ready.
+func (c *Client) Health(ctx context.Context) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.baseURL+c.cfg.HealthPath, nil)
 	if err != nil {
-		return false
+		return 0, fmt.Errorf("health check: %w", err)
 	}
 	// Through the pool, so that the connection the model was found ready on
 	// carries its first call.
 	resp, finish, err := c.conns.roundTrip(ctx, req)
 	if err != nil {
-		return false
+		return 0, fmt.Errorf("health check: %w", err)
 	}
 	// Drain a little so the connection can be reused for the next check or call.
 	n, err := io.Copy(io.Discard, io.LimitReader(resp.Body, healthDrainBytes))
 	finish(err == nil && n < healthDrainBytes)
-	return resp.StatusCode >= 200 && resp.StatusCode < 300
+	return resp.StatusCode, nil
 }
+
+// HealthPath is the path health checks GET, defaults applied.
+func (c *Client) HealthPath() string { return c.cfg.HealthPath }
 
 // TransportError is returned by Infer when the exchange with the model broke
 // (refused, reset, cut short) rather than the model answering. The caller
