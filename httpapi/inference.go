@@ -348,6 +348,12 @@ func (a *api) decodeInference(w http.ResponseWriter, r *http.Request) (inference
 	if err != nil {
 		return req, err
 	}
+	// The JSON decoder lets bytes that are not UTF-8 through inside strings,
+	// where they would reach the model and, echoed, answers clients cannot
+	// read.
+	if i := store.InvalidUTF8(body); i >= 0 {
+		return req, badRequest("request body is not valid UTF-8 at byte %d", i)
+	}
 	err = decodeObject(body, &req)
 	return req, err
 }

@@ -46,6 +46,7 @@ func TestInferenceErrorMessages(t *testing.T) {
 		{"null modelInputs", "/start/v4", `{"apiKey": "` + keyAcme + `", "modelKey": "mk-echo", "modelInputs": null}`, nil, nil, "error: missing modelInputs; send a JSON object"},
 		{"modelInputs array", "/start/v4", `{"apiKey": "` + keyAcme + `", "modelKey": "mk-echo", "modelInputs": [1]}`, nil, nil, "error: modelInputs must be a JSON object"},
 		{"modelInputs string", "/start/v4", `{"apiKey": "` + keyAcme + `", "modelKey": "mk-echo", "modelInputs": "{}"}`, nil, nil, "error: modelInputs must be a JSON object"},
+		{"modelInputs not UTF-8", "/start/v4", `{"apiKey": "` + keyAcme + `", "modelKey": "mk-echo", "modelInputs": {"p": "caf` + "\xe9" + `"}}`, nil, nil, "error: request body is not valid UTF-8 at byte 81"},
 		{"startOnly not a boolean", "/start/v4", `{"apiKey": "` + keyAcme + `", "modelKey": "mk-echo", "modelInputs": {}, "startOnly": "yes"}`, nil, nil, "error: startOnly must be a boolean (true or false)"},
 		{"invalid apiKey", "/start/v4", `{"apiKey": "nope", "modelKey": "mk-echo", "modelInputs": {}}`, nil, nil, "error: invalid apiKey"},
 		{"revoked apiKey", "/start/v4", `{"apiKey": "` + keyRevoked + `", "modelKey": "mk-echo", "modelInputs": {}}`, nil, nil, "error: invalid apiKey"},

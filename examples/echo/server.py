@@ -67,6 +67,10 @@ class Handler(BaseHTTPRequestHandler):
         if "raw" in inputs:
             self.reply(200, str(inputs["raw"]).encode(), "text/plain")
             return
+        if "latin1" in inputs:
+            text = json.dumps({"text": str(inputs["latin1"])}, ensure_ascii=False)
+            self.reply(200, text.encode("latin-1", "replace"))
+            return
 
         out = {
             "echo": inputs,

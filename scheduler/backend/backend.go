@@ -58,12 +58,15 @@ type Logs interface {
 	ReplicaLogs(team, project string) ([]Log, error)
 
 	// TailLog returns the last n lines of l (valid UTF-8, each cut at
-	// MaxLogLineBytes), and the offset at which output written after them
-	// starts, for FollowLog. A log that does not exist is ErrNoLog.
+	// MaxLogLineBytes, with terminal control characters escaped: a model's
+	// output must not act on the operator's terminal), and the offset at
+	// which output written after them starts, for FollowLog. A log that
+	// does not exist is ErrNoLog.
 	TailLog(l Log, n int) (lines []string, next int64, err error)
 
 	// FollowLog writes to w what l gets after offset from (see TailLog),
-	// until ctx ends (then it returns nil) or a write to w fails.
+	// escaped as TailLog's lines are, until ctx ends (then it returns nil)
+	// or a write to w fails.
 	FollowLog(ctx context.Context, l Log, from int64, w io.Writer) error
 }
 
@@ -113,7 +116,8 @@ type Instance interface {
 	// exited. It is idempotent and safe to call concurrently.
 	Stop()
 	// LastLogLine is the last non-empty line the model printed (at most 500
-	// bytes), for error messages such as a failed boot.
+	// bytes, terminal controls escaped as in TailLog), for error messages
+	// such as a failed boot.
 	LastLogLine() string
 	// Info describes the replica for the operator.
 	Info() Info

@@ -164,7 +164,8 @@ func (e *TransportError) Unwrap() error { return e.Err }
 // the reply body, which is valid JSON. Errors: *backend.HTTPError for a
 // non-2xx reply, backend.ErrInvalidReply (wrapped) for a reply that is not
 // JSON or too large, *TransportError when the exchange broke; ctx's error is
-// returned as is. For protocol potassium the request carries a fresh
+// returned as is. A reply that is JSON but not valid UTF-8 is ErrInvalidReply
+// too, naming the offset of the first bad byte. For protocol potassium the request carries a fresh
 // X-Banana-Request-Id, and a 500 with a text/plain body (the handler's
 // traceback) is a *backend.ExceptionError instead.
 func (c *Client) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMessage, error) {
@@ -213,6 +214,9 @@ func (c *Client) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMes
 	clean = true // shorter than the limit: the body ended
 	if !json.Valid(body) {
 		return nil, fmt.Errorf("%w: reply is not JSON: %q", backend.ErrInvalidReply, truncate(body, 200))
+	}
+	if i := store.InvalidUTF8(body); i >= 0 {
+		return nil, fmt.Errorf("%w: reply is not valid UTF-8 at byte %d", backend.ErrInvalidReply, i)
 	}
 	return body, nil
 }
