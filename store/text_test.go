@@ -11,7 +11,7 @@ func TestInvalidUTF8NamesTheFirstBadByte(t *testing.T) {
 		{`{"prompt":"模型"}`, -1},
 		{"", -1},
 		{"\xff", 0},
-		{`{"prompt":"` + "\xc3\x28" + `"}`, 11}, // a 2-byte start with a bad continuation
+		{`{"prompt":"` + "\xc3\x28" + `"}`, 11},    // a 2-byte start with a bad continuation
 		{`{"a":"é","b":"` + "\xe6\xa8" + `"}`, 15}, // a character cut short
 	} {
 		if got := InvalidUTF8([]byte(tc.in)); got != tc.want {
