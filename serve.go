@@ -12,7 +12,6 @@ import (
 	"time"
 
 	vm "github.com/VictoriaMetrics/metrics"
-	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
 	"inferd/config"
@@ -33,7 +32,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	if err := cfg.EnsureDataDir(); err != nil {
 		return err
 	}
-	gpus := discoverGPUs(cfg.GPU, log)
+	gpus := gpu.Open(cfg.GPU.Simulate, cfg.GPU.Disabled, log)
 	defer gpus.Close()
 	replicas, err := local.New(backendConfig(cfg, gpus), log)
 	if err != nil {
@@ -109,7 +108,8 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	defer endAdmin()
 	admin := &http.Server{
 		Handler: httpapi.NewAdmin(st, log,
-			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(sched.CapacityWarnings)),
+			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(sched.CapacityWarnings),
+			httpapi.WithModelCheck(replicas.Checker().Problems)),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return adminCtx },
 	}
@@ -184,19 +184,6 @@ func listenAdmin(path string) (net.Listener, error) {
 		return nil, fmt.Errorf("restrict admin socket %s: %w", path, err)
 	}
 	return ln, nil
-}
-
-func discoverGPUs(c config.GPU, log zerolog.Logger) *gpu.Inventory {
-	switch {
-	case len(c.Simulate) > 0:
-		log.Info().Int("count", len(c.Simulate)).Msg("using simulated GPUs")
-		return gpu.Simulated(c.Simulate)
-	case c.Disabled:
-		log.Info().Msg("GPU discovery disabled: running on CPU only")
-		return gpu.Simulated(nil)
-	default:
-		return gpu.Discover(log)
-	}
 }
 
 func schedulerConfig(cfg config.Config) scheduler.Config {
