@@ -122,3 +122,18 @@ func (s *Scheduler) refuse(p *project) error {
 	}
 	return &bootFailedError{reason: p.lastBoot.text, next: p.backoffT.at.Sub(s.clk.Now())}
 }
+
+// waitingText is why p's work waits, for the status: the scheduler's reason
+// (a CPU slot, a GPU), else its boot retries.
+func (s *Scheduler) waitingText(p *project) string {
+	switch {
+	case p.waiting != "":
+		return p.waiting
+	case p.refusing && p.backoffT.armed():
+		return fmt.Sprintf("boots failed: new calls fail until the next boot in %s, or until the project changes",
+			p.backoffT.at.Sub(s.clk.Now()).Round(time.Second))
+	case p.bootFailures > 0 && (p.booting() || p.backoffT.armed()):
+		return s.bootingMessage(p)
+	}
+	return ""
+}

@@ -500,6 +500,9 @@ func TestCallsWaitingOnFailedBootsSayWhichAttemptAndWhy(t *testing.T) {
 					}
 				}
 				check("during the backoff")
+				if got := h.project("flaky").Waiting; got != tc.want {
+					t.Errorf("status waiting = %q, want %q", got, tc.want)
+				}
 				h.advance(time.Second)
 				i := h.launched()
 				check("during the second boot")
@@ -525,6 +528,9 @@ func TestSpecChangeEndsTheRefusalOfAFailedProject(t *testing.T) {
 		}
 		if _, err := h.s.Submit(context.Background(), p, json.RawMessage(`{}`)); !errors.Is(err, ErrBootFailed) {
 			t.Fatalf("Submit after the failure: %v", err)
+		}
+		if got, want := h.project("fixme").Waiting, "boots failed: new calls fail until the next boot in 1m0s, or until the project changes"; got != want {
+			t.Errorf("status waiting = %q, want %q", got, want)
 		}
 		p.Model.Env = map[string]string{"FIXED": "1"}
 		h.st.putProject(p)

@@ -43,7 +43,7 @@ type ProjectStatus struct {
 	MaxReplicas int             `json:"maxReplicas"`
 	Queued      int             `json:"queued"`
 	Running     int             `json:"running"`
-	Waiting     string          `json:"waiting"`   // "", "waiting for CPU slot" or "waiting for GPU"
+	Waiting     string          `json:"waiting"`   // "", "waiting for CPU slot", "waiting for GPU", or its boot retries (bootfail.go)
 	LastError   string          `json:"lastError"` // the last failed boot or crash
 	Replicas    []ReplicaStatus `json:"replicas"`  // in start order
 
@@ -80,7 +80,7 @@ func (s *Scheduler) snapshot() Status {
 			MaxReplicas: p.cfg.MaxReplicas,
 			Queued:      p.queue.len(),
 			Running:     p.running,
-			Waiting:     p.waiting,
+			Waiting:     s.waitingText(p),
 			LastError:   p.lastError,
 			Replicas:    make([]ReplicaStatus, 0, len(p.replicas)),
 

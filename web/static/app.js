@@ -283,6 +283,11 @@ function waitHelp(waiting) {
     return "cpuSlots in the config: how many CPU replicas (gpus: 0) may run at once; 0 means one per core. " +
       "A slot frees when a replica stops (idleTimeout) or fails.";
   }
+  if (waiting.startsWith("booting (attempt") || waiting.startsWith("boots failed")) {
+    return "A boot failed (the last error says why; its log link shows the output). inferd retries after " +
+      "replica.restartBackoff, doubling up to maxRestartBackoff; after replica.maxBootFailures, or at once for a wrong " +
+      "port, a missing health path or a boot timeout, the waiting calls fail, and new ones fail until the next boot.";
+  }
   if (waiting.startsWith("waiting for GPU")) {
     return "A replica needs its gpus (or gpuMemoryMiB) free on one GPU; idle replicas of other projects above " +
       "their minReplicas are stopped to make room, busy ones are waited for.";
