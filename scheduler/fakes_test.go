@@ -491,6 +491,18 @@ func (h *harness) launchedN(n int) []*fakeInstance {
 }
 
 // noLaunch checks that no replica was launched.
+// succeedOnNewReplica readies the replica launched next, has it answer
+// call id, and checks that the call succeeded.
+func (h *harness) succeedOnNewReplica(id string) {
+	h.t.Helper()
+	i := h.launched()
+	h.ready(i)
+	h.call(i).reply(`{}`)
+	if got := h.result(id); got.State != store.CallSucceeded {
+		h.t.Fatalf("call %s on a new replica = %+v", id, got)
+	}
+}
+
 func (h *harness) noLaunch() {
 	h.t.Helper()
 	h.settle()

@@ -444,13 +444,7 @@ func TestBootTimeoutFailsQueuedCallsAtOnceSayingWhatTheModelDid(t *testing.T) {
 		h.noLaunch()
 		// Once it ends, a call tries again.
 		h.advance(4 * time.Second)
-		c2 := h.submit(p, `{}`)
-		i = h.launched()
-		h.ready(i)
-		h.call(i).reply(`{}`)
-		if got := h.result(c2.ID); got.State != store.CallSucceeded {
-			t.Errorf("call after the backoff = %+v", got)
-		}
+		h.succeedOnNewReplica(h.submit(p, `{}`).ID)
 	})
 }
 
@@ -473,12 +467,12 @@ func TestFatalBootProblemFailsQueuedCallsWithoutRetrying(t *testing.T) {
 
 func TestCallsWaitingOnFailedBootsSayWhichAttemptAndWhy(t *testing.T) {
 	for _, tc := range []struct {
-		name, line, want string
+		name, exit, line, want string
 	}{
-		{"exit with a line", "loading shards", "booting (attempt 2 of 3; last: process exited with status 1)"},
-		{"exit without output", "", "booting (attempt 2 of 3; last: process exited with status 1 and printed nothing)"},
+		{"exit with a line", "exit status 1", "loading shards", "booting (attempt 2 of 3; last: process exited with status 1)"},
+		{"exit without output", "exit status 1", "", "booting (attempt 2 of 3; last: process exited with status 1 and printed nothing)"},
 		// Clients take any message with "error" for a failure.
-		{"problem text that says error", "", "booting (attempt 2 of 3; last: the model did not get ready)"},
+		{"reason that says error", "exit status 1 (Error 42)", "", "booting (attempt 2 of 3; last: the model did not get ready)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -486,11 +480,7 @@ func TestCallsWaitingOnFailedBootsSayWhichAttemptAndWhy(t *testing.T) {
 				h := newHarness(t, Config{MaxBootFailures: 3, RestartBackoff: time.Second}, nil, p)
 				defer h.stop()
 				c := h.submit(p, `{}`)
-				exitErr := errors.New("exit status 1")
-				if tc.name == "problem text that says error" {
-					exitErr = errors.New("exit status 1 (Error 42)")
-				}
-				h.launched().exit(exitErr, tc.line)
+				h.launched().exit(errors.New(tc.exit), tc.line)
 				check := func(when string) {
 					t.Helper()
 					h.settle()
@@ -536,13 +526,7 @@ func TestSpecChangeEndsTheRefusalOfAFailedProject(t *testing.T) {
 		h.st.putProject(p)
 		h.s.ProjectChanged(p.ID)
 		h.settle()
-		c2 := h.submit(p, `{}`)
-		i := h.launched()
-		h.ready(i)
-		h.call(i).reply(`{}`)
-		if got := h.result(c2.ID); got.State != store.CallSucceeded {
-			t.Errorf("call after the fix = %+v", got)
-		}
+		h.succeedOnNewReplica(h.submit(p, `{}`).ID)
 	})
 }
 
