@@ -335,6 +335,9 @@ func bootExample(python, dir string, runAs *local.RunAs) (time.Duration, error) 
 	case <-inst.Exited():
 		return 0, fmt.Errorf("exited (%v): %s", inst.ExitErr(), lastLine(inst.LastLogLine()))
 	case <-t.C:
+		if bp := inst.BootProblem(); bp.Text != "" {
+			return 0, fmt.Errorf("not ready within %s: %s; last output: %s", exampleBootTimeout, bp.Text, lastLine(inst.LastLogLine()))
+		}
 		return 0, fmt.Errorf("no answer on /healthz within %s: %s", exampleBootTimeout, lastLine(inst.LastLogLine()))
 	}
 }
