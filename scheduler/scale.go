@@ -19,6 +19,7 @@ const (
 // for projects that wait.
 func (s *Scheduler) schedule() {
 	for _, p := range s.order {
+		p.quotaWait = ""
 		s.dispatch(p)
 	}
 	for _, p := range s.order {
@@ -90,6 +91,10 @@ func (s *Scheduler) scaleUp() {
 			if needs[i] == 0 {
 				continue
 			}
+			if why := s.bootBlocked(p); why != "" {
+				p.quotaWait = why // waits for its own team, evicts nobody
+				continue
+			}
 			gpus, cpu, ok := s.acquire(p, devices)
 			if !ok {
 				continue
@@ -102,7 +107,7 @@ func (s *Scheduler) scaleUp() {
 	}
 	var waiting []*project
 	for k := range s.order {
-		if i := (start + k) % len(s.order); needs[i] > 0 {
+		if i := (start + k) % len(s.order); needs[i] > 0 && s.order[i].quotaWait == "" {
 			waiting = append(waiting, s.order[i])
 		}
 	}
@@ -263,7 +268,7 @@ func without(plan []assignment, victims []*rep) []assignment {
 func (s *Scheduler) lruIdle(except *project, gpu bool, taken []*rep) *rep {
 	var best *rep
 	for _, q := range s.order {
-		if q == except || q.deleted || q.queue.len() > 0 {
+		if q == except || q.deleted || q.queue.len() > 0 || !s.mayEvictFor(except, q, gpu) {
 			continue
 		}
 		live := q.live()
