@@ -149,6 +149,8 @@ type statusAll struct {
 	GPUs      []statusGPU     `json:"gpus"`
 	Projects  []statusProject `json:"projects"`
 	Calls     []statusCall    `json:"calls"`
+	// Teams is each visible team's use against its quota (viewTeams).
+	Teams []scheduler.TeamStatus `json:"teams"`
 }
 
 type results[T any] struct {
@@ -225,6 +227,7 @@ func (s *statusAPI) all(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		GPUs:      s.viewGPUs(v),
 		Projects:  s.viewProjects(v),
 		Calls:     viewCalls(v.calls, limit),
+		Teams:     viewTeams(v),
 	})
 }
 
