@@ -188,13 +188,13 @@ type projectLimits struct {
 	others []store.Project // the team's other projects
 }
 
-// check returns the *store.QuotaError of p going beyond its caps or its
-// team's quota (a 400 that names the limit).
+// check returns the *store.QuotaError of p going beyond its team's quota
+// or its caps (a 400 that names the limit; the team's quota first).
 func (l projectLimits) check(p store.Project) error {
-	if err := p.CheckCaps(); err != nil {
+	if err := l.quota.CheckProjects(p.TeamID, append(slices.Clone(l.others), p)); err != nil {
 		return err
 	}
-	return l.quota.CheckProjects(p.TeamID, append(slices.Clone(l.others), p))
+	return p.CheckCaps()
 }
 
 // updatable lists the attributes a PUT may set, in the order messages name them.
