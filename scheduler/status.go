@@ -45,7 +45,7 @@ type ProjectStatus struct {
 	MaxReplicas int             `json:"maxReplicas"`
 	Queued      int             `json:"queued"`
 	Running     int             `json:"running"`
-	Waiting     string          `json:"waiting"`   // "", "waiting for CPU slot" or "waiting for GPU"
+	Waiting     string          `json:"waiting"`   // "", "waiting for CPU slot", "waiting for GPU" or "waiting: team T is at its Q quota (N)"
 	LastError   string          `json:"lastError"` // the last failed boot or crash
 	Replicas    []ReplicaStatus `json:"replicas"`  // in start order
 
