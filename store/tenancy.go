@@ -34,6 +34,15 @@ func (q Quota) Validate() error {
 	return nil
 }
 
+// ValidateTeamQuota checks a SetTeamQuota request: the team id and the
+// quota, each a *ValidationError when bad.
+func ValidateTeamQuota(id string, q Quota) error {
+	if err := ValidateTeamID(id); err != nil {
+		return err
+	}
+	return q.Validate()
+}
+
 // quotaField is one quota field by its JSON name.
 type quotaField struct {
 	name  string

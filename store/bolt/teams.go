@@ -75,10 +75,7 @@ func (s *Store) GetTeam(id string) (store.Team, error) {
 
 // SetTeamQuota replaces the team's quota, creating the team if missing.
 func (s *Store) SetTeamQuota(id string, q store.Quota) (store.Team, error) {
-	if err := store.ValidateTeamID(id); err != nil {
-		return store.Team{}, err
-	}
-	if err := q.Validate(); err != nil {
+	if err := store.ValidateTeamQuota(id, q); err != nil {
 		return store.Team{}, err
 	}
 	var (

@@ -390,10 +390,7 @@ func (s *Store) GetTeam(id string) (store.Team, error) {
 
 // SetTeamQuota implements store.Teams.
 func (s *Store) SetTeamQuota(id string, q store.Quota) (store.Team, error) {
-	if err := store.ValidateTeamID(id); err != nil {
-		return store.Team{}, err
-	}
-	if err := q.Validate(); err != nil {
+	if err := store.ValidateTeamQuota(id, q); err != nil {
 		return store.Team{}, err
 	}
 	if err := s.lock(fmt.Sprintf("set quota of team %s", id)); err != nil {
