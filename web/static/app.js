@@ -141,7 +141,7 @@ function renderTeams(teams) {
   };
   $("teams").replaceChildren(el("table", {},
     el("thead", {}, el("tr", {}, el("th", {}, "Team"), ...fields.map(([, , label]) => el("th", {}, label)))),
-    el("tbody", {}, ...teams.map((t) => el("tr", {}, el("td", {}, t.id), ...fields.map(([use, q]) => cell(t, use, q)))))));
+    el("tbody", {}, ...teams.map((t) => el("tr", { dataset: { team: t.id } }, el("td", {}, t.id), ...fields.map(([use, q]) => cell(t, use, q)))))));
 }
 
 function renderGPUs(gpus) {
