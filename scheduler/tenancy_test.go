@@ -173,3 +173,38 @@ func TestTeamBelowItsShareDoesNotEvictAnotherTeamAtItsShare(t *testing.T) {
 		}
 	})
 }
+
+func TestTeamAtItsReplicaQuotaWaitsForItsOwnReplicas(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := testProject("a", team("acme"), minMax(0, 1), idleTimeout(60))
+		a2 := testProject("a2", team("acme"), minMax(0, 1))
+		b := testProject("b", team("labs"), minMax(0, 1))
+		h := quotaHarness(t, cpuSlots(4), map[string]store.Quota{"acme": {Replicas: 1}}, a, a2, b)
+		defer h.stop()
+		h.submit(a, `{}`)
+		ia := h.launched()
+		h.ready(ia)
+		h.call(ia).reply(`{}`)
+		c := h.submit(a2, `{}`)
+		h.noLaunch() // acme's one replica is a's, idle but within its idleTimeout
+		if got := h.project("a2").Waiting; got != "waiting: team acme is at its replicas quota (1)" {
+			t.Errorf("a2 waiting = %q", got)
+		}
+		h.submit(b, `{}`)
+		if i := h.launched(); i.spec.ProjectID != "b" {
+			t.Fatalf("launched %s, want b's", i.spec.ReplicaID)
+		}
+		h.advance(60 * time.Second) // a's idle replica stops: acme's room is a2's
+		if !ia.wasStopped() {
+			t.Fatal("a's idle replica was not stopped at its idle timeout")
+		}
+		i := h.launched()
+		if i.spec.ProjectID != "a2" {
+			t.Fatalf("launched %s, want a2's", i.spec.ReplicaID)
+		}
+		h.serveOne(i)
+		if got := h.result(c.ID); got.State != store.CallSucceeded {
+			t.Errorf("a2's call = %s %q", got.State, got.Message)
+		}
+	})
+}
