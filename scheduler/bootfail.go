@@ -123,10 +123,12 @@ func (s *Scheduler) refuse(p *project) error {
 	return &bootFailedError{reason: p.lastBoot.text, next: p.backoffT.at.Sub(s.clk.Now())}
 }
 
-// waitingText is why p's work waits, for the status: the scheduler's reason
-// (a CPU slot, a GPU), else its boot retries.
+// waitingText is why p's work waits, for the status: its team's quota, the
+// scheduler's reason (a CPU slot, a GPU), else its boot retries.
 func (s *Scheduler) waitingText(p *project) string {
 	switch {
+	case p.quotaWait != "":
+		return p.quotaWait
 	case p.waiting != "":
 		return p.waiting
 	case p.refusing && p.backoffT.armed():

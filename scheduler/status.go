@@ -12,6 +12,7 @@ type Status struct {
 	GPUs         []GPUStatus     `json:"gpus"`     // one per inventory device, in its order
 	CPUSlots     int             `json:"cpuSlots"`
 	CPUSlotsUsed int             `json:"cpuSlotsUsed"`
+	Teams        []TeamStatus    `json:"teams"` // each team's use against its quota, sorted by id
 }
 
 // GPUStatus is what inferd has handed out on one GPU: its own bookkeeping,
@@ -43,7 +44,7 @@ type ProjectStatus struct {
 	MaxReplicas int             `json:"maxReplicas"`
 	Queued      int             `json:"queued"`
 	Running     int             `json:"running"`
-	Waiting     string          `json:"waiting"`   // "", "waiting for CPU slot", "waiting for GPU", or its boot retries (bootfail.go)
+	Waiting     string          `json:"waiting"`   // "", "waiting for CPU slot", "waiting for GPU", "waiting: team T is at its Q quota (N)", or its boot retries (bootfail.go)
 	LastError   string          `json:"lastError"` // the last failed boot or crash
 	Replicas    []ReplicaStatus `json:"replicas"`  // in start order
 
@@ -105,6 +106,7 @@ func (s *Scheduler) snapshot() Status {
 		st.Projects = append(st.Projects, ps)
 	}
 	st.GPUs = s.gpuStatus()
+	st.Teams = s.teamStatus()
 	return st
 }
 
