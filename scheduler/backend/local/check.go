@@ -157,9 +157,12 @@ func (c *Checker) checkProgram(m store.ModelSpec, dirOK bool, fail func(string, 
 	}
 }
 
-// isScript reports whether a command argument names a script file.
+// isScript reports whether a command argument names a script file: a word
+// with a script's extension, not an option nor a shell command line
+// (sh -c "…; exec python3 server.py").
 func isScript(arg string) bool {
-	return !strings.HasPrefix(arg, "-") && slices.Contains([]string{".py", ".sh", ".js", ".rb", ".pl"}, filepath.Ext(arg))
+	return !strings.HasPrefix(arg, "-") && !strings.ContainsAny(arg, " \t\n;&|$`'\"") &&
+		slices.Contains([]string{".py", ".sh", ".js", ".rb", ".pl"}, filepath.Ext(arg))
 }
 
 // checkGPUs warns when m asks for more GPUs, or more memory on one, than the
@@ -205,7 +208,7 @@ func checkProtocol(m store.ModelSpec, dirOK bool, warn func(string, ...any)) {
 	}
 	var script string
 	for _, arg := range m.Command[1:] {
-		if filepath.Ext(arg) == ".py" {
+		if isScript(arg) && filepath.Ext(arg) == ".py" {
 			script = arg
 			break
 		}

@@ -59,6 +59,7 @@ func TestCheckerNamesWhatKeepsAModelFromStarting(t *testing.T) {
 		fatal bool
 	}{
 		{"all well", store.ModelSpec{Command: []string{"python3", "server.py"}, Dir: dir}, nil, "", false},
+		{"a shell command line is not a script", store.ModelSpec{Command: []string{"sh", "-c", "printf hi; exec python3 gone.py"}, Dir: dir}, nil, "", false},
 		{"all well for another user", store.ModelSpec{Command: []string{"python3", "server.py"}, Dir: dir}, stranger, "", false},
 		{"dir missing", store.ModelSpec{Command: []string{"python3", "server.py"}, Dir: filepath.Join(root, "nope")},
 			nil, "dir " + filepath.Join(root, "nope") + " does not exist: create it, or fix dir in the manifest", true},
