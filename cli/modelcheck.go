@@ -40,12 +40,6 @@ func (m *machineCheck) init() {
 	})
 }
 
-// modelUser is who the models run as ("user nobody").
-func (m *machineCheck) modelUser() (*local.RunAs, error) {
-	m.init()
-	return m.checker.RunAs, m.userErr
-}
-
 // Check is a local.Checker's Check; a model user that does not exist is a
 // finding of its own.
 func (m *machineCheck) Check(spec store.ModelSpec) []local.Finding {
