@@ -233,7 +233,7 @@ func (a *api) callResponse(c store.Call) inferenceResponse {
 		resp.Finished = true
 		resp.Message = failureMessage(c.Message)
 	default:
-		resp.Message = pendingMessage(c.State)
+		resp.Message = pendingMessage(c)
 	}
 	if !c.Dispatched.IsZero() {
 		resp.QueueMs = &c.QueueMs
@@ -271,13 +271,17 @@ func failureMessage(m string) string {
 	}
 }
 
-// pendingMessage is the state of an unfinished call; it never contains
+// pendingMessage is the state of an unfinished call, or the scheduler's
+// account of it ("booting (attempt 2 of 3; last: …)"); it never contains
 // "error", which clients read as a failure.
-func pendingMessage(s store.CallState) string {
-	if s == "" || strings.Contains(string(s), "error") {
+func pendingMessage(c store.Call) string {
+	if c.Message != "" && !strings.Contains(strings.ToLower(c.Message), "error") {
+		return c.Message
+	}
+	if c.State == "" || strings.Contains(string(c.State), "error") {
 		return string(store.CallQueued)
 	}
-	return string(s)
+	return string(c.State)
 }
 
 // authenticate checks an API key secret and takes one request from the key's
@@ -355,6 +359,12 @@ func (a *api) decodeInference(w http.ResponseWriter, r *http.Request) (inference
 	body, err := readBody(w, r, a.opts.MaxBodyBytes)
 	if err != nil {
 		return req, err
+	}
+	// The JSON decoder lets bytes that are not UTF-8 through inside strings,
+	// where they would reach the model and, echoed, answers clients cannot
+	// read.
+	if i := store.InvalidUTF8(body); i >= 0 {
+		return req, badRequest("request body is not valid UTF-8 at byte %d", i)
 	}
 	err = decodeObject(body, &req)
 	return req, err

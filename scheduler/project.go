@@ -24,6 +24,8 @@ type project struct {
 	deleted  bool   // its replicas are stopping; it goes once they have
 
 	bootFailures int           // consecutive failed boots
+	lastBoot     bootFailure   // the last of them, for the calls that wait (bootfail.go)
+	refusing     bool          // boots failed for good: new calls fail while the backoff runs
 	backoff      time.Duration // the next restart wait; 0 = RestartBackoff
 	backoffT     timer         // armed: no boots until it fires
 	lastError    string
@@ -138,6 +140,7 @@ func (s *Scheduler) removeProject(p *project) {
 
 func (p *project) resetFailures() {
 	p.bootFailures = 0
+	p.lastBoot, p.refusing = bootFailure{}, false
 	p.backoff = 0
 	p.backoffT.stop()
 }

@@ -167,6 +167,10 @@ func (s *Scheduler) admit(req startReq) {
 		req.reply <- startResult{err: err}
 		return
 	}
+	if err := s.refuse(p); err != nil {
+		req.reply <- startResult{err: err}
+		return
+	}
 	if n := p.queue.len(); n >= s.cfg.MaxQueuedPerProject {
 		req.reply <- startResult{err: &queueFullError{waiting: n}}
 		return
@@ -184,7 +188,7 @@ func (s *Scheduler) admit(req startReq) {
 		req.reply <- startResult{call: c}
 		return
 	}
-	s.persist(c, c.c, req.reply)
+	s.persist(c, s.view(c), req.reply)
 }
 
 // persist makes c durable as it stands, its first write, and sends answer on

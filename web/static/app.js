@@ -303,6 +303,11 @@ function waitHelp(waiting) {
     return "cpuSlots in the config: how many CPU replicas (gpus: 0) may run at once; 0 means one per core. " +
       "A slot frees when a replica stops (idleTimeout) or fails.";
   }
+  if (waiting.startsWith("booting (attempt") || waiting.startsWith("boots failed")) {
+    return "A boot failed (the last error says why; its log link shows the output). inferd retries after " +
+      "replica.restartBackoff, doubling up to maxRestartBackoff; after replica.maxBootFailures, or at once for a wrong " +
+      "port, a missing health path or a boot timeout, the waiting calls fail, and new ones fail until the next boot.";
+  }
   if (waiting.startsWith("waiting: team")) {
     return "The team's quota (inferd team set, or teams: in the manifest) bounds what its projects hold and run " +
       "at once; calls wait until the team's own replicas or calls free it.";
