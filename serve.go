@@ -34,7 +34,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	if err := cfg.EnsureDataDir(); err != nil {
 		return err
 	}
-	gpus := discoverGPUs(cfg.GPU, log)
+	gpus := gpu.Open(cfg.GPU.Simulate, cfg.GPU.Disabled, log)
 	defer gpus.Close()
 	replicas, err := local.New(cli.BackendConfig(cfg, gpus), log)
 	if err != nil {
@@ -81,6 +81,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	sched = scheduler.New(schedCfg, st, replicas, scheduler.RealClock(), log)
 	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st, Conns: conns.Stats})
 	st.OnProjectChange(sched.ProjectChanged)
+	st.OnTeamChange(sched.TeamChanged)
 
 	apiCtx, endWaits := context.WithCancel(context.Background())
 	defer endWaits()
@@ -121,9 +122,9 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	defer endAdmin()
 	admin := &http.Server{
 		Handler: httpapi.NewAdmin(st, log,
-			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(func(ps []store.Project) []string {
-				return append(sched.CapacityWarnings(ps), replicas.ApplyWarnings(ps)...)
-			})),
+			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(sched.CapacityWarnings),
+			httpapi.WithTeamUse(func() []scheduler.TeamStatus { return sched.Snapshot().Teams }),
+			httpapi.WithModelCheck(replicas.Checker().Problems)),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return adminCtx },
 	}
@@ -274,19 +275,6 @@ func listenAdmin(path string) (net.Listener, error) {
 		return nil, fmt.Errorf("restrict admin socket %s: %w", path, err)
 	}
 	return ln, nil
-}
-
-func discoverGPUs(c config.GPU, log zerolog.Logger) *gpu.Inventory {
-	switch {
-	case len(c.Simulate) > 0:
-		log.Info().Int("count", len(c.Simulate)).Msg("using simulated GPUs")
-		return gpu.Simulated(c.Simulate)
-	case c.Disabled:
-		log.Info().Msg("GPU discovery disabled: running on CPU only")
-		return gpu.Simulated(nil)
-	default:
-		return gpu.Discover(log)
-	}
 }
 
 func schedulerConfig(cfg config.Config) scheduler.Config {

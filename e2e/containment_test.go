@@ -160,10 +160,10 @@ func processGone(pid int) bool {
 	return err != nil || isZombie(stat)
 }
 
-// TestApplyWarnsOfAModelOthersCannotRead: a project's replicas run under a
+// TestApplyRefusesAModelItsUIDCannotRead: a project's replicas run under a
 // uid of their own, which must be able to read the model's dir and run its
-// program; apply says when it cannot, and applies anyway.
-func TestApplyWarnsOfAModelOthersCannotRead(t *testing.T) {
+// program; apply says so, names the uid, and applies nothing.
+func TestApplyRefusesAModelItsUIDCannotRead(t *testing.T) {
 	testenv.NeedRoot(t, "models run under a uid of their own only when inferd is root")
 	dir, cfg := newDaemonDir(t, "")
 	d := startDaemonEnv(t, dir, cfg)
@@ -171,10 +171,17 @@ func TestApplyWarnsOfAModelOthersCannotRead(t *testing.T) {
 	if err := os.Mkdir(private, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	out := d.apply(hostileProjectManifest("hidden", private))
-	want := "warning: project hidden: its replicas run as a uid of their own (replica.user: per-project), which cannot read its dir " + private
-	if !strings.Contains(out, "project hidden (team t): created") || !strings.Contains(out, want) {
-		t.Fatalf("apply output:\n%s\nwant the project created and a line starting %q", out, want)
+	path := filepath.Join(d.dir, "hidden.yaml")
+	if err := os.WriteFile(path, []byte(hostileProjectManifest("hidden", private)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := d.cli("apply", "-f", path)
+	want := "project hidden: dir " + private + " is not readable by a uid of the project's own (replica.user: per-project), who runs the model"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("apply of a model its uid cannot read: %v, output %q; want it refused with %q", err, out, want)
+	}
+	if list, _ := d.cli("project", "list"); strings.Contains(list, "hidden") {
+		t.Errorf("the refused project was applied: %s", list)
 	}
 }
 

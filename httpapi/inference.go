@@ -101,6 +101,9 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		return
 	}
 	key, err := a.authenticate(args.apiKey, errInvalidAPIKey)
+	if err == nil {
+		err = requirePermission(key, store.PermInfer)
+	}
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -115,6 +118,9 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		return
 	case !mayAccess(key, project.TeamID):
 		a.fail(w, r, errUnknownModelKey) // never reveal another team's project
+		return
+	case !key.ReachesProject(project.ID):
+		a.fail(w, r, errNotAllowedProject(project.ID))
 		return
 	}
 
@@ -151,6 +157,9 @@ func (a *api) check(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		return
 	}
 	key, err := a.authenticate(args.apiKey, errInvalidAPIKey)
+	if err == nil {
+		err = requirePermission(key, store.PermInfer)
+	}
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -163,7 +172,7 @@ func (a *api) check(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 	case err != nil:
 		a.fail(w, r, err)
 		return
-	case !mayAccess(key, call.TeamID):
+	case !mayReach(key, call.TeamID, call.ProjectID):
 		a.fail(w, r, errCallNotFound) // never reveal another team's call
 		return
 	}
@@ -224,7 +233,7 @@ func (a *api) callResponse(c store.Call) inferenceResponse {
 		resp.Finished = true
 		resp.Message = failureMessage(c.Message)
 	default:
-		resp.Message = pendingMessage(c.State)
+		resp.Message = pendingMessage(c)
 	}
 	if !c.Dispatched.IsZero() {
 		resp.QueueMs = &c.QueueMs
@@ -262,18 +271,23 @@ func failureMessage(m string) string {
 	}
 }
 
-// pendingMessage is the state of an unfinished call; it never contains
+// pendingMessage is the state of an unfinished call, or the scheduler's
+// account of it ("booting (attempt 2 of 3; last: …)"); it never contains
 // "error", which clients read as a failure.
-func pendingMessage(s store.CallState) string {
-	if s == "" || strings.Contains(string(s), "error") {
+func pendingMessage(c store.Call) string {
+	if c.Message != "" && !strings.Contains(strings.ToLower(c.Message), "error") {
+		return c.Message
+	}
+	if c.State == "" || strings.Contains(string(c.State), "error") {
 		return string(store.CallQueued)
 	}
-	return string(s)
+	return string(c.State)
 }
 
 // authenticate checks an API key secret and takes one request from the key's
 // rate limit. Unknown, malformed and revoked keys all give invalid, which
-// never says which.
+// never says which; an expired key is told so (only its holder can know
+// its secret).
 func (a *api) authenticate(secret string, invalid error) (store.APIKey, error) {
 	key, err := a.store.Authenticate(secret)
 	switch {
@@ -283,6 +297,8 @@ func (a *api) authenticate(secret string, invalid error) (store.APIKey, error) {
 		return store.APIKey{}, err
 	case key.IsRevoked():
 		return store.APIKey{}, invalid
+	case key.ExpiredAt(time.Now()):
+		return store.APIKey{}, errKeyExpired
 	}
 	if err := a.limits.allow(key.ID); err != nil {
 		return store.APIKey{}, err
@@ -343,6 +359,12 @@ func (a *api) decodeInference(w http.ResponseWriter, r *http.Request) (inference
 	body, err := readBody(w, r, a.opts.MaxBodyBytes)
 	if err != nil {
 		return req, err
+	}
+	// The JSON decoder lets bytes that are not UTF-8 through inside strings,
+	// where they would reach the model and, echoed, answers clients cannot
+	// read.
+	if i := store.InvalidUTF8(body); i >= 0 {
+		return req, badRequest("request body is not valid UTF-8 at byte %d", i)
 	}
 	err = decodeObject(body, &req)
 	return req, err

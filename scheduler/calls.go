@@ -24,6 +24,10 @@ func (s *Scheduler) dispatch(p *project) {
 		if r == nil {
 			return
 		}
+		if why := s.runBlocked(p); why != "" {
+			p.quotaWait = why
+			return
+		}
 		p.queue.pop()
 		s.startCall(c, r)
 	}
@@ -270,10 +274,18 @@ func (s *Scheduler) lookupLive(id string) lookupResult {
 }
 
 // view is a live call as clients see it: queued reads booting while its
-// project boots a replica.
+// project boots a replica, and after a failed boot, until the next attempt
+// ends, its message says which attempt and why the last one failed.
 func (s *Scheduler) view(c *call) store.Call {
 	v := c.c
-	if v.State == store.CallQueued && c.p.booting() {
+	if v.State != store.CallQueued {
+		return v
+	}
+	p := c.p
+	switch {
+	case p.bootFailures > 0 && (p.booting() || p.backoffT.armed()):
+		v.State, v.Message = store.CallBooting, s.bootingMessage(p)
+	case p.booting():
 		v.State = store.CallBooting
 	}
 	return v

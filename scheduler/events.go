@@ -95,6 +95,7 @@ type evExited struct {
 	r        *rep
 	exitErr  error
 	lastLine string
+	problem  backend.BootProblem // the backend's last finding while it booted
 }
 
 // evInferDone: an Infer call returned, or was never made (notSent) because

@@ -263,6 +263,7 @@ type fakeInstance struct {
 	mu       sync.Mutex
 	exitErr  error
 	lastLine string
+	problem  backend.BootProblem // what BootProblem returns
 	stopOnce sync.Once
 	exitOnce sync.Once
 }
@@ -289,6 +290,12 @@ func (i *fakeInstance) ExitErr() error {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	return i.exitErr
+}
+
+func (i *fakeInstance) BootProblem() backend.BootProblem {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.problem
 }
 
 func (i *fakeInstance) LastLogLine() string {
@@ -344,6 +351,13 @@ func (i *fakeInstance) exit(err error, line string) {
 		i.mu.Unlock()
 		close(i.exited)
 	})
+}
+
+// setProblem sets what BootProblem returns.
+func (i *fakeInstance) setProblem(bp backend.BootProblem) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.problem = bp
 }
 
 func (i *fakeInstance) wasStopped() bool { return isClosed(i.stopped) }
@@ -477,6 +491,18 @@ func (h *harness) launchedN(n int) []*fakeInstance {
 }
 
 // noLaunch checks that no replica was launched.
+// succeedOnNewReplica readies the replica launched next, has it answer
+// call id, and checks that the call succeeded.
+func (h *harness) succeedOnNewReplica(id string) {
+	h.t.Helper()
+	i := h.launched()
+	h.ready(i)
+	h.call(i).reply(`{}`)
+	if got := h.result(id); got.State != store.CallSucceeded {
+		h.t.Fatalf("call %s on a new replica = %+v", id, got)
+	}
+}
+
 func (h *harness) noLaunch() {
 	h.t.Helper()
 	h.settle()

@@ -24,11 +24,14 @@ type project struct {
 	deleted  bool   // its replicas are stopping; it goes once they have
 
 	bootFailures int           // consecutive failed boots
+	lastBoot     bootFailure   // the last of them, for the calls that wait (bootfail.go)
+	refusing     bool          // boots failed for good: new calls fail while the backoff runs
 	backoff      time.Duration // the next restart wait; 0 = RestartBackoff
 	backoffT     timer         // armed: no boots until it fires
 	lastError    string
 	oomKills     int    // replicas of it the kernel killed for its memoryMiB
 	waiting      string // why a wanted replica is not booting, for the status
+	quotaWait    string // why its team's quota holds it back this pass (tenancy.go), for the status
 
 	// lastErrorAt and lastErrorReplica say when lastError happened and which
 	// replica's log tells more ("" when no replica's does), for the status.
@@ -138,6 +141,7 @@ func (s *Scheduler) removeProject(p *project) {
 
 func (p *project) resetFailures() {
 	p.bootFailures = 0
+	p.lastBoot, p.refusing = bootFailure{}, false
 	p.backoff = 0
 	p.backoffT.stop()
 }

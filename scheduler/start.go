@@ -167,8 +167,16 @@ func (s *Scheduler) admit(req startReq) {
 		req.reply <- startResult{err: err}
 		return
 	}
+	if err := s.refuse(p); err != nil {
+		req.reply <- startResult{err: err}
+		return
+	}
 	if n := p.queue.len(); n >= s.cfg.MaxQueuedPerProject {
 		req.reply <- startResult{err: &queueFullError{waiting: n}}
+		return
+	}
+	if err := s.admitTeam(p, len(req.c.Inputs)); err != nil {
+		req.reply <- startResult{err: err}
 		return
 	}
 	c := &call{c: req.c, state: callQueued, unsaved: true, done: make(chan struct{}), p: p}
@@ -180,7 +188,7 @@ func (s *Scheduler) admit(req startReq) {
 		req.reply <- startResult{call: c}
 		return
 	}
-	s.persist(c, c.c, req.reply)
+	s.persist(c, s.view(c), req.reply)
 }
 
 // persist makes c durable as it stands, its first write, and sends answer on

@@ -12,6 +12,7 @@ type Status struct {
 	GPUs         []GPUStatus     `json:"gpus"`     // one per inventory device, in its order
 	CPUSlots     int             `json:"cpuSlots"`
 	CPUSlotsUsed int             `json:"cpuSlotsUsed"`
+	Teams        []TeamStatus    `json:"teams"` // each team's use against its quota, sorted by id
 }
 
 // GPUStatus is what inferd has handed out on one GPU: its own bookkeeping,
@@ -43,7 +44,7 @@ type ProjectStatus struct {
 	MaxReplicas int             `json:"maxReplicas"`
 	Queued      int             `json:"queued"`
 	Running     int             `json:"running"`
-	Waiting     string          `json:"waiting"`   // "", "waiting for CPU slot" or "waiting for GPU"
+	Waiting     string          `json:"waiting"`   // "", "waiting for CPU slot", "waiting for GPU", "waiting: team T is at its Q quota (N)", or its boot retries (bootfail.go)
 	LastError   string          `json:"lastError"` // the last failed boot or crash
 	OOMKills    int             `json:"oomKills"`  // replicas killed for going over memoryMiB, since the daemon started
 	Replicas    []ReplicaStatus `json:"replicas"`  // in start order
@@ -81,7 +82,7 @@ func (s *Scheduler) snapshot() Status {
 			MaxReplicas: p.cfg.MaxReplicas,
 			Queued:      p.queue.len(),
 			Running:     p.running,
-			Waiting:     p.waiting,
+			Waiting:     s.waitingText(p),
 			LastError:   p.lastError,
 			OOMKills:    p.oomKills,
 			Replicas:    make([]ReplicaStatus, 0, len(p.replicas)),
@@ -107,6 +108,7 @@ func (s *Scheduler) snapshot() Status {
 		st.Projects = append(st.Projects, ps)
 	}
 	st.GPUs = s.gpuStatus()
+	st.Teams = s.teamStatus()
 	return st
 }
 

@@ -67,6 +67,10 @@ class Handler(BaseHTTPRequestHandler):
         if "raw" in inputs:
             self.reply(200, str(inputs["raw"]).encode(), "text/plain")
             return
+        if "latin1" in inputs:
+            text = json.dumps({"text": str(inputs["latin1"])}, ensure_ascii=False)
+            self.reply(200, text.encode("latin-1", "replace"))
+            return
 
         out = {
             "echo": inputs,
@@ -122,7 +126,8 @@ def main():
         print("boot failed: BOOT_FAIL is set", file=sys.stderr, flush=True)
         sys.exit(1)
 
-    port = int(os.environ["PORT"])
+    # LISTEN_PORT: a model that ignores $PORT, as one with a fixed port does.
+    port = int(os.environ.get("LISTEN_PORT") or os.environ["PORT"])
     with ThreadingHTTPServer(("127.0.0.1", port), Handler) as server:
         print(f"echo model listening on 127.0.0.1:{port}", flush=True)
         server.serve_forever()

@@ -90,6 +90,10 @@ type Backend struct {
 	// maxReplyBytes caps a model's reply (0 = the protocol's 64 MiB); a
 	// field so a test can lower it.
 	maxReplyBytes int64
+	// listening reads the TCP ports a replica's process group listens on
+	// (groupListeningPorts), to explain a model that answers on none of
+	// ours; a field so a test can fake it.
+	listening func(pgid int) ([]int, error)
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -126,6 +130,7 @@ func New(cfg Config, log zerolog.Logger) (*Backend, error) {
 		ports:          newPorts(),
 		budgets:        newLogBudgets(cfg.LogMaxBytesPerProject),
 		readyIntervals: defaultReadyIntervals,
+		listening:      groupListeningPorts,
 	}
 	logProtections(log, b.Protections())
 	return b, nil

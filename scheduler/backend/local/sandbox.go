@@ -132,6 +132,18 @@ func (sb *sandbox) runAs(spec backend.Spec) (*RunAs, error) {
 	return nil, nil
 }
 
+// checkRunAs is who models run as, for a Checker: the named user, a RunAs
+// standing for any uid of the range (see Checker.RunAs), or nil.
+func (sb *sandbox) checkRunAs() *RunAs {
+	switch sb.identity {
+	case identityNamed:
+		return sb.named
+	case identityPerProject:
+		return &RunAs{UID: sb.uids.first, GID: sb.uids.first}
+	}
+	return nil
+}
+
 // privateNetwork says whether spec's replicas get a network of their own:
 // the project's network, else the daemon's default, when namespaces can be
 // made.

@@ -488,59 +488,36 @@ func TestCgroupMountsAndOwnCgroup(t *testing.T) {
 	}
 }
 
-func TestApplyWarningsNameWhatTheSandboxCannotDo(t *testing.T) {
+func TestCheckerSpeaksForTheSandbox(t *testing.T) {
 	needRoot(t)
-	b := testBackendWith(t, perProject)
 	base := t.TempDir()
 	for _, d := range []string{filepath.Dir(base), base} { // t.TempDir makes them 0700
 		os.Chmod(d, 0o755)
 	}
-	open := filepath.Join(base, "open")
 	closedDir := filepath.Join(base, "closed", "model")
-	os.MkdirAll(open, 0o755)
 	os.MkdirAll(closedDir, 0o755)
 	os.Chmod(filepath.Dir(closedDir), 0o700)
-	private := filepath.Join(open, "run.sh")
-	os.WriteFile(private, []byte("#!/bin/sh\n"), 0o700)
-	project := func(id, dir string, command ...string) store.Project {
-		p := store.NewProject(id, "t")
-		p.Model.Dir, p.Model.Command = dir, command
-		return p
+	spec := store.ModelSpec{Dir: closedDir, Command: []string{"/bin/sh"}}
+
+	// A uid of the project's own cannot enter a directory only root may.
+	fatal, _ := testBackendWith(t, perProject).Checker().Problems(spec)
+	want := "dir " + closedDir + " is not readable by a uid of the project's own (replica.user: per-project), who runs the model"
+	if len(fatal) != 1 || !strings.HasPrefix(fatal[0], want) {
+		t.Errorf("per-project: %q, want one problem starting %q", fatal, want)
 	}
-	got := b.ApplyWarnings([]store.Project{
-		project("fine", open, "/bin/sh", "-c", "true"),
-		project("dir", closedDir, "/bin/sh"),
-		project("prog", open, "./run.sh"),
-		project("path", open, "no-such-program-inferd"),
-	})
-	want := []string{
-		"project dir: its replicas run as a uid of their own (replica.user: per-project), which cannot read its dir " + closedDir + " (" + filepath.Dir(closedDir) + " is not searchable by others)",
-		"project prog: its replicas run as a uid of their own (replica.user: per-project), which cannot run its program " + private + " (" + private + " is not executable by others)",
-		"project path: its program no-such-program-inferd is not on the daemon's PATH",
-	}
-	if len(got) != len(want) {
-		t.Fatalf("warnings:\n%s\nwant %d", strings.Join(got, "\n"), len(want))
-	}
-	for i := range want {
-		if !strings.HasPrefix(got[i], want[i]) {
-			t.Errorf("warning %d:\n %s\nwant it to start\n %s", i, got[i], want[i])
-		}
-	}
-	if w := testBackend(t).ApplyWarnings([]store.Project{project("dir", closedDir, "/bin/sh")}); len(w) != 0 {
-		t.Errorf("models as the daemon's own user are not checked, got %v", w)
+	if fatal, _ := testBackend(t).Checker().Problems(spec); len(fatal) != 0 {
+		t.Errorf("models as root read it: %q", fatal)
 	}
 
-	// Limits the daemon cannot enforce are named too.
-	limited := project("limited", open, "/bin/sh")
-	limited.Model.MemoryMiB, limited.Model.PidsMax = 100, 10
-	noCgroups := testBackendWith(t, func(c *Config) { c.User, c.NoCgroups = "root", true })
-	w := noCgroups.ApplyWarnings([]store.Project{limited})
-	if len(w) != 2 || !strings.Contains(w[0], "project limited: memoryMiB 100 is not enforced here (no cgroup per replica") ||
-		!strings.Contains(w[1], "project limited: pidsMax 10 is not enforced here") {
-		t.Errorf("warnings for limits without cgroups: %q", w)
+	// Limits and a network the daemon cannot give are warnings.
+	spec.Dir, spec.MemoryMiB, spec.PidsMax, spec.Network = base, 100, 10, store.NetworkPrivate
+	_, warnings := testBackendWith(t, func(c *Config) { c.User, c.NoCgroups = "root", true }).Checker().Problems(spec)
+	if len(warnings) != 2 || !strings.HasPrefix(warnings[0], "memoryMiB: 100 is not enforced here (no cgroup per replica") ||
+		!strings.HasPrefix(warnings[1], "pidsMax: 10 is not enforced here") {
+		t.Errorf("warnings without cgroups: %q", warnings)
 	}
-	if w := testBackend(t).ApplyWarnings([]store.Project{limited}); len(w) != 0 {
-		t.Errorf("limits a cgroup enforces are warned of: %q", w)
+	if _, warnings := testBackend(t).Checker().Problems(spec); len(warnings) != 0 {
+		t.Errorf("limits and a network the sandbox gives are warned of: %q", warnings)
 	}
 }
 
