@@ -1,5 +1,13 @@
 package store
 
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+)
+
 // MaxCallIDLen bounds a call id, so a record key stays small.
 const MaxCallIDLen = 128
 
@@ -35,4 +43,43 @@ func ValidateCallID(id string) error {
 		return invalid("id", "must be 1-%d characters", MaxCallIDLen)
 	}
 	return nil
+}
+
+// MaxIdempotencyKeyLen bounds an idempotency key, so an index key stays small.
+const MaxIdempotencyKeyLen = 256
+
+// ValidateIdempotencyKey returns a *ValidationError for a key that is longer
+// than MaxIdempotencyKeyLen or holds a NUL (the index separates team and key
+// with one).
+func ValidateIdempotencyKey(key string) error {
+	if len(key) > MaxIdempotencyKeyLen || strings.ContainsRune(key, 0) {
+		return invalid("idempotencyKey", "must be at most %d characters without NUL", MaxIdempotencyKeyLen)
+	}
+	return nil
+}
+
+// IdempotencyIndexKey is the key under which a store indexes a call started
+// with an idempotency key: the team, a NUL, the key. Team ids hold no NUL,
+// so two teams never share one.
+func IdempotencyIndexKey(teamID, key string) []byte {
+	b := make([]byte, 0, len(teamID)+1+len(key))
+	b = append(b, teamID...)
+	b = append(b, 0)
+	return append(b, key...)
+}
+
+// RequestHash is the hex SHA-256 of what makes two starts the same request
+// under one idempotency key: the project and the inputs (compacted, so
+// whitespace does not count).
+func RequestHash(projectID string, inputs []byte) string {
+	h := sha256.New()
+	h.Write([]byte(projectID))
+	h.Write([]byte{0})
+	var buf bytes.Buffer
+	if json.Compact(&buf, inputs) == nil {
+		h.Write(buf.Bytes())
+	} else {
+		h.Write(inputs)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

@@ -1,10 +1,12 @@
 package bolt
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
@@ -33,6 +35,9 @@ func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
 		return
 	}
 	cw := callWrite{key: []byte(c.ID), final: c.State.Done(), finished: c.Finished, done: done}
+	if c.IdempotencyKey != "" {
+		cw.idem = store.IdempotencyIndexKey(c.TeamID, c.IdempotencyKey)
+	}
 	v, err := json.Marshal(c)
 	if err != nil {
 		done(fmt.Errorf("save call %s: encode: %w", c.ID, err))
@@ -48,15 +53,21 @@ func wrapSaveErr(err error) error { return fmt.Errorf("save calls: %w", err) }
 
 // applyCallWrite writes one call and keeps the call indexes in step (see
 // schema.go): callpending holds the call iff it is not final; callfinished
-// and callexpiry hold it iff it is final, under its current Finished time.
+// and callexpiry hold it iff it is final, under its current Finished time;
+// callidem points at it when it has an idempotency key.
 func applyCallWrite(tx *bbolt.Tx, cw *callWrite) error {
+	if cw.idem != nil {
+		if err := tx.Bucket(bucketCallIdem).Put(cw.idem, cw.key); err != nil {
+			return err
+		}
+	}
 	calls := tx.Bucket(bucketCalls)
 	finished := tx.Bucket(bucketCallFinished)
 	expiry := tx.Bucket(bucketCallExpiry)
 	pending := tx.Bucket(bucketCallPending)
 	calls.FillPercent, finished.FillPercent, expiry.FillPercent = appendFill, appendFill, appendFill
-	if old := finished.Get(cw.key); old != nil {
-		if err := expiry.Delete(expiryKey(old, cw.key)); err != nil {
+	if old := finished.Get(cw.key); len(old) >= 8 {
+		if err := expiry.Delete(expiryKey(old[:8], cw.key)); err != nil {
 			return err
 		}
 	}
@@ -73,7 +84,7 @@ func applyCallWrite(tx *bbolt.Tx, cw *callWrite) error {
 		return err
 	}
 	ts := nanosKey(cw.finished)
-	if err := finished.Put(cw.key, ts); err != nil {
+	if err := finished.Put(cw.key, append(slices.Clip(ts), cw.idem...)); err != nil {
 		return err
 	}
 	return expiry.Put(expiryKey(ts, cw.key), []byte{})
@@ -113,6 +124,23 @@ func (s *Store) GetCall(id string) (store.Call, error) {
 		return store.Call{}, fmt.Errorf("get call %s: %w", id, err)
 	}
 	return c, nil
+}
+
+// CallByIdempotencyKey returns the call that team teamID started with
+// idempotency key key, or ErrNotFound.
+func (s *Store) CallByIdempotencyKey(teamID, key string) (store.Call, error) {
+	var id []byte
+	err := s.view(func(tx *bbolt.Tx) error {
+		id = slices.Clone(tx.Bucket(bucketCallIdem).Get(store.IdempotencyIndexKey(teamID, key)))
+		return nil
+	})
+	if err != nil {
+		return store.Call{}, fmt.Errorf("call by idempotency key: %w", err)
+	}
+	if id == nil {
+		return store.Call{}, fmt.Errorf("call by idempotency key: %w", store.ErrNotFound)
+	}
+	return s.GetCall(string(id))
 }
 
 // PendingCalls returns every call not in a final state (queued or running),
@@ -166,8 +194,14 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 				}
 				keys = append(keys, append([]byte(nil), k...))
 			}
+			idem := tx.Bucket(bucketCallIdem)
 			for _, k := range keys {
 				id := k[8:]
+				if fin := finished.Get(id); len(fin) > 8 && bytes.Equal(idem.Get(fin[8:]), id) {
+					if err := idem.Delete(fin[8:]); err != nil {
+						return err
+					}
+				}
 				if err := calls.Delete(id); err != nil {
 					return err
 				}

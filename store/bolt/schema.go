@@ -25,9 +25,14 @@ const SchemaVersion = 1
 //	            (queued, booting, running). Scanned at start-up to recover calls.
 //	callfinished call id → 8-byte big-endian Finished unix-nanos, exactly for the
 //	            calls whose state is final; lets a re-save find the old expiry entry
-//	            without decoding the (possibly large) old record.
+//	            without decoding the (possibly large) old record. For a call with an
+//	            idempotency key, its callidem key follows the 8 bytes, so that
+//	            ExpireCalls drops the index entry with the call.
 //	callexpiry  8-byte big-endian Finished unix-nanos + call id → empty, exactly one
 //	            per callfinished entry; ExpireCalls scans it from the front.
+//	callidem    team id + NUL + idempotency key (store.IdempotencyIndexKey) → call
+//	            id, for every stored call started with a key; the last call written
+//	            with a key owns it. Deleted with that call by ExpireCalls.
 var (
 	bucketMeta         = []byte("meta")
 	bucketTeams        = []byte("teams")
@@ -38,6 +43,7 @@ var (
 	bucketCallPending  = []byte("callpending")
 	bucketCallFinished = []byte("callfinished")
 	bucketCallExpiry   = []byte("callexpiry")
+	bucketCallIdem     = []byte("callidem")
 
 	keySchema = []byte("schema")
 )
@@ -46,6 +52,7 @@ func allBuckets() [][]byte {
 	return [][]byte{
 		bucketMeta, bucketTeams, bucketKeys, bucketProjects, bucketModelKeys,
 		bucketCalls, bucketCallPending, bucketCallFinished, bucketCallExpiry,
+		bucketCallIdem,
 	}
 }
 
