@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -42,6 +43,11 @@ type rep struct {
 	idleSince time.Time          // last time it had no calls
 	idleT     timer              // idle timeout
 	boot      timer              // boot timeout
+	// aborting counts the cancelled calls whose request to the model has
+	// not returned yet: each holds its room on the replica until it does,
+	// and abortT stops the replica if one has not within AbortGrace.
+	aborting int
+	abortT   timer
 	// bootTimedOut: stopped by the boot timeout, which counts as a failed
 	// boot once the process has exited.
 	bootTimedOut bool
@@ -57,7 +63,7 @@ func (r *rep) live() bool { return r.state != stateStopping && !r.draining }
 func (r *rep) exited() bool { return r.inst != nil && isClosed(r.inst.Exited()) }
 
 // idle reports whether r is ready and has no call.
-func (r *rep) idle() bool { return r.state == stateReady && len(r.calls) == 0 }
+func (r *rep) idle() bool { return r.state == stateReady && len(r.calls) == 0 && r.aborting == 0 }
 
 // callList returns r's calls, for loops that end them.
 func (r *rep) callList() []*call {
@@ -169,6 +175,7 @@ func (s *Scheduler) onReady(r *rep) {
 	if !r.draining {
 		r.p.bootFailures = 0
 		r.p.backoff = 0
+		r.p.warmed(nil)
 	}
 	s.log.Info().Str("project", r.p.id).Str("replica", r.id).Int("pid", r.info.Pid).
 		Dur("boot", now.Sub(r.started)).Msg("replica ready")
@@ -206,6 +213,7 @@ func (s *Scheduler) stop(r *rep) {
 	r.state = stateStopping
 	r.boot.stop()
 	r.idleT.stop()
+	r.abortT.stop()
 	if r.inst != nil {
 		s.goStop(r.inst)
 	}
@@ -235,9 +243,12 @@ func (s *Scheduler) gone(r *rep, lastLine string, exitErr error) {
 	if len(r.gpus) > 0 {
 		s.releaseGPUs(r, s.devices())
 	}
+	r.abortT.stop()
 	for _, c := range r.callList() {
 		s.detach(c)
-		s.finish(c, store.CallFailed, nil, msgExited(exitErr))
+		if !s.retry(c) {
+			s.finish(c, store.CallFailed, nil, msgExited(exitErr))
+		}
 	}
 	log := s.log.With().Str("project", p.id).Str("replica", r.id).Str("exit", exitStatus(exitErr)).Logger()
 	switch {
@@ -284,6 +295,7 @@ func (s *Scheduler) bootFailed(p *project, r *rep, reason string, backoff bool) 
 	if backoff {
 		s.startBackoff(p)
 	}
+	p.warmed(errors.New(p.lastError))
 	if p.bootFailures >= s.cfg.MaxBootFailures {
 		p.bootFailures = 0
 		s.failQueued(p, msgFailedToStart(reason))
