@@ -205,6 +205,7 @@ func schedulerConfig(cfg config.Config) scheduler.Config {
 		MaxBootFailures:     cfg.Replica.MaxBootFailures,
 		RestartBackoff:      cfg.Replica.RestartBackoff,
 		MaxRestartBackoff:   cfg.Replica.MaxRestartBackoff,
+		AbortGrace:          cfg.Replica.StopGrace, // a cancelled call's replica: free by then, or replaced
 	}
 }
 

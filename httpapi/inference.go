@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/julienschmidt/httprouter"
 
+	"inferd/scheduler"
 	"inferd/store"
 )
 
@@ -25,6 +26,11 @@ type inferenceRequest struct {
 	StartOnly   json.RawMessage `json:"startOnly"`
 	CallID      json.RawMessage `json:"callID"`
 	LongPoll    json.RawMessage `json:"longPoll"`
+	// Call control (start only; see callcontrol.go).
+	Timeout        json.RawMessage `json:"timeout"`
+	QueueTimeout   json.RawMessage `json:"queueTimeout"`
+	Priority       json.RawMessage `json:"priority"`
+	IdempotencyKey json.RawMessage `json:"idempotencyKey"`
 }
 
 // inferenceResponse is the body of every Start and Check answer, errors
@@ -37,9 +43,11 @@ type inferenceResponse struct {
 	CallID       string          `json:"callID"`
 	Finished     bool            `json:"finished"`
 	ModelOutputs json.RawMessage `json:"modelOutputs"`
-	QueueMs      *int64          `json:"queueMs,omitempty"`
-	BootMs       *int64          `json:"bootMs,omitempty"`
-	RunMs        *int64          `json:"runMs,omitempty"`
+	// QueuePosition: for a queued call, how many go before it (0 = next).
+	QueuePosition *int   `json:"queuePosition,omitempty"`
+	QueueMs       *int64 `json:"queueMs,omitempty"`
+	BootMs        *int64 `json:"bootMs,omitempty"`
+	RunMs         *int64 `json:"runMs,omitempty"`
 }
 
 func (a *api) newResponse(message, callID string) inferenceResponse {
@@ -82,7 +90,7 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 // startArgs are the checked fields of a Start body.
 type startArgs struct {
 	apiKey, modelKey string
-	inputs           json.RawMessage
+	req              scheduler.Request // the inputs and the call-control fields
 	startOnly        bool
 }
 
@@ -128,12 +136,13 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 	if mayWait {
 		// One write for a call that finishes within the wait (see
 		// SubmitWait); the call runs on if the client goes away.
-		call, err = a.sched.SubmitWait(r.Context(), project, args.inputs, a.opts.StartWait)
+		args.req.Wait = a.opts.StartWait
+		call, err = a.sched.Start(r.Context(), project, args.req)
 		release()
 	} else {
 		// The call belongs to the server once admitted: a client that goes
 		// away must not cancel it.
-		call, err = a.sched.Submit(context.WithoutCancel(r.Context()), project, args.inputs)
+		call, err = a.sched.Start(context.WithoutCancel(r.Context()), project, args.req)
 	}
 	if err != nil {
 		a.fail(w, r, &schedulerError{err})
@@ -225,6 +234,7 @@ func (a *api) callResponse(c store.Call) inferenceResponse {
 		resp.Message = failureMessage(c.Message)
 	default:
 		resp.Message = pendingMessage(c.State)
+		resp.QueuePosition = queuePosition(c)
 	}
 	if !c.Dispatched.IsZero() {
 		resp.QueueMs = &c.QueueMs
@@ -315,9 +325,11 @@ func (a *api) decodeStart(w http.ResponseWriter, r *http.Request) (args startArg
 	case a.opts.Limits.MaxInputDepth > 0 && jsonDepthExceeds(req.ModelInputs, a.opts.Limits.MaxInputDepth):
 		return args, errInputsTooDeep(a.opts.Limits.MaxInputDepth)
 	}
-	args.inputs = req.ModelInputs
-	args.startOnly, err = optionalBool("startOnly", req.StartOnly)
-	return args, err
+	args.req.Inputs = req.ModelInputs
+	if args.startOnly, err = optionalBool("startOnly", req.StartOnly); err != nil {
+		return args, err
+	}
+	return args, decodeCallOptions(req, &args.req)
 }
 
 // decodeCheck reads a Check body and checks each field's presence and type.

@@ -22,7 +22,7 @@ type File struct {
 
 // Project is one entry of the manifest: its id, team and modelKey, the
 // model spec inline (store.ModelSpec, with the same field names as the
-// store and the admin API), and the four replica settings. Their pointers
+// store and the admin API), the four replica settings and retries. Their pointers
 // tell "absent" (take the default) from an explicit zero; a zero in the
 // model spec takes the spec's default.
 type Project struct {
@@ -34,6 +34,7 @@ type Project struct {
 	MaxReplicas      *int `yaml:"maxReplicas"`
 	InferenceTimeout *int `yaml:"inferenceTimeout"`
 	IdleTimeout      *int `yaml:"idleTimeout"`
+	Retries          *int `yaml:"retries"` // default 0; see store.Project.Retries
 }
 
 // Parse decodes a manifest and turns it into validated store projects. baseDir
@@ -83,6 +84,7 @@ func (mp Project) toStore(baseDir string) (store.Project, error) {
 	setInt(&p.MaxReplicas, mp.MaxReplicas)
 	setInt(&p.InferenceTimeout, mp.InferenceTimeout)
 	setInt(&p.IdleTimeout, mp.IdleTimeout)
+	setInt(&p.Retries, mp.Retries)
 
 	p.Model = mp.ModelSpec
 	p.Model.KeyHash = store.HashModelKey(mp.ModelKey)

@@ -42,9 +42,15 @@ func TestCancelQueuedCallNeverReachesModel(t *testing.T) {
 		if stored, _ := h.st.call(queued.ID); stored.Message != msgCancelled {
 			t.Errorf("stored call = %+v; want the cancel durable when Cancel returns", stored)
 		}
+		after := h.submit(p, `{"n":3}`)
 		fc.reply(`{}`)
 		h.result(busy.ID)
-		h.noCall(i) // the cancelled call is never dispatched
+		next := h.call(i) // the cancelled call is never dispatched
+		if string(next.inputs) != `{"n":3}` {
+			t.Fatalf("dispatched %s after the cancel; want the call behind the cancelled one", next.inputs)
+		}
+		next.reply(`{}`)
+		h.result(after.ID)
 		if _, err := h.s.Cancel(queued.ID); !errors.Is(err, ErrFinished) {
 			t.Errorf("second Cancel = %v; want ErrFinished", err)
 		}
