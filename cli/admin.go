@@ -45,7 +45,8 @@ func dialAdmin(cfg config.Config) (*adminClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("no daemon answers on %s, and the data file cannot be opened: %w", sock, err)
 	}
-	h := httpapi.NewAdmin(st, zerolog.Nop(), httpapi.AdminLogs(local.LogDir(cfg.LogDir())))
+	h := httpapi.NewAdmin(st, zerolog.Nop(), httpapi.AdminLogs(local.LogDir(cfg.LogDir())),
+		httpapi.WithCancel(httpapi.CancelStored(st)))
 	return &adminClient{http: &http.Client{Transport: handlerTransport{h}}, close: st.Close, inProcess: true}, nil
 }
 

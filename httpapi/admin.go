@@ -41,6 +41,7 @@ type admin struct {
 	log         zerolog.Logger
 	capacity    func([]store.Project) []string
 	replicaLogs backend.Logs // nil = none (see AdminLogs)
+	cancel      CallCanceller // nil = none (see WithCancel)
 }
 
 // AdminOption adjusts the admin API.
@@ -72,6 +73,7 @@ func NewAdmin(st AdminStore, log zerolog.Logger, opts ...AdminOption) http.Handl
 	r.GET("/admin/teams", a.listTeams)
 	r.GET("/admin/backup", a.backup)
 	r.GET("/admin/logs/:project", a.logs)
+	r.POST("/admin/calls/:id/cancel", a.cancelCall)
 	return withRequestLog(r, log)
 }
 

@@ -36,6 +36,17 @@ type finishedError struct{ state store.CallState }
 func (e *finishedError) Error() string { return fmt.Sprintf("%s (%s)", ErrFinished, e.state) }
 func (e *finishedError) Unwrap() error { return ErrFinished }
 
+// FinishedError is the error Cancel returns for a call that finished as
+// state, for callers that cancel calls no scheduler runs (CancelStored).
+func FinishedError(state store.CallState) error { return &finishedError{state: state} }
+
+// Cancelled returns pending call c as a cancel at now leaves it, for a store
+// no scheduler serves: the next one to start recovers it as finished.
+func Cancelled(c store.Call, now time.Time) store.Call {
+	c.State, c.Message, c.Finished, c.Outputs = store.CallFailed, msgCancelled, now, nil
+	return c
+}
+
 // control runs fn on the loop and returns once it has run, or reports false
 // when the loop is not running.
 func (s *Scheduler) control(fn func()) bool {
