@@ -40,7 +40,7 @@ type admin struct {
 	store       AdminStore
 	log         zerolog.Logger
 	capacity    func([]store.Project) []string
-	replicaLogs backend.Logs // nil = none (see AdminLogs)
+	replicaLogs backend.Logs  // nil = none (see AdminLogs)
 	cancel      CallCanceller // nil = none (see WithCancel)
 }
 
