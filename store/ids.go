@@ -69,17 +69,29 @@ func IdempotencyIndexKey(teamID, key string) []byte {
 }
 
 // RequestHash is the hex SHA-256 of what makes two starts the same request
-// under one idempotency key: the project and the inputs (compacted, so
-// whitespace does not count).
+// under one idempotency key: the project and the inputs as JSON values, so
+// that neither whitespace nor the order of object keys counts (a client's
+// JSON encoder need not keep either), while every number keeps its text.
 func RequestHash(projectID string, inputs []byte) string {
 	h := sha256.New()
 	h.Write([]byte(projectID))
 	h.Write([]byte{0})
-	var buf bytes.Buffer
-	if json.Compact(&buf, inputs) == nil {
-		h.Write(buf.Bytes())
-	} else {
-		h.Write(inputs)
-	}
+	h.Write(canonicalJSON(inputs))
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// canonicalJSON re-encodes b with object keys sorted, or returns b as it is
+// when it is not JSON.
+func canonicalJSON(b []byte) []byte {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return b
+	}
+	out, err := json.Marshal(v) // maps encode with sorted keys
+	if err != nil {
+		return b
+	}
+	return out
 }
