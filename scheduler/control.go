@@ -198,8 +198,8 @@ func (s *Scheduler) onQueueExpired(c *call, seq uint64) {
 	s.cfg.Observer.CallExpired(c.p.id)
 }
 
-// retry puts c, whose run a model crash (or a replica stopped under it)
-// interrupted, back in front of its queue under the same ID when its
+// retry puts c, whose run a model crash, a replica stopped under it or a
+// shutdown interrupted, back in front of its queue under the same ID when its
 // project allows another attempt, and reports whether it did. The attempt
 // just made stays counted. The caller has detached c.
 func (s *Scheduler) retry(c *call) bool {
@@ -214,7 +214,7 @@ func (s *Scheduler) retry(c *call) bool {
 	c.p.queue.pushFront(c)
 	s.cfg.Observer.CallRetried(c.p.id)
 	s.log.Info().Str("project", c.p.id).Str("call", c.c.ID).Int("attempt", c.c.Attempt).
-		Msg("call interrupted by a model crash; running it again")
+		Msg("call interrupted; running it again")
 	if !c.unsaved {
 		s.st.SaveCallAsync(c.c, s.logSaveErr(c.c.ID, "saving a retried call failed"))
 	}

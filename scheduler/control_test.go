@@ -459,3 +459,30 @@ func TestWarmupBootsAndAnswersWhenReady(t *testing.T) {
 		}
 	})
 }
+
+// A call the drain deadline interrupts runs again after the restart when its
+// project allows retries: it is stored queued, not failed.
+func TestDrainDeadlineRequeuesCallsWithRetriesLeft(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("echo", minMax(1, 1), func(p *store.Project) { p.Retries = 1 })
+		h := newHarness(t, Config{}, nil, p)
+		defer h.stop()
+		i := h.launched()
+		h.ready(i)
+		running := h.submit(p, `{"n":1}`)
+		h.call(i) // never answered
+		ctx, cancel := context.WithCancel(context.Background())
+		drained := make(chan int, 1)
+		go func() { drained <- h.s.Drain(ctx) }()
+		h.settle()
+		cancel()
+		h.settle()
+		if n := <-drained; n != 0 {
+			t.Errorf("Drain interrupted %d calls, want 0: the call has a retry left", n)
+		}
+		if c, _ := h.st.call(running.ID); c.State != store.CallQueued || c.Attempt != 1 {
+			t.Errorf("stored call = %s attempt %d; want queued after attempt 1", c.State, c.Attempt)
+		}
+		h.noCall(i)
+	})
+}
