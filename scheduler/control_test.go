@@ -295,23 +295,41 @@ func TestQueuePositionFollowsPriority(t *testing.T) {
 
 func TestLowCallsUseOnlyCapacityNobodyWaitsFor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		batch := testProject("batch", minMax(0, 2))
+		batch := testProject("batch", minMax(0, 2), idleTimeout(0))
+		other := testProject("other", minMax(0, 1), idleTimeout(300))
 		web := testProject("web", minMax(0, 2))
-		h := newHarness(t, Config{}, cpuSlots(2), batch, web)
+		h := newHarness(t, Config{}, cpuSlots(2), batch, other, web)
 		defer h.stop()
 		// An idle box: a low call on a project at zero gets a replica.
-		h.startReq(batch, Request{Inputs: json.RawMessage(`{}`), Priority: store.PriorityLow})
+		c := h.startReq(batch, Request{Inputs: json.RawMessage(`{}`), Priority: store.PriorityLow})
 		b1 := h.launched()
 		h.ready(b1)
-		h.call(b1)
-		// web's normal calls take the other slot and wait for the one b1
-		// holds; more low calls must not take it, nor scale batch.
+		h.call(b1).reply(`{}`)
+		h.result(c.ID)
+		if !b1.wasStopped() { // idleTimeout 0: both slots free again
+			t.Fatal("batch's idle replica was not stopped")
+		}
+		// other idles in one slot, web works in the other.
+		h.submit(other, `{}`)
+		o := h.launched()
+		h.ready(o)
+		h.call(o).reply(`{}`)
 		h.submit(web, `{}`)
-		w := h.launched()
-		h.ready(w)
-		h.call(w)
-		h.submit(web, `{}`)
+		w1 := h.launched()
+		h.ready(w1)
+		h.call(w1)
+		// A low call waits: no slot is free, and it evicts nobody.
 		h.startReq(batch, Request{Inputs: json.RawMessage(`{}`), Priority: store.PriorityLow})
+		h.noLaunch()
+		// A second web call evicts other's idle replica; the slot that
+		// frees is web's, not the low call's that waited longer.
+		h.submit(web, `{}`)
+		if !o.wasStopped() {
+			t.Fatal("web's waiting call did not evict the idle replica")
+		}
+		if got := h.launched(); got.spec.ProjectID != "web" {
+			t.Fatalf("the freed slot went to %s; want web, whose normal call waits for it", got.spec.ProjectID)
+		}
 		h.noLaunch()
 	})
 }
@@ -319,16 +337,28 @@ func TestLowCallsUseOnlyCapacityNobodyWaitsFor(t *testing.T) {
 func TestLowCallsNeverEvictOtherProjects(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		batch := testProject("batch", minMax(0, 1))
-		web := testProject("web", minMax(1, 1))
+		web := testProject("web", minMax(0, 1), idleTimeout(300))
 		h := newHarness(t, Config{}, cpuSlots(1), batch, web)
 		defer h.stop()
-		w := h.launched() // web's minimum holds the only slot
+		// web's replica, idle above its minimum, holds the only slot: a
+		// normal call of another project would evict it, a low one must not.
+		h.submit(web, `{}`)
+		w := h.launched()
 		h.ready(w)
+		h.call(w).reply(`{}`)
 		h.startReq(batch, Request{Inputs: json.RawMessage(`{}`), Priority: store.PriorityLow})
 		h.noLaunch()
 		if w.wasStopped() {
-			t.Error("a low call evicted another project's replica")
+			t.Fatal("a low call evicted another project's replica")
 		}
+		// Once web's replica idles out, the low call gets the slot.
+		h.advance(300 * time.Second)
+		if !w.wasStopped() {
+			t.Fatal("web's replica outlived its idle timeout")
+		}
+		b := h.launched()
+		h.ready(b)
+		h.call(b).reply(`{}`)
 	})
 }
 
