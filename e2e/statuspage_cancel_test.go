@@ -3,7 +3,6 @@ package e2e
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,15 +12,7 @@ import (
 // status page (in Debian's chromium, like TestStatusPageInBrowser) and checks
 // that the call is cancelled for every client.
 func TestStatusPageCancelButton(t *testing.T) {
-	node, skip := clientTestTools(t)
-	browser := "/usr/bin/chromium"
-	if _, err := os.Stat(browser); err != nil {
-		skip("chromium is not installed")
-	}
-	script, _ := filepath.Abs("web/browsertest")
-	if _, err := os.Stat(filepath.Join(script, "node_modules", "playwright-core")); err != nil {
-		skip("playwright-core is not installed in web/browsertest/node_modules")
-	}
+	node, browser, script := browserTools(t)
 	echo := echoDir(t)
 	d, c, key := callControlDaemon(t, "", echoProject("busy", "acme", "mk-busy", echo, marker(), "")+"    maxReplicas: 1\n")
 	running := c.start("mk-busy", `{"sleep":30}`, true)["callID"].(string)

@@ -91,19 +91,11 @@ func (a *api) cancel(w http.ResponseWriter, r *http.Request, _ httprouter.Params
 		a.fail(w, r, err)
 		return
 	}
-	call, _, err := a.sched.Lookup(id)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		a.fail(w, r, errCallNotFound)
-		return
-	case err != nil:
+	if _, _, err := a.lookupCall(key, id); err != nil {
 		a.fail(w, r, err)
 		return
-	case !mayAccess(key, call.TeamID):
-		a.fail(w, r, errCallNotFound) // never reveal another team's call
-		return
 	}
-	call, err = a.sched.Cancel(id)
+	call, err := a.sched.Cancel(id)
 	if err != nil {
 		a.fail(w, r, &schedulerError{err})
 		return

@@ -164,16 +164,9 @@ func (a *api) check(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		a.fail(w, r, err)
 		return
 	}
-	call, done, err := a.sched.Lookup(args.callID)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		a.fail(w, r, errCallNotFound)
-		return
-	case err != nil:
+	call, done, err := a.lookupCall(key, args.callID)
+	if err != nil {
 		a.fail(w, r, err)
-		return
-	case !mayAccess(key, call.TeamID):
-		a.fail(w, r, errCallNotFound) // never reveal another team's call
 		return
 	}
 	if args.longPoll && !call.State.Done() {
@@ -182,6 +175,22 @@ func (a *api) check(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		end()
 	}
 	a.writeInference(w, a.callResponse(call))
+}
+
+// lookupCall returns call id and its completion signal when key may see it.
+// Another team's call is errCallNotFound, as an unknown one is: its
+// existence is never revealed.
+func (a *api) lookupCall(key store.APIKey, id string) (store.Call, <-chan struct{}, error) {
+	call, done, err := a.sched.Lookup(id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return store.Call{}, nil, errCallNotFound
+	case err != nil:
+		return store.Call{}, nil, err
+	case !mayAccess(key, call.TeamID):
+		return store.Call{}, nil, errCallNotFound
+	}
+	return call, done, nil
 }
 
 // await waits until the call is done, the wait ends, or the client goes

@@ -24,15 +24,23 @@ func (h *harness) startReq(p store.Project, req Request) store.Call {
 	return c
 }
 
+// busyReplica starts a harness for project p (at most one replica) and a
+// call that its one replica works on until the test answers fc: the calls a
+// test submits next wait in the queue. The caller stops h.
+func busyReplica(t *testing.T, cfg Config, p store.Project) (h *harness, i *fakeInstance, fc *fakeCall, busy store.Call) {
+	t.Helper()
+	h = newHarness(t, cfg, nil, p)
+	busy = h.submit(p, `{"n":"busy"}`)
+	i = h.launched()
+	h.ready(i)
+	return h, i, h.call(i), busy
+}
+
 func TestCancelQueuedCallNeverReachesModel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("c", minMax(0, 1))
-		h := newHarness(t, Config{}, nil, p)
+		h, i, fc, busy := busyReplica(t, Config{}, p)
 		defer h.stop()
-		busy := h.submit(p, `{"n":1}`)
-		i := h.launched()
-		h.ready(i)
-		fc := h.call(i)
 		queued := h.submit(p, `{"n":2}`)
 
 		got, err := h.s.Cancel(queued.ID)
@@ -66,12 +74,8 @@ func TestCancelQueuedCallNeverReachesModel(t *testing.T) {
 func TestCancelRunningCallAbortsItsRequestAndFreesTheReplica(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("c", minMax(0, 1))
-		h := newHarness(t, Config{AbortGrace: 5 * time.Second}, nil, p)
+		h, i, _, running := busyReplica(t, Config{AbortGrace: 5 * time.Second}, p) // never answered: only the abort ends it
 		defer h.stop()
-		running := h.submit(p, `{"n":1}`)
-		i := h.launched()
-		h.ready(i)
-		h.call(i) // never answered: only the abort ends it
 		got, err := h.s.Cancel(running.ID)
 		if err != nil || got.Message != msgCancelled {
 			t.Fatalf("Cancel = %+v, %v", got, err)
@@ -90,12 +94,8 @@ func TestCancelRunningCallAbortsItsRequestAndFreesTheReplica(t *testing.T) {
 func TestCancelledCallStuckInModelReplacesReplicaAfterGrace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("c", minMax(0, 1))
-		h := newHarness(t, Config{AbortGrace: 5 * time.Second}, nil, p)
+		h, i, _, running := busyReplica(t, Config{AbortGrace: 5 * time.Second}, p)
 		defer h.stop()
-		running := h.submit(p, `{"n":1}`)
-		i := h.launched()
-		h.ready(i)
-		h.call(i)
 		i.ignoreCancel.Store(true)
 		if _, err := h.s.Cancel(running.ID); err != nil {
 			t.Fatal(err)
@@ -122,12 +122,8 @@ func TestCancelledCallStuckInModelReplacesReplicaAfterGrace(t *testing.T) {
 func TestPurgeEndsQueuedCallsOnly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("c", minMax(0, 1))
-		h := newHarness(t, Config{}, nil, p)
+		h, i, fc, running := busyReplica(t, Config{}, p)
 		defer h.stop()
-		running := h.submit(p, `{}`)
-		i := h.launched()
-		h.ready(i)
-		fc := h.call(i)
 		var queued []store.Call
 		for range 5 {
 			queued = append(queued, h.submit(p, `{}`))
@@ -152,12 +148,8 @@ func TestPurgeEndsQueuedCallsOnly(t *testing.T) {
 func TestQueueTimeoutExpiresCallNotDispatchedInTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("c", minMax(0, 1))
-		h := newHarness(t, Config{}, nil, p)
+		h, i, fc, busy := busyReplica(t, Config{}, p)
 		defer h.stop()
-		busy := h.submit(p, `{}`)
-		i := h.launched()
-		h.ready(i)
-		fc := h.call(i)
 		late := h.startReq(p, Request{Inputs: json.RawMessage(`{"late":1}`), QueueTimeout: 2})
 		inTime := h.startReq(p, Request{Inputs: json.RawMessage(`{"inTime":1}`), QueueTimeout: 10})
 		h.advance(1999 * time.Millisecond)
@@ -233,12 +225,8 @@ func TestCallTimeoutOnlyLowersProjectTimeout(t *testing.T) {
 func TestPriorityOrderWithAging(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("c", minMax(0, 1))
-		h := newHarness(t, Config{PriorityAging: 30 * time.Second}, nil, p)
+		h, i, fc, first := busyReplica(t, Config{PriorityAging: 30 * time.Second}, p)
 		defer h.stop()
-		first := h.submit(p, `{"n":"busy"}`)
-		i := h.launched()
-		h.ready(i)
-		fc := h.call(i)
 		queue := func(name string, prio store.Priority) {
 			h.startReq(p, Request{Inputs: json.RawMessage(`{"n":"` + name + `"}`), Priority: prio})
 		}
@@ -275,12 +263,8 @@ func TestPriorityOrderWithAging(t *testing.T) {
 func TestQueuePositionFollowsPriority(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("c", minMax(0, 1))
-		h := newHarness(t, Config{}, nil, p)
+		h, _, _, _ := busyReplica(t, Config{}, p)
 		defer h.stop()
-		h.submit(p, `{}`)
-		i := h.launched()
-		h.ready(i)
-		h.call(i)
 		low := h.startReq(p, Request{Inputs: json.RawMessage(`{}`), Priority: store.PriorityLow})
 		normal := h.startReq(p, Request{Inputs: json.RawMessage(`{}`)})
 		high := h.startReq(p, Request{Inputs: json.RawMessage(`{}`), Priority: store.PriorityHigh})
