@@ -142,7 +142,7 @@ func (a *api) warmup(w http.ResponseWriter, r *http.Request, ps httprouter.Param
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), a.opts.StartWait)
 	defer cancel()
-	err := a.sched.Warmup(ctx, p.ID)
+	err := a.sched.Warmup(ctx, p)
 	switch {
 	case err == nil:
 		writeJSON(w, http.StatusOK, warmupResult{Ready: true, State: "ready"})

@@ -78,7 +78,7 @@ func (f *fakeScheduler) Purge(projectID string) (int, error) {
 	return len(ids), nil
 }
 
-func (f *fakeScheduler) Warmup(context.Context, string) error { return f.warmErr }
+func (f *fakeScheduler) Warmup(context.Context, store.Project) error { return f.warmErr }
 
 func newFakeScheduler() *fakeScheduler {
 	return &fakeScheduler{calls: map[string]*fakeCall{}, lookups: make(chan string, 64)}

@@ -89,7 +89,7 @@ type Scheduler interface {
 	Purge(projectID string) (int, error)
 	// Warmup boots a project's replica and returns once one is ready, with
 	// the boot's failure, or when ctx ends.
-	Warmup(ctx context.Context, projectID string) error
+	Warmup(ctx context.Context, p store.Project) error
 	// Lookup returns the call and a channel that is closed once its final
 	// result is durable; store.ErrNotFound if the id is unknown or expired.
 	Lookup(id string) (store.Call, <-chan struct{}, error)

@@ -246,18 +246,20 @@ func (s *Scheduler) unindex(c *call) {
 	}
 }
 
-// Warmup boots project id's replicas up to max(minReplicas, 1) and returns
+// Warmup boots project cfg's replicas up to max(minReplicas, 1) and returns
 // once one is ready (at once if one is), with the boot's failure ("model
 // failed to start: ..."), or with ctx's error. A warmed replica then
-// follows the project's idleTimeout like any other. An unknown project is
-// store.ErrNotFound.
-func (s *Scheduler) Warmup(ctx context.Context, id string) error {
+// follows the project's idleTimeout like any other. cfg is the caller's
+// copy, taken as admit takes it for a project the loop has not loaded yet.
+func (s *Scheduler) Warmup(ctx context.Context, cfg store.Project) error {
 	ready := make(chan error, 1)
 	ok := s.control(func() {
-		p := s.projects[id]
+		p := s.projects[cfg.ID]
+		if p == nil || p.deleted {
+			p = s.addProject(cfg)
+			s.reload(p.id) // to be sure it still exists
+		}
 		switch {
-		case p == nil || p.deleted:
-			ready <- fmt.Errorf("warm up project %s: %w", id, store.ErrNotFound)
 		case p.pick() != nil || slices.ContainsFunc(p.replicas, func(r *rep) bool { return r.live() && r.state == stateReady }):
 			ready <- nil
 		default:

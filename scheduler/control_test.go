@@ -453,7 +453,7 @@ func TestWarmupBootsAndAnswersWhenReady(t *testing.T) {
 		h := newHarness(t, Config{}, nil, p)
 		defer h.stop()
 		done := make(chan error, 1)
-		go func() { done <- h.s.Warmup(context.Background(), "c") }()
+		go func() { done <- h.s.Warmup(context.Background(), p) }()
 		i := h.launched()
 		select {
 		case err := <-done:
@@ -467,9 +467,6 @@ func TestWarmupBootsAndAnswersWhenReady(t *testing.T) {
 		h.advance(10 * time.Second) // then it follows idleTimeout
 		if !i.wasStopped() {
 			t.Error("the warmed replica outlived its idle timeout")
-		}
-		if err := h.s.Warmup(context.Background(), "nope"); !errors.Is(err, store.ErrNotFound) {
-			t.Errorf("Warmup of an unknown project = %v", err)
 		}
 	})
 }
@@ -498,5 +495,23 @@ func TestDrainDeadlineRequeuesCallsWithRetriesLeft(t *testing.T) {
 			t.Errorf("stored call = %s attempt %d; want queued after attempt 1", c.State, c.Attempt)
 		}
 		h.noCall(i)
+	})
+}
+
+// A project created after the scheduler started, and not reloaded yet, is
+// warmed from the caller's copy.
+func TestWarmupOfAProjectTheLoopHasNotLoaded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{}, nil)
+		defer h.stop()
+		p := testProject("fresh")
+		h.st.putProject(p)
+		done := make(chan error, 1)
+		go func() { done <- h.s.Warmup(context.Background(), p) }()
+		i := h.launched()
+		h.ready(i)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 	})
 }
