@@ -129,7 +129,7 @@ func TestCancelEndToEnd(t *testing.T) {
 	}
 
 	// A cancelled call stays cancelled across a kill -9.
-	d = d.restartAfterKill(t, &c)
+	d.restartAfterKill(t, &c)
 	for _, id := range []string{queued, running, viaCLI} {
 		if r := c.check(id, false); r["message"] != "error: cancelled by request" {
 			t.Errorf("call %s after kill -9: %v", id, r)
@@ -166,7 +166,7 @@ func TestPurgeQueueEndToEnd(t *testing.T) {
 	if status != http.StatusOK || body["removed"] != float64(0) {
 		t.Errorf("second purge: HTTP %d %v; want removed 0", status, body)
 	}
-	d = d.restartAfterKill(t, &c)
+	d.restartAfterKill(t, &c)
 	if r := c.check(queued[10], false); r["message"] != "error: cancelled: queue purged" {
 		t.Errorf("purged call after kill -9: %v", r)
 	}
@@ -191,7 +191,7 @@ func TestQueueTimeoutAndCallTimeoutEndToEnd(t *testing.T) {
 	if got := d.metric(t, `inferd_calls_expired_total{project="busy"}`); got != "1" {
 		t.Errorf("inferd_calls_expired_total = %s, want 1", got)
 	}
-	d = d.restartAfterKill(t, &c)
+	d.restartAfterKill(t, &c)
 	if r := c.check(expiring, false); r["message"] != "error: expired after 1s in the queue" {
 		t.Errorf("expired call after kill -9: %v", r)
 	}

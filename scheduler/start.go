@@ -294,8 +294,7 @@ func persistedResult(answer store.Call, err error) startResult {
 // on the store has it. The store read is one index lookup on the loop,
 // made only for starts that carry a key.
 func (s *Scheduler) repeated(req startReq) bool {
-	k := string(store.IdempotencyIndexKey(req.c.TeamID, req.c.IdempotencyKey))
-	if c, ok := s.idem[k]; ok {
+	if c, ok := s.idem[string(store.IdempotencyIndexKey(req.c.TeamID, req.c.IdempotencyKey))]; ok {
 		switch {
 		case c.c.RequestHash != req.c.RequestHash:
 			req.reply <- startResult{err: ErrIdempotencyMismatch}
