@@ -81,7 +81,7 @@ func (r *rep) stateName() string {
 		return "booting"
 	case r.state == stateStopping:
 		return "stopping"
-	case len(r.calls) > 0:
+	case len(r.calls) > 0, r.aborting > 0: // an aborted request still holds it
 		return "busy"
 	default:
 		return "ready"
