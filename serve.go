@@ -79,6 +79,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	sched = scheduler.New(schedCfg, st, replicas, scheduler.RealClock(), log)
 	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st, Conns: conns.Stats})
 	st.OnProjectChange(sched.ProjectChanged)
+	st.OnTeamChange(sched.TeamChanged)
 
 	apiCtx, endWaits := context.WithCancel(context.Background())
 	defer endWaits()
@@ -120,6 +121,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	admin := &http.Server{
 		Handler: httpapi.NewAdmin(st, log,
 			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(sched.CapacityWarnings),
+			httpapi.WithTeamUse(func() []scheduler.TeamStatus { return sched.Snapshot().Teams }),
 			httpapi.WithCancel(sched.Cancel)),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return adminCtx },

@@ -87,6 +87,9 @@ func (a *api) cancel(w http.ResponseWriter, r *http.Request, _ httprouter.Params
 		return
 	}
 	key, err := a.authenticate(secret, errInvalidAPIKey)
+	if err == nil {
+		err = requirePermission(key, store.PermInfer) // a cancel is a call's business, as a check is
+	}
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -112,9 +115,9 @@ type purgeResult struct {
 }
 
 // purgeQueue handles DELETE /v1/projects/:id/queue: cancel every call
-// waiting in the project's queue.
+// waiting in the project's queue (a change to the project: manage scope).
 func (a *api) purgeQueue(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-	p, ok := a.ownProject(w, r, ps.ByName("id"))
+	p, ok := a.ownProject(w, r, ps.ByName("id"), store.PermManage)
 	if !ok {
 		return
 	}
@@ -134,9 +137,10 @@ type warmupResult struct {
 
 // warmup handles POST /v1/projects/:id/warmup: boot up to max(minReplicas,
 // 1) replicas and answer 200 once one is ready, 202 when StartWait passes
-// first (it boots on), or 503 with the boot's error.
+// first (it boots on), or 503 with the boot's error. Booting for calls to
+// come is the infer scope's, as starting a call is.
 func (a *api) warmup(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-	p, ok := a.ownProject(w, r, ps.ByName("id"))
+	p, ok := a.ownProject(w, r, ps.ByName("id"), store.PermInfer)
 	if !ok {
 		return
 	}
@@ -157,10 +161,11 @@ func (a *api) warmup(w http.ResponseWriter, r *http.Request, ps httprouter.Param
 	}
 }
 
-// ownProject authenticates a project-API request and returns project id
-// when the key may reach it; otherwise it has answered.
-func (a *api) ownProject(w http.ResponseWriter, r *http.Request, id string) (store.Project, bool) {
-	key, err := a.headerKey(r)
+// ownProject authenticates a project-API request that needs permission
+// perm and returns project id when the key may reach it; otherwise it has
+// answered.
+func (a *api) ownProject(w http.ResponseWriter, r *http.Request, id string, perm store.Permission) (store.Project, bool) {
+	key, err := a.headerKeyFor(r, perm)
 	if err != nil {
 		writeError(w, r, a.log, err)
 		return store.Project{}, false
@@ -172,6 +177,9 @@ func (a *api) ownProject(w http.ResponseWriter, r *http.Request, id string) (sto
 		return store.Project{}, false
 	case err != nil:
 		writeError(w, r, a.log, err)
+		return store.Project{}, false
+	case !key.ReachesProject(p.ID):
+		writeError(w, r, a.log, errNotAllowedProject(p.ID))
 		return store.Project{}, false
 	}
 	return p, true

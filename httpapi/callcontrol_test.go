@@ -133,3 +133,24 @@ func TestWarmup(t *testing.T) {
 		t.Errorf("message %q", msg)
 	}
 }
+
+func TestCallControlNeedsTheKeysScope(t *testing.T) {
+	env := newScopedEnv(t)
+	env.sched.add(store.Call{ID: "call_q", ProjectID: "echo", TeamID: "acme", State: store.CallQueued})
+	cancel := func(key string) string {
+		m := inferenceReply(t, serve(env.h, http.MethodPost, "/cancel/v4", `{"apiKey": "`+key+`", "callID": "call_q"}`))
+		return m["message"].(string)
+	}
+	if got := cancel(keyReadOnly); got != "error: this key may not start or check calls (its scope is read; infer is needed)" {
+		t.Errorf("cancel with a read key: %q", got)
+	}
+	if got := cancel(keyZetaOnly); got != "error: callID not found (unknown, expired, or not yours)" {
+		t.Errorf("cancel of a call outside the key's projects: %q", got)
+	}
+	apiErrorReply(t, serve(env.h, http.MethodDelete, "/v1/projects/echo/queue", "", "X-Service-API-Key", keyInferOnly), http.StatusForbidden, codeForbidden)
+	apiErrorReply(t, serve(env.h, http.MethodPost, "/v1/projects/echo/warmup", "", "X-Service-API-Key", keyReadOnly), http.StatusForbidden, codeForbidden)
+	apiErrorReply(t, serve(env.h, http.MethodPost, "/v1/projects/echo/warmup", "", "X-Service-API-Key", keyZetaOnly), http.StatusForbidden, codeForbidden)
+	if got := cancel(keyInferOnly); got != "success" {
+		t.Errorf("cancel with an infer key: %q", got)
+	}
+}

@@ -109,6 +109,9 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		return
 	}
 	key, err := a.authenticate(args.apiKey, errInvalidAPIKey)
+	if err == nil {
+		err = requirePermission(key, store.PermInfer)
+	}
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -123,6 +126,9 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		return
 	case !mayAccess(key, project.TeamID):
 		a.fail(w, r, errUnknownModelKey) // never reveal another team's project
+		return
+	case !key.ReachesProject(project.ID):
+		a.fail(w, r, errNotAllowedProject(project.ID))
 		return
 	}
 
@@ -160,6 +166,9 @@ func (a *api) check(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		return
 	}
 	key, err := a.authenticate(args.apiKey, errInvalidAPIKey)
+	if err == nil {
+		err = requirePermission(key, store.PermInfer)
+	}
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -177,9 +186,9 @@ func (a *api) check(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 	a.writeInference(w, a.callResponse(call))
 }
 
-// lookupCall returns call id and its completion signal when key may see it.
-// Another team's call is errCallNotFound, as an unknown one is: its
-// existence is never revealed.
+// lookupCall returns call id and its completion signal when key may reach
+// it (its team's, within the key's project allowlist). Another team's call is
+// errCallNotFound, as an unknown one is: its existence is never revealed.
 func (a *api) lookupCall(key store.APIKey, id string) (store.Call, <-chan struct{}, error) {
 	call, done, err := a.sched.Lookup(id)
 	switch {
@@ -187,7 +196,7 @@ func (a *api) lookupCall(key store.APIKey, id string) (store.Call, <-chan struct
 		return store.Call{}, nil, errCallNotFound
 	case err != nil:
 		return store.Call{}, nil, err
-	case !mayAccess(key, call.TeamID):
+	case !mayReach(key, call.TeamID, call.ProjectID):
 		return store.Call{}, nil, errCallNotFound
 	}
 	return call, done, nil
@@ -292,7 +301,8 @@ func pendingMessage(s store.CallState) string {
 
 // authenticate checks an API key secret and takes one request from the key's
 // rate limit. Unknown, malformed and revoked keys all give invalid, which
-// never says which.
+// never says which; an expired key is told so (only its holder can know
+// its secret).
 func (a *api) authenticate(secret string, invalid error) (store.APIKey, error) {
 	key, err := a.store.Authenticate(secret)
 	switch {
@@ -302,6 +312,8 @@ func (a *api) authenticate(secret string, invalid error) (store.APIKey, error) {
 		return store.APIKey{}, err
 	case key.IsRevoked():
 		return store.APIKey{}, invalid
+	case key.ExpiredAt(time.Now()):
+		return store.APIKey{}, errKeyExpired
 	}
 	if err := a.limits.allow(key.ID); err != nil {
 		return store.APIKey{}, err

@@ -136,6 +136,9 @@ func (p Project) Validate() error {
 	case p.Retries < 0 || p.Retries > MaxRetries:
 		return invalid("retries", "must be between 0 and %d", MaxRetries)
 	}
+	if err := p.Caps.validate(); err != nil {
+		return err
+	}
 	return p.Model.validate()
 }
 
