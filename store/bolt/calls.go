@@ -60,14 +60,17 @@ func applyCallWrite(tx *bbolt.Tx, cw *callWrite) error {
 		if err := tx.Bucket(bucketCallIdem).Put(cw.idem, cw.key); err != nil {
 			return err
 		}
+		if err := tx.Bucket(bucketCallIdemOf).Put(cw.key, cw.idem); err != nil {
+			return err
+		}
 	}
 	calls := tx.Bucket(bucketCalls)
 	finished := tx.Bucket(bucketCallFinished)
 	expiry := tx.Bucket(bucketCallExpiry)
 	pending := tx.Bucket(bucketCallPending)
 	calls.FillPercent, finished.FillPercent, expiry.FillPercent = appendFill, appendFill, appendFill
-	if old := finished.Get(cw.key); len(old) >= 8 {
-		if err := expiry.Delete(expiryKey(old[:8], cw.key)); err != nil {
+	if old := finished.Get(cw.key); old != nil {
+		if err := expiry.Delete(expiryKey(old, cw.key)); err != nil {
 			return err
 		}
 	}
@@ -84,7 +87,7 @@ func applyCallWrite(tx *bbolt.Tx, cw *callWrite) error {
 		return err
 	}
 	ts := nanosKey(cw.finished)
-	if err := finished.Put(cw.key, append(slices.Clip(ts), cw.idem...)); err != nil {
+	if err := finished.Put(cw.key, ts); err != nil {
 		return err
 	}
 	return expiry.Put(expiryKey(ts, cw.key), []byte{})
@@ -124,6 +127,23 @@ func (s *Store) GetCall(id string) (store.Call, error) {
 		return store.Call{}, fmt.Errorf("get call %s: %w", id, err)
 	}
 	return c, nil
+}
+
+// deleteIdem drops call id's idempotency index entries: its callidemof
+// entry, and the callidem entry it names while that still points at id.
+func deleteIdem(tx *bbolt.Tx, id []byte) error {
+	of := tx.Bucket(bucketCallIdemOf)
+	ik := of.Get(id)
+	if ik == nil {
+		return nil
+	}
+	idem := tx.Bucket(bucketCallIdem)
+	if bytes.Equal(idem.Get(ik), id) {
+		if err := idem.Delete(ik); err != nil {
+			return err
+		}
+	}
+	return of.Delete(id)
 }
 
 // CallByIdempotencyKey returns the call that team teamID started with
@@ -196,13 +216,10 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 				}
 				keys = append(keys, append([]byte(nil), k...))
 			}
-			idem := tx.Bucket(bucketCallIdem)
 			for _, k := range keys {
 				id := k[8:]
-				if fin := finished.Get(id); len(fin) > 8 && bytes.Equal(idem.Get(fin[8:]), id) {
-					if err := idem.Delete(fin[8:]); err != nil {
-						return err
-					}
+				if err := deleteIdem(tx, id); err != nil {
+					return err
 				}
 				if err := calls.Delete(id); err != nil {
 					return err

@@ -40,7 +40,7 @@ func Check(path string, timeout time.Duration) (calls map[string]store.Call, pro
 			calls[string(k)] = c
 			fin := finished.Get(k)
 			switch {
-			case c.State.Done() && (pending.Get(k) != nil || fin == nil || len(fin) < 8 || expiry.Get(expiryKey(fin[:8], k)) == nil):
+			case c.State.Done() && (pending.Get(k) != nil || fin == nil || expiry.Get(expiryKey(fin, k)) == nil):
 				problems = append(problems, fmt.Errorf("finished call %s is missing from the finished/expiry indexes or still pending", k))
 			case !c.State.Done() && (pending.Get(k) == nil || fin != nil):
 				problems = append(problems, fmt.Errorf("%s call %s is missing from the pending index or marked finished", c.State, k))

@@ -25,14 +25,16 @@ const SchemaVersion = 1
 //	            (queued, booting, running). Scanned at start-up to recover calls.
 //	callfinished call id → 8-byte big-endian Finished unix-nanos, exactly for the
 //	            calls whose state is final; lets a re-save find the old expiry entry
-//	            without decoding the (possibly large) old record. For a call with an
-//	            idempotency key, its callidem key follows the 8 bytes, so that
-//	            ExpireCalls drops the index entry with the call.
+//	            without decoding the (possibly large) old record.
 //	callexpiry  8-byte big-endian Finished unix-nanos + call id → empty, exactly one
 //	            per callfinished entry; ExpireCalls scans it from the front.
 //	callidem    team id + NUL + idempotency key (store.IdempotencyIndexKey) → call
 //	            id, for every stored call started with a key; the last call written
 //	            with a key owns it. Deleted with that call by ExpireCalls.
+//	callidemof  call id → its callidem key, exactly for the calls started with a
+//	            key: lets ExpireCalls find the index entry without decoding the
+//	            record. An older binary ignores both buckets: its expiry leaves
+//	            entries naming deleted calls, which read as not found.
 var (
 	bucketMeta         = []byte("meta")
 	bucketTeams        = []byte("teams")
@@ -44,6 +46,7 @@ var (
 	bucketCallFinished = []byte("callfinished")
 	bucketCallExpiry   = []byte("callexpiry")
 	bucketCallIdem     = []byte("callidem")
+	bucketCallIdemOf   = []byte("callidemof")
 
 	keySchema = []byte("schema")
 )
@@ -52,7 +55,7 @@ func allBuckets() [][]byte {
 	return [][]byte{
 		bucketMeta, bucketTeams, bucketKeys, bucketProjects, bucketModelKeys,
 		bucketCalls, bucketCallPending, bucketCallFinished, bucketCallExpiry,
-		bucketCallIdem,
+		bucketCallIdem, bucketCallIdemOf,
 	}
 }
 
