@@ -76,9 +76,16 @@ func TestCancelRunningCallAbortsItsRequestAndFreesTheReplica(t *testing.T) {
 		p := testProject("c", minMax(0, 1))
 		h, i, _, running := busyReplica(t, Config{AbortGrace: 5 * time.Second}, p) // never answered: only the abort ends it
 		defer h.stop()
+		_, waiter, err := h.s.Lookup(running.ID) // a long poll's completion signal
+		if err != nil {
+			t.Fatal(err)
+		}
 		got, err := h.s.Cancel(running.ID)
 		if err != nil || got.Message != msgCancelled {
 			t.Fatalf("Cancel = %+v, %v", got, err)
+		}
+		if !isClosed(waiter) {
+			t.Error("the call's waiters were not woken when Cancel returned")
 		}
 		next := h.submit(p, `{"n":2}`)
 		h.call(i).reply(`{}`) // the replica took the next call
