@@ -49,12 +49,12 @@ func (s callState) String() string {
 	return fmt.Sprintf("callState(%d)", s)
 }
 
-// transitions lists every move a call may make, and only those. Where the
-// next capabilities come in: cancel and queue expiry are queued → finishing
-// and running → finishing with a failed outcome (and saving → finishing, as a
-// project deletion is today); a retry is running → queued, the move a call
-// dispatched to a replica that had just died makes today (its attempt counter
-// then stays counted).
+// transitions lists every move a call may make, and only those. Call control
+// (control.go) adds no move of its own: a cancel, a purge and a queue expiry
+// are queued/saving → finishing and running → finishing with a failed
+// outcome, as a project deletion is; a retry is running → queued, the move a
+// call dispatched to a replica that had just died makes too (a retry keeps
+// its attempt counted, a call that never reached the model does not).
 var transitions = map[callState][]callState{
 	// A sync start's wait ended with the call still queued (its first write),
 	// or an async start's call was just admitted.
