@@ -57,13 +57,15 @@ func (s callState) String() string {
 // its attempt counted, a call that never reached the model does not).
 var transitions = map[callState][]callState{
 	// A sync start's wait ended with the call still queued (its first write),
-	// or an async start's call was just admitted.
+	// or an async start's call was just admitted; dispatched; or ended while
+	// waiting (cancel, purge, queueTimeout, project gone).
 	callQueued: {callSaving, callRunning, callFinishing},
 	// First write committed: dispatchable; failed: dropped. The project may
 	// fail its queue meanwhile (deleted, boot failures, too few GPUs).
 	callSaving: {callQueued, callDropped, callFinishing},
-	// Never reached the model (the replica had exited): back to the queue.
-	// Otherwise the model answered, failed, timed out, or the replica went.
+	// Never reached the model (the replica had exited), or interrupted with
+	// retries left: back to the queue. Otherwise the model answered, failed,
+	// timed out, the replica went, or the call was cancelled.
 	callRunning: {callQueued, callFinishing},
 	// The final write committed, or failed: then the call is failed.
 	callFinishing: {callSucceeded, callFailed},
