@@ -124,7 +124,8 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		Handler: httpapi.NewAdmin(st, log,
 			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(sched.CapacityWarnings),
 			httpapi.WithTeamUse(func() []scheduler.TeamStatus { return sched.Snapshot().Teams }),
-			httpapi.WithModelCheck(replicas.Checker().Problems)),
+			httpapi.WithModelCheck(replicas.Checker().Problems),
+			httpapi.WithCancel(sched.Cancel)),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return adminCtx },
 	}
@@ -283,5 +284,6 @@ func schedulerConfig(cfg config.Config) scheduler.Config {
 		MaxBootFailures:     cfg.Replica.MaxBootFailures,
 		RestartBackoff:      cfg.Replica.RestartBackoff,
 		MaxRestartBackoff:   cfg.Replica.MaxRestartBackoff,
+		AbortGrace:          cfg.Replica.StopGrace, // a cancelled call's replica: free by then, or replaced
 	}
 }

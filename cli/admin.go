@@ -47,7 +47,7 @@ func dialAdmin(cfg config.Config) (*adminClient, error) {
 	}
 	mc := newMachineCheck(cfg)
 	h := httpapi.NewAdmin(st, zerolog.Nop(), httpapi.AdminLogs(local.LogDir(cfg.LogDir())),
-		httpapi.WithModelCheck(mc.Problems))
+		httpapi.WithModelCheck(mc.Problems), httpapi.WithCancel(httpapi.CancelStored(st)))
 	closeAll := func() error { mc.close(); return st.Close() }
 	return &adminClient{http: &http.Client{Transport: handlerTransport{h}}, close: closeAll, inProcess: true}, nil
 }

@@ -46,6 +46,7 @@ type admin struct {
 	modelCheck  ModelCheck                    // nil = none
 	replicaLogs backend.Logs                  // nil = none (see AdminLogs)
 	teamUse     func() []scheduler.TeamStatus // nil = no daemon: use unknown (see WithTeamUse)
+	cancel      CallCanceller                 // nil = none (see WithCancel)
 }
 
 // AdminOption adjusts the admin API.
@@ -91,6 +92,7 @@ func NewAdmin(st AdminStore, log zerolog.Logger, opts ...AdminOption) http.Handl
 	r.PUT("/admin/teams/:id", a.setTeam)
 	r.GET("/admin/backup", a.backup)
 	r.GET("/admin/logs/:project", a.logs)
+	r.POST("/admin/calls/:id/cancel", a.cancelCall)
 	return withRequestLog(r, log)
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/julienschmidt/httprouter"
 
+	"inferd/scheduler"
 	"inferd/store"
 )
 
@@ -25,6 +26,11 @@ type inferenceRequest struct {
 	StartOnly   json.RawMessage `json:"startOnly"`
 	CallID      json.RawMessage `json:"callID"`
 	LongPoll    json.RawMessage `json:"longPoll"`
+	// Call control (start only; see callcontrol.go).
+	Timeout        json.RawMessage `json:"timeout"`
+	QueueTimeout   json.RawMessage `json:"queueTimeout"`
+	Priority       json.RawMessage `json:"priority"`
+	IdempotencyKey json.RawMessage `json:"idempotencyKey"`
 }
 
 // inferenceResponse is the body of every Start and Check answer, errors
@@ -37,9 +43,11 @@ type inferenceResponse struct {
 	CallID       string          `json:"callID"`
 	Finished     bool            `json:"finished"`
 	ModelOutputs json.RawMessage `json:"modelOutputs"`
-	QueueMs      *int64          `json:"queueMs,omitempty"`
-	BootMs       *int64          `json:"bootMs,omitempty"`
-	RunMs        *int64          `json:"runMs,omitempty"`
+	// QueuePosition: for a queued call, how many go before it (0 = next).
+	QueuePosition *int   `json:"queuePosition,omitempty"`
+	QueueMs       *int64 `json:"queueMs,omitempty"`
+	BootMs        *int64 `json:"bootMs,omitempty"`
+	RunMs         *int64 `json:"runMs,omitempty"`
 }
 
 func (a *api) newResponse(message, callID string) inferenceResponse {
@@ -82,7 +90,7 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 // startArgs are the checked fields of a Start body.
 type startArgs struct {
 	apiKey, modelKey string
-	inputs           json.RawMessage
+	req              scheduler.Request // the inputs and the call-control fields
 	startOnly        bool
 }
 
@@ -134,12 +142,13 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 	if mayWait {
 		// One write for a call that finishes within the wait (see
 		// SubmitWait); the call runs on if the client goes away.
-		call, err = a.sched.SubmitWait(r.Context(), project, args.inputs, a.opts.StartWait)
+		args.req.Wait = a.opts.StartWait
+		call, err = a.sched.Start(r.Context(), project, args.req)
 		release()
 	} else {
 		// The call belongs to the server once admitted: a client that goes
 		// away must not cancel it.
-		call, err = a.sched.Submit(context.WithoutCancel(r.Context()), project, args.inputs)
+		call, err = a.sched.Start(context.WithoutCancel(r.Context()), project, args.req)
 	}
 	if err != nil {
 		a.fail(w, r, &schedulerError{err})
@@ -164,16 +173,9 @@ func (a *api) check(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		a.fail(w, r, err)
 		return
 	}
-	call, done, err := a.sched.Lookup(args.callID)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		a.fail(w, r, errCallNotFound)
-		return
-	case err != nil:
+	call, done, err := a.lookupCall(key, args.callID)
+	if err != nil {
 		a.fail(w, r, err)
-		return
-	case !mayReach(key, call.TeamID, call.ProjectID):
-		a.fail(w, r, errCallNotFound) // never reveal another team's call
 		return
 	}
 	if args.longPoll && !call.State.Done() {
@@ -182,6 +184,22 @@ func (a *api) check(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		end()
 	}
 	a.writeInference(w, a.callResponse(call))
+}
+
+// lookupCall returns call id and its completion signal when key may reach
+// it (its team's, within the key's project allowlist). Another team's call is
+// errCallNotFound, as an unknown one is: its existence is never revealed.
+func (a *api) lookupCall(key store.APIKey, id string) (store.Call, <-chan struct{}, error) {
+	call, done, err := a.sched.Lookup(id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return store.Call{}, nil, errCallNotFound
+	case err != nil:
+		return store.Call{}, nil, err
+	case !mayReach(key, call.TeamID, call.ProjectID):
+		return store.Call{}, nil, errCallNotFound
+	}
+	return call, done, nil
 }
 
 // await waits until the call is done, the wait ends, or the client goes
@@ -234,6 +252,7 @@ func (a *api) callResponse(c store.Call) inferenceResponse {
 		resp.Message = failureMessage(c.Message)
 	default:
 		resp.Message = pendingMessage(c)
+		resp.QueuePosition = queuePosition(c)
 	}
 	if !c.Dispatched.IsZero() {
 		resp.QueueMs = &c.QueueMs
@@ -331,9 +350,11 @@ func (a *api) decodeStart(w http.ResponseWriter, r *http.Request) (args startArg
 	case a.opts.Limits.MaxInputDepth > 0 && jsonDepthExceeds(req.ModelInputs, a.opts.Limits.MaxInputDepth):
 		return args, errInputsTooDeep(a.opts.Limits.MaxInputDepth)
 	}
-	args.inputs = req.ModelInputs
-	args.startOnly, err = optionalBool("startOnly", req.StartOnly)
-	return args, err
+	args.req.Inputs = req.ModelInputs
+	if args.startOnly, err = optionalBool("startOnly", req.StartOnly); err != nil {
+		return args, err
+	}
+	return args, decodeCallOptions(req, &args.req)
 }
 
 // decodeCheck reads a Check body and checks each field's presence and type.

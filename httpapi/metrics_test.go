@@ -81,6 +81,9 @@ func loadedMetrics() *Metrics {
 	m.ReplicaCrashed("echo")
 	m.ReplicaOOMKilled("echo")
 	m.ReplicaEvicted(`we"ird`)
+	m.CallCancelled("echo")
+	m.CallExpired("echo")
+	m.CallRetried("echo")
 	return m
 }
 

@@ -106,6 +106,7 @@ func (s *Scheduler) bootFailed(p *project, r *rep, f bootFailure, backoff bool) 
 	if backoff {
 		s.startBackoff(p)
 	}
+	p.warmed(errors.New(p.lastError))
 	p.refusing = false
 	if f.fatal || p.bootFailures >= s.cfg.MaxBootFailures {
 		p.bootFailures = 0

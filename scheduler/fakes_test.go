@@ -10,6 +10,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -259,6 +260,9 @@ type fakeInstance struct {
 	calls   chan *fakeCall
 	auto    bool
 	reply   json.RawMessage
+	// ignoreCancel: a model whose request does not end when Infer's ctx
+	// does, only when answered or when the process exits.
+	ignoreCancel atomic.Bool
 
 	mu       sync.Mutex
 	exitErr  error
@@ -316,10 +320,14 @@ func (i *fakeInstance) Infer(ctx context.Context, inputs json.RawMessage) (json.
 	case <-i.exited:
 		return nil, i.exitedErr()
 	}
+	done := ctx.Done()
+	if i.ignoreCancel.Load() {
+		done = nil
+	}
 	select {
 	case a := <-c.answer:
 		return a.out, a.err
-	case <-ctx.Done():
+	case <-done:
 		return nil, ctx.Err()
 	case <-i.exited:
 		return nil, i.exitedErr()

@@ -43,6 +43,11 @@ type rep struct {
 	idleSince time.Time          // last time it had no calls
 	idleT     timer              // idle timeout
 	boot      timer              // boot timeout
+	// aborting counts the cancelled calls whose request to the model has
+	// not returned yet: each holds its room on the replica until it does,
+	// and abortT stops the replica if one has not within AbortGrace.
+	aborting int
+	abortT   timer
 	// bootTimedOut: stopped by the boot timeout, which counts as a failed
 	// boot once the process has exited.
 	bootTimedOut bool
@@ -58,7 +63,7 @@ func (r *rep) live() bool { return r.state != stateStopping && !r.draining }
 func (r *rep) exited() bool { return r.inst != nil && isClosed(r.inst.Exited()) }
 
 // idle reports whether r is ready and has no call.
-func (r *rep) idle() bool { return r.state == stateReady && len(r.calls) == 0 }
+func (r *rep) idle() bool { return r.state == stateReady && len(r.calls) == 0 && r.aborting == 0 }
 
 // callList returns r's calls, for loops that end them.
 func (r *rep) callList() []*call {
@@ -76,7 +81,7 @@ func (r *rep) stateName() string {
 		return "booting"
 	case r.state == stateStopping:
 		return "stopping"
-	case len(r.calls) > 0:
+	case len(r.calls) > 0, r.aborting > 0: // an aborted request still holds it
 		return "busy"
 	default:
 		return "ready"
@@ -173,6 +178,7 @@ func (s *Scheduler) onReady(r *rep) {
 		r.p.bootFailures = 0
 		r.p.backoff = 0
 		r.p.lastBoot, r.p.refusing = bootFailure{}, false
+		r.p.warmed(nil)
 	}
 	s.log.Info().Str("project", r.p.id).Str("replica", r.id).Int("pid", r.info.Pid).
 		Dur("boot", now.Sub(r.started)).Msg("replica ready")
@@ -210,6 +216,7 @@ func (s *Scheduler) stop(r *rep) {
 	r.state = stateStopping
 	r.boot.stop()
 	r.idleT.stop()
+	r.abortT.stop()
 	if r.inst != nil {
 		s.goStop(r.inst)
 	}
@@ -244,9 +251,12 @@ func (s *Scheduler) gone(ev evExited) {
 	if len(r.gpus) > 0 {
 		s.releaseGPUs(r, s.devices())
 	}
+	r.abortT.stop()
 	for _, c := range r.callList() {
 		s.detach(c)
-		s.finish(c, store.CallFailed, nil, msgExited(exitErr))
+		if !s.retry(c) {
+			s.finish(c, store.CallFailed, nil, msgExited(exitErr))
+		}
 	}
 	log := s.log.With().Str("project", p.id).Str("replica", r.id).Str("exit", exitStatus(exitErr)).Logger()
 	switch {

@@ -57,6 +57,17 @@ class Handler(BaseHTTPRequestHandler):
         if inputs.get("crash"):
             print("crashing on request", flush=True)
             os._exit(3)
+        if "crashOnce" in inputs:
+            # Crash the first time only: the flag file says it happened, so a
+            # retried call succeeds.
+            flag = str(inputs["crashOnce"])
+            try:
+                os.close(os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            except FileExistsError:
+                pass
+            else:
+                print("crashing once on request", flush=True)
+                os._exit(3)
         if inputs.get("hang"):
             threading.Event().wait()
         if "sleep" in inputs:

@@ -350,10 +350,34 @@ function renderCalls(calls, now) {
       el("td", { class: "num" }, c.dispatched ? ms(c.bootMs) : "–"),
       el("td", { class: "num" }, c.finished && c.dispatched ? ms(c.runMs) : "–"),
       el("td", { class: "num" }, ms(c.totalMs)),
-      el("td", { class: "mono" }, c.replicaId || "–"))];
-    if (c.message) rows.push(el("tr", {}, el("td", { colspan: 9, class: "msg" }, c.message)));
+      el("td", { class: "mono" }, c.replicaId || "–"),
+      el("td", {}, c.finished ? null : cancelButton(c.id)))];
+    if (c.message) rows.push(el("tr", {}, el("td", { colspan: 10, class: "msg" }, c.message)));
     return rows;
   }).flat());
+}
+
+// cancelButton ends an unfinished call through POST /cancel/v4 with the
+// page's key (its own team's calls, or any for an admin key: the calls listed
+// are the ones the key may see).
+function cancelButton(id) {
+  const b = el("button", { class: "link", type: "button", title: "cancel this call" }, "Cancel");
+  b.addEventListener("click", async () => {
+    b.disabled = true;
+    try {
+      const res = await fetch("/cancel/v4", {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ apiKey: sessionStorage.getItem(KEY) || "", callID: id }),
+      });
+      const body = await res.json();
+      if (body.message !== "success") b.title = body.message; // e.g. already finished
+    } catch (err) {
+      b.title = String(err);
+    }
+    refreshSoon();
+  });
+  return b;
 }
 
 // Charts: the last 15 minutes from /v1/status/history, one point per sample.
