@@ -105,6 +105,10 @@ type Call struct {
 	QueueMs    int64           `json:"queueMs,omitempty"`
 	BootMs     int64           `json:"bootMs,omitempty"`
 	RunMs      int64           `json:"runMs,omitempty"`
+	// Webhook is the URL the call's webhook events go to, and
+	// WebhookEvents which (none: completed only); see DeliveriesFor.
+	Webhook       string   `json:"webhook,omitempty"`
+	WebhookEvents []string `json:"webhookEvents,omitempty"`
 }
 
 // Change says what a project write did.

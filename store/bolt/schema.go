@@ -28,6 +28,13 @@ const SchemaVersion = 1
 //	            without decoding the (possibly large) old record.
 //	callexpiry  8-byte big-endian Finished unix-nanos + call id → empty, exactly one
 //	            per callfinished entry; ExpireCalls scans it from the front.
+//	outbox      delivery id → Delivery JSON, exactly for the webhook deliveries not
+//	            ended. Written in the same transaction as the call write that queues it.
+//	outboxended delivery id → 8-byte big-endian unix-nanos of its call's expiry
+//	            horizon (the time it ended): the deliveries ended, kept so that a
+//	            re-save of their call never queues them again; ExpireCalls drops them.
+//	teamsecrets team id → webhook signing secret ("whsec_..."), kept apart from
+//	            teams so that no team listing carries it.
 var (
 	bucketMeta         = []byte("meta")
 	bucketTeams        = []byte("teams")
@@ -38,6 +45,9 @@ var (
 	bucketCallPending  = []byte("callpending")
 	bucketCallFinished = []byte("callfinished")
 	bucketCallExpiry   = []byte("callexpiry")
+	bucketOutbox       = []byte("outbox")
+	bucketOutboxEnded  = []byte("outboxended")
+	bucketTeamSecrets  = []byte("teamsecrets")
 
 	keySchema = []byte("schema")
 )
@@ -46,6 +56,7 @@ func allBuckets() [][]byte {
 	return [][]byte{
 		bucketMeta, bucketTeams, bucketKeys, bucketProjects, bucketModelKeys,
 		bucketCalls, bucketCallPending, bucketCallFinished, bucketCallExpiry,
+		bucketOutbox, bucketOutboxEnded, bucketTeamSecrets,
 	}
 }
 

@@ -64,7 +64,8 @@ type Store struct {
 
 	migration Migration // what Open did to the schema
 
-	hooks store.ProjectHooks
+	hooks         store.ProjectHooks
+	deliveryHooks store.DeliveryHooks
 
 	keys keyCache
 	// projects caches ProjectByModelKey; every project write resets it.

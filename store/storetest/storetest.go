@@ -69,6 +69,10 @@ var suite = []struct {
 	{"PendingCallsOldestFirst", testPendingCallsOldestFirst},
 	{"RecentCallsNewestFirstByTeamWithoutInputsOrOutputs", testRecentCallsNewestFirstByTeamWithoutInputsOrOutputs},
 	{"RecentCallsFollowStateChangesAcrossPolls", testRecentCallsFollowStateChangesAcrossPolls},
+	// Webhook outbox.
+	{"CallWritesQueueWebhookDeliveriesOnce", testCallWritesQueueWebhookDeliveriesOnce},
+	{"WebhookDefaultsToCompleted", testWebhookDefaultsToCompleted},
+	{"WebhookSecretStableUntilRotated", testWebhookSecretStableUntilRotated},
 	// Expiry.
 	{"ExpireCallsDeletesOnlyFinishedBefore", testExpireCallsDeletesOnlyFinishedBefore},
 	// Concurrent writers.
