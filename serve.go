@@ -23,6 +23,7 @@ import (
 	"inferd/scheduler/backend/local"
 	"inferd/store"
 	"inferd/store/bolt"
+	"inferd/webhook"
 )
 
 // serve runs the daemon until ctx ends (SIGTERM/SIGINT): it opens the store,
@@ -73,8 +74,20 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	schedCfg := schedulerConfig(cfg)
 	schedCfg.Observer = observers{Metrics: metrics, hist: hist}
 	sched = scheduler.New(schedCfg, st, replicas, scheduler.RealClock(), log)
-	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st})
 	st.OnProjectChange(sched.ProjectChanged)
+	// Webhooks: the deliverer hears of new outbox messages from the store
+	// (New registers it before any call is written) and sends them apart
+	// from the scheduler, which it never holds up.
+	hookPolicy, err := webhook.ParsePolicy(cfg.Webhook.Allow)
+	if err != nil {
+		return err
+	}
+	hooks := webhook.New(webhook.Config{
+		RetryFor: cfg.Webhook.RetryFor, FirstRetry: cfg.Webhook.FirstRetry, Timeout: cfg.Webhook.Timeout,
+		Policy: hookPolicy, Body: httpapi.WebhookBody("inferd/" + version),
+	}, st, log)
+	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st,
+		Webhooks: func() webhook.Stats { return hooks.Stats("") }})
 
 	api := &http.Server{
 		Handler: httpapi.New(httpapi.Options{
@@ -86,7 +99,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			Metrics:      metrics,
 			Status: &httpapi.StatusSources{
 				Snapshot: sched.Snapshot, GPUs: gpus.Devices, Calls: st, Logs: replicas,
-				History: hist,
+				History: hist, Webhooks: hooks.Stats,
 			},
 			Limits: httpapi.Limits{
 				RequestsPerSecond: cfg.Limits.RequestsPerSecond,
@@ -95,6 +108,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 				MaxWaits:          cfg.Limits.MaxWaits,
 				MaxInputDepth:     cfg.Limits.MaxInputDepth,
 			},
+			WebhookPolicy: hookPolicy,
 		}, st, sched),
 		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
 		ReadTimeout:       2 * time.Minute,
@@ -125,6 +139,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	g.Go(func() error { return st.RunSweeper(gctx, cfg.ResultTTL, cfg.SweepInterval) })
 	g.Go(func() error { return gpus.Run(gctx, cfg.GPU.RefreshInterval) })
 	g.Go(func() error { return hist.Run(gctx) })
+	g.Go(func() error { return hooks.Run(gctx) })
 	g.Go(func() error { return serveHTTP(api, apiLn) })
 	g.Go(func() error { return serveHTTP(admin, adminLn) })
 	g.Go(func() error {

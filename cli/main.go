@@ -27,6 +27,8 @@ Usage:
                                                     create an API key (the secret is the last line)
   inferd [global flags] key list [--team T]
   inferd [global flags] key revoke ID
+  inferd [global flags] team webhook-secret TEAM [--rotate]
+                                                    the team's webhook signing secret
   inferd [global flags] apply -f MANIFEST.yaml      create or update teams and projects
   inferd [global flags] project list
   inferd [global flags] project delete ID
@@ -141,6 +143,8 @@ func (m *Main) command(name string, e *env) command {
 		return &serveCommand{env: e, serve: m.Serve}
 	case "key":
 		return &keyCommand{env: e}
+	case "team":
+		return &teamCommand{env: e}
 	case "apply":
 		return &applyCommand{env: e}
 	case "project":

@@ -28,6 +28,7 @@ type AdminStore interface {
 	PutProjects(ps []store.Project) ([]store.Change, error) // all or nothing
 	ListProjects(teamID string) ([]store.Project, error)
 	DeleteProject(id string) error
+	WebhookSecret(teamID string, rotate bool) (string, error)
 }
 
 // BackupWriter is the optional part of an AdminStore that serves
@@ -70,6 +71,7 @@ func NewAdmin(st AdminStore, log zerolog.Logger, opts ...AdminOption) http.Handl
 	r.GET("/admin/projects", a.listProjects)
 	r.DELETE("/admin/projects/:id", a.deleteProject)
 	r.GET("/admin/teams", a.listTeams)
+	r.POST("/admin/teams/:id/webhook-secret", a.webhookSecret)
 	r.GET("/admin/backup", a.backup)
 	r.GET("/admin/logs/:project", a.logs)
 	return withRequestLog(r, log)

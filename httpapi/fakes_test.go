@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"inferd/scheduler"
 	"inferd/store"
 )
 
@@ -35,7 +36,7 @@ func newFakeScheduler() *fakeScheduler {
 	return &fakeScheduler{calls: map[string]*fakeCall{}, lookups: make(chan string, 64)}
 }
 
-func (f *fakeScheduler) Submit(ctx context.Context, p store.Project, inputs json.RawMessage) (store.Call, error) {
+func (f *fakeScheduler) Submit(ctx context.Context, p store.Project, inputs json.RawMessage, opts ...scheduler.StartOptions) (store.Call, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.submitCtx = ctx
@@ -46,6 +47,9 @@ func (f *fakeScheduler) Submit(ctx context.Context, p store.Project, inputs json
 	c := store.Call{
 		ID: fmt.Sprintf("call_%d", f.n), ProjectID: p.ID, TeamID: p.TeamID,
 		State: store.CallQueued, Inputs: inputs, Created: time.Now(),
+	}
+	for _, o := range opts {
+		c.Webhook, c.WebhookEvents = o.Webhook, o.WebhookEvents
 	}
 	fc := &fakeCall{call: c, done: make(chan struct{})}
 	f.calls[c.ID] = fc
@@ -60,8 +64,8 @@ func (f *fakeScheduler) Submit(ctx context.Context, p store.Project, inputs json
 
 // SubmitWait is Submit, then a wait like the real one's: until the call is
 // done, wait passes or ctx ends.
-func (f *fakeScheduler) SubmitWait(ctx context.Context, p store.Project, inputs json.RawMessage, wait time.Duration) (store.Call, error) {
-	c, err := f.Submit(context.WithoutCancel(ctx), p, inputs)
+func (f *fakeScheduler) SubmitWait(ctx context.Context, p store.Project, inputs json.RawMessage, wait time.Duration, opts ...scheduler.StartOptions) (store.Call, error) {
+	c, err := f.Submit(context.WithoutCancel(ctx), p, inputs, opts...)
 	if err != nil {
 		return c, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/julienschmidt/httprouter"
 
+	"inferd/scheduler"
 	"inferd/store"
 )
 
@@ -25,6 +26,10 @@ type inferenceRequest struct {
 	StartOnly   json.RawMessage `json:"startOnly"`
 	CallID      json.RawMessage `json:"callID"`
 	LongPoll    json.RawMessage `json:"longPoll"`
+	// Webhook and WebhookEvents ask for signed POSTs of the call's events
+	// (webhook.go).
+	Webhook       json.RawMessage `json:"webhook"`
+	WebhookEvents json.RawMessage `json:"webhookEvents"`
 }
 
 // inferenceResponse is the body of every Start and Check answer, errors
@@ -84,6 +89,7 @@ type startArgs struct {
 	apiKey, modelKey string
 	inputs           json.RawMessage
 	startOnly        bool
+	opts             scheduler.StartOptions
 }
 
 // checkArgs are the checked fields of a Check body.
@@ -128,12 +134,12 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 	if mayWait {
 		// One write for a call that finishes within the wait (see
 		// SubmitWait); the call runs on if the client goes away.
-		call, err = a.sched.SubmitWait(r.Context(), project, args.inputs, a.opts.StartWait)
+		call, err = a.sched.SubmitWait(r.Context(), project, args.inputs, a.opts.StartWait, args.opts)
 		release()
 	} else {
 		// The call belongs to the server once admitted: a client that goes
 		// away must not cancel it.
-		call, err = a.sched.Submit(context.WithoutCancel(r.Context()), project, args.inputs)
+		call, err = a.sched.Submit(context.WithoutCancel(r.Context()), project, args.inputs, args.opts)
 	}
 	if err != nil {
 		a.fail(w, r, &schedulerError{err})
@@ -316,7 +322,10 @@ func (a *api) decodeStart(w http.ResponseWriter, r *http.Request) (args startArg
 		return args, errInputsTooDeep(a.opts.Limits.MaxInputDepth)
 	}
 	args.inputs = req.ModelInputs
-	args.startOnly, err = optionalBool("startOnly", req.StartOnly)
+	if args.startOnly, err = optionalBool("startOnly", req.StartOnly); err != nil {
+		return args, err
+	}
+	args.opts.Webhook, args.opts.WebhookEvents, err = a.decodeWebhook(req.Webhook, req.WebhookEvents)
 	return args, err
 }
 

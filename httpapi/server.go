@@ -12,7 +12,9 @@ import (
 	"github.com/julienschmidt/httprouter"
 	"github.com/rs/zerolog"
 
+	"inferd/scheduler"
 	"inferd/store"
+	"inferd/webhook"
 )
 
 // Defaults for the zero values of Options.
@@ -46,6 +48,9 @@ type Options struct {
 	// Limits caps request rates, held-open waits and input nesting per API
 	// key; unlike the fields above, a zero field means no limit.
 	Limits Limits
+	// WebhookPolicy says which webhook destinations a start may name; nil
+	// is the default policy (all but link-local and cloud metadata).
+	WebhookPolicy *webhook.Policy
 }
 
 func (o Options) withDefaults() Options {
@@ -60,6 +65,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.APIVersion == "" {
 		o.APIVersion = DefaultAPIVersion
+	}
+	if o.WebhookPolicy == nil {
+		o.WebhookPolicy = &webhook.Policy{}
 	}
 	return o
 }
@@ -77,11 +85,11 @@ type Store interface {
 type Scheduler interface {
 	// Submit admits a call; the returned call is durable. Errors are
 	// user-facing texts (queue full, not enough GPUs) or store errors.
-	Submit(ctx context.Context, p store.Project, inputs json.RawMessage) (store.Call, error)
+	Submit(ctx context.Context, p store.Project, inputs json.RawMessage, opts ...scheduler.StartOptions) (store.Call, error)
 	// SubmitWait admits a call and waits up to wait (or until ctx ends) for
 	// its result; the returned call, finished or not, is durable. ctx never
 	// cancels the call.
-	SubmitWait(ctx context.Context, p store.Project, inputs json.RawMessage, wait time.Duration) (store.Call, error)
+	SubmitWait(ctx context.Context, p store.Project, inputs json.RawMessage, wait time.Duration, opts ...scheduler.StartOptions) (store.Call, error)
 	// Lookup returns the call and a channel that is closed once its final
 	// result is durable; store.ErrNotFound if the id is unknown or expired.
 	Lookup(id string) (store.Call, <-chan struct{}, error)

@@ -19,8 +19,23 @@ import (
 // with ctx's error when ctx ends before the call is admitted. Once admitted,
 // Submit answers when the write has committed whatever ctx does, and the call
 // is never cancelled.
-func (s *Scheduler) Submit(ctx context.Context, p store.Project, inputs json.RawMessage) (store.Call, error) {
-	return s.start(ctx, p, inputs, false, 0)
+func (s *Scheduler) Submit(ctx context.Context, p store.Project, inputs json.RawMessage, opts ...StartOptions) (store.Call, error) {
+	return s.start(ctx, p, inputs, false, 0, opts)
+}
+
+// StartOptions are a start's optional fields, kept with the call. Submit
+// and SubmitWait take at most one (variadic so that a start without them
+// reads as before).
+type StartOptions struct {
+	// Webhook and WebhookEvents are the call's webhook (see
+	// store.DeliveriesFor); the caller has checked the URL.
+	Webhook       string
+	WebhookEvents []string
+}
+
+// apply copies the options onto the call being admitted.
+func (o StartOptions) apply(c *store.Call) {
+	c.Webhook, c.WebhookEvents = o.Webhook, o.WebhookEvents
 }
 
 // SubmitWait admits a call of project p and waits up to wait for its result:
@@ -38,8 +53,8 @@ func (s *Scheduler) Submit(ctx context.Context, p store.Project, inputs json.Raw
 //
 // When ctx ends first (the client went away), SubmitWait stops waiting as if
 // wait had ended; the call is never cancelled. Errors are Submit's.
-func (s *Scheduler) SubmitWait(ctx context.Context, p store.Project, inputs json.RawMessage, wait time.Duration) (store.Call, error) {
-	return s.start(ctx, p, inputs, true, wait)
+func (s *Scheduler) SubmitWait(ctx context.Context, p store.Project, inputs json.RawMessage, wait time.Duration, opts ...StartOptions) (store.Call, error) {
+	return s.start(ctx, p, inputs, true, wait, opts)
 }
 
 // startReq asks the loop to admit a new call.
@@ -68,7 +83,7 @@ type persistReq struct {
 // start is the one admission path of both starts: admit the call; for a sync
 // start, wait for its result until wait or ctx ends; then, if the call has
 // not finished, answer once its first write has committed (persist).
-func (s *Scheduler) start(ctx context.Context, p store.Project, inputs json.RawMessage, sync bool, wait time.Duration) (store.Call, error) {
+func (s *Scheduler) start(ctx context.Context, p store.Project, inputs json.RawMessage, sync bool, wait time.Duration, opts []StartOptions) (store.Call, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return store.Call{}, fmt.Errorf("new call id: %w", err)
@@ -85,6 +100,9 @@ func (s *Scheduler) start(ctx context.Context, p store.Project, inputs json.RawM
 		},
 		sync:  sync,
 		reply: make(chan startResult, 1),
+	}
+	for _, o := range opts {
+		o.apply(&req.c)
 	}
 	select {
 	case s.submitc <- req:

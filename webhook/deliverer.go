@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -82,8 +81,8 @@ type Deliverer struct {
 	mu       sync.Mutex
 	incoming []store.Delivery // queued since Run last looked
 	kick     chan struct{}    // buffered: a delivery was queued
-
-	delivered, retries, gaveUp, pending atomic.Int64
+	// stats are the counts by team, under mu; Run sets Pending.
+	stats map[string]*Stats
 }
 
 // New returns a Deliverer over st and registers it for the deliveries call
@@ -115,7 +114,7 @@ func New(cfg Config, st Store, log zerolog.Logger) *Deliverer {
 		}
 	}
 	d := &Deliverer{
-		cfg: cfg, st: st, log: log, kick: make(chan struct{}, 1),
+		cfg: cfg, st: st, log: log, kick: make(chan struct{}, 1), stats: map[string]*Stats{},
 		client: &http.Client{
 			Transport: tr,
 			// A redirect is not an answer: the message is retried, and
@@ -139,11 +138,52 @@ func (d *Deliverer) queued(dl store.Delivery) {
 	}
 }
 
-// Stats returns the counts so far.
-func (d *Deliverer) Stats() Stats {
-	return Stats{
-		Delivered: d.delivered.Load(), Retries: d.retries.Load(),
-		GaveUp: d.gaveUp.Load(), Pending: d.pending.Load(),
+// Stats returns the counts so far of team teamID's messages, or of every
+// team's when teamID is "".
+func (d *Deliverer) Stats(teamID string) Stats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var sum Stats
+	for team, s := range d.stats {
+		if teamID == "" || team == teamID {
+			sum.Delivered += s.Delivered
+			sum.Retries += s.Retries
+			sum.GaveUp += s.GaveUp
+			sum.Pending += s.Pending
+		}
+	}
+	return sum
+}
+
+// count changes team's counts under mu.
+func (d *Deliverer) count(team string, fn func(*Stats)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.stats[team]
+	if s == nil {
+		s = &Stats{}
+		d.stats[team] = s
+	}
+	fn(s)
+}
+
+// setPending records how many messages each team has queued.
+func (d *Deliverer) setPending(waiting map[string]store.Delivery, inflight map[string]string) {
+	n := map[string]int64{}
+	for _, dl := range waiting {
+		n[dl.TeamID]++
+	}
+	for _, team := range inflight {
+		n[team]++
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for team, s := range d.stats {
+		s.Pending = n[team]
+		delete(n, team)
+	}
+	for team, c := range n {
+		d.stats[team] = &Stats{Pending: c}
 	}
 }
 
@@ -168,7 +208,7 @@ func (d *Deliverer) Run(ctx context.Context) error {
 	for _, dl := range stored {
 		waiting[dl.ID] = dl
 	}
-	inflight := map[string]bool{}
+	inflight := map[string]string{} // id → team
 	results := make(chan outcome, senders)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -177,7 +217,7 @@ func (d *Deliverer) Run(ctx context.Context) error {
 	for {
 		d.mu.Lock()
 		for _, dl := range d.incoming {
-			if !inflight[dl.ID] {
+			if _, busy := inflight[dl.ID]; !busy {
 				if _, ok := waiting[dl.ID]; !ok {
 					waiting[dl.ID] = dl
 				}
@@ -185,7 +225,7 @@ func (d *Deliverer) Run(ctx context.Context) error {
 		}
 		d.incoming = nil
 		d.mu.Unlock()
-		d.pending.Store(int64(len(waiting) + len(inflight)))
+		d.setPending(waiting, inflight)
 
 		now := d.cfg.Now()
 		var next time.Time
@@ -195,7 +235,7 @@ func (d *Deliverer) Run(ctx context.Context) error {
 			}
 			if !dl.NextAttempt.After(now) {
 				delete(waiting, id)
-				inflight[id] = true
+				inflight[id] = dl.TeamID
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -246,17 +286,17 @@ func (d *Deliverer) record(o outcome) (store.Delivery, bool) {
 	switch {
 	case o.err == nil:
 		dl.Ended, dl.Delivered, dl.LastError = now, true, ""
-		d.delivered.Add(1)
+		d.count(dl.TeamID, func(s *Stats) { s.Delivered++ })
 	default:
 		dl.LastError = truncate(o.err.Error(), 300)
 		wait := backoff(d.cfg.FirstRetry, dl.Attempts)
 		if o.permanent || now.Add(wait).After(dl.Created.Add(d.cfg.RetryFor)) {
 			dl.Ended = now
-			d.gaveUp.Add(1)
+			d.count(dl.TeamID, func(s *Stats) { s.GaveUp++ })
 			log.Warn().Str("error", dl.LastError).Msg("webhook given up")
 		} else {
 			dl.NextAttempt = now.Add(wait)
-			d.retries.Add(1)
+			d.count(dl.TeamID, func(s *Stats) { s.Retries++ })
 			log.Info().Str("error", dl.LastError).Dur("retryIn", wait).Msg("webhook attempt failed; will retry")
 		}
 	}

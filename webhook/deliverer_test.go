@@ -122,7 +122,7 @@ func TestFailedDeliveriesAreRetriedWithBackoffUnderOneID(t *testing.T) {
 			}
 			verify(t, secret, req, rcv.bodies[i])
 		}
-		if s := d.Stats(); s.Delivered != 1 || s.Retries != 2 || s.GaveUp != 0 || s.Pending != 0 {
+		if s := d.Stats(""); s.Delivered != 1 || s.Retries != 2 || s.GaveUp != 0 || s.Pending != 0 {
 			t.Errorf("stats %+v, want 1 delivered after 2 retries", s)
 		}
 		if p, _ := st.PendingDeliveries(); len(p) != 0 {
@@ -144,7 +144,7 @@ func TestDeliveryIsGivenUpAfterRetryFor(t *testing.T) {
 		if n := rcv.count(); n != 3 {
 			t.Errorf("%d attempts, want 3", n)
 		}
-		if s := d.Stats(); s.GaveUp != 1 || s.Delivered != 0 || s.Pending != 0 {
+		if s := d.Stats(""); s.GaveUp != 1 || s.Delivered != 0 || s.Pending != 0 {
 			t.Errorf("stats %+v, want one given up", s)
 		}
 		if p, _ := st.PendingDeliveries(); len(p) != 0 {
@@ -174,8 +174,8 @@ func TestDeliveriesQueuedBeforeARestartAreSent(t *testing.T) {
 			t.Fatal(err)
 		}
 		st.Close()
-		if rcv.count() != 1 || d.Stats().Delivered != 1 {
-			t.Errorf("%d sent, stats %+v; want the stored message delivered", rcv.count(), d.Stats())
+		if rcv.count() != 1 || d.Stats("").Delivered != 1 {
+			t.Errorf("%d sent, stats %+v; want the stored message delivered", rcv.count(), d.Stats(""))
 		}
 	})
 }
@@ -200,7 +200,7 @@ func TestRefusedDestinationIsGivenUpAtOnce(t *testing.T) {
 		synctest.Wait()
 		cancel()
 		<-done
-		if s := d.Stats(); s.GaveUp != 1 || s.Retries != 0 {
+		if s := d.Stats(""); s.GaveUp != 1 || s.Retries != 0 {
 			t.Errorf("stats %+v, want given up without retries", s)
 		}
 	})

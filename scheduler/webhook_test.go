@@ -1,0 +1,72 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"inferd/store"
+)
+
+// A start's webhook is kept with the call, so that the call's writes queue
+// its deliveries: start when a replica takes it, completed with its result,
+// for a synchronous start that finished within its wait (one write) too.
+func TestStartOptionsWebhookQueuesDeliveriesWithTheCallsWrites(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("hooked", minMax(1, 1))
+		h := newHarness(t, Config{}, nil, p)
+		defer h.stop()
+		i := h.launched()
+		h.ready(i)
+		opts := StartOptions{Webhook: "http://127.0.0.1:9/h", WebhookEvents: []string{store.EventStart, store.EventCompleted}}
+
+		async, err := h.s.Submit(context.Background(), p, json.RawMessage(`{}`), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc := h.call(i)
+		h.settle()
+		if got := h.pending(t); !slices.Equal(got, []string{store.DeliveryID(async.ID, store.EventStart)}) {
+			t.Fatalf("running async call: outbox %v, want its start event", got)
+		}
+		fc.reply(`{"y":1}`)
+		h.settle()
+
+		res := make(chan store.Call, 1)
+		go func() {
+			c, _ := h.s.SubmitWait(context.Background(), p, json.RawMessage(`{}`), time.Minute, opts)
+			res <- c
+		}()
+		h.call(i).reply(`{"y":2}`)
+		sync := <-res
+		h.settle()
+		want := []string{
+			store.DeliveryID(async.ID, store.EventCompleted), store.DeliveryID(async.ID, store.EventStart),
+			store.DeliveryID(sync.ID, store.EventCompleted), store.DeliveryID(sync.ID, store.EventStart),
+		}
+		slices.Sort(want)
+		if got := h.pending(t); !slices.Equal(got, want) {
+			t.Errorf("outbox %v, want %v", got, want)
+		}
+		if c, _ := h.st.call(sync.ID); c.Webhook != opts.Webhook || !slices.Equal(c.WebhookEvents, opts.WebhookEvents) {
+			t.Errorf("stored call lost its webhook: %q %v", c.Webhook, c.WebhookEvents)
+		}
+	})
+}
+
+// pending returns the ids in the outbox, sorted.
+func (h *harness) pending(t *testing.T) []string {
+	t.Helper()
+	ds, err := h.st.PendingDeliveries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, d := range ds {
+		ids = append(ids, d.ID)
+	}
+	return ids
+}
