@@ -95,12 +95,21 @@ func verifyStandardWebhook(t *testing.T, secret string, m hookMessage) {
 	}
 }
 
-func TestWebhooksAreSignedRetriedAndRefusedForMetadata(t *testing.T) {
+// echoDaemon starts a daemon on a fresh data dir with the extra config,
+// team acme's key and its project echo (modelKey mk-echo, one replica
+// kept), and returns them with the config's path.
+func echoDaemon(t *testing.T, extra string) (d *daemon, key, cfg string) {
+	t.Helper()
 	echo := echoDir(t)
-	dir, cfg := newDaemonDir(t, "startWait: 20s\nwebhook:\n  firstRetry: 200ms\n  timeout: 30s\n")
-	d := startDaemon(t, dir, cfg)
-	key := d.createKey("acme", false)
+	dir, cfg := newDaemonDir(t, extra)
+	d = startDaemon(t, dir, cfg)
+	key = d.createKey("acme", false)
 	d.apply("projects:\n" + echoProject("echo", "acme", "mk-echo", echo, marker(), "") + "    minReplicas: 1\n")
+	return d, key, cfg
+}
+
+func TestWebhooksAreSignedRetriedAndRefusedForMetadata(t *testing.T) {
+	d, key, _ := echoDaemon(t, "startWait: 20s\nwebhook:\n  firstRetry: 200ms\n  timeout: 30s\n")
 	out, err := d.cli("team", "webhook-secret", "acme")
 	if err != nil {
 		t.Fatal(err)
@@ -201,11 +210,7 @@ func TestWebhooksAreSignedRetriedAndRefusedForMetadata(t *testing.T) {
 // then killed with SIGKILL, is delivered after the restart: the message was
 // committed with the call's result.
 func TestWebhookSurvivesKill9BetweenCompletionAndDelivery(t *testing.T) {
-	echo := echoDir(t)
-	dir, cfg := newDaemonDir(t, "startWait: 20s\nwebhook:\n  firstRetry: 100ms\n")
-	d := startDaemon(t, dir, cfg)
-	key := d.createKey("acme", false)
-	d.apply("projects:\n" + echoProject("echo", "acme", "mk-echo", echo, marker(), "") + "    minReplicas: 1\n")
+	d, key, cfg := echoDaemon(t, "startWait: 20s\nwebhook:\n  firstRetry: 100ms\n")
 	port := freePort(t) // nothing listens there yet: every attempt fails
 	body := fmt.Sprintf(`{"apiKey":%q,"modelKey":"mk-echo","modelInputs":{"n":3},"webhook":"http://127.0.0.1:%d/hook"}`, key, port)
 	_, r := do(t, "POST", d.base+"/start/v4", nil, body)
@@ -220,7 +225,7 @@ func TestWebhookSurvivesKill9BetweenCompletionAndDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	rcv := newHookReceiver(t, ln)
-	startDaemon(t, dir, cfg)
+	startDaemon(t, d.dir, cfg)
 	m := rcv.next(t, 60*time.Second)
 	var got map[string]any
 	if err := json.Unmarshal(m.body, &got); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"inferd/store"
+	"inferd/store/storetest"
 )
 
 // A start's webhook is kept with the call, so that the call's writes queue
@@ -29,7 +30,7 @@ func TestStartOptionsWebhookQueuesDeliveriesWithTheCallsWrites(t *testing.T) {
 		}
 		fc := h.call(i)
 		h.settle()
-		if got := h.pending(t); !slices.Equal(got, []string{store.DeliveryID(async.ID, store.EventStart)}) {
+		if got := storetest.PendingDeliveryIDs(t, h.st); !slices.Equal(got, []string{store.DeliveryID(async.ID, store.EventStart)}) {
 			t.Fatalf("running async call: outbox %v, want its start event", got)
 		}
 		fc.reply(`{"y":1}`)
@@ -48,25 +49,11 @@ func TestStartOptionsWebhookQueuesDeliveriesWithTheCallsWrites(t *testing.T) {
 			store.DeliveryID(sync.ID, store.EventCompleted), store.DeliveryID(sync.ID, store.EventStart),
 		}
 		slices.Sort(want)
-		if got := h.pending(t); !slices.Equal(got, want) {
+		if got := storetest.PendingDeliveryIDs(t, h.st); !slices.Equal(got, want) {
 			t.Errorf("outbox %v, want %v", got, want)
 		}
 		if c, _ := h.st.call(sync.ID); c.Webhook != opts.Webhook || !slices.Equal(c.WebhookEvents, opts.WebhookEvents) {
 			t.Errorf("stored call lost its webhook: %q %v", c.Webhook, c.WebhookEvents)
 		}
 	})
-}
-
-// pending returns the ids in the outbox, sorted.
-func (h *harness) pending(t *testing.T) []string {
-	t.Helper()
-	ds, err := h.st.PendingDeliveries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, d := range ds {
-		ids = append(ids, d.ID)
-	}
-	return ids
 }

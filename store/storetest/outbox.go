@@ -12,8 +12,8 @@ import (
 	"inferd/store"
 )
 
-// pendingIDs returns the ids of s's pending deliveries.
-func pendingIDs(t *testing.T, s store.Store) []string {
+// PendingDeliveryIDs returns the ids of s's pending deliveries, by id.
+func PendingDeliveryIDs(t testing.TB, s store.Outbox) []string {
 	t.Helper()
 	ds, err := s.PendingDeliveries()
 	if err != nil {
@@ -54,20 +54,20 @@ func testCallWritesQueueWebhookDeliveriesOnce(t *testing.T, e *env) {
 	}
 	save(c)
 	save(plain)
-	if got := pendingIDs(t, s); len(got) != 0 {
+	if got := PendingDeliveryIDs(t, s); len(got) != 0 {
 		t.Fatalf("queued call: pending %v, want none", got)
 	}
 	c.State, c.Dispatched = store.CallRunning, e.clock.Now()
 	save(c)
 	save(c)
-	if got := pendingIDs(t, s); !slices.Equal(got, []string{start}) {
+	if got := PendingDeliveryIDs(t, s); !slices.Equal(got, []string{start}) {
 		t.Fatalf("running call written twice: pending %v, want [%s]", got, start)
 	}
 	c.State, c.Message, c.Outputs = store.CallSucceeded, "success", []byte(`{"ok":true}`)
 	save(c)
 	want := []string{completed, start}
 	slices.Sort(want)
-	if got := pendingIDs(t, s); !slices.Equal(got, want) {
+	if got := PendingDeliveryIDs(t, s); !slices.Equal(got, want) {
 		t.Fatalf("finished call: pending %v, want %v", got, want)
 	}
 	mu.Lock()
@@ -108,7 +108,7 @@ func testCallWritesQueueWebhookDeliveriesOnce(t *testing.T, e *env) {
 	save(c) // a re-save of the finished call
 	s = e.reopen(t, s)
 	save(c)
-	if got := pendingIDs(t, s); len(got) != 0 {
+	if got := PendingDeliveryIDs(t, s); len(got) != 0 {
 		t.Fatalf("ended deliveries queued again: %v", got)
 	}
 	if err := s.UpdateDelivery(d); !errors.Is(err, store.ErrNotFound) {
@@ -127,7 +127,7 @@ func testWebhookDefaultsToCompleted(t *testing.T, e *env) {
 	if err := s.SaveCall(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
-	if got := pendingIDs(t, s); !slices.Equal(got, []string{store.DeliveryID(c.ID, store.EventCompleted)}) {
+	if got := PendingDeliveryIDs(t, s); !slices.Equal(got, []string{store.DeliveryID(c.ID, store.EventCompleted)}) {
 		t.Fatalf("pending %v, want the completed delivery only", got)
 	}
 	recent, err := s.RecentCalls("", 10)
