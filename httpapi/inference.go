@@ -226,6 +226,9 @@ func (a *api) callResponse(c store.Call) inferenceResponse {
 		resp.Message = "success"
 		resp.Finished = true
 		resp.ModelOutputs = wrapOutputs(c.Outputs)
+		if c.Streamed {
+			resp.ModelOutputs = c.Outputs // already the list of lines
+		}
 	case store.CallFailed:
 		resp.Finished = true
 		resp.Message = failureMessage(c.Message)

@@ -48,6 +48,9 @@ type Options struct {
 	// Limits caps request rates, held-open waits and input nesting per API
 	// key; unlike the fields above, a zero field means no limit.
 	Limits Limits
+	// Streams, when set, carries running calls' events to
+	// GET /v1/calls/:callID/events (the scheduler's OutputSink).
+	Streams *Streams
 	// WebhookPolicy says which webhook destinations a start may name; nil
 	// is the default policy (all but link-local and cloud metadata).
 	WebhookPolicy *webhook.Policy
@@ -128,6 +131,9 @@ func New(opts Options, st Store, sched Scheduler) http.Handler {
 	for _, p := range []string{"/v1/projects/:id", "/v1/projects/:id/"} {
 		handle(http.MethodGet, p, a.getProject)
 		handle(http.MethodPut, p, a.putProject)
+	}
+	if opts.Streams != nil {
+		handle(http.MethodGet, "/v1/calls/:callID/events", a.callEvents)
 	}
 	handle(http.MethodGet, "/healthz", a.healthz)
 	handle(http.MethodGet, "/readyz", a.readyz)

@@ -75,8 +75,10 @@ func (s *Scheduler) infer(ctx context.Context, c *call, r *rep, inst backend.Ins
 		s.in.post(evInferDone{c: c, r: r, notSent: true})
 		return
 	}
-	out, err := inst.Infer(ctx, inputs)
-	ev := evInferDone{c: c, r: r, out: out, err: err}
+	cs := &callStream{id: c.c.ID, sink: s.cfg.Outputs}
+	s.cfg.Outputs.CallRunning(cs.id)
+	out, err := inst.Infer(backend.WithStream(ctx, cs), inputs)
+	ev := evInferDone{c: c, r: r, out: out, err: err, streamed: cs.began}
 	if err != nil {
 		exited := isClosed(inst.Exited())
 		var exitErr error
@@ -102,6 +104,7 @@ func (s *Scheduler) onInferDone(ev evInferDone) {
 		s.finish(c, store.CallFailed, nil, ev.msg)
 		return
 	}
+	c.c.Streamed = ev.streamed
 	s.finish(c, store.CallSucceeded, ev.out, msgSuccess)
 }
 

@@ -25,6 +25,7 @@ type Config struct {
 	MaxRestartBackoff   time.Duration // cap of that wait; default 30s
 	GPUPoll             time.Duration // while a project waits for GPU, how often free GPU memory is re-read; default 1s
 	Observer            Observer      // told about finished calls and replica events; nil = none
+	Outputs             OutputSink    // told about running calls and their streamed output; nil = none
 }
 
 func (c Config) withDefaults() Config {
@@ -46,6 +47,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Observer == nil {
 		c.Observer = nopObserver{}
+	}
+	if c.Outputs == nil {
+		c.Outputs = nopOutputs{}
 	}
 	return c
 }

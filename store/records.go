@@ -107,7 +107,10 @@ type Call struct {
 	RunMs      int64           `json:"runMs,omitempty"`
 	// Webhook is the URL the call's webhook events go to, and
 	// WebhookEvents which (none: completed only); see DeliveriesFor.
-	Webhook       string   `json:"webhook,omitempty"`
+	Webhook string `json:"webhook,omitempty"`
+	// Streamed says the model streamed its reply: Outputs is the JSON
+	// array of its lines, which is modelOutputs as it is.
+	Streamed      bool     `json:"streamed,omitempty"`
 	WebhookEvents []string `json:"webhookEvents,omitempty"`
 }
 

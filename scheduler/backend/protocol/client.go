@@ -153,7 +153,10 @@ func (e *TransportError) Unwrap() error { return e.Err }
 // the reply body, which is valid JSON. Errors: *backend.HTTPError for a
 // non-2xx reply, backend.ErrInvalidReply (wrapped) for a reply that is not
 // JSON or too large, *TransportError when the exchange broke; ctx's error is
-// returned as is. For protocol potassium the request carries a fresh
+// returned as is. A reply of protocol http with Content-Type
+// application/x-ndjson streams: its lines go to the context's
+// backend.Stream as they arrive, and the result is the array of the lines
+// (see readStream). For protocol potassium the request carries a fresh
 // X-Banana-Request-Id, and a 500 with a text/plain body (the handler's
 // traceback) is a *backend.ExceptionError instead.
 func (c *Client) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMessage, error) {
@@ -190,6 +193,11 @@ func (c *Client) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMes
 		}
 		clean = len(body) < errorBodyBytes
 		return nil, &backend.HTTPError{Status: resp.StatusCode, Body: validUTF8(body)}
+	}
+	if !c.potassium && isNDJSON(resp.Header.Get("Content-Type")) {
+		out, ok, err := readStream(ctx, resp.Body, c.cfg.MaxReplyBytes, backend.StreamFrom(ctx))
+		clean = ok
+		return out, err
 	}
 	limit := c.cfg.MaxReplyBytes
 	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
