@@ -71,8 +71,11 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		Snapshot: func() scheduler.Status { return sched.Snapshot() },
 		GPUs:     gpus.Devices,
 	}, history.DefaultInterval, history.DefaultWindow)
+	// Running calls' live events, for GET /v1/calls/:callID/events.
+	streams := httpapi.NewStreams()
 	schedCfg := schedulerConfig(cfg)
-	schedCfg.Observer = observers{Metrics: metrics, hist: hist}
+	schedCfg.Observer = observers{Metrics: metrics, hist: hist, streams: streams}
+	schedCfg.Outputs = streams
 	sched = scheduler.New(schedCfg, st, replicas, scheduler.RealClock(), log)
 	st.OnProjectChange(sched.ProjectChanged)
 	// Webhooks: the deliverer hears of new outbox messages from the store
@@ -109,6 +112,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 				MaxInputDepth:     cfg.Limits.MaxInputDepth,
 			},
 			WebhookPolicy: hookPolicy,
+			Streams:       streams,
 		}, st, sched),
 		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
 		ReadTimeout:       2 * time.Minute,
@@ -161,16 +165,19 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	return nil
 }
 
-// observers tells the metrics and the status page's history of each
-// scheduler event (the history needs only finished calls).
+// observers tells the metrics, the status page's history and the live
+// event streams of each scheduler event (the last two need only finished
+// calls).
 type observers struct {
 	*httpapi.Metrics
-	hist *history.Recorder
+	hist    *history.Recorder
+	streams *httpapi.Streams
 }
 
 func (o observers) CallFinished(c store.Call) {
 	o.Metrics.CallFinished(c)
 	o.hist.CallFinished(c)
+	o.streams.CallFinished(c)
 }
 
 func serveHTTP(srv *http.Server, ln net.Listener) error {
