@@ -105,12 +105,18 @@ type Call struct {
 	QueueMs    int64           `json:"queueMs,omitempty"`
 	BootMs     int64           `json:"bootMs,omitempty"`
 	RunMs      int64           `json:"runMs,omitempty"`
-	// Webhook is the URL the call's webhook events go to, and
-	// WebhookEvents which (none: completed only); see DeliveriesFor.
-	Webhook string `json:"webhook,omitempty"`
+	// Route is the model route the call goes to (the Banana Client's
+	// POST /run/PROJECT/ROUTE); "" is the project's own inferPath.
+	Route string `json:"route,omitempty"`
+	// IdempotencyKey, when set, is unique among the team's calls kept:
+	// CallByIdempotencyKey finds the call by it.
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 	// Streamed says the model streamed its reply: Outputs is the JSON
 	// array of its lines, which is modelOutputs as it is.
-	Streamed      bool     `json:"streamed,omitempty"`
+	Streamed bool `json:"streamed,omitempty"`
+	// Webhook is the URL the call's webhook events go to, and
+	// WebhookEvents which (none: completed only); see DeliveriesFor.
+	Webhook       string   `json:"webhook,omitempty"`
 	WebhookEvents []string `json:"webhookEvents,omitempty"`
 }
 

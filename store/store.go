@@ -125,6 +125,10 @@ type Calls interface {
 	SaveCallAsync(c Call, done func(error))
 	// GetCall returns the committed state of a call, or ErrNotFound.
 	GetCall(id string) (Call, error)
+	// CallByIdempotencyKey returns the committed call of team teamID whose
+	// IdempotencyKey is key, or ErrNotFound. The first committed call with
+	// a key keeps it until it expires.
+	CallByIdempotencyKey(teamID, key string) (Call, error)
 	// PendingCalls returns every call not in a final state, oldest first
 	// (by id: call ids are UUIDv7). The scheduler recovers them at start-up.
 	PendingCalls() ([]Call, error)

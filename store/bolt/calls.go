@@ -33,6 +33,9 @@ func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
 		return
 	}
 	cw := callWrite{key: []byte(c.ID), final: c.State.Done(), finished: c.Finished, done: done}
+	if c.IdempotencyKey != "" {
+		cw.idemKey = store.IdempotencyIndexKey(c.TeamID, c.IdempotencyKey)
+	}
 	v, err := json.Marshal(c)
 	if err != nil {
 		done(fmt.Errorf("save call %s: encode: %w", c.ID, err))
@@ -70,6 +73,9 @@ func applyCallWrite(tx *bbolt.Tx, cw *callWrite) error {
 		return err
 	}
 	if err := queueDeliveries(tx, cw); err != nil {
+		return err
+	}
+	if err := indexIdempotencyKey(tx, cw); err != nil {
 		return err
 	}
 	if !cw.final {
@@ -186,6 +192,9 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 				if err := expiry.Delete(k); err != nil {
 					return err
 				}
+				if err := dropIdempotencyKey(tx, id); err != nil {
+					return err
+				}
 			}
 			n = len(keys)
 			if n < expireChunk {
@@ -207,4 +216,53 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 // `every`, until ctx ends (see store.RunSweeper), on the store's clock.
 func (s *Store) RunSweeper(ctx context.Context, ttl, every time.Duration) error {
 	return store.RunSweeper(ctx, s, s.now, ttl, every)
+}
+
+// indexIdempotencyKey records cw's idempotency key, unless another call
+// holds it already.
+func indexIdempotencyKey(tx *bbolt.Tx, cw *callWrite) error {
+	if cw.idemKey == nil {
+		return nil
+	}
+	idem := tx.Bucket(bucketCallIdem)
+	if idem.Get(cw.idemKey) != nil {
+		return nil
+	}
+	if err := idem.Put(cw.idemKey, cw.key); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketCallIdemRev).Put(cw.key, cw.idemKey)
+}
+
+// dropIdempotencyKey removes the index entry of call id, which is being
+// deleted.
+func dropIdempotencyKey(tx *bbolt.Tx, id []byte) error {
+	rev := tx.Bucket(bucketCallIdemRev)
+	k := rev.Get(id)
+	if k == nil {
+		return nil
+	}
+	if err := tx.Bucket(bucketCallIdem).Delete(k); err != nil {
+		return err
+	}
+	return rev.Delete(id)
+}
+
+// CallByIdempotencyKey returns the call of teamID whose IdempotencyKey is
+// key, or ErrNotFound.
+func (s *Store) CallByIdempotencyKey(teamID, key string) (store.Call, error) {
+	var id []byte
+	err := s.view(func(tx *bbolt.Tx) error {
+		if b := tx.Bucket(bucketCallIdem); b != nil {
+			id = append(id, b.Get(store.IdempotencyIndexKey(teamID, key))...)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Call{}, fmt.Errorf("call by idempotency key: %w", err)
+	}
+	if len(id) == 0 {
+		return store.Call{}, fmt.Errorf("call by idempotency key: %w", store.ErrNotFound)
+	}
+	return s.GetCall(string(id))
 }

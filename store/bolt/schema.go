@@ -33,6 +33,10 @@ const SchemaVersion = 1
 //	outboxended delivery id → 8-byte big-endian unix-nanos of its call's expiry
 //	            horizon (the time it ended): the deliveries ended, kept so that a
 //	            re-save of their call never queues them again; ExpireCalls drops them.
+//	callidem    IdempotencyIndexKey(team, key) → call id, for the calls with an
+//	            IdempotencyKey; the first committed call with a key keeps the entry.
+//	callidemrev call id → its callidem key, so ExpireCalls can drop the entry of a
+//	            call it deletes without decoding the call.
 //	teamsecrets team id → webhook signing secret ("whsec_..."), kept apart from
 //	            teams so that no team listing carries it.
 var (
@@ -48,6 +52,8 @@ var (
 	bucketOutbox       = []byte("outbox")
 	bucketOutboxEnded  = []byte("outboxended")
 	bucketTeamSecrets  = []byte("teamsecrets")
+	bucketCallIdem     = []byte("callidem")
+	bucketCallIdemRev  = []byte("callidemrev")
 
 	keySchema = []byte("schema")
 )
@@ -56,7 +62,7 @@ func allBuckets() [][]byte {
 	return [][]byte{
 		bucketMeta, bucketTeams, bucketKeys, bucketProjects, bucketModelKeys,
 		bucketCalls, bucketCallPending, bucketCallFinished, bucketCallExpiry,
-		bucketOutbox, bucketOutboxEnded, bucketTeamSecrets,
+		bucketOutbox, bucketOutboxEnded, bucketTeamSecrets, bucketCallIdem, bucketCallIdemRev,
 	}
 }
 

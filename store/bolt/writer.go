@@ -21,6 +21,7 @@ type callWrite struct {
 	deliveries        []store.Delivery // webhook deliveries the write makes due
 	encodedDeliveries [][]byte         // their JSON, in the same order
 	queued            []store.Delivery // those the commit put in the outbox (set by queueDeliveries)
+	idemKey           []byte           // the call's idempotency index key, or nil
 }
 
 // writer is the queue in front of the one goroutine that commits call

@@ -62,6 +62,7 @@ type data struct {
 	outbox   map[string]store.Delivery // pending deliveries, by id
 	ended    map[string]time.Time      // ended deliveries' ids, with when they ended
 	secrets  map[string]string         // webhook secrets, by team
+	idem     map[string]string         // idempotency index key → call id
 }
 
 type callWrite struct {
@@ -80,6 +81,7 @@ func New(opts Options) *Store {
 		outbox:   map[string]store.Delivery{},
 		ended:    map[string]time.Time{},
 		secrets:  map[string]string{},
+		idem:     map[string]string{},
 	}, opts.Now)
 }
 
@@ -212,6 +214,12 @@ func (s *Store) writer() {
 			s.mu.Lock()
 			s.d.calls[w.c.ID] = w.c
 			s.d.history = append(s.d.history, w.c)
+			if w.c.IdempotencyKey != "" {
+				k := string(store.IdempotencyIndexKey(w.c.TeamID, w.c.IdempotencyKey))
+				if _, taken := s.d.idem[k]; !taken {
+					s.d.idem[k] = w.c.ID
+				}
+			}
 			queued := s.queueDeliveries(w.deliveries)
 			s.mu.Unlock()
 			s.deliveryHooks.Notify(queued)
@@ -267,6 +275,19 @@ func (s *Store) GetCall(id string) (store.Call, error) {
 	return lookup(s.d.calls, id, "get call", cloneCall)
 }
 
+// CallByIdempotencyKey implements store.Calls.
+func (s *Store) CallByIdempotencyKey(teamID, key string) (store.Call, error) {
+	if err := s.lock("call by idempotency key"); err != nil {
+		return store.Call{}, err
+	}
+	defer s.mu.Unlock()
+	id, ok := s.d.idem[string(store.IdempotencyIndexKey(teamID, key))]
+	if !ok {
+		return store.Call{}, fmt.Errorf("call by idempotency key: %w", store.ErrNotFound)
+	}
+	return lookup(s.d.calls, id, "get call", cloneCall)
+}
+
 // PendingCalls implements store.Calls.
 func (s *Store) PendingCalls() ([]store.Call, error) {
 	return s.selectCalls(func(c store.Call) bool { return !c.State.Done() }, false, -1, "pending calls")
@@ -317,6 +338,9 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 	for id, c := range s.d.calls {
 		if c.State.Done() && c.Finished.Before(finishedBefore) {
 			delete(s.d.calls, id)
+			if k := string(store.IdempotencyIndexKey(c.TeamID, c.IdempotencyKey)); c.IdempotencyKey != "" && s.d.idem[k] == id {
+				delete(s.d.idem, k)
+			}
 			n++
 		}
 	}

@@ -69,6 +69,7 @@ var suite = []struct {
 	{"PendingCallsOldestFirst", testPendingCallsOldestFirst},
 	{"RecentCallsNewestFirstByTeamWithoutInputsOrOutputs", testRecentCallsNewestFirstByTeamWithoutInputsOrOutputs},
 	{"RecentCallsFollowStateChangesAcrossPolls", testRecentCallsFollowStateChangesAcrossPolls},
+	{"CallByIdempotencyKey", testCallByIdempotencyKey},
 	// Webhook outbox.
 	{"CallWritesQueueWebhookDeliveriesOnce", testCallWritesQueueWebhookDeliveriesOnce},
 	{"WebhookDefaultsToCompleted", testWebhookDefaultsToCompleted},
