@@ -77,7 +77,11 @@ func (s *Scheduler) infer(ctx context.Context, c *call, r *rep, inst backend.Ins
 	}
 	cs := &callStream{id: c.c.ID, sink: s.cfg.Outputs}
 	s.cfg.Outputs.CallRunning(cs.id)
-	out, err := inst.Infer(backend.WithStream(ctx, cs), inputs)
+	ctx = backend.WithStream(ctx, cs)
+	if c.c.Route != "" {
+		ctx = backend.WithRoute(ctx, c.c.Route)
+	}
+	out, err := inst.Infer(ctx, inputs)
 	ev := evInferDone{c: c, r: r, out: out, err: err, streamed: cs.began}
 	if err != nil {
 		exited := isClosed(inst.Exited())

@@ -272,6 +272,7 @@ type fakeCall struct {
 	inputs json.RawMessage
 	answer chan fakeAnswer
 	stream backend.Stream // the Infer's, as a streaming model's client would tell it
+	route  string         // the Infer's route (backend.WithRoute)
 }
 
 type fakeAnswer struct {
@@ -302,7 +303,7 @@ func (i *fakeInstance) Infer(ctx context.Context, inputs json.RawMessage) (json.
 	if i.auto {
 		return i.reply, nil
 	}
-	c := &fakeCall{inputs: inputs, answer: make(chan fakeAnswer, 1), stream: backend.StreamFrom(ctx)}
+	c := &fakeCall{inputs: inputs, answer: make(chan fakeAnswer, 1), stream: backend.StreamFrom(ctx), route: backend.RouteFrom(ctx)}
 	select {
 	case i.calls <- c:
 	case <-ctx.Done():

@@ -58,3 +58,28 @@ func TestStreamedOutputReachesTheSinkAndMarksTheCall(t *testing.T) {
 		}
 	})
 }
+
+// A start's route and idempotency key are kept with the call, and the
+// route reaches the model's Infer.
+func TestStartOptionsRouteReachesTheInfer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("routed", minMax(1, 1))
+		h := newHarness(t, Config{}, nil, p)
+		defer h.stop()
+		i := h.launched()
+		h.ready(i)
+		c, err := h.s.Submit(context.Background(), p, json.RawMessage(`{}`), StartOptions{Route: "/second", IdempotencyKey: "req-9"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc := h.call(i)
+		if fc.route != "/second" {
+			t.Errorf("Infer's route %q, want /second", fc.route)
+		}
+		fc.reply(`{}`)
+		h.settle()
+		if got, err := h.st.CallByIdempotencyKey(p.TeamID, "req-9"); err != nil || got.ID != c.ID || got.Route != "/second" {
+			t.Errorf("CallByIdempotencyKey = %+v, %v", got, err)
+		}
+	})
+}

@@ -31,11 +31,17 @@ type StartOptions struct {
 	// store.DeliveriesFor); the caller has checked the URL.
 	Webhook       string
 	WebhookEvents []string
+	// Route sends the call to that route of the model (backend.WithRoute).
+	Route string
+	// IdempotencyKey is stored with the call (store.CallByIdempotencyKey);
+	// the caller has looked it up first.
+	IdempotencyKey string
 }
 
 // apply copies the options onto the call being admitted.
 func (o StartOptions) apply(c *store.Call) {
 	c.Webhook, c.WebhookEvents = o.Webhook, o.WebhookEvents
+	c.Route, c.IdempotencyKey = o.Route, o.IdempotencyKey
 }
 
 // SubmitWait admits a call of project p and waits up to wait for its result:

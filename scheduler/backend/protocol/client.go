@@ -156,11 +156,16 @@ func (e *TransportError) Unwrap() error { return e.Err }
 // returned as is. A reply of protocol http with Content-Type
 // application/x-ndjson streams: its lines go to the context's
 // backend.Stream as they arrive, and the result is the array of the lines
-// (see readStream). For protocol potassium the request carries a fresh
+// (see readStream). A call with a route (backend.WithRoute) goes to that
+// route (see inferPath). For protocol potassium the request carries a fresh
 // X-Banana-Request-Id, and a 500 with a text/plain body (the handler's
 // traceback) is a *backend.ExceptionError instead.
 func (c *Client) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMessage, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+c.cfg.InferPath, bytes.NewReader(inputs))
+	route := backend.RouteFrom(ctx)
+	if out, ok := c.answersItself(route); ok {
+		return out, nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+c.inferPath(route), bytes.NewReader(inputs))
 	if err != nil {
 		return nil, fmt.Errorf("infer: %w", err)
 	}
