@@ -82,6 +82,7 @@ type Store interface {
 	GetProject(id string) (store.Project, error)
 	ListProjects(teamID string) ([]store.Project, error)
 	UpdateProject(id string, fn func(*store.Project) error) (store.Project, error)
+	CallByIdempotencyKey(teamID, key string) (store.Call, error)
 }
 
 // Scheduler is what the public API needs from the scheduler.
@@ -107,6 +108,8 @@ type api struct {
 	store  Store
 	sched  Scheduler
 	limits *limiter
+	// runLocks serialises /run requests with the same idempotency key.
+	runLocks runLocks
 }
 
 // New returns the public HTTP API: the inference endpoints, the project API
@@ -132,6 +135,9 @@ func New(opts Options, st Store, sched Scheduler) http.Handler {
 		handle(http.MethodGet, p, a.getProject)
 		handle(http.MethodPut, p, a.putProject)
 	}
+	// Banana's Client SDK: base URL http://HOST:PORT/run/PROJECT (run.go).
+	handle(http.MethodPost, "/run/:project", a.run)
+	handle(http.MethodPost, "/run/:project/*route", a.run)
 	if opts.Streams != nil {
 		handle(http.MethodGet, "/v1/calls/:callID/events", a.callEvents)
 	}
