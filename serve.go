@@ -92,6 +92,9 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st,
 		Webhooks: func() webhook.Stats { return hooks.Stats("") }})
 
+	// Closed when the API server starts shutting down: event streams and
+	// /run waits end then instead of holding the shutdown up.
+	stopping := make(chan struct{})
 	api := &http.Server{
 		Handler: httpapi.New(httpapi.Options{
 			StartWait:    cfg.StartWait,
@@ -113,6 +116,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			},
 			WebhookPolicy: hookPolicy,
 			Streams:       streams,
+			Stopping:      stopping,
 		}, st, sched),
 		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
 		ReadTimeout:       2 * time.Minute,
@@ -132,6 +136,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		BaseContext:       func(net.Listener) context.Context { return adminCtx },
 	}
 	admin.RegisterOnShutdown(endAdmin)
+	api.RegisterOnShutdown(func() { close(stopping) })
 
 	log.Info().Str("listen", "http://"+apiLn.Addr().String()).Str("dataDir", cfg.DataDir).
 		Int("gpus", gpus.Count()).Str("gpuSource", gpus.Source()).Str("version", version).Msg("inferd serving")

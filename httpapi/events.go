@@ -17,6 +17,10 @@ import (
 // that proxies and clients do not take a long call for a dead connection.
 const sseKeepAlive = 15 * time.Second
 
+// errEventsCallNotFound never names the call: another team's answers
+// exactly as one that does not exist.
+var errEventsCallNotFound = notFound("call not found (unknown, expired, or not yours)")
+
 // callEvents handles GET /v1/calls/:callID/events: Server-Sent Events of
 // one call of the caller's team. state events give the call's state (on
 // connect, and when a replica takes it), output events each line a
@@ -33,7 +37,7 @@ func (a *api) callEvents(w http.ResponseWriter, r *http.Request, ps httprouter.P
 	call, done, err := a.sched.Lookup(id)
 	switch {
 	case errors.Is(err, store.ErrNotFound) || err == nil && !mayAccess(key, call.TeamID):
-		writeError(w, r, a.log, notFound("call %s not found (unknown, expired, or not yours)", truncate(id, 64)))
+		writeError(w, r, a.log, errEventsCallNotFound) // the same answer whoever's it is
 		return
 	case err != nil:
 		writeError(w, r, a.log, err)
@@ -98,6 +102,8 @@ func (a *api) callEvents(w http.ResponseWriter, r *http.Request, ps httprouter.P
 				ev.comment("keep-alive")
 			case <-r.Context().Done():
 				return
+			case <-a.opts.Stopping:
+				return // the client reconnects to the restarted daemon
 			}
 			ev.flush()
 			if ev.err != nil {

@@ -144,3 +144,27 @@ func TestCallEventsAreTeamIsolated(t *testing.T) {
 		})
 	}
 }
+
+func TestStoppingEndsEventStreamsAndRunWaits(t *testing.T) {
+	stopping := make(chan struct{})
+	env := newEnv(t, Options{Streams: NewStreams(), Stopping: stopping})
+	srv := httptest.NewServer(env.h)
+	defer srv.Close()
+	env.sched.add(store.Call{ID: "call_r", TeamID: "acme", State: store.CallRunning})
+	c := openEvents(t, srv.URL, "call_r", keyAcme)
+	c.expect("state", `{"callID":"call_r","state":"running"}`)
+	run := make(chan *httptest.ResponseRecorder, 1)
+	go func() { run <- serve(env.h, "POST", "/run/echo/", `{}`, "X-Banana-API-Key", keyAcme) }()
+	eventuallyTrue(t, func() bool {
+		env.sched.mu.Lock()
+		defer env.sched.mu.Unlock()
+		return env.sched.n == 1 // the /run call is admitted and waited on
+	})
+	close(stopping)
+	if c.sc.Scan() {
+		t.Errorf("the event stream went on after shutdown began: %q", c.sc.Text())
+	}
+	if rec := waitResult(t, run); rec.Code != 503 {
+		t.Errorf("/run during shutdown: HTTP %d, want 503 (the SDK retries it)", rec.Code)
+	}
+}

@@ -137,13 +137,22 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, ps httprouter.Params) 
 	}
 	w.Header().Set(callIDHeader, call.ID)
 	if !isClosed(done) {
-		t := time.NewTimer(time.Duration(project.InferenceTimeout) * time.Second)
+		wait := time.Duration(project.InferenceTimeout) * time.Second
+		// The server's write timeout is for the short waits of start and
+		// check; this one may be as long as the project allows.
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + time.Minute))
+		t := time.NewTimer(wait)
 		defer t.Stop()
 		select {
 		case <-done:
 		case <-t.C:
 		case <-r.Context().Done():
 			return // the call runs on; nobody reads this answer
+		case <-a.opts.Stopping:
+			// The SDK retries a 503, and its retry finds the call by its
+			// request id once the daemon is back.
+			runError(w, http.StatusServiceUnavailable, "unavailable", "inferd is shutting down; retry")
+			return
 		}
 		if c, _, err := a.sched.Lookup(call.ID); err == nil {
 			call = c

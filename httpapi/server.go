@@ -51,6 +51,10 @@ type Options struct {
 	// Streams, when set, carries running calls' events to
 	// GET /v1/calls/:callID/events (the scheduler's OutputSink).
 	Streams *Streams
+	// Stopping, when closed, ends the requests that wait on a call without
+	// bound of their own (event streams, /run), so that they never hold a
+	// shutdown up: the server's RegisterOnShutdown closes it.
+	Stopping <-chan struct{}
 	// WebhookPolicy says which webhook destinations a start may name; nil
 	// is the default policy (all but link-local and cloud metadata).
 	WebhookPolicy *webhook.Policy
