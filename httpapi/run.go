@@ -147,11 +147,15 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, ps httprouter.Params) 
 		case <-done:
 		case <-t.C:
 		case <-r.Context().Done():
-			return // the call runs on; nobody reads this answer
+			// The server's base context ends at shutdown too (Stopping is
+			// closed then): answer that; a client that went away reads
+			// nothing, and the call runs on.
+			if isClosed(a.opts.Stopping) {
+				errShuttingDown(w)
+			}
+			return
 		case <-a.opts.Stopping:
-			// The SDK retries a 503, and its retry finds the call by its
-			// request id once the daemon is back.
-			runError(w, http.StatusServiceUnavailable, "unavailable", "inferd is shutting down; retry")
+			errShuttingDown(w)
 			return
 		}
 		if c, _, err := a.sched.Lookup(call.ID); err == nil {
@@ -184,6 +188,13 @@ func (a *api) runCall(ctx context.Context, p store.Project, inputs json.RawMessa
 		return store.Call{}, nil, &schedulerError{err}
 	}
 	return a.sched.Lookup(c.ID)
+}
+
+// errShuttingDown answers a /run wait cut short by a shutdown: the SDK
+// retries a 503, and its retry finds the call by its request id once the
+// daemon is back.
+func errShuttingDown(w http.ResponseWriter) {
+	runError(w, http.StatusServiceUnavailable, "unavailable", "inferd is shutting down; retry")
 }
 
 var errRequestIDReused = errors.New(bananaRequestIDHeader + " was already used for a call to another project or route")

@@ -16,8 +16,12 @@ const (
 // schedule is the pass that follows every batch of events: dispatch queued
 // calls to ready replicas, stop or time replicas that are idle, then boot what
 // is wanted where resources allow, evicting idle replicas of other projects
-// for projects that wait.
+// for projects that wait. While draining, drainPass replaces it.
 func (s *Scheduler) schedule() {
+	if s.drain != nil {
+		s.drainPass()
+		return
+	}
 	for _, p := range s.order {
 		s.dispatch(p)
 	}

@@ -90,6 +90,7 @@ type Scheduler struct {
 	never    chan struct{} // never closed: the done channel of a call nobody will finish
 	started  atomic.Bool   // Run has been called
 	ready    atomic.Bool   // the loop is serving
+	draining atomic.Bool   // Drain has been called
 	wg       sync.WaitGroup
 	workers  inferWorkers // goroutines that run calls on replicas
 
@@ -99,6 +100,7 @@ type Scheduler struct {
 	order    []*project       // projects sorted by id: stable iteration
 	calls    map[string]*call // live calls: queued, running, or final write pending
 	failures recentFailures
+	resave   resaveQueue // failures to write again once the store takes writes
 	cpuUsed  int
 	// releasing: holds of exited replicas on real GPUs that the driver has
 	// not been read for since (see pruneReleases).
@@ -107,6 +109,7 @@ type Scheduler struct {
 	rrLast    string          // the project that got a replica last, for round-robin
 	seq       uint64          // last timer seq handed out
 	loading   map[string]bool // project re-read in flight → another one is needed after it
+	drain     *drainState     // set once Drain has begun (drain.go)
 	evbuf     []event
 	scratch   []*rep
 	needs     []int
@@ -154,8 +157,9 @@ func New(cfg Config, st Store, b backend.Backend, clk Clock, log zerolog.Logger)
 	return s
 }
 
-// Ready reports whether the scheduler's loop is running (recovery done).
-func (s *Scheduler) Ready() bool { return s.ready.Load() }
+// Ready reports whether the scheduler's loop is running (recovery done) and
+// takes new calls (Drain has not begun).
+func (s *Scheduler) Ready() bool { return s.ready.Load() && !s.draining.Load() }
 
 // Run has the backend recover the replicas a previous run left behind and
 // recovers the calls that were pending when the daemon last stopped, then
@@ -289,6 +293,12 @@ func (s *Scheduler) handle(ev event) {
 		s.reload(ev.id)
 	case evProjectLoaded:
 		s.onProjectLoaded(ev)
+	case evResaveFailed:
+		s.resave.add(ev.c)
+	case evDrain:
+		s.onDrain(ev)
+	case evDrainDeadline:
+		s.onDrainDeadline(ev.reply)
 	}
 }
 
