@@ -122,7 +122,9 @@ func TestCallEventsOfAFinishedCallReplayDone(t *testing.T) {
 
 func TestCallEventsAreTeamIsolated(t *testing.T) {
 	env := newEnv(t, Options{Streams: NewStreams()})
-	env.sched.add(store.Call{ID: "call_theirs", TeamID: "other", State: store.CallRunning})
+	// Finished, so that a stream wrongly opened answers at once (done)
+	// rather than waiting for the call.
+	env.sched.add(store.Call{ID: "call_theirs", TeamID: "other", State: store.CallSucceeded, Message: "success"})
 	for _, tc := range []struct {
 		name   string
 		header []string
