@@ -82,6 +82,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	schedCfg.Outputs = streams
 	sched = scheduler.New(schedCfg, st, replicas, scheduler.RealClock(), log)
 	st.OnProjectChange(sched.ProjectChanged)
+	st.OnTeamChange(sched.TeamChanged)
 	// Webhooks: the deliverer hears of new outbox messages from the store
 	// (New registers it before any call is written) and sends them apart
 	// from the scheduler, which it never holds up.
@@ -139,7 +140,8 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	defer endAdmin()
 	admin := &http.Server{
 		Handler: httpapi.NewAdmin(st, log,
-			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(sched.CapacityWarnings)),
+			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(sched.CapacityWarnings),
+			httpapi.WithTeamUse(func() []scheduler.TeamStatus { return sched.Snapshot().Teams })),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return adminCtx },
 	}

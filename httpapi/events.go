@@ -28,7 +28,7 @@ var errEventsCallNotFound = notFound("call not found (unknown, expired, or not y
 // and a final done event carries the check answer; then the stream ends.
 // A finished call answers its state and done at once.
 func (a *api) callEvents(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-	key, err := a.headerKey(r)
+	key, err := a.headerKeyFor(r, store.PermInfer)
 	if err != nil {
 		writeError(w, r, a.log, err)
 		return
@@ -36,7 +36,7 @@ func (a *api) callEvents(w http.ResponseWriter, r *http.Request, ps httprouter.P
 	id := ps.ByName("callID")
 	call, done, err := a.sched.Lookup(id)
 	switch {
-	case errors.Is(err, store.ErrNotFound) || err == nil && !mayAccess(key, call.TeamID):
+	case errors.Is(err, store.ErrNotFound) || err == nil && !mayReach(key, call.TeamID, call.ProjectID):
 		writeError(w, r, a.log, errEventsCallNotFound) // the same answer whoever's it is
 		return
 	case err != nil:

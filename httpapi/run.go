@@ -14,6 +14,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"inferd/scheduler"
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
@@ -81,14 +82,11 @@ func runError(w http.ResponseWriter, status int, code, msg string) {
 // X-Inferd-Call-Id header names it for check), made once per
 // X-Banana-Request-Id.
 func (a *api) run(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-	key, err := a.headerKey(r)
+	// Calls need infer; warming up replicas is manage (DESIGN "Tenancy"),
+	// checked once the route is known.
+	key, err := a.headerKeyFor(r, store.PermInfer)
 	if err != nil {
-		var ue *userError
-		if errors.As(err, &ue) && ue.status == http.StatusTooManyRequests {
-			runError(w, http.StatusServiceUnavailable, ue.code, ue.msg) // the SDK retries 503
-			return
-		}
-		writeError(w, r, a.log, err)
+		a.runRefused(w, r, err)
 		return
 	}
 	project, err := a.store.GetProject(ps.ByName("project"))
@@ -100,10 +98,20 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, ps httprouter.Params) 
 		writeError(w, r, a.log, err)
 		return
 	}
+	if !key.ReachesProject(project.ID) {
+		a.runRefused(w, r, errNotAllowedProject(project.ID))
+		return
+	}
 	route, ok := cleanRoute(ps.ByName("route"))
 	if !ok {
 		runError(w, http.StatusNotFound, codeNotFound, "no such route: "+truncate(ps.ByName("route"), 100))
 		return
+	}
+	if route == backend.WarmupRoute {
+		if err := requirePermission(key, store.PermManage); err != nil {
+			a.runRefused(w, r, err)
+			return
+		}
 	}
 	body, err := readBody(w, r, a.opts.MaxBodyBytes)
 	var tooLarge *http.MaxBytesError
@@ -163,6 +171,22 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, ps httprouter.Params) 
 		}
 	}
 	a.runAnswer(w, call)
+}
+
+// runRefused answers a request its key may not make. The SDK shows the
+// body of a 401 but not of a 403 ("Unexpected HTTP response code"), so a
+// key's missing scope or project is a 401 here; a key over its request
+// rate is a 503, which the SDK retries.
+func (a *api) runRefused(w http.ResponseWriter, r *http.Request, err error) {
+	var ue *userError
+	switch {
+	case errors.As(err, &ue) && ue.status == http.StatusTooManyRequests:
+		runError(w, http.StatusServiceUnavailable, ue.code, ue.msg)
+	case errors.As(err, &ue) && ue.status == http.StatusForbidden:
+		runError(w, http.StatusUnauthorized, ue.code, ue.msg)
+	default:
+		writeError(w, r, a.log, err)
+	}
 }
 
 // runCall finds the call an earlier request with the same idempotency key

@@ -97,3 +97,28 @@ func TestRunWithAKnownRequestIDAnswersThatCallWithoutANewOne(t *testing.T) {
 		t.Errorf("the same request id on another route: HTTP %d, want 422", rec.Code)
 	}
 }
+
+func TestRunAndEventsFollowKeyScopes(t *testing.T) {
+	for _, tc := range []struct {
+		name, method, path, key string
+		status                  int
+		mention                 string
+	}{
+		{"read key may not call", "POST", "/run/echo/", keyReadOnly, 401, "may not start or check calls"},
+		{"infer key calls", "POST", "/run/echo/", keyInferOnly, 200, `{"ok":true}`},
+		{"infer key may not warm up", "POST", "/run/echo/_k/warmup", keyInferOnly, 401, "may not change projects"},
+		{"allowlist keeps other projects out", "POST", "/run/echo/", keyZetaOnly, 401, "may not use project echo"},
+		{"read key may not follow a call", "GET", "/v1/calls/call_mine/events", keyReadOnly, 403, "may not start or check calls"},
+		{"allowlist hides another project's call", "GET", "/v1/calls/call_mine/events", keyZetaOnly, 404, "call not found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newScopedEnv(t)
+			env.sched.instant = true
+			env.sched.add(store.Call{ID: "call_mine", ProjectID: "echo", TeamID: "acme", State: store.CallSucceeded, Message: "success"})
+			rec := serve(env.h, tc.method, tc.path, `{}`, "X-Banana-API-Key", tc.key)
+			if rec.Code != tc.status || !strings.Contains(rec.Body.String(), tc.mention) {
+				t.Fatalf("%s %s = %d %s; want %d mentioning %q", tc.method, tc.path, rec.Code, rec.Body, tc.status, tc.mention)
+			}
+		})
+	}
+}

@@ -48,8 +48,9 @@ type Options struct {
 	// Limits caps request rates, held-open waits and input nesting per API
 	// key; unlike the fields above, a zero field means no limit.
 	Limits Limits
-	// Streams, when set, carries running calls' events to
-	// GET /v1/calls/:callID/events (the scheduler's OutputSink).
+	// Streams carries running calls' events to GET /v1/calls/:callID/events
+	// (the scheduler's OutputSink); nil: the events show states and done
+	// only.
 	Streams *Streams
 	// Stopping, when closed, ends the requests that wait on a call without
 	// bound of their own (event streams, /run), so that they never hold a
@@ -73,6 +74,9 @@ func (o Options) withDefaults() Options {
 	if o.APIVersion == "" {
 		o.APIVersion = DefaultAPIVersion
 	}
+	if o.Streams == nil {
+		o.Streams = NewStreams()
+	}
 	if o.WebhookPolicy == nil {
 		o.WebhookPolicy = &webhook.Policy{}
 	}
@@ -86,6 +90,7 @@ type Store interface {
 	GetProject(id string) (store.Project, error)
 	ListProjects(teamID string) ([]store.Project, error)
 	UpdateProject(id string, fn func(*store.Project) error) (store.Project, error)
+	GetTeam(id string) (store.Team, error) // its quota bounds a PUT
 	CallByIdempotencyKey(teamID, key string) (store.Call, error)
 }
 
@@ -142,9 +147,7 @@ func New(opts Options, st Store, sched Scheduler) http.Handler {
 	// Banana's Client SDK: base URL http://HOST:PORT/run/PROJECT (run.go).
 	handle(http.MethodPost, "/run/:project", a.run)
 	handle(http.MethodPost, "/run/:project/*route", a.run)
-	if opts.Streams != nil {
-		handle(http.MethodGet, "/v1/calls/:callID/events", a.callEvents)
-	}
+	handle(http.MethodGet, "/v1/calls/:callID/events", a.callEvents)
 	handle(http.MethodGet, "/healthz", a.healthz)
 	handle(http.MethodGet, "/readyz", a.readyz)
 	if m != nil {

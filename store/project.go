@@ -133,6 +133,9 @@ func (p Project) Validate() error {
 	case p.IdleTimeout < 0 || p.IdleTimeout > MaxTimeout:
 		return invalid("idleTimeout", "must be between 0 and %d seconds", MaxTimeout)
 	}
+	if err := p.Caps.validate(); err != nil {
+		return err
+	}
 	return p.Model.validate()
 }
 

@@ -65,7 +65,8 @@ type Store struct {
 
 	migration Migration // what Open did to the schema
 
-	hooks         store.ProjectHooks
+	hooks store.ProjectHooks
+	store.TeamHooks
 	deliveryHooks store.DeliveryHooks
 
 	keys keyCache
