@@ -170,3 +170,21 @@ func TestStoppingEndsEventStreamsAndRunWaits(t *testing.T) {
 		t.Errorf("/run during shutdown: HTTP %d, want 503 (the SDK retries it)", rec.Code)
 	}
 }
+
+// A stream outlives the server's read and write timeouts, which are sized
+// for the short waits of start and check.
+func TestCallEventsOutliveTheServerTimeouts(t *testing.T) {
+	streams := NewStreams()
+	env := newEnv(t, Options{Streams: streams})
+	srv := httptest.NewUnstartedServer(env.h)
+	srv.Config.ReadTimeout, srv.Config.WriteTimeout = 200*time.Millisecond, 200*time.Millisecond
+	srv.Start()
+	defer srv.Close()
+	env.sched.add(store.Call{ID: "call_long", TeamID: "acme", State: store.CallRunning})
+	c := openEvents(t, srv.URL, "call_long", keyAcme)
+	c.expect("state", `{"callID":"call_long","state":"running"}`)
+	later := time.AfterFunc(time.Second, func() { streams.CallOutput("call_long", json.RawMessage(`{"late":true}`)) })
+	defer later.Stop()
+	c.expect("output", `{"late":true}`)
+	c.cancel() // before srv.Close, which waits for the stream to end
+}
