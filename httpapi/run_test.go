@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -120,5 +121,28 @@ func TestRunAndEventsFollowKeyScopes(t *testing.T) {
 				t.Fatalf("%s %s = %d %s; want %d mentioning %q", tc.method, tc.path, rec.Code, rec.Body, tc.status, tc.mention)
 			}
 		})
+	}
+}
+
+// A /run wait may last the project's inferenceTimeout, past the server's
+// write timeout, which is sized for start and check.
+func TestRunAnswersPastTheServerWriteTimeout(t *testing.T) {
+	env := newEnv(t, Options{})
+	srv := httptest.NewUnstartedServer(env.h)
+	srv.Config.WriteTimeout = 200 * time.Millisecond
+	srv.Start()
+	defer srv.Close()
+	finish := time.AfterFunc(time.Second, func() { env.sched.finish("call_1", store.CallSucceeded, `{"slow":true}`, "success") })
+	defer finish.Stop()
+	req, _ := http.NewRequest("POST", srv.URL+"/run/echo/", strings.NewReader(`{}`))
+	req.Header.Set("X-Banana-API-Key", keyAcme)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("the answer was cut off: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || strings.TrimSpace(string(body)) != `{"slow":true}` {
+		t.Fatalf("HTTP %d %s", resp.StatusCode, body)
 	}
 }
