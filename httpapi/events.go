@@ -148,7 +148,7 @@ type stateEvent struct {
 func (s *sseWriter) state(id string, st store.CallState) {
 	name := string(st)
 	if !st.Done() {
-		name = pendingMessage(st)
+		name = pendingMessage(store.Call{State: st})
 	}
 	b, _ := json.Marshal(stateEvent{id, name})
 	s.send("state", b)

@@ -30,13 +30,76 @@ type fakeScheduler struct {
 	submitCtx context.Context
 	lookups   chan string // receives the id of every Lookup, when not full
 	notReady  bool
+	lastReq   scheduler.Request // what the last Start asked for
+	warmErr   error             // Warmup's answer
 }
+
+// Start is Submit, or SubmitWait when req.Wait is set.
+// A repeated idempotency key of the team answers the call that has it.
+// The events fields (webhook, route) are kept with the call.
+func (f *fakeScheduler) Start(ctx context.Context, p store.Project, req scheduler.Request) (store.Call, error) {
+	f.mu.Lock()
+	f.lastReq = req
+	if req.IdempotencyKey != "" {
+		for _, fc := range f.calls {
+			if fc.call.TeamID == p.TeamID && fc.call.IdempotencyKey == req.IdempotencyKey {
+				c := fc.call
+				f.mu.Unlock()
+				return c, nil
+			}
+		}
+	}
+	f.mu.Unlock()
+	keep := func(c *store.Call) {
+		c.Webhook, c.WebhookEvents = req.Webhook, req.WebhookEvents
+		c.Route, c.IdempotencyKey = req.Route, req.IdempotencyKey
+	}
+	if req.Wait > 0 {
+		return f.SubmitWait(ctx, p, req.Inputs, req.Wait, keep)
+	}
+	return f.Submit(ctx, p, req.Inputs, keep)
+}
+
+// Cancel fails a call that is not finished with "error: cancelled by
+// request".
+func (f *fakeScheduler) Cancel(id string) (store.Call, error) {
+	f.mu.Lock()
+	fc, ok := f.calls[id]
+	f.mu.Unlock()
+	switch {
+	case !ok:
+		return store.Call{}, fmt.Errorf("call %s: %w", id, store.ErrNotFound)
+	case fc.call.State.Done():
+		return fc.call, fmt.Errorf("%w (%s)", scheduler.ErrFinished, fc.call.State)
+	}
+	f.finish(id, store.CallFailed, "", "error: cancelled by request")
+	c, _, err := f.Lookup(id)
+	return c, err
+}
+
+// Purge fails every queued call of the project.
+func (f *fakeScheduler) Purge(projectID string) (int, error) {
+	f.mu.Lock()
+	var ids []string
+	for id, fc := range f.calls {
+		if fc.call.ProjectID == projectID && fc.call.State == store.CallQueued {
+			ids = append(ids, id)
+		}
+	}
+	f.mu.Unlock()
+	for _, id := range ids {
+		f.finish(id, store.CallFailed, "", "error: cancelled: queue purged")
+	}
+	return len(ids), nil
+}
+
+func (f *fakeScheduler) Warmup(context.Context, store.Project) error { return f.warmErr }
 
 func newFakeScheduler() *fakeScheduler {
 	return &fakeScheduler{calls: map[string]*fakeCall{}, lookups: make(chan string, 64)}
 }
 
-func (f *fakeScheduler) Submit(ctx context.Context, p store.Project, inputs json.RawMessage, opts ...scheduler.StartOptions) (store.Call, error) {
+func (f *fakeScheduler) Submit(ctx context.Context, p store.Project, inputs json.RawMessage, keep ...func(*store.Call)) (store.Call, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.submitCtx = ctx
@@ -48,8 +111,8 @@ func (f *fakeScheduler) Submit(ctx context.Context, p store.Project, inputs json
 		ID: fmt.Sprintf("call_%d", f.n), ProjectID: p.ID, TeamID: p.TeamID,
 		State: store.CallQueued, Inputs: inputs, Created: time.Now(),
 	}
-	for _, o := range opts {
-		c.Webhook, c.WebhookEvents = o.Webhook, o.WebhookEvents
+	for _, k := range keep {
+		k(&c)
 	}
 	fc := &fakeCall{call: c, done: make(chan struct{})}
 	f.calls[c.ID] = fc
@@ -64,8 +127,8 @@ func (f *fakeScheduler) Submit(ctx context.Context, p store.Project, inputs json
 
 // SubmitWait is Submit, then a wait like the real one's: until the call is
 // done, wait passes or ctx ends.
-func (f *fakeScheduler) SubmitWait(ctx context.Context, p store.Project, inputs json.RawMessage, wait time.Duration, opts ...scheduler.StartOptions) (store.Call, error) {
-	c, err := f.Submit(context.WithoutCancel(ctx), p, inputs, opts...)
+func (f *fakeScheduler) SubmitWait(ctx context.Context, p store.Project, inputs json.RawMessage, wait time.Duration, keep ...func(*store.Call)) (store.Call, error) {
+	c, err := f.Submit(context.WithoutCancel(ctx), p, inputs, keep...)
 	if err != nil {
 		return c, err
 	}

@@ -8,13 +8,11 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
 
 	"inferd/scheduler"
-	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
@@ -34,42 +32,6 @@ const (
 	maxRouteLen = 256
 )
 
-// runLocks serialises the requests that carry the same team and
-// idempotency key, so that the SDK's retries find the call the first one
-// made instead of racing it.
-type runLocks struct {
-	mu    sync.Mutex
-	locks map[string]*runLock
-}
-
-type runLock struct {
-	mu   sync.Mutex
-	refs int
-}
-
-func (l *runLocks) lock(key string) (unlock func()) {
-	l.mu.Lock()
-	if l.locks == nil {
-		l.locks = map[string]*runLock{}
-	}
-	k := l.locks[key]
-	if k == nil {
-		k = &runLock{}
-		l.locks[key] = k
-	}
-	k.refs++
-	l.mu.Unlock()
-	k.mu.Lock()
-	return func() {
-		k.mu.Unlock()
-		l.mu.Lock()
-		if k.refs--; k.refs == 0 {
-			delete(l.locks, key)
-		}
-		l.mu.Unlock()
-	}
-}
-
 // runError answers a /run request that did not reach the model's answer:
 // status and a JSON error body, as the project API's.
 func runError(w http.ResponseWriter, status int, code, msg string) {
@@ -82,8 +44,7 @@ func runError(w http.ResponseWriter, status int, code, msg string) {
 // X-Inferd-Call-Id header names it for check), made once per
 // X-Banana-Request-Id.
 func (a *api) run(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-	// Calls need infer; warming up replicas is manage (DESIGN "Tenancy"),
-	// checked once the route is known.
+	// Calls and warm-ups need infer, as start and POST /warmup/v4 do.
 	key, err := a.headerKeyFor(r, store.PermInfer)
 	if err != nil {
 		a.runRefused(w, r, err)
@@ -107,12 +68,6 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, ps httprouter.Params) 
 		runError(w, http.StatusNotFound, codeNotFound, "no such route: "+truncate(ps.ByName("route"), 100))
 		return
 	}
-	if route == backend.WarmupRoute {
-		if err := requirePermission(key, store.PermManage); err != nil {
-			a.runRefused(w, r, err)
-			return
-		}
-	}
 	body, err := readBody(w, r, a.opts.MaxBodyBytes)
 	var tooLarge *http.MaxBytesError
 	switch {
@@ -132,13 +87,13 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, ps httprouter.Params) 
 		runError(w, http.StatusUnprocessableEntity, "unprocessable", "request body is not valid JSON")
 		return
 	}
-	opts := scheduler.StartOptions{Route: route, IdempotencyKey: r.Header.Get(bananaRequestIDHeader)}
-	if len(opts.IdempotencyKey) > store.MaxIdempotencyKeyLen {
+	req := scheduler.Request{Inputs: inputs, Route: route, IdempotencyKey: r.Header.Get(bananaRequestIDHeader)}
+	if len(req.IdempotencyKey) > store.MaxIdempotencyKeyLen {
 		runError(w, http.StatusUnprocessableEntity, "unprocessable",
 			fmt.Sprintf("%s is longer than %d bytes", bananaRequestIDHeader, store.MaxIdempotencyKeyLen))
 		return
 	}
-	call, done, err := a.runCall(r.Context(), project, inputs, opts)
+	call, done, err := a.runCall(r.Context(), project, req)
 	if err != nil {
 		a.runFailed(w, r, err)
 		return
@@ -189,27 +144,20 @@ func (a *api) runRefused(w http.ResponseWriter, r *http.Request, err error) {
 	}
 }
 
-// runCall finds the call an earlier request with the same idempotency key
-// made, or admits a new one (durable before it runs, so a retry finds it).
-func (a *api) runCall(ctx context.Context, p store.Project, inputs json.RawMessage, opts scheduler.StartOptions) (store.Call, <-chan struct{}, error) {
-	if opts.IdempotencyKey != "" {
-		unlock := a.runLocks.lock(string(store.IdempotencyIndexKey(p.TeamID, opts.IdempotencyKey)))
-		defer unlock()
-		prev, err := a.store.CallByIdempotencyKey(p.TeamID, opts.IdempotencyKey)
-		switch {
-		case err == nil && (prev.ProjectID != p.ID || prev.Route != opts.Route):
-			return store.Call{}, nil, errRequestIDReused
-		case err == nil:
-			return a.sched.Lookup(prev.ID)
-		case !errors.Is(err, store.ErrNotFound):
-			return store.Call{}, nil, err
-		}
-	}
-	// Admitted and durable before the wait: the call belongs to the server
-	// once admitted, and a retry of this request finds it by its key.
-	c, err := a.sched.Submit(context.WithoutCancel(ctx), p, inputs, opts)
-	if err != nil {
+// runCall admits the call, durable before it runs, or finds the one an
+// earlier request with the same idempotency key made (the scheduler's
+// idempotent start), so that a retry of the SDK never runs the model twice.
+func (a *api) runCall(ctx context.Context, p store.Project, req scheduler.Request) (store.Call, <-chan struct{}, error) {
+	// Admitted and durable before the wait (no req.Wait): the call belongs
+	// to the server once admitted, and a retry finds it by its key.
+	c, err := a.sched.Start(context.WithoutCancel(ctx), p, req)
+	switch {
+	case errors.Is(err, scheduler.ErrIdempotencyMismatch):
+		return store.Call{}, nil, errRequestIDReused
+	case err != nil:
 		return store.Call{}, nil, &schedulerError{err}
+	case c.Route != req.Route:
+		return store.Call{}, nil, errRequestIDReused
 	}
 	return a.sched.Lookup(c.ID)
 }
@@ -221,7 +169,7 @@ func errShuttingDown(w http.ResponseWriter) {
 	runError(w, http.StatusServiceUnavailable, "unavailable", "inferd is shutting down; retry")
 }
 
-var errRequestIDReused = errors.New(bananaRequestIDHeader + " was already used for a call to another project or route")
+var errRequestIDReused = errors.New(bananaRequestIDHeader + " was already used for another request (project, route or body)")
 
 // runFailed answers a /run request whose call could not be made.
 func (a *api) runFailed(w http.ResponseWriter, r *http.Request, err error) {
@@ -260,7 +208,7 @@ func (a *api) runAnswer(w http.ResponseWriter, c store.Call) {
 		_, _ = w.Write([]byte(failureMessage(c.Message) + "\n"))
 	default:
 		runError(w, http.StatusGatewayTimeout, "timeout",
-			"the call is still "+pendingMessage(c.State)+"; check it with the callID in "+callIDHeader)
+			"the call is still "+pendingMessage(c)+"; check it with the callID in "+callIDHeader)
 	}
 }
 

@@ -107,7 +107,8 @@ func TestRunAndEventsFollowKeyScopes(t *testing.T) {
 	}{
 		{"read key may not call", "POST", "/run/echo/", keyReadOnly, 401, "may not start or check calls"},
 		{"infer key calls", "POST", "/run/echo/", keyInferOnly, 200, `{"ok":true}`},
-		{"infer key may not warm up", "POST", "/run/echo/_k/warmup", keyInferOnly, 401, "may not change projects"},
+		{"infer key warms up", "POST", "/run/echo/_k/warmup", keyInferOnly, 200, `{"ok":true}`},
+		{"read key may not warm up", "POST", "/run/echo/_k/warmup", keyReadOnly, 401, "may not start or check calls"},
 		{"allowlist keeps other projects out", "POST", "/run/echo/", keyZetaOnly, 401, "may not use project echo"},
 		{"read key may not follow a call", "GET", "/v1/calls/call_mine/events", keyReadOnly, 403, "may not start or check calls"},
 		{"allowlist hides another project's call", "GET", "/v1/calls/call_mine/events", keyZetaOnly, 404, "call not found"},

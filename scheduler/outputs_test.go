@@ -61,14 +61,14 @@ func TestStreamedOutputReachesTheSinkAndMarksTheCall(t *testing.T) {
 
 // A start's route and idempotency key are kept with the call, and the
 // route reaches the model's Infer.
-func TestStartOptionsRouteReachesTheInfer(t *testing.T) {
+func TestStartRouteReachesTheInfer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("routed", minMax(1, 1))
 		h := newHarness(t, Config{}, nil, p)
 		defer h.stop()
 		i := h.launched()
 		h.ready(i)
-		c, err := h.s.Submit(context.Background(), p, json.RawMessage(`{}`), StartOptions{Route: "/second", IdempotencyKey: "req-9"})
+		c, err := h.s.Start(context.Background(), p, Request{Inputs: json.RawMessage(`{}`), Route: "/second", IdempotencyKey: "req-9"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,16 +15,16 @@ import (
 // A start's webhook is kept with the call, so that the call's writes queue
 // its deliveries: start when a replica takes it, completed with its result,
 // for a synchronous start that finished within its wait (one write) too.
-func TestStartOptionsWebhookQueuesDeliveriesWithTheCallsWrites(t *testing.T) {
+func TestStartWebhookQueuesDeliveriesWithTheCallsWrites(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("hooked", minMax(1, 1))
 		h := newHarness(t, Config{}, nil, p)
 		defer h.stop()
 		i := h.launched()
 		h.ready(i)
-		opts := StartOptions{Webhook: "http://127.0.0.1:9/h", WebhookEvents: []string{store.EventStart, store.EventCompleted}}
+		opts := Request{Inputs: json.RawMessage(`{}`), Webhook: "http://127.0.0.1:9/h", WebhookEvents: []string{store.EventStart, store.EventCompleted}}
 
-		async, err := h.s.Submit(context.Background(), p, json.RawMessage(`{}`), opts)
+		async, err := h.s.Start(context.Background(), p, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +38,9 @@ func TestStartOptionsWebhookQueuesDeliveriesWithTheCallsWrites(t *testing.T) {
 
 		res := make(chan store.Call, 1)
 		go func() {
-			c, _ := h.s.SubmitWait(context.Background(), p, json.RawMessage(`{}`), time.Minute, opts)
+			sync := opts
+			sync.Wait = time.Minute
+			c, _ := h.s.Start(context.Background(), p, sync)
 			res <- c
 		}()
 		h.call(i).reply(`{"y":2}`)

@@ -139,10 +139,6 @@ type Calls interface {
 	SaveCallAsync(c Call, done func(error))
 	// GetCall returns the committed state of a call, or ErrNotFound.
 	GetCall(id string) (Call, error)
-	// CallByIdempotencyKey returns the committed call of team teamID whose
-	// IdempotencyKey is key, or ErrNotFound. The first committed call with
-	// a key keeps it until it expires.
-	CallByIdempotencyKey(teamID, key string) (Call, error)
 	// PendingCalls returns every call not in a final state, oldest first
 	// (by id: call ids are UUIDv7). The scheduler recovers them at start-up.
 	PendingCalls() ([]Call, error)
@@ -150,6 +146,11 @@ type Calls interface {
 	// newest first, without their inputs and outputs: what a status page
 	// may show. An implementation may bound how many records it examines.
 	RecentCalls(teamID string, limit int) ([]Call, error)
+	// CallByIdempotencyKey returns the call that team teamID started with
+	// idempotency key key, or ErrNotFound. Every stored call with a key is
+	// found by it until the call expires; a later write of another call
+	// with the same team and key takes the key over.
+	CallByIdempotencyKey(teamID, key string) (Call, error)
 	// ExpireCalls deletes the finished calls whose Finished is before
 	// finishedBefore and returns how many it deleted. Calls not finished
 	// are never expired.

@@ -1,10 +1,12 @@
 package bolt
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
@@ -34,7 +36,7 @@ func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
 	}
 	cw := callWrite{key: []byte(c.ID), final: c.State.Done(), finished: c.Finished, done: done}
 	if c.IdempotencyKey != "" {
-		cw.idemKey = store.IdempotencyIndexKey(c.TeamID, c.IdempotencyKey)
+		cw.idem = store.IdempotencyIndexKey(c.TeamID, c.IdempotencyKey)
 	}
 	v, err := json.Marshal(c)
 	if err != nil {
@@ -57,8 +59,17 @@ func wrapSaveErr(err error) error { return fmt.Errorf("save calls: %w", err) }
 
 // applyCallWrite writes one call and keeps the call indexes in step (see
 // schema.go): callpending holds the call iff it is not final; callfinished
-// and callexpiry hold it iff it is final, under its current Finished time.
+// and callexpiry hold it iff it is final, under its current Finished time;
+// callidem points at it when it has an idempotency key.
 func applyCallWrite(tx *bbolt.Tx, cw *callWrite) error {
+	if cw.idem != nil {
+		if err := tx.Bucket(bucketCallIdem).Put(cw.idem, cw.key); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketCallIdemOf).Put(cw.key, cw.idem); err != nil {
+			return err
+		}
+	}
 	calls := tx.Bucket(bucketCalls)
 	finished := tx.Bucket(bucketCallFinished)
 	expiry := tx.Bucket(bucketCallExpiry)
@@ -73,9 +84,6 @@ func applyCallWrite(tx *bbolt.Tx, cw *callWrite) error {
 		return err
 	}
 	if err := queueDeliveries(tx, cw); err != nil {
-		return err
-	}
-	if err := indexIdempotencyKey(tx, cw); err != nil {
 		return err
 	}
 	if !cw.final {
@@ -128,6 +136,40 @@ func (s *Store) GetCall(id string) (store.Call, error) {
 		return store.Call{}, fmt.Errorf("get call %s: %w", id, err)
 	}
 	return c, nil
+}
+
+// deleteIdem drops call id's idempotency index entries: its callidemof
+// entry, and the callidem entry it names while that still points at id.
+func deleteIdem(tx *bbolt.Tx, id []byte) error {
+	of := tx.Bucket(bucketCallIdemOf)
+	ik := of.Get(id)
+	if ik == nil {
+		return nil
+	}
+	idem := tx.Bucket(bucketCallIdem)
+	if bytes.Equal(idem.Get(ik), id) {
+		if err := idem.Delete(ik); err != nil {
+			return err
+		}
+	}
+	return of.Delete(id)
+}
+
+// CallByIdempotencyKey returns the call that team teamID started with
+// idempotency key key, or ErrNotFound.
+func (s *Store) CallByIdempotencyKey(teamID, key string) (store.Call, error) {
+	var id []byte
+	err := s.view(func(tx *bbolt.Tx) error {
+		id = slices.Clone(tx.Bucket(bucketCallIdem).Get(store.IdempotencyIndexKey(teamID, key)))
+		return nil
+	})
+	if err != nil {
+		return store.Call{}, fmt.Errorf("call by idempotency key: %w", err)
+	}
+	if id == nil {
+		return store.Call{}, fmt.Errorf("call by idempotency key: %w", store.ErrNotFound)
+	}
+	return s.GetCall(string(id))
 }
 
 // PendingCalls returns every call not in a final state (queued or running),
@@ -185,6 +227,9 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 			}
 			for _, k := range keys {
 				id := k[8:]
+				if err := deleteIdem(tx, id); err != nil {
+					return err
+				}
 				if err := calls.Delete(id); err != nil {
 					return err
 				}
@@ -192,9 +237,6 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 					return err
 				}
 				if err := expiry.Delete(k); err != nil {
-					return err
-				}
-				if err := dropIdempotencyKey(tx, id); err != nil {
 					return err
 				}
 			}
@@ -218,53 +260,4 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 // `every`, until ctx ends (see store.RunSweeper), on the store's clock.
 func (s *Store) RunSweeper(ctx context.Context, ttl, every time.Duration) error {
 	return store.RunSweeper(ctx, s, s.now, ttl, every)
-}
-
-// indexIdempotencyKey records cw's idempotency key, unless another call
-// holds it already.
-func indexIdempotencyKey(tx *bbolt.Tx, cw *callWrite) error {
-	if cw.idemKey == nil {
-		return nil
-	}
-	idem := tx.Bucket(bucketCallIdem)
-	if idem.Get(cw.idemKey) != nil {
-		return nil
-	}
-	if err := idem.Put(cw.idemKey, cw.key); err != nil {
-		return err
-	}
-	return tx.Bucket(bucketCallIdemRev).Put(cw.key, cw.idemKey)
-}
-
-// dropIdempotencyKey removes the index entry of call id, which is being
-// deleted.
-func dropIdempotencyKey(tx *bbolt.Tx, id []byte) error {
-	rev := tx.Bucket(bucketCallIdemRev)
-	k := rev.Get(id)
-	if k == nil {
-		return nil
-	}
-	if err := tx.Bucket(bucketCallIdem).Delete(k); err != nil {
-		return err
-	}
-	return rev.Delete(id)
-}
-
-// CallByIdempotencyKey returns the call of teamID whose IdempotencyKey is
-// key, or ErrNotFound.
-func (s *Store) CallByIdempotencyKey(teamID, key string) (store.Call, error) {
-	var id []byte
-	err := s.view(func(tx *bbolt.Tx) error {
-		if b := tx.Bucket(bucketCallIdem); b != nil {
-			id = append(id, b.Get(store.IdempotencyIndexKey(teamID, key))...)
-		}
-		return nil
-	})
-	if err != nil {
-		return store.Call{}, fmt.Errorf("call by idempotency key: %w", err)
-	}
-	if len(id) == 0 {
-		return store.Call{}, fmt.Errorf("call by idempotency key: %w", store.ErrNotFound)
-	}
-	return s.GetCall(string(id))
 }

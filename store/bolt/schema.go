@@ -28,15 +28,18 @@ const SchemaVersion = 1
 //	            without decoding the (possibly large) old record.
 //	callexpiry  8-byte big-endian Finished unix-nanos + call id → empty, exactly one
 //	            per callfinished entry; ExpireCalls scans it from the front.
+//	callidem    team id + NUL + idempotency key (store.IdempotencyIndexKey) → call
+//	            id, for every stored call started with a key; the last call written
+//	            with a key owns it. Deleted with that call by ExpireCalls.
+//	callidemof  call id → its callidem key, exactly for the calls started with a
+//	            key: lets ExpireCalls find the index entry without decoding the
+//	            record. An older binary ignores both buckets: its expiry leaves
+//	            entries naming deleted calls, which read as not found.
 //	outbox      delivery id → Delivery JSON, exactly for the webhook deliveries not
 //	            ended. Written in the same transaction as the call write that queues it.
 //	outboxended delivery id → 8-byte big-endian unix-nanos of its call's expiry
 //	            horizon (the time it ended): the deliveries ended, kept so that a
 //	            re-save of their call never queues them again; ExpireCalls drops them.
-//	callidem    IdempotencyIndexKey(team, key) → call id, for the calls with an
-//	            IdempotencyKey; the first committed call with a key keeps the entry.
-//	callidemrev call id → its callidem key, so ExpireCalls can drop the entry of a
-//	            call it deletes without decoding the call.
 //	teamsecrets team id → webhook signing secret ("whsec_..."), kept apart from
 //	            teams so that no team listing carries it.
 var (
@@ -49,11 +52,11 @@ var (
 	bucketCallPending  = []byte("callpending")
 	bucketCallFinished = []byte("callfinished")
 	bucketCallExpiry   = []byte("callexpiry")
+	bucketCallIdem     = []byte("callidem")
+	bucketCallIdemOf   = []byte("callidemof")
 	bucketOutbox       = []byte("outbox")
 	bucketOutboxEnded  = []byte("outboxended")
 	bucketTeamSecrets  = []byte("teamsecrets")
-	bucketCallIdem     = []byte("callidem")
-	bucketCallIdemRev  = []byte("callidemrev")
 
 	keySchema = []byte("schema")
 )
@@ -62,7 +65,7 @@ func allBuckets() [][]byte {
 	return [][]byte{
 		bucketMeta, bucketTeams, bucketKeys, bucketProjects, bucketModelKeys,
 		bucketCalls, bucketCallPending, bucketCallFinished, bucketCallExpiry,
-		bucketOutbox, bucketOutboxEnded, bucketTeamSecrets, bucketCallIdem, bucketCallIdemRev,
+		bucketCallIdem, bucketCallIdemOf, bucketOutbox, bucketOutboxEnded, bucketTeamSecrets,
 	}
 }
 

@@ -16,12 +16,12 @@ type callWrite struct {
 	value    []byte
 	final    bool      // state is succeeded or failed
 	finished time.Time // set when final
+	idem     []byte    // the callidem key, for a call with an idempotency key
 	done     func(error)
 
 	deliveries        []store.Delivery // webhook deliveries the write makes due
 	encodedDeliveries [][]byte         // their JSON, in the same order
 	queued            []store.Delivery // those the commit put in the outbox (set by queueDeliveries)
-	idemKey           []byte           // the call's idempotency index key, or nil
 }
 
 // writer is the queue in front of the one goroutine that commits call

@@ -59,11 +59,11 @@ type data struct {
 	keys     map[string]store.APIKey // by key id
 	projects map[string]store.Project
 	calls    map[string]store.Call
+	idem     map[string]string         // store.IdempotencyIndexKey → call id
 	history  []store.Call              // every call write applied, in order
 	outbox   map[string]store.Delivery // pending deliveries, by id
 	ended    map[string]time.Time      // ended deliveries' ids, with when they ended
 	secrets  map[string]string         // webhook secrets, by team
-	idem     map[string]string         // idempotency index key → call id
 }
 
 type callWrite struct {
@@ -214,13 +214,10 @@ func (s *Store) writer() {
 		if err == nil {
 			s.mu.Lock()
 			s.d.calls[w.c.ID] = w.c
-			s.d.history = append(s.d.history, w.c)
 			if w.c.IdempotencyKey != "" {
-				k := string(store.IdempotencyIndexKey(w.c.TeamID, w.c.IdempotencyKey))
-				if _, taken := s.d.idem[k]; !taken {
-					s.d.idem[k] = w.c.ID
-				}
+				s.d.idem[string(store.IdempotencyIndexKey(w.c.TeamID, w.c.IdempotencyKey))] = w.c.ID
 			}
+			s.d.history = append(s.d.history, w.c)
 			queued := s.queueDeliveries(w.deliveries)
 			s.mu.Unlock()
 			s.deliveryHooks.Notify(queued)
@@ -286,7 +283,7 @@ func (s *Store) CallByIdempotencyKey(teamID, key string) (store.Call, error) {
 	if !ok {
 		return store.Call{}, fmt.Errorf("call by idempotency key: %w", store.ErrNotFound)
 	}
-	return lookup(s.d.calls, id, "get call", cloneCall)
+	return lookup(s.d.calls, id, "call by idempotency key", cloneCall)
 }
 
 // PendingCalls implements store.Calls.

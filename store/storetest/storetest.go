@@ -73,7 +73,9 @@ var suite = []struct {
 	{"PendingCallsOldestFirst", testPendingCallsOldestFirst},
 	{"RecentCallsNewestFirstByTeamWithoutInputsOrOutputs", testRecentCallsNewestFirstByTeamWithoutInputsOrOutputs},
 	{"RecentCallsFollowStateChangesAcrossPolls", testRecentCallsFollowStateChangesAcrossPolls},
-	{"CallByIdempotencyKey", testCallByIdempotencyKey},
+	// Call control.
+	{"IdempotencyKeyFindsCallPerTeamUntilExpiry", testIdempotencyKeyFindsCallPerTeamUntilExpiry},
+	{"CallControlFieldsSurviveReopen", testCallControlFieldsSurviveReopen},
 	// Webhook outbox.
 	{"CallWritesQueueWebhookDeliveriesOnce", testCallWritesQueueWebhookDeliveriesOnce},
 	{"WebhookDefaultsToCompleted", testWebhookDefaultsToCompleted},

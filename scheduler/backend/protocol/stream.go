@@ -11,6 +11,7 @@ import (
 	"mime"
 
 	"inferd/scheduler/backend"
+	"inferd/store"
 )
 
 // ndjsonType is the Content-Type of a streamed reply: one JSON value per
@@ -45,6 +46,9 @@ func readStream(ctx context.Context, body io.Reader, limit int64, s backend.Stre
 		if l := bytes.TrimSpace(line); len(l) > 0 {
 			if !json.Valid(l) {
 				return nil, false, fmt.Errorf("%w: streamed line %d is not JSON: %q", backend.ErrInvalidReply, n+1, truncate(l, 200))
+			}
+			if i := store.InvalidUTF8(l); i >= 0 {
+				return nil, false, fmt.Errorf("%w: streamed line %d is not valid UTF-8 at byte %d", backend.ErrInvalidReply, n+1, i)
 			}
 			if n > 0 {
 				arr.WriteByte(',')
