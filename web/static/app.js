@@ -118,6 +118,7 @@ function render(st) {
     el("span", {}, el("b", {}, replicas), " replicas"),
     el("span", {}, el("b", {}, queued), " queued"),
     sandbox(st.protections || []),
+    ...webhookSummary(st.webhooks),
     el("span", { class: "muted" }, `updated ${new Date(now).toLocaleTimeString()}`),
   );
   renderTeams(st.teams || []);
@@ -133,6 +134,14 @@ function sandbox(ps) {
   const title = ps.map((p) => `${p.on ? "on" : "OFF"} ${p.name}: ${p.detail}`).join("\n");
   return el("span", { class: on === ps.length ? "" : "waiting", title },
     "sandbox ", el("b", {}, `${on}/${ps.length}`), " on");
+}
+
+// webhookSummary shows the webhook counts once there is something to say.
+function webhookSummary(w) {
+  if (!w || w.delivered + w.retries + w.gaveUp + w.pending === 0) return [];
+  return [el("span", { title: `webhooks: ${w.delivered} delivered, ${w.retries} retried attempts, ${w.gaveUp} given up, ${w.pending} pending` },
+    "webhooks ", el("b", {}, w.delivered), " sent · ", el("b", {}, w.pending), " pending · ",
+    el("b", { class: w.gaveUp ? "bad" : "" }, w.gaveUp), " given up")];
 }
 
 // renderTeams shows each team's use against its quota ("3 / 8"; "3" when
