@@ -14,9 +14,11 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate
 build:
 	go build -ldflags "$(LDFLAGS)" -o inferd .
 
-# The demo runs its model as you, even as root, where a service install would
-# use replica.user (nobody): python3 may live where nobody cannot read it. apply
-# and doctor check the models as that same user.
+# The demo runs its model as you, even as root, where a service install gives
+# each project a uid of its own (replica.user: per-project): python3 may live
+# where no other user can read it. apply and doctor check the models as that
+# same user. The rest of the sandbox applies as far as your privileges allow;
+# the start-up log line says which protections are on.
 RUN_ENV = INFERD_REPLICA_USER=$${INFERD_REPLICA_USER:-$$(id -un)}
 
 ## run: start the daemon with the example echo model (Ctrl-C stops it)

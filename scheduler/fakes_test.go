@@ -657,3 +657,16 @@ func stoppedCount(is []*fakeInstance) int {
 	}
 	return n
 }
+
+// countingObserver counts the OOM kills it is told of; the rest it ignores.
+type countingObserver struct {
+	nopObserver
+	oomKills map[string]int
+}
+
+func (o *countingObserver) ReplicaOOMKilled(project string) {
+	if o.oomKills == nil {
+		o.oomKills = map[string]int{}
+	}
+	o.oomKills[project]++
+}

@@ -80,8 +80,13 @@ func msgFailedToStart(reason string) string {
 	return "error: model failed to start: " + reason
 }
 
-// msgExited fails the calls a replica was running when its process exited.
+// msgExited fails the calls a replica was running when its process exited:
+// out of memory, when the kernel killed it for its project's memoryMiB.
 func msgExited(exitErr error) string {
+	var oom *backend.OutOfMemoryError
+	if errors.As(exitErr, &oom) {
+		return fmt.Sprintf("error: model ran out of memory (limit %d MiB)", oom.LimitMiB)
+	}
 	return fmt.Sprintf("error: model process exited (%s) during inference", exitStatus(exitErr))
 }
 

@@ -79,8 +79,11 @@ type ModelSpec struct {
 	InferPath    string            `json:"inferPath,omitempty" yaml:"inferPath"`
 	GPUs         int               `json:"gpus" yaml:"gpus"` // whole GPUs per replica; 0 = CPU
 	GPUMemoryMiB int               `json:"gpuMemoryMiB,omitempty" yaml:"gpuMemoryMiB"`
-	Concurrency  int               `json:"concurrency" yaml:"concurrency"` // calls at once per replica
-	BootTimeout  int               `json:"bootTimeout" yaml:"bootTimeout"` // seconds
+	Concurrency  int               `json:"concurrency" yaml:"concurrency"`       // calls at once per replica
+	BootTimeout  int               `json:"bootTimeout" yaml:"bootTimeout"`       // seconds
+	MemoryMiB    int               `json:"memoryMiB,omitempty" yaml:"memoryMiB"` // memory of a replica's whole process tree; 0 = no limit
+	PidsMax      int               `json:"pidsMax,omitempty" yaml:"pidsMax"`     // processes and threads of a replica; 0 = no limit
+	Network      string            `json:"network,omitempty" yaml:"network"`     // NetworkPrivate, NetworkHost, or "" = the daemon's replica.network
 }
 
 // CallState is where an inference call is in its life.

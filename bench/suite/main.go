@@ -86,6 +86,7 @@ func run(ctx context.Context, o options) error {
 		{"throughput, 10 ms model, concurrency 64", measureThroughput10ms},
 		{"cold boot", measureColdBoot},
 		{"cold boot, quiet model", measureColdBootQuiet},
+		{"cold boot, sandbox off", measureColdBootSandboxOff},
 		{"scale-up under a burst", measureBurst},
 		{"stored calls: memory and file size", measureFill},
 		{"long-poll capacity", measureLongPolls},
@@ -151,6 +152,7 @@ type env struct {
 	coldLog, burstLog string
 	coldQuietLog      string
 	inferdCfg         string
+	port              int             // inferd's
 	projects          []store.Project // the manifest's, as apply reads it
 }
 
@@ -258,9 +260,15 @@ cpuSlots: 64
 sweepInterval: 1h
 # The harness is the only client: abuse limits would cap what it measures.
 limits: {requestsPerSecond: 0, maxWaitsPerKey: 0, maxWaits: 0}
-# Models run as the harness's user (its temp dir is 0700); ignored unless root.
-replica: {user: root}
-`
+%s`
+
+// The replica settings of inferdConf: the default sandbox (as far as the
+// harness's privileges allow: all of it as root), or none of it, for the
+// cold-boot figure side by side.
+const (
+	sandboxOn  = ""
+	sandboxOff = "replica: {user: root, network: host, cgroups: false}\n"
+)
 
 // The projects, all on the no-op model. cold, coldquiet (a model that prints
 // nothing once listening) and burst scale to zero at once when idle; hang never answers, so its calls wait for the long-poll figure.
@@ -280,8 +288,22 @@ func startInferd(ctx context.Context, o options, e *env) error {
 		return err
 	}
 	e.inferdCfg = filepath.Join(e.dir, "inferd.yaml")
-	if err := os.WriteFile(e.inferdCfg, fmt.Appendf(nil, inferdConf, port, e.dir), 0o644); err != nil {
+	e.port = port
+	if err := e.writeConfig(sandboxOn); err != nil {
 		return err
+	}
+	// Models run under uids of their own as root: they must reach their
+	// boot logs in the harness's directory.
+	if err := os.Chmod(e.dir, 0o755); err != nil {
+		return err
+	}
+	for _, f := range []string{e.coldLog, e.coldQuietLog, e.burstLog} {
+		if err := os.WriteFile(f, nil, 0o666); err != nil {
+			return err
+		}
+		if err := os.Chmod(f, 0o666); err != nil { // past the umask
+			return err
+		}
 	}
 	mf := filepath.Join(e.dir, "projects.yaml")
 	data := fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog, e.coldQuietLog)
@@ -306,6 +328,12 @@ func startInferd(ctx context.Context, o options, e *env) error {
 	lines := strings.Fields(strings.TrimSpace(string(out)))
 	e.apiKey = lines[len(lines)-1]
 	return waitAlwaysOn(ctx, e)
+}
+
+// writeConfig writes inferd's configuration with the replica settings given
+// (sandboxOn or sandboxOff); a restart applies it.
+func (e *env) writeConfig(replica string) error {
+	return os.WriteFile(e.inferdCfg, fmt.Appendf(nil, inferdConf, e.port, e.dir, replica), 0o644)
 }
 
 // waitAlwaysOn waits until every replica that should always run (each
