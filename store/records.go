@@ -89,6 +89,10 @@ const (
 func (s CallState) Done() bool { return s == CallSucceeded || s == CallFailed }
 
 // Call is one inference call, from admission to its result.
+//
+// Its payloads, Inputs and Outputs, are raw JSON kept apart from the rest in
+// the store (see Calls): a queued call's inputs are read when it is
+// dispatched, and a check reads the outputs as bytes, never decoding them.
 type Call struct {
 	ID         string          `json:"id"` // "call_" + UUIDv7
 	ProjectID  string          `json:"projectId"`
@@ -105,6 +109,9 @@ type Call struct {
 	QueueMs    int64           `json:"queueMs,omitempty"`
 	BootMs     int64           `json:"bootMs,omitempty"`
 	RunMs      int64           `json:"runMs,omitempty"`
+	// InputBytes is the size of the stored inputs, filled in by the reads
+	// that leave the inputs out (PendingCalls, GetCallResult); never stored.
+	InputBytes int64 `json:"-"`
 }
 
 // Change says what a project write did.

@@ -32,7 +32,11 @@ func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
 	if !ok {
 		return
 	}
-	cw := callWrite{key: []byte(c.ID), final: c.State.Done(), finished: c.Finished, done: done}
+	cw := callWrite{key: []byte(c.ID), final: c.State.Done(), finished: c.Finished, done: done,
+		inputs: c.Inputs, outputs: c.Outputs}
+	// The record holds the rest; the payloads go to their own buckets as
+	// they are, never encoded again.
+	c.Inputs, c.Outputs = nil, nil
 	v, err := json.Marshal(c)
 	if err != nil {
 		done(fmt.Errorf("save call %s: encode: %w", c.ID, err))
@@ -49,7 +53,17 @@ func wrapSaveErr(err error) error { return fmt.Errorf("save calls: %w", err) }
 // applyCallWrite writes one call and keeps the call indexes in step (see
 // schema.go): callpending holds the call iff it is not final; callfinished
 // and callexpiry hold it iff it is final, under its current Finished time.
+// Inputs are replaced only by a write that carries some; outputs by every
+// write (see store.Calls).
 func applyCallWrite(tx *bbolt.Tx, cw *callWrite) error {
+	if len(cw.inputs) > 0 {
+		if err := putPayload(tx.Bucket(bucketCallInputs), cw.key, cw.inputs); err != nil {
+			return err
+		}
+	}
+	if err := putPayload(tx.Bucket(bucketCallOutputs), cw.key, cw.outputs); err != nil {
+		return err
+	}
 	calls := tx.Bucket(bucketCalls)
 	finished := tx.Bucket(bucketCallFinished)
 	expiry := tx.Bucket(bucketCallExpiry)
@@ -92,31 +106,115 @@ func expiryKey(ts, id []byte) []byte {
 	return append(append(k, ts...), id...)
 }
 
-// GetCall returns the committed state of a call, or ErrNotFound.
+// GetCall returns the committed state of a call, with its inputs and
+// outputs, or ErrNotFound.
 func (s *Store) GetCall(id string) (store.Call, error) {
-	var (
-		c     store.Call
-		found bool
-	)
+	return s.readCall(id, "get call", true, true)
+}
+
+// GetCallResult returns the call without its inputs and with its outputs as
+// the raw bytes stored, copied once into a buffer of their size and never
+// decoded (see store.Calls). Only the small record is decoded.
+func (s *Store) GetCallResult(id string) (store.Call, error) {
+	return s.readCall(id, "get call result", false, true)
+}
+
+// CallInputs returns the stored inputs of a call (nil when it has none), or
+// ErrNotFound; the record itself is not decoded.
+func (s *Store) CallInputs(id string) (json.RawMessage, error) {
+	var in json.RawMessage
+	found := false
 	err := s.view(func(tx *bbolt.Tx) error {
-		v := tx.Bucket(bucketCalls).Get([]byte(id))
-		if v == nil {
+		key := []byte(id)
+		if tx.Bucket(bucketCalls).Get(key) == nil {
 			return nil
 		}
 		found = true
-		return json.Unmarshal(v, &c)
+		var c store.Call
+		if tx.Bucket(bucketCallInputs) == nil { // schema version 1, read-only
+			if err := decodeCall(tx.Bucket(bucketCalls).Get(key), &c); err != nil {
+				return err
+			}
+		}
+		readPayloads(tx, key, &c, true, false)
+		in = c.Inputs
+		return nil
 	})
 	if err == nil && !found {
 		err = store.ErrNotFound
 	}
 	if err != nil {
-		return store.Call{}, fmt.Errorf("get call %s: %w", id, err)
+		return nil, fmt.Errorf("call inputs %s: %w", id, err)
+	}
+	return in, nil
+}
+
+// readCall reads call id's record and the payloads asked for, in one read
+// transaction, so that they belong to the same commit. InputBytes is set
+// when the inputs are left out.
+func (s *Store) readCall(id, what string, inputs, outputs bool) (store.Call, error) {
+	var (
+		c     store.Call
+		found bool
+	)
+	err := s.view(func(tx *bbolt.Tx) error {
+		key := []byte(id)
+		v := tx.Bucket(bucketCalls).Get(key)
+		if v == nil {
+			return nil
+		}
+		found = true
+		if err := decodeCall(v, &c); err != nil {
+			return err
+		}
+		readPayloads(tx, key, &c, inputs, outputs)
+		return nil
+	})
+	if err == nil && !found {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return store.Call{}, fmt.Errorf("%s %s: %w", what, id, err)
 	}
 	return c, nil
 }
 
+// readPayloads fills in c's inputs and outputs, or leaves them out
+// (InputBytes then says the inputs' size). A file of schema version 1,
+// opened read-only and so not migrated, has no payload buckets: its records
+// hold the payloads themselves, and decodeCall has read them.
+func readPayloads(tx *bbolt.Tx, key []byte, c *store.Call, inputs, outputs bool) {
+	if b := tx.Bucket(bucketCallInputs); b == nil {
+		c.InputBytes = int64(len(c.Inputs))
+	} else if inputs {
+		c.Inputs = readPayload(tx, b, key)
+	} else {
+		c.InputBytes = payloadSize(b, key)
+	}
+	if !inputs {
+		c.Inputs = nil
+	}
+	if b := tx.Bucket(bucketCallOutputs); b != nil && outputs {
+		c.Outputs = readPayload(tx, b, key)
+	}
+	if !outputs {
+		c.Outputs = nil
+	}
+}
+
+// decodeCall decodes a call record; since schema version 2 it holds neither
+// inputs nor outputs.
+func decodeCall(v []byte, c *store.Call) error {
+	if err := json.Unmarshal(v, c); err != nil {
+		return fmt.Errorf("decode call: %w", err)
+	}
+	return nil
+}
+
 // PendingCalls returns every call not in a final state (queued or running),
-// oldest first. The scheduler calls it at start-up to recover them.
+// oldest first, without inputs or outputs (InputBytes says the inputs'
+// size). The scheduler calls it at start-up to recover them and reads each
+// one's inputs when it dispatches it.
 func (s *Store) PendingCalls() ([]store.Call, error) {
 	var calls []store.Call
 	err := s.view(func(tx *bbolt.Tx) error {
@@ -128,9 +226,10 @@ func (s *Store) PendingCalls() ([]store.Call, error) {
 				return fmt.Errorf("pending call %s has no record", id)
 			}
 			var c store.Call
-			if err := json.Unmarshal(v, &c); err != nil {
-				return fmt.Errorf("decode call %s: %w", id, err)
+			if err := decodeCall(v, &c); err != nil {
+				return fmt.Errorf("call %s: %w", id, err)
 			}
+			readPayloads(tx, id, &c, false, false)
 			calls = append(calls, c)
 			return nil
 		})
@@ -157,6 +256,7 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 			calls := tx.Bucket(bucketCalls)
 			finished := tx.Bucket(bucketCallFinished)
 			expiry := tx.Bucket(bucketCallExpiry)
+			inputs, outputs := tx.Bucket(bucketCallInputs), tx.Bucket(bucketCallOutputs)
 			// Collect first: deleting under a live bbolt cursor skips keys.
 			var keys [][]byte
 			c := expiry.Cursor()
@@ -175,6 +275,12 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 					return err
 				}
 				if err := expiry.Delete(k); err != nil {
+					return err
+				}
+				if err := deletePayload(inputs, id); err != nil {
+					return err
+				}
+				if err := deletePayload(outputs, id); err != nil {
 					return err
 				}
 			}

@@ -10,10 +10,13 @@ import (
 )
 
 // callWrite is one queued SaveCall: the record already encoded by the
-// caller, so the writer's transaction does no JSON work.
+// caller, so the writer's transaction does no JSON work, and the payloads
+// as the caller gave them (held, not copied, until the commit).
 type callWrite struct {
 	key      []byte
 	value    []byte
+	inputs   []byte // nil: keep the stored inputs
+	outputs  []byte
 	final    bool      // state is succeeded or failed
 	finished time.Time // set when final
 	done     func(error)

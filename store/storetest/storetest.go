@@ -69,6 +69,10 @@ var suite = []struct {
 	{"PendingCallsOldestFirst", testPendingCallsOldestFirst},
 	{"RecentCallsNewestFirstByTeamWithoutInputsOrOutputs", testRecentCallsNewestFirstByTeamWithoutInputsOrOutputs},
 	{"RecentCallsFollowStateChangesAcrossPolls", testRecentCallsFollowStateChangesAcrossPolls},
+	// Payloads.
+	{"PayloadsRoundTripByteForByte", testPayloadsRoundTripByteForByte},
+	{"WriteWithoutInputsKeepsThemOutputsReplaced", testWriteWithoutInputsKeepsThemOutputsReplaced},
+	{"PayloadReadsOfUnknownOrExpiredCalls", testPayloadReadsOfUnknownOrExpiredCalls},
 	// Expiry.
 	{"ExpireCallsDeletesOnlyFinishedBefore", testExpireCallsDeletesOnlyFinishedBefore},
 	// Concurrent writers.
