@@ -201,10 +201,11 @@ func discoverGPUs(c config.GPU, log zerolog.Logger) *gpu.Inventory {
 
 func schedulerConfig(cfg config.Config) scheduler.Config {
 	return scheduler.Config{
-		MaxQueuedPerProject: cfg.MaxQueuedPerProject,
-		MaxBootFailures:     cfg.Replica.MaxBootFailures,
-		RestartBackoff:      cfg.Replica.RestartBackoff,
-		MaxRestartBackoff:   cfg.Replica.MaxRestartBackoff,
+		MaxQueuedPerProject:      cfg.MaxQueuedPerProject,
+		MaxQueuedBytesPerProject: cfg.MaxQueuedBytesPerProject,
+		MaxBootFailures:          cfg.Replica.MaxBootFailures,
+		RestartBackoff:           cfg.Replica.RestartBackoff,
+		MaxRestartBackoff:        cfg.Replica.MaxRestartBackoff,
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -98,7 +99,20 @@ func (c *fakeClock) Advance(d time.Duration) {
 type testStore struct {
 	*memstore.Store
 	t testing.TB
+	// inputsErr, when set, is what CallInputs answers.
+	inputsErr atomic.Pointer[error]
 }
+
+// CallInputs reads from the memstore unless failInputs was called.
+func (s *testStore) CallInputs(id string) (json.RawMessage, error) {
+	if err := s.inputsErr.Load(); err != nil {
+		return nil, *err
+	}
+	return s.Store.CallInputs(id)
+}
+
+// failInputs makes every later CallInputs fail with err.
+func (s *testStore) failInputs(err error) { s.inputsErr.Store(&err) }
 
 // The scheduler runs on any store.Store.
 var _ Store = store.Store(nil)

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -19,17 +20,23 @@ import (
 // How replicas run (their logs, user, stop grace, the CPU slots and GPUs) is
 // the backend's to decide, not the scheduler's.
 type Config struct {
-	MaxQueuedPerProject int           // calls waiting per project before Submit refuses; default 1000
-	MaxBootFailures     int           // consecutive failed boots before queued calls fail; default 3
-	RestartBackoff      time.Duration // first wait after a crash or failed boot, doubling; default 1s
-	MaxRestartBackoff   time.Duration // cap of that wait; default 30s
-	GPUPoll             time.Duration // while a project waits for GPU, how often free GPU memory is re-read; default 1s
-	Observer            Observer      // told about finished calls and replica events; nil = none
+	MaxQueuedPerProject int // calls waiting per project before Submit refuses; default 1000
+	// MaxQueuedBytesPerProject caps the inputs, in bytes, of the calls
+	// waiting per project (see budget.go); default DefaultMaxQueuedBytes.
+	MaxQueuedBytesPerProject int64
+	MaxBootFailures          int           // consecutive failed boots before queued calls fail; default 3
+	RestartBackoff           time.Duration // first wait after a crash or failed boot, doubling; default 1s
+	MaxRestartBackoff        time.Duration // cap of that wait; default 30s
+	GPUPoll                  time.Duration // while a project waits for GPU, how often free GPU memory is re-read; default 1s
+	Observer                 Observer      // told about finished calls and replica events; nil = none
 }
 
 func (c Config) withDefaults() Config {
 	if c.MaxQueuedPerProject <= 0 {
 		c.MaxQueuedPerProject = 1000
+	}
+	if c.MaxQueuedBytesPerProject <= 0 {
+		c.MaxQueuedBytesPerProject = DefaultMaxQueuedBytes
 	}
 	if c.MaxBootFailures <= 0 {
 		c.MaxBootFailures = 3
@@ -54,7 +61,11 @@ func (c Config) withDefaults() Config {
 type Store interface {
 	GetProject(id string) (store.Project, error)
 	ListProjects(teamID string) ([]store.Project, error)
-	GetCall(id string) (store.Call, error)
+	// GetCallResult and CallInputs read a call's outputs (for Lookup) and
+	// inputs (at dispatch) apart: a queued call keeps only its metadata in
+	// memory.
+	GetCallResult(id string) (store.Call, error)
+	CallInputs(id string) (json.RawMessage, error)
 	PendingCalls() ([]store.Call, error)
 	SaveCall(ctx context.Context, c store.Call) error
 	// SaveCallAsync queues a write without blocking; writes apply in the
@@ -193,7 +204,7 @@ func (s *Scheduler) Lookup(id string) (store.Call, <-chan struct{}, error) {
 		}
 	case <-s.stopped:
 	}
-	c, err := s.st.GetCall(id)
+	c, err := s.st.GetCallResult(id)
 	if err != nil {
 		return store.Call{}, nil, fmt.Errorf("get call %s: %w", id, err)
 	}
@@ -368,7 +379,7 @@ func (s *Scheduler) recoverPending(ctx context.Context) error {
 		p := s.projects[c.ProjectID]
 		switch {
 		case c.State == store.CallQueued && p != nil:
-			cl := &call{c: c, state: callQueued, done: make(chan struct{}), p: p}
+			cl := &call{c: c, state: callQueued, done: make(chan struct{}), p: p, bytes: c.InputBytes}
 			s.calls[c.ID] = cl
 			p.queue.push(cl)
 		case c.State == store.CallQueued:

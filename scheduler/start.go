@@ -151,7 +151,12 @@ func (s *Scheduler) admit(req startReq) {
 		req.reply <- startResult{err: &queueFullError{waiting: n}}
 		return
 	}
-	c := &call{c: req.c, state: callQueued, unsaved: true, done: make(chan struct{}), p: p}
+	size := int64(len(req.c.Inputs))
+	if err := s.admitBytes(p, size); err != nil {
+		req.reply <- startResult{err: err}
+		return
+	}
+	c := &call{c: req.c, state: callQueued, unsaved: true, done: make(chan struct{}), p: p, bytes: size}
 	s.calls[c.c.ID] = c
 	p.queue.push(c)
 	if req.sync {
@@ -202,6 +207,12 @@ func (s *Scheduler) onPersisted(ev evPersisted) {
 		close(c.done)
 	case c.state == callSaving:
 		s.move(c, callQueued)
+	}
+	if ev.err == nil {
+		// Durable now: the queue keeps the call's metadata only, and the
+		// inputs are read back when it is dispatched. A call already
+		// running has handed them to its Infer goroutine.
+		c.c.Inputs = nil
 	}
 	ev.reply <- persistedResult(ev.answer, ev.err)
 }
