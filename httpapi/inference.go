@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/google/uuid"
 	"github.com/julienschmidt/httprouter"
@@ -21,25 +24,42 @@ import (
 type inferenceRequest struct {
 	APIKey      json.RawMessage `json:"apiKey"`
 	ModelKey    json.RawMessage `json:"modelKey"`
-	ModelInputs json.RawMessage `json:"modelInputs"`
+	ModelInputs bodySlice       `json:"modelInputs"`
 	StartOnly   json.RawMessage `json:"startOnly"`
 	CallID      json.RawMessage `json:"callID"`
 	LongPoll    json.RawMessage `json:"longPoll"`
 }
 
+// bodySlice is json.RawMessage without its copy: decoded by json.Unmarshal
+// from a request body that this request owns and never reuses
+// (decodeInference), it keeps the slice of the body that holds the value.
+// The inputs are then the body's one copy in memory rather than a second,
+// megabytes for an image. A value the decoder hands over from elsewhere
+// (it never does today) is copied, as RawMessage would.
+type bodySlice []byte
+
+// UnmarshalJSON keeps b; see bodySlice.
+func (s *bodySlice) UnmarshalJSON(b []byte) error {
+	*s = b
+	return nil
+}
+
 // inferenceResponse is the body of every Start and Check answer, errors
-// included. ModelOutputs is null unless the call succeeded.
+// included. modelOutputs, null unless the call succeeded, is added by
+// newAnswer from outputs, the model's reply as stored, without encoding it.
 type inferenceResponse struct {
-	ID           string          `json:"id"`
-	Message      string          `json:"message"`
-	Created      int64           `json:"created"`
-	APIVersion   string          `json:"apiVersion"`
-	CallID       string          `json:"callID"`
-	Finished     bool            `json:"finished"`
-	ModelOutputs json.RawMessage `json:"modelOutputs"`
-	QueueMs      *int64          `json:"queueMs,omitempty"`
-	BootMs       *int64          `json:"bootMs,omitempty"`
-	RunMs        *int64          `json:"runMs,omitempty"`
+	ID         string `json:"id"`
+	Message    string `json:"message"`
+	Created    int64  `json:"created"`
+	APIVersion string `json:"apiVersion"`
+	CallID     string `json:"callID"`
+	Finished   bool   `json:"finished"`
+	QueueMs    *int64 `json:"queueMs,omitempty"`
+	BootMs     *int64 `json:"bootMs,omitempty"`
+	RunMs      *int64 `json:"runMs,omitempty"`
+
+	succeeded bool            // modelOutputs is [outputs], not null
+	outputs   json.RawMessage // the model's raw JSON reply
 }
 
 func (a *api) newResponse(message, callID string) inferenceResponse {
@@ -53,20 +73,18 @@ func (a *api) newResponse(message, callID string) inferenceResponse {
 }
 
 // writeInference answers an inference request: always HTTP 200, the outcome
-// is in message. Outputs that cannot be encoded (a model reply that is not
-// JSON) still give a well-formed error answer.
+// is in message. The outputs are written as the store holds them (see
+// newAnswer); once written, the answer keeps no reference to them.
 func (a *api) writeInference(w http.ResponseWriter, resp inferenceResponse) {
-	b, err := json.Marshal(resp)
+	ans, err := newAnswer(resp, resp.outputs, resp.succeeded)
 	if err != nil {
-		a.log.Error().Err(err).Str("request_id", requestIDOf(w)).Str("call", resp.CallID).
-			Msg("encode inference response")
-		resp.Message = "error: internal error: the model's reply could not be encoded as JSON"
-		resp.ModelOutputs = nil
-		if b, err = json.Marshal(resp); err != nil {
-			panic(err) // only strings, numbers and booleans are left
-		}
+		panic(err) // a bug: the fields are strings, numbers and booleans
 	}
-	writeBody(w, http.StatusOK, b)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(ans.Len()))
+	w.WriteHeader(http.StatusOK)
+	_, _ = ans.WriteTo(w) // a failed write means the client is gone
 }
 
 // fail answers an inference request that failed before a call existed.
@@ -219,7 +237,7 @@ func (a *api) callResponse(c store.Call) inferenceResponse {
 	case store.CallSucceeded:
 		resp.Message = "success"
 		resp.Finished = true
-		resp.ModelOutputs = wrapOutputs(c.Outputs)
+		resp.succeeded, resp.outputs = true, c.Outputs
 	case store.CallFailed:
 		resp.Finished = true
 		resp.Message = failureMessage(c.Message)
@@ -236,18 +254,6 @@ func (a *api) callResponse(c store.Call) inferenceResponse {
 		resp.BootMs = &c.BootMs
 	}
 	return resp
-}
-
-// wrapOutputs turns the model's reply into the one-element modelOutputs array.
-func wrapOutputs(out json.RawMessage) json.RawMessage {
-	out = bytes.TrimSpace(out)
-	if len(out) == 0 {
-		return json.RawMessage("[]")
-	}
-	b := make([]byte, 0, len(out)+2)
-	b = append(b, '[')
-	b = append(b, out...)
-	return append(b, ']')
 }
 
 // failureMessage makes sure a failed call's message says "error".
@@ -308,14 +314,14 @@ func (a *api) decodeStart(w http.ResponseWriter, r *http.Request) (args startArg
 		return args, err
 	}
 	switch {
-	case isAbsent(req.ModelInputs):
+	case isAbsent(json.RawMessage(req.ModelInputs)):
 		return args, errMissingInputs
 	case req.ModelInputs[0] != '{': // a RawMessage starts at its value
 		return args, errInputsNotObject
 	case a.opts.Limits.MaxInputDepth > 0 && jsonDepthExceeds(req.ModelInputs, a.opts.Limits.MaxInputDepth):
 		return args, errInputsTooDeep(a.opts.Limits.MaxInputDepth)
 	}
-	args.inputs = req.ModelInputs
+	args.inputs = json.RawMessage(req.ModelInputs)
 	args.startOnly, err = optionalBool("startOnly", req.StartOnly)
 	return args, err
 }
@@ -345,7 +351,20 @@ func (a *api) decodeInference(w http.ResponseWriter, r *http.Request) (inference
 		return req, err
 	}
 	err = decodeObject(body, &req)
+	if !isWithin(req.ModelInputs, body) {
+		req.ModelInputs = slices.Clone(req.ModelInputs)
+	}
 	return req, err
+}
+
+// isWithin reports whether s is a slice of body's memory (see bodySlice).
+func isWithin(s, body []byte) bool {
+	if len(s) == 0 {
+		return true
+	}
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(body)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(s)))
+	return p >= start && p+uintptr(len(s)) <= start+uintptr(len(body))
 }
 
 // decodeObject parses body, which must be one JSON object, into v.

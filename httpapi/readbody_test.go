@@ -52,3 +52,25 @@ func TestBodyLargerThanThePresizeArrivesWhole(t *testing.T) {
 		t.Errorf("inputs arrived as %d bytes, want %d", len(c.Inputs), len(inputs))
 	}
 }
+
+// TestLargeBodyCostsAboutOneCopy: a start with megabytes of inputs allocates
+// about the body once while it is read and decoded, not the two or three
+// copies that growing by doubling and copying the inputs out of the body
+// cost (three copies of 4 MiB: 13 MiB).
+func TestLargeBodyCostsAboutOneCopy(t *testing.T) {
+	env := newEnv(t, Options{})
+	inputs := `{"image": "` + strings.Repeat("A", 4<<20) + `"}`
+	body := `{"apiKey": "` + keyAcme + `", "modelKey": "mk-echo", "startOnly": true, "modelInputs": ` + inputs + `}`
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	rec := serve(env.h, http.MethodPost, "/start/v4", body)
+	runtime.ReadMemStats(&after)
+	if m := inferenceReply(t, rec); m["message"] != "queued" {
+		t.Fatalf("message %q", m["message"])
+	}
+	got := after.TotalAlloc - before.TotalAlloc
+	t.Logf("a start of %d bytes allocated %d bytes", len(body), got)
+	if limit := uint64(len(body)) * 9 / 4; got > limit {
+		t.Errorf("a start of %d bytes allocated %d bytes, more than %d (about two copies)", len(body), got, limit)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/rs/zerolog"
@@ -78,7 +79,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	buf := make([]byte, 0, size)
 	for {
 		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
+			buf = grow(buf, r.ContentLength)
 		}
 		n, err := body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
@@ -93,6 +94,18 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 			return nil, badRequest("could not read the request body: %v", err)
 		}
 	}
+}
+
+// grow returns buf with room for more: twice the capacity, but no more than
+// the Content-Length (and a byte to see EOF) once the body has shown it is
+// that long, so that a large body ends in a buffer of its size, not up to
+// twice it: the request's one copy of its payload.
+func grow(buf []byte, contentLength int64) []byte {
+	next := 2 * cap(buf)
+	if contentLength > int64(len(buf)) && int64(next) > contentLength+1 {
+		next = int(contentLength + 1)
+	}
+	return slices.Grow(buf, next-len(buf))
 }
 
 // firstByte returns the first non-whitespace byte of b, or 0 when b is blank.
