@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -192,7 +193,7 @@ func (c *Client) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMes
 		return nil, &backend.HTTPError{Status: resp.StatusCode, Body: validUTF8(body)}
 	}
 	limit := c.cfg.MaxReplyBytes
-	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	body, err := readReply(resp, limit)
 	if err != nil {
 		return nil, broken(ctx, err)
 	}
@@ -202,6 +203,36 @@ func (c *Client) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMes
 	clean = true // shorter than the limit: the body ended
 	if !json.Valid(body) {
 		return nil, fmt.Errorf("%w: reply is not JSON: %q", backend.ErrInvalidReply, truncate(body, 200))
+	}
+	return body, nil
+}
+
+// readReply reads a reply body of at most limit bytes (limit+1 read means
+// longer) into its final buffer: one of exactly the announced length when
+// the model sends a Content-Length, so that a reply of megabytes is read
+// once and held once, not grown by doubling into garbage and a buffer up to
+// twice its size. A body without a length (chunked, or gzip undone) grows
+// as io.ReadAll grows it.
+func readReply(resp *http.Response, limit int64) ([]byte, error) {
+	n := resp.ContentLength
+	if n < 0 || n > limit {
+		return io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(resp.Body, body); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF // a length of n was announced
+		}
+		return nil, err
+	}
+	// The body must end here: read its end so the connection can be
+	// reused, and refuse more bytes than announced.
+	var one [1]byte
+	if m, err := resp.Body.Read(one[:]); m > 0 || (err != nil && err != io.EOF) {
+		if err == nil {
+			err = errors.New("reply longer than its Content-Length")
+		}
+		return nil, err
 	}
 	return body, nil
 }
