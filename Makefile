@@ -69,7 +69,7 @@ fuzz:
 ## root for the disk-full test. Figures go to faults-report.txt.
 # The end-to-end fault tests live in ./e2e/, the unit-level ones (store,
 # scheduler, replica) beside their code: ./... runs both.
-FAULT_TESTS := Fault|Kill|Crash|Corrupt|DiskFull|StorageFull|Orphan|Leaked|WallClock|RealClock|Backoff|Recovery|InferReports|SurviveDaemon
+FAULT_TESTS := Fault|Kill|Payload|Crash|Corrupt|DiskFull|StorageFull|Orphan|Leaked|WallClock|RealClock|Backoff|Recovery|InferReports|SurviveDaemon
 faults:
 	rm -f faults-report.txt
 	INFERD_SOAK_ROUNDS=$${INFERD_SOAK_ROUNDS:-8} INFERD_SOAK_CALLS=$${INFERD_SOAK_CALLS:-250} \
