@@ -7,10 +7,8 @@ package e2e
 // bench). The figures go to make faults' report.
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,22 +56,14 @@ func plainBinary(t *testing.T) string {
 	return plainBin
 }
 
-// serveCopyMain is the test binary run as the io.Copy baseline: it prints
-// its address and serves until killed.
+// serveCopyMain is the test binary run as the io.Copy baseline.
 func serveCopyMain(size string) int {
 	n, err := strconv.Atoi(size)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
+	if err == nil {
+		err = payload.ListenAndServeCopy(os.Stdout, n)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	fmt.Println(ln.Addr())
-	payload.ServeCopy(ln, n)
-	return 0
+	fmt.Fprintln(os.Stderr, err)
+	return 1
 }
 
 // payloadDaemon runs the plain inferd with project "big" on the echo model,
@@ -189,29 +179,9 @@ func copyBaseline(t *testing.T, clients, rounds, size int) time.Duration {
 	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), copyServerEnv+"="+strconv.Itoa(size))
-	out, err := cmd.StdoutPipe()
+	perMB, err := payload.CopyBaseline(cmd, clients, rounds, size)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	addr, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("copy server: %v", err)
-	}
-	cpu0, err := payload.CPU(cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := payload.CopyClients(addr[:len(addr)-1], clients, rounds, size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cpu1, err := payload.CPU(cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return payload.PerMB(cpu1-cpu0, n)
+	return perMB
 }

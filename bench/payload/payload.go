@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -319,4 +320,50 @@ func PerMB(cpu time.Duration, bytes int64) time.Duration {
 		return 0
 	}
 	return time.Duration(float64(cpu) / (float64(bytes) / 1e6))
+}
+
+// ListenAndServeCopy is the main of the baseline process: it listens on
+// loopback, writes its address and a newline to w, and serves (ServeCopy)
+// until the process is killed.
+func ListenAndServeCopy(w io.Writer, size int) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(w, ln.Addr())
+	return ServeCopy(ln, size)
+}
+
+// CopyBaseline starts cmd, a process that runs ListenAndServeCopy with
+// size, reads its reply rounds times from each of clients connections and
+// returns the process's CPU time per MB sent; cmd is killed at the end. A
+// process of its own, so that its CPU time, like the daemon's, is the
+// sender's alone.
+func CopyBaseline(cmd *exec.Cmd, clients, rounds, size int) (time.Duration, error) {
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	addr, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		return 0, fmt.Errorf("copy server: %w", err)
+	}
+	pid := cmd.Process.Pid
+	cpu0, err := CPU(pid)
+	if err != nil {
+		return 0, err
+	}
+	n, err := CopyClients(strings.TrimSpace(addr), clients, rounds, size)
+	if err != nil {
+		return 0, err
+	}
+	cpu1, err := CPU(pid)
+	if err != nil {
+		return 0, err
+	}
+	return PerMB(cpu1-cpu0, n), nil
 }

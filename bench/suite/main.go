@@ -12,6 +12,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"inferd/bench/payload"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -42,7 +43,12 @@ func main() {
 	flag.IntVar(&o.polls, "polls", 10000, "concurrent long polls to hold")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (logs, data file)")
 	flag.StringVar(&o.only, "only", "", "run only these steps, comma-separated words of their names (e.g. \"cold,throughput\")")
+	copyServer := flag.Int("copy-server", 0, "internal: serve the io.Copy baseline of this many bytes (a helper process of the payload step)")
 	flag.Parse()
+	if *copyServer > 0 {
+		fmt.Fprintln(os.Stderr, payload.ListenAndServeCopy(os.Stdout, *copyServer))
+		os.Exit(1)
+	}
 	o.inferd, o.noop = mustAbs(o.inferd), mustAbs(o.noop)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -78,6 +84,7 @@ func run(ctx context.Context, o options) error {
 		fn   func(context.Context, *env, options, *report) error
 	}{
 		{"idle memory", measureIdle},
+		{"large payloads: queue and checks", measurePayloads},
 		{"latency, concurrency 1", measureLatency},
 		{"throughput, no-op model, concurrency 64", measureThroughputNoop},
 		{"throughput, 10 ms model, concurrency 64", measureThroughput10ms},
@@ -144,6 +151,7 @@ type env struct {
 	base              string // inferd's base URL
 	apiKey            string
 	inferdPid         int
+	gate              string // created to let project bigq boot
 	dbPath            string
 	coldLog, burstLog string
 	coldQuietLog      string
@@ -258,6 +266,8 @@ const manifest = `projects:
   - {id: coldquiet, team: bench, modelKey: mk-coldquiet, command: [%[1]q], env: {NOOP_BOOTLOG: %[4]q, NOOP_QUIET: "1"}, concurrency: 1, minReplicas: 0, maxReplicas: 1, idleTimeout: 0, bootTimeout: 30}
   - {id: burst, team: bench, modelKey: mk-burst, command: [%[1]q], env: {NOOP_BOOTLOG: %[3]q, NOOP_DELAY: 200ms}, concurrency: 1, minReplicas: 0, maxReplicas: 4, idleTimeout: 0, bootTimeout: 30}
   - {id: hang, team: bench, modelKey: mk-hang, command: [%[1]q], env: {NOOP_DELAY: 1h}, concurrency: 1, minReplicas: 1, maxReplicas: 1, inferenceTimeout: 86400, bootTimeout: 30}
+  - {id: bigq, team: bench, modelKey: mk-bigq, command: ["sh", "-c", %[5]q], concurrency: 1, minReplicas: 0, maxReplicas: 1, bootTimeout: 600}
+  - {id: bigr, team: bench, modelKey: mk-bigr, command: [%[1]q], env: {NOOP_REPLY_BYTES: "%[6]d"}, concurrency: 32, minReplicas: 0, maxReplicas: 1, bootTimeout: 30}
 `
 
 func startInferd(ctx context.Context, o options, e *env) error {
@@ -270,7 +280,10 @@ func startInferd(ctx context.Context, o options, e *env) error {
 		return err
 	}
 	mf := filepath.Join(e.dir, "projects.yaml")
-	if err := os.WriteFile(mf, fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog, e.coldQuietLog), 0o644); err != nil {
+	// bigq's model boots only once the gate file exists (measurePayloads).
+	e.gate = filepath.Join(e.dir, "bigq.gate")
+	gated := fmt.Sprintf("while [ ! -e %s ]; do sleep 0.05; done; exec %s", e.gate, o.noop)
+	if err := os.WriteFile(mf, fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog, e.coldQuietLog, gated, payloadSize), 0o644); err != nil {
 		return err
 	}
 	if out, err := exec.Command(o.inferd, "--config", e.inferdCfg, "apply", "-f", mf).CombinedOutput(); err != nil {
