@@ -28,5 +28,11 @@
 //     TTL by ExpireCalls/RunSweeper in short transactions, so the file stays
 //     bounded (bbolt reuses freed pages; the file itself never shrinks).
 //
+//   - A call's inputs and outputs live in buckets of their own, in chunks
+//     (payloads.go), never in its record: a check decodes only the record and
+//     copies the outputs' bytes once; a queued call's inputs are read when it
+//     is dispatched. Pages read for a payload are dropped from the process's
+//     map after the copy, so RSS does not grow with the payloads read.
+//
 // The bucket layout and its invariants are documented in schema.go.
 package bolt
