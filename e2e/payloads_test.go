@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,27 +32,13 @@ const (
 	copyServerEnv = "INFERD_E2E_COPY_SERVER"
 )
 
-var (
-	plainOnce sync.Once
-	plainBin  string
-	plainErr  error
-)
+var plainBuild extraBuild
 
 // plainBinary builds inferd without -race once per test run: the race
 // detector's shadow memory would multiply the RSS being measured.
 func plainBinary(t *testing.T) string {
 	t.Helper()
-	plainOnce.Do(func() {
-		plainBin = filepath.Join(filepath.Dir(inferdBin), "inferd-plain")
-		out, err := exec.Command("go", "build", "-o", plainBin, ".").CombinedOutput()
-		if err != nil {
-			plainErr = fmt.Errorf("build inferd: %v\n%s", err, out)
-		}
-	})
-	if plainErr != nil {
-		t.Fatal(plainErr)
-	}
-	return plainBin
+	return plainBuild.get(t, "inferd-plain")
 }
 
 // serveCopyMain is the test binary run as the io.Copy baseline.

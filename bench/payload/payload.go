@@ -26,18 +26,24 @@ import (
 )
 
 // Peak returns a process's peak resident set size (VmHWM) in bytes.
-func Peak(pid int) (int64, error) {
+func Peak(pid int) (int64, error) { return statusBytes(pid, "VmHWM") }
+
+// RSS returns a process's resident set size (VmRSS) in bytes.
+func RSS(pid int) (int64, error) { return statusBytes(pid, "VmRSS") }
+
+// statusBytes reads a size in kB from /proc/<pid>/status.
+func statusBytes(pid int, field string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for line := range strings.Lines(string(b)) {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
 			return kb << 10, err
 		}
 	}
-	return 0, fmt.Errorf("no VmHWM for pid %d", pid)
+	return 0, fmt.Errorf("no %s for pid %d", field, pid)
 }
 
 // ResetPeak sets a process's VmHWM back to its current RSS, so that the
@@ -154,41 +160,31 @@ func (c *Client) Queue(ctx context.Context, extra string, n, size, clients int) 
 	var (
 		mu   sync.Mutex
 		next int
-		errs []error
 	)
-	var wg sync.WaitGroup
-	for range clients {
-		wg.Go(func() {
-			for {
-				mu.Lock()
-				i := next
-				next++
-				mu.Unlock()
-				if i >= n {
-					return
-				}
-				a, err := c.Start(ctx, Inputs(extra, i, size), true)
-				if err == nil && a.CallID == "" {
-					err = fmt.Errorf("start %d: %s", i, a.Message)
-				}
-				mu.Lock()
-				if err != nil {
-					errs = append(errs, err)
-				} else {
-					ids[i] = a.CallID
-					if !a.Finished {
-						pending++
-					}
-				}
-				mu.Unlock()
-				if err != nil {
-					return
-				}
+	p, err := fanOut(clients, func() (int64, error) {
+		var pending int64
+		for {
+			mu.Lock()
+			i := next
+			next++
+			mu.Unlock()
+			if i >= n {
+				return pending, nil
 			}
-		})
-	}
-	wg.Wait()
-	return ids, pending, errors.Join(errs...)
+			a, err := c.Start(ctx, Inputs(extra, i, size), true)
+			if err == nil && a.CallID == "" {
+				err = fmt.Errorf("start %d: %s", i, a.Message)
+			}
+			if err != nil {
+				return pending, err
+			}
+			ids[i] = a.CallID // each i is one goroutine's
+			if !a.Finished {
+				pending++
+			}
+		}
+	})
+	return ids, int(p), err
 }
 
 // Wait long-polls each call until it has finished and fails unless every
@@ -215,6 +211,24 @@ func (c *Client) Wait(ctx context.Context, ids []string) error {
 // goroutines at once and returns the bytes of answers read. Every answer
 // must be a success of at least minBytes.
 func (c *Client) Checks(ctx context.Context, id string, clients, rounds, minBytes int) (int64, error) {
+	return fanOut(clients, func() (int64, error) {
+		var n int64
+		for range rounds {
+			a, err := c.Check(ctx, id, false)
+			n += int64(a.Bytes)
+			if err == nil && (a.Message != "success" || a.Bytes < minBytes) {
+				err = fmt.Errorf("check %s: %q, %d bytes", id, a.Message, a.Bytes)
+			}
+			if err != nil {
+				return n, err
+			}
+		}
+		return n, nil
+	})
+}
+
+// fanOut runs fn on clients goroutines at once and sums what they return.
+func fanOut(clients int, fn func() (int64, error)) (int64, error) {
 	var (
 		mu    sync.Mutex
 		total int64
@@ -223,20 +237,12 @@ func (c *Client) Checks(ctx context.Context, id string, clients, rounds, minByte
 	var wg sync.WaitGroup
 	for range clients {
 		wg.Go(func() {
-			for range rounds {
-				a, err := c.Check(ctx, id, false)
-				if err == nil && (a.Message != "success" || a.Bytes < minBytes) {
-					err = fmt.Errorf("check %s: %q, %d bytes", id, a.Message, a.Bytes)
-				}
-				mu.Lock()
-				total += int64(a.Bytes)
-				if err != nil {
-					errs = append(errs, err)
-				}
-				mu.Unlock()
-				if err != nil {
-					return
-				}
+			n, err := fn()
+			mu.Lock()
+			defer mu.Unlock()
+			total += n
+			if err != nil {
+				errs = append(errs, err)
 			}
 		})
 	}
@@ -272,43 +278,25 @@ func ServeCopy(ln net.Listener, size int) error {
 // CopyClients asks a ServeCopy server at addr for size bytes rounds times
 // from each of clients connections at once and returns the bytes read.
 func CopyClients(addr string, clients, rounds, size int) (int64, error) {
-	var (
-		mu    sync.Mutex
-		total int64
-		errs  []error
-	)
-	var wg sync.WaitGroup
-	for range clients {
-		wg.Go(func() {
-			conn, err := net.Dial("tcp", addr)
+	return fanOut(clients, func() (int64, error) {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			return 0, err
+		}
+		defer conn.Close()
+		var n int64
+		for range rounds {
+			if _, err := conn.Write([]byte{1}); err != nil {
+				return n, err
+			}
+			m, err := io.CopyN(io.Discard, conn, int64(size))
+			n += m
 			if err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-				return
+				return n, err
 			}
-			defer conn.Close()
-			var n int64
-			for range rounds {
-				if _, err = conn.Write([]byte{1}); err != nil {
-					break
-				}
-				var m int64
-				if m, err = io.CopyN(io.Discard, conn, int64(size)); err != nil {
-					break
-				}
-				n += m
-			}
-			mu.Lock()
-			total += n
-			if err != nil {
-				errs = append(errs, err)
-			}
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	return total, errors.Join(errs...)
+		}
+		return n, nil
+	})
 }
 
 // MiB formats bytes as MiB with one decimal.

@@ -12,7 +12,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"inferd/bench/payload"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -20,6 +19,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"inferd/bench/payload"
 )
 
 type options struct {
