@@ -147,6 +147,7 @@ func TestInvalidSettingsNameTheKey(t *testing.T) {
 		{"bad level", "log:\n  level: loud\n", nil, "log.level"},
 		{"bad env value", "", []string{"INFERD_MAXQUEUEDPERPROJECT=lots"}, "maxQueuedPerProject"},
 		{"zero queue", "maxQueuedPerProject: 0\n", nil, "maxQueuedPerProject"},
+		{"queued bytes below the body cap", "maxQueuedBytesPerProject: 1000\n", nil, "maxQueuedBytesPerProject: must be at least maxBodyBytes"},
 		{"simulated gpu without memory", "gpu:\n  simulate:\n    - {name: A}\n", nil, "gpu.simulate[0]"},
 		{"passEnv with a value", "replica:\n  passEnv: [LD_LIBRARY_PATH=/x]\n", nil, "replica.passEnv"},
 		{"passEnv of inferd's own", "replica:\n  passEnv: [PATH, INFERD_ADMIN_KEY]\n", nil, "replica.passEnv"},
