@@ -53,25 +53,31 @@ func ResetPeak(pid int) error {
 	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
 }
 
-// CPU returns the user and system CPU time a process has used.
+// CPU returns the CPU time a process's threads have run, to the
+// nanosecond: the sum of /proc/<pid>/task/*/schedstat (the clock ticks of
+// /proc/<pid>/stat are too coarse for a phase of a second).
 func CPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
 		return 0, err
 	}
-	// The command name, in parentheses, may hold spaces: count from after it.
-	i := bytes.LastIndexByte(b, ')')
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+	var total int64
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, task.Name()))
+		if err != nil {
+			continue // the thread has exited
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			continue
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("schedstat of %d/%s: %w", pid, task.Name(), err)
+		}
+		total += ns
 	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
-	}
-	const ticks = 100 // USER_HZ, 100 on every Linux that Go supports
-	return time.Duration(utime+stime) * time.Second / ticks, nil
+	return time.Duration(total), nil
 }
 
 // Client calls inferd's inference API.
