@@ -101,6 +101,14 @@ type testStore struct {
 	t testing.TB
 	// inputsErr, when set, is what CallInputs answers.
 	inputsErr atomic.Pointer[error]
+	// resultReads counts GetCallResult calls.
+	resultReads atomic.Int64
+}
+
+// GetCallResult counts the reads of results.
+func (s *testStore) GetCallResult(id string) (store.Call, error) {
+	s.resultReads.Add(1)
+	return s.Store.GetCallResult(id)
 }
 
 // CallInputs reads from the memstore unless failInputs was called.

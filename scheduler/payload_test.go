@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/synctest"
+	"unsafe"
 
 	"inferd/store"
 )
@@ -82,5 +84,38 @@ func TestSubmitRejectsCallWhenQueuedBytesAreFull(t *testing.T) {
 		if got := h.result(first.ID); got.State != store.CallSucceeded {
 			t.Errorf("first = %+v", got)
 		}
+	})
+}
+
+// Lookups of a finished call with a large result share one copy of its
+// outputs, read from the store once, for as long as shareFor after the read.
+func TestLookupsOfALargeResultShareOneCopy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("big", minMax(0, 1))
+		h := newHarness(t, Config{}, nil, p)
+		defer h.stop()
+		out := `{"d":"` + strings.Repeat("x", shareMinBytes) + `"}`
+		h.st.putCall(store.Call{ID: "call_done", ProjectID: "big", State: store.CallSucceeded, Outputs: json.RawMessage(out), Message: "success"})
+		h.st.resultReads.Store(0)
+		a, _, err := h.s.Lookup("call_done")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _, err := h.s.Lookup("call_done")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b.Outputs) != out || b.State != store.CallSucceeded {
+			t.Fatalf("second lookup = %s with %d bytes of outputs", b.State, len(b.Outputs))
+		}
+		if unsafe.SliceData(a.Outputs) != unsafe.SliceData(b.Outputs) || h.st.resultReads.Load() != 1 {
+			t.Errorf("two lookups made %d store reads, shared outputs: %v; want 1, true", h.st.resultReads.Load(),
+				unsafe.SliceData(a.Outputs) == unsafe.SliceData(b.Outputs))
+		}
+		h.advance(shareFor)
+		if _, _, err := h.s.Lookup("call_done"); err != nil || h.st.resultReads.Load() != 2 {
+			t.Errorf("a lookup after shareFor: %d store reads, %v; want a fresh read", h.st.resultReads.Load(), err)
+		}
+		runtime.KeepAlive(a.Outputs)
 	})
 }

@@ -106,6 +106,7 @@ type Scheduler struct {
 	order    []*project       // projects sorted by id: stable iteration
 	calls    map[string]*call // live calls: queued, running, or final write pending
 	failures recentFailures
+	results  *sharedResults // finished calls read from the store, see Lookup
 	cpuUsed  int
 	// releasing: holds of exited replicas on real GPUs that the driver has
 	// not been read for since (see pruneReleases).
@@ -155,6 +156,7 @@ func New(cfg Config, st Store, b backend.Backend, clk Clock, log zerolog.Logger)
 		projects: map[string]*project{},
 		calls:    map[string]*call{},
 		failures: newRecentFailures(maxRecentFailures),
+		results:  newSharedResults(),
 		loading:  map[string]bool{},
 	}
 	close(s.closedc)
@@ -204,7 +206,8 @@ func (s *Scheduler) Lookup(id string) (store.Call, <-chan struct{}, error) {
 		}
 	case <-s.stopped:
 	}
-	c, err := s.st.GetCallResult(id)
+	// Lookups of one finished call share the copy of its outputs.
+	c, err := s.results.get(id, s.clk.Now(), s.st.GetCallResult)
 	if err != nil {
 		return store.Call{}, nil, fmt.Errorf("get call %s: %w", id, err)
 	}
