@@ -8,7 +8,7 @@ BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: build run test lint fuzz faults clean client-deps test-deps package bench
+.PHONY: build run test lint fuzz faults clean client-deps test-deps package bench mutate
 
 ## build: compile ./inferd
 build:
@@ -69,13 +69,19 @@ fuzz:
 ## root for the disk-full test. Figures go to faults-report.txt.
 # The end-to-end fault tests live in ./e2e/, the unit-level ones (store,
 # scheduler, replica) beside their code: ./... runs both.
-FAULT_TESTS := Fault|Kill|Payload|Crash|Corrupt|DiskFull|StorageFull|Orphan|Leaked|WallClock|RealClock|Backoff|Recovery|InferReports|SurviveDaemon
+FAULT_TESTS := Fault|Kill|Payload|Crash|Corrupt|DamagedTree|FlippedBytes|EmptyFile|DiskFull|StorageFull|NotSave|Orphan|Leaked|WallClock|RealClock|Backoff|Recovery|InferReports|SurviveDaemon|Graceful|Drain|Flood|ConnLimit
 faults:
 	rm -f faults-report.txt
 	INFERD_SOAK_ROUNDS=$${INFERD_SOAK_ROUNDS:-8} INFERD_SOAK_CALLS=$${INFERD_SOAK_CALLS:-250} \
 	  INFERD_FAULTS_REPORT=$(CURDIR)/faults-report.txt \
 	  go test -race -count=1 -run '$(FAULT_TESTS)' ./...
 	@cat faults-report.txt
+
+## mutate: break each core rule in turn (scripts/mutations.txt: durability,
+## recovery, isolation, validation, idle and min replicas) in a temporary
+## worktree of HEAD and check that a test fails; not part of make test
+mutate:
+	scripts/mutate.sh
 
 clean:
 	rm -rf inferd dist faults-report.txt

@@ -41,7 +41,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	}
 	st, err := bolt.Open(cfg.StorePath(), bolt.Options{})
 	if err != nil {
-		return err
+		return withRestoreHint(err)
 	}
 	defer st.Close()
 	if m := st.Migration(); m.Migrated() {
@@ -49,6 +49,10 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			Msg("migrated the data file to a newer schema; the copy holds the old data for a downgrade")
 	}
 
+	conns, err := connLimit(cfg.Limits.MaxConnections, log)
+	if err != nil {
+		return err
+	}
 	apiLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
@@ -73,9 +77,12 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	schedCfg := schedulerConfig(cfg)
 	schedCfg.Observer = observers{Metrics: metrics, hist: hist}
 	sched = scheduler.New(schedCfg, st, replicas, scheduler.RealClock(), log)
-	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st})
+	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st, Conns: conns.Stats})
 	st.OnProjectChange(sched.ProjectChanged)
+	st.OnTeamChange(sched.TeamChanged)
 
+	apiCtx, endWaits := context.WithCancel(context.Background())
+	defer endWaits()
 	api := &http.Server{
 		Handler: httpapi.New(httpapi.Options{
 			StartWait:    cfg.StartWait,
@@ -97,7 +104,11 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			},
 		}, st, sched),
 		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
-		ReadTimeout:       2 * time.Minute,
+		ConnState:         conns.ConnState,
+		// Ending it ends the waits (long polls, sync starts) at shutdown:
+		// each answers the call as it then stands.
+		BaseContext: func(net.Listener) context.Context { return apiCtx },
+		ReadTimeout: 2 * time.Minute,
 		// Long enough for the longest wait the API holds a request open.
 		WriteTimeout:   max(cfg.StartWait, cfg.LongPollWait) + time.Minute,
 		IdleTimeout:    2 * time.Minute,
@@ -109,7 +120,8 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	defer endAdmin()
 	admin := &http.Server{
 		Handler: httpapi.NewAdmin(st, log,
-			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(sched.CapacityWarnings)),
+			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(sched.CapacityWarnings),
+			httpapi.WithTeamUse(func() []scheduler.TeamStatus { return sched.Snapshot().Teams })),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return adminCtx },
 	}
@@ -125,25 +137,101 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	g.Go(func() error { return st.RunSweeper(gctx, cfg.ResultTTL, cfg.SweepInterval) })
 	g.Go(func() error { return gpus.Run(gctx, cfg.GPU.RefreshInterval) })
 	g.Go(func() error { return hist.Run(gctx) })
-	g.Go(func() error { return serveHTTP(api, apiLn) })
+	g.Go(func() error { return serveHTTP(api, conns.Listener(apiLn)) })
 	g.Go(func() error { return serveHTTP(admin, adminLn) })
 	g.Go(func() error {
 		<-gctx.Done()
-		log.Info().Msg("shutting down")
-		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-		defer cancel()
-		// Stop taking requests first, then stop the replicas: calls still
-		// running are recorded as interrupted and answered after a restart.
-		errs := errors.Join(api.Shutdown(sctx), admin.Shutdown(sctx))
-		stopSched()
-		return errs
+		shutdown(cfg.ShutdownTimeout, sched, api, admin, endWaits, stopSched, log)
+		return nil
 	})
 	err = g.Wait()
 	if err != nil && !errors.Is(err, context.Canceled) {
-		return err
+		return withRestoreHint(err) // the scheduler reads every pending call at start
 	}
 	log.Info().Msg("stopped")
 	return nil
+}
+
+// httpShutdownGrace bounds the wait for requests still in flight once the
+// drain is over: the waits among them end at once (endWaits), so only a slow
+// client reading its answer can take that long.
+const httpShutdownGrace = 5 * time.Second
+
+// shutdown drains, then stops, in this order: new calls are refused while the
+// running ones finish, up to timeout (the API keeps serving, so their waiting
+// clients get the results and anyone may check a call); calls still running
+// then end as interrupted; the waits still open answer the call as it stands
+// (queued calls stay queued for the next start); the listeners close; and
+// last the scheduler stops the replicas.
+func shutdown(timeout time.Duration, sched *scheduler.Scheduler, api, admin *http.Server,
+	endWaits, stopSched func(), log zerolog.Logger) {
+	log.Info().Dur("shutdownTimeout", timeout).Msg("shutting down: refusing new calls, letting running calls finish")
+	dctx, cancel := context.WithTimeout(context.Background(), timeout)
+	interrupted := sched.Drain(dctx)
+	cancel()
+	if interrupted > 0 {
+		log.Warn().Int("calls", interrupted).Dur("shutdownTimeout", timeout).
+			Msg("calls still running at the shutdown deadline end as interrupted")
+	}
+	endWaits()
+	sctx, cancel := context.WithTimeout(context.Background(), httpShutdownGrace)
+	defer cancel()
+	for _, srv := range []*http.Server{api, admin} {
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Warn().Err(err).Msg("requests still open at shutdown; closing their connections")
+			srv.Close()
+		}
+	}
+	stopSched()
+}
+
+// connLimit raises the soft limit on open files to the hard limit and caps
+// the API's connections: at maxConns, or when that is 0, at a size that
+// leaves a reserve of descriptors for replicas, the data file and the admin
+// socket (httpapi.DefaultMaxConnections).
+func connLimit(maxConns int, log zerolog.Logger) (*httpapi.ConnLimit, error) {
+	files, err := raiseFileLimit()
+	if err != nil {
+		return nil, err
+	}
+	sized := httpapi.DefaultMaxConnections(files)
+	if maxConns == 0 {
+		maxConns = sized
+	} else if maxConns > sized {
+		log.Warn().Int("maxConnections", maxConns).Uint64("openFileLimit", files).
+			Msg("limits.maxConnections leaves less than the usual reserve of file descriptors; replica boots may fail under a connection flood")
+	}
+	log.Info().Int("maxConnections", maxConns).Uint64("openFileLimit", files).Msg("API connections capped")
+	return httpapi.NewConnLimit(maxConns), nil
+}
+
+// raiseFileLimit raises the soft limit on open files to the hard limit and
+// returns the limit in force. Go's runtime already raises it at start (and
+// restores the old soft limit in the processes it starts, so model servers
+// keep the usual one), so Setrlimit, which would end that restoring, runs only
+// where the runtime did not.
+func raiseFileLimit() (uint64, error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, fmt.Errorf("read the open-file limit: %w", err)
+	}
+	if lim.Cur < lim.Max {
+		raised := syscall.Rlimit{Cur: lim.Max, Max: lim.Max}
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &raised); err != nil {
+			return lim.Cur, nil // keep the soft limit; the cap is sized from it
+		}
+		lim = raised
+	}
+	return lim.Cur, nil
+}
+
+// withRestoreHint names the command that puts a backup in place in a
+// corrupt-data-file error, which the store words without knowing the CLI.
+func withRestoreHint(err error) error {
+	if errors.Is(err, bolt.ErrCorrupt) {
+		return fmt.Errorf("%w with `inferd restore BACKUP-FILE` (a file written by `inferd backup`)", err)
+	}
+	return err
 }
 
 // observers tells the metrics and the status page's history of each

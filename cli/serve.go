@@ -19,11 +19,12 @@ func (c *serveCommand) Usage() string {
 	return `Usage:
   inferd [global flags] serve
 
-Runs the daemon in the foreground until SIGTERM or Ctrl-C, which stop it
-gracefully: the inference and project API and the status page on listen, the
-admin socket in the data directory (created, mode 0700, if missing), and the
-model processes. Settings come from --config, INFERD_* variables and the global
-flags (docs/configuration.md).
+Runs the daemon in the foreground until SIGTERM or Ctrl-C, which drain it:
+new calls are refused, running calls finish (up to shutdownTimeout), queued
+calls wait for the next start. It serves the inference and project API and
+the status page on listen, the admin socket in the data directory (created,
+mode 0700, if missing), and the model processes. Settings come from --config,
+INFERD_* variables and the global flags (docs/configuration.md).
 `
 }
 

@@ -55,6 +55,7 @@ type Limits struct {
 	MaxWaits          int           `koanf:"maxWaits"`
 	MaxInputDepth     int           `koanf:"maxInputDepth"`
 	ReadHeaderTimeout time.Duration `koanf:"readHeaderTimeout"`
+	MaxConnections    int           `koanf:"maxConnections"` // open API connections; 0 = sized from the open-file limit
 }
 
 // Log selects the log level and format.
@@ -108,6 +109,7 @@ func defaults() map[string]any {
 		"limits.maxWaits":           10000,
 		"limits.maxInputDepth":      64,
 		"limits.readHeaderTimeout":  "10s",
+		"limits.maxConnections":     0,
 		"replica.user":              "nobody",
 		"replica.stopGrace":         "10s",
 		"replica.logMaxBytes":       10 << 20,
@@ -351,6 +353,9 @@ func (c Config) validate() error {
 	if c.Limits.MaxInputDepth < 1 || c.Limits.MaxInputDepth > 10000 {
 		// encoding/json refuses more than 10000 levels anyway.
 		bad("limits.maxInputDepth", "must be between 1 and 10000, got %d", c.Limits.MaxInputDepth)
+	}
+	if c.Limits.MaxConnections < 0 {
+		bad("limits.maxConnections", "must be 0 (sized from the open-file limit) or more, got %d", c.Limits.MaxConnections)
 	}
 	if c.CPUSlots < 0 {
 		bad("cpuSlots", "must be 0 (one per CPU) or more, got %d", c.CPUSlots)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"inferd/httpapi"
+	"inferd/internal/testenv"
 )
 
 // TestModelProcessesAreConfined runs the echo model through a live daemon
@@ -54,9 +58,7 @@ func TestModelProcessesAreConfined(t *testing.T) {
 		}
 	})
 	t.Run("runs as the unprivileged model user when inferd is root", func(t *testing.T) {
-		if os.Geteuid() != 0 {
-			t.Skip("inferd runs as a normal user here: models run as that user")
-		}
+		testenv.NeedRoot(t, "inferd runs models as an unprivileged user only as root")
 		nobody, err := user.Lookup("nobody")
 		if err != nil {
 			t.Fatal(err)
@@ -81,7 +83,7 @@ func readableEcho(t *testing.T) string {
 	t.Helper()
 	src := filepath.Join(echoDir(t), "server.py")
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("no /usr/bin/python3 for an unprivileged model user to run")
+		testenv.Missing(t, "/usr/bin/python3, for an unprivileged model user to run")
 	}
 	code, err := os.ReadFile(src)
 	if err != nil {
@@ -203,4 +205,67 @@ limits:
 		trickle.Close()
 		wg.Wait()
 	})
+}
+
+// TestConnectionFloodLeavesHealthzAndReplicaBoots runs the daemon with a
+// small open-file limit (256, so the default connection cap is 128) and
+// opens 400 connections that never send a byte, more than the daemon has
+// descriptors. Uncapped, accept ran out of descriptors and the next replica
+// boot failed with "pipe2: too many open files". Capped, the oldest silent
+// connections make room for new ones: /healthz answers, a call boots a
+// replica and succeeds, and /metrics shows the connections within the cap.
+func TestConnectionFloodLeavesHealthzAndReplicaBoots(t *testing.T) {
+	const fileLimit, flood = 256, 400
+	echo := echoDir(t)
+	dir, cfg := newDaemonDir(t, "startWait: 60s\n")
+	cmd := exec.Command("sh", "-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, fileLimit),
+		inferdBin, "--config", cfg, "serve")
+	cmd.Env = append(os.Environ(), "INFERD_REPLICA_USER=root")
+	d := startDaemonCmd(t, cmd, dir, cfg)
+	key := d.createKey("acme", false)
+	d.apply("projects:\n" + echoProject("flood", "acme", "mk-flood", echo, marker(), "") + "    maxReplicas: 1\n")
+
+	addr := strings.TrimPrefix(d.base, "http://")
+	for i := range flood {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("connection %d of the flood: %v", i, err)
+		}
+		defer c.Close()
+	}
+	metric := func(name string) int {
+		_, body := doRaw(t, "GET", d.base+"/metrics", nil, "")
+		for _, line := range strings.Split(string(body), "\n") {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				n, _ := strconv.Atoi(v)
+				return n
+			}
+		}
+		t.Fatalf("/metrics has no %s", name)
+		return 0
+	}
+	capped := httpapi.DefaultMaxConnections(fileLimit)
+	// Every flood connection has been accepted once all but the cap's worth
+	// were closed to make room (each scrape adds one of its own).
+	eventually(t, time.Minute, "the daemon to take in the whole flood", func() bool {
+		return metric("inferd_connections_closed_for_room_total") >= flood-capped
+	})
+	if status, body := doRaw(t, "GET", d.base+"/healthz", nil, ""); status != 200 {
+		t.Fatalf("/healthz under the flood: %d %s", status, body)
+	}
+	c := inferenceClient{t: t, base: d.base, key: key}
+	if r := c.start("mk-flood", `{"i":1}`, false); r["message"] != "success" {
+		t.Fatalf("a call that boots a replica under the flood: %v", r)
+	}
+	open, most := metric("inferd_connections_open"), metric("inferd_connections_max")
+	if most != capped || open > most {
+		t.Errorf("/metrics: %d connections open, cap %d; want the cap %d sized from the limit of %d files and no more open",
+			open, most, capped, fileLimit)
+	}
+	if log := d.logs.String(); strings.Contains(log, "too many open files") {
+		t.Errorf("the daemon ran out of file descriptors:\n%s", log)
+	}
+	report(t, "%d silent connections against an open-file limit of %d: cap %d (default sizing), %d open after, "+
+		"%d closed to make room; /healthz answered and a replica booted and served a call",
+		flood, fileLimit, most, open, metric("inferd_connections_closed_for_room_total"))
 }

@@ -19,7 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"inferd/internal/testenv"
 	"inferd/store"
+	"inferd/store/bolt"
 )
 
 const msgRestart = "error: interrupted by a server restart"
@@ -207,7 +209,7 @@ func TestDaemonKillUnderLoad(t *testing.T) {
 	echo := echoDir(t)
 	rounds := envInt(t, "INFERD_SOAK_ROUNDS", 3)
 	perRound := envInt(t, "INFERD_SOAK_CALLS", 80)
-	dir, cfg := newDaemonDir(t, "cpuSlots: 4\nstartWait: 1s\nlongPollWait: 5s\nmaxQueuedPerProject: 100000\n"+
+	dir, cfg := newDaemonDir(t, noLimits+"cpuSlots: 4\nstartWait: 1s\nlongPollWait: 5s\nmaxQueuedPerProject: 100000\n"+
 		"replica:\n  stopGrace: 2s\n  restartBackoff: 100ms\n")
 	dataFile := filepath.Join(dir, "data", "inferd.db")
 	mark := marker()
@@ -345,7 +347,7 @@ func TestCrashPointsInCommitPath(t *testing.T) {
 			name += " sync start"
 		}
 		t.Run(name, func(t *testing.T) {
-			dir, cfg := newDaemonDir(t, "startWait: 1s\nlongPollWait: 5s\n")
+			dir, cfg := newDaemonDir(t, noLimits+"startWait: 1s\nlongPollWait: 5s\n")
 			dataFile := filepath.Join(dir, "data", "inferd.db")
 			mark := marker()
 			d := startDaemonWith(t, dir, cfg, bin, "INFERD_REPLICA_USER=root", "INFERD_FAILPOINT="+tc.point)
@@ -443,7 +445,7 @@ func TestCrashPointsInCommitPath(t *testing.T) {
 func TestStartRefusesCorruptDataFile(t *testing.T) {
 	// A real data file with ~2 MB of call records, so that a cut at 1 MiB
 	// falls inside pages the file needs.
-	realDir, realCfg := newDaemonDir(t, "")
+	realDir, realCfg := newDaemonDir(t, noLimits)
 	d := startDaemon(t, realDir, realCfg)
 	key := d.createKey("acme", false)
 	echo := echoDir(t)
@@ -467,19 +469,41 @@ func TestStartRefusesCorruptDataFile(t *testing.T) {
 	rand.Read(random)
 	zeroedMeta := append([]byte(nil), real...)
 	clear(zeroedMeta[:8192])
+	// Flipped bytes in the element table of a leaf and of a branch page the
+	// file uses: once each crashed the daemon with a raw panic inside bbolt.
+	pages, pageSize, err := bolt.TreePages(filepath.Join(realDir, "data", "inferd.db"), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flipped := func(kind string) []byte {
+		if len(pages[kind]) == 0 {
+			t.Fatalf("the data file has no %s page", kind)
+		}
+		b := append([]byte(nil), real...)
+		at := pages[kind][0]*pageSize + 16
+		for i := at; i < at+16; i++ {
+			b[i] ^= 0xff
+		}
+		return b
+	}
 
-	for _, tc := range []struct {
+	cases := []struct {
 		name    string
 		content []byte
 	}{
 		{"random bytes", random},
 		{"a text file", []byte("not a database\n")},
+		{"a 0-byte file", []byte{}},
 		{"truncated to 1 MiB", real[:1<<20]},
 		{"truncated inside the meta pages", real[:6000]},
 		{"meta pages zeroed", zeroedMeta},
-	} {
+		{"flipped bytes in a leaf page", flipped("leaf")},
+		{"flipped bytes in a branch page", flipped("branch")},
+	}
+	var refused atomic.Int64
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			dir, cfg := newDaemonDir(t, "")
+			dir, cfg := newDaemonDir(t, noLimits)
 			path := filepath.Join(dir, "data", "inferd.db")
 			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 				t.Fatal(err)
@@ -503,9 +527,14 @@ func TestStartRefusesCorruptDataFile(t *testing.T) {
 			if !errors.As(err, &exit) || exit.ExitCode() <= 0 {
 				t.Fatalf("inferd serve on a corrupt file: %v, want a non-zero exit; output:\n%s", err, out)
 			}
-			for _, want := range []string{path, "corrupt or not an inferd database", "restore from a backup"} {
+			for _, want := range []string{path, "corrupt or not an inferd database", "restore from a backup", "inferd restore"} {
 				if !strings.Contains(string(out), want) {
 					t.Errorf("the start-up error does not mention %q:\n%s", want, out)
+				}
+			}
+			for _, crash := range []string{"panic", "fatal error", "goroutine "} {
+				if strings.Contains(string(out), crash) {
+					t.Errorf("inferd crashed instead of refusing the file (%q):\n%s", crash, out)
 				}
 			}
 			if strings.Contains(string(out), "inferd serving") {
@@ -518,6 +547,115 @@ func TestStartRefusesCorruptDataFile(t *testing.T) {
 			if string(after) != string(tc.content) {
 				t.Error("start-up changed the corrupt file")
 			}
+			if !t.Failed() {
+				refused.Add(1)
+			}
+		})
+	}
+	report(t, "corrupt data files refused with the file's name and the restore command, left untouched: %d of %d "+
+		"(random bytes, text, 0 bytes, truncated ×2, meta zeroed, flipped bytes in a leaf and in a branch page)",
+		refused.Load(), len(cases))
+}
+
+// TestGracefulShutdownDrainsRunningCalls sends SIGTERM while a 5 s call runs,
+// a long poll waits on it and a second call is queued behind it. The daemon
+// refuses new calls at once, finishes the running one and hands its success
+// to the poller, then exits; the queued call stays queued in the data file
+// and runs after the restart. With a deadline shorter than the call, only
+// the call still running at the deadline ends as interrupted.
+func TestGracefulShutdownDrainsRunningCalls(t *testing.T) {
+	echo := echoDir(t)
+	for _, tc := range []struct {
+		name            string
+		shutdownTimeout string
+		want            string // what the poller of the running call reads
+	}{
+		{"the running call finishes", "30s", "success"},
+		{"the deadline interrupts it", "1s", msgRestart},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, cfg := newDaemonDir(t, "startWait: 1s\nlongPollWait: 50s\nshutdownTimeout: "+tc.shutdownTimeout+"\n")
+			d := startDaemon(t, dir, cfg)
+			key := d.createKey("acme", false)
+			mark := marker()
+			d.apply("projects:\n" + echoProject("drain", "acme", "mk-drain", echo, mark, "") + "    maxReplicas: 1\n")
+			c := faultClient{base: d.base, key: key}
+
+			var ids []string
+			for i, sleep := range []string{"5", "0.01"} {
+				r, err := c.start("mk-drain", fmt.Sprintf(`{"i":%d,"sleep":%s}`, i, sleep), true)
+				if err != nil || r["callID"] == nil || r["callID"] == "" {
+					t.Fatalf("start call %d: %v %v", i, r, err)
+				}
+				ids = append(ids, r["callID"].(string))
+			}
+			eventually(t, time.Minute, "call 0 running, call 1 queued", func() bool {
+				r0, _ := c.check(ids[0], false)
+				r1, _ := c.check(ids[1], false)
+				return message(r0) == "running" && message(r1) == "queued"
+			})
+			polled := make(chan map[string]any, 1)
+			go func() {
+				r, err := c.check(ids[0], true)
+				if err != nil {
+					r = map[string]any{"message": "transport error: " + err.Error()}
+				}
+				polled <- r
+			}()
+			eventually(t, 10*time.Second, "the long poll waiting", func() bool {
+				_, body := doRaw(t, "GET", d.base+"/metrics", nil, "")
+				return strings.Contains(string(body), "inferd_longpolls_in_flight 1")
+			})
+
+			sent := time.Now()
+			d.cmd.Process.Signal(syscall.SIGTERM)
+			eventually(t, 10*time.Second, "/readyz says not ready while draining", func() bool {
+				status, _ := doRaw(t, "GET", d.base+"/readyz", nil, "")
+				return status == 503
+			})
+			if r, err := c.start("mk-drain", `{"i":9}`, false); err != nil || message(r) != "error: server is shutting down; retry shortly" {
+				t.Errorf("a start while draining: %v %v, want error: server is shutting down; retry shortly", r, err)
+			}
+			if r, err := c.check(ids[1], false); err != nil || message(r) != "queued" {
+				t.Errorf("a check of the queued call while draining: %v %v, want queued", r, err)
+			}
+			r := <-polled
+			if message(r) != tc.want {
+				t.Errorf("the long poll of the running call read %q, want %q: %v", message(r), tc.want, r)
+			}
+			if tc.want == "success" {
+				if i, ok := echoedIndex(r); !ok || i != 0 {
+					t.Errorf("the long poll read another call's result: %v", r)
+				}
+			}
+			select {
+			case <-d.exited:
+			case <-time.After(time.Minute):
+				t.Fatal("the daemon did not exit after the drain")
+			}
+			took := time.Since(sent)
+			eventually(t, 20*time.Second, "no model process after shutdown", func() bool { return len(processesWithEnv(mark)) == 0 })
+
+			stored := readDataFile(t, filepath.Join(dir, "data", "inferd.db"))
+			if sc := stored[ids[0]]; sc.State != store.CallSucceeded && tc.want == "success" ||
+				sc.State != store.CallFailed && tc.want == msgRestart {
+				t.Errorf("the running call is stored %s (%q)", sc.State, sc.Message)
+			}
+			if sc := stored[ids[1]]; sc.State != store.CallQueued {
+				t.Errorf("the queued call is stored %s, want queued for the next start", sc.State)
+			}
+
+			d = startDaemon(t, dir, cfg)
+			c.base = d.base
+			for i, want := range []string{tc.want, "success"} {
+				r, err := c.final(ids[i])
+				if err != nil || message(r) != want {
+					t.Errorf("after the restart call %d answers %v %v, want %s", i, r, err, want)
+				}
+			}
+			report(t, "SIGTERM with a 5 s call running, a long poll on it and a call queued (shutdownTimeout %s): "+
+				"the poller read %q, new starts were refused, the daemon exited after %.1fs, the queued call ran after the restart",
+				tc.shutdownTimeout, message(r), took.Seconds())
 		})
 	}
 }
@@ -526,11 +664,9 @@ func TestStartRefusesCorruptDataFile(t *testing.T) {
 // calls fail with "error: storage full", that what was stored before still
 // answers unchanged, and that calls work again once space is freed.
 func TestDiskFull(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs as the data dir needs root (CI runs as root); run `make faults` as root to include this test")
-	}
+	testenv.NeedRoot(t, "mounting a tmpfs as the data dir; run `make faults` as root to include this test")
 	echo := echoDir(t)
-	dir, cfg := newDaemonDir(t, "startWait: 10s\nlongPollWait: 5s\n")
+	dir, cfg := newDaemonDir(t, noLimits+"startWait: 10s\nlongPollWait: 5s\n")
 	data := filepath.Join(dir, "data")
 	if err := os.Mkdir(data, 0o700); err != nil {
 		t.Fatal(err)
@@ -581,6 +717,9 @@ func TestDiskFull(t *testing.T) {
 	// commit needs new ones.
 	pad := strings.Repeat("y", 256<<10)
 	full := ""
+	// A callID answered with an error must keep answering it, after a
+	// restart too; one the store could not keep is not handed out.
+	fullIDs := map[string]string{}
 	for i := 0; i < 100 && full == ""; i++ {
 		r, err := c.start("mk-full", fmt.Sprintf(`{"i":%d,"pad":%q}`, 100+i, pad), false)
 		if r == nil {
@@ -589,6 +728,9 @@ func TestDiskFull(t *testing.T) {
 		switch msg := message(r); {
 		case strings.HasPrefix(msg, "error: storage full"):
 			full = msg
+			if id, _ := r["callID"].(string); id != "" {
+				fullIDs[id] = msg
+			}
 		case msg != "success":
 			t.Fatalf("call on a full disk: %q, want success or error: storage full", msg)
 		}
@@ -612,12 +754,21 @@ func TestDiskFull(t *testing.T) {
 	verify(c, before, false)
 	before.check(t)
 	d.stop()
+	d = startDaemon(t, dir, cfg)
+	c.base = d.base
+	for id, want := range fullIDs {
+		if r, err := c.check(id, false); err != nil || message(r) != want {
+			t.Errorf("call %s answered %q on the full disk, and %v %v after a restart", id, want, r, err)
+		}
+	}
+	d.stop()
 	stored := readDataFile(t, filepath.Join(data, "inferd.db"))
 	for id, want := range before.index {
 		if sc, ok := stored[id]; !ok || sc.State != store.CallSucceeded || inputIndex(sc) != want {
 			t.Errorf("call %s stored before the disk filled is now %+v", id, sc)
 		}
 	}
-	report(t, "on a full 16 MiB tmpfs: %q; %d results stored before it filled answer unchanged; calls succeed once space is freed",
-		full, len(before.index))
+	report(t, "on a full 16 MiB tmpfs: %q; %d results stored before it filled answer unchanged; calls succeed once space is freed; "+
+		"%d callIDs answered with the error (a start whose result could not be saved gets none), each answering it after a restart",
+		full, len(before.index), len(fullIDs))
 }

@@ -34,6 +34,7 @@ type MetricsSources struct {
 	Status func() scheduler.Status // the scheduler's Snapshot
 	GPUs   func() []gpu.Device     // the GPU inventory's Devices
 	Store  StoreStats
+	Conns  func() ConnStats // the API's connection limit
 }
 
 // StoreStats is what the metrics read of the store; *bolt.Store has it.
@@ -138,6 +139,12 @@ func (m *Metrics) writeSamples(w io.Writer) {
 	}
 	if src.GPUs != nil {
 		writeGPUGauges(w, src.GPUs(), reservations(st))
+	}
+	if src.Conns != nil {
+		cs := src.Conns()
+		vm.WriteGaugeUint64(w, "inferd_connections_open", uint64(max(cs.Open, 0)))
+		vm.WriteGaugeUint64(w, "inferd_connections_max", uint64(max(cs.Max, 0)))
+		vm.WriteCounterUint64(w, "inferd_connections_closed_for_room_total", uint64(max(cs.Shed, 0)))
 	}
 	if src.Store != nil {
 		cs := src.Store.CommitStats()

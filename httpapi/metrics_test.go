@@ -67,6 +67,7 @@ func loadedMetrics() *Metrics {
 			}
 		},
 		Store: fakeStoreStats{},
+		Conns: func() ConnStats { return ConnStats{Open: 5, Max: 100, Shed: 2} },
 	})
 	now := time.Now()
 	m.CallFinished(store.Call{ProjectID: "echo", State: store.CallSucceeded, Created: now.Add(-1770 * time.Millisecond),
@@ -129,6 +130,9 @@ func TestMetricsEndpoint(t *testing.T) {
 		`inferd_http_requests_total{route="/v1/projects/:id",status="401"}`:    1,
 		`inferd_http_requests_total{route="unmatched",status="404"}`:           1,
 		`inferd_longpolls_in_flight`:                                           0,
+		`inferd_connections_open`:                                              5,
+		`inferd_connections_max`:                                               100,
+		`inferd_connections_closed_for_room_total`:                             2,
 	}
 	for k, v := range want {
 		g, ok := got[k]

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"slices"
 	"strconv"
 
 	"github.com/rs/zerolog"
@@ -96,16 +95,25 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	}
 }
 
-// grow returns buf with room for more: twice the capacity, but no more than
-// the Content-Length (and a byte to see EOF) once the body has shown it is
-// that long, so that a large body ends in a buffer of its size, not up to
-// twice it: the request's one copy of its payload.
+// grow returns buf with room for more. Without a Content-Length it doubles.
+// With one it grows fourfold, and straight to the announced length (and a
+// byte to see EOF) once that is within twice the step, so a large body is
+// read into about one buffer of its size (a 4 MiB body: 64 KiB, 256 KiB,
+// 1 MiB, then its own size, 1.3 copies in all, where doubling cost 3): the
+// request's one copy of its payload. What is set aside stays within eight
+// times what has arrived, so an announced length still reserves nothing a
+// client has not sent.
 func grow(buf []byte, contentLength int64) []byte {
 	next := 2 * cap(buf)
-	if contentLength > int64(len(buf)) && int64(next) > contentLength+1 {
-		next = int(contentLength + 1)
+	if contentLength > int64(len(buf)) {
+		next = 4 * cap(buf)
+		if int64(next) > contentLength/2 {
+			next = int(contentLength + 1)
+		}
 	}
-	return slices.Grow(buf, next-len(buf))
+	nb := make([]byte, len(buf), max(next, len(buf)+1))
+	copy(nb, buf)
+	return nb
 }
 
 // firstByte returns the first non-whitespace byte of b, or 0 when b is blank.

@@ -23,6 +23,10 @@ func (s *Scheduler) dispatch(p *project) {
 		if r == nil {
 			return
 		}
+		if why := s.runBlocked(p); why != "" {
+			p.quotaWait = why
+			return
+		}
 		p.queue.pop()
 		s.startCall(c, r)
 	}
@@ -204,19 +208,28 @@ func (s *Scheduler) finish(c *call, state store.CallState, out json.RawMessage, 
 
 // onFinal wakes the call's waiters now that its result is durable. A failed
 // write still wakes them, with the call failed for that reason and kept in
-// memory, since the store cannot answer for it.
+// memory, since the store cannot answer for it, and written again once a
+// later write lands. A sync start's call that was never stored gets no ID:
+// see finalAnswer.
 func (s *Scheduler) onFinal(c *call, err error) {
 	if s.calls[c.c.ID] == c {
 		delete(s.calls, c.c.ID)
 	}
 	f := c.result
-	if err != nil {
+	switch {
+	case err != nil:
 		s.log.Error().Err(err).Str("call", c.c.ID).Msg("saving a call result failed")
 		f.State, f.Outputs, f.Message = store.CallFailed, nil, msgStorageFull
+		if c.unsaved {
+			// Never stored, and its ID never given out: the start answers
+			// with the error instead, so no ID exists that a restart forgets.
+			c.unstored = true
+			break
+		}
 		s.failures.add(f)
-		// Best effort, so that the store does not keep the call as running
-		// if it takes writes again.
-		s.st.SaveCallAsync(f, func(error) {})
+		s.resave.add(f)
+	case s.resave.len() > 0:
+		s.resaveFailures() // this write landed: the store takes writes again
 	}
 	if f.State == store.CallSucceeded {
 		s.move(c, callSucceeded)
@@ -226,6 +239,20 @@ func (s *Scheduler) onFinal(c *call, err error) {
 	c.result = f
 	s.cfg.Observer.CallFinished(f)
 	close(c.done)
+}
+
+// resaveFailures writes again the failures whose final write failed, so
+// that the store answers for them as their waiters were told, after a restart
+// too, rather than keep them running (which a restart reads as interrupted).
+// One that fails again is kept for the next try.
+func (s *Scheduler) resaveFailures() {
+	for _, f := range s.resave.take() {
+		s.st.SaveCallAsync(f, func(err error) {
+			if err != nil {
+				s.in.post(evResaveFailed{c: f})
+			}
+		})
+	}
 }
 
 // msgMoveRefused is logged when the loop tries a move the lifecycle refuses.
@@ -300,6 +327,25 @@ func (f *recentFailures) add(c store.Call) {
 func (f *recentFailures) get(id string) (store.Call, bool) {
 	c, ok := f.calls[id]
 	return c, ok
+}
+
+// resaveQueue holds failed calls whose failure is not in the store yet, at
+// most maxRecentFailures of them (the oldest are dropped first).
+type resaveQueue struct{ calls []store.Call }
+
+func (q *resaveQueue) add(c store.Call) {
+	if len(q.calls) >= maxRecentFailures {
+		q.calls = q.calls[1:]
+	}
+	q.calls = append(q.calls, c)
+}
+
+func (q *resaveQueue) len() int { return len(q.calls) }
+
+func (q *resaveQueue) take() []store.Call {
+	cs := q.calls
+	q.calls = nil
+	return cs
 }
 
 func isClosed(ch <-chan struct{}) bool {

@@ -140,6 +140,10 @@ type evProjectLoaded struct {
 	err error
 }
 
+// evResaveFailed: writing a failure again (resaveFailures) failed again.
+type evResaveFailed struct{ c store.Call }
+
+func (evResaveFailed) isEvent()   {}
 func (evPersisted) isEvent()      {}
 func (evFinal) isEvent()          {}
 func (evLaunched) isEvent()       {}

@@ -22,6 +22,9 @@ type call struct {
 	// nothing is written for it until its final write or its first (see
 	// Scheduler.persist); its queued and running moves are not written.
 	unsaved bool
+	// unstored: an unsaved call whose final write, its only one, failed. The
+	// store does not know it, so the start must not hand out its ID.
+	unstored bool
 	// done is closed once the final write has committed (or failed: see
 	// evFinal), or the call is dropped; never earlier.
 	done chan struct{}

@@ -16,9 +16,14 @@ const (
 // schedule is the pass that follows every batch of events: dispatch queued
 // calls to ready replicas, stop or time replicas that are idle, then boot what
 // is wanted where resources allow, evicting idle replicas of other projects
-// for projects that wait.
+// for projects that wait. While draining, drainPass replaces it.
 func (s *Scheduler) schedule() {
+	if s.drain != nil {
+		s.drainPass()
+		return
+	}
 	for _, p := range s.order {
+		p.quotaWait = ""
 		s.dispatch(p)
 	}
 	for _, p := range s.order {
@@ -90,6 +95,10 @@ func (s *Scheduler) scaleUp() {
 			if needs[i] == 0 {
 				continue
 			}
+			if why := s.bootBlocked(p); why != "" {
+				p.quotaWait = why // waits for its own team, evicts nobody
+				continue
+			}
 			gpus, cpu, ok := s.acquire(p, devices)
 			if !ok {
 				continue
@@ -102,7 +111,7 @@ func (s *Scheduler) scaleUp() {
 	}
 	var waiting []*project
 	for k := range s.order {
-		if i := (start + k) % len(s.order); needs[i] > 0 {
+		if i := (start + k) % len(s.order); needs[i] > 0 && s.order[i].quotaWait == "" {
 			waiting = append(waiting, s.order[i])
 		}
 	}
@@ -263,7 +272,7 @@ func without(plan []assignment, victims []*rep) []assignment {
 func (s *Scheduler) lruIdle(except *project, gpu bool, taken []*rep) *rep {
 	var best *rep
 	for _, q := range s.order {
-		if q == except || q.deleted || q.queue.len() > 0 {
+		if q == except || q.deleted || q.queue.len() > 0 || !s.mayEvictFor(except, q, gpu) {
 			continue
 		}
 		live := q.live()

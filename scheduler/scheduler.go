@@ -71,6 +71,9 @@ type Store interface {
 	// SaveCallAsync queues a write without blocking; writes apply in the
 	// order queued and done is called once the write has committed or failed.
 	SaveCallAsync(c store.Call, done func(error))
+	// Teams' quotas bound what their projects hold (see tenancy.go).
+	ListTeams() ([]store.Team, error)
+	GetTeam(id string) (store.Team, error)
 }
 
 // errStopped is returned by Submit when the scheduler is not running.
@@ -97,6 +100,7 @@ type Scheduler struct {
 	never    chan struct{} // never closed: the done channel of a call nobody will finish
 	started  atomic.Bool   // Run has been called
 	ready    atomic.Bool   // the loop is serving
+	draining atomic.Bool   // Drain has been called
 	wg       sync.WaitGroup
 	workers  inferWorkers // goroutines that run calls on replicas
 
@@ -106,6 +110,7 @@ type Scheduler struct {
 	order    []*project       // projects sorted by id: stable iteration
 	calls    map[string]*call // live calls: queued, running, or final write pending
 	failures recentFailures
+	resave   resaveQueue    // failures to write again once the store takes writes
 	results  *sharedResults // finished calls read from the store, see Lookup
 	cpuUsed  int
 	// releasing: holds of exited replicas on real GPUs that the driver has
@@ -115,10 +120,15 @@ type Scheduler struct {
 	rrLast    string          // the project that got a replica last, for round-robin
 	seq       uint64          // last timer seq handed out
 	loading   map[string]bool // project re-read in flight → another one is needed after it
+	drain     *drainState     // set once Drain has begun (drain.go)
 	evbuf     []event
 	scratch   []*rep
 	needs     []int
 	held      []assignment
+	// quotas are the teams' quotas (absent = unlimited); teamLoading is
+	// reloadTeam's reads in flight, like loading.
+	quotas      map[string]store.Quota
+	teamLoading map[string]bool
 }
 
 type lookupReq struct {
@@ -158,13 +168,17 @@ func New(cfg Config, st Store, b backend.Backend, clk Clock, log zerolog.Logger)
 		failures: newRecentFailures(maxRecentFailures),
 		results:  newSharedResults(),
 		loading:  map[string]bool{},
+
+		quotas:      map[string]store.Quota{},
+		teamLoading: map[string]bool{},
 	}
 	close(s.closedc)
 	return s
 }
 
-// Ready reports whether the scheduler's loop is running (recovery done).
-func (s *Scheduler) Ready() bool { return s.ready.Load() }
+// Ready reports whether the scheduler's loop is running (recovery done) and
+// takes new calls (Drain has not begun).
+func (s *Scheduler) Ready() bool { return s.ready.Load() && !s.draining.Load() }
 
 // Run has the backend recover the replicas a previous run left behind and
 // recovers the calls that were pending when the daemon last stopped, then
@@ -299,6 +313,16 @@ func (s *Scheduler) handle(ev event) {
 		s.reload(ev.id)
 	case evProjectLoaded:
 		s.onProjectLoaded(ev)
+	case evTeamChanged:
+		s.reloadTeam(ev.id)
+	case evTeamLoaded:
+		s.onTeamLoaded(ev)
+	case evResaveFailed:
+		s.resave.add(ev.c)
+	case evDrain:
+		s.onDrain(ev)
+	case evDrainDeadline:
+		s.onDrainDeadline(ev.reply)
 	}
 }
 
@@ -371,6 +395,9 @@ func (s *Scheduler) recoverPending(ctx context.Context) error {
 	}
 	for _, p := range projects {
 		s.addProject(p)
+	}
+	if err := s.loadQuotas(); err != nil {
+		return err
 	}
 	pending, err := s.st.PendingCalls()
 	if err != nil {

@@ -763,6 +763,20 @@ func TestFailedFinalWriteWakesWaitersWithStorageFull(t *testing.T) {
 		if err != nil || got.State != store.CallFailed || got.Message != "error: storage full: the result could not be saved" {
 			t.Errorf("Lookup = %+v, %v", got, err)
 		}
+
+		// Once the store takes writes again, the failure is written, so a
+		// restart answers the call as its waiters were told, not as
+		// interrupted.
+		h.st.setFail(nil)
+		next := h.submit(p, `{}`)
+		h.call(i).reply(`{}`)
+		h.settle()
+		if got := h.result(next.ID); got.State != store.CallSucceeded {
+			t.Fatalf("the next call = %+v", got)
+		}
+		if sc, _ := h.st.call(c.ID); sc.State != store.CallFailed || sc.Message != msgStorageFull {
+			t.Errorf("the failed call is stored %s %q, want failed %q", sc.State, sc.Message, msgStorageFull)
+		}
 	})
 }
 

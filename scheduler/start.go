@@ -3,7 +3,9 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -105,7 +107,7 @@ func (s *Scheduler) start(ctx context.Context, p store.Project, inputs json.RawM
 		defer t.Stop()
 		select {
 		case <-c.done:
-			return c.result, nil
+			return finalAnswer(c)
 		case <-ctx.Done():
 		case <-fired:
 		case <-s.stopped:
@@ -114,7 +116,7 @@ func (s *Scheduler) start(ctx context.Context, p store.Project, inputs json.RawM
 		select {
 		case s.persistc <- sr:
 		case <-c.done:
-			return c.result, nil
+			return finalAnswer(c)
 		case <-s.stopped:
 			return store.Call{}, errStopped
 		}
@@ -126,15 +128,33 @@ func (s *Scheduler) start(ctx context.Context, p store.Project, inputs json.RawM
 	r := <-reply
 	if r.finished {
 		<-r.call.done
-		return r.call.result, nil
+		return finalAnswer(r.call)
 	}
 	return r.c, r.err
+}
+
+// errNotSaved is a sync start's error for a call whose one write, the final
+// one, failed: the store does not know the call, so its ID is not handed out
+// (a check after a restart would say "not found"); the text is the client
+// message without "error: ".
+var errNotSaved = errors.New(strings.TrimPrefix(msgStorageFull, "error: "))
+
+// finalAnswer is a start's answer for a finished call, read after done.
+func finalAnswer(c *call) (store.Call, error) {
+	if c.unstored {
+		return store.Call{}, errNotSaved
+	}
+	return c.result, nil
 }
 
 // admit takes a call into its project's queue, or refuses it. A sync start
 // is answered at once with the live call; an async one once its first write
 // has committed.
 func (s *Scheduler) admit(req startReq) {
+	if s.draining.Load() { // set before Drain's event reaches the loop
+		req.reply <- startResult{err: ErrShuttingDown}
+		return
+	}
 	p := s.projects[req.p.ID]
 	if p == nil || p.deleted {
 		// New to the loop (created since Run started), or the caller read it
@@ -153,6 +173,10 @@ func (s *Scheduler) admit(req startReq) {
 	}
 	size := int64(len(req.c.Inputs))
 	if err := s.admitBytes(p, size); err != nil {
+		req.reply <- startResult{err: err}
+		return
+	}
+	if err := s.admitTeam(p, size); err != nil {
 		req.reply <- startResult{err: err}
 		return
 	}

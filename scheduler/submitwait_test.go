@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -222,4 +223,33 @@ func TestStartsAnswerOnlyAfterTheCallsWriteCommits(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestSubmitWaitHandsOutNoIDForACallItCouldNotSave: a call that finishes
+// within the wait is written once, with its result; when that write fails,
+// the store knows nothing of the call, so SubmitWait returns the failure as
+// an error and no call ID, which a check after a restart would not find.
+func TestSubmitWaitHandsOutNoIDForACallItCouldNotSave(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("sync", minMax(1, 1))
+		h := newHarness(t, Config{}, nil, p)
+		defer h.stop()
+		i := h.launched()
+		h.ready(i)
+		h.st.setFail(func(c store.Call) error {
+			if c.State.Done() {
+				return errors.New("mmap: no space left on device")
+			}
+			return nil
+		})
+		res := h.submitWait(context.Background(), p, time.Minute)
+		h.call(i).reply(`{"y":2}`)
+		r := <-res
+		if !errors.Is(r.err, errNotSaved) || r.c.ID != "" {
+			t.Fatalf("SubmitWait = %+v, %v; want errNotSaved and no call", r.c, r.err)
+		}
+		if r.err.Error() != "storage full: the result could not be saved" {
+			t.Errorf("error text %q", r.err)
+		}
+	})
 }

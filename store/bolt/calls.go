@@ -221,13 +221,15 @@ func (s *Store) PendingCalls() ([]store.Call, error) {
 		b := tx.Bucket(bucketCalls)
 		// Call ids are UUIDv7: key order is creation order.
 		return tx.Bucket(bucketCallPending).ForEach(func(id, _ []byte) error {
+			// Either failure means damage inside a page (checkTree sees the
+			// pages, not what they hold): the calls cannot be recovered.
 			v := b.Get(id)
 			if v == nil {
-				return fmt.Errorf("pending call %s has no record", id)
+				return corruptError(s.path, fmt.Sprintf("pending call %q has no record", id))
 			}
 			var c store.Call
 			if err := decodeCall(v, &c); err != nil {
-				return fmt.Errorf("call %s: %w", id, err)
+				return corruptError(s.path, fmt.Errorf("call %q: %w", id, err))
 			}
 			readPayloads(tx, id, &c, false, false)
 			calls = append(calls, c)

@@ -100,3 +100,32 @@ func checkChunks(b *bbolt.Bucket, name []byte, calls map[string]store.Call) []er
 	})
 	return problems
 }
+
+// TreePages lists the branch and leaf pages the data file at path uses, as
+// bbolt classifies them (free pages and overflow continuations left out),
+// and the file's page size: for fault tests that damage chosen pages. Run it
+// on a file no daemon holds: it waits up to timeout for the lock.
+func TreePages(path string, timeout time.Duration) (pages map[string][]int, pageSize int, err error) {
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: timeout})
+	if err != nil {
+		return nil, 0, fmt.Errorf("list pages of %s: %w", path, err)
+	}
+	defer db.Close()
+	pages = map[string][]int{}
+	err = db.View(func(tx *bbolt.Tx) error {
+		for id := 2; ; id++ {
+			info, err := tx.Page(id)
+			if err != nil || info == nil {
+				return err
+			}
+			if info.Type == "branch" || info.Type == "leaf" {
+				pages[info.Type] = append(pages[info.Type], id)
+				id += info.OverflowCount
+			}
+		}
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("list pages of %s: %w", path, err)
+	}
+	return pages, db.Info().PageSize, nil
+}

@@ -21,13 +21,16 @@
 //     file is opened, which makes each commit cheaper. The rebuild reads every
 //     page; Open then releases the pages from the process's map (they stay in
 //     the page cache), so idle RSS does not grow with the number of stored calls.
-//   - A data file that is corrupt, truncated, not a bbolt file or written by a
-//     newer inferd is refused with a clear error and never recreated or
-//     overwritten; a brand-new empty file is initialised.
+//   - A data file that is corrupt, truncated, empty, not a bbolt file or
+//     written by a newer inferd is refused with a clear error and never
+//     recreated or overwritten. Before bbolt maps a file, every page of its
+//     tree is read and checked (checkTree), because bbolt trusts its pages
+//     and a damaged one would otherwise panic where no recover reaches. A
+//     missing file is created whole under a temporary name and linked into
+//     place, so an empty data file is always damage.
 //   - Finished calls are indexed by finish time and deleted after the result
 //     TTL by ExpireCalls/RunSweeper in short transactions, so the file stays
 //     bounded (bbolt reuses freed pages; the file itself never shrinks).
-//
 //   - A call's inputs and outputs live in buckets of their own, in chunks
 //     (payloads.go), never in its record: a check decodes only the record and
 //     copies the outputs' bytes once; a queued call's inputs are read when it

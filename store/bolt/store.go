@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -65,6 +66,7 @@ type Store struct {
 	migration Migration // what Open did to the schema
 
 	hooks store.ProjectHooks
+	store.TeamHooks
 
 	keys keyCache
 	// projects caches ProjectByModelKey; every project write resets it.
@@ -83,7 +85,8 @@ type Store struct {
 // Open opens the data file at path, creating it (mode 0600, and its
 // directory with mode 0700) if it does not exist. A brand-new file is
 // initialised. A file held by another process fails with ErrInUse; a corrupt,
-// truncated or foreign file fails with ErrCorrupt and is left untouched; a
+// truncated, empty or foreign file, or one whose pages do not form a sound
+// tree, fails with ErrCorrupt and is left untouched; a
 // file from a newer inferd fails with ErrSchema. A file from an older inferd
 // is migrated to SchemaVersion, after a copy of it is written beside it
 // (Migration says so; the caller logs it).
@@ -98,16 +101,12 @@ func Open(path string, opts Options) (*Store, error) {
 		opts.migrations = migrations
 	}
 	if opts.ReadOnly {
-		// bbolt would try to initialise a missing or empty file.
-		fi, err := os.Stat(path)
-		if err != nil {
+		// bbolt would try to initialise a missing file.
+		if _, err := os.Stat(path); err != nil {
 			return nil, fmt.Errorf("open data file: %w", err)
 		}
-		if fi.Size() == 0 {
-			return nil, corruptError(path, "empty file")
-		}
-	} else if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("create data directory: %w", err)
+	} else if err := createDataFile(path, opts); err != nil {
+		return nil, err
 	}
 	if err := checkDataFile(path, opts.Timeout); err != nil {
 		return nil, err
@@ -122,6 +121,46 @@ func Open(path string, opts Options) (*Store, error) {
 	s.w.init()
 	go s.runWriter()
 	return s, nil
+}
+
+// createDataFile creates a data file at path if there is none. It builds the
+// file under a temporary name and links it into place, so a data file that
+// exists was once complete: an empty or truncated one is damage, never a
+// first start cut short, and checkDataFile refuses it rather than start
+// empty over it.
+func createDataFile(path string, opts Options) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("create data directory: %w", err)
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+		return nil // there is a file (or something unreadable): Open checks it
+	}
+	tmp := path + ".new"
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("create data file: remove %s left by an earlier start: %w", tmp, err)
+	}
+	err := func() error {
+		// bbolt writes and fsyncs a complete empty database; openBolt
+		// initialises the schema in it (Migration.From 0).
+		db, err := bbolt.Open(tmp, 0o600, &bbolt.Options{Timeout: opts.Timeout})
+		if err != nil {
+			return err
+		}
+		if err := db.Close(); err != nil {
+			return err
+		}
+		// A link, unlike a rename, never replaces a file another process
+		// put in place meanwhile; that file wins.
+		if err := os.Link(tmp, path); err != nil && !errors.Is(err, fs.ErrExist) {
+			return os.Rename(tmp, path) // a file system without hard links
+		}
+		return nil
+	}()
+	_ = os.Remove(tmp)
+	if err != nil {
+		return fmt.Errorf("create data file %s: %w", path, storageErr(err))
+	}
+	return syncDir(filepath.Dir(path))
 }
 
 // openBolt opens the file with bbolt and checks or initialises the schema.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	mathrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -46,6 +47,48 @@ func TestOpenCreatesPrivateFileAndDirectory(t *testing.T) {
 				t.Errorf("mode = %v, want %v", got, tc.mode)
 			}
 		})
+	}
+}
+
+// TestOpenRefusesAnEmptyFileButCreatesAMissingOne: a fresh install has no
+// data file, and Open creates it whole (under a temporary name, linked into
+// place), so a 0-byte data file is damage: refused, never started empty.
+func TestOpenRefusesAnEmptyFileButCreatesAMissingOne(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "inferd.db")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, ro := range []bool{false, true} {
+		s, err := Open(path, Options{ReadOnly: ro})
+		if err == nil {
+			_ = s.Close()
+			t.Fatalf("Open(ReadOnly: %v) started on an empty file", ro)
+		}
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "empty") {
+			t.Errorf("Open(ReadOnly: %v) = %v, want ErrCorrupt saying the file is empty", ro, err)
+		}
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
+		t.Fatalf("the empty file changed: %v, %v", fi, err)
+	}
+
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	s := openAt(t, path, Options{})
+	if _, err := s.EnsureTeam("acme"); err != nil {
+		t.Fatal(err)
+	}
+	if m := s.Migration(); m.From != 0 || m.To != SchemaVersion {
+		t.Errorf("a new file: Migration() = %+v, want from 0 to %d", m, SchemaVersion)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 {
+		t.Errorf("the data dir holds %v, want only inferd.db", entries)
 	}
 }
 
@@ -168,6 +211,7 @@ func TestOpenRefusesCorruptFileAndLeavesItUnchanged(t *testing.T) {
 	}{
 		{"random bytes", random},
 		{"text file", []byte("hello, not a database\n")},
+		{"empty (0 bytes)", nil},
 		{"truncated to half its pages", real[:used/2]},
 		{"last page cut short", real[:used-100]},
 		{"truncated to two pages", real[:8192]},
@@ -202,6 +246,138 @@ func TestOpenRefusesCorruptFileAndLeavesItUnchanged(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOpenRefusesDamagedTreePages flips bytes in the leaf and branch pages a
+// data file uses, where bbolt reads without checking: the element table, a
+// key's position, a child's page id, the page header. Unchecked, each of
+// these panics inside the goroutine bbolt walks the tree in at open (or
+// recurses until the stack overflows), killing the daemon with a raw trace.
+// Open must refuse each with ErrCorrupt and leave the file as it was.
+func TestOpenRefusesDamagedTreePages(t *testing.T) {
+	real := realDB(t)
+	pages := treePages(t, real)
+	m, err := readBoltMeta(bytes.NewReader(real), int64(len(real)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := int(m.pageSize)
+	type flip struct {
+		name     string
+		off, len int
+	}
+	header := []flip{
+		{"page id", 0, 8},
+		{"page flags", 8, 2},
+		{"element count", 10, 2},
+		{"overflow count", 12, 4},
+	}
+	for _, kind := range []struct {
+		typ   string
+		flips []flip
+	}{
+		{"leaf", append(header, flip{"first element's key position", 20, 4}, flip{"second element's sizes", 40, 8})},
+		{"branch", append(header, flip{"first element's key position", 16, 4}, flip{"first child's page id", 24, 8}, flip{"second child's page id", 40, 8})},
+	} {
+		if len(pages[kind.typ]) == 0 {
+			t.Fatalf("the test file has no %s page", kind.typ)
+		}
+		id := pages[kind.typ][0]
+		for _, f := range kind.flips {
+			t.Run(kind.typ+" "+f.name, func(t *testing.T) {
+				content := bytes.Clone(real)
+				for i := range f.len {
+					content[id*ps+f.off+i] ^= 0xff
+				}
+				path := testPath(t)
+				if err := os.WriteFile(path, content, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				s, err := Open(path, Options{})
+				if err == nil {
+					_ = s.Close()
+					t.Fatal("Open succeeded on a file with a damaged page")
+				}
+				if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), path) {
+					t.Errorf("Open = %v, want ErrCorrupt naming the file", err)
+				}
+				if after, _ := os.ReadFile(path); !bytes.Equal(after, content) {
+					t.Error("Open changed the damaged file")
+				}
+			})
+		}
+	}
+}
+
+// TestOpenNeverPanicsOnFlippedBytes flips random bytes in the file's tree
+// pages. Whatever the damage, Open either refuses with ErrCorrupt or opens a
+// file that can be read through without a panic (a flipped byte inside a
+// value is damage no page check can see; it surfaces as a decode error).
+func TestOpenNeverPanicsOnFlippedBytes(t *testing.T) {
+	real := realDB(t)
+	pages := treePages(t, real)
+	ids := append(append([]int(nil), pages["leaf"]...), pages["branch"]...)
+	m, err := readBoltMeta(bytes.NewReader(real), int64(len(real)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := int(m.pageSize)
+	rng := mathrand.New(mathrand.NewPCG(16, 16))
+	refused := 0
+	const rounds = 80
+	for round := range rounds {
+		content := bytes.Clone(real)
+		id := ids[rng.IntN(len(ids))]
+		// Mostly the header and element table, where bbolt trusts most.
+		off := rng.IntN(ps)
+		if round%2 == 0 {
+			off = rng.IntN(64)
+		}
+		for i := range 1 + rng.IntN(8) {
+			if id*ps+off+i < len(content) {
+				content[id*ps+off+i] ^= byte(1 + rng.IntN(255))
+			}
+		}
+		path := testPath(t)
+		if err := os.WriteFile(path, content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s, err := Open(path, Options{})
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("round %d (page %d, offset %d): Open = %v, want ErrCorrupt", round, id, off, err)
+			}
+			refused++
+			continue
+		}
+		_, _ = s.PendingCalls()
+		_ = s.view(func(tx *bbolt.Tx) error {
+			return tx.ForEach(func(_ []byte, b *bbolt.Bucket) error {
+				return b.ForEach(func(k, v []byte) error { return nil })
+			})
+		})
+		if err := s.Close(); err != nil {
+			t.Fatalf("round %d: Close: %v", round, err)
+		}
+	}
+	if refused == 0 {
+		t.Errorf("none of %d damaged files was refused: the flips missed every page bbolt reads", rounds)
+	}
+	t.Logf("%d of %d damaged files refused; the rest open and read without a panic", refused, rounds)
+}
+
+// treePages lists the branch and leaf pages of a data file's content.
+func treePages(t *testing.T, content []byte) map[string][]int {
+	t.Helper()
+	path := testPath(t)
+	if err := os.WriteFile(path, content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pages, _, err := TreePages(path, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pages
 }
 
 func TestOpenFailsClearlyWhileAnotherHolderHasTheFile(t *testing.T) {
