@@ -14,7 +14,8 @@ import (
 )
 
 // A queued call keeps only its metadata in memory once its first write has
-// committed: its inputs are read back from the store when it is dispatched.
+// committed: its inputs, unless small, are read back from the store when it
+// is dispatched.
 func TestQueuedCallKeepsNoInputsAndReadsThemAtDispatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("big", minMax(0, 1))
@@ -49,7 +50,7 @@ func TestUnreadableInputsFailTheCall(t *testing.T) {
 		p := testProject("big", minMax(0, 1))
 		h := newHarness(t, Config{}, nil, p)
 		defer h.stop()
-		c := h.submit(p, `{"x":1}`)
+		c := h.submit(p, `{"x":"`+strings.Repeat("x", store.SmallPayload)+`"}`)
 		h.st.failInputs(errors.New("disk on fire"))
 		i := h.launched()
 		h.ready(i)

@@ -232,10 +232,12 @@ func (s *Scheduler) onPersisted(ev evPersisted) {
 	case c.state == callSaving:
 		s.move(c, callQueued)
 	}
-	if ev.err == nil {
+	if ev.err == nil && len(c.c.Inputs) > store.SmallPayload {
 		// Durable now: the queue keeps the call's metadata only, and the
 		// inputs are read back when it is dispatched. A call already
-		// running has handed them to its Infer goroutine.
+		// running has handed them to its Infer goroutine. Small inputs
+		// stay: they cost what the metadata does, and every later write
+		// carries them as the store keeps them, in the record.
 		c.c.Inputs = nil
 	}
 	ev.reply <- persistedResult(ev.answer, ev.err)

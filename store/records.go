@@ -95,6 +95,12 @@ const (
 // Done reports whether the state is final.
 func (s CallState) Done() bool { return s == CallSucceeded || s == CallFailed }
 
+// SmallPayload is the size up to which a call's inputs or outputs are small:
+// a store keeps them in the call's record (no larger than its metadata, they
+// are not worth a read of their own), and the scheduler keeps a queued
+// call's small inputs in memory. Larger ones are read only where needed.
+const SmallPayload = 4 << 10
+
 // Call is one inference call, from admission to its result.
 //
 // Its payloads, Inputs and Outputs, are raw JSON kept apart from the rest in

@@ -130,7 +130,9 @@ type Projects interface {
 // once they are durable and reads them back with CallInputs when it
 // dispatches the call), while Outputs are replaced by every write. Inputs
 // and Outputs must be valid JSON (the API and the model client check them):
-// they are stored and handed back as the same bytes.
+// they are stored and handed back as the same bytes (whitespace around the
+// value aside), never encoded again. Small ones (SmallPayload) may be kept
+// with the rest of the call.
 type Calls interface {
 	// SaveCall durably creates or replaces the call: it returns once the
 	// write is committed, or with the commit's error (ErrStorageFull for a

@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -33,11 +34,18 @@ func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
 		return
 	}
 	cw := callWrite{key: []byte(c.ID), final: c.State.Done(), finished: c.Finished, done: done,
-		inputs: c.Inputs, outputs: c.Outputs}
-	// The record holds the rest; the payloads go to their own buckets as
-	// they are, never encoded again.
+		hasInputs: len(c.Inputs) > 0}
+	// The record holds the rest and the small payloads, spliced in as they
+	// are; large ones go to their own buckets, never encoded again.
+	in, out := c.Inputs, c.Outputs
 	c.Inputs, c.Outputs = nil, nil
 	v, err := json.Marshal(c)
+	if err == nil {
+		v, err = splicePayload(v, "inputs", in, &cw.inputs)
+	}
+	if err == nil {
+		v, err = splicePayload(v, "outputs", out, &cw.outputs)
+	}
 	if err != nil {
 		done(fmt.Errorf("save call %s: encode: %w", c.ID, err))
 		return
@@ -48,23 +56,67 @@ func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
 	}
 }
 
+// splicePayload adds a small payload p to the encoded record rec as field
+// name, byte for byte, or hands a large one to *large for its bucket.
+func splicePayload(rec []byte, name string, p json.RawMessage, large *[]byte) ([]byte, error) {
+	switch {
+	case len(p) == 0:
+		return rec, nil
+	case len(p) > store.SmallPayload:
+		*large = p
+		return rec, nil
+	case !json.Valid(p):
+		return nil, fmt.Errorf("%s are not valid JSON", name)
+	}
+	return appendField(rec, name, p), nil
+}
+
+// appendField adds "name":raw to the JSON object rec.
+func appendField(rec []byte, name string, raw []byte) []byte {
+	out := make([]byte, 0, len(rec)+len(name)+len(raw)+4)
+	out = append(out, rec[:len(rec)-1]...) // rec ends with '}'
+	if len(rec) > 2 {
+		out = append(out, ',')
+	}
+	out = append(out, '"')
+	out = append(out, name...)
+	out = append(out, '"', ':')
+	out = append(out, raw...)
+	return append(out, '}')
+}
+
 func wrapSaveErr(err error) error { return fmt.Errorf("save calls: %w", err) }
 
 // applyCallWrite writes one call and keeps the call indexes in step (see
 // schema.go): callpending holds the call iff it is not final; callfinished
 // and callexpiry hold it iff it is final, under its current Finished time.
 // Inputs are replaced only by a write that carries some; outputs by every
-// write (see store.Calls).
+// write (see store.Calls). A small payload is in the record (cw.value), a
+// large one in its bucket.
 func applyCallWrite(tx *bbolt.Tx, cw *callWrite) error {
-	if len(cw.inputs) > 0 {
+	calls := tx.Bucket(bucketCalls)
+	if cw.hasInputs {
+		// For small inputs putPayload only deletes chunks that an earlier
+		// write of the same call may have left: as a rule none, and then
+		// it reads one key and writes nothing.
 		if err := putPayload(tx.Bucket(bucketCallInputs), cw.key, cw.inputs); err != nil {
 			return err
+		}
+	} else if old := calls.Get(cw.key); bytes.Contains(old, []byte(`"inputs":`)) {
+		// No inputs given and small ones stored: the record keeps them.
+		var o struct {
+			Inputs json.RawMessage `json:"inputs"`
+		}
+		if err := json.Unmarshal(old, &o); err != nil {
+			return fmt.Errorf("call %s: %w", cw.key, err)
+		}
+		if len(o.Inputs) > 0 {
+			cw.value = appendField(cw.value, "inputs", o.Inputs)
 		}
 	}
 	if err := putPayload(tx.Bucket(bucketCallOutputs), cw.key, cw.outputs); err != nil {
 		return err
 	}
-	calls := tx.Bucket(bucketCalls)
 	finished := tx.Bucket(bucketCallFinished)
 	expiry := tx.Bucket(bucketCallExpiry)
 	pending := tx.Bucket(bucketCallPending)
@@ -120,7 +172,7 @@ func (s *Store) GetCallResult(id string) (store.Call, error) {
 }
 
 // CallInputs returns the stored inputs of a call (nil when it has none), or
-// ErrNotFound; the record itself is not decoded.
+// ErrNotFound.
 func (s *Store) CallInputs(id string) (json.RawMessage, error) {
 	var in json.RawMessage
 	found := false
@@ -130,11 +182,9 @@ func (s *Store) CallInputs(id string) (json.RawMessage, error) {
 			return nil
 		}
 		found = true
-		var c store.Call
-		if tx.Bucket(bucketCallInputs) == nil { // schema version 1, read-only
-			if err := decodeCall(tx.Bucket(bucketCalls).Get(key), &c); err != nil {
-				return err
-			}
+		var c store.Call // small inputs are in the record
+		if err := decodeCall(tx.Bucket(bucketCalls).Get(key), &c); err != nil {
+			return err
 		}
 		readPayloads(tx, key, &c, true, false)
 		in = c.Inputs
@@ -180,21 +230,24 @@ func (s *Store) readCall(id, what string, inputs, outputs bool) (store.Call, err
 }
 
 // readPayloads fills in c's inputs and outputs, or leaves them out
-// (InputBytes then says the inputs' size). A file of schema version 1,
-// opened read-only and so not migrated, has no payload buckets: its records
-// hold the payloads themselves, and decodeCall has read them.
+// (InputBytes then says the inputs' size). decodeCall has read the small
+// ones from the record; the large ones are in their buckets. A file of
+// schema version 1, opened read-only and so not migrated, has no payload
+// buckets: its records hold every payload.
 func readPayloads(tx *bbolt.Tx, key []byte, c *store.Call, inputs, outputs bool) {
-	if b := tx.Bucket(bucketCallInputs); b == nil {
-		c.InputBytes = int64(len(c.Inputs))
-	} else if inputs {
-		c.Inputs = readPayload(tx, b, key)
+	if b := tx.Bucket(bucketCallInputs); len(c.Inputs) == 0 && b != nil {
+		if inputs {
+			c.Inputs = readPayload(tx, b, key)
+		} else {
+			c.InputBytes = payloadSize(b, key)
+		}
 	} else {
-		c.InputBytes = payloadSize(b, key)
+		c.InputBytes = int64(len(c.Inputs))
 	}
 	if !inputs {
 		c.Inputs = nil
 	}
-	if b := tx.Bucket(bucketCallOutputs); b != nil && outputs {
+	if b := tx.Bucket(bucketCallOutputs); len(c.Outputs) == 0 && b != nil && outputs {
 		c.Outputs = readPayload(tx, b, key)
 	}
 	if !outputs {
@@ -202,8 +255,8 @@ func readPayloads(tx *bbolt.Tx, key []byte, c *store.Call, inputs, outputs bool)
 	}
 }
 
-// decodeCall decodes a call record; since schema version 2 it holds neither
-// inputs nor outputs.
+// decodeCall decodes a call record, with the payloads it holds: the small
+// ones since schema version 2 (see SaveCallAsync), all of them before.
 func decodeCall(v []byte, c *store.Call) error {
 	if err := json.Unmarshal(v, c); err != nil {
 		return fmt.Errorf("decode call: %w", err)

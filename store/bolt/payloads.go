@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	bbolt "go.etcd.io/bbolt"
+
+	"inferd/store"
 )
 
 // payloadChunk is how many bytes of a payload one key of callinputs or
@@ -98,8 +100,9 @@ func readPayload(tx *bbolt.Tx, b *bbolt.Bucket, id []byte) json.RawMessage {
 	return out
 }
 
-// splitPayloads is the migration to schema version 2: every call record
-// loses its inputs and outputs, which move to callinputs and calloutputs.
+// splitPayloads is the migration to schema version 2: the large inputs and
+// outputs (over store.SmallPayload) leave the call records for callinputs
+// and calloutputs.
 func splitPayloads(tx *bbolt.Tx) error {
 	if err := createBuckets(bucketCallInputs, bucketCallOutputs)(tx); err != nil {
 		return err
@@ -121,9 +124,16 @@ func splitPayloads(tx *bbolt.Tx) error {
 		if err := json.Unmarshal(calls.Get(id), &rec); err != nil {
 			return fmt.Errorf("decode call %s: %w", id, err)
 		}
-		in, out := rec["inputs"], rec["outputs"]
-		delete(rec, "inputs")
-		delete(rec, "outputs")
+		// Small payloads stay in the record, as version 2 writes them.
+		var in, out json.RawMessage
+		if p := rec["inputs"]; len(p) > store.SmallPayload {
+			in = p
+			delete(rec, "inputs")
+		}
+		if p := rec["outputs"]; len(p) > store.SmallPayload {
+			out = p
+			delete(rec, "outputs")
+		}
 		meta, err := json.Marshal(rec)
 		if err != nil {
 			return fmt.Errorf("encode call %s: %w", id, err)

@@ -40,6 +40,23 @@ func TestPayloadsLiveOutsideTheRecordAndGoWithIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A small payload stays in the record: no chunk, no read of its own.
+	small := store.Call{ID: newCallID(), ProjectID: "p", TeamID: "t", State: store.CallQueued, Inputs: json.RawMessage(`{"prompt": "hi"}`)}
+	if err := s.SaveCall(context.Background(), small); err != nil {
+		t.Fatal(err)
+	}
+	err = s.view(func(tx *bbolt.Tx) error {
+		if rec := tx.Bucket(bucketCalls).Get([]byte(small.ID)); !bytes.Contains(rec, []byte(`"inputs":{"prompt": "hi"}`)) {
+			t.Errorf("small inputs are not in the record as written: %s", rec)
+		}
+		if n := count(tx, bucketCallInputs); n != 4 {
+			t.Errorf("%d input chunks after a small call, want the big call's 4", n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if n, err := s.ExpireCalls(time.Now()); err != nil || n != 1 {
 		t.Fatalf("ExpireCalls = %d, %v", n, err)
 	}

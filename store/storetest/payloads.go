@@ -25,8 +25,9 @@ func payloadOfSize(n int, seed byte) json.RawMessage {
 	return json.RawMessage(b.String())
 }
 
-// testPayloadsRoundTripByteForByte: inputs and outputs of every size come
-// back as the very bytes written (not re-encoded: spacing is kept), from
+// testPayloadsRoundTripByteForByte: inputs and outputs of every size, small
+// (kept with the record) and large, come back as the very bytes written
+// (not re-encoded: spacing is kept), from
 // GetCall, CallInputs and GetCallResult, and GetCallResult and
 // PendingCalls leave the inputs out but say their size.
 func testPayloadsRoundTripByteForByte(t *testing.T, e *env) {
@@ -37,7 +38,9 @@ func testPayloadsRoundTripByteForByte(t *testing.T, e *env) {
 			if n > 0 {
 				in = payloadOfSize(n, byte(n))
 			}
-			out := json.RawMessage(" { \"echo\" : " + fmt.Sprint(n) + " } ")
+			// Spacing inside the value shows it was not encoded again; small
+			// and large outputs alike.
+			out := json.RawMessage(`{ "echo" : ` + string(payloadOfSize(max(n, 16), 3)) + ` }`)
 			c := store.Call{ID: newCallID(), ProjectID: "p", TeamID: "t", State: store.CallQueued, Inputs: in, Created: e.clock.Now()}
 			if err := s.SaveCall(context.Background(), c); err != nil {
 				t.Fatal(err)
@@ -65,12 +68,13 @@ func testPayloadsRoundTripByteForByte(t *testing.T, e *env) {
 				t.Fatal(err)
 			}
 			r, err := s.GetCallResult(c.ID)
-			if err != nil || r.State != store.CallSucceeded || string(r.Outputs) != string(out) || r.Inputs != nil || r.InputBytes != int64(n) {
-				t.Fatalf("GetCallResult = %+v (outputs %q), %v; want succeeded, outputs %q as written, no inputs, InputBytes %d", r, r.Outputs, err, out, n)
+			if err != nil || r.State != store.CallSucceeded || !bytes.Equal(r.Outputs, out) || r.Inputs != nil || r.InputBytes != int64(n) {
+				t.Fatalf("GetCallResult = %s, %d bytes of outputs (as written: %v), inputs %d bytes, InputBytes %d, %v; want succeeded, the outputs as written, no inputs, InputBytes %d",
+					r.State, len(r.Outputs), bytes.Equal(r.Outputs, out), len(r.Inputs), r.InputBytes, err, n)
 			}
 			full, err := s.GetCall(c.ID)
-			if err != nil || !bytes.Equal(full.Inputs, in) || string(full.Outputs) != string(out) {
-				t.Fatalf("GetCall = %d bytes of inputs, outputs %q, %v; want both as written", len(full.Inputs), full.Outputs, err)
+			if err != nil || !bytes.Equal(full.Inputs, in) || !bytes.Equal(full.Outputs, out) {
+				t.Fatalf("GetCall = %d bytes of inputs, %d of outputs, %v; want both as written", len(full.Inputs), len(full.Outputs), err)
 			}
 		})
 	}
@@ -80,8 +84,14 @@ func testPayloadsRoundTripByteForByte(t *testing.T, e *env) {
 // queued call's inputs once they are durable, so its later writes carry
 // none; the stored inputs stay. Outputs are what the last write says.
 func testWriteWithoutInputsKeepsThemOutputsReplaced(t *testing.T, e *env) {
+	for _, n := range []int{40, 100 << 10} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) { writeWithoutInputs(t, e, n) })
+	}
+}
+
+func writeWithoutInputs(t *testing.T, e *env, n int) {
 	s := e.open(t)
-	in := payloadOfSize(100<<10, 7)
+	in := payloadOfSize(n, 7)
 	c := store.Call{ID: newCallID(), ProjectID: "p", TeamID: "t", State: store.CallQueued, Inputs: in, Created: e.clock.Now()}
 	steps := []store.Call{c}
 	c.Inputs, c.State = nil, store.CallRunning
