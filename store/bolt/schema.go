@@ -20,10 +20,11 @@ const SchemaVersion = 2
 //	projects    project id → Project JSON. Every project's TeamID has an entry in teams.
 //	modelkeys   Model.KeyHash → project id. Exactly one entry per project, and
 //	            modelkeys[p.Model.KeyHash] == p.ID; a hash belongs to at most one project.
-//	calls       call id ("call_" + UUIDv7, so key order is creation order) → Call JSON
-//	            without inputs and outputs (since version 2): small, whatever the payloads.
+//	calls       call id ("call_" + UUIDv7, so key order is creation order) → Call JSON,
+//	            with its inputs and outputs only when small (store.SmallPayload; since
+//	            version 2): a record stays small whatever the payloads.
 //	callinputs  call id + 4-byte big-endian chunk number → the next payloadChunk bytes
-//	            of the call's inputs, as the client sent them (payloads.go). Chunks
+//	            of the call's large inputs, as the client sent them (payloads.go). Chunks
 //	            are numbered from 0 without gaps; a call without inputs has none.
 //	            Every call id here has a record in calls.
 //	calloutputs the same for the call's outputs, the model's raw JSON reply.
