@@ -54,8 +54,8 @@ lint:
 package:
 	scripts/package.sh dist
 
-## bench: inferd side by side with the model called directly and behind nginx,
-## plus the Go micro-benchmarks (docs/benchmarks.md); about 3 minutes
+## bench: inferd side by side with the model called directly and behind nginx, the large-payload figures,
+## plus the Go micro-benchmarks (docs/benchmarks.md); about 4 minutes
 bench:
 	scripts/bench.sh
 
