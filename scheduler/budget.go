@@ -15,7 +15,7 @@ const DefaultMaxQueuedBytes = 1 << 30
 // and a per-team cap belongs here beside the project's, summing the
 // queued bytes of the team's projects.
 func (s *Scheduler) admitBytes(p *project, size int64) error {
-	if waiting := p.queue.bytes; waiting+size > s.cfg.MaxQueuedBytesPerProject && waiting > 0 {
+	if waiting := p.queue.bytes(); waiting+size > s.cfg.MaxQueuedBytesPerProject && waiting > 0 {
 		return &queueBytesFullError{waiting: waiting}
 	}
 	return nil

@@ -62,7 +62,7 @@ func (s *Scheduler) useOf(team string) teamUse {
 			continue
 		}
 		u.running += p.running
-		u.queuedBytes += p.queue.bytes // inputs of durable queued calls are not in memory
+		u.queuedBytes += p.queue.bytes() // inputs of durable queued calls are not in memory
 		for _, r := range p.replicas {
 			u.replicas++
 			u.gpus += len(r.gpus)

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
@@ -35,6 +36,9 @@ func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
 	}
 	cw := callWrite{key: []byte(c.ID), final: c.State.Done(), finished: c.Finished, done: done,
 		hasInputs: len(c.Inputs) > 0}
+	if c.IdempotencyKey != "" {
+		cw.idem = store.IdempotencyIndexKey(c.TeamID, c.IdempotencyKey)
+	}
 	// The record holds the rest and the small payloads, spliced in as they
 	// are; large ones go to their own buckets, never encoded again.
 	in, out := c.Inputs, c.Outputs
@@ -89,11 +93,20 @@ func wrapSaveErr(err error) error { return fmt.Errorf("save calls: %w", err) }
 
 // applyCallWrite writes one call and keeps the call indexes in step (see
 // schema.go): callpending holds the call iff it is not final; callfinished
-// and callexpiry hold it iff it is final, under its current Finished time.
-// Inputs are replaced only by a write that carries some; outputs by every
-// write (see store.Calls). A small payload is in the record (cw.value), a
-// large one in its bucket.
+// and callexpiry hold it iff it is final, under its current Finished time;
+// callidem points at it when it has an idempotency key. Inputs are replaced
+// only by a write that carries some; outputs by every write (see
+// store.Calls). A small payload is in the record (cw.value), a large one in
+// its bucket.
 func applyCallWrite(tx *bbolt.Tx, cw *callWrite) error {
+	if cw.idem != nil {
+		if err := tx.Bucket(bucketCallIdem).Put(cw.idem, cw.key); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketCallIdemOf).Put(cw.key, cw.idem); err != nil {
+			return err
+		}
+	}
 	calls := tx.Bucket(bucketCalls)
 	if cw.hasInputs {
 		// For small inputs putPayload only deletes chunks that an earlier
@@ -264,6 +277,40 @@ func decodeCall(v []byte, c *store.Call) error {
 	return nil
 }
 
+// deleteIdem drops call id's idempotency index entries: its callidemof
+// entry, and the callidem entry it names while that still points at id.
+func deleteIdem(tx *bbolt.Tx, id []byte) error {
+	of := tx.Bucket(bucketCallIdemOf)
+	ik := of.Get(id)
+	if ik == nil {
+		return nil
+	}
+	idem := tx.Bucket(bucketCallIdem)
+	if bytes.Equal(idem.Get(ik), id) {
+		if err := idem.Delete(ik); err != nil {
+			return err
+		}
+	}
+	return of.Delete(id)
+}
+
+// CallByIdempotencyKey returns the call that team teamID started with
+// idempotency key key, as GetCallResult does (no inputs), or ErrNotFound.
+func (s *Store) CallByIdempotencyKey(teamID, key string) (store.Call, error) {
+	var id []byte
+	err := s.view(func(tx *bbolt.Tx) error {
+		id = slices.Clone(tx.Bucket(bucketCallIdem).Get(store.IdempotencyIndexKey(teamID, key)))
+		return nil
+	})
+	if err != nil {
+		return store.Call{}, fmt.Errorf("call by idempotency key: %w", err)
+	}
+	if id == nil {
+		return store.Call{}, fmt.Errorf("call by idempotency key: %w", store.ErrNotFound)
+	}
+	return s.GetCallResult(string(id)) // a repeated start answers; its inputs are not needed
+}
+
 // PendingCalls returns every call not in a final state (queued or running),
 // oldest first, without inputs or outputs (InputBytes says the inputs'
 // size). The scheduler calls it at start-up to recover them and reads each
@@ -323,6 +370,9 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 			}
 			for _, k := range keys {
 				id := k[8:]
+				if err := deleteIdem(tx, id); err != nil {
+					return err
+				}
 				if err := calls.Delete(id); err != nil {
 					return err
 				}

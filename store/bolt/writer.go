@@ -23,6 +23,7 @@ type callWrite struct {
 	outputs   []byte    // large outputs, for calloutputs
 	final     bool      // state is succeeded or failed
 	finished  time.Time // set when final
+	idem      []byte    // the callidem key, for a call with an idempotency key
 	done      func(error)
 }
 

@@ -59,7 +59,8 @@ type data struct {
 	keys     map[string]store.APIKey // by key id
 	projects map[string]store.Project
 	calls    map[string]store.Call
-	history  []store.Call // every call write applied, in order
+	idem     map[string]string // store.IdempotencyIndexKey → call id
+	history  []store.Call      // every call write applied, in order
 }
 
 type callWrite struct {
@@ -74,6 +75,7 @@ func New(opts Options) *Store {
 		keys:     map[string]store.APIKey{},
 		projects: map[string]store.Project{},
 		calls:    map[string]store.Call{},
+		idem:     map[string]string{},
 	}, opts.Now)
 }
 
@@ -209,6 +211,9 @@ func (s *Store) writer() {
 				c.Inputs = s.d.calls[c.ID].Inputs // a write without inputs keeps them
 			}
 			s.d.calls[c.ID] = c
+			if w.c.IdempotencyKey != "" {
+				s.d.idem[string(store.IdempotencyIndexKey(w.c.TeamID, w.c.IdempotencyKey))] = w.c.ID
+			}
 			s.d.history = append(s.d.history, w.c)
 			s.mu.Unlock()
 		} else {
@@ -291,6 +296,21 @@ func withoutInputs(c store.Call) store.Call {
 	return c
 }
 
+// CallByIdempotencyKey implements store.Calls.
+func (s *Store) CallByIdempotencyKey(teamID, key string) (store.Call, error) {
+	if err := s.lock("call by idempotency key"); err != nil {
+		return store.Call{}, err
+	}
+	defer s.mu.Unlock()
+	id, ok := s.d.idem[string(store.IdempotencyIndexKey(teamID, key))]
+	if !ok {
+		return store.Call{}, fmt.Errorf("call by idempotency key: %w", store.ErrNotFound)
+	}
+	return lookup(s.d.calls, id, "call by idempotency key", func(c store.Call) store.Call {
+		return withoutInputs(cloneCall(c))
+	})
+}
+
 // PendingCalls implements store.Calls.
 func (s *Store) PendingCalls() ([]store.Call, error) {
 	calls, err := s.selectCalls(func(c store.Call) bool { return !c.State.Done() }, false, -1, "pending calls")
@@ -346,6 +366,9 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 	for id, c := range s.d.calls {
 		if c.State.Done() && c.Finished.Before(finishedBefore) {
 			delete(s.d.calls, id)
+			if k := string(store.IdempotencyIndexKey(c.TeamID, c.IdempotencyKey)); c.IdempotencyKey != "" && s.d.idem[k] == id {
+				delete(s.d.idem, k)
+			}
 			n++
 		}
 	}

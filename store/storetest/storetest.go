@@ -77,6 +77,9 @@ var suite = []struct {
 	{"PayloadsRoundTripByteForByte", testPayloadsRoundTripByteForByte},
 	{"WriteWithoutInputsKeepsThemOutputsReplaced", testWriteWithoutInputsKeepsThemOutputsReplaced},
 	{"PayloadReadsOfUnknownOrExpiredCalls", testPayloadReadsOfUnknownOrExpiredCalls},
+	// Call control.
+	{"IdempotencyKeyFindsCallPerTeamUntilExpiry", testIdempotencyKeyFindsCallPerTeamUntilExpiry},
+	{"CallControlFieldsSurviveReopen", testCallControlFieldsSurviveReopen},
 	// Expiry.
 	{"ExpireCallsDeletesOnlyFinishedBefore", testExpireCallsDeletesOnlyFinishedBefore},
 	// Concurrent writers.
