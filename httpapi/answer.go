@@ -22,19 +22,21 @@ type answer struct {
 // Fixed pieces of the modelOutputs field.
 var (
 	outputsOpen  = []byte(`,"modelOutputs":[`)
+	outputsField = []byte(`,"modelOutputs":`)
 	outputsNull  = []byte(`,"modelOutputs":null`)
-	outputsClose = []byte("]}\n")
-	objectClose  = []byte("}\n")
+	outputsClose = []byte("]}")
+	objectClose  = []byte("}")
 )
 
 // newAnswer encodes fields, a struct that encodes as a JSON object (an
 // inference answer, or one with more fields, as a webhook body has), and
-// adds "modelOutputs": [outputs] when succeeded, else null. outputs must be
+// adds "modelOutputs": [outputs] when succeeded, else null; when listed,
+// outputs are the list already (a streamed call's lines). outputs must be
 // valid JSON, as the store hands back what the model client checked; they
 // are held, not copied, until the answer is written. This is the one way a
 // call's result is written out: the start and check answers use it, and so
 // can any other body that carries a result.
-func newAnswer(fields any, outputs json.RawMessage, succeeded bool) (answer, error) {
+func newAnswer(fields any, outputs json.RawMessage, succeeded, listed bool) (answer, error) {
 	head, err := json.Marshal(fields)
 	if err != nil {
 		return answer{}, fmt.Errorf("encode answer: %w", err)
@@ -49,8 +51,18 @@ func newAnswer(fields any, outputs json.RawMessage, succeeded bool) (answer, err
 	if !succeeded {
 		return answer{head: append(head, outputsNull...), tail: objectClose}, nil
 	}
+	if listed {
+		return answer{head: append(head, outputsField...), outputs: bytes.TrimSpace(outputs), tail: objectClose}, nil
+	}
 	head = append(head, outputsOpen...)
 	return answer{head: head, outputs: bytes.TrimSpace(outputs), tail: outputsClose}, nil
+}
+
+// Bytes returns the answer in one buffer, for a body that is kept (a
+// webhook's) rather than written at once.
+func (a answer) Bytes() []byte {
+	b := make([]byte, 0, a.Len())
+	return append(append(append(b, a.head...), a.outputs...), a.tail...)
 }
 
 // Len is the answer's length in bytes, for Content-Length.

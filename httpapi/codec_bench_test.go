@@ -47,7 +47,7 @@ func BenchmarkEncodeAnswer(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		resp := a.callResponse(c)
-		if _, err := newAnswer(resp, resp.outputs, resp.succeeded); err != nil {
+		if _, err := resp.answer(resp); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -34,6 +34,10 @@ type inferenceRequest struct {
 	QueueTimeout   json.RawMessage `json:"queueTimeout"`
 	Priority       json.RawMessage `json:"priority"`
 	IdempotencyKey json.RawMessage `json:"idempotencyKey"`
+	// Webhook and WebhookEvents ask for signed POSTs of the call's events
+	// (webhook.go).
+	Webhook       json.RawMessage `json:"webhook"`
+	WebhookEvents json.RawMessage `json:"webhookEvents"`
 }
 
 // bodySlice is json.RawMessage without its copy: decoded by json.Unmarshal
@@ -67,7 +71,16 @@ type inferenceResponse struct {
 	RunMs         *int64 `json:"runMs,omitempty"`
 
 	succeeded bool            // modelOutputs is [outputs], not null
+	listed    bool            // outputs are the modelOutputs list already (streamed)
 	outputs   json.RawMessage // the model's raw JSON reply
+}
+
+var newline = []byte("\n")
+
+// answer encodes fields, resp or a struct that embeds it, with resp's
+// outputs (see newAnswer).
+func (resp inferenceResponse) answer(fields any) (answer, error) {
+	return newAnswer(fields, resp.outputs, resp.succeeded, resp.listed)
 }
 
 func (a *api) newResponse(message, callID string) inferenceResponse {
@@ -84,15 +97,17 @@ func (a *api) newResponse(message, callID string) inferenceResponse {
 // is in message. The outputs are written as the store holds them (see
 // newAnswer); once written, the answer keeps no reference to them.
 func (a *api) writeInference(w http.ResponseWriter, resp inferenceResponse) {
-	ans, err := newAnswer(resp, resp.outputs, resp.succeeded)
+	ans, err := resp.answer(resp)
 	if err != nil {
 		panic(err) // a bug: the fields are strings, numbers and booleans
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(ans.Len()))
+	h.Set("Content-Length", strconv.Itoa(ans.Len()+1))
 	w.WriteHeader(http.StatusOK)
-	_, _ = ans.WriteTo(w) // a failed write means the client is gone
+	if _, err := ans.WriteTo(w); err == nil { // a failed write means the client is gone
+		_, _ = w.Write(newline)
+	}
 }
 
 // fail answers an inference request that failed before a call existed.
@@ -265,6 +280,7 @@ func (a *api) callResponse(c store.Call) inferenceResponse {
 		resp.Message = "success"
 		resp.Finished = true
 		resp.succeeded, resp.outputs = true, c.Outputs
+		resp.listed = c.Streamed // the outputs are already the list of lines
 	case store.CallFailed:
 		resp.Finished = true
 		resp.Message = failureMessage(c.Message)
@@ -360,7 +376,11 @@ func (a *api) decodeStart(w http.ResponseWriter, r *http.Request) (args startArg
 	if args.startOnly, err = optionalBool("startOnly", req.StartOnly); err != nil {
 		return args, err
 	}
-	return args, decodeCallOptions(req, &args.req)
+	if err := decodeCallOptions(req, &args.req); err != nil {
+		return args, err
+	}
+	args.req.Webhook, args.req.WebhookEvents, err = a.decodeWebhook(req.Webhook, req.WebhookEvents)
+	return args, err
 }
 
 // decodeCheck reads a Check body and checks each field's presence and type.
