@@ -64,8 +64,8 @@ lint:
 package:
 	scripts/package.sh dist
 
-## bench: inferd side by side with the model called directly and behind nginx,
-## plus the Go micro-benchmarks (docs/benchmarks.md); about 3 minutes
+## bench: inferd side by side with the model called directly and behind nginx, the large-payload figures,
+## plus the Go micro-benchmarks (docs/benchmarks.md); about 4 minutes
 bench:
 	scripts/bench.sh
 
@@ -79,7 +79,7 @@ fuzz:
 ## root for the disk-full test. Figures go to faults-report.txt.
 # The end-to-end fault tests live in ./e2e/, the unit-level ones (store,
 # scheduler, replica) beside their code: ./... runs both.
-FAULT_TESTS := Fault|Kill|Crash|Corrupt|DamagedTree|FlippedBytes|EmptyFile|DiskFull|StorageFull|NotSave|Orphan|Leaked|WallClock|RealClock|Backoff|Recovery|InferReports|SurviveDaemon|Graceful|Drain|Flood|ConnLimit
+FAULT_TESTS := Fault|Kill|Payload|Crash|Corrupt|DamagedTree|FlippedBytes|EmptyFile|DiskFull|StorageFull|NotSave|Orphan|Leaked|WallClock|RealClock|Backoff|Recovery|InferReports|SurviveDaemon|Graceful|Drain|Flood|ConnLimit
 faults:
 	rm -f faults-report.txt
 	INFERD_SOAK_ROUNDS=$${INFERD_SOAK_ROUNDS:-8} INFERD_SOAK_CALLS=$${INFERD_SOAK_CALLS:-250} \

@@ -306,10 +306,11 @@ func listenAdmin(path string) (net.Listener, error) {
 
 func schedulerConfig(cfg config.Config) scheduler.Config {
 	return scheduler.Config{
-		MaxQueuedPerProject: cfg.MaxQueuedPerProject,
-		MaxBootFailures:     cfg.Replica.MaxBootFailures,
-		RestartBackoff:      cfg.Replica.RestartBackoff,
-		MaxRestartBackoff:   cfg.Replica.MaxRestartBackoff,
-		AbortGrace:          cfg.Replica.StopGrace, // a cancelled call's replica: free by then, or replaced
+		MaxQueuedPerProject:      cfg.MaxQueuedPerProject,
+		MaxQueuedBytesPerProject: cfg.MaxQueuedBytesPerProject,
+		MaxBootFailures:          cfg.Replica.MaxBootFailures,
+		RestartBackoff:           cfg.Replica.RestartBackoff,
+		MaxRestartBackoff:        cfg.Replica.MaxRestartBackoff,
+		AbortGrace:               cfg.Replica.StopGrace, // a cancelled call's replica: free by then, or replaced
 	}
 }

@@ -37,14 +37,16 @@ type Config struct {
 	LongPollWait        time.Duration `koanf:"longPollWait"`
 	MaxBodyBytes        int64         `koanf:"maxBodyBytes"`
 	MaxQueuedPerProject int           `koanf:"maxQueuedPerProject"`
-	CPUSlots            int           `koanf:"cpuSlots"`
-	ResultTTL           time.Duration `koanf:"resultTTL"`
-	SweepInterval       time.Duration `koanf:"sweepInterval"`
-	ShutdownTimeout     time.Duration `koanf:"shutdownTimeout"`
-	Limits              Limits        `koanf:"limits"`
-	Replica             Replica       `koanf:"replica"`
-	GPU                 GPU           `koanf:"gpu"`
-	Webhook             Webhook       `koanf:"webhook"`
+	// MaxQueuedBytesPerProject caps the bytes of inputs waiting per project.
+	MaxQueuedBytesPerProject int64         `koanf:"maxQueuedBytesPerProject"`
+	CPUSlots                 int           `koanf:"cpuSlots"`
+	ResultTTL                time.Duration `koanf:"resultTTL"`
+	SweepInterval            time.Duration `koanf:"sweepInterval"`
+	ShutdownTimeout          time.Duration `koanf:"shutdownTimeout"`
+	Limits                   Limits        `koanf:"limits"`
+	Replica                  Replica       `koanf:"replica"`
+	GPU                      GPU           `koanf:"gpu"`
+	Webhook                  Webhook       `koanf:"webhook"`
 }
 
 // Webhook holds the settings of webhook delivery (see the webhook package).
@@ -116,6 +118,7 @@ func defaults() map[string]any {
 		"longPollWait":                  "50s",
 		"maxBodyBytes":                  10 << 20,
 		"maxQueuedPerProject":           1000,
+		"maxQueuedBytesPerProject":      1 << 30,
 		"cpuSlots":                      0,
 		"resultTTL":                     "24h",
 		"sweepInterval":                 "1m",
@@ -364,6 +367,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxQueuedPerProject < 1 {
 		bad("maxQueuedPerProject", "must be at least 1, got %d", c.MaxQueuedPerProject)
+	}
+	if c.MaxQueuedBytesPerProject < c.MaxBodyBytes {
+		bad("maxQueuedBytesPerProject", "must be at least maxBodyBytes (%d), got %d", c.MaxBodyBytes, c.MaxQueuedBytesPerProject)
 	}
 	if c.Limits.RequestsPerSecond < 0 {
 		bad("limits.requestsPerSecond", "must be 0 (unlimited) or more, got %g", c.Limits.RequestsPerSecond)

@@ -147,6 +147,7 @@ func TestInvalidSettingsNameTheKey(t *testing.T) {
 		{"bad level", "log:\n  level: loud\n", nil, "log.level"},
 		{"bad env value", "", []string{"INFERD_MAXQUEUEDPERPROJECT=lots"}, "maxQueuedPerProject"},
 		{"zero queue", "maxQueuedPerProject: 0\n", nil, "maxQueuedPerProject"},
+		{"queued bytes below the body cap", "maxQueuedBytesPerProject: 1000\n", nil, "maxQueuedBytesPerProject: must be at least maxBodyBytes"},
 		{"simulated gpu without memory", "gpu:\n  simulate:\n    - {name: A}\n", nil, "gpu.simulate[0]"},
 		{"uid range with root", "replica:\n  uidRange: 0-100\n", nil, "replica.uidRange: \"0-100\" includes uid 0"},
 		{"uid range backwards", "replica:\n  uidRange: 70000-60000\n", nil, "replica.uidRange: \"70000-60000\" ends before"},

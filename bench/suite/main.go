@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"inferd/bench/payload"
 	inferdmanifest "inferd/manifest"
 	"inferd/store"
 )
@@ -45,7 +46,12 @@ func main() {
 	flag.IntVar(&o.polls, "polls", 10000, "concurrent long polls to hold")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (logs, data file)")
 	flag.StringVar(&o.only, "only", "", "run only these steps, comma-separated words of their names (e.g. \"cold,throughput\")")
+	copyServer := flag.Int("copy-server", 0, "internal: serve the io.Copy baseline of this many bytes (a helper process of the payload step)")
 	flag.Parse()
+	if *copyServer > 0 {
+		fmt.Fprintln(os.Stderr, payload.ListenAndServeCopy(os.Stdout, *copyServer))
+		os.Exit(1)
+	}
 	o.inferd, o.noop = mustAbs(o.inferd), mustAbs(o.noop)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -81,6 +87,7 @@ func run(ctx context.Context, o options) error {
 		fn   func(context.Context, *env, options, *report) error
 	}{
 		{"idle memory", measureIdle},
+		{"large payloads: queue and checks", measurePayloads},
 		{"latency, concurrency 1", measureLatency},
 		{"throughput, no-op model, concurrency 64", measureThroughputNoop},
 		{"throughput, 10 ms model, concurrency 64", measureThroughput10ms},
@@ -148,6 +155,7 @@ type env struct {
 	base              string // inferd's base URL
 	apiKey            string
 	inferdPid         int
+	gate              string // created to let project bigq boot
 	dbPath            string
 	coldLog, burstLog string
 	coldQuietLog      string
@@ -280,6 +288,8 @@ const manifest = `projects:
   - {id: coldquiet, team: bench, modelKey: mk-coldquiet, command: [%[1]q], env: {NOOP_BOOTLOG: %[4]q, NOOP_QUIET: "1"}, concurrency: 1, minReplicas: 0, maxReplicas: 1, idleTimeout: 0, bootTimeout: 30}
   - {id: burst, team: bench, modelKey: mk-burst, command: [%[1]q], env: {NOOP_BOOTLOG: %[3]q, NOOP_DELAY: 200ms}, concurrency: 1, minReplicas: 0, maxReplicas: 4, idleTimeout: 0, bootTimeout: 30}
   - {id: hang, team: bench, modelKey: mk-hang, command: [%[1]q], env: {NOOP_DELAY: 1h}, concurrency: 1, minReplicas: 1, maxReplicas: 1, inferenceTimeout: 86400, bootTimeout: 30}
+  - {id: bigq, team: bench, modelKey: mk-bigq, command: ["sh", "-c", %[5]q], concurrency: 1, minReplicas: 0, maxReplicas: 1, bootTimeout: 600}
+  - {id: bigr, team: bench, modelKey: mk-bigr, command: [%[1]q], env: {NOOP_REPLY_BYTES: "%[6]d"}, concurrency: 32, minReplicas: 0, maxReplicas: 1, bootTimeout: 30}
 `
 
 func startInferd(ctx context.Context, o options, e *env) error {
@@ -306,7 +316,10 @@ func startInferd(ctx context.Context, o options, e *env) error {
 		}
 	}
 	mf := filepath.Join(e.dir, "projects.yaml")
-	data := fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog, e.coldQuietLog)
+	// bigq's model boots only once the gate file exists (measurePayloads).
+	e.gate = filepath.Join(e.dir, "bigq.gate")
+	gated := fmt.Sprintf("while [ ! -e %s ]; do sleep 0.05; done; exec %s", e.gate, o.noop)
+	data := fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog, e.coldQuietLog, gated, payloadSize)
 	if err := os.WriteFile(mf, data, 0o644); err != nil {
 		return err
 	}

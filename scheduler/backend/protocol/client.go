@@ -271,10 +271,11 @@ var errReplyTooLarge = errors.New("reply too large")
 
 // readReply reads resp's body, at most limit bytes, into one buffer: the only
 // copy of the reply inferd makes before handing it on. A body that says its
-// length is read straight into a buffer of that size, and one that says it
-// is over the limit is refused before a byte is read; a body of unknown
-// length (chunked, or gunzipped) grows a buffer as it comes, as io.ReadAll
-// does.
+// length is read straight into a buffer of exactly that size (a reply of
+// megabytes is read once and held once, not grown by doubling), and one that
+// says it is over the limit is refused before a byte is read; a body of
+// unknown length (chunked, or gunzipped) grows a buffer as it comes, as
+// io.ReadAll does.
 func readReply(resp *http.Response, limit int64) ([]byte, error) {
 	n := resp.ContentLength
 	if n > limit {
@@ -283,12 +284,21 @@ func readReply(resp *http.Response, limit int64) ([]byte, error) {
 	if n >= 0 {
 		body := make([]byte, n)
 		if _, err := io.ReadFull(resp.Body, body); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF // a length of n was announced
+			}
 			return nil, err
 		}
-		// Reach the end of the body, so that net/http sees it read whole and
-		// keeps the connection.
-		var end [1]byte
-		resp.Body.Read(end[:])
+		// The body must end here: read its end so that net/http sees it
+		// read whole and keeps the connection, and refuse more bytes than
+		// announced.
+		var one [1]byte
+		if m, err := resp.Body.Read(one[:]); m > 0 || (err != nil && err != io.EOF) {
+			if err == nil {
+				err = errors.New("reply longer than its Content-Length")
+			}
+			return nil, err
+		}
 		return body, nil
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
