@@ -141,10 +141,7 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		a.fail(w, r, err)
 		return
 	}
-	key, err := a.authenticate(args.apiKey, errInvalidAPIKey)
-	if err == nil {
-		err = requirePermission(key, store.PermInfer)
-	}
+	key, err := a.inferKey(args.apiKey)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -198,10 +195,7 @@ func (a *api) check(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		a.fail(w, r, err)
 		return
 	}
-	key, err := a.authenticate(args.apiKey, errInvalidAPIKey)
-	if err == nil {
-		err = requirePermission(key, store.PermInfer)
-	}
+	key, err := a.inferKey(args.apiKey)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -345,6 +339,16 @@ func (a *api) authenticate(secret string, invalid error) (store.APIKey, error) {
 		return store.APIKey{}, err
 	}
 	return key, nil
+}
+
+// inferKey authenticates the apiKey of a start, check or cancel body: calls
+// are the infer scope's business.
+func (a *api) inferKey(secret string) (store.APIKey, error) {
+	key, err := a.authenticate(secret, errInvalidAPIKey)
+	if err != nil {
+		return store.APIKey{}, err
+	}
+	return key, requirePermission(key, store.PermInfer)
 }
 
 // mayAccess reports whether key may see what belongs to teamID.
