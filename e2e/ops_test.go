@@ -3,12 +3,14 @@ package e2e
 import (
 	"bytes"
 	"crypto/rand"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"inferd/internal/testenv"
+	"inferd/store/bolt"
 )
 
 // TestBackupWhileServingAndRestoreElsewhere takes a backup while the daemon
@@ -188,7 +190,7 @@ func TestDoctorReports(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, _ = runCLI(cfgPath, "doctor")
-	if !strings.Contains(out, "opens (") || !strings.Contains(out, "schema version 1)") {
+	if !strings.Contains(out, "opens (") || !strings.Contains(out, fmt.Sprintf("schema version %d)", bolt.SchemaVersion)) {
 		t.Errorf("doctor on a stopped daemon's data file:\n%s", out)
 	}
 	if after, _ := os.ReadFile(dbPath); !bytes.Equal(before, after) {
