@@ -1,0 +1,254 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"inferd/store"
+)
+
+// MaxInlinePayload is the most bytes of inputs, and of outputs, a call
+// keeps in etcd. etcd refuses a request over about 1.5 MiB and every node
+// reads these records, so larger payloads belong on the node that holds
+// them (the next step, docs/cluster.md); until then they are refused.
+const MaxInlinePayload = 64 << 10
+
+// ErrPayloadTooLarge is the error of a call write whose inputs or outputs
+// are over MaxInlinePayload.
+var ErrPayloadTooLarge = errors.New("call payload over the cluster mode's inline limit")
+
+// recentExamineLimit bounds how many call records one RecentCalls examines.
+const recentExamineLimit = 10000
+
+// SaveCall implements store.Calls.
+func (s *Store) SaveCall(ctx context.Context, c store.Call) error {
+	return store.SaveCallAndWait(ctx, s, c)
+}
+
+// SaveCallAsync implements store.Calls. The write is refused up front (done
+// runs before SaveCallAsync returns) for an invalid id, a payload over
+// MaxInlinePayload, and after Close.
+func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
+	c, done, ok := store.PrepareCallWrite(c, done, s.now)
+	if !ok {
+		return
+	}
+	what := fmt.Sprintf("save call %s", c.ID)
+	for name, b := range map[string][]byte{"inputs": c.Inputs, "outputs": c.Outputs} {
+		if len(b) > MaxInlinePayload {
+			done(fmt.Errorf("%s: %s are %d bytes, over %d: %w", what, name, len(b), MaxInlinePayload, ErrPayloadTooLarge))
+			return
+		}
+	}
+	ops, size, err := s.callOps(c)
+	if err != nil {
+		done(err)
+		return
+	}
+	if !s.w.enqueue(callWrite{id: c.ID, ops: ops, size: size, done: done}) {
+		done(fmt.Errorf("%s: %w", what, store.ErrClosed))
+	}
+}
+
+// callOps returns the etcd operations that store c with its indexes, and
+// their size in bytes. Each is a put or delete of a fixed key, so applying
+// them twice (a retried commit) stores the same.
+func (s *Store) callOps(c store.Call) ([]clientv3.Op, int, error) {
+	what := fmt.Sprintf("save call %s", c.ID)
+	full, err := encode(what, c)
+	if err != nil {
+		return nil, 0, err
+	}
+	m := c
+	m.Inputs, m.Outputs = nil, nil
+	meta, err := encode(what, m)
+	if err != nil {
+		return nil, 0, err
+	}
+	ops := []clientv3.Op{
+		clientv3.OpPut(s.key("calls", c.ID), full),
+		clientv3.OpPut(s.key("meta", c.ID), meta),
+	}
+	if c.State.Done() {
+		ops = append(ops, clientv3.OpDelete(s.key("pending", c.ID)),
+			clientv3.OpPut(s.finishedKey(c.Finished, c.ID), ""))
+	} else {
+		ops = append(ops, clientv3.OpPut(s.key("pending", c.ID), ""))
+	}
+	return ops, len(full) + len(meta) + 4*len(c.ID) + 128, nil
+}
+
+// finishedKey is the expiry index entry of a call finished at t. Times
+// before 1970 sort as 0: nothing inferd writes.
+func (s *Store) finishedKey(t time.Time, id string) string {
+	return s.key("finished", fmt.Sprintf("%020d", max(t.UnixNano(), 0)), id)
+}
+
+// GetCall implements store.Calls.
+func (s *Store) GetCall(id string) (store.Call, error) {
+	what := fmt.Sprintf("get call %s", id)
+	if err := s.check(what); err != nil {
+		return store.Call{}, err
+	}
+	k := s.key("calls", id)
+	raw, _, ok, err := s.get(what, k)
+	if err != nil {
+		return store.Call{}, err
+	}
+	if !ok {
+		return store.Call{}, fmt.Errorf("%s: %w", what, store.ErrNotFound)
+	}
+	return decode[store.Call](what, k, raw)
+}
+
+// PendingCalls implements store.Calls: the pending index read at one
+// revision, then the calls it names read at that same revision, so the
+// answer is one consistent moment.
+func (s *Store) PendingCalls() ([]store.Call, error) {
+	const what = "pending calls"
+	if err := s.check(what); err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	dir := s.key("pending") + "/"
+	idx, err := s.cli.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, s.wrap(what, err)
+	}
+	out := make([]store.Call, 0, len(idx.Kvs))
+	const perTxn = 64 // well under etcd's 128 operations per transaction
+	for start := 0; start < len(idx.Kvs); start += perTxn {
+		var gets []clientv3.Op
+		for _, kv := range idx.Kvs[start:min(start+perTxn, len(idx.Kvs))] {
+			id := strings.TrimPrefix(string(kv.Key), dir)
+			gets = append(gets, clientv3.OpGet(s.key("calls", id), clientv3.WithRev(idx.Header.Revision)))
+		}
+		resp, err := s.cli.Txn(ctx).Then(gets...).Commit()
+		if err != nil {
+			return nil, s.wrap(what, err)
+		}
+		for _, r := range resp.Responses {
+			for _, kv := range r.GetResponseRange().Kvs {
+				c, err := decode[store.Call](what, string(kv.Key), kv.Value)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil
+}
+
+// RecentCalls implements store.Calls: the meta records (calls without
+// inputs and outputs), newest id first, examining at most
+// recentExamineLimit of them.
+func (s *Store) RecentCalls(teamID string, limit int) ([]store.Call, error) {
+	const what = "recent calls"
+	if err := s.check(what); err != nil {
+		return nil, err
+	}
+	out := []store.Call{}
+	if limit <= 0 {
+		return out, nil
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	dir := s.key("meta") + "/"
+	end := clientv3.GetPrefixRangeEnd(dir)
+	var rev int64
+	page := int64(min(max(limit, 100), 1000))
+	for examined := 0; examined < recentExamineLimit; {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(page),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := s.cli.Get(ctx, dir, opts...)
+		if err != nil {
+			return nil, s.wrap(what, err)
+		}
+		rev = resp.Header.Revision
+		for _, kv := range resp.Kvs {
+			c, err := decode[store.Call](what, string(kv.Key), kv.Value)
+			if err != nil {
+				return nil, err
+			}
+			if teamID == "" || c.TeamID == teamID {
+				out = append(out, c)
+				if len(out) == limit {
+					return out, nil
+				}
+			}
+		}
+		examined += len(resp.Kvs)
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		end = string(resp.Kvs[len(resp.Kvs)-1].Key) // exclusive: the next page is older
+	}
+	return out, nil
+}
+
+// ExpireCalls implements store.Calls. It walks the expiry index up to
+// finishedBefore and deletes each call that is final and finished before
+// it, in a transaction that compares the call's revision with the one
+// read: a call another writer changed meanwhile (queued again, say) stays.
+// Index entries left by earlier writes of a call are dropped on the way.
+func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
+	const what = "expire calls"
+	if err := s.check(what); err != nil {
+		return 0, err
+	}
+	dir := s.key("finished") + "/"
+	ctx, cancel := context.WithTimeout(context.Background(), 4*s.reqTO)
+	defer cancel()
+	idx, err := s.cli.Get(ctx, dir, clientv3.WithRange(s.finishedKey(finishedBefore, "")), clientv3.WithKeysOnly())
+	if err != nil {
+		return 0, s.wrap(what, err)
+	}
+	n := 0
+	for _, kv := range idx.Kvs {
+		entry := string(kv.Key)
+		id := entry[strings.LastIndexByte(entry, '/')+1:]
+		ck := s.key("calls", id)
+		resp, err := s.cli.Get(ctx, ck)
+		if err != nil {
+			return n, s.wrap(what, err)
+		}
+		var txn clientv3.Txn
+		expire := false
+		if len(resp.Kvs) == 1 {
+			c, err := decode[store.Call](what, ck, resp.Kvs[0].Value)
+			if err != nil {
+				return n, err
+			}
+			expire = c.State.Done() && c.Finished.Before(finishedBefore)
+			keep := c.State.Done() && s.finishedKey(c.Finished, id) == entry
+			if !expire && keep {
+				continue // finished at the very edge: its entry stays
+			}
+			txn = s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(ck), "=", resp.Kvs[0].ModRevision))
+		} else {
+			txn = s.cli.Txn(ctx) // the call is gone: only its stale entry is left
+		}
+		ops := []clientv3.Op{clientv3.OpDelete(entry)}
+		if expire {
+			ops = append(ops, clientv3.OpDelete(ck), clientv3.OpDelete(s.key("meta", id)), clientv3.OpDelete(s.key("pending", id)))
+		}
+		tr, err := txn.Then(ops...).Commit()
+		if err != nil {
+			return n, s.wrap(what, err)
+		}
+		if tr.Succeeded && expire {
+			n++
+		}
+	}
+	return n, nil
+}

@@ -1,0 +1,47 @@
+// Package etcd is the store.Store of cluster mode: every record lives in an
+// etcd cluster that several inferd nodes share, so a key or project created
+// through one node works on every node. It passes the same contract suite
+// (store/storetest) as store/bolt, the single-box default.
+//
+// # Key layout
+//
+// Every key is under Options.Prefix (default "/inferd/"):
+//
+//	schema                      the layout version ("1"); Open refuses others
+//	teams/<id>                  store.Team (JSON)
+//	keys/<id>                   store.APIKey (JSON; only the secret's hash)
+//	projects/<id>               store.Project (JSON)
+//	modelkeys/<hash>            the id of the project that owns a modelKey hash
+//	calls/<id>                  store.Call, inputs and outputs included (JSON)
+//	meta/<id>                   the call without inputs and outputs (RecentCalls)
+//	pending/<id>                "" while the call is not final (PendingCalls)
+//	finished/<unix nanos>/<id>  "" once final, by its Finished (ExpireCalls)
+//
+// # Consistency
+//
+// Reads are linearizable: a write that returned, through any node, is seen
+// by every later read on every node. There is therefore no key or project
+// cache here (the Keys and Projects contracts say a cache must be
+// invalidated by other writers' changes; this store reads etcd instead).
+// Creation is create-if-absent (a compare on the key's CreateRevision);
+// UpdateProject, PutProjects, RevokeKey and DeleteProject compare each key's
+// ModRevision with the one they read and start again when another writer
+// got there first; expiry deletes a call only if it is unchanged since it
+// was read, so a call made pending again by another node is never expired.
+//
+// # Call writes
+//
+// SaveCallAsync queues; one writer goroutine commits whatever is queued as
+// one etcd transaction (a group commit, as store/bolt's writer does), in
+// queue order, keeping only the last write of a call that is queued more
+// than once in a batch. A transaction is bounded by etcd's limits (128
+// operations, 1.5 MiB): a batch holds at most 32 calls and about 1 MiB.
+// A commit that fails because etcd is electing a leader is retried (the
+// writes are plain puts, so a retry is idempotent) for up to
+// Options.RetryFor before the writes fail.
+//
+// Inputs and outputs are kept inline, at most MaxInlinePayload bytes each;
+// a larger one is refused with ErrPayloadTooLarge. Keeping large payloads
+// on the node that received or produced them, fetched over the inter-node
+// API and replicated to one other node, is the next step (docs/cluster.md).
+package etcd

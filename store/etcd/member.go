@@ -1,0 +1,144 @@
+package etcd
+
+import (
+	"fmt"
+	"io"
+	"net/url"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// TLSFiles are the PEM files of one side of etcd's TLS: the member's
+// certificate and key, and the CA that signs the other side's certificates
+// (a member then requires them: mutual TLS).
+type TLSFiles struct {
+	CertFile, KeyFile, CAFile string
+}
+
+func (f TLSFiles) info() transport.TLSInfo {
+	return transport.TLSInfo{CertFile: f.CertFile, KeyFile: f.KeyFile, TrustedCAFile: f.CAFile,
+		ClientCertAuth: f.CAFile != ""}
+}
+
+// MemberConfig configures an etcd member run inside this process.
+type MemberConfig struct {
+	Name      string // the member's name, unique in the etcd cluster
+	DataDir   string // where the member keeps its write-ahead log and database
+	PeerURL   string // listened on and advertised to the other members
+	ClientURL string // listened on and advertised to clients (the inferd nodes)
+	// InitialCluster lists every member of a new cluster as
+	// name=peerURL,…; empty means this member alone.
+	InitialCluster string
+	// Join is true for a member joining a running cluster ("existing"),
+	// false for one of the members that start a new one.
+	Join bool
+	// ClientTLS and PeerTLS secure the two listeners; empty means plain
+	// http (the URLs say http then).
+	ClientTLS, PeerTLS TLSFiles
+	// HeartbeatMs and ElectionMs are etcd's raft timing; 0 means etcd's
+	// 100 and 1000 ms. Tests use 10 and 100.
+	HeartbeatMs, ElectionMs uint
+	// StartTimeout bounds the wait for the member to join its cluster; 0
+	// means 60 s.
+	StartTimeout time.Duration
+	// Log receives etcd's own errors (it logs much, at every level; only
+	// errors are kept). Nil discards them.
+	Log io.Writer
+}
+
+// Member is a running embedded etcd member.
+type Member struct {
+	e *embed.Etcd
+}
+
+// StartMember starts an etcd member in this process and waits until it
+// serves clients. Close stops it.
+func StartMember(c MemberConfig) (*Member, error) {
+	cfg := embed.NewConfig()
+	cfg.Name = c.Name
+	cfg.Dir = c.DataDir
+	purl, err := url.Parse(c.PeerURL)
+	if err != nil {
+		return nil, fmt.Errorf("etcd member %s: peer URL %q: %w", c.Name, c.PeerURL, err)
+	}
+	curl, err := url.Parse(c.ClientURL)
+	if err != nil {
+		return nil, fmt.Errorf("etcd member %s: client URL %q: %w", c.Name, c.ClientURL, err)
+	}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*purl}, []url.URL{*purl}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*curl}, []url.URL{*curl}
+	cfg.InitialCluster = c.InitialCluster
+	if cfg.InitialCluster == "" {
+		cfg.InitialCluster = c.Name + "=" + c.PeerURL
+	}
+	cfg.ClusterState = embed.ClusterStateFlagNew
+	if c.Join {
+		cfg.ClusterState = embed.ClusterStateFlagExisting
+	}
+	cfg.ClientTLSInfo, cfg.PeerTLSInfo = c.ClientTLS.info(), c.PeerTLS.info()
+	if c.HeartbeatMs > 0 {
+		cfg.TickMs = c.HeartbeatMs
+	}
+	if c.ElectionMs > 0 {
+		cfg.ElectionMs = c.ElectionMs
+	}
+	// Every call write makes a revision: keep an hour of history, so the
+	// database stays bounded without an operator.
+	cfg.AutoCompactionMode, cfg.AutoCompactionRetention = "periodic", "1h"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapTo(c.Log))
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("start etcd member %s in %s: %w", c.Name, c.DataDir, err)
+	}
+	timeout := c.StartTimeout
+	if timeout <= 0 {
+		timeout = 60 * time.Second
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-e.Server.ReadyNotify():
+		return &Member{e: e}, nil
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("start etcd member %s: %w", c.Name, err)
+	case <-t.C:
+		e.Close()
+		return nil, fmt.Errorf("start etcd member %s: not serving after %s (are the other members of %q up?)",
+			c.Name, timeout, cfg.InitialCluster)
+	}
+}
+
+// ClientURLs returns the URLs the member serves clients on.
+func (m *Member) ClientURLs() []string {
+	var out []string
+	for _, u := range m.e.Config().AdvertiseClientUrls {
+		out = append(out, u.String())
+	}
+	return out
+}
+
+// Err reports a fatal error of the running member (its listeners failed);
+// the daemon stops on it.
+func (m *Member) Err() <-chan error { return m.e.Err() }
+
+// Close stops the member; what it committed stays in its data directory.
+func (m *Member) Close() error {
+	m.e.Close()
+	return nil
+}
+
+// zapTo returns a zap logger that writes etcd's errors to w as JSON lines,
+// or drops everything when w is nil.
+func zapTo(w io.Writer) *zap.Logger {
+	if w == nil {
+		return zap.NewNop()
+	}
+	enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), zapcore.ErrorLevel))
+}
+

@@ -1,0 +1,198 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"inferd/store"
+)
+
+// Bounds of one group commit, under etcd's defaults of 128 operations and
+// 1.5 MiB per request. A call write is at most 4 operations.
+const (
+	batchCalls = 32
+	batchBytes = 1 << 20
+)
+
+// callWrite is one queued SaveCallAsync.
+type callWrite struct {
+	id   string
+	ops  []clientv3.Op
+	size int
+	done func(error)
+}
+
+// writer is the store's one call-writing goroutine: it commits whatever is
+// queued as one transaction, in queue order. It is owned by the Store: start
+// in Open, stop in Close.
+type writer struct {
+	s        *Store
+	mu       sync.Mutex
+	queue    []callWrite
+	closing  bool
+	kick     chan struct{} // a write was queued (one wake-up is enough)
+	finished chan struct{} // closed when the goroutine has returned
+}
+
+func (w *writer) start(s *Store) {
+	w.s = s
+	w.kick = make(chan struct{}, 1)
+	w.finished = make(chan struct{})
+	go w.run()
+}
+
+// enqueue queues cw, or reports false once the store is closing.
+func (w *writer) enqueue(cw callWrite) bool {
+	w.mu.Lock()
+	if w.closing {
+		w.mu.Unlock()
+		return false
+	}
+	w.queue = append(w.queue, cw)
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// stop lets the writes queued so far commit, then ends the goroutine.
+func (w *writer) stop() {
+	w.mu.Lock()
+	w.closing = true
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+	<-w.finished
+}
+
+func (w *writer) run() {
+	defer close(w.finished)
+	for {
+		w.mu.Lock()
+		batch := w.take()
+		closing := w.closing
+		w.mu.Unlock()
+		if len(batch) == 0 {
+			if closing {
+				return
+			}
+			<-w.kick
+			continue
+		}
+		err := w.commit(batch)
+		for _, cw := range batch {
+			if err != nil {
+				cw.done(fmt.Errorf("save call %s: %w", cw.id, err))
+			} else {
+				cw.done(nil)
+			}
+		}
+	}
+}
+
+// take removes the next batch from the queue: up to batchCalls distinct
+// calls and about batchBytes. Callers hold mu.
+func (w *writer) take() []callWrite {
+	ids := map[string]bool{}
+	size, n := 0, 0
+	for n < len(w.queue) {
+		cw := w.queue[n]
+		if !ids[cw.id] && (len(ids) == batchCalls || n > 0 && size+cw.size > batchBytes) {
+			break
+		}
+		ids[cw.id] = true
+		size += cw.size
+		n++
+	}
+	batch := w.queue[:n:n]
+	w.queue = w.queue[n:]
+	return batch
+}
+
+// commit writes the batch in one transaction. A call queued more than once
+// in it is written once, with its last write: etcd refuses a transaction
+// that names a key twice, and the last write is the one that must win.
+// While etcd has no leader the commit is retried, for up to RetryFor.
+func (w *writer) commit(batch []callWrite) error {
+	last := map[string]int{}
+	for i, cw := range batch {
+		last[cw.id] = i
+	}
+	var ops []clientv3.Op
+	for i, cw := range batch {
+		if last[cw.id] == i {
+			ops = append(ops, cw.ops...)
+		}
+	}
+	s := w.s
+	start := time.Now()
+	deadline := start.Add(s.retry)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), s.reqTO)
+		_, err := s.cli.Txn(ctx).Then(ops...).Commit()
+		cancel()
+		if err == nil || !retryable(err) || time.Now().After(deadline) || s.cli.Ctx().Err() != nil {
+			s.stats.add(len(batch), time.Since(start))
+			if err != nil {
+				return s.wrap("commit", err)
+			}
+			return nil
+		}
+		// etcd is electing a leader or a member is unreachable: the same
+		// puts again are harmless. The pause keeps a dead cluster from
+		// being hammered; it is not a synchronization.
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-s.cli.Ctx().Done():
+		}
+	}
+}
+
+// retryable reports whether a failed commit may succeed if sent again: no
+// leader, a timeout, an unreachable member. Refusals (too large, no space)
+// are not.
+func retryable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rpctypes.ErrNoLeader) ||
+		errors.Is(err, rpctypes.ErrLeaderChanged) || errors.Is(err, rpctypes.ErrTimeout) ||
+		errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail) || errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return false
+}
+
+// commitStats counts the writer's commits, for metrics.
+type commitStats struct {
+	commits, writes, nanos atomic.Int64
+}
+
+func (c *commitStats) add(writes int, d time.Duration) {
+	c.commits.Add(1)
+	c.writes.Add(int64(writes))
+	c.nanos.Add(int64(d))
+}
+
+// CommitStats returns the writer's commits since Open, for metrics.
+func (s *Store) CommitStats() store.CommitStats {
+	return store.CommitStats{
+		Commits:  s.stats.commits.Load(),
+		Writes:   s.stats.writes.Load(),
+		Duration: time.Duration(s.stats.nanos.Load()),
+	}
+}
