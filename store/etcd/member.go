@@ -141,4 +141,3 @@ func zapTo(w io.Writer) *zap.Logger {
 	enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
 	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), zapcore.ErrorLevel))
 }
-
