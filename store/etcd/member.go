@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -52,7 +53,8 @@ type MemberConfig struct {
 
 // Member is a running embedded etcd member.
 type Member struct {
-	e *embed.Etcd
+	e    *embed.Etcd
+	once sync.Once // embed's Close panics when called twice
 }
 
 // StartMember starts an etcd member in this process and waits until it
@@ -127,8 +129,9 @@ func (m *Member) ClientURLs() []string {
 func (m *Member) Err() <-chan error { return m.e.Err() }
 
 // Close stops the member; what it committed stays in its data directory.
+// Closing it again does nothing.
 func (m *Member) Close() error {
-	m.e.Close()
+	m.once.Do(m.e.Close)
 	return nil
 }
 

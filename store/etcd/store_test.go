@@ -1,0 +1,267 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"inferd/store"
+	"inferd/store/storetest"
+)
+
+// Two stores over one etcd stand for two inferd nodes: what one writes, the
+// other sees at once, with no cache in between to go stale.
+func TestWritesThroughOneNodeAreSeenAtOnceByAnother(t *testing.T) {
+	m := startMember(t, t.TempDir())
+	n1 := openStore(t, m, Options{})
+	defer n1.Close()
+	n2 := openStore(t, m, Options{})
+	defer n2.Close()
+
+	secret, k, err := n1.CreateKey("acme", store.ScopeTeam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := n2.Authenticate(secret); err != nil || got.ID != k.ID {
+		t.Fatalf("node 2 Authenticate = %+v, %v; want key %s", got, err, k.ID)
+	}
+	if _, err := n1.PutProject(storetest.Project("resnet", "acme")); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := n2.ProjectByModelKey("key-resnet"); err != nil || p.ID != "resnet" {
+		t.Fatalf("node 2 ProjectByModelKey = %+v, %v", p, err)
+	}
+	// Node 2 reads both again and again (a warm path), then node 1
+	// revokes and deletes: node 2's very next reads refuse.
+	for range 3 {
+		if _, err := n2.Authenticate(secret); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n2.ProjectByModelKey("key-resnet"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n1.RevokeKey(k.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := n1.DeleteProject("resnet"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n2.Authenticate(secret); !errors.Is(err, store.ErrInvalidKey) {
+		t.Errorf("node 2 Authenticate after node 1 revoked = %v, want ErrInvalidKey", err)
+	}
+	if _, err := n2.ProjectByModelKey("key-resnet"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("node 2 ProjectByModelKey after node 1 deleted = %v, want ErrNotFound", err)
+	}
+	call := store.Call{ID: "call_1", ProjectID: "resnet", TeamID: "acme", State: store.CallSucceeded,
+		Outputs: []byte(`{"ok":true}`), Message: "success"}
+	if err := n1.SaveCall(context.Background(), call); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := n2.GetCall("call_1"); err != nil || string(got.Outputs) != `{"ok":true}` {
+		t.Errorf("node 2 GetCall = %+v, %v", got, err)
+	}
+}
+
+// Updates racing through two nodes each apply once: the revision compare
+// makes the loser read again instead of writing over the winner.
+func TestConcurrentUpdatesThroughTwoNodesAllApply(t *testing.T) {
+	m := startMember(t, t.TempDir())
+	nodes := []*Store{openStore(t, m, Options{}), openStore(t, m, Options{})}
+	for _, n := range nodes {
+		defer n.Close()
+	}
+	p := storetest.Project("p", "t")
+	p.MaxReplicas = 1
+	if _, err := nodes[0].PutProject(p); err != nil {
+		t.Fatal(err)
+	}
+	const perNode = 15
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		for range perNode {
+			wg.Go(func() {
+				if _, err := n.UpdateProject("p", func(p *store.Project) error { p.MaxReplicas++; return nil }); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	got, err := nodes[1].GetProject("p")
+	if want := 1 + 2*perNode; err != nil || got.MaxReplicas != want {
+		t.Errorf("maxReplicas = %d, %v; want %d", got.MaxReplicas, err, want)
+	}
+}
+
+// A modelKey claimed by two projects at once through two nodes ends with
+// one owner: one write wins, the other is a conflict.
+func TestModelKeyRaceThroughTwoNodesHasOneWinner(t *testing.T) {
+	m := startMember(t, t.TempDir())
+	nodes := []*Store{openStore(t, m, Options{}), openStore(t, m, Options{})}
+	for _, n := range nodes {
+		defer n.Close()
+	}
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() {
+			p := storetest.Project(fmt.Sprintf("p%d", i), "t")
+			p.Model.KeyHash = store.HashModelKey("shared")
+			_, errs[i] = n.PutProject(p)
+		})
+	}
+	wg.Wait()
+	if (errs[0] == nil) == (errs[1] == nil) {
+		t.Fatalf("errors = %v, %v; want exactly one conflict", errs[0], errs[1])
+	}
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, store.ErrConflict) {
+			t.Errorf("loser's error = %v, want ErrConflict", err)
+		}
+	}
+	ps, err := nodes[0].ListProjects("")
+	if err != nil || len(ps) != 1 {
+		t.Errorf("projects = %+v, %v; want the winner only", ps, err)
+	}
+}
+
+// The data survives the etcd member itself stopping and starting again
+// from its data directory (a whole-cluster restart), not only a new client.
+func TestRecordsSurviveAMemberRestart(t *testing.T) {
+	dir := t.TempDir()
+	m := startMember(t, dir)
+	s := openStore(t, m, Options{})
+	secret, _, err := s.CreateKey("acme", store.ScopeAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutProject(storetest.Project("resnet", "acme")); err != nil {
+		t.Fatal(err)
+	}
+	call := store.Call{ID: "call_q", ProjectID: "resnet", TeamID: "acme", State: store.CallQueued, Inputs: []byte(`[1]`)}
+	if err := s.SaveCall(context.Background(), call); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	m.Close()
+
+	m = startMemberAt(t, dir, m)
+	s = openStore(t, m, Options{})
+	defer s.Close()
+	if _, err := s.Authenticate(secret); err != nil {
+		t.Errorf("Authenticate after restart: %v", err)
+	}
+	if _, err := s.ProjectByModelKey("key-resnet"); err != nil {
+		t.Errorf("ProjectByModelKey after restart: %v", err)
+	}
+	if pending, err := s.PendingCalls(); err != nil || len(pending) != 1 || string(pending[0].Inputs) != `[1]` {
+		t.Errorf("PendingCalls after restart = %+v, %v", pending, err)
+	}
+}
+
+// startMemberAt starts a member again over dir, on the URLs old had (they
+// are in its data).
+func startMemberAt(t *testing.T, dir string, old *Member) *Member {
+	t.Helper()
+	cfg := old.e.Config()
+	m, err := StartMember(MemberConfig{Name: cfg.Name, DataDir: dir,
+		PeerURL: cfg.AdvertisePeerUrls[0].String(), ClientURL: cfg.AdvertiseClientUrls[0].String(),
+		HeartbeatMs: 10, ElectionMs: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// Inputs or outputs over the inline limit are refused up front with the
+// sentinel, and nothing is written; at the limit they are kept.
+func TestPayloadOverInlineLimitIsRefused(t *testing.T) {
+	m := startMember(t, t.TempDir())
+	s := openStore(t, m, Options{})
+	defer s.Close()
+	big := []byte(`"` + strings.Repeat("x", MaxInlinePayload-1) + `"`) // MaxInlinePayload+1 bytes
+	for _, tc := range []struct {
+		name string
+		c    store.Call
+	}{
+		{"inputs", store.Call{ID: "call_in", State: store.CallQueued, Inputs: big}},
+		{"outputs", store.Call{ID: "call_out", State: store.CallSucceeded, Outputs: big}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := s.SaveCall(context.Background(), tc.c); !errors.Is(err, ErrPayloadTooLarge) {
+				t.Errorf("SaveCall = %v, want ErrPayloadTooLarge", err)
+			}
+			if _, err := s.GetCall(tc.c.ID); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("GetCall of the refused call = %v, want ErrNotFound", err)
+			}
+		})
+	}
+	atLimit := store.Call{ID: "call_ok", State: store.CallQueued,
+		Inputs: []byte(`"` + strings.Repeat("x", MaxInlinePayload-2) + `"`)}
+	if err := s.SaveCall(context.Background(), atLimit); err != nil {
+		t.Errorf("SaveCall at the limit: %v", err)
+	}
+}
+
+// Writes queued together share transactions: 200 calls cost far fewer than
+// 200 commits.
+func TestQueuedCallWritesShareCommits(t *testing.T) {
+	m := startMember(t, t.TempDir())
+	s := openStore(t, m, Options{})
+	defer s.Close()
+	const n = 200
+	var wg sync.WaitGroup
+	wg.Add(n)
+	for i := range n {
+		s.SaveCallAsync(store.Call{ID: fmt.Sprintf("call_%03d", i), State: store.CallQueued}, func(err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	st := s.CommitStats()
+	if st.Writes != n || st.Commits > n/4 {
+		t.Errorf("CommitStats = %+v; want %d writes in at most %d commits", st, n, n/4)
+	}
+	if pending, err := s.PendingCalls(); err != nil || len(pending) != n {
+		t.Errorf("PendingCalls = %d, %v; want %d", len(pending), err, n)
+	}
+}
+
+// A prefix written by another layout version is refused, not misread.
+func TestOpenRefusesAnotherLayoutVersion(t *testing.T) {
+	m := startMember(t, t.TempDir())
+	cli, err := clientv3.New(clientv3.Config{Endpoints: m.ClientURLs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Put(context.Background(), "/future/schema", "9"); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Open(Options{Endpoints: m.ClientURLs(), Prefix: "/future/"}); err == nil || !strings.Contains(err.Error(), `version "9"`) {
+		if s != nil {
+			s.Close()
+		}
+		t.Errorf("Open over a version 9 prefix = %v, want a refusal naming the version", err)
+	}
+}
+
+// An unreachable etcd fails Open within the dial timeout with the
+// endpoint in the message, instead of hanging.
+func TestOpenFailsClearlyWhenEtcdIsUnreachable(t *testing.T) {
+	ep := "http://" + freeAddr(t)
+	_, err := Open(Options{Endpoints: []string{ep}, DialTimeout: 300_000_000})
+	if err == nil || !strings.Contains(err.Error(), ep) {
+		t.Errorf("Open(%s) = %v, want an error naming it", ep, err)
+	}
+}
