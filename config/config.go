@@ -43,6 +43,9 @@ type Config struct {
 	Limits              Limits        `koanf:"limits"`
 	Replica             Replica       `koanf:"replica"`
 	GPU                 GPU           `koanf:"gpu"`
+	// Cluster is set by a cluster: section (file only); nil is the
+	// single-box appliance (see cluster.go).
+	Cluster *Cluster `koanf:"cluster"`
 }
 
 // Limits bound what one client can take of the daemon (see docs/security.md).
@@ -375,6 +378,9 @@ func (c Config) validate() error {
 		if g.Name == "" || g.MemoryMiB == 0 {
 			bad(fmt.Sprintf("gpu.simulate[%d]", i), "needs a name and memoryMiB > 0")
 		}
+	}
+	if c.Cluster != nil {
+		c.Cluster.validate(bad)
 	}
 	return errors.Join(errs...)
 }
