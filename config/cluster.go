@@ -161,4 +161,3 @@ func checkInitialCluster(bad func(key, format string, args ...any), list, name, 
 		bad(key, "must list this member (%s=%s)", name, peerURL)
 	}
 }
-
