@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net/url"
@@ -143,4 +144,15 @@ func zapTo(w io.Writer) *zap.Logger {
 	}
 	enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
 	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), zapcore.ErrorLevel))
+}
+
+// ClientTLS returns the TLS configuration of a client that presents f's
+// certificate (if any) and trusts f's CA (if any; else the system's).
+func ClientTLS(f TLSFiles) (*tls.Config, error) {
+	info := transport.TLSInfo{CertFile: f.CertFile, KeyFile: f.KeyFile, TrustedCAFile: f.CAFile}
+	cfg, err := info.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("etcd client TLS: %w", err)
+	}
+	return cfg, nil
 }
