@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -54,8 +55,9 @@ type MemberConfig struct {
 
 // Member is a running embedded etcd member.
 type Member struct {
-	e    *embed.Etcd
-	once sync.Once // embed's Close panics when called twice
+	e     *embed.Etcd
+	once  sync.Once // embed's Close panics when called twice
+	quiet *quietWriter
 }
 
 // StartMember starts an etcd member in this process and waits until it
@@ -92,7 +94,8 @@ func StartMember(c MemberConfig) (*Member, error) {
 	// Every call write makes a revision: keep an hour of history, so the
 	// database stays bounded without an operator.
 	cfg.AutoCompactionMode, cfg.AutoCompactionRetention = "periodic", "1h"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapTo(c.Log))
+	quiet := &quietWriter{w: c.Log}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapTo(quiet))
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("start etcd member %s in %s: %w", c.Name, c.DataDir, err)
@@ -105,7 +108,7 @@ func StartMember(c MemberConfig) (*Member, error) {
 	defer t.Stop()
 	select {
 	case <-e.Server.ReadyNotify():
-		return &Member{e: e}, nil
+		return &Member{e: e, quiet: quiet}, nil
 	case err := <-e.Err():
 		e.Close()
 		return nil, fmt.Errorf("start etcd member %s: %w", c.Name, err)
@@ -132,16 +135,30 @@ func (m *Member) Err() <-chan error { return m.e.Err() }
 // Close stops the member; what it committed stays in its data directory.
 // Closing it again does nothing.
 func (m *Member) Close() error {
-	m.once.Do(m.e.Close)
+	m.once.Do(func() {
+		m.quiet.closing.Store(true)
+		m.e.Close()
+	})
 	return nil
 }
 
-// zapTo returns a zap logger that writes etcd's errors to w as JSON lines,
-// or drops everything when w is nil.
-func zapTo(w io.Writer) *zap.Logger {
-	if w == nil {
-		return zap.NewNop()
+// quietWriter passes the member's log lines on until the member is being
+// closed: etcd then logs each listener it shuts as an error ("http: Server
+// closed"), which is no news.
+type quietWriter struct {
+	w       io.Writer
+	closing atomic.Bool
+}
+
+func (q *quietWriter) Write(p []byte) (int, error) {
+	if q.w == nil || q.closing.Load() {
+		return len(p), nil
 	}
+	return q.w.Write(p)
+}
+
+// zapTo returns a zap logger that writes etcd's errors to w as JSON lines.
+func zapTo(w io.Writer) *zap.Logger {
 	enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
 	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), zapcore.ErrorLevel))
 }
