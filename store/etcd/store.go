@@ -55,6 +55,7 @@ type Store struct {
 	retry  time.Duration
 
 	hooks store.ProjectHooks
+	watch projectWatch // other nodes' project writes, told to hooks
 
 	closed atomic.Bool
 	once   sync.Once
@@ -101,17 +102,19 @@ func Open(opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open etcd store at %s: %w", strings.Join(opts.Endpoints, ","), err)
 	}
 	s := &Store{cli: cli, prefix: opts.Prefix, now: opts.Now, reqTO: opts.RequestTimeout, retry: opts.RetryFor}
-	if err := s.checkSchema(opts.DialTimeout); err != nil {
+	rev, err := s.checkSchema(opts.DialTimeout)
+	if err != nil {
 		cli.Close()
 		return nil, fmt.Errorf("open etcd store at %s: %w", strings.Join(opts.Endpoints, ","), err)
 	}
 	s.w.start(s)
+	s.watch.start(s, rev+1)
 	return s, nil
 }
 
 // checkSchema writes the layout version into an empty prefix, or checks the
-// one there.
-func (s *Store) checkSchema(timeout time.Duration) error {
+// one there, and returns the revision it read at.
+func (s *Store) checkSchema(timeout time.Duration) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	k := s.key("schema")
@@ -120,20 +123,20 @@ func (s *Store) checkSchema(timeout time.Duration) error {
 		Then(clientv3.OpPut(k, schemaVersion)).
 		Else(clientv3.OpGet(k)).Commit()
 	if err != nil {
-		return fmt.Errorf("etcd unreachable: %w", err)
+		return 0, fmt.Errorf("etcd unreachable: %w", err)
 	}
 	if resp.Succeeded {
-		return nil
+		return resp.Header.Revision, nil
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) == 1 && string(kvs[0].Value) == schemaVersion {
-		return nil
+		return resp.Header.Revision, nil
 	}
 	got := ""
 	if len(kvs) == 1 {
 		got = string(kvs[0].Value)
 	}
-	return fmt.Errorf("prefix %s holds layout version %q; this inferd reads version %s", s.prefix, got, schemaVersion)
+	return 0, fmt.Errorf("prefix %s holds layout version %q; this inferd reads version %s", s.prefix, got, schemaVersion)
 }
 
 // Close finishes the call writes queued before it, then closes the
@@ -142,6 +145,7 @@ func (s *Store) Close() error {
 	s.once.Do(func() {
 		s.closed.Store(true)
 		s.w.stop()
+		s.watch.stop()
 		s.cli.Close()
 	})
 	return nil

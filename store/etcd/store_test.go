@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -263,5 +264,56 @@ func TestOpenFailsClearlyWhenEtcdIsUnreachable(t *testing.T) {
 	_, err := Open(Options{Endpoints: []string{ep}, DialTimeout: 300_000_000})
 	if err == nil || !strings.Contains(err.Error(), ep) {
 		t.Errorf("Open(%s) = %v, want an error naming it", ep, err)
+	}
+}
+
+// A project written through one node reaches the other node's
+// OnProjectChange hooks (its scheduler) through a watch, once per change.
+func TestProjectChangesThroughAnotherNodeReachTheHooks(t *testing.T) {
+	m := startMember(t, t.TempDir())
+	n1 := openStore(t, m, Options{})
+	defer n1.Close()
+	n2 := openStore(t, m, Options{})
+	defer n2.Close()
+	told := make(chan string, 16)
+	n2.OnProjectChange(func(id string) { told <- id })
+	wait := func(step string) {
+		t.Helper()
+		select {
+		case id := <-told:
+			if id != "p" {
+				t.Fatalf("%s: hook told of %q, want p", step, id)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: node 2's hook was not told within 10s", step)
+		}
+	}
+	if _, err := n1.PutProject(storetest.Project("p", "t")); err != nil {
+		t.Fatal(err)
+	}
+	wait("create")
+	if _, err := n1.UpdateProject("p", func(p *store.Project) error { p.MaxReplicas = 7; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	wait("update")
+	if err := n1.DeleteProject("p"); err != nil {
+		t.Fatal(err)
+	}
+	wait("delete")
+	// Node 2's own write is told once, by the write itself.
+	if _, err := n2.PutProject(storetest.Project("p", "t")); err != nil {
+		t.Fatal(err)
+	}
+	wait("own create")
+	if _, err := n1.PutProject(storetest.Project("q", "t")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-told:
+		if id != "q" {
+			t.Errorf("after node 2's own write, hook told of %q again (want the next change, q)", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("node 2's hook was not told of q")
 	}
 }

@@ -3,6 +3,7 @@ package etcd
 import (
 	"maps"
 	"slices"
+	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -78,11 +79,24 @@ func (v *view) commit() (ok bool, err error) {
 		}
 		ops = append(ops, op)
 	}
+	// A project write's watch event must not reach the watch before its
+	// revision is known as this store's own (see projectWatch).
+	projects := false
+	for k := range v.writes {
+		projects = projects || strings.HasPrefix(k, v.s.key("projects")+"/")
+	}
+	if projects {
+		v.s.watch.mu.Lock()
+		defer v.s.watch.mu.Unlock()
+	}
 	ctx, cancel := v.s.ctx()
 	defer cancel()
 	resp, err := v.s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
 		return false, v.s.wrap(v.what, err)
+	}
+	if projects && resp.Succeeded {
+		v.s.watch.committed(resp.Header.Revision)
 	}
 	return resp.Succeeded, nil
 }
