@@ -8,7 +8,7 @@ BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: build run test lint fuzz faults clean client-deps test-deps package bench
+.PHONY: build run test lint fuzz faults clean client-deps test-deps package bench mutate
 
 ## build: compile ./inferd
 build:
@@ -76,6 +76,12 @@ faults:
 	  INFERD_FAULTS_REPORT=$(CURDIR)/faults-report.txt \
 	  go test -race -count=1 -run '$(FAULT_TESTS)' ./...
 	@cat faults-report.txt
+
+## mutate: break each core rule in turn (scripts/mutations.txt: durability,
+## recovery, isolation, validation, idle and min replicas) in a temporary
+## worktree of HEAD and check that a test fails; not part of make test
+mutate:
+	scripts/mutate.sh
 
 clean:
 	rm -rf inferd dist faults-report.txt

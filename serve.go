@@ -75,6 +75,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	sched = scheduler.New(schedCfg, st, replicas, scheduler.RealClock(), log)
 	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st, Conns: conns.Stats})
 	st.OnProjectChange(sched.ProjectChanged)
+	st.OnTeamChange(sched.TeamChanged)
 
 	apiCtx, endWaits := context.WithCancel(context.Background())
 	defer endWaits()
@@ -115,7 +116,8 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	defer endAdmin()
 	admin := &http.Server{
 		Handler: httpapi.NewAdmin(st, log,
-			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(sched.CapacityWarnings)),
+			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(sched.CapacityWarnings),
+			httpapi.WithTeamUse(func() []scheduler.TeamStatus { return sched.Snapshot().Teams })),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return adminCtx },
 	}

@@ -17,10 +17,13 @@ func (c *applyCommand) Usage() string {
   inferd [global flags] apply -f MANIFEST.yaml
 
 Creates or updates the teams and projects the manifest lists (see
-examples/projects.yaml); projects it does not list are left alone. It prints
-one line per project (created, updated, unchanged) and a warning for what the
-box cannot run as asked (such as more GPUs than it has). A relative dir in the
-manifest is relative to the manifest's own directory.
+examples/projects.yaml); projects it does not list are left alone. A teams:
+entry sets that team's whole quota (an absent field is unlimited). It refuses
+the manifest when a team's projects' minReplicas go beyond its quota, or a
+project beyond its caps. It prints each team's quota, one line per project
+(created, updated, unchanged) and a warning for what the box cannot run as
+asked (such as minimums that need more GPUs than it has). A relative dir in
+the manifest is relative to the manifest's own directory.
   -f FILE   the manifest (YAML)
 `
 }
@@ -42,7 +45,7 @@ func (c *applyCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	projects, err := manifest.Parse(data, filepath.Dir(abs))
+	m, err := manifest.ParseManifest(data, filepath.Dir(abs))
 	if err != nil {
 		return fmt.Errorf("%s: %w", *path, err)
 	}
@@ -55,10 +58,13 @@ func (c *applyCommand) Run(ctx context.Context, args []string) error {
 		Warnings []string `json:"warnings"`
 	}
 	err = c.env.withAdmin(func(a *adminClient) error {
-		return a.call(ctx, "POST", "/admin/apply", map[string]any{"projects": projects}, &out)
+		return a.call(ctx, "POST", "/admin/apply", map[string]any{"teams": m.Teams, "projects": m.Projects}, &out)
 	})
 	if err != nil {
 		return err
+	}
+	for _, t := range m.Teams {
+		fmt.Fprintf(c.env.stdout, "team %s: quota %s\n", t.ID, t.Quota)
 	}
 	for _, ch := range out.Changes {
 		fmt.Fprintf(c.env.stdout, "project %s (team %s): %s\n", ch.Project, ch.Team, ch.Change)

@@ -23,10 +23,13 @@ const usage = `inferd: a one-box serverless inference appliance
 
 Usage:
   inferd [global flags] serve                       run the daemon
-  inferd [global flags] key create [--team T] [--admin]
+  inferd [global flags] key create [--team T] [--admin] [--scope infer,read,manage] [--expires 30d] [--projects a,b]
                                                     create an API key (the secret is the last line)
   inferd [global flags] key list [--team T]
   inferd [global flags] key revoke ID
+  inferd [global flags] team set TEAM [--replicas N] [--gpus N] [--cpu-slots N] [--queued-calls N] [--queued-bytes SIZE] [--running-calls N]
+                                                    set a team's quota (unset = unlimited)
+  inferd [global flags] team list                   each team's quota, its use beside it
   inferd [global flags] apply -f MANIFEST.yaml      create or update teams and projects
   inferd [global flags] project list
   inferd [global flags] project delete ID
@@ -141,6 +144,8 @@ func (m *Main) command(name string, e *env) command {
 		return &serveCommand{env: e, serve: m.Serve}
 	case "key":
 		return &keyCommand{env: e}
+	case "team":
+		return &teamCommand{env: e}
 	case "apply":
 		return &applyCommand{env: e}
 	case "project":

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"inferd/httpapi"
+	"inferd/internal/testenv"
 )
 
 // TestModelProcessesAreConfined runs the echo model through a live daemon
@@ -57,9 +58,7 @@ func TestModelProcessesAreConfined(t *testing.T) {
 		}
 	})
 	t.Run("runs as the unprivileged model user when inferd is root", func(t *testing.T) {
-		if os.Geteuid() != 0 {
-			t.Skip("inferd runs as a normal user here: models run as that user")
-		}
+		testenv.NeedRoot(t, "inferd runs models as an unprivileged user only as root")
 		nobody, err := user.Lookup("nobody")
 		if err != nil {
 			t.Fatal(err)
@@ -84,7 +83,7 @@ func readableEcho(t *testing.T) string {
 	t.Helper()
 	src := filepath.Join(echoDir(t), "server.py")
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("no /usr/bin/python3 for an unprivileged model user to run")
+		testenv.Missing(t, "/usr/bin/python3, for an unprivileged model user to run")
 	}
 	code, err := os.ReadFile(src)
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"inferd/internal/testenv"
 )
 
 // TestBananaJavaScriptClients runs the public Banana clients from npm
@@ -47,16 +49,13 @@ func TestBananaJavaScriptClients(t *testing.T) {
 }
 
 // clientTestTools finds node for a test that drives a JavaScript client, and
-// returns how to skip for a missing tool: `make test` installs every one and
-// sets INFERD_REQUIRE_CLIENT_TESTS=1, and there skip fails the test instead.
+// returns how to skip for a missing tool: testenv.Missing, so under `make test`
+// (which installs every one) the skip fails the test instead.
 func clientTestTools(t *testing.T) (node string, skip func(reason string)) {
 	t.Helper()
 	skip = func(reason string) {
 		t.Helper()
-		if os.Getenv("INFERD_REQUIRE_CLIENT_TESTS") == "1" {
-			t.Fatal(reason)
-		}
-		t.Skip(reason + " (make test installs it)")
+		testenv.Missing(t, "%s (make test installs it)", reason)
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {

@@ -2,13 +2,14 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"inferd/internal/testenv"
 )
 
 // digitSamples are images 0, 7 and 13 of sklearn's bundled 8x8 digits, with
@@ -31,10 +32,7 @@ func TestDigitsModelEndToEnd(t *testing.T) {
 	const python = "/usr/bin/python3" // what the manifest names
 	if out, err := exec.Command(python, "-c", "import torch, sklearn").CombinedOutput(); err != nil {
 		reason := fmt.Sprintf("%s cannot import torch and sklearn (%v: %s)", python, err, strings.TrimSpace(string(out)))
-		if os.Getenv("INFERD_REQUIRE_CLIENT_TESTS") == "1" {
-			t.Fatal(reason)
-		}
-		t.Skip(reason + "; install python3-torch and python3-sklearn (make test does)")
+		testenv.Missing(t, "%s; install python3-torch and python3-sklearn (scripts/test-deps.sh does)", reason)
 	}
 	manifest, err := filepath.Abs("examples/digits/project.yaml")
 	if err != nil {

@@ -26,6 +26,12 @@ import (
 
 // faultClient talks to the inference API and returns transport errors, which
 // a test expects while it kills the daemon.
+// noLimits turns the per-key request and wait limits off (config.example.yaml,
+// limits). A fault test's load must fail only through the fault it injects:
+// under the default limits a daemon that stalls shows up as "rate limit
+// exceeded" from the load generator instead of as what went wrong.
+const noLimits = "limits:\n  requestsPerSecond: 0\n  maxWaitsPerKey: 0\n  maxWaits: 0\n"
+
 type faultClient struct {
 	base string
 	key  string

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"inferd/internal/testenv"
 	"inferd/store"
 	"inferd/store/bolt"
 )
@@ -208,7 +209,7 @@ func TestDaemonKillUnderLoad(t *testing.T) {
 	echo := echoDir(t)
 	rounds := envInt(t, "INFERD_SOAK_ROUNDS", 3)
 	perRound := envInt(t, "INFERD_SOAK_CALLS", 80)
-	dir, cfg := newDaemonDir(t, "cpuSlots: 4\nstartWait: 1s\nlongPollWait: 5s\nmaxQueuedPerProject: 100000\n"+
+	dir, cfg := newDaemonDir(t, noLimits+"cpuSlots: 4\nstartWait: 1s\nlongPollWait: 5s\nmaxQueuedPerProject: 100000\n"+
 		"replica:\n  stopGrace: 2s\n  restartBackoff: 100ms\n")
 	dataFile := filepath.Join(dir, "data", "inferd.db")
 	mark := marker()
@@ -346,7 +347,7 @@ func TestCrashPointsInCommitPath(t *testing.T) {
 			name += " sync start"
 		}
 		t.Run(name, func(t *testing.T) {
-			dir, cfg := newDaemonDir(t, "startWait: 1s\nlongPollWait: 5s\n")
+			dir, cfg := newDaemonDir(t, noLimits+"startWait: 1s\nlongPollWait: 5s\n")
 			dataFile := filepath.Join(dir, "data", "inferd.db")
 			mark := marker()
 			d := startDaemonWith(t, dir, cfg, bin, "INFERD_REPLICA_USER=root", "INFERD_FAILPOINT="+tc.point)
@@ -444,7 +445,7 @@ func TestCrashPointsInCommitPath(t *testing.T) {
 func TestStartRefusesCorruptDataFile(t *testing.T) {
 	// A real data file with ~2 MB of call records, so that a cut at 1 MiB
 	// falls inside pages the file needs.
-	realDir, realCfg := newDaemonDir(t, "")
+	realDir, realCfg := newDaemonDir(t, noLimits)
 	d := startDaemon(t, realDir, realCfg)
 	key := d.createKey("acme", false)
 	echo := echoDir(t)
@@ -502,7 +503,7 @@ func TestStartRefusesCorruptDataFile(t *testing.T) {
 	var refused atomic.Int64
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			dir, cfg := newDaemonDir(t, "")
+			dir, cfg := newDaemonDir(t, noLimits)
 			path := filepath.Join(dir, "data", "inferd.db")
 			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 				t.Fatal(err)
@@ -663,11 +664,9 @@ func TestGracefulShutdownDrainsRunningCalls(t *testing.T) {
 // calls fail with "error: storage full", that what was stored before still
 // answers unchanged, and that calls work again once space is freed.
 func TestDiskFull(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs as the data dir needs root (CI runs as root); run `make faults` as root to include this test")
-	}
+	testenv.NeedRoot(t, "mounting a tmpfs as the data dir; run `make faults` as root to include this test")
 	echo := echoDir(t)
-	dir, cfg := newDaemonDir(t, "startWait: 10s\nlongPollWait: 5s\n")
+	dir, cfg := newDaemonDir(t, noLimits+"startWait: 10s\nlongPollWait: 5s\n")
 	data := filepath.Join(dir, "data")
 	if err := os.Mkdir(data, 0o700); err != nil {
 		t.Fatal(err)

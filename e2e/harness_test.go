@@ -24,6 +24,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"inferd/internal/testenv"
 )
 
 var inferdBin string
@@ -259,21 +261,42 @@ func (d *daemon) apply(manifest string) string {
 // do sends a request and returns the status and decoded JSON object.
 func do(t *testing.T, method, url string, headers map[string]string, body string) (int, map[string]any) {
 	t.Helper()
-	status, raw := doRaw(t, method, url, headers, body)
-	var obj map[string]any
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		t.Fatalf("%s %s: answer is not a JSON object (%v): %q", method, url, err, raw)
+	status, obj, err := tryDo(method, url, headers, body)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return status, obj
 }
 
+// tryDo is do for a goroutine other than the test's, which must not call
+// t.Fatal: it returns the failure instead.
+func tryDo(method, url string, headers map[string]string, body string) (int, map[string]any, error) {
+	status, raw, err := tryDoRaw(method, url, headers, body)
+	if err != nil {
+		return 0, nil, err
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return 0, nil, fmt.Errorf("%s %s: answer is not a JSON object (%v): %q", method, url, err, raw)
+	}
+	return status, obj, nil
+}
+
 func doRaw(t *testing.T, method, url string, headers map[string]string, body string) (int, []byte) {
 	t.Helper()
+	status, raw, err := tryDoRaw(method, url, headers, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return status, raw
+}
+
+func tryDoRaw(method, url string, headers map[string]string, body string) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
 	if err != nil {
-		t.Fatal(err)
+		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	for k, v := range headers {
@@ -281,14 +304,14 @@ func doRaw(t *testing.T, method, url string, headers map[string]string, body str
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
+		return 0, nil, fmt.Errorf("%s %s: %w", method, url, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatal(err)
+		return 0, nil, fmt.Errorf("%s %s: read the answer: %w", method, url, err)
 	}
-	return resp.StatusCode, raw
+	return resp.StatusCode, raw, nil
 }
 
 // marker is a unique value put in a project's env, so the test can find that
@@ -352,7 +375,7 @@ func echoDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 is not installed; the echo example needs it")
+		testenv.Missing(t, "python3 on PATH: the echo example needs it")
 	}
 	return dir
 }

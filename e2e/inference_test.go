@@ -31,14 +31,26 @@ type inferenceClient struct {
 
 func (c inferenceClient) start(modelKey, inputs string, startOnly bool) map[string]any {
 	c.t.Helper()
+	obj, err := c.tryStart(modelKey, inputs, startOnly)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return obj
+}
+
+// tryStart is start for a goroutine other than the test's, which must not call
+// t.Fatal: it returns the failure instead.
+func (c inferenceClient) tryStart(modelKey, inputs string, startOnly bool) (map[string]any, error) {
 	body := fmt.Sprintf(`{"id":"00000000-0000-0000-0000-000000000000","created":1,"apiKey":%q,"modelKey":%q,"startOnly":%t,"modelInputs":%s}`,
 		c.key, modelKey, startOnly, inputs)
-	status, obj := do(c.t, "POST", c.base+"/start/v4", nil, body)
-	if status != 200 {
-		c.t.Fatalf("start answered HTTP %d: %v", status, obj)
+	status, obj, err := tryDo("POST", c.base+"/start/v4", nil, body)
+	if err != nil {
+		return nil, err
 	}
-	checkEnvelope(c.t, obj)
-	return obj
+	if status != 200 {
+		return nil, fmt.Errorf("start answered HTTP %d: %v", status, obj)
+	}
+	return obj, envelopeErr(obj)
 }
 
 func (c inferenceClient) check(callID string, longPoll bool) map[string]any {
@@ -68,27 +80,49 @@ func (c inferenceClient) waitResult(callID string) map[string]any {
 // checkEnvelope asserts the fields every inference answer carries.
 func checkEnvelope(t *testing.T, obj map[string]any) {
 	t.Helper()
+	if err := envelopeErr(obj); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// envelopeErr says what is wrong with an inference answer's envelope, if anything.
+func envelopeErr(obj map[string]any) error {
 	if _, ok := obj["id"].(string); !ok {
-		t.Fatalf("id missing or not a string: %v", obj)
+		return fmt.Errorf("id missing or not a string: %v", obj)
 	}
 	if _, ok := obj["message"].(string); !ok {
-		t.Fatalf("message missing or not a string: %v", obj)
+		return fmt.Errorf("message missing or not a string: %v", obj)
 	}
 	if c, ok := obj["created"].(float64); !ok || c != float64(int64(c)) || c < 1.7e9 {
-		t.Fatalf("created must be integer Unix seconds: %v", obj)
+		return fmt.Errorf("created must be integer Unix seconds: %v", obj)
 	}
 	if _, ok := obj["apiVersion"].(string); !ok {
-		t.Fatalf("apiVersion missing: %v", obj)
+		return fmt.Errorf("apiVersion missing: %v", obj)
 	}
+	return nil
 }
 
 func output(t *testing.T, r map[string]any) map[string]any {
 	t.Helper()
+	out, err := outputOf(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// outputOf returns the model's reply in a finished call's answer, or says why
+// there is none; unlike output it is safe off the test's goroutine.
+func outputOf(r map[string]any) (map[string]any, error) {
 	outs, ok := r["modelOutputs"].([]any)
 	if !ok || len(outs) != 1 {
-		t.Fatalf("modelOutputs should be [reply], got %v", r)
+		return nil, fmt.Errorf("modelOutputs should be [reply], got %v", r)
 	}
-	return outs[0].(map[string]any)
+	out, ok := outs[0].(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("modelOutputs[0] should be a JSON object, got %v", r)
+	}
+	return out, nil
 }
 
 func TestInferenceEndToEnd(t *testing.T) {
@@ -244,13 +278,18 @@ func TestScalingEndToEnd(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := c.start("mk-burst", `{"sleep":0.5}`, false)
-			if r["message"] != "success" {
-				t.Errorf("burst call: %v", r)
+			r, err := c.tryStart("mk-burst", `{"sleep":0.5}`, false)
+			if err != nil || r["message"] != "success" {
+				t.Errorf("burst call: %v %v", r, err)
+				return
+			}
+			out, err := outputOf(r)
+			if err != nil {
+				t.Error(err)
 				return
 			}
 			mu.Lock()
-			replicas[output(t, r)["replica"].(string)]++
+			replicas[fmt.Sprint(out["replica"])]++
 			mu.Unlock()
 		}()
 	}
@@ -273,7 +312,7 @@ func TestScalingEndToEnd(t *testing.T) {
 // input.
 func TestCallsSurviveDaemonKill(t *testing.T) {
 	echo := echoDir(t)
-	dir, cfg := newDaemonDir(t, "cpuSlots: 4\n")
+	dir, cfg := newDaemonDir(t, noLimits+"cpuSlots: 4\n")
 	dataFile := filepath.Join(dir, "data", "inferd.db")
 	mark := marker()
 	d := startDaemon(t, dir, cfg)

@@ -3,12 +3,13 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"inferd/internal/testenv"
 )
 
 // scrapeMetrics GETs /metrics (no API key) and parses the exposition text:
@@ -133,11 +134,13 @@ func TestMetricsDuringLoad(t *testing.T) {
 	for range 3 {
 		ids = append(ids, c.start("mk-slow", `{"sleep":3}`, true)["callID"].(string))
 	}
-	polls := make(chan map[string]any, len(ids))
+	// Each poll reports its error on the channel: t.Fatal is for the test's
+	// goroutine only, and a poll that ended without sending would hang the test.
+	polls := make(chan error, len(ids))
 	for _, id := range ids {
 		go func() {
-			_, obj := do(t, "POST", d.base+"/check/v4", nil, `{"apiKey":"`+key+`","callID":"`+id+`","longPoll":true}`)
-			polls <- obj
+			_, _, err := tryDo("POST", d.base+"/check/v4", nil, `{"apiKey":"`+key+`","callID":"`+id+`","longPoll":true}`)
+			polls <- err
 		}()
 	}
 	var during map[string]float64
@@ -150,7 +153,9 @@ func TestMetricsDuringLoad(t *testing.T) {
 			during["inferd_longpolls_in_flight"] >= 1
 	})
 	for range ids {
-		<-polls
+		if err := <-polls; err != nil {
+			t.Errorf("long poll: %v", err)
+		}
 	}
 	// The slow replica holds both GPUs and is idle now: a call of another
 	// project evicts it.
@@ -188,16 +193,13 @@ func TestMetricsDuringLoad(t *testing.T) {
 
 // promtoolCheck runs `promtool check metrics` (Debian's prometheus package,
 // which scripts/test-deps.sh installs) on an exposition text. Without
-// promtool the test is skipped, after everything else in it has run,
-// unless INFERD_REQUIRE_CLIENT_TESTS=1 (make test) makes that a failure.
+// promtool the test is skipped, after everything else in it has run, or
+// fails under make test (testenv.Missing).
 func promtoolCheck(t *testing.T, exposition []byte) {
 	t.Helper()
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
-		if os.Getenv("INFERD_REQUIRE_CLIENT_TESTS") == "1" {
-			t.Fatal("promtool is not installed (Debian package prometheus)")
-		}
-		t.Skip("promtool is not installed (Debian package prometheus; make test installs it)")
+		testenv.Missing(t, "promtool (Debian package prometheus; make test installs it)")
 	}
 	cmd := exec.Command(promtool, "check", "metrics")
 	cmd.Stdin = bytes.NewReader(exposition)

@@ -15,7 +15,7 @@ import (
 // process. Each call ends in its own message and the daemon stays healthy.
 func TestModelFaultsEndToEnd(t *testing.T) {
 	echo := echoDir(t)
-	dir, cfg := newDaemonDir(t, "startWait: 20s\nlongPollWait: 5s\ncpuSlots: 8\n"+
+	dir, cfg := newDaemonDir(t, noLimits+"startWait: 20s\nlongPollWait: 5s\ncpuSlots: 8\n"+
 		"replica:\n  stopGrace: 2s\n  restartBackoff: 1s\n  maxRestartBackoff: 4s\n  maxBootFailures: 3\n")
 	mark, leakMark := marker(), marker()
 	d := startDaemon(t, dir, cfg)

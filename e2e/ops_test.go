@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"inferd/internal/testenv"
 )
 
 // TestBackupWhileServingAndRestoreElsewhere takes a backup while the daemon
@@ -205,11 +207,12 @@ func TestDoctorReports(t *testing.T) {
 
 	// As root, a model user that does not exist fails the check: serve
 	// would refuse to start.
-	if os.Geteuid() == 0 {
+	t.Run("a missing model user fails", func(t *testing.T) {
+		testenv.NeedRoot(t, "inferd checks replica.user only as root")
 		_, noUser := newDaemonDir(t, "replica:\n  user: no-such-inferd-user\n")
-		out, err = runCLI(noUser, "doctor")
+		out, err := runCLI(noUser, "doctor")
 		if err == nil || !strings.Contains(out, "fail  model user") || !strings.Contains(out, "no-such-inferd-user") {
 			t.Errorf("doctor with a missing replica.user: err %v, output:\n%s", err, out)
 		}
-	}
+	})
 }

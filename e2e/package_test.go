@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"inferd/internal/testenv"
 )
 
 const (
@@ -33,31 +35,20 @@ const (
 )
 
 func TestDebPackageInstallsServesAndPurges(t *testing.T) {
-	required := os.Getenv("INFERD_REQUIRE_CLIENT_TESTS") == "1"
-	skip := func(format string, a ...any) {
-		t.Helper()
-		msg := fmt.Sprintf(format, a...)
-		if required {
-			t.Fatalf("%s (INFERD_REQUIRE_CLIENT_TESTS=1, as in make test, so this test cannot skip)", msg)
-		}
-		t.Skip(msg)
-	}
-	if os.Geteuid() != 0 {
-		skip("the .deb install test installs a package: run it as root")
-	}
+	testenv.NeedRoot(t, "the .deb install test installs a package")
 	if _, err := exec.LookPath("dpkg"); err != nil {
-		skip("the .deb install test needs dpkg")
+		testenv.Missing(t, "dpkg, to install the .deb")
 	}
 	echoDir(t) // the packaged example needs python3
 	if out, _ := exec.Command("dpkg-query", "-W", "-f=${Status}", "inferd").Output(); len(out) > 0 && !strings.Contains(string(out), "not-installed") {
-		skip("an inferd package is already on this machine (%s); this test installs and purges its own, so it leaves that one alone: `dpkg --purge inferd` to let it run", out)
+		testenv.Missing(t, "a machine without an inferd package (one is installed: %s); this test installs and purges its own, so it leaves that one alone: `dpkg --purge inferd` to let it run", out)
 	}
 	if _, err := os.Stat(pkgDataDir); err == nil {
-		skip("%s exists without an inferd package; move it away to let this test run", pkgDataDir)
+		testenv.Missing(t, "a machine without %s (it exists without an inferd package); move it away to let this test run", pkgDataDir)
 	}
 
 	deb := buildDeb(t)
-	lintianCheck(t, deb, skip)
+	lintianCheck(t, deb)
 	t.Cleanup(func() {
 		// Whatever happened, leave no package behind.
 		if out, _ := exec.Command("dpkg-query", "-W", "-f=${Status}", "inferd").Output(); len(out) > 0 && !strings.Contains(string(out), "not-installed") {
@@ -227,11 +218,11 @@ func buildDeb(t *testing.T) string {
 // lintianCheck runs lintian (Debian's package checker, which
 // scripts/test-deps.sh installs) on deb and fails on any error or warning.
 // Informational tags are logged, not failed.
-func lintianCheck(t *testing.T, deb string, skip func(string, ...any)) {
+func lintianCheck(t *testing.T, deb string) {
 	t.Helper()
 	lintian, err := exec.LookPath("lintian")
 	if err != nil {
-		skip("lintian is not installed (Debian package lintian; make test installs it)")
+		testenv.Missing(t, "lintian (Debian package lintian; make test installs it)")
 	}
 	out, err := exec.Command(lintian, "--fail-on", "error,warning", "--display-info", deb).CombinedOutput()
 	if err != nil {

@@ -47,7 +47,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	d := startDaemon(t, dir, cfg)
 	key := d.createKey("vision", false)
 	mark := marker()
-	d.apply("projects:\n" +
+	d.apply("teams:\n  - {id: vision, quota: {replicas: 8}}\nprojects:\n" +
 		echoProject("captioner", "vision", "mk-captioner", echo, mark, "") + "    gpus: 1\n    minReplicas: 1\n" +
 		echoProject("detector", "vision", "mk-detector", echo, mark, "") + "    gpus: 1\n    minReplicas: 1\n    maxReplicas: 2\n" +
 		echoProject("broken", "vision", "mk-broken", echo, mark, `, BOOT_FAIL: "1"`) + "    minReplicas: 1\n")
@@ -108,6 +108,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		"EXPECT_FAILED=broken:BOOT_FAIL is set",
 		"EXPECT_CALL="+callID,
 		"EXPECT_REPLICA=captioner-1",
+		"EXPECT_TEAM=vision:8",
 		"SCREENSHOT="+shot,
 		"CHROMIUM="+browser,
 	)

@@ -12,6 +12,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 	"github.com/rs/zerolog"
 
+	"inferd/scheduler"
 	"inferd/scheduler/backend"
 	"inferd/store"
 )
@@ -22,7 +23,9 @@ const maxAdminBody = 10 << 20
 // AdminStore is what the admin API needs from a store.Store.
 type AdminStore interface {
 	ListTeams() ([]store.Team, error)
-	CreateKey(teamID string, scope store.KeyScope) (secret string, k store.APIKey, err error)
+	GetTeam(id string) (store.Team, error)
+	SetTeamQuota(id string, q store.Quota) (store.Team, error)
+	CreateScopedKey(teamID string, scope store.KeyScope, lim store.KeyLimits) (secret string, k store.APIKey, err error)
 	ListKeys(teamID string) ([]store.APIKey, error)
 	RevokeKey(id string) error
 	PutProjects(ps []store.Project) ([]store.Change, error) // all or nothing
@@ -40,7 +43,8 @@ type admin struct {
 	store       AdminStore
 	log         zerolog.Logger
 	capacity    func([]store.Project) []string
-	replicaLogs backend.Logs // nil = none (see AdminLogs)
+	replicaLogs backend.Logs                  // nil = none (see AdminLogs)
+	teamUse     func() []scheduler.TeamStatus // nil = no daemon: use unknown (see WithTeamUse)
 }
 
 // AdminOption adjusts the admin API.
@@ -70,6 +74,7 @@ func NewAdmin(st AdminStore, log zerolog.Logger, opts ...AdminOption) http.Handl
 	r.GET("/admin/projects", a.listProjects)
 	r.DELETE("/admin/projects/:id", a.deleteProject)
 	r.GET("/admin/teams", a.listTeams)
+	r.PUT("/admin/teams/:id", a.setTeam)
 	r.GET("/admin/backup", a.backup)
 	r.GET("/admin/logs/:project", a.logs)
 	return withRequestLog(r, log)
@@ -84,16 +89,26 @@ func (a *admin) recoverPanic(w http.ResponseWriter, r *http.Request, v any) {
 
 // keyView is an API key without its hash. Revoked is null while the key is
 // valid; the field names match store.APIKey so a client may decode into it.
+// Permissions are absent for a key that holds all three (and an admin key),
+// Expires null for a key that never expires, Projects absent for a key
+// that reaches every project of its team.
 type keyView struct {
-	ID      string         `json:"id"`
-	TeamID  string         `json:"teamId"`
-	Scope   store.KeyScope `json:"scope"`
-	Created time.Time      `json:"created"`
-	Revoked *time.Time     `json:"revoked"`
+	ID          string             `json:"id"`
+	TeamID      string             `json:"teamId"`
+	Scope       store.KeyScope     `json:"scope"`
+	Permissions []store.Permission `json:"permissions,omitempty"`
+	Expires     *time.Time         `json:"expires"`
+	Projects    []string           `json:"projects,omitempty"`
+	Created     time.Time          `json:"created"`
+	Revoked     *time.Time         `json:"revoked"`
 }
 
 func viewKey(k store.APIKey) keyView {
-	v := keyView{ID: k.ID, TeamID: k.TeamID, Scope: k.Scope, Created: k.Created}
+	v := keyView{ID: k.ID, TeamID: k.TeamID, Scope: k.Scope, Permissions: k.Permissions, Projects: k.Projects, Created: k.Created}
+	if !k.Expires.IsZero() {
+		t := k.Expires
+		v.Expires = &t
+	}
 	if k.IsRevoked() {
 		t := k.Revoked
 		v.Revoked = &t
@@ -104,6 +119,10 @@ func viewKey(k store.APIKey) keyView {
 type createKeyRequest struct {
 	Team  string         `json:"team"`
 	Scope store.KeyScope `json:"scope"`
+	// The key's limits (a team key only): permissions, expiry, projects.
+	Permissions []store.Permission `json:"permissions"`
+	Expires     time.Time          `json:"expires"`
+	Projects    []string           `json:"projects"`
 }
 
 type createKeyResponse struct {
@@ -111,8 +130,9 @@ type createKeyResponse struct {
 	Key    keyView `json:"key"`
 }
 
-// createKey handles POST /admin/keys {"team": T, "scope": "team"|"admin"}:
-// the team is created if missing, and the secret is shown this once.
+// createKey handles POST /admin/keys {"team": T, "scope": "team"|"admin",
+// "permissions": [...], "expires": RFC3339, "projects": [...]}: the team is
+// created if missing, and the secret is shown this once.
 func (a *admin) createKey(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	var req createKeyRequest
 	if err := readAdminJSON(w, r, &req); err != nil {
@@ -131,7 +151,12 @@ func (a *admin) createKey(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		writeError(w, r, a.log, badRequest("scope must be %q or %q", store.ScopeTeam, store.ScopeAdmin))
 		return
 	}
-	secret, key, err := a.store.CreateKey(req.Team, req.Scope)
+	lim := store.KeyLimits{Permissions: req.Permissions, Expires: req.Expires, Projects: req.Projects}
+	if !lim.Expires.IsZero() && !lim.Expires.After(time.Now()) {
+		writeError(w, r, a.log, badRequest("expires %s is not in the future", lim.Expires.Format(time.RFC3339)))
+		return
+	}
+	secret, key, err := a.store.CreateScopedKey(req.Team, req.Scope, lim)
 	if err != nil {
 		writeError(w, r, a.log, err)
 		return
@@ -186,6 +211,7 @@ func (a *admin) revokeKey(w http.ResponseWriter, r *http.Request, ps httprouter.
 }
 
 type applyRequest struct {
+	Teams    []store.Team    `json:"teams"` // id and quota of each team the manifest lists
 	Projects []store.Project `json:"projects"`
 }
 
@@ -200,10 +226,12 @@ type applyResponse struct {
 	Warnings []string      `json:"warnings,omitempty"` // the apply went through; these say what will not work as hoped
 }
 
-// apply handles POST /admin/apply {"projects": [...]}: every project is
-// validated first, then all are upserted (teams created if missing) in one
-// transaction, so a conflict leaves nothing applied; the changes are reported
-// in order.
+// apply handles POST /admin/apply {"teams": [...], "projects": [...]}:
+// every project is validated first, and checked against its caps and its
+// team's quota (the manifest's, else the stored one); then the teams'
+// quotas are set and all projects upserted (teams created if missing) in one
+// transaction, so a conflict leaves no project applied; the changes are
+// reported in order.
 func (a *admin) apply(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	var req applyRequest
 	if err := readAdminJSON(w, r, &req); err != nil {
@@ -229,6 +257,10 @@ func (a *admin) apply(w http.ResponseWriter, r *http.Request, _ httprouter.Param
 			writeError(w, r, a.log, err)
 			return
 		}
+	}
+	if err := a.setQuotas(req.Teams, req.Projects); err != nil {
+		writeError(w, r, a.log, err)
+		return
 	}
 	changes, err := a.store.PutProjects(req.Projects)
 	if err != nil {
@@ -300,23 +332,6 @@ func (a *admin) deleteProject(w http.ResponseWriter, r *http.Request, ps httprou
 		return
 	}
 	writeJSON(w, http.StatusOK, deletedResponse{Deleted: id})
-}
-
-type teamList struct {
-	Results []store.Team `json:"results"`
-}
-
-// listTeams handles GET /admin/teams.
-func (a *admin) listTeams(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-	teams, err := a.store.ListTeams()
-	if err != nil {
-		writeError(w, r, a.log, err)
-		return
-	}
-	if teams == nil {
-		teams = []store.Team{}
-	}
-	writeJSON(w, http.StatusOK, teamList{Results: teams})
 }
 
 // backup handles GET /admin/backup: a consistent snapshot of the data file,

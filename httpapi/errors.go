@@ -130,6 +130,7 @@ func apiError(err error, requestID string) (status int, code, msg string, intern
 	var ue *userError
 	var tooLarge *http.MaxBytesError
 	var ve *store.ValidationError
+	var qe *store.QuotaError
 	switch {
 	case errors.As(err, &ue):
 		return ue.status, ue.code, ue.msg, false
@@ -138,6 +139,8 @@ func apiError(err error, requestID string) (status int, code, msg string, intern
 			fmt.Sprintf("request body is larger than %d bytes", tooLarge.Limit), false
 	case errors.As(err, &ve):
 		return http.StatusBadRequest, codeBadRequest, ve.Error(), false
+	case errors.As(err, &qe):
+		return http.StatusBadRequest, codeBadRequest, qe.Error(), false
 	case errors.Is(err, errNotYours):
 		return http.StatusNotFound, codeNotFound, errProjectNotFound.Error(), false
 	case errors.Is(err, store.ErrInvalidKey):

@@ -171,17 +171,25 @@ func FuzzAdminBody(f *testing.F) {
 		{0, `{"team": "acme", "scope": "root"}`}, {0, `{"team": 5}`}, {0, `[]`},
 		{1, apply}, {1, `{"projects": [{"id": "x"}]}`}, {1, `{"projects": null}`}, {1, `{"projects": [{}, {}]}`},
 		{1, `{"projects": "x"}`}, {1, ``},
+		{0, `{"team": "acme", "permissions": ["read"], "expires": "2099-01-01T00:00:00Z", "projects": ["p1"]}`},
+		{0, `{"team": "acme", "permissions": ["root"], "expires": "yesterday"}`},
+		{1, `{"teams": [{"id": "t1", "quota": {"replicas": 1}}], ` + apply[1:]},
+		{1, `{"teams": [{"id": "t1", "quota": {"replicas": -1}}], "projects": []}`},
+		{2, `{"quota": {"replicas": 8, "gpus": 2, "queuedBytes": 1024}}`}, {2, `{"quota": {"lots": 1}}`}, {2, `{"quota": null}`},
 	} {
 		f.Add(s.route, []byte(s.body))
 	}
 	st := newTestStore(f)
 	h := NewAdmin(st, zerolog.Nop())
 	f.Fuzz(func(t *testing.T, route uint8, body []byte) {
-		path := "/admin/keys"
-		if route%2 == 1 {
+		method, path := http.MethodPost, "/admin/keys"
+		switch route % 3 {
+		case 1:
 			path = "/admin/apply"
+		case 2:
+			method, path = http.MethodPut, "/admin/teams/t1"
 		}
-		rec := serve(h, http.MethodPost, path, string(body))
+		rec := serve(h, method, path, string(body))
 		switch rec.Code {
 		case http.StatusOK, http.StatusCreated:
 			var v map[string]any

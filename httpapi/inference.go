@@ -101,6 +101,9 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		return
 	}
 	key, err := a.authenticate(args.apiKey, errInvalidAPIKey)
+	if err == nil {
+		err = requirePermission(key, store.PermInfer)
+	}
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -115,6 +118,9 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		return
 	case !mayAccess(key, project.TeamID):
 		a.fail(w, r, errUnknownModelKey) // never reveal another team's project
+		return
+	case !key.ReachesProject(project.ID):
+		a.fail(w, r, errNotAllowedProject(project.ID))
 		return
 	}
 
@@ -151,6 +157,9 @@ func (a *api) check(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		return
 	}
 	key, err := a.authenticate(args.apiKey, errInvalidAPIKey)
+	if err == nil {
+		err = requirePermission(key, store.PermInfer)
+	}
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -163,7 +172,7 @@ func (a *api) check(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 	case err != nil:
 		a.fail(w, r, err)
 		return
-	case !mayAccess(key, call.TeamID):
+	case !mayReach(key, call.TeamID, call.ProjectID):
 		a.fail(w, r, errCallNotFound) // never reveal another team's call
 		return
 	}
@@ -273,7 +282,8 @@ func pendingMessage(s store.CallState) string {
 
 // authenticate checks an API key secret and takes one request from the key's
 // rate limit. Unknown, malformed and revoked keys all give invalid, which
-// never says which.
+// never says which; an expired key is told so (only its holder can know
+// its secret).
 func (a *api) authenticate(secret string, invalid error) (store.APIKey, error) {
 	key, err := a.store.Authenticate(secret)
 	switch {
@@ -283,6 +293,8 @@ func (a *api) authenticate(secret string, invalid error) (store.APIKey, error) {
 		return store.APIKey{}, err
 	case key.IsRevoked():
 		return store.APIKey{}, invalid
+	case key.ExpiredAt(time.Now()):
+		return store.APIKey{}, errKeyExpired
 	}
 	if err := a.limits.allow(key.ID); err != nil {
 		return store.APIKey{}, err

@@ -42,9 +42,15 @@ type projectList struct {
 	Results []projectView `json:"results"`
 }
 
-// headerKey authenticates a project-API request by its X-Service-API-Key
-// (or the original X-Banana-API-Key) header.
+// headerKey authenticates a reading request (project API GETs, status) by
+// its X-Service-API-Key (or the original X-Banana-API-Key) header: the key
+// needs the read scope.
 func (a *api) headerKey(r *http.Request) (store.APIKey, error) {
+	return a.headerKeyFor(r, store.PermRead)
+}
+
+// headerKeyFor authenticates a project-API request that needs permission p.
+func (a *api) headerKeyFor(r *http.Request, p store.Permission) (store.APIKey, error) {
 	secret := r.Header.Get("X-Service-API-Key")
 	if secret == "" {
 		secret = r.Header.Get("X-Banana-API-Key")
@@ -52,7 +58,11 @@ func (a *api) headerKey(r *http.Request) (store.APIKey, error) {
 	if secret == "" {
 		return store.APIKey{}, errMissingHeaderKey
 	}
-	return a.authenticate(secret, errInvalidHeaderKey)
+	key, err := a.authenticate(secret, errInvalidHeaderKey)
+	if err != nil {
+		return store.APIKey{}, err
+	}
+	return key, requirePermission(key, p)
 }
 
 // listProjects handles GET /v1/projects: the caller's projects sorted by id
@@ -75,7 +85,7 @@ func (a *api) listProjects(w http.ResponseWriter, r *http.Request, _ httprouter.
 	slices.SortFunc(projects, func(x, y store.Project) int { return strings.Compare(x.ID, y.ID) })
 	out := projectList{Results: make([]projectView, 0, len(projects))}
 	for _, p := range projects {
-		if mayAccess(key, p.TeamID) {
+		if mayReach(key, p.TeamID, p.ID) {
 			out.Results = append(out.Results, viewProject(p))
 		}
 	}
@@ -95,7 +105,7 @@ func (a *api) getProject(w http.ResponseWriter, r *http.Request, ps httprouter.P
 		writeError(w, r, a.log, errProjectNotFound)
 	case err != nil:
 		writeError(w, r, a.log, err)
-	case !mayAccess(key, p.TeamID):
+	case !mayReach(key, p.TeamID, p.ID):
 		writeError(w, r, a.log, errProjectNotFound)
 	default:
 		writeJSON(w, http.StatusOK, viewProject(p))
@@ -105,7 +115,7 @@ func (a *api) getProject(w http.ResponseWriter, r *http.Request, ps httprouter.P
 // putProject handles PUT /v1/projects/:id: a partial, atomic update of the
 // four updatable fields. On any error nothing changes.
 func (a *api) putProject(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-	key, err := a.headerKey(r)
+	key, err := a.headerKeyFor(r, store.PermManage)
 	if err != nil {
 		writeError(w, r, a.log, err)
 		return
@@ -120,12 +130,24 @@ func (a *api) putProject(w http.ResponseWriter, r *http.Request, ps httprouter.P
 		writeError(w, r, a.log, err)
 		return
 	}
-	p, err := a.store.UpdateProject(ps.ByName("id"), func(p *store.Project) error {
-		if !mayAccess(key, p.TeamID) {
+	id := ps.ByName("id")
+	limits, err := a.teamLimits(id)
+	if errors.Is(err, store.ErrNotFound) {
+		err = errProjectNotFound
+	}
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	p, err := a.store.UpdateProject(id, func(p *store.Project) error {
+		if !mayReach(key, p.TeamID, p.ID) {
 			return errNotYours
 		}
 		upd.apply(p)
-		return p.Validate()
+		if err := p.Validate(); err != nil {
+			return err
+		}
+		return limits.check(*p)
 	})
 	switch {
 	case errors.Is(err, store.ErrNotFound), errors.Is(err, errNotYours):
@@ -135,6 +157,44 @@ func (a *api) putProject(w http.ResponseWriter, r *http.Request, ps httprouter.P
 	default:
 		writeJSON(w, http.StatusOK, viewProject(p))
 	}
+}
+
+// teamLimits reads what bounds a PUT of project id besides its own fields:
+// its team's quota and the team's other projects, whose minimums share it.
+// They are read before the update (its fn may not call the store), so two
+// PUTs racing on projects of one team may together pass a quota that each
+// alone keeps; the scheduler still holds the team to its quota.
+func (a *api) teamLimits(id string) (projectLimits, error) {
+	cur, err := a.store.GetProject(id)
+	if err != nil {
+		return projectLimits{}, err // ErrNotFound answers as a missing project
+	}
+	team, err := a.store.GetTeam(cur.TeamID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return projectLimits{}, err
+	}
+	others, err := a.store.ListProjects(cur.TeamID)
+	if err != nil {
+		return projectLimits{}, err
+	}
+	others = slices.DeleteFunc(others, func(p store.Project) bool { return p.ID == id })
+	return projectLimits{quota: team.Quota, others: others}, nil
+}
+
+// projectLimits bound a project update: the project's admin caps and its
+// team's quota.
+type projectLimits struct {
+	quota  store.Quota
+	others []store.Project // the team's other projects
+}
+
+// check returns the *store.QuotaError of p going beyond its team's quota
+// or its caps (a 400 that names the limit; the team's quota first).
+func (l projectLimits) check(p store.Project) error {
+	if err := l.quota.CheckProjects(p.TeamID, append(slices.Clone(l.others), p)); err != nil {
+		return err
+	}
+	return p.CheckCaps()
 }
 
 // updatable lists the attributes a PUT may set, in the order messages name them.

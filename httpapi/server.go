@@ -71,6 +71,7 @@ type Store interface {
 	GetProject(id string) (store.Project, error)
 	ListProjects(teamID string) ([]store.Project, error)
 	UpdateProject(id string, fn func(*store.Project) error) (store.Project, error)
+	GetTeam(id string) (store.Team, error) // its quota bounds a PUT
 }
 
 // Scheduler is what the public API needs from the scheduler.

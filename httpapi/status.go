@@ -149,6 +149,8 @@ type statusAll struct {
 	GPUs      []statusGPU     `json:"gpus"`
 	Projects  []statusProject `json:"projects"`
 	Calls     []statusCall    `json:"calls"`
+	// Teams is each visible team's use against its quota (viewTeams).
+	Teams []scheduler.TeamStatus `json:"teams"`
 }
 
 type results[T any] struct {
@@ -192,7 +194,7 @@ func (s *statusAPI) read(r *http.Request, wantCalls bool) (view, error) {
 	if v.projects, err = s.store.ListProjects(team); err != nil {
 		return view{}, err
 	}
-	v.projects = slices.DeleteFunc(v.projects, func(p store.Project) bool { return !mayAccess(key, p.TeamID) })
+	v.projects = slices.DeleteFunc(v.projects, func(p store.Project) bool { return !mayReach(key, p.TeamID, p.ID) })
 	slices.SortFunc(v.projects, func(x, y store.Project) int { return strings.Compare(x.ID, y.ID) })
 	if s.src.Snapshot != nil {
 		v.snapshot = s.src.Snapshot()
@@ -201,7 +203,7 @@ func (s *statusAPI) read(r *http.Request, wantCalls bool) (view, error) {
 		if v.calls, err = s.src.Calls.RecentCalls(team, latencyWindow); err != nil {
 			return view{}, err
 		}
-		v.calls = slices.DeleteFunc(v.calls, func(c store.Call) bool { return !mayAccess(key, c.TeamID) })
+		v.calls = slices.DeleteFunc(v.calls, func(c store.Call) bool { return !mayReach(key, c.TeamID, c.ProjectID) })
 	}
 	return v, nil
 }
@@ -225,6 +227,7 @@ func (s *statusAPI) all(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		GPUs:      s.viewGPUs(v),
 		Projects:  s.viewProjects(v),
 		Calls:     viewCalls(v.calls, limit),
+		Teams:     viewTeams(v),
 	})
 }
 
@@ -281,7 +284,7 @@ func (s *statusAPI) logs(w http.ResponseWriter, r *http.Request, ps httprouter.P
 	id, rid := ps.ByName("id"), ps.ByName("replica")
 	p, err := s.store.GetProject(id)
 	switch {
-	case errors.Is(err, store.ErrNotFound) || (err == nil && !mayAccess(key, p.TeamID)):
+	case errors.Is(err, store.ErrNotFound) || (err == nil && !mayReach(key, p.TeamID, p.ID)):
 		writeError(w, r, s.log, errProjectNotFound)
 		return
 	case err != nil:

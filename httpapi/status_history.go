@@ -68,7 +68,7 @@ func (s *statusAPI) history(w http.ResponseWriter, r *http.Request, _ httprouter
 		pt := historyPoint{Time: smp.At.UTC()}
 		lat := history.Latencies{}
 		for _, p := range smp.Projects {
-			if !mayAccess(key, p.TeamID) {
+			if !mayReach(key, p.TeamID, p.ID) {
 				continue
 			}
 			pt.SucceededPerSec += float64(p.Succeeded)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"inferd/internal/testenv"
 	"inferd/scheduler/backend/local"
 	"inferd/store"
 )
@@ -24,7 +25,7 @@ func TestLocalBackendRunsEchoModel(t *testing.T) {
 		t.Skip("starts real model processes")
 	}
 	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 not found: examples/echo cannot run")
+		testenv.Missing(t, "python3 on PATH: examples/echo cannot run")
 	}
 	echo, err := filepath.Abs("../examples/echo")
 	if err != nil {

@@ -24,6 +24,10 @@ func (s *Scheduler) dispatch(p *project) {
 		if r == nil {
 			return
 		}
+		if why := s.runBlocked(p); why != "" {
+			p.quotaWait = why
+			return
+		}
 		p.queue.pop()
 		s.startCall(c, r)
 	}

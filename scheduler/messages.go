@@ -9,7 +9,8 @@ import (
 )
 
 // The user-facing texts of the calls the scheduler ends. Clients see them as
-// the call's message, so each says what happened; DESIGN.md lists them.
+// the call's message, so each says what happened; README.md ("Errors you may
+// see") and docs/protocols.md list them.
 const (
 	msgSuccess        = "success"
 	msgInterrupted    = "error: interrupted by a server restart"

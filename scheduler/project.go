@@ -28,6 +28,7 @@ type project struct {
 	backoffT     timer         // armed: no boots until it fires
 	lastError    string
 	waiting      string // why a wanted replica is not booting, for the status
+	quotaWait    string // why its team's quota holds it back this pass (tenancy.go), for the status
 
 	// lastErrorAt and lastErrorReplica say when lastError happened and which
 	// replica's log tells more ("" when no replica's does), for the status.

@@ -23,6 +23,7 @@ func (s *Scheduler) schedule() {
 		return
 	}
 	for _, p := range s.order {
+		p.quotaWait = ""
 		s.dispatch(p)
 	}
 	for _, p := range s.order {
@@ -94,6 +95,10 @@ func (s *Scheduler) scaleUp() {
 			if needs[i] == 0 {
 				continue
 			}
+			if why := s.bootBlocked(p); why != "" {
+				p.quotaWait = why // waits for its own team, evicts nobody
+				continue
+			}
 			gpus, cpu, ok := s.acquire(p, devices)
 			if !ok {
 				continue
@@ -106,7 +111,7 @@ func (s *Scheduler) scaleUp() {
 	}
 	var waiting []*project
 	for k := range s.order {
-		if i := (start + k) % len(s.order); needs[i] > 0 {
+		if i := (start + k) % len(s.order); needs[i] > 0 && s.order[i].quotaWait == "" {
 			waiting = append(waiting, s.order[i])
 		}
 	}
@@ -267,7 +272,7 @@ func without(plan []assignment, victims []*rep) []assignment {
 func (s *Scheduler) lruIdle(except *project, gpu bool, taken []*rep) *rep {
 	var best *rep
 	for _, q := range s.order {
-		if q == except || q.deleted || q.queue.len() > 0 {
+		if q == except || q.deleted || q.queue.len() > 0 || !s.mayEvictFor(except, q, gpu) {
 			continue
 		}
 		live := q.live()

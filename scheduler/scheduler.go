@@ -60,6 +60,9 @@ type Store interface {
 	// SaveCallAsync queues a write without blocking; writes apply in the
 	// order queued and done is called once the write has committed or failed.
 	SaveCallAsync(c store.Call, done func(error))
+	// Teams' quotas bound what their projects hold (see tenancy.go).
+	ListTeams() ([]store.Team, error)
+	GetTeam(id string) (store.Team, error)
 }
 
 // errStopped is returned by Submit when the scheduler is not running.
@@ -110,6 +113,10 @@ type Scheduler struct {
 	scratch   []*rep
 	needs     []int
 	held      []assignment
+	// quotas are the teams' quotas (absent = unlimited); teamLoading is
+	// reloadTeam's reads in flight, like loading.
+	quotas      map[string]store.Quota
+	teamLoading map[string]bool
 }
 
 type lookupReq struct {
@@ -148,6 +155,9 @@ func New(cfg Config, st Store, b backend.Backend, clk Clock, log zerolog.Logger)
 		calls:    map[string]*call{},
 		failures: newRecentFailures(maxRecentFailures),
 		loading:  map[string]bool{},
+
+		quotas:      map[string]store.Quota{},
+		teamLoading: map[string]bool{},
 	}
 	close(s.closedc)
 	return s
@@ -289,6 +299,10 @@ func (s *Scheduler) handle(ev event) {
 		s.reload(ev.id)
 	case evProjectLoaded:
 		s.onProjectLoaded(ev)
+	case evTeamChanged:
+		s.reloadTeam(ev.id)
+	case evTeamLoaded:
+		s.onTeamLoaded(ev)
 	case evResaveFailed:
 		s.resave.add(ev.c)
 	case evDrain:
@@ -367,6 +381,9 @@ func (s *Scheduler) recoverPending(ctx context.Context) error {
 	}
 	for _, p := range projects {
 		s.addProject(p)
+	}
+	if err := s.loadQuotas(); err != nil {
+		return err
 	}
 	pending, err := s.st.PendingCalls()
 	if err != nil {

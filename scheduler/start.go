@@ -171,6 +171,10 @@ func (s *Scheduler) admit(req startReq) {
 		req.reply <- startResult{err: &queueFullError{waiting: n}}
 		return
 	}
+	if err := s.admitTeam(p, len(req.c.Inputs)); err != nil {
+		req.reply <- startResult{err: err}
+		return
+	}
 	c := &call{c: req.c, state: callQueued, unsaved: true, done: make(chan struct{}), p: p}
 	s.calls[c.c.ID] = c
 	p.queue.push(c)

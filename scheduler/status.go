@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"slices"
 	"time"
 )
@@ -12,6 +13,7 @@ type Status struct {
 	GPUs         []GPUStatus     `json:"gpus"`     // one per inventory device, in its order
 	CPUSlots     int             `json:"cpuSlots"`
 	CPUSlotsUsed int             `json:"cpuSlotsUsed"`
+	Teams        []TeamStatus    `json:"teams"` // each team's use against its quota, sorted by id
 }
 
 // GPUStatus is what inferd has handed out on one GPU: its own bookkeeping,
@@ -43,7 +45,7 @@ type ProjectStatus struct {
 	MaxReplicas int             `json:"maxReplicas"`
 	Queued      int             `json:"queued"`
 	Running     int             `json:"running"`
-	Waiting     string          `json:"waiting"`   // "", "waiting for CPU slot" or "waiting for GPU"
+	Waiting     string          `json:"waiting"`   // "", "waiting for CPU slot", "waiting for GPU" or "waiting: team T is at its Q quota (N)"
 	LastError   string          `json:"lastError"` // the last failed boot or crash
 	Replicas    []ReplicaStatus `json:"replicas"`  // in start order
 
@@ -80,7 +82,7 @@ func (s *Scheduler) snapshot() Status {
 			MaxReplicas: p.cfg.MaxReplicas,
 			Queued:      p.queue.len(),
 			Running:     p.running,
-			Waiting:     p.waiting,
+			Waiting:     cmp.Or(p.quotaWait, p.waiting),
 			LastError:   p.lastError,
 			Replicas:    make([]ReplicaStatus, 0, len(p.replicas)),
 
@@ -105,6 +107,7 @@ func (s *Scheduler) snapshot() Status {
 		st.Projects = append(st.Projects, ps)
 	}
 	st.GPUs = s.gpuStatus()
+	st.Teams = s.teamStatus()
 	return st
 }
 

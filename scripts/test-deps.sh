@@ -10,6 +10,7 @@ packages=(
   lintian           # e2e_package_test.go checks the .deb
   python3-torch     # examples/digits: a real PyTorch model server
   python3-sklearn   # examples/digits: the bundled 8x8 digits data set
+  python3-flask     # examples/potassium: the Potassium stand-in is built on Flask
 )
 
 missing=()

@@ -6,25 +6,21 @@ import (
 	"sync"
 )
 
-// ProjectHooks keeps the functions registered with OnProjectChange; an
-// implementation embeds it and calls Notify after each committed project
-// write. The zero value is ready to use.
-type ProjectHooks struct {
+// hookList is a list of change hooks, safe for concurrent use.
+type hookList struct {
 	mu    sync.RWMutex
-	hooks []func(projectID string)
+	hooks []func(id string)
 }
 
-// OnProjectChange implements Projects.
-func (h *ProjectHooks) OnProjectChange(fn func(projectID string)) {
+func (h *hookList) add(fn func(id string)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.hooks = append(h.hooks, fn)
 }
 
-// Notify runs the hooks, in registration order, for a change to project
-// id. Callers hold no lock or transaction of theirs: a hook may read the
-// store.
-func (h *ProjectHooks) Notify(id string) {
+// notify runs the hooks in registration order. Callers hold no lock or
+// transaction of theirs: a hook may read the store.
+func (h *hookList) notify(id string) {
 	h.mu.RLock()
 	hooks := h.hooks
 	h.mu.RUnlock()
@@ -32,6 +28,31 @@ func (h *ProjectHooks) Notify(id string) {
 		fn(id)
 	}
 }
+
+// ProjectHooks keeps the functions registered with OnProjectChange; an
+// implementation embeds it and calls Notify after each committed project
+// write. The zero value is ready to use.
+type ProjectHooks struct{ list hookList }
+
+// OnProjectChange implements Projects.
+func (h *ProjectHooks) OnProjectChange(fn func(projectID string)) { h.list.add(fn) }
+
+// Notify runs the hooks, in registration order, for a change to project
+// id. Callers hold no lock or transaction of theirs: a hook may read the
+// store.
+func (h *ProjectHooks) Notify(id string) { h.list.notify(id) }
+
+// TeamHooks keeps the functions registered with OnTeamChange; an
+// implementation embeds it and calls NotifyTeam after each committed quota
+// change. The zero value is ready to use.
+type TeamHooks struct{ list hookList }
+
+// OnTeamChange implements Teams.
+func (h *TeamHooks) OnTeamChange(fn func(teamID string)) { h.list.add(fn) }
+
+// NotifyTeam runs the hooks, in registration order, for a change to team
+// id. Callers hold no lock or transaction of theirs.
+func (h *TeamHooks) NotifyTeam(id string) { h.list.notify(id) }
 
 // SaveCallAndWait is SaveCall for an implementation whose writes go through
 // SaveCallAsync: it queues the write and waits for its commit or for ctx to

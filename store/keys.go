@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
+	"slices"
 	"time"
 )
 
@@ -22,9 +23,9 @@ const (
 
 // NewKey validates a key request and draws a fresh key for it: the secret,
 // shown once, and the record to store (its Hash, never the secret). An empty
-// scope means ScopeTeam. Key ids are 40 random bits: a store that finds the
-// id taken draws again.
-func NewKey(teamID string, scope KeyScope, now time.Time) (secret string, k APIKey, err error) {
+// scope means ScopeTeam; lim narrows a team key (see KeyLimits). Key ids are
+// 40 random bits: a store that finds the id taken draws again.
+func NewKey(teamID string, scope KeyScope, lim KeyLimits, now time.Time) (secret string, k APIKey, err error) {
 	if err := ValidateTeamID(teamID); err != nil {
 		return "", APIKey{}, err
 	}
@@ -35,13 +36,21 @@ func NewKey(teamID string, scope KeyScope, now time.Time) (secret string, k APIK
 	default:
 		return "", APIKey{}, invalid("scope", "must be %q or %q", ScopeTeam, ScopeAdmin)
 	}
+	if err := lim.validate(scope); err != nil {
+		return "", APIKey{}, err
+	}
+	lim.Permissions = slices.Clone(lim.Permissions)
+	lim.Projects = slices.Clone(lim.Projects)
+	if !lim.Expires.IsZero() {
+		lim.Expires = lim.Expires.UTC()
+	}
 	var idb [keyIDLen / 2]byte
 	var sec [keySecretBytes]byte
 	_, _ = rand.Read(idb[:]) // crypto/rand.Read never fails
 	_, _ = rand.Read(sec[:])
 	id := hex.EncodeToString(idb[:])
 	secret = keyPrefix + id + "_" + base64.RawURLEncoding.EncodeToString(sec[:])
-	k = APIKey{ID: id, TeamID: teamID, Scope: scope, Hash: HashKeySecret(secret), Created: now.UTC()}
+	k = APIKey{ID: id, TeamID: teamID, Scope: scope, Hash: HashKeySecret(secret), Created: now.UTC(), KeyLimits: lim}
 	return secret, k, nil
 }
 

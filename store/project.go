@@ -133,6 +133,9 @@ func (p Project) Validate() error {
 	case p.IdleTimeout < 0 || p.IdleTimeout > MaxTimeout:
 		return invalid("idleTimeout", "must be between 0 and %d seconds", MaxTimeout)
 	}
+	if err := p.Caps.validate(); err != nil {
+		return err
+	}
 	return p.Model.validate()
 }
 
@@ -156,6 +159,11 @@ func (m ModelSpec) validate() error {
 		return invalid("model.gpuMemoryMiB", "must be at least 0")
 	case m.Concurrency < 1 || m.Concurrency > MaxConcurrency:
 		return invalid("model.concurrency", "must be between 1 and %d", MaxConcurrency)
+	case m.Protocol == ProtocolPotassium && m.Concurrency != 1:
+		// Potassium 0.5 runs every handler on one worker thread: a second call
+		// sent to a replica would wait inside the app, its inferenceTimeout
+		// already running, while the scheduler counted it as served.
+		return invalid("model.concurrency", "must be 1 for protocol %q: a Potassium app runs one call at a time on its single worker (raise maxReplicas to serve more at once)", ProtocolPotassium)
 	case m.BootTimeout < 1 || m.BootTimeout > MaxTimeout:
 		return invalid("model.bootTimeout", "must be between 1 and %d seconds", MaxTimeout)
 	}

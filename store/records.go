@@ -9,13 +9,14 @@ import (
 type Team struct {
 	ID      string    `json:"id"`
 	Created time.Time `json:"created"`
+	Quota   Quota     `json:"quota,omitzero"` // set by an admin; zero = unlimited
 }
 
 // KeyScope says what an API key may reach.
 type KeyScope string
 
-// Key scopes: a team key sees its own team's projects and calls; an admin key
-// sees every team's and may use admin endpoints.
+// Key scopes: a team key sees its own team's projects and calls, within its
+// KeyLimits; an admin key sees every team's and may use admin endpoints.
 const (
 	ScopeTeam  KeyScope = "team"
 	ScopeAdmin KeyScope = "admin"
@@ -31,6 +32,9 @@ type APIKey struct {
 	Hash    string    `json:"hash"`
 	Created time.Time `json:"created"`
 	Revoked time.Time `json:"revoked,omitzero"`
+	// KeyLimits narrow a team key: permissions, expiry, project allowlist.
+	// Zero (a key made before they existed) is today's reach.
+	KeyLimits
 }
 
 // IsRevoked reports whether the key has been revoked.
@@ -46,8 +50,11 @@ type Project struct {
 	InferenceTimeout int       `json:"inferenceTimeout"` // seconds
 	IdleTimeout      int       `json:"idleTimeout"`      // seconds
 	Model            ModelSpec `json:"model"`
-	Created          time.Time `json:"created"`
-	Updated          time.Time `json:"updated"`
+	// Caps bound what the team may set through the project API; only an
+	// admin (the manifest) sets them.
+	Caps    ProjectCaps `json:"caps,omitzero"`
+	Created time.Time   `json:"created"`
+	Updated time.Time   `json:"updated"`
 }
 
 // ModelSpec says how to start and talk to a project's model server. It is

@@ -31,6 +31,16 @@ type Teams interface {
 	EnsureTeam(id string) (created bool, err error)
 	// ListTeams returns every team, sorted by id.
 	ListTeams() ([]Team, error)
+	// GetTeam returns the team with the given id, or ErrNotFound.
+	GetTeam(id string) (Team, error)
+	// SetTeamQuota replaces the team's quota, creating the team if it does
+	// not exist, and returns the team. An invalid id or quota is a
+	// *ValidationError.
+	SetTeamQuota(id string, q Quota) (Team, error)
+	// OnTeamChange registers fn to be called with a team's id after each
+	// committed SetTeamQuota that changed something; like OnProjectChange,
+	// hooks run after the commit on the writer's goroutine, in order.
+	OnTeamChange(fn func(teamID string))
 }
 
 // Keys are API keys. Only a key's hash is stored (see NewKey).
@@ -47,6 +57,10 @@ type Keys interface {
 	// stored. An empty scope means ScopeTeam; a bad team id or scope is a
 	// *ValidationError.
 	CreateKey(teamID string, scope KeyScope) (secret string, k APIKey, err error)
+	// CreateScopedKey is CreateKey for a key narrowed by lim (permissions,
+	// expiry, project allowlist); an invalid lim is a *ValidationError.
+	// CreateKey is CreateScopedKey with zero limits.
+	CreateScopedKey(teamID string, scope KeyScope, lim KeyLimits) (secret string, k APIKey, err error)
 	// ListKeys returns the keys of a team, or of every team when teamID is
 	// "", sorted by team, then creation time. Revoked keys are included.
 	ListKeys(teamID string) ([]APIKey, error)

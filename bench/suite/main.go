@@ -19,6 +19,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	inferdmanifest "inferd/manifest"
+	"inferd/store"
 )
 
 type options struct {
@@ -148,6 +151,17 @@ type env struct {
 	coldLog, burstLog string
 	coldQuietLog      string
 	inferdCfg         string
+	projects          []store.Project // the manifest's, as apply reads it
+}
+
+// alwaysOn returns how many replicas the projects keep running at all times
+// (the sum of their minReplicas).
+func (e *env) alwaysOn() int {
+	n := 0
+	for _, p := range e.projects {
+		n += p.MinReplicas
+	}
+	return n
 }
 
 func (e *env) tearDown() {
@@ -270,8 +284,12 @@ func startInferd(ctx context.Context, o options, e *env) error {
 		return err
 	}
 	mf := filepath.Join(e.dir, "projects.yaml")
-	if err := os.WriteFile(mf, fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog, e.coldQuietLog), 0o644); err != nil {
+	data := fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog, e.coldQuietLog)
+	if err := os.WriteFile(mf, data, 0o644); err != nil {
 		return err
+	}
+	if e.projects, err = inferdmanifest.Parse(data, e.dir); err != nil {
+		return fmt.Errorf("bench manifest: %w", err)
 	}
 	if out, err := exec.Command(o.inferd, "--config", e.inferdCfg, "apply", "-f", mf).CombinedOutput(); err != nil {
 		return fmt.Errorf("inferd apply: %v: %s", err, out)
@@ -290,13 +308,15 @@ func startInferd(ctx context.Context, o options, e *env) error {
 	return waitAlwaysOn(ctx, e)
 }
 
-// waitAlwaysOn waits until every replica that should always run is up.
-func waitAlwaysOn(ctx context.Context, e *env) error { // Every replica that should always run is up.
-	for _, w := range []struct {
-		project string
-		n       float64
-	}{{"noop", 1}, {"noop10", 1}, {"noop10x4", 4}, {"hang", 1}} {
-		if _, err := waitReplicas(ctx, e.base, w.project, "ready", 30*time.Second, func(v float64) bool { return v >= w.n }); err != nil {
+// waitAlwaysOn waits until every replica that should always run (each
+// project's minReplicas) is up.
+func waitAlwaysOn(ctx context.Context, e *env) error {
+	for _, p := range e.projects {
+		if p.MinReplicas == 0 {
+			continue
+		}
+		n := float64(p.MinReplicas)
+		if _, err := waitReplicas(ctx, e.base, p.ID, "ready", 30*time.Second, func(v float64) bool { return v >= n }); err != nil {
 			return err
 		}
 	}

@@ -98,7 +98,7 @@ func measureIdle(ctx context.Context, e *env, o options, r *report) error {
 		return err
 	}
 	r.idleRSS = rss
-	r.add("RSS idle (6 projects, 8 replicas up, no calls yet)", mib(rss), "≤ 40 MB", rss <= 40<<20)
+	r.add(fmt.Sprintf("RSS idle (%d projects, %d replicas up, no calls yet)", len(e.projects), e.alwaysOn()), mib(rss), "≤ 40 MB", rss <= 40<<20)
 	return nil
 }
 

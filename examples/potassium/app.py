@@ -1,7 +1,13 @@
 # An unmodified Potassium app, as users bring them from Banana: it calls
 # app.serve() without arguments, so it asks for 0.0.0.0:8000; inferd's protocol
 # "potassium" makes it listen on 127.0.0.1:$PORT instead (docs/protocols.md).
+#
+# Besides echoing its inputs it has a few knobs inferd's tests use: "sleep"
+# (seconds), "raise" (an exception), "hold" (wait for a file), "return_dict" (the
+# mistake of returning a plain dict), and it reports how many other calls were
+# running when it started (Potassium runs one at a time: always 0).
 import os
+import threading
 import time
 
 from potassium import Potassium, Request, Response
@@ -12,32 +18,73 @@ app = Potassium("echo")
 @app.init
 def init():
     # Runs before the port opens, like loading a model onto the GPU.
-    return {"loaded_at": time.time()}
+    return {"loaded_at": time.time(), "lock": threading.Lock(), "running": 0}
+
+
+def begin(context: dict) -> int:
+    """Counts this call as running; returns how many others already were."""
+    with context["lock"]:
+        context["running"] += 1
+        return context["running"] - 1
+
+
+def end(context: dict):
+    with context["lock"]:
+        context["running"] -= 1
+
+
+def hold(spec: dict):
+    """Creates the file spec["started"], then waits (up to a minute) until the
+    file spec["release"] exists: a test holds a call running for as long as it
+    needs to look at it."""
+    open(spec["started"], "w").close()
+    deadline = time.monotonic() + 60
+    while not os.path.exists(spec["release"]):
+        if time.monotonic() > deadline:
+            raise TimeoutError("nobody created " + spec["release"])
+        time.sleep(0.01)
 
 
 @app.handler(route="/")
 def handler(context: dict, request: Request) -> Response:
-    inputs = request.json
-    if isinstance(inputs, dict):
-        if "sleep" in inputs:
-            time.sleep(float(inputs["sleep"]))
-        if "raise" in inputs:
-            raise ValueError("bad prompt")
-    return Response(
-        json={
-            "echo": inputs,
-            "pid": os.getpid(),
-            "replica": os.environ.get("INFERD_REPLICA_ID"),
-            "request_id": request.id,
-        },
-        status=200,
-    )
+    others = begin(context)
+    try:
+        inputs = request.json
+        if isinstance(inputs, dict):
+            if "sleep" in inputs:
+                time.sleep(float(inputs["sleep"]))
+            if "hold" in inputs:
+                hold(inputs["hold"])
+            if "raise" in inputs:
+                raise ValueError("bad prompt")
+            if "return_dict" in inputs:
+                return {"echo": inputs}  # not a Response: Potassium answers 500
+        return Response(
+            json={
+                "echo": inputs,
+                "pid": os.getpid(),
+                "replica": os.environ.get("INFERD_REPLICA_ID"),
+                "request_id": request.id,
+                "request_id_header": request.headers.get("x-banana-request-id"),
+                "others_running": others,
+            },
+            status=200,
+        )
+    finally:
+        end(context)
 
 
 @app.background(route="/background")
 def background(context: dict, request: Request):
-    time.sleep(float((request.json or {}).get("sleep", 0)))
-    print("background done:", request.json, flush=True)
+    begin(context)
+    try:
+        inputs = request.json or {}
+        time.sleep(float(inputs.get("sleep", 0)))
+        if "hold" in inputs:
+            hold(inputs["hold"])
+        print("background done:", inputs, flush=True)
+    finally:
+        end(context)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,12 @@ func (c *keyCache) drop(id string) {
 // exist, and returns the secret, which is shown once and never stored. An
 // empty scope means ScopeTeam.
 func (s *Store) CreateKey(teamID string, scope store.KeyScope) (secret string, k store.APIKey, err error) {
-	if _, _, err := store.NewKey(teamID, scope, s.now()); err != nil {
+	return s.CreateScopedKey(teamID, scope, store.KeyLimits{})
+}
+
+// CreateScopedKey is CreateKey for a key narrowed by lim.
+func (s *Store) CreateScopedKey(teamID string, scope store.KeyScope, lim store.KeyLimits) (secret string, k store.APIKey, err error) {
+	if _, _, err := store.NewKey(teamID, scope, lim, s.now()); err != nil {
 		return "", store.APIKey{}, err
 	}
 	err = s.update(func(tx *bbolt.Tx) error {
@@ -71,7 +76,7 @@ func (s *Store) CreateKey(teamID string, scope store.KeyScope) (secret string, k
 		}
 		b := tx.Bucket(bucketKeys)
 		for {
-			secret, k, _ = store.NewKey(teamID, scope, s.now())
+			secret, k, _ = store.NewKey(teamID, scope, lim, s.now())
 			if b.Get([]byte(k.ID)) != nil {
 				continue // 40-bit id collision: draw again
 			}

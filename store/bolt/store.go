@@ -66,6 +66,7 @@ type Store struct {
 	migration Migration // what Open did to the schema
 
 	hooks store.ProjectHooks
+	store.TeamHooks
 
 	keys keyCache
 	// projects caches ProjectByModelKey; every project write resets it.

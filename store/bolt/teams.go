@@ -56,3 +56,57 @@ func (s *Store) ListTeams() ([]store.Team, error) {
 	}
 	return teams, nil
 }
+
+// GetTeam returns the team with the given id, or ErrNotFound.
+func (s *Store) GetTeam(id string) (store.Team, error) {
+	var t store.Team
+	err := s.view(func(tx *bbolt.Tx) error {
+		v := tx.Bucket(bucketTeams).Get([]byte(id))
+		if v == nil {
+			return store.ErrNotFound
+		}
+		return json.Unmarshal(v, &t)
+	})
+	if err != nil {
+		return store.Team{}, fmt.Errorf("get team %s: %w", id, err)
+	}
+	return t, nil
+}
+
+// SetTeamQuota replaces the team's quota, creating the team if missing.
+func (s *Store) SetTeamQuota(id string, q store.Quota) (store.Team, error) {
+	if err := store.ValidateTeamQuota(id, q); err != nil {
+		return store.Team{}, err
+	}
+	var (
+		t       store.Team
+		changed bool
+	)
+	err := s.update(func(tx *bbolt.Tx) error {
+		if _, err := s.ensureTeam(tx, id); err != nil {
+			return err
+		}
+		b := tx.Bucket(bucketTeams)
+		if err := json.Unmarshal(b.Get([]byte(id)), &t); err != nil {
+			return fmt.Errorf("decode: %w", err)
+		}
+		// update may run fn again (db.Batch): changed is decided each time.
+		changed = t.Quota != q
+		if !changed {
+			return nil
+		}
+		t.Quota = q
+		v, err := json.Marshal(t)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(id), v)
+	})
+	if err != nil {
+		return store.Team{}, fmt.Errorf("set quota of team %s: %w", id, err)
+	}
+	if changed {
+		s.NotifyTeam(id)
+	}
+	return t, nil
+}

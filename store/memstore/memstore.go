@@ -41,6 +41,7 @@ type Store struct {
 	fail    func(store.Call) error
 
 	hooks store.ProjectHooks
+	store.TeamHooks
 
 	kick     chan struct{} // a write was queued (buffered: one wake-up is enough)
 	release  chan struct{} // ReleaseCallWrite hands a held write through
@@ -374,9 +375,47 @@ func (s *Store) ListTeams() ([]store.Team, error) {
 	return out, nil
 }
 
+// GetTeam implements store.Teams.
+func (s *Store) GetTeam(id string) (store.Team, error) {
+	if err := s.lock(fmt.Sprintf("get team %s", id)); err != nil {
+		return store.Team{}, err
+	}
+	defer s.mu.Unlock()
+	t, ok := s.d.teams[id]
+	if !ok {
+		return store.Team{}, fmt.Errorf("get team %s: %w", id, store.ErrNotFound)
+	}
+	return t, nil
+}
+
+// SetTeamQuota implements store.Teams.
+func (s *Store) SetTeamQuota(id string, q store.Quota) (store.Team, error) {
+	if err := store.ValidateTeamQuota(id, q); err != nil {
+		return store.Team{}, err
+	}
+	if err := s.lock(fmt.Sprintf("set quota of team %s", id)); err != nil {
+		return store.Team{}, err
+	}
+	s.ensureTeam(id)
+	t := s.d.teams[id]
+	changed := t.Quota != q
+	t.Quota = q
+	s.d.teams[id] = t
+	s.mu.Unlock()
+	if changed {
+		s.NotifyTeam(id)
+	}
+	return t, nil
+}
+
 // CreateKey implements store.Keys.
 func (s *Store) CreateKey(teamID string, scope store.KeyScope) (string, store.APIKey, error) {
-	secret, k, err := store.NewKey(teamID, scope, s.now())
+	return s.CreateScopedKey(teamID, scope, store.KeyLimits{})
+}
+
+// CreateScopedKey implements store.Keys.
+func (s *Store) CreateScopedKey(teamID string, scope store.KeyScope, lim store.KeyLimits) (string, store.APIKey, error) {
+	secret, k, err := store.NewKey(teamID, scope, lim, s.now())
 	if err != nil {
 		return "", store.APIKey{}, err
 	}
@@ -388,7 +427,7 @@ func (s *Store) CreateKey(teamID string, scope store.KeyScope) (string, store.AP
 		if _, taken := s.d.keys[k.ID]; !taken {
 			break
 		}
-		secret, k, _ = store.NewKey(teamID, scope, s.now())
+		secret, k, _ = store.NewKey(teamID, scope, lim, s.now())
 	}
 	s.ensureTeam(teamID)
 	s.d.keys[k.ID] = k

@@ -229,8 +229,9 @@ func testUpdateProject(t *testing.T, e *env) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if stored.MaxReplicas != tc.wantMax || stored.Model.Env["A"] != "1" {
-				t.Errorf("stored max = %d env = %v, want max %d env A=1", stored.MaxReplicas, stored.Model.Env, tc.wantMax)
+			if stored.MaxReplicas != tc.wantMax || stored.MinReplicas != p.MinReplicas || stored.Model.Env["A"] != "1" {
+				t.Errorf("stored min = %d max = %d env = %v, want min %d max %d env A=1",
+					stored.MinReplicas, stored.MaxReplicas, stored.Model.Env, p.MinReplicas, tc.wantMax)
 			}
 		})
 	}

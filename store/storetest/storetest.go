@@ -48,6 +48,10 @@ var suite = []struct {
 	{"CreateKeyValidates", testCreateKeyValidates},
 	{"ListKeysSortedByTeamThenCreated", testListKeysSortedByTeamThenCreated},
 	{"RevokeTakesEffectDespiteConcurrentAuthentication", testRevokeTakesEffectDespiteConcurrentAuthentication},
+	// Tenancy.
+	{"TeamQuotaSetGetAndReopen", testTeamQuotaSetGetAndReopen},
+	{"ScopedKeyKeepsItsLimits", testScopedKeyKeepsItsLimits},
+	{"ProjectCapsAreKeptAndValidated", testProjectCapsAreKeptAndValidated},
 	// Projects.
 	{"ProjectByModelKeySeesEveryWriteAtOnce", testProjectByModelKeySeesEveryWriteAtOnce},
 	{"PutProjectReportsCreatedUpdatedUnchanged", testPutProjectReportsCreatedUpdatedUnchanged},

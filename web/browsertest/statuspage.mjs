@@ -13,6 +13,8 @@
 //   EXPECT_CALL      a finished call id that must show as succeeded
 //   EXPECT_REPLICA   a replica of EXPECT_QUIET whose log must open on click,
 //                    beside it
+//   EXPECT_TEAM      a team whose row shows its replicas against this quota:
+//                    TEAM:REPLICAS (optional)
 //   SCREENSHOT       where to save a full-page PNG
 //   CHROMIUM         the browser (default /usr/bin/chromium)
 import { chromium } from "playwright-core";
@@ -79,6 +81,15 @@ try {
     document.querySelector(`[data-project="${q}"]`).getBoundingClientRect().top, [first[first.length - 1], quiet]);
   assert.ok(below, `${quiet} shows below ${first.join(", ")}`);
   console.log(`ok: ${first.join(", ")} first in full, ${quiet} after them in one line`);
+
+  if (process.env.EXPECT_TEAM) {
+    const [team, quota] = process.env.EXPECT_TEAM.split(":");
+    await page.waitForFunction(([t, q]) => {
+      const cell = document.querySelector(`#teams [data-team="${t}"] td:nth-child(2)`);
+      return cell && new RegExp(`^[0-9]+ / ${q}$`).test(cell.textContent);
+    }, [team, quota]);
+    console.log(`ok: team ${team} shows its replicas against its quota of ${quota}`);
+  }
 
   // The charts of the last 15 minutes have data: the calls made before the
   // page opened, their latency, the queues and the GPUs' memory.

@@ -119,9 +119,29 @@ function render(st) {
     el("span", {}, el("b", {}, queued), " queued"),
     el("span", { class: "muted" }, `updated ${new Date(now).toLocaleTimeString()}`),
   );
+  renderTeams(st.teams || []);
   renderGPUs(st.gpus);
   renderProjects(st.projects, now);
   renderCalls(st.calls, now);
+}
+
+// renderTeams shows each team's use against its quota ("3 / 8"; "3" when
+// unlimited), only on a box where some team has a quota.
+function renderTeams(teams) {
+  const fields = [["replicas", "replicas", "Replicas"], ["gpus", "gpus", "GPUs"], ["cpuSlots", "cpuSlots", "CPU slots"],
+    ["runningCalls", "runningCalls", "Running"], ["queuedCalls", "queuedCalls", "Queued"], ["queuedBytes", "queuedBytes", "Queued bytes"]];
+  const limited = teams.some((t) => fields.some(([, q]) => t.quota[q] > 0));
+  $("teams-section").hidden = !limited;
+  if (!limited) return;
+  const cell = (t, use, q) => {
+    const fmt = use === "queuedBytes" ? bytes : (n) => n;
+    const max = t.quota[q] || 0;
+    const full = max > 0 && t[use] >= max;
+    return el("td", { class: full ? "waiting" : "" }, max > 0 ? `${fmt(t[use])} / ${fmt(max)}` : `${fmt(t[use])}`);
+  };
+  $("teams").replaceChildren(el("table", {},
+    el("thead", {}, el("tr", {}, el("th", {}, "Team"), ...fields.map(([, , label]) => el("th", {}, label)))),
+    el("tbody", {}, ...teams.map((t) => el("tr", { dataset: { team: t.id } }, el("td", {}, t.id), ...fields.map(([use, q]) => cell(t, use, q)))))));
 }
 
 function renderGPUs(gpus) {
@@ -282,6 +302,10 @@ function waitHelp(waiting) {
   if (waiting.startsWith("waiting for CPU slot")) {
     return "cpuSlots in the config: how many CPU replicas (gpus: 0) may run at once; 0 means one per core. " +
       "A slot frees when a replica stops (idleTimeout) or fails.";
+  }
+  if (waiting.startsWith("waiting: team")) {
+    return "The team's quota (inferd team set, or teams: in the manifest) bounds what its projects hold and run " +
+      "at once; calls wait until the team's own replicas or calls free it.";
   }
   if (waiting.startsWith("waiting for GPU")) {
     return "A replica needs its gpus (or gpuMemoryMiB) free on one GPU; idle replicas of other projects above " +

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"inferd/internal/testenv"
 	"inferd/scheduler/backend"
 	"inferd/store"
 )
@@ -88,7 +89,7 @@ func echoSpec(t *testing.T, id string) backend.Spec {
 	t.Helper()
 	py, err := python()
 	if err != nil {
-		t.Skipf("python3 is needed to run examples/echo: %v", err)
+		testenv.Missing(t, "python3 on PATH, to run examples/echo: %v", err)
 	}
 	server, err := filepath.Abs("../../../examples/echo/server.py")
 	if err != nil {

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,10 +12,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
+	"inferd/internal/testenv"
 	"inferd/scheduler/backend"
 	"inferd/store"
 )
@@ -25,19 +25,23 @@ type potassiumReply struct {
 	Pid       int            `json:"pid"`
 	Replica   string         `json:"replica"`
 	RequestID string         `json:"request_id"`
+	// RequestIDHeader is request.headers.get("x-banana-request-id"): headers
+	// are looked up case-insensitively.
+	RequestIDHeader string `json:"request_id_header"`
+	OthersRunning   int    `json:"others_running"` // calls running when it started
 }
 
+// potassiumPython is the interpreter the Potassium tests run: Debian's, which
+// scripts/test-deps.sh gives Flask (python3-flask), whatever python3 is on PATH.
+const potassiumPython = "/usr/bin/python3"
+
 // potassiumSpec returns a Spec running examples/potassium/app.py (an unmodified
-// Potassium app on the framework's test double), or skips the test when python3 or
-// Flask is missing.
+// Potassium app on the framework's test double); without Flask the test skips,
+// or fails under make test (testenv.Missing).
 func potassiumSpec(t *testing.T, id string) backend.Spec {
 	t.Helper()
-	py, err := python()
-	if err != nil {
-		t.Skipf("python3 is needed to run examples/potassium: %v", err)
-	}
-	if out, err := exec.Command(py, "-c", "import flask, werkzeug").CombinedOutput(); err != nil {
-		t.Skipf("flask and werkzeug are needed to run examples/potassium: %v: %s", err, out)
+	if out, err := exec.Command(potassiumPython, "-c", "import flask, werkzeug").CombinedOutput(); err != nil {
+		testenv.Missing(t, "%s cannot import flask and werkzeug (%v: %s); install python3-flask (scripts/test-deps.sh does)", potassiumPython, err, bytes.TrimSpace(out))
 	}
 	app, err := filepath.Abs("../../../examples/potassium")
 	if err != nil {
@@ -47,23 +51,116 @@ func potassiumSpec(t *testing.T, id string) backend.Spec {
 		ReplicaID: id,
 		ProjectID: "proj-potassium",
 		TeamID:    "team",
-		Model:     store.ModelSpec{Command: []string{py, "app.py"}, Dir: app, Protocol: store.ProtocolPotassium},
+		Model:     store.ModelSpec{Command: []string{potassiumPython, "app.py"}, Dir: app, Protocol: store.ProtocolPotassium},
 	}
+}
+
+// potassiumCall is one Infer on a potassium replica, run on its own goroutine
+// (which must not end the test) and decoded on the test's.
+type potassiumCall struct {
+	inputs string
+	done   chan struct{}
+	out    json.RawMessage
+	err    error
+}
+
+// startPotassiumCall starts Infer(inputs) on p without waiting for it.
+func startPotassiumCall(p *Process, inputs string) *potassiumCall {
+	c := &potassiumCall{inputs: inputs, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
+		defer cancel()
+		c.out, c.err = p.Infer(ctx, json.RawMessage(inputs))
+	}()
+	return c
+}
+
+// reply waits for the call and decodes its reply; it fails the test on an error.
+func (c *potassiumCall) reply(t *testing.T, p *Process) potassiumReply {
+	t.Helper()
+	<-c.done // Infer gives up by itself after testDeadline
+	if c.err != nil {
+		t.Fatalf("Infer(%s): %v; last line %q", c.inputs, c.err, p.LastLogLine())
+	}
+	var r potassiumReply
+	if err := json.Unmarshal(c.out, &r); err != nil {
+		t.Fatalf("reply %s: %v", c.out, err)
+	}
+	return r
 }
 
 func potassiumInfer(t *testing.T, p *Process, inputs string) potassiumReply {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
-	defer cancel()
-	out, err := p.Infer(ctx, json.RawMessage(inputs))
+	return startPotassiumCall(p, inputs).reply(t, p)
+}
+
+// holdInputs returns inputs (fields plus "hold") that make app.py create started
+// and then wait until release exists.
+func holdInputs(fields map[string]any, started, release string) string {
+	in := map[string]any{"hold": map[string]string{"started": started, "release": release}}
+	for k, v := range fields {
+		in[k] = v
+	}
+	b, _ := json.Marshal(in)
+	return string(b)
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+func touch(t *testing.T, path string) {
+	t.Helper()
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// potassiumStatus is GET /__status__ of a replica.
+type potassiumStatus struct {
+	GPUAvailable   bool `json:"gpu_available"`
+	SequenceNumber int  `json:"sequence_number"`
+	IdleTime       int  `json:"idle_time"`
+	InferenceTime  int  `json:"inference_time"`
+}
+
+func statusOf(t *testing.T, p *Process) potassiumStatus {
+	t.Helper()
+	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(p.port) + "/__status__")
 	if err != nil {
-		t.Fatalf("Infer(%s): %v; last line %q", inputs, err, p.LastLogLine())
+		t.Fatal(err)
 	}
-	var r potassiumReply
-	if err := json.Unmarshal(out, &r); err != nil {
-		t.Fatalf("reply %s: %v", out, err)
+	defer resp.Body.Close()
+	var st potassiumStatus
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /__status__: %d, %v", resp.StatusCode, err)
 	}
-	return r
+	return st
+}
+
+// waitsForTheWorker checks that a call sent to p while its worker is held (by a
+// call waiting for release) runs only once release exists: Potassium serves one
+// call at a time. The call is known to have arrived when the status's sequence
+// number counts it, so the check does not depend on timing.
+func waitsForTheWorker(t *testing.T, p *Process, release string) {
+	t.Helper()
+	before := statusOf(t, p).SequenceNumber
+	queued := startPotassiumCall(p, `{"queued": true}`)
+	waitFor(t, "the queued call to arrive", func() bool { return statusOf(t, p).SequenceNumber > before })
+	if st := statusOf(t, p); st.GPUAvailable {
+		t.Errorf("status while the worker is held = %+v; want gpu_available false", st)
+	}
+	select {
+	case <-queued.done:
+		t.Errorf("a call finished while the worker was held (err %v): calls to one app must run one at a time", queued.err)
+	default:
+	}
+	touch(t, release)
+	if r := queued.reply(t, p); r.OthersRunning != 0 {
+		t.Errorf("the queued call started while %d other calls ran", r.OthersRunning)
+	}
 }
 
 func TestPotassiumShimIsWrittenOnceAndPrependedToPythonPath(t *testing.T) {
@@ -93,7 +190,8 @@ func TestPotassiumShimIsWrittenOnceAndPrependedToPythonPath(t *testing.T) {
 }
 
 // TestPotassiumReplicasRunSideBySide runs two replicas of one unmodified Potassium
-// app (both ask for port 8000) and checks the protocol end to end.
+// app (both ask for port 8000) and checks the protocol end to end, as Potassium
+// 0.5.0 speaks it: each app serves one call at a time.
 func TestPotassiumReplicasRunSideBySide(t *testing.T) {
 	be := testBackend(t)
 	a := startModel(t, be, potassiumSpec(t, "pot-a"))
@@ -103,30 +201,38 @@ func TestPotassiumReplicasRunSideBySide(t *testing.T) {
 	if a.port == b.port || a.port == 8000 || b.port == 8000 {
 		t.Fatalf("ports %d and %d", a.port, b.port)
 	}
+	dir := t.TempDir() // the files calls hold on
 
 	t.Run("overlapping calls are served by different replicas", func(t *testing.T) {
-		var wg sync.WaitGroup
-		replies := make([]potassiumReply, 2)
-		start := time.Now()
+		// Each call holds its replica until both have started: they overlap.
+		release := filepath.Join(dir, "overlap-release")
+		var calls []*potassiumCall
 		for i, p := range []*Process{a, b} {
-			wg.Go(func() { replies[i] = potassiumInfer(t, p, `{"sleep": 1, "n": `+strconv.Itoa(i)+`}`) })
+			started := filepath.Join(dir, "overlap-started-"+strconv.Itoa(i))
+			calls = append(calls, startPotassiumCall(p, holdInputs(map[string]any{"n": i}, started, release)))
 		}
-		wg.Wait()
-		if took := time.Since(start); took > 1900*time.Millisecond {
-			t.Errorf("two 1 s calls took %v: they did not overlap", took)
-		}
+		waitFor(t, "both calls running at once", func() bool {
+			return fileExists(filepath.Join(dir, "overlap-started-0")) && fileExists(filepath.Join(dir, "overlap-started-1"))
+		})
+		touch(t, release)
 		for i, p := range []*Process{a, b} {
-			r := replies[i]
+			r := calls[i].reply(t, p)
 			if r.Pid != p.pid || r.Replica != p.spec.ReplicaID || r.Echo["n"] != float64(i) {
 				t.Errorf("reply %d = %+v; want pid %d, replica %s", i, r, p.pid, p.spec.ReplicaID)
 			}
-			if len(r.RequestID) != 36 {
-				t.Errorf("request id %q is not a uuid", r.RequestID)
+			if len(r.RequestID) != 36 || r.RequestIDHeader != r.RequestID {
+				t.Errorf("request id %q, header x-banana-request-id %q: want the same uuid", r.RequestID, r.RequestIDHeader)
 			}
 		}
-		if replies[0].Pid == replies[1].Pid {
-			t.Errorf("both calls served by pid %d", replies[0].Pid)
-		}
+	})
+
+	t.Run("calls to one replica run one at a time", func(t *testing.T) {
+		release := filepath.Join(dir, "serial-release")
+		started := filepath.Join(dir, "serial-started")
+		first := startPotassiumCall(a, holdInputs(nil, started, release))
+		waitFor(t, "the first call running", func() bool { return fileExists(started) })
+		waitsForTheWorker(t, a, release)
+		first.reply(t, a)
 	})
 
 	t.Run("exception", func(t *testing.T) {
@@ -146,6 +252,16 @@ func TestPotassiumReplicasRunSideBySide(t *testing.T) {
 		// The replica still serves.
 		if r := potassiumInfer(t, a, `{"after": 1}`); r.Echo["after"] != float64(1) {
 			t.Errorf("after the exception: %+v", r)
+		}
+	})
+
+	t.Run("a handler that returns no Response raises", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
+		defer cancel()
+		_, err := a.Infer(ctx, json.RawMessage(`{"return_dict": true}`))
+		var exc *backend.ExceptionError
+		if !errors.As(err, &exc) || exc.LastLine != "Exception: Potassium Response object not returned" {
+			t.Fatalf("Infer = %v (%T); want *ExceptionError: Potassium Response object not returned", err, err)
 		}
 	})
 
@@ -201,11 +317,17 @@ func TestPotassiumReplicasRunSideBySide(t *testing.T) {
 		}
 	})
 
-	t.Run("background route answers at once", func(t *testing.T) {
-		start := time.Now()
-		status, body := post(t, base(b)+"/background", `{"sleep": 2}`)
-		if status != 200 || strings.TrimSpace(body) != `{"started": true}` || time.Since(start) > time.Second {
-			t.Errorf("POST /background = %d %q after %v", status, body, time.Since(start))
+	t.Run("a background call answers at once and holds the worker", func(t *testing.T) {
+		// The handler waits for release, which exists only after the answer
+		// came: it answered before its handler finished.
+		release := filepath.Join(dir, "background-release")
+		started := filepath.Join(dir, "background-started")
+		status, body := post(t, base(b)+"/background", holdInputs(nil, started, release))
+		var got map[string]any
+		if status != 200 || json.Unmarshal([]byte(body), &got) != nil || got["started"] != true {
+			t.Fatalf("POST /background = %d %q", status, body)
 		}
+		waitFor(t, "the background handler running", func() bool { return fileExists(started) })
+		waitsForTheWorker(t, b, release)
 	})
 }

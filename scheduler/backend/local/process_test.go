@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"inferd/internal/testenv"
 	"inferd/scheduler/backend"
 )
 
@@ -415,7 +416,7 @@ func TestLogFileRotatesAtCap(t *testing.T) {
 
 func TestExitedDoesNotWaitForAChildThatLeftTheGroup(t *testing.T) {
 	if _, err := exec.LookPath("setsid"); err != nil {
-		t.Skipf("setsid is needed: %v", err)
+		testenv.Missing(t, "setsid (util-linux): %v", err)
 	}
 	// The escaped sleep keeps the log pipe open after the leader exits; Exited must
 	// still close (after drainWait) and the copier must end. It reports its pid only

@@ -6,12 +6,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"inferd/internal/testenv"
 )
 
 func TestLookupRunAs(t *testing.T) {
 	u, err := LookupRunAs("nobody")
 	if err != nil {
-		t.Skipf("no user nobody here: %v", err)
+		testenv.Missing(t, "a user named nobody: %v", err)
 	}
 	if u.UID == 0 || u.Name != "nobody" {
 		t.Errorf("nobody resolved to %+v", u)

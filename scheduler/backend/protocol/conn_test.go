@@ -20,6 +20,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"inferd/internal/testenv"
 	"inferd/scheduler/backend"
 )
 
@@ -354,7 +355,7 @@ srv.serve_forever()
 func TestInferOnAModelThatClosesEveryConnection(t *testing.T) {
 	py, err := exec.LookPath("python3")
 	if err != nil {
-		t.Skipf("python3 is needed: %v", err)
+		testenv.Missing(t, "python3 on PATH: %v", err)
 	}
 	model := exec.Command(py, "-c", http10Model)
 	out, err := model.StdoutPipe()

@@ -1,0 +1,52 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestTeamSetAndListShowTheQuota(t *testing.T) {
+	r, dataDir := runInProcess(t, "team", "set", "acme", "--replicas", "8", "--gpus", "2", "--queued-bytes", "2GiB")
+	if r.code != 0 || !strings.Contains(r.stdout, "Team acme: quota replicas=8 gpus=2 queuedBytes=2147483648.") {
+		t.Fatalf("team set: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	list := runCLI(t, nil, "--data-dir", dataDir, "team", "list")
+	// No daemon runs: use is unknown ("-"), quotas are shown, unlimited as "-".
+	if list.code != 0 || !strings.Contains(list.stdout, "acme  -/8       -/2") || !strings.Contains(list.stdout, "-/2147483648") {
+		t.Errorf("team list: exit %d, stdout %q, stderr %q", list.code, list.stdout, list.stderr)
+	}
+	for _, args := range [][]string{
+		{"team", "set"},
+		{"team", "set", "acme", "--queued-bytes", "lots"},
+		{"team", "set", "acme", "--gpus", "two"},
+	} {
+		if r := runCLI(t, nil, append([]string{"--data-dir", dataDir}, args...)...); r.code != 2 {
+			t.Errorf("inferd %v: exit %d, stderr %q; want a usage error", args, r.code, r.stderr)
+		}
+	}
+	if r := runCLI(t, nil, "--data-dir", dataDir, "team", "set", "acme", "--gpus", "-1"); r.code != 1 || !strings.Contains(r.stderr, "quota.gpus") {
+		t.Errorf("negative quota: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+func TestKeyCreateWithScopeExpiryAndProjects(t *testing.T) {
+	r, dataDir := runInProcess(t, "key", "create", "--team", "acme", "--scope", "read", "--expires", "30d", "--projects", "a,b")
+	if r.code != 0 || !strings.Contains(r.stdout, "Created read key") {
+		t.Fatalf("key create: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	list := runCLI(t, nil, "--data-dir", dataDir, "key", "list")
+	if list.code != 0 || !strings.Contains(list.stdout, "EXPIRES") || !strings.Contains(list.stdout, " read ") ||
+		!strings.Contains(list.stdout, " a,b ") || strings.Contains(list.stdout, "never") {
+		t.Errorf("key list: exit %d, stdout %q", list.code, list.stdout)
+	}
+	for _, args := range [][]string{
+		{"key", "create", "--team", "acme", "--scope", "admin"},
+		{"key", "create", "--team", "acme", "--expires", "soon"},
+		{"key", "create", "--team", "acme", "--expires", "-1d"},
+		{"key", "create", "--admin", "--scope", "read"},
+	} {
+		if r := runCLI(t, nil, append([]string{"--data-dir", dataDir}, args...)...); r.code != 2 {
+			t.Errorf("inferd %v: exit %d, stderr %q; want a usage error", args, r.code, r.stderr)
+		}
+	}
+}

@@ -1,0 +1,41 @@
+// Package testenv decides what a test does when the machine lacks something it
+// needs (a program, a Python module, root). A developer's `go test` skips such a
+// test and says what is missing; `make test`, which installs every dependency
+// (scripts/test-deps.sh, make client-deps) and sets INFERD_REQUIRE_CLIENT_TESTS=1,
+// fails it instead, so a CI run cannot pass by silently skipping what it was
+// meant to check.
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"testing"
+)
+
+// RequireVar is the environment variable `make test` sets to 1: under it a
+// missing test dependency is a failure, not a skip.
+const RequireVar = "INFERD_REQUIRE_CLIENT_TESTS"
+
+// Required reports whether missing test dependencies fail tests (RequireVar=1).
+func Required() bool { return os.Getenv(RequireVar) == "1" }
+
+// Missing ends t because something it needs is missing: a skip normally, a
+// failure under RequireVar=1. The message says what is missing and, where the
+// caller knows, how to get it. It must be called from the test's goroutine.
+func Missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if Required() {
+		t.Fatalf("missing test dependency: %s (%s=1, as in make test: this test may not skip)", msg, RequireVar)
+	}
+	t.Skip("missing test dependency: " + msg)
+}
+
+// NeedRoot ends t (as Missing does) unless the test runs as root; what says
+// what the test does that needs root.
+func NeedRoot(t testing.TB, what string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Missing(t, "root: %s (run the tests as root, as CI does)", what)
+	}
+}

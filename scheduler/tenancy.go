@@ -1,0 +1,256 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"inferd/store"
+)
+
+// Tenancy (DESIGN.md "Tenancy"): each team's quota bounds what its projects
+// hold (replicas, GPUs, CPU slots), run (calls at once) and queue (calls
+// and their input bytes); a zero field is unlimited, so a box without
+// quotas schedules as if it had one team. When the box is full, a team
+// below its fair share may have an idle replica of a team above its share
+// stopped (see mayEvictFor); within a team the LRU rule of evict stands.
+
+// ErrTeamQuota is wrapped by Submit's error when the project's team already
+// queues as many calls, or input bytes, as its quota allows.
+var ErrTeamQuota = errors.New("team quota reached")
+
+// teamQuotaError names the quota a start would exceed, e.g. "team acme is at
+// its queuedCalls quota (5000); retry later".
+type teamQuotaError struct {
+	team, quota string
+	max         int64
+}
+
+func (e *teamQuotaError) Error() string {
+	return fmt.Sprintf("team %s is at its %s quota (%d); retry later", e.team, e.quota, e.max)
+}
+
+func (e *teamQuotaError) Unwrap() error { return ErrTeamQuota }
+
+// TeamStatus is one team's use of the box against its quota.
+type TeamStatus struct {
+	ID           string      `json:"id"`
+	Quota        store.Quota `json:"quota"` // zero fields are unlimited
+	Replicas     int         `json:"replicas"`
+	GPUs         int         `json:"gpus"`
+	CPUSlots     int         `json:"cpuSlots"`
+	RunningCalls int         `json:"runningCalls"`
+	QueuedCalls  int         `json:"queuedCalls"`
+	QueuedBytes  int64       `json:"queuedBytes"`
+}
+
+// teamUse is what a team holds now: every replica that has not exited
+// (stopping ones still hold their GPU or CPU slot), its running calls, and
+// its calls not yet dispatched.
+type teamUse struct {
+	replicas, gpus, cpuSlots, running, queued int
+	queuedBytes                               int64
+}
+
+// useOf adds up team's use. It walks the team's projects and, for queued
+// bytes, the live calls: cheap next to a scheduling pass.
+func (s *Scheduler) useOf(team string) teamUse {
+	var u teamUse
+	for _, p := range s.order {
+		if p.cfg.TeamID != team {
+			continue
+		}
+		u.running += p.running
+		for _, r := range p.replicas {
+			u.replicas++
+			u.gpus += len(r.gpus)
+			if r.cpuSlot {
+				u.cpuSlots++
+			}
+		}
+	}
+	for _, c := range s.calls {
+		if (c.state == callQueued || c.state == callSaving) && c.p.cfg.TeamID == team {
+			u.queued++
+			u.queuedBytes += int64(len(c.c.Inputs))
+		}
+	}
+	return u
+}
+
+// admitTeam refuses a call of p, with inputs bytes of input, when p's team
+// queues as many calls or bytes as its quota allows.
+func (s *Scheduler) admitTeam(p *project, inputs int) error {
+	team := p.cfg.TeamID
+	q := s.quotas[team]
+	if q.QueuedCalls == 0 && q.QueuedBytes == 0 {
+		return nil
+	}
+	u := s.useOf(team)
+	switch {
+	case q.QueuedCalls > 0 && u.queued >= q.QueuedCalls:
+		return &teamQuotaError{team: team, quota: "queuedCalls", max: int64(q.QueuedCalls)}
+	case q.QueuedBytes > 0 && u.queuedBytes+int64(inputs) > q.QueuedBytes:
+		return &teamQuotaError{team: team, quota: "queuedBytes", max: q.QueuedBytes}
+	}
+	return nil
+}
+
+// bootBlocked says why p's team may not boot another replica of p ("" when
+// it may): the replica would take the team beyond its replicas, GPUs or CPU
+// slots quota. The text is the project's waiting reason on the status page.
+func (s *Scheduler) bootBlocked(p *project) string {
+	team := p.cfg.TeamID
+	q := s.quotas[team]
+	if q.Replicas == 0 && q.GPUs == 0 && q.CPUSlots == 0 {
+		return ""
+	}
+	u := s.useOf(team)
+	gpus := requestOf(p.cfg.Model).gpus
+	switch {
+	case q.Replicas > 0 && u.replicas+1 > q.Replicas:
+		return fmt.Sprintf("waiting: team %s is at its replicas quota (%d)", team, q.Replicas)
+	case gpus > 0 && q.GPUs > 0 && u.gpus+gpus > q.GPUs:
+		return fmt.Sprintf("waiting: team %s is at its gpus quota (%d)", team, q.GPUs)
+	case gpus == 0 && q.CPUSlots > 0 && u.cpuSlots+1 > q.CPUSlots:
+		return fmt.Sprintf("waiting: team %s is at its cpuSlots quota (%d)", team, q.CPUSlots)
+	}
+	return ""
+}
+
+// runBlocked says why p may not start another call now ("" when it may):
+// its team runs as many calls as its runningCalls quota allows.
+func (s *Scheduler) runBlocked(p *project) string {
+	team := p.cfg.TeamID
+	q := s.quotas[team]
+	if q.RunningCalls == 0 || s.useOf(team).running < q.RunningCalls {
+		return ""
+	}
+	return fmt.Sprintf("waiting: team %s is at its runningCalls quota (%d)", team, q.RunningCalls)
+}
+
+// mayEvictFor reports whether an idle replica of victim may be stopped to
+// make room for waiting: always within a team (evict's LRU rule), and
+// across teams only when waiting's team is below its fair share of the
+// resource (GPUs or CPU slots) and victim's team above it. A team's fair
+// share is the resource divided evenly among the teams that hold it or
+// wait for it.
+func (s *Scheduler) mayEvictFor(waiting, victim *project, gpus bool) bool {
+	if waiting.cfg.TeamID == victim.cfg.TeamID {
+		return true
+	}
+	capacity := s.cpuSlots()
+	if gpus {
+		capacity = 0
+		for _, d := range s.devices() {
+			if d.Healthy() {
+				capacity++
+			}
+		}
+	}
+	held := map[string]int{}
+	var teams []string
+	for _, p := range s.order {
+		if (requestOf(p.cfg.Model).gpus > 0) != gpus {
+			continue
+		}
+		t := p.cfg.TeamID
+		for _, r := range p.replicas {
+			if r.live() {
+				held[t] += max(len(r.gpus), 1)
+			}
+		}
+		if (held[t] > 0 || p.queue.len() > 0) && !slices.Contains(teams, t) {
+			teams = append(teams, t)
+		}
+	}
+	if len(teams) == 0 {
+		return false
+	}
+	// Compared as held·teams against capacity, so that no share is rounded.
+	share := func(t string) int { return held[t] * len(teams) }
+	return share(waiting.cfg.TeamID) < capacity && share(victim.cfg.TeamID) > capacity
+}
+
+// teamStatus is each team's use against its quota, for the status page:
+// the teams with a quota or a project, sorted by id.
+func (s *Scheduler) teamStatus() []TeamStatus {
+	var ids []string
+	for id := range s.quotas {
+		ids = append(ids, id)
+	}
+	for _, p := range s.order {
+		if !slices.Contains(ids, p.cfg.TeamID) {
+			ids = append(ids, p.cfg.TeamID)
+		}
+	}
+	slices.Sort(ids)
+	out := make([]TeamStatus, 0, len(ids))
+	for _, id := range ids {
+		u := s.useOf(id)
+		out = append(out, TeamStatus{ID: id, Quota: s.quotas[id], Replicas: u.replicas, GPUs: u.gpus, CPUSlots: u.cpuSlots,
+			RunningCalls: u.running, QueuedCalls: u.queued, QueuedBytes: u.queuedBytes})
+	}
+	return out
+}
+
+// TeamChanged tells the scheduler that team id's quota changed. It never
+// blocks: the scheduler re-reads the team and schedules by the new quota.
+func (s *Scheduler) TeamChanged(id string) { s.in.post(evTeamChanged{id: id}) }
+
+// evTeamChanged: TeamChanged was called. evTeamLoaded: the team was read.
+type evTeamChanged struct{ id string }
+type evTeamLoaded struct {
+	id  string
+	t   store.Team
+	err error
+}
+
+func (evTeamChanged) isEvent() {}
+func (evTeamLoaded) isEvent()  {}
+
+// reloadTeam reads team id off the loop, like reload does for projects:
+// one read per team at a time, and another after it if the team changed
+// meanwhile, so an older read never lands after a newer one.
+func (s *Scheduler) reloadTeam(id string) {
+	if _, busy := s.teamLoading[id]; busy {
+		s.teamLoading[id] = true
+		return
+	}
+	s.teamLoading[id] = false
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t, err := s.st.GetTeam(id)
+		s.in.post(evTeamLoaded{id: id, t: t, err: err})
+	}()
+}
+
+func (s *Scheduler) onTeamLoaded(ev evTeamLoaded) {
+	again := s.teamLoading[ev.id]
+	delete(s.teamLoading, ev.id)
+	switch {
+	case again:
+		s.reloadTeam(ev.id)
+		return
+	case errors.Is(ev.err, store.ErrNotFound):
+		delete(s.quotas, ev.id)
+		return
+	case ev.err != nil:
+		s.log.Error().Err(ev.err).Msg("re-reading a changed team failed; keeping its old quota")
+		return
+	}
+	s.quotas[ev.t.ID] = ev.t.Quota
+}
+
+// loadQuotas reads every team's quota at start-up.
+func (s *Scheduler) loadQuotas() error {
+	teams, err := s.st.ListTeams()
+	if err != nil {
+		return fmt.Errorf("list teams: %w", err)
+	}
+	for _, t := range teams {
+		s.quotas[t.ID] = t.Quota
+	}
+	return nil
+}
