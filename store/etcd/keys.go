@@ -10,13 +10,18 @@ import (
 	"inferd/store"
 )
 
-// CreateKey implements store.Keys. The key is created if its id is free
-// (a compare on the id's CreateRevision), with its team, in one
-// transaction; a taken id is drawn again.
+// CreateKey implements store.Keys.
 func (s *Store) CreateKey(teamID string, scope store.KeyScope) (string, store.APIKey, error) {
+	return s.CreateScopedKey(teamID, scope, store.KeyLimits{})
+}
+
+// CreateScopedKey implements store.Keys. The key is created if its id is
+// free (a compare on the id's CreateRevision), with its team, in one
+// transaction; a taken id is drawn again.
+func (s *Store) CreateScopedKey(teamID string, scope store.KeyScope, lim store.KeyLimits) (string, store.APIKey, error) {
 	what := fmt.Sprintf("create key for team %s", teamID)
 	for {
-		secret, k, err := store.NewKey(teamID, scope, s.now())
+		secret, k, err := store.NewKey(teamID, scope, lim, s.now())
 		if err != nil {
 			return "", store.APIKey{}, err
 		}

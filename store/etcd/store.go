@@ -54,8 +54,10 @@ type Store struct {
 	reqTO  time.Duration
 	retry  time.Duration
 
-	hooks store.ProjectHooks
-	watch projectWatch // other nodes' project writes, told to hooks
+	hooks     store.ProjectHooks
+	teamHooks store.TeamHooks
+	// Other nodes' project and team writes, told to the hooks.
+	projectWatch, teamWatch keyWatch
 
 	closed atomic.Bool
 	once   sync.Once
@@ -108,7 +110,7 @@ func Open(opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open etcd store at %s: %w", strings.Join(opts.Endpoints, ","), err)
 	}
 	s.w.start(s)
-	s.watch.start(s, rev+1)
+	s.startWatches(rev + 1)
 	return s, nil
 }
 
@@ -145,7 +147,8 @@ func (s *Store) Close() error {
 	s.once.Do(func() {
 		s.closed.Store(true)
 		s.w.stop()
-		s.watch.stop()
+		s.projectWatch.stop()
+		s.teamWatch.stop()
 		s.cli.Close()
 	})
 	return nil

@@ -317,3 +317,38 @@ func TestProjectChangesThroughAnotherNodeReachTheHooks(t *testing.T) {
 		t.Fatal("node 2's hook was not told of q")
 	}
 }
+
+// A team quota set through one node reaches the other node's OnTeamChange
+// hooks; a team created on the side (by a key) is no quota change and is
+// not told.
+func TestQuotaChangesThroughAnotherNodeReachTheHooks(t *testing.T) {
+	m := startMember(t, t.TempDir())
+	n1 := openStore(t, m, Options{})
+	defer n1.Close()
+	n2 := openStore(t, m, Options{})
+	defer n2.Close()
+	told := make(chan string, 16)
+	n2.OnTeamChange(func(id string) { told <- id })
+	if _, _, err := n1.CreateKey("quiet", store.ScopeTeam); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n1.SetTeamQuota("acme", store.Quota{Replicas: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n1.SetTeamQuota("acme", store.Quota{Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		select {
+		case id := <-told:
+			if id != "acme" {
+				t.Fatalf("change %d: told of team %q, want acme (a key's implicit team is no quota change)", i, id)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("change %d: node 2's team hook was not told within 10s", i)
+		}
+	}
+	if got, err := n2.GetTeam("acme"); err != nil || got.Quota.Replicas != 3 {
+		t.Errorf("node 2 GetTeam = %+v, %v; want replicas quota 3", got, err)
+	}
+}

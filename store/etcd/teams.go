@@ -53,6 +53,88 @@ func (s *Store) ensureTeamOp(what, id string) (clientv3.Op, error) {
 	return clientv3.OpTxn([]clientv3.Cmp{cmp}, []clientv3.Op{put}, nil), nil
 }
 
+// GetTeam implements store.Teams.
+func (s *Store) GetTeam(id string) (store.Team, error) {
+	what := fmt.Sprintf("get team %s", id)
+	if err := s.check(what); err != nil {
+		return store.Team{}, err
+	}
+	k := s.key("teams", id)
+	raw, _, ok, err := s.get(what, k)
+	if err != nil {
+		return store.Team{}, err
+	}
+	if !ok {
+		return store.Team{}, fmt.Errorf("%s: %w", what, store.ErrNotFound)
+	}
+	return decode[store.Team](what, k, raw)
+}
+
+// SetTeamQuota implements store.Teams: the team is written over the record
+// it read (a revision compare; create-if-absent for a new team), read again
+// when another node got there first.
+func (s *Store) SetTeamQuota(id string, q store.Quota) (store.Team, error) {
+	if err := store.ValidateTeamQuota(id, q); err != nil {
+		return store.Team{}, err
+	}
+	what := fmt.Sprintf("set quota of team %s", id)
+	k := s.key("teams", id)
+	for {
+		if err := s.check(what); err != nil {
+			return store.Team{}, err
+		}
+		raw, rev, ok, err := s.get(what, k)
+		if err != nil {
+			return store.Team{}, err
+		}
+		t := store.Team{ID: id, Created: s.now().UTC()}
+		cmp := clientv3.Compare(clientv3.CreateRevision(k), "=", 0)
+		if ok {
+			if t, err = decode[store.Team](what, k, raw); err != nil {
+				return store.Team{}, err
+			}
+			if t.Quota == q {
+				return t, nil
+			}
+			cmp = clientv3.Compare(clientv3.ModRevision(k), "=", rev)
+		}
+		t.Quota = q
+		v, err := encode(what, t)
+		if err != nil {
+			return store.Team{}, err
+		}
+		done, err := s.commitTeam(what, cmp, clientv3.OpPut(k, v))
+		if err != nil {
+			return store.Team{}, err
+		}
+		if done {
+			s.teamHooks.NotifyTeam(id)
+			return t, nil
+		}
+	}
+}
+
+// commitTeam commits a team write, recorded as this store's own so that
+// the team watch does not tell it again.
+func (s *Store) commitTeam(what string, cmp clientv3.Cmp, put clientv3.Op) (bool, error) {
+	s.teamWatch.mu.Lock()
+	defer s.teamWatch.mu.Unlock()
+	ctx, cancel := s.ctx()
+	defer cancel()
+	resp, err := s.cli.Txn(ctx).If(cmp).Then(put).Commit()
+	if err != nil {
+		return false, s.wrap(what, err)
+	}
+	if resp.Succeeded {
+		s.teamWatch.committed(resp.Header.Revision)
+	}
+	return resp.Succeeded, nil
+}
+
+// OnTeamChange implements store.Teams. Quota changes made through other
+// nodes reach the hooks through a watch.
+func (s *Store) OnTeamChange(fn func(teamID string)) { s.teamHooks.OnTeamChange(fn) }
+
 // ListTeams implements store.Teams.
 func (s *Store) ListTeams() ([]store.Team, error) {
 	return list[store.Team](s, "list teams", "teams")

@@ -80,14 +80,14 @@ func (v *view) commit() (ok bool, err error) {
 		ops = append(ops, op)
 	}
 	// A project write's watch event must not reach the watch before its
-	// revision is known as this store's own (see projectWatch).
+	// revision is known as this store's own (see keyWatch).
 	projects := false
 	for k := range v.writes {
 		projects = projects || strings.HasPrefix(k, v.s.key("projects")+"/")
 	}
 	if projects {
-		v.s.watch.mu.Lock()
-		defer v.s.watch.mu.Unlock()
+		v.s.projectWatch.mu.Lock()
+		defer v.s.projectWatch.mu.Unlock()
 	}
 	ctx, cancel := v.s.ctx()
 	defer cancel()
@@ -96,7 +96,7 @@ func (v *view) commit() (ok bool, err error) {
 		return false, v.s.wrap(v.what, err)
 	}
 	if projects && resp.Succeeded {
-		v.s.watch.committed(resp.Header.Revision)
+		v.s.projectWatch.committed(resp.Header.Revision)
 	}
 	return resp.Succeeded, nil
 }

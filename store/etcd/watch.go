@@ -1,53 +1,60 @@
 package etcd
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"strings"
 	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"inferd/store"
 )
 
-// projectWatch tells this store's OnProjectChange hooks of the project
-// writes other stores (other nodes) commit, so a node's scheduler follows a
-// project changed through another node. The store's own writes notify the
-// hooks themselves, right after their commit; the watch skips them by
-// their revision, so each change is told once.
+// keyWatch tells this store's change hooks of the writes other stores
+// (other nodes) commit under one directory, so a node's scheduler follows a
+// project or a team quota changed through another node. The store's own
+// writes run the hooks themselves, right after their commit; the watch
+// skips them by their revision, so each change is told once.
 //
 // Own writes hold mu from before their commit until their revision is in
 // own, and the watch takes mu before it looks: an event of an own write is
 // never judged before its revision is known.
-type projectWatch struct {
+type keyWatch struct {
+	dir    string                   // full key prefix, ending in "/"
+	tell   func(ev *clientv3.Event) // runs the hooks for another node's change
+	resync func(id string)          // runs the hooks for an id after a broken watch
+
 	mu  sync.Mutex
-	own map[int64]bool // revisions of this store's project commits not yet seen by the watch
+	own map[int64]bool // revisions of this store's commits not yet seen by the watch
 
 	cancel   context.CancelFunc
 	finished chan struct{}
 }
 
-// committed records rev as an own project commit. Callers hold mu.
-func (w *projectWatch) committed(rev int64) { w.own[rev] = true }
+// committed records rev as an own commit. Callers hold mu.
+func (w *keyWatch) committed(rev int64) { w.own[rev] = true }
 
-// start watches the projects from revision from on, until stop.
-func (w *projectWatch) start(s *Store, from int64) {
+// start watches dir from revision from on, until stop.
+func (w *keyWatch) start(s *Store, from int64) {
 	w.own = map[int64]bool{}
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
 	w.cancel, w.finished = cancel, make(chan struct{})
 	go w.run(ctx, s, from)
 }
 
-func (w *projectWatch) stop() {
+func (w *keyWatch) stop() {
 	w.cancel()
 	<-w.finished
 }
 
-func (w *projectWatch) run(ctx context.Context, s *Store, from int64) {
+func (w *keyWatch) run(ctx context.Context, s *Store, from int64) {
 	defer close(w.finished)
-	dir := s.key("projects") + "/"
 	for ctx.Err() == nil {
-		for resp := range s.cli.Watch(ctx, dir, clientv3.WithPrefix(), clientv3.WithRev(from)) {
+		for resp := range s.cli.Watch(ctx, w.dir, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithPrevKV()) {
 			if resp.Err() != nil {
 				break
 			}
@@ -57,11 +64,8 @@ func (w *projectWatch) run(ctx context.Context, s *Store, from int64) {
 				mine := w.own[rev]
 				delete(w.own, rev)
 				w.mu.Unlock()
-				if mine {
-					continue
-				}
-				if ev.Type == mvccpb.PUT || ev.Type == mvccpb.DELETE {
-					s.hooks.Notify(strings.TrimPrefix(string(ev.Kv.Key), dir))
+				if !mine {
+					w.tell(ev)
 				}
 			}
 			from = resp.Header.Revision + 1
@@ -71,17 +75,17 @@ func (w *projectWatch) run(ctx context.Context, s *Store, from int64) {
 		}
 		// The watch broke (etcd lost its leader, or the revision was
 		// compacted away): whatever changed meanwhile is unknown, so every
-		// project is told, and the watch goes on from now.
-		from = w.resync(ctx, s, dir)
+		// record is told, and the watch goes on from now.
+		from = w.resyncAll(ctx, s)
 	}
 }
 
-// resync notifies the hooks of every project and returns the revision to
-// watch from; on failure it returns after ctx ends or tries again.
-func (w *projectWatch) resync(ctx context.Context, s *Store, dir string) int64 {
+// resyncAll runs resync for every id under dir and returns the revision to
+// watch from; it tries until ctx ends.
+func (w *keyWatch) resyncAll(ctx context.Context, s *Store) int64 {
 	for ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(ctx, s.reqTO)
-		resp, err := s.cli.Get(rctx, dir, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		resp, err := s.cli.Get(rctx, w.dir, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		cancel()
 		if err != nil {
 			select { // a pause between tries, not a synchronization
@@ -91,7 +95,7 @@ func (w *projectWatch) resync(ctx context.Context, s *Store, dir string) int64 {
 			continue
 		}
 		for _, kv := range resp.Kvs {
-			s.hooks.Notify(strings.TrimPrefix(string(kv.Key), dir))
+			w.resync(strings.TrimPrefix(string(kv.Key), w.dir))
 		}
 		from := resp.Header.Revision + 1
 		w.mu.Lock()
@@ -104,4 +108,36 @@ func (w *projectWatch) resync(ctx context.Context, s *Store, dir string) int64 {
 		return from
 	}
 	return 0
+}
+
+// startWatches watches projects and teams from revision from.
+func (s *Store) startWatches(from int64) {
+	s.projectWatch = keyWatch{
+		dir:    s.key("projects") + "/",
+		resync: s.hooks.Notify,
+		tell: func(ev *clientv3.Event) {
+			s.hooks.Notify(strings.TrimPrefix(string(ev.Kv.Key), s.key("projects")+"/"))
+		},
+	}
+	s.teamWatch = keyWatch{
+		dir:    s.key("teams") + "/",
+		resync: s.teamHooks.NotifyTeam,
+		tell: func(ev *clientv3.Event) {
+			// Teams are created implicitly (by keys and projects) with no
+			// quota: only a quota change is news.
+			if ev.Type != mvccpb.PUT || ev.PrevKv != nil && bytes.Equal(ev.PrevKv.Value, ev.Kv.Value) {
+				return
+			}
+			var prev, cur store.Team
+			if ev.PrevKv != nil {
+				_ = json.Unmarshal(ev.PrevKv.Value, &prev) // undecodable: told, as a change
+			}
+			if err := json.Unmarshal(ev.Kv.Value, &cur); err == nil && prev.Quota == cur.Quota {
+				return
+			}
+			s.teamHooks.NotifyTeam(strings.TrimPrefix(string(ev.Kv.Key), s.key("teams")+"/"))
+		},
+	}
+	s.projectWatch.start(s, from)
+	s.teamWatch.start(s, from)
 }
