@@ -91,19 +91,7 @@ func (s *Store) finishedKey(t time.Time, id string) string {
 
 // GetCall implements store.Calls.
 func (s *Store) GetCall(id string) (store.Call, error) {
-	what := fmt.Sprintf("get call %s", id)
-	if err := s.check(what); err != nil {
-		return store.Call{}, err
-	}
-	k := s.key("calls", id)
-	raw, _, ok, err := s.get(what, k)
-	if err != nil {
-		return store.Call{}, err
-	}
-	if !ok {
-		return store.Call{}, fmt.Errorf("%s: %w", what, store.ErrNotFound)
-	}
-	return decode[store.Call](what, k, raw)
+	return getRecord[store.Call](s, fmt.Sprintf("get call %s", id), s.key("calls", id))
 }
 
 // PendingCalls implements store.Calls: the pending index read at one

@@ -148,19 +148,7 @@ func (s *Store) UpdateProject(id string, fn func(*store.Project) error) (store.P
 
 // GetProject implements store.Projects.
 func (s *Store) GetProject(id string) (store.Project, error) {
-	what := fmt.Sprintf("get project %s", id)
-	if err := s.check(what); err != nil {
-		return store.Project{}, err
-	}
-	k := s.key("projects", id)
-	raw, _, ok, err := s.get(what, k)
-	if err != nil {
-		return store.Project{}, err
-	}
-	if !ok {
-		return store.Project{}, fmt.Errorf("%s: %w", what, store.ErrNotFound)
-	}
-	return decode[store.Project](what, k, raw)
+	return getRecord[store.Project](s, fmt.Sprintf("get project %s", id), s.key("projects", id))
 }
 
 // ProjectByModelKey implements store.Projects: two reads (the index, then

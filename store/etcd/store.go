@@ -221,6 +221,24 @@ func (s *Store) get(what, key string) (value []byte, rev int64, ok bool, err err
 	return resp.Kvs[0].Value, resp.Kvs[0].ModRevision, true, nil
 }
 
+// getRecord reads and decodes the record at key, or fails with
+// store.ErrNotFound (or store.ErrClosed after Close); what names the
+// operation in errors.
+func getRecord[T any](s *Store, what, key string) (T, error) {
+	var zero T
+	if err := s.check(what); err != nil {
+		return zero, err
+	}
+	raw, _, ok, err := s.get(what, key)
+	if err != nil {
+		return zero, err
+	}
+	if !ok {
+		return zero, fmt.Errorf("%s: %w", what, store.ErrNotFound)
+	}
+	return decode[T](what, key, raw)
+}
+
 // decode unmarshals a stored record; a record that does not decode is
 // reported, never skipped.
 func decode[T any](what, key string, raw []byte) (T, error) {

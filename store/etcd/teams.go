@@ -55,19 +55,7 @@ func (s *Store) ensureTeamOp(what, id string) (clientv3.Op, error) {
 
 // GetTeam implements store.Teams.
 func (s *Store) GetTeam(id string) (store.Team, error) {
-	what := fmt.Sprintf("get team %s", id)
-	if err := s.check(what); err != nil {
-		return store.Team{}, err
-	}
-	k := s.key("teams", id)
-	raw, _, ok, err := s.get(what, k)
-	if err != nil {
-		return store.Team{}, err
-	}
-	if !ok {
-		return store.Team{}, fmt.Errorf("%s: %w", what, store.ErrNotFound)
-	}
-	return decode[store.Team](what, k, raw)
+	return getRecord[store.Team](s, fmt.Sprintf("get team %s", id), s.key("teams", id))
 }
 
 // SetTeamQuota implements store.Teams: the team is written over the record
