@@ -53,15 +53,9 @@ func (s *Store) CreateScopedKey(teamID string, scope store.KeyScope, lim store.K
 
 // ListKeys implements store.Keys.
 func (s *Store) ListKeys(teamID string) ([]store.APIKey, error) {
-	all, err := list[store.APIKey](s, "list keys", "keys")
+	out, err := list(s, "list keys", "keys", func(k store.APIKey) bool { return teamID == "" || k.TeamID == teamID })
 	if err != nil {
 		return nil, err
-	}
-	out := all[:0]
-	for _, k := range all {
-		if teamID == "" || k.TeamID == teamID {
-			out = append(out, k)
-		}
 	}
 	slices.SortFunc(out, func(a, b store.APIKey) int {
 		return cmp.Or(cmp.Compare(a.TeamID, b.TeamID), a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))

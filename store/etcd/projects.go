@@ -174,17 +174,7 @@ func (s *Store) ProjectByModelKey(modelKey string) (store.Project, error) {
 
 // ListProjects implements store.Projects; keys sort by id.
 func (s *Store) ListProjects(teamID string) ([]store.Project, error) {
-	all, err := list[store.Project](s, "list projects", "projects")
-	if err != nil {
-		return nil, err
-	}
-	out := all[:0]
-	for _, p := range all {
-		if teamID == "" || p.TeamID == teamID {
-			out = append(out, p)
-		}
-	}
-	return out, nil
+	return list(s, "list projects", "projects", func(p store.Project) bool { return teamID == "" || p.TeamID == teamID })
 }
 
 // DeleteProject implements store.Projects: the project and its modelKey

@@ -125,11 +125,12 @@ func (s *Store) OnTeamChange(fn func(teamID string)) { s.teamHooks.OnTeamChange(
 
 // ListTeams implements store.Teams.
 func (s *Store) ListTeams() ([]store.Team, error) {
-	return list[store.Team](s, "list teams", "teams")
+	return list(s, "list teams", "teams", func(store.Team) bool { return true })
 }
 
-// list returns every record under prefix/dir/, in key order.
-func list[T any](s *Store, what, dir string) ([]T, error) {
+// list returns the records under prefix/dir/ that keep accepts, in key
+// order.
+func list[T any](s *Store, what, dir string, keep func(T) bool) ([]T, error) {
 	if err := s.check(what); err != nil {
 		return nil, err
 	}
@@ -145,7 +146,9 @@ func list[T any](s *Store, what, dir string) ([]T, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, v)
+		if keep(v) {
+			out = append(out, v)
+		}
 	}
 	return out, nil
 }
