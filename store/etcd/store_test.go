@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -332,5 +334,100 @@ func waitTold(t *testing.T, told <-chan string, want, step string) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("%s: the hook was not told of %q within 10s", step, want)
+	}
+}
+
+// With etcd unreachable (quorum lost, or this node cut off), requests fail
+// with an error within their bounds instead of hanging, and a key is not
+// called invalid for it: the API then answers an internal error, not 401.
+func TestEtcdOutageFailsRequestsWithinBounds(t *testing.T) {
+	m := startMember(t, t.TempDir())
+	link := newLink(t, strings.TrimPrefix(m.ClientURLs()[0], "http://"))
+	s, err := Open(Options{Endpoints: []string{"http://" + link.addr}, RequestTimeout: 300 * time.Millisecond, RetryFor: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	secret, _, err := s.CreateKey("acme", store.ScopeTeam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link.cut()
+	if _, err := s.Authenticate(secret); err == nil || errors.Is(err, store.ErrInvalidKey) {
+		t.Errorf("Authenticate with etcd unreachable = %v, want an error other than ErrInvalidKey", err)
+	}
+	if _, err := s.GetProject("p"); err == nil || errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetProject with etcd unreachable = %v, want an error other than ErrNotFound", err)
+	}
+	// The call write is retried for RetryFor, then fails.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = s.SaveCall(ctx, store.Call{ID: "call_down", State: store.CallQueued})
+	if err == nil || ctx.Err() != nil {
+		t.Errorf("SaveCall with etcd unreachable = %v, want the write's own failure well before 30s", err)
+	}
+}
+
+// link is a TCP relay between a store and etcd that a test can cut: the
+// network between a node and the cluster.
+type link struct {
+	addr  string
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	cutAt bool
+}
+
+func newLink(t *testing.T, target string) *link {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &link{addr: ln.Addr().String(), ln: ln}
+	t.Cleanup(l.cut)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return // cut
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			if !l.track(c, u) {
+				return
+			}
+			go func() { io.Copy(u, c); u.Close() }()
+			go func() { io.Copy(c, u); c.Close() }()
+		}
+	}()
+	return l
+}
+
+// track keeps the connections for cut, or closes them when cut already was.
+func (l *link) track(cs ...net.Conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cutAt {
+		for _, c := range cs {
+			c.Close()
+		}
+		return false
+	}
+	l.conns = append(l.conns, cs...)
+	return true
+}
+
+// cut closes the relay and every connection through it.
+func (l *link) cut() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cutAt = true
+	l.ln.Close()
+	for _, c := range l.conns {
+		c.Close()
 	}
 }
