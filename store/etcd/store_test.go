@@ -77,7 +77,7 @@ func TestConcurrentUpdatesThroughTwoNodesAllApply(t *testing.T) {
 	if _, err := nodes[0].PutProject(p); err != nil {
 		t.Fatal(err)
 	}
-	const perNode = 15
+	const perNode = 8
 	var wg sync.WaitGroup
 	for _, n := range nodes {
 		for range perNode {
