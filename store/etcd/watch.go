@@ -68,7 +68,6 @@ func (w *keyWatch) run(ctx context.Context, s *Store, from int64) {
 					w.tell(ev)
 				}
 			}
-			from = resp.Header.Revision + 1
 		}
 		if ctx.Err() != nil {
 			return
