@@ -87,7 +87,7 @@ func openStore(cfg config.Config, log zerolog.Logger) (openedStore, error) {
 		o.member = m
 		endpoints = m.ClientURLs()
 	}
-	st, err := etcd.Open(etcd.Options{Endpoints: endpoints, TLS: clientTLS, Prefix: c.Etcd.Prefix,
+	st, err := etcd.Open(etcd.Options{Endpoints: endpoints, TLS: clientTLS, Prefix: c.Etcd.Prefix, Node: c.Name,
 		DialTimeout: c.Etcd.DialTimeout})
 	if err != nil {
 		if o.member != nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"inferd/store"
@@ -78,7 +79,7 @@ func (s *Store) callOps(c store.Call) ([]clientv3.Op, int, error) {
 		ops = append(ops, clientv3.OpDelete(s.key("pending", c.ID)),
 			clientv3.OpPut(s.finishedKey(c.Finished, c.ID), ""))
 	} else {
-		ops = append(ops, clientv3.OpPut(s.key("pending", c.ID), ""))
+		ops = append(ops, clientv3.OpPut(s.key("pending", c.ID), s.node))
 	}
 	return ops, len(full) + len(meta) + 4*len(c.ID) + 128, nil
 }
@@ -96,7 +97,9 @@ func (s *Store) GetCall(id string) (store.Call, error) {
 
 // PendingCalls implements store.Calls: the pending index read at one
 // revision, then the calls it names read at that same revision, so the
-// answer is one consistent moment.
+// answer is one consistent moment. Only the calls this node wrote last
+// (their entry names Options.Node) are returned: the scheduler recovers
+// them at start-up, and another node's calls are that node's to recover.
 func (s *Store) PendingCalls() ([]store.Call, error) {
 	const what = "pending calls"
 	if err := s.check(what); err != nil {
@@ -105,15 +108,21 @@ func (s *Store) PendingCalls() ([]store.Call, error) {
 	ctx, cancel := s.ctx()
 	defer cancel()
 	dir := s.key("pending") + "/"
-	idx, err := s.cli.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	idx, err := s.cli.Get(ctx, dir, clientv3.WithPrefix())
 	if err != nil {
 		return nil, s.wrap(what, err)
 	}
-	out := make([]store.Call, 0, len(idx.Kvs))
+	var mine []*mvccpb.KeyValue
+	for _, kv := range idx.Kvs {
+		if string(kv.Value) == s.node {
+			mine = append(mine, kv)
+		}
+	}
+	out := make([]store.Call, 0, len(mine))
 	const perTxn = 64 // well under etcd's 128 operations per transaction
-	for start := 0; start < len(idx.Kvs); start += perTxn {
+	for start := 0; start < len(mine); start += perTxn {
 		var gets []clientv3.Op
-		for _, kv := range idx.Kvs[start:min(start+perTxn, len(idx.Kvs))] {
+		for _, kv := range mine[start:min(start+perTxn, len(mine))] {
 			id := strings.TrimPrefix(string(kv.Key), dir)
 			gets = append(gets, clientv3.OpGet(s.key("calls", id), clientv3.WithRev(idx.Header.Revision)))
 		}

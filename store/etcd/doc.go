@@ -14,7 +14,7 @@
 //	modelkeys/<hash>            the id of the project that owns a modelKey hash
 //	calls/<id>                  store.Call, inputs and outputs included (JSON)
 //	meta/<id>                   the call without inputs and outputs (RecentCalls)
-//	pending/<id>                "" while the call is not final (PendingCalls)
+//	pending/<id>                the node that wrote it, while the call is not final (PendingCalls)
 //	finished/<unix nanos>/<id>  "" once final, by its Finished (ExpireCalls)
 //
 // # Consistency

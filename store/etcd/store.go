@@ -34,6 +34,10 @@ type Options struct {
 	// Prefix is put before every key, so one etcd cluster can hold several
 	// inferd clusters (or tests). Empty means DefaultPrefix.
 	Prefix string
+	// Node names this node: the calls it writes are its own to recover
+	// (PendingCalls). Stores that share a prefix give different names;
+	// "" is a name too (one node, or tests).
+	Node string
 	// Now stamps Created, Updated, Revoked and a final call's missing
 	// Finished. Nil means time.Now.
 	Now func() time.Time
@@ -50,6 +54,7 @@ type Options struct {
 type Store struct {
 	cli    *clientv3.Client
 	prefix string
+	node   string
 	now    func() time.Time
 	reqTO  time.Duration
 	retry  time.Duration
@@ -103,7 +108,7 @@ func Open(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open etcd store at %s: %w", strings.Join(opts.Endpoints, ","), err)
 	}
-	s := &Store{cli: cli, prefix: opts.Prefix, now: opts.Now, reqTO: opts.RequestTimeout, retry: opts.RetryFor}
+	s := &Store{cli: cli, prefix: opts.Prefix, node: opts.Node, now: opts.Now, reqTO: opts.RequestTimeout, retry: opts.RetryFor}
 	rev, err := s.checkSchema(opts.DialTimeout)
 	if err != nil {
 		cli.Close()

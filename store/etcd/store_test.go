@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -430,4 +431,49 @@ func (l *link) cut() {
 	for _, c := range l.conns {
 		c.Close()
 	}
+}
+
+// Each node recovers only the pending calls it wrote: a node restarting
+// never takes over, or fails as interrupted, the calls another node holds.
+func TestPendingCallsAreTheNodesOwn(t *testing.T) {
+	m := startMember(t, t.TempDir())
+	a := openStore(t, m, Options{Node: "a"})
+	defer a.Close()
+	b := openStore(t, m, Options{Node: "b"})
+	defer b.Close()
+	ctx := context.Background()
+	for _, c := range []struct {
+		s  *Store
+		id string
+	}{{a, "call_a1"}, {b, "call_b1"}, {a, "call_a2"}} {
+		if err := c.s.SaveCall(ctx, store.Call{ID: c.id, State: store.CallQueued}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.SaveCall(ctx, store.Call{ID: "call_a2", State: store.CallSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		node *Store
+		want []string
+	}{{a, []string{"call_a1"}}, {b, []string{"call_b1"}}} {
+		if got := callIDs(tc.node.PendingCalls()); !slices.Equal(got, tc.want) {
+			t.Errorf("node %s PendingCalls = %v, want %v", tc.node.node, got, tc.want)
+		}
+	}
+	// Every node reads every call.
+	if c, err := b.GetCall("call_a1"); err != nil || c.State != store.CallQueued {
+		t.Errorf("node b GetCall(call_a1) = %+v, %v", c, err)
+	}
+}
+
+func callIDs(calls []store.Call, err error) []string {
+	if err != nil {
+		return []string{"error: " + err.Error()}
+	}
+	var ids []string
+	for _, c := range calls {
+		ids = append(ids, c.ID)
+	}
+	return ids
 }
