@@ -8,24 +8,32 @@ BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: build run test lint fuzz faults clean client-deps test-deps package bench mutate
+.PHONY: build run doctor test lint fuzz faults clean client-deps test-deps package bench mutate
 
 ## build: compile ./inferd
 build:
 	go build -ldflags "$(LDFLAGS)" -o inferd .
 
+# The demo runs its model as you, even as root, where a service install would
+# use replica.user (nobody): python3 may live where nobody cannot read it. apply
+# and doctor check the models as that same user.
+RUN_ENV = INFERD_REPLICA_USER=$${INFERD_REPLICA_USER:-$$(id -un)}
+
 ## run: start the daemon with the example echo model (Ctrl-C stops it)
 run: build
-	./inferd --config $(CONFIG) apply -f examples/projects.yaml
+	$(RUN_ENV) ./inferd --config $(CONFIG) apply -f examples/projects.yaml
 	@echo
 	@echo "inferd is starting on http://127.0.0.1:8080 with the example project 'echo'."
 	@echo "In another terminal, create an API key and call the model:"
 	@echo "  KEY=\$$(./inferd --config $(CONFIG) key create --team demo | tail -n1)"
 	@echo "  curl -s localhost:8080/start/v4 -d '{\"apiKey\":\"'\$$KEY'\",\"modelKey\":\"mk-echo-1\",\"modelInputs\":{\"prompt\":\"hi\"}}'"
+	@echo "To check the box and the applied projects as this demo runs them: make doctor"
 	@echo
-	@# The demo runs its model as you, even as root, where a service install would
-	@# use replica.user (nobody): python3 may live where nobody cannot read it.
-	INFERD_REPLICA_USER=$${INFERD_REPLICA_USER:-$$(id -un)} ./inferd --config $(CONFIG) serve
+	$(RUN_ENV) ./inferd --config $(CONFIG) serve
+
+## doctor: check the box and the applied projects as make run runs them
+doctor: build
+	$(RUN_ENV) ./inferd --config $(CONFIG) doctor
 
 ## test: every check CI runs: formatting, vet, and all tests with the race detector,
 ## including the public Banana npm clients against a live inferd

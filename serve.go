@@ -33,7 +33,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	if err := cfg.EnsureDataDir(); err != nil {
 		return err
 	}
-	gpus := discoverGPUs(cfg.GPU, log)
+	gpus := gpu.Open(cfg.GPU.Simulate, cfg.GPU.Disabled, log)
 	defer gpus.Close()
 	replicas, err := local.New(backendConfig(cfg, gpus), log)
 	if err != nil {
@@ -117,7 +117,9 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	admin := &http.Server{
 		Handler: httpapi.NewAdmin(st, log,
 			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(sched.CapacityWarnings),
-			httpapi.WithTeamUse(func() []scheduler.TeamStatus { return sched.Snapshot().Teams })),
+			httpapi.WithTeamUse(func() []scheduler.TeamStatus { return sched.Snapshot().Teams }),
+			httpapi.WithModelCheck(replicas.Checker().Problems),
+			httpapi.WithCancel(sched.Cancel)),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return adminCtx },
 	}
@@ -278,25 +280,13 @@ func listenAdmin(path string) (net.Listener, error) {
 	return ln, nil
 }
 
-func discoverGPUs(c config.GPU, log zerolog.Logger) *gpu.Inventory {
-	switch {
-	case len(c.Simulate) > 0:
-		log.Info().Int("count", len(c.Simulate)).Msg("using simulated GPUs")
-		return gpu.Simulated(c.Simulate)
-	case c.Disabled:
-		log.Info().Msg("GPU discovery disabled: running on CPU only")
-		return gpu.Simulated(nil)
-	default:
-		return gpu.Discover(log)
-	}
-}
-
 func schedulerConfig(cfg config.Config) scheduler.Config {
 	return scheduler.Config{
 		MaxQueuedPerProject: cfg.MaxQueuedPerProject,
 		MaxBootFailures:     cfg.Replica.MaxBootFailures,
 		RestartBackoff:      cfg.Replica.RestartBackoff,
 		MaxRestartBackoff:   cfg.Replica.MaxRestartBackoff,
+		AbortGrace:          cfg.Replica.StopGrace, // a cancelled call's replica: free by then, or replaced
 	}
 }
 

@@ -50,8 +50,11 @@ func dialAdmin(cfg config.Config) (*adminClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("no daemon answers on %s, and the data file cannot be opened: %w", sock, err)
 	}
-	h := httpapi.NewAdmin(st, zerolog.Nop(), httpapi.AdminLogs(local.LogDir(cfg.LogDir())))
-	return &adminClient{http: &http.Client{Transport: handlerTransport{h}}, close: st.Close, inProcess: true}, nil
+	mc := newMachineCheck(cfg)
+	h := httpapi.NewAdmin(st, zerolog.Nop(), httpapi.AdminLogs(local.LogDir(cfg.LogDir())),
+		httpapi.WithModelCheck(mc.Problems), httpapi.WithCancel(httpapi.CancelStored(st)))
+	closeAll := func() error { mc.close(); return st.Close() }
+	return &adminClient{http: &http.Client{Transport: handlerTransport{h}}, close: closeAll, inProcess: true}, nil
 }
 
 // daemonAnswers reports whether a daemon answers on the admin socket.

@@ -38,8 +38,10 @@ func (c *doctorCommand) Usage() string {
 Checks what inferd needs on this box and prints one line per check (ok, warn
 or fail) with what to fix: the config, the data directory and file, free disk,
 the NVIDIA driver, the user models run as, python3 and that the example model
-boots as that user, and the listen address. Exit status 1 when a check fails.
-Give it the same --config (and environment) as serve.
+boots as that user, the listen address, and every applied project (its dir
+and program exist and the model user may read and run them; its GPUs fit).
+Exit status 1 when a check fails. Give it the same --config and environment
+as serve (make doctor does, for make run's INFERD_REPLICA_USER).
 `
 }
 
@@ -56,7 +58,7 @@ func (r *doctorReport) line(status, check, format string, a ...any) {
 	fmt.Fprintf(r.out, "%-4s  %-11s %s\n", status, check, fmt.Sprintf(format, a...))
 }
 
-func (c *doctorCommand) Run(_ context.Context, args []string) error {
+func (c *doctorCommand) Run(ctx context.Context, args []string) error {
 	if err := parseFlagsOnly(subFlags("doctor"), args); err != nil {
 		return err
 	}
@@ -81,6 +83,7 @@ func (c *doctorCommand) Run(_ context.Context, args []string) error {
 		doctorExample(r, runAs)
 	}
 	doctorListen(r, cfg, running)
+	doctorProjects(ctx, r, cfg, running)
 
 	if r.fails > 0 {
 		return fmt.Errorf("doctor: %d check(s) failed", r.fails)
@@ -332,6 +335,9 @@ func bootExample(python, dir string, runAs *local.RunAs) (time.Duration, error) 
 	case <-inst.Exited():
 		return 0, fmt.Errorf("exited (%v): %s", inst.ExitErr(), lastLine(inst.LastLogLine()))
 	case <-t.C:
+		if bp := inst.BootProblem(); bp.Text != "" {
+			return 0, fmt.Errorf("not ready within %s: %s; last output: %s", exampleBootTimeout, bp.Text, lastLine(inst.LastLogLine()))
+		}
 		return 0, fmt.Errorf("no answer on /healthz within %s: %s", exampleBootTimeout, lastLine(inst.LastLogLine()))
 	}
 }

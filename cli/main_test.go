@@ -80,6 +80,7 @@ func TestCommandHelpPrintsThatCommandsUsage(t *testing.T) {
 		{[]string{"serve", "--help"}, []string{"inferd [global flags] serve"}},
 		{[]string{"version", "--help"}, []string{"inferd version", "inferd --version"}},
 		{[]string{"help", "logs"}, []string{"logs PROJECT"}},
+		{[]string{"call", "cancel", "--help"}, []string{"call cancel CALLID"}},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -23,15 +23,7 @@ import (
 // INFERD_REQUIRE_CLIENT_TESTS=1, so there this test cannot skip. The page's
 // screenshot goes to $INFERD_ARTIFACTS (CI keeps it) or the test's temp dir.
 func TestStatusPageInBrowser(t *testing.T) {
-	node, skip := clientTestTools(t)
-	browser := "/usr/bin/chromium"
-	if _, err := os.Stat(browser); err != nil {
-		skip("chromium is not installed")
-	}
-	script, _ := filepath.Abs("web/browsertest")
-	if _, err := os.Stat(filepath.Join(script, "node_modules", "playwright-core")); err != nil {
-		skip("playwright-core is not installed in web/browsertest/node_modules")
-	}
+	node, browser, script := browserTools(t)
 	shots := os.Getenv("INFERD_ARTIFACTS")
 	if shots == "" {
 		shots = t.TempDir()
@@ -121,4 +113,21 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	fmt.Fprintf(os.Stderr, "%s", out)
 	t.Logf("status page screenshot: %s", shot)
+}
+
+// browserTools returns node, Debian's chromium and the web/browsertest
+// folder with playwright-core installed, or skips the test (fails it under
+// INFERD_REQUIRE_CLIENT_TESTS=1) when one is missing.
+func browserTools(t *testing.T) (node, browser, script string) {
+	t.Helper()
+	node, skip := clientTestTools(t)
+	browser = "/usr/bin/chromium"
+	if _, err := os.Stat(browser); err != nil {
+		skip("chromium is not installed")
+	}
+	script, _ = filepath.Abs("web/browsertest")
+	if _, err := os.Stat(filepath.Join(script, "node_modules", "playwright-core")); err != nil {
+		skip("playwright-core is not installed in web/browsertest/node_modules")
+	}
+	return node, browser, script
 }

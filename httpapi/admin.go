@@ -43,8 +43,10 @@ type admin struct {
 	store       AdminStore
 	log         zerolog.Logger
 	capacity    func([]store.Project) []string
+	modelCheck  ModelCheck                    // nil = none
 	replicaLogs backend.Logs                  // nil = none (see AdminLogs)
 	teamUse     func() []scheduler.TeamStatus // nil = no daemon: use unknown (see WithTeamUse)
+	cancel      CallCanceller                 // nil = none (see WithCancel)
 }
 
 // AdminOption adjusts the admin API.
@@ -55,6 +57,19 @@ type AdminOption func(*admin)
 // every minReplicas fits on the machine). Warnings reject nothing.
 func WithCapacityCheck(check func([]store.Project) []string) AdminOption {
 	return func(a *admin) { a.capacity = check }
+}
+
+// ModelCheck says what would keep a model from starting on this machine as
+// the daemon would run it (problems: no such dir or program, or one the model
+// user cannot read or run), and what will not work as meant (warnings: more
+// GPUs than the machine has, a protocol that looks wrong). Each text says
+// what to do.
+type ModelCheck func(m store.ModelSpec) (problems, warnings []string)
+
+// WithModelCheck makes apply check every project's model before it stores
+// anything: a problem refuses the whole apply, a warning is reported.
+func WithModelCheck(check ModelCheck) AdminOption {
+	return func(a *admin) { a.modelCheck = check }
 }
 
 // NewAdmin returns the admin API: teams, keys and declarative project
@@ -77,6 +92,7 @@ func NewAdmin(st AdminStore, log zerolog.Logger, opts ...AdminOption) http.Handl
 	r.PUT("/admin/teams/:id", a.setTeam)
 	r.GET("/admin/backup", a.backup)
 	r.GET("/admin/logs/:project", a.logs)
+	r.POST("/admin/calls/:id/cancel", a.cancelCall)
 	return withRequestLog(r, log)
 }
 
@@ -258,6 +274,11 @@ func (a *admin) apply(w http.ResponseWriter, r *http.Request, _ httprouter.Param
 			return
 		}
 	}
+	problems, warnings := a.checkModels(req.Projects)
+	if len(problems) > 0 {
+		writeError(w, r, a.log, badRequest("these models cannot start on this machine (nothing was applied):\n  %s", strings.Join(problems, "\n  ")))
+		return
+	}
 	if err := a.setQuotas(req.Teams, req.Projects); err != nil {
 		writeError(w, r, a.log, err)
 		return
@@ -274,8 +295,26 @@ func (a *admin) apply(w http.ResponseWriter, r *http.Request, _ httprouter.Param
 	for i, p := range req.Projects {
 		out.Changes[i] = applyChange{Project: p.ID, Team: p.TeamID, Change: string(changes[i])}
 	}
-	out.Warnings = a.capacityWarnings()
+	out.Warnings = append(warnings, a.capacityWarnings()...)
 	writeJSON(w, http.StatusOK, out)
+}
+
+// checkModels runs the model check, if there is one, on each project of an
+// apply, naming the project in each finding.
+func (a *admin) checkModels(ps []store.Project) (problems, warnings []string) {
+	if a.modelCheck == nil {
+		return nil, nil
+	}
+	for _, p := range ps {
+		pr, w := a.modelCheck(p.Model)
+		for _, t := range pr {
+			problems = append(problems, "project "+p.ID+": "+t)
+		}
+		for _, t := range w {
+			warnings = append(warnings, "project "+p.ID+": "+t)
+		}
+	}
+	return problems, warnings
 }
 
 // capacityWarnings runs the capacity check on every project, if there is

@@ -219,6 +219,42 @@ func TestAdminProjects(t *testing.T) {
 	apiErrorReply(t, serve(h, http.MethodGet, "/admin/nope", ""), http.StatusNotFound, "not_found")
 }
 
+func TestAdminApplyRefusesModelsThatCannotStartAndReportsWarnings(t *testing.T) {
+	st := newTestStore(t)
+	check := func(m store.ModelSpec) (problems, warnings []string) {
+		if m.Dir == "/nope" {
+			problems = append(problems, "dir /nope does not exist: create it, or fix dir in the manifest")
+		}
+		if m.GPUs > 0 {
+			warnings = append(warnings, "gpus: 1 per replica, but this machine has 0 GPU(s)")
+		}
+		return problems, warnings
+	}
+	h := NewAdmin(st, zerolog.Nop(), WithModelCheck(check))
+	broken, gpuProject := testProject("broken", "acme"), testProject("gpu", "acme")
+	broken.Model.Dir = "/nope"
+	gpuProject.Model.GPUs = 1
+	rec := serve(h, http.MethodPost, "/admin/apply", applyBody(t, gpuProject, broken))
+	want := "these models cannot start on this machine (nothing was applied):\n  project broken: dir /nope does not exist: create it, or fix dir in the manifest"
+	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), strconvQuote(want)) {
+		t.Fatalf("status %d: %s, want 400 %q", rec.Code, rec.Body, want)
+	}
+	if ps, _ := st.ListProjects(""); len(ps) != 0 {
+		t.Fatalf("a refused apply stored %d projects", len(ps))
+	}
+	rec = serve(h, http.MethodPost, "/admin/apply", applyBody(t, gpuProject))
+	got := decode[applyResponse](t, rec)
+	if rec.Code != http.StatusOK || len(got.Warnings) != 1 || got.Warnings[0] != "project gpu: gpus: 1 per replica, but this machine has 0 GPU(s)" {
+		t.Fatalf("status %d: %+v", rec.Code, got)
+	}
+}
+
+// strconvQuote is s as it appears inside a JSON string.
+func strconvQuote(s string) string {
+	b, _ := json.Marshal(s)
+	return strings.Trim(string(b), `"`)
+}
+
 func TestAdminApplyReportsCapacityWarningsOfAllProjects(t *testing.T) {
 	st := newTestStore(t)
 	st.addProject(t, testProject("echo", "acme"), "mk-echo")

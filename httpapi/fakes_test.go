@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"inferd/scheduler"
 	"inferd/store"
 )
 
@@ -29,7 +30,55 @@ type fakeScheduler struct {
 	submitCtx context.Context
 	lookups   chan string // receives the id of every Lookup, when not full
 	notReady  bool
+	lastReq   scheduler.Request // what the last Start asked for
+	warmErr   error             // Warmup's answer
 }
+
+// Start is Submit, or SubmitWait when req.Wait is set.
+func (f *fakeScheduler) Start(ctx context.Context, p store.Project, req scheduler.Request) (store.Call, error) {
+	f.mu.Lock()
+	f.lastReq = req
+	f.mu.Unlock()
+	if req.Wait > 0 {
+		return f.SubmitWait(ctx, p, req.Inputs, req.Wait)
+	}
+	return f.Submit(ctx, p, req.Inputs)
+}
+
+// Cancel fails a call that is not finished with "error: cancelled by
+// request".
+func (f *fakeScheduler) Cancel(id string) (store.Call, error) {
+	f.mu.Lock()
+	fc, ok := f.calls[id]
+	f.mu.Unlock()
+	switch {
+	case !ok:
+		return store.Call{}, fmt.Errorf("call %s: %w", id, store.ErrNotFound)
+	case fc.call.State.Done():
+		return fc.call, fmt.Errorf("%w (%s)", scheduler.ErrFinished, fc.call.State)
+	}
+	f.finish(id, store.CallFailed, "", "error: cancelled by request")
+	c, _, err := f.Lookup(id)
+	return c, err
+}
+
+// Purge fails every queued call of the project.
+func (f *fakeScheduler) Purge(projectID string) (int, error) {
+	f.mu.Lock()
+	var ids []string
+	for id, fc := range f.calls {
+		if fc.call.ProjectID == projectID && fc.call.State == store.CallQueued {
+			ids = append(ids, id)
+		}
+	}
+	f.mu.Unlock()
+	for _, id := range ids {
+		f.finish(id, store.CallFailed, "", "error: cancelled: queue purged")
+	}
+	return len(ids), nil
+}
+
+func (f *fakeScheduler) Warmup(context.Context, store.Project) error { return f.warmErr }
 
 func newFakeScheduler() *fakeScheduler {
 	return &fakeScheduler{calls: map[string]*fakeCall{}, lookups: make(chan string, 64)}

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/julienschmidt/httprouter"
 
+	"inferd/scheduler"
 	"inferd/store"
 )
 
@@ -25,6 +26,11 @@ type inferenceRequest struct {
 	StartOnly   json.RawMessage `json:"startOnly"`
 	CallID      json.RawMessage `json:"callID"`
 	LongPoll    json.RawMessage `json:"longPoll"`
+	// Call control (start only; see callcontrol.go).
+	Timeout        json.RawMessage `json:"timeout"`
+	QueueTimeout   json.RawMessage `json:"queueTimeout"`
+	Priority       json.RawMessage `json:"priority"`
+	IdempotencyKey json.RawMessage `json:"idempotencyKey"`
 }
 
 // inferenceResponse is the body of every Start and Check answer, errors
@@ -37,9 +43,11 @@ type inferenceResponse struct {
 	CallID       string          `json:"callID"`
 	Finished     bool            `json:"finished"`
 	ModelOutputs json.RawMessage `json:"modelOutputs"`
-	QueueMs      *int64          `json:"queueMs,omitempty"`
-	BootMs       *int64          `json:"bootMs,omitempty"`
-	RunMs        *int64          `json:"runMs,omitempty"`
+	// QueuePosition: for a queued call, how many go before it (0 = next).
+	QueuePosition *int   `json:"queuePosition,omitempty"`
+	QueueMs       *int64 `json:"queueMs,omitempty"`
+	BootMs        *int64 `json:"bootMs,omitempty"`
+	RunMs         *int64 `json:"runMs,omitempty"`
 }
 
 func (a *api) newResponse(message, callID string) inferenceResponse {
@@ -82,7 +90,7 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 // startArgs are the checked fields of a Start body.
 type startArgs struct {
 	apiKey, modelKey string
-	inputs           json.RawMessage
+	req              scheduler.Request // the inputs and the call-control fields
 	startOnly        bool
 }
 
@@ -134,12 +142,13 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 	if mayWait {
 		// One write for a call that finishes within the wait (see
 		// SubmitWait); the call runs on if the client goes away.
-		call, err = a.sched.SubmitWait(r.Context(), project, args.inputs, a.opts.StartWait)
+		args.req.Wait = a.opts.StartWait
+		call, err = a.sched.Start(r.Context(), project, args.req)
 		release()
 	} else {
 		// The call belongs to the server once admitted: a client that goes
 		// away must not cancel it.
-		call, err = a.sched.Submit(context.WithoutCancel(r.Context()), project, args.inputs)
+		call, err = a.sched.Start(context.WithoutCancel(r.Context()), project, args.req)
 	}
 	if err != nil {
 		a.fail(w, r, &schedulerError{err})
@@ -164,16 +173,9 @@ func (a *api) check(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		a.fail(w, r, err)
 		return
 	}
-	call, done, err := a.sched.Lookup(args.callID)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		a.fail(w, r, errCallNotFound)
-		return
-	case err != nil:
+	call, done, err := a.lookupCall(key, args.callID)
+	if err != nil {
 		a.fail(w, r, err)
-		return
-	case !mayReach(key, call.TeamID, call.ProjectID):
-		a.fail(w, r, errCallNotFound) // never reveal another team's call
 		return
 	}
 	if args.longPoll && !call.State.Done() {
@@ -182,6 +184,22 @@ func (a *api) check(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		end()
 	}
 	a.writeInference(w, a.callResponse(call))
+}
+
+// lookupCall returns call id and its completion signal when key may reach
+// it (its team's, within the key's project allowlist). Another team's call is
+// errCallNotFound, as an unknown one is: its existence is never revealed.
+func (a *api) lookupCall(key store.APIKey, id string) (store.Call, <-chan struct{}, error) {
+	call, done, err := a.sched.Lookup(id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return store.Call{}, nil, errCallNotFound
+	case err != nil:
+		return store.Call{}, nil, err
+	case !mayReach(key, call.TeamID, call.ProjectID):
+		return store.Call{}, nil, errCallNotFound
+	}
+	return call, done, nil
 }
 
 // await waits until the call is done, the wait ends, or the client goes
@@ -233,7 +251,8 @@ func (a *api) callResponse(c store.Call) inferenceResponse {
 		resp.Finished = true
 		resp.Message = failureMessage(c.Message)
 	default:
-		resp.Message = pendingMessage(c.State)
+		resp.Message = pendingMessage(c)
+		resp.QueuePosition = queuePosition(c)
 	}
 	if !c.Dispatched.IsZero() {
 		resp.QueueMs = &c.QueueMs
@@ -271,13 +290,17 @@ func failureMessage(m string) string {
 	}
 }
 
-// pendingMessage is the state of an unfinished call; it never contains
+// pendingMessage is the state of an unfinished call, or the scheduler's
+// account of it ("booting (attempt 2 of 3; last: …)"); it never contains
 // "error", which clients read as a failure.
-func pendingMessage(s store.CallState) string {
-	if s == "" || strings.Contains(string(s), "error") {
+func pendingMessage(c store.Call) string {
+	if c.Message != "" && !strings.Contains(strings.ToLower(c.Message), "error") {
+		return c.Message
+	}
+	if c.State == "" || strings.Contains(string(c.State), "error") {
 		return string(store.CallQueued)
 	}
-	return string(s)
+	return string(c.State)
 }
 
 // authenticate checks an API key secret and takes one request from the key's
@@ -327,9 +350,11 @@ func (a *api) decodeStart(w http.ResponseWriter, r *http.Request) (args startArg
 	case a.opts.Limits.MaxInputDepth > 0 && jsonDepthExceeds(req.ModelInputs, a.opts.Limits.MaxInputDepth):
 		return args, errInputsTooDeep(a.opts.Limits.MaxInputDepth)
 	}
-	args.inputs = req.ModelInputs
-	args.startOnly, err = optionalBool("startOnly", req.StartOnly)
-	return args, err
+	args.req.Inputs = req.ModelInputs
+	if args.startOnly, err = optionalBool("startOnly", req.StartOnly); err != nil {
+		return args, err
+	}
+	return args, decodeCallOptions(req, &args.req)
 }
 
 // decodeCheck reads a Check body and checks each field's presence and type.
@@ -355,6 +380,12 @@ func (a *api) decodeInference(w http.ResponseWriter, r *http.Request) (inference
 	body, err := readBody(w, r, a.opts.MaxBodyBytes)
 	if err != nil {
 		return req, err
+	}
+	// The JSON decoder lets bytes that are not UTF-8 through inside strings,
+	// where they would reach the model and, echoed, answers clients cannot
+	// read.
+	if i := store.InvalidUTF8(body); i >= 0 {
+		return req, badRequest("request body is not valid UTF-8 at byte %d", i)
 	}
 	err = decodeObject(body, &req)
 	return req, err

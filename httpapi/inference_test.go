@@ -46,6 +46,7 @@ func TestInferenceErrorMessages(t *testing.T) {
 		{"null modelInputs", "/start/v4", `{"apiKey": "` + keyAcme + `", "modelKey": "mk-echo", "modelInputs": null}`, nil, nil, "error: missing modelInputs; send a JSON object"},
 		{"modelInputs array", "/start/v4", `{"apiKey": "` + keyAcme + `", "modelKey": "mk-echo", "modelInputs": [1]}`, nil, nil, "error: modelInputs must be a JSON object"},
 		{"modelInputs string", "/start/v4", `{"apiKey": "` + keyAcme + `", "modelKey": "mk-echo", "modelInputs": "{}"}`, nil, nil, "error: modelInputs must be a JSON object"},
+		{"modelInputs not UTF-8", "/start/v4", `{"apiKey": "` + keyAcme + `", "modelKey": "mk-echo", "modelInputs": {"p": "caf` + "\xe9" + `"}}`, nil, nil, "error: request body is not valid UTF-8 at byte 81"},
 		{"startOnly not a boolean", "/start/v4", `{"apiKey": "` + keyAcme + `", "modelKey": "mk-echo", "modelInputs": {}, "startOnly": "yes"}`, nil, nil, "error: startOnly must be a boolean (true or false)"},
 		{"invalid apiKey", "/start/v4", `{"apiKey": "nope", "modelKey": "mk-echo", "modelInputs": {}}`, nil, nil, "error: invalid apiKey"},
 		{"revoked apiKey", "/start/v4", `{"apiKey": "` + keyRevoked + `", "modelKey": "mk-echo", "modelInputs": {}}`, nil, nil, "error: invalid apiKey"},
@@ -350,10 +351,17 @@ func TestInferencePanicAnswersWithErrorMessage(t *testing.T) {
 }
 
 func TestPendingMessagesNeverSayError(t *testing.T) {
-	for _, s := range []store.CallState{store.CallQueued, store.CallBooting, store.CallRunning, "", "error-ish"} {
-		if m := pendingMessage(s); strings.Contains(m, "error") || m == "" {
-			t.Errorf("pendingMessage(%q) = %q", s, m)
+	for _, c := range []store.Call{
+		{State: store.CallQueued}, {State: store.CallBooting}, {State: store.CallRunning}, {}, {State: "error-ish"},
+		{State: store.CallBooting, Message: "booting (attempt 2 of 3; last: ModuleNotFoundError)"},
+	} {
+		if m := pendingMessage(c); strings.Contains(strings.ToLower(m), "error") || m == "" {
+			t.Errorf("pendingMessage(%+v) = %q", c, m)
 		}
+	}
+	attempt := store.Call{State: store.CallBooting, Message: "booting (attempt 2 of 3; last: process exited with status 1)"}
+	if m := pendingMessage(attempt); m != attempt.Message {
+		t.Errorf("pendingMessage(%+v) = %q, want the scheduler's account", attempt, m)
 	}
 }
 

@@ -106,6 +106,21 @@ func (m *Metrics) ReplicaEvicted(project string) {
 	m.projectCounter("inferd_replica_evictions_total", project)
 }
 
+// CallCancelled counts a call ended by a cancel or a queue purge.
+func (m *Metrics) CallCancelled(project string) {
+	m.projectCounter("inferd_calls_cancelled_total", project)
+}
+
+// CallExpired counts a call whose queueTimeout passed in the queue.
+func (m *Metrics) CallExpired(project string) {
+	m.projectCounter("inferd_calls_expired_total", project)
+}
+
+// CallRetried counts a call run again after a restart or a model crash.
+func (m *Metrics) CallRetried(project string) {
+	m.projectCounter("inferd_calls_retried_total", project)
+}
+
 func (m *Metrics) projectCounter(name, project string) {
 	m.set.GetOrCreateCounter(name + `{project="` + labelValue(project) + `"}`).Inc()
 }

@@ -80,6 +80,9 @@ func loadedMetrics() *Metrics {
 	m.ReplicaStarted("echo")
 	m.ReplicaCrashed("echo")
 	m.ReplicaEvicted(`we"ird`)
+	m.CallCancelled("echo")
+	m.CallExpired("echo")
+	m.CallRetried("echo")
 	return m
 }
 

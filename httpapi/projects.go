@@ -16,8 +16,8 @@ import (
 // maxProjectBody caps a PUT body; four integers fit many times over.
 const maxProjectBody = 64 << 10
 
-// projectView is a project as the API shows it: exactly the six API fields,
-// never the model spec.
+// projectView is a project as the API shows it: the six fields of Banana's
+// project API plus retries, never the model spec.
 type projectView struct {
 	ID               string `json:"id"`
 	TeamID           string `json:"teamId"`
@@ -25,6 +25,7 @@ type projectView struct {
 	MaxReplicas      int    `json:"maxReplicas"`
 	InferenceTimeout int    `json:"inferenceTimeout"`
 	IdleTimeout      int    `json:"idleTimeout"`
+	Retries          int    `json:"retries,omitempty"` // omitted at 0: the six fields stay the Banana shape
 }
 
 func viewProject(p store.Project) projectView {
@@ -35,6 +36,7 @@ func viewProject(p store.Project) projectView {
 		MaxReplicas:      p.MaxReplicas,
 		InferenceTimeout: p.InferenceTimeout,
 		IdleTimeout:      p.IdleTimeout,
+		Retries:          p.Retries,
 	}
 }
 
@@ -198,11 +200,11 @@ func (l projectLimits) check(p store.Project) error {
 }
 
 // updatable lists the attributes a PUT may set, in the order messages name them.
-var updatable = []string{"minReplicas", "maxReplicas", "inferenceTimeout", "idleTimeout"}
+var updatable = []string{"minReplicas", "maxReplicas", "inferenceTimeout", "idleTimeout", "retries"}
 
 // projectUpdate holds the attributes a PUT supplied; nil means keep.
 type projectUpdate struct {
-	MinReplicas, MaxReplicas, InferenceTimeout, IdleTimeout *int
+	MinReplicas, MaxReplicas, InferenceTimeout, IdleTimeout, Retries *int
 }
 
 func (u projectUpdate) apply(p *store.Project) {
@@ -215,6 +217,7 @@ func (u projectUpdate) apply(p *store.Project) {
 	set(&p.MaxReplicas, u.MaxReplicas)
 	set(&p.InferenceTimeout, u.InferenceTimeout)
 	set(&p.IdleTimeout, u.IdleTimeout)
+	set(&p.Retries, u.Retries)
 }
 
 // decodeProjectUpdate parses a PUT body strictly: a JSON object with one or
@@ -245,6 +248,8 @@ func decodeProjectUpdate(body []byte) (projectUpdate, error) {
 			dst = &u.InferenceTimeout
 		case "idleTimeout":
 			dst = &u.IdleTimeout
+		case "retries":
+			dst = &u.Retries
 		case "id", "teamId":
 			return u, badRequest("%s cannot be changed; updatable: %s", name, strings.Join(updatable, ", "))
 		default:

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"runtime/debug"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 	"github.com/rs/zerolog"
 
+	"inferd/scheduler"
 	"inferd/store"
 )
 
@@ -76,13 +76,21 @@ type Store interface {
 
 // Scheduler is what the public API needs from the scheduler.
 type Scheduler interface {
-	// Submit admits a call; the returned call is durable. Errors are
-	// user-facing texts (queue full, not enough GPUs) or store errors.
-	Submit(ctx context.Context, p store.Project, inputs json.RawMessage) (store.Call, error)
-	// SubmitWait admits a call and waits up to wait (or until ctx ends) for
-	// its result; the returned call, finished or not, is durable. ctx never
-	// cancels the call.
-	SubmitWait(ctx context.Context, p store.Project, inputs json.RawMessage, wait time.Duration) (store.Call, error)
+	// Start admits a call (or, for a repeated idempotency key, finds the
+	// first one) and, when req.Wait is set, waits up to it (or until ctx
+	// ends) for its result; the returned call, finished or not, is durable.
+	// ctx never cancels the call. Errors are user-facing texts (queue full,
+	// not enough GPUs, idempotencyKey reused) or store errors.
+	Start(ctx context.Context, p store.Project, req scheduler.Request) (store.Call, error)
+	// Cancel ends a queued or running call and returns it once that is
+	// durable; a finished call is an error wrapping scheduler.ErrFinished.
+	Cancel(id string) (store.Call, error)
+	// Purge cancels the calls waiting in a project's queue and says how
+	// many.
+	Purge(projectID string) (int, error)
+	// Warmup boots a project's replica and returns once one is ready, with
+	// the boot's failure, or when ctx ends.
+	Warmup(ctx context.Context, p store.Project) error
 	// Lookup returns the call and a channel that is closed once its final
 	// result is durable; store.ErrNotFound if the id is unknown or expired.
 	Lookup(id string) (store.Call, <-chan struct{}, error)
@@ -115,6 +123,11 @@ func New(opts Options, st Store, sched Scheduler) http.Handler {
 			handle(http.MethodPost, "/start/"+v+slash, a.start)
 			handle(http.MethodPost, "/check/"+v+slash, a.check)
 		}
+	}
+	for _, slash := range []string{"", "/"} {
+		handle(http.MethodPost, "/cancel/v4"+slash, a.cancel)
+		handle(http.MethodDelete, "/v1/projects/:id/queue"+slash, a.purgeQueue)
+		handle(http.MethodPost, "/v1/projects/:id/warmup"+slash, a.warmup)
 	}
 	handle(http.MethodGet, "/v1/projects", a.listProjects)
 	handle(http.MethodGet, "/v1/projects/", a.listProjects)
@@ -196,7 +209,7 @@ func logPanic(w http.ResponseWriter, r *http.Request, log zerolog.Logger, v any)
 }
 
 func isInferencePath(p string) bool {
-	return strings.HasPrefix(p, "/start/") || strings.HasPrefix(p, "/check/")
+	return strings.HasPrefix(p, "/start/") || strings.HasPrefix(p, "/check/") || strings.HasPrefix(p, "/cancel/")
 }
 
 func (a *api) healthz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {

@@ -133,6 +133,8 @@ type statusCall struct {
 	State      string     `json:"state"`
 	Message    string     `json:"message,omitempty"` // failures only
 	ReplicaID  string     `json:"replicaId,omitempty"`
+	Attempt    int        `json:"attempt"`            // runs so far; above 1 after retries
+	Priority   string     `json:"priority,omitempty"` // high or low; normal is left out
 	Created    time.Time  `json:"created"`
 	Dispatched *time.Time `json:"dispatched"`
 	Finished   *time.Time `json:"finished"`
@@ -459,7 +461,7 @@ func viewCalls(calls []store.Call, limit int) []statusCall {
 	for _, c := range calls {
 		sc := statusCall{
 			ID: c.ID, ProjectID: c.ProjectID, State: string(c.State), ReplicaID: c.ReplicaID,
-			Created: c.Created.UTC(), QueueMs: c.QueueMs, BootMs: c.BootMs, RunMs: c.RunMs,
+			Attempt: c.Attempt, Priority: string(c.Priority), Created: c.Created.UTC(), QueueMs: c.QueueMs, BootMs: c.BootMs, RunMs: c.RunMs,
 		}
 		if c.State == store.CallFailed {
 			sc.Message = truncate(failureMessage(c.Message), maxStatusMessage)

@@ -63,7 +63,7 @@ func (b *byteSize) UnmarshalYAML(n *yaml.Node) error {
 
 // Project is one entry of the manifest: its id, team and modelKey, the
 // model spec inline (store.ModelSpec, with the same field names as the
-// store and the admin API), and the four replica settings. Their pointers
+// store and the admin API), the four replica settings and retries. Their pointers
 // tell "absent" (take the default) from an explicit zero; a zero in the
 // model spec takes the spec's default.
 type Project struct {
@@ -75,6 +75,7 @@ type Project struct {
 	MaxReplicas      *int `yaml:"maxReplicas"`
 	InferenceTimeout *int `yaml:"inferenceTimeout"`
 	IdleTimeout      *int `yaml:"idleTimeout"`
+	Retries          *int `yaml:"retries"` // default 0; see store.Project.Retries
 	// Caps bound what the team may set through the project API.
 	Caps store.ProjectCaps `yaml:"caps"`
 }
@@ -163,6 +164,7 @@ func (mp Project) toStore(baseDir string) (store.Project, error) {
 	setInt(&p.MaxReplicas, mp.MaxReplicas)
 	setInt(&p.InferenceTimeout, mp.InferenceTimeout)
 	setInt(&p.IdleTimeout, mp.IdleTimeout)
+	setInt(&p.Retries, mp.Retries)
 
 	p.Model = mp.ModelSpec
 	p.Model.KeyHash = store.HashModelKey(mp.ModelKey)

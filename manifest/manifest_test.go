@@ -24,6 +24,7 @@ projects:
     maxReplicas: 3
     inferenceTimeout: 300
     idleTimeout: 30
+    retries: 2
 `
 
 func TestParseFullEntry(t *testing.T) {
@@ -35,7 +36,7 @@ func TestParseFullEntry(t *testing.T) {
 		t.Fatalf("got %d projects", len(ps))
 	}
 	p := ps[0]
-	if p.ID != "echo" || p.TeamID != "acme" || p.MaxReplicas != 3 || p.IdleTimeout != 30 || p.InferenceTimeout != 300 {
+	if p.ID != "echo" || p.TeamID != "acme" || p.MaxReplicas != 3 || p.IdleTimeout != 30 || p.InferenceTimeout != 300 || p.Retries != 2 {
 		t.Fatalf("project fields: %+v", p)
 	}
 	if p.Model.Dir != "/srv/models/examples/echo" || p.Model.Env["GREETING"] != "hi" || p.Model.Protocol != "http" {
@@ -52,7 +53,7 @@ func TestParseAppliesDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := ps[0]
-	if p.MinReplicas != 0 || p.MaxReplicas != 3 || p.InferenceTimeout != 300 || p.IdleTimeout != 30 ||
+	if p.MinReplicas != 0 || p.MaxReplicas != 3 || p.InferenceTimeout != 300 || p.IdleTimeout != 30 || p.Retries != 0 ||
 		p.Model.Concurrency != 1 || p.Model.BootTimeout != 600 || p.Model.Protocol != "http" || p.Model.Dir != filepath.Clean("/x") {
 		t.Fatalf("defaults not applied: %+v", p)
 	}

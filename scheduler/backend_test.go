@@ -92,7 +92,7 @@ func TestLocalBackendRunsEchoModel(t *testing.T) {
 		{p, `{"crash":true}`, "error: model process exited (exit status 3) during inference"},
 		{p, `{"hang":true}`, "error: inference timed out after 1s"},
 		{p, `{"a":2}`, `{"a":2}`},
-		{broken, `{}`, "error: model failed to start: boot failed: BOOT_FAIL is set"},
+		{broken, `{}`, "error: model failed to start: process exited with status 1: boot failed: BOOT_FAIL is set"},
 	} {
 		got := run(tc.p, tc.inputs)
 		if got.Message == "success" {

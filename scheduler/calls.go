@@ -13,12 +13,14 @@ import (
 // failed; the oldest are forgotten first.
 const maxRecentFailures = 10000
 
-// dispatch hands the project's oldest calls to its ready replicas with room.
+// dispatch hands the project's next calls (highest priority, then oldest:
+// see queue) to its ready replicas with room.
 func (s *Scheduler) dispatch(p *project) {
+	now := s.clk.Now()
 	for {
-		c := p.queue.peek()
+		c := p.queue.peek(now)
 		if c == nil || c.state != callQueued {
-			return // FIFO: a later call never overtakes one whose first write is in flight
+			return // a later call never overtakes one whose first write is in flight
 		}
 		r := p.pick()
 		if r == nil {
@@ -28,7 +30,7 @@ func (s *Scheduler) dispatch(p *project) {
 			p.quotaWait = why
 			return
 		}
-		p.queue.pop()
+		p.queue.pop(c)
 		s.startCall(c, r)
 	}
 }
@@ -37,6 +39,7 @@ func (s *Scheduler) dispatch(p *project) {
 // goroutine and the inference timeout.
 func (s *Scheduler) startCall(c *call, r *rep) {
 	s.move(c, callRunning)
+	c.expiry.stop() // dispatched in time
 	now := s.clk.Now()
 	c.c.State = store.CallRunning
 	c.c.Dispatched = now
@@ -62,6 +65,9 @@ func (s *Scheduler) startCall(c *call, r *rep) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	secs := c.p.inferenceTimeout()
+	if c.c.Timeout > 0 && c.c.Timeout < secs {
+		secs = c.c.Timeout // a call may only shorten its project's timeout
+	}
 	c.timeoutSecs = secs
 	s.arm(&c.timeout, seconds(secs), func(seq uint64) event { return evInferTimeout{c: c, seq: seq} })
 	if !c.unsaved {
@@ -88,18 +94,26 @@ func (s *Scheduler) infer(ctx context.Context, c *call, r *rep, inst backend.Ins
 			exitErr = inst.ExitErr()
 		}
 		ev.msg = inferFailure(err, exited, exitErr)
+		ev.crashed = exited
 	}
 	s.in.post(ev) // after shutdown nobody wants it: the call stays running in the store
 }
 
 func (s *Scheduler) onInferDone(ev evInferDone) {
 	c := ev.c
+	if c.abortedOn == ev.r {
+		s.aborted(c)
+		return
+	}
 	if c.r != ev.r || c.finished() {
 		return // already ended by a timeout, an exit or a delete
 	}
 	s.detach(c)
 	if ev.notSent {
 		s.requeue(c)
+		return
+	}
+	if ev.err != nil && ev.crashed && s.retry(c) {
 		return
 	}
 	if ev.err != nil {
@@ -176,6 +190,7 @@ func (s *Scheduler) finish(c *call, state store.CallState, out json.RawMessage, 
 	if !s.move(c, callFinishing) {
 		return
 	}
+	c.expiry.stop()
 	now := s.clk.Now()
 	f := c.c
 	f.State, f.Outputs, f.Message, f.Finished = state, out, msg, now
@@ -202,6 +217,9 @@ func (s *Scheduler) onFinal(c *call, err error) {
 	if s.calls[c.c.ID] == c {
 		delete(s.calls, c.c.ID)
 	}
+	// Only now: until the final write has committed, a repeated start
+	// must find the call here, since the store may not have it yet.
+	s.unindex(c)
 	f := c.result
 	switch {
 	case err != nil:
@@ -274,10 +292,20 @@ func (s *Scheduler) lookupLive(id string) lookupResult {
 }
 
 // view is a live call as clients see it: queued reads booting while its
-// project boots a replica.
+// project boots a replica, after a failed boot (until the next attempt ends)
+// its message says which attempt and why the last one failed, and it carries
+// its place in the queue.
 func (s *Scheduler) view(c *call) store.Call {
 	v := c.c
-	if v.State == store.CallQueued && c.p.booting() {
+	if v.State != store.CallQueued {
+		return v
+	}
+	v.QueuePosition = c.p.queue.position(c, s.clk.Now())
+	p := c.p
+	switch {
+	case p.bootFailures > 0 && (p.booting() || p.backoffT.armed()):
+		v.State, v.Message = store.CallBooting, s.bootingMessage(p)
+	case p.booting():
 		v.State = store.CallBooting
 	}
 	return v

@@ -73,12 +73,17 @@ func (s *Scheduler) onDrain(ev evDrain) {
 }
 
 // onDrainDeadline ends every running call as interrupted and answers how
-// many there were.
+// many there were. A call its project's retries allow to run again goes back
+// to the queue instead (stored queued, it runs after the restart) and is not
+// counted.
 func (s *Scheduler) onDrainDeadline(reply chan int) {
 	n := 0
 	for _, c := range s.calls {
 		if c.r != nil && !c.finished() {
 			s.detach(c)
+			if s.retry(c) {
+				continue
+			}
 			s.finish(c, store.CallFailed, nil, msgInterrupted)
 			n++
 		}

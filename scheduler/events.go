@@ -95,6 +95,7 @@ type evExited struct {
 	r        *rep
 	exitErr  error
 	lastLine string
+	problem  backend.BootProblem // the backend's last finding while it booted
 }
 
 // evInferDone: an Infer call returned, or was never made (notSent) because
@@ -107,6 +108,7 @@ type evInferDone struct {
 	err     error
 	msg     string
 	notSent bool
+	crashed bool // the process had exited when Infer failed: a model crash
 }
 
 // Timer events carry the seq their timer was armed with (see timer.fired).
@@ -121,6 +123,14 @@ type (
 	}
 	evInferTimeout struct {
 		c   *call
+		seq uint64
+	}
+	evQueueExpired struct {
+		c   *call
+		seq uint64
+	}
+	evAbortGrace struct {
+		r   *rep
 		seq uint64
 	}
 	evBackoffDone struct {
@@ -154,6 +164,8 @@ func (evBootTimeout) isEvent()    {}
 func (evIdleExpired) isEvent()    {}
 func (evInferTimeout) isEvent()   {}
 func (evBackoffDone) isEvent()    {}
+func (evQueueExpired) isEvent()   {}
+func (evAbortGrace) isEvent()     {}
 func (evGPUPoll) isEvent()        {}
 func (evProjectChanged) isEvent() {}
 func (evProjectLoaded) isEvent()  {}

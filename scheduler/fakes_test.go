@@ -10,6 +10,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -259,10 +260,14 @@ type fakeInstance struct {
 	calls   chan *fakeCall
 	auto    bool
 	reply   json.RawMessage
+	// ignoreCancel: a model whose request does not end when Infer's ctx
+	// does, only when answered or when the process exits.
+	ignoreCancel atomic.Bool
 
 	mu       sync.Mutex
 	exitErr  error
 	lastLine string
+	problem  backend.BootProblem // what BootProblem returns
 	stopOnce sync.Once
 	exitOnce sync.Once
 }
@@ -291,6 +296,12 @@ func (i *fakeInstance) ExitErr() error {
 	return i.exitErr
 }
 
+func (i *fakeInstance) BootProblem() backend.BootProblem {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.problem
+}
+
 func (i *fakeInstance) LastLogLine() string {
 	i.mu.Lock()
 	defer i.mu.Unlock()
@@ -309,10 +320,14 @@ func (i *fakeInstance) Infer(ctx context.Context, inputs json.RawMessage) (json.
 	case <-i.exited:
 		return nil, i.exitedErr()
 	}
+	done := ctx.Done()
+	if i.ignoreCancel.Load() {
+		done = nil
+	}
 	select {
 	case a := <-c.answer:
 		return a.out, a.err
-	case <-ctx.Done():
+	case <-done:
 		return nil, ctx.Err()
 	case <-i.exited:
 		return nil, i.exitedErr()
@@ -344,6 +359,13 @@ func (i *fakeInstance) exit(err error, line string) {
 		i.mu.Unlock()
 		close(i.exited)
 	})
+}
+
+// setProblem sets what BootProblem returns.
+func (i *fakeInstance) setProblem(bp backend.BootProblem) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.problem = bp
 }
 
 func (i *fakeInstance) wasStopped() bool { return isClosed(i.stopped) }
@@ -477,6 +499,18 @@ func (h *harness) launchedN(n int) []*fakeInstance {
 }
 
 // noLaunch checks that no replica was launched.
+// succeedOnNewReplica readies the replica launched next, has it answer
+// call id, and checks that the call succeeded.
+func (h *harness) succeedOnNewReplica(id string) {
+	h.t.Helper()
+	i := h.launched()
+	h.ready(i)
+	h.call(i).reply(`{}`)
+	if got := h.result(id); got.State != store.CallSucceeded {
+		h.t.Fatalf("call %s on a new replica = %+v", id, got)
+	}
+}
+
 func (h *harness) noLaunch() {
 	h.t.Helper()
 	h.settle()

@@ -49,21 +49,23 @@ func (s callState) String() string {
 	return fmt.Sprintf("callState(%d)", s)
 }
 
-// transitions lists every move a call may make, and only those. Where the
-// next capabilities come in: cancel and queue expiry are queued → finishing
-// and running → finishing with a failed outcome (and saving → finishing, as a
-// project deletion is today); a retry is running → queued, the move a call
-// dispatched to a replica that had just died makes today (its attempt counter
-// then stays counted).
+// transitions lists every move a call may make, and only those. Call control
+// (control.go) adds no move of its own: a cancel, a purge and a queue expiry
+// are queued/saving → finishing and running → finishing with a failed
+// outcome, as a project deletion is; a retry is running → queued, the move a
+// call dispatched to a replica that had just died makes too (a retry keeps
+// its attempt counted, a call that never reached the model does not).
 var transitions = map[callState][]callState{
 	// A sync start's wait ended with the call still queued (its first write),
-	// or an async start's call was just admitted.
+	// or an async start's call was just admitted; dispatched; or ended while
+	// waiting (cancel, purge, queueTimeout, project gone).
 	callQueued: {callSaving, callRunning, callFinishing},
 	// First write committed: dispatchable; failed: dropped. The project may
 	// fail its queue meanwhile (deleted, boot failures, too few GPUs).
 	callSaving: {callQueued, callDropped, callFinishing},
-	// Never reached the model (the replica had exited): back to the queue.
-	// Otherwise the model answered, failed, timed out, or the replica went.
+	// Never reached the model (the replica had exited), or interrupted with
+	// retries left: back to the queue. Otherwise the model answered, failed,
+	// timed out, the replica went, or the call was cancelled.
 	callRunning: {callQueued, callFinishing},
 	// The final write committed, or failed: then the call is failed.
 	callFinishing: {callSucceeded, callFailed},

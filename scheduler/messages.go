@@ -75,8 +75,7 @@ func msgStoppedForTimeout(seconds int) string {
 }
 
 // msgFailedToStart ends the queued calls of a project whose replicas failed
-// to boot MaxBootFailures times in a row; reason is the model's last log line
-// when it printed one.
+// to boot (see bootFailed); reason says why (bootfail.go).
 func msgFailedToStart(reason string) string {
 	return "error: model failed to start: " + reason
 }

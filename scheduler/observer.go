@@ -16,6 +16,12 @@ type Observer interface {
 	// ReplicaEvicted reports an idle replica stopped to make room for
 	// another project.
 	ReplicaEvicted(project string)
+	// CallCancelled reports a call ended by a cancel or a queue purge,
+	// CallExpired one whose queueTimeout passed before it was dispatched,
+	// and CallRetried one run again after a restart or a model crash.
+	CallCancelled(project string)
+	CallExpired(project string)
+	CallRetried(project string)
 }
 
 // nopObserver is the Observer of a Config that sets none.
@@ -25,3 +31,6 @@ func (nopObserver) CallFinished(store.Call) {}
 func (nopObserver) ReplicaStarted(string)   {}
 func (nopObserver) ReplicaCrashed(string)   {}
 func (nopObserver) ReplicaEvicted(string)   {}
+func (nopObserver) CallCancelled(string)    {}
+func (nopObserver) CallExpired(string)      {}
+func (nopObserver) CallRetried(string)      {}

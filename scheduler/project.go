@@ -17,13 +17,18 @@ type project struct {
 	// specGen counts model spec changes; replicas started from an older one
 	// are drained.
 	specGen  int
-	queue    fifo
+	queue    queue
 	replicas []*rep // in start order
 	next     int    // last replica number handed out
 	running  int    // calls running on its replicas
 	deleted  bool   // its replicas are stopping; it goes once they have
+	// warmers wait for a replica to be ready (Warmup); while there are
+	// any, p wants at least one replica.
+	warmers []chan error
 
 	bootFailures int           // consecutive failed boots
+	lastBoot     bootFailure   // the last of them, for the calls that wait (bootfail.go)
+	refusing     bool          // boots failed for good: new calls fail while the backoff runs
 	backoff      time.Duration // the next restart wait; 0 = RestartBackoff
 	backoffT     timer         // armed: no boots until it fires
 	lastError    string
@@ -68,15 +73,28 @@ func (p *project) live() int {
 }
 
 // want is the desired number of replicas: enough for the queued calls and
-// those running on live replicas, within [min, max].
+// those running on live replicas, within [min, max]. Queued low-priority
+// calls do not count: they only use capacity nobody else waits for (see
+// wantLow).
 func (p *project) want() int {
-	load := p.queue.len()
+	return p.wantFor(p.queue.len() - p.queue.lenLow())
+}
+
+// wantLow is want with the queued low-priority calls counted: what p may
+// scale to while no other project waits for capacity.
+func (p *project) wantLow() int { return p.wantFor(p.queue.len()) }
+
+func (p *project) wantFor(queued int) int {
+	load := queued
 	for _, r := range p.replicas {
 		if r.live() {
 			load += len(r.calls)
 		}
 	}
 	n := (load + p.concurrency() - 1) / p.concurrency()
+	if len(p.warmers) > 0 {
+		n = max(n, 1)
+	}
 	return min(max(n, p.cfg.MinReplicas), p.cfg.MaxReplicas)
 }
 
@@ -85,7 +103,7 @@ func (p *project) want() int {
 func (p *project) pick() *rep {
 	var best *rep
 	for _, r := range p.replicas {
-		if r.state != stateReady || r.draining || len(r.calls) >= p.concurrency() || r.exited() {
+		if r.state != stateReady || r.draining || len(r.calls)+r.aborting >= p.concurrency() || r.exited() {
 			continue
 		}
 		if best == nil || len(r.calls) > len(best.calls) {
@@ -124,6 +142,7 @@ func (s *Scheduler) addProject(cfg store.Project) *project {
 		return p
 	}
 	p := &project{id: cfg.ID, cfg: cfg}
+	p.queue.aging = s.cfg.PriorityAging
 	s.projects[p.id] = p
 	i := sort.Search(len(s.order), func(i int) bool { return s.order[i].id >= p.id })
 	s.order = slices.Insert(s.order, i, p)
@@ -138,6 +157,7 @@ func (s *Scheduler) removeProject(p *project) {
 
 func (p *project) resetFailures() {
 	p.bootFailures = 0
+	p.lastBoot, p.refusing = bootFailure{}, false
 	p.backoff = 0
 	p.backoffT.stop()
 }
@@ -223,6 +243,7 @@ func (s *Scheduler) applyProject(cfg store.Project) {
 func (s *Scheduler) deleteProject(p *project) {
 	p.deleted = true
 	p.waiting = ""
+	p.warmed(errors.New("project deleted"))
 	p.backoffT.stop()
 	s.failQueued(p, msgProjectDeleted)
 	for _, r := range p.replicas {

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"time"
 
 	"inferd/store"
 )
@@ -29,11 +30,16 @@ type call struct {
 	// close orders the write before the read).
 	result store.Call
 
+	expiry timer // queueTimeout: armed while the call waits to be dispatched
+
 	// While running:
 	r           *rep
 	cancel      context.CancelFunc // ends the Infer goroutine
 	timeout     timer              // inference timeout
 	timeoutSecs int                // its length, for the message
+	// abortedOn: the replica whose request for this call was aborted
+	// (cancel); it is not free until that Infer returns (see rep.aborting).
+	abortedOn *rep
 }
 
 // fifo is a project's queue of calls waiting for a replica, oldest first.
@@ -102,4 +108,114 @@ func (q *fifo) drain() []*call {
 	clear(q.items)
 	q.items, q.head = q.items[:0], 0
 	return out
+}
+
+// ranks of the priorities, higher first.
+const (
+	rankLow = iota
+	rankNormal
+	rankHigh
+	numRanks
+)
+
+func rankOf(p store.Priority) int {
+	switch p {
+	case store.PriorityHigh:
+		return rankHigh
+	case store.PriorityLow:
+		return rankLow
+	}
+	return rankNormal
+}
+
+// queue is a project's calls waiting for a replica: one fifo per priority.
+// The next call is the head that ranks highest once aged: each aging period
+// a call has waited adds one rank, so a low call waits at most two periods
+// behind a stream of fresh high ones (it then ties, and the older call goes
+// first). Within a priority, calls go oldest first.
+type queue struct {
+	levels [numRanks]fifo
+	aging  time.Duration // one rank per this much waiting; 0 = no aging
+}
+
+func (q *queue) len() int {
+	n := 0
+	for i := range q.levels {
+		n += q.levels[i].len()
+	}
+	return n
+}
+
+// lenLow is how many low-priority calls wait: the ones that may only use
+// capacity nobody else waits for (see project.want).
+func (q *queue) lenLow() int { return q.levels[rankLow].len() }
+
+func (q *queue) push(c *call) { q.levels[rankOf(c.c.Priority)].push(c) }
+
+// pushFront puts c back in front of its priority's calls.
+func (q *queue) pushFront(c *call) { q.levels[rankOf(c.c.Priority)].pushFront(c) }
+
+// effRank is c's rank after aging at now.
+func (q *queue) effRank(c *call, now time.Time) int {
+	r := rankOf(c.c.Priority)
+	if q.aging > 0 {
+		if waited := now.Sub(c.c.Created); waited > 0 {
+			r += int(waited / q.aging)
+		}
+	}
+	return r
+}
+
+// before reports whether a goes before b at now.
+func (q *queue) before(a, b *call, now time.Time) bool {
+	ra, rb := q.effRank(a, now), q.effRank(b, now)
+	if ra != rb {
+		return ra > rb
+	}
+	if !a.c.Created.Equal(b.c.Created) {
+		return a.c.Created.Before(b.c.Created)
+	}
+	return rankOf(a.c.Priority) > rankOf(b.c.Priority)
+}
+
+// peek returns the call to dispatch next at now, or nil.
+func (q *queue) peek(now time.Time) *call {
+	var best *call
+	for i := range q.levels {
+		if c := q.levels[i].peek(); c != nil && (best == nil || q.before(c, best, now)) {
+			best = c
+		}
+	}
+	return best
+}
+
+// pop removes the call peek returned.
+func (q *queue) pop(c *call) { q.levels[rankOf(c.c.Priority)].pop() }
+
+// remove takes c out of the queue wherever it is; it reports whether it was
+// there.
+func (q *queue) remove(c *call) bool { return q.levels[rankOf(c.c.Priority)].remove(c) }
+
+// drain empties the queue and returns its calls, highest priority first.
+func (q *queue) drain() []*call {
+	var out []*call
+	for i := numRanks - 1; i >= 0; i-- {
+		out = append(out, q.levels[i].drain()...)
+	}
+	return out
+}
+
+// position is how many queued calls go before c at now (0 = next), as the
+// queue stands: calls that age past c later may still overtake it.
+func (q *queue) position(c *call, now time.Time) int {
+	n := 0
+	for i := range q.levels {
+		l := &q.levels[i]
+		for j := l.head; j < len(l.items); j++ {
+			if o := l.items[j]; o != c && q.before(o, c, now) {
+				n++
+			}
+		}
+	}
+	return n
 }

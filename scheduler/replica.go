@@ -42,6 +42,11 @@ type rep struct {
 	idleSince time.Time          // last time it had no calls
 	idleT     timer              // idle timeout
 	boot      timer              // boot timeout
+	// aborting counts the cancelled calls whose request to the model has
+	// not returned yet: each holds its room on the replica until it does,
+	// and abortT stops the replica if one has not within AbortGrace.
+	aborting int
+	abortT   timer
 	// bootTimedOut: stopped by the boot timeout, which counts as a failed
 	// boot once the process has exited.
 	bootTimedOut bool
@@ -57,7 +62,7 @@ func (r *rep) live() bool { return r.state != stateStopping && !r.draining }
 func (r *rep) exited() bool { return r.inst != nil && isClosed(r.inst.Exited()) }
 
 // idle reports whether r is ready and has no call.
-func (r *rep) idle() bool { return r.state == stateReady && len(r.calls) == 0 }
+func (r *rep) idle() bool { return r.state == stateReady && len(r.calls) == 0 && r.aborting == 0 }
 
 // callList returns r's calls, for loops that end them.
 func (r *rep) callList() []*call {
@@ -75,7 +80,7 @@ func (r *rep) stateName() string {
 		return "booting"
 	case r.state == stateStopping:
 		return "stopping"
-	case len(r.calls) > 0:
+	case len(r.calls) > 0, r.aborting > 0: // an aborted request still holds it
 		return "busy"
 	default:
 		return "ready"
@@ -133,7 +138,9 @@ func (s *Scheduler) onLaunched(ev evLaunched) {
 	r := ev.r
 	if ev.err != nil {
 		s.log.Error().Err(ev.err).Str("project", r.p.id).Str("replica", r.id).Msg("launching replica failed")
-		s.gone(r, ev.err.Error(), nil)
+		// Whatever stops a launch (no such program or dir) stops the next one
+		// too: fatal, as the backend's own hopeless findings are.
+		s.gone(evExited{r: r, lastLine: ev.err.Error(), problem: backend.BootProblem{Text: ev.err.Error(), Fatal: true}})
 		return
 	}
 	r.inst = ev.inst
@@ -154,7 +161,7 @@ func (s *Scheduler) watch(r *rep, inst backend.Instance) {
 		<-inst.Exited()
 	case <-inst.Exited():
 	}
-	s.in.post(evExited{r: r, exitErr: inst.ExitErr(), lastLine: inst.LastLogLine()})
+	s.in.post(evExited{r: r, exitErr: inst.ExitErr(), lastLine: inst.LastLogLine(), problem: inst.BootProblem()})
 }
 
 func (s *Scheduler) onReady(r *rep) {
@@ -169,6 +176,8 @@ func (s *Scheduler) onReady(r *rep) {
 	if !r.draining {
 		r.p.bootFailures = 0
 		r.p.backoff = 0
+		r.p.lastBoot, r.p.refusing = bootFailure{}, false
+		r.p.warmed(nil)
 	}
 	s.log.Info().Str("project", r.p.id).Str("replica", r.id).Int("pid", r.info.Pid).
 		Dur("boot", now.Sub(r.started)).Msg("replica ready")
@@ -206,19 +215,21 @@ func (s *Scheduler) stop(r *rep) {
 	r.state = stateStopping
 	r.boot.stop()
 	r.idleT.stop()
+	r.abortT.stop()
 	if r.inst != nil {
 		s.goStop(r.inst)
 	}
 }
 
 func (s *Scheduler) onExited(ev evExited) {
-	s.gone(ev.r, ev.lastLine, ev.exitErr)
+	s.gone(ev)
 }
 
 // gone handles a replica whose process has exited (or never started):
 // its calls fail, its resources are freed, and a failure that was not asked
 // for counts toward the boot failures or the restart backoff.
-func (s *Scheduler) gone(r *rep, lastLine string, exitErr error) {
+func (s *Scheduler) gone(ev evExited) {
+	r, lastLine, exitErr := ev.r, ev.lastLine, ev.exitErr
 	p := r.p
 	was := r.state
 	if was != stateStopping {
@@ -235,9 +246,12 @@ func (s *Scheduler) gone(r *rep, lastLine string, exitErr error) {
 	if len(r.gpus) > 0 {
 		s.releaseGPUs(r, s.devices())
 	}
+	r.abortT.stop()
 	for _, c := range r.callList() {
 		s.detach(c)
-		s.finish(c, store.CallFailed, nil, msgExited(exitErr))
+		if !s.retry(c) {
+			s.finish(c, store.CallFailed, nil, msgExited(exitErr))
+		}
 	}
 	log := s.log.With().Str("project", p.id).Str("replica", r.id).Str("exit", exitStatus(exitErr)).Logger()
 	switch {
@@ -248,17 +262,11 @@ func (s *Scheduler) gone(r *rep, lastLine string, exitErr error) {
 	case r.gen != p.specGen:
 		// An old spec's replica: its failures say nothing about the new one.
 	case r.bootTimedOut:
-		reason := lastLine
-		if reason == "" {
-			reason = fmt.Sprintf("not ready within %ds (bootTimeout)", p.bootTimeout())
-		}
-		s.bootFailed(p, r, reason, false)
+		s.bootFailed(p, r, bootTimedOut(p.bootTimeout(), ev.problem, lastLine), false)
+	case was == stateBooting && ev.problem.Fatal:
+		s.bootFailed(p, r, bootFailure{text: ev.problem.Text, fatal: true}, true)
 	case was == stateBooting:
-		reason := lastLine
-		if reason == "" {
-			reason = exitStatus(exitErr)
-		}
-		s.bootFailed(p, r, reason, true)
+		s.bootFailed(p, r, bootExited(exitErr, lastLine), true)
 	case was == stateReady:
 		p.lastError = fmt.Sprintf("replica %s exited (%s)", r.id, exitStatus(exitErr))
 		if lastLine != "" {
@@ -269,24 +277,6 @@ func (s *Scheduler) gone(r *rep, lastLine string, exitErr error) {
 		s.startBackoff(p)
 	default:
 		log.Info().Msg("replica stopped")
-	}
-}
-
-// bootFailed counts a failed boot and backs off (unless the boot timeout
-// already did); after MaxBootFailures in a row the project's queued calls
-// fail with the reason, and the count starts over.
-func (s *Scheduler) bootFailed(p *project, r *rep, reason string, backoff bool) {
-	p.bootFailures++
-	p.lastError = "model failed to start: " + reason
-	p.lastErrorReplica, p.lastErrorAt = r.id, s.clk.Now()
-	s.log.Warn().Str("project", p.id).Str("replica", r.id).Int("failures", p.bootFailures).
-		Str("reason", reason).Msg("replica failed to boot")
-	if backoff {
-		s.startBackoff(p)
-	}
-	if p.bootFailures >= s.cfg.MaxBootFailures {
-		p.bootFailures = 0
-		s.failQueued(p, msgFailedToStart(reason))
 	}
 }
 

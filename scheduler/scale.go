@@ -84,6 +84,7 @@ func (s *Scheduler) scaleUp() {
 	s.needs = needs
 	if !any {
 		s.setWaiting(nil, nil)
+		s.scaleLow(devices)
 		return
 	}
 	start := sort.Search(len(s.order), func(i int) bool { return s.order[i].id > s.rrLast }) % len(s.order)
@@ -118,6 +119,30 @@ func (s *Scheduler) scaleUp() {
 	s.setWaiting(waiting, devices)
 	if len(waiting) > 0 {
 		s.evict(waiting, devices)
+		return
+	}
+	s.scaleLow(devices)
+}
+
+// scaleLow boots replicas for queued low-priority calls, only into capacity
+// that no other call waits for (scaleUp calls it when no project waits) and
+// never by evicting: batch work soaks up idle capacity. A low call of a
+// project with no replica still gets one when a slot or GPU is free.
+func (s *Scheduler) scaleLow(devices []gpu.Device) {
+	for _, p := range s.order {
+		if p.deleted || p.backoffT.armed() || p.queue.lenLow() == 0 || fitsMachine(devices, requestOf(p.cfg.Model)) != nil {
+			continue
+		}
+		for n := p.wantLow() - p.live(); n > 0; n-- {
+			if s.bootBlocked(p) != "" {
+				break // the team's quota holds low calls back too
+			}
+			gpus, cpu, ok := s.acquire(p, devices)
+			if !ok {
+				break
+			}
+			s.boot(p, gpus, cpu)
+		}
 	}
 }
 
@@ -193,8 +218,8 @@ func (s *Scheduler) evict(waiting []*project, devices []gpu.Device) {
 		}
 	}
 	for _, p := range waiting {
-		if p.queue.len() == 0 {
-			continue // a minimum alone waits; only calls evict
+		if p.queue.len() == p.queue.lenLow() {
+			continue // a minimum alone waits; only calls evict, and low ones never do
 		}
 		req := requestOf(p.cfg.Model)
 		if req.gpus == 0 {

@@ -24,7 +24,14 @@ type Config struct {
 	RestartBackoff      time.Duration // first wait after a crash or failed boot, doubling; default 1s
 	MaxRestartBackoff   time.Duration // cap of that wait; default 30s
 	GPUPoll             time.Duration // while a project waits for GPU, how often free GPU memory is re-read; default 1s
-	Observer            Observer      // told about finished calls and replica events; nil = none
+	// AbortGrace is how long a replica whose call was cancelled may take to
+	// be free again (its request to the model aborted) before it is
+	// replaced; default 10s (serve passes replica.stopGrace).
+	AbortGrace time.Duration
+	// PriorityAging is how long a queued call waits to rise one priority
+	// (low → normal → high), so that low calls never starve; default 30s.
+	PriorityAging time.Duration
+	Observer      Observer // told about finished calls and replica events; nil = none
 }
 
 func (c Config) withDefaults() Config {
@@ -44,6 +51,12 @@ func (c Config) withDefaults() Config {
 	if c.GPUPoll <= 0 {
 		c.GPUPoll = time.Second
 	}
+	if c.AbortGrace <= 0 {
+		c.AbortGrace = 10 * time.Second
+	}
+	if c.PriorityAging <= 0 {
+		c.PriorityAging = 30 * time.Second
+	}
 	if c.Observer == nil {
 		c.Observer = nopObserver{}
 	}
@@ -55,6 +68,7 @@ type Store interface {
 	GetProject(id string) (store.Project, error)
 	ListProjects(teamID string) ([]store.Project, error)
 	GetCall(id string) (store.Call, error)
+	CallByIdempotencyKey(teamID, key string) (store.Call, error)
 	PendingCalls() ([]store.Call, error)
 	SaveCall(ctx context.Context, c store.Call) error
 	// SaveCallAsync queues a write without blocking; writes apply in the
@@ -82,6 +96,7 @@ type Scheduler struct {
 	submitc  chan startReq
 	lookupc  chan lookupReq
 	persistc chan persistReq
+	controlc chan func() // call control (cancel, purge, warm-up): run on the loop
 	snapc    chan chan Status
 	in       *inbox
 	stopped  chan struct{} // closed when Run returns
@@ -98,6 +113,7 @@ type Scheduler struct {
 	projects map[string]*project
 	order    []*project       // projects sorted by id: stable iteration
 	calls    map[string]*call // live calls: queued, running, or final write pending
+	idem     map[string]*call // live calls started with an idempotency key, by store.IdempotencyIndexKey
 	failures recentFailures
 	resave   resaveQueue // failures to write again once the store takes writes
 	cpuUsed  int
@@ -145,6 +161,7 @@ func New(cfg Config, st Store, b backend.Backend, clk Clock, log zerolog.Logger)
 		submitc:  make(chan startReq),
 		lookupc:  make(chan lookupReq),
 		persistc: make(chan persistReq),
+		controlc: make(chan func()),
 		snapc:    make(chan chan Status),
 		in:       newInbox(),
 		stopped:  make(chan struct{}),
@@ -153,6 +170,7 @@ func New(cfg Config, st Store, b backend.Backend, clk Clock, log zerolog.Logger)
 		workers:  newInferWorkers(),
 		projects: map[string]*project{},
 		calls:    map[string]*call{},
+		idem:     map[string]*call{},
 		failures: newRecentFailures(maxRecentFailures),
 		loading:  map[string]bool{},
 
@@ -258,6 +276,8 @@ func (s *Scheduler) loop(ctx context.Context) {
 		case reply := <-s.snapc:
 			reply <- s.snapshot()
 			continue
+		case fn := <-s.controlc:
+			fn()
 		case <-s.in.kick:
 			evs := s.in.take(s.evbuf)
 			for _, ev := range evs {
@@ -291,6 +311,10 @@ func (s *Scheduler) handle(ev event) {
 		s.onIdleExpired(ev.r, ev.seq)
 	case evInferTimeout:
 		s.onInferTimeout(ev.c, ev.seq)
+	case evQueueExpired:
+		s.onQueueExpired(ev.c, ev.seq)
+	case evAbortGrace:
+		s.onAbortGrace(ev.r, ev.seq)
 	case evBackoffDone:
 		ev.p.backoffT.fired(ev.seq) // the pass boots what is needed
 	case evGPUPoll:
@@ -346,6 +370,7 @@ func (s *Scheduler) shutdown() {
 		for _, r := range p.replicas {
 			r.boot.stop()
 			r.idleT.stop()
+			r.abortT.stop()
 			if r.inst != nil && r.state != stateStopping {
 				r.state = stateStopping
 				s.goStop(r.inst)
@@ -354,6 +379,7 @@ func (s *Scheduler) shutdown() {
 	}
 	for _, c := range s.calls {
 		c.timeout.stop()
+		c.expiry.stop()
 		if c.cancel != nil {
 			c.cancel()
 		}
@@ -390,32 +416,46 @@ func (s *Scheduler) recoverPending(ctx context.Context) error {
 		return fmt.Errorf("pending calls: %w", err)
 	}
 	now := s.clk.Now()
-	var ended []store.Call
+	var writes []store.Call // calls changed by recovery, to write before serving
+	var retried int
 	for _, c := range pending {
 		p := s.projects[c.ProjectID]
+		if c.State == store.CallRunning && p != nil && p.mayRetry(c.Attempt) {
+			// Interrupted with attempts left: run it again under its ID.
+			// Its queue deadline is behind it: it was dispatched in time.
+			c.State, c.ReplicaID = store.CallQueued, ""
+			c.Dispatched, c.QueueMs, c.BootMs = time.Time{}, 0, 0
+			c.QueueTimeout = 0
+			retried++
+			s.cfg.Observer.CallRetried(p.id)
+			writes = append(writes, c)
+		}
 		switch {
 		case c.State == store.CallQueued && p != nil:
 			cl := &call{c: c, state: callQueued, done: make(chan struct{}), p: p}
 			s.calls[c.ID] = cl
+			s.index(cl)
 			p.queue.push(cl)
+			s.armExpiry(cl)
 		case c.State == store.CallQueued:
 			c.State, c.Message, c.Finished = store.CallFailed, msgProjectDeleted, now
-			ended = append(ended, c)
+			writes = append(writes, c)
 		default:
 			c.State, c.Message, c.Finished = store.CallFailed, msgInterrupted, now
-			ended = append(ended, c)
+			writes = append(writes, c)
 		}
 	}
 	for _, p := range s.order {
 		s.checkGPUs(p)
 	}
 	// One async write each shares commits; waiting for all keeps "recovery
-	// first": nobody reads a call as running that the daemon already gave up.
-	errs := make(chan error, len(ended))
-	for _, c := range ended {
+	// first": nobody reads a call as running that the daemon already gave up
+	// (or is about to run again).
+	errs := make(chan error, len(writes))
+	for _, c := range writes {
 		s.st.SaveCallAsync(c, func(err error) { errs <- err })
 	}
-	for range ended {
+	for range writes {
 		select {
 		case err := <-errs:
 			if err != nil {
@@ -426,7 +466,8 @@ func (s *Scheduler) recoverPending(ctx context.Context) error {
 		}
 	}
 	if len(pending) > 0 {
-		s.log.Info().Int("requeued", len(pending)-len(ended)).Int("failed", len(ended)).Msg("recovered pending calls")
+		s.log.Info().Int("requeued", len(pending)-len(writes)+retried).Int("retried", retried).
+			Int("failed", len(writes)-retried).Msg("recovered pending calls")
 	}
 	return nil
 }

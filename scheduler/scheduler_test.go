@@ -409,47 +409,124 @@ func TestInferErrorsBecomeClientMessages(t *testing.T) {
 	}
 }
 
-func TestBootTimeoutsThenQueuedCallsFailWithLastLogLine(t *testing.T) {
+func TestBootTimeoutFailsQueuedCallsAtOnceSayingWhatTheModelDid(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("stuck", func(p *store.Project) { p.Model.BootTimeout = 10 })
+		h := newHarness(t, Config{MaxBootFailures: 3, RestartBackoff: 4 * time.Second}, nil, p)
+		defer h.stop()
+		c := h.submit(p, `{}`)
+		i := h.launched()
+		i.logs("loading weights from /models/big.bin")
+		i.setProblem(backend.BootProblem{Text: "GET /healthz answered 503"})
+		h.advance(10*time.Second - time.Millisecond)
+		if i.wasStopped() {
+			t.Fatal("boot stopped before its timeout")
+		}
+		h.advance(time.Millisecond)
+		if !i.wasStopped() {
+			t.Fatal("boot not stopped at its timeout")
+		}
+		// One timeout is enough: the next boot of the same spec would wait
+		// as long again.
+		got := h.result(c.ID)
+		want := "error: model failed to start: not ready after bootTimeout 10s: GET /healthz answered 503; last output: loading weights from /models/big.bin"
+		if got.Message != want {
+			t.Fatalf("message = %q, want %q", got.Message, want)
+		}
+		if ps := h.project("stuck"); ps.LastError != strings.TrimPrefix(want, "error: ") {
+			t.Errorf("last error = %q", ps.LastError)
+		}
+		// While the backoff runs, a new call fails at once with the reason.
+		_, err := h.s.Submit(context.Background(), p, json.RawMessage(`{}`))
+		if !errors.Is(err, ErrBootFailed) || !strings.HasPrefix(err.Error(), strings.TrimPrefix(want, "error: ")+" (next boot in 4s") {
+			t.Fatalf("Submit during the backoff: %v", err)
+		}
+		h.noLaunch()
+		// Once it ends, a call tries again.
+		h.advance(4 * time.Second)
+		h.succeedOnNewReplica(h.submit(p, `{}`).ID)
+	})
+}
+
+func TestFatalBootProblemFailsQueuedCallsWithoutRetrying(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("wrongport")
 		h := newHarness(t, Config{MaxBootFailures: 3, RestartBackoff: time.Second}, nil, p)
 		defer h.stop()
 		c := h.submit(p, `{}`)
-		backoff := time.Second
-		for n := 1; n <= 3; n++ {
-			i := h.launched()
-			i.logs("loading weights from /models/big.bin")
-			h.advance(10*time.Second - time.Millisecond)
-			if i.wasStopped() {
-				t.Fatalf("boot %d stopped before its timeout", n)
-			}
-			h.advance(time.Millisecond)
-			if !i.wasStopped() {
-				t.Fatalf("boot %d not stopped at its timeout", n)
-			}
-			if n < 3 {
-				if got := h.state(c.ID); got != store.CallQueued {
-					t.Fatalf("after %d failed boots the call is %s", n, got)
-				}
-				h.noLaunch()
-				h.advance(backoff)
-				backoff *= 2
-			}
-		}
-		got := h.result(c.ID)
-		if want := "error: model failed to start: loading weights from /models/big.bin"; got.Message != want {
-			t.Fatalf("message = %q, want %q", got.Message, want)
-		}
-		// The count starts over: the next call tries again (after the backoff).
-		c2 := h.submit(p, `{}`)
-		h.noLaunch()
-		h.advance(backoff)
 		i := h.launched()
-		h.ready(i)
-		h.call(i).reply(`{}`)
-		if got := h.result(c2.ID); got.State != store.CallSucceeded {
-			t.Errorf("call after the failures = %+v", got)
+		why := "no answer on 127.0.0.1:41000 (the model must listen on $PORT); it listens on 5000"
+		i.setProblem(backend.BootProblem{Text: why, Fatal: true})
+		i.exit(errors.New("signal: terminated"), "listening on 5000")
+		if got := h.result(c.ID); got.Message != "error: model failed to start: "+why {
+			t.Fatalf("message = %q", got.Message)
 		}
+		h.noLaunch()
+	})
+}
+
+func TestCallsWaitingOnFailedBootsSayWhichAttemptAndWhy(t *testing.T) {
+	for _, tc := range []struct {
+		name, exit, line, want string
+	}{
+		{"exit with a line", "exit status 1", "loading shards", "booting (attempt 2 of 3; last: process exited with status 1)"},
+		{"exit without output", "exit status 1", "", "booting (attempt 2 of 3; last: process exited with status 1 and printed nothing)"},
+		// Clients take any message with "error" for a failure.
+		{"reason that says error", "exit status 1 (Error 42)", "", "booting (attempt 2 of 3; last: the model did not get ready)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := testProject("flaky")
+				h := newHarness(t, Config{MaxBootFailures: 3, RestartBackoff: time.Second}, nil, p)
+				defer h.stop()
+				c := h.submit(p, `{}`)
+				h.launched().exit(errors.New(tc.exit), tc.line)
+				check := func(when string) {
+					t.Helper()
+					h.settle()
+					got, _, err := h.s.Lookup(c.ID)
+					if err != nil || got.State != store.CallBooting || got.Message != tc.want {
+						t.Fatalf("%s: %s %q (%v), want booting %q", when, got.State, got.Message, err, tc.want)
+					}
+				}
+				check("during the backoff")
+				if got := h.project("flaky").Waiting; got != tc.want {
+					t.Errorf("status waiting = %q, want %q", got, tc.want)
+				}
+				h.advance(time.Second)
+				i := h.launched()
+				check("during the second boot")
+				h.ready(i)
+				h.call(i).reply(`{}`)
+				if got := h.result(c.ID); got.State != store.CallSucceeded {
+					t.Fatalf("result = %+v", got)
+				}
+			})
+		})
+	}
+}
+
+func TestSpecChangeEndsTheRefusalOfAFailedProject(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("fixme")
+		h := newHarness(t, Config{MaxBootFailures: 1, RestartBackoff: time.Minute}, nil, p)
+		defer h.stop()
+		c := h.submit(p, `{}`)
+		h.launched().exit(errors.New("exit status 2"), "")
+		if got := h.result(c.ID); got.Message != "error: model failed to start: process exited with status 2 and printed nothing" {
+			t.Fatalf("message = %q", got.Message)
+		}
+		if _, err := h.s.Submit(context.Background(), p, json.RawMessage(`{}`)); !errors.Is(err, ErrBootFailed) {
+			t.Fatalf("Submit after the failure: %v", err)
+		}
+		if got, want := h.project("fixme").Waiting, "boots failed: new calls fail until the next boot in 1m0s, or until the project changes"; got != want {
+			t.Errorf("status waiting = %q, want %q", got, want)
+		}
+		p.Model.Env = map[string]string{"FIXED": "1"}
+		h.st.putProject(p)
+		h.s.ProjectChanged(p.ID)
+		h.settle()
+		h.succeedOnNewReplica(h.submit(p, `{}`).ID)
 	})
 }
 
@@ -458,8 +535,8 @@ func TestExitBeforeReadyCountsAsFailedBoot(t *testing.T) {
 		name, line string
 		want       string
 	}{
-		{"with a log line", "ModuleNotFoundError: No module named 'torch'", "error: model failed to start: ModuleNotFoundError: No module named 'torch'"},
-		{"without output", "", "error: model failed to start: exit status 1"},
+		{"with a log line", "ModuleNotFoundError: No module named 'torch'", "error: model failed to start: process exited with status 1: ModuleNotFoundError: No module named 'torch'"},
+		{"without output", "", "error: model failed to start: process exited with status 1 and printed nothing"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

@@ -22,7 +22,7 @@ import (
 // Submit answers when the write has committed whatever ctx does, and the call
 // is never cancelled.
 func (s *Scheduler) Submit(ctx context.Context, p store.Project, inputs json.RawMessage) (store.Call, error) {
-	return s.start(ctx, p, inputs, false, 0)
+	return s.Start(ctx, p, Request{Inputs: inputs})
 }
 
 // SubmitWait admits a call of project p and waits up to wait for its result:
@@ -41,7 +41,38 @@ func (s *Scheduler) Submit(ctx context.Context, p store.Project, inputs json.Raw
 // When ctx ends first (the client went away), SubmitWait stops waiting as if
 // wait had ended; the call is never cancelled. Errors are Submit's.
 func (s *Scheduler) SubmitWait(ctx context.Context, p store.Project, inputs json.RawMessage, wait time.Duration) (store.Call, error) {
-	return s.start(ctx, p, inputs, true, wait)
+	return s.Start(ctx, p, Request{Inputs: inputs, Wait: wait})
+}
+
+// Request is one start: the inputs and what the client asked of the call
+// (see the fields of store.Call of the same names).
+type Request struct {
+	Inputs json.RawMessage
+	// Wait > 0 is a synchronous start (SubmitWait); 0 answers once the call
+	// is admitted and durable (Submit).
+	Wait         time.Duration
+	Priority     store.Priority
+	Timeout      int // seconds; only ever lowers the project's inferenceTimeout
+	QueueTimeout int // seconds from admission; 0 = none
+	// IdempotencyKey: a start with the key of a call of the same team that
+	// is still kept (live, or stored within resultTTL) admits nothing and
+	// answers that call as Lookup would (a sync start waits for it too), or
+	// fails with ErrIdempotencyMismatch when its project or inputs differ.
+	// The events' Banana Client routes pass X-Banana-Request-Id here.
+	IdempotencyKey string
+}
+
+// ErrIdempotencyMismatch is Start's error for an idempotency key reused by
+// a different request. The error's text is the client message without
+// "error: ".
+var ErrIdempotencyMismatch = errors.New("idempotencyKey reused with different inputs")
+
+// Start admits a call of project p as req asks: Submit when req.Wait is 0,
+// SubmitWait otherwise, with the same durability and errors, plus
+// ErrIdempotencyMismatch. It is the one entry of every start; Submit and
+// SubmitWait are Start with only inputs.
+func (s *Scheduler) Start(ctx context.Context, p store.Project, req Request) (store.Call, error) {
+	return s.start(ctx, p, req)
 }
 
 // startReq asks the loop to admit a new call.
@@ -59,6 +90,7 @@ type startResult struct {
 	call     *call // a sync start's live call, to wait on
 	err      error
 	finished bool // the final write was queued first: the answer is call's result, after done
+	repeat   bool // an idempotent repeat of a call the store answers for: c is the answer
 }
 
 // persistReq asks the loop to make a sync start's call durable as it stands.
@@ -70,23 +102,34 @@ type persistReq struct {
 // start is the one admission path of both starts: admit the call; for a sync
 // start, wait for its result until wait or ctx ends; then, if the call has
 // not finished, answer once its first write has committed (persist).
-func (s *Scheduler) start(ctx context.Context, p store.Project, inputs json.RawMessage, sync bool, wait time.Duration) (store.Call, error) {
+func (s *Scheduler) start(ctx context.Context, p store.Project, sr Request) (store.Call, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return store.Call{}, fmt.Errorf("new call id: %w", err)
 	}
+	sync, wait := sr.Wait > 0, sr.Wait
 	req := startReq{
 		p: p,
 		c: store.Call{
-			ID:        "call_" + id.String(),
-			ProjectID: p.ID,
-			TeamID:    p.TeamID,
-			State:     store.CallQueued,
-			Inputs:    inputs,
-			Created:   s.clk.Now(),
+			ID:             "call_" + id.String(),
+			ProjectID:      p.ID,
+			TeamID:         p.TeamID,
+			State:          store.CallQueued,
+			Inputs:         sr.Inputs,
+			Created:        s.clk.Now(),
+			Priority:       sr.Priority,
+			Timeout:        sr.Timeout,
+			QueueTimeout:   sr.QueueTimeout,
+			IdempotencyKey: sr.IdempotencyKey,
 		},
 		sync:  sync,
 		reply: make(chan startResult, 1),
+	}
+	if sr.Priority == store.PriorityNormal {
+		req.c.Priority = "" // the default is not stored
+	}
+	if sr.IdempotencyKey != "" {
+		req.c.RequestHash = store.RequestHash(p.ID, sr.Inputs)
 	}
 	select {
 	case s.submitc <- req:
@@ -98,8 +141,11 @@ func (s *Scheduler) start(ctx context.Context, p store.Project, inputs json.RawM
 	reply := req.reply
 	if sync {
 		r := <-reply // admit answers a sync start at once
-		if r.err != nil {
+		switch {
+		case r.err != nil:
 			return store.Call{}, r.err
+		case r.repeat:
+			return r.c, nil
 		}
 		c := r.call
 		fired := make(chan struct{})
@@ -163,7 +209,14 @@ func (s *Scheduler) admit(req startReq) {
 		p = s.addProject(req.p)
 		s.reload(p.id)
 	}
+	if req.c.IdempotencyKey != "" && s.repeated(req) {
+		return
+	}
 	if err := fitsMachine(s.devices(), requestOf(p.cfg.Model)); err != nil {
+		req.reply <- startResult{err: err}
+		return
+	}
+	if err := s.refuse(p); err != nil {
 		req.reply <- startResult{err: err}
 		return
 	}
@@ -177,14 +230,16 @@ func (s *Scheduler) admit(req startReq) {
 	}
 	c := &call{c: req.c, state: callQueued, unsaved: true, done: make(chan struct{}), p: p}
 	s.calls[c.c.ID] = c
+	s.index(c)
 	p.queue.push(c)
+	s.armExpiry(c)
 	if req.sync {
 		// Nobody knows the call's ID, so there is nothing to make durable
 		// yet: dispatchable at once, answered at once.
 		req.reply <- startResult{call: c}
 		return
 	}
-	s.persist(c, c.c, req.reply)
+	s.persist(c, s.view(c), req.reply)
 }
 
 // persist makes c durable as it stands, its first write, and sends answer on
@@ -221,7 +276,9 @@ func (s *Scheduler) onPersisted(ev evPersisted) {
 	switch {
 	case c.state == callSaving && ev.err != nil:
 		c.p.queue.remove(c)
+		c.expiry.stop()
 		delete(s.calls, c.c.ID)
+		s.unindex(c)
 		s.move(c, callDropped)
 		close(c.done)
 	case c.state == callSaving:
@@ -235,4 +292,42 @@ func persistedResult(answer store.Call, err error) startResult {
 		return startResult{err: fmt.Errorf("save call: %w", err)}
 	}
 	return startResult{c: answer}
+}
+
+// repeated answers a start whose idempotency key belongs to a call already
+// kept, live or stored, and reports whether it did; otherwise the start is
+// admitted as a new call. The loop is the one place where starts are
+// admitted, so two starts with one key never both are: a live call's key is
+// in s.idem until its final write has committed (onFinal), and from then
+// on the store has it. The store read is one index lookup on the loop,
+// made only for starts that carry a key.
+func (s *Scheduler) repeated(req startReq) bool {
+	if c, ok := s.idem[string(store.IdempotencyIndexKey(req.c.TeamID, req.c.IdempotencyKey))]; ok {
+		switch {
+		case c.c.RequestHash != req.c.RequestHash:
+			req.reply <- startResult{err: ErrIdempotencyMismatch}
+		case req.sync:
+			req.reply <- startResult{call: c}
+		case c.state == callSaving:
+			// Its first write is in flight: answer once a write queued
+			// behind it has committed, as persist would.
+			answer := s.view(c)
+			s.st.SaveCallAsync(c.c, func(err error) { req.reply <- persistedResult(answer, err) })
+		default:
+			s.persist(c, s.view(c), req.reply)
+		}
+		return true
+	}
+	got, err := s.st.CallByIdempotencyKey(req.c.TeamID, req.c.IdempotencyKey)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return false
+	case err != nil:
+		req.reply <- startResult{err: fmt.Errorf("idempotency key: %w", err)}
+	case got.RequestHash != req.c.RequestHash:
+		req.reply <- startResult{err: ErrIdempotencyMismatch}
+	default:
+		req.reply <- startResult{c: got, repeat: true}
+	}
+	return true
 }

@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"cmp"
 	"slices"
 	"time"
 )
@@ -45,7 +44,7 @@ type ProjectStatus struct {
 	MaxReplicas int             `json:"maxReplicas"`
 	Queued      int             `json:"queued"`
 	Running     int             `json:"running"`
-	Waiting     string          `json:"waiting"`   // "", "waiting for CPU slot", "waiting for GPU" or "waiting: team T is at its Q quota (N)"
+	Waiting     string          `json:"waiting"`   // "", "waiting for CPU slot", "waiting for GPU", "waiting: team T is at its Q quota (N)", or its boot retries (bootfail.go)
 	LastError   string          `json:"lastError"` // the last failed boot or crash
 	Replicas    []ReplicaStatus `json:"replicas"`  // in start order
 
@@ -82,7 +81,7 @@ func (s *Scheduler) snapshot() Status {
 			MaxReplicas: p.cfg.MaxReplicas,
 			Queued:      p.queue.len(),
 			Running:     p.running,
-			Waiting:     cmp.Or(p.quotaWait, p.waiting),
+			Waiting:     s.waitingText(p),
 			LastError:   p.lastError,
 			Replicas:    make([]ReplicaStatus, 0, len(p.replicas)),
 

@@ -37,6 +37,7 @@ const (
 	MaxTimeout       = 86400 // seconds, for inference, idle and boot timeouts
 	MaxGPUsPerModel  = 64
 	MaxConcurrency   = 1000
+	MaxRetries       = 10
 )
 
 // NewProject returns a project with every default set: minReplicas 0,
@@ -132,6 +133,8 @@ func (p Project) Validate() error {
 		return invalid("inferenceTimeout", "must be between 1 and %d seconds", MaxTimeout)
 	case p.IdleTimeout < 0 || p.IdleTimeout > MaxTimeout:
 		return invalid("idleTimeout", "must be between 0 and %d seconds", MaxTimeout)
+	case p.Retries < 0 || p.Retries > MaxRetries:
+		return invalid("retries", "must be between 0 and %d", MaxRetries)
 	}
 	if err := p.Caps.validate(); err != nil {
 		return err

@@ -43,13 +43,17 @@ func (k APIKey) IsRevoked() bool { return !k.Revoked.IsZero() }
 // Project is a deployment: the six fields of the project API plus the model
 // spec, which the API never exposes.
 type Project struct {
-	ID               string    `json:"id"`
-	TeamID           string    `json:"teamId"`
-	MinReplicas      int       `json:"minReplicas"`
-	MaxReplicas      int       `json:"maxReplicas"`
-	InferenceTimeout int       `json:"inferenceTimeout"` // seconds
-	IdleTimeout      int       `json:"idleTimeout"`      // seconds
-	Model            ModelSpec `json:"model"`
+	ID               string `json:"id"`
+	TeamID           string `json:"teamId"`
+	MinReplicas      int    `json:"minReplicas"`
+	MaxReplicas      int    `json:"maxReplicas"`
+	InferenceTimeout int    `json:"inferenceTimeout"` // seconds
+	IdleTimeout      int    `json:"idleTimeout"`      // seconds
+	// Retries is how many times a call interrupted by a restart or a model
+	// crash is run again under the same callID (0: never). Model errors and
+	// timeouts are never retried.
+	Retries int       `json:"retries,omitempty"`
+	Model   ModelSpec `json:"model"`
 	// Caps bound what the team may set through the project API; only an
 	// admin (the manifest) sets them.
 	Caps    ProjectCaps `json:"caps,omitzero"`
@@ -112,6 +116,45 @@ type Call struct {
 	QueueMs    int64           `json:"queueMs,omitempty"`
 	BootMs     int64           `json:"bootMs,omitempty"`
 	RunMs      int64           `json:"runMs,omitempty"`
+
+	// What the start asked for besides the inputs (all optional). Timeout
+	// and QueueTimeout are seconds; Timeout only ever lowers the project's
+	// inferenceTimeout, QueueTimeout counts from Created.
+	Priority     Priority `json:"priority,omitempty"`
+	Timeout      int      `json:"timeout,omitempty"`
+	QueueTimeout int      `json:"queueTimeout,omitempty"`
+	// IdempotencyKey, unique per team while the call is kept, makes a
+	// repeated start return this call (see Calls.CallByIdempotencyKey);
+	// RequestHash tells a repeat from a different request under the same
+	// key (see RequestHash).
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
+	RequestHash    string `json:"requestHash,omitempty"`
+
+	// QueuePosition is how many calls will be dispatched before this one
+	// (0 = next), for a queued call the scheduler reports; never stored.
+	QueuePosition int `json:"-"`
+}
+
+// Priority orders the queued calls of one project: high before normal
+// before low, with aging (see the scheduler).
+type Priority string
+
+// Call priorities; "" reads as PriorityNormal.
+const (
+	PriorityHigh   Priority = "high"
+	PriorityNormal Priority = "normal"
+	PriorityLow    Priority = "low"
+)
+
+// ParsePriority returns the priority named s ("" is normal), or false.
+func ParsePriority(s string) (Priority, bool) {
+	switch Priority(s) {
+	case "", PriorityNormal:
+		return PriorityNormal, true
+	case PriorityHigh, PriorityLow:
+		return Priority(s), true
+	}
+	return "", false
 }
 
 // Change says what a project write did.

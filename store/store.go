@@ -147,6 +147,11 @@ type Calls interface {
 	// newest first, without their inputs and outputs: what a status page
 	// may show. An implementation may bound how many records it examines.
 	RecentCalls(teamID string, limit int) ([]Call, error)
+	// CallByIdempotencyKey returns the call that team teamID started with
+	// idempotency key key, or ErrNotFound. Every stored call with a key is
+	// found by it until the call expires; a later write of another call
+	// with the same team and key takes the key over.
+	CallByIdempotencyKey(teamID, key string) (Call, error)
 	// ExpireCalls deletes the finished calls whose Finished is before
 	// finishedBefore and returns how many it deleted. Calls not finished
 	// are never expired.

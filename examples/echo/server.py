@@ -57,6 +57,17 @@ class Handler(BaseHTTPRequestHandler):
         if inputs.get("crash"):
             print("crashing on request", flush=True)
             os._exit(3)
+        if "crashOnce" in inputs:
+            # Crash the first time only: the flag file says it happened, so a
+            # retried call succeeds.
+            flag = str(inputs["crashOnce"])
+            try:
+                os.close(os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            except FileExistsError:
+                pass
+            else:
+                print("crashing once on request", flush=True)
+                os._exit(3)
         if inputs.get("hang"):
             threading.Event().wait()
         if "sleep" in inputs:
@@ -66,6 +77,10 @@ class Handler(BaseHTTPRequestHandler):
             return
         if "raw" in inputs:
             self.reply(200, str(inputs["raw"]).encode(), "text/plain")
+            return
+        if "latin1" in inputs:
+            text = json.dumps({"text": str(inputs["latin1"])}, ensure_ascii=False)
+            self.reply(200, text.encode("latin-1", "replace"))
             return
 
         out = {
@@ -122,7 +137,8 @@ def main():
         print("boot failed: BOOT_FAIL is set", file=sys.stderr, flush=True)
         sys.exit(1)
 
-    port = int(os.environ["PORT"])
+    # LISTEN_PORT: a model that ignores $PORT, as one with a fixed port does.
+    port = int(os.environ.get("LISTEN_PORT") or os.environ["PORT"])
     with ThreadingHTTPServer(("127.0.0.1", port), Handler) as server:
         print(f"echo model listening on 127.0.0.1:{port}", flush=True)
         server.serve_forever()

@@ -58,12 +58,15 @@ type Logs interface {
 	ReplicaLogs(team, project string) ([]Log, error)
 
 	// TailLog returns the last n lines of l (valid UTF-8, each cut at
-	// MaxLogLineBytes), and the offset at which output written after them
-	// starts, for FollowLog. A log that does not exist is ErrNoLog.
+	// MaxLogLineBytes, with terminal control characters escaped: a model's
+	// output must not act on the operator's terminal), and the offset at
+	// which output written after them starts, for FollowLog. A log that
+	// does not exist is ErrNoLog.
 	TailLog(l Log, n int) (lines []string, next int64, err error)
 
 	// FollowLog writes to w what l gets after offset from (see TailLog),
-	// until ctx ends (then it returns nil) or a write to w fails.
+	// escaped as TailLog's lines are, until ctx ends (then it returns nil)
+	// or a write to w fails.
 	FollowLog(ctx context.Context, l Log, from int64, w io.Writer) error
 }
 
@@ -113,10 +116,28 @@ type Instance interface {
 	// exited. It is idempotent and safe to call concurrently.
 	Stop()
 	// LastLogLine is the last non-empty line the model printed (at most 500
-	// bytes), for error messages such as a failed boot.
+	// bytes, terminal controls escaped as in TailLog), for error messages
+	// such as a failed boot.
 	LastLogLine() string
 	// Info describes the replica for the operator.
 	Info() Info
+	// BootProblem says why the replica is not ready, as far as the backend
+	// can tell: its last finding while it booted (zero when it has none).
+	// It stays readable after Exited, so a failed boot can be explained.
+	BootProblem() BootProblem
+}
+
+// BootProblem says why a replica did not get ready, in the operator's words.
+type BootProblem struct {
+	// Text is what is wrong and what to set, e.g. "no answer on
+	// 127.0.0.1:41234 (the model must listen on $PORT); it listens on 5000"
+	// or "GET /healthz answered 404 (set healthPath)"; "" when nothing is
+	// known.
+	Text string
+	// Fatal says the backend stopped the replica for it, because waiting
+	// would not help: a replica started from the same spec fails the same
+	// way, so the scheduler need not retry it before the spec changes.
+	Fatal bool
 }
 
 // Info describes a running replica for the status page and logs. Fields a

@@ -1,10 +1,12 @@
 package bolt
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
@@ -33,6 +35,9 @@ func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
 		return
 	}
 	cw := callWrite{key: []byte(c.ID), final: c.State.Done(), finished: c.Finished, done: done}
+	if c.IdempotencyKey != "" {
+		cw.idem = store.IdempotencyIndexKey(c.TeamID, c.IdempotencyKey)
+	}
 	v, err := json.Marshal(c)
 	if err != nil {
 		done(fmt.Errorf("save call %s: encode: %w", c.ID, err))
@@ -48,8 +53,17 @@ func wrapSaveErr(err error) error { return fmt.Errorf("save calls: %w", err) }
 
 // applyCallWrite writes one call and keeps the call indexes in step (see
 // schema.go): callpending holds the call iff it is not final; callfinished
-// and callexpiry hold it iff it is final, under its current Finished time.
+// and callexpiry hold it iff it is final, under its current Finished time;
+// callidem points at it when it has an idempotency key.
 func applyCallWrite(tx *bbolt.Tx, cw *callWrite) error {
+	if cw.idem != nil {
+		if err := tx.Bucket(bucketCallIdem).Put(cw.idem, cw.key); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketCallIdemOf).Put(cw.key, cw.idem); err != nil {
+			return err
+		}
+	}
 	calls := tx.Bucket(bucketCalls)
 	finished := tx.Bucket(bucketCallFinished)
 	expiry := tx.Bucket(bucketCallExpiry)
@@ -115,6 +129,40 @@ func (s *Store) GetCall(id string) (store.Call, error) {
 	return c, nil
 }
 
+// deleteIdem drops call id's idempotency index entries: its callidemof
+// entry, and the callidem entry it names while that still points at id.
+func deleteIdem(tx *bbolt.Tx, id []byte) error {
+	of := tx.Bucket(bucketCallIdemOf)
+	ik := of.Get(id)
+	if ik == nil {
+		return nil
+	}
+	idem := tx.Bucket(bucketCallIdem)
+	if bytes.Equal(idem.Get(ik), id) {
+		if err := idem.Delete(ik); err != nil {
+			return err
+		}
+	}
+	return of.Delete(id)
+}
+
+// CallByIdempotencyKey returns the call that team teamID started with
+// idempotency key key, or ErrNotFound.
+func (s *Store) CallByIdempotencyKey(teamID, key string) (store.Call, error) {
+	var id []byte
+	err := s.view(func(tx *bbolt.Tx) error {
+		id = slices.Clone(tx.Bucket(bucketCallIdem).Get(store.IdempotencyIndexKey(teamID, key)))
+		return nil
+	})
+	if err != nil {
+		return store.Call{}, fmt.Errorf("call by idempotency key: %w", err)
+	}
+	if id == nil {
+		return store.Call{}, fmt.Errorf("call by idempotency key: %w", store.ErrNotFound)
+	}
+	return s.GetCall(string(id))
+}
+
 // PendingCalls returns every call not in a final state (queued or running),
 // oldest first. The scheduler calls it at start-up to recover them.
 func (s *Store) PendingCalls() ([]store.Call, error) {
@@ -170,6 +218,9 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 			}
 			for _, k := range keys {
 				id := k[8:]
+				if err := deleteIdem(tx, id); err != nil {
+					return err
+				}
 				if err := calls.Delete(id); err != nil {
 					return err
 				}

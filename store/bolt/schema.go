@@ -28,6 +28,13 @@ const SchemaVersion = 1
 //	            without decoding the (possibly large) old record.
 //	callexpiry  8-byte big-endian Finished unix-nanos + call id → empty, exactly one
 //	            per callfinished entry; ExpireCalls scans it from the front.
+//	callidem    team id + NUL + idempotency key (store.IdempotencyIndexKey) → call
+//	            id, for every stored call started with a key; the last call written
+//	            with a key owns it. Deleted with that call by ExpireCalls.
+//	callidemof  call id → its callidem key, exactly for the calls started with a
+//	            key: lets ExpireCalls find the index entry without decoding the
+//	            record. An older binary ignores both buckets: its expiry leaves
+//	            entries naming deleted calls, which read as not found.
 var (
 	bucketMeta         = []byte("meta")
 	bucketTeams        = []byte("teams")
@@ -38,6 +45,8 @@ var (
 	bucketCallPending  = []byte("callpending")
 	bucketCallFinished = []byte("callfinished")
 	bucketCallExpiry   = []byte("callexpiry")
+	bucketCallIdem     = []byte("callidem")
+	bucketCallIdemOf   = []byte("callidemof")
 
 	keySchema = []byte("schema")
 )
@@ -46,6 +55,7 @@ func allBuckets() [][]byte {
 	return [][]byte{
 		bucketMeta, bucketTeams, bucketKeys, bucketProjects, bucketModelKeys,
 		bucketCalls, bucketCallPending, bucketCallFinished, bucketCallExpiry,
+		bucketCallIdem, bucketCallIdemOf,
 	}
 }
 

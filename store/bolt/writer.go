@@ -16,6 +16,7 @@ type callWrite struct {
 	value    []byte
 	final    bool      // state is succeeded or failed
 	finished time.Time // set when final
+	idem     []byte    // the callidem key, for a call with an idempotency key
 	done     func(error)
 }
 

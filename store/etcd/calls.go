@@ -2,6 +2,8 @@ package etcd
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -75,6 +77,10 @@ func (s *Store) callOps(c store.Call) ([]clientv3.Op, int, error) {
 		clientv3.OpPut(s.key("calls", c.ID), full),
 		clientv3.OpPut(s.key("meta", c.ID), meta),
 	}
+	if c.IdempotencyKey != "" {
+		// A later call with the same team and key takes the key over.
+		ops = append(ops, clientv3.OpPut(s.idemKey(c.TeamID, c.IdempotencyKey), c.ID))
+	}
 	if c.State.Done() {
 		ops = append(ops, clientv3.OpDelete(s.key("pending", c.ID)),
 			clientv3.OpPut(s.finishedKey(c.Finished, c.ID), ""))
@@ -82,6 +88,29 @@ func (s *Store) callOps(c store.Call) ([]clientv3.Op, int, error) {
 		ops = append(ops, clientv3.OpPut(s.key("pending", c.ID), s.node))
 	}
 	return ops, len(full) + len(meta) + 4*len(c.ID) + 128, nil
+}
+
+// idemKey is the idempotency index entry of a team's key; the key is
+// hashed, as a client may put anything in it.
+func (s *Store) idemKey(teamID, key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return s.key("idem", teamID, hex.EncodeToString(sum[:]))
+}
+
+// CallByIdempotencyKey implements store.Calls.
+func (s *Store) CallByIdempotencyKey(teamID, key string) (store.Call, error) {
+	const what = "call by idempotency key"
+	if err := s.check(what); err != nil {
+		return store.Call{}, err
+	}
+	id, _, ok, err := s.get(what, s.idemKey(teamID, key))
+	if err != nil {
+		return store.Call{}, err
+	}
+	if !ok {
+		return store.Call{}, fmt.Errorf("%s: %w", what, store.ErrNotFound)
+	}
+	return getRecord[store.Call](s, what, s.key("calls", string(id))) // expired meanwhile: ErrNotFound
 }
 
 // finishedKey is the expiry index entry of a call finished at t. Times
@@ -219,11 +248,13 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 		if err != nil {
 			return n, s.wrap(what, err)
 		}
-		var txn clientv3.Txn
-		expire := false
+		var (
+			txn    clientv3.Txn
+			c      store.Call
+			expire bool
+		)
 		if len(resp.Kvs) == 1 {
-			c, err := decode[store.Call](what, ck, resp.Kvs[0].Value)
-			if err != nil {
+			if c, err = decode[store.Call](what, ck, resp.Kvs[0].Value); err != nil {
 				return n, err
 			}
 			expire = c.State.Done() && c.Finished.Before(finishedBefore)
@@ -238,6 +269,12 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 		ops := []clientv3.Op{clientv3.OpDelete(entry)}
 		if expire {
 			ops = append(ops, clientv3.OpDelete(ck), clientv3.OpDelete(s.key("meta", id)), clientv3.OpDelete(s.key("pending", id)))
+			if c.IdempotencyKey != "" {
+				// The key goes with the call, unless a later call took it over.
+				ik := s.idemKey(c.TeamID, c.IdempotencyKey)
+				ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(ik), "=", id)},
+					[]clientv3.Op{clientv3.OpDelete(ik)}, nil))
+			}
 		}
 		tr, err := txn.Then(ops...).Commit()
 		if err != nil {

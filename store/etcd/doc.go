@@ -16,6 +16,7 @@
 //	meta/<id>                   the call without inputs and outputs (RecentCalls)
 //	pending/<id>                the node that wrote it, while the call is not final (PendingCalls)
 //	finished/<unix nanos>/<id>  "" once final, by its Finished (ExpireCalls)
+//	idem/<team>/<sha256 of key> the id of the call started with that idempotency key
 //
 // # Consistency
 //

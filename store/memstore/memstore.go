@@ -58,7 +58,8 @@ type data struct {
 	keys     map[string]store.APIKey // by key id
 	projects map[string]store.Project
 	calls    map[string]store.Call
-	history  []store.Call // every call write applied, in order
+	idem     map[string]string // store.IdempotencyIndexKey → call id
+	history  []store.Call      // every call write applied, in order
 }
 
 type callWrite struct {
@@ -73,6 +74,7 @@ func New(opts Options) *Store {
 		keys:     map[string]store.APIKey{},
 		projects: map[string]store.Project{},
 		calls:    map[string]store.Call{},
+		idem:     map[string]string{},
 	}, opts.Now)
 }
 
@@ -204,6 +206,9 @@ func (s *Store) writer() {
 		if err == nil {
 			s.mu.Lock()
 			s.d.calls[w.c.ID] = w.c
+			if w.c.IdempotencyKey != "" {
+				s.d.idem[string(store.IdempotencyIndexKey(w.c.TeamID, w.c.IdempotencyKey))] = w.c.ID
+			}
 			s.d.history = append(s.d.history, w.c)
 			s.mu.Unlock()
 		} else {
@@ -258,6 +263,19 @@ func (s *Store) GetCall(id string) (store.Call, error) {
 	return lookup(s.d.calls, id, "get call", cloneCall)
 }
 
+// CallByIdempotencyKey implements store.Calls.
+func (s *Store) CallByIdempotencyKey(teamID, key string) (store.Call, error) {
+	if err := s.lock("call by idempotency key"); err != nil {
+		return store.Call{}, err
+	}
+	defer s.mu.Unlock()
+	id, ok := s.d.idem[string(store.IdempotencyIndexKey(teamID, key))]
+	if !ok {
+		return store.Call{}, fmt.Errorf("call by idempotency key: %w", store.ErrNotFound)
+	}
+	return lookup(s.d.calls, id, "call by idempotency key", cloneCall)
+}
+
 // PendingCalls implements store.Calls.
 func (s *Store) PendingCalls() ([]store.Call, error) {
 	return s.selectCalls(func(c store.Call) bool { return !c.State.Done() }, false, -1, "pending calls")
@@ -308,6 +326,9 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 	for id, c := range s.d.calls {
 		if c.State.Done() && c.Finished.Before(finishedBefore) {
 			delete(s.d.calls, id)
+			if k := string(store.IdempotencyIndexKey(c.TeamID, c.IdempotencyKey)); c.IdempotencyKey != "" && s.d.idem[k] == id {
+				delete(s.d.idem, k)
+			}
 			n++
 		}
 	}

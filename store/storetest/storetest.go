@@ -73,6 +73,9 @@ var suite = []struct {
 	{"PendingCallsOldestFirst", testPendingCallsOldestFirst},
 	{"RecentCallsNewestFirstByTeamWithoutInputsOrOutputs", testRecentCallsNewestFirstByTeamWithoutInputsOrOutputs},
 	{"RecentCallsFollowStateChangesAcrossPolls", testRecentCallsFollowStateChangesAcrossPolls},
+	// Call control.
+	{"IdempotencyKeyFindsCallPerTeamUntilExpiry", testIdempotencyKeyFindsCallPerTeamUntilExpiry},
+	{"CallControlFieldsSurviveReopen", testCallControlFieldsSurviveReopen},
 	// Expiry.
 	{"ExpireCallsDeletesOnlyFinishedBefore", testExpireCallsDeletesOnlyFinishedBefore},
 	// Concurrent writers.

@@ -303,6 +303,11 @@ function waitHelp(waiting) {
     return "cpuSlots in the config: how many CPU replicas (gpus: 0) may run at once; 0 means one per core. " +
       "A slot frees when a replica stops (idleTimeout) or fails.";
   }
+  if (waiting.startsWith("booting (attempt") || waiting.startsWith("boots failed")) {
+    return "A boot failed (the last error says why; its log link shows the output). inferd retries after " +
+      "replica.restartBackoff, doubling up to maxRestartBackoff; after replica.maxBootFailures, or at once for a wrong " +
+      "port, a missing health path or a boot timeout, the waiting calls fail, and new ones fail until the next boot.";
+  }
   if (waiting.startsWith("waiting: team")) {
     return "The team's quota (inferd team set, or teams: in the manifest) bounds what its projects hold and run " +
       "at once; calls wait until the team's own replicas or calls free it.";
@@ -333,10 +338,34 @@ function renderCalls(calls, now) {
       el("td", { class: "num" }, c.dispatched ? ms(c.bootMs) : "–"),
       el("td", { class: "num" }, c.finished && c.dispatched ? ms(c.runMs) : "–"),
       el("td", { class: "num" }, ms(c.totalMs)),
-      el("td", { class: "mono" }, c.replicaId || "–"))];
-    if (c.message) rows.push(el("tr", {}, el("td", { colspan: 9, class: "msg" }, c.message)));
+      el("td", { class: "mono" }, c.replicaId || "–"),
+      el("td", {}, c.finished ? null : cancelButton(c.id)))];
+    if (c.message) rows.push(el("tr", {}, el("td", { colspan: 10, class: "msg" }, c.message)));
     return rows;
   }).flat());
+}
+
+// cancelButton ends an unfinished call through POST /cancel/v4 with the
+// page's key (its own team's calls, or any for an admin key: the calls listed
+// are the ones the key may see).
+function cancelButton(id) {
+  const b = el("button", { class: "link", type: "button", title: "cancel this call" }, "Cancel");
+  b.addEventListener("click", async () => {
+    b.disabled = true;
+    try {
+      const res = await fetch("/cancel/v4", {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ apiKey: sessionStorage.getItem(KEY) || "", callID: id }),
+      });
+      const body = await res.json();
+      if (body.message !== "success") b.title = body.message; // e.g. already finished
+    } catch (err) {
+      b.title = String(err);
+    }
+    refreshSoon();
+  });
+  return b;
 }
 
 // Charts: the last 15 minutes from /v1/status/history, one point per sample.

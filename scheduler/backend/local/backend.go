@@ -64,6 +64,10 @@ type Backend struct {
 	// maxReplyBytes caps a model's reply (0 = the protocol's 64 MiB); a
 	// field so a test can lower it.
 	maxReplyBytes int64
+	// listening reads the TCP ports a replica's process group listens on
+	// (groupListeningPorts), to explain a model that answers on none of
+	// ours; a field so a test can fake it.
+	listening func(pgid int) ([]int, error)
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -100,6 +104,7 @@ func New(cfg Config, log zerolog.Logger) (*Backend, error) {
 		log:            log,
 		ports:          newPorts(),
 		readyIntervals: defaultReadyIntervals,
+		listening:      groupListeningPorts,
 	}, nil
 }
 

@@ -47,12 +47,24 @@
 // apps, which all ask for port 8000, are redirected to theirs by a start-up shim (see
 // potassium.go).
 //
+// # Readiness and boot diagnosis
+//
+// The readiness poller explains each failed health check (bootcheck.go): the
+// health answer, a timeout, or, for a refused connection, the TCP ports the
+// replica's process group listens on (its sockets in /proc/PID/fd, matched
+// against the member's own /proc/PID/net/tcp, so its network namespace). A
+// model that listens on another port than $PORT, or whose health path answers
+// 404 or 405, for 2 s is stopped at once; Process.BootProblem says why. Before
+// a model runs, [Checker] (check.go) says what would keep it from starting:
+// apply and doctor use it.
+//
 // # Logs and goroutines
 //
 // stdout and stderr share one pipe, copied to a size-capped log file,
 // LogDir/<team>/<project>/<replica>.log, with LogKeep old generations (".1", the
-// newest, to ".N"; see logread.go, which also reads them back as backend.Logs); the
-// last non-empty line is kept in memory for error messages. Per process there are
+// newest, to ".N"; see logread.go, which also reads them back as backend.Logs, with
+// terminal controls escaped: logescape.go); the last non-empty line is kept in
+// memory for error messages. Per process there are
 // three goroutines: the locked one that starts and waits for the child, the log
 // copier and the readiness poller. All of them have ended by the time Exited is
 // closed.

@@ -97,7 +97,7 @@ func (d LogDir) FollowLog(ctx context.Context, l backend.Log, from int64, w io.W
 	if !ok {
 		return backend.ErrNoLog
 	}
-	return followLog(ctx, path, from, followPoll, w)
+	return followLog(ctx, path, from, followPoll, newEscapeWriter(w))
 }
 
 // pathOf is the file of l, unless a name in l could step out of d.
@@ -252,7 +252,7 @@ func splitLines(b []byte, cut bool) []string {
 		if len(p) > backend.MaxLogLineBytes {
 			p = p[:backend.MaxLogLineBytes]
 		}
-		out = append(out, strings.ToValidUTF8(string(p), "\uFFFD"))
+		out = append(out, escapeLine(string(p)))
 	}
 	return out
 }

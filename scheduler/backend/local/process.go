@@ -54,6 +54,8 @@ type Process struct {
 	mu      sync.Mutex
 	reaped  bool  // the leader has been waited for: its pid may be reused, signal nothing
 	exitErr error // set before exited is closed
+	// bootProblem is the readiness poller's last finding (bootcheck.go).
+	bootProblem backend.BootProblem
 }
 
 // start starts the model server described by spec and returns once the process
@@ -305,8 +307,9 @@ func (p *Process) stop(grace time.Duration) {
 }
 
 // LastLogLine returns the last non-empty line the model printed on stdout or stderr
-// (at most 500 bytes), for error messages such as a failed boot.
-func (p *Process) LastLogLine() string { return p.sink.LastLine() }
+// (at most 500 bytes), for error messages such as a failed boot, with terminal
+// controls escaped (logescape.go).
+func (p *Process) LastLogLine() string { return escapeLine(p.sink.LastLine()) }
 
 // Infer sends inputs to the model; see backend.Instance. A broken exchange with
 // a model that exits at about the same time is backend.ErrExited.

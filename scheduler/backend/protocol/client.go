@@ -121,21 +121,32 @@ func (c *Client) Close() {
 
 // Healthy makes one health check: GET HealthPath answered 2xx within ctx.
 func (c *Client) Healthy(ctx context.Context) bool {
+	status, err := c.Health(ctx)
+	return err == nil && status >= 200 && status < 300
+}
+
+// Health makes one health check and returns the status GET HealthPath
+// answered, or the error of a check that got no answer (refused, timed
+// out), so that a backend can say why a model is not ready.
+func (c *Client) Health(ctx context.Context) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.baseURL+c.cfg.HealthPath, nil)
 	if err != nil {
-		return false
+		return 0, fmt.Errorf("health check: %w", err)
 	}
 	// Through the pool, so that the connection the model was found ready on
 	// carries its first call.
 	resp, finish, err := c.conns.roundTrip(ctx, req)
 	if err != nil {
-		return false
+		return 0, fmt.Errorf("health check: %w", err)
 	}
 	// Drain a little so the connection can be reused for the next check or call.
 	n, err := io.Copy(io.Discard, io.LimitReader(resp.Body, healthDrainBytes))
 	finish(err == nil && n < healthDrainBytes)
-	return resp.StatusCode >= 200 && resp.StatusCode < 300
+	return resp.StatusCode, nil
 }
+
+// HealthPath is the path health checks GET, defaults applied.
+func (c *Client) HealthPath() string { return c.cfg.HealthPath }
 
 // TransportError is returned by Infer when the exchange with the model broke
 // (refused, reset, cut short) rather than the model answering. The caller
@@ -153,7 +164,8 @@ func (e *TransportError) Unwrap() error { return e.Err }
 // the reply body, which is valid JSON. Errors: *backend.HTTPError for a
 // non-2xx reply, backend.ErrInvalidReply (wrapped) for a reply that is not
 // JSON or too large, *TransportError when the exchange broke; ctx's error is
-// returned as is. For protocol potassium the request carries a fresh
+// returned as is. A reply that is JSON but not valid UTF-8 is ErrInvalidReply
+// too, naming the offset of the first bad byte. For protocol potassium the request carries a fresh
 // X-Banana-Request-Id, and a 500 with a text/plain body (the handler's
 // traceback) is a *backend.ExceptionError instead.
 func (c *Client) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMessage, error) {
@@ -202,6 +214,9 @@ func (c *Client) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMes
 	clean = true // shorter than the limit: the body ended
 	if !json.Valid(body) {
 		return nil, fmt.Errorf("%w: reply is not JSON: %q", backend.ErrInvalidReply, truncate(body, 200))
+	}
+	if i := store.InvalidUTF8(body); i >= 0 {
+		return nil, fmt.Errorf("%w: reply is not valid UTF-8 at byte %d", backend.ErrInvalidReply, i)
 	}
 	return body, nil
 }

@@ -1,10 +1,16 @@
 package protocol
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
 
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
@@ -64,5 +70,16 @@ func TestLastTracebackLine(t *testing.T) {
 		if got := lastTracebackLine(in); got != want {
 			t.Errorf("lastTracebackLine(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestInferRefusesAReplyThatIsNotUTF8NamingTheByte(t *testing.T) {
+	p, _ := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Write([]byte("{\"text\":\"caf\xe9\"}")) // Latin-1, as a careless model writes it
+	})
+	_, err := p.Infer(context.Background(), json.RawMessage(`{}`))
+	if !errors.Is(err, backend.ErrInvalidReply) || !strings.HasSuffix(err.Error(), "reply is not valid UTF-8 at byte 12") {
+		t.Fatalf("Infer: %v", err)
 	}
 }

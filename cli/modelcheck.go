@@ -1,0 +1,63 @@
+package cli
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/rs/zerolog"
+
+	"inferd/config"
+	"inferd/gpu"
+	"inferd/scheduler/backend/local"
+	"inferd/store"
+)
+
+// machineCheck checks models against this machine as serve would run them
+// with cfg: the model user resolved from replica.user as serve resolves it
+// (so INFERD_REPLICA_USER, which make run sets, counts), and the GPUs the
+// gpu.* settings give. It is what apply runs with no daemon (the daemon
+// checks with its own backend) and what doctor runs on every applied
+// project. The GPUs are read on the first check; close releases them.
+type machineCheck struct {
+	cfg config.Config
+
+	once    sync.Once
+	checker *local.Checker
+	userErr error
+	gpus    *gpu.Inventory
+}
+
+func newMachineCheck(cfg config.Config) *machineCheck { return &machineCheck{cfg: cfg} }
+
+func (m *machineCheck) init() {
+	m.once.Do(func() {
+		m.gpus = gpu.Open(m.cfg.GPU.Simulate, m.cfg.GPU.Disabled, zerolog.Nop())
+		runAs, err := local.ModelUser(m.cfg.Replica.User)
+		m.checker = &local.Checker{RunAs: runAs, Devices: m.gpus.Devices}
+		if err != nil {
+			m.userErr = fmt.Errorf("replica.user: %w: serve will refuse to start; create the user or set replica.user", err)
+		}
+	})
+}
+
+// Check is a local.Checker's Check; a model user that does not exist is a
+// finding of its own.
+func (m *machineCheck) Check(spec store.ModelSpec) []local.Finding {
+	m.init()
+	var out []local.Finding
+	if m.userErr != nil {
+		out = append(out, local.Finding{Fatal: true, Text: m.userErr.Error()})
+	}
+	return append(out, m.checker.Check(spec)...)
+}
+
+// Problems is Check split as httpapi.ModelCheck wants it.
+func (m *machineCheck) Problems(spec store.ModelSpec) (problems, warnings []string) {
+	return local.SplitFindings(m.Check(spec))
+}
+
+func (m *machineCheck) close() {
+	if m.gpus != nil {
+		m.gpus.Close()
+	}
+}
