@@ -26,3 +26,18 @@ func TestAdminCommandsInClusterModeNeedTheDaemon(t *testing.T) {
 		t.Errorf("an admin command created a bbolt file in cluster mode (stat: %v)", err)
 	}
 }
+
+// doctor in cluster mode says where the records are instead of checking a
+// bbolt file that is not used.
+func TestDoctorInClusterModeSaysTheRecordsAreInEtcd(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.yaml")
+	body := "dataDir: ./data\ncluster:\n  name: n1\n  etcd:\n    endpoints: [http://127.0.0.1:1]\n"
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, nil, "--config", cfg, "doctor")
+	if !strings.Contains(r.stdout, "cluster mode (node n1): the records are in etcd") {
+		t.Errorf("doctor output lacks the cluster line:\n%s\n%s", r.stdout, r.stderr)
+	}
+}
