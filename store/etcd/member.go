@@ -22,9 +22,12 @@ type TLSFiles struct {
 	CertFile, KeyFile, CAFile string
 }
 
+// info is f for etcd's transport; a CA makes the member require client
+// certificates signed by it.
 func (f TLSFiles) info() transport.TLSInfo {
-	return transport.TLSInfo{CertFile: f.CertFile, KeyFile: f.KeyFile, TrustedCAFile: f.CAFile,
-		ClientCertAuth: f.CAFile != ""}
+	requireCerts := transport.TLSInfo{TrustedCAFile: f.CAFile, ClientCertAuth: f.CAFile != ""}
+	requireCerts.CertFile, requireCerts.KeyFile = f.CertFile, f.KeyFile
+	return requireCerts
 }
 
 // MemberConfig configures an etcd member run inside this process.
