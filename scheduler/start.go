@@ -239,7 +239,8 @@ func (s *Scheduler) admit(req startReq) {
 		req.reply <- startResult{call: c}
 		return
 	}
-	s.persist(c, s.view(c), req.reply)
+	answer := s.view(c)
+	s.persist(c, answer, req.reply)
 }
 
 // persist makes c durable as it stands, its first write, and sends answer on
