@@ -36,8 +36,8 @@
 // one etcd transaction (a group commit, as store/bolt's writer does), in
 // queue order, keeping only the last write of a call that is queued more
 // than once in a batch. A transaction is bounded by etcd's limits (128
-// operations, 1.5 MiB): a batch holds at most 32 calls and about 1 MiB.
-// A commit that fails because etcd is electing a leader is retried (the
+// operations, 1.5 MiB): a batch holds at most 120 operations (24 to 30
+// calls) and about 1 MiB. A commit that fails because etcd is electing a leader is retried (the
 // writes are plain puts, so a retry is idempotent) for up to
 // Options.RetryFor before the writes fail.
 //

@@ -477,3 +477,25 @@ func callIDs(calls []store.Call, err error) []string {
 	}
 	return ids
 }
+
+// A batch of final calls with idempotency keys (the most operations a call
+// write has) stays within etcd's 128 operations per transaction.
+func TestFullBatchOfFinalCallsFitsOneTransaction(t *testing.T) {
+	m := startMember(t, t.TempDir())
+	s := openStore(t, m, Options{})
+	defer s.Close()
+	const n = 100
+	var wg sync.WaitGroup
+	wg.Add(n)
+	for i := range n {
+		c := store.Call{ID: fmt.Sprintf("call_%03d", i), TeamID: "acme", State: store.CallSucceeded,
+			Message: "success", IdempotencyKey: fmt.Sprintf("k%d", i)}
+		s.SaveCallAsync(c, func(err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+}

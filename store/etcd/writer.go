@@ -17,9 +17,12 @@ import (
 )
 
 // Bounds of one group commit, under etcd's defaults of 128 operations and
-// 1.5 MiB per request. A call write is at most 4 operations.
+// 1.5 MiB per request. A call write is at most 5 operations (a final call
+// with an idempotency key), so a batch holds 24 to 30 calls; the margin
+// under 128 is room for nested transactions, whose operations etcd counts
+// against what their parent leaves.
 const (
-	batchCalls = 32
+	batchOps   = 120
 	batchBytes = 1 << 20
 )
 
@@ -103,17 +106,17 @@ func (w *writer) run() {
 	}
 }
 
-// take removes the next batch from the queue: up to batchCalls distinct
-// calls and about batchBytes. Callers hold mu.
+// take removes the next batch from the queue: up to batchOps operations
+// and about batchBytes, counting every write (a call written twice counts
+// twice, though commit sends its last write only). Callers hold mu.
 func (w *writer) take() []callWrite {
-	ids := map[string]bool{}
-	size, n := 0, 0
+	ops, size, n := 0, 0, 0
 	for n < len(w.queue) {
 		cw := w.queue[n]
-		if !ids[cw.id] && (len(ids) == batchCalls || n > 0 && size+cw.size > batchBytes) {
+		if n > 0 && (ops+len(cw.ops) > batchOps || size+cw.size > batchBytes) {
 			break
 		}
-		ids[cw.id] = true
+		ops += len(cw.ops)
 		size += cw.size
 		n++
 	}
