@@ -23,6 +23,7 @@ import (
 	"inferd/scheduler/backend/local"
 	"inferd/store"
 	"inferd/store/bolt"
+	"inferd/webhook"
 )
 
 // serve runs the daemon until ctx ends (SIGTERM/SIGINT): it opens the store,
@@ -70,12 +71,27 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		Snapshot: func() scheduler.Status { return sched.Snapshot() },
 		GPUs:     gpus.Devices,
 	}, history.DefaultInterval, history.DefaultWindow)
+	// Running calls' live events, for GET /v1/calls/:callID/events.
+	streams := httpapi.NewStreams()
 	schedCfg := schedulerConfig(cfg)
-	schedCfg.Observer = observers{Metrics: metrics, hist: hist}
+	schedCfg.Observer = observers{Metrics: metrics, hist: hist, streams: streams}
+	schedCfg.Outputs = streams
 	sched = scheduler.New(schedCfg, st, replicas, scheduler.RealClock(), log)
-	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st, Conns: conns.Stats})
 	st.OnProjectChange(sched.ProjectChanged)
 	st.OnTeamChange(sched.TeamChanged)
+	// Webhooks: the deliverer hears of new outbox messages from the store
+	// (New registers it before any call is written) and sends them apart
+	// from the scheduler, which it never holds up.
+	hookPolicy, err := webhook.ParsePolicy(cfg.Webhook.Allow)
+	if err != nil {
+		return err
+	}
+	hooks := webhook.New(webhook.Config{
+		RetryFor: cfg.Webhook.RetryFor, FirstRetry: cfg.Webhook.FirstRetry, Timeout: cfg.Webhook.Timeout,
+		Policy: hookPolicy, Body: httpapi.WebhookBody("inferd/" + version),
+	}, st, log)
+	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st, Conns: conns.Stats,
+		Webhooks: func() webhook.Stats { return hooks.Stats("") }})
 
 	apiCtx, endWaits := context.WithCancel(context.Background())
 	defer endWaits()
@@ -89,7 +105,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			Metrics:      metrics,
 			Status: &httpapi.StatusSources{
 				Snapshot: sched.Snapshot, GPUs: gpus.Devices, Calls: st, Logs: replicas,
-				History: hist,
+				History: hist, Webhooks: hooks.Stats,
 			},
 			Limits: httpapi.Limits{
 				RequestsPerSecond: cfg.Limits.RequestsPerSecond,
@@ -98,6 +114,10 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 				MaxWaits:          cfg.Limits.MaxWaits,
 				MaxInputDepth:     cfg.Limits.MaxInputDepth,
 			},
+			WebhookPolicy: hookPolicy,
+			Streams:       streams,
+			// Event streams and /run waits end with the other waits.
+			Stopping: apiCtx.Done(),
 		}, st, sched),
 		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
 		ConnState:         conns.ConnState,
@@ -143,6 +163,9 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		}
 	})
 	g.Go(func() error { return hist.Run(gctx) })
+	// Deliveries go on through the drain, for the calls finishing in it,
+	// and stop with the waits; what is left is sent after a restart.
+	g.Go(func() error { return hooks.Run(apiCtx) })
 	g.Go(func() error { return serveHTTP(api, conns.Listener(apiLn)) })
 	g.Go(func() error { return serveHTTP(admin, adminLn) })
 	g.Go(func() error {
@@ -240,16 +263,19 @@ func withRestoreHint(err error) error {
 	return err
 }
 
-// observers tells the metrics and the status page's history of each
-// scheduler event (the history needs only finished calls).
+// observers tells the metrics, the status page's history and the live
+// event streams of each scheduler event (the last two need only finished
+// calls).
 type observers struct {
 	*httpapi.Metrics
-	hist *history.Recorder
+	hist    *history.Recorder
+	streams *httpapi.Streams
 }
 
 func (o observers) CallFinished(c store.Call) {
 	o.Metrics.CallFinished(c)
 	o.hist.CallFinished(c)
+	o.streams.CallFinished(c)
 }
 
 func serveHTTP(srv *http.Server, ln net.Listener) error {

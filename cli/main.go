@@ -30,6 +30,8 @@ Usage:
   inferd [global flags] team set TEAM [--replicas N] [--gpus N] [--cpu-slots N] [--queued-calls N] [--queued-bytes SIZE] [--running-calls N]
                                                     set a team's quota (unset = unlimited)
   inferd [global flags] team list                   each team's quota, its use beside it
+  inferd [global flags] team webhook-secret TEAM [--rotate]
+                                                    the team's webhook signing secret
   inferd [global flags] apply -f MANIFEST.yaml      create or update teams and projects
   inferd [global flags] project list
   inferd [global flags] project delete ID

@@ -11,7 +11,8 @@ import (
 	"inferd/store"
 )
 
-// teamCommand sets and lists team quotas.
+// teamCommand sets and lists team quotas, and shows a team's webhook
+// signing secret (team_webhook.go).
 type teamCommand struct{ env *env }
 
 func (c *teamCommand) Usage() string {
@@ -19,6 +20,7 @@ func (c *teamCommand) Usage() string {
   inferd [global flags] team set TEAM [--replicas N] [--gpus N] [--cpu-slots N]
                                      [--queued-calls N] [--queued-bytes SIZE] [--running-calls N]
   inferd [global flags] team list
+  inferd [global flags] team webhook-secret TEAM [--rotate]
 
 team set replaces the team's whole quota (creating the team if missing): a
 flag left out, or 0, is unlimited, so "team set TEAM" alone lifts every
@@ -27,11 +29,16 @@ CPU slots), run (calls at once) and queue (calls, and their input bytes, e.g.
 2GiB); its projects' minReplicas together must fit in it.
 team list shows each team's quota with its current use beside it (use needs
 a running daemon; "-" without one).
+team webhook-secret prints the team's webhook signing secret (whsec_...,
+the Standard Webhooks form), drawn on first use. Receivers verify each
+webhook's webhook-signature with it. --rotate draws a new one: every message
+sent from then on, retries of older ones included, is signed with it.
 `
 }
 
 func (c *teamCommand) Run(ctx context.Context, args []string) error {
-	return runGroup(ctx, "team", args, subcommand{"set", c.set}, subcommand{"list", c.list})
+	return runGroup(ctx, "team", args, subcommand{"set", c.set}, subcommand{"list", c.list},
+		subcommand{"webhook-secret", c.webhookSecret})
 }
 
 func (c *teamCommand) set(ctx context.Context, args []string) error {

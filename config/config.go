@@ -25,6 +25,7 @@ import (
 	"github.com/knadh/koanf/v2"
 
 	"inferd/gpu"
+	"inferd/webhook"
 )
 
 // Config is every setting of the daemon and the admin CLI.
@@ -43,9 +44,21 @@ type Config struct {
 	Limits              Limits        `koanf:"limits"`
 	Replica             Replica       `koanf:"replica"`
 	GPU                 GPU           `koanf:"gpu"`
+	Webhook             Webhook       `koanf:"webhook"`
 	// Cluster is set by a cluster: section (file only); nil is the
 	// single-box appliance (see cluster.go).
 	Cluster *Cluster `koanf:"cluster"`
+}
+
+// Webhook holds the settings of webhook delivery (see the webhook package).
+type Webhook struct {
+	RetryFor   time.Duration `koanf:"retryFor"`   // a message is retried this long, then given up
+	FirstRetry time.Duration `koanf:"firstRetry"` // wait before the first retry; doubles, up to 1h
+	Timeout    time.Duration `koanf:"timeout"`    // one attempt, answer included
+	// Allow lists the destinations webhooks may have (CIDRs, addresses,
+	// host names, "*.domain"); empty allows all but link-local and cloud
+	// metadata addresses.
+	Allow []string `koanf:"allow"`
 }
 
 // Limits bound what one client can take of the daemon (see docs/security.md).
@@ -121,6 +134,10 @@ func defaults() map[string]any {
 		"gpu.disabled":              false,
 		"gpu.refreshInterval":       "5s",
 		"gpu.simulate":              []any{},
+		"webhook.retryFor":          "24h",
+		"webhook.firstRetry":        "5s",
+		"webhook.timeout":           "10s",
+		"webhook.allow":             []any{},
 	}
 }
 
@@ -204,7 +221,7 @@ func envValues(known []string, environ []string) map[string]any {
 
 // fileOnly are the keys no INFERD_* variable can set: lists, which an
 // environment string cannot spell.
-var fileOnly = []string{"gpu.simulate", "replica.passEnv"}
+var fileOnly = []string{"gpu.simulate", "replica.passEnv", "webhook.allow"}
 
 func fromEnvOrFlag(key string, environ []string, flags map[string]string) bool {
 	if _, ok := flags[key]; ok {
@@ -320,6 +337,8 @@ func (c Config) validate() error {
 		"replica.stopGrace": c.Replica.StopGrace, "replica.restartBackoff": c.Replica.RestartBackoff,
 		"replica.maxRestartBackoff": c.Replica.MaxRestartBackoff, "gpu.refreshInterval": c.GPU.RefreshInterval,
 		"limits.readHeaderTimeout": c.Limits.ReadHeaderTimeout,
+		"webhook.retryFor":         c.Webhook.RetryFor, "webhook.firstRetry": c.Webhook.FirstRetry,
+		"webhook.timeout": c.Webhook.Timeout,
 	}
 	for _, key := range sortedKeys(positive) {
 		if positive[key] <= 0 {
@@ -373,6 +392,9 @@ func (c Config) validate() error {
 	}
 	if c.Replica.MaxBootFailures < 1 {
 		bad("replica.maxBootFailures", "must be at least 1, got %d", c.Replica.MaxBootFailures)
+	}
+	if _, err := webhook.ParsePolicy(c.Webhook.Allow); err != nil {
+		bad("webhook.allow", "%v", err)
 	}
 	for i, g := range c.GPU.Simulate {
 		if g.Name == "" || g.MemoryMiB == 0 {

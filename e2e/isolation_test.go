@@ -32,7 +32,7 @@ func inference(path, body string) func(*testing.T, *daemon, string, isoTarget) (
 
 func projectAPI(method, path, body string) func(*testing.T, *daemon, string, isoTarget) (int, string) {
 	return func(t *testing.T, d *daemon, key string, tg isoTarget) (int, string) {
-		status, raw := doRaw(t, method, d.base+strings.ReplaceAll(path, "PROJECT", tg.project),
+		status, raw := doRaw(t, method, d.base+strings.NewReplacer("PROJECT", tg.project, "CALLID", tg.callID).Replace(path),
 			map[string]string{"X-Service-API-Key": key}, body)
 		return status, string(raw)
 	}
@@ -52,6 +52,16 @@ var everyEndpoint = []endpoint{
 	{"put project", projectAPI("PUT", "/v1/projects/PROJECT", `{"maxReplicas": 7}`)},
 	{"put project/", projectAPI("PUT", "/v1/projects/PROJECT/", `{"minReplicas": 1}`)},
 	{"get replica logs", projectAPI("GET", "/v1/status/projects/PROJECT/replicas/PROJECT-1/logs", "")},
+	{"get call events", projectAPI("GET", "/v1/calls/CALLID/events", "")},
+	{"post run", projectAPI("POST", "/run/PROJECT/", `{}`)},
+	{"post run warmup", projectAPI("POST", "/run/PROJECT/_k/warmup", "")},
+}
+
+// answersWithStatus reports whether an endpoint answers errors with an HTTP
+// status (the project API, the status page, events, /run) rather than the
+// inference API's 200 and "error:" message.
+func answersWithStatus(ep endpoint) bool {
+	return strings.HasPrefix(ep.name, "get") || strings.HasPrefix(ep.name, "put") || strings.HasPrefix(ep.name, "post")
 }
 
 // TestTeamsAreIsolatedOnEveryEndpoint proves that a key of team A can never
@@ -80,7 +90,7 @@ func TestTeamsAreIsolatedOnEveryEndpoint(t *testing.T) {
 				t.Fatalf("team A reaching team B's resource got %d %s;\nfor a resource that does not exist: %d %s",
 					gotStatus, got, wantStatus, want)
 			}
-			if strings.HasPrefix(ep.name, "get") || strings.HasPrefix(ep.name, "put") {
+			if answersWithStatus(ep) {
 				if gotStatus != http.StatusNotFound {
 					t.Fatalf("status %d, want 404", gotStatus)
 				}
@@ -157,7 +167,7 @@ func TestRevokedKeyFailsAtOnceOnEveryEndpoint(t *testing.T) {
 	for _, ep := range everyEndpoint {
 		t.Run(ep.name, func(t *testing.T) {
 			status, got := ep.call(t, d, key, own)
-			if strings.HasPrefix(ep.name, "get") || strings.HasPrefix(ep.name, "put") {
+			if answersWithStatus(ep) {
 				if status != http.StatusUnauthorized || !strings.Contains(got, `"invalid API key"`) {
 					t.Fatalf("revoked key: %d %s", status, got)
 				}

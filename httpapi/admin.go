@@ -31,6 +31,7 @@ type AdminStore interface {
 	PutProjects(ps []store.Project) ([]store.Change, error) // all or nothing
 	ListProjects(teamID string) ([]store.Project, error)
 	DeleteProject(id string) error
+	WebhookSecret(teamID string, rotate bool) (string, error)
 }
 
 // BackupWriter is the optional part of an AdminStore that serves
@@ -90,6 +91,7 @@ func NewAdmin(st AdminStore, log zerolog.Logger, opts ...AdminOption) http.Handl
 	r.DELETE("/admin/projects/:id", a.deleteProject)
 	r.GET("/admin/teams", a.listTeams)
 	r.PUT("/admin/teams/:id", a.setTeam)
+	r.POST("/admin/teams/:id/webhook-secret", a.webhookSecret)
 	r.GET("/admin/backup", a.backup)
 	r.GET("/admin/logs/:project", a.logs)
 	r.POST("/admin/calls/:id/cancel", a.cancelCall)

@@ -35,14 +35,29 @@ type fakeScheduler struct {
 }
 
 // Start is Submit, or SubmitWait when req.Wait is set.
+// A repeated idempotency key of the team answers the call that has it.
+// The events fields (webhook, route) are kept with the call.
 func (f *fakeScheduler) Start(ctx context.Context, p store.Project, req scheduler.Request) (store.Call, error) {
 	f.mu.Lock()
 	f.lastReq = req
-	f.mu.Unlock()
-	if req.Wait > 0 {
-		return f.SubmitWait(ctx, p, req.Inputs, req.Wait)
+	if req.IdempotencyKey != "" {
+		for _, fc := range f.calls {
+			if fc.call.TeamID == p.TeamID && fc.call.IdempotencyKey == req.IdempotencyKey {
+				c := fc.call
+				f.mu.Unlock()
+				return c, nil
+			}
+		}
 	}
-	return f.Submit(ctx, p, req.Inputs)
+	f.mu.Unlock()
+	keep := func(c *store.Call) {
+		c.Webhook, c.WebhookEvents = req.Webhook, req.WebhookEvents
+		c.Route, c.IdempotencyKey = req.Route, req.IdempotencyKey
+	}
+	if req.Wait > 0 {
+		return f.SubmitWait(ctx, p, req.Inputs, req.Wait, keep)
+	}
+	return f.Submit(ctx, p, req.Inputs, keep)
 }
 
 // Cancel fails a call that is not finished with "error: cancelled by
@@ -84,7 +99,7 @@ func newFakeScheduler() *fakeScheduler {
 	return &fakeScheduler{calls: map[string]*fakeCall{}, lookups: make(chan string, 64)}
 }
 
-func (f *fakeScheduler) Submit(ctx context.Context, p store.Project, inputs json.RawMessage) (store.Call, error) {
+func (f *fakeScheduler) Submit(ctx context.Context, p store.Project, inputs json.RawMessage, keep ...func(*store.Call)) (store.Call, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.submitCtx = ctx
@@ -95,6 +110,9 @@ func (f *fakeScheduler) Submit(ctx context.Context, p store.Project, inputs json
 	c := store.Call{
 		ID: fmt.Sprintf("call_%d", f.n), ProjectID: p.ID, TeamID: p.TeamID,
 		State: store.CallQueued, Inputs: inputs, Created: time.Now(),
+	}
+	for _, k := range keep {
+		k(&c)
 	}
 	fc := &fakeCall{call: c, done: make(chan struct{})}
 	f.calls[c.ID] = fc
@@ -109,8 +127,8 @@ func (f *fakeScheduler) Submit(ctx context.Context, p store.Project, inputs json
 
 // SubmitWait is Submit, then a wait like the real one's: until the call is
 // done, wait passes or ctx ends.
-func (f *fakeScheduler) SubmitWait(ctx context.Context, p store.Project, inputs json.RawMessage, wait time.Duration) (store.Call, error) {
-	c, err := f.Submit(context.WithoutCancel(ctx), p, inputs)
+func (f *fakeScheduler) SubmitWait(ctx context.Context, p store.Project, inputs json.RawMessage, wait time.Duration, keep ...func(*store.Call)) (store.Call, error) {
+	c, err := f.Submit(context.WithoutCancel(ctx), p, inputs, keep...)
 	if err != nil {
 		return c, err
 	}

@@ -31,6 +31,10 @@ type inferenceRequest struct {
 	QueueTimeout   json.RawMessage `json:"queueTimeout"`
 	Priority       json.RawMessage `json:"priority"`
 	IdempotencyKey json.RawMessage `json:"idempotencyKey"`
+	// Webhook and WebhookEvents ask for signed POSTs of the call's events
+	// (webhook.go).
+	Webhook       json.RawMessage `json:"webhook"`
+	WebhookEvents json.RawMessage `json:"webhookEvents"`
 }
 
 // inferenceResponse is the body of every Start and Check answer, errors
@@ -247,6 +251,9 @@ func (a *api) callResponse(c store.Call) inferenceResponse {
 		resp.Message = "success"
 		resp.Finished = true
 		resp.ModelOutputs = wrapOutputs(c.Outputs)
+		if c.Streamed {
+			resp.ModelOutputs = c.Outputs // already the list of lines
+		}
 	case store.CallFailed:
 		resp.Finished = true
 		resp.Message = failureMessage(c.Message)
@@ -354,7 +361,11 @@ func (a *api) decodeStart(w http.ResponseWriter, r *http.Request) (args startArg
 	if args.startOnly, err = optionalBool("startOnly", req.StartOnly); err != nil {
 		return args, err
 	}
-	return args, decodeCallOptions(req, &args.req)
+	if err := decodeCallOptions(req, &args.req); err != nil {
+		return args, err
+	}
+	args.req.Webhook, args.req.WebhookEvents, err = a.decodeWebhook(req.Webhook, req.WebhookEvents)
+	return args, err
 }
 
 // decodeCheck reads a Check body and checks each field's presence and type.

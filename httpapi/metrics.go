@@ -18,6 +18,7 @@ import (
 	"inferd/gpu"
 	"inferd/scheduler"
 	"inferd/store"
+	"inferd/webhook"
 )
 
 // durationBuckets are the upper bounds, in seconds, of the latency, queue,
@@ -35,6 +36,8 @@ type MetricsSources struct {
 	GPUs   func() []gpu.Device     // the GPU inventory's Devices
 	Store  StoreStats
 	Conns  func() ConnStats // the API's connection limit
+	// Webhooks is the webhook deliverer's Stats.
+	Webhooks func() webhook.Stats
 }
 
 // StoreStats is what the metrics read of the store; *bolt.Store has it.
@@ -166,6 +169,13 @@ func (m *Metrics) writeSamples(w io.Writer) {
 		vm.WriteGaugeUint64(w, "inferd_store_file_bytes", uint64(max(src.Store.Size(), 0)))
 		vm.WriteCounterUint64(w, "inferd_store_commits_total", uint64(max(cs.Commits, 0)))
 		vm.WriteCounterFloat64(w, "inferd_store_commit_seconds_total", cs.Duration.Seconds())
+	}
+	if src.Webhooks != nil {
+		ws := src.Webhooks()
+		vm.WriteCounterUint64(w, `inferd_webhook_deliveries_total{result="delivered"}`, uint64(max(ws.Delivered, 0)))
+		vm.WriteCounterUint64(w, `inferd_webhook_deliveries_total{result="gave_up"}`, uint64(max(ws.GaveUp, 0)))
+		vm.WriteCounterUint64(w, "inferd_webhook_retries_total", uint64(max(ws.Retries, 0)))
+		vm.WriteGaugeUint64(w, "inferd_webhook_pending", uint64(max(ws.Pending, 0)))
 	}
 }
 

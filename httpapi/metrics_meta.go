@@ -70,6 +70,12 @@ var metricFamilies = []metricFamily{
 		"Write transactions committed to the data file."},
 	{"inferd_store_commit_seconds_total", "counter", nil,
 		"Time spent committing write transactions (fsync included), in seconds."},
+	{"inferd_webhook_deliveries_total", "counter", []string{"result"},
+		"Webhook messages ended, by result (delivered, or gave_up after webhook.retryFor or at a refused destination)."},
+	{"inferd_webhook_retries_total", "counter", nil,
+		"Webhook attempts that failed and will be retried."},
+	{"inferd_webhook_pending", "gauge", nil,
+		"Webhook messages queued in the outbox, not yet delivered or given up."},
 }
 
 // familyOf returns the family a sample line belongs to: its metric name, or

@@ -15,6 +15,7 @@ import (
 	"inferd/gpu"
 	"inferd/scheduler"
 	"inferd/store"
+	"inferd/webhook"
 )
 
 // parseExposition reads `name{labels} value` lines into a map keyed by
@@ -66,8 +67,9 @@ func loadedMetrics() *Metrics {
 				{Index: 2, UUID: "GPU-lost", MemoryTotalMiB: 2048, Problem: "lost (ERROR_GPU_IS_LOST)"},
 			}
 		},
-		Store: fakeStoreStats{},
-		Conns: func() ConnStats { return ConnStats{Open: 5, Max: 100, Shed: 2} },
+		Store:    fakeStoreStats{},
+		Conns:    func() ConnStats { return ConnStats{Open: 5, Max: 100, Shed: 2} },
+		Webhooks: func() webhook.Stats { return webhook.Stats{Delivered: 5, Retries: 2, GaveUp: 1, Pending: 3} },
 	})
 	now := time.Now()
 	m.CallFinished(store.Call{ProjectID: "echo", State: store.CallSucceeded, Created: now.Add(-1770 * time.Millisecond),

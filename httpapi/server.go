@@ -13,6 +13,7 @@ import (
 
 	"inferd/scheduler"
 	"inferd/store"
+	"inferd/webhook"
 )
 
 // Defaults for the zero values of Options.
@@ -46,6 +47,17 @@ type Options struct {
 	// Limits caps request rates, held-open waits and input nesting per API
 	// key; unlike the fields above, a zero field means no limit.
 	Limits Limits
+	// Streams carries running calls' events to GET /v1/calls/:callID/events
+	// (the scheduler's OutputSink); nil: the events show states and done
+	// only.
+	Streams *Streams
+	// Stopping, when closed, ends the requests that wait on a call without
+	// bound of their own (event streams, /run), so that they never hold a
+	// shutdown up: the server's RegisterOnShutdown closes it.
+	Stopping <-chan struct{}
+	// WebhookPolicy says which webhook destinations a start may name; nil
+	// is the default policy (all but link-local and cloud metadata).
+	WebhookPolicy *webhook.Policy
 }
 
 func (o Options) withDefaults() Options {
@@ -61,6 +73,12 @@ func (o Options) withDefaults() Options {
 	if o.APIVersion == "" {
 		o.APIVersion = DefaultAPIVersion
 	}
+	if o.Streams == nil {
+		o.Streams = NewStreams()
+	}
+	if o.WebhookPolicy == nil {
+		o.WebhookPolicy = &webhook.Policy{}
+	}
 	return o
 }
 
@@ -72,6 +90,7 @@ type Store interface {
 	ListProjects(teamID string) ([]store.Project, error)
 	UpdateProject(id string, fn func(*store.Project) error) (store.Project, error)
 	GetTeam(id string) (store.Team, error) // its quota bounds a PUT
+	CallByIdempotencyKey(teamID, key string) (store.Call, error)
 }
 
 // Scheduler is what the public API needs from the scheduler.
@@ -135,6 +154,10 @@ func New(opts Options, st Store, sched Scheduler) http.Handler {
 		handle(http.MethodGet, p, a.getProject)
 		handle(http.MethodPut, p, a.putProject)
 	}
+	// Banana's Client SDK: base URL http://HOST:PORT/run/PROJECT (run.go).
+	handle(http.MethodPost, "/run/:project", a.run)
+	handle(http.MethodPost, "/run/:project/*route", a.run)
+	handle(http.MethodGet, "/v1/calls/:callID/events", a.callEvents)
 	handle(http.MethodGet, "/healthz", a.healthz)
 	handle(http.MethodGet, "/readyz", a.readyz)
 	if m != nil {

@@ -15,6 +15,7 @@ import (
 	"inferd/scheduler"
 	"inferd/scheduler/backend"
 	"inferd/store"
+	"inferd/webhook"
 )
 
 // Bounds of the status endpoints.
@@ -37,6 +38,9 @@ type StatusSources struct {
 	Logs     backend.Logs     // replica logs; nil = none
 	Now      func() time.Time // for uptimes; nil = time.Now
 	History  History          // the charts' samples (/v1/status/history); nil = none
+	// Webhooks counts webhook messages of a team ("" = all teams): the
+	// webhook deliverer's Stats.
+	Webhooks func(teamID string) webhook.Stats
 }
 
 // RecentCalls is what the status endpoints read of a store.Store.
@@ -152,7 +156,8 @@ type statusAll struct {
 	Projects  []statusProject `json:"projects"`
 	Calls     []statusCall    `json:"calls"`
 	// Teams is each visible team's use against its quota (viewTeams).
-	Teams []scheduler.TeamStatus `json:"teams"`
+	Teams    []scheduler.TeamStatus `json:"teams"`
+	Webhooks *webhook.Stats         `json:"webhooks"` // the caller's teams' messages; null without a deliverer
 }
 
 type results[T any] struct {
@@ -230,7 +235,22 @@ func (s *statusAPI) all(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		Projects:  s.viewProjects(v),
 		Calls:     viewCalls(v.calls, limit),
 		Teams:     viewTeams(v),
+		Webhooks:  s.webhookStats(v.key),
 	})
+}
+
+// webhookStats counts the webhook messages of the key's team, or of every
+// team for an admin key.
+func (s *statusAPI) webhookStats(key store.APIKey) *webhook.Stats {
+	if s.src.Webhooks == nil {
+		return nil
+	}
+	team := key.TeamID
+	if key.Scope == store.ScopeAdmin {
+		team = ""
+	}
+	st := s.src.Webhooks(team)
+	return &st
 }
 
 // list returns a handler that answers {"results": render(view)} for one

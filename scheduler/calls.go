@@ -85,8 +85,14 @@ func (s *Scheduler) infer(ctx context.Context, c *call, r *rep, inst backend.Ins
 		s.in.post(evInferDone{c: c, r: r, notSent: true})
 		return
 	}
+	cs := &callStream{id: c.c.ID, sink: s.cfg.Outputs}
+	s.cfg.Outputs.CallRunning(cs.id)
+	ctx = backend.WithStream(ctx, cs)
+	if c.c.Route != "" {
+		ctx = backend.WithRoute(ctx, c.c.Route)
+	}
 	out, err := inst.Infer(ctx, inputs)
-	ev := evInferDone{c: c, r: r, out: out, err: err}
+	ev := evInferDone{c: c, r: r, out: out, err: err, streamed: cs.began}
 	if err != nil {
 		exited := isClosed(inst.Exited())
 		var exitErr error
@@ -120,6 +126,7 @@ func (s *Scheduler) onInferDone(ev evInferDone) {
 		s.finish(c, store.CallFailed, nil, ev.msg)
 		return
 	}
+	c.c.Streamed = ev.streamed
 	s.finish(c, store.CallSucceeded, ev.out, msgSuccess)
 }
 

@@ -102,13 +102,14 @@ type evExited struct {
 // the process had exited by then. msg is the failure message when err is not
 // nil, decided off the loop because it looks at the process.
 type evInferDone struct {
-	c       *call
-	r       *rep
-	out     json.RawMessage
-	err     error
-	msg     string
-	notSent bool
-	crashed bool // the process had exited when Infer failed: a model crash
+	c        *call
+	r        *rep
+	out      json.RawMessage
+	err      error
+	msg      string
+	notSent  bool
+	crashed  bool // the process had exited when Infer failed: a model crash
+	streamed bool // the model streamed its reply: out is the array of its lines
 }
 
 // Timer events carry the seq their timer was armed with (see timer.fired).

@@ -276,6 +276,8 @@ type fakeInstance struct {
 type fakeCall struct {
 	inputs json.RawMessage
 	answer chan fakeAnswer
+	stream backend.Stream // the Infer's, as a streaming model's client would tell it
+	route  string         // the Infer's route (backend.WithRoute)
 }
 
 type fakeAnswer struct {
@@ -312,7 +314,7 @@ func (i *fakeInstance) Infer(ctx context.Context, inputs json.RawMessage) (json.
 	if i.auto {
 		return i.reply, nil
 	}
-	c := &fakeCall{inputs: inputs, answer: make(chan fakeAnswer, 1)}
+	c := &fakeCall{inputs: inputs, answer: make(chan fakeAnswer, 1), stream: backend.StreamFrom(ctx), route: backend.RouteFrom(ctx)}
 	select {
 	case i.calls <- c:
 	case <-ctx.Done():

@@ -31,7 +31,8 @@ type Config struct {
 	// PriorityAging is how long a queued call waits to rise one priority
 	// (low → normal → high), so that low calls never starve; default 30s.
 	PriorityAging time.Duration
-	Observer      Observer // told about finished calls and replica events; nil = none
+	Observer      Observer   // told about finished calls and replica events; nil = none
+	Outputs       OutputSink // told about running calls and their streamed output; nil = none
 }
 
 func (c Config) withDefaults() Config {
@@ -59,6 +60,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Observer == nil {
 		c.Observer = nopObserver{}
+	}
+	if c.Outputs == nil {
+		c.Outputs = nopOutputs{}
 	}
 	return c
 }

@@ -60,6 +60,13 @@ type Request struct {
 	// fails with ErrIdempotencyMismatch when its project or inputs differ.
 	// The events' Banana Client routes pass X-Banana-Request-Id here.
 	IdempotencyKey string
+	// Webhook and WebhookEvents are the call's webhook (see
+	// store.DeliveriesFor); the caller has checked the URL.
+	Webhook       string
+	WebhookEvents []string
+	// Route sends the call to that route of the model (backend.WithRoute):
+	// the Banana Client's POST /run/PROJECT/ROUTE.
+	Route string
 }
 
 // ErrIdempotencyMismatch is Start's error for an idempotency key reused by
@@ -121,6 +128,9 @@ func (s *Scheduler) start(ctx context.Context, p store.Project, sr Request) (sto
 			Timeout:        sr.Timeout,
 			QueueTimeout:   sr.QueueTimeout,
 			IdempotencyKey: sr.IdempotencyKey,
+			Webhook:        sr.Webhook,
+			WebhookEvents:  sr.WebhookEvents,
+			Route:          sr.Route,
 		},
 		sync:  sync,
 		reply: make(chan startResult, 1),

@@ -130,6 +130,17 @@ type Call struct {
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 	RequestHash    string `json:"requestHash,omitempty"`
 
+	// Route is the model route the call goes to (the Banana Client's
+	// POST /run/PROJECT/ROUTE); "" is the project's own inferPath.
+	Route string `json:"route,omitempty"`
+	// Streamed says the model streamed its reply: Outputs is the JSON
+	// array of its lines, which is modelOutputs as it is.
+	Streamed bool `json:"streamed,omitempty"`
+	// Webhook is the URL the call's webhook events go to, and
+	// WebhookEvents which (none: completed only); see DeliveriesFor.
+	Webhook       string   `json:"webhook,omitempty"`
+	WebhookEvents []string `json:"webhookEvents,omitempty"`
+
 	// QueuePosition is how many calls will be dispatched before this one
 	// (0 = next), for a queued call the scheduler reports; never stored.
 	QueuePosition int `json:"-"`

@@ -20,6 +20,7 @@ type Store interface {
 	Keys
 	Projects
 	Calls
+	Outbox
 	// Close finishes every call write queued before it (committed or
 	// failed, its done run) and releases the store.
 	Close() error

@@ -74,6 +74,22 @@ def handler(context: dict, request: Request) -> Response:
         end(context)
 
 
+# A second handler, reached by Banana's Client SDK as client.call("/second", ...)
+# (inferd: POST /run/PROJECT/second). It counts its runs in this process, so a
+# test can tell that a call the SDK retried ran the model once.
+_second_runs = 0
+_second_lock = threading.Lock()
+
+
+@app.handler(route="/second")
+def second(context: dict, request: Request) -> Response:
+    global _second_runs
+    with _second_lock:
+        _second_runs += 1
+        runs = _second_runs
+    return Response(json={"route": "second", "runs": runs, "echo": request.json, "request_id": request.id}, status=200)
+
+
 @app.background(route="/background")
 def background(context: dict, request: Request):
     begin(context)

@@ -110,7 +110,9 @@ type Instance interface {
 	// Infer sends inputs to the model and returns its JSON reply. Errors:
 	// *HTTPError, *ExceptionError, ErrInvalidReply (wrapped) for the
 	// model's own answers, ErrExited (wrapped) when the replica ended during
-	// the call or before it; ctx's error is returned as is.
+	// the call or before it; ctx's error is returned as is. A model that
+	// streams its reply tells ctx's Stream (WithStream) each line as it
+	// comes, and the reply is then the JSON array of the lines.
 	Infer(ctx context.Context, inputs json.RawMessage) (json.RawMessage, error)
 	// Stop ends the replica, gracefully first, and returns once it has
 	// exited. It is idempotent and safe to call concurrently.

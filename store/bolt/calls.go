@@ -44,6 +44,12 @@ func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
 		return
 	}
 	cw.value = v
+	if cw.deliveries = store.DeliveriesFor(c, s.now().UTC()); len(cw.deliveries) > 0 {
+		if cw.encodedDeliveries, err = encodeDeliveries(cw.deliveries); err != nil {
+			done(fmt.Errorf("save call %s: encode deliveries: %w", c.ID, err))
+			return
+		}
+	}
 	if !s.w.enqueue(cw) {
 		done(fmt.Errorf("save call %s: %w", c.ID, store.ErrClosed))
 	}
@@ -75,6 +81,9 @@ func applyCallWrite(tx *bbolt.Tx, cw *callWrite) error {
 		}
 	}
 	if err := calls.Put(cw.key, cw.value); err != nil {
+		return err
+	}
+	if err := queueDeliveries(tx, cw); err != nil {
 		return err
 	}
 	if !cw.final {
@@ -232,6 +241,9 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 				}
 			}
 			n = len(keys)
+			if n < expireChunk {
+				return expireEnded(tx, limit)
+			}
 			return nil
 		})
 		if err != nil {

@@ -57,6 +57,7 @@ type callSummary struct {
 	store.Call
 	Inputs  discard `json:"inputs"`
 	Outputs discard `json:"outputs"`
+	Webhook discard `json:"webhook"` // may carry a token in its query
 }
 
 // discard is a JSON value that is checked for syntax and then dropped.

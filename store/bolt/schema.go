@@ -35,6 +35,13 @@ const SchemaVersion = 1
 //	            key: lets ExpireCalls find the index entry without decoding the
 //	            record. An older binary ignores both buckets: its expiry leaves
 //	            entries naming deleted calls, which read as not found.
+//	outbox      delivery id → Delivery JSON, exactly for the webhook deliveries not
+//	            ended. Written in the same transaction as the call write that queues it.
+//	outboxended delivery id → 8-byte big-endian unix-nanos of its call's expiry
+//	            horizon (the time it ended): the deliveries ended, kept so that a
+//	            re-save of their call never queues them again; ExpireCalls drops them.
+//	teamsecrets team id → webhook signing secret ("whsec_..."), kept apart from
+//	            teams so that no team listing carries it.
 var (
 	bucketMeta         = []byte("meta")
 	bucketTeams        = []byte("teams")
@@ -47,6 +54,9 @@ var (
 	bucketCallExpiry   = []byte("callexpiry")
 	bucketCallIdem     = []byte("callidem")
 	bucketCallIdemOf   = []byte("callidemof")
+	bucketOutbox       = []byte("outbox")
+	bucketOutboxEnded  = []byte("outboxended")
+	bucketTeamSecrets  = []byte("teamsecrets")
 
 	keySchema = []byte("schema")
 )
@@ -55,7 +65,7 @@ func allBuckets() [][]byte {
 	return [][]byte{
 		bucketMeta, bucketTeams, bucketKeys, bucketProjects, bucketModelKeys,
 		bucketCalls, bucketCallPending, bucketCallFinished, bucketCallExpiry,
-		bucketCallIdem, bucketCallIdemOf,
+		bucketCallIdem, bucketCallIdemOf, bucketOutbox, bucketOutboxEnded, bucketTeamSecrets,
 	}
 }
 

@@ -67,6 +67,7 @@ type Store struct {
 
 	hooks store.ProjectHooks
 	store.TeamHooks
+	deliveryHooks store.DeliveryHooks
 
 	keys keyCache
 	// projects caches ProjectByModelKey; every project write resets it.

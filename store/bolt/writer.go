@@ -18,6 +18,10 @@ type callWrite struct {
 	finished time.Time // set when final
 	idem     []byte    // the callidem key, for a call with an idempotency key
 	done     func(error)
+
+	deliveries        []store.Delivery // webhook deliveries the write makes due
+	encodedDeliveries [][]byte         // their JSON, in the same order
+	queued            []store.Delivery // those the commit put in the outbox (set by queueDeliveries)
 }
 
 // writer is the queue in front of the one goroutine that commits call
@@ -110,6 +114,9 @@ func (s *Store) runWriter() {
 			err = wrapSaveErr(err)
 		}
 		for i := range batch {
+			if err == nil {
+				s.deliveryHooks.Notify(batch[i].queued)
+			}
 			batch[i].done(err)
 		}
 		clear(batch) // drop references to records and callbacks

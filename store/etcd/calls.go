@@ -41,21 +41,40 @@ func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
 	if !ok {
 		return
 	}
-	what := fmt.Sprintf("save call %s", c.ID)
-	for name, b := range map[string][]byte{"inputs": c.Inputs, "outputs": c.Outputs} {
-		if len(b) > MaxInlinePayload {
-			done(fmt.Errorf("%s: %s are %d bytes, over %d: %w", what, name, len(b), MaxInlinePayload, ErrPayloadTooLarge))
-			return
-		}
-	}
-	ops, size, err := s.callOps(c)
+	cw, err := s.newCallWrite(c, done)
 	if err != nil {
 		done(err)
 		return
 	}
-	if !s.w.enqueue(callWrite{id: c.ID, ops: ops, size: size, done: done}) {
-		done(fmt.Errorf("%s: %w", what, store.ErrClosed))
+	if !s.w.enqueue(cw) {
+		done(fmt.Errorf("save call %s: %w", c.ID, store.ErrClosed))
 	}
+}
+
+// newCallWrite encodes the write of c (prepared by store.PrepareCallWrite)
+// for the writer: the call with its indexes, and the webhook deliveries it
+// makes due. It refuses payloads over MaxInlinePayload.
+func (s *Store) newCallWrite(c store.Call, done func(error)) (callWrite, error) {
+	what := fmt.Sprintf("save call %s", c.ID)
+	for name, b := range map[string][]byte{"inputs": c.Inputs, "outputs": c.Outputs} {
+		if len(b) > MaxInlinePayload {
+			return callWrite{}, fmt.Errorf("%s: %s are %d bytes, over %d: %w", what, name, len(b), MaxInlinePayload, ErrPayloadTooLarge)
+		}
+	}
+	ops, size, err := s.callOps(c)
+	if err != nil {
+		return callWrite{}, err
+	}
+	cw := callWrite{id: c.ID, ops: ops, size: size, done: done, deliveries: store.DeliveriesFor(c, s.now().UTC())}
+	if len(cw.deliveries) > 0 {
+		if cw.records, err = s.deliveryRecords(what, cw.deliveries); err != nil {
+			return callWrite{}, err
+		}
+		for _, r := range cw.records {
+			cw.size += len(r)
+		}
+	}
+	return cw, nil
 }
 
 // callOps returns the etcd operations that store c with its indexes, and
@@ -69,6 +88,7 @@ func (s *Store) callOps(c store.Call) ([]clientv3.Op, int, error) {
 	}
 	m := c
 	m.Inputs, m.Outputs = nil, nil
+	m.Webhook = "" // may carry a token in its query
 	meta, err := encode(what, m)
 	if err != nil {
 		return nil, 0, err
@@ -283,6 +303,9 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 		if tr.Succeeded && expire {
 			n++
 		}
+	}
+	if err := s.expireEnded(ctx, finishedBefore); err != nil {
+		return n, s.wrap(what, err)
 	}
 	return n, nil
 }

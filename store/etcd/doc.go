@@ -13,10 +13,13 @@
 //	projects/<id>               store.Project (JSON)
 //	modelkeys/<hash>            the id of the project that owns a modelKey hash
 //	calls/<id>                  store.Call, inputs and outputs included (JSON)
-//	meta/<id>                   the call without inputs and outputs (RecentCalls)
+//	meta/<id>                   the call without inputs, outputs and webhook URL (RecentCalls)
 //	pending/<id>                the node that wrote it, while the call is not final (PendingCalls)
 //	finished/<unix nanos>/<id>  "" once final, by its Finished (ExpireCalls)
 //	idem/<team>/<sha256 of key> the id of the call started with that idempotency key
+//	outbox/<delivery id>        a webhook delivery not ended, with the node that queued it (JSON)
+//	outboxended/<delivery id>   when it ended (unix nanos): never queued again; ExpireCalls drops it
+//	secrets/<team>              the team's webhook signing secret, apart from teams/ (no listing carries it)
 //
 // # Consistency
 //
@@ -37,9 +40,18 @@
 // queue order, keeping only the last write of a call that is queued more
 // than once in a batch. A transaction is bounded by etcd's limits (128
 // operations, 1.5 MiB): a batch holds at most 120 operations (24 to 30
-// calls) and about 1 MiB. A commit that fails because etcd is electing a leader is retried (the
-// writes are plain puts, so a retry is idempotent) for up to
-// Options.RetryFor before the writes fail.
+// calls) and about 1 MiB. A commit that fails because etcd is electing a
+// leader is retried (the writes are plain puts, so a retry is idempotent)
+// for up to Options.RetryFor before the writes fail.
+//
+// The webhook deliveries a call write makes due (store.DeliveriesFor) are
+// queued in its transaction, each by a nested transaction that puts it
+// only if its id is neither pending nor ended. The record carries a token
+// of the write, so a retried commit that finds its own record knows an
+// earlier try was applied, and still tells the OnDeliveryQueued hooks.
+// Each node's hooks and PendingDeliveries hold the deliveries its own call
+// writes queued: a node's deliverer sends the messages of the calls it
+// ran, and recovers them at start-up, as it recovers its pending calls.
 //
 // Inputs and outputs are kept inline, at most MaxInlinePayload bytes each;
 // a larger one is refused with ErrPayloadTooLarge. Keeping large payloads

@@ -59,8 +59,9 @@ type Store struct {
 	reqTO  time.Duration
 	retry  time.Duration
 
-	hooks     store.ProjectHooks
-	teamHooks store.TeamHooks
+	hooks         store.ProjectHooks
+	teamHooks     store.TeamHooks
+	deliveryHooks store.DeliveryHooks
 	// Other nodes' project and team writes, told to the hooks.
 	projectWatch, teamWatch keyWatch
 

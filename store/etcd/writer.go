@@ -29,10 +29,18 @@ const (
 // callWrite is one queued SaveCallAsync.
 type callWrite struct {
 	id   string
-	ops  []clientv3.Op
+	ops  []clientv3.Op // the call and its indexes (callOps)
 	size int
 	done func(error)
+
+	deliveries []store.Delivery // webhook deliveries the write makes due
+	records    []string         // their outbox records (outboxRecord JSON), in the same order
+	queued     []store.Delivery // those the commit put in the outbox (set by commit)
 }
+
+// opCount is how many operations the write adds to a transaction at most:
+// its call's, and one per delivery.
+func (cw callWrite) opCount() int { return len(cw.ops) + len(cw.deliveries) }
 
 // writer is the store's one call-writing goroutine: it commits whatever is
 // queued as one transaction, in queue order. It is owned by the Store: start
@@ -100,6 +108,7 @@ func (w *writer) run() {
 			if err != nil {
 				cw.done(fmt.Errorf("save call %s: %w", cw.id, err))
 			} else {
+				w.s.deliveryHooks.Notify(cw.queued)
 				cw.done(nil)
 			}
 		}
@@ -108,15 +117,16 @@ func (w *writer) run() {
 
 // take removes the next batch from the queue: up to batchOps operations
 // and about batchBytes, counting every write (a call written twice counts
-// twice, though commit sends its last write only). Callers hold mu.
+// twice, though commit sends its last write's call operations only).
+// Callers hold mu.
 func (w *writer) take() []callWrite {
 	ops, size, n := 0, 0, 0
 	for n < len(w.queue) {
 		cw := w.queue[n]
-		if n > 0 && (ops+len(cw.ops) > batchOps || size+cw.size > batchBytes) {
+		if n > 0 && (ops+cw.opCount() > batchOps || size+cw.size > batchBytes) {
 			break
 		}
-		ops += len(cw.ops)
+		ops += cw.opCount()
 		size += cw.size
 		n++
 	}
@@ -127,8 +137,12 @@ func (w *writer) take() []callWrite {
 
 // commit writes the batch in one transaction. A call queued more than once
 // in it is written once, with its last write: etcd refuses a transaction
-// that names a key twice, and the last write is the one that must win.
-// While etcd has no leader the commit is retried, for up to RetryFor.
+// that names a key twice, and the last write is the one that must win. Its
+// deliveries are those of all its writes, each once (the first write's
+// record). While etcd has no leader the commit is retried, for up to
+// RetryFor; then the deliveries a retry finds already queued by this very
+// batch (an earlier try that was applied but whose answer was lost) count
+// as queued by it, so their hooks still run, once.
 func (w *writer) commit(batch []callWrite) error {
 	last := map[string]int{}
 	for i, cw := range batch {
@@ -140,23 +154,58 @@ func (w *writer) commit(batch []callWrite) error {
 			ops = append(ops, cw.ops...)
 		}
 	}
+	type queuedBy struct {
+		write, delivery int    // batch[write].deliveries[delivery]
+		record          string // the outbox record it puts
+	}
+	var queues []queuedBy // in the order of their ops, after the calls' ops
+	seen := map[string]bool{}
+	for i, cw := range batch {
+		for j, d := range cw.deliveries {
+			if !seen[d.ID] {
+				seen[d.ID] = true
+				queues = append(queues, queuedBy{i, j, cw.records[j]})
+				ops = append(ops, w.s.queueOp(d.ID, cw.records[j]))
+			}
+		}
+	}
 	s := w.s
 	start := time.Now()
-	deadline := start.Add(s.retry)
+	var resp *clientv3.TxnResponse
+	err := s.retrying(func(ctx context.Context) (err error) {
+		resp, err = s.cli.Txn(ctx).Then(ops...).Commit()
+		return err
+	})
+	s.stats.add(len(batch), time.Since(start))
+	if err != nil {
+		return s.wrap("commit", err)
+	}
+	first := len(resp.Responses) - len(queues)
+	for k, q := range queues {
+		if queuedNow(resp.Responses[first+k], q.record) {
+			cw := &batch[q.write]
+			cw.queued = append(cw.queued, cw.deliveries[q.delivery])
+		}
+	}
+	return nil
+}
+
+// retrying runs try, a write that is harmless to repeat, again while it
+// fails for want of an etcd leader or a reachable member, for up to
+// RetryFor, and returns its last error. try gets a context bounded by the
+// request timeout.
+func (s *Store) retrying(try func(ctx context.Context) error) error {
+	deadline := time.Now().Add(s.retry)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), s.reqTO)
-		_, err := s.cli.Txn(ctx).Then(ops...).Commit()
+		err := try(ctx)
 		cancel()
 		if err == nil || !retryable(err) || time.Now().After(deadline) || s.cli.Ctx().Err() != nil {
-			s.stats.add(len(batch), time.Since(start))
-			if err != nil {
-				return s.wrap("commit", err)
-			}
-			return nil
+			return err
 		}
-		// etcd is electing a leader or a member is unreachable: the same
-		// puts again are harmless. The pause keeps a dead cluster from
-		// being hammered; it is not a synchronization.
+		// etcd is electing a leader or a member is unreachable. The
+		// pause keeps a dead cluster from being hammered; it is not a
+		// synchronization.
 		select {
 		case <-time.After(100 * time.Millisecond):
 		case <-s.cli.Ctx().Done():

@@ -42,6 +42,7 @@ type Store struct {
 
 	hooks store.ProjectHooks
 	store.TeamHooks
+	deliveryHooks store.DeliveryHooks
 
 	kick     chan struct{} // a write was queued (buffered: one wake-up is enough)
 	release  chan struct{} // ReleaseCallWrite hands a held write through
@@ -58,13 +59,17 @@ type data struct {
 	keys     map[string]store.APIKey // by key id
 	projects map[string]store.Project
 	calls    map[string]store.Call
-	idem     map[string]string // store.IdempotencyIndexKey → call id
-	history  []store.Call      // every call write applied, in order
+	idem     map[string]string         // store.IdempotencyIndexKey → call id
+	history  []store.Call              // every call write applied, in order
+	outbox   map[string]store.Delivery // pending deliveries, by id
+	ended    map[string]time.Time      // ended deliveries' ids, with when they ended
+	secrets  map[string]string         // webhook secrets, by team
 }
 
 type callWrite struct {
-	c    store.Call
-	done func(error)
+	c          store.Call
+	done       func(error)
+	deliveries []store.Delivery // webhook deliveries the write makes due
 }
 
 // New returns an empty store. Close ends its writer goroutine.
@@ -74,6 +79,9 @@ func New(opts Options) *Store {
 		keys:     map[string]store.APIKey{},
 		projects: map[string]store.Project{},
 		calls:    map[string]store.Call{},
+		outbox:   map[string]store.Delivery{},
+		ended:    map[string]time.Time{},
+		secrets:  map[string]string{},
 		idem:     map[string]string{},
 	}, opts.Now)
 }
@@ -210,7 +218,9 @@ func (s *Store) writer() {
 				s.d.idem[string(store.IdempotencyIndexKey(w.c.TeamID, w.c.IdempotencyKey))] = w.c.ID
 			}
 			s.d.history = append(s.d.history, w.c)
+			queued := s.queueDeliveries(w.deliveries)
 			s.mu.Unlock()
+			s.deliveryHooks.Notify(queued)
 		} else {
 			err = fmt.Errorf("save calls: %w", err)
 		}
@@ -246,7 +256,7 @@ func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
 		done(err)
 		return
 	}
-	s.pending = append(s.pending, callWrite{c: c, done: done})
+	s.pending = append(s.pending, callWrite{c: c, done: done, deliveries: store.DeliveriesFor(c, s.now().UTC())})
 	s.mu.Unlock()
 	select {
 	case s.kick <- struct{}{}:
@@ -288,7 +298,7 @@ func (s *Store) RecentCalls(teamID string, limit int) ([]store.Call, error) {
 	}
 	calls, err := s.selectCalls(func(c store.Call) bool { return teamID == "" || c.TeamID == teamID }, true, limit, "recent calls")
 	for i := range calls {
-		calls[i].Inputs, calls[i].Outputs = nil, nil
+		calls[i].Inputs, calls[i].Outputs, calls[i].Webhook = nil, nil, ""
 	}
 	return calls, err
 }
@@ -332,6 +342,11 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 			n++
 		}
 	}
+	for id, t := range s.d.ended {
+		if t.Before(finishedBefore) {
+			delete(s.d.ended, id)
+		}
+	}
 	return n, nil
 }
 
@@ -346,6 +361,7 @@ func lookup[T any](m map[string]T, id, what string, clone func(T) T) (T, error) 
 }
 
 func cloneCall(c store.Call) store.Call {
+	c.WebhookEvents = slices.Clone(c.WebhookEvents)
 	c.Inputs = slices.Clone(c.Inputs)
 	c.Outputs = slices.Clone(c.Outputs)
 	return c
@@ -688,3 +704,74 @@ func (s *Store) DeleteProject(id string) error {
 
 // OnProjectChange implements store.Projects.
 func (s *Store) OnProjectChange(fn func(projectID string)) { s.hooks.OnProjectChange(fn) }
+
+// queueDeliveries puts into the outbox those of ds it holds no record of,
+// and returns them. Callers hold mu.
+func (s *Store) queueDeliveries(ds []store.Delivery) []store.Delivery {
+	var queued []store.Delivery
+	for _, d := range ds {
+		_, pending := s.d.outbox[d.ID]
+		_, ended := s.d.ended[d.ID]
+		if !pending && !ended {
+			s.d.outbox[d.ID] = d
+			queued = append(queued, d)
+		}
+	}
+	return queued
+}
+
+// PendingDeliveries implements store.Outbox.
+func (s *Store) PendingDeliveries() ([]store.Delivery, error) {
+	if err := s.lock("pending deliveries"); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	out := []store.Delivery{}
+	for _, id := range slices.Sorted(maps.Keys(s.d.outbox)) {
+		out = append(out, s.d.outbox[id])
+	}
+	return out, nil
+}
+
+// UpdateDelivery implements store.Outbox.
+func (s *Store) UpdateDelivery(d store.Delivery) error {
+	what := fmt.Sprintf("update delivery %s", d.ID)
+	if err := s.lock(what); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	if _, ok := s.d.outbox[d.ID]; !ok {
+		return fmt.Errorf("%s: %w", what, store.ErrNotFound)
+	}
+	if d.Ended.IsZero() {
+		s.d.outbox[d.ID] = d
+		return nil
+	}
+	delete(s.d.outbox, d.ID)
+	s.d.ended[d.ID] = d.Ended
+	return nil
+}
+
+// OnDeliveryQueued implements store.Outbox.
+func (s *Store) OnDeliveryQueued(fn func(store.Delivery)) { s.deliveryHooks.OnDeliveryQueued(fn) }
+
+// WebhookSecret implements store.Outbox.
+func (s *Store) WebhookSecret(teamID string, rotate bool) (string, error) {
+	if err := store.ValidateTeamID(teamID); err != nil {
+		return "", err
+	}
+	what := fmt.Sprintf("webhook secret of team %s", teamID)
+	if err := s.lock(what); err != nil {
+		return "", err
+	}
+	defer s.mu.Unlock()
+	if _, ok := s.d.teams[teamID]; !ok {
+		return "", fmt.Errorf("%s: %w", what, store.ErrNotFound)
+	}
+	if sec := s.d.secrets[teamID]; sec != "" && !rotate {
+		return sec, nil
+	}
+	sec := store.NewWebhookSecret()
+	s.d.secrets[teamID] = sec
+	return sec, nil
+}

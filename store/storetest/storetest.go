@@ -76,6 +76,10 @@ var suite = []struct {
 	// Call control.
 	{"IdempotencyKeyFindsCallPerTeamUntilExpiry", testIdempotencyKeyFindsCallPerTeamUntilExpiry},
 	{"CallControlFieldsSurviveReopen", testCallControlFieldsSurviveReopen},
+	// Webhook outbox.
+	{"CallWritesQueueWebhookDeliveriesOnce", testCallWritesQueueWebhookDeliveriesOnce},
+	{"WebhookDefaultsToCompleted", testWebhookDefaultsToCompleted},
+	{"WebhookSecretStableUntilRotated", testWebhookSecretStableUntilRotated},
 	// Expiry.
 	{"ExpireCallsDeletesOnlyFinishedBefore", testExpireCallsDeletesOnlyFinishedBefore},
 	// Concurrent writers.

@@ -117,12 +117,21 @@ function render(st) {
     el("span", {}, el("b", {}, st.projects.length), " projects"),
     el("span", {}, el("b", {}, replicas), " replicas"),
     el("span", {}, el("b", {}, queued), " queued"),
+    ...webhookSummary(st.webhooks),
     el("span", { class: "muted" }, `updated ${new Date(now).toLocaleTimeString()}`),
   );
   renderTeams(st.teams || []);
   renderGPUs(st.gpus);
   renderProjects(st.projects, now);
   renderCalls(st.calls, now);
+}
+
+// webhookSummary shows the webhook counts once there is something to say.
+function webhookSummary(w) {
+  if (!w || w.delivered + w.retries + w.gaveUp + w.pending === 0) return [];
+  return [el("span", { title: `webhooks: ${w.delivered} delivered, ${w.retries} retried attempts, ${w.gaveUp} given up, ${w.pending} pending` },
+    "webhooks ", el("b", {}, w.delivered), " sent · ", el("b", {}, w.pending), " pending · ",
+    el("b", { class: w.gaveUp ? "bad" : "" }, w.gaveUp), " given up")];
 }
 
 // renderTeams shows each team's use against its quota ("3 / 8"; "3" when

@@ -165,11 +165,19 @@ func (e *TransportError) Unwrap() error { return e.Err }
 // non-2xx reply, backend.ErrInvalidReply (wrapped) for a reply that is not
 // JSON or too large, *TransportError when the exchange broke; ctx's error is
 // returned as is. A reply that is JSON but not valid UTF-8 is ErrInvalidReply
-// too, naming the offset of the first bad byte. For protocol potassium the request carries a fresh
+// too, naming the offset of the first bad byte. A reply of protocol http with
+// Content-Type application/x-ndjson streams: its lines go to the context's
+// backend.Stream as they arrive, and the result is the array of the lines
+// (see readStream). A call with a route (backend.WithRoute) goes to that
+// route (see inferPath). For protocol potassium the request carries a fresh
 // X-Banana-Request-Id, and a 500 with a text/plain body (the handler's
 // traceback) is a *backend.ExceptionError instead.
 func (c *Client) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMessage, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+c.cfg.InferPath, bytes.NewReader(inputs))
+	route := backend.RouteFrom(ctx)
+	if out, ok := c.answersItself(route); ok {
+		return out, nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+c.inferPath(route), bytes.NewReader(inputs))
 	if err != nil {
 		return nil, fmt.Errorf("infer: %w", err)
 	}
@@ -202,6 +210,11 @@ func (c *Client) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMes
 		}
 		clean = len(body) < errorBodyBytes
 		return nil, &backend.HTTPError{Status: resp.StatusCode, Body: validUTF8(body)}
+	}
+	if !c.potassium && isNDJSON(resp.Header.Get("Content-Type")) {
+		out, ok, err := readStream(ctx, resp.Body, c.cfg.MaxReplyBytes, backend.StreamFrom(ctx))
+		clean = ok
+		return out, err
 	}
 	limit := c.cfg.MaxReplyBytes
 	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))

@@ -1,0 +1,375 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"inferd/store"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultRetryFor   = 24 * time.Hour
+	DefaultFirstRetry = 5 * time.Second
+	DefaultTimeout    = 10 * time.Second
+	// maxRetryInterval caps the doubling backoff.
+	maxRetryInterval = time.Hour
+	// senders bounds the attempts in flight: a slow receiver ties up one,
+	// never the others' deliveries, nor anything of the scheduler's.
+	senders = 8
+)
+
+// Config configures a Deliverer. Zero durations take the defaults.
+type Config struct {
+	// RetryFor is how long a message is retried after it was queued
+	// (webhook.retryFor); then it is given up.
+	RetryFor time.Duration
+	// FirstRetry is the wait before the first retry; each further one
+	// doubles it, up to an hour (webhook.firstRetry).
+	FirstRetry time.Duration
+	// Timeout bounds one attempt, answer included.
+	Timeout time.Duration
+	// Policy is checked against every address dialed; nil is the default
+	// policy.
+	Policy *Policy
+	// Body renders a message: the check answer of call c, as event ev of
+	// delivery d. Required.
+	Body func(c store.Call, d store.Delivery) ([]byte, error)
+	// Transport, when set, replaces the HTTP transport (tests); the policy
+	// is then not applied to dials.
+	Transport http.RoundTripper
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Store is what a Deliverer needs of the store.
+type Store interface {
+	PendingDeliveries() ([]store.Delivery, error)
+	UpdateDelivery(d store.Delivery) error
+	OnDeliveryQueued(fn func(store.Delivery))
+	WebhookSecret(teamID string, rotate bool) (string, error)
+	GetCall(id string) (store.Call, error)
+}
+
+// Stats are a Deliverer's counts since it was made, for metrics and the
+// status page.
+type Stats struct {
+	Delivered int64 `json:"delivered"` // messages answered 2xx
+	Retries   int64 `json:"retries"`   // failed attempts that will be retried
+	GaveUp    int64 `json:"gaveUp"`    // messages given up
+	Pending   int64 `json:"pending"`   // messages queued, not yet ended
+}
+
+// Deliverer sends the outbox's messages. Run owns its state; the store's
+// hook and Stats are the only ways in from other goroutines.
+type Deliverer struct {
+	cfg    Config
+	st     Store
+	log    zerolog.Logger
+	client *http.Client
+
+	mu       sync.Mutex
+	incoming []store.Delivery // queued since Run last looked
+	kick     chan struct{}    // buffered: a delivery was queued
+	// stats are the counts by team, under mu; Run sets Pending.
+	stats map[string]*Stats
+}
+
+// New returns a Deliverer over st and registers it for the deliveries call
+// writes queue from now on; Run sends them, and those already queued.
+func New(cfg Config, st Store, log zerolog.Logger) *Deliverer {
+	if cfg.RetryFor <= 0 {
+		cfg.RetryFor = DefaultRetryFor
+	}
+	if cfg.FirstRetry <= 0 {
+		cfg.FirstRetry = DefaultFirstRetry
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.Policy == nil {
+		cfg.Policy = &Policy{}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	tr := cfg.Transport
+	if tr == nil {
+		tr = &http.Transport{
+			DialContext:           cfg.Policy.dialContext,
+			TLSHandshakeTimeout:   cfg.Timeout,
+			ResponseHeaderTimeout: cfg.Timeout,
+			MaxIdleConnsPerHost:   2,
+			IdleConnTimeout:       time.Minute,
+		}
+	}
+	d := &Deliverer{
+		cfg: cfg, st: st, log: log, kick: make(chan struct{}, 1), stats: map[string]*Stats{},
+		client: &http.Client{
+			Transport: tr,
+			// A redirect is not an answer: the message is retried, and
+			// never sent where the policy did not look.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+	}
+	st.OnDeliveryQueued(d.queued)
+	return d
+}
+
+// queued is the store's hook: it runs on the store's writer, so it only
+// appends and signals.
+func (d *Deliverer) queued(dl store.Delivery) {
+	d.mu.Lock()
+	d.incoming = append(d.incoming, dl)
+	d.mu.Unlock()
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Stats returns the counts so far of team teamID's messages, or of every
+// team's when teamID is "".
+func (d *Deliverer) Stats(teamID string) Stats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var sum Stats
+	for team, s := range d.stats {
+		if teamID == "" || team == teamID {
+			sum.Delivered += s.Delivered
+			sum.Retries += s.Retries
+			sum.GaveUp += s.GaveUp
+			sum.Pending += s.Pending
+		}
+	}
+	return sum
+}
+
+// count changes team's counts under mu.
+func (d *Deliverer) count(team string, fn func(*Stats)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.stats[team]
+	if s == nil {
+		s = &Stats{}
+		d.stats[team] = s
+	}
+	fn(s)
+}
+
+// setPending records how many messages each team has queued.
+func (d *Deliverer) setPending(waiting map[string]store.Delivery, inflight map[string]string) {
+	n := map[string]int64{}
+	for _, dl := range waiting {
+		n[dl.TeamID]++
+	}
+	for _, team := range inflight {
+		n[team]++
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for team, s := range d.stats {
+		s.Pending = n[team]
+		delete(n, team)
+	}
+	for team, c := range n {
+		d.stats[team] = &Stats{Pending: c}
+	}
+}
+
+// outcome is the result of one attempt.
+type outcome struct {
+	d   store.Delivery
+	err error // nil: delivered
+	// permanent failures (refused destination, expired call) are given up
+	// at once.
+	permanent bool
+}
+
+// Run sends the queued messages until ctx ends; then the attempts in
+// flight are abandoned (their messages stay queued, and are sent after a
+// restart) and Run returns nil once they have returned.
+func (d *Deliverer) Run(ctx context.Context) error {
+	stored, err := d.st.PendingDeliveries()
+	if err != nil {
+		return fmt.Errorf("webhook deliverer: %w", err)
+	}
+	waiting := map[string]store.Delivery{} // not in flight, by id
+	for _, dl := range stored {
+		waiting[dl.ID] = dl
+	}
+	inflight := map[string]string{} // id → team
+	results := make(chan outcome, senders)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		d.mu.Lock()
+		for _, dl := range d.incoming {
+			if _, busy := inflight[dl.ID]; !busy {
+				if _, ok := waiting[dl.ID]; !ok {
+					waiting[dl.ID] = dl
+				}
+			}
+		}
+		d.incoming = nil
+		d.mu.Unlock()
+		d.setPending(waiting, inflight)
+
+		now := d.cfg.Now()
+		var next time.Time
+		for id, dl := range waiting {
+			if len(inflight) >= senders {
+				break
+			}
+			if !dl.NextAttempt.After(now) {
+				delete(waiting, id)
+				inflight[id] = dl.TeamID
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					results <- d.attempt(ctx, dl)
+				}()
+				continue
+			}
+			if next.IsZero() || dl.NextAttempt.Before(next) {
+				next = dl.NextAttempt
+			}
+		}
+		timer.Reset(wakeAfter(next, now, len(waiting) > 0 && len(inflight) >= senders))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-d.kick:
+		case <-timer.C:
+		case o := <-results:
+			delete(inflight, o.d.ID)
+			if ctx.Err() != nil {
+				return nil // abandoned by the shutdown: not an attempt
+			}
+			if dl, keep := d.record(o); keep {
+				waiting[dl.ID] = dl
+			}
+		}
+	}
+}
+
+// wakeAfter is how long the loop may sleep: until the next due message, or
+// an hour when none is waiting (a result or a new message wakes it first).
+// When every sender is busy, a result wakes it.
+func wakeAfter(next, now time.Time, busy bool) time.Duration {
+	if next.IsZero() || busy {
+		return time.Hour
+	}
+	return max(next.Sub(now), 0)
+}
+
+// record stores the outcome of an attempt and reports the delivery to keep
+// waiting for its next attempt, if any.
+func (d *Deliverer) record(o outcome) (store.Delivery, bool) {
+	dl := o.d
+	now := d.cfg.Now()
+	dl.Attempts++
+	log := d.log.With().Str("webhook", dl.ID).Str("call", dl.CallID).Str("event", dl.Event).
+		Int("attempt", dl.Attempts).Logger()
+	switch {
+	case o.err == nil:
+		dl.Ended, dl.Delivered, dl.LastError = now, true, ""
+		d.count(dl.TeamID, func(s *Stats) { s.Delivered++ })
+	default:
+		dl.LastError = truncate(o.err.Error(), 300)
+		wait := backoff(d.cfg.FirstRetry, dl.Attempts)
+		if o.permanent || now.Add(wait).After(dl.Created.Add(d.cfg.RetryFor)) {
+			dl.Ended = now
+			d.count(dl.TeamID, func(s *Stats) { s.GaveUp++ })
+			log.Warn().Str("error", dl.LastError).Msg("webhook given up")
+		} else {
+			dl.NextAttempt = now.Add(wait)
+			d.count(dl.TeamID, func(s *Stats) { s.Retries++ })
+			log.Info().Str("error", dl.LastError).Dur("retryIn", wait).Msg("webhook attempt failed; will retry")
+		}
+	}
+	if err := d.st.UpdateDelivery(dl); err != nil {
+		// The outbox still has the last recorded state: the message is
+		// sent again after a restart, at worst once more than needed.
+		log.Error().Err(err).Msg("recording a webhook attempt failed")
+	}
+	return dl, dl.Ended.IsZero()
+}
+
+// backoff is the wait after the n-th failed attempt: first, doubled each
+// time, at most maxRetryInterval.
+func backoff(first time.Duration, n int) time.Duration {
+	w := first
+	for i := 1; i < n && w < maxRetryInterval; i++ {
+		w *= 2
+	}
+	return min(w, maxRetryInterval)
+}
+
+// attempt sends one message once.
+func (d *Deliverer) attempt(ctx context.Context, dl store.Delivery) outcome {
+	c, err := d.st.GetCall(dl.CallID)
+	if errors.Is(err, store.ErrNotFound) {
+		return outcome{d: dl, err: fmt.Errorf("call %s expired", dl.CallID), permanent: true}
+	}
+	if err != nil {
+		return outcome{d: dl, err: err}
+	}
+	body, err := d.cfg.Body(c, dl)
+	if err != nil {
+		return outcome{d: dl, err: fmt.Errorf("render: %w", err), permanent: true}
+	}
+	secret, err := d.st.WebhookSecret(dl.TeamID, false)
+	if err != nil {
+		return outcome{d: dl, err: fmt.Errorf("team secret: %w", err)}
+	}
+	u, err := url.Parse(dl.URL)
+	if err != nil {
+		return outcome{d: dl, err: err, permanent: true}
+	}
+	ts := d.cfg.Now().Unix()
+	sig, err := Sign(secret, dl.ID, ts, body)
+	if err != nil {
+		return outcome{d: dl, err: err}
+	}
+	actx, cancel := context.WithTimeout(context.WithValue(ctx, byNameKey{}, d.cfg.Policy.allowedByName(u)), d.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, dl.URL, bytes.NewReader(body))
+	if err != nil {
+		return outcome{d: dl, err: err, permanent: true}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "inferd-webhooks")
+	req.Header.Set("webhook-id", dl.ID)
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	req.Header.Set("webhook-signature", sig)
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return outcome{d: dl, err: err, permanent: errors.Is(err, ErrRefused)}
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // lets the connection be reused
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return outcome{d: dl, err: fmt.Errorf("HTTP %d", resp.StatusCode)}
+	}
+	return outcome{d: dl}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
