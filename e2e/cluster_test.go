@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // clusterConfig is the cluster: section of a node that runs the one etcd
@@ -23,8 +24,9 @@ func clusterEmbedConfig(t *testing.T, name string) (section, clientURL string) {
 // API end to end, keeps its records in etcd (no bbolt file), and finds them
 // again after a restart. A second node pointed at the first node's etcd
 // shares its keys and projects: a key made through either works on both, a
-// project applied through node 1 runs calls on node 2, and a revocation
-// through node 1 is refused by node 2 at once.
+// project applied through node 1 runs calls on node 2 (their webhooks
+// signed with the team's one secret), and a revocation through node 1 is
+// refused by node 2 at once.
 func TestClusterModeOnEmbeddedEtcd(t *testing.T) {
 	echo := echoDir(t)
 	mark := marker()
@@ -86,6 +88,23 @@ func TestClusterModeOnEmbeddedEtcd(t *testing.T) {
 		// The call ran on node 2: its replica shows in node 2's status.
 		if states := n2.replicaStates(key, "echo"); len(states) != 1 {
 			t.Errorf("node 2's echo replicas = %v, want one", states)
+		}
+	})
+
+	t.Run("a call on node 2 delivers its webhook, signed with the secret drawn through node 1", func(t *testing.T) {
+		out, err := n1.cli("team", "webhook-secret", "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rcv := newHookReceiver(t, nil)
+		body := fmt.Sprintf(`{"apiKey":%q,"modelKey":"mk-echo","startOnly":true,"modelInputs":{"n":2},"webhook":%q}`, key, rcv.url)
+		if status, r := do(t, "POST", n2.base+"/start/v4", nil, body); status != http.StatusOK || r["callID"] == "" {
+			t.Fatalf("start on node 2: HTTP %d %v", status, r)
+		}
+		m := rcv.next(t, 60*time.Second)
+		verifyStandardWebhook(t, strings.TrimSpace(out), m)
+		if !strings.Contains(string(m.body), `"event":"completed"`) {
+			t.Errorf("webhook body %s, want the completed event", m.body)
 		}
 	})
 
