@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	etcdserverpb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"inferd/store"
