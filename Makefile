@@ -14,9 +14,11 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate
 build:
 	go build -ldflags "$(LDFLAGS)" -o inferd .
 
-# The demo runs its model as you, even as root, where a service install would
-# use replica.user (nobody): python3 may live where nobody cannot read it. apply
-# and doctor check the models as that same user.
+# The demo runs its model as you, even as root, where a service install gives
+# each project a uid of its own (replica.user: per-project): python3 may live
+# where no other user can read it. apply and doctor check the models as that
+# same user. The rest of the sandbox applies as far as your privileges allow;
+# the start-up log line says which protections are on.
 RUN_ENV = INFERD_REPLICA_USER=$${INFERD_REPLICA_USER:-$$(id -un)}
 
 ## run: start the daemon with the example echo model (Ctrl-C stops it)
@@ -62,8 +64,8 @@ lint:
 package:
 	scripts/package.sh dist
 
-## bench: inferd side by side with the model called directly and behind nginx,
-## plus the Go micro-benchmarks (docs/benchmarks.md); about 3 minutes
+## bench: inferd side by side with the model called directly and behind nginx, the large-payload figures,
+## plus the Go micro-benchmarks (docs/benchmarks.md); about 4 minutes
 bench:
 	scripts/bench.sh
 
@@ -77,7 +79,7 @@ fuzz:
 ## root for the disk-full test. Figures go to faults-report.txt.
 # The end-to-end fault tests live in ./e2e/, the unit-level ones (store,
 # scheduler, replica) beside their code: ./... runs both.
-FAULT_TESTS := Fault|Kill|Crash|Corrupt|DamagedTree|FlippedBytes|EmptyFile|DiskFull|StorageFull|NotSave|Orphan|Leaked|WallClock|RealClock|Backoff|Recovery|InferReports|SurviveDaemon|Graceful|Drain|Flood|ConnLimit
+FAULT_TESTS := Fault|Kill|Payload|Crash|Corrupt|DamagedTree|FlippedBytes|EmptyFile|DiskFull|StorageFull|NotSave|Orphan|Leaked|WallClock|RealClock|Backoff|Recovery|InferReports|SurviveDaemon|Graceful|Drain|Flood|ConnLimit
 faults:
 	rm -f faults-report.txt
 	INFERD_SOAK_ROUNDS=$${INFERD_SOAK_ROUNDS:-8} INFERD_SOAK_CALLS=$${INFERD_SOAK_CALLS:-250} \

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"inferd/cli"
 	"inferd/config"
 	"inferd/gpu"
 	"inferd/history"
@@ -36,10 +37,11 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	}
 	gpus := gpu.Open(cfg.GPU.Simulate, cfg.GPU.Disabled, log)
 	defer gpus.Close()
-	replicas, err := local.New(backendConfig(cfg, gpus), log)
+	replicas, err := local.New(cli.BackendConfig(cfg, gpus), log)
 	if err != nil {
 		return err
 	}
+	defer replicas.Close()         // after the scheduler has stopped every replica
 	st, err := openStore(cfg, log) // bbolt, or etcd with a cluster: section
 	if err != nil {
 		return err
@@ -105,7 +107,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			Metrics:      metrics,
 			Status: &httpapi.StatusSources{
 				Snapshot: sched.Snapshot, GPUs: gpus.Devices, Calls: st, Logs: replicas,
-				History: hist, Webhooks: hooks.Stats,
+				History: hist, Webhooks: hooks.Stats, Protections: replicas.Protections,
 			},
 			Limits: httpapi.Limits{
 				RequestsPerSecond: cfg.Limits.RequestsPerSecond,
@@ -308,26 +310,11 @@ func listenAdmin(path string) (net.Listener, error) {
 
 func schedulerConfig(cfg config.Config) scheduler.Config {
 	return scheduler.Config{
-		MaxQueuedPerProject: cfg.MaxQueuedPerProject,
-		MaxBootFailures:     cfg.Replica.MaxBootFailures,
-		RestartBackoff:      cfg.Replica.RestartBackoff,
-		MaxRestartBackoff:   cfg.Replica.MaxRestartBackoff,
-		AbortGrace:          cfg.Replica.StopGrace, // a cancelled call's replica: free by then, or replaced
-	}
-}
-
-// backendConfig is how the local-process backend runs replicas: its logs,
-// pid files, model user, stop grace, and what it places them on.
-func backendConfig(cfg config.Config, gpus *gpu.Inventory) local.Config {
-	return local.Config{
-		LogDir:      cfg.LogDir(),
-		LogMaxBytes: cfg.Replica.LogMaxBytes,
-		LogKeep:     cfg.Replica.LogKeep,
-		RunDir:      cfg.RunDir(),
-		User:        cfg.Replica.User,
-		StopGrace:   cfg.Replica.StopGrace,
-		CPUSlots:    cfg.CPUSlots, // 0 = one per CPU
-		GPUs:        gpus,
-		PassEnv:     cfg.Replica.PassEnv,
+		MaxQueuedPerProject:      cfg.MaxQueuedPerProject,
+		MaxQueuedBytesPerProject: cfg.MaxQueuedBytesPerProject,
+		MaxBootFailures:          cfg.Replica.MaxBootFailures,
+		RestartBackoff:           cfg.Replica.RestartBackoff,
+		MaxRestartBackoff:        cfg.Replica.MaxRestartBackoff,
+		AbortGrace:               cfg.Replica.StopGrace, // a cancelled call's replica: free by then, or replaced
 	}
 }

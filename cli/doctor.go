@@ -37,11 +37,14 @@ func (c *doctorCommand) Usage() string {
 
 Checks what inferd needs on this box and prints one line per check (ok, warn
 or fail) with what to fix: the config, the data directory and file, free disk,
-the NVIDIA driver, the user models run as, python3 and that the example model
-boots as that user, the listen address, and every applied project (its dir
-and program exist and the model user may read and run them; its GPUs fit).
-Exit status 1 when a check fails. Give it the same --config and environment
-as serve (make doctor does, for make run's INFERD_REPLICA_USER).
+the NVIDIA driver, the replica sandbox (the user models run as, their
+cgroup, memory and pids limits, network and private dirs: which protections
+this user's privileges give, so run it as the service runs), python3 and
+that the example model boots in that sandbox, the listen address, and every
+applied project (its dir and program exist and the model user may read and
+run them; its GPUs fit). Exit status 1 when a check fails. Give it the same
+--config and environment as serve (make doctor does, for make run's
+INFERD_REPLICA_USER).
 `
 }
 
@@ -79,8 +82,9 @@ func (c *doctorCommand) Run(ctx context.Context, args []string) error {
 	doctorDataFile(r, cfg, running)
 	doctorDisk(r, cfg)
 	doctorGPU(r, cfg)
-	if runAs, ok := c.doctorModelUser(r, cfg); ok {
-		doctorExample(r, runAs)
+	if b, ok := doctorSandbox(r, cfg); ok {
+		doctorExample(r, b)
+		b.Close()
 	}
 	doctorListen(r, cfg, running)
 	doctorProjects(ctx, r, cfg, running)
@@ -254,29 +258,45 @@ func exampleDirs() []string {
 	return append(dirs, filepath.Join("examples", "echo"))
 }
 
-// doctorModelUser reports who model processes will run as, the way serve
-// decides it, and returns that user (nil: doctor's own user).
-func (c *doctorCommand) doctorModelUser(r *doctorReport, cfg config.Config) (runAs *local.RunAs, ok bool) {
-	runAs, err := local.ModelUser(cfg.Replica.User)
-	switch {
-	case err != nil:
-		r.line("fail", "model user", "config: replica.user: %v: serve will refuse to start; create the user or set replica.user", err)
+// doctorSandbox reports the protections replicas get under cfg, on this
+// machine and as this user (run doctor as the service runs, as root or with
+// the unit's capabilities, to see the service's): one line each, warn for
+// those off. It returns a backend set up like serve's, for the example
+// check, without touching the daemon's cgroups or uid assignments: its
+// cgroups have a name of their own, and the uids it reads are not added to.
+func doctorSandbox(r *doctorReport, cfg config.Config) (*local.Backend, bool) {
+	bc := BackendConfig(cfg, nil)
+	bc.LogDir, bc.RunDir, bc.ReadOnlyUIDs = "", "", true
+	bc.StopGrace = time.Second
+	b, err := local.New(bc, zerolog.Nop())
+	if err != nil {
+		r.line("fail", "model user", "%v: serve will refuse to start; fix replica.user", err)
 		return nil, false
-	case runAs != nil:
-		r.line("ok", "model user", "models run as %s (uid %d), since inferd runs as root (replica.user)", runAs.Name, runAs.UID)
-	case os.Geteuid() == 0:
-		r.line("warn", "model user", "models run as root (replica.user: root): a model can read the data file and the keys")
-	default:
-		r.line("ok", "model user", "models run as inferd's own user")
 	}
-	return runAs, true
+	labels := map[string]string{
+		backend.ProtectionIdentity:    "model user",
+		backend.ProtectionProcessTree: "process tree",
+		backend.ProtectionMemoryLimit: "memory limit",
+		backend.ProtectionPidsLimit:   "pids limit",
+		backend.ProtectionNetwork:     "network",
+		backend.ProtectionPrivateDirs: "private dirs",
+	}
+	for _, p := range b.Protections() {
+		status := "ok"
+		if !p.On {
+			status = "warn"
+		}
+		r.line(status, labels[p.Name], "%s", p.Detail)
+	}
+	return b, true
 }
 
 // doctorExample checks python3 and that the example model boots: it runs
-// examples/echo the way a replica runs (through the local-process backend:
-// its own port, on loopback, as the model user), waits for GET /healthz, and
-// stops it. That proves that model servers can run here.
-func doctorExample(r *doctorReport, runAs *local.RunAs) {
+// examples/echo the way a replica runs (through b, the local-process backend
+// with serve's sandbox: as the model user, in its cgroup and network),
+// waits for GET /healthz, and stops it. That proves that model servers can
+// run here.
+func doctorExample(r *doctorReport, b *local.Backend) {
 	py, err := local.LookPath("python3")
 	if err != nil {
 		r.line("warn", "python3", "not on PATH: the example model (examples/echo) needs it; install python3")
@@ -294,33 +314,23 @@ func doctorExample(r *doctorReport, runAs *local.RunAs) {
 		r.line("warn", "example", "the echo example is not installed (looked in %s): skipped the model boot check", strings.Join(exampleDirs(), ", "))
 		return
 	}
-	took, err := bootExample(py, dir, runAs)
+	took, err := bootExample(b, py, dir)
 	if err != nil {
-		who := "this user"
-		if runAs != nil {
-			who = "user " + runAs.Name
-		}
-		r.line("fail", "example", "%s did not boot: %v; model servers will fail the same way: check that %s can run %s and read %s", dir, err, who, py, dir)
+		r.line("fail", "example", "%s did not boot: %v; model servers will fail the same way: check that the model user (see above) can run %s and read %s", dir, err, py, dir)
 		return
 	}
 	r.line("ok", "example", "%s boots and answers /healthz (%s)", dir, took.Round(time.Millisecond))
 }
 
-// bootExample starts the echo server in dir as a replica of a backend of its
-// own (no logs or pid files kept), waits until /healthz answers, and stops
-// it; the process never outlives the call.
-func bootExample(python, dir string, runAs *local.RunAs) (time.Duration, error) {
-	user := "root" // with runAs nil: doctor's own user, root or not
-	if runAs != nil {
-		user = runAs.Name
-	}
-	b, err := local.New(local.Config{User: user, StopGrace: time.Second}, zerolog.Nop())
-	if err != nil {
-		return 0, err
-	}
+// bootExample starts the echo server in dir as a replica of b (which keeps
+// no logs or pid files), waits until /healthz answers, and stops it; the
+// process never outlives the call.
+func bootExample(b *local.Backend, python, dir string) (time.Duration, error) {
 	start := time.Now()
 	inst, err := b.Launch(backend.Spec{
 		ReplicaID: "doctor-example",
+		ProjectID: "doctor-example",
+		TeamID:    "doctor",
 		Model: store.ModelSpec{
 			Command: []string{python, "server.py"},
 			Dir:     dir,

@@ -37,14 +37,16 @@ type Config struct {
 	LongPollWait        time.Duration `koanf:"longPollWait"`
 	MaxBodyBytes        int64         `koanf:"maxBodyBytes"`
 	MaxQueuedPerProject int           `koanf:"maxQueuedPerProject"`
-	CPUSlots            int           `koanf:"cpuSlots"`
-	ResultTTL           time.Duration `koanf:"resultTTL"`
-	SweepInterval       time.Duration `koanf:"sweepInterval"`
-	ShutdownTimeout     time.Duration `koanf:"shutdownTimeout"`
-	Limits              Limits        `koanf:"limits"`
-	Replica             Replica       `koanf:"replica"`
-	GPU                 GPU           `koanf:"gpu"`
-	Webhook             Webhook       `koanf:"webhook"`
+	// MaxQueuedBytesPerProject caps the bytes of inputs waiting per project.
+	MaxQueuedBytesPerProject int64         `koanf:"maxQueuedBytesPerProject"`
+	CPUSlots                 int           `koanf:"cpuSlots"`
+	ResultTTL                time.Duration `koanf:"resultTTL"`
+	SweepInterval            time.Duration `koanf:"sweepInterval"`
+	ShutdownTimeout          time.Duration `koanf:"shutdownTimeout"`
+	Limits                   Limits        `koanf:"limits"`
+	Replica                  Replica       `koanf:"replica"`
+	GPU                      GPU           `koanf:"gpu"`
+	Webhook                  Webhook       `koanf:"webhook"`
 	// Cluster is set by a cluster: section (file only); nil is the
 	// single-box appliance (see cluster.go).
 	Cluster *Cluster `koanf:"cluster"`
@@ -80,13 +82,20 @@ type Log struct {
 
 // Replica holds the settings for model server processes.
 type Replica struct {
-	User              string        `koanf:"user"` // model processes run as this user when inferd runs as root
-	StopGrace         time.Duration `koanf:"stopGrace"`
-	LogMaxBytes       int64         `koanf:"logMaxBytes"`
-	LogKeep           int           `koanf:"logKeep"`
-	MaxBootFailures   int           `koanf:"maxBootFailures"`
-	RestartBackoff    time.Duration `koanf:"restartBackoff"`
-	MaxRestartBackoff time.Duration `koanf:"maxRestartBackoff"`
+	// User is who model processes run as when inferd has the privilege to
+	// choose: PerProjectUser (a uid of each project's own from UIDRange), a
+	// user name or uid for all projects, or "root".
+	User                  string        `koanf:"user"`
+	UIDRange              string        `koanf:"uidRange"` // FIRST-LAST, the uids PerProjectUser hands out
+	Network               string        `koanf:"network"`  // "private" or "host": the default of a project's network
+	Cgroups               bool          `koanf:"cgroups"`  // a cgroup per replica, where inferd can make one
+	StopGrace             time.Duration `koanf:"stopGrace"`
+	LogMaxBytes           int64         `koanf:"logMaxBytes"`
+	LogKeep               int           `koanf:"logKeep"`
+	LogMaxBytesPerProject int64         `koanf:"logMaxBytesPerProject"`
+	MaxBootFailures       int           `koanf:"maxBootFailures"`
+	RestartBackoff        time.Duration `koanf:"restartBackoff"`
+	MaxRestartBackoff     time.Duration `koanf:"maxRestartBackoff"`
 	// PassEnv names variables copied from inferd's environment to every
 	// model process, beside the fixed allowlist (docs/gpu.md says which
 	// ones CUDA may need).
@@ -104,40 +113,45 @@ type GPU struct {
 // the two from drifting.
 func defaults() map[string]any {
 	return map[string]any{
-		"listen":                    "127.0.0.1:8080",
-		"dataDir":                   "./data",
-		"log.level":                 "info",
-		"log.format":                "auto",
-		"startWait":                 "50s",
-		"longPollWait":              "50s",
-		"maxBodyBytes":              10 << 20,
-		"maxQueuedPerProject":       1000,
-		"cpuSlots":                  0,
-		"resultTTL":                 "24h",
-		"sweepInterval":             "1m",
-		"shutdownTimeout":           "30s",
-		"limits.requestsPerSecond":  1000,
-		"limits.burst":              2000,
-		"limits.maxWaitsPerKey":     1000,
-		"limits.maxWaits":           10000,
-		"limits.maxInputDepth":      64,
-		"limits.readHeaderTimeout":  "10s",
-		"limits.maxConnections":     0,
-		"replica.user":              "nobody",
-		"replica.stopGrace":         "10s",
-		"replica.logMaxBytes":       10 << 20,
-		"replica.logKeep":           3,
-		"replica.maxBootFailures":   3,
-		"replica.restartBackoff":    "1s",
-		"replica.maxRestartBackoff": "30s",
-		"replica.passEnv":           []any{"LD_LIBRARY_PATH"},
-		"gpu.disabled":              false,
-		"gpu.refreshInterval":       "5s",
-		"gpu.simulate":              []any{},
-		"webhook.retryFor":          "24h",
-		"webhook.firstRetry":        "5s",
-		"webhook.timeout":           "10s",
-		"webhook.allow":             []any{},
+		"listen":                        "127.0.0.1:8080",
+		"dataDir":                       "./data",
+		"log.level":                     "info",
+		"log.format":                    "auto",
+		"startWait":                     "50s",
+		"longPollWait":                  "50s",
+		"maxBodyBytes":                  10 << 20,
+		"maxQueuedPerProject":           1000,
+		"maxQueuedBytesPerProject":      1 << 30,
+		"cpuSlots":                      0,
+		"resultTTL":                     "24h",
+		"sweepInterval":                 "1m",
+		"shutdownTimeout":               "30s",
+		"limits.requestsPerSecond":      1000,
+		"limits.burst":                  2000,
+		"limits.maxWaitsPerKey":         1000,
+		"limits.maxWaits":               10000,
+		"limits.maxInputDepth":          64,
+		"limits.readHeaderTimeout":      "10s",
+		"limits.maxConnections":         0,
+		"replica.user":                  PerProjectUser,
+		"replica.uidRange":              "61184-65519",
+		"replica.network":               "private",
+		"replica.cgroups":               true,
+		"replica.stopGrace":             "10s",
+		"replica.logMaxBytes":           10 << 20,
+		"replica.logKeep":               3,
+		"replica.logMaxBytesPerProject": 100 << 20,
+		"replica.maxBootFailures":       3,
+		"replica.restartBackoff":        "1s",
+		"replica.maxRestartBackoff":     "30s",
+		"replica.passEnv":               []any{"LD_LIBRARY_PATH"},
+		"gpu.disabled":                  false,
+		"gpu.refreshInterval":           "5s",
+		"gpu.simulate":                  []any{},
+		"webhook.retryFor":              "24h",
+		"webhook.firstRetry":            "5s",
+		"webhook.timeout":               "10s",
+		"webhook.allow":                 []any{},
 	}
 }
 
@@ -357,6 +371,9 @@ func (c Config) validate() error {
 	if c.MaxQueuedPerProject < 1 {
 		bad("maxQueuedPerProject", "must be at least 1, got %d", c.MaxQueuedPerProject)
 	}
+	if c.MaxQueuedBytesPerProject < c.MaxBodyBytes {
+		bad("maxQueuedBytesPerProject", "must be at least maxBodyBytes (%d), got %d", c.MaxBodyBytes, c.MaxQueuedBytesPerProject)
+	}
 	if c.Limits.RequestsPerSecond < 0 {
 		bad("limits.requestsPerSecond", "must be 0 (unlimited) or more, got %g", c.Limits.RequestsPerSecond)
 	}
@@ -383,7 +400,16 @@ func (c Config) validate() error {
 		bad("replica.logKeep", "must be 1 to 100, got %d", c.Replica.LogKeep)
 	}
 	if c.Replica.User == "" {
-		bad("replica.user", "must name a user (\"root\" keeps models as root when inferd runs as root)")
+		bad("replica.user", "must be %s, a user name or uid, or root", PerProjectUser)
+	}
+	if _, _, err := ParseUIDRange(c.Replica.UIDRange); err != nil {
+		bad("replica.uidRange", "%v", err)
+	}
+	if c.Replica.Network != "private" && c.Replica.Network != "host" {
+		bad("replica.network", "%q is not one of private, host", c.Replica.Network)
+	}
+	if c.Replica.LogMaxBytesPerProject < c.Replica.LogMaxBytes {
+		bad("replica.logMaxBytesPerProject", "must be at least replica.logMaxBytes (%d), got %d", c.Replica.LogMaxBytes, c.Replica.LogMaxBytesPerProject)
 	}
 	for _, name := range c.Replica.PassEnv {
 		if !envName.MatchString(name) || strings.HasPrefix(name, "INFERD_") {
@@ -405,6 +431,30 @@ func (c Config) validate() error {
 		c.Cluster.validate(bad)
 	}
 	return errors.Join(errs...)
+}
+
+// PerProjectUser is replica.user's default: each project's model processes
+// run under a uid of their own, from replica.uidRange.
+const PerProjectUser = "per-project"
+
+// ParseUIDRange reads replica.uidRange, "FIRST-LAST": unprivileged uids
+// (1 to 2^31-1, so never root), at least one.
+func ParseUIDRange(s string) (first, last uint32, err error) {
+	a, b, ok := strings.Cut(strings.TrimSpace(s), "-")
+	if !ok {
+		return 0, 0, fmt.Errorf("%q is not FIRST-LAST", s)
+	}
+	f, err1 := strconv.ParseUint(strings.TrimSpace(a), 10, 31)
+	l, err2 := strconv.ParseUint(strings.TrimSpace(b), 10, 31)
+	switch {
+	case err1 != nil || err2 != nil:
+		return 0, 0, fmt.Errorf("%q is not FIRST-LAST, two uids below 2147483648", s)
+	case f == 0:
+		return 0, 0, fmt.Errorf("%q includes uid 0 (root)", s)
+	case l < f:
+		return 0, 0, fmt.Errorf("%q ends before it starts", s)
+	}
+	return uint32(f), uint32(l), nil
 }
 
 // envName is what replica.passEnv accepts as a variable name.
@@ -432,6 +482,10 @@ func (c Config) LogDir() string { return filepath.Join(c.DataDir, "logs") }
 
 // RunDir holds the replica pid files used to clean up after a crash.
 func (c Config) RunDir() string { return filepath.Join(c.DataDir, "run") }
+
+// UIDFile records the uid each project's replicas run as (replica.user:
+// per-project), for good.
+func (c Config) UIDFile() string { return filepath.Join(c.RunDir(), "uids.json") }
 
 // EnsureDataDir creates the data directory, private to the daemon's user.
 func (c Config) EnsureDataDir() error {

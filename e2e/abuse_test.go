@@ -21,12 +21,13 @@ import (
 
 // TestModelProcessesAreConfined runs the echo model through a live daemon
 // and asks it what it can see: no inferd secret in its environment, told to
-// listen on loopback, and, when inferd runs as root, an unprivileged user
-// that cannot read the data file.
+// listen on loopback, and, when inferd runs as root, an unprivileged uid of
+// its project's own that cannot read the data file. (TestTeamsAreContained
+// has the two-team attacks.)
 func TestModelProcessesAreConfined(t *testing.T) {
 	echo := readableEcho(t)
 	dir, cfg := newDaemonDir(t, "")
-	// The default replica.user (nobody); the environment carries INFERD_SECRET_PROBE.
+	// The default replica.user (per-project); the environment carries INFERD_SECRET_PROBE.
 	d := startDaemonEnv(t, dir, cfg)
 	key := d.createKey("acme", false)
 	mark := marker()
@@ -57,14 +58,13 @@ func TestModelProcessesAreConfined(t *testing.T) {
 			t.Errorf("HOST = %v, want 127.0.0.1", out["env"])
 		}
 	})
-	t.Run("runs as the unprivileged model user when inferd is root", func(t *testing.T) {
+	t.Run("runs as an unprivileged uid of the project's own when inferd is root", func(t *testing.T) {
 		testenv.NeedRoot(t, "inferd runs models as an unprivileged user only as root")
-		nobody, err := user.Lookup("nobody")
-		if err != nil {
-			t.Fatal(err)
+		if uid := int(out["uid"].(float64)); uid < 61184 || uid > 65519 || int(out["gid"].(float64)) != uid {
+			t.Fatalf("model uid %d gid %v, want a uid (and gid) of replica.uidRange 61184-65519", uid, out["gid"])
 		}
-		if uid := strconv.Itoa(int(out["uid"].(float64))); uid == "0" || uid != nobody.Uid {
-			t.Fatalf("model uid %s, want nobody's %s", uid, nobody.Uid)
+		if _, err := user.LookupId(strconv.Itoa(int(out["uid"].(float64)))); err == nil {
+			t.Fatalf("model uid %v belongs to a user of the system", out["uid"])
 		}
 		if got := out["read"]; got != "error: Permission denied" {
 			t.Fatalf("the model reading the data file: %v", got)
@@ -76,12 +76,19 @@ func TestModelProcessesAreConfined(t *testing.T) {
 }
 
 // readableEcho copies the echo model to a directory any user can read, so
-// that it runs as an unprivileged user wherever the checkout lives, and
-// checks that the system python3 exists (a pyenv one under /root would not
-// be readable by that user).
+// that it runs as an unprivileged user wherever the checkout lives (see
+// readableModel).
 func readableEcho(t *testing.T) string {
 	t.Helper()
-	src := filepath.Join(echoDir(t), "server.py")
+	return readableModel(t, filepath.Join(echoDir(t), "server.py"))
+}
+
+// readableModel copies the model program src to server.py in a directory any
+// user can read, and checks that the system python3 exists (a pyenv one
+// under /root would not be readable by a model's uid), so that it runs under
+// a uid of its own wherever the checkout lives.
+func readableModel(t *testing.T, src string) string {
+	t.Helper()
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		testenv.Missing(t, "/usr/bin/python3, for an unprivileged model user to run")
 	}

@@ -137,27 +137,36 @@ func readDataFile(t *testing.T, path string) map[string]store.Call {
 	return calls
 }
 
-var (
-	failpointOnce sync.Once
-	failpointBin  string
-	failpointErr  error
-)
+var failpointBuild extraBuild
 
 // failpointBinary builds inferd with -tags failpoints (store/bolt/failpoint.go)
 // once per test run.
 func failpointBinary(t *testing.T) string {
 	t.Helper()
-	failpointOnce.Do(func() {
-		failpointBin = filepath.Join(filepath.Dir(inferdBin), "inferd-failpoints")
-		out, err := exec.Command("go", "build", "-race", "-tags", "failpoints", "-o", failpointBin, ".").CombinedOutput()
-		if err != nil {
-			failpointErr = fmt.Errorf("build inferd with failpoints: %v\n%s", err, out)
+	return failpointBuild.get(t, "inferd-failpoints", "-race", "-tags", "failpoints")
+}
+
+// extraBuild is an inferd binary built with other flags, once per test run,
+// beside inferdBin.
+type extraBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+func (b *extraBuild) get(t *testing.T, name string, flags ...string) string {
+	t.Helper()
+	b.once.Do(func() {
+		b.path = filepath.Join(filepath.Dir(inferdBin), name)
+		args := append(append([]string{"build"}, flags...), "-o", b.path, ".")
+		if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("build %s: %v\n%s", name, err, out)
 		}
 	})
-	if failpointErr != nil {
-		t.Fatal(failpointErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return failpointBin
+	return b.path
 }
 
 // envInt reads a positive integer setting of the fault tests.

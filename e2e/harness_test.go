@@ -31,6 +31,9 @@ import (
 var inferdBin string
 
 func TestMain(m *testing.M) {
+	if size := os.Getenv(copyServerEnv); size != "" {
+		os.Exit(serveCopyMain(size)) // a helper process of payloads_test.go
+	}
 	// The tests name the repository's files (examples/, scripts/, web/) from
 	// the module root and build the binary there: run them from it.
 	if err := os.Chdir(".."); err != nil {

@@ -10,6 +10,7 @@ package e2e
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -123,9 +124,10 @@ func TestDebPackageInstallsServesAndPurges(t *testing.T) {
 		t.Errorf("%s: owner uid %d mode %o, want uid %d (%s) mode 700", pkgDataDir, st.Uid, fi.Mode().Perm(), uid, unit.user)
 	}
 
-	// Start inferd as the unit would: its ExecStart, User, Environment and
-	// systemd's default environment, from /. Only the port differs: the
-	// packaged 127.0.0.1:8080 may be taken on a shared CI box.
+	// Start inferd as the unit would: its ExecStart, User, capabilities,
+	// delegated cgroup, Environment and systemd's default environment, from
+	// /. Only the port differs: the packaged 127.0.0.1:8080 may be taken on
+	// a shared CI box.
 	port := freePort(t)
 	cmd := exec.Command(unit.execStart[0], unit.execStart[1:]...)
 	cmd.Dir = "/"
@@ -134,8 +136,7 @@ func TestDebPackageInstallsServesAndPurges(t *testing.T) {
 		"HOME=" + svc.HomeDir, "USER=" + svc.Username, "LOGNAME=" + svc.Username,
 	}, unit.environment...)
 	cmd.Env = append(cmd.Env, fmt.Sprintf("INFERD_LISTEN=127.0.0.1:%d", port))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
-	d := startDaemonCmd(t, cmd, pkgDataDir, pkgConfig)
+	d := startDaemonCmd(t, asUnit(t, unit, uid, gid, cmd), pkgDataDir, pkgConfig)
 	if d.base != fmt.Sprintf("http://127.0.0.1:%d", port) {
 		t.Errorf("inferd serves on %s, want port %d", d.base, port)
 	}
@@ -161,16 +162,27 @@ func TestDebPackageInstallsServesAndPurges(t *testing.T) {
 	if out["echo"].(map[string]any)["prompt"] != "hi" || out["greeting"] != "hello from inferd" {
 		t.Errorf("packaged echo answered %v", out)
 	}
+	checkServiceSandbox(t, d, secret, out)
 	if fi, err := os.Stat(filepath.Join(pkgDataDir, "inferd.db")); err != nil || int(fi.Sys().(*syscall.Stat_t).Uid) != uid {
 		t.Errorf("the data file should be %s/inferd.db owned by %s: %v", pkgDataDir, unit.user, err)
 	}
+	model := int(out["pid"].(float64))
 	d.stop()
 	eventually(t, 30*time.Second, "no process of user "+unit.user+" left", func() bool { return len(processesOfUser(uid)) == 0 })
+	if !processGone(model) {
+		t.Errorf("the model (pid %d) outlived the service", model)
+	}
 
-	// doctor, as the service user, passes on the installed layout and boots
-	// the packaged example model.
-	report := asService("doctor")
+	// doctor, as the service runs (its user and capabilities), passes on the
+	// installed layout, reports the sandbox on, and boots the packaged
+	// example model in it.
+	doctor := exec.Command(pkgBinary, "--config", pkgConfig, "doctor")
+	doctor.Dir = "/"
+	doctor.Env = []string{"PATH=/usr/sbin:/usr/bin", "HOME=" + svc.HomeDir, fmt.Sprintf("INFERD_LISTEN=127.0.0.1:%d", port)}
+	unit.delegate = false // doctor runs from a shell, in no delegated cgroup
+	report := mustOutput(t, asUnit(t, unit, uid, gid, doctor))
 	for _, want := range []string{"ok    data dir    " + pkgDataDir, "ok    data file   " + pkgDataDir + "/inferd.db opens",
+		"ok    model user  a uid per project", "ok    network", "ok    private dirs",
 		"ok    example     /usr/share/inferd/examples/echo boots"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("doctor on the installed package lacks %q:\n%s", want, report)
@@ -192,6 +204,59 @@ func TestDebPackageInstallsServesAndPurges(t *testing.T) {
 	}
 	if _, err := user.Lookup(unit.user); err != nil {
 		t.Errorf("purge removed the %s user (Debian keeps system users so their uid is never reused): %v", unit.user, err)
+	}
+}
+
+// checkServiceSandbox shows that the service, as the unit runs it (its user,
+// capabilities and delegated cgroup, not root), puts replicas in their box:
+// /v1/status reports each protection on (memory and pids limits where the
+// host has those controllers in cgroup v2: a v1 one is not delegated), and
+// the packaged model (echoed in out) runs under a uid of its own, with no
+// capability and no way to gain one.
+func checkServiceSandbox(t *testing.T, d *daemon, key string, out map[string]any) {
+	t.Helper()
+	status, body := doRaw(t, "GET", d.base+"/v1/status", map[string]string{"X-Service-API-Key": key}, "")
+	var st struct {
+		Protections []struct {
+			Name   string `json:"name"`
+			On     bool   `json:"on"`
+			Detail string `json:"detail"`
+		} `json:"protections"`
+	}
+	if err := json.Unmarshal(body, &st); status != 200 || err != nil || len(st.Protections) != 6 {
+		t.Fatalf("GET /v1/status: %d %v %s", status, err, body)
+	}
+	for _, p := range st.Protections {
+		// A host that mounts memory or pids only as cgroup v1 (as CI machines
+		// here do) delegates neither to a service: there, not root, the limit
+		// is off, and says why.
+		v1Only := (p.Name == "memoryLimit" || p.Name == "pidsLimit") && strings.Contains(p.Detail, "only as cgroup v1")
+		if !p.On && !v1Only {
+			t.Errorf("under the unit, protection %s is off: %s", p.Name, p.Detail)
+		}
+	}
+	pid := int(out["pid"].(float64))
+	procStatus, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := map[string]string{}
+	for _, line := range strings.Split(string(procStatus), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			fields[k] = strings.TrimSpace(v)
+		}
+	}
+	uid, _ := strconv.Atoi(strings.Fields(fields["Uid"])[0])
+	if uid < 61184 || uid > 65519 {
+		t.Errorf("the model runs as uid %d, want one of replica.uidRange 61184-65519", uid)
+	}
+	for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapAmb"} {
+		if fields[k] != "0000000000000000" {
+			t.Errorf("the model has %s %s: the service's capabilities reached it", k, fields[k])
+		}
+	}
+	if fields["NoNewPrivs"] != "1" {
+		t.Errorf("the model's NoNewPrivs is %q, want 1", fields["NoNewPrivs"])
 	}
 }
 
@@ -271,6 +336,10 @@ type unitFile struct {
 	user        string
 	environment []string
 	execStart   []string
+	ambientCaps []string // AmbientCapabilities=, e.g. CAP_KILL
+	boundingSet []string // CapabilityBoundingSet=
+	noNewPrivs  bool     // NoNewPrivileges=yes
+	delegate    bool     // Delegate=yes
 }
 
 // parseUnit reads the [Service] settings the test needs. It handles what our
@@ -305,12 +374,106 @@ func parseUnit(t *testing.T, text string) unitFile {
 				t.Fatalf("unit ExecStart=%s: quoting, specifiers or several ExecStart lines are not parsed by this test", val)
 			}
 			u.execStart = strings.Fields(strings.TrimLeft(val, "-@:+!"))
+		case "AmbientCapabilities":
+			u.ambientCaps = append(u.ambientCaps, strings.Fields(val)...)
+		case "CapabilityBoundingSet":
+			if strings.HasPrefix(val, "~") {
+				t.Fatalf("unit CapabilityBoundingSet=%s: an inverted set is not parsed by this test", val)
+			}
+			u.boundingSet = append(u.boundingSet, strings.Fields(val)...)
+		case "NoNewPrivileges":
+			u.noNewPrivs = val == "yes" || val == "true"
+		case "Delegate":
+			u.delegate = val == "yes" || val == "true"
 		}
 	}
 	if u.user == "" || len(u.execStart) == 0 {
 		t.Fatalf("unit has no User= or ExecStart= in [Service]:\n%s", text)
 	}
 	return u
+}
+
+// asUnit returns cmd changed to start as the unit would start it: as its
+// user (and that user's groups), with its capabilities (ambient, bounding
+// set) and no_new_privs, through setpriv(1). With Delegate=yes it starts in
+// a cgroup of the cgroup v2 hierarchy handed to that user the way systemd
+// hands one over (the directory and its cgroup.procs, cgroup.subtree_control
+// and cgroup.threads chowned to the user); the cgroup is removed when the
+// test ends. CI has no systemd to do either.
+func asUnit(t *testing.T, u unitFile, uid, gid int, cmd *exec.Cmd) *exec.Cmd {
+	t.Helper()
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		testenv.Missing(t, "setpriv (util-linux), to start inferd with the unit's user and capabilities")
+	}
+	caps := func(list []string) string {
+		out := []string{"-all"}
+		for _, c := range list {
+			out = append(out, "+"+strings.ToLower(strings.TrimPrefix(c, "CAP_")))
+		}
+		return strings.Join(out, ",")
+	}
+	args := []string{"--reuid", strconv.Itoa(uid), "--regid", strconv.Itoa(gid), "--init-groups",
+		"--inh-caps", caps(u.ambientCaps), "--ambient-caps", caps(u.ambientCaps), "--bounding-set", caps(u.boundingSet)}
+	if u.noNewPrivs {
+		args = append(args, "--no-new-privs")
+	}
+	wrapped := exec.Command(setpriv, append(append(args, "--"), cmd.Args...)...)
+	wrapped.Dir, wrapped.Env, wrapped.Stdout, wrapped.Stderr = cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr
+	if u.delegate {
+		dir := delegatedCgroup(t, uid, gid)
+		fd, err := syscall.Open(dir, syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { syscall.Close(fd) })
+		wrapped.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+	}
+	return wrapped
+}
+
+// delegatedCgroup makes a cgroup v2 for the service user, as Delegate=yes
+// does, and removes it (and what inferd made in it) when the test ends.
+func delegatedCgroup(t *testing.T, uid, gid int) string {
+	t.Helper()
+	mount := ""
+	info, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(info), "\n") {
+		if pre, post, ok := strings.Cut(line, " - "); ok && strings.HasPrefix(post, "cgroup2 ") {
+			if f := strings.Fields(pre); len(f) >= 5 {
+				mount = f[4]
+				break
+			}
+		}
+	}
+	if mount == "" {
+		testenv.Missing(t, "a cgroup v2 hierarchy, to delegate a cgroup to the service as Delegate=yes does")
+	}
+	dir := filepath.Join(mount, "inferd-pkgtest-"+marker())
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"", "cgroup.procs", "cgroup.subtree_control", "cgroup.threads"} {
+		if err := os.Chown(filepath.Join(dir, f), uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		// Deepest first; each must be empty by now.
+		var dirs []string
+		filepath.WalkDir(dir, func(path string, e os.DirEntry, err error) error {
+			if err == nil && e.IsDir() {
+				dirs = append(dirs, path)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if err := syscall.Rmdir(dirs[i]); err != nil {
+				t.Errorf("remove the delegated cgroup %s: %v", dirs[i], err)
+			}
+		}
+	})
+	return dir
 }
 
 // processesOfUser lists the live pids whose real uid is uid.

@@ -105,7 +105,7 @@ func (a *api) cancel(w http.ResponseWriter, r *http.Request, _ httprouter.Params
 	}
 	resp := a.callResponse(call)
 	resp.Message = "success" // the cancel succeeded; a check answers the call's own message
-	resp.ModelOutputs = nil
+	resp.succeeded, resp.outputs = false, nil
 	a.writeInference(w, resp)
 }
 

@@ -46,7 +46,8 @@ func BenchmarkEncodeAnswer(b *testing.B) {
 		Outputs: json.RawMessage(`{"text": "hello back", "tokens": 3}`), Dispatched: time.Now(), QueueMs: 1, RunMs: 12}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := json.Marshal(a.callResponse(c)); err != nil {
+		resp := a.callResponse(c)
+		if _, err := resp.answer(resp); err != nil {
 			b.Fatal(err)
 		}
 	}

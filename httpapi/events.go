@@ -115,8 +115,19 @@ func (a *api) callEvents(w http.ResponseWriter, r *http.Request, ps httprouter.P
 		call = c
 	}
 	ev.state(id, call.State)
-	b, err := json.Marshal(a.callResponse(call))
-	if err != nil {
+	// One line of SSE data: the outputs compacted, since a model's reply
+	// may hold newlines.
+	resp := a.callResponse(call)
+	var cerr error
+	if len(resp.outputs) > 0 {
+		var compact bytes.Buffer
+		cerr = json.Compact(&compact, resp.outputs)
+		resp.outputs = compact.Bytes()
+	}
+	var b []byte
+	if ans, aerr := resp.answer(resp); cerr == nil && aerr == nil {
+		b = ans.Bytes()
+	} else {
 		b, _ = json.Marshal(a.newResponse("error: internal error: the model's reply could not be encoded as JSON", id))
 	}
 	ev.send("done", b)

@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/google/uuid"
 	"github.com/julienschmidt/httprouter"
@@ -22,7 +25,7 @@ import (
 type inferenceRequest struct {
 	APIKey      json.RawMessage `json:"apiKey"`
 	ModelKey    json.RawMessage `json:"modelKey"`
-	ModelInputs json.RawMessage `json:"modelInputs"`
+	ModelInputs bodySlice       `json:"modelInputs"`
 	StartOnly   json.RawMessage `json:"startOnly"`
 	CallID      json.RawMessage `json:"callID"`
 	LongPoll    json.RawMessage `json:"longPoll"`
@@ -37,21 +40,47 @@ type inferenceRequest struct {
 	WebhookEvents json.RawMessage `json:"webhookEvents"`
 }
 
+// bodySlice is json.RawMessage without its copy: decoded by json.Unmarshal
+// from a request body that this request owns and never reuses
+// (decodeInference), it keeps the slice of the body that holds the value.
+// The inputs are then the body's one copy in memory rather than a second,
+// megabytes for an image. A value the decoder hands over from elsewhere
+// (it never does today) is copied, as RawMessage would.
+type bodySlice []byte
+
+// UnmarshalJSON keeps b; see bodySlice.
+func (s *bodySlice) UnmarshalJSON(b []byte) error {
+	*s = b
+	return nil
+}
+
 // inferenceResponse is the body of every Start and Check answer, errors
-// included. ModelOutputs is null unless the call succeeded.
+// included. modelOutputs, null unless the call succeeded, is added by
+// newAnswer from outputs, the model's reply as stored, without encoding it.
 type inferenceResponse struct {
-	ID           string          `json:"id"`
-	Message      string          `json:"message"`
-	Created      int64           `json:"created"`
-	APIVersion   string          `json:"apiVersion"`
-	CallID       string          `json:"callID"`
-	Finished     bool            `json:"finished"`
-	ModelOutputs json.RawMessage `json:"modelOutputs"`
+	ID         string `json:"id"`
+	Message    string `json:"message"`
+	Created    int64  `json:"created"`
+	APIVersion string `json:"apiVersion"`
+	CallID     string `json:"callID"`
+	Finished   bool   `json:"finished"`
 	// QueuePosition: for a queued call, how many go before it (0 = next).
 	QueuePosition *int   `json:"queuePosition,omitempty"`
 	QueueMs       *int64 `json:"queueMs,omitempty"`
 	BootMs        *int64 `json:"bootMs,omitempty"`
 	RunMs         *int64 `json:"runMs,omitempty"`
+
+	succeeded bool            // modelOutputs is [outputs], not null
+	listed    bool            // outputs are the modelOutputs list already (streamed)
+	outputs   json.RawMessage // the model's raw JSON reply
+}
+
+var newline = []byte("\n")
+
+// answer encodes fields, resp or a struct that embeds it, with resp's
+// outputs (see newAnswer).
+func (resp inferenceResponse) answer(fields any) (answer, error) {
+	return newAnswer(fields, resp.outputs, resp.succeeded, resp.listed)
 }
 
 func (a *api) newResponse(message, callID string) inferenceResponse {
@@ -65,20 +94,20 @@ func (a *api) newResponse(message, callID string) inferenceResponse {
 }
 
 // writeInference answers an inference request: always HTTP 200, the outcome
-// is in message. Outputs that cannot be encoded (a model reply that is not
-// JSON) still give a well-formed error answer.
+// is in message. The outputs are written as the store holds them (see
+// newAnswer); once written, the answer keeps no reference to them.
 func (a *api) writeInference(w http.ResponseWriter, resp inferenceResponse) {
-	b, err := json.Marshal(resp)
+	ans, err := resp.answer(resp)
 	if err != nil {
-		a.log.Error().Err(err).Str("request_id", requestIDOf(w)).Str("call", resp.CallID).
-			Msg("encode inference response")
-		resp.Message = "error: internal error: the model's reply could not be encoded as JSON"
-		resp.ModelOutputs = nil
-		if b, err = json.Marshal(resp); err != nil {
-			panic(err) // only strings, numbers and booleans are left
-		}
+		panic(err) // a bug: the fields are strings, numbers and booleans
 	}
-	writeBody(w, http.StatusOK, b)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(ans.Len()+1))
+	w.WriteHeader(http.StatusOK)
+	if _, err := ans.WriteTo(w); err == nil { // a failed write means the client is gone
+		_, _ = w.Write(newline)
+	}
 }
 
 // fail answers an inference request that failed before a call existed.
@@ -250,10 +279,8 @@ func (a *api) callResponse(c store.Call) inferenceResponse {
 	case store.CallSucceeded:
 		resp.Message = "success"
 		resp.Finished = true
-		resp.ModelOutputs = wrapOutputs(c.Outputs)
-		if c.Streamed {
-			resp.ModelOutputs = c.Outputs // already the list of lines
-		}
+		resp.succeeded, resp.outputs = true, c.Outputs
+		resp.listed = c.Streamed // the outputs are already the list of lines
 	case store.CallFailed:
 		resp.Finished = true
 		resp.Message = failureMessage(c.Message)
@@ -271,18 +298,6 @@ func (a *api) callResponse(c store.Call) inferenceResponse {
 		resp.BootMs = &c.BootMs
 	}
 	return resp
-}
-
-// wrapOutputs turns the model's reply into the one-element modelOutputs array.
-func wrapOutputs(out json.RawMessage) json.RawMessage {
-	out = bytes.TrimSpace(out)
-	if len(out) == 0 {
-		return json.RawMessage("[]")
-	}
-	b := make([]byte, 0, len(out)+2)
-	b = append(b, '[')
-	b = append(b, out...)
-	return append(b, ']')
 }
 
 // failureMessage makes sure a failed call's message says "error".
@@ -350,14 +365,14 @@ func (a *api) decodeStart(w http.ResponseWriter, r *http.Request) (args startArg
 		return args, err
 	}
 	switch {
-	case isAbsent(req.ModelInputs):
+	case isAbsent(json.RawMessage(req.ModelInputs)):
 		return args, errMissingInputs
 	case req.ModelInputs[0] != '{': // a RawMessage starts at its value
 		return args, errInputsNotObject
 	case a.opts.Limits.MaxInputDepth > 0 && jsonDepthExceeds(req.ModelInputs, a.opts.Limits.MaxInputDepth):
 		return args, errInputsTooDeep(a.opts.Limits.MaxInputDepth)
 	}
-	args.req.Inputs = req.ModelInputs
+	args.req.Inputs = json.RawMessage(req.ModelInputs)
 	if args.startOnly, err = optionalBool("startOnly", req.StartOnly); err != nil {
 		return args, err
 	}
@@ -399,7 +414,20 @@ func (a *api) decodeInference(w http.ResponseWriter, r *http.Request) (inference
 		return req, badRequest("request body is not valid UTF-8 at byte %d", i)
 	}
 	err = decodeObject(body, &req)
+	if !isWithin(req.ModelInputs, body) {
+		req.ModelInputs = slices.Clone(req.ModelInputs)
+	}
 	return req, err
+}
+
+// isWithin reports whether s is a slice of body's memory (see bodySlice).
+func isWithin(s, body []byte) bool {
+	if len(s) == 0 {
+		return true
+	}
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(body)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(s)))
+	return p >= start && p+uintptr(len(s)) <= start+uintptr(len(body))
 }
 
 // decodeObject parses body, which must be one JSON object, into v.

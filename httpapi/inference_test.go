@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -429,11 +430,24 @@ func TestDefaultWaitsAreFiftySeconds(t *testing.T) {
 	}
 }
 
-func TestCheckWithUnencodableOutputsStillAnswersJSON(t *testing.T) {
+// The outputs go into the answer as the store holds them, byte for byte:
+// never decoded and encoded again (a check of a 5 MB result would cost a
+// validation and two copies). Their validity is the model client's
+// concern: it refuses a reply that is not JSON (backend.ErrInvalidReply).
+func TestCheckWritesModelOutputsAsStored(t *testing.T) {
 	env := newEnv(t, Options{})
-	env.sched.add(store.Call{ID: "c1", TeamID: "acme", State: store.CallSucceeded, Outputs: json.RawMessage(`{not json`)})
-	m := inferenceReply(t, serve(env.h, http.MethodPost, "/check/v4", `{"apiKey": "`+keyAcme+`", "callID": "c1"}`))
-	if msg := m["message"].(string); !strings.HasPrefix(msg, "error: internal error") || m["modelOutputs"] != nil {
+	raw := `{"a": 1,  "s":"\u00e9\/", "n":[1.50, 2e3]}`
+	env.sched.add(store.Call{ID: "c1", TeamID: "acme", State: store.CallSucceeded, Outputs: json.RawMessage(" " + raw + "\n")})
+	rec := serve(env.h, http.MethodPost, "/check/v4", `{"apiKey": "`+keyAcme+`", "callID": "c1"}`)
+	body := rec.Body.String()
+	if !strings.HasSuffix(body, `,"modelOutputs":[`+raw+"]}\n") {
+		t.Errorf("answer = %s; want modelOutputs [%s], the stored bytes", body, raw)
+	}
+	if got := rec.Header().Get("Content-Length"); got != strconv.Itoa(len(body)) {
+		t.Errorf("Content-Length = %s, body %d bytes", got, len(body))
+	}
+	m := inferenceReply(t, rec)
+	if m["message"] != "success" || m["finished"] != true {
 		t.Errorf("got %v", m)
 	}
 }

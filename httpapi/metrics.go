@@ -124,6 +124,11 @@ func (m *Metrics) CallRetried(project string) {
 	m.projectCounter("inferd_calls_retried_total", project)
 }
 
+// ReplicaOOMKilled counts a replica killed for going over its memoryMiB.
+func (m *Metrics) ReplicaOOMKilled(project string) {
+	m.projectCounter("inferd_replica_oom_kills_total", project)
+}
+
 func (m *Metrics) projectCounter(name, project string) {
 	m.set.GetOrCreateCounter(name + `{project="` + labelValue(project) + `"}`).Inc()
 }

@@ -81,6 +81,7 @@ func loadedMetrics() *Metrics {
 	m.ReplicaStarted("echo")
 	m.ReplicaStarted("echo")
 	m.ReplicaCrashed("echo")
+	m.ReplicaOOMKilled("echo")
 	m.ReplicaEvicted(`we"ird`)
 	m.CallCancelled("echo")
 	m.CallExpired("echo")
@@ -113,6 +114,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		`inferd_call_queue_seconds_bucket{project="echo",le="0.025"}`:          2, // cumulative: both dispatched calls
 		`inferd_replica_starts_total{project="echo"}`:                          2,
 		`inferd_replica_crashes_total{project="echo"}`:                         1,
+		`inferd_replica_oom_kills_total{project="echo"}`:                       1,
 		`inferd_replica_evictions_total{project="we\"ird"}`:                    1,
 		`inferd_queue_depth{project="echo"}`:                                   3,
 		`inferd_replicas{project="echo",state="busy"}`:                         2,

@@ -78,7 +78,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	buf := make([]byte, 0, size)
 	for {
 		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
+			buf = grow(buf, r.ContentLength)
 		}
 		n, err := body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
@@ -93,6 +93,27 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 			return nil, badRequest("could not read the request body: %v", err)
 		}
 	}
+}
+
+// grow returns buf with room for more. Without a Content-Length it doubles.
+// With one it grows fourfold, and straight to the announced length (and a
+// byte to see EOF) once that is within twice the step, so a large body is
+// read into about one buffer of its size (a 4 MiB body: 64 KiB, 256 KiB,
+// 1 MiB, then its own size, 1.3 copies in all, where doubling cost 3): the
+// request's one copy of its payload. What is set aside stays within eight
+// times what has arrived, so an announced length still reserves nothing a
+// client has not sent.
+func grow(buf []byte, contentLength int64) []byte {
+	next := 2 * cap(buf)
+	if contentLength > int64(len(buf)) {
+		next = 4 * cap(buf)
+		if int64(next) > contentLength/2 {
+			next = int(contentLength + 1)
+		}
+	}
+	nb := make([]byte, len(buf), max(next, len(buf)+1))
+	copy(nb, buf)
+	return nb
 }
 
 // firstByte returns the first non-whitespace byte of b, or 0 when b is blank.

@@ -41,6 +41,8 @@ type StatusSources struct {
 	// Webhooks counts webhook messages of a team ("" = all teams): the
 	// webhook deliverer's Stats.
 	Webhooks func(teamID string) webhook.Stats
+	// Protections says how replicas are contained (the backend's sandbox).
+	Protections func() []backend.Protection
 }
 
 // RecentCalls is what the status endpoints read of a store.Store.
@@ -105,6 +107,7 @@ type statusProject struct {
 	Running     int             `json:"running"`
 	Waiting     string          `json:"waiting"`
 	LastError   string          `json:"lastError"`
+	OOMKills    int             `json:"oomKills"`     // replicas killed for going over memoryMiB since the daemon started
 	LatencyP50  *int64          `json:"latencyP50Ms"` // created → finished, over the recent calls that reached a replica; null without any
 	LatencyP95  *int64          `json:"latencyP95Ms"`
 	Finished    int             `json:"recentFinished"` // calls the latencies are taken over
@@ -158,6 +161,9 @@ type statusAll struct {
 	// Teams is each visible team's use against its quota (viewTeams).
 	Teams    []scheduler.TeamStatus `json:"teams"`
 	Webhooks *webhook.Stats         `json:"webhooks"` // the caller's teams' messages; null without a deliverer
+	// Protections are the sandbox's: which ways of keeping models apart
+	// are in force on this box (docs/security.md).
+	Protections []backend.Protection `json:"protections"`
 }
 
 type results[T any] struct {
@@ -228,15 +234,24 @@ func (s *statusAPI) all(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		return
 	}
 	writeJSON(w, http.StatusOK, statusAll{
-		Generated: s.now().UTC(),
-		Scope:     v.key.Scope,
-		TeamID:    v.key.TeamID,
-		GPUs:      s.viewGPUs(v),
-		Projects:  s.viewProjects(v),
-		Calls:     viewCalls(v.calls, limit),
-		Teams:     viewTeams(v),
-		Webhooks:  s.webhookStats(v.key),
+		Generated:   s.now().UTC(),
+		Scope:       v.key.Scope,
+		TeamID:      v.key.TeamID,
+		GPUs:        s.viewGPUs(v),
+		Projects:    s.viewProjects(v),
+		Calls:       viewCalls(v.calls, limit),
+		Teams:       viewTeams(v),
+		Webhooks:    s.webhookStats(v.key),
+		Protections: s.protections(),
 	})
+}
+
+// protections are the backend's, or none known.
+func (s *statusAPI) protections() []backend.Protection {
+	if s.src.Protections == nil {
+		return []backend.Protection{}
+	}
+	return s.src.Protections()
 }
 
 // webhookStats counts the webhook messages of the key's team, or of every
@@ -411,6 +426,7 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 			MinReplicas: p.MinReplicas, MaxReplicas: p.MaxReplicas, GPUs: gpusPerReplica(p.Model),
 			Queued: lp.Queued, Running: lp.Running, Waiting: explainWait(lp.Waiting, v.snapshot, p.Model),
 			LastError: lp.LastError, LastErrorReplica: lp.LastErrorReplica, RecentFailures: failures[p.ID],
+			OOMKills: lp.OOMKills,
 			Replicas: make([]statusReplica, 0, len(lp.Replicas)),
 		}
 		if !lp.LastErrorAt.IsZero() {

@@ -10,10 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"inferd/gpu"
 	"inferd/scheduler"
+	"inferd/scheduler/backend"
 	"inferd/scheduler/backend/local"
 	"inferd/store"
 )
@@ -48,13 +47,10 @@ func newStatusEnv(t *testing.T) (*testEnv, string) {
 			t.Fatal(err)
 		}
 	}
-	logs, err := local.New(local.Config{LogDir: logDir, User: "root"}, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
+	logs := local.LogDir(logDir)
 	devs := gpu.Simulated([]gpu.SimulatedGPU{{Name: "Sim A"}, {Name: "Sim B", MemoryMiB: 1024}}).Devices()
 	snap := scheduler.Status{Projects: []scheduler.ProjectStatus{
-		{ID: "echo", TeamID: "acme", Queued: 2, Running: 1, LastError: "model failed to start: boom",
+		{ID: "echo", TeamID: "acme", Queued: 2, Running: 1, LastError: "model failed to start: boom", OOMKills: 2,
 			Replicas: []scheduler.ReplicaStatus{{ID: "echo-1", State: "busy", Pid: 4242, GPUs: []string{devs[0].UUID},
 				Started: statusNow.Add(-90 * time.Second), InFlight: 1}}},
 		{ID: "hidden", TeamID: "other",
@@ -94,6 +90,9 @@ func newStatusEnv(t *testing.T) (*testEnv, string) {
 		Calls:    calls,
 		Logs:     logs,
 		Now:      func() time.Time { return statusNow },
+		Protections: func() []backend.Protection {
+			return []backend.Protection{{Name: backend.ProtectionIdentity, On: true, Detail: "a uid per project"}, {Name: backend.ProtectionNetwork, Detail: "host"}}
+		},
 	}})
 	return env, logDir
 }
@@ -151,6 +150,9 @@ func TestStatusTeamSeesOnlyItsOwn(t *testing.T) {
 	if st.Scope != store.ScopeTeam || st.TeamID != "acme" {
 		t.Errorf("scope %q team %q", st.Scope, st.TeamID)
 	}
+	if len(st.Protections) != 2 || !st.Protections[0].On || st.Protections[1].On || st.Protections[1].Detail != "host" {
+		t.Errorf("protections %+v, want the sandbox's, on and off", st.Protections)
+	}
 }
 
 func TestStatusAdminSeesAll(t *testing.T) {
@@ -172,7 +174,7 @@ func TestStatusProjectFigures(t *testing.T) {
 	if echo.LatencyP50 == nil || *echo.LatencyP50 != 30 || echo.LatencyP95 == nil || *echo.LatencyP95 != 1000 || echo.Finished != 5 {
 		t.Errorf("latency p50 %v p95 %v over %d", echo.LatencyP50, echo.LatencyP95, echo.Finished)
 	}
-	if echo.Queued != 2 || echo.Running != 1 || echo.LastError != "model failed to start: boom" || echo.MaxReplicas != 3 {
+	if echo.Queued != 2 || echo.Running != 1 || echo.LastError != "model failed to start: boom" || echo.MaxReplicas != 3 || echo.OOMKills != 2 {
 		t.Errorf("echo = %+v", echo)
 	}
 	r := echo.Replicas[0]

@@ -68,6 +68,10 @@ func WebhookBody(apiVersion string) func(c store.Call, d store.Delivery) ([]byte
 		resp := a.callResponse(c)
 		resp.ID = uuid.NewSHA1(uuid.NameSpaceURL, []byte(d.ID)).String()
 		resp.Created = d.Created.Unix()
-		return json.Marshal(webhookMessage{inferenceResponse: resp, Event: d.Event})
+		ans, err := resp.answer(webhookMessage{inferenceResponse: resp, Event: d.Event})
+		if err != nil {
+			return nil, err
+		}
+		return ans.Bytes(), nil
 	}
 }

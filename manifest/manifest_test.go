@@ -47,6 +47,23 @@ func TestParseFullEntry(t *testing.T) {
 	}
 }
 
+func TestParseSandboxFields(t *testing.T) {
+	ps, err := Parse([]byte("projects:\n  - {id: a, team: t, modelKey: k, command: [x], memoryMiB: 200, pidsMax: 64, network: host}\n"), "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := ps[0].Model; m.MemoryMiB != 200 || m.PidsMax != 64 || m.Network != store.NetworkHost {
+		t.Fatalf("sandbox fields: memoryMiB %d, pidsMax %d, network %q", m.MemoryMiB, m.PidsMax, m.Network)
+	}
+	ps, err = Parse([]byte("projects:\n  - {id: a, team: t, modelKey: k, command: [x]}\n"), "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := ps[0].Model; m.MemoryMiB != 0 || m.PidsMax != 0 || m.Network != "" {
+		t.Fatalf("absent sandbox fields should stay unset (no limit, the daemon's network): %+v", m)
+	}
+}
+
 func TestParseAppliesDefaults(t *testing.T) {
 	ps, err := Parse([]byte("projects:\n  - {id: tiny, team: t, modelKey: k, command: [./run]}\n"), "/x")
 	if err != nil {
@@ -74,6 +91,8 @@ func TestParseRejects(t *testing.T) {
 		{"missing command", "projects:\n  - {id: a, team: t, modelKey: k}\n", "command"},
 		{"min above max", "projects:\n  - {id: a, team: t, modelKey: k, command: [x], minReplicas: 5, maxReplicas: 2}\n", "minReplicas"},
 		{"bad protocol", "projects:\n  - {id: a, team: t, modelKey: k, command: [x], protocol: grpc}\n", "protocol"},
+		{"bad network", "projects:\n  - {id: a, team: t, modelKey: k, command: [x], network: bridge}\n", "network"},
+		{"tiny memoryMiB", "projects:\n  - {id: a, team: t, modelKey: k, command: [x], memoryMiB: 1}\n", "memoryMiB"},
 		{"duplicate id", "projects:\n  - {id: a, team: t, modelKey: k, command: [x]}\n  - {id: a, team: t, modelKey: j, command: [x]}\n", "twice"},
 		{"not yaml", "projects: [\n", "manifest"},
 	}

@@ -49,6 +49,7 @@ func TestLocalBackendRunsEchoModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(b.Close)
 	s := New(Config{RestartBackoff: 50 * time.Millisecond}, st, b, RealClock(), zerolog.Nop())
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)

@@ -73,17 +73,31 @@ func (s *Scheduler) startCall(c *call, r *rep) {
 	if !c.unsaved {
 		s.st.SaveCallAsync(c.c, s.logSaveErr(c.c.ID, "saving a running call failed"))
 	}
-	s.runInfer(inferJob{ctx: ctx, c: c, r: r, inst: r.inst, inputs: c.c.Inputs})
+	// Inputs nil: the call is durable and they are read from the store
+	// by the Infer goroutine, off the loop (see infer).
+	s.runInfer(inferJob{ctx: ctx, c: c, id: c.c.ID, r: r, inst: r.inst, inputs: c.c.Inputs})
 }
 
 // infer runs one call on inst and reports the outcome. The failure message
 // is decided here, off the loop, because it looks at the process.
-func (s *Scheduler) infer(ctx context.Context, c *call, r *rep, inst backend.Instance, inputs json.RawMessage) {
+func (s *Scheduler) infer(ctx context.Context, j inferJob) {
+	c, r, inst, inputs := j.c, j.r, j.inst, j.inputs
 	if isClosed(inst.Exited()) {
 		// Dispatched just as the process died: the model never saw the call,
 		// so it goes back to the queue rather than failing.
 		s.in.post(evInferDone{c: c, r: r, notSent: true})
 		return
+	}
+	if inputs == nil {
+		// The one copy of the inputs in memory, held while the model
+		// reads them and dropped when this returns.
+		in, err := s.st.CallInputs(j.id)
+		if err != nil {
+			s.log.Error().Err(err).Str("call", j.id).Msg("reading a call's inputs failed")
+			s.in.post(evInferDone{c: c, r: r, err: err, msg: msgInputsUnreadable})
+			return
+		}
+		inputs = in
 	}
 	cs := &callStream{id: c.c.ID, sink: s.cfg.Outputs}
 	s.cfg.Outputs.CallRunning(cs.id)

@@ -99,7 +99,28 @@ func (c *fakeClock) Advance(d time.Duration) {
 type testStore struct {
 	*memstore.Store
 	t testing.TB
+	// inputsErr, when set, is what CallInputs answers.
+	inputsErr atomic.Pointer[error]
+	// resultReads counts GetCallResult calls.
+	resultReads atomic.Int64
 }
+
+// GetCallResult counts the reads of results.
+func (s *testStore) GetCallResult(id string) (store.Call, error) {
+	s.resultReads.Add(1)
+	return s.Store.GetCallResult(id)
+}
+
+// CallInputs reads from the memstore unless failInputs was called.
+func (s *testStore) CallInputs(id string) (json.RawMessage, error) {
+	if err := s.inputsErr.Load(); err != nil {
+		return nil, *err
+	}
+	return s.Store.CallInputs(id)
+}
+
+// failInputs makes every later CallInputs fail with err.
+func (s *testStore) failInputs(err error) { s.inputsErr.Store(&err) }
 
 // The scheduler runs on any store.Store.
 var _ Store = store.Store(nil)
@@ -656,4 +677,17 @@ func stoppedCount(is []*fakeInstance) int {
 		}
 	}
 	return n
+}
+
+// countingObserver counts the OOM kills it is told of; the rest it ignores.
+type countingObserver struct {
+	nopObserver
+	oomKills map[string]int
+}
+
+func (o *countingObserver) ReplicaOOMKilled(project string) {
+	if o.oomKills == nil {
+		o.oomKills = map[string]int{}
+	}
+	o.oomKills[project]++
 }

@@ -16,6 +16,8 @@ const (
 	msgInterrupted    = "error: interrupted by a server restart"
 	msgProjectDeleted = "error: project deleted"
 	msgStorageFull    = "error: storage full: the result could not be saved"
+	// The inputs of a durable call could not be read back at dispatch.
+	msgInputsUnreadable = "error: the call's inputs could not be read from storage; start it again"
 )
 
 // ErrQueueFull is wrapped by Submit's error when the project's queue is at
@@ -80,8 +82,13 @@ func msgFailedToStart(reason string) string {
 	return "error: model failed to start: " + reason
 }
 
-// msgExited fails the calls a replica was running when its process exited.
+// msgExited fails the calls a replica was running when its process exited:
+// out of memory, when the kernel killed it for its project's memoryMiB.
 func msgExited(exitErr error) string {
+	var oom *backend.OutOfMemoryError
+	if errors.As(exitErr, &oom) {
+		return fmt.Sprintf("error: model ran out of memory (limit %d MiB)", oom.LimitMiB)
+	}
 	return fmt.Sprintf("error: model process exited (%s) during inference", exitStatus(exitErr))
 }
 

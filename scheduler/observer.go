@@ -22,6 +22,9 @@ type Observer interface {
 	CallCancelled(project string)
 	CallExpired(project string)
 	CallRetried(project string)
+	// ReplicaOOMKilled reports a replica the kernel killed for going over
+	// its project's memoryMiB.
+	ReplicaOOMKilled(project string)
 }
 
 // nopObserver is the Observer of a Config that sets none.
@@ -34,3 +37,4 @@ func (nopObserver) ReplicaEvicted(string)   {}
 func (nopObserver) CallCancelled(string)    {}
 func (nopObserver) CallExpired(string)      {}
 func (nopObserver) CallRetried(string)      {}
+func (nopObserver) ReplicaOOMKilled(string) {}

@@ -32,6 +32,7 @@ type project struct {
 	backoff      time.Duration // the next restart wait; 0 = RestartBackoff
 	backoffT     timer         // armed: no boots until it fires
 	lastError    string
+	oomKills     int    // replicas of it the kernel killed for its memoryMiB
 	waiting      string // why a wanted replica is not booting, for the status
 	quotaWait    string // why its team's quota holds it back this pass (tenancy.go), for the status
 

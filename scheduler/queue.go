@@ -12,8 +12,13 @@ import (
 type call struct {
 	// c is what Lookup shows. It keeps the running state while the final
 	// write is in flight, so that nobody reads a result that is not durable.
+	// Its Inputs are dropped once durable (see onPersisted): a queued call
+	// keeps only its metadata, and the inputs are read at dispatch.
 	c     store.Call
 	state callState
+	// bytes is the size of the inputs, counted in its project's queued
+	// bytes while it waits (fifo.bytes).
+	bytes int64
 	// unsaved: a sync start still waiting, so nobody knows the call's ID and
 	// nothing is written for it until its final write or its first (see
 	// Scheduler.persist); its queued and running moves are not written.
@@ -43,17 +48,24 @@ type call struct {
 }
 
 // fifo is a project's queue of calls waiting for a replica, oldest first.
+// It counts the bytes of their inputs as calls come and go: the one place
+// queued bytes are accounted (see budget.go).
 type fifo struct {
 	items []*call
 	head  int
+	bytes int64 // sum of the queued calls' bytes
 }
 
 func (q *fifo) len() int { return len(q.items) - q.head }
 
-func (q *fifo) push(c *call) { q.items = append(q.items, c) }
+func (q *fifo) push(c *call) {
+	q.items = append(q.items, c)
+	q.bytes += c.bytes
+}
 
 // pushFront puts c back in front of the oldest call.
 func (q *fifo) pushFront(c *call) {
+	q.bytes += c.bytes
 	if q.head > 0 {
 		q.head--
 		q.items[q.head] = c
@@ -77,6 +89,7 @@ func (q *fifo) pop() *call {
 	c := q.items[q.head]
 	q.items[q.head] = nil
 	q.head++
+	q.bytes -= c.bytes
 	if q.head == len(q.items) {
 		q.items, q.head = q.items[:0], 0
 	} else if q.head > 64 && q.head*2 > len(q.items) {
@@ -93,6 +106,7 @@ func (q *fifo) pop() *call {
 func (q *fifo) remove(c *call) bool {
 	for i := q.head; i < len(q.items); i++ {
 		if q.items[i] == c {
+			q.bytes -= c.bytes
 			copy(q.items[i:], q.items[i+1:])
 			q.items[len(q.items)-1] = nil
 			q.items = q.items[:len(q.items)-1]
@@ -105,6 +119,7 @@ func (q *fifo) remove(c *call) bool {
 // drain empties the queue and returns its calls, oldest first.
 func (q *fifo) drain() []*call {
 	out := append([]*call(nil), q.items[q.head:]...)
+	q.bytes = 0
 	clear(q.items)
 	q.items, q.head = q.items[:0], 0
 	return out
@@ -142,6 +157,15 @@ func (q *queue) len() int {
 	n := 0
 	for i := range q.levels {
 		n += q.levels[i].len()
+	}
+	return n
+}
+
+// bytes is the size of the inputs of the calls waiting (see fifo.bytes).
+func (q *queue) bytes() int64 {
+	var n int64
+	for i := range q.levels {
+		n += q.levels[i].bytes
 	}
 	return n
 }

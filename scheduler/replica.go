@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -234,6 +235,10 @@ func (s *Scheduler) gone(ev evExited) {
 	was := r.state
 	if was != stateStopping {
 		s.cfg.Observer.ReplicaCrashed(p.id) // nobody asked it to stop
+	}
+	if oom := (*backend.OutOfMemoryError)(nil); errors.As(exitErr, &oom) {
+		p.oomKills++
+		s.cfg.Observer.ReplicaOOMKilled(p.id)
 	}
 	r.state = stateStopping
 	r.boot.stop()

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -19,11 +20,14 @@ import (
 // How replicas run (their logs, user, stop grace, the CPU slots and GPUs) is
 // the backend's to decide, not the scheduler's.
 type Config struct {
-	MaxQueuedPerProject int           // calls waiting per project before Submit refuses; default 1000
-	MaxBootFailures     int           // consecutive failed boots before queued calls fail; default 3
-	RestartBackoff      time.Duration // first wait after a crash or failed boot, doubling; default 1s
-	MaxRestartBackoff   time.Duration // cap of that wait; default 30s
-	GPUPoll             time.Duration // while a project waits for GPU, how often free GPU memory is re-read; default 1s
+	MaxQueuedPerProject int // calls waiting per project before Submit refuses; default 1000
+	// MaxQueuedBytesPerProject caps the inputs, in bytes, of the calls
+	// waiting per project (see budget.go); default DefaultMaxQueuedBytes.
+	MaxQueuedBytesPerProject int64
+	MaxBootFailures          int           // consecutive failed boots before queued calls fail; default 3
+	RestartBackoff           time.Duration // first wait after a crash or failed boot, doubling; default 1s
+	MaxRestartBackoff        time.Duration // cap of that wait; default 30s
+	GPUPoll                  time.Duration // while a project waits for GPU, how often free GPU memory is re-read; default 1s
 	// AbortGrace is how long a replica whose call was cancelled may take to
 	// be free again (its request to the model aborted) before it is
 	// replaced; default 10s (serve passes replica.stopGrace).
@@ -38,6 +42,9 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	if c.MaxQueuedPerProject <= 0 {
 		c.MaxQueuedPerProject = 1000
+	}
+	if c.MaxQueuedBytesPerProject <= 0 {
+		c.MaxQueuedBytesPerProject = DefaultMaxQueuedBytes
 	}
 	if c.MaxBootFailures <= 0 {
 		c.MaxBootFailures = 3
@@ -71,7 +78,11 @@ func (c Config) withDefaults() Config {
 type Store interface {
 	GetProject(id string) (store.Project, error)
 	ListProjects(teamID string) ([]store.Project, error)
-	GetCall(id string) (store.Call, error)
+	// GetCallResult and CallInputs read a call's outputs (for Lookup) and
+	// inputs (at dispatch) apart: a queued call keeps only its metadata in
+	// memory.
+	GetCallResult(id string) (store.Call, error)
+	CallInputs(id string) (json.RawMessage, error)
 	CallByIdempotencyKey(teamID, key string) (store.Call, error)
 	PendingCalls() ([]store.Call, error)
 	SaveCall(ctx context.Context, c store.Call) error
@@ -119,7 +130,8 @@ type Scheduler struct {
 	calls    map[string]*call // live calls: queued, running, or final write pending
 	idem     map[string]*call // live calls started with an idempotency key, by store.IdempotencyIndexKey
 	failures recentFailures
-	resave   resaveQueue // failures to write again once the store takes writes
+	resave   resaveQueue    // failures to write again once the store takes writes
+	results  *sharedResults // finished calls read from the store, see Lookup
 	cpuUsed  int
 	// releasing: holds of exited replicas on real GPUs that the driver has
 	// not been read for since (see pruneReleases).
@@ -176,6 +188,7 @@ func New(cfg Config, st Store, b backend.Backend, clk Clock, log zerolog.Logger)
 		calls:    map[string]*call{},
 		idem:     map[string]*call{},
 		failures: newRecentFailures(maxRecentFailures),
+		results:  newSharedResults(),
 		loading:  map[string]bool{},
 
 		quotas:      map[string]store.Quota{},
@@ -229,7 +242,8 @@ func (s *Scheduler) Lookup(id string) (store.Call, <-chan struct{}, error) {
 		}
 	case <-s.stopped:
 	}
-	c, err := s.st.GetCall(id)
+	// Lookups of one finished call share the copy of its outputs.
+	c, err := s.results.get(id, s.clk.Now(), s.st.GetCallResult)
 	if err != nil {
 		return store.Call{}, nil, fmt.Errorf("get call %s: %w", id, err)
 	}
@@ -436,7 +450,7 @@ func (s *Scheduler) recoverPending(ctx context.Context) error {
 		}
 		switch {
 		case c.State == store.CallQueued && p != nil:
-			cl := &call{c: c, state: callQueued, done: make(chan struct{}), p: p}
+			cl := &call{c: c, state: callQueued, done: make(chan struct{}), p: p, bytes: c.InputBytes}
 			s.calls[c.ID] = cl
 			s.index(cl)
 			p.queue.push(cl)

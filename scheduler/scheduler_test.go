@@ -378,6 +378,39 @@ func TestModelCrashMidCallFailsCallWithExitStatus(t *testing.T) {
 	})
 }
 
+func TestModelOutOfMemoryFailsCallWithTheLimitAndIsCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("big", func(p *store.Project) { p.Model.MemoryMiB = 200 })
+		obs := &countingObserver{}
+		h := newHarness(t, Config{Observer: obs}, nil, p)
+		defer h.stop()
+		c := h.submit(p, `{}`)
+		i := h.launched()
+		h.ready(i)
+		h.call(i)
+		i.exit(&backend.OutOfMemoryError{LimitMiB: 200, Err: errors.New("signal: killed")}, "Killed")
+		got := h.result(c.ID)
+		if want := "error: model ran out of memory (limit 200 MiB)"; got.State != store.CallFailed || got.Message != want {
+			t.Fatalf("result = %s %q, want %q", got.State, got.Message, want)
+		}
+		if ps := h.project("big"); ps.OOMKills != 1 || !strings.Contains(ps.LastError, "out of memory (limit 200 MiB)") {
+			t.Errorf("status: oomKills %d, last error %q", ps.OOMKills, ps.LastError)
+		}
+		if obs.oomKills["big"] != 1 {
+			t.Errorf("observer told of %d OOM kills, want 1", obs.oomKills["big"])
+		}
+		// The next call boots a fresh replica.
+		c2 := h.submit(p, `{}`)
+		h.advance(time.Minute) // past the restart backoff
+		i2 := h.launched()
+		h.ready(i2)
+		h.call(i2).reply(`{"ok": true}`)
+		if got := h.result(c2.ID); got.State != store.CallSucceeded {
+			t.Fatalf("the call after the OOM kill: %s %q", got.State, got.Message)
+		}
+	})
+}
+
 func TestInferErrorsBecomeClientMessages(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -234,11 +234,16 @@ func (s *Scheduler) admit(req startReq) {
 		req.reply <- startResult{err: &queueFullError{waiting: n}}
 		return
 	}
-	if err := s.admitTeam(p, len(req.c.Inputs)); err != nil {
+	size := int64(len(req.c.Inputs))
+	if err := s.admitBytes(p, size); err != nil {
 		req.reply <- startResult{err: err}
 		return
 	}
-	c := &call{c: req.c, state: callQueued, unsaved: true, done: make(chan struct{}), p: p}
+	if err := s.admitTeam(p, size); err != nil {
+		req.reply <- startResult{err: err}
+		return
+	}
+	c := &call{c: req.c, state: callQueued, unsaved: true, done: make(chan struct{}), p: p, bytes: size}
 	s.calls[c.c.ID] = c
 	s.index(c)
 	p.queue.push(c)
@@ -294,6 +299,14 @@ func (s *Scheduler) onPersisted(ev evPersisted) {
 		close(c.done)
 	case c.state == callSaving:
 		s.move(c, callQueued)
+	}
+	if ev.err == nil && len(c.c.Inputs) > store.SmallPayload {
+		// Durable now: the queue keeps the call's metadata only, and the
+		// inputs are read back when it is dispatched. A call already
+		// running has handed them to its Infer goroutine. Small inputs
+		// stay: they cost what the metadata does, and every later write
+		// carries them as the store keeps them, in the record.
+		c.c.Inputs = nil
 	}
 	ev.reply <- persistedResult(ev.answer, ev.err)
 }

@@ -46,6 +46,7 @@ type ProjectStatus struct {
 	Running     int             `json:"running"`
 	Waiting     string          `json:"waiting"`   // "", "waiting for CPU slot", "waiting for GPU", "waiting: team T is at its Q quota (N)", or its boot retries (bootfail.go)
 	LastError   string          `json:"lastError"` // the last failed boot or crash
+	OOMKills    int             `json:"oomKills"`  // replicas killed for going over memoryMiB, since the daemon started
 	Replicas    []ReplicaStatus `json:"replicas"`  // in start order
 
 	// LastErrorAt is when LastError happened (zero without one), and
@@ -83,6 +84,7 @@ func (s *Scheduler) snapshot() Status {
 			Running:     p.running,
 			Waiting:     s.waitingText(p),
 			LastError:   p.lastError,
+			OOMKills:    p.oomKills,
 			Replicas:    make([]ReplicaStatus, 0, len(p.replicas)),
 
 			LastErrorAt:      p.lastErrorAt,

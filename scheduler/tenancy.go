@@ -52,8 +52,9 @@ type teamUse struct {
 	queuedBytes                               int64
 }
 
-// useOf adds up team's use. It walks the team's projects and, for queued
-// bytes, the live calls: cheap next to a scheduling pass.
+// useOf adds up team's use. It walks the team's projects (their queues
+// count their calls' input bytes: fifo.bytes) and, for queued calls, the
+// live calls: cheap next to a scheduling pass.
 func (s *Scheduler) useOf(team string) teamUse {
 	var u teamUse
 	for _, p := range s.order {
@@ -61,6 +62,7 @@ func (s *Scheduler) useOf(team string) teamUse {
 			continue
 		}
 		u.running += p.running
+		u.queuedBytes += p.queue.bytes() // inputs of durable queued calls are not in memory
 		for _, r := range p.replicas {
 			u.replicas++
 			u.gpus += len(r.gpus)
@@ -72,15 +74,15 @@ func (s *Scheduler) useOf(team string) teamUse {
 	for _, c := range s.calls {
 		if (c.state == callQueued || c.state == callSaving) && c.p.cfg.TeamID == team {
 			u.queued++
-			u.queuedBytes += int64(len(c.c.Inputs))
 		}
 	}
 	return u
 }
 
 // admitTeam refuses a call of p, with inputs bytes of input, when p's team
-// queues as many calls or bytes as its quota allows.
-func (s *Scheduler) admitTeam(p *project, inputs int) error {
+// queues as many calls or bytes as its quota allows. Beside admitBytes
+// (budget.go), the project's cap.
+func (s *Scheduler) admitTeam(p *project, inputs int64) error {
 	team := p.cfg.TeamID
 	q := s.quotas[team]
 	if q.QueuedCalls == 0 && q.QueuedBytes == 0 {
@@ -90,7 +92,7 @@ func (s *Scheduler) admitTeam(p *project, inputs int) error {
 	switch {
 	case q.QueuedCalls > 0 && u.queued >= q.QueuedCalls:
 		return &teamQuotaError{team: team, quota: "queuedCalls", max: int64(q.QueuedCalls)}
-	case q.QueuedBytes > 0 && u.queuedBytes+int64(inputs) > q.QueuedBytes:
+	case q.QueuedBytes > 0 && u.queuedBytes+inputs > q.QueuedBytes:
 		return &teamQuotaError{team: team, quota: "queuedBytes", max: q.QueuedBytes}
 	}
 	return nil

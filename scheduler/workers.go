@@ -16,9 +16,10 @@ const workerIdle = 5 * time.Second
 type inferJob struct {
 	ctx    context.Context
 	c      *call
+	id     string // c's id, for reading its inputs off the loop
 	r      *rep
 	inst   backend.Instance
-	inputs json.RawMessage
+	inputs json.RawMessage // nil: read them from the store
 }
 
 // inferWorkers runs calls on goroutines that are kept for the next call,
@@ -53,7 +54,7 @@ func (s *Scheduler) inferWorker(j inferJob) {
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
-		s.infer(j.ctx, j.c, j.r, j.inst, j.inputs)
+		s.infer(j.ctx, j)
 		j = inferJob{} // keep no call alive while idle
 		idle.Reset(workerIdle)
 		select {

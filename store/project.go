@@ -16,6 +16,13 @@ const (
 	ProtocolPotassium = "potassium"
 )
 
+// A replica's network (ModelSpec.Network): a namespace of its own with only
+// loopback, or the host's.
+const (
+	NetworkPrivate = "private"
+	NetworkHost    = "host"
+)
+
 // Defaults of a new project. The replica bounds and timeouts cannot be
 // inferred from a zero value (0 is a valid minReplicas and idleTimeout), so
 // they are set only by NewProject; ApplyDefaults fills the model spec.
@@ -38,6 +45,7 @@ const (
 	MaxGPUsPerModel  = 64
 	MaxConcurrency   = 1000
 	MaxRetries       = 10
+	MinMemoryMiB     = 16 // a smaller memoryMiB could not start a model at all
 )
 
 // NewProject returns a project with every default set: minReplicas 0,
@@ -169,6 +177,12 @@ func (m ModelSpec) validate() error {
 		return invalid("model.concurrency", "must be 1 for protocol %q: a Potassium app runs one call at a time on its single worker (raise maxReplicas to serve more at once)", ProtocolPotassium)
 	case m.BootTimeout < 1 || m.BootTimeout > MaxTimeout:
 		return invalid("model.bootTimeout", "must be between 1 and %d seconds", MaxTimeout)
+	case m.MemoryMiB != 0 && m.MemoryMiB < MinMemoryMiB:
+		return invalid("model.memoryMiB", "must be 0 (no limit) or at least %d", MinMemoryMiB)
+	case m.PidsMax < 0:
+		return invalid("model.pidsMax", "must be 0 (no limit) or more")
+	case m.Network != "" && m.Network != NetworkPrivate && m.Network != NetworkHost:
+		return invalid("model.network", "must be %q or %q", NetworkPrivate, NetworkHost)
 	}
 	for name, value := range m.Env {
 		if name == "" || strings.ContainsAny(name, "=\x00") {

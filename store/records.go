@@ -79,8 +79,11 @@ type ModelSpec struct {
 	InferPath    string            `json:"inferPath,omitempty" yaml:"inferPath"`
 	GPUs         int               `json:"gpus" yaml:"gpus"` // whole GPUs per replica; 0 = CPU
 	GPUMemoryMiB int               `json:"gpuMemoryMiB,omitempty" yaml:"gpuMemoryMiB"`
-	Concurrency  int               `json:"concurrency" yaml:"concurrency"` // calls at once per replica
-	BootTimeout  int               `json:"bootTimeout" yaml:"bootTimeout"` // seconds
+	Concurrency  int               `json:"concurrency" yaml:"concurrency"`       // calls at once per replica
+	BootTimeout  int               `json:"bootTimeout" yaml:"bootTimeout"`       // seconds
+	MemoryMiB    int               `json:"memoryMiB,omitempty" yaml:"memoryMiB"` // memory of a replica's whole process tree; 0 = no limit
+	PidsMax      int               `json:"pidsMax,omitempty" yaml:"pidsMax"`     // processes and threads of a replica; 0 = no limit
+	Network      string            `json:"network,omitempty" yaml:"network"`     // NetworkPrivate, NetworkHost, or "" = the daemon's replica.network
 }
 
 // CallState is where an inference call is in its life.
@@ -99,7 +102,17 @@ const (
 // Done reports whether the state is final.
 func (s CallState) Done() bool { return s == CallSucceeded || s == CallFailed }
 
+// SmallPayload is the size up to which a call's inputs or outputs are small:
+// a store keeps them in the call's record (no larger than its metadata, they
+// are not worth a read of their own), and the scheduler keeps a queued
+// call's small inputs in memory. Larger ones are read only where needed.
+const SmallPayload = 4 << 10
+
 // Call is one inference call, from admission to its result.
+//
+// Its payloads, Inputs and Outputs, are raw JSON kept apart from the rest in
+// the store (see Calls): a queued call's inputs are read when it is
+// dispatched, and a check reads the outputs as bytes, never decoding them.
 type Call struct {
 	ID         string          `json:"id"` // "call_" + UUIDv7
 	ProjectID  string          `json:"projectId"`
@@ -116,6 +129,9 @@ type Call struct {
 	QueueMs    int64           `json:"queueMs,omitempty"`
 	BootMs     int64           `json:"bootMs,omitempty"`
 	RunMs      int64           `json:"runMs,omitempty"`
+	// InputBytes is the size of the stored inputs, filled in by the reads
+	// that leave the inputs out (PendingCalls, GetCallResult); never stored.
+	InputBytes int64 `json:"-"`
 
 	// What the start asked for besides the inputs (all optional). Timeout
 	// and QueueTimeout are seconds; Timeout only ever lowers the project's

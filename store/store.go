@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 )
 
@@ -125,6 +126,16 @@ type Projects interface {
 
 // Calls are inference calls. Writes of calls are durable when they report
 // success, and apply in the order they were queued.
+//
+// A call's payloads are kept apart from the rest of it, so that neither is
+// read where it is not needed: a write that carries no Inputs keeps the
+// stored inputs (the scheduler drops a queued call's inputs from memory
+// once they are durable and reads them back with CallInputs when it
+// dispatches the call), while Outputs are replaced by every write. Inputs
+// and Outputs must be valid JSON (the API and the model client check them):
+// they are stored and handed back as the same bytes (whitespace around the
+// value aside), never encoded again. Small ones (SmallPayload) may be kept
+// with the rest of the call.
 type Calls interface {
 	// SaveCall durably creates or replaces the call: it returns once the
 	// write is committed, or with the commit's error (ErrStorageFull for a
@@ -137,19 +148,31 @@ type Calls interface {
 	// were queued, so a later write of the same call wins. done runs after
 	// the commit on a goroutine of the store's, so it must not block; when
 	// the write is refused up front (an id ValidateCallID rejects, a closed
-	// store) it runs before SaveCallAsync returns. done may be nil.
+	// store) it runs before SaveCallAsync returns. done may be nil. The
+	// store may keep c's Inputs and Outputs until done runs: the caller
+	// does not change their bytes.
 	SaveCallAsync(c Call, done func(error))
-	// GetCall returns the committed state of a call, or ErrNotFound.
+	// GetCall returns the committed state of a call, with its inputs and
+	// outputs, or ErrNotFound.
 	GetCall(id string) (Call, error)
+	// GetCallResult returns the call without its inputs (InputBytes says
+	// their size) and with its outputs as the raw bytes stored, copied once
+	// and never decoded: what answering a check needs. ErrNotFound as GetCall.
+	GetCallResult(id string) (Call, error)
+	// CallInputs returns the stored inputs of a call (nil when it has none),
+	// or ErrNotFound: read when a queued call is dispatched.
+	CallInputs(id string) (json.RawMessage, error)
 	// PendingCalls returns every call not in a final state, oldest first
-	// (by id: call ids are UUIDv7). The scheduler recovers them at start-up.
+	// (by id: call ids are UUIDv7), without inputs or outputs (InputBytes
+	// says the inputs' size). The scheduler recovers them at start-up.
 	PendingCalls() ([]Call, error)
 	// RecentCalls returns up to limit calls of teamID ("" = every team),
 	// newest first, without their inputs and outputs: what a status page
 	// may show. An implementation may bound how many records it examines.
 	RecentCalls(teamID string, limit int) ([]Call, error)
 	// CallByIdempotencyKey returns the call that team teamID started with
-	// idempotency key key, or ErrNotFound. Every stored call with a key is
+	// idempotency key key, as GetCallResult does (without its inputs), or
+	// ErrNotFound. Every stored call with a key is
 	// found by it until the call expires; a later write of another call
 	// with the same team and key takes the key over.
 	CallByIdempotencyKey(teamID, key string) (Call, error)

@@ -58,7 +58,8 @@ type Store interface {
 	UpdateDelivery(d store.Delivery) error
 	OnDeliveryQueued(fn func(store.Delivery))
 	WebhookSecret(teamID string, rotate bool) (string, error)
-	GetCall(id string) (store.Call, error)
+	// GetCallResult reads the call without its inputs: a body needs its outputs only.
+	GetCallResult(id string) (store.Call, error)
 }
 
 // Stats are a Deliverer's counts since it was made, for metrics and the
@@ -320,7 +321,7 @@ func backoff(first time.Duration, n int) time.Duration {
 
 // attempt sends one message once.
 func (d *Deliverer) attempt(ctx context.Context, dl store.Delivery) outcome {
-	c, err := d.st.GetCall(dl.CallID)
+	c, err := d.st.GetCallResult(dl.CallID)
 	if errors.Is(err, store.ErrNotFound) {
 		return outcome{d: dl, err: fmt.Errorf("call %s expired", dl.CallID), permanent: true}
 	}

@@ -14,11 +14,14 @@
 //	              the model's own boot time from what inferd adds.
 //	NOOP_QUIET    1: print nothing once listening (by default it prints one
 //	              line, as most model servers do)
+//	NOOP_REPLY_BYTES  reply {"data":"xxx..."} of this many bytes instead,
+//	              for the large-payload benchmark
 //
 // The reply is {"ok":true}; the inputs are read and ignored.
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -53,6 +56,14 @@ func run(start time.Time) error {
 		return err
 	}
 	time.Sleep(boot) // stands in for loading a model
+	if v := os.Getenv("NOOP_REPLY_BYTES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 12 {
+			return fmt.Errorf("NOOP_REPLY_BYTES=%q: want a size of at least 12", v)
+		}
+		big := append([]byte(`{"data":"`), bytes.Repeat([]byte("x"), n-11)...)
+		reply = append(big, `"}`...)
+	}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

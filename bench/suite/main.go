@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"inferd/bench/payload"
 	inferdmanifest "inferd/manifest"
 	"inferd/store"
 )
@@ -45,7 +46,12 @@ func main() {
 	flag.IntVar(&o.polls, "polls", 10000, "concurrent long polls to hold")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (logs, data file)")
 	flag.StringVar(&o.only, "only", "", "run only these steps, comma-separated words of their names (e.g. \"cold,throughput\")")
+	copyServer := flag.Int("copy-server", 0, "internal: serve the io.Copy baseline of this many bytes (a helper process of the payload step)")
 	flag.Parse()
+	if *copyServer > 0 {
+		fmt.Fprintln(os.Stderr, payload.ListenAndServeCopy(os.Stdout, *copyServer))
+		os.Exit(1)
+	}
 	o.inferd, o.noop = mustAbs(o.inferd), mustAbs(o.noop)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -81,11 +87,13 @@ func run(ctx context.Context, o options) error {
 		fn   func(context.Context, *env, options, *report) error
 	}{
 		{"idle memory", measureIdle},
+		{"large payloads: queue and checks", measurePayloads},
 		{"latency, concurrency 1", measureLatency},
 		{"throughput, no-op model, concurrency 64", measureThroughputNoop},
 		{"throughput, 10 ms model, concurrency 64", measureThroughput10ms},
 		{"cold boot", measureColdBoot},
 		{"cold boot, quiet model", measureColdBootQuiet},
+		{"cold boot, sandbox off", measureColdBootSandboxOff},
 		{"scale-up under a burst", measureBurst},
 		{"stored calls: memory and file size", measureFill},
 		{"long-poll capacity", measureLongPolls},
@@ -147,10 +155,12 @@ type env struct {
 	base              string // inferd's base URL
 	apiKey            string
 	inferdPid         int
+	gate              string // created to let project bigq boot
 	dbPath            string
 	coldLog, burstLog string
 	coldQuietLog      string
 	inferdCfg         string
+	port              int             // inferd's
 	projects          []store.Project // the manifest's, as apply reads it
 }
 
@@ -258,9 +268,15 @@ cpuSlots: 64
 sweepInterval: 1h
 # The harness is the only client: abuse limits would cap what it measures.
 limits: {requestsPerSecond: 0, maxWaitsPerKey: 0, maxWaits: 0}
-# Models run as the harness's user (its temp dir is 0700); ignored unless root.
-replica: {user: root}
-`
+%s`
+
+// The replica settings of inferdConf: the default sandbox (as far as the
+// harness's privileges allow: all of it as root), or none of it, for the
+// cold-boot figure side by side.
+const (
+	sandboxOn  = ""
+	sandboxOff = "replica: {user: root, network: host, cgroups: false}\n"
+)
 
 // The projects, all on the no-op model. cold, coldquiet (a model that prints
 // nothing once listening) and burst scale to zero at once when idle; hang never answers, so its calls wait for the long-poll figure.
@@ -272,6 +288,8 @@ const manifest = `projects:
   - {id: coldquiet, team: bench, modelKey: mk-coldquiet, command: [%[1]q], env: {NOOP_BOOTLOG: %[4]q, NOOP_QUIET: "1"}, concurrency: 1, minReplicas: 0, maxReplicas: 1, idleTimeout: 0, bootTimeout: 30}
   - {id: burst, team: bench, modelKey: mk-burst, command: [%[1]q], env: {NOOP_BOOTLOG: %[3]q, NOOP_DELAY: 200ms}, concurrency: 1, minReplicas: 0, maxReplicas: 4, idleTimeout: 0, bootTimeout: 30}
   - {id: hang, team: bench, modelKey: mk-hang, command: [%[1]q], env: {NOOP_DELAY: 1h}, concurrency: 1, minReplicas: 1, maxReplicas: 1, inferenceTimeout: 86400, bootTimeout: 30}
+  - {id: bigq, team: bench, modelKey: mk-bigq, command: ["sh", "-c", %[5]q], concurrency: 1, minReplicas: 0, maxReplicas: 1, bootTimeout: 600}
+  - {id: bigr, team: bench, modelKey: mk-bigr, command: [%[1]q], env: {NOOP_REPLY_BYTES: "%[6]d"}, concurrency: 32, minReplicas: 0, maxReplicas: 1, bootTimeout: 30}
 `
 
 func startInferd(ctx context.Context, o options, e *env) error {
@@ -280,11 +298,28 @@ func startInferd(ctx context.Context, o options, e *env) error {
 		return err
 	}
 	e.inferdCfg = filepath.Join(e.dir, "inferd.yaml")
-	if err := os.WriteFile(e.inferdCfg, fmt.Appendf(nil, inferdConf, port, e.dir), 0o644); err != nil {
+	e.port = port
+	if err := e.writeConfig(sandboxOn); err != nil {
 		return err
 	}
+	// Models run under uids of their own as root: they must reach their
+	// boot logs in the harness's directory.
+	if err := os.Chmod(e.dir, 0o755); err != nil {
+		return err
+	}
+	for _, f := range []string{e.coldLog, e.coldQuietLog, e.burstLog} {
+		if err := os.WriteFile(f, nil, 0o666); err != nil {
+			return err
+		}
+		if err := os.Chmod(f, 0o666); err != nil { // past the umask
+			return err
+		}
+	}
 	mf := filepath.Join(e.dir, "projects.yaml")
-	data := fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog, e.coldQuietLog)
+	// bigq's model boots only once the gate file exists (measurePayloads).
+	e.gate = filepath.Join(e.dir, "bigq.gate")
+	gated := fmt.Sprintf("while [ ! -e %s ]; do sleep 0.05; done; exec %s", e.gate, o.noop)
+	data := fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog, e.coldQuietLog, gated, payloadSize)
 	if err := os.WriteFile(mf, data, 0o644); err != nil {
 		return err
 	}
@@ -306,6 +341,12 @@ func startInferd(ctx context.Context, o options, e *env) error {
 	lines := strings.Fields(strings.TrimSpace(string(out)))
 	e.apiKey = lines[len(lines)-1]
 	return waitAlwaysOn(ctx, e)
+}
+
+// writeConfig writes inferd's configuration with the replica settings given
+// (sandboxOn or sandboxOff); a restart applies it.
+func (e *env) writeConfig(replica string) error {
+	return os.WriteFile(e.inferdCfg, fmt.Appendf(nil, inferdConf, e.port, e.dir, replica), 0o644)
 }
 
 // waitAlwaysOn waits until every replica that should always run (each

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -179,6 +180,72 @@ func measureColdBootQuiet(ctx context.Context, e *env, o options, r *report) err
 	return coldBoot(ctx, e, o, r, "coldquiet", e.coldQuietLog, ", model printing nothing")
 }
 
+// measureColdBootSandboxOff is measureColdBoot with the replica sandbox off
+// (models as root, on the host's network, in no cgroup of their own), after
+// a restart of inferd, for the sandbox's share of a cold boot side by side;
+// it restarts inferd with the sandbox on again at the end. It first records
+// which protections the "on" figures had: all of them only as root.
+func measureColdBootSandboxOff(ctx context.Context, e *env, o options, r *report) error {
+	on, err := protectionsOn(ctx, e)
+	if err != nil {
+		return err
+	}
+	r.add("Replica sandbox in force for the figures above (docs/security.md)", on, "", true)
+	if err := e.writeConfig(sandboxOff); err != nil {
+		return err
+	}
+	if err := restartInferd(ctx, o, e); err != nil {
+		return err
+	}
+	err = coldBoot(ctx, e, o, r, "cold", e.coldLog, ", sandbox off")
+	if werr := e.writeConfig(sandboxOn); err == nil {
+		err = werr
+	}
+	if rerr := restartInferd(ctx, o, e); err == nil {
+		err = rerr
+	}
+	if err == nil && r.coldOn != 0 {
+		r.add("Cold boot: the sandbox's share, p50 with it on − p50 with it off (same model, same loop)", dur(r.coldOn-r.coldOff), "", true)
+	}
+	return err
+}
+
+// protectionsOn names the protections /v1/status reports on.
+func protectionsOn(ctx context.Context, e *env) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", e.base+"/v1/status", nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("X-Service-API-Key", e.apiKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Protections []struct {
+			Name string `json:"name"`
+			On   bool   `json:"on"`
+		} `json:"protections"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return "", fmt.Errorf("/v1/status: %w", err)
+	}
+	var on, off []string
+	for _, p := range st.Protections {
+		if p.On {
+			on = append(on, p.Name)
+		} else {
+			off = append(off, p.Name)
+		}
+	}
+	s := "on: " + strings.Join(on, ", ")
+	if len(off) > 0 {
+		s += "; off: " + strings.Join(off, ", ")
+	}
+	return s, nil
+}
+
 func coldBoot(ctx context.Context, e *env, o options, r *report, project, bootLog, label string) error {
 	const n = 20
 	client := loadgen.NewClient(1)
@@ -222,6 +289,12 @@ func coldBoot(ctx context.Context, e *env, o options, r *report, project, bootLo
 	slices.Sort(own)
 	slices.Sort(inMain)
 	p50 := loadgen.Percentile(over, 50)
+	switch label {
+	case "":
+		r.coldOn = p50
+	case ", sandbox off":
+		r.coldOff = p50
+	}
 	r.add(fmt.Sprintf("Cold boot overhead added by inferd%s, p50 (max) of %d: call latency − model's own start, exec to listening (p50 %s, of which in main %s) − warm sync call (%s)",
 		label, n, dur(loadgen.Percentile(own, 50)), dur(loadgen.Percentile(inMain, 50)), dur(r.warmStart)),
 		dur(p50)+" ("+dur(over[len(over)-1])+")", "≤ 20 ms", p50 <= 20*time.Millisecond)

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"inferd/bench/payload"
 )
 
 // proc is a child process the suite started and stops at the end.
@@ -93,19 +95,7 @@ func waitHTTP(ctx context.Context, method, url string, timeout time.Duration) er
 }
 
 // rssBytes reads a process's resident set size.
-func rssBytes(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.Lines(string(b)) {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
-}
+func rssBytes(pid int) (int64, error) { return payload.RSS(pid) }
 
 // metricSum adds up the samples of a Prometheus metric whose name and labels
 // start with prefix, e.g. `inferd_replicas{project="cold"`.

@@ -17,6 +17,9 @@ type report struct {
 	errors    []string
 	idleRSS   int64
 	warmStart time.Duration // p50 of a warm sync start at c=1
+	// coldOn and coldOff are the cold boot overhead, p50, with the replica
+	// sandbox on (the default) and off.
+	coldOn, coldOff time.Duration
 }
 
 func (r *report) machine() {

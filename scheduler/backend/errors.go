@@ -41,3 +41,23 @@ type ExceptionError struct {
 
 // Error implements error.
 func (e *ExceptionError) Error() string { return "model raised an exception: " + e.LastLine }
+
+// OutOfMemoryError is how a replica ended when the kernel killed it, or a
+// process of it, for going over the project's memoryMiB. Instance.ExitErr
+// returns it, wrapping how the process ended (nil when it then exited
+// cleanly).
+type OutOfMemoryError struct {
+	LimitMiB int
+	Err      error
+}
+
+// Error implements error.
+func (e *OutOfMemoryError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("out of memory (limit %d MiB)", e.LimitMiB)
+	}
+	return fmt.Sprintf("out of memory (limit %d MiB): %v", e.LimitMiB, e.Err)
+}
+
+// Unwrap returns how the process ended.
+func (e *OutOfMemoryError) Unwrap() error { return e.Err }

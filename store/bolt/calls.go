@@ -34,11 +34,22 @@ func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
 	if !ok {
 		return
 	}
-	cw := callWrite{key: []byte(c.ID), final: c.State.Done(), finished: c.Finished, done: done}
+	cw := callWrite{key: []byte(c.ID), final: c.State.Done(), finished: c.Finished, done: done,
+		hasInputs: len(c.Inputs) > 0}
 	if c.IdempotencyKey != "" {
 		cw.idem = store.IdempotencyIndexKey(c.TeamID, c.IdempotencyKey)
 	}
+	// The record holds the rest and the small payloads, spliced in as they
+	// are; large ones go to their own buckets, never encoded again.
+	in, out := c.Inputs, c.Outputs
+	c.Inputs, c.Outputs = nil, nil
 	v, err := json.Marshal(c)
+	if err == nil {
+		v, err = splicePayload(v, "inputs", in, &cw.inputs)
+	}
+	if err == nil {
+		v, err = splicePayload(v, "outputs", out, &cw.outputs)
+	}
 	if err != nil {
 		done(fmt.Errorf("save call %s: encode: %w", c.ID, err))
 		return
@@ -55,12 +66,44 @@ func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
 	}
 }
 
+// splicePayload adds a small payload p to the encoded record rec as field
+// name, byte for byte, or hands a large one to *large for its bucket.
+func splicePayload(rec []byte, name string, p json.RawMessage, large *[]byte) ([]byte, error) {
+	switch {
+	case len(p) == 0:
+		return rec, nil
+	case len(p) > store.SmallPayload:
+		*large = p
+		return rec, nil
+	case !json.Valid(p):
+		return nil, fmt.Errorf("%s are not valid JSON", name)
+	}
+	return appendField(rec, name, p), nil
+}
+
+// appendField adds "name":raw to the JSON object rec.
+func appendField(rec []byte, name string, raw []byte) []byte {
+	out := make([]byte, 0, len(rec)+len(name)+len(raw)+4)
+	out = append(out, rec[:len(rec)-1]...) // rec ends with '}'
+	if len(rec) > 2 {
+		out = append(out, ',')
+	}
+	out = append(out, '"')
+	out = append(out, name...)
+	out = append(out, '"', ':')
+	out = append(out, raw...)
+	return append(out, '}')
+}
+
 func wrapSaveErr(err error) error { return fmt.Errorf("save calls: %w", err) }
 
 // applyCallWrite writes one call and keeps the call indexes in step (see
 // schema.go): callpending holds the call iff it is not final; callfinished
 // and callexpiry hold it iff it is final, under its current Finished time;
-// callidem points at it when it has an idempotency key.
+// callidem points at it when it has an idempotency key. Inputs are replaced
+// only by a write that carries some; outputs by every write (see
+// store.Calls). A small payload is in the record (cw.value), a large one in
+// its bucket.
 func applyCallWrite(tx *bbolt.Tx, cw *callWrite) error {
 	if cw.idem != nil {
 		if err := tx.Bucket(bucketCallIdem).Put(cw.idem, cw.key); err != nil {
@@ -71,6 +114,28 @@ func applyCallWrite(tx *bbolt.Tx, cw *callWrite) error {
 		}
 	}
 	calls := tx.Bucket(bucketCalls)
+	if cw.hasInputs {
+		// For small inputs putPayload only deletes chunks that an earlier
+		// write of the same call may have left: as a rule none, and then
+		// it reads one key and writes nothing.
+		if err := putPayload(tx.Bucket(bucketCallInputs), cw.key, cw.inputs); err != nil {
+			return err
+		}
+	} else if old := calls.Get(cw.key); bytes.Contains(old, []byte(`"inputs":`)) {
+		// No inputs given and small ones stored: the record keeps them.
+		var o struct {
+			Inputs json.RawMessage `json:"inputs"`
+		}
+		if err := json.Unmarshal(old, &o); err != nil {
+			return fmt.Errorf("call %s: %w", cw.key, err)
+		}
+		if len(o.Inputs) > 0 {
+			cw.value = appendField(cw.value, "inputs", o.Inputs)
+		}
+	}
+	if err := putPayload(tx.Bucket(bucketCallOutputs), cw.key, cw.outputs); err != nil {
+		return err
+	}
 	finished := tx.Bucket(bucketCallFinished)
 	expiry := tx.Bucket(bucketCallExpiry)
 	pending := tx.Bucket(bucketCallPending)
@@ -115,27 +180,110 @@ func expiryKey(ts, id []byte) []byte {
 	return append(append(k, ts...), id...)
 }
 
-// GetCall returns the committed state of a call, or ErrNotFound.
+// GetCall returns the committed state of a call, with its inputs and
+// outputs, or ErrNotFound.
 func (s *Store) GetCall(id string) (store.Call, error) {
-	var (
-		c     store.Call
-		found bool
-	)
+	return s.readCall(id, "get call", true, true)
+}
+
+// GetCallResult returns the call without its inputs and with its outputs as
+// the raw bytes stored, copied once into a buffer of their size and never
+// decoded (see store.Calls). Only the small record is decoded.
+func (s *Store) GetCallResult(id string) (store.Call, error) {
+	return s.readCall(id, "get call result", false, true)
+}
+
+// CallInputs returns the stored inputs of a call (nil when it has none), or
+// ErrNotFound.
+func (s *Store) CallInputs(id string) (json.RawMessage, error) {
+	var in json.RawMessage
+	found := false
 	err := s.view(func(tx *bbolt.Tx) error {
-		v := tx.Bucket(bucketCalls).Get([]byte(id))
-		if v == nil {
+		key := []byte(id)
+		if tx.Bucket(bucketCalls).Get(key) == nil {
 			return nil
 		}
 		found = true
-		return json.Unmarshal(v, &c)
+		var c store.Call // small inputs are in the record
+		if err := decodeCall(tx.Bucket(bucketCalls).Get(key), &c); err != nil {
+			return err
+		}
+		readPayloads(tx, key, &c, true, false)
+		in = c.Inputs
+		return nil
 	})
 	if err == nil && !found {
 		err = store.ErrNotFound
 	}
 	if err != nil {
-		return store.Call{}, fmt.Errorf("get call %s: %w", id, err)
+		return nil, fmt.Errorf("call inputs %s: %w", id, err)
+	}
+	return in, nil
+}
+
+// readCall reads call id's record and the payloads asked for, in one read
+// transaction, so that they belong to the same commit. InputBytes is set
+// when the inputs are left out.
+func (s *Store) readCall(id, what string, inputs, outputs bool) (store.Call, error) {
+	var (
+		c     store.Call
+		found bool
+	)
+	err := s.view(func(tx *bbolt.Tx) error {
+		key := []byte(id)
+		v := tx.Bucket(bucketCalls).Get(key)
+		if v == nil {
+			return nil
+		}
+		found = true
+		if err := decodeCall(v, &c); err != nil {
+			return err
+		}
+		readPayloads(tx, key, &c, inputs, outputs)
+		return nil
+	})
+	if err == nil && !found {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return store.Call{}, fmt.Errorf("%s %s: %w", what, id, err)
 	}
 	return c, nil
+}
+
+// readPayloads fills in c's inputs and outputs, or leaves them out
+// (InputBytes then says the inputs' size). decodeCall has read the small
+// ones from the record; the large ones are in their buckets. A file of
+// schema version 1, opened read-only and so not migrated, has no payload
+// buckets: its records hold every payload.
+func readPayloads(tx *bbolt.Tx, key []byte, c *store.Call, inputs, outputs bool) {
+	if b := tx.Bucket(bucketCallInputs); len(c.Inputs) == 0 && b != nil {
+		if inputs {
+			c.Inputs = readPayload(tx, b, key)
+		} else {
+			c.InputBytes = payloadSize(b, key)
+		}
+	} else {
+		c.InputBytes = int64(len(c.Inputs))
+	}
+	if !inputs {
+		c.Inputs = nil
+	}
+	if b := tx.Bucket(bucketCallOutputs); len(c.Outputs) == 0 && b != nil && outputs {
+		c.Outputs = readPayload(tx, b, key)
+	}
+	if !outputs {
+		c.Outputs = nil
+	}
+}
+
+// decodeCall decodes a call record, with the payloads it holds: the small
+// ones since schema version 2 (see SaveCallAsync), all of them before.
+func decodeCall(v []byte, c *store.Call) error {
+	if err := json.Unmarshal(v, c); err != nil {
+		return fmt.Errorf("decode call: %w", err)
+	}
+	return nil
 }
 
 // deleteIdem drops call id's idempotency index entries: its callidemof
@@ -156,7 +304,7 @@ func deleteIdem(tx *bbolt.Tx, id []byte) error {
 }
 
 // CallByIdempotencyKey returns the call that team teamID started with
-// idempotency key key, or ErrNotFound.
+// idempotency key key, as GetCallResult does (no inputs), or ErrNotFound.
 func (s *Store) CallByIdempotencyKey(teamID, key string) (store.Call, error) {
 	var id []byte
 	err := s.view(func(tx *bbolt.Tx) error {
@@ -169,11 +317,13 @@ func (s *Store) CallByIdempotencyKey(teamID, key string) (store.Call, error) {
 	if id == nil {
 		return store.Call{}, fmt.Errorf("call by idempotency key: %w", store.ErrNotFound)
 	}
-	return s.GetCall(string(id))
+	return s.GetCallResult(string(id)) // a repeated start answers; its inputs are not needed
 }
 
 // PendingCalls returns every call not in a final state (queued or running),
-// oldest first. The scheduler calls it at start-up to recover them.
+// oldest first, without inputs or outputs (InputBytes says the inputs'
+// size). The scheduler calls it at start-up to recover them and reads each
+// one's inputs when it dispatches it.
 func (s *Store) PendingCalls() ([]store.Call, error) {
 	var calls []store.Call
 	err := s.view(func(tx *bbolt.Tx) error {
@@ -187,9 +337,10 @@ func (s *Store) PendingCalls() ([]store.Call, error) {
 				return corruptError(s.path, fmt.Sprintf("pending call %q has no record", id))
 			}
 			var c store.Call
-			if err := json.Unmarshal(v, &c); err != nil {
+			if err := decodeCall(v, &c); err != nil {
 				return corruptError(s.path, fmt.Errorf("call %q: %w", id, err))
 			}
+			readPayloads(tx, id, &c, false, false)
 			calls = append(calls, c)
 			return nil
 		})
@@ -216,6 +367,7 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 			calls := tx.Bucket(bucketCalls)
 			finished := tx.Bucket(bucketCallFinished)
 			expiry := tx.Bucket(bucketCallExpiry)
+			inputs, outputs := tx.Bucket(bucketCallInputs), tx.Bucket(bucketCallOutputs)
 			// Collect first: deleting under a live bbolt cursor skips keys.
 			var keys [][]byte
 			c := expiry.Cursor()
@@ -237,6 +389,12 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 					return err
 				}
 				if err := expiry.Delete(k); err != nil {
+					return err
+				}
+				if err := deletePayload(inputs, id); err != nil {
+					return err
+				}
+				if err := deletePayload(outputs, id); err != nil {
 					return err
 				}
 			}

@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -14,7 +15,8 @@ import (
 // that look at what a killed daemon left: bbolt's own consistency check of
 // its pages, and the call indexes of schema.go (a final call is in
 // callfinished and callexpiry and not in callpending, any other call the
-// reverse; no pending entry lacks its record). It opens the file read-only
+// reverse; no pending entry lacks its record; every payload chunk belongs to
+// a call, numbered from 0 without gaps). It opens the file read-only
 // and returns every stored call and each problem found; err is set only when
 // the file cannot be read at all. Run it on a file no daemon holds: it waits
 // up to timeout for the lock.
@@ -37,6 +39,7 @@ func Check(path string, timeout time.Duration) (calls map[string]store.Call, pro
 			if err := json.Unmarshal(v, &c); err != nil {
 				return fmt.Errorf("call %s: %w", k, err)
 			}
+			readPayloads(tx, k, &c, true, true)
 			calls[string(k)] = c
 			fin := finished.Get(k)
 			switch {
@@ -49,17 +52,53 @@ func Check(path string, timeout time.Duration) (calls map[string]store.Call, pro
 		}); err != nil {
 			return err
 		}
-		return pending.ForEach(func(k, _ []byte) error {
+		if err := pending.ForEach(func(k, _ []byte) error {
 			if _, ok := calls[string(k)]; !ok {
 				problems = append(problems, fmt.Errorf("pending index names call %s, which has no record", k))
 			}
 			return nil
-		})
+		}); err != nil {
+			return err
+		}
+		for _, name := range [][]byte{bucketCallInputs, bucketCallOutputs} {
+			problems = append(problems, checkChunks(tx.Bucket(name), name, calls)...)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, problems, fmt.Errorf("check data file %s: %w", path, err)
 	}
 	return calls, problems, nil
+}
+
+// checkChunks checks that every chunk in b (callinputs or calloutputs)
+// belongs to a stored call and that each call's chunks are numbered 0, 1, ...
+func checkChunks(b *bbolt.Bucket, name []byte, calls map[string]store.Call) []error {
+	if b == nil {
+		return nil // schema version 1
+	}
+	var problems []error
+	var prev string
+	var next uint32
+	_ = b.ForEach(func(k, _ []byte) error {
+		if len(k) < 4 {
+			problems = append(problems, fmt.Errorf("%s: malformed key %x", name, k))
+			return nil
+		}
+		id, n := string(k[:len(k)-4]), binary.BigEndian.Uint32(k[len(k)-4:])
+		if id != prev {
+			prev, next = id, 0
+			if _, ok := calls[id]; !ok {
+				problems = append(problems, fmt.Errorf("%s: chunks of call %s, which has no record", name, id))
+			}
+		}
+		if n != next {
+			problems = append(problems, fmt.Errorf("%s: call %s has chunk %d where %d was due", name, id, n, next))
+		}
+		next = n + 1
+		return nil
+	})
+	return problems
 }
 
 // TreePages lists the branch and leaf pages the data file at path uses, as

@@ -31,6 +31,12 @@
 //   - Finished calls are indexed by finish time and deleted after the result
 //     TTL by ExpireCalls/RunSweeper in short transactions, so the file stays
 //     bounded (bbolt reuses freed pages; the file itself never shrinks).
+//   - A call's large inputs and outputs live in buckets of their own, in
+//     chunks (payloads.go), not in its record: a check decodes only the
+//     record and copies the outputs' bytes once; a queued call's inputs are
+//     read when it is dispatched. Small ones (store.SmallPayload) are in the
+//     record, spliced in as they are. Pages read for a payload are dropped from the process's
+//     map after the copy, so RSS does not grow with the payloads read.
 //
 // The bucket layout and its invariants are documented in schema.go.
 package bolt

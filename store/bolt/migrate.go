@@ -31,6 +31,7 @@ var migrations = []migration{
 	{why: "create the version 1 buckets", run: createBuckets(
 		bucketMeta, bucketTeams, bucketKeys, bucketProjects, bucketModelKeys,
 		bucketCalls, bucketCallPending, bucketCallFinished, bucketCallExpiry)},
+	{why: "move call inputs and outputs out of the call records", run: splitPayloads},
 }
 
 func createBuckets(names ...[]byte) func(tx *bbolt.Tx) error {

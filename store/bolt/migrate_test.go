@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -81,8 +82,14 @@ func checkFixtureData(t *testing.T, s *Store, secret string) {
 	if c, err := s.GetCall(fixtureCallDone); err != nil || c.State != store.CallSucceeded || string(c.Outputs) != `{"echo":"hi"}` {
 		t.Errorf("GetCall(done) = %+v, %v", c, err)
 	}
-	if pending, err := s.PendingCalls(); err != nil || len(pending) != 1 || pending[0].ID != fixtureCallPending {
-		t.Errorf("PendingCalls() = %+v, %v; want the one queued call", pending, err)
+	if pending, err := s.PendingCalls(); err != nil || len(pending) != 1 || pending[0].ID != fixtureCallPending || pending[0].InputBytes != int64(len(`{"n":1}`)) {
+		t.Errorf("PendingCalls() = %+v, %v; want the one queued call, its inputs' size", pending, err)
+	}
+	if in, err := s.CallInputs(fixtureCallPending); err != nil || string(in) != `{"n":1}` {
+		t.Errorf("CallInputs(pending) = %s, %v", in, err)
+	}
+	if c, err := s.GetCallResult(fixtureCallDone); err != nil || string(c.Outputs) != `{"echo":"hi"}` || c.Inputs != nil {
+		t.Errorf("GetCallResult(done) = %+v, %v", c, err)
 	}
 }
 
@@ -163,13 +170,14 @@ func TestNewFileStartsAtVersionZero(t *testing.T) {
 	}
 }
 
-// syntheticSteps are the real migrations plus two more: v1→v2 adds a field
-// to every team record, v2→v3 adds a bucket. calls records each step run.
+// syntheticSteps are the real migrations plus two more: the first adds a
+// field to every team record, the second a bucket, taking a file to
+// SchemaVersion+2. calls records each step run ("label", "bucket").
 func syntheticSteps(calls *[]string) []migration {
 	steps := append([]migration(nil), migrations...)
 	return append(steps,
 		migration{why: "label teams", run: func(tx *bbolt.Tx) error {
-			*calls = append(*calls, "1→2")
+			*calls = append(*calls, "label")
 			b := tx.Bucket(bucketTeams)
 			return b.ForEach(func(k, v []byte) error {
 				var rec map[string]any
@@ -185,7 +193,7 @@ func syntheticSteps(calls *[]string) []migration {
 			})
 		}},
 		migration{why: "add a bucket", run: func(tx *bbolt.Tx) error {
-			*calls = append(*calls, "2→3")
+			*calls = append(*calls, "bucket")
 			_, err := tx.CreateBucket([]byte("v3things"))
 			return err
 		}},
@@ -199,22 +207,23 @@ func TestOpenRunsEachStepOnceAndKeepsACopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Migration{From: 1, To: 3, Copy: path + ".schema-v1"}
+	top := SchemaVersion + 2
+	want := Migration{From: 1, To: top, Copy: path + ".schema-v1"}
 	if m := s.Migration(); m != want || !m.Migrated() {
 		t.Errorf("Migration() = %+v, want %+v", m, want)
 	}
-	if strings.Join(ran, ",") != "1→2,2→3" {
-		t.Errorf("steps ran: %v, want 1→2,2→3", ran)
+	if strings.Join(ran, ",") != "label,bucket" {
+		t.Errorf("steps ran: %v, want label,bucket", ran)
 	}
 	err = s.view(func(tx *bbolt.Tx) error {
-		if got := string(tx.Bucket(bucketMeta).Get(keySchema)); got != "3" {
-			t.Errorf("recorded schema = %q, want 3", got)
+		if got := string(tx.Bucket(bucketMeta).Get(keySchema)); got != strconv.Itoa(top) {
+			t.Errorf("recorded schema = %q, want %d", got, top)
 		}
 		if tx.Bucket([]byte("v3things")) == nil {
-			t.Error("step 2→3 did not take effect")
+			t.Error("the bucket step did not take effect")
 		}
 		if team := tx.Bucket(bucketTeams).Get([]byte("acme")); !bytes.Contains(team, []byte(`"label":"migrated"`)) {
-			t.Errorf("step 1→2 did not take effect: team = %s", team)
+			t.Errorf("the label step did not take effect: team = %s", team)
 		}
 		return nil
 	})
@@ -229,15 +238,15 @@ func TestOpenRunsEachStepOnceAndKeepsACopy(t *testing.T) {
 	// Reopening runs nothing more.
 	ran = nil
 	s = openAt(t, path, Options{migrations: syntheticSteps(&ran)})
-	if m := s.Migration(); len(ran) != 0 || m != (Migration{From: 3, To: 3}) {
-		t.Errorf("reopen: steps %v, Migration() = %+v; want none, 3→3", ran, m)
+	if m := s.Migration(); len(ran) != 0 || m != (Migration{From: top, To: top}) {
+		t.Errorf("reopen: steps %v, Migration() = %+v; want none, %d→%d", ran, m, top, top)
 	}
 	s.Close()
 
-	// This binary (schema 1) refuses the migrated file, and the copy is the
-	// version 1 data it can still serve.
+	// This binary refuses the migrated file, and the copy is the version 1
+	// data it can still serve.
 	_, err = Open(path, Options{})
-	if !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "schema version 3, newer than version 1") {
+	if !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), fmt.Sprintf("schema version %d, newer than version %d", top, SchemaVersion)) {
 		t.Errorf("open a newer schema: %v, want ErrSchema naming both versions", err)
 	}
 	old := openAt(t, want.Copy, Options{})
@@ -251,13 +260,13 @@ func TestFailedStepLeavesTheFileUnchanged(t *testing.T) {
 	path, secret := copyFixture(t, 1)
 	var ran []string
 	steps := syntheticSteps(&ran)
-	steps[2].run = func(*bbolt.Tx) error { return errors.New("disk says no") }
+	steps[len(steps)-1].run = func(*bbolt.Tx) error { return errors.New("disk says no") }
 	before, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = Open(path, Options{migrations: steps})
-	if err == nil || !strings.Contains(err.Error(), "from schema version 2 to 3 (add a bucket): disk says no") {
+	if want := fmt.Sprintf("from schema version %d to %d (add a bucket): disk says no", SchemaVersion+1, SchemaVersion+2); err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Open with a failing step: %v, want an error naming the step", err)
 	}
 	after, err := os.ReadFile(path)

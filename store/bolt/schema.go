@@ -8,7 +8,7 @@ import (
 // SchemaVersion is the layout of buckets and records this binary reads and
 // writes. Bump it, with a step in migrations (migrate.go), whenever a change
 // would confuse an older binary; adding a bucket or an omitempty field does not.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // Buckets and their invariants. All keys sort the way they are scanned.
 //
@@ -20,7 +20,14 @@ const SchemaVersion = 1
 //	projects    project id → Project JSON. Every project's TeamID has an entry in teams.
 //	modelkeys   Model.KeyHash → project id. Exactly one entry per project, and
 //	            modelkeys[p.Model.KeyHash] == p.ID; a hash belongs to at most one project.
-//	calls       call id ("call_" + UUIDv7, so key order is creation order) → Call JSON.
+//	calls       call id ("call_" + UUIDv7, so key order is creation order) → Call JSON,
+//	            with its inputs and outputs only when small (store.SmallPayload; since
+//	            version 2): a record stays small whatever the payloads.
+//	callinputs  call id + 4-byte big-endian chunk number → the next payloadChunk bytes
+//	            of the call's large inputs, as the client sent them (payloads.go). Chunks
+//	            are numbered from 0 without gaps; a call without inputs has none.
+//	            Every call id here has a record in calls.
+//	calloutputs the same for the call's outputs, the model's raw JSON reply.
 //	callpending call id → empty, exactly for the calls whose state is not final
 //	            (queued, booting, running). Scanned at start-up to recover calls.
 //	callfinished call id → 8-byte big-endian Finished unix-nanos, exactly for the
@@ -52,6 +59,8 @@ var (
 	bucketCallPending  = []byte("callpending")
 	bucketCallFinished = []byte("callfinished")
 	bucketCallExpiry   = []byte("callexpiry")
+	bucketCallInputs   = []byte("callinputs")
+	bucketCallOutputs  = []byte("calloutputs")
 	bucketCallIdem     = []byte("callidem")
 	bucketCallIdemOf   = []byte("callidemof")
 	bucketOutbox       = []byte("outbox")
@@ -65,6 +74,7 @@ func allBuckets() [][]byte {
 	return [][]byte{
 		bucketMeta, bucketTeams, bucketKeys, bucketProjects, bucketModelKeys,
 		bucketCalls, bucketCallPending, bucketCallFinished, bucketCallExpiry,
+		bucketCallInputs, bucketCallOutputs,
 		bucketCallIdem, bucketCallIdemOf, bucketOutbox, bucketOutboxEnded, bucketTeamSecrets,
 	}
 }

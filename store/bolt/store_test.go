@@ -6,9 +6,11 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	mathrand "math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -112,10 +114,10 @@ func TestOpenRefusesUnknownSchema(t *testing.T) {
 		version string
 		want    []string
 	}{
-		{"newer", "2", []string{"schema version 2", "version 1", "upgrade inferd"}},
-		{"much newer", "17", []string{"schema version 17", "version 1", "upgrade inferd"}},
-		{"garbage", "x9", []string{`unknown schema version "x9"`, "version 1", "upgrade inferd"}},
-		{"zero", "0", []string{`unknown schema version "0"`, "version 1"}},
+		{"newer", strconv.Itoa(SchemaVersion + 1), []string{fmt.Sprintf("schema version %d", SchemaVersion+1), fmt.Sprintf("version %d", SchemaVersion), "upgrade inferd"}},
+		{"much newer", "17", []string{"schema version 17", fmt.Sprintf("version %d", SchemaVersion), "upgrade inferd"}},
+		{"garbage", "x9", []string{`unknown schema version "x9"`, fmt.Sprintf("version %d", SchemaVersion), "upgrade inferd"}},
+		{"zero", "0", []string{`unknown schema version "0"`, fmt.Sprintf("version %d", SchemaVersion)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := testPath(t)

@@ -10,14 +10,21 @@ import (
 )
 
 // callWrite is one queued SaveCall: the record already encoded by the
-// caller, so the writer's transaction does no JSON work.
+// caller, so the writer's transaction does no JSON work (but to keep small
+// inputs a write does not carry), and the large payloads as the caller gave
+// them (held, not copied, until the commit).
 type callWrite struct {
-	key      []byte
-	value    []byte
-	final    bool      // state is succeeded or failed
-	finished time.Time // set when final
-	idem     []byte    // the callidem key, for a call with an idempotency key
-	done     func(error)
+	key   []byte
+	value []byte
+	// hasInputs: the write carries inputs, in value when small, else in
+	// inputs; without, the stored inputs are kept.
+	hasInputs bool
+	inputs    []byte    // large inputs, for callinputs
+	outputs   []byte    // large outputs, for calloutputs
+	final     bool      // state is succeeded or failed
+	finished  time.Time // set when final
+	idem      []byte    // the callidem key, for a call with an idempotency key
+	done      func(error)
 
 	deliveries        []store.Delivery // webhook deliveries the write makes due
 	encodedDeliveries [][]byte         // their JSON, in the same order

@@ -6,20 +6,21 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"inferd/store"
 )
 
 // MaxInlinePayload is the most bytes of inputs, and of outputs, a call
-// keeps in etcd. etcd refuses a request over about 1.5 MiB and every node
-// reads these records, so larger payloads belong on the node that holds
-// them (the next step, docs/cluster.md); until then they are refused.
-const MaxInlinePayload = 64 << 10
+// keeps in etcd, each in a key of its own (see doc.go). etcd refuses a
+// request over about 1.5 MiB, and a call write may carry both, so 512 KiB
+// each leaves room for the rest; larger payloads belong on the node that
+// holds them (the next step, docs/cluster.md), and until then are refused.
+const MaxInlinePayload = 512 << 10
 
 // ErrPayloadTooLarge is the error of a call write whose inputs or outputs
 // are over MaxInlinePayload.
@@ -66,6 +67,15 @@ func (s *Store) newCallWrite(c store.Call, done func(error)) (callWrite, error) 
 		return callWrite{}, err
 	}
 	cw := callWrite{id: c.ID, ops: ops, size: size, done: done, deliveries: store.DeliveriesFor(c, s.now().UTC())}
+	if len(c.Inputs) > 0 {
+		// A write without inputs keeps those stored: only a write that
+		// carries them puts them.
+		cw.inputOps = []clientv3.Op{
+			clientv3.OpPut(s.key("inputs", c.ID), string(c.Inputs)),
+			clientv3.OpPut(s.key("inputsize", c.ID), strconv.Itoa(len(c.Inputs))),
+		}
+		cw.size += len(c.Inputs)
+	}
 	if len(cw.deliveries) > 0 {
 		if cw.records, err = s.deliveryRecords(what, cw.deliveries); err != nil {
 			return callWrite{}, err
@@ -77,25 +87,30 @@ func (s *Store) newCallWrite(c store.Call, done func(error)) (callWrite, error) 
 	return cw, nil
 }
 
-// callOps returns the etcd operations that store c with its indexes, and
-// their size in bytes. Each is a put or delete of a fixed key, so applying
-// them twice (a retried commit) stores the same.
+// callOps returns the etcd operations that store c with its outputs and
+// indexes, not its inputs, and their size in bytes. Each is a put or delete
+// of a fixed key, so applying them twice (a retried commit) stores the
+// same. The payloads are stored as the bytes given, never encoded again.
 func (s *Store) callOps(c store.Call) ([]clientv3.Op, int, error) {
 	what := fmt.Sprintf("save call %s", c.ID)
-	full, err := encode(what, c)
+	r := c
+	r.Inputs, r.Outputs = nil, nil
+	rec, err := encode(what, r)
 	if err != nil {
 		return nil, 0, err
 	}
-	m := c
-	m.Inputs, m.Outputs = nil, nil
-	m.Webhook = "" // may carry a token in its query
-	meta, err := encode(what, m)
+	r.Webhook = "" // may carry a token in its query
+	meta, err := encode(what, r)
 	if err != nil {
 		return nil, 0, err
 	}
 	ops := []clientv3.Op{
-		clientv3.OpPut(s.key("calls", c.ID), full),
+		clientv3.OpPut(s.key("calls", c.ID), rec),
 		clientv3.OpPut(s.key("meta", c.ID), meta),
+		clientv3.OpDelete(s.key("outputs", c.ID)), // outputs: what this write says
+	}
+	if len(c.Outputs) > 0 {
+		ops[2] = clientv3.OpPut(s.key("outputs", c.ID), string(c.Outputs))
 	}
 	if c.IdempotencyKey != "" {
 		// A later call with the same team and key takes the key over.
@@ -107,7 +122,7 @@ func (s *Store) callOps(c store.Call) ([]clientv3.Op, int, error) {
 	} else {
 		ops = append(ops, clientv3.OpPut(s.key("pending", c.ID), s.node))
 	}
-	return ops, len(full) + len(meta) + 4*len(c.ID) + 128, nil
+	return ops, len(rec) + len(meta) + len(c.Outputs) + 6*len(c.ID) + 128, nil
 }
 
 // idemKey is the idempotency index entry of a team's key; the key is
@@ -117,7 +132,8 @@ func (s *Store) idemKey(teamID, key string) string {
 	return s.key("idem", teamID, hex.EncodeToString(sum[:]))
 }
 
-// CallByIdempotencyKey implements store.Calls.
+// CallByIdempotencyKey implements store.Calls: the call as GetCallResult
+// returns it.
 func (s *Store) CallByIdempotencyKey(teamID, key string) (store.Call, error) {
 	const what = "call by idempotency key"
 	if err := s.check(what); err != nil {
@@ -130,7 +146,7 @@ func (s *Store) CallByIdempotencyKey(teamID, key string) (store.Call, error) {
 	if !ok {
 		return store.Call{}, fmt.Errorf("%s: %w", what, store.ErrNotFound)
 	}
-	return getRecord[store.Call](s, what, s.key("calls", string(id))) // expired meanwhile: ErrNotFound
+	return s.readCall(what, string(id), false) // expired meanwhile: ErrNotFound
 }
 
 // finishedKey is the expiry index entry of a call finished at t. Times
@@ -139,16 +155,13 @@ func (s *Store) finishedKey(t time.Time, id string) string {
 	return s.key("finished", fmt.Sprintf("%020d", max(t.UnixNano(), 0)), id)
 }
 
-// GetCall implements store.Calls.
-func (s *Store) GetCall(id string) (store.Call, error) {
-	return getRecord[store.Call](s, fmt.Sprintf("get call %s", id), s.key("calls", id))
-}
 
 // PendingCalls implements store.Calls: the pending index read at one
-// revision, then the calls it names read at that same revision, so the
-// answer is one consistent moment. Only the calls this node wrote last
-// (their entry names Options.Node) are returned: the scheduler recovers
-// them at start-up, and another node's calls are that node's to recover.
+// revision, then the calls it names, and their inputs' sizes, read at that
+// same revision, so the answer is one consistent moment. Only the calls
+// this node wrote last (their entry names Options.Node) are returned: the
+// scheduler recovers them at start-up, and another node's calls are that
+// node's to recover.
 func (s *Store) PendingCalls() ([]store.Call, error) {
 	const what = "pending calls"
 	if err := s.check(what); err != nil {
@@ -161,32 +174,38 @@ func (s *Store) PendingCalls() ([]store.Call, error) {
 	if err != nil {
 		return nil, s.wrap(what, err)
 	}
-	var mine []*mvccpb.KeyValue
+	var mine []string
 	for _, kv := range idx.Kvs {
 		if string(kv.Value) == s.node {
-			mine = append(mine, kv)
+			mine = append(mine, strings.TrimPrefix(string(kv.Key), dir))
 		}
 	}
 	out := make([]store.Call, 0, len(mine))
-	const perTxn = 64 // well under etcd's 128 operations per transaction
+	const perTxn = 60 // two reads each, under etcd's 128 operations per transaction
 	for start := 0; start < len(mine); start += perTxn {
 		var gets []clientv3.Op
-		for _, kv := range mine[start:min(start+perTxn, len(mine))] {
-			id := strings.TrimPrefix(string(kv.Key), dir)
-			gets = append(gets, clientv3.OpGet(s.key("calls", id), clientv3.WithRev(idx.Header.Revision)))
+		ids := mine[start:min(start+perTxn, len(mine))]
+		for _, id := range ids {
+			gets = append(gets, clientv3.OpGet(s.key("calls", id), clientv3.WithRev(idx.Header.Revision)),
+				clientv3.OpGet(s.key("inputsize", id), clientv3.WithRev(idx.Header.Revision)))
 		}
 		resp, err := s.cli.Txn(ctx).Then(gets...).Commit()
 		if err != nil {
 			return nil, s.wrap(what, err)
 		}
-		for _, r := range resp.Responses {
-			for _, kv := range r.GetResponseRange().Kvs {
-				c, err := decode[store.Call](what, string(kv.Key), kv.Value)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, c)
+		for i := range ids {
+			kvs := resp.Responses[2*i].GetResponseRange().Kvs
+			if len(kvs) == 0 {
+				continue // not reached: the index and the call change together
 			}
+			c, err := decode[store.Call](what, string(kvs[0].Key), kvs[0].Value)
+			if err != nil {
+				return nil, err
+			}
+			if c.InputBytes, err = inputSize(what, resp.Responses[2*i+1]); err != nil {
+				return nil, err
+			}
+			out = append(out, c)
 		}
 	}
 	return out, nil
@@ -288,7 +307,8 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 		}
 		ops := []clientv3.Op{clientv3.OpDelete(entry)}
 		if expire {
-			ops = append(ops, clientv3.OpDelete(ck), clientv3.OpDelete(s.key("meta", id)), clientv3.OpDelete(s.key("pending", id)))
+			ops = append(ops, clientv3.OpDelete(ck), clientv3.OpDelete(s.key("meta", id)), clientv3.OpDelete(s.key("pending", id)),
+				clientv3.OpDelete(s.key("inputs", id)), clientv3.OpDelete(s.key("inputsize", id)), clientv3.OpDelete(s.key("outputs", id)))
 			if c.IdempotencyKey != "" {
 				// The key goes with the call, unless a later call took it over.
 				ik := s.idemKey(c.TeamID, c.IdempotencyKey)

@@ -7,13 +7,16 @@
 //
 // Every key is under Options.Prefix (default "/inferd/"):
 //
-//	schema                      the layout version ("1"); Open refuses others
+//	schema                      the layout version ("2"); Open refuses others
 //	teams/<id>                  store.Team (JSON)
 //	keys/<id>                   store.APIKey (JSON; only the secret's hash)
 //	projects/<id>               store.Project (JSON)
 //	modelkeys/<hash>            the id of the project that owns a modelKey hash
-//	calls/<id>                  store.Call, inputs and outputs included (JSON)
-//	meta/<id>                   the call without inputs, outputs and webhook URL (RecentCalls)
+//	calls/<id>                  store.Call without its inputs and outputs (JSON)
+//	inputs/<id>                 its inputs, the bytes given (none: no key); only a write that carries them puts them
+//	inputsize/<id>              their size in bytes (decimal), for reads that leave them out
+//	outputs/<id>                its outputs, the bytes given (none: no key); every write puts or deletes them
+//	meta/<id>                   the call without webhook URL (RecentCalls)
 //	pending/<id>                the node that wrote it, while the call is not final (PendingCalls)
 //	finished/<unix nanos>/<id>  "" once final, by its Finished (ExpireCalls)
 //	idem/<team>/<sha256 of key> the id of the call started with that idempotency key
@@ -53,7 +56,10 @@
 // writes queued: a node's deliverer sends the messages of the calls it
 // ran, and recovers them at start-up, as it recovers its pending calls.
 //
-// Inputs and outputs are kept inline, at most MaxInlinePayload bytes each;
+// Layout version 1 (before payloads had keys of their own) is refused, not
+// migrated: cluster mode had no release with it.
+//
+// Inputs and outputs are kept in etcd, at most MaxInlinePayload bytes each;
 // a larger one is refused with ErrPayloadTooLarge. Keeping large payloads
 // on the node that received or produced them, fetched over the inter-node
 // API and replicated to one other node, is the next step (docs/cluster.md).

@@ -19,7 +19,7 @@ import (
 )
 
 // schemaVersion is the key layout this code reads and writes (see doc.go).
-const schemaVersion = "1"
+const schemaVersion = "2"
 
 // DefaultPrefix is where the records live when Options.Prefix is empty.
 const DefaultPrefix = "/inferd/"

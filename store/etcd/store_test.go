@@ -154,8 +154,11 @@ func TestRecordsSurviveAMemberRestart(t *testing.T) {
 	if _, err := s.ProjectByModelKey("key-resnet"); err != nil {
 		t.Errorf("ProjectByModelKey after restart: %v", err)
 	}
-	if pending, err := s.PendingCalls(); err != nil || len(pending) != 1 || string(pending[0].Inputs) != `[1]` {
+	if pending, err := s.PendingCalls(); err != nil || len(pending) != 1 || pending[0].InputBytes != 3 {
 		t.Errorf("PendingCalls after restart = %+v, %v", pending, err)
+	}
+	if in, err := s.CallInputs("call_q"); err != nil || string(in) != `[1]` {
+		t.Errorf("CallInputs after restart = %s, %v", in, err)
 	}
 }
 

@@ -29,9 +29,11 @@ const (
 // callWrite is one queued SaveCallAsync.
 type callWrite struct {
 	id   string
-	ops  []clientv3.Op // the call and its indexes (callOps)
+	ops  []clientv3.Op // the call, its outputs and indexes (callOps)
 	size int
 	done func(error)
+
+	inputOps []clientv3.Op // its inputs, when the write carries them
 
 	deliveries []store.Delivery // webhook deliveries the write makes due
 	records    []string         // their outbox records (outboxRecord JSON), in the same order
@@ -39,8 +41,8 @@ type callWrite struct {
 }
 
 // opCount is how many operations the write adds to a transaction at most:
-// its call's, and one per delivery.
-func (cw callWrite) opCount() int { return len(cw.ops) + len(cw.deliveries) }
+// its call's, its inputs', and one per delivery.
+func (cw callWrite) opCount() int { return len(cw.ops) + len(cw.inputOps) + len(cw.deliveries) }
 
 // writer is the store's one call-writing goroutine: it commits whatever is
 // queued as one transaction, in queue order. It is owned by the Store: start
@@ -138,20 +140,27 @@ func (w *writer) take() []callWrite {
 // commit writes the batch in one transaction. A call queued more than once
 // in it is written once, with its last write: etcd refuses a transaction
 // that names a key twice, and the last write is the one that must win. Its
-// deliveries are those of all its writes, each once (the first write's
-// record). While etcd has no leader the commit is retried, for up to
+// inputs are those of its last write that carried any (a later write
+// without inputs keeps them), and its deliveries those of all its writes,
+// each once (the first write's record). While etcd has no leader the commit is retried, for up to
 // RetryFor; then the deliveries a retry finds already queued by this very
 // batch (an earlier try that was applied but whose answer was lost) count
 // as queued by it, so their hooks still run, once.
 func (w *writer) commit(batch []callWrite) error {
-	last := map[string]int{}
+	last, lastInputs := map[string]int{}, map[string]int{}
 	for i, cw := range batch {
 		last[cw.id] = i
+		if len(cw.inputOps) > 0 {
+			lastInputs[cw.id] = i
+		}
 	}
 	var ops []clientv3.Op
 	for i, cw := range batch {
 		if last[cw.id] == i {
 			ops = append(ops, cw.ops...)
+		}
+		if j, ok := lastInputs[cw.id]; ok && j == i {
+			ops = append(ops, cw.inputOps...)
 		}
 	}
 	type queuedBy struct {

@@ -13,6 +13,7 @@ package memstore
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -213,7 +214,11 @@ func (s *Store) writer() {
 		}
 		if err == nil {
 			s.mu.Lock()
-			s.d.calls[w.c.ID] = w.c
+			c := w.c
+			if len(c.Inputs) == 0 {
+				c.Inputs = s.d.calls[c.ID].Inputs // a write without inputs keeps them
+			}
+			s.d.calls[c.ID] = c
 			if w.c.IdempotencyKey != "" {
 				s.d.idem[string(store.IdempotencyIndexKey(w.c.TeamID, w.c.IdempotencyKey))] = w.c.ID
 			}
@@ -273,6 +278,34 @@ func (s *Store) GetCall(id string) (store.Call, error) {
 	return lookup(s.d.calls, id, "get call", cloneCall)
 }
 
+// GetCallResult implements store.Calls.
+func (s *Store) GetCallResult(id string) (store.Call, error) {
+	if err := s.lock(fmt.Sprintf("get call result %s", id)); err != nil {
+		return store.Call{}, err
+	}
+	defer s.mu.Unlock()
+	return lookup(s.d.calls, id, "get call result", func(c store.Call) store.Call {
+		return withoutInputs(cloneCall(c))
+	})
+}
+
+// CallInputs implements store.Calls.
+func (s *Store) CallInputs(id string) (json.RawMessage, error) {
+	if err := s.lock(fmt.Sprintf("call inputs %s", id)); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	c, err := lookup(s.d.calls, id, "call inputs", cloneCall)
+	return c.Inputs, err
+}
+
+// withoutInputs leaves c's inputs out, saying their size, as GetCallResult
+// and PendingCalls do.
+func withoutInputs(c store.Call) store.Call {
+	c.InputBytes, c.Inputs = int64(len(c.Inputs)), nil
+	return c
+}
+
 // CallByIdempotencyKey implements store.Calls.
 func (s *Store) CallByIdempotencyKey(teamID, key string) (store.Call, error) {
 	if err := s.lock("call by idempotency key"); err != nil {
@@ -283,12 +316,19 @@ func (s *Store) CallByIdempotencyKey(teamID, key string) (store.Call, error) {
 	if !ok {
 		return store.Call{}, fmt.Errorf("call by idempotency key: %w", store.ErrNotFound)
 	}
-	return lookup(s.d.calls, id, "call by idempotency key", cloneCall)
+	return lookup(s.d.calls, id, "call by idempotency key", func(c store.Call) store.Call {
+		return withoutInputs(cloneCall(c))
+	})
 }
 
 // PendingCalls implements store.Calls.
 func (s *Store) PendingCalls() ([]store.Call, error) {
-	return s.selectCalls(func(c store.Call) bool { return !c.State.Done() }, false, -1, "pending calls")
+	calls, err := s.selectCalls(func(c store.Call) bool { return !c.State.Done() }, false, -1, "pending calls")
+	for i := range calls {
+		calls[i] = withoutInputs(calls[i])
+		calls[i].Outputs = nil
+	}
+	return calls, err
 }
 
 // RecentCalls implements store.Calls.

@@ -37,6 +37,12 @@ func ChangeModelSpecField(t testing.TB, m store.ModelSpec, name string) store.Mo
 		m.Protocol = store.ProtocolHTTP
 	case name == "Protocol":
 		m.Protocol = store.ProtocolPotassium
+	case name == "Network" && m.Network == store.NetworkHost:
+		m.Network = store.NetworkPrivate
+	case name == "Network":
+		m.Network = store.NetworkHost
+	case name == "MemoryMiB":
+		m.MemoryMiB = max(m.MemoryMiB+1, store.MinMemoryMiB)
 	case v.Kind() == reflect.String && v.String() == "":
 		v.SetString("/changed")
 	case v.Kind() == reflect.String:

@@ -73,6 +73,10 @@ var suite = []struct {
 	{"PendingCallsOldestFirst", testPendingCallsOldestFirst},
 	{"RecentCallsNewestFirstByTeamWithoutInputsOrOutputs", testRecentCallsNewestFirstByTeamWithoutInputsOrOutputs},
 	{"RecentCallsFollowStateChangesAcrossPolls", testRecentCallsFollowStateChangesAcrossPolls},
+	// Payloads.
+	{"PayloadsRoundTripByteForByte", testPayloadsRoundTripByteForByte},
+	{"WriteWithoutInputsKeepsThemOutputsReplaced", testWriteWithoutInputsKeepsThemOutputsReplaced},
+	{"PayloadReadsOfUnknownOrExpiredCalls", testPayloadReadsOfUnknownOrExpiredCalls},
 	// Call control.
 	{"IdempotencyKeyFindsCallPerTeamUntilExpiry", testIdempotencyKeyFindsCallPerTeamUntilExpiry},
 	{"CallControlFieldsSurviveReopen", testCallControlFieldsSurviveReopen},

@@ -117,6 +117,7 @@ function render(st) {
     el("span", {}, el("b", {}, st.projects.length), " projects"),
     el("span", {}, el("b", {}, replicas), " replicas"),
     el("span", {}, el("b", {}, queued), " queued"),
+    sandbox(st.protections || []),
     ...webhookSummary(st.webhooks),
     el("span", { class: "muted" }, `updated ${new Date(now).toLocaleTimeString()}`),
   );
@@ -124,6 +125,15 @@ function render(st) {
   renderGPUs(st.gpus);
   renderProjects(st.projects, now);
   renderCalls(st.calls, now);
+}
+
+// sandbox sums up the replica sandbox: how many protections are on, and the
+// detail of each in the tooltip (docs/security.md).
+function sandbox(ps) {
+  const on = ps.filter((p) => p.on).length;
+  const title = ps.map((p) => `${p.on ? "on" : "OFF"} ${p.name}: ${p.detail}`).join("\n");
+  return el("span", { class: on === ps.length ? "" : "waiting", title },
+    "sandbox ", el("b", {}, `${on}/${ps.length}`), " on");
 }
 
 // webhookSummary shows the webhook counts once there is something to say.
@@ -299,7 +309,9 @@ function projectCard(p, now, collapsible) {
           el("span", {}, "p95 ", el("b", {}, ms(p.latencyP95Ms))),
           el("span", { class: "muted", title: "calls that failed before reaching a replica (a failed boot) are left out" },
             `over ${p.recentFinished} recent calls`),
-          p.recentFailures ? el("span", { class: "bad" }, `${p.recentFailures} failed in 15 min`) : null),
+          p.recentFailures ? el("span", { class: "bad" }, `${p.recentFailures} failed in 15 min`) : null,
+          p.oomKills ? el("span", { class: "bad", title: "replicas the kernel killed for going over the project's memoryMiB, since the daemon started" },
+            `${p.oomKills} out of memory`) : null),
         lastError,
         table),
       el("div", { class: "side" })),

@@ -2,7 +2,7 @@ package local
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"os"
 	"os/exec"
 	"runtime"
@@ -16,9 +16,10 @@ import (
 
 // Defaults of a Config's zero values.
 const (
-	DefaultLogMaxBytes = 10 << 20
-	DefaultLogKeep     = 3
-	DefaultStopGrace   = 10 * time.Second
+	DefaultLogMaxBytes           = 10 << 20
+	DefaultLogKeep               = 3
+	DefaultLogMaxBytesPerProject = 100 << 20
+	DefaultStopGrace             = 10 * time.Second
 )
 
 // Config sets up the local-process backend. Zero values take the defaults
@@ -29,16 +30,40 @@ type Config struct {
 	LogDir      string
 	LogMaxBytes int64 // a log is rotated beyond this; default 10 MiB
 	LogKeep     int   // rotated generations kept per log; default 3
+	// LogMaxBytesPerProject bounds all of a project's logs together, across
+	// replicas and restarts (see logbudget.go); default 100 MiB.
+	LogMaxBytesPerProject int64
 	// RunDir holds a pid file per running replica, which Recover reads after
-	// a crash of the daemon; "" = none are written.
+	// a crash of the daemon; "" = none are written. It also names this
+	// backend's cgroups, so that a restarted daemon finds its predecessor's.
 	RunDir string
-	// User is replica.user: the user model processes run as when inferd
-	// runs as root ("root", or "", keeps them as root). Ignored when inferd
-	// does not run as root: models then run as inferd's own user.
-	User      string
-	StopGrace time.Duration // SIGTERM to SIGKILL when stopping a replica; default 10 s
-	CPUSlots  int           // CPU replicas (gpus: 0) at once; default runtime.NumCPU()
-	GPUs      Inventory     // the machine's GPUs; nil = none
+	// User is replica.user, who model processes run as when inferd may
+	// switch users (root, or CAP_SETUID, CAP_SETGID and CAP_CHOWN): "" or
+	// PerProject = a uid of each project's own from UIDFirst-UIDLast; a user
+	// name or uid = that user for all; "root" = inferd's own user. Without
+	// the privilege models run as inferd's own user whatever it says.
+	User string
+	// UIDFirst and UIDLast bound the per-project uids; zero = the defaults
+	// (DefaultUIDFirst-DefaultUIDLast).
+	UIDFirst, UIDLast uint32
+	// UIDFile keeps which uid each project was given, for good; "" = in
+	// memory only (a test).
+	UIDFile string
+	// ReadOnlyUIDs reads UIDFile but records no new assignment (doctor,
+	// beside a running daemon, which owns the file).
+	ReadOnlyUIDs bool
+	// Network is the default of a project's network: store.NetworkPrivate
+	// ("" = it) or store.NetworkHost.
+	Network string
+	// NoCgroups turns off the cgroup per replica (replica.cgroups: false).
+	NoCgroups bool
+	// DeviceRules, when set, is given each replica's cgroups and GPUs before
+	// it starts, to limit the devices it may open (the v1 devices
+	// controller is then set up too). nil = no device rules.
+	DeviceRules func(cgroups Dirs, gpus []string) error
+	StopGrace   time.Duration // SIGTERM to SIGKILL when stopping a replica; default 10 s
+	CPUSlots    int           // CPU replicas (gpus: 0) at once; default runtime.NumCPU()
+	GPUs        Inventory     // the machine's GPUs; nil = none
 	// PassEnv is replica.passEnv: variables copied from inferd's
 	// environment to every model, beside the fixed allowlist (CUDA may
 	// need LD_LIBRARY_PATH).
@@ -53,10 +78,11 @@ type Inventory interface {
 // Backend runs each replica as a process group on this machine. Create it
 // with New. Its methods are safe for concurrent use.
 type Backend struct {
-	cfg   Config
-	runAs *RunAs // nil = inferd's own user
-	log   zerolog.Logger
-	ports *ports
+	cfg     Config
+	sb      *sandbox
+	log     zerolog.Logger
+	ports   *ports
+	budgets *logBudgets
 	// readyIntervals are the pauses between a booting model's health
 	// checks (see pollReady); a field so a test can leave only the output
 	// as a trigger.
@@ -72,9 +98,11 @@ type Backend struct {
 
 var _ backend.Backend = (*Backend)(nil)
 
-// New returns the local-process backend. It fails when cfg.User must be used
-// (inferd runs as root) and cannot be: serve then refuses to start rather
-// than run models as root. It starts nothing.
+// New returns the local-process backend, with the sandbox cfg asks for as
+// far as this machine and the daemon's privileges allow (see Protections).
+// It fails when cfg.User must be used and cannot be: serve then refuses to
+// start rather than run models as root. It starts nothing, but makes the
+// directories the sandbox needs (Close removes them).
 func New(cfg Config, log zerolog.Logger) (*Backend, error) {
 	if cfg.LogMaxBytes <= 0 {
 		cfg.LogMaxBytes = DefaultLogMaxBytes
@@ -88,34 +116,33 @@ func New(cfg Config, log zerolog.Logger) (*Backend, error) {
 	if cfg.CPUSlots <= 0 {
 		cfg.CPUSlots = runtime.NumCPU()
 	}
-	runAs, err := ModelUser(cfg.User)
+	if cfg.LogMaxBytesPerProject <= 0 {
+		cfg.LogMaxBytesPerProject = DefaultLogMaxBytesPerProject
+	}
+	sb, err := newSandbox(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("config: replica.user: %w", err)
+		return nil, err
 	}
-	switch {
-	case runAs != nil:
-		log.Info().Str("user", runAs.Name).Uint32("uid", runAs.UID).Msg("model processes run as an unprivileged user")
-	case os.Geteuid() == 0:
-		log.Warn().Msg("model processes run as root (replica.user: root)")
-	}
-	return &Backend{
+	b := &Backend{
 		cfg:            cfg,
-		runAs:          runAs,
+		sb:             sb,
 		log:            log,
 		ports:          newPorts(),
+		budgets:        newLogBudgets(cfg.LogMaxBytesPerProject),
 		readyIntervals: defaultReadyIntervals,
 		listening:      groupListeningPorts,
-	}, nil
+	}
+	logProtections(log, b.Protections())
+	return b, nil
 }
 
-// ModelUser is the user model processes run as given replica.user: that user
-// when inferd runs as root (unless it is "", "root" or "0"), else inferd's
-// own (nil).
-func ModelUser(name string) (*RunAs, error) {
-	if os.Geteuid() != 0 || name == "" || name == "root" || name == "0" {
-		return nil, nil
+// Close removes the directories New made for the sandbox, where they are
+// empty: call it once every replica has exited.
+func (b *Backend) Close() {
+	if b.sb.cgroups != nil {
+		b.sb.cgroups.close()
 	}
-	return LookupRunAs(name)
+	os.Remove(b.sb.dirs.base)
 }
 
 // Launch starts a replica as a process group; see Backend.Launch.
@@ -150,19 +177,30 @@ func (b *Backend) RefreshGPUs() {
 // to: each replica leads its own process group, whose id is its Info().Pid.
 func (b *Backend) ProcessGroup(pid int) (int, bool) { return ProcessGroup(pid) }
 
-// Recover kills the process groups of replicas that a previous daemon left
-// running, as its pid files in RunDir record them (see killOrphans), and
-// waits briefly for them to be gone, so that the GPU memory they held comes
-// free before new replicas are placed.
+// Recover kills what replicas a previous daemon left running: every
+// process in the cgroups of this backend's instance (see cgroup.go), and
+// the process groups its pid files in RunDir record (see killOrphans), for
+// replicas that had no cgroup. It waits for them to be gone, so that the
+// GPU memory they held comes free before new replicas are placed, and
+// removes the private directories they left.
 func (b *Backend) Recover(ctx context.Context) error {
-	if b.cfg.RunDir == "" {
-		return nil
+	var errs []error
+	if cg := b.sb.cgroups; cg != nil {
+		n, err := cg.recover()
+		if n > 0 {
+			b.log.Warn().Int("killed", n).Msg("killed the cgroups of replicas left by a previous run")
+		}
+		errs = append(errs, err)
 	}
-	n, err := killOrphans(b.cfg.RunDir, b.log)
-	if n > 0 {
-		b.log.Warn().Int("killed", n).Msg("killed model processes left by a previous run")
+	if b.cfg.RunDir != "" {
+		n, err := killOrphans(b.cfg.RunDir, b.log)
+		if n > 0 {
+			b.log.Warn().Int("killed", n).Msg("killed model processes left by a previous run")
+		}
+		errs = append(errs, err)
 	}
-	return err
+	errs = append(errs, b.sb.dirs.clear())
+	return errors.Join(errs...)
 }
 
 // LookPath finds a model's program on the daemon's PATH, as Launch will for a

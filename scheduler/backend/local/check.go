@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"inferd/gpu"
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
@@ -34,25 +35,51 @@ type Finding struct {
 
 // Checker checks model specs against this machine.
 type Checker struct {
-	RunAs   *RunAs              // who models run as; nil = this process's user
+	// RunAs is who models run as; nil = this process's user. A RunAs
+	// without a Name stands for a uid of the project's own (replica.user:
+	// per-project): any such uid, since none owns a file or is in a group.
+	RunAs   *RunAs
 	Devices func() []gpu.Device // the machine's GPUs; nil = none
 	// LookPath finds a program with no slash as Launch will (on this
 	// process's PATH); nil = exec.LookPath.
 	LookPath func(string) (string, error)
+	// Protections are the sandbox's in force (Backend.Protections), for
+	// warnings about a memoryMiB, pidsMax or private network a model asks
+	// for and would not get; nil = not known, no such warning.
+	Protections []backend.Protection
 }
 
 // Checker returns the checker for the models this backend runs: its user,
-// its GPUs.
+// its GPUs, its sandbox.
 func (b *Backend) Checker() *Checker {
-	c := &Checker{RunAs: b.runAs}
+	c := &Checker{RunAs: b.sb.checkRunAs(), Protections: b.Protections()}
 	if b.cfg.GPUs != nil {
 		c.Devices = b.cfg.GPUs.Devices
 	}
 	return c
 }
 
+// ModelUser is who models run as under replica.user name, decided as New
+// decides it, for checks made without a backend (apply with no daemon,
+// doctor): nil = this process's own user (it cannot switch users, or name
+// is root); for per-project, a RunAs that stands for any uid of the range
+// (see Checker.RunAs).
+func ModelUser(name string) (*RunAs, error) {
+	priv := effectivePrivileges()
+	switch {
+	case !priv.switchUser || name == "root" || name == "0":
+		return nil, nil
+	case name == "" || name == PerProject:
+		return &RunAs{UID: DefaultUIDFirst, GID: DefaultUIDFirst}, nil
+	}
+	return LookupRunAs(name)
+}
+
 // who names the model user in findings.
 func (c *Checker) who() string {
+	if c.RunAs != nil && c.RunAs.Name == "" {
+		return "a uid of the project's own (replica.user: per-project)"
+	}
 	if c.RunAs != nil {
 		return "user " + c.RunAs.Name
 	}
@@ -94,7 +121,28 @@ func (c *Checker) Check(m store.ModelSpec) []Finding {
 	}
 	c.checkGPUs(m, warn)
 	checkProtocol(m, dirOK, warn)
+	c.checkSandbox(m, warn)
 	return out
+}
+
+// checkSandbox warns when m asks for a memoryMiB, a pidsMax or a private
+// network that this daemon's sandbox cannot give, and says why.
+func (c *Checker) checkSandbox(m store.ModelSpec, warn func(string, ...any)) {
+	off := map[string]string{}
+	for _, p := range c.Protections {
+		if !p.On {
+			off[p.Name] = p.Detail
+		}
+	}
+	if why, ok := off[backend.ProtectionMemoryLimit]; ok && m.MemoryMiB > 0 {
+		warn("memoryMiB: %d is not enforced here (%s)", m.MemoryMiB, why)
+	}
+	if why, ok := off[backend.ProtectionPidsLimit]; ok && m.PidsMax > 0 {
+		warn("pidsMax: %d is not enforced here (%s)", m.PidsMax, why)
+	}
+	if why, ok := off[backend.ProtectionNetwork]; ok && m.Network == store.NetworkPrivate {
+		warn("network: private is not possible here: its replicas share the host's network (%s)", why)
+	}
 }
 
 // checkProgram checks that the command's program exists and that the model

@@ -1,6 +1,7 @@
 // Package local is the local-process replica backend: it runs each replica as an
-// OS process group on this machine, keeps its logs, and cleans up after a daemon
-// that died without stopping its replicas.
+// OS process group on this machine, in a box of its own (a uid of its project's,
+// a cgroup, a network namespace, a private HOME), keeps its logs, and cleans up
+// after a daemon that died without stopping its replicas.
 //
 // The scheduler reaches it only through backend.Backend: [Backend.Launch] starts a
 // replica from a backend.Spec and returns the [Process] that owns it. Talking to the
@@ -17,35 +18,52 @@
 // SIGKILL. When the leader exits for any reason, the group is SIGKILLed as well, so a
 // leaked grandchild cannot keep GPU memory or the log pipe.
 //
-// If the daemon itself dies, two mechanisms clean up:
+// # The box
+//
+// Where the daemon may (root, or the packaged service's delegated cgroup and
+// capabilities), each replica gets what sandbox.go sets up (see docs/security.md):
+// identity.go runs it under a uid of its project's own with a private HOME and
+// TMPDIR; cgroup.go starts it inside a cgroup of its own (CgroupFD, so there is no
+// moment it runs outside), kills that whole cgroup when the replica ends, and
+// enforces memoryMiB and pidsMax; netns.go gives it a network namespace with only
+// loopback, which inferd dials into. The thread that forks the model is locked to
+// it, enters the box first (the namespace, v1 cgroups, no capabilities, no new
+// privileges) and is never given back to the Go runtime: it dies with its
+// goroutine. What the daemon may not do it skips, and Protections says so.
+//
+// If the daemon itself dies, three mechanisms clean up:
 //
 //   - Pdeathsig SIGKILL: the kernel kills the leader when its parent *thread* exits. The
 //     child is therefore started from a goroutine locked to its OS thread
 //     (runtime.LockOSThread) that stays locked until the child has exited; otherwise the
 //     Go runtime could retire that thread and kill a healthy model.
-//   - Orphan cleanup: Pdeathsig reaches only the leader, not its children. While a
-//     replica runs, RunDir/<ID>.pid records its pid and process group;
-//     [Backend.Recover], which the scheduler calls at start, kills every recorded group
-//     that still exists. A group is only killed when one of its members carries
-//     INFERD_REPLICA_ID=<ID> in /proc/<pid>/environ, so a recycled pid is never hit.
+//   - Cgroups: the next daemon on the same data dir finds its predecessor's replica
+//     cgroups (they are named after the run dir) and [Backend.Recover], which the
+//     scheduler calls at start, kills each whole and removes it.
+//   - Orphan cleanup, for replicas that had no cgroup: Pdeathsig reaches only the
+//     leader, not its children. While a replica runs, RunDir/<ID>.pid records its pid
+//     and process group; Recover kills every recorded group that still exists. A
+//     group is only killed when one of its members carries INFERD_REPLICA_ID=<ID> in
+//     /proc/<pid>/environ, so a recycled pid is never hit.
 //
 // # Environment
 //
 // The model gets a minimal environment: an allowlist from the daemon's own (PATH, HOME,
 // USER, LOGNAME, LANG, LC_ALL, LC_CTYPE, TZ, TMPDIR, and pyenv's PYENV_ROOT and
 // PYENV_VERSION) plus Config.PassEnv (replica.passEnv: LD_LIBRARY_PATH by default,
-// which CUDA may need), then the project's env, then the variables inferd owns: HOST, PORT,
-// CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES, INFERD_PROJECT_ID and
-// INFERD_REPLICA_ID. The daemon's configuration and keys (INFERD_* and anything else)
-// never reach model code, which is the project owner's and not ours to trust. When
-// inferd runs as root, models run as replica.user (see [ModelUser]).
+// which CUDA may need), HOME and TMPDIR set to its private directory, then the
+// project's env, then the variables inferd owns: HOST, PORT, CUDA_VISIBLE_DEVICES,
+// NVIDIA_VISIBLE_DEVICES, INFERD_PROJECT_ID and INFERD_REPLICA_ID. The daemon's
+// configuration and keys (INFERD_* and anything else) never reach model code, which
+// is the project owner's and not ours to trust.
 //
 // # Ports
 //
-// Each replica listens on a loopback port of its own, handed out by the Backend's port
-// allocator, which never gives a port to two live replicas (see ports.go). Potassium
-// apps, which all ask for port 8000, are redirected to theirs by a start-up shim (see
-// potassium.go).
+// A replica in a network namespace of its own listens on port 8000 there (modelPort),
+// as Potassium apps do anyway. On the host's network each replica listens on a
+// loopback port of its own, handed out by the Backend's port allocator, which never
+// gives a port to two live replicas (see ports.go); Potassium apps, which all ask for
+// port 8000, are then redirected to theirs by a start-up shim (see potassium.go).
 //
 // # Readiness and boot diagnosis
 //
@@ -67,5 +85,6 @@
 // memory for error messages. Per process there are
 // three goroutines: the locked one that starts and waits for the child, the log
 // copier and the readiness poller. All of them have ended by the time Exited is
-// closed.
+// closed. A project's logs, all replicas' and generations together, stay under
+// LogMaxBytesPerProject (logbudget.go).
 package local

@@ -18,10 +18,11 @@ const maxLineBytes = 500
 // cannot block the model on a full pipe; the first file error is reported through
 // onErr and later ones are dropped.
 type logSink struct {
-	path  string // "" = keep no file, only the last line
-	max   int64
-	keep  int // old generations kept: path.1 (newest) .. path.<keep>
-	onErr func(error)
+	path   string // "" = keep no file, only the last line
+	max    int64
+	keep   int        // old generations kept: path.1 (newest) .. path.<keep>
+	budget *logBudget // the project's; nil = none
+	onErr  func(error)
 
 	mu      sync.Mutex
 	f       *os.File
@@ -32,7 +33,9 @@ type logSink struct {
 }
 
 // openLogSink opens (appending to) path, creating its parent directories.
-func openLogSink(path string, maxBytes int64, keep int, onErr func(error)) (*logSink, error) {
+// budget, when not nil, is the project's log budget, which the file then
+// counts toward (see logbudget.go).
+func openLogSink(path string, maxBytes int64, keep int, budget *logBudget, onErr func(error)) (*logSink, error) {
 	s := &logSink{path: path, max: maxBytes, keep: max(keep, 1), onErr: onErr}
 	if path == "" {
 		return s, nil
@@ -50,6 +53,10 @@ func openLogSink(path string, maxBytes int64, keep int, onErr func(error)) (*log
 		return nil, fmt.Errorf("stat log: %w", err)
 	}
 	s.f, s.size = f, st.Size()
+	if budget != nil {
+		s.budget = budget
+		budget.attach(path)
+	}
 	return s, nil
 }
 
@@ -65,6 +72,13 @@ func (s *logSink) Write(p []byte) (int, error) {
 	s.size += int64(n)
 	if err == nil && s.size > s.max {
 		err = s.rotate()
+	}
+	if err == nil && s.budget != nil && s.budget.wrote(int64(n)) && s.size > 0 {
+		// Only live replicas' files are left to take from: start afresh,
+		// so that what this one wrote before can go.
+		if err = s.rotate(); err == nil {
+			s.budget.trimmed()
+		}
 	}
 	if err != nil && !s.failed {
 		s.failed = true
@@ -140,5 +154,9 @@ func (s *logSink) Close() error {
 	}
 	err := s.f.Close()
 	s.f = nil
+	if s.budget != nil {
+		s.budget.detach(s.path)
+		s.budget = nil
+	}
 	return err
 }

@@ -27,7 +27,7 @@ func TestLogSinkKeepsLastNonEmptyLine(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := openLogSink("", 1<<20, 1, func(err error) { t.Error(err) })
+			s, err := openLogSink("", 1<<20, 1, nil, func(err error) { t.Error(err) })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -87,7 +87,7 @@ func TestLogSinkRotatesBeyondCap(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			s, err := openLogSink(path, 12, 1, func(err error) { t.Error(err) })
+			s, err := openLogSink(path, 12, 1, nil, func(err error) { t.Error(err) })
 			if err != nil {
 				t.Fatal(err)
 			}

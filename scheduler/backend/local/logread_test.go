@@ -17,7 +17,7 @@ import (
 
 func TestLogSinkKeepsNGenerations(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "p", "r.log")
-	s, err := openLogSink(path, 5, 2, func(err error) { t.Error(err) })
+	s, err := openLogSink(path, 5, 2, nil, func(err error) { t.Error(err) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func (s *syncBuffer) String() string {
 
 func TestFollowLogSeesAppendsAndRotation(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.log")
-	sink, err := openLogSink(path, 20, 1, func(err error) { t.Error(err) })
+	sink, err := openLogSink(path, 20, 1, nil, func(err error) { t.Error(err) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,10 +3,12 @@ package local
 import (
 	"bytes"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -72,15 +74,40 @@ var python = sync.OnceValues(func() (string, error) {
 })
 
 // testBackend returns a backend with its logs and pid files under a test directory,
-// whose models run as the test's own user.
+// whose models run as the test's own user, in the rest of the sandbox this machine
+// allows (a cgroup and a network namespace each, as root).
 func testBackend(t *testing.T) *Backend {
 	t.Helper()
+	return testBackendWith(t, func(*Config) {})
+}
+
+// testBackendWith is testBackend with the configuration changed by set.
+func testBackendWith(t *testing.T, set func(*Config)) *Backend {
+	t.Helper()
 	dir := t.TempDir()
-	b, err := New(Config{LogDir: filepath.Join(dir, "logs"), RunDir: filepath.Join(dir, "run"), User: "root"}, testLogger(t))
+	cfg := Config{LogDir: filepath.Join(dir, "logs"), RunDir: filepath.Join(dir, "run"), User: "root"}
+	set(&cfg)
+	b, err := New(cfg, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(b.Close)
 	return b
+}
+
+// hostNetwork puts a test backend's replicas on the host's network, each on a
+// loopback port of its own.
+func hostNetwork(c *Config) { c.Network = store.NetworkHost }
+
+// modelClient is an HTTP client that reaches p's model the way inferd does
+// (from inside its network namespace, if it has one), at modelURL.
+func modelClient(p *Process) *http.Client {
+	return &http.Client{Timeout: time.Second, Transport: &http.Transport{DialContext: p.dial}}
+}
+
+// modelURL is the address of path on p's model, for modelClient.
+func modelURL(p *Process, path string) string {
+	return "http://127.0.0.1:" + strconv.Itoa(p.port) + path
 }
 
 // echoSpec returns a Spec running examples/echo/server.py, or skips the test when

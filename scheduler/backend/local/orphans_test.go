@@ -142,6 +142,7 @@ func TestKillOrphansKillsAForgottenReplica(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(next.Close)
 			if err := next.Recover(context.Background()); err != nil {
 				t.Fatalf("Recover: %v", err)
 			}
@@ -176,6 +177,7 @@ func TestKillOrphansWithoutRunDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(b.Close)
 	if err := b.Recover(context.Background()); err != nil {
 		t.Errorf("Recover without a run dir: %v", err)
 	}
@@ -223,6 +225,20 @@ func TestReplicaDiesWithItsDaemon(t *testing.T) {
 		t.Fatalf("killOrphans = %d, %v; want 1", n, err)
 	}
 	waitGone(t, child)
+
+	// The next daemon's Recover also removes what the sandbox held for the
+	// replica: its cgroup and its private directory.
+	next, err := New(Config{RunDir: filepath.Join(dir, "run"), User: "root"}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(next.Close)
+	if err := next.Recover(context.Background()); err != nil {
+		t.Fatalf("Recover: %v", err)
+	}
+	if left, _ := os.ReadDir(next.sb.dirs.base); len(left) != 0 {
+		t.Errorf("private dirs left after Recover: %v", left)
+	}
 }
 
 // TestHelperDaemon is not a test: TestReplicaDiesWithItsDaemon runs the test binary
@@ -236,6 +252,7 @@ func TestHelperDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(b.Close)
 	p, err := b.start(shSpec("daemon-child-1", `sleep 1000 & echo "child $!"; wait`))
 	if err != nil {
 		t.Fatal(err)

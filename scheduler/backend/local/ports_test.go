@@ -5,12 +5,13 @@ import (
 	"time"
 )
 
-// The kernel may offer a port that another replica was given but has not bound
+// On the host's network (replica.network: host, or inferd not root) each replica
+// listens on a loopback port of its own. The kernel may offer a port that another replica was given but has not bound
 // yet, or still holds: a second replica must then get another port, or its health
 // check and its calls would reach the first replica's model (another project's,
 // possibly another team's).
 func TestReplicaNeverGetsThePortOfALiveReplica(t *testing.T) {
-	be := testBackend(t)
+	be := testBackendWith(t, hostNetwork)
 	a := startReady(t, be, echoSpec(t, "port-a"))
 
 	offered := false
@@ -33,7 +34,7 @@ func TestReplicaNeverGetsThePortOfALiveReplica(t *testing.T) {
 // A port comes free again once its replica has exited, or when its replica failed
 // to start.
 func TestPortIsGivenBackWhenTheReplicaEnds(t *testing.T) {
-	be := testBackend(t)
+	be := testBackendWith(t, hostNetwork)
 	port, err := listenPort()
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,11 @@ import (
 // 0.0.0.0:8000, so every replica of it asks for the same port and only the first
 // could bind it.
 //
-// The fix lives here and only here: a Python start-up shim. Launch writes
+// In a private network namespace (replica.network: private, the default when
+// inferd may make one) there is nothing to fix: each replica has a port 8000
+// of its own, and inferd dials it there. Otherwise (inferd not root, or a
+// project with network: host) the fix lives here and only here: a Python
+// start-up shim. Launch writes
 // potassiumshim/sitecustomize.py into a shim directory (".potassium-shim" next to
 // the replica's log file, so in the daemon's data dir; os.TempDir() without a log)
 // and puts that directory first on the model's PYTHONPATH. Python imports
@@ -39,10 +43,11 @@ import (
 var potassiumShim []byte
 
 // potassiumShimDir returns the directory the shim is written to for spec.
-// A model running as another user cannot enter the data dir (mode 0700), so
-// its shim goes to a directory of inferd's user under the system temp dir.
-func (b *Backend) potassiumShimDir(spec backend.Spec) string {
-	if b.runAs != nil {
+// A model running as another user (runAs) cannot enter the data dir (mode
+// 0700), so its shim goes to a directory of inferd's user under the system
+// temp dir.
+func (b *Backend) potassiumShimDir(spec backend.Spec, runAs *RunAs) string {
+	if runAs != nil {
 		return filepath.Join(os.TempDir(), fmt.Sprintf(".inferd-potassium-shim-%d", os.Geteuid()))
 	}
 	if b.cfg.LogDir == "" {
@@ -55,11 +60,11 @@ func (b *Backend) potassiumShimDir(spec backend.Spec) string {
 // and a rename only when its content differs, so replicas starting at once never
 // see a partial file) and returns the project's env with the shim directory
 // prepended to its PYTHONPATH. spec is left as it is.
-func (b *Backend) preparePotassium(spec backend.Spec) (map[string]string, error) {
-	dir := b.potassiumShimDir(spec)
+func (b *Backend) preparePotassium(spec backend.Spec, runAs *RunAs) (map[string]string, error) {
+	dir := b.potassiumShimDir(spec, runAs)
 	mkdir := func(dir string) error { return os.MkdirAll(dir, 0o755) }
-	if b.runAs != nil {
-		mkdir = sharedDir
+	if runAs != nil {
+		mkdir = func(dir string) error { return ownedDir(dir, 0o755) }
 	}
 	if err := mkdir(dir); err != nil {
 		return nil, fmt.Errorf("potassium shim: %w", err)

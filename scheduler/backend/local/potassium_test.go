@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -128,7 +127,7 @@ type potassiumStatus struct {
 
 func statusOf(t *testing.T, p *Process) potassiumStatus {
 	t.Helper()
-	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(p.port) + "/__status__")
+	resp, err := modelClient(p).Get(modelURL(p, "/__status__"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +167,7 @@ func TestPotassiumShimIsWrittenOnceAndPrependedToPythonPath(t *testing.T) {
 	spec := shSpec("r1", "")
 	spec.Model.Env = map[string]string{"PYTHONPATH": "/opt/lib"}
 	for range 2 {
-		got, err := b.preparePotassium(spec)
+		got, err := b.preparePotassium(spec, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,15 +190,31 @@ func TestPotassiumShimIsWrittenOnceAndPrependedToPythonPath(t *testing.T) {
 
 // TestPotassiumReplicasRunSideBySide runs two replicas of one unmodified Potassium
 // app (both ask for port 8000) and checks the protocol end to end, as Potassium
-// 0.5.0 speaks it: each app serves one call at a time.
+// 0.5.0 speaks it (each app serves one call at a time): each in a network namespace
+// of its own, where each has its own port 8000, and on the host's network, where the
+// shim moves each to a port of its own.
 func TestPotassiumReplicasRunSideBySide(t *testing.T) {
-	be := testBackend(t)
+	for _, tc := range []struct {
+		name string
+		set  func(*Config)
+	}{
+		{"private network", func(*Config) {}},
+		{"host network", hostNetwork},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testPotassiumSideBySide(t, testBackendWith(t, tc.set)) })
+	}
+}
+
+func testPotassiumSideBySide(t *testing.T, be *Backend) {
 	a := startModel(t, be, potassiumSpec(t, "pot-a"))
 	b := startModel(t, be, potassiumSpec(t, "pot-b"))
 	waitReady(t, a)
 	waitReady(t, b)
-	if a.port == b.port || a.port == 8000 || b.port == 8000 {
-		t.Fatalf("ports %d and %d", a.port, b.port)
+	switch private := a.box.private; {
+	case private && (a.port != 8000 || b.port != 8000):
+		t.Fatalf("in namespaces of their own the apps listen on 8000, not %d and %d", a.port, b.port)
+	case !private && (a.port == b.port || a.port == 8000 || b.port == 8000):
+		t.Fatalf("on the host's network the shim gives each app its own port, not %d and %d", a.port, b.port)
 	}
 	dir := t.TempDir() // the files calls hold on
 
@@ -265,10 +280,9 @@ func TestPotassiumReplicasRunSideBySide(t *testing.T) {
 		}
 	})
 
-	base := func(p *Process) string { return "http://127.0.0.1:" + strconv.Itoa(p.port) }
-	post := func(t *testing.T, url, body string) (int, string) {
+	post := func(t *testing.T, p *Process, path, body string) (int, string) {
 		t.Helper()
-		resp, err := http.Post(url, "application/json", strings.NewReader(body))
+		resp, err := modelClient(p).Post(modelURL(p, path), "application/json", strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -282,7 +296,7 @@ func TestPotassiumReplicasRunSideBySide(t *testing.T) {
 
 	t.Run("status", func(t *testing.T) {
 		for _, path := range []string{"/__status__", "/_k/status"} {
-			resp, err := http.Get(base(b) + path)
+			resp, err := modelClient(b).Get(modelURL(b, path))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -304,13 +318,13 @@ func TestPotassiumReplicasRunSideBySide(t *testing.T) {
 	})
 
 	t.Run("bad JSON is 400 with an empty body", func(t *testing.T) {
-		if status, body := post(t, base(a)+"/", "not json"); status != 400 || body != "" {
+		if status, body := post(t, a, "/", "not json"); status != 400 || body != "" {
 			t.Errorf("POST not json = %d %q", status, body)
 		}
 	})
 
 	t.Run("warmup", func(t *testing.T) {
-		status, body := post(t, base(b)+"/_k/warmup", "")
+		status, body := post(t, b, "/_k/warmup", "")
 		var got map[string]any
 		if status != 200 || json.Unmarshal([]byte(body), &got) != nil || got["warm"] != true {
 			t.Errorf("POST /_k/warmup = %d %q", status, body)
@@ -322,7 +336,7 @@ func TestPotassiumReplicasRunSideBySide(t *testing.T) {
 		// came: it answered before its handler finished.
 		release := filepath.Join(dir, "background-release")
 		started := filepath.Join(dir, "background-started")
-		status, body := post(t, base(b)+"/background", holdInputs(nil, started, release))
+		status, body := post(t, b, "/background", holdInputs(nil, started, release))
 		var got map[string]any
 		if status != 200 || json.Unmarshal([]byte(body), &got) != nil || got["started"] != true {
 			t.Fatalf("POST /background = %d %q", status, body)

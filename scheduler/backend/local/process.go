@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync"
@@ -32,6 +33,9 @@ const (
 	exitGrace = time.Second
 )
 
+// dialFunc connects to a model, as net.Dialer.DialContext does.
+type dialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
+
 // Process is one running (or exited) model server started by Launch. Its methods
 // are safe for concurrent use.
 type Process struct {
@@ -39,8 +43,11 @@ type Process struct {
 	spec   backend.Spec
 	log    zerolog.Logger
 	cmd    *exec.Cmd
+	box    *box             // its sandbox
 	pid    int              // of the leader, which is also the process group id; set before start returns
 	port   int              // the loopback port the model was told to listen on (its PORT)
+	held   bool             // port was taken from the backend's allocator (host network)
+	dial   dialFunc         // how inferd reaches the model
 	client *protocol.Client // health checks and calls
 	sink   *logSink
 	pipe   *os.File // read end of the model's stdout+stderr
@@ -72,115 +79,169 @@ func (b *Backend) startProcess(spec backend.Spec) (*Process, error) {
 	if err := b.checkSpec(spec); err != nil {
 		return nil, err
 	}
-	port, err := b.ports.take()
+	x, err := b.sb.newBox(spec)
 	if err != nil {
 		return nil, err
 	}
-	running := false // from then on the port is given back once the process has exited (run)
+	p := &Process{
+		b:        b,
+		spec:     spec,
+		box:      x,
+		log:      b.log.With().Str("replica", spec.ReplicaID).Str("project", spec.ProjectID).Logger(),
+		port:     modelPort,
+		ready:    make(chan struct{}),
+		output:   make(chan struct{}, 1),
+		exited:   make(chan struct{}),
+		stopping: make(chan struct{}),
+	}
+	running := false // from then on run undoes what is set up here, once the process has exited
 	defer func() {
 		if !running {
-			b.ports.release(port)
+			p.release()
 		}
 	}()
-	log := b.log.With().Str("replica", spec.ReplicaID).Str("project", spec.ProjectID).Logger()
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	client, err := protocol.New(protocol.Config{
+	p.dial = (&net.Dialer{Timeout: dialTimeout}).DialContext
+	if x.private {
+		p.dial = x.ns.DialContext
+	} else {
+		// On the host's network each replica needs a port of its own.
+		if p.port, err = b.ports.take(); err != nil {
+			return nil, err
+		}
+		p.held = true
+	}
+	p.client, err = protocol.New(protocol.Config{
 		Protocol:      spec.Model.Protocol,
 		HealthPath:    spec.Model.HealthPath,
 		InferPath:     spec.Model.InferPath,
-		Addr:          addr,
-		Dial:          (&net.Dialer{Timeout: dialTimeout}).DialContext,
+		Addr:          "127.0.0.1:" + strconv.Itoa(p.port),
+		Dial:          p.dial,
 		MaxReplyBytes: b.maxReplyBytes,
-		Log:           log,
+		Log:           p.log,
 	})
 	if err != nil {
 		return nil, err
 	}
 	env := spec.Model.Env
-	if spec.Model.Protocol == store.ProtocolPotassium {
-		if env, err = b.preparePotassium(spec); err != nil {
+	if spec.Model.Protocol == store.ProtocolPotassium && !x.private {
+		if env, err = b.preparePotassium(spec, x.runAs); err != nil {
 			return nil, err
 		}
 	}
 	logPath := b.logPath(spec)
-	sink, err := openLogSink(logPath, b.cfg.LogMaxBytes, b.cfg.LogKeep, func(err error) {
-		log.Warn().Err(err).Str("log", logPath).Msg("replica log write failed; output is dropped")
+	var budget *logBudget
+	if logPath != "" {
+		budget = b.budgets.of(filepath.Dir(logPath))
+	}
+	p.sink, err = openLogSink(logPath, b.cfg.LogMaxBytes, b.cfg.LogKeep, budget, func(err error) {
+		p.log.Warn().Err(err).Str("log", logPath).Msg("replica log write failed; output is dropped")
 	})
 	if err != nil {
 		return nil, err
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
-		sink.Close()
 		return nil, fmt.Errorf("log pipe: %w", err)
 	}
+	p.pipe = r
 
 	cmd := exec.Command(spec.Model.Command[0], spec.Model.Command[1:]...)
 	cmd.Dir = spec.Model.Dir
-	cmd.Env = environ(spec, env, port, b.runAs, b.cfg.PassEnv, os.LookupEnv)
+	cmd.Env = environ(spec, env, p.port, x.runAs, x.dir, b.cfg.PassEnv, os.LookupEnv)
 	// The write end is an *os.File, so exec hands it to the child as is and starts no
 	// copying goroutine of its own; Wait then returns when the leader exits, even if
 	// a leaked child still holds the pipe.
 	cmd.Stdout, cmd.Stderr = w, w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if b.runAs != nil {
+	if fd := x.cgroupFD(); fd >= 0 {
+		// Born in its cgroup (clone3): there is no moment it could fork
+		// outside it.
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+	}
+	if x.runAs != nil {
 		// Go sets the parent-death signal after changing credentials, which
 		// would otherwise clear it.
-		cmd.SysProcAttr.Credential = b.runAs.Credential()
+		cmd.SysProcAttr.Credential = x.runAs.Credential()
 	}
-
-	p := &Process{
-		b:        b,
-		spec:     spec,
-		log:      log,
-		cmd:      cmd,
-		port:     port,
-		client:   client,
-		sink:     sink,
-		pipe:     r,
-		ready:    make(chan struct{}),
-		output:   make(chan struct{}, 1),
-		exited:   make(chan struct{}),
-		stopping: make(chan struct{}),
-	}
+	p.cmd = cmd
 
 	started := make(chan error, 1)
 	go p.run(started)
 	err = <-started
 	w.Close() // the child has its copy; ours would keep the pipe open forever
 	if err != nil {
-		r.Close()
-		sink.Close()
-		if b.runAs != nil && errors.Is(err, os.ErrPermission) {
-			err = fmt.Errorf("%w (the model runs as user %s: its dir and program must be readable by that user; see replica.user)", err, b.runAs.Name)
+		if x.runAs != nil && errors.Is(err, os.ErrPermission) {
+			err = fmt.Errorf("%w (the model runs as user %s: its dir and program must be readable by others; see replica.user)", err, x.runAs.Name)
 		}
 		return nil, err
 	}
-	log.Info().Int("pid", p.pid).Int("port", port).Strs("command", spec.Model.Command).Msg("replica started")
+	ev := p.log.Info().Int("pid", p.pid).Strs("command", spec.Model.Command)
+	if x.private {
+		ev = ev.Str("network", "private")
+	} else {
+		ev = ev.Int("port", p.port)
+	}
+	if x.runAs != nil {
+		ev = ev.Uint32("uid", x.runAs.UID)
+	}
+	ev.Msg("replica started")
 	running = true
 	return p, nil
 }
 
+// release undoes what startProcess set up, once the process (if it ever
+// ran) and everything it started are gone: the client, the log, the port
+// and the box.
+func (p *Process) release() {
+	if p.client != nil {
+		p.client.Close()
+	}
+	if p.pipe != nil {
+		p.pipe.Close()
+	}
+	if p.sink != nil {
+		if err := p.sink.Close(); err != nil {
+			p.log.Warn().Err(err).Msg("close replica log")
+		}
+	}
+	if p.held {
+		p.b.ports.release(p.port)
+	}
+	if err := p.box.undo(); err != nil {
+		p.log.Warn().Err(err).Msg("replica sandbox not fully removed")
+	}
+}
+
 // run starts the child, reports the outcome on started, then owns it until it has
-// exited: it waits for the leader, kills the rest of the group, ends the copier and
-// the poller, removes the pid file and finally closes exited.
+// exited: it waits for the leader, kills the rest of its cgroup (or group), ends the
+// copier and the poller, removes the pid file, undoes the box and finally closes
+// exited.
 //
 // The goroutine stays locked to its OS thread for as long as the child runs, because
-// Pdeathsig fires when the thread that forked the child exits, not the process.
+// Pdeathsig fires when the thread that forked the child exits, not the process; and
+// it never unlocks it, because entering the box changed the thread (its network
+// namespace, its capabilities): the thread ends with the goroutine.
 func (p *Process) run(started chan<- error) {
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 
-	if err := p.cmd.Start(); err != nil {
+	err := p.box.enter()
+	if err == nil {
+		err = p.cmd.Start()
+	}
+	if err != nil {
 		started <- err
 		return
 	}
 	p.pid = p.cmd.Process.Pid
+	if err := p.box.started(); err != nil {
+		p.log.Warn().Err(err).Msg("replica sandbox: the forking thread stays in the replica's cgroup until it exits")
+	}
 	if runDir := p.b.cfg.RunDir; runDir != "" {
 		rec := pidFile{ID: p.spec.ReplicaID, ProjectID: p.spec.ProjectID, Pid: p.pid, Pgid: p.pid}
 		if err := writePidFile(runDir, rec); err != nil {
 			// Without the record a daemon crash could leak this group: refuse to run.
 			syscall.Kill(-p.pid, syscall.SIGKILL)
+			p.box.kill()
 			p.cmd.Wait()
 			started <- err
 			return
@@ -194,28 +255,31 @@ func (p *Process) run(started chan<- error) {
 	var poller sync.WaitGroup
 	poller.Go(func() { p.pollReady(ctx) })
 
-	err := p.cmd.Wait()
+	err = p.cmd.Wait()
 
 	p.mu.Lock()
 	// The leader is gone but its group id stays reserved while members remain, so
 	// this reaches leaked children and nothing else.
 	syscall.Kill(-p.pid, syscall.SIGKILL)
 	p.reaped = true
-	p.exitErr = err
 	p.mu.Unlock()
+	// Then whatever left the group: the cgroup holds the whole tree.
+	if _, kerr := p.box.kill(); kerr != nil {
+		p.log.Error().Err(kerr).Msg("replica sandbox: killing the replica's cgroup failed")
+	}
+	if n := p.box.oomKills(); n > 0 {
+		err = &backend.OutOfMemoryError{LimitMiB: p.spec.Model.MemoryMiB, Err: err}
+		p.log.Warn().Int("oom_kills", n).Int("memoryMiB", p.spec.Model.MemoryMiB).Msg("replica ran out of memory")
+	}
 
 	cancel()
 	select {
 	case <-copied:
-	case <-time.After(drainWait): // a process that left the group holds the pipe
+	case <-time.After(drainWait): // without a cgroup, a process that left the group holds the pipe
 	}
 	p.pipe.Close() // unblocks the copier's Read if it is still waiting
 	<-copied
 	poller.Wait()
-	p.client.Close()
-	if err := p.sink.Close(); err != nil {
-		p.log.Warn().Err(err).Msg("close replica log")
-	}
 	if runDir := p.b.cfg.RunDir; runDir != "" {
 		if err := os.Remove(pidFilePath(runDir, p.spec.ReplicaID)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			p.log.Warn().Err(err).Msg("remove replica pid file")
@@ -227,7 +291,10 @@ func (p *Process) run(started chan<- error) {
 		ev = ev.Str("exit", err.Error()).Str("last_line", p.sink.LastLine())
 	}
 	ev.Msg("replica exited")
-	p.b.ports.release(p.port)
+	p.release()
+	p.mu.Lock()
+	p.exitErr = err
+	p.mu.Unlock()
 	close(p.exited)
 }
 

@@ -313,8 +313,8 @@ func TestBootFailures(t *testing.T) {
 // which shows the model is up.
 func waitHealth(t *testing.T, p *Process, status int) {
 	t.Helper()
-	client := &http.Client{Timeout: time.Second}
-	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", p.port)
+	client := modelClient(p)
+	url := modelURL(p, "/healthz")
 	waitFor(t, fmt.Sprintf("health check to answer %d", status), func() bool {
 		resp, err := client.Get(url)
 		if err != nil {
@@ -414,6 +414,13 @@ func TestLogFileRotatesAtCap(t *testing.T) {
 	}
 }
 
+// escapeScript starts a child in a session of its own (setsid), out of the
+// replica's process group, that reports its pid once it is there.
+const escapeScript = `setsid sh -c 'echo "escaped $$"; exec sleep 1000' & wait`
+
+// Without a cgroup (replica.cgroups: false, or no privilege to make one) a child
+// that left the process group survives the replica: at least it must not hold up
+// its end.
 func TestExitedDoesNotWaitForAChildThatLeftTheGroup(t *testing.T) {
 	if _, err := exec.LookPath("setsid"); err != nil {
 		testenv.Missing(t, "setsid (util-linux): %v", err)
@@ -421,7 +428,7 @@ func TestExitedDoesNotWaitForAChildThatLeftTheGroup(t *testing.T) {
 	// The escaped sleep keeps the log pipe open after the leader exits; Exited must
 	// still close (after drainWait) and the copier must end. It reports its pid only
 	// once it has its own session, so Stop cannot reach it.
-	p := startModel(t, testBackend(t), shSpec("escape-1", `setsid sh -c 'echo "escaped $$"; exec sleep 1000' & wait`))
+	p := startModel(t, testBackendWith(t, func(c *Config) { c.NoCgroups = true }), shSpec("escape-1", escapeScript))
 	waitFor(t, "the child to start", func() bool { return strings.HasPrefix(p.LastLogLine(), "escaped ") })
 	escaped, _ := strconv.Atoi(strings.TrimPrefix(p.LastLogLine(), "escaped "))
 	t.Cleanup(func() { syscall.Kill(escaped, syscall.SIGKILL) })
@@ -448,5 +455,39 @@ func TestOutputTriggersReadinessCheck(t *testing.T) {
 	p := startReady(t, b, spec)
 	if got := p.LastLogLine(); !strings.Contains(got, "listening") {
 		t.Errorf("LastLogLine = %q, want the model's listening line", got)
+	}
+}
+
+// In its cgroup nothing a replica started outlives it: a stop, or the leader's own
+// exit, kills the child that left the process group too.
+func TestAChildThatLeftTheGroupDiesWithTheReplicaInItsCgroup(t *testing.T) {
+	if _, err := exec.LookPath("setsid"); err != nil {
+		testenv.Missing(t, "setsid (util-linux): %v", err)
+	}
+	b := testBackend(t)
+	if b.sb.cgroups == nil {
+		testenv.Missing(t, "a cgroup per replica (%s): run as root", b.sb.cgWhy)
+	}
+	for _, tc := range []struct {
+		name   string
+		script string
+		end    func(p *Process)
+	}{
+		{"stopped", escapeScript, func(p *Process) { p.stop(time.Second) }},
+		{"leader exits", `setsid sh -c 'echo $$ > "$HOME/child"; exec sleep 1000' &
+			until [ -s "$HOME/child" ]; do :; done; echo "escaped $(cat "$HOME/child")"; exit 3`, func(p *Process) {
+			waitExited(t, p)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := startModel(t, b, shSpec("escape-2", tc.script))
+			waitFor(t, "the child to start", func() bool { return strings.HasPrefix(p.LastLogLine(), "escaped ") })
+			escaped, _ := strconv.Atoi(strings.TrimPrefix(p.LastLogLine(), "escaped "))
+			t.Cleanup(func() { syscall.Kill(escaped, syscall.SIGKILL) })
+			tc.end(p)
+			if !processGone(escaped) {
+				t.Fatalf("the child %d that left the group is alive after the replica ended", escaped)
+			}
+		})
 	}
 }

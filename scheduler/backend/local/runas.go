@@ -3,17 +3,18 @@ package local
 import (
 	"errors"
 	"fmt"
-	"os"
 	"os/user"
 	"strconv"
 	"syscall"
 )
 
-// RunAs is the user model processes run as when inferd runs as root, so that
-// a model cannot read the data file, other teams' logs or inferd's keys, nor
-// signal inferd. The process is started with this uid, gid and supplementary
-// groups (device groups such as video or render come from the user's groups),
-// and HOME, USER and LOGNAME describe this user.
+// RunAs is a user model processes run as when inferd may switch users, so
+// that a model cannot read the data file, other teams' logs or inferd's
+// keys, nor signal inferd: a uid of the project's own (see identity.go), or
+// replica.user's named user. The process is started with this uid, gid and
+// supplementary groups (a named user's device groups, such as video or
+// render, come with it), and USER and LOGNAME name it; HOME is the replica's
+// private directory, not Home.
 type RunAs struct {
 	Name     string
 	UID, GID uint32
@@ -62,28 +63,4 @@ func (r *RunAs) Credential() *syscall.Credential { return r.credential() }
 
 func (r *RunAs) credential() *syscall.Credential {
 	return &syscall.Credential{Uid: r.UID, Gid: r.GID, Groups: r.Groups}
-}
-
-// sharedDir creates (or reuses) dir as a directory that other users may read
-// but only inferd's user may write, for files a model running as another user
-// must read (the Potassium shim). dir sits in a world-writable place such as
-// /tmp, so a directory someone else created there is refused, never used.
-func sharedDir(dir string) error {
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return err
-	}
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return err
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	switch {
-	case !fi.IsDir():
-		return fmt.Errorf("%s is not a directory", dir)
-	case !ok || int(st.Uid) != os.Geteuid():
-		return fmt.Errorf("%s belongs to another user; remove it", dir)
-	case fi.Mode().Perm()&0o022 != 0:
-		return fmt.Errorf("%s is writable by others; remove it", dir)
-	}
-	return os.Chmod(dir, 0o755)
 }

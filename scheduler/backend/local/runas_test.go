@@ -29,16 +29,16 @@ func TestLookupRunAs(t *testing.T) {
 	}
 }
 
-func TestSharedDirRefusesADirectoryOthersCanWrite(t *testing.T) {
+func TestOwnedDirRefusesADirectoryOthersCanWrite(t *testing.T) {
 	base := t.TempDir()
 	ok := filepath.Join(base, "ok")
-	if err := sharedDir(ok); err != nil {
+	if err := ownedDir(ok, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if fi, _ := os.Stat(ok); fi.Mode().Perm() != 0o755 {
 		t.Errorf("mode %v, want 0755", fi.Mode().Perm())
 	}
-	if err := sharedDir(ok); err != nil {
+	if err := ownedDir(ok, 0o755); err != nil {
 		t.Errorf("reusing our own directory: %v", err)
 	}
 
@@ -47,7 +47,7 @@ func TestSharedDirRefusesADirectoryOthersCanWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.Chmod(open, 0o777) // past the umask
-	if err := sharedDir(open); err == nil || !strings.Contains(err.Error(), "writable by others") {
+	if err := ownedDir(open, 0o755); err == nil || !strings.Contains(err.Error(), "writable by others") {
 		t.Errorf("a world-writable directory: %v", err)
 	}
 
@@ -55,7 +55,7 @@ func TestSharedDirRefusesADirectoryOthersCanWrite(t *testing.T) {
 	if err := os.Symlink(ok, link); err != nil {
 		t.Fatal(err)
 	}
-	if err := sharedDir(link); err == nil || !strings.Contains(err.Error(), "not a directory") {
+	if err := ownedDir(link, 0o755); err == nil || !strings.Contains(err.Error(), "not a directory") {
 		t.Errorf("a symlink: %v", err)
 	}
 }

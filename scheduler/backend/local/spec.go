@@ -46,15 +46,23 @@ func pathName(s string) bool {
 }
 
 // environ builds the model's environment: the allowlisted base and the names in
-// pass (replica.passEnv) read through getenv, then the project's env (env, which may differ from the spec's: see
-// preparePotassium), then the variables inferd owns, which the project cannot
-// override. The result is sorted, one NAME=value per variable.
-func environ(s backend.Spec, env map[string]string, port int, runAs *RunAs, pass []string, getenv func(string) (string, bool)) []string {
+// pass (replica.passEnv) read through getenv, HOME and TMPDIR in the replica's
+// private directory dir, then the project's env (env, which may differ from the
+// spec's: see preparePotassium; it may move HOME or TMPDIR elsewhere), then the
+// variables inferd owns, which the project cannot override. The result is
+// sorted, one NAME=value per variable.
+func environ(s backend.Spec, env map[string]string, port int, runAs *RunAs, dir string, pass []string, getenv func(string) (string, bool)) []string {
 	vars := map[string]string{}
 	for _, k := range slices.Concat(baseEnvKeys, pass) {
 		if v, ok := getenv(k); ok {
 			vars[k] = v
 		}
+	}
+	if runAs != nil {
+		vars["USER"], vars["LOGNAME"] = runAs.Name, runAs.Name
+	}
+	if dir != "" {
+		vars["HOME"], vars["TMPDIR"] = dir, dir
 	}
 	// Unbuffered Python output makes the log (and LastLogLine) current; a project may
 	// still turn it off.
@@ -67,9 +75,6 @@ func environ(s backend.Spec, env map[string]string, port int, runAs *RunAs, pass
 	if nvidia == "" {
 		// For the NVIDIA container runtime "" would mean "all GPUs"; "void" means none.
 		nvidia = "void"
-	}
-	if runAs != nil {
-		vars["HOME"], vars["USER"], vars["LOGNAME"] = runAs.Home, runAs.Name, runAs.Name
 	}
 	// HOST tells the model where to listen: inferd reaches it on loopback, and
 	// nothing else on the network should.

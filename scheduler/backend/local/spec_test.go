@@ -78,6 +78,8 @@ func TestEnvironHoldsAllowlistProjectEnvAndInferdVariables(t *testing.T) {
 	tests := []struct {
 		name   string
 		spec   backend.Spec
+		dir    string   // the private directory
+		runAs  *RunAs   // who the model runs as
 		pass   []string // replica.passEnv
 		want   []string // NAME=value that must be present
 		absent []string // names that must not be
@@ -116,6 +118,18 @@ func TestEnvironHoldsAllowlistProjectEnvAndInferdVariables(t *testing.T) {
 			want: []string{"GREETING=hi", "PATH=/opt/model/bin", "PYTHONUNBUFFERED=0"},
 		},
 		{
+			name: "private HOME and TMPDIR, and the model user's name",
+			spec: backend.Spec{ReplicaID: "r5", ProjectID: "p5"},
+			dir:  "/tmp/inferd-0-x/r5", runAs: perProjectRunAs(61200),
+			want: []string{"HOME=/tmp/inferd-0-x/r5", "TMPDIR=/tmp/inferd-0-x/r5", "USER=61200", "LOGNAME=61200"},
+		},
+		{
+			name: "the project may move HOME and TMPDIR",
+			spec: backend.Spec{ReplicaID: "r6", Model: store.ModelSpec{Env: map[string]string{"HOME": "/srv/cache", "TMPDIR": "/scratch"}}},
+			dir:  "/tmp/inferd-0-x/r6",
+			want: []string{"HOME=/srv/cache", "TMPDIR=/scratch"},
+		},
+		{
 			name: "project cannot override inferd's variables",
 			spec: backend.Spec{ReplicaID: "r4", ProjectID: "p4", Model: store.ModelSpec{Env: map[string]string{
 				"PORT": "1", "CUDA_VISIBLE_DEVICES": "0", "INFERD_REPLICA_ID": "other", "INFERD_PROJECT_ID": "other",
@@ -125,7 +139,7 @@ func TestEnvironHoldsAllowlistProjectEnvAndInferdVariables(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			env := environ(tc.spec, tc.spec.Model.Env, 8123, nil, tc.pass, getenv)
+			env := environ(tc.spec, tc.spec.Model.Env, 8123, tc.runAs, tc.dir, tc.pass, getenv)
 			if !slices.IsSorted(env) {
 				t.Errorf("environment not sorted: %v", env)
 			}
@@ -150,6 +164,7 @@ func TestNewAppliesDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(b.Close)
 	got := []any{b.cfg.LogMaxBytes, b.cfg.LogKeep, b.cfg.StopGrace, b.Capacity().CPUSlots, len(b.Capacity().GPUs)}
 	want := []any{int64(10 << 20), 3, 10 * time.Second, runtime.NumCPU(), 0}
 	if !slices.Equal(got, want) {

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -46,6 +47,10 @@ const (
 	// healthDrainBytes is how much of a health reply is read; a longer one
 	// closes the connection.
 	healthDrainBytes = 4 << 10
+	// maxHeaderBytes caps a reply's status line and headers. A model is not
+	// trusted: without a cap, one sending an endless header would be read
+	// into memory until the daemon ran out of it.
+	maxHeaderBytes = 1 << 20
 )
 
 // dialFunc connects to a model, as net.Dialer.DialContext does.
@@ -97,17 +102,25 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("infer path %q does not start with /", cfg.InferPath)
 	}
 	transport := &http.Transport{
-		Proxy:               nil, // the model is ours to reach: never a proxy from the daemon's env
-		DialContext:         cfg.Dial,
-		MaxIdleConns:        maxIdleConns,
-		MaxIdleConnsPerHost: maxIdleConns,
-		IdleConnTimeout:     idleConnTimeout,
+		Proxy:                  nil, // the model is ours to reach: never a proxy from the daemon's env
+		DialContext:            cfg.Dial,
+		MaxIdleConns:           maxIdleConns,
+		MaxIdleConnsPerHost:    maxIdleConns,
+		IdleConnTimeout:        idleConnTimeout,
+		MaxResponseHeaderBytes: maxHeaderBytes,
+	}
+	client := &http.Client{
+		Transport: transport, // no timeout: each call's ctx decides
+		// A redirect is the model's answer, never an address to send the
+		// call's inputs to: following it would let a model make inferd
+		// re-POST them anywhere (see docs/security.md).
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	return &Client{
 		cfg:       cfg,
 		potassium: cfg.Protocol == store.ProtocolPotassium,
 		baseURL:   "http://" + cfg.Addr,
-		client:    &http.Client{Transport: transport}, // no timeout: each call's ctx decides
+		client:    client,
 		conns:     newConnPool(cfg.Addr, cfg.Dial, maxIdleConns, idleConnTimeout),
 	}, nil
 }
@@ -162,8 +175,9 @@ func (e *TransportError) Unwrap() error { return e.Err }
 
 // Infer posts inputs to the model's InferPath as application/json and returns
 // the reply body, which is valid JSON. Errors: *backend.HTTPError for a
-// non-2xx reply, backend.ErrInvalidReply (wrapped) for a reply that is not
-// JSON or too large, *TransportError when the exchange broke; ctx's error is
+// non-2xx reply (a redirect included: none is followed), backend.ErrInvalidReply
+// (wrapped) for a reply that is not JSON, too large or with headers over
+// maxHeaderBytes, *TransportError when the exchange broke; ctx's error is
 // returned as is. A reply that is JSON but not valid UTF-8 is ErrInvalidReply
 // too, naming the offset of the first bad byte. A reply of protocol http with
 // Content-Type application/x-ndjson streams: its lines go to the context's
@@ -187,6 +201,9 @@ func (c *Client) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMes
 	}
 	resp, finish, err := c.send(ctx, req, len(inputs))
 	if err != nil {
+		if headersTooLarge(err) {
+			return nil, fmt.Errorf("%w: reply headers larger than %d bytes", backend.ErrInvalidReply, maxHeaderBytes)
+		}
 		return nil, broken(ctx, err)
 	}
 	clean := false // the body was read to its end: the connection may be reused
@@ -217,14 +234,14 @@ func (c *Client) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMes
 		return out, err
 	}
 	limit := c.cfg.MaxReplyBytes
-	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	body, err := readReply(resp, limit)
+	if errors.Is(err, errReplyTooLarge) {
+		return nil, fmt.Errorf("%w: reply larger than %d bytes", backend.ErrInvalidReply, limit)
+	}
 	if err != nil {
 		return nil, broken(ctx, err)
 	}
-	if int64(len(body)) > limit {
-		return nil, fmt.Errorf("%w: reply larger than %d bytes", backend.ErrInvalidReply, limit)
-	}
-	clean = true // shorter than the limit: the body ended
+	clean = true // within the limit: the body ended
 	if !json.Valid(body) {
 		return nil, fmt.Errorf("%w: reply is not JSON: %q", backend.ErrInvalidReply, truncate(body, 200))
 	}
@@ -247,6 +264,58 @@ func (c *Client) send(ctx context.Context, req *http.Request, bodyLen int) (*htt
 	}
 	// net/http reuses the connection on its own once the body was read to EOF.
 	return resp, func(bool) { resp.Body.Close() }, nil
+}
+
+// errReplyTooLarge is readReply's error for a body over its limit.
+var errReplyTooLarge = errors.New("reply too large")
+
+// readReply reads resp's body, at most limit bytes, into one buffer: the only
+// copy of the reply inferd makes before handing it on. A body that says its
+// length is read straight into a buffer of exactly that size (a reply of
+// megabytes is read once and held once, not grown by doubling), and one that
+// says it is over the limit is refused before a byte is read; a body of
+// unknown length (chunked, or gunzipped) grows a buffer as it comes, as
+// io.ReadAll does.
+func readReply(resp *http.Response, limit int64) ([]byte, error) {
+	n := resp.ContentLength
+	if n > limit {
+		return nil, errReplyTooLarge
+	}
+	if n >= 0 {
+		body := make([]byte, n)
+		if _, err := io.ReadFull(resp.Body, body); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF // a length of n was announced
+			}
+			return nil, err
+		}
+		// The body must end here: read its end so that net/http sees it
+		// read whole and keeps the connection, and refuse more bytes than
+		// announced.
+		var one [1]byte
+		if m, err := resp.Body.Read(one[:]); m > 0 || (err != nil && err != io.EOF) {
+			if err == nil {
+				err = errors.New("reply longer than its Content-Length")
+			}
+			return nil, err
+		}
+		return body, nil
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(body)) > limit {
+		return nil, errReplyTooLarge
+	}
+	return body, nil
+}
+
+// headersTooLarge reports whether a failed exchange was a reply whose
+// headers went over maxHeaderBytes: the pool's errHeadersTooLarge, or
+// net/http's error for the same (which has no sentinel of its own).
+func headersTooLarge(err error) bool {
+	return errors.Is(err, errHeadersTooLarge) || strings.Contains(err.Error(), "server response headers exceeded")
 }
 
 // broken classifies a failed exchange: the context's own error passes

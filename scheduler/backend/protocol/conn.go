@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -41,10 +42,40 @@ type poolConn struct {
 	conn      net.Conn
 	raw       syscall.RawConn // for the liveness peek
 	cw        countWriter
+	lr        limitReader // between conn and br: caps a reply's headers
 	br        *bufio.Reader
 	bw        *bufio.Writer
 	idleSince time.Time
 }
+
+// errHeadersTooLarge is returned by roundTrip (wrapped) when a reply's status
+// line and headers go over maxHeaderBytes.
+var errHeadersTooLarge = errors.New("reply headers too large")
+
+// limitReader reads from r until n bytes have been read, then fails with
+// errHeadersTooLarge. exchange sets n to maxHeaderBytes while it reads a
+// reply's headers and lifts it for the body, which Infer caps itself: so a
+// model cannot make the daemon buffer an endless header line. What br reads
+// ahead of the headers counts too, a few KiB at most.
+type limitReader struct {
+	r io.Reader
+	n int64
+}
+
+func (l *limitReader) Read(b []byte) (int, error) {
+	if l.n <= 0 {
+		return 0, errHeadersTooLarge
+	}
+	if int64(len(b)) > l.n {
+		b = b[:l.n]
+	}
+	n, err := l.r.Read(b)
+	l.n -= int64(n)
+	return n, err
+}
+
+// noLimit is a limitReader's n while no headers are being read.
+const noLimit = math.MaxInt64
 
 // countWriter counts the bytes that reached the connection, so a failed write
 // that sent nothing can be retried on another connection.
@@ -133,7 +164,9 @@ func (pc *poolConn) exchange(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	for range max1xx + 1 {
+		pc.lr.n = maxHeaderBytes
 		resp, err := http.ReadResponse(pc.br, req)
+		pc.lr.n = noLimit
 		if err != nil {
 			return nil, err
 		}
@@ -179,7 +212,8 @@ func (p *connPool) get(ctx context.Context) (pc *poolConn, reused bool, err erro
 		}
 	}
 	pc.cw.w = conn
-	pc.br = bufio.NewReader(conn)
+	pc.lr = limitReader{r: conn, n: noLimit}
+	pc.br = bufio.NewReader(&pc.lr)
 	pc.bw = bufio.NewWriter(&pc.cw)
 	return pc, false, nil
 }

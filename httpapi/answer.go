@@ -1,0 +1,75 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+)
+
+// answer is an inference answer encoded in three parts, so that a call's
+// outputs, the model's raw JSON as the store keeps it, go into it without
+// being decoded, encoded again or copied: the head is the JSON object of
+// every other field less its closing brace and the start of modelOutputs,
+// then the outputs as they are, then the tail. A 5 MB result costs one
+// copy (the store's read) and one write, where encoding it cost a
+// validation, an escape pass and two more copies (see docs/benchmarks.md).
+type answer struct {
+	head, outputs, tail []byte
+}
+
+// Fixed pieces of the modelOutputs field.
+var (
+	outputsOpen  = []byte(`,"modelOutputs":[`)
+	outputsField = []byte(`,"modelOutputs":`)
+	outputsNull  = []byte(`,"modelOutputs":null`)
+	outputsClose = []byte("]}")
+	objectClose  = []byte("}")
+)
+
+// newAnswer encodes fields, a struct that encodes as a JSON object (an
+// inference answer, or one with more fields, as a webhook body has), and
+// adds "modelOutputs": [outputs] when succeeded, else null; when listed,
+// outputs are the list already (a streamed call's lines). outputs must be
+// valid JSON, as the store hands back what the model client checked; they
+// are held, not copied, until the answer is written. This is the one way a
+// call's result is written out: the start and check answers use it, and so
+// can any other body that carries a result.
+func newAnswer(fields any, outputs json.RawMessage, succeeded, listed bool) (answer, error) {
+	head, err := json.Marshal(fields)
+	if err != nil {
+		return answer{}, fmt.Errorf("encode answer: %w", err)
+	}
+	if len(head) < 2 || head[0] != '{' || head[len(head)-1] != '}' {
+		return answer{}, fmt.Errorf("encode answer: %T is not a JSON object", fields)
+	}
+	head = head[:len(head)-1]
+	if len(head) == 1 {
+		return answer{}, fmt.Errorf("encode answer: %T has no field", fields)
+	}
+	if !succeeded {
+		return answer{head: append(head, outputsNull...), tail: objectClose}, nil
+	}
+	if listed {
+		return answer{head: append(head, outputsField...), outputs: bytes.TrimSpace(outputs), tail: objectClose}, nil
+	}
+	head = append(head, outputsOpen...)
+	return answer{head: head, outputs: bytes.TrimSpace(outputs), tail: outputsClose}, nil
+}
+
+// Bytes returns the answer in one buffer, for a body that is kept (a
+// webhook's) rather than written at once.
+func (a answer) Bytes() []byte {
+	b := make([]byte, 0, a.Len())
+	return append(append(append(b, a.head...), a.outputs...), a.tail...)
+}
+
+// Len is the answer's length in bytes, for Content-Length.
+func (a answer) Len() int { return len(a.head) + len(a.outputs) + len(a.tail) }
+
+// WriteTo writes the answer to w: one writev where w is a connection.
+func (a answer) WriteTo(w io.Writer) (int64, error) {
+	bufs := net.Buffers{a.head, a.outputs, a.tail}
+	return bufs.WriteTo(w)
+}
