@@ -200,10 +200,18 @@ func TestPayloadOverInlineLimitIsRefused(t *testing.T) {
 			}
 		})
 	}
-	atLimit := store.Call{ID: "call_ok", State: store.CallQueued,
-		Inputs: []byte(`"` + strings.Repeat("x", MaxInlinePayload-2) + `"`)}
-	if err := s.SaveCall(context.Background(), atLimit); err != nil {
-		t.Errorf("SaveCall at the limit: %v", err)
+	// At the limit both payloads fit one etcd request, and two such writes
+	// queued together are committed apart.
+	atLimit := []byte(`"` + strings.Repeat("x", MaxInlinePayload-2) + `"`)
+	errs := make(chan error, 2)
+	for _, id := range []string{"call_ok1", "call_ok2"} {
+		s.SaveCallAsync(store.Call{ID: id, State: store.CallSucceeded, Inputs: atLimit, Outputs: atLimit},
+			func(err error) { errs <- err })
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Errorf("SaveCall with inputs and outputs at the limit: %v", err)
+		}
 	}
 }
 
