@@ -16,7 +16,6 @@ import (
 type eventStream struct {
 	t      *testing.T
 	status int
-	sc     *bufio.Scanner
 	events chan sse // read in the background, so a test can wait with a timeout
 }
 
