@@ -155,7 +155,6 @@ func (s *Store) finishedKey(t time.Time, id string) string {
 	return s.key("finished", fmt.Sprintf("%020d", max(t.UnixNano(), 0)), id)
 }
 
-
 // PendingCalls implements store.Calls: the pending index read at one
 // revision, then the calls it names, and their inputs' sizes, read at that
 // same revision, so the answer is one consistent moment. Only the calls
