@@ -41,16 +41,12 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer replicas.Close() // after the scheduler has stopped every replica
-	st, err := bolt.Open(cfg.StorePath(), bolt.Options{})
+	defer replicas.Close()         // after the scheduler has stopped every replica
+	st, err := openStore(cfg, log) // bbolt, or etcd with a cluster: section
 	if err != nil {
-		return withRestoreHint(err)
+		return err
 	}
 	defer st.Close()
-	if m := st.Migration(); m.Migrated() {
-		log.Warn().Int("from", m.From).Int("to", m.To).Str("copy", m.Copy).
-			Msg("migrated the data file to a newer schema; the copy holds the old data for a downgrade")
-	}
 
 	conns, err := connLimit(cfg.Limits.MaxConnections, log)
 	if err != nil {
@@ -160,6 +156,14 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	g.Go(func() error { return sched.Run(schedCtx) })
 	g.Go(func() error { return st.RunSweeper(gctx, cfg.ResultTTL, cfg.SweepInterval) })
 	g.Go(func() error { return gpus.Run(gctx, cfg.GPU.RefreshInterval) })
+	g.Go(func() error {
+		select {
+		case err := <-st.memberErr():
+			return fmt.Errorf("etcd member: %w", err)
+		case <-gctx.Done():
+			return nil
+		}
+	})
 	g.Go(func() error { return hist.Run(gctx) })
 	// Deliveries go on through the drain, for the calls finishing in it,
 	// and stop with the waits; what is left is sent after a restart.

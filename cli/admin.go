@@ -38,6 +38,11 @@ func dialAdmin(cfg config.Config) (*adminClient, error) {
 		}}
 		return &adminClient{http: &http.Client{Transport: tr}, close: func() error { tr.CloseIdleConnections(); return nil }}, nil
 	}
+	if cfg.Cluster != nil {
+		// The records are in etcd, not in a data file: opening one here
+		// would create an empty file no daemon reads.
+		return nil, fmt.Errorf("no daemon answers on %s: in cluster mode the admin commands need this node's daemon running (inferd serve)", sock)
+	}
 	if err := cfg.EnsureDataDir(); err != nil {
 		return nil, err
 	}

@@ -124,6 +124,10 @@ func doctorDataDir(r *doctorReport, cfg config.Config) {
 
 func doctorDataFile(r *doctorReport, cfg config.Config, running bool) {
 	path := cfg.StorePath()
+	if cfg.Cluster != nil {
+		r.line("ok", "data file", "cluster mode (node %s): the records are in etcd, not in %s; doctor does not check etcd yet", cfg.Cluster.Name, path)
+		return
+	}
 	if running {
 		r.line("ok", "data file", "%s: daemon running (admin socket answers)", path)
 		return

@@ -47,6 +47,9 @@ type Config struct {
 	Replica                  Replica       `koanf:"replica"`
 	GPU                      GPU           `koanf:"gpu"`
 	Webhook                  Webhook       `koanf:"webhook"`
+	// Cluster is set by a cluster: section (file only); nil is the
+	// single-box appliance (see cluster.go).
+	Cluster *Cluster `koanf:"cluster"`
 }
 
 // Webhook holds the settings of webhook delivery (see the webhook package).
@@ -423,6 +426,9 @@ func (c Config) validate() error {
 		if g.Name == "" || g.MemoryMiB == 0 {
 			bad(fmt.Sprintf("gpu.simulate[%d]", i), "needs a name and memoryMiB > 0")
 		}
+	}
+	if c.Cluster != nil {
+		c.Cluster.validate(bad)
 	}
 	return errors.Join(errs...)
 }

@@ -3,10 +3,9 @@
 // and the Store interfaces that the rest of inferd reads and writes through.
 //
 // It knows nothing of how records are kept. The implementations are
-// store/bolt (one embedded bbolt file, the default) and store/memstore (in
-// memory, for tests); store/storetest is the contract suite both pass, so a
-// new implementation (an etcd store for cluster mode) is checked against
-// the same rules.
+// store/bolt (one embedded bbolt file, the default), store/etcd (cluster
+// mode: records in etcd, shared by several nodes) and store/memstore (in
+// memory, for tests); store/storetest is the contract suite all three pass.
 //
 // # Durability rules every implementation keeps
 //

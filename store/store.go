@@ -7,7 +7,8 @@ import (
 )
 
 // Store is everything inferd keeps durably. Each implementation (store/bolt,
-// the embedded default; store/memstore, in memory for tests) satisfies it
+// the embedded default; store/etcd, cluster mode; store/memstore, in memory
+// for tests) satisfies it
 // and passes the contract suite in store/storetest, which is the executable
 // form of the rules written here. Callers depend on the smaller interfaces
 // below, or declare their own subset where they consume it.
@@ -51,8 +52,9 @@ type Teams interface {
 // key, in this process. store/bolt meets this with a cache of recent keys
 // that it empties on every revocation; that is sound only because bbolt's
 // file lock makes this process the file's one writer. An implementation
-// that other processes write too (the etcd store of cluster mode) must
-// invalidate such a cache on their writes (a watch) or not cache at all.
+// that other processes write too must invalidate such a cache on their
+// writes (a watch) or not cache at all, as store/etcd (cluster mode) does:
+// it reads etcd on every call.
 type Keys interface {
 	// CreateKey creates an API key for the team, creating the team if it
 	// does not exist, and returns the secret, which is shown once and never

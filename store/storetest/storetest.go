@@ -1,6 +1,6 @@
 // Package storetest is the contract suite of store.Store: the rules of the
 // store package's interfaces written as tests, run by every implementation's
-// own tests (store/bolt, store/memstore) through Run, in the spirit of
+// own tests (store/bolt, store/etcd, store/memstore) through Run, in the spirit of
 // litestream's RunWithReplicaClient. It covers teams, keys and projects
 // (create, read, update, delete), isolation by team, call state
 // transitions and their indexes, expiry, concurrent writers, close and

@@ -1,0 +1,266 @@
+package etcd
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"inferd/store"
+)
+
+// schemaVersion is the key layout this code reads and writes (see doc.go).
+const schemaVersion = "2"
+
+// DefaultPrefix is where the records live when Options.Prefix is empty.
+const DefaultPrefix = "/inferd/"
+
+// Options configure Open.
+type Options struct {
+	// Endpoints are the etcd client URLs (http://host:2379). At least one.
+	Endpoints []string
+	// TLS is the client's TLS configuration for https endpoints; nil for
+	// plain http.
+	TLS *tls.Config
+	// Prefix is put before every key, so one etcd cluster can hold several
+	// inferd clusters (or tests). Empty means DefaultPrefix.
+	Prefix string
+	// Node names this node: the calls it writes are its own to recover
+	// (PendingCalls). Stores that share a prefix give different names;
+	// "" is a name too (one node, or tests).
+	Node string
+	// Now stamps Created, Updated, Revoked and a final call's missing
+	// Finished. Nil means time.Now.
+	Now func() time.Time
+	// DialTimeout bounds the first connection; 0 means 5 s.
+	DialTimeout time.Duration
+	// RequestTimeout bounds each etcd request; 0 means 5 s.
+	RequestTimeout time.Duration
+	// RetryFor is how long a call write that fails for want of an etcd
+	// leader is retried before it fails; 0 means 15 s.
+	RetryFor time.Duration
+}
+
+// Store is the etcd store.Store. Its methods are safe for concurrent use.
+type Store struct {
+	cli    *clientv3.Client
+	prefix string
+	node   string
+	now    func() time.Time
+	reqTO  time.Duration
+	retry  time.Duration
+
+	hooks         store.ProjectHooks
+	teamHooks     store.TeamHooks
+	deliveryHooks store.DeliveryHooks
+	// Other nodes' project and team writes, told to the hooks.
+	projectWatch, teamWatch keyWatch
+
+	closed atomic.Bool
+	once   sync.Once
+	w      writer
+	stats  commitStats
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects to etcd and returns the store. It fails when no endpoint
+// answers within the dial timeout, or when the prefix holds records of
+// another layout version. Close ends its writer and its connection.
+func Open(opts Options) (*Store, error) {
+	if len(opts.Endpoints) == 0 {
+		return nil, errors.New("open etcd store: no endpoints")
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	if !strings.HasSuffix(opts.Prefix, "/") {
+		opts.Prefix += "/"
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = 5 * time.Second
+	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = 5 * time.Second
+	}
+	if opts.RetryFor <= 0 {
+		opts.RetryFor = 15 * time.Second
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   opts.Endpoints,
+		TLS:         opts.TLS,
+		DialTimeout: opts.DialTimeout,
+		// The client logs every retry and reconnect; the errors that
+		// matter come back to our callers, who report them once.
+		Logger: zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open etcd store at %s: %w", strings.Join(opts.Endpoints, ","), err)
+	}
+	s := &Store{cli: cli, prefix: opts.Prefix, node: opts.Node, now: opts.Now, reqTO: opts.RequestTimeout, retry: opts.RetryFor}
+	rev, err := s.checkSchema(opts.DialTimeout)
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("open etcd store at %s: %w", strings.Join(opts.Endpoints, ","), err)
+	}
+	s.w.start(s)
+	s.startWatches(rev + 1)
+	return s, nil
+}
+
+// checkSchema writes the layout version into an empty prefix, or checks the
+// one there, and returns the revision it read at.
+func (s *Store) checkSchema(timeout time.Duration) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	k := s.key("schema")
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+		Then(clientv3.OpPut(k, schemaVersion)).
+		Else(clientv3.OpGet(k)).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("etcd unreachable: %w", err)
+	}
+	if resp.Succeeded {
+		return resp.Header.Revision, nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 1 && string(kvs[0].Value) == schemaVersion {
+		return resp.Header.Revision, nil
+	}
+	got := ""
+	if len(kvs) == 1 {
+		got = string(kvs[0].Value)
+	}
+	return 0, fmt.Errorf("prefix %s holds layout version %q; this inferd reads version %s", s.prefix, got, schemaVersion)
+}
+
+// Close finishes the call writes queued before it, then closes the
+// connection. Later calls of any method return store.ErrClosed.
+func (s *Store) Close() error {
+	s.once.Do(func() {
+		s.closed.Store(true)
+		s.w.stop()
+		s.projectWatch.stop()
+		s.teamWatch.stop()
+		s.cli.Close()
+	})
+	return nil
+}
+
+// RunSweeper deletes the finished calls older than ttl every `every` until
+// ctx ends. Every node of a cluster may run it: its deletes compare each
+// call's revision, so two sweepers never delete a call that changed.
+func (s *Store) RunSweeper(ctx context.Context, ttl, every time.Duration) error {
+	return store.RunSweeper(ctx, s, s.now, ttl, every)
+}
+
+// Size returns the size of the etcd database as its first reachable
+// endpoint reports it, or 0 when none answers: a metrics gauge.
+func (s *Store) Size() int64 {
+	if s.closed.Load() {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.reqTO)
+	defer cancel()
+	for _, ep := range s.cli.Endpoints() {
+		if st, err := s.cli.Status(ctx, ep); err == nil {
+			return st.DbSize
+		}
+	}
+	return 0
+}
+
+func (s *Store) key(parts ...string) string { return s.prefix + strings.Join(parts, "/") }
+
+// ctx returns the context of one etcd request.
+func (s *Store) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), s.reqTO)
+}
+
+// check fails with store.ErrClosed after Close; what names the operation.
+func (s *Store) check(what string) error {
+	if s.closed.Load() {
+		return fmt.Errorf("%s: %w", what, store.ErrClosed)
+	}
+	return nil
+}
+
+// wrap gives an etcd error its context and the store's sentinel where one
+// applies: a full etcd database is store.ErrStorageFull, and any failure
+// after Close is store.ErrClosed.
+func (s *Store) wrap(what string, err error) error {
+	switch {
+	case s.closed.Load():
+		return fmt.Errorf("%s: %w", what, store.ErrClosed)
+	case errors.Is(err, rpctypes.ErrNoSpace) || errors.Is(err, rpctypes.ErrGRPCNoSpace) ||
+		strings.Contains(err.Error(), rpctypes.ErrGRPCNoSpace.Error()):
+		return fmt.Errorf("%s: etcd database space exceeded (%v): %w", what, err, store.ErrStorageFull)
+	default:
+		return fmt.Errorf("%s: etcd: %w", what, err)
+	}
+}
+
+// get reads one key; ok is false when it is absent.
+func (s *Store) get(what, key string) (value []byte, rev int64, ok bool, err error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	resp, err := s.cli.Get(ctx, key)
+	if err != nil {
+		return nil, 0, false, s.wrap(what, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, 0, false, nil
+	}
+	return resp.Kvs[0].Value, resp.Kvs[0].ModRevision, true, nil
+}
+
+// getRecord reads and decodes the record at key, or fails with
+// store.ErrNotFound (or store.ErrClosed after Close); what names the
+// operation in errors.
+func getRecord[T any](s *Store, what, key string) (T, error) {
+	var zero T
+	if err := s.check(what); err != nil {
+		return zero, err
+	}
+	raw, _, ok, err := s.get(what, key)
+	if err != nil {
+		return zero, err
+	}
+	if !ok {
+		return zero, fmt.Errorf("%s: %w", what, store.ErrNotFound)
+	}
+	return decode[T](what, key, raw)
+}
+
+// decode unmarshals a stored record; a record that does not decode is
+// reported, never skipped.
+func decode[T any](what, key string, raw []byte) (T, error) {
+	var v T
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return v, fmt.Errorf("%s: record %s does not decode: %w", what, key, err)
+	}
+	return v, nil
+}
+
+// encode marshals a record. Only a call can fail here (inputs or outputs
+// that are not valid JSON); the error says which record.
+func encode(what string, v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("%s: encode: %w", what, err)
+	}
+	return string(b), nil
+}

@@ -1,0 +1,259 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"inferd/store"
+)
+
+// Bounds of one group commit, under etcd's defaults of 128 operations and
+// 1.5 MiB per request. A call write is at most 5 operations (a final call
+// with an idempotency key), so a batch holds 24 to 30 calls; the margin
+// under 128 is room for nested transactions, whose operations etcd counts
+// against what their parent leaves.
+const (
+	batchOps   = 120
+	batchBytes = 1 << 20
+)
+
+// callWrite is one queued SaveCallAsync.
+type callWrite struct {
+	id   string
+	ops  []clientv3.Op // the call, its outputs and indexes (callOps)
+	size int
+	done func(error)
+
+	inputOps []clientv3.Op // its inputs, when the write carries them
+
+	deliveries []store.Delivery // webhook deliveries the write makes due
+	records    []string         // their outbox records (outboxRecord JSON), in the same order
+	queued     []store.Delivery // those the commit put in the outbox (set by commit)
+}
+
+// opCount is how many operations the write adds to a transaction at most:
+// its call's, its inputs', and one per delivery.
+func (cw callWrite) opCount() int { return len(cw.ops) + len(cw.inputOps) + len(cw.deliveries) }
+
+// writer is the store's one call-writing goroutine: it commits whatever is
+// queued as one transaction, in queue order. It is owned by the Store: start
+// in Open, stop in Close.
+type writer struct {
+	s        *Store
+	mu       sync.Mutex
+	queue    []callWrite
+	closing  bool
+	kick     chan struct{} // a write was queued (one wake-up is enough)
+	finished chan struct{} // closed when the goroutine has returned
+}
+
+func (w *writer) start(s *Store) {
+	w.s = s
+	w.kick = make(chan struct{}, 1)
+	w.finished = make(chan struct{})
+	go w.run()
+}
+
+// enqueue queues cw, or reports false once the store is closing.
+func (w *writer) enqueue(cw callWrite) bool {
+	w.mu.Lock()
+	if w.closing {
+		w.mu.Unlock()
+		return false
+	}
+	w.queue = append(w.queue, cw)
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// stop lets the writes queued so far commit, then ends the goroutine.
+func (w *writer) stop() {
+	w.mu.Lock()
+	w.closing = true
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+	<-w.finished
+}
+
+func (w *writer) run() {
+	defer close(w.finished)
+	for {
+		w.mu.Lock()
+		batch := w.take()
+		closing := w.closing
+		w.mu.Unlock()
+		if len(batch) == 0 {
+			if closing {
+				return
+			}
+			<-w.kick
+			continue
+		}
+		err := w.commit(batch)
+		for _, cw := range batch {
+			if err != nil {
+				cw.done(fmt.Errorf("save call %s: %w", cw.id, err))
+			} else {
+				w.s.deliveryHooks.Notify(cw.queued)
+				cw.done(nil)
+			}
+		}
+	}
+}
+
+// take removes the next batch from the queue: up to batchOps operations
+// and about batchBytes, counting every write (a call written twice counts
+// twice, though commit sends its last write's call operations only).
+// Callers hold mu.
+func (w *writer) take() []callWrite {
+	ops, size, n := 0, 0, 0
+	for n < len(w.queue) {
+		cw := w.queue[n]
+		if n > 0 && (ops+cw.opCount() > batchOps || size+cw.size > batchBytes) {
+			break
+		}
+		ops += cw.opCount()
+		size += cw.size
+		n++
+	}
+	batch := w.queue[:n:n]
+	w.queue = w.queue[n:]
+	return batch
+}
+
+// commit writes the batch in one transaction. A call queued more than once
+// in it is written once, with its last write: etcd refuses a transaction
+// that names a key twice, and the last write is the one that must win. Its
+// inputs are those of its last write that carried any (a later write
+// without inputs keeps them), and its deliveries those of all its writes,
+// each once (the first write's record). While etcd has no leader the commit is retried, for up to
+// RetryFor; then the deliveries a retry finds already queued by this very
+// batch (an earlier try that was applied but whose answer was lost) count
+// as queued by it, so their hooks still run, once.
+func (w *writer) commit(batch []callWrite) error {
+	last, lastInputs := map[string]int{}, map[string]int{}
+	for i, cw := range batch {
+		last[cw.id] = i
+		if len(cw.inputOps) > 0 {
+			lastInputs[cw.id] = i
+		}
+	}
+	var ops []clientv3.Op
+	for i, cw := range batch {
+		if last[cw.id] == i {
+			ops = append(ops, cw.ops...)
+		}
+		if j, ok := lastInputs[cw.id]; ok && j == i {
+			ops = append(ops, cw.inputOps...)
+		}
+	}
+	type queuedBy struct {
+		write, delivery int    // batch[write].deliveries[delivery]
+		record          string // the outbox record it puts
+	}
+	var queues []queuedBy // in the order of their ops, after the calls' ops
+	seen := map[string]bool{}
+	for i, cw := range batch {
+		for j, d := range cw.deliveries {
+			if !seen[d.ID] {
+				seen[d.ID] = true
+				queues = append(queues, queuedBy{i, j, cw.records[j]})
+				ops = append(ops, w.s.queueOp(d.ID, cw.records[j]))
+			}
+		}
+	}
+	s := w.s
+	start := time.Now()
+	var resp *clientv3.TxnResponse
+	err := s.retrying(func(ctx context.Context) (err error) {
+		resp, err = s.cli.Txn(ctx).Then(ops...).Commit()
+		return err
+	})
+	s.stats.add(len(batch), time.Since(start))
+	if err != nil {
+		return s.wrap("commit", err)
+	}
+	first := len(resp.Responses) - len(queues)
+	for k, q := range queues {
+		if queuedNow(resp.Responses[first+k], q.record) {
+			cw := &batch[q.write]
+			cw.queued = append(cw.queued, cw.deliveries[q.delivery])
+		}
+	}
+	return nil
+}
+
+// retrying runs try, a write that is harmless to repeat, again while it
+// fails for want of an etcd leader or a reachable member, for up to
+// RetryFor, and returns its last error. try gets a context bounded by the
+// request timeout.
+func (s *Store) retrying(try func(ctx context.Context) error) error {
+	deadline := time.Now().Add(s.retry)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), s.reqTO)
+		err := try(ctx)
+		cancel()
+		if err == nil || !retryable(err) || time.Now().After(deadline) || s.cli.Ctx().Err() != nil {
+			return err
+		}
+		// etcd is electing a leader or a member is unreachable. The
+		// pause keeps a dead cluster from being hammered; it is not a
+		// synchronization.
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-s.cli.Ctx().Done():
+		}
+	}
+}
+
+// retryable reports whether a failed commit may succeed if sent again: no
+// leader, a timeout, an unreachable member. Refusals (too large, no space)
+// are not.
+func retryable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rpctypes.ErrNoLeader) ||
+		errors.Is(err, rpctypes.ErrLeaderChanged) || errors.Is(err, rpctypes.ErrTimeout) ||
+		errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail) || errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return false
+}
+
+// commitStats counts the writer's commits, for metrics.
+type commitStats struct {
+	commits, writes, nanos atomic.Int64
+}
+
+func (c *commitStats) add(writes int, d time.Duration) {
+	c.commits.Add(1)
+	c.writes.Add(int64(writes))
+	c.nanos.Add(int64(d))
+}
+
+// CommitStats returns the writer's commits since Open, for metrics.
+func (s *Store) CommitStats() store.CommitStats {
+	return store.CommitStats{
+		Commits:  s.stats.commits.Load(),
+		Writes:   s.stats.writes.Load(),
+		Duration: time.Duration(s.stats.nanos.Load()),
+	}
+}
