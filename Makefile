@@ -38,9 +38,11 @@ doctor: build
 	$(RUN_ENV) ./inferd --config $(CONFIG) doctor
 
 ## test: every check CI runs: formatting, vet, and all tests with the race detector,
-## including the public Banana npm clients against a live inferd
+## including the public Banana npm clients against a live inferd. The e2e
+## package alone runs about 7 minutes on 2 cores: go test's default 10-minute
+## limit per test binary would leave too little headroom.
 test: lint test-deps client-deps
-	INFERD_REQUIRE_CLIENT_TESTS=1 go test -race -count=1 ./...
+	INFERD_REQUIRE_CLIENT_TESTS=1 go test -race -count=1 -timeout 20m ./...
 	scripts/fuzz.sh $(CI_FUZZTIME)
 
 ## test-deps: the Debian packages the tests need (apt, only what is missing)
