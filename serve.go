@@ -137,7 +137,10 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	adminCtx, endAdmin := context.WithCancel(context.Background())
 	defer endAdmin()
 	admin := &http.Server{
-		Handler: httpapi.NewAdmin(st, log,
+		// The store itself, not the openedStore around it: the admin API
+		// finds what only some stores can do (bbolt's WriteBackup) by its
+		// methods, which the wrapper's embedded interface would hide.
+		Handler: httpapi.NewAdmin(st.daemonStore, log,
 			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(sched.CapacityWarnings),
 			httpapi.WithTeamUse(func() []scheduler.TeamStatus { return sched.Snapshot().Teams }),
 			httpapi.WithModelCheck(replicas.Checker().Problems),
