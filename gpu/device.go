@@ -11,6 +11,12 @@ type Device struct {
 	// device, as NVML names them.
 	UUID string `json:"uuid"`
 	Name string `json:"name"`
+	// Minor is the GPU's device minor number, as NVML's GetMinorNumber
+	// gives it: its node is /dev/nvidia<Minor>, which is not always
+	// /dev/nvidia<Index> (the index follows PCI order, the minor the
+	// driver's probe order). A MIG device carries its GPU's minor.
+	// Simulated GPUs take their index.
+	Minor int `json:"minor"`
 	// MemoryTotalMiB is all of the device's memory, as NVML counts it.
 	MemoryTotalMiB uint64 `json:"memoryTotalMiB"`
 	// DriverReservedMiB is what the driver and firmware keep for themselves

@@ -177,6 +177,13 @@ func readGPU(h nvml.Device) (Device, error) {
 		return d, fmt.Errorf("get name: %w", ret)
 	}
 	d.Name = name
+	// The minor number names the device node a replica's device cgroup
+	// allows (scheduler/backend/local/devices.go).
+	minor, ret := h.GetMinorNumber()
+	if ret != nvml.SUCCESS {
+		return d, fmt.Errorf("get minor number: %w", ret)
+	}
+	d.Minor = minor
 	return d, nil
 }
 
@@ -223,7 +230,7 @@ func (b *nvmlBackend) migDevices(h nvml.Device, gpu Device) []Device {
 		if ret != nvml.SUCCESS || name == "" {
 			name = gpu.Name + " MIG"
 		}
-		d := Device{Index: gpu.Index, UUID: uuid, Name: name, MIG: true, Parent: gpu.UUID}
+		d := Device{Index: gpu.Index, UUID: uuid, Name: name, Minor: gpu.Minor, MIG: true, Parent: gpu.UUID}
 		out = append(out, b.unit(mh, d))
 	}
 	return out

@@ -28,6 +28,8 @@ const mib = 1 << 20
 type fakeGPU struct {
 	mu          sync.Mutex
 	index       int
+	minor       int // the device minor number; h100's differs from its index
+	minorRet    nvml.Return
 	uuid        string
 	name        string
 	totalMiB    uint64
@@ -57,9 +59,10 @@ func (f *fakeGPU) set(change func(f *fakeGPU)) {
 func (f *fakeGPU) device() *mock.Device {
 	lock := func() func() { f.mu.Lock(); return f.mu.Unlock }
 	return &mock.Device{
-		GetIndexFunc: func() (int, nvml.Return) { defer lock()(); return f.index, nvml.SUCCESS },
-		GetUUIDFunc:  func() (string, nvml.Return) { defer lock()(); return f.uuid, f.uuidRet },
-		GetNameFunc:  func() (string, nvml.Return) { defer lock()(); return f.name, nvml.SUCCESS },
+		GetIndexFunc:       func() (int, nvml.Return) { defer lock()(); return f.index, nvml.SUCCESS },
+		GetUUIDFunc:        func() (string, nvml.Return) { defer lock()(); return f.uuid, f.uuidRet },
+		GetNameFunc:        func() (string, nvml.Return) { defer lock()(); return f.name, nvml.SUCCESS },
+		GetMinorNumberFunc: func() (int, nvml.Return) { defer lock()(); return f.minor, f.minorRet },
 		GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
 			defer lock()()
 			f.memCalls++
@@ -100,7 +103,7 @@ func a100() *fakeGPU {
 }
 
 func h100() *fakeGPU {
-	return &fakeGPU{index: 1, uuid: "GPU-bbbbbbbb-0000-0000-0000-000000000000", name: "NVIDIA H100 80GB HBM3",
+	return &fakeGPU{index: 1, minor: 3, uuid: "GPU-bbbbbbbb-0000-0000-0000-000000000000", name: "NVIDIA H100 80GB HBM3",
 		totalMiB: 81559, reservedMiB: 600, freeMiB: 81000, util: 55, migMode: nvml.DEVICE_MIG_DISABLE}
 }
 
@@ -198,7 +201,7 @@ const (
 // from a driver without GetMemoryInfo_v2.
 var (
 	discoveredA = Device{Index: 0, UUID: uuidA, Name: nameA, MemoryTotalMiB: 40960, MemoryFreeMiB: 30000, UtilizationPct: 12, Samples: 1}
-	discoveredH = Device{Index: 1, UUID: uuidH, Name: nameH, MemoryTotalMiB: 81559, MemoryFreeMiB: 81000, UtilizationPct: 55, Samples: 1}
+	discoveredH = Device{Index: 1, UUID: uuidH, Name: nameH, Minor: 3, MemoryTotalMiB: 81559, MemoryFreeMiB: 81000, UtilizationPct: 55, Samples: 1}
 )
 
 func TestDiscoverMapsNVMLDevices(t *testing.T) {
@@ -261,8 +264,8 @@ func TestDiscoverMapsNVMLDevices(t *testing.T) {
 			wantSource: "nvml (driver 550.54.15)",
 			want: []Device{
 				{Index: 0, UUID: uuidA, Name: nameA, MemoryTotalMiB: 40960, DriverReservedMiB: 400, MemoryFreeMiB: 30000, UtilizationPct: 12, Samples: 1},
-				{Index: 1, UUID: "MIG-11111111-0000-0000-0000-000000000000", Name: "NVIDIA H100 80GB HBM3 MIG 3g.40gb", MemoryTotalMiB: 40192, MemoryFreeMiB: 40192, MIG: true, Parent: uuidH, Samples: 1},
-				{Index: 1, UUID: "MIG-22222222-0000-0000-0000-000000000000", Name: "NVIDIA H100 80GB HBM3 MIG 1g.10gb", MemoryTotalMiB: 9856, MemoryFreeMiB: 9856, MIG: true, Parent: uuidH, Samples: 1},
+				{Index: 1, UUID: "MIG-11111111-0000-0000-0000-000000000000", Name: "NVIDIA H100 80GB HBM3 MIG 3g.40gb", Minor: 3, MemoryTotalMiB: 40192, MemoryFreeMiB: 40192, MIG: true, Parent: uuidH, Samples: 1},
+				{Index: 1, UUID: "MIG-22222222-0000-0000-0000-000000000000", Name: "NVIDIA H100 80GB HBM3 MIG 1g.10gb", Minor: 3, MemoryTotalMiB: 9856, MemoryFreeMiB: 9856, MIG: true, Parent: uuidH, Samples: 1},
 			},
 		},
 		{
@@ -306,9 +309,17 @@ func TestDiscoverMapsNVMLDevices(t *testing.T) {
 			gpus:       func() []*fakeGPU { g := h100(); g.utilRet = nvml.ERROR_TIMEOUT; return []*fakeGPU{g} },
 			wantSource: "nvml (driver 550.54.15)",
 			want: []Device{
-				{Index: 1, UUID: uuidH, Name: nameH, MemoryTotalMiB: 81559, MemoryFreeMiB: 81000, Samples: 1},
+				{Index: 1, UUID: uuidH, Name: nameH, Minor: 3, MemoryTotalMiB: 81559, MemoryFreeMiB: 81000, Samples: 1},
 			},
 			wantWarns: [][]string{{"GPU query failed", uuidH, "utilization", "ERROR_TIMEOUT"}},
+		},
+		{
+			name:       "a GPU without a minor number (no device node to allow) is skipped",
+			driver:     "550.54.15",
+			gpus:       func() []*fakeGPU { g := h100(); g.minorRet = nvml.ERROR_UNKNOWN; return []*fakeGPU{a100(), g} },
+			wantSource: "nvml (driver 550.54.15)",
+			want:       []Device{discoveredA},
+			wantWarns:  [][]string{{"skipping GPU: query failed", uuidH, "minor number"}},
 		},
 		{
 			name:       "devices are sorted by NVML index",
@@ -316,7 +327,7 @@ func TestDiscoverMapsNVMLDevices(t *testing.T) {
 			gpus:       func() []*fakeGPU { a, h := a100(), h100(); a.index, h.index = 1, 0; return []*fakeGPU{a, h} },
 			wantSource: "nvml (driver 550.54.15)",
 			want: []Device{
-				{Index: 0, UUID: uuidH, Name: nameH, MemoryTotalMiB: 81559, MemoryFreeMiB: 81000, UtilizationPct: 55, Samples: 1},
+				{Index: 0, UUID: uuidH, Name: nameH, Minor: 3, MemoryTotalMiB: 81559, MemoryFreeMiB: 81000, UtilizationPct: 55, Samples: 1},
 				{Index: 1, UUID: uuidA, Name: nameA, MemoryTotalMiB: 40960, MemoryFreeMiB: 30000, UtilizationPct: 12, Samples: 1},
 			},
 		},
@@ -327,7 +338,7 @@ func TestDiscoverMapsNVMLDevices(t *testing.T) {
 			wantSource: "nvml (driver 550.54.15)",
 			want: []Device{
 				discoveredA,
-				{Index: 1, UUID: uuidH, Name: nameH, Problem: "memory read failed (ERROR_UNKNOWN)"},
+				{Index: 1, UUID: uuidH, Name: nameH, Minor: 3, Problem: "memory read failed (ERROR_UNKNOWN)"},
 			},
 			wantWarns: [][]string{{"GPU unhealthy", uuidH, "ERROR_UNKNOWN"}},
 		},
