@@ -1,0 +1,151 @@
+package local
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"golang.org/x/sys/unix"
+
+	"inferd/gpu"
+)
+
+// Device isolation: CUDA_VISIBLE_DEVICES only asks a model to use its GPUs;
+// a model that unsets it, or talks to NVML, could use every GPU of the box.
+// So whenever the box has NVIDIA devices, each replica's device cgroup lets
+// it open only the ordinary devices every process needs and, for a replica
+// with GPUs, the NVIDIA control nodes and its own GPUs' nodes, as the NVIDIA
+// container toolkit and Slurm's ConstrainDevices do. A CPU replica opens no
+// NVIDIA node at all.
+//
+// The rules are the cgroup v1 devices controller's (deny all, then allow
+// each). On a host without it (pure cgroup v2) they would need a BPF
+// device program attached to the replica's v2 cgroup; inferd has none yet,
+// and Protections says device isolation is off there.
+//
+// MIG: a MIG device is opened through its GPU's node and the capability
+// files under nvidia-caps/. Which capability minors belong to which MIG
+// device is in /proc/driver/nvidia-caps/mig-minors, keyed by GPU and
+// compute instance ids, which discovery does not read yet: a replica on a
+// MIG device is allowed every capability file, so it could reach the other
+// MIG devices of the same GPU (never another GPU). docs/gpu.md says so.
+
+// nvidiaMajor is the NVIDIA driver's fixed character major: /dev/nvidia<N>
+// is 195:N and /dev/nvidiactl 195:255. nvidia-uvm and nvidia-caps get
+// dynamic majors, read from their nodes.
+const nvidiaMajor = 195
+
+// nvidiactlMinor is /dev/nvidiactl's minor.
+const nvidiactlMinor = 255
+
+// ordinaryDevices are the character devices every replica may open: the
+// container runtimes' default allowlist (runc's), without mknod.
+var ordinaryDevices = []string{
+	"c 1:3 rwm",   // null
+	"c 1:5 rwm",   // zero
+	"c 1:7 rwm",   // full
+	"c 1:8 rwm",   // random
+	"c 1:9 rwm",   // urandom
+	"c 5:0 rwm",   // tty
+	"c 5:2 rwm",   // ptmx
+	"c 136:* rwm", // pts
+}
+
+// deviceIsolation makes the device rules of replicas.
+type deviceIsolation struct {
+	dir  string    // where device nodes are: /dev, or a test's
+	gpus Inventory // nil = none
+}
+
+// applies reports whether the box has NVIDIA devices (or simulated GPUs):
+// only then are replicas' devices restricted. It is asked at every launch,
+// so a driver that comes late is covered from the next replica on.
+func (d *deviceIsolation) applies() bool {
+	if d.gpus != nil && len(d.gpus.Devices()) > 0 {
+		return true
+	}
+	_, err := os.Stat(filepath.Join(d.dir, "nvidiactl"))
+	return err == nil
+}
+
+// rules are the devices.allow lines of a replica given gpus (their UUIDs).
+func (d *deviceIsolation) rules(gpus []string) ([]string, error) {
+	out := slices.Clone(ordinaryDevices)
+	if len(gpus) == 0 {
+		return out, nil
+	}
+	byUUID := map[string]int{}
+	mig := false
+	var devs []gpu.Device
+	if d.gpus != nil {
+		devs = d.gpus.Devices()
+	}
+	for k, dev := range devs {
+		byUUID[dev.UUID] = k
+	}
+	out = append(out, fmt.Sprintf("c %d:%d rwm", nvidiaMajor, nvidiactlMinor))
+	for _, uuid := range gpus {
+		k, ok := byUUID[uuid]
+		if !ok {
+			return nil, fmt.Errorf("device rules: GPU %s is no longer listed", uuid)
+		}
+		out = append(out, fmt.Sprintf("c %d:%d rwm", nvidiaMajor, devs[k].Minor))
+		mig = mig || devs[k].MIG
+	}
+	nodes := []string{"nvidia-uvm", "nvidia-uvm-tools"}
+	if mig {
+		caps, err := os.ReadDir(filepath.Join(d.dir, "nvidia-caps"))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("device rules: %w", err)
+		}
+		for _, c := range caps {
+			nodes = append(nodes, filepath.Join("nvidia-caps", c.Name()))
+		}
+	}
+	for _, n := range nodes {
+		rule, err := charRule(filepath.Join(d.dir, n))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // nvidia-uvm not loaded yet: no node to allow
+		}
+		if err != nil {
+			return nil, fmt.Errorf("device rules: %w", err)
+		}
+		if rule != "" {
+			out = append(out, rule)
+		}
+	}
+	return out, nil
+}
+
+// charRule is the allow line of the character device at path; "" when it
+// is not one.
+func charRule(path string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return "", &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR {
+		return "", nil
+	}
+	return fmt.Sprintf("c %d:%d rwm", unix.Major(st.Rdev), unix.Minor(st.Rdev)), nil
+}
+
+// apply restricts the v1 devices cgroup dir to the rules of a replica given
+// gpus. The cgroup is new and empty: nothing runs in it yet.
+func (d *deviceIsolation) apply(dir string, gpus []string) error {
+	rules, err := d.rules(gpus)
+	if err != nil {
+		return err
+	}
+	if err := writeCgroup(dir, "devices.deny", "a"); err != nil {
+		return err
+	}
+	for _, r := range rules {
+		if err := writeCgroup(dir, "devices.allow", r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
