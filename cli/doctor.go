@@ -42,7 +42,8 @@ cgroup, memory and pids limits, network, private dirs and GPU device nodes: whic
 this user's privileges give, so run it as the service runs), python3 and
 that the example model boots in that sandbox, the listen address, and every
 applied project (its dir and program exist and the model user may read and
-run them; its GPUs fit). Exit status 1 when a check fails. Give it the same
+run them; its GPUs fit; for a GPU project, whether its Python's torch sees
+CUDA). Exit status 1 when a check fails. Give it the same
 --config and environment as serve (make doctor does, for make run's
 INFERD_REPLICA_USER).
 `
