@@ -25,12 +25,11 @@ import (
 // device program attached to the replica's v2 cgroup; inferd has none yet,
 // and Protections says device isolation is off there.
 //
-// MIG: a MIG device is opened through its GPU's node and the capability
-// files under nvidia-caps/. Which capability minors belong to which MIG
-// device is in /proc/driver/nvidia-caps/mig-minors, keyed by GPU and
-// compute instance ids, which discovery does not read yet: a replica on a
-// MIG device is allowed every capability file, so it could reach the other
-// MIG devices of the same GPU (never another GPU). docs/gpu.md says so.
+// MIG: a MIG device is opened through its GPU's node and two capability
+// files, nvidia-caps/nvidia-cap<N> of its GPU instance and of its compute
+// instance (gpu.Device.CapMinors, from the driver's map). Where discovery
+// could not tell them, the replica is allowed every capability file, so it
+// could reach the other MIG devices of the same GPU (never another GPU). docs/gpu.md says so.
 
 // nvidiaMajor is the NVIDIA driver's fixed character major: /dev/nvidia<N>
 // is 195:N and /dev/nvidiactl 195:255. nvidia-uvm and nvidia-caps get
@@ -77,7 +76,8 @@ func (d *deviceIsolation) rules(gpus []string) ([]string, error) {
 		return out, nil
 	}
 	byUUID := map[string]int{}
-	mig := false
+	allCaps := false // a MIG device whose capability files are not known
+	var caps []string
 	var devs []gpu.Device
 	if d.gpus != nil {
 		devs = d.gpus.Devices()
@@ -92,17 +92,26 @@ func (d *deviceIsolation) rules(gpus []string) ([]string, error) {
 			return nil, fmt.Errorf("device rules: GPU %s is no longer listed", uuid)
 		}
 		out = append(out, fmt.Sprintf("c %d:%d rwm", nvidiaMajor, devs[k].Minor))
-		mig = mig || devs[k].MIG
+		if devs[k].MIG {
+			allCaps = allCaps || len(devs[k].CapMinors) == 0
+			for _, m := range devs[k].CapMinors {
+				caps = append(caps, fmt.Sprint("nvidia-cap", m))
+			}
+		}
 	}
-	nodes := []string{"nvidia-uvm", "nvidia-uvm-tools"}
-	if mig {
-		caps, err := os.ReadDir(filepath.Join(d.dir, "nvidia-caps"))
+	if allCaps {
+		entries, err := os.ReadDir(filepath.Join(d.dir, "nvidia-caps"))
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("device rules: %w", err)
 		}
-		for _, c := range caps {
-			nodes = append(nodes, filepath.Join("nvidia-caps", c.Name()))
+		caps = caps[:0]
+		for _, e := range entries {
+			caps = append(caps, e.Name())
 		}
+	}
+	nodes := []string{"nvidia-uvm", "nvidia-uvm-tools"}
+	for _, c := range caps {
+		nodes = append(nodes, filepath.Join("nvidia-caps", c))
 	}
 	for _, n := range nodes {
 		rule, err := charRule(filepath.Join(d.dir, n))

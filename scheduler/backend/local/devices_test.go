@@ -129,27 +129,46 @@ func TestDeviceRulesApplyOnlyWhereTheBoxHasNVIDIADevices(t *testing.T) {
 	}
 }
 
-func TestMIGReplicaIsAllowedItsGPUAndTheCapabilityFiles(t *testing.T) {
+func TestMIGReplicaIsAllowedItsGPUAndItsCapabilityFiles(t *testing.T) {
 	needRoot(t) // mknod
 	dev := t.TempDir()
 	if err := os.Mkdir(filepath.Join(dev, "nvidia-caps"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range []uint32{1, 12, 13} {
+	for _, m := range []uint32{1, 12, 13, 21, 22} {
 		if err := unix.Mknod(filepath.Join(dev, "nvidia-caps", fmt.Sprint("nvidia-cap", m)), unix.S_IFCHR|0o444, int(unix.Mkdev(238, m))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	inv := fixedInventory{{Index: 1, UUID: "MIG-1", Minor: 3, MIG: true, Parent: "GPU-b"}}
-	d := &deviceIsolation{dir: dev, gpus: inv}
-	rules, err := d.rules([]string{"MIG-1"})
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name      string
+		capMinors []int
+		want      []string
+		refused   []string
+	}{
+		{"its GPU and compute instance's capability files", []int{12, 13},
+			[]string{"c 195:255 rwm", "c 195:3 rwm", "c 238:12 rwm", "c 238:13 rwm"}, []string{"c 238:1 rwm", "c 238:21 rwm", "c 238:22 rwm"}},
+		{"every capability file where discovery could not tell", nil,
+			[]string{"c 195:3 rwm", "c 238:1 rwm", "c 238:12 rwm", "c 238:13 rwm", "c 238:21 rwm", "c 238:22 rwm"}, nil},
 	}
-	for _, want := range []string{"c 195:255 rwm", "c 195:3 rwm", "c 238:1 rwm", "c 238:12 rwm", "c 238:13 rwm"} {
-		if !slices.Contains(rules, want) {
-			t.Errorf("rules %v lack %q", rules, want)
-		}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			inv := fixedInventory{{Index: 1, UUID: "MIG-1", Minor: 3, MIG: true, Parent: "GPU-b", CapMinors: tc.capMinors}}
+			rules, err := (&deviceIsolation{dir: dev, gpus: inv}).rules([]string{"MIG-1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range tc.want {
+				if !slices.Contains(rules, want) {
+					t.Errorf("rules %v lack %q", rules, want)
+				}
+			}
+			for _, no := range tc.refused {
+				if slices.Contains(rules, no) {
+					t.Errorf("rules %v allow %q", rules, no)
+				}
+			}
+		})
 	}
 }
 
