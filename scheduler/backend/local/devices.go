@@ -21,9 +21,10 @@ import (
 // NVIDIA node at all.
 //
 // The rules are the cgroup v1 devices controller's (deny all, then allow
-// each). On a host without it (pure cgroup v2) they would need a BPF
-// device program attached to the replica's v2 cgroup; inferd has none yet,
-// and Protections says device isolation is off there.
+// each) where the host mounts it; otherwise (pure cgroup v2) the same rules
+// become a BPF device program attached to the replica's v2 cgroup
+// (devicebpf.go). Where neither can be had, Protections says device
+// isolation is off.
 //
 // MIG: a MIG device is opened through its GPU's node and two capability
 // files, nvidia-caps/nvidia-cap<N> of its GPU instance and of its compute
@@ -56,6 +57,41 @@ var ordinaryDevices = []string{
 type deviceIsolation struct {
 	dir  string    // where device nodes are: /dev, or a test's
 	gpus Inventory // nil = none
+	mode deviceMode
+	why  string // why mode is devicesOff
+}
+
+// deviceMode is how replicas' device rules are enforced.
+type deviceMode int
+
+const (
+	devicesOff deviceMode = iota // no way to: Protections says why
+	devicesV1                    // the v1 devices controller
+	devicesBPF                   // a BPF program on the v2 cgroup
+)
+
+// newDeviceIsolation decides how device rules are enforced with cg's
+// cgroups: v1 where the devices controller is mounted, else a BPF program
+// where one can be loaded (tried once, here).
+func newDeviceIsolation(dir string, gpus Inventory, cg *cgroups, cgWhy string) *deviceIsolation {
+	d := &deviceIsolation{dir: dir, gpus: gpus}
+	switch {
+	case cg == nil:
+		d.why = "no cgroup per replica (" + cgWhy + ")"
+	case cg.v1["devices"].base != "":
+		d.mode = devicesV1
+	case cg.v2 == "":
+		d.why = "no cgroup v2 per replica and no cgroup v1 devices controller"
+	default:
+		fd, err := loadDeviceProgram(ordinaryDevices)
+		if err != nil {
+			d.why = fmt.Sprintf("no cgroup v1 devices controller, and no BPF device program can be loaded for cgroup v2 (%v; it needs CAP_BPF or CAP_SYS_ADMIN)", err)
+			break
+		}
+		unix.Close(fd)
+		d.mode = devicesBPF
+	}
+	return d
 }
 
 // applies reports whether the box has NVIDIA devices (or simulated GPUs):
@@ -141,13 +177,20 @@ func charRule(path string) (string, error) {
 	return fmt.Sprintf("c %d:%d rwm", unix.Major(st.Rdev), unix.Minor(st.Rdev)), nil
 }
 
-// apply restricts the v1 devices cgroup dir to the rules of a replica given
-// gpus. The cgroup is new and empty: nothing runs in it yet.
-func (d *deviceIsolation) apply(dir string, gpus []string) error {
+// apply restricts rc, a replica's new cgroups with nothing in them yet, to
+// the devices of a replica given gpus, when the box has NVIDIA devices.
+func (d *deviceIsolation) apply(rc *replicaCgroup, gpus []string) error {
+	if d.mode == devicesOff || !d.applies() {
+		return nil
+	}
 	rules, err := d.rules(gpus)
 	if err != nil {
 		return err
 	}
+	if d.mode == devicesBPF {
+		return attachDeviceProgram(rc.v2, rules)
+	}
+	dir := rc.v1["devices"]
 	if err := writeCgroup(dir, "devices.deny", "a"); err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"inferd/gpu"
+	"inferd/internal/testenv"
 	"inferd/scheduler/backend"
 )
 
@@ -71,10 +72,6 @@ func TestReplicaOpensOnlyItsOwnGPUNodes(t *testing.T) {
 	needRoot(t)
 	dev := fakeDevDir(t)
 	gpus := gpu.Simulated([]gpu.SimulatedGPU{{}, {}})
-	b := testBackendWith(t, func(c *Config) { c.DevDir, c.GPUs = dev, gpus })
-	if b.sb.cgroups == nil || b.sb.cgroups.v1["devices"].base == "" {
-		t.Skip("this host has no cgroup v1 devices controller") // pure v2: Protections says off, see TestProtectionsSayWhatIsOff
-	}
 	uuid0 := gpus.Devices()[0].UUID
 	nodes := []string{"nvidiactl", "nvidia0", "nvidia1", "nvidia-modeset", "nvidia-uvm", "other", "/dev/null", "/dev/urandom"}
 
@@ -86,25 +83,60 @@ func TestReplicaOpensOnlyItsOwnGPUNodes(t *testing.T) {
 		{"a replica given GPU 0", []string{uuid0}, []string{"nvidiactl", "nvidia0", "nvidia-uvm", "/dev/null", "/dev/urandom"}},
 		{"a CPU replica", nil, []string{"/dev/null", "/dev/urandom"}},
 	}
-	for k, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got := openResults(t, b, fmt.Sprint("dev-", k), tc.gpus, dev, nodes)
-			for _, n := range nodes {
-				res, ok := got[n]
-				if !ok {
-					t.Errorf("%s: no result in the log: %v", n, got)
-					continue
-				}
-				refused := strings.Contains(res, "Operation not permitted")
-				if want := !slices.Contains(tc.allowed, n); refused != want {
-					t.Errorf("%s: open answered %q; want refused (EPERM) %v", n, res, want)
-				}
+	// Each way of enforcing the rules this host offers: the v1 devices
+	// controller where mounted (as here), and a BPF program on the v2
+	// cgroup, which pure v2 hosts get (on a hybrid host both apply).
+	for _, mode := range []struct {
+		name string
+		mode deviceMode
+	}{{"cgroup v1 devices", devicesV1}, {"cgroup v2 BPF program", devicesBPF}} {
+		t.Run(mode.name, func(t *testing.T) {
+			b := testBackendWith(t, func(c *Config) { c.DevDir, c.GPUs = dev, gpus })
+			cg := b.sb.cgroups
+			switch {
+			case mode.mode == devicesV1 && (cg == nil || cg.v1["devices"].base == ""):
+				testenv.Missing(t, "a cgroup v1 devices controller")
+			case mode.mode == devicesBPF && (cg == nil || cg.v2 == ""):
+				testenv.Missing(t, "a cgroup v2 per replica")
+			}
+			b.sb.devices.mode = mode.mode
+			for k, tc := range tests {
+				t.Run(tc.name, func(t *testing.T) {
+					got := openResults(t, b, fmt.Sprint("dev-", k), tc.gpus, dev, nodes)
+					for _, n := range nodes {
+						res, ok := got[n]
+						if !ok {
+							t.Errorf("%s: no result in the log: %v", n, got)
+							continue
+						}
+						refused := strings.Contains(res, "Operation not permitted")
+						if want := !slices.Contains(tc.allowed, n); refused != want {
+							t.Errorf("%s: open answered %q; want refused (EPERM) %v", n, res, want)
+						}
+					}
+				})
+			}
+			ps := b.Protections()
+			if p := ps[len(ps)-1]; p.Name != backend.ProtectionDevices || !p.On {
+				t.Errorf("protections end with %+v, want device isolation on", p)
 			}
 		})
 	}
-	ps := b.Protections()
-	if p := ps[len(ps)-1]; p.Name != backend.ProtectionDevices || !p.On {
-		t.Errorf("protections end with %+v, want device isolation on", p)
+}
+
+func TestDeviceProgramEncodesEachRule(t *testing.T) {
+	code, err := deviceProgram([]string{"c 1:3 rwm", "c 136:* rwm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 4 loads, 5 for a rule with a minor, 4 for one without, 2 at the end.
+	if got, want := len(code)/bpfInsnSize, 4+5+4+2; got != want {
+		t.Errorf("%d instructions, want %d", got, want)
+	}
+	for _, bad := range []string{"b 8:0 rwm", "c x:1 rwm", "c 1 rwm", "c 1:y rwm"} {
+		if _, err := deviceProgram([]string{bad}); err == nil {
+			t.Errorf("rule %q: no error", bad)
+		}
 	}
 }
 

@@ -49,11 +49,7 @@ const (
 
 // newSandbox sets up what cfg asks for, as far as this machine allows.
 func newSandbox(cfg Config) (*sandbox, error) {
-	devDir := cfg.DevDir
-	if devDir == "" {
-		devDir = "/dev"
-	}
-	sb := &sandbox{priv: effectivePrivileges(), network: cfg.Network, devices: &deviceIsolation{dir: devDir, gpus: cfg.GPUs}}
+	sb := &sandbox{priv: effectivePrivileges(), network: cfg.Network}
 	if sb.network == "" {
 		sb.network = store.NetworkPrivate
 	}
@@ -90,6 +86,11 @@ func newSandbox(cfg Config) (*sandbox, error) {
 	} else {
 		sb.cgroups, sb.cgWhy = newCgroups(cgroupSetup{instance: instance, root: os.Geteuid() == 0, v1Extra: []string{"devices"}})
 	}
+	devDir := cfg.DevDir
+	if devDir == "" {
+		devDir = "/dev"
+	}
+	sb.devices = newDeviceIsolation(devDir, cfg.GPUs, sb.cgroups, sb.cgWhy)
 	if sb.network == store.NetworkPrivate {
 		sb.netnsErr = canMakeNetns()
 	}
@@ -275,8 +276,8 @@ func (sb *sandbox) newBox(spec backend.Spec) (*box, error) {
 	}
 	if sb.cgroups != nil {
 		x.cg, err = sb.cgroups.create(spec.ReplicaID, limits{memoryMiB: spec.Model.MemoryMiB, pidsMax: spec.Model.PidsMax})
-		if dir := x.cg.v1["devices"]; err == nil && dir != "" && sb.devices.applies() {
-			err = sb.devices.apply(dir, spec.GPUs)
+		if err == nil {
+			err = sb.devices.apply(x.cg, spec.GPUs)
 		}
 		if err != nil {
 			x.undo()
@@ -389,18 +390,20 @@ func (x *box) undo() error {
 // device nodes (devices.go).
 func (sb *sandbox) deviceProtection() backend.Protection {
 	p := backend.Protection{Name: backend.ProtectionDevices}
-	cg := sb.cgroups
+	d := sb.devices
+	how := "the cgroup v1 devices controller"
+	if d.mode == devicesBPF {
+		how = "a BPF device program on each replica's cgroup v2"
+	}
 	switch {
-	case cg == nil:
-		p.Detail = "no cgroup per replica (" + sb.cgWhy + "): a model that unsets CUDA_VISIBLE_DEVICES can use every GPU of the box"
-	case cg.v1["devices"].base == "":
-		p.Detail = "the host has no cgroup v1 devices controller, and inferd has no cgroup v2 device program (BPF) yet: a model that unsets CUDA_VISIBLE_DEVICES can use every GPU of the box"
-	case !sb.devices.applies():
+	case d.mode == devicesOff:
+		p.Detail = d.why + ": a model that unsets CUDA_VISIBLE_DEVICES can use every GPU of the box"
+	case !d.applies():
 		p.On = true
-		p.Detail = "no NVIDIA devices on this box yet; once there are, each replica opens only its own GPUs' nodes (cgroup v1 devices controller)"
+		p.Detail = "no NVIDIA devices on this box yet; once there are, each replica opens only its own GPUs' nodes (" + how + ")"
 	default:
 		p.On = true
-		p.Detail = "each replica opens only its own GPUs' device nodes (and nvidiactl, nvidia-uvm), a CPU replica none, by the cgroup v1 devices controller"
+		p.Detail = "each replica opens only its own GPUs' device nodes (and nvidiactl, nvidia-uvm), a CPU replica none, by " + how
 	}
 	return p
 }
