@@ -205,3 +205,35 @@ func TestReplicasOpenOnlyTheirOwnGPUNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestDoctorAsksAGPUProjectsPythonAboutCUDA: doctor runs a GPU project's
+// Python (here a fake one that answers as a CUDA torch would, but only
+// with the GPU pinned) and reports what torch says; a CPU project gets no
+// such line.
+func TestDoctorAsksAGPUProjectsPythonAboutCUDA(t *testing.T) {
+	echo := echoDir(t)
+	py := filepath.Join(t.TempDir(), "python3")
+	script := "#!/bin/sh\n[ \"$CUDA_VISIBLE_DEVICES\" = " + simGPU0 + " ] && a=true || a=false\n" +
+		"echo 'inferd-cuda {\"torch\": \"2.3.1+cu121\", \"cuda\": \"12.1\", \"available\": '$a'}'\n"
+	if err := os.WriteFile(py, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, cfg := newDaemonDir(t, "replica:\n  user: root\ngpu:\n  simulate:\n    - {name: Sim A, memoryMiB: 16384}\n")
+	manifest := filepath.Join(t.TempDir(), "m.yaml")
+	projects := "projects:\n" +
+		"  - {id: on-gpu, team: demo, modelKey: mk-g, command: [" + py + ", server.py], dir: " + echo + ", gpus: 1}\n" +
+		"  - {id: on-cpu, team: demo, modelKey: mk-c, command: [python3, server.py], dir: " + echo + "}\n"
+	if err := os.WriteFile(manifest, []byte(projects), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runCLI(cfg, "apply", "-f", manifest); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	out, _ := runCLI(cfg, "doctor")
+	if want := "ok    cuda        on-gpu: torch 2.3.1+cu121 (CUDA 12.1) in " + py + " sees its GPU " + simGPU0; !strings.Contains(out, want) {
+		t.Errorf("doctor lacks %q:\n%s", want, out)
+	}
+	if strings.Contains(out, "cuda        on-cpu") {
+		t.Errorf("doctor asked a CPU project about CUDA:\n%s", out)
+	}
+}
