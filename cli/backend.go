@@ -30,6 +30,7 @@ func BackendConfig(cfg config.Config, gpus local.Inventory) local.Config {
 		StopGrace:             r.StopGrace,
 		CPUSlots:              cfg.CPUSlots, // 0 = one per CPU
 		GPUs:                  gpus,
+		DevDir:                cfg.GPU.DevDir,
 		PassEnv:               r.PassEnv,
 	}
 }

@@ -38,11 +38,12 @@ func (c *doctorCommand) Usage() string {
 Checks what inferd needs on this box and prints one line per check (ok, warn
 or fail) with what to fix: the config, the data directory and file, free disk,
 the NVIDIA driver, the replica sandbox (the user models run as, their
-cgroup, memory and pids limits, network and private dirs: which protections
+cgroup, memory and pids limits, network, private dirs and GPU device nodes: which protections
 this user's privileges give, so run it as the service runs), python3 and
 that the example model boots in that sandbox, the listen address, and every
 applied project (its dir and program exist and the model user may read and
-run them; its GPUs fit). Exit status 1 when a check fails. Give it the same
+run them; its GPUs fit; for a GPU project, whether its Python's torch sees
+CUDA). Exit status 1 when a check fails. Give it the same
 --config and environment as serve (make doctor does, for make run's
 INFERD_REPLICA_USER).
 `
@@ -280,6 +281,7 @@ func doctorSandbox(r *doctorReport, cfg config.Config) (*local.Backend, bool) {
 		backend.ProtectionPidsLimit:   "pids limit",
 		backend.ProtectionNetwork:     "network",
 		backend.ProtectionPrivateDirs: "private dirs",
+		backend.ProtectionDevices:     "devices",
 	}
 	for _, p := range b.Protections() {
 		status := "ok"

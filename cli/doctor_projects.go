@@ -30,22 +30,31 @@ func doctorProjects(ctx context.Context, r *doctorReport, cfg config.Config, run
 	mc := newMachineCheck(cfg)
 	defer mc.close()
 	for _, p := range projects {
-		findings := mc.Check(p.Model)
-		if len(findings) == 0 {
-			gpus := "CPU"
-			if p.Model.GPUs > 0 {
-				gpus = fmt.Sprintf("%d GPU(s) fit", p.Model.GPUs)
-			}
-			r.line("ok", "project", "%s: dir, command and model user ok; %s", p.ID, gpus)
-			continue
+		doctorProject(r, mc, p)
+		if needsCUDA(p.Model) {
+			status, text := mc.CUDA(ctx, p)
+			r.line(status, "cuda", "%s: %s", p.ID, text)
 		}
-		for _, f := range findings {
-			status := "warn"
-			if f.Fatal {
-				status = "fail"
-			}
-			r.line(status, "project", "%s: %s", p.ID, f.Text)
+	}
+}
+
+// doctorProject reports what mc finds wrong with p, or one ok line.
+func doctorProject(r *doctorReport, mc *machineCheck, p store.Project) {
+	findings := mc.Check(p.Model)
+	if len(findings) == 0 {
+		gpus := "CPU"
+		if p.Model.GPUs > 0 {
+			gpus = fmt.Sprintf("%d GPU(s) fit", p.Model.GPUs)
 		}
+		r.line("ok", "project", "%s: dir, command and model user ok; %s", p.ID, gpus)
+		return
+	}
+	for _, f := range findings {
+		status := "warn"
+		if f.Fatal {
+			status = "fail"
+		}
+		r.line(status, "project", "%s: %s", p.ID, f.Text)
 	}
 }
 

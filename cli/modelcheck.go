@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"sync"
 
@@ -54,6 +55,16 @@ func (m *machineCheck) Check(spec store.ModelSpec) []local.Finding {
 // Problems is Check split as httpapi.ModelCheck wants it.
 func (m *machineCheck) Problems(spec store.ModelSpec) (problems, warnings []string) {
 	return local.SplitFindings(m.Check(spec))
+}
+
+// CUDA asks p's Python whether it sees CUDA (see cudaCheck), with this
+// machine's GPUs and as the model user.
+func (m *machineCheck) CUDA(ctx context.Context, p store.Project) (status, text string) {
+	m.init()
+	if m.userErr != nil {
+		return "warn", "CUDA check skipped: no model user to run it as"
+	}
+	return cudaCheck(ctx, p, m.gpus.Devices(), m.checker.RunAs, m.cfg.Replica.PassEnv)
 }
 
 func (m *machineCheck) close() {

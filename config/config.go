@@ -107,6 +107,9 @@ type GPU struct {
 	Disabled        bool               `koanf:"disabled"`
 	RefreshInterval time.Duration      `koanf:"refreshInterval"`
 	Simulate        []gpu.SimulatedGPU `koanf:"simulate"`
+	// DevDir is where the NVIDIA device nodes are, for each replica's
+	// device rules: /dev, or fake nodes for tests with simulated GPUs.
+	DevDir string `koanf:"devDir"`
 }
 
 // defaults mirrors config.example.yaml; TestExampleFileMatchesDefaults keeps
@@ -148,6 +151,7 @@ func defaults() map[string]any {
 		"gpu.disabled":                  false,
 		"gpu.refreshInterval":           "5s",
 		"gpu.simulate":                  []any{},
+		"gpu.devDir":                    "/dev",
 		"webhook.retryFor":              "24h",
 		"webhook.firstRetry":            "5s",
 		"webhook.timeout":               "10s",

@@ -2,10 +2,15 @@ package e2e
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"inferd/internal/testenv"
 )
 
 // Simulated GPU UUIDs are fixed by their index (gpu.Simulated).
@@ -141,5 +146,94 @@ func TestGPUProbeSeesOnlyItsPinnedGPU(t *testing.T) {
 	}
 	if len(gpus.Results) != 1 || gpus.Results[0].UUID != simGPU0 || !gpus.Results[0].Healthy || !gpus.Results[0].Held {
 		t.Errorf("/v1/status/gpus = %+v, want the one GPU healthy and held", gpus.Results)
+	}
+}
+
+// TestReplicasOpenOnlyTheirOwnGPUNodes runs the real daemon, as root, with two
+// simulated GPUs whose device nodes are fake ones (mknod, the NVIDIA major
+// 195, minors 0 and 1) in gpu.devDir: a replica pinned to GPU 0 opens its
+// node and nvidiactl (no driver answers: ENXIO) and is refused (EPERM) on
+// GPU 1's; a CPU replica is refused on every NVIDIA node.
+func TestReplicasOpenOnlyTheirOwnGPUNodes(t *testing.T) {
+	testenv.NeedRoot(t, "device rules need a cgroup, and mknod needs root")
+	echo := echoDir(t)
+	dev := filepath.Join(t.TempDir(), "dev")
+	if err := os.Mkdir(dev, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The models run under uids of their own: they must reach the nodes.
+	for p := dev; p != os.TempDir() && p != "/"; p = filepath.Dir(p) {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, minor := range map[string]uint32{"nvidiactl": 255, "nvidia0": 0, "nvidia1": 1} {
+		if err := unix.Mknod(filepath.Join(dev, name), unix.S_IFCHR|0o666, int(unix.Mkdev(195, minor))); err != nil {
+			t.Fatalf("mknod %s: %v", name, err)
+		}
+	}
+	dir, cfg := newDaemonDir(t, "startWait: 30s\ngpu:\n  devDir: "+dev+"\n  simulate:\n    - {name: Sim A, memoryMiB: 16384}\n    - {name: Sim B, memoryMiB: 16384}\n")
+	d := startDaemon(t, dir, cfg)
+	if out, err := d.cli("doctor"); !strings.Contains(out, "ok    devices") {
+		t.Errorf("doctor does not report device isolation on (%v):\n%s", err, out)
+	}
+	key := d.createKey("acme", false)
+	mark := marker()
+	d.apply("projects:\n" +
+		echoProject("on-gpu", "acme", "mk-on-gpu", echo, mark, "") + "    gpus: 1\n    maxReplicas: 1\n" +
+		echoProject("on-cpu", "acme", "mk-on-cpu", echo, mark, "") + "    maxReplicas: 1\n")
+	c := inferenceClient{t: t, base: d.base, key: key}
+	open := func(modelKey, node string) string {
+		t.Helper()
+		r := c.start(modelKey, `{"read":"`+filepath.Join(dev, node)+`"}`, false)
+		if r["message"] != "success" {
+			t.Fatalf("%s: %v", modelKey, r)
+		}
+		s, _ := output(t, r)["read"].(string)
+		return s
+	}
+	const refused, noDriver = "error: Operation not permitted", "error: No such device or address"
+	for _, tc := range []struct{ modelKey, node, want string }{
+		{"mk-on-gpu", "nvidia0", noDriver},
+		{"mk-on-gpu", "nvidiactl", noDriver},
+		{"mk-on-gpu", "nvidia1", refused},
+		{"mk-on-cpu", "nvidia0", refused},
+		{"mk-on-cpu", "nvidiactl", refused},
+	} {
+		if got := open(tc.modelKey, tc.node); got != tc.want {
+			t.Errorf("%s opening %s: %q, want %q", tc.modelKey, tc.node, got, tc.want)
+		}
+	}
+}
+
+// TestDoctorAsksAGPUProjectsPythonAboutCUDA: doctor runs a GPU project's
+// Python (here a fake one that answers as a CUDA torch would, but only
+// with the GPU pinned) and reports what torch says; a CPU project gets no
+// such line.
+func TestDoctorAsksAGPUProjectsPythonAboutCUDA(t *testing.T) {
+	echo := echoDir(t)
+	py := filepath.Join(t.TempDir(), "python3")
+	script := "#!/bin/sh\n[ \"$CUDA_VISIBLE_DEVICES\" = " + simGPU0 + " ] && a=true || a=false\n" +
+		"echo 'inferd-cuda {\"torch\": \"2.3.1+cu121\", \"cuda\": \"12.1\", \"available\": '$a'}'\n"
+	if err := os.WriteFile(py, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, cfg := newDaemonDir(t, "replica:\n  user: root\ngpu:\n  simulate:\n    - {name: Sim A, memoryMiB: 16384}\n")
+	manifest := filepath.Join(t.TempDir(), "m.yaml")
+	projects := "projects:\n" +
+		"  - {id: on-gpu, team: demo, modelKey: mk-g, command: [" + py + ", server.py], dir: " + echo + ", gpus: 1}\n" +
+		"  - {id: on-cpu, team: demo, modelKey: mk-c, command: [python3, server.py], dir: " + echo + "}\n"
+	if err := os.WriteFile(manifest, []byte(projects), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runCLI(cfg, "apply", "-f", manifest); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	out, _ := runCLI(cfg, "doctor")
+	if want := "ok    cuda        on-gpu: torch 2.3.1+cu121 (CUDA 12.1) in " + py + " sees its GPU " + simGPU0; !strings.Contains(out, want) {
+		t.Errorf("doctor lacks %q:\n%s", want, out)
+	}
+	if strings.Contains(out, "cuda        on-cpu") {
+		t.Errorf("doctor asked a CPU project about CUDA:\n%s", out)
 	}
 }

@@ -223,7 +223,7 @@ func checkServiceSandbox(t *testing.T, d *daemon, key string, out map[string]any
 			Detail string `json:"detail"`
 		} `json:"protections"`
 	}
-	if err := json.Unmarshal(body, &st); status != 200 || err != nil || len(st.Protections) != 6 {
+	if err := json.Unmarshal(body, &st); status != 200 || err != nil || len(st.Protections) != 7 {
 		t.Fatalf("GET /v1/status: %d %v %s", status, err, body)
 	}
 	for _, p := range st.Protections {

@@ -11,6 +11,12 @@ type Device struct {
 	// device, as NVML names them.
 	UUID string `json:"uuid"`
 	Name string `json:"name"`
+	// Minor is the GPU's device minor number, as NVML's GetMinorNumber
+	// gives it: its node is /dev/nvidia<Minor>, which is not always
+	// /dev/nvidia<Index> (the index follows PCI order, the minor the
+	// driver's probe order). A MIG device carries its GPU's minor.
+	// Simulated GPUs take their index.
+	Minor int `json:"minor"`
 	// MemoryTotalMiB is all of the device's memory, as NVML counts it.
 	MemoryTotalMiB uint64 `json:"memoryTotalMiB"`
 	// DriverReservedMiB is what the driver and firmware keep for themselves
@@ -20,9 +26,15 @@ type Device struct {
 	MemoryFreeMiB     uint64 `json:"memoryFreeMiB"`
 	UtilizationPct    int    `json:"utilizationPct"`
 	// MIG: this is a MIG device; Parent is then its GPU's UUID.
-	MIG       bool   `json:"mig"`
-	Parent    string `json:"parent,omitempty"`
-	Simulated bool   `json:"simulated"`
+	MIG    bool   `json:"mig"`
+	Parent string `json:"parent,omitempty"`
+	// CapMinors, for a MIG device, are the minors of the capability files
+	// that open it (/dev/nvidia-caps/nvidia-cap<N>: its GPU instance's and
+	// its compute instance's access files, as the driver's
+	// /proc/driver/nvidia-caps/mig-minors maps them). Empty when that could
+	// not be read: device rules then allow every capability file.
+	CapMinors []int `json:"capMinors,omitempty"`
+	Simulated bool  `json:"simulated"`
 	// Problem says why the device is unhealthy ("" when healthy): lost
 	// (NVML answered ERROR_GPU_IS_LOST: fallen off the bus), or its memory
 	// could not be read. An unhealthy device keeps its last readings and

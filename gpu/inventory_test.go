@@ -57,7 +57,7 @@ func TestSimulatedListsSpecsInOrder(t *testing.T) {
 			},
 			want: []Device{
 				{Index: 0, UUID: "GPU-sim-0000-0000-0000-000000000000", Name: "Sim A100", MemoryTotalMiB: 40960, MemoryFreeMiB: 40960, Simulated: true},
-				{Index: 1, UUID: "GPU-sim-0001-0000-0000-000000000001", Name: "Sim L4", MemoryTotalMiB: 23034, MemoryFreeMiB: 23034, Simulated: true},
+				{Index: 1, UUID: "GPU-sim-0001-0000-0000-000000000001", Name: "Sim L4", Minor: 1, MemoryTotalMiB: 23034, MemoryFreeMiB: 23034, Simulated: true},
 			},
 		},
 		{

@@ -5,6 +5,9 @@ package gpu
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -37,11 +40,17 @@ const memInfoV2Symbol = "nvmlDeviceGetMemoryInfo_v2"
 // is left out with a warning naming it. Call Close when done to shut NVML
 // down.
 func Discover(log zerolog.Logger) *Inventory {
-	return discover(nvml.New(), log)
+	return discover(nvml.New(), migMinorsFile, log)
 }
 
-func discover(lib nvmlLib, log zerolog.Logger) *Inventory {
-	b := &nvmlBackend{lib: lib, log: log, failing: map[string]bool{}}
+// migMinorsFile maps MIG GPU and compute instances to the minors of their
+// capability files (/dev/nvidia-caps/nvidia-cap<N>).
+const migMinorsFile = "/proc/driver/nvidia-caps/mig-minors"
+
+// discover is Discover on lib, with the driver's MIG capability map read
+// from migMinors.
+func discover(lib nvmlLib, migMinors string, log zerolog.Logger) *Inventory {
+	b := &nvmlBackend{lib: lib, log: log, migMinors: migMinors, failing: map[string]bool{}}
 	s, err := b.enumerate()
 	if err != nil {
 		var ie initError
@@ -71,8 +80,9 @@ func (e initError) Error() string { return "nvml init: " + e.ret.Error() }
 
 // nvmlBackend reads devices through NVML.
 type nvmlBackend struct {
-	lib nvmlLib
-	log zerolog.Logger
+	lib       nvmlLib
+	log       zerolog.Logger
+	migMinors string // the driver's MIG capability map (migMinorsFile)
 
 	// mu serialises every NVML call: sampling, enumeration (which may shut
 	// NVML down and start it again) and Close. Handles are invalid after
@@ -177,6 +187,13 @@ func readGPU(h nvml.Device) (Device, error) {
 		return d, fmt.Errorf("get name: %w", ret)
 	}
 	d.Name = name
+	// The minor number names the device node a replica's device cgroup
+	// allows (scheduler/backend/local/devices.go).
+	minor, ret := h.GetMinorNumber()
+	if ret != nvml.SUCCESS {
+		return d, fmt.Errorf("get minor number: %w", ret)
+	}
+	d.Minor = minor
 	return d, nil
 }
 
@@ -223,10 +240,53 @@ func (b *nvmlBackend) migDevices(h nvml.Device, gpu Device) []Device {
 		if ret != nvml.SUCCESS || name == "" {
 			name = gpu.Name + " MIG"
 		}
-		d := Device{Index: gpu.Index, UUID: uuid, Name: name, MIG: true, Parent: gpu.UUID}
+		d := Device{Index: gpu.Index, UUID: uuid, Name: name, Minor: gpu.Minor, MIG: true, Parent: gpu.UUID}
+		d.CapMinors = b.migCaps(mh, d)
 		out = append(out, b.unit(mh, d))
 	}
 	return out
+}
+
+// migCaps are the minors of the capability files that open MIG device d
+// (handle mh): its GPU instance's and its compute instance's access files,
+// looked up in the driver's MIG capability map by d's GPU minor and
+// instance ids, as the NVIDIA container toolkit does. nil, with a warning,
+// when that cannot be told: the replica's device rules then allow every
+// capability file of the box.
+func (b *nvmlBackend) migCaps(mh nvml.Device, d Device) []int {
+	gi, ret := mh.GetGpuInstanceId()
+	if ret != nvml.SUCCESS {
+		b.warn(fmt.Sprint("MIG GI ", d.UUID, ret)).Str("uuid", d.UUID).Err(ret).Msg("MIG device: GPU instance id unknown, so its replicas may open every MIG capability file")
+		return nil
+	}
+	ci, ret := mh.GetComputeInstanceId()
+	if ret != nvml.SUCCESS {
+		b.warn(fmt.Sprint("MIG CI ", d.UUID, ret)).Str("uuid", d.UUID).Err(ret).Msg("MIG device: compute instance id unknown, so its replicas may open every MIG capability file")
+		return nil
+	}
+	data, err := os.ReadFile(b.migMinors)
+	if err != nil {
+		b.warn("MIG minors " + err.Error()).Err(err).Msg("MIG capability map unreadable, so MIG replicas may open every MIG capability file")
+		return nil
+	}
+	minors := map[string]int{}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		if n, err := strconv.Atoi(f[1]); err == nil {
+			minors[f[0]] = n
+		}
+	}
+	giCap, ok1 := minors[fmt.Sprintf("gpu%d/gi%d/access", d.Minor, gi)]
+	ciCap, ok2 := minors[fmt.Sprintf("gpu%d/gi%d/ci%d/access", d.Minor, gi, ci)]
+	if !ok1 || !ok2 {
+		b.warn(fmt.Sprint("MIG caps ", d.UUID)).Str("uuid", d.UUID).Str("file", b.migMinors).
+			Msg("MIG device not in the capability map, so its replicas may open every MIG capability file")
+		return nil
+	}
+	return []int{giCap, ciCap}
 }
 
 // unit completes d with a first reading and keeps its handle. A unit whose

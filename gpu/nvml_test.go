@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -28,6 +30,8 @@ const mib = 1 << 20
 type fakeGPU struct {
 	mu          sync.Mutex
 	index       int
+	minor       int // the device minor number; h100's differs from its index
+	minorRet    nvml.Return
 	uuid        string
 	name        string
 	totalMiB    uint64
@@ -43,7 +47,9 @@ type fakeGPU struct {
 	procs       []nvml.ProcessInfo
 	procRet     nvml.Return
 	migs        []*fakeGPU // MIG devices by MIG slot; nil entries are empty slots
-	memCalls    int        // GetMemoryInfo (either version) calls so far
+	gi, ci      int        // a MIG device's GPU and compute instance ids
+	giRet       nvml.Return
+	memCalls    int // GetMemoryInfo (either version) calls so far
 }
 
 func (f *fakeGPU) set(change func(f *fakeGPU)) {
@@ -57,9 +63,12 @@ func (f *fakeGPU) set(change func(f *fakeGPU)) {
 func (f *fakeGPU) device() *mock.Device {
 	lock := func() func() { f.mu.Lock(); return f.mu.Unlock }
 	return &mock.Device{
-		GetIndexFunc: func() (int, nvml.Return) { defer lock()(); return f.index, nvml.SUCCESS },
-		GetUUIDFunc:  func() (string, nvml.Return) { defer lock()(); return f.uuid, f.uuidRet },
-		GetNameFunc:  func() (string, nvml.Return) { defer lock()(); return f.name, nvml.SUCCESS },
+		GetIndexFunc:             func() (int, nvml.Return) { defer lock()(); return f.index, nvml.SUCCESS },
+		GetUUIDFunc:              func() (string, nvml.Return) { defer lock()(); return f.uuid, f.uuidRet },
+		GetNameFunc:              func() (string, nvml.Return) { defer lock()(); return f.name, nvml.SUCCESS },
+		GetMinorNumberFunc:       func() (int, nvml.Return) { defer lock()(); return f.minor, f.minorRet },
+		GetGpuInstanceIdFunc:     func() (int, nvml.Return) { defer lock()(); return f.gi, f.giRet },
+		GetComputeInstanceIdFunc: func() (int, nvml.Return) { defer lock()(); return f.ci, nvml.SUCCESS },
 		GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
 			defer lock()()
 			f.memCalls++
@@ -93,6 +102,19 @@ func (f *fakeGPU) device() *mock.Device {
 	}
 }
 
+// migMinors writes a driver MIG capability map for h100 (GPU minor 3) with
+// GPU instances 1 and 2, one compute instance each, and returns its path.
+func migMinors(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "mig-minors")
+	data := "config 1\nmonitor 2\ngpu0/gi1/access 3\ngpu0/gi1/ci0/access 4\n" +
+		"gpu3/gi1/access 12\ngpu3/gi1/ci0/access 13\ngpu3/gi2/access 21\ngpu3/gi2/ci0/access 22\n"
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // a100 and h100 return healthy fake GPUs; tests change what they need.
 func a100() *fakeGPU {
 	return &fakeGPU{index: 0, uuid: "GPU-aaaaaaaa-0000-0000-0000-000000000000", name: "NVIDIA A100-SXM4-40GB",
@@ -100,13 +122,13 @@ func a100() *fakeGPU {
 }
 
 func h100() *fakeGPU {
-	return &fakeGPU{index: 1, uuid: "GPU-bbbbbbbb-0000-0000-0000-000000000000", name: "NVIDIA H100 80GB HBM3",
+	return &fakeGPU{index: 1, minor: 3, uuid: "GPU-bbbbbbbb-0000-0000-0000-000000000000", name: "NVIDIA H100 80GB HBM3",
 		totalMiB: 81559, reservedMiB: 600, freeMiB: 81000, util: 55, migMode: nvml.DEVICE_MIG_DISABLE}
 }
 
 // migSlice returns a MIG device of the given size.
-func migSlice(uuid, profile string, totalMiB uint64) *fakeGPU {
-	return &fakeGPU{uuid: uuid, name: "NVIDIA H100 80GB HBM3 MIG " + profile, totalMiB: totalMiB, freeMiB: totalMiB,
+func migSlice(uuid, profile string, totalMiB uint64, gi int) *fakeGPU {
+	return &fakeGPU{uuid: uuid, gi: gi, name: "NVIDIA H100 80GB HBM3 MIG " + profile, totalMiB: totalMiB, freeMiB: totalMiB,
 		utilRet: nvml.ERROR_NOT_SUPPORTED}
 }
 
@@ -198,7 +220,7 @@ const (
 // from a driver without GetMemoryInfo_v2.
 var (
 	discoveredA = Device{Index: 0, UUID: uuidA, Name: nameA, MemoryTotalMiB: 40960, MemoryFreeMiB: 30000, UtilizationPct: 12, Samples: 1}
-	discoveredH = Device{Index: 1, UUID: uuidH, Name: nameH, MemoryTotalMiB: 81559, MemoryFreeMiB: 81000, UtilizationPct: 55, Samples: 1}
+	discoveredH = Device{Index: 1, UUID: uuidH, Name: nameH, Minor: 3, MemoryTotalMiB: 81559, MemoryFreeMiB: 81000, UtilizationPct: 55, Samples: 1}
 )
 
 func TestDiscoverMapsNVMLDevices(t *testing.T) {
@@ -254,16 +276,31 @@ func TestDiscoverMapsNVMLDevices(t *testing.T) {
 			gpus: func() []*fakeGPU {
 				h := h100()
 				h.migMode, h.utilRet = nvml.DEVICE_MIG_ENABLE, nvml.ERROR_NOT_SUPPORTED
-				h.migs = []*fakeGPU{migSlice("MIG-11111111-0000-0000-0000-000000000000", "3g.40gb", 40192), nil,
-					migSlice("MIG-22222222-0000-0000-0000-000000000000", "1g.10gb", 9856)}
+				h.migs = []*fakeGPU{migSlice("MIG-11111111-0000-0000-0000-000000000000", "3g.40gb", 40192, 1), nil,
+					migSlice("MIG-22222222-0000-0000-0000-000000000000", "1g.10gb", 9856, 2)}
 				return []*fakeGPU{a100(), h}
 			},
 			wantSource: "nvml (driver 550.54.15)",
 			want: []Device{
 				{Index: 0, UUID: uuidA, Name: nameA, MemoryTotalMiB: 40960, DriverReservedMiB: 400, MemoryFreeMiB: 30000, UtilizationPct: 12, Samples: 1},
-				{Index: 1, UUID: "MIG-11111111-0000-0000-0000-000000000000", Name: "NVIDIA H100 80GB HBM3 MIG 3g.40gb", MemoryTotalMiB: 40192, MemoryFreeMiB: 40192, MIG: true, Parent: uuidH, Samples: 1},
-				{Index: 1, UUID: "MIG-22222222-0000-0000-0000-000000000000", Name: "NVIDIA H100 80GB HBM3 MIG 1g.10gb", MemoryTotalMiB: 9856, MemoryFreeMiB: 9856, MIG: true, Parent: uuidH, Samples: 1},
+				{Index: 1, UUID: "MIG-11111111-0000-0000-0000-000000000000", Name: "NVIDIA H100 80GB HBM3 MIG 3g.40gb", Minor: 3, CapMinors: []int{12, 13}, MemoryTotalMiB: 40192, MemoryFreeMiB: 40192, MIG: true, Parent: uuidH, Samples: 1},
+				{Index: 1, UUID: "MIG-22222222-0000-0000-0000-000000000000", Name: "NVIDIA H100 80GB HBM3 MIG 1g.10gb", Minor: 3, CapMinors: []int{21, 22}, MemoryTotalMiB: 9856, MemoryFreeMiB: 9856, MIG: true, Parent: uuidH, Samples: 1},
 			},
+		},
+		{
+			name:   "a MIG device missing from the driver's capability map has no capability minors, and says so",
+			driver: "550.54.15",
+			gpus: func() []*fakeGPU {
+				h := h100()
+				h.migMode, h.utilRet = nvml.DEVICE_MIG_ENABLE, nvml.ERROR_NOT_SUPPORTED
+				h.migs = []*fakeGPU{migSlice("MIG-11111111-0000-0000-0000-000000000000", "3g.40gb", 40192, 7)}
+				return []*fakeGPU{h}
+			},
+			wantSource: "nvml (driver 550.54.15)",
+			want: []Device{
+				{Index: 1, UUID: "MIG-11111111-0000-0000-0000-000000000000", Name: "NVIDIA H100 80GB HBM3 MIG 3g.40gb", Minor: 3, MemoryTotalMiB: 40192, MemoryFreeMiB: 40192, MIG: true, Parent: uuidH, Samples: 1},
+			},
+			wantWarns: [][]string{{"not in the capability map", "MIG-11111111"}},
 		},
 		{
 			name:   "a GPU in MIG mode without MIG devices gives no unit and says why",
@@ -306,9 +343,17 @@ func TestDiscoverMapsNVMLDevices(t *testing.T) {
 			gpus:       func() []*fakeGPU { g := h100(); g.utilRet = nvml.ERROR_TIMEOUT; return []*fakeGPU{g} },
 			wantSource: "nvml (driver 550.54.15)",
 			want: []Device{
-				{Index: 1, UUID: uuidH, Name: nameH, MemoryTotalMiB: 81559, MemoryFreeMiB: 81000, Samples: 1},
+				{Index: 1, UUID: uuidH, Name: nameH, Minor: 3, MemoryTotalMiB: 81559, MemoryFreeMiB: 81000, Samples: 1},
 			},
 			wantWarns: [][]string{{"GPU query failed", uuidH, "utilization", "ERROR_TIMEOUT"}},
+		},
+		{
+			name:       "a GPU without a minor number (no device node to allow) is skipped",
+			driver:     "550.54.15",
+			gpus:       func() []*fakeGPU { g := h100(); g.minorRet = nvml.ERROR_UNKNOWN; return []*fakeGPU{a100(), g} },
+			wantSource: "nvml (driver 550.54.15)",
+			want:       []Device{discoveredA},
+			wantWarns:  [][]string{{"skipping GPU: query failed", uuidH, "minor number"}},
 		},
 		{
 			name:       "devices are sorted by NVML index",
@@ -316,7 +361,7 @@ func TestDiscoverMapsNVMLDevices(t *testing.T) {
 			gpus:       func() []*fakeGPU { a, h := a100(), h100(); a.index, h.index = 1, 0; return []*fakeGPU{a, h} },
 			wantSource: "nvml (driver 550.54.15)",
 			want: []Device{
-				{Index: 0, UUID: uuidH, Name: nameH, MemoryTotalMiB: 81559, MemoryFreeMiB: 81000, UtilizationPct: 55, Samples: 1},
+				{Index: 0, UUID: uuidH, Name: nameH, Minor: 3, MemoryTotalMiB: 81559, MemoryFreeMiB: 81000, UtilizationPct: 55, Samples: 1},
 				{Index: 1, UUID: uuidA, Name: nameA, MemoryTotalMiB: 40960, MemoryFreeMiB: 30000, UtilizationPct: 12, Samples: 1},
 			},
 		},
@@ -327,7 +372,7 @@ func TestDiscoverMapsNVMLDevices(t *testing.T) {
 			wantSource: "nvml (driver 550.54.15)",
 			want: []Device{
 				discoveredA,
-				{Index: 1, UUID: uuidH, Name: nameH, Problem: "memory read failed (ERROR_UNKNOWN)"},
+				{Index: 1, UUID: uuidH, Name: nameH, Minor: 3, Problem: "memory read failed (ERROR_UNKNOWN)"},
 			},
 			wantWarns: [][]string{{"GPU unhealthy", uuidH, "ERROR_UNKNOWN"}},
 		},
@@ -360,7 +405,7 @@ func TestDiscoverMapsNVMLDevices(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			log, lines := newTestLogger(t)
 			lib := (&fakeNVML{gpus: tc.gpus(), v2: tc.v2}).lib(tc.driver)
-			inv := discover(lib, log)
+			inv := discover(lib, migMinors(t), log)
 
 			if got := inv.Source(); got != tc.wantSource {
 				t.Errorf("Source() = %q, want %q", got, tc.wantSource)
@@ -469,7 +514,7 @@ func TestDiscoverInitFailureCallsNothingElse(t *testing.T) {
 			log, lines := newTestLogger(t)
 			lib := offLimits(t, func() nvml.Return { return tc.ret })
 
-			inv := discover(lib, log)
+			inv := discover(lib, migMinors(t), log)
 			// The whole life of the inventory must stay off NVML too.
 			inv.refresh()
 			inv.RefreshSoon()
@@ -525,7 +570,7 @@ func TestInitIsRetriedWithBackoffUntilTheDriverLoads(t *testing.T) {
 			return r
 		})
 		log, lines := newTestLogger(t)
-		inv := discover(lib, log)
+		inv := discover(lib, migMinors(t), log)
 		defer inv.Close()
 		stop := running(t, inv, time.Hour)
 
@@ -577,7 +622,7 @@ func TestDiscoverDeviceCountFailureShutsDown(t *testing.T) {
 	lib := newMockLib("550.54.15", a100())
 	lib.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
 
-	inv := discover(lib, log)
+	inv := discover(lib, migMinors(t), log)
 	if inv.Count() != 0 || inv.Source() != "none" {
 		t.Errorf("Count() = %d, Source() = %q, want 0, none", inv.Count(), inv.Source())
 	}
@@ -666,7 +711,7 @@ func TestRefreshUpdatesVolatileFields(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			log, lines := newTestLogger(t)
 			a, h := a100(), h100()
-			inv := discover(newMockLib("550.54.15", a, h), log)
+			inv := discover(newMockLib("550.54.15", a, h), migMinors(t), log)
 			t.Cleanup(func() { inv.Close() })
 			warned := len(warnings(lines()))
 			for k, s := range tc.steps {
@@ -712,7 +757,7 @@ func TestLostGPUIsRediscoveredWithBackoff(t *testing.T) {
 		a, h := a100(), h100()
 		lib := newMockLib("550.54.15", a, h)
 		log, lines := newTestLogger(t)
-		inv := discover(lib, log)
+		inv := discover(lib, migMinors(t), log)
 		defer inv.Close()
 		stop := running(t, inv, time.Hour)
 
@@ -759,13 +804,13 @@ func TestLostGPUIsRediscoveredWithBackoff(t *testing.T) {
 func TestRediscoveryFollowsTheDeviceSet(t *testing.T) {
 	a, h := a100(), h100()
 	h.migMode, h.utilRet = nvml.DEVICE_MIG_ENABLE, nvml.ERROR_NOT_SUPPORTED
-	h.migs = []*fakeGPU{migSlice("MIG-11111111-0000-0000-0000-000000000000", "3g.40gb", 40192)}
+	h.migs = []*fakeGPU{migSlice("MIG-11111111-0000-0000-0000-000000000000", "3g.40gb", 40192, 1)}
 	n := &fakeNVML{gpus: []*fakeGPU{a, h}}
-	inv := discover(n.lib("550.54.15"), zerolog.Nop())
+	inv := discover(n.lib("550.54.15"), migMinors(t), zerolog.Nop())
 	defer inv.Close()
 
 	h.set(func(f *fakeGPU) {
-		f.migs = []*fakeGPU{nil, migSlice("MIG-33333333-0000-0000-0000-000000000000", "1g.10gb", 9856)}
+		f.migs = []*fakeGPU{nil, migSlice("MIG-33333333-0000-0000-0000-000000000000", "1g.10gb", 9856, 2)}
 	})
 	n.set(func(n *fakeNVML) { n.gpus = []*fakeGPU{h} }) // the A100 fell off the bus
 	a.set(func(f *fakeGPU) { f.memRet = nvml.ERROR_GPU_IS_LOST })
@@ -789,7 +834,7 @@ func TestRediscoveryFollowsTheDeviceSet(t *testing.T) {
 func TestRefreshAfterCloseQueriesNothing(t *testing.T) {
 	a := a100()
 	lib := newMockLib("550.54.15", a)
-	inv := discover(lib, zerolog.Nop())
+	inv := discover(lib, migMinors(t), zerolog.Nop())
 	if err := inv.Close(); err != nil {
 		t.Fatalf("Close() = %v", err)
 	}
@@ -812,7 +857,7 @@ func TestRefreshAfterCloseQueriesNothing(t *testing.T) {
 func TestRunRefreshesEveryIntervalAndOnRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := a100()
-		inv := discover(newMockLib("550.54.15", a), zerolog.Nop())
+		inv := discover(newMockLib("550.54.15", a), migMinors(t), zerolog.Nop())
 		defer inv.Close()
 
 		stop := running(t, inv, 10*time.Second)
@@ -845,7 +890,7 @@ func TestRunRefreshesEveryIntervalAndOnRequest(t *testing.T) {
 
 func TestInventoryIsSafeForConcurrentUse(t *testing.T) {
 	a, h := a100(), h100()
-	inv := discover(newMockLib("550.54.15", a, h), zerolog.Nop())
+	inv := discover(newMockLib("550.54.15", a, h), migMinors(t), zerolog.Nop())
 	t.Cleanup(func() { inv.Close() })
 	var wg sync.WaitGroup
 	for range 4 {

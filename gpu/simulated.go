@@ -39,6 +39,7 @@ func Simulated(specs []SimulatedGPU) *Inventory {
 			Index:          idx,
 			UUID:           simulatedUUID(idx),
 			Name:           name,
+			Minor:          idx,
 			MemoryTotalMiB: mem,
 			MemoryFreeMiB:  mem,
 			Simulated:      true,

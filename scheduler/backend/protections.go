@@ -32,4 +32,7 @@ const (
 	// ProtectionPrivateDirs: HOME and TMPDIR are a directory of the
 	// replica's own, removed when it ends.
 	ProtectionPrivateDirs = "privateDirs"
+	// ProtectionDevices: a replica may open only its own GPUs' device
+	// nodes, not the other GPUs of the box.
+	ProtectionDevices = "devices"
 )

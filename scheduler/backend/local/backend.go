@@ -57,13 +57,12 @@ type Config struct {
 	Network string
 	// NoCgroups turns off the cgroup per replica (replica.cgroups: false).
 	NoCgroups bool
-	// DeviceRules, when set, is given each replica's cgroups and GPUs before
-	// it starts, to limit the devices it may open (the v1 devices
-	// controller is then set up too). nil = no device rules.
-	DeviceRules func(cgroups Dirs, gpus []string) error
-	StopGrace   time.Duration // SIGTERM to SIGKILL when stopping a replica; default 10 s
-	CPUSlots    int           // CPU replicas (gpus: 0) at once; default runtime.NumCPU()
-	GPUs        Inventory     // the machine's GPUs; nil = none
+	// DevDir is where the device nodes are, for the device rules of
+	// replicas (devices.go); "" = /dev. Tests point it at nodes of their own.
+	DevDir    string
+	StopGrace time.Duration // SIGTERM to SIGKILL when stopping a replica; default 10 s
+	CPUSlots  int           // CPU replicas (gpus: 0) at once; default runtime.NumCPU()
+	GPUs      Inventory     // the machine's GPUs; nil = none
 	// PassEnv is replica.passEnv: variables copied from inferd's
 	// environment to every model, beside the fixed allowlist (CUDA may
 	// need LD_LIBRARY_PATH).

@@ -322,14 +322,6 @@ type replicaCgroup struct {
 	limits limits
 }
 
-// Dirs are a replica's cgroup directories, for device rules (see
-// Config.DeviceRules): its v2 cgroup ("" when none) and its v1 cgroup per
-// v1 controller.
-type Dirs struct {
-	V2 string
-	V1 map[string]string
-}
-
 // create makes the cgroups of replica name, with its limits. A cgroup of
 // that name left by an earlier run is emptied and made afresh.
 func (cg *cgroups) create(name string, l limits) (*replicaCgroup, error) {
@@ -419,9 +411,6 @@ func writeCgroup(dir, file, value string) error {
 	}
 	return nil
 }
-
-// Dirs describes rc for device rules.
-func (rc *replicaCgroup) Dirs() Dirs { return Dirs{V2: rc.v2, V1: rc.v1} }
 
 // join moves the calling thread into rc's v1 cgroups, so that the child it
 // forks next starts in them: v1 has no CgroupFD, but a child starts in its

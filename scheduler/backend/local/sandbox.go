@@ -35,7 +35,7 @@ type sandbox struct {
 	netnsErr error     // why no private network namespace can be made; nil = it can
 	network  string    // the default of a project's network
 	dirs     *privateDirs
-	devices  func(Dirs, []string) error
+	devices  *deviceIsolation
 }
 
 type identityMode int
@@ -49,7 +49,7 @@ const (
 
 // newSandbox sets up what cfg asks for, as far as this machine allows.
 func newSandbox(cfg Config) (*sandbox, error) {
-	sb := &sandbox{priv: effectivePrivileges(), network: cfg.Network, devices: cfg.DeviceRules}
+	sb := &sandbox{priv: effectivePrivileges(), network: cfg.Network}
 	if sb.network == "" {
 		sb.network = store.NetworkPrivate
 	}
@@ -84,12 +84,13 @@ func newSandbox(cfg Config) (*sandbox, error) {
 	if cfg.NoCgroups {
 		sb.cgWhy = "replica.cgroups is false"
 	} else {
-		var extra []string
-		if cfg.DeviceRules != nil {
-			extra = []string{"devices"}
-		}
-		sb.cgroups, sb.cgWhy = newCgroups(cgroupSetup{instance: instance, root: os.Geteuid() == 0, v1Extra: extra})
+		sb.cgroups, sb.cgWhy = newCgroups(cgroupSetup{instance: instance, root: os.Geteuid() == 0, v1Extra: []string{"devices"}})
 	}
+	devDir := cfg.DevDir
+	if devDir == "" {
+		devDir = "/dev"
+	}
+	sb.devices = newDeviceIsolation(devDir, cfg.GPUs, sb.cgroups, sb.cgWhy)
 	if sb.network == store.NetworkPrivate {
 		sb.netnsErr = canMakeNetns()
 	}
@@ -221,6 +222,7 @@ func (b *Backend) Protections() []backend.Protection {
 		out = append(out, on(backend.ProtectionNetwork, "a network namespace per replica with only loopback (projects with network: host share the host's)"))
 	}
 	out = append(out, on(backend.ProtectionPrivateDirs, "HOME and TMPDIR in "+sb.dirs.base+"/<replica>, mode 0700, removed when the replica ends"))
+	out = append(out, sb.deviceProtection())
 	return out
 }
 
@@ -274,8 +276,8 @@ func (sb *sandbox) newBox(spec backend.Spec) (*box, error) {
 	}
 	if sb.cgroups != nil {
 		x.cg, err = sb.cgroups.create(spec.ReplicaID, limits{memoryMiB: spec.Model.MemoryMiB, pidsMax: spec.Model.PidsMax})
-		if err == nil && sb.devices != nil {
-			err = sb.devices(x.cg.Dirs(), spec.GPUs)
+		if err == nil {
+			err = sb.devices.apply(x.cg, spec.GPUs)
 		}
 		if err != nil {
 			x.undo()
@@ -382,4 +384,26 @@ func (x *box) undo() error {
 	}
 	errs = append(errs, x.sb.dirs.remove(x.dir))
 	return errors.Join(errs...)
+}
+
+// deviceProtection says whether replicas are kept to their own GPUs'
+// device nodes (devices.go).
+func (sb *sandbox) deviceProtection() backend.Protection {
+	p := backend.Protection{Name: backend.ProtectionDevices}
+	d := sb.devices
+	how := "the cgroup v1 devices controller"
+	if d.mode == devicesBPF {
+		how = "a BPF device program on each replica's cgroup v2"
+	}
+	switch {
+	case d.mode == devicesOff:
+		p.Detail = d.why + ": a model that unsets CUDA_VISIBLE_DEVICES can use every GPU of the box"
+	case !d.applies():
+		p.On = true
+		p.Detail = "no NVIDIA devices on this box yet; once there are, each replica opens only its own GPUs' nodes (" + how + ")"
+	default:
+		p.On = true
+		p.Detail = "each replica opens only its own GPUs' device nodes (and nvidiactl, nvidia-uvm), a CPU replica none, by " + how
+	}
+	return p
 }

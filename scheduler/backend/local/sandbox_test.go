@@ -418,7 +418,7 @@ func TestProtectionsSayWhatIsOff(t *testing.T) {
 		return out
 	}
 	order := []string{backend.ProtectionIdentity, backend.ProtectionProcessTree, backend.ProtectionMemoryLimit,
-		backend.ProtectionPidsLimit, backend.ProtectionNetwork, backend.ProtectionPrivateDirs}
+		backend.ProtectionPidsLimit, backend.ProtectionNetwork, backend.ProtectionPrivateDirs, backend.ProtectionDevices}
 
 	on := testBackendWith(t, perProject).Protections()
 	if !slices.Equal(names(on), order) {

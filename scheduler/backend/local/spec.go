@@ -3,6 +3,7 @@ package local
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -91,4 +92,11 @@ func environ(s backend.Spec, env map[string]string, port int, runAs *RunAs, dir 
 	}
 	sort.Strings(out)
 	return out
+}
+
+// ModelEnv is the environment a replica of s would get, with home as its
+// HOME and TMPDIR and no port of its own: for checks that run the model's
+// own program outside a replica (doctor asking its Python about CUDA).
+func ModelEnv(s backend.Spec, runAs *RunAs, home string, pass []string) []string {
+	return environ(s, s.Model.Env, 0, runAs, home, pass, os.LookupEnv)
 }
