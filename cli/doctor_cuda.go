@@ -1,18 +1,14 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"inferd/gpu"
@@ -135,34 +131,13 @@ func cudaVerdict(py string, ans cudaAnswer, pin gpu.Device) (string, string) {
 }
 
 // runCUDAProbe runs the probe with py in p's dir, as runAs, with a
-// replica's environment pinned to uuid and a scratch HOME, and reads its
-// answer. The probe's process group is killed when it overstays.
+// replica's environment pinned to uuid (local.RunOnce), and reads its answer.
 func runCUDAProbe(ctx context.Context, py string, p store.Project, uuid string, runAs *local.RunAs, pass []string) (cudaAnswer, error) {
-	home, err := os.MkdirTemp("", "inferd-doctor-cuda-")
-	if err != nil {
-		return cudaAnswer{}, err
-	}
-	defer os.RemoveAll(home)
 	spec := backend.Spec{ReplicaID: "doctor-cuda", ProjectID: p.ID, TeamID: p.TeamID, Model: p.Model, GPUs: []string{uuid}}
-	attr := &syscall.SysProcAttr{Setpgid: true}
-	if runAs != nil {
-		if err := os.Chown(home, int(runAs.UID), int(runAs.GID)); err != nil {
-			return cudaAnswer{}, err
-		}
-		attr.Credential = runAs.Credential()
-	}
 	ctx, cancel := context.WithTimeout(ctx, cudaProbeTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, py, "-c", cudaProbe)
-	cmd.Dir = p.Model.Dir
-	cmd.Env = local.ModelEnv(spec, runAs, home, pass)
-	cmd.SysProcAttr = attr
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	runErr := cmd.Run()
-	for _, line := range strings.Split(stdout.String(), "\n") {
+	stdout, stderr, runErr := local.RunOnce(ctx, spec, runAs, pass, []string{py, "-c", cudaProbe})
+	for _, line := range strings.Split(string(stdout), "\n") {
 		if rest, ok := strings.CutPrefix(line, cudaProbeMark); ok {
 			var ans cudaAnswer
 			if err := json.Unmarshal([]byte(rest), &ans); err != nil {
@@ -174,8 +149,8 @@ func runCUDAProbe(ctx context.Context, py string, p store.Project, uuid string, 
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return cudaAnswer{}, fmt.Errorf("no answer within %s", cudaProbeTimeout)
 	}
-	if strings.TrimSpace(stderr.String()) != "" {
-		return cudaAnswer{}, errors.New(lastLine(stderr.String())) // "ModuleNotFoundError: No module named 'torch'"
+	if strings.TrimSpace(string(stderr)) != "" {
+		return cudaAnswer{}, errors.New(lastLine(string(stderr))) // "ModuleNotFoundError: No module named 'torch'"
 	}
 	if runErr != nil {
 		return cudaAnswer{}, runErr
