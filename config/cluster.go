@@ -17,10 +17,27 @@ type Cluster struct {
 	// node's etcd member when it runs one.
 	Name string `koanf:"name"`
 	// Advertise is the URL the other nodes reach this node's API at
-	// (http://10.0.0.5:8080). Optional for now: nothing between nodes uses
-	// it yet.
-	Advertise string      `koanf:"advertise"`
-	Etcd      ClusterEtcd `koanf:"etcd"`
+	// (http://10.0.0.5:8080): forwarded starts and payload fetches. Empty
+	// means http://<listen> when listen names a host, and is an error when
+	// it listens on every address (0.0.0.0, [::]).
+	Advertise string `koanf:"advertise"`
+	// SecretFile holds the secret every node of the cluster shares (at
+	// least 32 bytes, mode 600): requests between nodes are signed with
+	// it (cluster.Signer) and refused without it.
+	SecretFile string      `koanf:"secretFile"`
+	Etcd       ClusterEtcd `koanf:"etcd"`
+}
+
+// AdvertiseURL is the URL other nodes reach this node's API at: Advertise,
+// or http://<listen> when listen names a host.
+func (c Config) AdvertiseURL() string {
+	if c.Cluster == nil {
+		return ""
+	}
+	if c.Cluster.Advertise != "" {
+		return strings.TrimSuffix(c.Cluster.Advertise, "/")
+	}
+	return "http://" + c.Listen
 }
 
 // ClusterEtcd says which etcd holds the cluster's records: an external
@@ -83,6 +100,9 @@ func (c *Cluster) validate(bad func(key, format string, args ...any)) {
 	}
 	if c.Advertise != "" {
 		checkURL(bad, "cluster.advertise", c.Advertise)
+	}
+	if c.SecretFile == "" {
+		bad("cluster.secretFile", "set the file with the secret the nodes share (at least 32 bytes, mode 600; e.g. head -c 32 /dev/urandom | base64 > secret)")
 	}
 	e := c.Etcd
 	switch {

@@ -23,6 +23,7 @@ dataDir: /var/lib/inferd
 cluster:
   name: box-1
   advertise: http://10.0.0.1:8080
+  secretFile: /etc/inferd/cluster-secret
   etcd:
     dialTimeout: 3s
     embed:
@@ -64,6 +65,8 @@ func TestClusterSectionErrorsNameTheKey(t *testing.T) {
 		{"initialCluster with another peerURL", "cluster:\n  name: a\n  etcd:\n" + embed + "      initialCluster: a=http://127.0.0.9:2380\n", "but its peerURL is"},
 		{"bad prefix", "cluster:\n  name: a\n  etcd:\n    prefix: inferd\n" + embed, "cluster.etcd.prefix"},
 		{"bad advertise", "cluster:\n  name: a\n  advertise: 10.0.0.1\n  etcd:\n" + embed, "cluster.advertise"},
+		{"no secret", "cluster:\n  name: a\n  etcd:\n" + embed, "cluster.secretFile"},
+		{"listening everywhere without advertise", "listen: 0.0.0.0:8080\ncluster:\n  name: a\n  secretFile: /s\n  etcd:\n" + embed, "cluster.advertise"},
 		{"unknown key", "cluster:\n  name: a\n  etcd:\n" + embed + "      peerUrl: x\n", "unknown setting(s): cluster.etcd.embed.peerUrl"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -433,6 +433,11 @@ func (c Config) validate() error {
 	}
 	if c.Cluster != nil {
 		c.Cluster.validate(bad)
+		if host, _, err := net.SplitHostPort(c.Listen); err == nil && c.Cluster.Advertise == "" {
+			if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+				bad("cluster.advertise", "listen %q is every address: set the URL the other nodes reach this node at (http://10.0.0.1:8080)", c.Listen)
+			}
+		}
 	}
 	return errors.Join(errs...)
 }

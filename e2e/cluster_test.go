@@ -16,8 +16,18 @@ import (
 // the member's client URL.
 func clusterEmbedConfig(t *testing.T, name string) (section, clientURL string) {
 	clientURL = fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	return fmt.Sprintf("cluster:\n  name: %s\n  etcd:\n    embed:\n      peerURL: http://127.0.0.1:%d\n      clientURL: %s\n",
-		name, freePort(t), clientURL), clientURL
+	return fmt.Sprintf("cluster:\n  name: %s\n  secretFile: %s\n  etcd:\n    embed:\n      peerURL: http://127.0.0.1:%d\n      clientURL: %s\n",
+		name, clusterSecret(t), freePort(t), clientURL), clientURL
+}
+
+// clusterSecret writes a cluster secret file (mode 600) for the nodes of
+// one test and returns its path.
+func clusterSecret(t *testing.T) string {
+	path := filepath.Join(t.TempDir(), "cluster-secret")
+	if err := os.WriteFile(path, []byte(strings.Repeat("e2e-cluster-secret-", 3)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // One node in cluster mode (its own embedded etcd member) serves the whole
@@ -70,7 +80,7 @@ func TestClusterModeOnEmbeddedEtcd(t *testing.T) {
 		}
 	})
 
-	dir2, cfg2 := newDaemonDir(t, fmt.Sprintf("startWait: 20s\ncluster:\n  name: node-2\n  etcd:\n    endpoints: [%s]\n", etcdURL))
+	dir2, cfg2 := newDaemonDir(t, fmt.Sprintf("startWait: 20s\ncluster:\n  name: node-2\n  secretFile: %s\n  etcd:\n    endpoints: [%s]\n", clusterSecret(t), etcdURL))
 	n2 := startDaemon(t, dir2, cfg2)
 	auth := func(base, secret string) int {
 		status, _ := do(t, "GET", base+"/v1/projects", map[string]string{"X-Service-API-Key": secret}, "")

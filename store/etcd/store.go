@@ -264,3 +264,10 @@ func encode(what string, v any) (string, error) {
 	}
 	return string(b), nil
 }
+
+// Client is the etcd client the store talks through; cluster mode's
+// membership and election (package cluster) share it.
+func (s *Store) Client() *clientv3.Client { return s.cli }
+
+// Prefix is the key prefix every record is under, ending in "/".
+func (s *Store) Prefix() string { return s.prefix }
