@@ -66,7 +66,8 @@ func (s *Store) newCallWrite(c store.Call, done func(error)) (callWrite, error) 
 	if err != nil {
 		return callWrite{}, err
 	}
-	cw := callWrite{id: c.ID, ops: ops, size: size, done: done, deliveries: store.DeliveriesFor(c, s.now().UTC())}
+	cw := callWrite{id: c.ID, ops: ops, size: size, done: done, deliveries: store.DeliveriesFor(c, s.now().UTC()),
+		final: c.State.Done()}
 	if len(c.Inputs) > 0 {
 		// A write without inputs keeps those stored: only a write that
 		// carries them puts them.
@@ -84,6 +85,9 @@ func (s *Store) newCallWrite(c store.Call, done func(error)) (callWrite, error) 
 			cw.size += len(r)
 		}
 	}
+	// Bound at its first write, in queue order: the lease current when
+	// the call became this node's (fence.go).
+	cw.fence = s.fence.bindingFor(c.ID)
 	return cw, nil
 }
 

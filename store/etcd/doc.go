@@ -42,7 +42,7 @@
 // one etcd transaction (a group commit, as store/bolt's writer does), in
 // queue order, keeping only the last write of a call that is queued more
 // than once in a batch. A transaction is bounded by etcd's limits (128
-// operations, 1.5 MiB): a batch holds at most 120 operations (24 to 30
+// operations, 1.5 MiB): a batch holds at most 120 operations (9 to 30
 // calls) and about 1 MiB. A commit that fails because etcd is electing a
 // leader is retried (the writes are plain puts, so a retry is idempotent)
 // for up to Options.RetryFor before the writes fail.
@@ -55,6 +55,27 @@
 // Each node's hooks and PendingDeliveries hold the deliveries its own call
 // writes queued: a node's deliverer sends the messages of the calls it
 // ran, and recovers them at start-up, as it recovers its pending calls.
+//
+// # Fencing on the node's lease
+//
+// In cluster mode a node's call writes are fenced on its lease (package
+// cluster keeps nodes/<name> under it). BindLease names the node's key and
+// its current lease; each call is bound at its first write (or when the
+// leader hands it to this node: Adopt) to the lease current then, and
+// keeps that binding until its final write. Every write of a bound call
+// is, inside the group commit, a nested transaction that compares the
+// key's lease with the call's (its inputs and webhook deliveries inside
+// it): when the node's lease lapsed, its key is gone or under a new lease,
+// the compare fails, that write ends with an error wrapping
+// store.ErrFenced, and the rest of the batch commits. So a node that was
+// cut off and came back cannot write the result of a call the leader
+// handed on meanwhile; a rejoin's new lease never applies to calls taken
+// under the old one. With no lease bound (a single node, tests, the CLI)
+// writes compare nothing. The nested transactions count against etcd's
+// 128 operations per transaction (see writer.go's opCount). A binding
+// lives in memory until its call's final write; the bindings of calls
+// the scheduler abandoned when the lease lapsed stay until the process
+// ends (a few dozen bytes each).
 //
 // Layout version 1 (before payloads had keys of their own) is refused, not
 // migrated: cluster mode had no release with it.

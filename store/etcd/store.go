@@ -69,6 +69,7 @@ type Store struct {
 	once   sync.Once
 	w      writer
 	stats  commitStats
+	fence  leases // the lease each call's writes are fenced on (fence.go)
 }
 
 var _ store.Store = (*Store)(nil)
