@@ -216,7 +216,7 @@ func (s *Scheduler) retry(c *call) bool {
 	s.log.Info().Str("project", c.p.id).Str("call", c.c.ID).Int("attempt", c.c.Attempt).
 		Msg("call interrupted; running it again")
 	if !c.unsaved {
-		s.st.SaveCallAsync(c.c, s.logSaveErr(c.c.ID, "saving a retried call failed"))
+		s.st.SaveCallAsync(c.c, s.logSaveErr(c, "saving a retried call failed"))
 	}
 	return true
 }

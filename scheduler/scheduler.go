@@ -37,6 +37,16 @@ type Config struct {
 	PriorityAging time.Duration
 	Observer      Observer   // told about finished calls and replica events; nil = none
 	Outputs       OutputSink // told about running calls and their streamed output; nil = none
+	// Share, in cluster mode, is this node's part of a project's replicas
+	// as the leader placed them: its local min and max (the project's own
+	// bounds are for the whole cluster), ok false when the node is not
+	// placed. It is read when the loop loads a project and again on each
+	// ProjectChanged (call it when the placement changes). A node runs no
+	// replica of a project it is not placed on (or placed with max 0),
+	// except one while calls of the project are here: calls started here
+	// before the project was placed, or adopted. Nil: a single box, the
+	// project's own bounds.
+	Share func(projectID string) (min, max int, ok bool)
 }
 
 func (c Config) withDefaults() Config {
@@ -351,6 +361,10 @@ func (s *Scheduler) handle(ev event) {
 		s.onDrain(ev)
 	case evDrainDeadline:
 		s.onDrainDeadline(ev.reply)
+	case evAdopt:
+		s.onAdopt(ev)
+	case evFenced:
+		s.onFenced(ev.c)
 	}
 }
 
@@ -437,30 +451,11 @@ func (s *Scheduler) recoverPending(ctx context.Context) error {
 	var writes []store.Call // calls changed by recovery, to write before serving
 	var retried int
 	for _, c := range pending {
-		p := s.projects[c.ProjectID]
-		if c.State == store.CallRunning && p != nil && p.mayRetry(c.Attempt) {
-			// Interrupted with attempts left: run it again under its ID.
-			// Its queue deadline is behind it: it was dispatched in time.
-			c.State, c.ReplicaID = store.CallQueued, ""
-			c.Dispatched, c.QueueMs, c.BootMs = time.Time{}, 0, 0
-			c.QueueTimeout = 0
-			retried++
-			s.cfg.Observer.CallRetried(p.id)
-			writes = append(writes, c)
-		}
-		switch {
-		case c.State == store.CallQueued && p != nil:
-			cl := &call{c: c, state: callQueued, done: make(chan struct{}), p: p, bytes: c.InputBytes}
-			s.calls[c.ID] = cl
-			s.index(cl)
-			p.queue.push(cl)
-			s.armExpiry(cl)
-		case c.State == store.CallQueued:
-			c.State, c.Message, c.Finished = store.CallFailed, msgProjectDeleted, now
-			writes = append(writes, c)
-		default:
-			c.State, c.Message, c.Finished = store.CallFailed, msgInterrupted, now
-			writes = append(writes, c)
+		if w, ok := s.recoverCall(c, s.projects[c.ProjectID], now); ok {
+			writes = append(writes, w)
+			if w.State == store.CallQueued {
+				retried++
+			}
 		}
 	}
 	for _, p := range s.order {
