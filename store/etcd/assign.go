@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -98,6 +99,27 @@ func (s *Store) CallsOfNode(node string) ([]CallAt, error) {
 		}
 	}
 	return out, nil
+}
+
+// NodesWithCalls returns the names of the nodes that pending calls name
+// (each once, sorted): a new leader checks that each is alive.
+func (s *Store) NodesWithCalls() ([]string, error) {
+	const what = "nodes with calls"
+	if err := s.check(what); err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	resp, err := s.cli.Get(ctx, s.key("pending")+"/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, s.wrap(what, err)
+	}
+	var out []string
+	for _, kv := range resp.Kvs {
+		out = append(out, string(kv.Value))
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 // HandOver gives call c (read at revision rev, see CallsOfNode) to node

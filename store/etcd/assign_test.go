@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -69,6 +70,9 @@ func TestHandOverMovesACallToAnotherNode(t *testing.T) {
 	if len(got) != 2 {
 		t.Fatalf("CallsOfNode(lost) = %v, want call_run and call_q", got)
 	}
+	if nodes, err := lead.NodesWithCalls(); err != nil || !slices.Equal(nodes, []string{"lost"}) {
+		t.Errorf("NodesWithCalls = %v, %v; want [lost]", nodes, err)
+	}
 	run := got["call_run"]
 	if run.Call.State != store.CallRunning || run.Rev == 0 || run.Call.InputBytes != int64(len(`{"x":1}`)) {
 		t.Fatalf("call_run as read = %+v", run)
@@ -95,6 +99,9 @@ func TestHandOverMovesACallToAnotherNode(t *testing.T) {
 	}
 	if left := callsOf(t, lead, "lost"); len(left) != 1 {
 		t.Errorf("node lost still holds %v, want call_q only", left)
+	}
+	if nodes, err := lead.NodesWithCalls(); err != nil || !slices.Equal(nodes, []string{"live", "lost"}) {
+		t.Errorf("NodesWithCalls = %v, %v; want [live lost]", nodes, err)
 	}
 }
 
