@@ -26,8 +26,8 @@ import (
 //     at a time: first to a node that already runs a replica of it not
 //     yet counted, then to a placed node whose Min in force is not yet
 //     given (its replica may still be starting) and that has the room,
-//     then to the node with the most room for another one
-//     (placed nodes first on a tie, then by name). So the minimum spreads
+//     then to the node with the most room for another one (on a tie: the
+//     node given fewer so far, a placed node, by name). So the minimum spreads
 //     over the nodes with the most free capacity, and a dead node's share
 //     goes to the others.
 //  4. Every project is on at least one node (a start needs somewhere to
@@ -136,7 +136,8 @@ func placeOne(p store.Project, names []string, live map[string]NodeInfo, rooms m
 	running := func(n string) int { return live[n].Projects[p.ID].Replicas }
 	mins := map[string]int{}
 	// best picks the node with the most room for one more replica among
-	// those that have any, placed nodes first on a tie, then by name.
+	// those that have any; on a tie the one given fewer of the minimum so
+	// far (the minimum spreads), then a placed one, then by name.
 	best := func(skip func(string) bool) string {
 		pick, pickUnits := "", 0
 		for _, n := range names {
@@ -147,7 +148,11 @@ func placeOne(p store.Project, names []string, live map[string]NodeInfo, rooms m
 			if u == 0 {
 				continue
 			}
-			if pick == "" || u > pickUnits || u == pickUnits && placed[n] && !placed[pick] {
+			better := pick == "" || u > pickUnits
+			if !better && u == pickUnits {
+				better = mins[n] < mins[pick] || mins[n] == mins[pick] && placed[n] && !placed[pick]
+			}
+			if better {
 				pick, pickUnits = n, u
 			}
 		}
