@@ -23,6 +23,10 @@
 //	outbox/<delivery id>        a webhook delivery not ended, with the node that queued it (JSON)
 //	outboxended/<delivery id>   when it ended (unix nanos): never queued again; ExpireCalls drops it
 //	secrets/<team>              the team's webhook signing secret, apart from teams/ (no listing carries it)
+//	assign/<node>/<id>          "": the leader handed call <id> to <node> (HandOver); that node adopts it and deletes the key
+//
+// Package cluster keeps nodes/, election/ and placement/ under the same
+// prefix (cluster/doc.go).
 //
 // # Consistency
 //
@@ -76,6 +80,18 @@
 // lives in memory until its call's final write; the bindings of calls
 // the scheduler abandoned when the lease lapsed stay until the process
 // ends (a few dozen bytes each).
+//
+// # Leader writes
+//
+// The cluster leader moves the calls of a lost node (assign.go): HandOver
+// rewrites a call queued, names its new node in pending/<id> and puts
+// assign/<node>/<id>; FailLost makes it final as any final write does;
+// HandOverDeliveries gives the lost node's outbox records to a live node,
+// whose store hears of them through a watch of outbox/ and tells its
+// deliverer. Each is one transaction comparing the leader's election key
+// (Fence) and the record's revision as read: a deposed leader, or one
+// working from a stale read, changes nothing (ErrNotLeader,
+// ErrCallChanged).
 //
 // Layout version 1 (before payloads had keys of their own) is refused, not
 // migrated: cluster mode had no release with it.

@@ -64,6 +64,8 @@ type Store struct {
 	deliveryHooks store.DeliveryHooks
 	// Other nodes' project and team writes, told to the hooks.
 	projectWatch, teamWatch keyWatch
+	// Outbox records the leader handed to this node (assign.go).
+	outboxWatch keyWatch
 
 	closed atomic.Bool
 	once   sync.Once
@@ -156,6 +158,7 @@ func (s *Store) Close() error {
 		s.w.stop()
 		s.projectWatch.stop()
 		s.teamWatch.stop()
+		s.outboxWatch.stop()
 		s.cli.Close()
 	})
 	return nil

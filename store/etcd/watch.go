@@ -139,4 +139,5 @@ func (s *Store) startWatches(from int64) {
 	}
 	s.projectWatch.start(s, from)
 	s.teamWatch.start(s, from)
+	s.watchHandedDeliveries(from)
 }

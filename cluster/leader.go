@@ -1,0 +1,334 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"inferd/store"
+	"inferd/store/etcd"
+)
+
+// campaign stands for leader with the session's lease until ctx ends (the
+// session ended, or shutdown), leading whenever elected. Leadership ends
+// with the session at once: ctx is cancelled when the session's lease
+// lapses, and every leader write is fenced on the election key anyway
+// (for about 0.6 s after a cut two nodes may both believe they lead).
+func (n *Node) campaign(ctx context.Context, sess *concurrency.Session) {
+	e := concurrency.NewElection(sess, n.o.Prefix+strings.TrimSuffix(ElectionPrefix, "/"))
+	for ctx.Err() == nil {
+		if err := e.Campaign(ctx, n.o.Name); err != nil {
+			if ctx.Err() == nil {
+				n.o.Log.Warn().Err(err).Str("node", n.o.Name).Msg("standing for cluster leader failed; trying again")
+				waitOr(ctx, nil, n.o.Retry)
+			}
+			continue
+		}
+		f := etcd.Fence{Key: e.Key(), Rev: e.Rev()}
+		n.setLeading(&f)
+		n.o.Log.Info().Str("node", n.o.Name).Int64("rev", f.Rev).Msg("this node leads the cluster")
+		err := n.lead(ctx, f)
+		n.setLeading(nil)
+		// Resign (on shutdown too: a dead leader's key would block the
+		// next election until its lease lapsed); bounded, as etcd may be
+		// gone.
+		rctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		if rerr := e.Resign(rctx); rerr != nil && err == nil {
+			err = rerr
+		}
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			n.o.Log.Warn().Err(err).Str("node", n.o.Name).Msg("this node stopped leading the cluster")
+		}
+	}
+}
+
+func (n *Node) setLeading(f *etcd.Fence) {
+	n.mu.Lock()
+	n.leading = f
+	n.mu.Unlock()
+}
+
+// lead does the leader's work until ctx ends or a write finds it deposed
+// (etcd.ErrNotLeader): look at once, then on every change of the nodes or
+// the projects, and every RecheckEvery (loads change without a node
+// joining or leaving: scale-out).
+func (n *Node) lead(ctx context.Context, f etcd.Fence) error {
+	t := time.NewTicker(n.o.RecheckEvery)
+	defer t.Stop()
+	for {
+		if err := n.reconcile(f); errors.Is(err, etcd.ErrNotLeader) {
+			return err
+		} else if err != nil {
+			n.o.Log.Warn().Err(err).Str("node", n.o.Name).Msg("cluster leader's pass failed; trying again")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-n.kick:
+		case <-t.C:
+		}
+	}
+}
+
+// reconcile is one pass of the leader: placements first (a lost node's
+// calls go to the nodes its projects are now placed on), then lost nodes.
+func (n *Node) reconcile(f etcd.Fence) error {
+	if !n.nodes.isSynced() || !n.placements.isSynced() {
+		return nil // the caches are not in yet: every node would look dead
+	}
+	projects, err := n.o.Store.ListProjects("")
+	if err != nil {
+		return fmt.Errorf("list projects: %w", err)
+	}
+	if err := n.placeAll(f, projects); err != nil {
+		return err
+	}
+	return n.handleLost(f, projects)
+}
+
+// placeAll writes every project's placement that changed, and deletes
+// those of deleted projects.
+func (n *Node) placeAll(f etcd.Fence, projects []store.Project) error {
+	nodes := n.Nodes()
+	if len(nodes) == 0 {
+		return nil
+	}
+	cur := map[string]Placement{}
+	for name := range n.placements.all() {
+		if p, ok := n.Placement(name); ok {
+			cur[name] = p
+		}
+	}
+	want := place(projects, nodes, cur)
+	for id, shares := range want {
+		if maps.Equal(shares, cur[id].Nodes) {
+			continue
+		}
+		p := Placement{Project: id, Nodes: shares, Leader: n.o.Name, Updated: n.o.Now().UTC()}
+		v, err := json.Marshal(p)
+		if err != nil {
+			return fmt.Errorf("encode placement of %s: %w", id, err)
+		}
+		if err := n.fenced(f, clientv3.OpPut(n.o.Prefix+PlacementPrefix+id, string(v))); err != nil {
+			return fmt.Errorf("place project %s: %w", id, err)
+		}
+		n.o.Log.Info().Str("project", id).Any("nodes", shares).Msg("cluster placement changed")
+	}
+	exists := map[string]bool{}
+	for _, p := range projects {
+		exists[p.ID] = true
+	}
+	for id := range cur {
+		if !exists[id] {
+			if err := n.fenced(f, clientv3.OpDelete(n.o.Prefix+PlacementPrefix+id)); err != nil {
+				return fmt.Errorf("drop placement of deleted project %s: %w", id, err)
+			}
+		}
+	}
+	return nil
+}
+
+// fenced commits ops if f still holds: etcd.ErrNotLeader otherwise.
+func (n *Node) fenced(f etcd.Fence, ops ...clientv3.Op) error {
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	resp, err := n.o.Client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(f.Key), "=", f.Rev)).
+		Then(ops...).Commit()
+	if err != nil {
+		return fmt.Errorf("etcd: %w", err)
+	}
+	if !resp.Succeeded {
+		return etcd.ErrNotLeader
+	}
+	return nil
+}
+
+// handleLost moves the calls of every node that pending calls name and
+// that is not alive (plan rule 2), and of a node that vanished and came
+// back (fenced and rejoined) those it held before it vanished: it
+// abandoned them when fenced.
+func (n *Node) handleLost(f etcd.Fence, projects []store.Project) error {
+	names, err := n.o.Store.NodesWithCalls()
+	if err != nil {
+		return fmt.Errorf("nodes with calls: %w", err)
+	}
+	n.mu.Lock()
+	lostAt := maps.Clone(n.lostAt)
+	n.mu.Unlock()
+	for name := range lostAt {
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	byID := map[string]store.Project{}
+	for _, p := range projects {
+		byID[p.ID] = p
+	}
+	for _, name := range names {
+		now, alive, err := n.alive(name)
+		if err != nil {
+			return err
+		}
+		gone, vanished := lostAt[name]
+		// A node alive again is left alone unless the same process is
+		// back (fenced and rejoined): a restarted one recovers its calls
+		// itself (PendingCalls), and a fenced one abandoned those it held
+		// before its key vanished.
+		rejoined := vanished && !gone.started.IsZero() && now.Started.Equal(gone.started)
+		if alive && !rejoined {
+			n.forget(name, gone)
+			continue
+		}
+		before := gone.rev
+		if !alive {
+			before = 0 // every call it holds
+		}
+		if err := n.handOverNode(f, name, before, byID); err != nil {
+			return err
+		}
+		if !alive {
+			if _, err := n.o.Store.HandOverDeliveries(f, name, n.o.Name); err != nil {
+				return fmt.Errorf("hand over the webhooks of lost node %s: %w", name, err)
+			}
+			if err := n.fenced(f, clientv3.OpDelete(n.o.Prefix+AssignPrefix+name+"/", clientv3.WithPrefix())); err != nil {
+				return fmt.Errorf("drop the assign keys of lost node %s: %w", name, err)
+			}
+		}
+		n.forget(name, gone)
+	}
+	return nil
+}
+
+// forget drops a lost node's entry once handled, unless it vanished again
+// meanwhile.
+func (n *Node) forget(name string, handled lost) {
+	n.mu.Lock()
+	if n.lostAt[name] == handled {
+		delete(n.lostAt, name)
+	}
+	n.mu.Unlock()
+}
+
+// alive reads node name's key now: a linearizable read, so a node the
+// cache has not heard of yet is never taken for dead.
+func (n *Node) alive(name string) (NodeInfo, bool, error) {
+	if name == n.o.Name {
+		return NodeInfo{Name: name, Started: n.started}, true, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	resp, err := n.o.Client.Get(ctx, n.o.Prefix+NodesPrefix+name)
+	if err != nil {
+		return NodeInfo{}, false, fmt.Errorf("is node %s alive: etcd: %w", name, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return NodeInfo{}, false, nil
+	}
+	var info NodeInfo
+	_ = json.Unmarshal(resp.Kvs[0].Value, &info) // undecodable: alive, of unknown start
+	return info, true, nil
+}
+
+// handOverNode moves the calls of lost node name (those written before
+// revision before, when it is not 0): a queued call to a live node its
+// project is placed on; a running one likewise as a retry when its
+// project's retries allow (the attempt it was in stays counted: the new
+// node's dispatch counts the next), else it fails with "node NAME was
+// lost". A call changed since read is left for the next pass.
+func (n *Node) handOverNode(f etcd.Fence, name string, before int64, projects map[string]store.Project) error {
+	calls, err := n.o.Store.CallsOfNode(name)
+	if err != nil {
+		return fmt.Errorf("calls of lost node %s: %w", name, err)
+	}
+	msg := fmt.Sprintf("error: node %s was lost", name)
+	moved, failed := 0, 0
+	for _, ca := range calls {
+		if before != 0 && ca.Rev >= before {
+			continue // written after it came back: its own
+		}
+		c := ca.Call
+		p, known := projects[c.ProjectID]
+		again := known && (c.State == store.CallQueued ||
+			c.State == store.CallRunning && p.Retries > 0 && c.Attempt <= p.Retries)
+		to := ""
+		if again {
+			to = n.target(c.ProjectID, name)
+		}
+		if to != "" {
+			err = n.o.Store.HandOver(f, c, ca.Rev, to)
+			moved++
+		} else if again {
+			continue // no live node at all now: the next pass
+		} else {
+			err = n.o.Store.FailLost(f, c, ca.Rev, msg)
+			failed++
+		}
+		switch {
+		case errors.Is(err, etcd.ErrNotLeader):
+			return err
+		case errors.Is(err, etcd.ErrCallChanged):
+			n.o.Log.Info().Err(err).Str("call", c.ID).Msg("lost node's call changed meanwhile; reading it again next pass")
+			n.wake()
+		case err != nil:
+			return err
+		}
+	}
+	if moved+failed > 0 {
+		n.o.Log.Warn().Str("lost", name).Int("handedOver", moved).Int("failed", failed).Msg("calls of a lost cluster node moved")
+	}
+	return nil
+}
+
+// target is the live node a lost call of project goes to: the placed node
+// with the fewest calls of it (then by name); with none placed alive, the
+// live node with the fewest calls in all; "" with no live node but lost.
+func (n *Node) target(project, lost string) string {
+	nodes := n.Nodes()
+	p, _ := n.Placement(project)
+	load := func(info NodeInfo, only string) int {
+		sum := 0
+		for id, l := range info.Projects {
+			if only == "" || id == only {
+				sum += l.Busy + l.Queued
+			}
+		}
+		return sum
+	}
+	pick := func(ok func(NodeInfo) bool, only string) string {
+		best, bestLoad := "", 0
+		for _, info := range nodes { // by name
+			if info.Name == lost || !ok(info) {
+				continue
+			}
+			if l := load(info, only); best == "" || l < bestLoad {
+				best, bestLoad = info.Name, l
+			}
+		}
+		return best
+	}
+	if to := pick(func(i NodeInfo) bool { _, placed := p.Nodes[i.Name]; return placed }, project); to != "" {
+		return to
+	}
+	return pick(func(NodeInfo) bool { return true }, "")
+}
+
+// leadingFence returns this node's fence while it leads; ok is false
+// when it does not lead.
+func (n *Node) leadingFence() (etcd.Fence, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.leading == nil {
+		return etcd.Fence{}, false
+	}
+	return *n.leading, true
+}
