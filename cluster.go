@@ -5,12 +5,17 @@ import (
 	"crypto/tls"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"inferd/cluster"
 	"inferd/config"
 	"inferd/httpapi"
+	"inferd/scheduler"
+	"inferd/scheduler/backend"
 	"inferd/store"
 	"inferd/store/bolt"
 	"inferd/store/etcd"
@@ -28,6 +33,7 @@ type daemonStore interface {
 type openedStore struct {
 	daemonStore
 	member *etcd.Member // this node's etcd member; nil when it runs none
+	etcd   *etcd.Store  // the store in cluster mode; nil on a single box
 }
 
 // Close closes the store, then the member it talked to.
@@ -95,7 +101,7 @@ func openStore(cfg config.Config, log zerolog.Logger) (openedStore, error) {
 		}
 		return openedStore{}, err
 	}
-	o.daemonStore = st
+	o.daemonStore, o.etcd = st, st
 	log.Info().Str("node", c.Name).Strs("etcd", endpoints).Bool("member", o.member != nil).
 		Msg("cluster mode: records in etcd")
 	return o, nil
@@ -108,4 +114,133 @@ type etcdLog struct{ log zerolog.Logger }
 func (l etcdLog) Write(p []byte) (int, error) {
 	l.log.Error().Msg(strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+// clusterMode is what a node of a cluster runs beside the single box's
+// pieces: its membership (cluster.Node: lease, node key, leader election)
+// and the signer of requests between nodes. Nil on a single box.
+type clusterMode struct {
+	node   *cluster.Node
+	signer *cluster.Signer
+	// bound is closed once the node's first session has bound the
+	// store's call writes to its lease: the scheduler starts after it, so
+	// that every call it writes is fenced.
+	bound chan struct{}
+}
+
+// schedulerHooks is what the node's membership drives in the scheduler.
+type schedulerHooks interface {
+	Adopt(c store.Call)
+	Abandon()
+	ProjectChanged(id string)
+	Snapshot() scheduler.Status
+}
+
+// newClusterMode reads the cluster secret (failing clearly when it is
+// missing, readable by others or short) and creates this node's
+// membership over the etcd store: each session binds the store's call
+// writes to its lease, a lapsed lease abandons the scheduler's live calls,
+// calls the leader hands here are adopted, and a placement change makes
+// the scheduler read the project's share again. sched is set before the
+// node runs; capacity is the replica backend's. Returns nil, nil on a
+// single box.
+func newClusterMode(cfg config.Config, o openedStore, sched func() schedulerHooks,
+	capacity func() backend.Capacity, log zerolog.Logger) (*clusterMode, error) {
+	if cfg.Cluster == nil {
+		return nil, nil
+	}
+	st := o.etcd
+	secret, err := cluster.ReadSecret(cfg.Cluster.SecretFile)
+	if err != nil {
+		return nil, fmt.Errorf("cluster.secretFile: %w", err)
+	}
+	signer, err := cluster.NewSigner(cfg.Cluster.Name, secret, nil)
+	if err != nil {
+		return nil, fmt.Errorf("cluster.secretFile %s: %w", cfg.Cluster.SecretFile, err)
+	}
+	m := &clusterMode{signer: signer, bound: make(chan struct{})}
+	var once sync.Once
+	m.node, err = cluster.New(cluster.Options{
+		Client: st.Client(), Prefix: st.Prefix(),
+		Name: cfg.Cluster.Name, Advertise: cfg.AdvertiseURL(), Member: o.member != nil,
+		Load: func() (cluster.Capacity, map[string]cluster.ProjectLoad) {
+			return nodeLoad(sched().Snapshot(), capacity())
+		},
+		OnSession: func(key string, lease clientv3.LeaseID) {
+			st.BindLease(key, lease)
+			once.Do(func() { close(m.bound) })
+		},
+		OnFenced: func() { sched().Abandon() },
+		Adopt: func(id string) {
+			c, err := st.Adopt(id)
+			if err != nil {
+				log.Warn().Err(err).Str("call", id).Msg("a call handed to this node could not be adopted")
+				return
+			}
+			sched().Adopt(c)
+		},
+		OnPlacement: func(project string) { sched().ProjectChanged(project) },
+		Store:       st,
+		Log:         log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// share is the scheduler's Config.Share in cluster mode: this node's part
+// of the project's replicas in the leader's placement; ok false when the
+// project has no placement yet or is placed on other nodes only.
+func (m *clusterMode) share(project string) (lo, hi int, ok bool) {
+	p, ok := m.node.Placement(project)
+	if !ok {
+		return 0, 0, false
+	}
+	s, ok := p.Nodes[m.node.Name()]
+	return s.Min, s.Max, ok
+}
+
+// nodeLoad is what a node publishes of itself (cluster.NodeInfo): its
+// GPUs with the memory the scheduler could still place on each (the
+// smaller of what the driver reports free and what the scheduler has not
+// handed out), its CPU slots, and the load of each project with replicas
+// or calls here.
+func nodeLoad(st scheduler.Status, capa backend.Capacity) (cluster.Capacity, map[string]cluster.ProjectLoad) {
+	reserved := map[string]scheduler.GPUStatus{}
+	for _, g := range st.GPUs {
+		reserved[g.UUID] = g
+	}
+	out := cluster.Capacity{CPUSlots: capa.CPUSlots, CPUUsed: st.CPUSlotsUsed}
+	for _, d := range capa.GPUs {
+		usable := d.UsableMiB()
+		g := reserved[d.UUID]
+		free := min(d.MemoryFreeMiB, usable-min(g.ReservedMiB, usable))
+		out.GPUs = append(out.GPUs, cluster.GPUInfo{
+			Index: d.Index, UUID: d.UUID, Name: d.Name,
+			TotalMiB: int64(d.MemoryTotalMiB), FreeMiB: int64(free),
+			Healthy: d.Healthy(), InUse: g.ReservedMiB > 0 && g.ReservedMiB >= usable,
+		})
+	}
+	var loads map[string]cluster.ProjectLoad
+	for _, p := range st.Projects {
+		l := cluster.ProjectLoad{Busy: p.Running, Queued: p.Queued, Max: p.NodeMaxReplicas}
+		for _, r := range p.Replicas {
+			switch r.State {
+			case "stopping":
+				continue
+			case "ready", "busy":
+				l.Ready++
+			}
+			l.Replicas++
+		}
+		if l.Replicas == 0 && l.Busy == 0 && l.Queued == 0 {
+			continue
+		}
+		if loads == nil {
+			loads = map[string]cluster.ProjectLoad{}
+		}
+		loads[p.ID] = l
+	}
+	return out, loads
 }

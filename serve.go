@@ -78,6 +78,14 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	schedCfg := schedulerConfig(cfg)
 	schedCfg.Observer = observers{Metrics: metrics, hist: hist, streams: streams}
 	schedCfg.Outputs = streams
+	// In cluster mode, this node's membership (cluster.go); nil on a box.
+	cm, err := newClusterMode(cfg, st, func() schedulerHooks { return sched }, replicas.Capacity, log)
+	if err != nil {
+		return err
+	}
+	if cm != nil {
+		schedCfg.Share = cm.share
+	}
 	sched = scheduler.New(schedCfg, st, replicas, scheduler.RealClock(), log)
 	st.OnProjectChange(sched.ProjectChanged)
 	st.OnTeamChange(sched.TeamChanged)
@@ -156,7 +164,26 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	g, gctx := errgroup.WithContext(ctx)
 	schedCtx, stopSched := context.WithCancel(context.Background())
 	defer stopSched()
-	g.Go(func() error { return sched.Run(schedCtx) })
+	// The cluster node outlives the drain (its lease fences the results
+	// written then) and ends, resigning and revoking its lease, once the
+	// scheduler has stopped: before the store closes.
+	nodeCtx, stopNode := context.WithCancel(context.Background())
+	defer stopNode()
+	g.Go(func() error {
+		if cm != nil {
+			// Every call the scheduler writes is fenced on the lease. A
+			// shutdown before the first session runs it all the same, for
+			// the drain to end.
+			select {
+			case <-cm.bound:
+			case <-gctx.Done():
+			}
+		}
+		return sched.Run(schedCtx)
+	})
+	if cm != nil {
+		g.Go(func() error { return cm.node.Run(nodeCtx) })
+	}
 	g.Go(func() error { return st.RunSweeper(gctx, cfg.ResultTTL, cfg.SweepInterval) })
 	g.Go(func() error { return gpus.Run(gctx, cfg.GPU.RefreshInterval) })
 	g.Go(func() error {
@@ -176,6 +203,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	g.Go(func() error {
 		<-gctx.Done()
 		shutdown(cfg.ShutdownTimeout, sched, api, admin, endWaits, stopSched, log)
+		stopNode()
 		return nil
 	})
 	err = g.Wait()

@@ -223,11 +223,14 @@ func (s *Scheduler) shareOf(id string) share {
 }
 
 // maxReplicas is the most replicas of p this node runs now: the project's
-// maxReplicas on a single box; in cluster mode the node's share of it, and
-// at least 1 while calls of p are here (started here before the project
-// was placed, or left here by a placement that moved): a call is never
-// stranded. A project not placed on this node (no share, or one of 0)
-// otherwise runs nothing here.
+// maxReplicas on a single box; in cluster mode the node's share of it. A
+// project not placed on this node (no share, or one of 0) runs no replica
+// here, except one while calls of it are here (started before the project
+// was placed, or left by a placement that moved: a call is never
+// stranded) or while that replica lives: it then goes by its idle timeout,
+// as any replica above what is wanted, not at once, so a project waiting
+// for its first placement does not boot once per call. A placement that
+// moves away stops idle replicas at once (applyProject: the bound drops).
 func (p *project) maxReplicas() int {
 	if !p.clustered {
 		return p.cfg.MaxReplicas
@@ -236,7 +239,7 @@ func (p *project) maxReplicas() int {
 	if !p.share.set {
 		n = 0
 	}
-	if n == 0 && (p.queue.len() > 0 || p.running > 0 || len(p.warmers) > 0) {
+	if n == 0 && (p.queue.len() > 0 || p.running > 0 || len(p.warmers) > 0 || p.live() > 0) {
 		n = 1
 	}
 	return n

@@ -244,7 +244,7 @@ func (s *shares) share(id string) (int, int, bool) {
 // In cluster mode the node runs its share of a project's replicas: the
 // share's minimum boots, its maximum caps a burst, a smaller share stops
 // idle replicas at once, and a project not placed here runs one replica
-// only while a call of it is here.
+// only for the calls of it that are here, until its idle timeout.
 func TestShareBoundsTheNodesReplicas(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("p", minMax(3, 5))
@@ -282,8 +282,8 @@ func TestShareBoundsTheNodesReplicas(t *testing.T) {
 		if n := stoppedCount(is); n != 3 {
 			t.Fatalf("%d of 3 idle replicas stopped when the node lost its share, want all", n)
 		}
-		// A call here all the same (started before the placement moved,
-		// or adopted) gets one replica, which goes once it is done.
+		// Calls here all the same (started before the placement moved, or
+		// adopted) get one replica, which goes by its idle timeout.
 		c1, c2 := h.submit(p, `a`), h.submit(p, `b`)
 		i := h.launchedN(1)[0]
 		h.ready(i)
@@ -294,9 +294,13 @@ func TestShareBoundsTheNodesReplicas(t *testing.T) {
 				t.Fatalf("%s = %+v", c.ID, got)
 			}
 		}
-		h.settle()
+		h.advance(29 * time.Second)
+		if i.wasStopped() {
+			t.Error("the replica of a project not placed here was stopped before its idle timeout")
+		}
+		h.advance(time.Second)
 		if !i.wasStopped() {
-			t.Error("the replica of a project not placed here outlived its calls")
+			t.Error("the replica of a project not placed here outlived its idle timeout")
 		}
 	})
 }
