@@ -126,6 +126,9 @@ type clusterMode struct {
 	// store's call writes to its lease: the scheduler starts after it, so
 	// that every call it writes is fenced.
 	bound chan struct{}
+	// sessions gets each new session's lease when nobody holds the last
+	// one unread (a send never blocks): for a waiter on a rejoin.
+	sessions chan clientv3.LeaseID
 }
 
 // schedulerHooks is what the node's membership drives in the scheduler.
@@ -158,7 +161,7 @@ func newClusterMode(cfg config.Config, o openedStore, sched func() schedulerHook
 	if err != nil {
 		return nil, fmt.Errorf("cluster.secretFile %s: %w", cfg.Cluster.SecretFile, err)
 	}
-	m := &clusterMode{signer: signer, bound: make(chan struct{})}
+	m := &clusterMode{signer: signer, bound: make(chan struct{}), sessions: make(chan clientv3.LeaseID, 1)}
 	var once sync.Once
 	m.node, err = cluster.New(cluster.Options{
 		Client: st.Client(), Prefix: st.Prefix(),
@@ -169,6 +172,10 @@ func newClusterMode(cfg config.Config, o openedStore, sched func() schedulerHook
 		OnSession: func(key string, lease clientv3.LeaseID) {
 			st.BindLease(key, lease)
 			once.Do(func() { close(m.bound) })
+			select {
+			case m.sessions <- lease:
+			default:
+			}
 		},
 		OnFenced: func() { sched().Abandon() },
 		Adopt: func(id string) {
