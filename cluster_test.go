@@ -37,8 +37,8 @@ func TestNodeLoadIsWhatTheSchedulerCouldStillPlace(t *testing.T) {
 	st := scheduler.Status{
 		CPUSlots: 4, CPUSlotsUsed: 1,
 		GPUs: []scheduler.GPUStatus{
-			{UUID: "GPU-a", ReservedMiB: 4000, Replicas: []string{"p-1"}}, // packed: 12000 not handed out
-			{UUID: "GPU-b", ReservedMiB: 2000, Replicas: []string{"p-2"}}, // the driver's 9000 is less
+			{UUID: "GPU-a", ReservedMiB: 4000, Replicas: []string{"p-1"}},  // packed: 12000 not handed out
+			{UUID: "GPU-b", ReservedMiB: 2000, Replicas: []string{"p-2"}},  // the driver's 9000 is less
 			{UUID: "GPU-c", ReservedMiB: 16000, Replicas: []string{"q-1"}}, // a whole-GPU replica
 			{UUID: "GPU-d", Replicas: []string{}},
 		},
