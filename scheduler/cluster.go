@@ -122,15 +122,7 @@ func (s *Scheduler) abandon(c *call) bool {
 	case callQueued, callSaving:
 		c.p.queue.remove(c)
 	case callRunning:
-		// As a cancel: the replica stays taken until the aborted Infer
-		// returns (aborted), or is stopped after AbortGrace.
-		r := c.r
-		s.detach(c)
-		c.abortedOn = r
-		r.aborting++
-		if !r.abortT.armed() {
-			s.arm(&r.abortT, s.cfg.AbortGrace, func(seq uint64) event { return evAbortGrace{r: r, seq: seq} })
-		}
+		s.abortRun(c) // as a cancel does
 	}
 	c.expiry.stop()
 	s.forget(c, v)

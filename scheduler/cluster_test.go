@@ -84,6 +84,7 @@ func TestAbandonDropsLiveCallsWithoutWritingAndKeepsReplicas(t *testing.T) {
 		fc := h.call(i)
 		queued := h.submit(p, `2`)
 		sync := h.submitWait(context.Background(), p, time.Minute) // unsaved, queued behind
+		h.settle()                                                 // admitted
 		_, runDone, err := h.s.Lookup(running.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -142,15 +143,13 @@ func TestFencedWritesForgetTheCall(t *testing.T) {
 			return nil
 		}
 	}
-	t.Run("final write", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			p := testProject("p", minMax(1, 1))
-			h := newHarness(t, Config{}, nil, p)
-			defer h.stop()
-			i := h.launched()
-			h.ready(i)
+	for _, tc := range []struct {
+		name   string
+		refuse store.CallState // the writes of this state are fenced
+		check  func(t *testing.T, h *harness, p store.Project, i *fakeInstance)
+	}{
+		{"final write", store.CallSucceeded, func(t *testing.T, h *harness, p store.Project, i *fakeInstance) {
 			c := h.submit(p, `1`)
-			h.st.setFail(fenced(store.CallSucceeded))
 			h.call(i).reply(`{}`)
 			h.settle()
 			h.st.setFail(nil)
@@ -165,16 +164,8 @@ func TestFencedWritesForgetTheCall(t *testing.T) {
 			if got := h.st.states(c.ID); !slices.Equal(got, []store.CallState{store.CallQueued, store.CallRunning}) {
 				t.Errorf("writes of the fenced call = %v, want only those before the fence", got)
 			}
-		})
-	})
-	t.Run("running write", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			p := testProject("p", minMax(1, 1))
-			h := newHarness(t, Config{}, nil, p)
-			defer h.stop()
-			i := h.launched()
-			h.ready(i)
-			h.st.setFail(fenced(store.CallRunning))
+		}},
+		{"running write", store.CallRunning, func(t *testing.T, h *harness, p store.Project, i *fakeInstance) {
 			c := h.submit(p, `1`)
 			h.settle()
 			h.st.setFail(nil)
@@ -185,35 +176,32 @@ func TestFencedWritesForgetTheCall(t *testing.T) {
 			if _, done, err := h.s.Lookup(c.ID); err != nil || isClosed(done) {
 				t.Errorf("Lookup = %v, done %v; want the call pending, as stored", err, isClosed(done))
 			}
-		})
-	})
-	t.Run("sync start's only write", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			p := testProject("p", minMax(1, 1))
-			h := newHarness(t, Config{}, nil, p)
-			defer h.stop()
-			i := h.launched()
-			h.ready(i)
-			h.st.setFail(fenced(store.CallSucceeded))
+		}},
+		{"sync start's only write", store.CallSucceeded, func(t *testing.T, h *harness, p store.Project, i *fakeInstance) {
 			res := h.submitWait(context.Background(), p, time.Minute)
 			h.call(i).reply(`{}`)
 			if r := <-res; !errors.Is(r.err, store.ErrUnavailable) {
 				t.Errorf("SubmitWait whose result was fenced = %+v, %v; want cluster unavailable, no callID", r.c, r.err)
 			}
-		})
-	})
-	t.Run("first write", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			p := testProject("p", minMax(1, 1))
-			h := newHarness(t, Config{}, nil, p)
-			defer h.stop()
-			h.st.setFail(fenced(store.CallQueued))
-			_, err := h.s.Submit(context.Background(), p, []byte(`1`))
-			if !errors.Is(err, store.ErrUnavailable) {
+		}},
+		{"first write", store.CallQueued, func(t *testing.T, h *harness, p store.Project, i *fakeInstance) {
+			if _, err := h.s.Submit(context.Background(), p, []byte(`1`)); !errors.Is(err, store.ErrUnavailable) {
 				t.Errorf("Submit whose first write is fenced = %v, want cluster unavailable", err)
 			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := testProject("p", minMax(1, 1))
+				h := newHarness(t, Config{}, nil, p)
+				defer h.stop()
+				i := h.launched()
+				h.ready(i)
+				h.st.setFail(fenced(tc.refuse))
+				tc.check(t, h, p, i)
+			})
 		})
-	})
+	}
 }
 
 // shares is a placement a test changes: project id → the node's share.
