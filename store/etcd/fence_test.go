@@ -30,24 +30,34 @@ func nodeLease(t *testing.T, s *Store, key string) clientv3.LeaseID {
 	return l.ID
 }
 
-// A node cut off long enough for its lease to go (revoked here) cannot
-// write the calls it held under that lease, even after it rejoined under a
-// new one; its new calls commit, in the same transaction as the refused
-// write, and the refused write queues none of its webhook messages.
-func TestWriteUnderALapsedLeaseIsFencedWhileTheBatchCommits(t *testing.T) {
+// cutOffAndBack returns node a's store after c was written under a lease
+// that then went (revoked, as a cut-off node's lapses) and the node
+// rejoined under a new lease.
+func cutOffAndBack(t *testing.T, c store.Call) *Store {
+	t.Helper()
 	m := startMember(t, t.TempDir())
 	s := openStore(t, m, Options{Node: "a"})
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
 	ctx := context.Background()
 	key := s.Prefix() + "nodes/a"
 	old := nodeLease(t, s, key)
-	if err := s.SaveCall(ctx, store.Call{ID: "call_old", TeamID: "acme", State: store.CallQueued}); err != nil {
+	if err := s.SaveCall(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Client().Revoke(ctx, old); err != nil {
 		t.Fatal(err)
 	}
-	nodeLease(t, s, key) // rejoined: a new lease, bound
+	nodeLease(t, s, key)
+	return s
+}
+
+// A node cut off long enough for its lease to go (revoked here) cannot
+// write the calls it held under that lease, even after it rejoined under a
+// new one; its new calls commit, in the same transaction as the refused
+// write, and the refused write queues none of its webhook messages.
+func TestWriteUnderALapsedLeaseIsFencedWhileTheBatchCommits(t *testing.T) {
+	s := cutOffAndBack(t, store.Call{ID: "call_old", TeamID: "acme", State: store.CallQueued})
+	ctx := context.Background()
 
 	// One batch: the old call's late result, a new call, and an unfenced
 	// write (a call written before any lease, as on a single box).
@@ -103,20 +113,9 @@ func TestWriteUnderALapsedLeaseIsFencedWhileTheBatchCommits(t *testing.T) {
 // name it) is adopted under the node's current lease: its writes commit
 // again, though it was taken under a lease that lapsed.
 func TestAdoptBindsTheCallToTheCurrentLease(t *testing.T) {
-	m := startMember(t, t.TempDir())
-	s := openStore(t, m, Options{Node: "a"})
-	defer s.Close()
-	ctx := context.Background()
-	key := s.Prefix() + "nodes/a"
-	old := nodeLease(t, s, key)
 	in := []byte(`{"x":1}`)
-	if err := s.SaveCall(ctx, store.Call{ID: "call_1", TeamID: "acme", State: store.CallQueued, Inputs: in}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Client().Revoke(ctx, old); err != nil {
-		t.Fatal(err)
-	}
-	nodeLease(t, s, key)
+	s := cutOffAndBack(t, store.Call{ID: "call_1", TeamID: "acme", State: store.CallQueued, Inputs: in})
+	ctx := context.Background()
 	if err := s.SaveCall(ctx, store.Call{ID: "call_1", TeamID: "acme", State: store.CallRunning}); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("write before Adopt = %v, want ErrFenced", err)
 	}
