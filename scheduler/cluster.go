@@ -94,7 +94,9 @@ func (s *Scheduler) onAdopt(ev evAdopt) {
 // checks it elsewhere, and a synchronous start whose call was never stored
 // fails with "cluster unavailable; retry". Calls whose final write is in
 // flight are left to it: committed, the result stands; refused, the call is
-// forgotten the same way. Replicas are kept. Abandon returns once done, at
+// forgotten the same way. Failures whose final write did not land (kept in
+// memory to answer for them) are forgotten too: the store answers for
+// them. Replicas are kept. Abandon returns once done, at
 // once when the scheduler is not running.
 func (s *Scheduler) Abandon() {
 	s.control(func() {
@@ -104,6 +106,11 @@ func (s *Scheduler) Abandon() {
 				n++
 			}
 		}
+		// Failures whose final write did not land are pending in the
+		// store too, under the lapsed lease: the leader hands them on, so
+		// the store answers for them now, not this node's memory.
+		n += len(s.resave.take())
+		s.failures = newRecentFailures(maxRecentFailures)
 		if n > 0 {
 			s.log.Warn().Int("calls", n).Msg("cluster lease lapsed: dropped the live calls without writing them; the leader hands them on")
 		}

@@ -72,7 +72,8 @@ func TestAdoptRunsAHandedCallOnce(t *testing.T) {
 // When the node's lease lapses, every live call is dropped without a
 // write: the running call's model request is aborted, the queued call
 // never runs here, waiters wake with the call as it stands, a sync start
-// whose call was never stored is told to retry, and the replica stays.
+// whose call was never stored is told to retry, a failure whose write did
+// not land is left to the store, and the replica stays.
 func TestAbandonDropsLiveCallsWithoutWritingAndKeepsReplicas(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("p", minMax(1, 1))
@@ -80,6 +81,19 @@ func TestAbandonDropsLiveCallsWithoutWritingAndKeepsReplicas(t *testing.T) {
 		defer h.stop()
 		i := h.launched()
 		h.ready(i)
+		// A call whose final write failed (etcd unreachable, say), kept in
+		// memory to answer for it.
+		failed := h.submit(p, `0`)
+		h.st.setFail(func(c store.Call) error {
+			if c.ID == failed.ID && c.State.Done() {
+				return errors.New("etcd unreachable")
+			}
+			return nil
+		})
+		h.call(i).reply(`{}`)
+		if got := h.result(failed.ID); got.Message != msgStorageFull {
+			t.Fatalf("call whose final write failed = %+v", got)
+		}
 		running := h.submit(p, `1`)
 		fc := h.call(i)
 		queued := h.submit(p, `2`)
@@ -89,7 +103,8 @@ func TestAbandonDropsLiveCallsWithoutWritingAndKeepsReplicas(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		before := map[string][]store.CallState{running.ID: h.st.states(running.ID), queued.ID: h.st.states(queued.ID)}
+		before := map[string][]store.CallState{running.ID: h.st.states(running.ID), queued.ID: h.st.states(queued.ID),
+			failed.ID: h.st.states(failed.ID)}
 
 		h.s.Abandon()
 		h.settle()
