@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -59,7 +60,9 @@ type PayloadOptions struct {
 	// Signer signs this node's requests and checks other nodes'; its
 	// Node() is this node's name, as the refs in etcd name it.
 	Signer *Signer
-	// Peers are the live nodes a copy can go to or come from.
+	// Peers are the live nodes a copy can go to or come from: the *Node.
+	// It may be nil here and given by SetPeers before the first Put or
+	// Get, as the Node is made after the store it works through.
 	Peers Peers
 	// Client sends the requests to other nodes; nil means a plain client.
 	Client *http.Client
@@ -83,7 +86,8 @@ type PayloadOptions struct {
 type PayloadStore struct {
 	dir      string
 	signer   *Signer
-	peers    Peers
+	peersMu  sync.RWMutex
+	peers    Peers // nil until SetPeers, when not given
 	client   *http.Client
 	maxBytes int64
 	minFree  int64
@@ -99,8 +103,8 @@ var _ etcd.Payloads = (*PayloadStore)(nil)
 // OpenPayloads makes Dir if needed (mode 0700: payloads are call inputs)
 // and removes what interrupted writes left there.
 func OpenPayloads(o PayloadOptions) (*PayloadStore, error) {
-	if o.Signer == nil || o.Peers == nil || o.Dir == "" {
-		return nil, errors.New("open payload store: Dir, Signer and Peers are required")
+	if o.Signer == nil || o.Dir == "" {
+		return nil, errors.New("open payload store: Dir and Signer are required")
 	}
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open payload store: %w", err)
@@ -129,6 +133,27 @@ func OpenPayloads(o PayloadOptions) (*PayloadStore, error) {
 		p.timeout = DefaultPeerTimeout
 	}
 	return p, nil
+}
+
+// SetPeers gives the membership the store copies to and fetches from, when
+// PayloadOptions had none.
+func (p *PayloadStore) SetPeers(peers Peers) {
+	p.peersMu.Lock()
+	defer p.peersMu.Unlock()
+	p.peers = peers
+}
+
+// errNoPeers is the error of a Put or Get before SetPeers: whether another
+// node is live is not known, so no payload can be made durable.
+var errNoPeers = errors.New("cluster membership not started")
+
+func (p *PayloadStore) membership() (Peers, error) {
+	p.peersMu.RLock()
+	defer p.peersMu.RUnlock()
+	if p.peers == nil {
+		return nil, errNoPeers
+	}
+	return p.peers, nil
 }
 
 // validPayload checks a payload's id and kind before they name a file or a
@@ -170,12 +195,16 @@ func (p *PayloadStore) Put(ctx context.Context, id, kind string, b []byte) ([]st
 	if int64(len(b)) > p.maxBytes {
 		return nil, fmt.Errorf("%s: %d bytes, over the %d a node holds", what, len(b), p.maxBytes)
 	}
+	peers, err := p.membership()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
 	sum := sha256.Sum256(b)
 	if err := p.write(id, kind, bytes.NewReader(b), hex.EncodeToString(sum[:])); err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	self := p.signer.Node()
-	others := p.others(id)
+	others := p.others(peers, id)
 	if len(others) == 0 {
 		return []string{self}, nil
 	}
@@ -195,9 +224,9 @@ func (p *PayloadStore) Put(ctx context.Context, id, kind string, b []byte) ([]st
 
 // others returns the live nodes but this one that can be reached, starting
 // at one chosen by id.
-func (p *PayloadStore) others(id string) []NodeInfo {
+func (p *PayloadStore) others(peers Peers, id string) []NodeInfo {
 	var out []NodeInfo
-	for _, n := range p.peers.Nodes() {
+	for _, n := range peers.Nodes() {
 		if n.Name != p.signer.Node() && n.Advertise != "" {
 			out = append(out, n)
 		}
@@ -282,7 +311,11 @@ func (p *PayloadStore) getFrom(ctx context.Context, name, id, kind string, ref e
 			return nil, err
 		}
 	} else {
-		n, ok := p.peers.NodeInfo(name)
+		peers, err := p.membership()
+		if err != nil {
+			return nil, err
+		}
+		n, ok := peers.NodeInfo(name)
 		if !ok || n.Advertise == "" {
 			return nil, errors.New("not a live node")
 		}
@@ -319,12 +352,16 @@ func (p *PayloadStore) Delete(id string, nodes []string) {
 	if validID(id) != nil {
 		return // never held: Put refuses such ids
 	}
+	peers, _ := p.membership()
 	for _, name := range nodes {
 		if name == p.signer.Node() {
 			p.remove(id)
 			continue
 		}
-		n, ok := p.peers.NodeInfo(name)
+		if peers == nil {
+			continue
+		}
+		n, ok := peers.NodeInfo(name)
 		if !ok || n.Advertise == "" {
 			continue
 		}

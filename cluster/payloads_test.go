@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -350,4 +351,21 @@ func do(t *testing.T, r *http.Request) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// Before the membership is given, nothing is held: whether another node is
+// live is not known, so no copy could be promised.
+func TestPutBeforeMembershipFails(t *testing.T) {
+	signer, _ := NewSigner("a", testSecret, nil)
+	p, err := OpenPayloads(PayloadOptions{Dir: t.TempDir(), Signer: signer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Put(context.Background(), "call_1", etcd.KindInputs, []byte(`"x"`)); !errors.Is(err, errNoPeers) {
+		t.Errorf("Put before SetPeers = %v, want errNoPeers", err)
+	}
+	p.SetPeers(&members{nodes: map[string]NodeInfo{"a": {Name: "a"}}})
+	if held, err := p.Put(context.Background(), "call_1", etcd.KindInputs, []byte(`"x"`)); err != nil || !slices.Equal(held, []string{"a"}) {
+		t.Errorf("Put after SetPeers = %v, %v; want [a]", held, err)
+	}
 }
