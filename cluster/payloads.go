@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -118,21 +119,14 @@ func OpenPayloads(o PayloadOptions) (*PayloadStore, error) {
 			return nil, fmt.Errorf("open payload store: remove an interrupted write: %w", err)
 		}
 	}
-	p := &PayloadStore{dir: o.Dir, signer: o.Signer, peers: o.Peers, client: o.Client,
-		maxBytes: o.MaxBytes, minFree: o.MinFreeBytes, timeout: o.PeerTimeout, log: o.Log, free: diskFree}
-	if p.client == nil {
-		p.client = &http.Client{}
+	if o.Client == nil {
+		o.Client = &http.Client{}
 	}
-	if p.maxBytes <= 0 {
-		p.maxBytes = DefaultMaxPayloadBytes
-	}
-	if p.minFree <= 0 {
-		p.minFree = DefaultMinFreeBytes
-	}
-	if p.timeout <= 0 {
-		p.timeout = DefaultPeerTimeout
-	}
-	return p, nil
+	return &PayloadStore{dir: o.Dir, signer: o.Signer, peers: o.Peers, client: o.Client,
+		maxBytes: cmp.Or(max(o.MaxBytes, 0), DefaultMaxPayloadBytes),
+		minFree:  cmp.Or(max(o.MinFreeBytes, 0), DefaultMinFreeBytes),
+		timeout:  cmp.Or(max(o.PeerTimeout, 0), DefaultPeerTimeout),
+		log:      o.Log, free: diskFree}, nil
 }
 
 // SetPeers gives the membership the store copies to and fetches from, when
@@ -242,24 +236,52 @@ func (p *PayloadStore) others(peers Peers, id string) []NodeInfo {
 
 // send PUTs one copy to node n.
 func (p *PayloadStore) send(ctx context.Context, n NodeInfo, id, kind string, b []byte, sum string) error {
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, p.url(n, id, kind), bytes.NewReader(b))
+	resp, err := p.request(ctx, http.MethodPut, p.url(n, id, kind), bytes.NewReader(b), sum, http.StatusNoContent)
 	if err != nil {
 		return err
 	}
-	req.Header.Set(SHA256Header, sum)
-	req.Header.Set("Content-Type", "application/octet-stream")
+	return resp.Body.Close()
+}
+
+// request sends a signed request to another node within the peer timeout
+// and returns its answer when its status is want; the caller reads and
+// closes the body before ctx's end. Any other answer is an error.
+func (p *PayloadStore) request(ctx context.Context, method, url string, body io.Reader, sum string, want int) (*http.Response, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	if sum != "" {
+		req.Header.Set(SHA256Header, sum)
+		req.Header.Set("Content-Type", "application/octet-stream")
+	}
 	p.signer.Sign(req)
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return err
+		cancel()
+		return nil, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		return refusal(resp)
+	if resp.StatusCode != want {
+		defer cancel()
+		defer resp.Body.Close()
+		return nil, refusal(resp)
 	}
-	return nil
+	resp.Body = cancelOnClose{resp.Body, cancel}
+	return resp, nil
+}
+
+// cancelOnClose ends a request's context when its body is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
 }
 
 func (p *PayloadStore) url(n NodeInfo, id, kind string) string {
@@ -319,21 +341,11 @@ func (p *PayloadStore) getFrom(ctx context.Context, name, id, kind string, ref e
 		if !ok || n.Advertise == "" {
 			return nil, errors.New("not a live node")
 		}
-		ctx, cancel := context.WithTimeout(ctx, p.timeout)
-		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url(n, id, kind), nil)
-		if err != nil {
-			return nil, err
-		}
-		p.signer.Sign(req)
-		resp, err := p.client.Do(req)
+		resp, err := p.request(ctx, http.MethodGet, p.url(n, id, kind), nil, "", http.StatusOK)
 		if err != nil {
 			return nil, err
 		}
 		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return nil, refusal(resp)
-		}
 		// One byte more than the ref says tells a longer copy apart.
 		if b, err = io.ReadAll(io.LimitReader(resp.Body, ref.Size+1)); err != nil {
 			return nil, err
@@ -365,29 +377,14 @@ func (p *PayloadStore) Delete(id string, nodes []string) {
 		if !ok || n.Advertise == "" {
 			continue
 		}
-		if err := p.deleteOn(n, id); err != nil {
+		resp, err := p.request(context.Background(), http.MethodDelete, p.url(n, id, ""), nil, "", http.StatusNoContent)
+		if err == nil {
+			err = resp.Body.Close()
+		}
+		if err != nil {
 			p.log.Warn().Err(err).Str("call", id).Str("node", name).Msg("deleting an expired call's payload copy failed")
 		}
 	}
-}
-
-func (p *PayloadStore) deleteOn(n NodeInfo, id string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, p.url(n, id, ""), nil)
-	if err != nil {
-		return err
-	}
-	p.signer.Sign(req)
-	resp, err := p.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		return refusal(resp)
-	}
-	return nil
 }
 
 // remove deletes this node's files of call id; one already gone is fine.
