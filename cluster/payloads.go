@@ -558,3 +558,78 @@ func diskFree(dir string) (int64, error) {
 	}
 	return int64(st.Bavail) * int64(st.Bsize), nil
 }
+
+// PayloadRefs is what a sweep asks the store (*etcd.Store): the reference
+// etcd holds to a call's payload, if any.
+type PayloadRefs interface {
+	HeldPayload(id, kind string) (etcd.PayloadRef, bool, error)
+}
+
+// Sweep removes this node's payload files last written before olderThan
+// that no reference in etcd names this node for: those of calls that
+// expired while this node was away (Delete never reached it), and those
+// held for a write that then failed. olderThan must leave far more time
+// than a write takes from its Put to its commit (the store's payload
+// timeout and commit retries, under a minute), or a payload being written
+// now could look unnamed. It returns how many files it removed.
+func (p *PayloadStore) Sweep(refs PayloadRefs, olderThan time.Time) (int, error) {
+	entries, err := os.ReadDir(p.dir)
+	if err != nil {
+		return 0, fmt.Errorf("sweep payloads: %w", err)
+	}
+	self := p.signer.Node()
+	n := 0
+	for _, e := range entries {
+		id, kind, ok := strings.Cut(e.Name(), ".")
+		if !ok || validPayload(id, kind) != nil || !e.Type().IsRegular() {
+			continue // a temporary file (OpenPayloads removes those) or not ours
+		}
+		if old, err := p.lastWrittenBefore(e.Name(), olderThan); err != nil || !old {
+			continue
+		}
+		ref, named, err := refs.HeldPayload(id, kind)
+		if err != nil {
+			return n, fmt.Errorf("sweep payloads: %w", err)
+		}
+		if named && slices.Contains(ref.Nodes, self) {
+			continue
+		}
+		// Looked at again just before: a Put of this very payload since
+		// the store was asked replaced the file and made it new.
+		if old, err := p.lastWrittenBefore(e.Name(), olderThan); err != nil || !old {
+			continue
+		}
+		if err := os.Remove(filepath.Join(p.dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return n, fmt.Errorf("sweep payloads: %w", err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+func (p *PayloadStore) lastWrittenBefore(name string, t time.Time) (bool, error) {
+	fi, err := os.Stat(filepath.Join(p.dir, name))
+	if err != nil {
+		return false, err
+	}
+	return fi.ModTime().Before(t), nil
+}
+
+// RunSweeper sweeps every `every` the files older than grace (see Sweep)
+// until ctx ends; a failed sweep is logged and tried again next time.
+func (p *PayloadStore) RunSweeper(ctx context.Context, refs PayloadRefs, every, grace time.Duration) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if n, err := p.Sweep(refs, time.Now().Add(-grace)); err != nil {
+			p.log.Warn().Err(err).Int("removed", n).Msg("sweeping payload files no call names failed")
+		} else if n > 0 {
+			p.log.Info().Int("removed", n).Msg("removed payload files no call names")
+		}
+	}
+}

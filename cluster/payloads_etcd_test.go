@@ -88,6 +88,20 @@ func TestCallPayloadsSurviveOneNodesDeath(t *testing.T) {
 		}
 	}
 
+	// A file left by a write that never committed goes at a sweep; the
+	// files etcd names stay.
+	orphan := filepath.Join(nodes["b"].dir, "call_orphan.outputs")
+	if err := os.WriteFile(orphan, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kept := len(holdersOn(nodes["b"]))
+	if n, err := nodes["b"].p.Sweep(stores["b"], time.Now().Add(time.Minute)); err != nil || n != 1 {
+		t.Errorf("Sweep on b = %d, %v; want the orphan removed", n, err)
+	}
+	if got := len(holdersOn(nodes["b"])); got != kept-1 {
+		t.Errorf("b holds %d files after the sweep, want %d", got, kept-1)
+	}
+
 	outHolders := holders("call_big", etcd.KindOutputs)
 	if len(outHolders) != 2 || outHolders[0] != "a" || len(holders("call_big", etcd.KindInputs)) != 2 {
 		t.Fatalf("call_big's outputs on %v, inputs on %v; want each on a and one other", outHolders, holders("call_big", etcd.KindInputs))
@@ -116,4 +130,14 @@ func TestCallPayloadsSurviveOneNodesDeath(t *testing.T) {
 	if !errors.As(err, &ue) || ue.Error() != "the call's outputs are on node(s) a, "+second+", which cannot be reached" {
 		t.Errorf("GetCallResult through %s with both holders dead = %v; want the outputs' nodes named", reader, err)
 	}
+}
+
+// holdersOn lists the payload files of a node.
+func holdersOn(n *payloadNode) []string {
+	entries, _ := os.ReadDir(n.dir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
 }

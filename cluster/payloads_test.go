@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"inferd/store/etcd"
 )
@@ -367,5 +368,51 @@ func TestPutBeforeMembershipFails(t *testing.T) {
 	p.SetPeers(&members{nodes: map[string]NodeInfo{"a": {Name: "a"}}})
 	if held, err := p.Put(context.Background(), "call_1", etcd.KindInputs, []byte(`"x"`)); err != nil || !slices.Equal(held, []string{"a"}) {
 		t.Errorf("Put after SetPeers = %v, %v; want [a]", held, err)
+	}
+}
+
+// fakeRefs answers HeldPayload from a map of id/kind.
+type fakeRefs map[string]etcd.PayloadRef
+
+func (f fakeRefs) HeldPayload(id, kind string) (etcd.PayloadRef, bool, error) {
+	ref, ok := f[id+"/"+kind]
+	return ref, ok, nil
+}
+
+// A sweep removes the old files no reference names this node for (a call
+// that expired while the node was away, a write that never committed), and
+// keeps the named ones and any written since the cut-off.
+func TestSweepRemovesPayloadFilesNoCallNames(t *testing.T) {
+	_, nodes := payloadCluster(t, "a")
+	a := nodes["a"]
+	now := time.Now()
+	old := now.Add(-2 * time.Hour)
+	files := map[string]time.Time{
+		"call_named.inputs":     old, // kept: etcd names a
+		"call_elsewhere.inputs": old, // removed: etcd names other nodes only
+		"call_gone.outputs":     old, // removed: no reference
+		"call_new.outputs":      now, // kept: written after the cut-off
+	}
+	for name, mtime := range files {
+		path := filepath.Join(a.dir, name)
+		if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refs := fakeRefs{
+		"call_named/inputs":     {Nodes: []string{"b", "a"}},
+		"call_elsewhere/inputs": {Nodes: []string{"b", "c"}},
+	}
+	n, err := a.p.Sweep(refs, now.Add(-time.Hour))
+	if err != nil || n != 2 {
+		t.Errorf("Sweep = %d, %v; want 2 removed", n, err)
+	}
+	for name, want := range map[string]bool{"call_named.inputs": true, "call_elsewhere.inputs": false, "call_gone.outputs": false, "call_new.outputs": true} {
+		if _, err := os.Stat(filepath.Join(a.dir, name)); (err == nil) != want {
+			t.Errorf("%s present %v after the sweep, want %v", name, err == nil, want)
+		}
 	}
 }

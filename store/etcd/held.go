@@ -253,3 +253,21 @@ func heldNodes(what string, kvs []*mvccpb.KeyValue) ([]string, error) {
 	}
 	return nodes, nil
 }
+
+// HeldPayload returns the reference etcd holds to call id's payload of kind
+// held on nodes; ok is false when there is none: the call's payload is
+// inline, the call expired, or the write that would have named it never
+// committed. A node's payload sweep (package cluster) asks it of its files.
+func (s *Store) HeldPayload(id, kind string) (ref PayloadRef, ok bool, err error) {
+	what := fmt.Sprintf("held payload %s of %s", kind, id)
+	if err := s.check(what); err != nil {
+		return PayloadRef{}, false, err
+	}
+	k := s.key("payloads", id, kind)
+	raw, _, ok, err := s.get(what, k)
+	if err != nil || !ok {
+		return PayloadRef{}, false, err
+	}
+	ref, err = decode[PayloadRef](what, k, raw)
+	return ref, err == nil, err
+}
