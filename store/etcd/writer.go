@@ -19,7 +19,8 @@ import (
 
 // Bounds of one group commit, under etcd's defaults of 128 operations and
 // 1.5 MiB per request. A call write is at most 5 operations (a final call
-// with an idempotency key), so a batch holds 24 to 30 calls; the margin
+// with an idempotency key; 6 with Options.Payloads, which also puts or
+// deletes the outputs' reference), so a batch holds 20 to 30 calls; the margin
 // under 128 is room for nested transactions, whose operations etcd counts
 // against what their parent leaves.
 const (
