@@ -126,7 +126,7 @@ func TestCallPayloadsSurviveOneNodesDeath(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := stores[reader].GetCallResult("call_big")
-	var ue *etcd.PayloadUnreachableError
+	var ue *store.PayloadUnreachableError
 	if !errors.As(err, &ue) || ue.Error() != "the call's outputs are on node(s) a, "+second+", which cannot be reached" {
 		t.Errorf("GetCallResult through %s with both holders dead = %v; want the outputs' nodes named", reader, err)
 	}

@@ -73,6 +73,6 @@
 // call's order (later writes of the call wait; other calls' writes do
 // not). A read finding a ref fetches the payload from its holders,
 // checking its size and sha256, within Options.PayloadTimeout, and fails
-// with a PayloadUnreachableError naming them when none gives it. Expiry
+// with a store.PayloadUnreachableError naming them when none gives it. Expiry
 // deletes the refs with the call and then the copies (Payloads.Delete).
 package etcd

@@ -9,12 +9,13 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"inferd/store"
 )
 
 // InlineLimit is the most bytes of inputs, and of outputs, a call keeps in
@@ -74,21 +75,6 @@ func (ref PayloadRef) Check(b []byte) error {
 	}
 	return nil
 }
-
-// PayloadUnreachableError is the error of a read that needs a payload no
-// holder gave: all are down or cut off, or their copies are damaged. Its
-// text is written for the user who asked; Unwrap has each holder's failure.
-type PayloadUnreachableError struct {
-	Kind  string
-	Nodes []string
-	Err   error
-}
-
-func (e *PayloadUnreachableError) Error() string {
-	return fmt.Sprintf("the call's %s are on node(s) %s, which cannot be reached", e.Kind, strings.Join(e.Nodes, ", "))
-}
-
-func (e *PayloadUnreachableError) Unwrap() error { return e.Err }
 
 // heldPayloads is the part of a call write that is held on nodes: Put runs
 // in a goroutine of its own (hold) while the write waits in the writer's
@@ -217,7 +203,7 @@ func (s *Store) resolve(what, id, kind string, inline json.RawMessage, held *etc
 		return nil, err
 	}
 	if s.payloads == nil {
-		return nil, fmt.Errorf("%s: %w", what, &PayloadUnreachableError{Kind: kind, Nodes: ref.Nodes,
+		return nil, fmt.Errorf("%s: %w", what, &store.PayloadUnreachableError{Kind: kind, Nodes: ref.Nodes,
 			Err: errors.New("this node keeps no payloads (the store has no Options.Payloads)")})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.payloadTO)
@@ -228,7 +214,7 @@ func (s *Store) resolve(what, id, kind string, inline json.RawMessage, held *etc
 		err = ref.Check(b)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, &PayloadUnreachableError{Kind: kind, Nodes: ref.Nodes, Err: err})
+		return nil, fmt.Errorf("%s: %w", what, &store.PayloadUnreachableError{Kind: kind, Nodes: ref.Nodes, Err: err})
 	}
 	if len(b) == 0 {
 		return nil, nil

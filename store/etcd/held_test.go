@@ -238,7 +238,7 @@ func TestUnreachablePayloadNamesItsNodes(t *testing.T) {
 			p.fail, p.corrupt = tc.fail, tc.corrupt
 			p.mu.Unlock()
 			_, err := s.GetCallResult("call_1")
-			var ue *PayloadUnreachableError
+			var ue *store.PayloadUnreachableError
 			if !errors.As(err, &ue) {
 				t.Fatalf("GetCallResult = %v, want a PayloadUnreachableError", err)
 			}
