@@ -58,6 +58,10 @@ type Options struct {
 	// WebhookPolicy says which webhook destinations a start may name; nil
 	// is the default policy (all but link-local and cloud metadata).
 	WebhookPolicy *webhook.Policy
+	// Cluster, in cluster mode, forwards starts and cancels to the nodes
+	// that run them and serves /cluster/v1/ (cluster.go); nil: a single
+	// box.
+	Cluster *Cluster
 }
 
 func (o Options) withDefaults() Options {
@@ -124,13 +128,16 @@ type api struct {
 	store  Store
 	sched  Scheduler
 	limits *limiter
+	// cluster is Options.Cluster; forwardTransport carries its forwards.
+	cluster          *Cluster
+	forwardTransport http.RoundTripper
 }
 
 // New returns the public HTTP API: the inference endpoints, the project API
 // and the health probes, wrapped in request-id and access-log middleware.
 func New(opts Options, st Store, sched Scheduler) http.Handler {
 	opts = opts.withDefaults()
-	a := &api{opts: opts, log: opts.Log, store: st, sched: sched, limits: newLimiter(opts.Limits)}
+	a := &api{opts: opts, log: opts.Log, store: st, sched: sched, limits: newLimiter(opts.Limits), cluster: opts.Cluster}
 
 	r := newRouter(a.recoverPanic)
 	m := opts.Metrics
@@ -162,6 +169,16 @@ func New(opts Options, st Store, sched Scheduler) http.Handler {
 	handle(http.MethodGet, "/readyz", a.readyz)
 	if m != nil {
 		handle(http.MethodGet, "/metrics", m.serveMetrics)
+	}
+	if c := opts.Cluster; c != nil {
+		a.forwardTransport = c.Transport
+		if a.forwardTransport == nil {
+			a.forwardTransport = newForwardTransport()
+		}
+		h := a.clusterAPI()
+		for _, method := range clusterMethods {
+			handle(method, clusterPrefix+"*path", h)
+		}
 	}
 	if opts.Status != nil {
 		(&statusAPI{api: a, src: *opts.Status}).register(handle)

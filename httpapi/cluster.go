@@ -1,0 +1,261 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	stdlog "log"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/julienschmidt/httprouter"
+
+	"inferd/cluster"
+	"inferd/store"
+)
+
+// Cluster mode in the public API (docs/cluster.md): a start or /run of a
+// project placed on other nodes is forwarded to one of them, a cancel of a
+// call pending on another node is forwarded to that node, and /cluster/v1/
+// serves the requests between nodes. Every forward is signed with the
+// cluster secret and carries the client's own headers and body, so the
+// node that runs the call authenticates the client's key as usual.
+
+// Cluster is what the public API needs in cluster mode (Options.Cluster);
+// nil is the single box: nothing is forwarded and /cluster/v1/ does not
+// exist.
+type Cluster struct {
+	// Router says where a start runs (*cluster.Router).
+	Router ClusterRouter
+	// Signer signs forwarded requests and checks other nodes' requests.
+	Signer *cluster.Signer
+	// Fits reports whether this node could run a replica of p now; it is
+	// asked only for a project with no placement yet. nil: it cannot.
+	Fits func(p store.Project) bool
+	// CallNode names the node that call id is pending on: "" once the call
+	// is final (store/etcd's pending/<id>).
+	CallNode func(id string) (string, error)
+	// Transport carries forwarded requests; nil: one of its own (no
+	// environment proxy, a short dial timeout).
+	Transport http.RoundTripper
+
+	routes []clusterRoute
+}
+
+// ClusterRouter chooses the node a start runs on (*cluster.Router).
+type ClusterRouter interface {
+	Route(ctx context.Context, project string, fitsHere func() bool) (cluster.Route, error)
+	Node(name string) (cluster.NodeInfo, bool)
+}
+
+// clusterRoute is a handler under /cluster/v1/ (Cluster.Handle).
+type clusterRoute struct {
+	method, path string
+	h            http.Handler
+}
+
+// clusterPrefix is the path of the API between nodes.
+const clusterPrefix = "/cluster/v1/"
+
+// Handle serves h at method and /cluster/v1/ + path (httprouter syntax,
+// e.g. "payloads/:id/:kind"; h reads the parameters with
+// httprouter.ParamsFromContext). Only requests signed by a node of the
+// cluster reach h (ClusterPeer names that node); others are answered 401.
+// Call it before New.
+func (c *Cluster) Handle(method, path string, h http.Handler) {
+	c.routes = append(c.routes, clusterRoute{method, clusterPrefix + strings.TrimPrefix(path, "/"), h})
+}
+
+// forwardDialTimeout bounds the connection to another node: a node that
+// cannot be reached within it is skipped for the next placed node.
+const forwardDialTimeout = 2 * time.Second
+
+// newForwardTransport is the transport of forwards: nodes reach each other
+// directly, never through a proxy named in the environment, and keep enough
+// idle connections for a busy node's forwards.
+func newForwardTransport() http.RoundTripper {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil
+	t.DialContext = (&net.Dialer{Timeout: forwardDialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	t.MaxIdleConnsPerHost = 64
+	return t
+}
+
+// Cluster-mode failures.
+var (
+	// errClusterUnavailable: no node can take the request now (no live
+	// placed node, or none reached); the client's retry may find one.
+	errClusterUnavailable = &userError{http.StatusServiceUnavailable, codeUnavailable, "cluster unavailable; retry"}
+	// errForwardUnsigned: a request marked as forwarded by a node that
+	// does not verify. It is refused rather than routed again, which could
+	// bounce it between nodes whose clocks disagree.
+	errForwardUnsigned = &userError{http.StatusUnauthorized, codeUnauthorized,
+		"forwarded request not signed by a node of this cluster"}
+)
+
+// forwarded reports whether r comes from another node of the cluster
+// (ForwardedHeader with a valid signature): it then runs here, whatever
+// this node's placement says. On a single box the header means nothing.
+func (a *api) forwarded(r *http.Request) (bool, error) {
+	if a.cluster == nil || r.Header.Get(cluster.ForwardedHeader) == "" {
+		return false, nil
+	}
+	if _, err := a.cluster.Signer.Verify(r); err != nil {
+		return false, fmt.Errorf("%w: %w", errForwardUnsigned, err)
+	}
+	return true, nil
+}
+
+// startNodes says where a start (or /run) of p goes: nil runs it here;
+// otherwise the nodes to forward it to, best first.
+func (a *api) startNodes(r *http.Request, p store.Project) ([]cluster.NodeInfo, error) {
+	if a.cluster == nil {
+		return nil, nil
+	}
+	if fwd, err := a.forwarded(r); fwd || err != nil {
+		return nil, err
+	}
+	var fits func() bool
+	if a.cluster.Fits != nil {
+		fits = func() bool { return a.cluster.Fits(p) }
+	}
+	rt, err := a.cluster.Router.Route(r.Context(), p.ID, fits)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errClusterUnavailable, err)
+	}
+	if rt.Local {
+		return nil, nil
+	}
+	return rt.Nodes, nil
+}
+
+// callNode says where a cancel of call c goes: nil here; otherwise the
+// node it is pending on.
+func (a *api) callNode(r *http.Request, c store.Call) ([]cluster.NodeInfo, error) {
+	if a.cluster == nil || c.State.Done() {
+		return nil, nil
+	}
+	if fwd, err := a.forwarded(r); fwd || err != nil {
+		return nil, err
+	}
+	name, err := a.cluster.CallNode(c.ID)
+	if err != nil {
+		return nil, fmt.Errorf("find the node of call %s: %w", c.ID, err)
+	}
+	if name == "" || name == a.cluster.Signer.Node() {
+		return nil, nil
+	}
+	n, ok := a.cluster.Router.Node(name)
+	if !ok {
+		// Its lease ended: the leader hands its calls to others, and a
+		// retry finds the call there.
+		return nil, fmt.Errorf("%w: call %s is on node %s, which is not live", errClusterUnavailable, c.ID, name)
+	}
+	return []cluster.NodeInfo{n}, nil
+}
+
+// forward sends r, whose body was read as body, to the first of nodes that
+// it reaches, and passes that node's answer on as it comes. It reports
+// false when it wrote nothing: no node was reached, or the one reached
+// failed before answering. A node that the request may have reached is
+// never followed by another, which could run the start twice.
+func (a *api) forward(w http.ResponseWriter, r *http.Request, body []byte, nodes []cluster.NodeInfo) bool {
+	for _, n := range nodes {
+		reached, err := a.forwardTo(w, r, body, n)
+		if err == nil {
+			return true
+		}
+		if r.Context().Err() != nil {
+			return false // the client is gone (or the server stops)
+		}
+		a.log.Warn().Err(err).Str("node", n.Name).Bool("reached", reached).
+			Str("request_id", requestIDOf(w)).Str("path", truncate(r.URL.Path, 200)).Msg("forward to another node failed")
+		if reached {
+			return false
+		}
+	}
+	return false
+}
+
+// forwardTo proxies r to node n: the client's headers and body, signed as
+// forwarded by this node. reached reports whether the request's headers
+// were written to n (then it may have acted on it).
+func (a *api) forwardTo(w http.ResponseWriter, r *http.Request, body []byte, n cluster.NodeInfo) (reached bool, err error) {
+	target, err := url.Parse(n.Advertise)
+	if err != nil || target.Host == "" || (target.Scheme != "http" && target.Scheme != "https") {
+		return false, fmt.Errorf("node %s advertises %q, not an http(s) URL", n.Name, n.Advertise)
+	}
+	var wrote atomic.Bool // set on the transport's goroutine
+	trace := &httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) }}
+	in := r.Clone(httptrace.WithClientTrace(r.Context(), trace))
+	in.Body = io.NopCloser(bytes.NewReader(body))
+	in.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	in.ContentLength, in.TransferEncoding = int64(len(body)), nil
+	requestID := requestIDOf(w)
+	var failed error
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.SetXForwarded()
+			pr.Out.Header.Set(requestIDHeader, requestID) // one id in both nodes' logs
+			pr.Out.Header.Set(cluster.ForwardedHeader, a.cluster.Signer.Node())
+			a.cluster.Signer.Sign(pr.Out)
+		},
+		Transport: a.forwardTransport,
+		ModifyResponse: func(resp *http.Response) error {
+			resp.Header.Del(requestIDHeader) // this node's answer already has it
+			return nil
+		},
+		// Nothing is written on failure: the caller tries the next node or
+		// answers in its endpoint's own shape.
+		ErrorHandler: func(_ http.ResponseWriter, _ *http.Request, err error) { failed = err },
+		ErrorLog:     stdlog.New(a.log, "forward: ", 0),
+	}
+	proxy.ServeHTTP(w, in)
+	if failed != nil {
+		return wrote.Load(), fmt.Errorf("forward %s %s to node %s: %w", r.Method, r.URL.Path, n.Name, failed)
+	}
+	return true, nil
+}
+
+// peerKey is the context key of the node that signed a /cluster/v1/
+// request.
+type peerKey struct{}
+
+// ClusterPeer names the node that signed r, for the handlers given to
+// Cluster.Handle; "" for any other request.
+func ClusterPeer(r *http.Request) string {
+	name, _ := r.Context().Value(peerKey{}).(string)
+	return name
+}
+
+// clusterMethods are the methods /cluster/v1/ answers: every request,
+// whatever its route, is verified before the sub-router sees it, so an
+// unsigned caller learns nothing of what exists there.
+var clusterMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// clusterAPI returns the handler of /cluster/v1/*: the signature check in
+// front of the routes given to Cluster.Handle.
+func (a *api) clusterAPI() httprouter.Handle {
+	sub := newRouter(a.recoverPanic)
+	for _, rt := range a.cluster.routes {
+		sub.Handler(rt.method, rt.path, rt.h)
+	}
+	return func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+		node, err := a.cluster.Signer.Verify(r)
+		if err != nil {
+			a.log.Warn().Err(err).Str("request_id", requestIDOf(w)).Str("path", truncate(r.URL.Path, 200)).
+				Msg("refused a request between nodes")
+			writeJSON(w, http.StatusUnauthorized, errorBody{errorDetail{codeUnauthorized, cluster.ErrUnauthenticated.Error()}})
+			return
+		}
+		sub.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), peerKey{}, node)))
+	}
+}
