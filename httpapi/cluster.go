@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	stdlog "log"
@@ -12,12 +13,14 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
 
 	"inferd/cluster"
+	"inferd/scheduler"
 	"inferd/store"
 )
 
@@ -46,7 +49,18 @@ type Cluster struct {
 	// environment proxy, a short dial timeout).
 	Transport http.RoundTripper
 
-	routes []clusterRoute
+	routes       []clusterRoute
+	ownOnce      sync.Once
+	ownTransport http.RoundTripper
+}
+
+// transport is Transport, or the one of its own.
+func (c *Cluster) transport() http.RoundTripper {
+	if c.Transport != nil {
+		return c.Transport
+	}
+	c.ownOnce.Do(func() { c.ownTransport = newForwardTransport() })
+	return c.ownTransport
 }
 
 // ClusterRouter chooses the node a start runs on (*cluster.Router).
@@ -208,7 +222,7 @@ func (a *api) forwardTo(w http.ResponseWriter, r *http.Request, body []byte, n c
 			pr.Out.Header.Set(cluster.ForwardedHeader, a.cluster.Signer.Node())
 			a.cluster.Signer.Sign(pr.Out)
 		},
-		Transport: a.forwardTransport,
+		Transport: a.cluster.transport(),
 		ModifyResponse: func(resp *http.Response) error {
 			resp.Header.Del(requestIDHeader) // this node's answer already has it
 			return nil
@@ -245,6 +259,7 @@ var clusterMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, 
 // front of the routes given to Cluster.Handle.
 func (a *api) clusterAPI() httprouter.Handle {
 	sub := newRouter(a.recoverPanic)
+	sub.POST(clusterPrefix+"calls/:id/cancel", a.clusterCancel)
 	for _, rt := range a.cluster.routes {
 		sub.Handler(rt.method, rt.path, rt.h)
 	}
@@ -257,5 +272,73 @@ func (a *api) clusterAPI() httprouter.Handle {
 			return
 		}
 		sub.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), peerKey{}, node)))
+	}
+}
+
+// clusterCancel handles POST /cluster/v1/calls/:id/cancel: another node's
+// admin API cancels a call that this node runs (Cluster.Canceller). It
+// answers as the admin API's cancel does.
+func (a *api) clusterCancel(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	id := ps.ByName("id")
+	c, err := a.sched.Cancel(id)
+	writeCancelled(w, r, a.log, id, c, err)
+}
+
+// remoteCancelTimeout bounds a cancel on another node: a running call's
+// cancel waits there until its replica lets go of it (replica.stopGrace).
+const remoteCancelTimeout = 2 * time.Minute
+
+// Canceller returns the admin API's CallCanceller in cluster mode: local
+// for a call of this node's (or a final one), and for a call pending on
+// another node that node's, over /cluster/v1/.
+func (c *Cluster) Canceller(local CallCanceller) CallCanceller {
+	return func(id string) (store.Call, error) {
+		name, err := c.CallNode(id)
+		if err != nil {
+			return store.Call{}, fmt.Errorf("find the node of call %s: %w", id, err)
+		}
+		if name == "" || name == c.Signer.Node() {
+			return local(id)
+		}
+		n, ok := c.Router.Node(name)
+		if !ok {
+			return store.Call{}, fmt.Errorf("%w: call %s is on node %s, which is not live", errClusterUnavailable, id, name)
+		}
+		return c.cancelOn(n, id)
+	}
+}
+
+// cancelOn cancels call id on node n, with the errors a local cancel has.
+func (c *Cluster) cancelOn(n cluster.NodeInfo, id string) (store.Call, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), remoteCancelTimeout)
+	defer cancel()
+	u := strings.TrimSuffix(n.Advertise, "/") + clusterPrefix + "calls/" + url.PathEscape(id) + "/cancel"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+	if err != nil {
+		return store.Call{}, fmt.Errorf("cancel call %s on node %s: %w", id, n.Name, err)
+	}
+	c.Signer.Sign(req)
+	resp, err := (&http.Client{Transport: c.transport()}).Do(req)
+	if err != nil {
+		return store.Call{}, fmt.Errorf("%w: cancel call %s on node %s: %w", errClusterUnavailable, id, n.Name, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return store.Call{}, fmt.Errorf("%w: cancel call %s on node %s: %w", errClusterUnavailable, id, n.Name, err)
+	}
+	var ok cancelledCall
+	var failed errorBody
+	switch {
+	case resp.StatusCode == http.StatusOK && json.Unmarshal(body, &ok) == nil:
+		return store.Call{ID: ok.ID, ProjectID: ok.Project, State: ok.State, Message: ok.Message}, nil
+	case resp.StatusCode == http.StatusNotFound:
+		return store.Call{}, fmt.Errorf("call %s on node %s: %w", id, n.Name, store.ErrNotFound)
+	case resp.StatusCode == http.StatusConflict && json.Unmarshal(body, &failed) == nil:
+		// The message is the finished error's own text ("call already
+		// finished (succeeded)").
+		return store.Call{}, fmt.Errorf("%w%s", scheduler.ErrFinished, strings.TrimPrefix(failed.Error.Message, scheduler.ErrFinished.Error()))
+	default:
+		return store.Call{}, fmt.Errorf("cancel call %s on node %s: HTTP %d: %s", id, n.Name, resp.StatusCode, truncate(string(body), 200))
 	}
 }

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"inferd/cluster"
+	"inferd/scheduler"
 	"inferd/store"
 )
 
@@ -54,11 +56,12 @@ type seenRequest struct {
 // testNode is one node of a test cluster: the API over real HTTP, its fake
 // scheduler and store, and the requests it received.
 type testNode struct {
-	name   string
-	env    *testEnv
-	srv    *httptest.Server
-	router *fakeRouter
-	info   cluster.NodeInfo
+	name    string
+	env     *testEnv
+	srv     *httptest.Server
+	router  *fakeRouter
+	cluster *Cluster
+	info    cluster.NodeInfo
 
 	mu       sync.Mutex
 	seen     []seenRequest
@@ -81,7 +84,7 @@ func newTestNode(t *testing.T, name string, opts Options) *testNode {
 	c.Handle(http.MethodGet, "ping/:what", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"from": ClusterPeer(r), "what": httprouter.ParamsFromContext(r.Context()).ByName("what")})
 	}))
-	opts.Cluster = c
+	opts.Cluster, n.cluster = c, c
 	n.env = newEnv(t, opts)
 	n.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -372,5 +375,42 @@ func TestSingleBoxHasNoClusterAPIAndForwardsNothing(t *testing.T) {
 	m := inferenceReply(t, serve(env.h, http.MethodPost, "/start/v4", startEcho, cluster.ForwardedHeader, "a"))
 	if m["message"] != "success" {
 		t.Errorf("answer %v, want the call run here", m)
+	}
+}
+
+func TestAdminCancelOfACallOnAnotherNodeIsMadeThere(t *testing.T) {
+	a, b := newTestNode(t, "a", Options{}), newTestNode(t, "b", Options{})
+	b.env.sched.add(store.Call{ID: "call_run", ProjectID: "echo", TeamID: "acme", State: store.CallRunning})
+	b.env.sched.add(store.Call{ID: "call_done", ProjectID: "echo", TeamID: "acme", State: store.CallSucceeded})
+	a.router.nodes["b"] = b.info
+	a.mu.Lock()
+	for _, id := range []string{"call_run", "call_done", "call_gone"} {
+		a.callNode[id] = "b"
+	}
+	a.callNode["call_lost"] = "c"
+	a.mu.Unlock()
+	var localCalls []string
+	cancel := a.env.sched.Cancel
+	c := a.cluster.Canceller(func(id string) (store.Call, error) {
+		localCalls = append(localCalls, id)
+		return cancel(id)
+	})
+
+	got, err := c("call_run")
+	if err != nil || got.State != store.CallFailed || got.Message != "error: cancelled by request" {
+		t.Errorf("cancel of b's running call = %+v, %v; want it cancelled", got, err)
+	}
+	if _, err := c("call_done"); !errors.Is(err, scheduler.ErrFinished) || !strings.Contains(err.Error(), "(succeeded)") {
+		t.Errorf("cancel of b's finished call: %v, want ErrFinished (succeeded)", err)
+	}
+	if _, err := c("call_gone"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("cancel of a call b does not know: %v, want ErrNotFound", err)
+	}
+	if _, err := c("call_lost"); !errors.Is(err, errClusterUnavailable) {
+		t.Errorf("cancel of a call on a node that is not live: %v, want cluster unavailable", err)
+	}
+	a.env.sched.add(store.Call{ID: "call_here", ProjectID: "echo", TeamID: "acme", State: store.CallQueued})
+	if got, err := c("call_here"); err != nil || got.State != store.CallFailed || len(localCalls) != 1 {
+		t.Errorf("cancel of a's own call = %+v, %v (local cancels %v); want it cancelled here", got, err, localCalls)
 	}
 }

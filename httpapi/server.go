@@ -123,14 +123,12 @@ type Scheduler interface {
 
 // api holds the dependencies of the public handlers.
 type api struct {
-	opts   Options
-	log    zerolog.Logger
-	store  Store
-	sched  Scheduler
-	limits *limiter
-	// cluster is Options.Cluster; forwardTransport carries its forwards.
-	cluster          *Cluster
-	forwardTransport http.RoundTripper
+	opts    Options
+	log     zerolog.Logger
+	store   Store
+	sched   Scheduler
+	limits  *limiter
+	cluster *Cluster // Options.Cluster
 }
 
 // New returns the public HTTP API: the inference endpoints, the project API
@@ -170,11 +168,7 @@ func New(opts Options, st Store, sched Scheduler) http.Handler {
 	if m != nil {
 		handle(http.MethodGet, "/metrics", m.serveMetrics)
 	}
-	if c := opts.Cluster; c != nil {
-		a.forwardTransport = c.Transport
-		if a.forwardTransport == nil {
-			a.forwardTransport = newForwardTransport()
-		}
+	if opts.Cluster != nil {
 		h := a.clusterAPI()
 		for _, method := range clusterMethods {
 			handle(method, clusterPrefix+"*path", h)
