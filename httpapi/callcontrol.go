@@ -103,7 +103,7 @@ func (a *api) cancel(w http.ResponseWriter, r *http.Request, _ httprouter.Params
 		return
 	}
 	if nodes != nil {
-		if !a.forward(w, r, body, nodes) {
+		if !a.forward(w, r, body, nodes, a.cluster.forwardLimit(a.opts.StartWait)) {
 			a.fail(w, r, errClusterUnavailable)
 		}
 		return

@@ -49,9 +49,20 @@ type Cluster struct {
 	// environment proxy, a short dial timeout).
 	Transport http.RoundTripper
 
+	// grace replaces forwardGrace in tests.
+	grace        time.Duration
 	routes       []clusterRoute
 	ownOnce      sync.Once
 	ownTransport http.RoundTripper
+}
+
+// forwardLimit is how long a forward waits for the answer of a request
+// that waits up to wait on the other node.
+func (c *Cluster) forwardLimit(wait time.Duration) time.Duration {
+	if c.grace > 0 {
+		return wait + c.grace
+	}
+	return wait + forwardGrace
 }
 
 // transport is Transport, or the one of its own.
@@ -175,18 +186,28 @@ func (a *api) callNode(r *http.Request, c store.Call) ([]cluster.NodeInfo, error
 	return []cluster.NodeInfo{n}, nil
 }
 
+// forwardGrace is what a forward allows beyond the wait of the request on
+// the other node (StartWait for a start or cancel) before it gives up on
+// an answer: that node may have been cut off after it got the request.
+const forwardGrace = 30 * time.Second
+
 // forward sends r, whose body was read as body, to the first of nodes that
-// it reaches, and passes that node's answer on as it comes. It reports
-// false when it wrote nothing: no node was reached, or the one reached
-// failed before answering. A node that the request may have reached is
-// never followed by another, which could run the start twice.
-func (a *api) forward(w http.ResponseWriter, r *http.Request, body []byte, nodes []cluster.NodeInfo) bool {
+// it reaches, and passes that node's answer on as it comes, waiting at
+// most limit for it. It reports false when it wrote nothing: no node was
+// reached, or the one reached failed before answering. A node that the
+// request may have reached is never followed by another, which could run
+// the start twice.
+func (a *api) forward(w http.ResponseWriter, r *http.Request, body []byte, nodes []cluster.NodeInfo, limit time.Duration) bool {
+	client := r.Context()
+	ctx, cancel := context.WithTimeout(client, limit)
+	defer cancel()
+	r = r.WithContext(ctx)
 	for _, n := range nodes {
 		reached, err := a.forwardTo(w, r, body, n)
 		if err == nil {
 			return true
 		}
-		if r.Context().Err() != nil {
+		if client.Err() != nil {
 			return false // the client is gone (or the server stops)
 		}
 		a.log.Warn().Err(err).Str("node", n.Name).Bool("reached", reached).

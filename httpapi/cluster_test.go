@@ -414,3 +414,27 @@ func TestAdminCancelOfACallOnAnotherNodeIsMadeThere(t *testing.T) {
 		t.Errorf("cancel of a's own call = %+v, %v (local cancels %v); want it cancelled here", got, err, localCalls)
 	}
 }
+
+func TestForwardToANodeThatNeverAnswersEndsUnavailableWithoutTryingAnother(t *testing.T) {
+	a, c := newTestNode(t, "a", Options{StartWait: time.Millisecond}), newTestNode(t, "c", Options{})
+	a.cluster.grace = 50 * time.Millisecond
+	got := make(chan struct{}, 1)
+	release := make(chan struct{})
+	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- struct{}{}
+		select { // cut off after it took the request
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(func() { close(release); silent.Close() })
+	a.routeTo("echo", cluster.NodeInfo{Name: "b", Advertise: silent.URL}, c.info)
+
+	rec := a.post(t, "/start/v4", startEcho)
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "error: cluster unavailable; retry") {
+		t.Errorf("HTTP %d %s, want 503 cluster unavailable", rec.Code, rec.Body)
+	}
+	if len(got) != 1 || len(c.requests()) != 0 {
+		t.Errorf("b took %d requests, c %d; want b's one only (it may have made the call)", len(got), len(c.requests()))
+	}
+}

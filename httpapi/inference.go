@@ -175,7 +175,7 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		return
 	}
 	if nodes != nil {
-		if !a.forward(w, r, args.body, nodes) {
+		if !a.forward(w, r, args.body, nodes, a.cluster.forwardLimit(a.opts.StartWait)) {
 			a.fail(w, r, errClusterUnavailable)
 		}
 		return
