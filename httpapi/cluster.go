@@ -170,20 +170,29 @@ func (a *api) callNode(r *http.Request, c store.Call) ([]cluster.NodeInfo, error
 	if fwd, err := a.forwarded(r); fwd || err != nil {
 		return nil, err
 	}
-	name, err := a.cluster.CallNode(c.ID)
+	n, elsewhere, err := a.cluster.pendingOn(c.ID)
+	if !elsewhere || err != nil {
+		return nil, err
+	}
+	return []cluster.NodeInfo{n}, nil
+}
+
+// pendingOn returns the other node that call id is pending on, if it is.
+func (c *Cluster) pendingOn(id string) (n cluster.NodeInfo, elsewhere bool, err error) {
+	name, err := c.CallNode(id)
 	if err != nil {
-		return nil, fmt.Errorf("find the node of call %s: %w", c.ID, err)
+		return n, false, fmt.Errorf("find the node of call %s: %w", id, err)
 	}
-	if name == "" || name == a.cluster.Signer.Node() {
-		return nil, nil
+	if name == "" || name == c.Signer.Node() {
+		return n, false, nil
 	}
-	n, ok := a.cluster.Router.Node(name)
+	n, ok := c.Router.Node(name)
 	if !ok {
 		// Its lease ended: the leader hands its calls to others, and a
 		// retry finds the call there.
-		return nil, fmt.Errorf("%w: call %s is on node %s, which is not live", errClusterUnavailable, c.ID, name)
+		return n, false, fmt.Errorf("%w: call %s is on node %s, which is not live", errClusterUnavailable, id, name)
 	}
-	return []cluster.NodeInfo{n}, nil
+	return n, true, nil
 }
 
 // forwardGrace is what a forward allows beyond the wait of the request on
@@ -314,18 +323,15 @@ const remoteCancelTimeout = 2 * time.Minute
 // another node that node's, over /cluster/v1/.
 func (c *Cluster) Canceller(local CallCanceller) CallCanceller {
 	return func(id string) (store.Call, error) {
-		name, err := c.CallNode(id)
-		if err != nil {
-			return store.Call{}, fmt.Errorf("find the node of call %s: %w", id, err)
-		}
-		if name == "" || name == c.Signer.Node() {
+		n, elsewhere, err := c.pendingOn(id)
+		switch {
+		case err != nil:
+			return store.Call{}, err
+		case elsewhere:
+			return c.cancelOn(n, id)
+		default:
 			return local(id)
 		}
-		n, ok := c.Router.Node(name)
-		if !ok {
-			return store.Call{}, fmt.Errorf("%w: call %s is on node %s, which is not live", errClusterUnavailable, id, name)
-		}
-		return c.cancelOn(n, id)
 	}
 }
 
