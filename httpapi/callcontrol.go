@@ -99,12 +99,12 @@ func (a *api) cancel(w http.ResponseWriter, r *http.Request, _ httprouter.Params
 	// In cluster mode the node that runs the call cancels it.
 	nodes, err := a.callNode(r, call)
 	if err != nil {
-		a.fail(w, r, err)
+		a.failRouted(w, r, err)
 		return
 	}
 	if nodes != nil {
-		if !a.forward(w, r, body, nodes, a.cluster.forwardLimit(a.opts.StartWait)) {
-			a.fail(w, r, errClusterUnavailable)
+		if !a.forward(w, r, body, nodes, a.routing.forwardLimit(a.opts.StartWait)) {
+			a.failRouted(w, r, errClusterUnavailable)
 		}
 		return
 	}

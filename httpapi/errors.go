@@ -122,17 +122,6 @@ func inferenceMessage(err error) (msg string, internal bool) {
 	}
 }
 
-// inferenceStatus is the HTTP status of an inference answer that failed
-// with err: 200, as every outcome is (the Banana clients show no message of
-// another status), but 503 when no node of the cluster can take the
-// request now, as the cluster's unavailable answers are.
-func inferenceStatus(err error) int {
-	if errors.Is(err, errClusterUnavailable) {
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusOK
-}
-
 // apiError returns the status code, error code and message for err on the
 // project and admin endpoints, and whether err is an internal failure that
 // the caller must log. requestID is quoted in internal-error messages so an

@@ -100,8 +100,7 @@ func (a *api) writeInference(w http.ResponseWriter, resp inferenceResponse) {
 	a.writeInferenceStatus(w, http.StatusOK, resp)
 }
 
-// writeInferenceStatus is writeInference with another status than 200
-// (inferenceStatus).
+// writeInferenceStatus writes an inference response with the given status.
 func (a *api) writeInferenceStatus(w http.ResponseWriter, status int, resp inferenceResponse) {
 	ans, err := resp.answer(resp)
 	if err != nil {
@@ -123,7 +122,7 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		a.log.Error().Err(err).Str("request_id", requestIDOf(w)).
 			Str("path", r.URL.Path).Msg("inference request failed")
 	}
-	a.writeInferenceStatus(w, inferenceStatus(err), a.newResponse(msg, ""))
+	a.writeInference(w, a.newResponse(msg, ""))
 }
 
 // startArgs are the checked fields of a Start body.
@@ -171,12 +170,12 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 	// In cluster mode a project placed on other nodes runs there.
 	nodes, err := a.startNodes(r, project)
 	if err != nil {
-		a.fail(w, r, err)
+		a.failRouted(w, r, err)
 		return
 	}
 	if nodes != nil {
-		if !a.forward(w, r, args.body, nodes, a.cluster.forwardLimit(a.opts.StartWait)) {
-			a.fail(w, r, errClusterUnavailable)
+		if !a.forward(w, r, args.body, nodes, a.routing.forwardLimit(a.opts.StartWait)) {
+			a.failRouted(w, r, errClusterUnavailable)
 		}
 		return
 	}

@@ -58,10 +58,10 @@ type Options struct {
 	// WebhookPolicy says which webhook destinations a start may name; nil
 	// is the default policy (all but link-local and cloud metadata).
 	WebhookPolicy *webhook.Policy
-	// Cluster, in cluster mode, forwards starts and cancels to the nodes
-	// that run them and serves /cluster/v1/ (cluster.go); nil: a single
+	// Routing, in cluster mode, forwards starts and cancels to the nodes
+	// that run them and serves /cluster/v1/ (forward.go); nil: a single
 	// box.
-	Cluster *Cluster
+	Routing *Routing
 }
 
 func (o Options) withDefaults() Options {
@@ -128,14 +128,14 @@ type api struct {
 	store   Store
 	sched   Scheduler
 	limits  *limiter
-	cluster *Cluster // Options.Cluster
+	routing *Routing // Options.Routing
 }
 
 // New returns the public HTTP API: the inference endpoints, the project API
 // and the health probes, wrapped in request-id and access-log middleware.
 func New(opts Options, st Store, sched Scheduler) http.Handler {
 	opts = opts.withDefaults()
-	a := &api{opts: opts, log: opts.Log, store: st, sched: sched, limits: newLimiter(opts.Limits), cluster: opts.Cluster}
+	a := &api{opts: opts, log: opts.Log, store: st, sched: sched, limits: newLimiter(opts.Limits), routing: opts.Routing}
 
 	r := newRouter(a.recoverPanic)
 	m := opts.Metrics
@@ -168,7 +168,7 @@ func New(opts Options, st Store, sched Scheduler) http.Handler {
 	if m != nil {
 		handle(http.MethodGet, "/metrics", m.serveMetrics)
 	}
-	if opts.Cluster != nil {
+	if opts.Routing != nil {
 		h := a.clusterAPI()
 		for _, method := range clusterMethods {
 			handle(method, clusterPrefix+"*path", h)

@@ -60,7 +60,7 @@ type testNode struct {
 	env     *testEnv
 	srv     *httptest.Server
 	router  *fakeRouter
-	cluster *Cluster
+	routing *Routing
 	info    cluster.NodeInfo
 
 	mu       sync.Mutex
@@ -76,7 +76,7 @@ func newTestNode(t *testing.T, name string, opts Options) *testNode {
 	}
 	n := &testNode{name: name, router: &fakeRouter{routes: map[string]cluster.Route{}, nodes: map[string]cluster.NodeInfo{}},
 		callNode: map[string]string{}}
-	c := &Cluster{Router: n.router, Signer: signer, CallNode: func(id string) (string, error) {
+	c := &Routing{Router: n.router, Signer: signer, CallNode: func(id string) (string, error) {
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		return n.callNode[id], nil
@@ -84,7 +84,11 @@ func newTestNode(t *testing.T, name string, opts Options) *testNode {
 	c.Handle(http.MethodGet, "ping/:what", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"from": ClusterPeer(r), "what": httprouter.ParamsFromContext(r.Context()).ByName("what")})
 	}))
-	opts.Cluster, n.cluster = c, c
+	// A catch-all, as the payload API mounts itself.
+	c.Handle(http.MethodGet, "files/*rest", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"from": ClusterPeer(r), "path": r.URL.Path})
+	}))
+	opts.Routing, n.routing = c, c
 	n.env = newEnv(t, opts)
 	n.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -365,6 +369,10 @@ func TestClusterAPIAnswersOnlyNodesOfTheCluster(t *testing.T) {
 	if got := decode[map[string]string](t, rec); rec.Code != http.StatusOK || got["from"] != "a" || got["what"] != "x" {
 		t.Errorf("signed: HTTP %d %v, want the handler's answer naming a", rec.Code, got)
 	}
+	rec = get("/cluster/v1/files/call_1/inputs", a.Sign)
+	if got := decode[map[string]string](t, rec); rec.Code != http.StatusOK || got["path"] != "/cluster/v1/files/call_1/inputs" {
+		t.Errorf("signed, under a catch-all: HTTP %d %v, want the handler's answer with the whole path", rec.Code, got)
+	}
 	apiErrorReply(t, get("/cluster/v1/nothing", a.Sign), http.StatusNotFound, codeNotFound)
 }
 
@@ -391,7 +399,7 @@ func TestAdminCancelOfACallOnAnotherNodeIsMadeThere(t *testing.T) {
 	a.mu.Unlock()
 	var localCalls []string
 	cancel := a.env.sched.Cancel
-	c := a.cluster.Canceller(func(id string) (store.Call, error) {
+	c := a.routing.Canceller(func(id string) (store.Call, error) {
 		localCalls = append(localCalls, id)
 		return cancel(id)
 	})
@@ -417,7 +425,7 @@ func TestAdminCancelOfACallOnAnotherNodeIsMadeThere(t *testing.T) {
 
 func TestForwardToANodeThatNeverAnswersEndsUnavailableWithoutTryingAnother(t *testing.T) {
 	a, c := newTestNode(t, "a", Options{StartWait: time.Millisecond}), newTestNode(t, "c", Options{})
-	a.cluster.grace = 50 * time.Millisecond
+	a.routing.grace = 50 * time.Millisecond
 	got := make(chan struct{}, 1)
 	release := make(chan struct{})
 	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

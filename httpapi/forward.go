@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	stdlog "log"
@@ -31,10 +32,10 @@ import (
 // cluster secret and carries the client's own headers and body, so the
 // node that runs the call authenticates the client's key as usual.
 
-// Cluster is what the public API needs in cluster mode (Options.Cluster);
-// nil is the single box: nothing is forwarded and /cluster/v1/ does not
-// exist.
-type Cluster struct {
+// Routing is what the public API needs to route requests in cluster mode
+// (Options.Routing); nil is the single box: nothing is forwarded and
+// /cluster/v1/ does not exist.
+type Routing struct {
 	// Router says where a start runs (*cluster.Router).
 	Router ClusterRouter
 	// Signer signs forwarded requests and checks other nodes' requests.
@@ -58,7 +59,7 @@ type Cluster struct {
 
 // forwardLimit is how long a forward waits for the answer of a request
 // that waits up to wait on the other node.
-func (c *Cluster) forwardLimit(wait time.Duration) time.Duration {
+func (c *Routing) forwardLimit(wait time.Duration) time.Duration {
 	if c.grace > 0 {
 		return wait + c.grace
 	}
@@ -66,7 +67,7 @@ func (c *Cluster) forwardLimit(wait time.Duration) time.Duration {
 }
 
 // transport is Transport, or the one of its own.
-func (c *Cluster) transport() http.RoundTripper {
+func (c *Routing) transport() http.RoundTripper {
 	if c.Transport != nil {
 		return c.Transport
 	}
@@ -80,7 +81,7 @@ type ClusterRouter interface {
 	Node(name string) (cluster.NodeInfo, bool)
 }
 
-// clusterRoute is a handler under /cluster/v1/ (Cluster.Handle).
+// clusterRoute is a handler under /cluster/v1/ (Routing.Handle).
 type clusterRoute struct {
 	method, path string
 	h            http.Handler
@@ -94,7 +95,7 @@ const clusterPrefix = "/cluster/v1/"
 // httprouter.ParamsFromContext). Only requests signed by a node of the
 // cluster reach h (ClusterPeer names that node); others are answered 401.
 // Call it before New.
-func (c *Cluster) Handle(method, path string, h http.Handler) {
+func (c *Routing) Handle(method, path string, h http.Handler) {
 	c.routes = append(c.routes, clusterRoute{method, clusterPrefix + strings.TrimPrefix(path, "/"), h})
 }
 
@@ -125,14 +126,25 @@ var (
 		"forwarded request not signed by a node of this cluster"}
 )
 
+// failRouted answers an inference request that was not run here for err:
+// no node could take it is a 503 with the usual answer, as etcd not
+// answering is; anything else as fail does.
+func (a *api) failRouted(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, errClusterUnavailable) {
+		a.writeInferenceStatus(w, http.StatusServiceUnavailable, a.newResponse("error: "+errClusterUnavailable.msg, ""))
+		return
+	}
+	a.fail(w, r, err)
+}
+
 // forwarded reports whether r comes from another node of the cluster
 // (ForwardedHeader with a valid signature): it then runs here, whatever
 // this node's placement says. On a single box the header means nothing.
 func (a *api) forwarded(r *http.Request) (bool, error) {
-	if a.cluster == nil || r.Header.Get(cluster.ForwardedHeader) == "" {
+	if a.routing == nil || r.Header.Get(cluster.ForwardedHeader) == "" {
 		return false, nil
 	}
-	if _, err := a.cluster.Signer.Verify(r); err != nil {
+	if _, err := a.routing.Signer.Verify(r); err != nil {
 		return false, fmt.Errorf("%w: %w", errForwardUnsigned, err)
 	}
 	return true, nil
@@ -141,17 +153,17 @@ func (a *api) forwarded(r *http.Request) (bool, error) {
 // startNodes says where a start (or /run) of p goes: nil runs it here;
 // otherwise the nodes to forward it to, best first.
 func (a *api) startNodes(r *http.Request, p store.Project) ([]cluster.NodeInfo, error) {
-	if a.cluster == nil {
+	if a.routing == nil {
 		return nil, nil
 	}
 	if fwd, err := a.forwarded(r); fwd || err != nil {
 		return nil, err
 	}
 	var fits func() bool
-	if a.cluster.Fits != nil {
-		fits = func() bool { return a.cluster.Fits(p) }
+	if a.routing.Fits != nil {
+		fits = func() bool { return a.routing.Fits(p) }
 	}
-	rt, err := a.cluster.Router.Route(r.Context(), p.ID, fits)
+	rt, err := a.routing.Router.Route(r.Context(), p.ID, fits)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errClusterUnavailable, err)
 	}
@@ -164,13 +176,13 @@ func (a *api) startNodes(r *http.Request, p store.Project) ([]cluster.NodeInfo, 
 // callNode says where a cancel of call c goes: nil here; otherwise the
 // node it is pending on.
 func (a *api) callNode(r *http.Request, c store.Call) ([]cluster.NodeInfo, error) {
-	if a.cluster == nil || c.State.Done() {
+	if a.routing == nil || c.State.Done() {
 		return nil, nil
 	}
 	if fwd, err := a.forwarded(r); fwd || err != nil {
 		return nil, err
 	}
-	n, elsewhere, err := a.cluster.pendingOn(c.ID)
+	n, elsewhere, err := a.routing.pendingOn(c.ID)
 	if !elsewhere || err != nil {
 		return nil, err
 	}
@@ -178,7 +190,7 @@ func (a *api) callNode(r *http.Request, c store.Call) ([]cluster.NodeInfo, error
 }
 
 // pendingOn returns the other node that call id is pending on, if it is.
-func (c *Cluster) pendingOn(id string) (n cluster.NodeInfo, elsewhere bool, err error) {
+func (c *Routing) pendingOn(id string) (n cluster.NodeInfo, elsewhere bool, err error) {
 	name, err := c.CallNode(id)
 	if err != nil {
 		return n, false, fmt.Errorf("find the node of call %s: %w", id, err)
@@ -249,10 +261,10 @@ func (a *api) forwardTo(w http.ResponseWriter, r *http.Request, body []byte, n c
 			pr.SetURL(target)
 			pr.SetXForwarded()
 			pr.Out.Header.Set(requestIDHeader, requestID) // one id in both nodes' logs
-			pr.Out.Header.Set(cluster.ForwardedHeader, a.cluster.Signer.Node())
-			a.cluster.Signer.Sign(pr.Out)
+			pr.Out.Header.Set(cluster.ForwardedHeader, a.routing.Signer.Node())
+			a.routing.Signer.Sign(pr.Out)
 		},
-		Transport: a.cluster.transport(),
+		Transport: a.routing.transport(),
 		ModifyResponse: func(resp *http.Response) error {
 			resp.Header.Del(requestIDHeader) // this node's answer already has it
 			return nil
@@ -274,7 +286,7 @@ func (a *api) forwardTo(w http.ResponseWriter, r *http.Request, body []byte, n c
 type peerKey struct{}
 
 // ClusterPeer names the node that signed r, for the handlers given to
-// Cluster.Handle; "" for any other request.
+// Routing.Handle; "" for any other request.
 func ClusterPeer(r *http.Request) string {
 	name, _ := r.Context().Value(peerKey{}).(string)
 	return name
@@ -286,15 +298,15 @@ func ClusterPeer(r *http.Request) string {
 var clusterMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
 
 // clusterAPI returns the handler of /cluster/v1/*: the signature check in
-// front of the routes given to Cluster.Handle.
+// front of the routes given to Routing.Handle.
 func (a *api) clusterAPI() httprouter.Handle {
 	sub := newRouter(a.recoverPanic)
 	sub.POST(clusterPrefix+"calls/:id/cancel", a.clusterCancel)
-	for _, rt := range a.cluster.routes {
+	for _, rt := range a.routing.routes {
 		sub.Handler(rt.method, rt.path, rt.h)
 	}
 	return func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-		node, err := a.cluster.Signer.Verify(r)
+		node, err := a.routing.Signer.Verify(r)
 		if err != nil {
 			a.log.Warn().Err(err).Str("request_id", requestIDOf(w)).Str("path", truncate(r.URL.Path, 200)).
 				Msg("refused a request between nodes")
@@ -306,7 +318,7 @@ func (a *api) clusterAPI() httprouter.Handle {
 }
 
 // clusterCancel handles POST /cluster/v1/calls/:id/cancel: another node's
-// admin API cancels a call that this node runs (Cluster.Canceller). It
+// admin API cancels a call that this node runs (Routing.Canceller). It
 // answers as the admin API's cancel does.
 func (a *api) clusterCancel(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 	id := ps.ByName("id")
@@ -321,7 +333,7 @@ const remoteCancelTimeout = 2 * time.Minute
 // Canceller returns the admin API's CallCanceller in cluster mode: local
 // for a call of this node's (or a final one), and for a call pending on
 // another node that node's, over /cluster/v1/.
-func (c *Cluster) Canceller(local CallCanceller) CallCanceller {
+func (c *Routing) Canceller(local CallCanceller) CallCanceller {
 	return func(id string) (store.Call, error) {
 		n, elsewhere, err := c.pendingOn(id)
 		switch {
@@ -336,7 +348,7 @@ func (c *Cluster) Canceller(local CallCanceller) CallCanceller {
 }
 
 // cancelOn cancels call id on node n, with the errors a local cancel has.
-func (c *Cluster) cancelOn(n cluster.NodeInfo, id string) (store.Call, error) {
+func (c *Routing) cancelOn(n cluster.NodeInfo, id string) (store.Call, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), remoteCancelTimeout)
 	defer cancel()
 	u := strings.TrimSuffix(n.Advertise, "/") + clusterPrefix + "calls/" + url.PathEscape(id) + "/cancel"
