@@ -103,7 +103,7 @@ func (a *api) cancel(w http.ResponseWriter, r *http.Request, _ httprouter.Params
 		return
 	}
 	if nodes != nil {
-		if !a.forward(w, r, body, nodes, a.routing.forwardLimit(a.opts.StartWait)) {
+		if !a.forward(w, r, body, nodes, a.opts.Routing.forwardLimit(a.opts.StartWait)) {
 			a.failRouted(w, r, errClusterUnavailable)
 		}
 		return

@@ -141,10 +141,10 @@ func (a *api) failRouted(w http.ResponseWriter, r *http.Request, err error) {
 // (ForwardedHeader with a valid signature): it then runs here, whatever
 // this node's placement says. On a single box the header means nothing.
 func (a *api) forwarded(r *http.Request) (bool, error) {
-	if a.routing == nil || r.Header.Get(cluster.ForwardedHeader) == "" {
+	if a.opts.Routing == nil || r.Header.Get(cluster.ForwardedHeader) == "" {
 		return false, nil
 	}
-	if _, err := a.routing.Signer.Verify(r); err != nil {
+	if _, err := a.opts.Routing.Signer.Verify(r); err != nil {
 		return false, fmt.Errorf("%w: %w", errForwardUnsigned, err)
 	}
 	return true, nil
@@ -153,17 +153,17 @@ func (a *api) forwarded(r *http.Request) (bool, error) {
 // startNodes says where a start (or /run) of p goes: nil runs it here;
 // otherwise the nodes to forward it to, best first.
 func (a *api) startNodes(r *http.Request, p store.Project) ([]cluster.NodeInfo, error) {
-	if a.routing == nil {
+	if a.opts.Routing == nil {
 		return nil, nil
 	}
 	if fwd, err := a.forwarded(r); fwd || err != nil {
 		return nil, err
 	}
 	var fits func() bool
-	if a.routing.Fits != nil {
-		fits = func() bool { return a.routing.Fits(p) }
+	if a.opts.Routing.Fits != nil {
+		fits = func() bool { return a.opts.Routing.Fits(p) }
 	}
-	rt, err := a.routing.Router.Route(r.Context(), p.ID, fits)
+	rt, err := a.opts.Routing.Router.Route(r.Context(), p.ID, fits)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errClusterUnavailable, err)
 	}
@@ -176,13 +176,13 @@ func (a *api) startNodes(r *http.Request, p store.Project) ([]cluster.NodeInfo, 
 // callNode says where a cancel of call c goes: nil here; otherwise the
 // node it is pending on.
 func (a *api) callNode(r *http.Request, c store.Call) ([]cluster.NodeInfo, error) {
-	if a.routing == nil || c.State.Done() {
+	if a.opts.Routing == nil || c.State.Done() {
 		return nil, nil
 	}
 	if fwd, err := a.forwarded(r); fwd || err != nil {
 		return nil, err
 	}
-	n, elsewhere, err := a.routing.pendingOn(c.ID)
+	n, elsewhere, err := a.opts.Routing.pendingOn(c.ID)
 	if !elsewhere || err != nil {
 		return nil, err
 	}
@@ -261,10 +261,10 @@ func (a *api) forwardTo(w http.ResponseWriter, r *http.Request, body []byte, n c
 			pr.SetURL(target)
 			pr.SetXForwarded()
 			pr.Out.Header.Set(requestIDHeader, requestID) // one id in both nodes' logs
-			pr.Out.Header.Set(cluster.ForwardedHeader, a.routing.Signer.Node())
-			a.routing.Signer.Sign(pr.Out)
+			pr.Out.Header.Set(cluster.ForwardedHeader, a.opts.Routing.Signer.Node())
+			a.opts.Routing.Signer.Sign(pr.Out)
 		},
-		Transport: a.routing.transport(),
+		Transport: a.opts.Routing.transport(),
 		ModifyResponse: func(resp *http.Response) error {
 			resp.Header.Del(requestIDHeader) // this node's answer already has it
 			return nil
@@ -302,11 +302,11 @@ var clusterMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, 
 func (a *api) clusterAPI() httprouter.Handle {
 	sub := newRouter(a.recoverPanic)
 	sub.POST(clusterPrefix+"calls/:id/cancel", a.clusterCancel)
-	for _, rt := range a.routing.routes {
+	for _, rt := range a.opts.Routing.routes {
 		sub.Handler(rt.method, rt.path, rt.h)
 	}
 	return func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-		node, err := a.routing.Signer.Verify(r)
+		node, err := a.opts.Routing.Signer.Verify(r)
 		if err != nil {
 			a.log.Warn().Err(err).Str("request_id", requestIDOf(w)).Str("path", truncate(r.URL.Path, 200)).
 				Msg("refused a request between nodes")

@@ -174,7 +174,7 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		return
 	}
 	if nodes != nil {
-		if !a.forward(w, r, args.body, nodes, a.routing.forwardLimit(a.opts.StartWait)) {
+		if !a.forward(w, r, args.body, nodes, a.opts.Routing.forwardLimit(a.opts.StartWait)) {
 			a.failRouted(w, r, errClusterUnavailable)
 		}
 		return

@@ -145,7 +145,7 @@ func (a *api) runForward(w http.ResponseWriter, r *http.Request, body []byte, no
 	wait := time.Duration(p.InferenceTimeout) * time.Second
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + time.Minute))
 	switch {
-	case a.forward(w, r, body, nodes, a.routing.forwardLimit(wait)):
+	case a.forward(w, r, body, nodes, a.opts.Routing.forwardLimit(wait)):
 	case isClosed(a.opts.Stopping):
 		errShuttingDown(w)
 	default:

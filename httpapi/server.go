@@ -47,6 +47,10 @@ type Options struct {
 	// Limits caps request rates, held-open waits and input nesting per API
 	// key; unlike the fields above, a zero field means no limit.
 	Limits Limits
+	// Routing, in cluster mode, forwards starts and cancels to the nodes
+	// that run them and serves /cluster/v1/ (forward.go); nil: a single
+	// box.
+	Routing *Routing
 	// Streams carries running calls' events to GET /v1/calls/:callID/events
 	// (the scheduler's OutputSink); nil: the events show states and done
 	// only.
@@ -58,10 +62,6 @@ type Options struct {
 	// WebhookPolicy says which webhook destinations a start may name; nil
 	// is the default policy (all but link-local and cloud metadata).
 	WebhookPolicy *webhook.Policy
-	// Routing, in cluster mode, forwards starts and cancels to the nodes
-	// that run them and serves /cluster/v1/ (forward.go); nil: a single
-	// box.
-	Routing *Routing
 }
 
 func (o Options) withDefaults() Options {
@@ -123,19 +123,18 @@ type Scheduler interface {
 
 // api holds the dependencies of the public handlers.
 type api struct {
-	opts    Options
-	log     zerolog.Logger
-	store   Store
-	sched   Scheduler
-	limits  *limiter
-	routing *Routing // Options.Routing
+	opts   Options
+	log    zerolog.Logger
+	store  Store
+	sched  Scheduler
+	limits *limiter
 }
 
 // New returns the public HTTP API: the inference endpoints, the project API
 // and the health probes, wrapped in request-id and access-log middleware.
 func New(opts Options, st Store, sched Scheduler) http.Handler {
 	opts = opts.withDefaults()
-	a := &api{opts: opts, log: opts.Log, store: st, sched: sched, limits: newLimiter(opts.Limits), routing: opts.Routing}
+	a := &api{opts: opts, log: opts.Log, store: st, sched: sched, limits: newLimiter(opts.Limits)}
 
 	r := newRouter(a.recoverPanic)
 	m := opts.Metrics
