@@ -63,9 +63,11 @@ type Route struct {
 	Nodes []NodeInfo
 }
 
-// PlacementChanged tells the router that a placement changed (any
-// project's). It never blocks.
-func (r *Router) PlacementChanged() {
+// PlacementChanged tells the router that project's placement changed (it
+// fits Options.OnPlacement). It wakes every waiting start, which reads its
+// own project's placement again: waits are rare and short, so one signal
+// for all is simpler than one per project. It never blocks.
+func (r *Router) PlacementChanged(project string) {
 	r.mu.Lock()
 	close(r.changed)
 	r.changed = make(chan struct{})

@@ -66,8 +66,8 @@ func (v *fakeView) place(project string, nodes ...string) {
 	v.mu.Unlock()
 }
 
-// node is a live node with a load of project p.
-func node(name string, p string, replicas, busy, queued int) NodeInfo {
+// loadedNode is a live node with a load of project p.
+func loadedNode(name string, p string, replicas, busy, queued int) NodeInfo {
 	return NodeInfo{Name: name, Advertise: "http://" + name,
 		Projects: map[string]ProjectLoad{p: {Replicas: replicas, Busy: busy, Queued: queued}}}
 }
@@ -90,18 +90,18 @@ func TestRouteFollowsPlacement(t *testing.T) {
 		want   []string
 	}{
 		{name: "placed here runs here", placed: []string{"a", "b"}, local: true,
-			nodes: []NodeInfo{node("a", "p", 1, 5, 5), node("b", "p", 1, 0, 0)}},
+			nodes: []NodeInfo{loadedNode("a", "p", 1, 5, 5), loadedNode("b", "p", 1, 0, 0)}},
 		{name: "elsewhere goes to the least loaded per replica", placed: []string{"b", "c", "d"},
-			nodes: []NodeInfo{node("a", "p", 0, 0, 0), node("b", "p", 1, 1, 2), node("c", "p", 4, 4, 4), node("d", "p", 2, 2, 3)},
+			nodes: []NodeInfo{loadedNode("a", "p", 0, 0, 0), loadedNode("b", "p", 1, 1, 2), loadedNode("c", "p", 4, 4, 4), loadedNode("d", "p", 2, 2, 3)},
 			want:  []string{"c", "d", "b"}}, // c: 8/4 = 2, d: 5/2 = 2.5, b: 3/1 = 3
 		{name: "equal loads by name", placed: []string{"d", "c", "b"},
-			nodes: []NodeInfo{node("a", "p", 0, 0, 0), node("b", "p", 2, 1, 1), node("c", "p", 1, 1, 0), node("d", "p", 0, 0, 0)},
+			nodes: []NodeInfo{loadedNode("a", "p", 0, 0, 0), loadedNode("b", "p", 2, 1, 1), loadedNode("c", "p", 1, 1, 0), loadedNode("d", "p", 0, 0, 0)},
 			want:  []string{"d", "b", "c"}}, // d: 0, b: 1, c: 1
 		{name: "a node with no replica counts its queue", placed: []string{"b", "c"},
-			nodes: []NodeInfo{node("a", "p", 0, 0, 0), node("b", "p", 0, 0, 3), node("c", "p", 1, 1, 1)},
+			nodes: []NodeInfo{loadedNode("a", "p", 0, 0, 0), loadedNode("b", "p", 0, 0, 3), loadedNode("c", "p", 1, 1, 1)},
 			want:  []string{"c", "b"}},
 		{name: "a placed node that is not live is left out", placed: []string{"b", "gone"},
-			nodes: []NodeInfo{node("a", "p", 0, 0, 0), node("b", "p", 1, 9, 9)},
+			nodes: []NodeInfo{loadedNode("a", "p", 0, 0, 0), loadedNode("b", "p", 1, 9, 9)},
 			want:  []string{"b"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -119,7 +119,7 @@ func TestRouteFollowsPlacement(t *testing.T) {
 }
 
 func TestRouteWithoutPlacementRunsHereWhenItFits(t *testing.T) {
-	v := newFakeView("a", node("a", "p", 0, 0, 0), node("b", "p", 0, 0, 0))
+	v := newFakeView("a", loadedNode("a", "p", 0, 0, 0), loadedNode("b", "p", 0, 0, 0))
 	rt, err := NewRouter(v).Route(context.Background(), "p", func() bool { return true })
 	if err != nil || !rt.Local {
 		t.Errorf("Route = %+v, %v; want local", rt, err)
@@ -128,7 +128,7 @@ func TestRouteWithoutPlacementRunsHereWhenItFits(t *testing.T) {
 
 func TestRouteWaitsForThePlacementOfANewProject(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		v := newFakeView("a", node("a", "p", 0, 0, 0), node("b", "p", 0, 0, 0))
+		v := newFakeView("a", loadedNode("a", "p", 0, 0, 0), loadedNode("b", "p", 0, 0, 0))
 		r := NewRouter(v)
 		start := time.Now()
 		type result struct {
@@ -143,7 +143,7 @@ func TestRouteWaitsForThePlacementOfANewProject(t *testing.T) {
 		synctest.Wait() // the start waits
 		time.Sleep(time.Second)
 		v.place("other", "b")
-		r.PlacementChanged() // another project's placement: waits on
+		r.PlacementChanged("other") // another project's placement: waits on
 		synctest.Wait()
 		select {
 		case res := <-got:
@@ -151,7 +151,7 @@ func TestRouteWaitsForThePlacementOfANewProject(t *testing.T) {
 		default:
 		}
 		v.place("p", "b")
-		r.PlacementChanged()
+		r.PlacementChanged("p")
 		res := <-got
 		if res.err != nil || res.rt.Local || !slices.Equal(names(res.rt.Nodes), []string{"b"}) {
 			t.Errorf("Route = %+v, %v; want node b", res.rt, res.err)
@@ -164,7 +164,7 @@ func TestRouteWaitsForThePlacementOfANewProject(t *testing.T) {
 
 func TestRouteWithoutPlacementGivesUpAfterPlacementWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		v := newFakeView("a", node("a", "p", 0, 0, 0))
+		v := newFakeView("a", loadedNode("a", "p", 0, 0, 0))
 		v.place("p", "gone") // placed on a node whose lease ended: as none
 		start := time.Now()
 		_, err := NewRouter(v).Route(context.Background(), "p", nil)
