@@ -29,14 +29,20 @@ type fakeRouter struct {
 	nodes  map[string]cluster.NodeInfo
 }
 
-func (f *fakeRouter) Route(_ context.Context, project string, _ func() bool) (cluster.Route, error) {
+// The real router is what the fake stands for.
+var _ ClusterRouter = (*cluster.Router)(nil)
+
+func (f *fakeRouter) Route(_ context.Context, project string, fitsHere func() bool) (cluster.Route, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	rt, ok := f.routes[project]
-	if !ok {
-		return cluster.Route{}, fmt.Errorf("project %s: %w", project, cluster.ErrNoNode)
+	f.mu.Unlock()
+	switch {
+	case ok:
+		return rt, nil
+	case fitsHere != nil && fitsHere():
+		return cluster.Route{Local: true}, nil
 	}
-	return rt, nil
+	return cluster.Route{}, fmt.Errorf("project %s: %w", project, cluster.ErrNoNode)
 }
 
 func (f *fakeRouter) Node(name string) (cluster.NodeInfo, bool) {
@@ -444,5 +450,25 @@ func TestForwardToANodeThatNeverAnswersEndsUnavailableWithoutTryingAnother(t *te
 	}
 	if len(got) != 1 || len(c.requests()) != 0 {
 		t.Errorf("b took %d requests, c %d; want b's one only (it may have made the call)", len(got), len(c.requests()))
+	}
+}
+
+func TestStartOfAProjectWithNoPlacementRunsHereWhenThisNodeFitsIt(t *testing.T) {
+	a := newTestNode(t, "a", Options{})
+	a.env.sched.instant = true
+	var asked []string
+	a.routing.Fits = func(p store.Project) bool {
+		asked = append(asked, p.ID)
+		return p.ID == "echo"
+	}
+	if m := inferenceReply(t, a.post(t, "/start/v4", startEcho)); m["message"] != "success" || a.calls() != 1 {
+		t.Errorf("answer %v, %d calls here; want echo run here", m, a.calls())
+	}
+	rec := a.post(t, "/start/v4", `{"apiKey":"`+keyAcme+`","modelKey":"mk-zeta","modelInputs":{}}`)
+	if rec.Code != http.StatusServiceUnavailable || a.calls() != 1 {
+		t.Errorf("zeta: HTTP %d with %d calls here; want 503 and nothing run", rec.Code, a.calls())
+	}
+	if strings.Join(asked, ",") != "echo,zeta" {
+		t.Errorf("Fits asked for %v, want each start's project", asked)
 	}
 }
