@@ -145,6 +145,11 @@ func (a *api) forwarded(r *http.Request) (bool, error) {
 		return false, nil
 	}
 	if _, err := a.opts.Routing.Signer.Verify(r); err != nil {
+		// Logged here, as the answer goes back through the forwarding
+		// node to the client: the operator learns of a clock off by more
+		// than the signature allows, or a node with another secret.
+		a.log.Warn().Err(err).Str("from", truncate(r.Header.Get(cluster.ForwardedHeader), 64)).
+			Str("path", truncate(r.URL.Path, 200)).Msg("refused a forwarded request")
 		return false, fmt.Errorf("%w: %w", errForwardUnsigned, err)
 	}
 	return true, nil
