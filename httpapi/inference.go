@@ -423,7 +423,7 @@ func (a *api) decodeCheck(w http.ResponseWriter, r *http.Request) (args checkArg
 }
 
 // decodeInference reads the body of Start or Check, which must be a JSON
-// object, and returns it with the fields decoded from it.
+// object; it returns the body as read with the fields decoded from it.
 func (a *api) decodeInference(w http.ResponseWriter, r *http.Request) (inferenceRequest, []byte, error) {
 	var req inferenceRequest
 	body, err := readBody(w, r, a.opts.MaxBodyBytes)
