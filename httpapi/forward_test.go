@@ -456,8 +456,11 @@ func TestForwardToANodeThatNeverAnswersEndsUnavailableWithoutTryingAnother(t *te
 func TestStartOfAProjectWithNoPlacementRunsHereWhenThisNodeFitsIt(t *testing.T) {
 	a := newTestNode(t, "a", Options{})
 	a.env.sched.instant = true
+	var mu sync.Mutex // Fits runs in the server's goroutine
 	var asked []string
 	a.routing.Fits = func(p store.Project) bool {
+		mu.Lock()
+		defer mu.Unlock()
 		asked = append(asked, p.ID)
 		return p.ID == "echo"
 	}
@@ -468,6 +471,8 @@ func TestStartOfAProjectWithNoPlacementRunsHereWhenThisNodeFitsIt(t *testing.T) 
 	if rec.Code != http.StatusServiceUnavailable || a.calls() != 1 {
 		t.Errorf("zeta: HTTP %d with %d calls here; want 503 and nothing run", rec.Code, a.calls())
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if strings.Join(asked, ",") != "echo,zeta" {
 		t.Errorf("Fits asked for %v, want each start's project", asked)
 	}
