@@ -144,3 +144,19 @@ func (s *Store) Adopt(id string) (store.Call, error) {
 	s.fence.rebind(id)
 	return c, nil
 }
+
+// CallNode returns the node call id is pending on (its pending/<id> entry:
+// the node that wrote it last, or the one the leader handed it to), or ""
+// when the call is final or unknown. The API forwards a cancel of a call
+// pending on another node there.
+func (s *Store) CallNode(id string) (string, error) {
+	what := fmt.Sprintf("node of call %s", id)
+	if err := s.check(what); err != nil {
+		return "", err
+	}
+	v, _, ok, err := s.get(what, s.key("pending", id))
+	if err != nil || !ok {
+		return "", err
+	}
+	return string(v), nil
+}

@@ -133,7 +133,8 @@ func TestAdoptBindsTheCallToTheCurrentLease(t *testing.T) {
 }
 
 // Adopt refuses a call that is not pending on this node: handed on to
-// another node meanwhile, final, or gone.
+// another node meanwhile, final, or gone; CallNode names the node a call
+// is pending on.
 func TestAdoptRefusesACallNotPendingHere(t *testing.T) {
 	m := startMember(t, t.TempDir())
 	a := openStore(t, m, Options{Node: "a"})
@@ -152,6 +153,12 @@ func TestAdoptRefusesACallNotPendingHere(t *testing.T) {
 	for _, id := range []string{"call_b", "call_done", "call_none"} {
 		if _, err := a.Adopt(id); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("node a Adopt(%s) = %v, want ErrNotFound", id, err)
+		}
+	}
+	// Any node tells which node a call is pending on; none once final.
+	for id, want := range map[string]string{"call_b": "b", "call_done": "", "call_none": ""} {
+		if got, err := a.CallNode(id); err != nil || got != want {
+			t.Errorf("CallNode(%s) = %q, %v; want %q", id, got, err, want)
 		}
 	}
 }
