@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -34,6 +36,11 @@ type openedStore struct {
 	daemonStore
 	member *etcd.Member // this node's etcd member; nil when it runs none
 	etcd   *etcd.Store  // the store in cluster mode; nil on a single box
+	// In cluster mode: the signer of requests between nodes (from
+	// cluster.secretFile) and the payloads over the inline limit held on
+	// this node (<dataDir>/payloads).
+	signer   *cluster.Signer
+	payloads *cluster.PayloadStore
 }
 
 // Close closes the store, then the member it talked to.
@@ -69,10 +76,24 @@ func openStore(cfg config.Config, log zerolog.Logger) (openedStore, error) {
 		return openedStore{daemonStore: st}, nil
 	}
 	c := cfg.Cluster
+	// The secret first: a node that cannot sign or check requests between
+	// nodes must not join.
+	secret, err := cluster.ReadSecret(c.SecretFile)
+	if err != nil {
+		return openedStore{}, fmt.Errorf("cluster.secretFile: %w", err)
+	}
+	signer, err := cluster.NewSigner(c.Name, secret, nil)
+	if err != nil {
+		return openedStore{}, fmt.Errorf("cluster.secretFile %s: %w", c.SecretFile, err)
+	}
+	payloads, err := cluster.OpenPayloads(cluster.PayloadOptions{Dir: filepath.Join(cfg.DataDir, "payloads"), Signer: signer,
+		Log: log.With().Str("source", "payloads").Logger()})
+	if err != nil {
+		return openedStore{}, err
+	}
 	tlsFiles := etcd.TLSFiles(c.Etcd.TLS)
 	var clientTLS *tls.Config
 	if tlsFiles != (etcd.TLSFiles{}) {
-		var err error
 		if clientTLS, err = etcd.ClientTLS(tlsFiles); err != nil {
 			return openedStore{}, fmt.Errorf("cluster.etcd.tls: %w", err)
 		}
@@ -94,14 +115,14 @@ func openStore(cfg config.Config, log zerolog.Logger) (openedStore, error) {
 		endpoints = m.ClientURLs()
 	}
 	st, err := etcd.Open(etcd.Options{Endpoints: endpoints, TLS: clientTLS, Prefix: c.Etcd.Prefix, Node: c.Name,
-		DialTimeout: c.Etcd.DialTimeout})
+		DialTimeout: c.Etcd.DialTimeout, Payloads: payloads})
 	if err != nil {
 		if o.member != nil {
 			o.member.Close()
 		}
 		return openedStore{}, err
 	}
-	o.daemonStore, o.etcd = st, st
+	o.daemonStore, o.etcd, o.signer, o.payloads = st, st, signer, payloads
 	log.Info().Str("node", c.Name).Strs("etcd", endpoints).Bool("member", o.member != nil).
 		Msg("cluster mode: records in etcd")
 	return o, nil
@@ -117,11 +138,18 @@ func (l etcdLog) Write(p []byte) (int, error) {
 }
 
 // clusterMode is what a node of a cluster runs beside the single box's
-// pieces: its membership (cluster.Node: lease, node key, leader election)
-// and the signer of requests between nodes. Nil on a single box.
+// pieces: its membership (cluster.Node: lease, node key, leader election),
+// the router of starts to the nodes a project is placed on, and the
+// payloads held on this node. Nil on a single box.
 type clusterMode struct {
-	node   *cluster.Node
-	signer *cluster.Signer
+	node     *cluster.Node
+	router   *cluster.Router
+	signer   *cluster.Signer
+	payloads *cluster.PayloadStore
+	refs     cluster.PayloadRefs
+	callNode func(id string) (string, error)
+	sched    func() schedulerHooks
+	capacity func() backend.Capacity
 	// bound is closed once the node's first session has bound the
 	// store's call writes to its lease: the scheduler starts after it, so
 	// that every call it writes is fenced.
@@ -139,30 +167,24 @@ type schedulerHooks interface {
 	Snapshot() scheduler.Status
 }
 
-// newClusterMode reads the cluster secret (failing clearly when it is
-// missing, readable by others or short) and creates this node's
-// membership over the etcd store: each session binds the store's call
-// writes to its lease, a lapsed lease abandons the scheduler's live calls,
-// calls the leader hands here are adopted, and a placement change makes
-// the scheduler read the project's share again. sched is set before the
-// node runs; capacity is the replica backend's. Returns nil, nil on a
-// single box.
+// newClusterMode creates this node's membership over the etcd store: each
+// session binds the store's call writes to its lease, a lapsed lease
+// abandons the scheduler's live calls, calls the leader hands here are
+// adopted, and a placement change makes the scheduler read the project's
+// share again and wakes the starts waiting for a placement. sched is set
+// before the node runs; capacity is the replica backend's. Returns nil,
+// nil on a single box.
 func newClusterMode(cfg config.Config, o openedStore, sched func() schedulerHooks,
 	capacity func() backend.Capacity, log zerolog.Logger) (*clusterMode, error) {
 	if cfg.Cluster == nil {
 		return nil, nil
 	}
 	st := o.etcd
-	secret, err := cluster.ReadSecret(cfg.Cluster.SecretFile)
-	if err != nil {
-		return nil, fmt.Errorf("cluster.secretFile: %w", err)
-	}
-	signer, err := cluster.NewSigner(cfg.Cluster.Name, secret, nil)
-	if err != nil {
-		return nil, fmt.Errorf("cluster.secretFile %s: %w", cfg.Cluster.SecretFile, err)
-	}
-	m := &clusterMode{signer: signer, bound: make(chan struct{}), sessions: make(chan clientv3.LeaseID, 1)}
+	m := &clusterMode{signer: o.signer, payloads: o.payloads, refs: st, callNode: st.CallNode,
+		sched: sched, capacity: capacity,
+		bound: make(chan struct{}), sessions: make(chan clientv3.LeaseID, 1)}
 	var once sync.Once
+	var err error
 	m.node, err = cluster.New(cluster.Options{
 		Client: st.Client(), Prefix: st.Prefix(),
 		Name: cfg.Cluster.Name, Advertise: cfg.AdvertiseURL(), Member: o.member != nil,
@@ -186,12 +208,19 @@ func newClusterMode(cfg config.Config, o openedStore, sched func() schedulerHook
 			}
 			sched().Adopt(c)
 		},
-		OnPlacement: func(project string) { sched().ProjectChanged(project) },
-		Store:       st,
-		Log:         log,
+		OnPlacement: func(project string) {
+			sched().ProjectChanged(project)
+			m.router.PlacementChanged(project)
+		},
+		Store: st,
+		Log:   log,
 	})
 	if err != nil {
 		return nil, err
+	}
+	m.router = cluster.NewRouter(m.node)
+	if m.payloads != nil {
+		m.payloads.SetPeers(m.node)
 	}
 	return m, nil
 }
@@ -206,6 +235,49 @@ func (m *clusterMode) share(project string) (lo, hi int, ok bool) {
 	}
 	s, ok := p.Nodes[m.node.Name()]
 	return s.Min, s.Max, ok
+}
+
+// routing is the public API's cluster routing (httpapi.Options.Routing):
+// starts and cancels forwarded to the nodes that run them, and the signed
+// payload API of this node under /cluster/v1/.
+func (m *clusterMode) routing() *httpapi.Routing {
+	r := &httpapi.Routing{Router: m.router, Signer: m.signer, CallNode: m.callNode,
+		Fits: func(p store.Project) bool { return fitsNow(m.sched().Snapshot(), m.capacity(), p) }}
+	if m.payloads != nil {
+		const payload = "payloads/:id/:kind"
+		r.Handle(http.MethodGet, payload, m.payloads)
+		r.Handle(http.MethodPut, payload, m.payloads)
+		r.Handle(http.MethodDelete, "payloads/:id", m.payloads)
+	}
+	return r
+}
+
+// fitsNow reports whether this node could boot a replica of p now: a free
+// CPU slot for a CPU project; for a GPU project enough healthy GPUs with
+// its gpuMemoryMiB free each (as nodeLoad counts it), or, for whole GPUs,
+// held by no replica.
+func fitsNow(st scheduler.Status, capa backend.Capacity, p store.Project) bool {
+	c, _ := nodeLoad(st, capa)
+	gpus, mem := p.Model.GPUs, int64(max(p.Model.GPUMemoryMiB, 0))
+	if mem > 0 && gpus == 0 {
+		gpus = 1 // as the scheduler places it
+	}
+	if gpus == 0 {
+		return c.CPUUsed < c.CPUSlots
+	}
+	held := map[string]bool{}
+	for _, g := range st.GPUs {
+		held[g.UUID] = len(g.Replicas) > 0
+	}
+	free := 0
+	for _, g := range c.GPUs {
+		switch {
+		case !g.Healthy || g.InUse:
+		case mem > 0 && g.FreeMiB >= mem, mem == 0 && !held[g.UUID]:
+			free++
+		}
+	}
+	return free >= gpus
 }
 
 // nodeLoad is what a node publishes of itself (cluster.NodeInfo): its

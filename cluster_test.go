@@ -201,3 +201,41 @@ func freeAddr(t *testing.T) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+// A start of a project with no placement runs here only if this node could
+// boot a replica of it now.
+func TestFitsNowIsAFreeSlotOrFreeGPUs(t *testing.T) {
+	capa := backend.Capacity{CPUSlots: 2, GPUs: []gpu.Device{
+		{Index: 0, UUID: "GPU-a", MemoryTotalMiB: 16000, MemoryFreeMiB: 16000},
+		{Index: 1, UUID: "GPU-b", MemoryTotalMiB: 16000, MemoryFreeMiB: 15000},
+	}}
+	st := scheduler.Status{CPUSlots: 2, GPUs: []scheduler.GPUStatus{
+		{UUID: "GPU-a", ReservedMiB: 10000, Replicas: []string{"p-1"}},
+		{UUID: "GPU-b", Replicas: []string{}},
+	}}
+	full := st
+	full.CPUSlotsUsed = 2
+	project := func(gpus, mem int) store.Project {
+		return store.Project{ID: "p", Model: store.ModelSpec{GPUs: gpus, GPUMemoryMiB: mem}}
+	}
+	for _, tc := range []struct {
+		name string
+		st   scheduler.Status
+		p    store.Project
+		want bool
+	}{
+		{"CPU project, a slot free", st, project(0, 0), true},
+		{"CPU project, every slot used", full, project(0, 0), false},
+		{"one whole GPU, one held by no replica", st, project(1, 0), true},
+		{"two whole GPUs, one held", st, project(2, 0), false},
+		{"memory that fits beside another replica", st, project(0, 6000), true},
+		{"memory on two GPUs, one too full", st, project(2, 8000), false},
+		{"memory on two GPUs, both with room", st, project(2, 5000), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := fitsNow(tc.st, capa, tc.p); got != tc.want {
+				t.Errorf("fitsNow = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -83,8 +83,10 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var routing *httpapi.Routing // starts and cancels follow the placement; nil on a box
 	if cm != nil {
 		schedCfg.Share = cm.share
+		routing = cm.routing()
 	}
 	sched = scheduler.New(schedCfg, st, replicas, scheduler.RealClock(), log)
 	st.OnProjectChange(sched.ProjectChanged)
@@ -126,6 +128,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			},
 			WebhookPolicy: hookPolicy,
 			Streams:       streams,
+			Routing:       routing,
 			// Event streams and /run waits end with the other waits.
 			Stopping: apiCtx.Done(),
 		}, st, sched),
@@ -183,6 +186,9 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	})
 	if cm != nil {
 		g.Go(func() error { return cm.node.Run(nodeCtx) })
+		// Payload files no reference names this node for, an hour old
+		// (docs/cluster.md, "Left over").
+		g.Go(func() error { return cm.payloads.RunSweeper(gctx, cm.refs, cfg.SweepInterval, time.Hour) })
 	}
 	g.Go(func() error { return st.RunSweeper(gctx, cfg.ResultTTL, cfg.SweepInterval) })
 	g.Go(func() error { return gpus.Run(gctx, cfg.GPU.RefreshInterval) })
