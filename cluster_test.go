@@ -239,3 +239,32 @@ func TestFitsNowIsAFreeSlotOrFreeGPUs(t *testing.T) {
 		})
 	}
 }
+
+// A node whose cluster secret is missing, readable by others or short
+// does not start, and says why, before it touches etcd.
+func TestServeRefusesABadClusterSecret(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string, mode os.FileMode) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	for _, tc := range []struct {
+		name, path, want string
+	}{
+		{"missing", filepath.Join(dir, "none"), "no such file"},
+		{"readable by others", write("open", strings.Repeat("s", 40), 0o644), "chmod 600"},
+		{"short", write("short", "tiny", 0o600), "need at least 32"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := config.Config{DataDir: t.TempDir(), Cluster: &config.Cluster{Name: "n1", SecretFile: tc.path,
+				Etcd: config.ClusterEtcd{Endpoints: []string{"http://127.0.0.1:1"}}}}
+			_, err := openStore(cfg, zerolog.Nop())
+			if err == nil || !strings.Contains(err.Error(), "cluster.secretFile") || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("openStore = %v, want a cluster.secretFile error saying %q", err, tc.want)
+			}
+		})
+	}
+}
