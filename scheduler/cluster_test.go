@@ -69,6 +69,17 @@ func TestAdoptRunsAHandedCallOnce(t *testing.T) {
 	}
 }
 
+// oneReadyReplica runs a harness with project p, of one replica (min and
+// max 1), and returns it once that replica is ready. Call h.stop.
+func oneReadyReplica(t *testing.T) (store.Project, *harness, *fakeInstance) {
+	t.Helper()
+	p := testProject("p", minMax(1, 1))
+	h := newHarness(t, Config{}, nil, p)
+	i := h.launched()
+	h.ready(i)
+	return p, h, i
+}
+
 // When the node's lease lapses, every live call is dropped without a
 // write: the running call's model request is aborted, the queued call
 // never runs here, waiters wake with the call as it stands, a sync start
@@ -76,11 +87,8 @@ func TestAdoptRunsAHandedCallOnce(t *testing.T) {
 // not land is left to the store, and the replica stays.
 func TestAbandonDropsLiveCallsWithoutWritingAndKeepsReplicas(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := testProject("p", minMax(1, 1))
-		h := newHarness(t, Config{}, nil, p)
+		p, h, i := oneReadyReplica(t)
 		defer h.stop()
-		i := h.launched()
-		h.ready(i)
 		// A call whose final write failed (etcd unreachable, say), kept in
 		// memory to answer for it.
 		failed := h.submit(p, `0`)
@@ -207,11 +215,8 @@ func TestFencedWritesForgetTheCall(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				p := testProject("p", minMax(1, 1))
-				h := newHarness(t, Config{}, nil, p)
+				p, h, i := oneReadyReplica(t)
 				defer h.stop()
-				i := h.launched()
-				h.ready(i)
 				h.st.setFail(fenced(tc.refuse))
 				tc.check(t, h, p, i)
 			})
