@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -33,10 +34,11 @@ func nodeLease(t *testing.T, s *Store, key string) clientv3.LeaseID {
 // cutOffAndBack returns node a's store after c was written under a lease
 // that then went (revoked, as a cut-off node's lapses) and the node
 // rejoined under a new lease.
-func cutOffAndBack(t *testing.T, c store.Call) *Store {
+func cutOffAndBack(t *testing.T, opts Options, c store.Call) *Store {
 	t.Helper()
 	m := startMember(t, t.TempDir())
-	s := openStore(t, m, Options{Node: "a"})
+	opts.Node = "a"
+	s := openStore(t, m, opts)
 	t.Cleanup(func() { s.Close() })
 	ctx := context.Background()
 	key := s.Prefix() + "nodes/a"
@@ -56,7 +58,7 @@ func cutOffAndBack(t *testing.T, c store.Call) *Store {
 // new one; its new calls commit, in the same transaction as the refused
 // write, and the refused write queues none of its webhook messages.
 func TestWriteUnderALapsedLeaseIsFencedWhileTheBatchCommits(t *testing.T) {
-	s := cutOffAndBack(t, store.Call{ID: "call_old", TeamID: "acme", State: store.CallQueued})
+	s := cutOffAndBack(t, Options{}, store.Call{ID: "call_old", TeamID: "acme", State: store.CallQueued})
 	ctx := context.Background()
 
 	// One batch: the old call's late result, a new call, and an unfenced
@@ -114,7 +116,7 @@ func TestWriteUnderALapsedLeaseIsFencedWhileTheBatchCommits(t *testing.T) {
 // again, though it was taken under a lease that lapsed.
 func TestAdoptBindsTheCallToTheCurrentLease(t *testing.T) {
 	in := []byte(`{"x":1}`)
-	s := cutOffAndBack(t, store.Call{ID: "call_1", TeamID: "acme", State: store.CallQueued, Inputs: in})
+	s := cutOffAndBack(t, Options{}, store.Call{ID: "call_1", TeamID: "acme", State: store.CallQueued, Inputs: in})
 	ctx := context.Background()
 	if err := s.SaveCall(ctx, store.Call{ID: "call_1", TeamID: "acme", State: store.CallRunning}); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("write before Adopt = %v, want ErrFenced", err)
@@ -186,4 +188,26 @@ func TestFullBatchOfFencedCallsFitsOneTransaction(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// Payloads held on nodes go with their call's write: a fenced write names
+// none of its held outputs in etcd, while a call of the new lease has its
+// held inputs named.
+func TestFencedWriteNamesNoHeldPayload(t *testing.T) {
+	big := jsonOf(InlineLimit+1, "b")
+	s := cutOffAndBack(t, Options{Payloads: newFakePayloads()}, store.Call{ID: "call_old", State: store.CallRunning})
+	ctx := context.Background()
+	err := s.SaveCall(ctx, store.Call{ID: "call_old", State: store.CallSucceeded, Message: "success", Outputs: big})
+	if !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("late result with held outputs = %v, want ErrFenced", err)
+	}
+	if _, ok, err := s.HeldPayload("call_old", KindOutputs); err != nil || ok {
+		t.Errorf("the fenced write's outputs are named in etcd (%v, %v)", ok, err)
+	}
+	if err := s.SaveCall(ctx, store.Call{ID: "call_new", State: store.CallQueued, Inputs: big}); err != nil {
+		t.Fatal(err)
+	}
+	if in, err := s.CallInputs("call_new"); err != nil || !bytes.Equal(in, big) {
+		t.Errorf("CallInputs of the new lease's call = %d bytes, %v; want its held inputs", len(in), err)
+	}
 }
