@@ -221,8 +221,13 @@ type lost struct {
 }
 
 // nodeChanged is the nodes cache's hook: a node joined or vanished, which
-// the leader acts on at once.
+// the leader acts on at once. A node's load changes (its key put again)
+// wait for the leader's next recheck: they come up to once a second from
+// every node, and a pass reads etcd.
 func (n *Node) nodeChanged(c change) {
+	if !c.deleted && !c.created {
+		return
+	}
 	if c.deleted {
 		var info NodeInfo
 		_ = json.Unmarshal(c.prev, &info) // unknown: a zero start, taken as restarted

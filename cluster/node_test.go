@@ -400,3 +400,71 @@ func TestLostNodesCallsAreHandedOverOrFailed(t *testing.T) {
 		t.Errorf("nodes with calls = %v, %v; want x's all moved", nodes, err)
 	}
 }
+
+// A node whose key vanished and came back from the same process (fenced,
+// rejoined) abandoned its calls: those written before its key vanished
+// are handed over, those written since stay. A node back from a restart
+// (another start time) recovers its own calls: they stay.
+func TestCallsOfAFencedNodeMoveButARestartedNodeKeepsThem(t *testing.T) {
+	m := startMember(t)
+	a, b := startNode(t, m, "a", 2), startNode(t, m, "b", 2)
+	leader := agreedLeader(t, a, b)
+	f, _ := leader.n.leadingFence()
+	putProject(t, a.st, project("once", 0, 1, 0, 0))
+	waitFor(t, "the project is placed", func() bool { _, ok := a.n.Placement("once"); return ok })
+	x, _ := fakeNode(t, m, "x")
+	resp, err := x.Client().Get(context.Background(), x.Prefix()+NodesPrefix+"x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info NodeInfo
+	if err := json.Unmarshal(resp.Kvs[0].Value, &info); err != nil {
+		t.Fatal(err)
+	}
+	save := func(id string) {
+		c := store.Call{ID: id, ProjectID: "once", TeamID: "acme", State: store.CallQueued, Created: time.Now().UTC()}
+		if err := x.SaveCall(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	save("call_old")
+	now, err := x.Client().Get(context.Background(), "any")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vanished := func(started time.Time) {
+		gone := info
+		gone.Started = started
+		v, _ := json.Marshal(gone)
+		leader.n.nodeChanged(change{name: "x", deleted: true, rev: now.Header.Revision + 1, prev: v})
+		projects, err := leader.st.ListProjects("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := leader.n.handleLost(f, projects); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vanished(info.Started.Add(-time.Hour)) // restarted
+	if got, err := leader.st.CallsOfNode("x"); err != nil || len(got) != 1 {
+		t.Fatalf("after a restart x holds %v, %v; want call_old still", got, err)
+	}
+	save("call_new")
+	vanished(info.Started) // fenced and back
+	got, err := leader.st.CallsOfNode("x")
+	if err != nil || len(got) != 1 || got[0].Call.ID != "call_new" {
+		t.Fatalf("after a rejoin x holds %v, %v; want call_new only", got, err)
+	}
+	select {
+	case id := <-a.adopted:
+		if id != "call_old" {
+			t.Errorf("a adopted %s", id)
+		}
+	case id := <-b.adopted:
+		if id != "call_old" {
+			t.Errorf("b adopted %s", id)
+		}
+	case <-time.After(within):
+		t.Fatal("call_old was not adopted")
+	}
+}
