@@ -32,6 +32,9 @@ import (
 //     goes to the others.
 //  4. Every project is on at least one node (a start needs somewhere to
 //     run), the fitting node with the most room, even with minReplicas 0.
+//     With no room anywhere (every GPU held, by idle replicas perhaps,
+//     which that node's scheduler may stop), the first node by name whose
+//     GPUs could hold a replica once free; a CPU project any node.
 //  5. Scale-out: when every placed node runs its share's Max (or as many
 //     as it can: its ProjectLoad.Max) and calls are queued there, one
 //     fitting node is added, while the project's maxReplicas allows.
@@ -184,12 +187,14 @@ func placeOne(p store.Project, names []string, live map[string]NodeInfo, rooms m
 	}
 	// Rule 4: somewhere to run.
 	if len(placed) == 0 {
-		n := best(nil)
-		if n == "" {
+		if n := best(nil); n != "" {
+			rooms[n].take(p.Model)
+			placed[n] = true
+		} else if n := couldFit(p.Model, names, live); n != "" {
+			placed[n] = true
+		} else {
 			return nil
 		}
-		rooms[n].take(p.Model)
-		placed[n] = true
 	}
 	// Rule 5: scale-out.
 	if len(placed) < maxR && saturated(p.ID, placed, live, cur) {
@@ -235,4 +240,25 @@ func saturated(id string, placed map[string]bool, live map[string]NodeInfo, cur 
 		queued = queued || l.Queued > 0
 	}
 	return queued
+}
+
+// couldFit returns the first node (by name) that could hold a replica of a
+// project with model m once its GPUs were free: enough healthy GPUs large
+// enough. Any node could hold a CPU replica.
+func couldFit(m store.ModelSpec, names []string, live map[string]NodeInfo) string {
+	for _, n := range names {
+		if m.GPUs <= 0 {
+			return n
+		}
+		count := 0
+		for _, g := range live[n].Capacity.GPUs {
+			if g.Healthy && g.TotalMiB >= int64(m.GPUMemoryMiB) && g.TotalMiB > 0 {
+				count++
+			}
+		}
+		if count >= m.GPUs {
+			return n
+		}
+	}
+	return ""
 }

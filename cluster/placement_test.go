@@ -64,6 +64,13 @@ func TestPlacement(t *testing.T) {
 			want:     map[string]shares{"p1": {"a": {1, 1}}, "p2": {"b": {1, 1}}},
 		},
 		{
+			name:     "with every GPU held the project goes where it could fit once one is free",
+			projects: []store.Project{project("gpu", 1, 1, 2, 0)},
+			nodes: []NodeInfo{node("a", 4, gpu(0, 24000, 0, true)),
+				node("b", 4, gpu(0, 24000, 0, true), gpu(1, 24000, 0, true))},
+			want: map[string]shares{"gpu": {"b": {0, 1}}},
+		},
+		{
 			name:     "a CPU project needs a free CPU slot",
 			projects: []store.Project{project("cpu", 1, 1, 0, 0)},
 			nodes:    []NodeInfo{{Name: "a", Capacity: Capacity{CPUSlots: 2, CPUUsed: 2}}, node("b", 1)},
