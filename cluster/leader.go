@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -23,19 +23,21 @@ import (
 // lapses, and every leader write is fenced on the election key anyway
 // (for about 0.6 s after a cut two nodes may both believe they lead).
 func (n *Node) campaign(ctx context.Context, sess *concurrency.Session) {
-	e := concurrency.NewElection(sess, n.o.Prefix+strings.TrimSuffix(ElectionPrefix, "/"))
+	dir := n.o.Prefix + ElectionPrefix
 	for ctx.Err() == nil {
-		if err := e.Campaign(ctx, n.o.Name); err != nil {
+		key, rev, err := n.stand(ctx, sess, dir)
+		if err != nil {
 			if ctx.Err() == nil {
 				n.o.Log.Warn().Err(err).Str("node", n.o.Name).Msg("standing for cluster leader failed; trying again")
 				waitOr(ctx, nil, n.o.Retry)
 			}
 			continue
 		}
+		e := concurrency.ResumeElection(sess, dir, key, rev)
 		f := etcd.Fence{Key: e.Key(), Rev: e.Rev()}
 		n.setLeading(&f)
 		n.o.Log.Info().Str("node", n.o.Name).Int64("rev", f.Rev).Msg("this node leads the cluster")
-		err := n.lead(ctx, f)
+		err = n.lead(ctx, f)
 		n.setLeading(nil)
 		// Resign (on shutdown too: a dead leader's key would block the
 		// next election until its lease lapsed); bounded, as etcd may be
@@ -49,6 +51,68 @@ func (n *Node) campaign(ctx context.Context, sess *concurrency.Session) {
 			n.o.Log.Warn().Err(err).Str("node", n.o.Name).Msg("this node stopped leading the cluster")
 		}
 	}
+}
+
+// stand is concurrency.Election.Campaign without its clean-up: it puts
+// this session's candidate key (create-if-absent, under the lease) and
+// waits until no older candidate is left; it returns the key and its
+// create revision. Campaign resigns through the client's own context when
+// its context ends, which hangs while etcd is unreachable (a node cut
+// off, or shutting down without etcd); here nothing is to clean up: the
+// key goes with the lease (revoked at shutdown, lapsed when cut off).
+func (n *Node) stand(ctx context.Context, sess *concurrency.Session, dir string) (string, int64, error) {
+	cli := n.o.Client
+	key := fmt.Sprintf("%s%x", dir, sess.Lease())
+	pctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	resp, err := cli.Txn(pctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, n.o.Name, clientv3.WithLease(sess.Lease()))).
+		Else(clientv3.OpGet(key)).Commit()
+	cancel()
+	if err != nil {
+		return "", 0, fmt.Errorf("put candidate key: %w", err)
+	}
+	rev := resp.Header.Revision
+	if !resp.Succeeded {
+		rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
+	}
+	// Wait for every older candidate's key to go, newest first (as
+	// concurrency's waitDeletes does).
+	for {
+		opts := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))
+		gctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		older, err := cli.Get(gctx, dir, opts...)
+		cancel()
+		if err != nil {
+			return "", 0, fmt.Errorf("read older candidates: %w", err)
+		}
+		if len(older.Kvs) == 0 {
+			return key, rev, nil
+		}
+		if err := waitDeleted(ctx, cli, string(older.Kvs[0].Key), older.Header.Revision); err != nil {
+			return "", 0, err
+		}
+	}
+}
+
+// waitDeleted waits until key is deleted after revision rev, or ctx ends.
+func waitDeleted(ctx context.Context, cli *clientv3.Client, key string, rev int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for wr := range cli.Watch(wctx, key, clientv3.WithRev(rev+1)) {
+		if err := wr.Err(); err != nil {
+			return fmt.Errorf("watch older candidate: %w", err)
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.DELETE {
+				return nil
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return errors.New("watch older candidate: ended")
 }
 
 func (n *Node) setLeading(f *etcd.Fence) {

@@ -318,13 +318,21 @@ func (n *Node) session(ctx context.Context) error {
 	}
 	n.live.Store(false)
 	pcancel()
+	if fenced {
+		// At once, before waiting for this session's goroutines: one may
+		// be inside an etcd request that lasts while the node is cut off.
+		n.endSession(sess, true)
+		wg.Wait()
+		return nil
+	}
 	wg.Wait()
-	n.endSession(sess, fenced)
+	n.endSession(sess, false)
 	return nil
 }
 
 // endSession ends a session: a lapsed one is told to OnFenced; one ended
-// by shutdown revokes its lease.
+// by shutdown revokes its lease (bounded by the TTL: past it, the lease
+// has lapsed anyway).
 func (n *Node) endSession(sess *concurrency.Session, fenced bool) {
 	if fenced {
 		n.o.Log.Warn().Str("node", n.o.Name).Int64("lease", int64(sess.Lease())).

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -70,7 +72,19 @@ func (tn *testNode) kill() {
 // startNode starts node name over m, its capacity a CPU slots.
 func startNode(t *testing.T, m *etcd.Member, name string, cpuSlots int) *testNode {
 	t.Helper()
-	st, err := etcd.Open(etcd.Options{Endpoints: m.ClientURLs(), Node: name, Prefix: "/test/"})
+	return startNodeOn(t, m.ClientURLs()[0], name, cpuSlots, 0)
+}
+
+// startNodeAt starts node name (2 CPU slots) with etcd at endpoint and a
+// session TTL of its own.
+func startNodeAt(t *testing.T, endpoint, name string, ttl time.Duration) *testNode {
+	t.Helper()
+	return startNodeOn(t, endpoint, name, 2, ttl)
+}
+
+func startNodeOn(t *testing.T, endpoint, name string, cpuSlots int, ttl time.Duration) *testNode {
+	t.Helper()
+	st, err := etcd.Open(etcd.Options{Endpoints: []string{endpoint}, Node: name, Prefix: "/test/", RequestTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +100,7 @@ func startNode(t *testing.T, m *etcd.Member, name string, cpuSlots int) *testNod
 		Adopt:        func(id string) { tn.adopted <- id },
 		OnFenced:     func() { tn.fenced <- struct{}{} },
 		Log:          zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
-		PublishEvery: 20 * time.Millisecond, RecheckEvery: 100 * time.Millisecond, Retry: 50 * time.Millisecond,
+		PublishEvery: 20 * time.Millisecond, RecheckEvery: 100 * time.Millisecond, Retry: 50 * time.Millisecond, TTL: ttl,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +173,23 @@ func agreedLeader(t *testing.T, nodes ...*testNode) *testNode {
 func TestThreeNodesElectOneLeaderAndSeeEachOther(t *testing.T) {
 	m := startMember(t)
 	a, b, c := startNode(t, m, "a", 2), startNode(t, m, "b", 2), startNode(t, m, "c", 2)
-	agreedLeader(t, a, b, c)
+	leader := agreedLeader(t, a, b, c)
+	defer func() {
+		// A leader shut down resigns and revokes its lease: its key goes
+		// and another leads at once, well before the lease's TTL.
+		start := time.Now()
+		leader.kill()
+		var rest []*testNode
+		for _, tn := range []*testNode{a, b, c} {
+			if tn != leader {
+				rest = append(rest, tn)
+			}
+		}
+		agreedLeader(t, rest...)
+		if d := time.Since(start); d >= LeaseTTL/2 {
+			t.Errorf("after the leader shut down a new one took %s", d)
+		}
+	}()
 	info, ok := b.n.NodeInfo("c")
 	if !ok || info.Advertise != "http://c" || info.Capacity.CPUSlots != 2 || info.Lease == 0 {
 		t.Errorf("b's NodeInfo(c) = %+v, %v", info, ok)
@@ -467,4 +497,97 @@ func TestCallsOfAFencedNodeMoveButARestartedNodeKeepsThem(t *testing.T) {
 	case <-time.After(within):
 		t.Fatal("call_old was not adopted")
 	}
+}
+
+// cutProxy forwards TCP to etcd until cut: then it closes every
+// connection and refuses new ones, as a node cut off from etcd sees it.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	cut    bool
+	conns  []net.Conn
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: strings.TrimPrefix(target, "http://")}
+	p.wg.Go(p.accept)
+	t.Cleanup(func() {
+		ln.Close()
+		p.setCut(true)
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *cutProxy) url() string { return "http://" + p.ln.Addr().String() }
+
+func (p *cutProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.cut {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		p.conns = append(p.conns, c, up)
+		p.mu.Unlock()
+		p.wg.Go(func() { io.Copy(up, c); up.Close() })
+		p.wg.Go(func() { io.Copy(c, up); c.Close() })
+	}
+}
+
+func (p *cutProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.conns = nil
+	}
+}
+
+// A node cut off from etcd is fenced once its lease lapses (while still
+// cut off: nothing waits on etcd first), the others see its key vanish,
+// and once the cut heals it rejoins under a new lease.
+func TestACutOffNodeIsFencedAndRejoinsAfterHealing(t *testing.T) {
+	m := startMember(t)
+	a := startNode(t, m, "a", 2)
+	proxy := newCutProxy(t, m.ClientURLs()[0])
+	b := startNodeAt(t, proxy.url(), "b", 2*time.Second)
+	agreedLeader(t, a, b)
+	before, _ := a.n.NodeInfo("b")
+	proxy.setCut(true)
+	select {
+	case <-b.fenced:
+	case <-time.After(within):
+		t.Fatal("the cut-off node was not fenced")
+	}
+	if b.n.Live() {
+		t.Error("a fenced node says it is live")
+	}
+	waitFor(t, "a sees b's key vanish", func() bool { _, ok := a.n.NodeInfo("b"); return !ok })
+	proxy.setCut(false)
+	waitFor(t, "b rejoins", func() bool {
+		info, ok := a.n.NodeInfo("b")
+		return ok && info.Lease != before.Lease && b.n.Live()
+	})
+	agreedLeader(t, a, b)
 }
