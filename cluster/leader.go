@@ -329,6 +329,11 @@ func (n *Node) handOverNode(f etcd.Fence, name string, before int64, projects ma
 			to = n.target(c.ProjectID, name)
 		}
 		if to != "" {
+			if c.State == store.CallRunning {
+				// Its queue deadline is behind it: it was dispatched in
+				// time (as the scheduler's restart recovery does).
+				c.QueueTimeout = 0
+			}
 			err = n.o.Store.HandOver(f, c, ca.Rev, to)
 			moved++
 		} else if again {

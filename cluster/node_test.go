@@ -379,9 +379,9 @@ func TestLostNodesCallsAreHandedOverOrFailed(t *testing.T) {
 	waitFor(t, "x is seen", func() bool { _, ok := a.n.NodeInfo("x"); return ok })
 	now := time.Now().UTC()
 	calls := []store.Call{
-		{ID: "call_queued", ProjectID: "once", TeamID: "acme", State: store.CallQueued, Created: now, Inputs: []byte(`{}`)},
+		{ID: "call_queued", ProjectID: "once", TeamID: "acme", State: store.CallQueued, Created: now, Inputs: []byte(`{}`), QueueTimeout: 30},
 		{ID: "call_running", ProjectID: "once", TeamID: "acme", State: store.CallRunning, Attempt: 1, Created: now, Dispatched: now},
-		{ID: "call_retry", ProjectID: "again", TeamID: "acme", State: store.CallRunning, Attempt: 1, Created: now, Dispatched: now},
+		{ID: "call_retry", ProjectID: "again", TeamID: "acme", State: store.CallRunning, Attempt: 1, Created: now, Dispatched: now, QueueTimeout: 30},
 	}
 	for _, c := range calls {
 		if err := x.SaveCall(context.Background(), c); err != nil {
@@ -403,10 +403,14 @@ func TestLostNodesCallsAreHandedOverOrFailed(t *testing.T) {
 			t.Fatalf("adopted %v, want call_queued and call_retry", adopted)
 		}
 	}
+	// A running call handed over keeps its attempt (the next dispatch
+	// counts the new one) and loses its queue deadline: it was dispatched
+	// in time.
 	for id, want := range map[string]struct {
-		project string
-		attempt int
-	}{"call_queued": {"once", 0}, "call_retry": {"again", 1}} {
+		project      string
+		attempt      int
+		queueTimeout int
+	}{"call_queued": {"once", 0, 30}, "call_retry": {"again", 1, 0}} {
 		project := want.project
 		node, ok := adopted[id]
 		pl, _ := a.n.Placement(project)
@@ -414,8 +418,8 @@ func TestLostNodesCallsAreHandedOverOrFailed(t *testing.T) {
 			t.Errorf("%s adopted by %q; want a node %s is placed on (%v)", id, node, project, pl.Nodes)
 		}
 		c, err := a.st.GetCall(id)
-		if err != nil || c.State != store.CallQueued || c.Attempt != want.attempt || !c.Dispatched.IsZero() {
-			t.Errorf("%s = %+v, %v; want queued, attempt %d kept", id, c, err, want.attempt)
+		if err != nil || c.State != store.CallQueued || c.Attempt != want.attempt || !c.Dispatched.IsZero() || c.QueueTimeout != want.queueTimeout {
+			t.Errorf("%s = %+v, %v; want queued, attempt %d, queueTimeout %d", id, c, err, want.attempt, want.queueTimeout)
 		}
 		waitFor(t, id+"'s assign key is deleted", func() bool {
 			resp, err := a.st.Client().Get(context.Background(), a.st.Prefix()+AssignPrefix+node+"/"+id)
