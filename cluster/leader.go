@@ -239,7 +239,7 @@ func (n *Node) handleLost(f etcd.Fence, projects []store.Project) error {
 		byID[p.ID] = p
 	}
 	for _, name := range names {
-		now, alive, err := n.alive(name)
+		now, alive, readAt, err := n.alive(name)
 		if err != nil {
 			return err
 		}
@@ -255,7 +255,9 @@ func (n *Node) handleLost(f etcd.Fence, projects []store.Project) error {
 		}
 		before := gone.rev
 		if !alive {
-			before = 0 // every call it holds
+			// Every call it holds, but none it might write if it came
+			// back right after this read.
+			before = readAt + 1
 		}
 		if err := n.handOverNode(f, name, before, byID); err != nil {
 			return err
@@ -283,28 +285,29 @@ func (n *Node) forget(name string, handled lost) {
 	n.mu.Unlock()
 }
 
-// alive reads node name's key now: a linearizable read, so a node the
-// cache has not heard of yet is never taken for dead.
-func (n *Node) alive(name string) (NodeInfo, bool, error) {
+// alive reads node name's key now, and the revision it read at: a
+// linearizable read, so a node the cache has not heard of yet is never
+// taken for dead.
+func (n *Node) alive(name string) (NodeInfo, bool, int64, error) {
 	if name == n.o.Name {
-		return NodeInfo{Name: name, Started: n.started}, true, nil
+		return NodeInfo{Name: name, Started: n.started}, true, 0, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
 	resp, err := n.o.Client.Get(ctx, n.o.Prefix+NodesPrefix+name)
 	if err != nil {
-		return NodeInfo{}, false, fmt.Errorf("is node %s alive: etcd: %w", name, err)
+		return NodeInfo{}, false, 0, fmt.Errorf("is node %s alive: etcd: %w", name, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return NodeInfo{}, false, nil
+		return NodeInfo{}, false, resp.Header.Revision, nil
 	}
 	var info NodeInfo
 	_ = json.Unmarshal(resp.Kvs[0].Value, &info) // undecodable: alive, of unknown start
-	return info, true, nil
+	return info, true, resp.Header.Revision, nil
 }
 
-// handOverNode moves the calls of lost node name (those written before
-// revision before, when it is not 0): a queued call to a live node its
+// handOverNode moves the calls of lost node name written before revision
+// before: a queued call to a live node its
 // project is placed on; a running one likewise as a retry when its
 // project's retries allow (the attempt it was in stays counted: the new
 // node's dispatch counts the next), else it fails with "node NAME was
@@ -317,7 +320,7 @@ func (n *Node) handOverNode(f etcd.Fence, name string, before int64, projects ma
 	msg := fmt.Sprintf("error: node %s was lost", name)
 	moved, failed := 0, 0
 	for _, ca := range calls {
-		if before != 0 && ca.Rev >= before {
+		if ca.Rev >= before {
 			continue // written after it came back: its own
 		}
 		c := ca.Call
