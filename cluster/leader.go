@@ -187,14 +187,13 @@ func (n *Node) placeAll(f etcd.Fence, projects []store.Project) error {
 		}
 		n.o.Log.Info().Str("project", id).Any("nodes", shares).Msg("cluster placement changed")
 	}
-	exists := map[string]bool{}
-	for _, p := range projects {
-		exists[p.ID] = true
-	}
+	// A deleted project's placement goes; so does one that no live node
+	// can take now (its nodes died): a start then waits for a placement
+	// rather than being sent to a dead node.
 	for id := range cur {
-		if !exists[id] {
+		if _, placed := want[id]; !placed {
 			if err := n.fenced(f, clientv3.OpDelete(n.o.Prefix+PlacementPrefix+id)); err != nil {
-				return fmt.Errorf("drop placement of deleted project %s: %w", id, err)
+				return fmt.Errorf("drop placement of project %s: %w", id, err)
 			}
 		}
 	}
