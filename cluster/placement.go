@@ -55,13 +55,17 @@ func newRoom(c Capacity) *room {
 	return &room{gpus: slices.Clone(c.GPUs), cpuFree: max(c.CPUSlots-c.CPUUsed, 0)}
 }
 
-// gpuNeed is the free MiB one GPU must have for one replica of p; 0 with
-// whole reports that the GPU must be all free and is then held whole.
+// gpuNeed is the free MiB GPU g must have for one replica of a project
+// with model m; whole reports that the replica holds the GPU whole. A
+// whole GPU must be all free, less the slack the node's scheduler allows
+// (scheduler/placement.go, wholeSlackMiB: what the driver reserves or
+// shows in use while nobody holds the GPU), which the node does not
+// publish: a 32nd of the GPU, at least 512 MiB.
 func gpuNeed(g GPUInfo, m store.ModelSpec) (need int64, whole bool) {
 	if m.GPUMemoryMiB > 0 {
 		return int64(m.GPUMemoryMiB), false
 	}
-	return g.TotalMiB, true
+	return g.TotalMiB - min(max(g.TotalMiB/32, 512), g.TotalMiB-1), true
 }
 
 // take takes the room of one replica of a project with model m, and

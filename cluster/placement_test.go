@@ -46,6 +46,13 @@ func TestPlacement(t *testing.T) {
 			want: map[string]shares{"gpu": {"c": {1, 2}}},
 		},
 		{
+			name:     "a whole GPU counts as free with what the driver keeps back, not when shared",
+			projects: []store.Project{project("gpu", 1, 1, 1, 0)},
+			nodes: []NodeInfo{node("a", 0, gpu(0, 24000, 12000, false)),
+				node("b", 0, gpu(0, 24000, 23500, false))},
+			want: map[string]shares{"gpu": {"b": {1, 1}}},
+		},
+		{
 			name:     "gpuMemoryMiB needs that much free on one GPU",
 			projects: []store.Project{project("gpu", 1, 1, 1, 8000)},
 			nodes:    []NodeInfo{node("a", 0, gpu(0, 24000, 4000, false)), node("b", 0, gpu(0, 24000, 9000, false))},
