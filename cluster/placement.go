@@ -42,8 +42,9 @@ import (
 //     gets its Min, the rest is dealt one at a time, by name. A node
 //     left with Max 0 (more nodes than maxReplicas) leaves the placement.
 //
-// A project whose Min cannot all be placed (no room anywhere) gets what
-// fits; the leader places the rest when room appears.
+// A project whose Min cannot all be placed where there is room has the
+// rest given to its placed nodes all the same (rule 3): the node's
+// scheduler starts those replicas when it has room.
 
 // room is what a node can still take while one placement pass runs.
 type room struct {
@@ -166,6 +167,7 @@ func placeOne(p store.Project, names []string, live map[string]NodeInfo, rooms m
 		return pick
 	}
 	// Rule 3: the minimum, one replica at a time.
+	short := 0 // replicas of the minimum no node has room for now
 	for range min(p.MinReplicas, maxR) {
 		n := ""
 		for _, m := range names {
@@ -182,7 +184,8 @@ func placeOne(p store.Project, names []string, live map[string]NodeInfo, rooms m
 		}
 		if n == "" {
 			if n = best(nil); n == "" {
-				break // no room anywhere now
+				short++ // no room anywhere now
+				continue
 			}
 			rooms[n].take(p.Model)
 		}
@@ -199,6 +202,19 @@ func placeOne(p store.Project, names []string, live map[string]NodeInfo, rooms m
 		} else {
 			return nil
 		}
+	}
+	// Rule 3, the rest: the part of the minimum with no room goes to the
+	// placed nodes all the same, the one given fewest first, so each node
+	// starts it when room appears there (its scheduler never runs more
+	// than it has room for).
+	for ; short > 0 && len(placed) > 0; short-- {
+		n := ""
+		for _, m := range slices.Sorted(maps.Keys(placed)) {
+			if n == "" || mins[m] < mins[n] {
+				n = m
+			}
+		}
+		mins[n]++
 	}
 	// Rule 5: scale-out.
 	if len(placed) < maxR && saturated(p.ID, placed, live, cur) {
