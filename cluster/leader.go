@@ -128,11 +128,19 @@ func (n *Node) setLeading(f *etcd.Fence) {
 func (n *Node) lead(ctx context.Context, f etcd.Fence) error {
 	t := time.NewTicker(n.o.RecheckEvery)
 	defer t.Stop()
+	var scanned time.Time // the last full scan of the pending calls' nodes
 	for {
-		if err := n.reconcile(f); errors.Is(err, etcd.ErrNotLeader) {
+		// A full scan at the start of a leadership (nodes lost while there
+		// was none) and now and then; otherwise the nodes the watch saw go.
+		full := scanned.IsZero() || time.Since(scanned) >= fullScanEvery*n.o.RecheckEvery
+		err := n.reconcile(f, full)
+		switch {
+		case errors.Is(err, etcd.ErrNotLeader):
 			return err
-		} else if err != nil {
+		case err != nil:
 			n.o.Log.Warn().Err(err).Str("node", n.o.Name).Msg("cluster leader's pass failed; trying again")
+		case full:
+			scanned = time.Now()
 		}
 		select {
 		case <-ctx.Done():
@@ -145,7 +153,7 @@ func (n *Node) lead(ctx context.Context, f etcd.Fence) error {
 
 // reconcile is one pass of the leader: placements first (a lost node's
 // calls go to the nodes its projects are now placed on), then lost nodes.
-func (n *Node) reconcile(f etcd.Fence) error {
+func (n *Node) reconcile(f etcd.Fence, full bool) error {
 	if !n.nodes.isSynced() || !n.placements.isSynced() {
 		return nil // the caches are not in yet: every node would look dead
 	}
@@ -156,7 +164,7 @@ func (n *Node) reconcile(f etcd.Fence) error {
 	if err := n.placeAll(f, projects); err != nil {
 		return err
 	}
-	return n.handleLost(f, projects)
+	return n.handleLost(f, projects, full)
 }
 
 // placeAll writes every project's placement that changed, and deletes
@@ -217,13 +225,23 @@ func (n *Node) fenced(f etcd.Fence, ops ...clientv3.Op) error {
 }
 
 // handleLost moves the calls of every node that pending calls name and
-// that is not alive (plan rule 2), and of a node that vanished and came
-// back (fenced and rejoined) those it held before it vanished: it
-// abandoned them when fenced.
-func (n *Node) handleLost(f etcd.Fence, projects []store.Project) error {
-	names, err := n.o.Store.NodesWithCalls()
-	if err != nil {
-		return fmt.Errorf("nodes with calls: %w", err)
+// that is not alive (docs/cluster.md, "Lost node"), and of a node that
+// vanished and came back (fenced and rejoined) those it held before it
+// vanished: it abandoned them when fenced. Unless full, it looks only at
+// the nodes whose key the watch saw vanish; full also reads which nodes
+// pending calls name (all of the pending index).
+func (n *Node) handleLost(f etcd.Fence, projects []store.Project, full bool) error {
+	var names []string
+	if full {
+		all, err := n.o.Store.NodesWithCalls()
+		if err != nil {
+			return fmt.Errorf("nodes with calls: %w", err)
+		}
+		for _, name := range all {
+			if _, cached := n.nodes.get(name); !cached {
+				names = append(names, name) // dead, or the cache is behind: alive reads etcd
+			}
+		}
 	}
 	n.mu.Lock()
 	lostAt := maps.Clone(n.lostAt)

@@ -24,6 +24,11 @@ import (
 // requests have the store's bound).
 const requestTimeout = 5 * time.Second
 
+// fullScanEvery is how many RecheckEvery periods apart the leader reads
+// the whole pending index for nodes that are gone (a safety net: the
+// nodes watch tells it of each node that goes).
+const fullScanEvery = 10
+
 // LeaderStore is what the leader reads and writes through the store
 // (*etcd.Store): the projects, and the calls of lost nodes.
 type LeaderStore interface {

@@ -475,7 +475,7 @@ func TestCallsOfAFencedNodeMoveButARestartedNodeKeepsThem(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := leader.n.handleLost(f, projects); err != nil {
+		if err := leader.n.handleLost(f, projects, true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -594,4 +594,34 @@ func TestACutOffNodeIsFencedAndRejoinsAfterHealing(t *testing.T) {
 		return ok && info.Lease != before.Lease && b.n.Live()
 	})
 	agreedLeader(t, a, b)
+}
+
+// A node lost while no node led (its key gone before any leader watched)
+// is found by the new leader's first scan of the pending calls.
+func TestANewLeaderFindsCallsOfANodeLostBeforeIt(t *testing.T) {
+	m := startMember(t)
+	ghost, err := etcd.Open(etcd.Options{Endpoints: m.ClientURLs(), Node: "ghost", Prefix: "/test/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ghost.Close()
+	putProject(t, ghost, project("once", 0, 1, 0, 0))
+	c := store.Call{ID: "call_orphan", ProjectID: "once", TeamID: "acme", State: store.CallQueued, Created: time.Now().UTC()}
+	if err := ghost.SaveCall(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	a, b := startNode(t, m, "a", 2), startNode(t, m, "b", 2)
+	agreedLeader(t, a, b)
+	select {
+	case id := <-a.adopted:
+		if id != "call_orphan" {
+			t.Errorf("a adopted %s", id)
+		}
+	case id := <-b.adopted:
+		if id != "call_orphan" {
+			t.Errorf("b adopted %s", id)
+		}
+	case <-time.After(within):
+		t.Fatal("the orphaned call was not handed over")
+	}
 }
