@@ -73,8 +73,12 @@ func (n *Node) stand(ctx context.Context, sess *concurrency.Session, dir string)
 		return "", 0, fmt.Errorf("put candidate key: %w", err)
 	}
 	rev := resp.Header.Revision
-	if !resp.Succeeded {
-		rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
+	if !resp.Succeeded { // this session stood before (a pass that failed later)
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			return "", 0, errors.New("put candidate key: neither put nor found")
+		}
+		rev = kvs[0].CreateRevision
 	}
 	// Wait for every older candidate's key to go, newest first (as
 	// concurrency's waitDeletes does).

@@ -122,10 +122,8 @@ func New(o Options) (*Node, error) {
 	if o.Load == nil {
 		o.Load = func() (Capacity, map[string]ProjectLoad) { return Capacity{}, nil }
 	}
-	for _, fn := range []*func(){&o.OnFenced} {
-		if *fn == nil {
-			*fn = func() {}
-		}
+	if o.OnFenced == nil {
+		o.OnFenced = func() {}
 	}
 	if o.OnSession == nil {
 		o.OnSession = func(string, clientv3.LeaseID) {}
@@ -267,12 +265,9 @@ func (n *Node) Run(ctx context.Context) error {
 		wg.Go(func() { c.run(wctx, n.o.Client, n.o.Retry) })
 	}
 	for ctx.Err() == nil {
-		if err := n.session(ctx); err != nil {
+		if err := n.session(ctx); err != nil && ctx.Err() == nil {
 			n.o.Log.Error().Err(err).Str("node", n.o.Name).Msg("cluster session failed; trying again")
-			select { // a pause between tries, not a synchronization
-			case <-time.After(n.o.Retry):
-			case <-ctx.Done():
-			}
+			waitOr(ctx, nil, n.o.Retry) // a pause between tries, not a synchronization
 		}
 	}
 	return nil
