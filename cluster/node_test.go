@@ -337,6 +337,21 @@ func TestMinReplicasArePlacedAgainAfterANodeDies(t *testing.T) {
 	})
 }
 
+// nextAdopted waits for the next call a or b adopts and returns it and
+// the node.
+func nextAdopted(t *testing.T, a, b *testNode) (id, node string) {
+	t.Helper()
+	select {
+	case id := <-a.adopted:
+		return id, a.n.Name()
+	case id := <-b.adopted:
+		return id, b.n.Name()
+	case <-time.After(within):
+		t.Fatal("no call was adopted")
+		return "", ""
+	}
+}
+
 // fakeNode stands for a node that will be lost: its key under a lease of
 // its own, and calls written by its store.
 func fakeNode(t *testing.T, m *etcd.Member, name string) (*etcd.Store, clientv3.LeaseID) {
@@ -392,16 +407,9 @@ func TestLostNodesCallsAreHandedOverOrFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	adopted := map[string]string{} // call → node
-	deadline := time.After(within)
-	for len(adopted) < 2 {
-		select {
-		case id := <-a.adopted:
-			adopted[id] = "a"
-		case id := <-b.adopted:
-			adopted[id] = "b"
-		case <-deadline:
-			t.Fatalf("adopted %v, want call_queued and call_retry", adopted)
-		}
+	for range 2 {
+		id, node := nextAdopted(t, a, b)
+		adopted[id] = node
 	}
 	// A running call handed over keeps its attempt (the next dispatch
 	// counts the new one) and loses its queue deadline: it was dispatched
@@ -489,17 +497,8 @@ func TestCallsOfAFencedNodeMoveButARestartedNodeKeepsThem(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].Call.ID != "call_new" {
 		t.Fatalf("after a rejoin x holds %v, %v; want call_new only", got, err)
 	}
-	select {
-	case id := <-a.adopted:
-		if id != "call_old" {
-			t.Errorf("a adopted %s", id)
-		}
-	case id := <-b.adopted:
-		if id != "call_old" {
-			t.Errorf("b adopted %s", id)
-		}
-	case <-time.After(within):
-		t.Fatal("call_old was not adopted")
+	if id, node := nextAdopted(t, a, b); id != "call_old" {
+		t.Errorf("%s adopted %s, want call_old", node, id)
 	}
 }
 
@@ -612,16 +611,7 @@ func TestANewLeaderFindsCallsOfANodeLostBeforeIt(t *testing.T) {
 	}
 	a, b := startNode(t, m, "a", 2), startNode(t, m, "b", 2)
 	agreedLeader(t, a, b)
-	select {
-	case id := <-a.adopted:
-		if id != "call_orphan" {
-			t.Errorf("a adopted %s", id)
-		}
-	case id := <-b.adopted:
-		if id != "call_orphan" {
-			t.Errorf("b adopted %s", id)
-		}
-	case <-time.After(within):
-		t.Fatal("the orphaned call was not handed over")
+	if id, node := nextAdopted(t, a, b); id != "call_orphan" {
+		t.Errorf("%s adopted %s, want call_orphan", node, id)
 	}
 }
