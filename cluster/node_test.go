@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -284,7 +285,7 @@ func TestGPUProjectIsPlacedOnTheNodeWithAFreeGPU(t *testing.T) {
 		return ok && len(pl.Nodes) > 0
 	})
 	pl, _ := a.n.Placement("gpu")
-	if want := map[string]Share{"b": {1, 2}}; !mapsEqual(pl.Nodes, want) || pl.Leader == "" {
+	if want := map[string]Share{"b": {1, 2}}; !maps.Equal(pl.Nodes, want) || pl.Leader == "" {
 		t.Errorf("placement = %+v, want %v", pl, want)
 	}
 	// Deleting the project drops its placement.
@@ -292,18 +293,6 @@ func TestGPUProjectIsPlacedOnTheNodeWithAFreeGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the placement of the deleted project goes", func() bool { _, ok := a.n.Placement("gpu"); return !ok })
-}
-
-func mapsEqual(a, b map[string]Share) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // A project's minimum replicas, spread over two nodes, are placed on the
