@@ -106,6 +106,12 @@ type Node struct {
 	leading *etcd.Fence     // this node's fence while it leads
 }
 
+// The router and the payload store read the cluster through the Node.
+var (
+	_ View  = (*Node)(nil)
+	_ Peers = (*Node)(nil)
+)
+
 // New returns the node; Run makes it a member.
 func New(o Options) (*Node, error) {
 	switch {
