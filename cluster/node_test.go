@@ -368,7 +368,7 @@ func fakeNode(t *testing.T, m *etcd.Member, name string) (*etcd.Store, clientv3.
 func TestLostNodesCallsAreHandedOverOrFailed(t *testing.T) {
 	m := startMember(t)
 	a, b := startNode(t, m, "a", 2), startNode(t, m, "b", 2)
-	agreedLeader(t, a, b)
+	leader := agreedLeader(t, a, b)
 	once := project("once", 0, 1, 0, 0)
 	again := project("again", 0, 1, 0, 0)
 	again.Retries = 1
@@ -384,7 +384,8 @@ func TestLostNodesCallsAreHandedOverOrFailed(t *testing.T) {
 	now := time.Now().UTC()
 	calls := []store.Call{
 		{ID: "call_queued", ProjectID: "once", TeamID: "acme", State: store.CallQueued, Created: now, Inputs: []byte(`{}`), QueueTimeout: 30},
-		{ID: "call_running", ProjectID: "once", TeamID: "acme", State: store.CallRunning, Attempt: 1, Created: now, Dispatched: now},
+		{ID: "call_running", ProjectID: "once", TeamID: "acme", State: store.CallRunning, Attempt: 1, Created: now, Dispatched: now,
+			Webhook: "http://127.0.0.1:9/hook", WebhookEvents: []string{store.EventStart, store.EventCompleted}},
 		{ID: "call_retry", ProjectID: "again", TeamID: "acme", State: store.CallRunning, Attempt: 1, Created: now, Dispatched: now, QueueTimeout: 30},
 	}
 	for _, c := range calls {
@@ -430,6 +431,51 @@ func TestLostNodesCallsAreHandedOverOrFailed(t *testing.T) {
 	if nodes, err := a.st.NodesWithCalls(); err != nil || slices.Contains(nodes, "x") {
 		t.Errorf("nodes with calls = %v, %v; want x's all moved", nodes, err)
 	}
+	// Its webhooks are the leader's to send: the start x queued and never
+	// sent, and the completion of the call that failed.
+	waitFor(t, "the leader holds call_running's webhooks", func() bool {
+		ds, err := leader.st.PendingDeliveries()
+		var events []string
+		for _, d := range ds {
+			if d.CallID == "call_running" {
+				events = append(events, d.Event)
+			}
+		}
+		slices.Sort(events)
+		return err == nil && slices.Equal(events, []string{store.EventCompleted, store.EventStart})
+	})
+	if ds, err := x.PendingDeliveries(); err != nil || len(ds) != 0 {
+		t.Errorf("x still holds deliveries %+v, %v", ds, err)
+	}
+}
+
+// A project whose placed node runs all it may with calls queued is given
+// another node, from the loads the nodes publish.
+func TestABusyProjectIsGivenAnotherNode(t *testing.T) {
+	m := startMember(t)
+	a, b := startNode(t, m, "a", 1), startNode(t, m, "b", 1)
+	agreedLeader(t, a, b)
+	putProject(t, a.st, project("busy", 0, 2, 0, 0))
+	var first string
+	waitFor(t, "the project is placed on one node", func() bool {
+		p, ok := a.n.Placement("busy")
+		for n := range p.Nodes {
+			first = n
+		}
+		return ok && len(p.Nodes) == 1
+	})
+	placed, other := a, b
+	if first == "b" {
+		placed, other = b, a
+	}
+	placed.setLoad(func() (Capacity, map[string]ProjectLoad) {
+		return Capacity{CPUSlots: 1, CPUUsed: 1}, map[string]ProjectLoad{"busy": {Replicas: 1, Ready: 1, Busy: 1, Queued: 4, Max: 1}}
+	})
+	waitFor(t, "the project is placed on both nodes", func() bool {
+		p, _ := a.n.Placement("busy")
+		_, added := p.Nodes[other.n.Name()]
+		return added && len(p.Nodes) == 2
+	})
 }
 
 // A node whose key vanished and came back from the same process (fenced,
