@@ -21,7 +21,10 @@ import (
 //     project placed here is taken from the node's free room before the
 //     next project is placed, so two projects are not both given the one
 //     free GPU.
-//  2. Sticky: a live node in the project's placement stays in it.
+//  2. Sticky: a live node in the project's placement stays in it. A
+//     placement never shrinks while its nodes live (their idle replicas
+//     still stop after idleTimeout): dropping a node that looks idle
+//     would move shares back and forth as loads come and go.
 //  3. The project's minReplicas (for the whole cluster) are given out one
 //     at a time: first to a node that already runs a replica of it not
 //     yet counted, then to a placed node whose Min in force is not yet
