@@ -23,6 +23,7 @@ type entry struct {
 type change struct {
 	name    string
 	deleted bool
+	created bool // a key that was not there before
 	rev     int64
 	prev    []byte // a deleted key's last value, when the cache held it
 }
@@ -93,7 +94,7 @@ func (c *cache) list(ctx context.Context, cli *clientv3.Client) (int64, bool) {
 	c.mu.Lock()
 	for name, e := range fresh {
 		if old, ok := c.entries[name]; !ok || string(old.value) != string(e.value) || old.createRev != e.createRev {
-			told = append(told, change{name: name, rev: rev})
+			told = append(told, change{name: name, rev: rev, created: !ok || old.createRev != e.createRev})
 		}
 	}
 	for name, old := range c.entries {
@@ -117,6 +118,7 @@ func (c *cache) apply(ev *clientv3.Event) {
 		ch.deleted, ch.prev = true, c.entries[name].value
 		delete(c.entries, name)
 	} else {
+		ch.created = ev.IsCreate()
 		c.entries[name] = entry{ev.Kv.Value, ev.Kv.CreateRevision, ev.Kv.Lease}
 	}
 	c.mu.Unlock()

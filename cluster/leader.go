@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -23,19 +23,21 @@ import (
 // lapses, and every leader write is fenced on the election key anyway
 // (for about 0.6 s after a cut two nodes may both believe they lead).
 func (n *Node) campaign(ctx context.Context, sess *concurrency.Session) {
-	e := concurrency.NewElection(sess, n.o.Prefix+strings.TrimSuffix(ElectionPrefix, "/"))
+	dir := n.o.Prefix + ElectionPrefix
 	for ctx.Err() == nil {
-		if err := e.Campaign(ctx, n.o.Name); err != nil {
+		key, rev, err := n.stand(ctx, sess, dir)
+		if err != nil {
 			if ctx.Err() == nil {
 				n.o.Log.Warn().Err(err).Str("node", n.o.Name).Msg("standing for cluster leader failed; trying again")
 				waitOr(ctx, nil, n.o.Retry)
 			}
 			continue
 		}
+		e := concurrency.ResumeElection(sess, dir, key, rev)
 		f := etcd.Fence{Key: e.Key(), Rev: e.Rev()}
 		n.setLeading(&f)
 		n.o.Log.Info().Str("node", n.o.Name).Int64("rev", f.Rev).Msg("this node leads the cluster")
-		err := n.lead(ctx, f)
+		err = n.lead(ctx, f)
 		n.setLeading(nil)
 		// Resign (on shutdown too: a dead leader's key would block the
 		// next election until its lease lapsed); bounded, as etcd may be
@@ -51,6 +53,72 @@ func (n *Node) campaign(ctx context.Context, sess *concurrency.Session) {
 	}
 }
 
+// stand is concurrency.Election.Campaign without its clean-up: it puts
+// this session's candidate key (create-if-absent, under the lease) and
+// waits until no older candidate is left; it returns the key and its
+// create revision. Campaign resigns through the client's own context when
+// its context ends, which hangs while etcd is unreachable (a node cut
+// off, or shutting down without etcd); here nothing is to clean up: the
+// key goes with the lease (revoked at shutdown, lapsed when cut off).
+func (n *Node) stand(ctx context.Context, sess *concurrency.Session, dir string) (string, int64, error) {
+	cli := n.o.Client
+	key := fmt.Sprintf("%s%x", dir, sess.Lease())
+	pctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	resp, err := cli.Txn(pctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, n.o.Name, clientv3.WithLease(sess.Lease()))).
+		Else(clientv3.OpGet(key)).Commit()
+	cancel()
+	if err != nil {
+		return "", 0, fmt.Errorf("put candidate key: %w", err)
+	}
+	rev := resp.Header.Revision
+	if !resp.Succeeded { // this session stood before (a pass that failed later)
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			return "", 0, errors.New("put candidate key: neither put nor found")
+		}
+		rev = kvs[0].CreateRevision
+	}
+	// Wait for every older candidate's key to go, newest first (as
+	// concurrency's waitDeletes does).
+	for {
+		opts := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))
+		gctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		older, err := cli.Get(gctx, dir, opts...)
+		cancel()
+		if err != nil {
+			return "", 0, fmt.Errorf("read older candidates: %w", err)
+		}
+		if len(older.Kvs) == 0 {
+			return key, rev, nil
+		}
+		if err := waitDeleted(ctx, cli, string(older.Kvs[0].Key), older.Header.Revision); err != nil {
+			return "", 0, err
+		}
+	}
+}
+
+// waitDeleted waits until key is deleted after revision rev, or ctx ends.
+func waitDeleted(ctx context.Context, cli *clientv3.Client, key string, rev int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for wr := range cli.Watch(wctx, key, clientv3.WithRev(rev+1)) {
+		if err := wr.Err(); err != nil {
+			return fmt.Errorf("watch older candidate: %w", err)
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.DELETE {
+				return nil
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return errors.New("watch older candidate: ended")
+}
+
 func (n *Node) setLeading(f *etcd.Fence) {
 	n.mu.Lock()
 	n.leading = f
@@ -64,11 +132,19 @@ func (n *Node) setLeading(f *etcd.Fence) {
 func (n *Node) lead(ctx context.Context, f etcd.Fence) error {
 	t := time.NewTicker(n.o.RecheckEvery)
 	defer t.Stop()
+	var scanned time.Time // the last full scan of the pending calls' nodes
 	for {
-		if err := n.reconcile(f); errors.Is(err, etcd.ErrNotLeader) {
+		// A full scan at the start of a leadership (nodes lost while there
+		// was none) and now and then; otherwise the nodes the watch saw go.
+		full := scanned.IsZero() || time.Since(scanned) >= fullScanEvery*n.o.RecheckEvery
+		err := n.reconcile(f, full)
+		switch {
+		case errors.Is(err, etcd.ErrNotLeader):
 			return err
-		} else if err != nil {
+		case err != nil:
 			n.o.Log.Warn().Err(err).Str("node", n.o.Name).Msg("cluster leader's pass failed; trying again")
+		case full:
+			scanned = time.Now()
 		}
 		select {
 		case <-ctx.Done():
@@ -81,7 +157,7 @@ func (n *Node) lead(ctx context.Context, f etcd.Fence) error {
 
 // reconcile is one pass of the leader: placements first (a lost node's
 // calls go to the nodes its projects are now placed on), then lost nodes.
-func (n *Node) reconcile(f etcd.Fence) error {
+func (n *Node) reconcile(f etcd.Fence, full bool) error {
 	if !n.nodes.isSynced() || !n.placements.isSynced() {
 		return nil // the caches are not in yet: every node would look dead
 	}
@@ -92,7 +168,7 @@ func (n *Node) reconcile(f etcd.Fence) error {
 	if err := n.placeAll(f, projects); err != nil {
 		return err
 	}
-	return n.handleLost(f, projects)
+	return n.handleLost(f, projects, full)
 }
 
 // placeAll writes every project's placement that changed, and deletes
@@ -123,14 +199,13 @@ func (n *Node) placeAll(f etcd.Fence, projects []store.Project) error {
 		}
 		n.o.Log.Info().Str("project", id).Any("nodes", shares).Msg("cluster placement changed")
 	}
-	exists := map[string]bool{}
-	for _, p := range projects {
-		exists[p.ID] = true
-	}
+	// A deleted project's placement goes; so does one that no live node
+	// can take now (its nodes died): a start then waits for a placement
+	// rather than being sent to a dead node.
 	for id := range cur {
-		if !exists[id] {
+		if _, placed := want[id]; !placed {
 			if err := n.fenced(f, clientv3.OpDelete(n.o.Prefix+PlacementPrefix+id)); err != nil {
-				return fmt.Errorf("drop placement of deleted project %s: %w", id, err)
+				return fmt.Errorf("drop placement of project %s: %w", id, err)
 			}
 		}
 	}
@@ -154,13 +229,23 @@ func (n *Node) fenced(f etcd.Fence, ops ...clientv3.Op) error {
 }
 
 // handleLost moves the calls of every node that pending calls name and
-// that is not alive (plan rule 2), and of a node that vanished and came
-// back (fenced and rejoined) those it held before it vanished: it
-// abandoned them when fenced.
-func (n *Node) handleLost(f etcd.Fence, projects []store.Project) error {
-	names, err := n.o.Store.NodesWithCalls()
-	if err != nil {
-		return fmt.Errorf("nodes with calls: %w", err)
+// that is not alive (docs/cluster.md, "Lost node"), and of a node that
+// vanished and came back (fenced and rejoined) those it held before it
+// vanished: it abandoned them when fenced. Unless full, it looks only at
+// the nodes whose key the watch saw vanish; full also reads which nodes
+// pending calls name (all of the pending index).
+func (n *Node) handleLost(f etcd.Fence, projects []store.Project, full bool) error {
+	var names []string
+	if full {
+		all, err := n.o.Store.NodesWithCalls()
+		if err != nil {
+			return fmt.Errorf("nodes with calls: %w", err)
+		}
+		for _, name := range all {
+			if _, cached := n.nodes.get(name); !cached {
+				names = append(names, name) // dead, or the cache is behind: alive reads etcd
+			}
+		}
 	}
 	n.mu.Lock()
 	lostAt := maps.Clone(n.lostAt)
@@ -175,7 +260,7 @@ func (n *Node) handleLost(f etcd.Fence, projects []store.Project) error {
 		byID[p.ID] = p
 	}
 	for _, name := range names {
-		now, alive, err := n.alive(name)
+		now, alive, readAt, err := n.alive(name)
 		if err != nil {
 			return err
 		}
@@ -191,7 +276,9 @@ func (n *Node) handleLost(f etcd.Fence, projects []store.Project) error {
 		}
 		before := gone.rev
 		if !alive {
-			before = 0 // every call it holds
+			// Every call it holds, but none it might write if it came
+			// back right after this read.
+			before = readAt + 1
 		}
 		if err := n.handOverNode(f, name, before, byID); err != nil {
 			return err
@@ -219,28 +306,29 @@ func (n *Node) forget(name string, handled lost) {
 	n.mu.Unlock()
 }
 
-// alive reads node name's key now: a linearizable read, so a node the
-// cache has not heard of yet is never taken for dead.
-func (n *Node) alive(name string) (NodeInfo, bool, error) {
+// alive reads node name's key now, and the revision it read at: a
+// linearizable read, so a node the cache has not heard of yet is never
+// taken for dead.
+func (n *Node) alive(name string) (NodeInfo, bool, int64, error) {
 	if name == n.o.Name {
-		return NodeInfo{Name: name, Started: n.started}, true, nil
+		return NodeInfo{Name: name, Started: n.started}, true, 0, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
 	resp, err := n.o.Client.Get(ctx, n.o.Prefix+NodesPrefix+name)
 	if err != nil {
-		return NodeInfo{}, false, fmt.Errorf("is node %s alive: etcd: %w", name, err)
+		return NodeInfo{}, false, 0, fmt.Errorf("is node %s alive: etcd: %w", name, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return NodeInfo{}, false, nil
+		return NodeInfo{}, false, resp.Header.Revision, nil
 	}
 	var info NodeInfo
 	_ = json.Unmarshal(resp.Kvs[0].Value, &info) // undecodable: alive, of unknown start
-	return info, true, nil
+	return info, true, resp.Header.Revision, nil
 }
 
-// handOverNode moves the calls of lost node name (those written before
-// revision before, when it is not 0): a queued call to a live node its
+// handOverNode moves the calls of lost node name written before revision
+// before: a queued call to a live node its
 // project is placed on; a running one likewise as a retry when its
 // project's retries allow (the attempt it was in stays counted: the new
 // node's dispatch counts the next), else it fails with "node NAME was
@@ -253,7 +341,7 @@ func (n *Node) handOverNode(f etcd.Fence, name string, before int64, projects ma
 	msg := fmt.Sprintf("error: node %s was lost", name)
 	moved, failed := 0, 0
 	for _, ca := range calls {
-		if before != 0 && ca.Rev >= before {
+		if ca.Rev >= before {
 			continue // written after it came back: its own
 		}
 		c := ca.Call
@@ -265,6 +353,11 @@ func (n *Node) handOverNode(f etcd.Fence, name string, before int64, projects ma
 			to = n.target(c.ProjectID, name)
 		}
 		if to != "" {
+			if c.State == store.CallRunning {
+				// Its queue deadline is behind it: it was dispatched in
+				// time (as the scheduler's restart recovery does).
+				c.QueueTimeout = 0
+			}
 			err = n.o.Store.HandOver(f, c, ca.Rev, to)
 			moved++
 		} else if again {

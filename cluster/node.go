@@ -24,6 +24,11 @@ import (
 // requests have the store's bound).
 const requestTimeout = 5 * time.Second
 
+// fullScanEvery is how many RecheckEvery periods apart the leader reads
+// the whole pending index for nodes that are gone (a safety net: the
+// nodes watch tells it of each node that goes).
+const fullScanEvery = 10
+
 // LeaderStore is what the leader reads and writes through the store
 // (*etcd.Store): the projects, and the calls of lost nodes.
 type LeaderStore interface {
@@ -101,6 +106,12 @@ type Node struct {
 	leading *etcd.Fence     // this node's fence while it leads
 }
 
+// The router and the payload store read the cluster through the Node.
+var (
+	_ View  = (*Node)(nil)
+	_ Peers = (*Node)(nil)
+)
+
 // New returns the node; Run makes it a member.
 func New(o Options) (*Node, error) {
 	switch {
@@ -117,10 +128,8 @@ func New(o Options) (*Node, error) {
 	if o.Load == nil {
 		o.Load = func() (Capacity, map[string]ProjectLoad) { return Capacity{}, nil }
 	}
-	for _, fn := range []*func(){&o.OnFenced} {
-		if *fn == nil {
-			*fn = func() {}
-		}
+	if o.OnFenced == nil {
+		o.OnFenced = func() {}
 	}
 	if o.OnSession == nil {
 		o.OnSession = func(string, clientv3.LeaseID) {}
@@ -221,8 +230,13 @@ type lost struct {
 }
 
 // nodeChanged is the nodes cache's hook: a node joined or vanished, which
-// the leader acts on at once.
+// the leader acts on at once. A node's load changes (its key put again)
+// wait for the leader's next recheck: they come up to once a second from
+// every node, and a pass reads etcd.
 func (n *Node) nodeChanged(c change) {
+	if !c.deleted && !c.created {
+		return
+	}
 	if c.deleted {
 		var info NodeInfo
 		_ = json.Unmarshal(c.prev, &info) // unknown: a zero start, taken as restarted
@@ -257,12 +271,9 @@ func (n *Node) Run(ctx context.Context) error {
 		wg.Go(func() { c.run(wctx, n.o.Client, n.o.Retry) })
 	}
 	for ctx.Err() == nil {
-		if err := n.session(ctx); err != nil {
+		if err := n.session(ctx); err != nil && ctx.Err() == nil {
 			n.o.Log.Error().Err(err).Str("node", n.o.Name).Msg("cluster session failed; trying again")
-			select { // a pause between tries, not a synchronization
-			case <-time.After(n.o.Retry):
-			case <-ctx.Done():
-			}
+			waitOr(ctx, nil, n.o.Retry) // a pause between tries, not a synchronization
 		}
 	}
 	return nil
@@ -313,13 +324,21 @@ func (n *Node) session(ctx context.Context) error {
 	}
 	n.live.Store(false)
 	pcancel()
+	if fenced {
+		// At once, before waiting for this session's goroutines: one may
+		// be inside an etcd request that lasts while the node is cut off.
+		n.endSession(sess, true)
+		wg.Wait()
+		return nil
+	}
 	wg.Wait()
-	n.endSession(sess, fenced)
+	n.endSession(sess, false)
 	return nil
 }
 
 // endSession ends a session: a lapsed one is told to OnFenced; one ended
-// by shutdown revokes its lease.
+// by shutdown revokes its lease (bounded by the TTL: past it, the lease
+// has lapsed anyway).
 func (n *Node) endSession(sess *concurrency.Session, fenced bool) {
 	if fenced {
 		n.o.Log.Warn().Str("node", n.o.Name).Int64("lease", int64(sess.Lease())).

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"maps"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -70,7 +73,19 @@ func (tn *testNode) kill() {
 // startNode starts node name over m, its capacity a CPU slots.
 func startNode(t *testing.T, m *etcd.Member, name string, cpuSlots int) *testNode {
 	t.Helper()
-	st, err := etcd.Open(etcd.Options{Endpoints: m.ClientURLs(), Node: name, Prefix: "/test/"})
+	return startNodeOn(t, m.ClientURLs()[0], name, cpuSlots, 0)
+}
+
+// startNodeAt starts node name (2 CPU slots) with etcd at endpoint and a
+// session TTL of its own.
+func startNodeAt(t *testing.T, endpoint, name string, ttl time.Duration) *testNode {
+	t.Helper()
+	return startNodeOn(t, endpoint, name, 2, ttl)
+}
+
+func startNodeOn(t *testing.T, endpoint, name string, cpuSlots int, ttl time.Duration) *testNode {
+	t.Helper()
+	st, err := etcd.Open(etcd.Options{Endpoints: []string{endpoint}, Node: name, Prefix: "/test/", RequestTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +101,7 @@ func startNode(t *testing.T, m *etcd.Member, name string, cpuSlots int) *testNod
 		Adopt:        func(id string) { tn.adopted <- id },
 		OnFenced:     func() { tn.fenced <- struct{}{} },
 		Log:          zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
-		PublishEvery: 20 * time.Millisecond, RecheckEvery: 100 * time.Millisecond, Retry: 50 * time.Millisecond,
+		PublishEvery: 20 * time.Millisecond, RecheckEvery: 100 * time.Millisecond, Retry: 50 * time.Millisecond, TTL: ttl,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +174,23 @@ func agreedLeader(t *testing.T, nodes ...*testNode) *testNode {
 func TestThreeNodesElectOneLeaderAndSeeEachOther(t *testing.T) {
 	m := startMember(t)
 	a, b, c := startNode(t, m, "a", 2), startNode(t, m, "b", 2), startNode(t, m, "c", 2)
-	agreedLeader(t, a, b, c)
+	leader := agreedLeader(t, a, b, c)
+	defer func() {
+		// A leader shut down resigns and revokes its lease: its key goes
+		// and another leads at once, well before the lease's TTL.
+		start := time.Now()
+		leader.kill()
+		var rest []*testNode
+		for _, tn := range []*testNode{a, b, c} {
+			if tn != leader {
+				rest = append(rest, tn)
+			}
+		}
+		agreedLeader(t, rest...)
+		if d := time.Since(start); d >= LeaseTTL/2 {
+			t.Errorf("after the leader shut down a new one took %s", d)
+		}
+	}()
 	info, ok := b.n.NodeInfo("c")
 	if !ok || info.Advertise != "http://c" || info.Capacity.CPUSlots != 2 || info.Lease == 0 {
 		t.Errorf("b's NodeInfo(c) = %+v, %v", info, ok)
@@ -254,7 +285,7 @@ func TestGPUProjectIsPlacedOnTheNodeWithAFreeGPU(t *testing.T) {
 		return ok && len(pl.Nodes) > 0
 	})
 	pl, _ := a.n.Placement("gpu")
-	if want := map[string]Share{"b": {1, 2}}; !mapsEqual(pl.Nodes, want) || pl.Leader == "" {
+	if want := map[string]Share{"b": {1, 2}}; !maps.Equal(pl.Nodes, want) || pl.Leader == "" {
 		t.Errorf("placement = %+v, want %v", pl, want)
 	}
 	// Deleting the project drops its placement.
@@ -262,18 +293,6 @@ func TestGPUProjectIsPlacedOnTheNodeWithAFreeGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the placement of the deleted project goes", func() bool { _, ok := a.n.Placement("gpu"); return !ok })
-}
-
-func mapsEqual(a, b map[string]Share) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // A project's minimum replicas, spread over two nodes, are placed on the
@@ -307,6 +326,21 @@ func TestMinReplicasArePlacedAgainAfterANodeDies(t *testing.T) {
 	})
 }
 
+// nextAdopted waits for the next call a or b adopts and returns it and
+// the node.
+func nextAdopted(t *testing.T, a, b *testNode) (id, node string) {
+	t.Helper()
+	select {
+	case id := <-a.adopted:
+		return id, a.n.Name()
+	case id := <-b.adopted:
+		return id, b.n.Name()
+	case <-time.After(within):
+		t.Fatal("no call was adopted")
+		return "", ""
+	}
+}
+
 // fakeNode stands for a node that will be lost: its key under a lease of
 // its own, and calls written by its store.
 func fakeNode(t *testing.T, m *etcd.Member, name string) (*etcd.Store, clientv3.LeaseID) {
@@ -334,7 +368,7 @@ func fakeNode(t *testing.T, m *etcd.Member, name string) (*etcd.Store, clientv3.
 func TestLostNodesCallsAreHandedOverOrFailed(t *testing.T) {
 	m := startMember(t)
 	a, b := startNode(t, m, "a", 2), startNode(t, m, "b", 2)
-	agreedLeader(t, a, b)
+	leader := agreedLeader(t, a, b)
 	once := project("once", 0, 1, 0, 0)
 	again := project("again", 0, 1, 0, 0)
 	again.Retries = 1
@@ -349,9 +383,10 @@ func TestLostNodesCallsAreHandedOverOrFailed(t *testing.T) {
 	waitFor(t, "x is seen", func() bool { _, ok := a.n.NodeInfo("x"); return ok })
 	now := time.Now().UTC()
 	calls := []store.Call{
-		{ID: "call_queued", ProjectID: "once", TeamID: "acme", State: store.CallQueued, Created: now, Inputs: []byte(`{}`)},
-		{ID: "call_running", ProjectID: "once", TeamID: "acme", State: store.CallRunning, Attempt: 1, Created: now, Dispatched: now},
-		{ID: "call_retry", ProjectID: "again", TeamID: "acme", State: store.CallRunning, Attempt: 1, Created: now, Dispatched: now},
+		{ID: "call_queued", ProjectID: "once", TeamID: "acme", State: store.CallQueued, Created: now, Inputs: []byte(`{}`), QueueTimeout: 30},
+		{ID: "call_running", ProjectID: "once", TeamID: "acme", State: store.CallRunning, Attempt: 1, Created: now, Dispatched: now,
+			Webhook: "http://127.0.0.1:9/hook", WebhookEvents: []string{store.EventStart, store.EventCompleted}},
+		{ID: "call_retry", ProjectID: "again", TeamID: "acme", State: store.CallRunning, Attempt: 1, Created: now, Dispatched: now, QueueTimeout: 30},
 	}
 	for _, c := range calls {
 		if err := x.SaveCall(context.Background(), c); err != nil {
@@ -362,21 +397,18 @@ func TestLostNodesCallsAreHandedOverOrFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	adopted := map[string]string{} // call → node
-	deadline := time.After(within)
-	for len(adopted) < 2 {
-		select {
-		case id := <-a.adopted:
-			adopted[id] = "a"
-		case id := <-b.adopted:
-			adopted[id] = "b"
-		case <-deadline:
-			t.Fatalf("adopted %v, want call_queued and call_retry", adopted)
-		}
+	for range 2 {
+		id, node := nextAdopted(t, a, b)
+		adopted[id] = node
 	}
+	// A running call handed over keeps its attempt (the next dispatch
+	// counts the new one) and loses its queue deadline: it was dispatched
+	// in time.
 	for id, want := range map[string]struct {
-		project string
-		attempt int
-	}{"call_queued": {"once", 0}, "call_retry": {"again", 1}} {
+		project      string
+		attempt      int
+		queueTimeout int
+	}{"call_queued": {"once", 0, 30}, "call_retry": {"again", 1, 0}} {
 		project := want.project
 		node, ok := adopted[id]
 		pl, _ := a.n.Placement(project)
@@ -384,8 +416,8 @@ func TestLostNodesCallsAreHandedOverOrFailed(t *testing.T) {
 			t.Errorf("%s adopted by %q; want a node %s is placed on (%v)", id, node, project, pl.Nodes)
 		}
 		c, err := a.st.GetCall(id)
-		if err != nil || c.State != store.CallQueued || c.Attempt != want.attempt || !c.Dispatched.IsZero() {
-			t.Errorf("%s = %+v, %v; want queued, attempt %d kept", id, c, err, want.attempt)
+		if err != nil || c.State != store.CallQueued || c.Attempt != want.attempt || !c.Dispatched.IsZero() || c.QueueTimeout != want.queueTimeout {
+			t.Errorf("%s = %+v, %v; want queued, attempt %d, queueTimeout %d", id, c, err, want.attempt, want.queueTimeout)
 		}
 		waitFor(t, id+"'s assign key is deleted", func() bool {
 			resp, err := a.st.Client().Get(context.Background(), a.st.Prefix()+AssignPrefix+node+"/"+id)
@@ -398,5 +430,223 @@ func TestLostNodesCallsAreHandedOverOrFailed(t *testing.T) {
 	}
 	if nodes, err := a.st.NodesWithCalls(); err != nil || slices.Contains(nodes, "x") {
 		t.Errorf("nodes with calls = %v, %v; want x's all moved", nodes, err)
+	}
+	// Its webhooks are the leader's to send: the start x queued and never
+	// sent, and the completion of the call that failed.
+	waitFor(t, "the leader holds call_running's webhooks", func() bool {
+		ds, err := leader.st.PendingDeliveries()
+		var events []string
+		for _, d := range ds {
+			if d.CallID == "call_running" {
+				events = append(events, d.Event)
+			}
+		}
+		slices.Sort(events)
+		return err == nil && slices.Equal(events, []string{store.EventCompleted, store.EventStart})
+	})
+	if ds, err := x.PendingDeliveries(); err != nil || len(ds) != 0 {
+		t.Errorf("x still holds deliveries %+v, %v", ds, err)
+	}
+}
+
+// A project whose placed node runs all it may with calls queued is given
+// another node, from the loads the nodes publish.
+func TestABusyProjectIsGivenAnotherNode(t *testing.T) {
+	m := startMember(t)
+	a, b := startNode(t, m, "a", 1), startNode(t, m, "b", 1)
+	agreedLeader(t, a, b)
+	putProject(t, a.st, project("busy", 0, 2, 0, 0))
+	var first string
+	waitFor(t, "the project is placed on one node", func() bool {
+		p, ok := a.n.Placement("busy")
+		for n := range p.Nodes {
+			first = n
+		}
+		return ok && len(p.Nodes) == 1
+	})
+	placed, other := a, b
+	if first == "b" {
+		placed, other = b, a
+	}
+	placed.setLoad(func() (Capacity, map[string]ProjectLoad) {
+		return Capacity{CPUSlots: 1, CPUUsed: 1}, map[string]ProjectLoad{"busy": {Replicas: 1, Ready: 1, Busy: 1, Queued: 4, Max: 1}}
+	})
+	waitFor(t, "the project is placed on both nodes", func() bool {
+		p, _ := a.n.Placement("busy")
+		_, added := p.Nodes[other.n.Name()]
+		return added && len(p.Nodes) == 2
+	})
+}
+
+// A node whose key vanished and came back from the same process (fenced,
+// rejoined) abandoned its calls: those written before its key vanished
+// are handed over, those written since stay. A node back from a restart
+// (another start time) recovers its own calls: they stay.
+func TestCallsOfAFencedNodeMoveButARestartedNodeKeepsThem(t *testing.T) {
+	m := startMember(t)
+	a, b := startNode(t, m, "a", 2), startNode(t, m, "b", 2)
+	leader := agreedLeader(t, a, b)
+	f, _ := leader.n.leadingFence()
+	putProject(t, a.st, project("once", 0, 1, 0, 0))
+	waitFor(t, "the project is placed", func() bool { _, ok := a.n.Placement("once"); return ok })
+	x, _ := fakeNode(t, m, "x")
+	resp, err := x.Client().Get(context.Background(), x.Prefix()+NodesPrefix+"x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info NodeInfo
+	if err := json.Unmarshal(resp.Kvs[0].Value, &info); err != nil {
+		t.Fatal(err)
+	}
+	save := func(id string) {
+		c := store.Call{ID: id, ProjectID: "once", TeamID: "acme", State: store.CallQueued, Created: time.Now().UTC()}
+		if err := x.SaveCall(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	save("call_old")
+	now, err := x.Client().Get(context.Background(), "any")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vanished := func(started time.Time) {
+		gone := info
+		gone.Started = started
+		v, _ := json.Marshal(gone)
+		leader.n.nodeChanged(change{name: "x", deleted: true, rev: now.Header.Revision + 1, prev: v})
+		projects, err := leader.st.ListProjects("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := leader.n.handleLost(f, projects, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vanished(info.Started.Add(-time.Hour)) // restarted
+	if got, err := leader.st.CallsOfNode("x"); err != nil || len(got) != 1 {
+		t.Fatalf("after a restart x holds %v, %v; want call_old still", got, err)
+	}
+	save("call_new")
+	vanished(info.Started) // fenced and back
+	got, err := leader.st.CallsOfNode("x")
+	if err != nil || len(got) != 1 || got[0].Call.ID != "call_new" {
+		t.Fatalf("after a rejoin x holds %v, %v; want call_new only", got, err)
+	}
+	if id, node := nextAdopted(t, a, b); id != "call_old" {
+		t.Errorf("%s adopted %s, want call_old", node, id)
+	}
+}
+
+// cutProxy forwards TCP to etcd until cut: then it closes every
+// connection and refuses new ones, as a node cut off from etcd sees it.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	cut    bool
+	conns  []net.Conn
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: strings.TrimPrefix(target, "http://")}
+	p.wg.Go(p.accept)
+	t.Cleanup(func() {
+		ln.Close()
+		p.setCut(true)
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *cutProxy) url() string { return "http://" + p.ln.Addr().String() }
+
+func (p *cutProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.cut {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		p.conns = append(p.conns, c, up)
+		p.mu.Unlock()
+		p.wg.Go(func() { io.Copy(up, c); up.Close() })
+		p.wg.Go(func() { io.Copy(c, up); c.Close() })
+	}
+}
+
+func (p *cutProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.conns = nil
+	}
+}
+
+// A node cut off from etcd is fenced once its lease lapses (while still
+// cut off: nothing waits on etcd first), the others see its key vanish,
+// and once the cut heals it rejoins under a new lease.
+func TestACutOffNodeIsFencedAndRejoinsAfterHealing(t *testing.T) {
+	m := startMember(t)
+	a := startNode(t, m, "a", 2)
+	proxy := newCutProxy(t, m.ClientURLs()[0])
+	b := startNodeAt(t, proxy.url(), "b", 2*time.Second)
+	agreedLeader(t, a, b)
+	before, _ := a.n.NodeInfo("b")
+	proxy.setCut(true)
+	select {
+	case <-b.fenced:
+	case <-time.After(within):
+		t.Fatal("the cut-off node was not fenced")
+	}
+	if b.n.Live() {
+		t.Error("a fenced node says it is live")
+	}
+	waitFor(t, "a sees b's key vanish", func() bool { _, ok := a.n.NodeInfo("b"); return !ok })
+	proxy.setCut(false)
+	waitFor(t, "b rejoins", func() bool {
+		info, ok := a.n.NodeInfo("b")
+		return ok && info.Lease != before.Lease && b.n.Live()
+	})
+	agreedLeader(t, a, b)
+}
+
+// A node lost while no node led (its key gone before any leader watched)
+// is found by the new leader's first scan of the pending calls.
+func TestANewLeaderFindsCallsOfANodeLostBeforeIt(t *testing.T) {
+	m := startMember(t)
+	ghost, err := etcd.Open(etcd.Options{Endpoints: m.ClientURLs(), Node: "ghost", Prefix: "/test/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ghost.Close()
+	putProject(t, ghost, project("once", 0, 1, 0, 0))
+	c := store.Call{ID: "call_orphan", ProjectID: "once", TeamID: "acme", State: store.CallQueued, Created: time.Now().UTC()}
+	if err := ghost.SaveCall(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	a, b := startNode(t, m, "a", 2), startNode(t, m, "b", 2)
+	agreedLeader(t, a, b)
+	if id, node := nextAdopted(t, a, b); id != "call_orphan" {
+		t.Errorf("%s adopted %s, want call_orphan", node, id)
 	}
 }

@@ -21,7 +21,10 @@ import (
 //     project placed here is taken from the node's free room before the
 //     next project is placed, so two projects are not both given the one
 //     free GPU.
-//  2. Sticky: a live node in the project's placement stays in it.
+//  2. Sticky: a live node in the project's placement stays in it. A
+//     placement never shrinks while its nodes live (their idle replicas
+//     still stop after idleTimeout): dropping a node that looks idle
+//     would move shares back and forth as loads come and go.
 //  3. The project's minReplicas (for the whole cluster) are given out one
 //     at a time: first to a node that already runs a replica of it not
 //     yet counted, then to a placed node whose Min in force is not yet
@@ -32,6 +35,9 @@ import (
 //     goes to the others.
 //  4. Every project is on at least one node (a start needs somewhere to
 //     run), the fitting node with the most room, even with minReplicas 0.
+//     With no room anywhere (every GPU held, by idle replicas perhaps,
+//     which that node's scheduler may stop), the first node by name whose
+//     GPUs could hold a replica once free; a CPU project any node.
 //  5. Scale-out: when every placed node runs its share's Max (or as many
 //     as it can: its ProjectLoad.Max) and calls are queued there, one
 //     fitting node is added, while the project's maxReplicas allows.
@@ -39,8 +45,9 @@ import (
 //     gets its Min, the rest is dealt one at a time, by name. A node
 //     left with Max 0 (more nodes than maxReplicas) leaves the placement.
 //
-// A project whose Min cannot all be placed (no room anywhere) gets what
-// fits; the leader places the rest when room appears.
+// A project whose Min cannot all be placed where there is room has the
+// rest given to its placed nodes all the same (rule 3): the node's
+// scheduler starts those replicas when it has room.
 
 // room is what a node can still take while one placement pass runs.
 type room struct {
@@ -52,13 +59,17 @@ func newRoom(c Capacity) *room {
 	return &room{gpus: slices.Clone(c.GPUs), cpuFree: max(c.CPUSlots-c.CPUUsed, 0)}
 }
 
-// gpuNeed is the free MiB one GPU must have for one replica of p; 0 with
-// whole reports that the GPU must be all free and is then held whole.
+// gpuNeed is the free MiB GPU g must have for one replica of a project
+// with model m; whole reports that the replica holds the GPU whole. A
+// whole GPU must be all free, less the slack the node's scheduler allows
+// (scheduler/placement.go, wholeSlackMiB: what the driver reserves or
+// shows in use while nobody holds the GPU), which the node does not
+// publish: a 32nd of the GPU, at least 512 MiB.
 func gpuNeed(g GPUInfo, m store.ModelSpec) (need int64, whole bool) {
 	if m.GPUMemoryMiB > 0 {
 		return int64(m.GPUMemoryMiB), false
 	}
-	return g.TotalMiB, true
+	return g.TotalMiB - min(max(g.TotalMiB/32, 512), g.TotalMiB-1), true
 }
 
 // take takes the room of one replica of a project with model m, and
@@ -159,6 +170,7 @@ func placeOne(p store.Project, names []string, live map[string]NodeInfo, rooms m
 		return pick
 	}
 	// Rule 3: the minimum, one replica at a time.
+	short := 0 // replicas of the minimum no node has room for now
 	for range min(p.MinReplicas, maxR) {
 		n := ""
 		for _, m := range names {
@@ -175,7 +187,8 @@ func placeOne(p store.Project, names []string, live map[string]NodeInfo, rooms m
 		}
 		if n == "" {
 			if n = best(nil); n == "" {
-				break // no room anywhere now
+				short++ // no room anywhere now
+				continue
 			}
 			rooms[n].take(p.Model)
 		}
@@ -184,12 +197,27 @@ func placeOne(p store.Project, names []string, live map[string]NodeInfo, rooms m
 	}
 	// Rule 4: somewhere to run.
 	if len(placed) == 0 {
-		n := best(nil)
-		if n == "" {
+		if n := best(nil); n != "" {
+			rooms[n].take(p.Model)
+			placed[n] = true
+		} else if n := couldFit(p.Model, names, live); n != "" {
+			placed[n] = true
+		} else {
 			return nil
 		}
-		rooms[n].take(p.Model)
-		placed[n] = true
+	}
+	// Rule 3, the rest: the part of the minimum with no room goes to the
+	// placed nodes all the same, the one given fewest first, so each node
+	// starts it when room appears there (its scheduler never runs more
+	// than it has room for).
+	for ; short > 0 && len(placed) > 0; short-- {
+		n := ""
+		for _, m := range slices.Sorted(maps.Keys(placed)) {
+			if n == "" || mins[m] < mins[n] {
+				n = m
+			}
+		}
+		mins[n]++
 	}
 	// Rule 5: scale-out.
 	if len(placed) < maxR && saturated(p.ID, placed, live, cur) {
@@ -235,4 +263,25 @@ func saturated(id string, placed map[string]bool, live map[string]NodeInfo, cur 
 		queued = queued || l.Queued > 0
 	}
 	return queued
+}
+
+// couldFit returns the first node (by name) that could hold a replica of a
+// project with model m once its GPUs were free: enough healthy GPUs large
+// enough. Any node could hold a CPU replica.
+func couldFit(m store.ModelSpec, names []string, live map[string]NodeInfo) string {
+	for _, n := range names {
+		if m.GPUs <= 0 {
+			return n
+		}
+		count := 0
+		for _, g := range live[n].Capacity.GPUs {
+			if g.Healthy && g.TotalMiB >= int64(m.GPUMemoryMiB) && g.TotalMiB > 0 {
+				count++
+			}
+		}
+		if count >= m.GPUs {
+			return n
+		}
+	}
+	return ""
 }

@@ -46,6 +46,13 @@ func TestPlacement(t *testing.T) {
 			want: map[string]shares{"gpu": {"c": {1, 2}}},
 		},
 		{
+			name:     "a whole GPU counts as free with what the driver keeps back, not when shared",
+			projects: []store.Project{project("gpu", 1, 1, 1, 0)},
+			nodes: []NodeInfo{node("a", 0, gpu(0, 24000, 12000, false)),
+				node("b", 0, gpu(0, 24000, 23500, false))},
+			want: map[string]shares{"gpu": {"b": {1, 1}}},
+		},
+		{
 			name:     "gpuMemoryMiB needs that much free on one GPU",
 			projects: []store.Project{project("gpu", 1, 1, 1, 8000)},
 			nodes:    []NodeInfo{node("a", 0, gpu(0, 24000, 4000, false)), node("b", 0, gpu(0, 24000, 9000, false))},
@@ -64,6 +71,13 @@ func TestPlacement(t *testing.T) {
 			want:     map[string]shares{"p1": {"a": {1, 1}}, "p2": {"b": {1, 1}}},
 		},
 		{
+			name:     "with every GPU held the project and its minimum go where they could fit once GPUs are free",
+			projects: []store.Project{project("gpu", 1, 1, 2, 0)},
+			nodes: []NodeInfo{node("a", 4, gpu(0, 24000, 0, true)),
+				node("b", 4, gpu(0, 24000, 0, true), gpu(1, 24000, 0, true))},
+			want: map[string]shares{"gpu": {"b": {1, 1}}},
+		},
+		{
 			name:     "a CPU project needs a free CPU slot",
 			projects: []store.Project{project("cpu", 1, 1, 0, 0)},
 			nodes:    []NodeInfo{{Name: "a", Capacity: Capacity{CPUSlots: 2, CPUUsed: 2}}, node("b", 1)},
@@ -74,6 +88,12 @@ func TestPlacement(t *testing.T) {
 			projects: []store.Project{project("cpu", 3, 4, 0, 0)},
 			nodes:    []NodeInfo{node("a", 1), node("b", 4), node("c", 3)},
 			want:     map[string]shares{"cpu": {"b": {2, 3}, "c": {1, 1}}},
+		},
+		{
+			name:     "the minimum past all room goes to the placed nodes all the same",
+			projects: []store.Project{project("cpu", 3, 3, 0, 0)},
+			nodes:    []NodeInfo{node("a", 1), node("b", 1), {Name: "c", Capacity: Capacity{CPUSlots: 1, CPUUsed: 1}}},
+			want:     map[string]shares{"cpu": {"a": {2, 2}, "b": {1, 1}}},
 		},
 		{
 			name:     "min 0 still places the project on one node",

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -53,52 +52,7 @@ type CallAt struct {
 // (the calls it runs or holds queued), each with its record's revision,
 // read at one revision. Inputs are left out (InputBytes says their size).
 func (s *Store) CallsOfNode(node string) ([]CallAt, error) {
-	what := fmt.Sprintf("calls of node %s", node)
-	if err := s.check(what); err != nil {
-		return nil, err
-	}
-	ctx, cancel := s.ctx()
-	defer cancel()
-	dir := s.key("pending") + "/"
-	idx, err := s.cli.Get(ctx, dir, clientv3.WithPrefix())
-	if err != nil {
-		return nil, s.wrap(what, err)
-	}
-	var ids []string
-	for _, kv := range idx.Kvs {
-		if string(kv.Value) == node {
-			ids = append(ids, strings.TrimPrefix(string(kv.Key), dir))
-		}
-	}
-	var out []CallAt
-	const perTxn = 60 // two reads each, under etcd's 128 operations per transaction
-	for start := 0; start < len(ids); start += perTxn {
-		chunk := ids[start:min(start+perTxn, len(ids))]
-		var gets []clientv3.Op
-		for _, id := range chunk {
-			gets = append(gets, clientv3.OpGet(s.key("calls", id), clientv3.WithRev(idx.Header.Revision)),
-				clientv3.OpGet(s.key("inputsize", id), clientv3.WithRev(idx.Header.Revision)))
-		}
-		resp, err := s.cli.Txn(ctx).Then(gets...).Commit()
-		if err != nil {
-			return nil, s.wrap(what, err)
-		}
-		for i := range chunk {
-			kvs := resp.Responses[2*i].GetResponseRange().Kvs
-			if len(kvs) == 0 {
-				continue // not reached: the index and the call change together
-			}
-			c, err := decode[store.Call](what, string(kvs[0].Key), kvs[0].Value)
-			if err != nil {
-				return nil, err
-			}
-			if c.InputBytes, err = inputSize(what, resp.Responses[2*i+1]); err != nil {
-				return nil, err
-			}
-			out = append(out, CallAt{Call: c, Rev: kvs[0].ModRevision})
-		}
-	}
-	return out, nil
+	return s.callsPendingOn(fmt.Sprintf("calls of node %s", node), node)
 }
 
 // NodesWithCalls returns the names of the nodes that pending calls name

@@ -19,7 +19,7 @@
 //	payloads/<id>/<kind>        inputs or outputs over InlineLimit held on nodes instead: PayloadRef
 //	                            {size, sha256, nodes} (JSON), only with Options.Payloads
 //	meta/<id>                   the call without webhook URL (RecentCalls)
-//	pending/<id>                the node that wrote it, while the call is not final (PendingCalls)
+//	pending/<id>                the node that holds it (wrote it, or the leader handed it to), while not final (PendingCalls)
 //	finished/<unix nanos>/<id>  "" once final, by its Finished (ExpireCalls)
 //	idem/<team>/<sha256 of key> the id of the call started with that idempotency key
 //	outbox/<delivery id>        a webhook delivery not ended, with the node that queued it (JSON)
