@@ -80,6 +80,22 @@ func oneReadyReplica(t *testing.T) (store.Project, *harness, *fakeInstance) {
 	return p, h, i
 }
 
+// A call of a project this node's loop has not loaded yet (created since
+// it started, its change not told here) is adopted with the project read
+// from the store.
+func TestAdoptReadsAProjectNewToTheNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{}, nil)
+		defer h.stop()
+		p := testProject("fresh", minMax(0, 1))
+		h.st.putProject(p)
+		c := store.Call{ID: "call_f", ProjectID: "fresh", State: store.CallQueued, Created: h.clk.Now()}
+		h.st.putCall(c)
+		h.s.Adopt(c)
+		h.succeedOnNewReplica(c.ID)
+	})
+}
+
 // When the node's lease lapses, every live call is dropped without a
 // write: the running call's model request is aborted, the queued call
 // never runs here, waiters wake with the call as it stands, a sync start
