@@ -18,7 +18,8 @@
 //	outputs/<id>                its outputs, the bytes given (none: no key); every write puts or deletes them
 //	meta/<id>                   the call without webhook URL (RecentCalls)
 //	pending/<id>                the node that wrote it, while the call is not final (PendingCalls)
-//	finished/<unix nanos>/<id>  "" once final, by its Finished (ExpireCalls)
+//	finished/<unix nanos>/<id>  "" once final, by its Finished (ExpireCalls); a put here is
+//	                            a call made final through some node (OnCallFinal's watch)
 //	idem/<team>/<sha256 of key> the id of the call started with that idempotency key
 //	outbox/<delivery id>        a webhook delivery not ended, with the node that queued it (JSON)
 //	outboxended/<delivery id>   when it ended (unix nanos): never queued again; ExpireCalls drops it
@@ -55,6 +56,14 @@
 // Each node's hooks and PendingDeliveries hold the deliveries its own call
 // writes queued: a node's deliverer sends the messages of the calls it
 // ran, and recovers them at start-up, as it recovers its pending calls.
+//
+// # Errors
+//
+// Every etcd request is bounded by Options.RequestTimeout (a call write by
+// RetryFor, then one more request timeout); a request that etcd does not
+// answer in time, or answers with no leader, fails with an error wrapping
+// store.ErrUnavailable (quorum lost, or this node cut off), which the API
+// answers as "cluster unavailable; retry".
 //
 // Layout version 1 (before payloads had keys of their own) is refused, not
 // migrated: cluster mode had no release with it.

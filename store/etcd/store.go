@@ -64,6 +64,8 @@ type Store struct {
 	deliveryHooks store.DeliveryHooks
 	// Other nodes' project and team writes, told to the hooks.
 	projectWatch, teamWatch keyWatch
+	// Calls made final through any node, told to OnCallFinal's hooks.
+	finals finalWatch
 
 	closed atomic.Bool
 	once   sync.Once
@@ -117,6 +119,7 @@ func Open(opts Options) (*Store, error) {
 	}
 	s.w.start(s)
 	s.startWatches(rev + 1)
+	s.finals.start(s, rev+1)
 	return s, nil
 }
 
@@ -155,6 +158,7 @@ func (s *Store) Close() error {
 		s.w.stop()
 		s.projectWatch.stop()
 		s.teamWatch.stop()
+		s.finals.stop()
 		s.cli.Close()
 	})
 	return nil
@@ -199,8 +203,10 @@ func (s *Store) check(what string) error {
 }
 
 // wrap gives an etcd error its context and the store's sentinel where one
-// applies: a full etcd database is store.ErrStorageFull, and any failure
-// after Close is store.ErrClosed.
+// applies: a full etcd database is store.ErrStorageFull, etcd not answering
+// within the request timeout (no leader, no reachable member: quorum lost
+// or this node cut off) is store.ErrUnavailable, and any failure after
+// Close is store.ErrClosed.
 func (s *Store) wrap(what string, err error) error {
 	switch {
 	case s.closed.Load():
@@ -208,6 +214,8 @@ func (s *Store) wrap(what string, err error) error {
 	case errors.Is(err, rpctypes.ErrNoSpace) || errors.Is(err, rpctypes.ErrGRPCNoSpace) ||
 		strings.Contains(err.Error(), rpctypes.ErrGRPCNoSpace.Error()):
 		return fmt.Errorf("%s: etcd database space exceeded (%v): %w", what, err, store.ErrStorageFull)
+	case retryable(err):
+		return fmt.Errorf("%s: etcd: %w: %w", what, err, store.ErrUnavailable)
 	default:
 		return fmt.Errorf("%s: etcd: %w", what, err)
 	}
