@@ -97,6 +97,11 @@ func (a *api) newResponse(message, callID string) inferenceResponse {
 // is in message. The outputs are written as the store holds them (see
 // newAnswer); once written, the answer keeps no reference to them.
 func (a *api) writeInference(w http.ResponseWriter, resp inferenceResponse) {
+	a.writeInferenceStatus(w, http.StatusOK, resp)
+}
+
+// writeInferenceStatus writes an inference response with the given status.
+func (a *api) writeInferenceStatus(w http.ResponseWriter, status int, resp inferenceResponse) {
 	ans, err := resp.answer(resp)
 	if err != nil {
 		panic(err) // a bug: the fields are strings, numbers and booleans
@@ -104,20 +109,22 @@ func (a *api) writeInference(w http.ResponseWriter, resp inferenceResponse) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(ans.Len()+1))
-	w.WriteHeader(http.StatusOK)
+	w.WriteHeader(status)
 	if _, err := ans.WriteTo(w); err == nil { // a failed write means the client is gone
 		_, _ = w.Write(newline)
 	}
 }
 
 // fail answers an inference request that failed before a call existed.
+// Every answer is HTTP 200 but one: etcd not answering in cluster mode is a
+// 503 (see inferenceStatus).
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	msg, internal := inferenceMessage(err)
 	if internal {
 		a.log.Error().Err(err).Str("request_id", requestIDOf(w)).
 			Str("path", r.URL.Path).Msg("inference request failed")
 	}
-	a.writeInference(w, a.newResponse(msg, ""))
+	a.writeInferenceStatus(w, inferenceStatus(err), a.newResponse(msg, ""))
 }
 
 // startArgs are the checked fields of a Start body.
@@ -259,11 +266,16 @@ func (a *api) await(ctx context.Context, keyID string, call store.Call, done <-c
 	case <-ctx.Done():
 		return call // nobody reads the answer
 	}
-	if c, _, err := a.sched.Lookup(call.ID); err == nil {
+	if c, ok := a.lookupWithin(call.ID, rereadWithin); ok {
 		return c
 	}
 	return call
 }
+
+// rereadWithin bounds the read of a call at the end of a long poll in
+// cluster mode (lookupWithin): past it, the poll answers the state it last
+// saw rather than wait for an etcd that does not answer.
+const rereadWithin = time.Second
 
 // callResponse renders a call: success with its outputs, a final error, or
 // the pending state.

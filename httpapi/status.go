@@ -164,6 +164,8 @@ type statusAll struct {
 	// Protections are the sandbox's: which ways of keeping models apart
 	// are in force on this box (docs/security.md).
 	Protections []backend.Protection `json:"protections"`
+	// Cluster is the cluster view (cluster mode only; absent on a single box).
+	Cluster *statusCluster `json:"cluster,omitempty"`
 }
 
 type results[T any] struct {
@@ -243,6 +245,7 @@ func (s *statusAPI) all(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		Teams:       viewTeams(v),
 		Webhooks:    s.webhookStats(v.key),
 		Protections: s.protections(),
+		Cluster:     viewCluster(s.opts.Cluster, v),
 	})
 }
 
