@@ -11,6 +11,7 @@ import (
 
 	"inferd/config"
 	"inferd/httpapi"
+	"inferd/scheduler"
 	"inferd/store"
 	"inferd/store/bolt"
 	"inferd/store/etcd"
@@ -37,6 +38,16 @@ func (o openedStore) Close() error {
 		o.member.Close()
 	}
 	return err
+}
+
+// finals tells the scheduler of calls made final through any node (the
+// etcd store's OnCallFinal), so that a long poll here on a call run on
+// another node wakes when it is final; nil on a single box.
+func (o openedStore) finals() scheduler.FinalFeed {
+	if f, ok := o.daemonStore.(scheduler.FinalFeed); ok {
+		return f
+	}
+	return nil
 }
 
 // memberErr is the channel of the member's fatal errors; nil (never ready)

@@ -78,6 +78,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	schedCfg := schedulerConfig(cfg)
 	schedCfg.Observer = observers{Metrics: metrics, hist: hist, streams: streams}
 	schedCfg.Outputs = streams
+	schedCfg.Finals = st.finals() // cluster mode: long polls on calls run by other nodes
 	sched = scheduler.New(schedCfg, st, replicas, scheduler.RealClock(), log)
 	st.OnProjectChange(sched.ProjectChanged)
 	st.OnTeamChange(sched.TeamChanged)

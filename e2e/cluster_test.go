@@ -101,6 +101,25 @@ func TestClusterModeOnEmbeddedEtcd(t *testing.T) {
 		}
 	})
 
+	t.Run("a long poll on node 1 wakes when node 2 finishes the call", func(t *testing.T) {
+		body := fmt.Sprintf(`{"apiKey":%q,"modelKey":"mk-echo","startOnly":true,"modelInputs":{"sleep":3}}`, key)
+		status, r := do(t, "POST", n2.base+"/start/v4", nil, body)
+		id, _ := r["callID"].(string)
+		if status != http.StatusOK || id == "" {
+			t.Fatalf("start on node 2: HTTP %d %v", status, r)
+		}
+		began := time.Now()
+		// One long poll (a 50 s wait): only the completion on node 2,
+		// seen through etcd, answers it with the result.
+		got := inferenceClient{t: t, base: n1.base, key: key}.check(id, true)
+		if got["message"] != "success" {
+			t.Fatalf("long poll on node 1 = %v, want success", got)
+		}
+		if took := time.Since(began); took > 40*time.Second {
+			t.Errorf("the long poll answered after %v, at the end of its wait rather than at the completion", took)
+		}
+	})
+
 	t.Run("a call on node 2 delivers its webhook, signed with the secret drawn through node 1", func(t *testing.T) {
 		out, err := n1.cli("team", "webhook-secret", "acme")
 		if err != nil {
