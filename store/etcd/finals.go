@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"inferd/store"
 )
 
 // finalWatch tells the OnCallFinal hooks of every call made final through
@@ -25,11 +25,8 @@ import (
 // compacted away meanwhile lists the whole index instead, telling every
 // id in it (a hook is told of a call at least once, maybe more often).
 type finalWatch struct {
-	mu    sync.RWMutex
-	hooks []func(id string)
-
-	cancel   context.CancelFunc
-	finished chan struct{}
+	store.CallHooks
+	watchRun
 }
 
 // OnCallFinal registers fn to run with the id of each call that becomes
@@ -38,45 +35,24 @@ type finalWatch struct {
 // quick and must not wait on the store. A call may be told more than once
 // (a final call written again, a watch that lost its history), and a hook
 // registered late is not told of calls made final before.
-func (s *Store) OnCallFinal(fn func(id string)) {
-	s.finals.mu.Lock()
-	defer s.finals.mu.Unlock()
-	s.finals.hooks = append(s.finals.hooks, fn)
-}
-
-func (w *finalWatch) tell(id string) {
-	w.mu.RLock()
-	hooks := w.hooks
-	w.mu.RUnlock()
-	for _, fn := range hooks {
-		fn(id)
-	}
-}
+func (s *Store) OnCallFinal(fn func(id string)) { s.finals.OnCallFinal(fn) }
 
 // start watches the finished/ index from revision from on, until stop.
 func (w *finalWatch) start(s *Store, from int64) {
-	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
-	w.cancel, w.finished = cancel, make(chan struct{})
-	go w.run(ctx, s, from)
-}
-
-func (w *finalWatch) stop() {
-	w.cancel()
-	<-w.finished
+	w.watchRun.start(func(ctx context.Context) { w.run(ctx, s, from) })
 }
 
 func (w *finalWatch) run(ctx context.Context, s *Store, from int64) {
-	defer close(w.finished)
 	dir := s.key("finished") + "/"
 	for ctx.Err() == nil {
 		var err error
-		for resp := range s.cli.Watch(ctx, dir, clientv3.WithPrefix(), clientv3.WithRev(from)) {
+		for resp := range s.cli.Watch(ctx, dir, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithFilterDelete()) {
 			if err = resp.Err(); err != nil {
 				break
 			}
 			for _, ev := range resp.Events {
-				if ev.Type == mvccpb.PUT { // deletes are expiry
-					w.tell(finishedID(string(ev.Kv.Key)))
+				if ev.Type == mvccpb.PUT { // deletes (expiry) are filtered out by etcd already
+					w.NotifyFinal(finishedID(string(ev.Kv.Key)))
 				}
 				// Not the header's revision: a watch catching up sends
 				// the current revision with only part of the events.
@@ -93,12 +69,8 @@ func (w *finalWatch) run(ctx context.Context, s *Store, from int64) {
 			continue
 		}
 		// etcd lost its leader or this node its connection: go on from
-		// where the watch stood. The pause keeps a cut-off node from
-		// spinning; it is not a synchronization.
-		select {
-		case <-time.After(s.reqTO / 5):
-		case <-ctx.Done():
-		}
+		// where the watch stood, after a pause.
+		pause(ctx, s.reqTO/5)
 	}
 }
 
@@ -110,14 +82,11 @@ func (w *finalWatch) relist(ctx context.Context, s *Store, dir string) int64 {
 		resp, err := s.cli.Get(rctx, dir, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		cancel()
 		if err != nil {
-			select { // a pause between tries, not a synchronization
-			case <-time.After(s.reqTO / 5):
-			case <-ctx.Done():
-			}
+			pause(ctx, s.reqTO/5)
 			continue
 		}
 		for _, kv := range resp.Kvs {
-			w.tell(finishedID(string(kv.Key)))
+			w.NotifyFinal(finishedID(string(kv.Key)))
 		}
 		return resp.Header.Revision + 1
 	}

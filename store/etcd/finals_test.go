@@ -53,7 +53,8 @@ func TestFinalWatchRelistsAfterCompaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	told := make(chan string, 16)
-	w := &finalWatch{hooks: []func(string){func(id string) { told <- id }}}
+	w := &finalWatch{}
+	w.OnCallFinal(func(id string) { told <- id })
 	w.start(s, 1) // long compacted: as a watch that was down through a compaction
 	t.Cleanup(w.stop)
 	waitTold(t, told, "call_before", "re-listed after compaction")
