@@ -35,8 +35,11 @@ func clusterSecret(t *testing.T) string {
 // again after a restart. A second node pointed at the first node's etcd
 // shares its keys and projects: a key made through either works on both, a
 // project applied through node 1 runs calls on node 2 (their webhooks
-// signed with the team's one secret), and a revocation through node 1 is
-// refused by node 2 at once.
+// signed with the team's one secret), a long poll on node 1 wakes when node
+// 2 finishes the call, and a revocation through node 1 is refused by node 2
+// at once. With node 1 (the one etcd member) stopped, node 2 answers 503
+// "cluster unavailable; retry" within the request timeout, and serves again
+// once node 1 is back.
 func TestClusterModeOnEmbeddedEtcd(t *testing.T) {
 	echo := echoDir(t)
 	mark := marker()
@@ -168,6 +171,37 @@ func TestClusterModeOnEmbeddedEtcd(t *testing.T) {
 		if err1 != nil || err2 != nil || l1 != l2 || !slices.Contains(strings.Fields(l1), "echo") {
 			t.Fatalf("node 1: %q %v\nnode 2: %q %v", l1, err1, l2, err2)
 		}
+	})
+
+	// Node 1 runs the cluster's one etcd member: stopped, node 2 has no
+	// etcd to answer it. Restarted here, not in the subtest (see above).
+	n1.stop()
+	t.Run("with etcd gone node 2 answers 503 cluster unavailable within the request timeout", func(t *testing.T) {
+		if callID == "" {
+			t.Skip("no call ran")
+		}
+		began := time.Now()
+		status, r := do(t, "POST", n2.base+"/check/v4", nil, fmt.Sprintf(`{"apiKey":%q,"callID":%q}`, key, callID))
+		if status != http.StatusServiceUnavailable || r["message"] != "error: cluster unavailable; retry" {
+			t.Errorf("check with etcd gone: HTTP %d %v, want 503 with error: cluster unavailable; retry", status, r)
+		}
+		if took := time.Since(began); took > 12*time.Second {
+			t.Errorf("the check answered after %v, want within about the 5 s request timeout", took)
+		}
+		status, r = do(t, "GET", n2.base+"/v1/projects", map[string]string{"X-Service-API-Key": key}, "")
+		if e, _ := r["error"].(map[string]any); status != http.StatusServiceUnavailable || e["message"] != "cluster unavailable; retry" {
+			t.Errorf("project list with etcd gone: HTTP %d %v, want 503 cluster unavailable; retry", status, r)
+		}
+	})
+	n1 = startDaemon(t, dir1, cfg1)
+	t.Run("node 2 serves again once etcd is back", func(t *testing.T) {
+		if callID == "" {
+			t.Skip("no call ran")
+		}
+		eventually(t, 60*time.Second, "node 2 answering a check after etcd came back", func() bool {
+			status, r, err := tryDo("POST", n2.base+"/check/v4", nil, fmt.Sprintf(`{"apiKey":%q,"callID":%q}`, key, callID))
+			return err == nil && status == http.StatusOK && r["message"] == "success"
+		})
 	})
 	n2.stop()
 }
