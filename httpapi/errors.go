@@ -126,11 +126,12 @@ func inferenceMessage(err error) (msg string, internal bool) {
 
 // inferenceStatus is the HTTP status of an inference answer that failed
 // with err: 200, as the Banana clients need to read the message, except
-// for etcd not answering (cluster mode), a 503 that a load balancer in
-// front of the nodes may retry on another node; the body is the same JSON
-// answer, "error: cluster unavailable; retry".
+// for the cluster being unavailable (etcd not answering, or no node to
+// take the call: cluster mode), a 503 that a load balancer in front of
+// the nodes may retry on another node; the body is the same JSON answer,
+// "error: cluster unavailable; retry".
 func inferenceStatus(err error) int {
-	if errors.Is(err, store.ErrUnavailable) {
+	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, errClusterUnavailable) {
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusOK
