@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,6 +34,40 @@ func TestCallsMadeFinalThroughAnyNodeAreTold(t *testing.T) {
 	waitTold(t, told, "call_other_node", "final through node 1") // told of call_queued first would fail here
 	saveCall(t, n2, finalCall("call_own"))
 	waitTold(t, told, "call_own", "final through node 2 itself")
+}
+
+// A node cut off from etcd for a while is told, once it is back, of the
+// calls made final through another node meanwhile.
+func TestFinalWatchCatchesUpAfterACut(t *testing.T) {
+	m := startMember(t, t.TempDir())
+	link := newLink(t, strings.TrimPrefix(m.ClientURLs()[0], "http://"))
+	n1 := openStore(t, m, Options{})
+	n2, err := Open(Options{Endpoints: []string{"http://" + link.addr}, RequestTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n1.Close(); n2.Close() })
+	told := make(chan string, 16)
+	n2.OnCallFinal(func(id string) { told <- id })
+	saveCall(t, n1, finalCall("call_before"))
+	waitTold(t, told, "call_before", "before the cut")
+	link.drop()
+	saveCall(t, n1, finalCall("call_during"))
+	link.heal()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case id := <-told:
+			if id == "call_during" {
+				return
+			}
+			if id != "call_before" { // told again is allowed: at least once
+				t.Fatalf("told of %q, want call_during", id)
+			}
+		case <-deadline:
+			t.Fatal("the final made during the cut was not told within 30s of healing")
+		}
+	}
 }
 
 // A watch whose revision was compacted away lists the finished index

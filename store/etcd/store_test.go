@@ -392,6 +392,7 @@ type link struct {
 	mu    sync.Mutex
 	conns []net.Conn
 	cutAt bool
+	down  bool // dropped until heal: new connections are closed at once
 }
 
 func newLink(t *testing.T, target string) *link {
@@ -414,7 +415,7 @@ func newLink(t *testing.T, target string) *link {
 				continue
 			}
 			if !l.track(c, u) {
-				return
+				continue // closed; after a cut the next Accept fails
 			}
 			go func() { io.Copy(u, c); u.Close() }()
 			go func() { io.Copy(c, u); c.Close() }()
@@ -423,11 +424,12 @@ func newLink(t *testing.T, target string) *link {
 	return l
 }
 
-// track keeps the connections for cut, or closes them when cut already was.
+// track keeps the connections for cut, or closes them when the link is cut
+// or down.
 func (l *link) track(cs ...net.Conn) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.cutAt {
+	if l.cutAt || l.down {
 		for _, c := range cs {
 			c.Close()
 		}
@@ -435,6 +437,24 @@ func (l *link) track(cs ...net.Conn) bool {
 	}
 	l.conns = append(l.conns, cs...)
 	return true
+}
+
+// drop closes every connection through the link and refuses new ones
+// until heal: a node cut off for a while.
+func (l *link) drop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.down = true
+	for _, c := range l.conns {
+		c.Close()
+	}
+	l.conns = nil
+}
+
+func (l *link) heal() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.down = false
 }
 
 // cut closes the relay and every connection through it.
