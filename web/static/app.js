@@ -143,18 +143,18 @@ function renderCluster(c) {
   $("cluster-section").hidden = !c;
   if (!c) return;
   const role = (n) => [n.leader ? "leader" : "", n.self ? "this node" : "", n.member ? "etcd member" : ""].filter(Boolean).join(" · ");
-  const load = (n) => n.projects.map((p) => `${p.id}: ${p.replicas} replicas, ${p.busy} busy, ${p.queued} queued`).join("; ") || "–";
+  const plural = (k, word) => `${k} ${word}${k === 1 ? "" : "s"}`;
+  const load = (n) => n.projects.map((p) => `${p.id}: ${plural(p.replicas, "replica")}, ${p.busy} busy, ${p.queued} queued`).join("; ") || "–";
   $("cluster").replaceChildren(el("table", {},
-    el("thead", {}, el("tr", {}, ...["Node", "Role", "Address", "GPUs free", "GPU memory free", "CPU slots used", "Projects", "Updated"].map((h) => el("th", {}, h)))),
+    el("thead", {}, el("tr", {}, ...["Node", "Role", "Address", "GPUs free", "GPU memory free", "CPU slots used", "Projects"].map((h) => el("th", {}, h)))),
     el("tbody", {}, ...c.nodes.map((n) => el("tr", { dataset: { node: n.name } },
-      el("td", {}, el("b", {}, n.name)),
+      el("td", { title: `capacity published ${new Date(Date.parse(n.updated)).toLocaleTimeString()}` }, el("b", {}, n.name)),
       el("td", {}, role(n)),
       el("td", { class: "mono" }, n.advertise),
-      el("td", {}, `${n.gpus.free} / ${n.gpus.total}`),
+      el("td", {}, n.gpus.total ? `${n.gpus.free} / ${n.gpus.total}` : "–"),
       el("td", {}, n.gpus.total ? `${bytes(n.gpus.memoryFreeMiB * 1048576)} / ${bytes(n.gpus.memoryTotalMiB * 1048576)}` : "–"),
       el("td", {}, `${n.cpuUsed} / ${n.cpuSlots}`),
-      el("td", {}, load(n)),
-      el("td", { class: "muted" }, new Date(Date.parse(n.updated)).toLocaleTimeString()))))));
+      el("td", {}, load(n)))))));
   $("placement").replaceChildren(el("table", {},
     el("thead", {}, el("tr", {}, el("th", {}, "Project"), el("th", {}, "Placed on (min–max replicas)"))),
     el("tbody", {}, ...c.placement.map((p) => el("tr", { dataset: { placement: p.project } },
