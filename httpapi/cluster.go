@@ -136,16 +136,13 @@ func viewCluster(c ClusterView, v view) *statusCluster {
 // try another node, and a text that tells the client to retry.
 const clusterUnavailable = "cluster unavailable; retry"
 
-// lookupWithin is the scheduler's Lookup of call id, bounded by d in
-// cluster mode, where it may read etcd (a call run on another node): a
-// long poll whose wait has ended must not be held up to the store's
-// request timeout by an etcd that does not answer. Past d the lookup is
-// left to finish on its own (within that timeout) and ok is false.
+// lookupWithin is the scheduler's Lookup of call id, bounded by d: in
+// cluster mode it may read etcd (a call run on another node), and a long
+// poll whose wait has ended must not be held up to the store's request
+// timeout by an etcd that does not answer. Past d the lookup is left to
+// finish on its own (within that timeout; on a single box a bbolt read)
+// and ok is false.
 func (a *api) lookupWithin(id string, d time.Duration) (c store.Call, ok bool) {
-	if a.opts.Cluster == nil {
-		c, _, err := a.sched.Lookup(id)
-		return c, err == nil
-	}
 	type answer struct {
 		c   store.Call
 		err error

@@ -134,7 +134,7 @@ func lookupDown(e *testEnv) { e.sched.lookupErr = errEtcdGone }
 // the call's read then hangs (etcd gone): it is not held for the store's
 // request timeout.
 func TestLongPollEndsNearItsWaitWhenEtcdHangs(t *testing.T) {
-	e := newEnv(t, Options{LongPollWait: 20 * time.Millisecond, Cluster: twoNodeCluster()})
+	e := newEnv(t, Options{LongPollWait: 20 * time.Millisecond})
 	e.sched.add(store.Call{ID: "call_x", ProjectID: "echo", TeamID: "acme", State: store.CallRunning})
 	hang := make(chan struct{})
 	defer close(hang) // lets the held read end with the test

@@ -285,9 +285,9 @@ func (a *api) await(ctx context.Context, keyID string, call store.Call, done <-c
 	return call
 }
 
-// rereadWithin bounds the read of a call at the end of a long poll in
-// cluster mode (lookupWithin): past it, the poll answers the state it last
-// saw rather than wait for an etcd that does not answer.
+// rereadWithin bounds the read of a call at the end of a long poll
+// (lookupWithin): past it, the poll answers the state it last saw rather
+// than wait for an etcd that does not answer (cluster mode).
 const rereadWithin = time.Second
 
 // callResponse renders a call: success with its outputs, a final error, or

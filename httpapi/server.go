@@ -63,8 +63,7 @@ type Options struct {
 	// is the default policy (all but link-local and cloud metadata).
 	WebhookPolicy *webhook.Policy
 	// Cluster, in cluster mode, is this node's view of the cluster: the
-	// cluster section of /v1/status, and long polls bounded against etcd
-	// (cluster.go). Nil on a single box.
+	// cluster section of /v1/status (cluster.go). Nil on a single box.
 	Cluster ClusterView
 }
 
