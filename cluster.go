@@ -11,7 +11,6 @@ import (
 
 	"inferd/config"
 	"inferd/httpapi"
-	"inferd/scheduler"
 	"inferd/store"
 	"inferd/store/bolt"
 	"inferd/store/etcd"
@@ -41,10 +40,11 @@ func (o openedStore) Close() error {
 }
 
 // finals tells the scheduler of calls made final through any node (the
-// etcd store's OnCallFinal), so that a long poll here on a call run on
-// another node wakes when it is final; nil on a single box.
-func (o openedStore) finals() scheduler.FinalFeed {
-	if f, ok := o.daemonStore.(scheduler.FinalFeed); ok {
+// etcd store's OnCallFinal: a scheduler.FinalFeed), so that a long poll
+// here on a call run on another node wakes when it is final; nil on a
+// single box.
+func (o openedStore) finals() interface{ OnCallFinal(fn func(id string)) } {
+	if f, ok := o.daemonStore.(interface{ OnCallFinal(fn func(id string)) }); ok {
 		return f
 	}
 	return nil
