@@ -39,6 +39,14 @@
 // got there first; expiry deletes a call only if it is unchanged since it
 // was read, so a call made pending again by another node is never expired.
 //
+// # Errors
+//
+// Every etcd request is bounded by Options.RequestTimeout (a call write by
+// RetryFor, then one more request timeout); a request that etcd does not
+// answer in time, or answers with no leader, fails with an error wrapping
+// store.ErrUnavailable (quorum lost, or this node cut off), which the API
+// answers as "cluster unavailable; retry".
+//
 // # Call writes
 //
 // SaveCallAsync queues; one writer goroutine commits whatever is queued as
@@ -58,14 +66,6 @@
 // Each node's hooks and PendingDeliveries hold the deliveries its own call
 // writes queued: a node's deliverer sends the messages of the calls it
 // ran, and recovers them at start-up, as it recovers its pending calls.
-//
-// # Errors
-//
-// Every etcd request is bounded by Options.RequestTimeout (a call write by
-// RetryFor, then one more request timeout); a request that etcd does not
-// answer in time, or answers with no leader, fails with an error wrapping
-// store.ErrUnavailable (quorum lost, or this node cut off), which the API
-// answers as "cluster unavailable; retry".
 //
 // Layout version 1 (before payloads had keys of their own) is refused, not
 // migrated: cluster mode had no release with it.

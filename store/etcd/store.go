@@ -73,10 +73,11 @@ type Store struct {
 	hooks         store.ProjectHooks
 	teamHooks     store.TeamHooks
 	deliveryHooks store.DeliveryHooks
-	// Other nodes' project and team writes, told to the hooks.
-	projectWatch, teamWatch keyWatch
 	// Calls made final through any node, told to OnCallFinal's hooks.
 	finals finalWatch
+
+	// Other nodes' project and team writes, told to the hooks.
+	projectWatch, teamWatch keyWatch
 
 	closed atomic.Bool
 	once   sync.Once
@@ -172,9 +173,9 @@ func (s *Store) Close() error {
 		s.closed.Store(true)
 		s.w.stop() // waits for the payloads its queued writes hold
 		s.holders.Wait()
+		s.finals.stop()
 		s.projectWatch.stop()
 		s.teamWatch.stop()
-		s.finals.stop()
 		s.cli.Close()
 	})
 	return nil
