@@ -106,6 +106,7 @@ func TestClusterUnavailableIs503OnEveryRouteFamily(t *testing.T) {
 		{"project list", authDown, "GET", "/v1/projects", "", []string{"X-Service-API-Key", keyAcme}, projectAPI},
 		{"project update", authDown, "PUT", "/v1/projects/echo", `{"maxReplicas":2}`, []string{"X-Service-API-Key", keyAcme}, projectAPI},
 		{"status", authDown, "GET", "/v1/status", "", []string{"X-Service-API-Key", keyAcme}, projectAPI},
+		{"events, call read", lookupDown, "GET", "/v1/calls/call_x/events", "", []string{"X-Service-API-Key", keyAcme}, projectAPI},
 		{"run, key read", authDown, "POST", "/run/echo/predict", `{}`, []string{"X-Banana-API-Key", keyAcme}, projectAPI},
 		{"run, call write", schedDown, "POST", "/run/echo/predict", `{}`, []string{"X-Banana-API-Key", keyAcme}, projectAPI},
 	}

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"inferd/store"
 )
@@ -119,4 +120,31 @@ func TestLookupWithoutFeedKeepsTheStoredState(t *testing.T) {
 			t.Errorf("Lookup = %v, %v, done closed %v; want running, open", got.State, err, isClosed(done))
 		}
 	})
+}
+
+// A wait for a call never told final is dropped once it is older than any
+// call may run, so such waits do not pile up; a call told final is dropped
+// at once.
+func TestFinalWaitsAreDroppedWhenFinalOrTooOld(t *testing.T) {
+	f := newFinalWaiters()
+	t0 := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
+	stuck := f.wait("call_stuck", t0)
+	if again := f.wait("call_stuck", t0.Add(time.Minute)); again != stuck {
+		t.Fatal("a second wait for the same call got a signal of its own")
+	}
+	done := f.wait("call_done", t0)
+	f.final("call_done")
+	if !isClosed(done) {
+		t.Fatal("final did not close the call's signal")
+	}
+	f.wait("call_late", t0.Add(finalWaitsKept+2*time.Hour)) // prunes
+	if _, kept := f.waits["call_stuck"]; kept {
+		t.Error("a wait older than finalWaitsKept is still kept")
+	}
+	if _, kept := f.waits["call_done"]; kept {
+		t.Error("a call told final is still waited for")
+	}
+	if len(f.waits) != 1 {
+		t.Errorf("waits = %v, want only call_late", f.waits)
+	}
 }

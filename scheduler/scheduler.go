@@ -32,14 +32,14 @@ type Config struct {
 	// be free again (its request to the model aborted) before it is
 	// replaced; default 10s (serve passes replica.stopGrace).
 	AbortGrace time.Duration
-	// PriorityAging is how long a queued call waits to rise one priority
-	// (low → normal → high), so that low calls never starve; default 30s.
-	PriorityAging time.Duration
 	// Finals, in cluster mode, tells of calls made final on any node, so
 	// that Lookup of a call running on another node gives a channel closed
 	// once it is final; nil on a single box (such a call has no finisher
 	// there: Run has returned).
 	Finals FinalFeed
+	// PriorityAging is how long a queued call waits to rise one priority
+	// (low → normal → high), so that low calls never starve; default 30s.
+	PriorityAging time.Duration
 	Observer      Observer   // told about finished calls and replica events; nil = none
 	Outputs       OutputSink // told about running calls and their streamed output; nil = none
 }
