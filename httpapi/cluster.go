@@ -1,9 +1,12 @@
 package httpapi
 
 import (
+	"net/http"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/julienschmidt/httprouter"
 
 	"inferd/cluster"
 	"inferd/store"
@@ -129,6 +132,17 @@ func viewCluster(c ClusterView, v view) *statusCluster {
 		out.Placement = append(out.Placement, sp)
 	}
 	return out
+}
+
+// cluster handles GET /v1/status/cluster (cluster mode only): the cluster
+// section of /v1/status alone, without the recent calls' read.
+func (s *statusAPI) cluster(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	v, err := s.read(r, false)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewCluster(s.opts.Cluster, v))
 }
 
 // clusterUnavailable is the answer to a request that etcd did not answer

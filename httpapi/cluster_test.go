@@ -106,6 +106,7 @@ func TestClusterUnavailableIs503OnEveryRouteFamily(t *testing.T) {
 		{"project list", authDown, "GET", "/v1/projects", "", []string{"X-Service-API-Key", keyAcme}, projectAPI},
 		{"project update", authDown, "PUT", "/v1/projects/echo", `{"maxReplicas":2}`, []string{"X-Service-API-Key", keyAcme}, projectAPI},
 		{"status", authDown, "GET", "/v1/status", "", []string{"X-Service-API-Key", keyAcme}, projectAPI},
+		{"cluster status", authDown, "GET", "/v1/status/cluster", "", []string{"X-Service-API-Key", keyAcme}, projectAPI},
 		{"events, call read", lookupDown, "GET", "/v1/calls/call_x/events", "", []string{"X-Service-API-Key", keyAcme}, projectAPI},
 		{"run, key read", authDown, "POST", "/run/echo/predict", `{}`, []string{"X-Banana-API-Key", keyAcme}, projectAPI},
 		{"run, call write", schedDown, "POST", "/run/echo/predict", `{}`, []string{"X-Banana-API-Key", keyAcme}, projectAPI},
@@ -198,11 +199,17 @@ func TestStatusShowsTheClusterToWhatTheKeyMaySee(t *testing.T) {
 	if admin == nil || len(admin.Nodes[1].Projects) != 2 || len(admin.Placement) != 3 {
 		t.Errorf("admin's cluster section = %+v; want every project", admin)
 	}
+	// The section alone, as /v1/status has it for the same key.
+	alone := decode[statusCluster](t, serve(e.h, "GET", "/v1/status/cluster/", "", "X-Service-API-Key", keyAcme))
+	if alone.Leader != "box-2" || len(alone.Nodes) != 2 || len(alone.Placement) != 2 || len(alone.Nodes[1].Projects) != 1 {
+		t.Errorf("/v1/status/cluster = %+v; want the team's view of two nodes", alone)
+	}
 
 	single := newEnv(t, Options{Status: &StatusSources{}})
 	if body := serve(single.h, "GET", "/v1/status", "", "X-Service-API-Key", keyAcme).Body.String(); strings.Contains(body, `"cluster"`) {
 		t.Errorf("a single box's status has a cluster section: %s", body)
 	}
+	apiErrorReply(t, serve(single.h, "GET", "/v1/status/cluster", "", "X-Service-API-Key", keyAcme), http.StatusNotFound, codeNotFound)
 }
 
 // In cluster mode every sample names the node that wrote it, and the

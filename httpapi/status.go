@@ -181,6 +181,11 @@ func (s *statusAPI) register(handle func(method, path string, h httprouter.Handl
 		handle(http.MethodGet, "/v1/status/calls"+slash, list(s, true, s.calls))
 	}
 	handle(http.MethodGet, "/v1/status/projects/:id/replicas/:replica/logs", s.logs)
+	if s.opts.Cluster != nil {
+		for _, slash := range []string{"", "/"} {
+			handle(http.MethodGet, "/v1/status/cluster"+slash, s.cluster)
+		}
+	}
 	if s.src.History != nil {
 		for _, slash := range []string{"", "/"} {
 			handle(http.MethodGet, "/v1/status/history"+slash, s.history)
