@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"encoding/json"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -13,25 +12,9 @@ import (
 
 // fakeFinals is the FinalFeed of these tests: tell is another node's final
 // write of a call, as the store's watch reports it.
-type fakeFinals struct {
-	mu    sync.Mutex
-	hooks []func(string)
-}
+type fakeFinals struct{ store.CallHooks }
 
-func (f *fakeFinals) OnCallFinal(fn func(string)) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.hooks = append(f.hooks, fn)
-}
-
-func (f *fakeFinals) tell(id string) {
-	f.mu.Lock()
-	hooks := f.hooks
-	f.mu.Unlock()
-	for _, fn := range hooks {
-		fn(id)
-	}
-}
+func (f *fakeFinals) tell(id string) { f.NotifyFinal(id) }
 
 // runningElsewhere is a call of p that another node runs: in the store,
 // unknown to this node's scheduler.
