@@ -84,10 +84,11 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var routing *httpapi.Routing // starts and cancels follow the placement; nil on a box
+	var routing *httpapi.Routing        // starts and cancels follow the placement; nil on a box
+	var clusterView httpapi.ClusterView // the status's cluster section, the metrics' node label; nil on a box
 	if cm != nil {
 		schedCfg.Share = cm.share
-		routing = cm.routing()
+		routing, clusterView = cm.routing(), cm.node
 	}
 	sched = scheduler.New(schedCfg, st, replicas, scheduler.RealClock(), log)
 	st.OnProjectChange(sched.ProjectChanged)
@@ -104,7 +105,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		Policy: hookPolicy, Body: httpapi.WebhookBody("inferd/" + version),
 	}, st, log)
 	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st, Conns: conns.Stats,
-		Webhooks: func() webhook.Stats { return hooks.Stats("") }})
+		Webhooks: func() webhook.Stats { return hooks.Stats("") }, Cluster: clusterView})
 
 	apiCtx, endWaits := context.WithCancel(context.Background())
 	defer endWaits()
@@ -130,6 +131,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			WebhookPolicy: hookPolicy,
 			Streams:       streams,
 			Routing:       routing,
+			Cluster:       clusterView,
 			// Event streams and /run waits end with the other waits.
 			Stopping: apiCtx.Done(),
 		}, st, sched),
