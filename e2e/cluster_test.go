@@ -175,6 +175,22 @@ func TestClusterModeOnEmbeddedEtcd(t *testing.T) {
 		}
 	})
 
+	t.Run("each node's status shows both nodes and one leader", func(t *testing.T) {
+		leaders := map[string]bool{}
+		for _, n := range []*daemon{n1, n2} {
+			status, r := do(t, "GET", n.base+"/v1/status", map[string]string{"X-Service-API-Key": admin}, "")
+			c, _ := r["cluster"].(map[string]any)
+			nodes, _ := c["nodes"].([]any)
+			if status != http.StatusOK || len(nodes) != 2 || c["leader"] == "" {
+				t.Fatalf("%s status: HTTP %d, cluster %v; want both nodes and a leader", n.base, status, c)
+			}
+			leaders[fmt.Sprint(c["leader"])] = true
+		}
+		if len(leaders) != 1 {
+			t.Errorf("the nodes name leaders %v, want one", leaders)
+		}
+	})
+
 	// Node 1 runs the cluster's one etcd member: stopped, node 2 has no
 	// etcd to answer it. Restarted here, not in the subtest (see above).
 	n1.stop()
