@@ -246,12 +246,6 @@ type shares struct {
 	m  map[string][2]int
 }
 
-func (s *shares) set(id string, lo, hi int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.m[id] = [2]int{lo, hi}
-}
-
 func (s *shares) unset(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
