@@ -10,6 +10,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -235,10 +236,7 @@ func (c *clusterConn) state(parent context.Context) clusterState {
 	if err != nil {
 		st.listErr = err
 	} else {
-		st.members = make([]memberState, len(list.Members))
-		for i, m := range list.Members {
-			st.members[i] = c.memberState(parent, m)
-		}
+		st.members = c.memberStates(parent, list.Members)
 		sort.Slice(st.members, func(i, j int) bool { return memberName(st.members[i].member) < memberName(st.members[j].member) })
 		for _, m := range st.members {
 			if m.status != nil && m.status.Leader != 0 {
@@ -262,6 +260,18 @@ func (c *clusterConn) state(parent context.Context) clusterState {
 	st.leader, _ = c.inferdLeader(ctx)
 	st.nodes, st.nodesErr = c.nodes(ctx)
 	return st
+}
+
+// memberStates asks every member for its status at once, so members that
+// do not answer cost one timeout, not one each.
+func (c *clusterConn) memberStates(ctx context.Context, ms []*etcdserverpb.Member) []memberState {
+	out := make([]memberState, len(ms))
+	var wg sync.WaitGroup
+	for i, m := range ms {
+		wg.Go(func() { out[i] = c.memberState(ctx, m) })
+	}
+	wg.Wait()
+	return out
 }
 
 // memberState asks one member for its status at its first client URL.

@@ -22,7 +22,7 @@ import (
 )
 
 // testMember is an embedded etcd member on free loopback ports, with test
-// raft timing, stopped when the test ends.
+// raft timing.
 type testMember struct {
 	*etcd.Member
 	name, peerURL, clientURL, dir string
@@ -33,18 +33,31 @@ func startTestMember(t *testing.T, name, dir, peerURL, initialCluster string, jo
 	if peerURL == "" {
 		peerURL = "http://" + freeLoopback(t)
 	}
-	tm := &testMember{name: name, peerURL: peerURL, clientURL: "http://" + freeLoopback(t), dir: dir}
-	m, err := etcd.StartMember(etcd.MemberConfig{
-		Name: name, DataDir: dir, PeerURL: tm.peerURL, ClientURL: tm.clientURL,
-		InitialCluster: initialCluster, Join: join,
-		HeartbeatMs: 10, ElectionMs: 100, StartTimeout: 30 * time.Second,
-	})
+	m, err := startMemberOf(name, dir, peerURL, initialCluster, join)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	tm.Member = m
-	return tm
+	return m
+}
+
+// startMemberOf starts a member, from a goroutine too (no t.Fatal); the
+// caller closes it. startTestMember closes it when the test ends.
+func startMemberOf(name, dir, peerURL, initialCluster string, join bool) (*testMember, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	clientURL := "http://" + ln.Addr().String()
+	ln.Close()
+	m, err := etcd.StartMember(etcd.MemberConfig{
+		Name: name, DataDir: dir, PeerURL: peerURL, ClientURL: clientURL, InitialCluster: initialCluster, Join: join,
+		HeartbeatMs: 10, ElectionMs: 100, StartTimeout: 30 * time.Second,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &testMember{Member: m, name: name, peerURL: peerURL, clientURL: clientURL, dir: dir}, nil
 }
 
 // freeLoopback returns a loopback address no one listens on now.
@@ -409,4 +422,54 @@ func callIDs(calls []store.Call, err error) []string {
 		ids = append(ids, c.ID)
 	}
 	return ids
+}
+
+// Three voters, one down: quorum holds, status exits 0 and names the
+// member that does not answer.
+func TestClusterStatusWithOneOfThreeMembersDown(t *testing.T) {
+	names := []string{"box-1", "box-2", "box-3"}
+	peers := make([]string, len(names))
+	var initial []string
+	for i, n := range names {
+		peers[i] = "http://" + freeLoopback(t)
+		initial = append(initial, n+"="+peers[i])
+	}
+	// The members of a new cluster wait for each other: start them at once.
+	started := make(chan *testMember, len(names))
+	for i, n := range names {
+		dir := t.TempDir()
+		go func() {
+			m, err := startMemberOf(n, dir, peers[i], strings.Join(initial, ","), false)
+			if err != nil {
+				t.Error(err)
+			}
+			started <- m
+		}()
+	}
+	var ms []*testMember
+	for range names {
+		if m := <-started; m != nil {
+			t.Cleanup(func() { m.Close() })
+			ms = append(ms, m)
+		}
+	}
+	if len(ms) != len(names) {
+		t.FailNow()
+	}
+	var down, up *testMember
+	for _, m := range ms {
+		switch m.name {
+		case "box-3":
+			down = m
+		case "box-1":
+			up = m
+		}
+	}
+	down.Close()
+	cfg := clusterConfigFile(t, "box-1", up.clientURL)
+	r := runCLI(t, nil, "--config", cfg, "cluster", "status")
+	if r.code != 0 || !strings.Contains(r.stdout, "quorum: yes (2 of 3 voters healthy; writes need 2)") ||
+		!regexp.MustCompile(`(?m)^box-3\s+[0-9a-f]+\s+voter\s+unreachable`).MatchString(r.stdout) {
+		t.Errorf("status with one of three down: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
 }

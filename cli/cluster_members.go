@@ -48,11 +48,7 @@ func (c *clusterCommand) members(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	states := make([]memberState, len(list.Members))
-	for i, m := range list.Members {
-		states[i] = conn.memberState(ctx, m)
-	}
-	printMembers(c.env.stdout, states)
+	printMembers(c.env.stdout, conn.memberStates(ctx, list.Members))
 	fmt.Fprintf(c.env.stdout, "%d voters, %d learners\n", voters(list.Members), len(list.Members)-voters(list.Members))
 	return nil
 }
