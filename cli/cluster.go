@@ -164,7 +164,7 @@ type memberState struct {
 // clusterState is what status shows.
 type clusterState struct {
 	members    []memberState
-	listErr    error // MemberList failed: no member answered
+	listErr    error // MemberList failed: no member answered, nothing else was read
 	quorum     bool  // a linearizable read succeeded
 	quorumErr  error
 	etcdLeader string
@@ -193,10 +193,10 @@ func (c *clusterCommand) status(ctx context.Context, args []string) error {
 	st := conn.state(ctx)
 	w := c.env.stdout
 	if st.listErr != nil {
-		fmt.Fprintf(w, "etcd members: unknown: %v\n", st.listErr)
-	} else {
-		printMembers(w, st.members)
+		return fmt.Errorf("cluster unreachable: no etcd member answers at %s (%v); if this node's member is down, "+
+			"name another member's client URL with --endpoints", strings.Join(conn.cli.Endpoints(), ","), st.listErr)
 	}
+	printMembers(w, st.members)
 	voters, up := 0, 0
 	for _, m := range st.members {
 		if !m.member.IsLearner {
@@ -235,18 +235,18 @@ func (c *clusterConn) state(parent context.Context) clusterState {
 	list, err := c.memberList(parent, clientv3.WithSerializable())
 	if err != nil {
 		st.listErr = err
-	} else {
-		st.members = c.memberStates(parent, list.Members)
-		sort.Slice(st.members, func(i, j int) bool { return memberName(st.members[i].member) < memberName(st.members[j].member) })
-		for _, m := range st.members {
-			if m.status != nil && m.status.Leader != 0 {
-				for _, l := range st.members {
-					if l.member.ID == m.status.Leader {
-						st.etcdLeader = memberName(l.member)
-					}
+		return st // no member answers: nothing more can be read
+	}
+	st.members = c.memberStates(parent, list.Members)
+	sort.Slice(st.members, func(i, j int) bool { return memberName(st.members[i].member) < memberName(st.members[j].member) })
+	for _, m := range st.members {
+		if m.status != nil && m.status.Leader != 0 {
+			for _, l := range st.members {
+				if l.member.ID == m.status.Leader {
+					st.etcdLeader = memberName(l.member)
 				}
-				break
 			}
+			break
 		}
 	}
 	// Quorum: a linearizable read succeeds only with a majority of voters.

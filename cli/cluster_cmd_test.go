@@ -148,8 +148,8 @@ func TestClusterStatusShowsMembersLeadersAndNodes(t *testing.T) {
 func TestClusterStatusFailsWhenEtcdIsUnreachable(t *testing.T) {
 	cfg := clusterConfigFile(t, "box-1", "http://"+freeLoopback(t))
 	r := runCLI(t, nil, "--config", cfg, "cluster", "status")
-	if r.code != 1 {
-		t.Errorf("status against no etcd: exit %d; want 1\n%s\n%s", r.code, r.stdout, r.stderr)
+	if r.code != 1 || !strings.Contains(r.stderr, "cluster unreachable: no etcd member answers") {
+		t.Errorf("status against no etcd: exit %d; want 1 saying so\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	r = runCLI(t, nil, "--data-dir", t.TempDir(), "cluster", "status")
 	if r.code != 1 || !strings.Contains(r.stderr, "no cluster: section") {
