@@ -473,3 +473,40 @@ func TestClusterStatusWithOneOfThreeMembersDown(t *testing.T) {
 		t.Errorf("status with one of three down: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// A data file of an older schema is imported through a migrated copy; the
+// file itself is left as it was.
+func TestClusterImportOfAnOlderSchemaLeavesTheFileAlone(t *testing.T) {
+	fixture := filepath.Join("..", "store", "bolt", "testdata", "schema-v1.db")
+	raw, err := os.ReadFile(fixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := os.ReadFile(strings.TrimSuffix(fixture, ".db") + ".secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "inferd.db")
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := startTestMember(t, "box-1", t.TempDir(), "", "", false)
+	cfg := clusterConfigFile(t, "box-1", m.clientURL)
+	r := runCLI(t, nil, "--config", cfg, "cluster", "import", path)
+	if r.code != 0 {
+		t.Fatalf("import of a schema-v1 file: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	s := openTestStore(t, "box-1", m.clientURL)
+	if k, err := s.Authenticate(strings.TrimSpace(string(secret))); err != nil || k.TeamID != "acme" {
+		t.Errorf("Authenticate(the file's key) = %+v, %v", k, err)
+	}
+	if p, err := s.ProjectByModelKey("key-echo"); err != nil || p.ID != "echo" {
+		t.Errorf("ProjectByModelKey = %+v, %v", p, err)
+	}
+	if ids := callIDs(s.PendingCalls()); len(ids) != 1 {
+		t.Errorf("pending calls = %v; want the file's queued call", ids)
+	}
+	if after, err := os.ReadFile(path); err != nil || string(after) != string(raw) {
+		t.Errorf("import changed the file it read (%v)", err)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"text/tabwriter"
 	"time"
 
@@ -35,14 +37,11 @@ func (c *clusterCommand) importBolt(_ context.Context, args []string) error {
 	endpoints, clientTLS := conn.cli.Endpoints(), conn.tls
 	conn.close()
 
-	// Read-only: the file is neither migrated nor changed, and a daemon
-	// that still serves from it holds its lock (stop it first: calls it
-	// takes meanwhile would not be copied).
-	src, err := bolt.Open(path, bolt.Options{Timeout: time.Second, ReadOnly: true})
+	src, done, err := openImportSource(path)
 	if err != nil {
 		return fmt.Errorf("cluster import: %w", err)
 	}
-	defer src.Close()
+	defer done()
 	dst, err := etcd.Open(etcd.Options{Endpoints: endpoints, TLS: clientTLS, Prefix: cfg.Cluster.Etcd.Prefix,
 		Node: cfg.Cluster.Name, DialTimeout: cfg.Cluster.Etcd.DialTimeout})
 	if err != nil {
@@ -198,4 +197,35 @@ func notIn[T any](ids map[string]bool, kind string, have []T, id func(T) string)
 		}
 	}
 	return out
+}
+
+// openImportSource opens a single box's data file for import, read-only: a
+// daemon that still serves from it holds its lock, so it is refused (stop
+// the daemon first: calls it took meanwhile would not be copied). A file
+// of an older schema is read through a migrated copy in a temporary
+// directory, as this inferd reads only its own layout; the file itself is
+// never changed. done closes the store and removes the copy.
+func openImportSource(path string) (src *bolt.Store, done func(), err error) {
+	src, err = bolt.Open(path, bolt.Options{Timeout: time.Second, ReadOnly: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	if src.Migration().From >= bolt.SchemaVersion {
+		return src, func() { src.Close() }, nil
+	}
+	src.Close()
+	dir, err := os.MkdirTemp("", "inferd-import-")
+	if err != nil {
+		return nil, nil, err
+	}
+	copyPath := filepath.Join(dir, "inferd.db")
+	_, err = copyFileSynced(copyPath, path)
+	if err == nil {
+		src, err = bolt.Open(copyPath, bolt.Options{Timeout: time.Second})
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, fmt.Errorf("migrate a copy of %s: %w", path, err)
+	}
+	return src, func() { src.Close(); os.RemoveAll(dir) }, nil
 }

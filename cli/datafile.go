@@ -100,3 +100,16 @@ func replaceChecked(dst string, fill func(io.Writer) (int64, error), check func(
 	}
 	return n, syncDir(filepath.Dir(dst))
 }
+
+// copyFileSynced copies src to a new file dst (mode 0600), fsynced, as
+// writeFileSynced makes it.
+func copyFileSynced(dst, src string) (int64, error) {
+	return writeFileSynced(dst, func(w io.Writer) (int64, error) {
+		in, err := os.Open(src)
+		if err != nil {
+			return 0, err
+		}
+		defer in.Close()
+		return io.Copy(w, in)
+	})
+}
