@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"fmt"
-	"strconv"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -88,14 +87,19 @@ func (s *Store) ImportProject(p store.Project) (bool, error) {
 // call write stores them (callOps), if no call c.ID exists. A call not
 // final is pending on this store's node (Options.Node), which recovers it
 // at start-up as a single box does after a restart. No webhook message is
-// queued for it. A payload over MaxInlinePayload fails with
+// queued for it. Its payloads are kept in etcd, so the store must have no
+// Options.Payloads; one over MaxInlinePayload fails with
 // ErrPayloadTooLarge.
 func (s *Store) ImportCall(c store.Call) (bool, error) {
 	what := fmt.Sprintf("import call %s", c.ID)
 	if err := store.ValidateCallID(c.ID); err != nil {
 		return false, fmt.Errorf("%s: %w", what, err)
 	}
-	for name, b := range map[string][]byte{"inputs": c.Inputs, "outputs": c.Outputs} {
+	if s.payloads != nil {
+		// Held payloads need a node that serves them; import runs on none.
+		return false, fmt.Errorf("%s: the import's store keeps payloads in etcd (open it without Options.Payloads)", what)
+	}
+	for name, b := range map[string][]byte{KindInputs: c.Inputs, KindOutputs: c.Outputs} {
 		if len(b) > MaxInlinePayload {
 			return false, fmt.Errorf("%s: %s are %d bytes, over %d: %w", what, name, len(b), MaxInlinePayload, ErrPayloadTooLarge)
 		}
@@ -105,8 +109,7 @@ func (s *Store) ImportCall(c store.Call) (bool, error) {
 		return false, err
 	}
 	if len(c.Inputs) > 0 {
-		ops = append(ops, clientv3.OpPut(s.key("inputs", c.ID), string(c.Inputs)),
-			clientv3.OpPut(s.key("inputsize", c.ID), strconv.Itoa(len(c.Inputs))))
+		ops = append(ops, s.inputOps(c.ID, c.Inputs)...)
 	}
 	return s.createIfAbsent(what, []string{s.key("calls", c.ID)}, ops)
 }
