@@ -66,7 +66,7 @@ import      copies a single box's bbolt data file (the daemon stopped):
             again writes only what is missing
 
 Run 1, 3 or 5 voters: an even number tolerates no more failures than one
-fewer, and each voter adds to every write's latency.
+voter fewer does, and each voter adds to every write's latency.
 `
 }
 
@@ -218,9 +218,7 @@ func (c *clusterCommand) status(ctx context.Context, args []string) error {
 	} else {
 		printNodes(w, st.nodes)
 	}
-	if voters > 0 && voters%2 == 0 {
-		fmt.Fprintf(w, "warning: %d voters: an even number tolerates no more failures than %d; run 1, 3 or 5\n", voters, voters-1)
-	}
+	warnEven(w, voters)
 	if !st.quorum {
 		return errors.New("cluster unhealthy: etcd has no quorum (see docs/cluster.md, \"Losing quorum\")")
 	}

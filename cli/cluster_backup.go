@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -15,10 +16,13 @@ import (
 	"inferd/config"
 )
 
-// initialClusterToken is the token the members of a restored cluster share:
-// etcd's default, the one an embedded member (store/etcd.StartMember)
-// starts a new cluster with.
-const initialClusterToken = "etcd-cluster"
+// restoreToken is the cluster token of a cluster restored from a snapshot
+// whose SHA-256 trailer is sum: the same for every member restored from
+// that file, so they form one cluster, and unlike the token of the cluster
+// the snapshot came from (etcd's default, which store/etcd.StartMember
+// starts new clusters with), so the restored cluster has another id and a
+// member of the old one that still runs cannot join it by mistake.
+func restoreToken(sum string) string { return "inferd-restore-" + sum[:16] }
 
 func (c *clusterCommand) backup(ctx context.Context, args []string) error {
 	fs := subFlags("cluster backup")
@@ -51,49 +55,49 @@ func (c *clusterCommand) backup(ctx context.Context, args []string) error {
 	n, err := replaceChecked(dst, func(w io.Writer) (int64, error) {
 		return io.Copy(w, resp.Snapshot)
 	}, func(tmp string) (err error) {
-		st, err = checkSnapshot(tmp)
+		st, _, err = checkSnapshot(tmp)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("cluster backup: %w", err)
 	}
-	fmt.Fprintf(c.env.stdout, "cluster backup written to %s (%d bytes, etcd %s, revision %d, %d keys)\n",
+	fmt.Fprintf(c.env.stdout, "cluster backup written to %s (%d bytes, storage version %s, revision %d, %d keys)\n",
 		dst, n, resp.Version, st.Revision, st.TotalKey)
 	return nil
 }
 
 // checkSnapshot checks an etcd snapshot file: the SHA-256 etcd appends to
-// the database, then the database itself (etcdutl's snapshot status).
-func checkSnapshot(path string) (snapshot.Status, error) {
+// the database, then the database itself (etcdutl's snapshot status). It
+// returns the status and the SHA-256 (hex).
+func checkSnapshot(path string) (st snapshot.Status, sum string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return snapshot.Status{}, err
+		return st, "", err
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return snapshot.Status{}, err
+		return st, "", err
 	}
 	size := fi.Size()
 	if size <= sha256.Size {
-		return snapshot.Status{}, fmt.Errorf("%s is %d bytes: not an etcd snapshot", path, size)
+		return st, "", fmt.Errorf("%s is %d bytes: not an etcd snapshot", path, size)
 	}
 	h := sha256.New()
 	if _, err := io.CopyN(h, f, size-sha256.Size); err != nil {
-		return snapshot.Status{}, fmt.Errorf("read %s: %w", path, err)
+		return st, "", fmt.Errorf("read %s: %w", path, err)
 	}
 	want := make([]byte, sha256.Size)
 	if _, err := io.ReadFull(f, want); err != nil {
-		return snapshot.Status{}, fmt.Errorf("read %s: %w", path, err)
+		return st, "", fmt.Errorf("read %s: %w", path, err)
 	}
 	if !bytes.Equal(h.Sum(nil), want) {
-		return snapshot.Status{}, fmt.Errorf("%s: checksum mismatch: the snapshot is damaged", path)
+		return st, "", fmt.Errorf("%s: checksum mismatch: the snapshot is damaged", path)
 	}
-	st, err := snapshot.NewV3(zap.NewNop()).Status(path)
-	if err != nil {
-		return st, fmt.Errorf("%s: %w", path, err)
+	if st, err = snapshot.NewV3(zap.NewNop()).Status(path); err != nil {
+		return st, "", fmt.Errorf("%s: %w", path, err)
 	}
-	return st, nil
+	return st, hex.EncodeToString(want), nil
 }
 
 func (c *clusterCommand) restore(_ context.Context, args []string) error {
@@ -121,7 +125,8 @@ func (c *clusterCommand) restore(_ context.Context, args []string) error {
 	if peerURL == "" {
 		return fmt.Errorf("%w: --initial-cluster %q does not list %s=PEERURL", errUsage, *initial, *name)
 	}
-	if _, err := checkSnapshot(src); err != nil {
+	_, sum, err := checkSnapshot(src)
+	if err != nil {
 		return fmt.Errorf("refusing to restore: %w", err)
 	}
 	if _, err := os.Stat(*dataDir); err == nil {
@@ -133,7 +138,7 @@ func (c *clusterCommand) restore(_ context.Context, args []string) error {
 		OutputDataDir:       *dataDir,
 		PeerURLs:            []string{peerURL},
 		InitialCluster:      *initial,
-		InitialClusterToken: initialClusterToken,
+		InitialClusterToken: restoreToken(sum),
 	})
 	if err != nil {
 		os.RemoveAll(*dataDir) // a half-made directory would be taken for a member's

@@ -297,10 +297,16 @@ func TestClusterBackupThenRestoreIntoANewMember(t *testing.T) {
 	if err := os.WriteFile(damaged, raw[:len(raw)-100], 0o600); err != nil {
 		t.Fatal(err)
 	}
-	peer := "http://" + freeLoopback(t)
+	list, err := s.Client().MemberList(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldCluster := list.Header.ClusterId
+	// The member is made again under its own name and peer URL, as after
+	// losing the box.
 	newDir := filepath.Join(t.TempDir(), "etcd")
 	restore := func(src, dir string) result {
-		return runCLI(t, nil, "cluster", "restore", src, "--data-dir", dir, "--name", "box-9", "--initial-cluster", "box-9="+peer)
+		return runCLI(t, nil, "cluster", "restore", src, "--data-dir", dir, "--name", "box-1", "--initial-cluster", "box-1="+m.peerURL)
 	}
 	if r := restore(damaged, newDir); r.code != 1 || !strings.Contains(r.stderr, "refusing to restore") {
 		t.Errorf("restore of a damaged backup: exit %d, stderr %q; want refused", r.code, r.stderr)
@@ -312,10 +318,18 @@ func TestClusterBackupThenRestoreIntoANewMember(t *testing.T) {
 		t.Fatalf("cluster restore: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 
+	s.Close()
 	m.Close()
-	restored := startTestMember(t, "box-9", newDir, peer, "box-9="+peer, false)
-	s2 := openTestStore(t, "box-9", restored.clientURL)
+	restored := startTestMember(t, "box-1", newDir, m.peerURL, "box-1="+m.peerURL, false)
+	s2 := openTestStore(t, "box-1", restored.clientURL)
 	checkRecords(t, s2, secret, call)
+	list, err = s2.Client().MemberList(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list.Header.ClusterId == oldCluster {
+		t.Errorf("restored cluster id %x is the backed-up cluster's: a member of that one could join it", oldCluster)
+	}
 	if teams, err := s2.ListTeams(); err != nil || len(teams) != 1 {
 		t.Errorf("restored teams = %+v, %v; want acme alone (later came after the backup)", teams, err)
 	}

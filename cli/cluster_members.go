@@ -111,7 +111,7 @@ func (c *clusterCommand) addMember(ctx context.Context, args []string) error {
 		resp, err = conn.cli.MemberAdd(cctx, []string{peerURL})
 	}
 	if err != nil {
-		return fmt.Errorf("add etcd member %s: %w", name, err)
+		return fmt.Errorf("add etcd member %s: %w", name, unhealthyErr(err))
 	}
 	w := c.env.stdout
 	role := "voter"
@@ -167,17 +167,23 @@ func (c *clusterCommand) removeMember(ctx context.Context, args []string) error 
 	cctx, cancel := conn.ctx(ctx)
 	defer cancel()
 	resp, err := conn.cli.MemberRemove(cctx, m.ID)
-	if err != nil && rpctypes.ErrorDesc(err) == rpctypes.ErrorDesc(rpctypes.ErrGRPCUnhealthy) {
-		return fmt.Errorf("remove etcd member %s: etcd refused: too few of the voters left would have been connected "+
-			"for the last 5 seconds (a member just started, or one is down); try again once cluster status shows them healthy", name)
-	}
 	if err != nil {
-		return fmt.Errorf("remove etcd member %s: %w", name, err)
+		return fmt.Errorf("remove etcd member %s: %w", name, unhealthyErr(err))
 	}
 	fmt.Fprintf(c.env.stdout, "removed etcd member %s: ", name)
 	printVoters(c.env.stdout, resp.Members)
 	fmt.Fprintf(c.env.stdout, "Stop inferd on %s if it still runs. Before it joins again (add-member), delete its member's data (<dataDir>/etcd).\n", name)
 	return nil
+}
+
+// unhealthyErr explains etcd's refusal of a membership change for want of
+// members it has heard from lately; other errors pass as they are.
+func unhealthyErr(err error) error {
+	if rpctypes.ErrorDesc(err) != rpctypes.ErrorDesc(rpctypes.ErrGRPCUnhealthy) {
+		return err
+	}
+	return fmt.Errorf("etcd refused (%w): it counts only the members connected for the last 5 seconds, "+
+		"and too few would be left (a member just started, or one is down); try again once cluster status shows them healthy", err)
 }
 
 // namedMember is the start of the verbs that take one member NAME (or the
@@ -213,8 +219,14 @@ func (c *clusterCommand) namedMember(ctx context.Context, verb string, args []st
 func printVoters(w io.Writer, ms []*etcdserverpb.Member) {
 	n := voters(ms)
 	fmt.Fprintf(w, "the cluster has %d voters; writes need %d\n", n, n/2+1)
-	if n%2 == 0 {
-		fmt.Fprintf(w, "warning: %d voters tolerate no more failures than %d: run 1, 3 or 5\n", n, n-1)
+	warnEven(w, n)
+}
+
+// warnEven warns of an even number of voters: it tolerates as few failures
+// as one voter fewer, and makes every write wait for one more.
+func warnEven(w io.Writer, voters int) {
+	if voters > 0 && voters%2 == 0 {
+		fmt.Fprintf(w, "warning: %d voters tolerate %d failed, as %d do: run 1, 3 or 5\n", voters, (voters-1)/2, voters-1)
 	}
 }
 
