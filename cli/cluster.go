@@ -24,8 +24,9 @@ import (
 )
 
 // clusterCommand operates a cluster (docs/cluster.md): it talks to etcd
-// directly, with the cluster: section of the node's config file, so it
-// works with no inferd daemon running. The verbs are in cluster_*.go.
+// directly, with the cluster: section of the node's config file, not to
+// the daemon, so it works whichever daemons run as long as etcd answers.
+// The verbs are in cluster_*.go.
 type clusterCommand struct{ env *env }
 
 func (c *clusterCommand) Usage() string {
@@ -39,10 +40,11 @@ func (c *clusterCommand) Usage() string {
   inferd [global flags] cluster restore FILE [--data-dir DIR] [--name NAME] [--initial-cluster NAME=PEERURL,...]
   inferd [global flags] cluster import [--force] BOLT-FILE
 
-Each verb reads the cluster: section of the node's config (--config): the
-etcd endpoints, or the client URL of the member the node embeds, and the
-TLS files; --endpoints replaces those (say another member's client URL
-when this node's member is down). No daemon needs to run.
+Each verb talks to etcd directly, not to the daemon, with the cluster:
+section of the node's config (--config): the etcd endpoints, or the client
+URL of the member the node embeds, and the TLS files; --endpoints replaces
+those (another member's client URL when this node's member is down: an
+embedded member runs inside its daemon).
 
 status      the etcd members with their health, etcd's leader and inferd's
             leader, and the live inferd nodes with their capacity; exit 1
@@ -59,11 +61,12 @@ restore     makes a new member data directory from a snapshot (default: the
             config's member, name and initialCluster; the directory must not
             exist); every member of the restored cluster is made from the
             same snapshot
-import      copies a single box's bbolt data file (the daemon stopped):
-            teams with quotas and webhook secrets, keys (their hashes),
-            projects, unexpired calls; refuses a cluster that holds teams,
-            keys or projects the file lacks unless --force; running it
-            again writes only what is missing
+import      copies a single box's bbolt data file (its daemon stopped)
+            into the cluster: teams with quotas and webhook secrets, keys
+            (their hashes), projects, unexpired calls (those not finished
+            pending on this node, recovered at its next start); refuses a
+            cluster that holds teams, keys or projects the file lacks
+            unless --force; running it again writes only what is missing
 
 Run 1, 3 or 5 voters: an even number tolerates no more failures than one
 voter fewer does, and each voter adds to every write's latency.

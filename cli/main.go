@@ -42,7 +42,7 @@ Usage:
                                                     a replica's output (default: the newest log)
   inferd [global flags] doctor                      check this box and say what to fix
   inferd [global flags] cluster status|members|add-member|promote-member|remove-member|backup|restore|import
-                                                    operate a cluster (etcd directly; no daemon needed)
+                                                    operate a cluster (talks to etcd, not the daemon)
   inferd version                                    (also: inferd --version)
   inferd help [COMMAND]                             this text, or a command's (also: inferd COMMAND --help)
 
