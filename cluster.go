@@ -39,6 +39,17 @@ func (o openedStore) Close() error {
 	return err
 }
 
+// finals tells the scheduler of calls made final through any node (the
+// etcd store's OnCallFinal: a scheduler.FinalFeed), so that a long poll
+// here on a call run on another node wakes when it is final; nil on a
+// single box.
+func (o openedStore) finals() interface{ OnCallFinal(fn func(id string)) } {
+	if f, ok := o.daemonStore.(interface{ OnCallFinal(fn func(id string)) }); ok {
+		return f
+	}
+	return nil
+}
+
 // memberErr is the channel of the member's fatal errors; nil (never ready)
 // when the node runs no member.
 func (o openedStore) memberErr() <-chan error {

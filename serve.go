@@ -76,6 +76,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	// Running calls' live events, for GET /v1/calls/:callID/events.
 	streams := httpapi.NewStreams()
 	schedCfg := schedulerConfig(cfg)
+	schedCfg.Finals = st.finals() // cluster mode: long polls on calls run by other nodes
 	schedCfg.Observer = observers{Metrics: metrics, hist: hist, streams: streams}
 	schedCfg.Outputs = streams
 	sched = scheduler.New(schedCfg, st, replicas, scheduler.RealClock(), log)

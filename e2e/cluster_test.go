@@ -35,8 +35,11 @@ func clusterSecret(t *testing.T) string {
 // again after a restart. A second node pointed at the first node's etcd
 // shares its keys and projects: a key made through either works on both, a
 // project applied through node 1 runs calls on node 2 (their webhooks
-// signed with the team's one secret), and a revocation through node 1 is
-// refused by node 2 at once.
+// signed with the team's one secret), a long poll on node 1 wakes when node
+// 2 finishes the call, and a revocation through node 1 is refused by node 2
+// at once. With node 1 (the one etcd member) stopped, node 2 answers 503
+// "cluster unavailable; retry" within the request timeout, and serves again
+// once node 1 is back.
 func TestClusterModeOnEmbeddedEtcd(t *testing.T) {
 	echo := echoDir(t)
 	mark := marker()
@@ -101,6 +104,25 @@ func TestClusterModeOnEmbeddedEtcd(t *testing.T) {
 		}
 	})
 
+	t.Run("a long poll on node 1 wakes when node 2 finishes the call", func(t *testing.T) {
+		body := fmt.Sprintf(`{"apiKey":%q,"modelKey":"mk-echo","startOnly":true,"modelInputs":{"sleep":3}}`, key)
+		status, r := do(t, "POST", n2.base+"/start/v4", nil, body)
+		id, _ := r["callID"].(string)
+		if status != http.StatusOK || id == "" {
+			t.Fatalf("start on node 2: HTTP %d %v", status, r)
+		}
+		began := time.Now()
+		// One long poll (a 50 s wait): only the completion on node 2,
+		// seen through etcd, answers it with the result.
+		got := inferenceClient{t: t, base: n1.base, key: key}.check(id, true)
+		if got["message"] != "success" {
+			t.Fatalf("long poll on node 1 = %v, want success", got)
+		}
+		if took := time.Since(began); took > 40*time.Second {
+			t.Errorf("the long poll answered after %v, at the end of its wait rather than at the completion", took)
+		}
+	})
+
 	t.Run("a call on node 2 delivers its webhook, signed with the secret drawn through node 1", func(t *testing.T) {
 		out, err := n1.cli("team", "webhook-secret", "acme")
 		if err != nil {
@@ -149,6 +171,37 @@ func TestClusterModeOnEmbeddedEtcd(t *testing.T) {
 		if err1 != nil || err2 != nil || l1 != l2 || !slices.Contains(strings.Fields(l1), "echo") {
 			t.Fatalf("node 1: %q %v\nnode 2: %q %v", l1, err1, l2, err2)
 		}
+	})
+
+	// Node 1 runs the cluster's one etcd member: stopped, node 2 has no
+	// etcd to answer it. Restarted here, not in the subtest (see above).
+	n1.stop()
+	t.Run("with etcd gone node 2 answers 503 cluster unavailable within the request timeout", func(t *testing.T) {
+		if callID == "" {
+			t.Skip("no call ran")
+		}
+		began := time.Now()
+		status, r := do(t, "POST", n2.base+"/check/v4", nil, fmt.Sprintf(`{"apiKey":%q,"callID":%q}`, key, callID))
+		if status != http.StatusServiceUnavailable || r["message"] != "error: cluster unavailable; retry" {
+			t.Errorf("check with etcd gone: HTTP %d %v, want 503 with error: cluster unavailable; retry", status, r)
+		}
+		if took := time.Since(began); took > 12*time.Second {
+			t.Errorf("the check answered after %v, want within about the 5 s request timeout", took)
+		}
+		status, r = do(t, "GET", n2.base+"/v1/projects", map[string]string{"X-Service-API-Key": key}, "")
+		if e, _ := r["error"].(map[string]any); status != http.StatusServiceUnavailable || e["message"] != "cluster unavailable; retry" {
+			t.Errorf("project list with etcd gone: HTTP %d %v, want 503 cluster unavailable; retry", status, r)
+		}
+	})
+	n1 = startDaemon(t, dir1, cfg1)
+	t.Run("node 2 serves again once etcd is back", func(t *testing.T) {
+		if callID == "" {
+			t.Skip("no call ran")
+		}
+		eventually(t, 60*time.Second, "node 2 answering a check after etcd came back", func() bool {
+			status, r, err := tryDo("POST", n2.base+"/check/v4", nil, fmt.Sprintf(`{"apiKey":%q,"callID":%q}`, key, callID))
+			return err == nil && status == http.StatusOK && r["message"] == "success"
+		})
 	})
 	n2.stop()
 }

@@ -32,6 +32,11 @@ type Config struct {
 	// be free again (its request to the model aborted) before it is
 	// replaced; default 10s (serve passes replica.stopGrace).
 	AbortGrace time.Duration
+	// Finals, in cluster mode, tells of calls made final on any node, so
+	// that Lookup of a call running on another node gives a channel closed
+	// once it is final; nil on a single box (such a call has no finisher
+	// there: Run has returned).
+	Finals FinalFeed
 	// PriorityAging is how long a queued call waits to rise one priority
 	// (low → normal → high), so that low calls never starve; default 30s.
 	PriorityAging time.Duration
@@ -117,6 +122,7 @@ type Scheduler struct {
 	stopped  chan struct{} // closed when Run returns
 	closedc  chan struct{} // always closed: the done channel of a finished call
 	never    chan struct{} // never closed: the done channel of a call nobody will finish
+	finals   *finalWaiters // cluster mode: the done channels of calls run elsewhere; nil on a single box
 	started  atomic.Bool   // Run has been called
 	ready    atomic.Bool   // the loop is serving
 	draining atomic.Bool   // Drain has been called
@@ -195,6 +201,10 @@ func New(cfg Config, st Store, b backend.Backend, clk Clock, log zerolog.Logger)
 		teamLoading: map[string]bool{},
 	}
 	close(s.closedc)
+	if cfg.Finals != nil {
+		s.finals = newFinalWaiters()
+		cfg.Finals.OnCallFinal(s.finals.final)
+	}
 	return s
 }
 
@@ -230,8 +240,10 @@ func (s *Scheduler) Run(ctx context.Context) error {
 
 // Lookup returns call id and a channel closed once its result is durable.
 // Live calls come from the scheduler (state queued, booting or running);
-// others from the store, with a closed channel when they are finished. An
-// unknown call is store.ErrNotFound. Before Run has recovered the pending
+// others from the store, with a closed channel when they are finished (an
+// unfinished one, in cluster mode with Config.Finals, is running on another
+// node: its channel closes when the feed tells it is final). An unknown
+// call is store.ErrNotFound. Before Run has recovered the pending
 // calls, Lookup waits for it.
 func (s *Scheduler) Lookup(id string) (store.Call, <-chan struct{}, error) {
 	req := lookupReq{id: id, reply: make(chan lookupResult, 1)}
@@ -248,11 +260,32 @@ func (s *Scheduler) Lookup(id string) (store.Call, <-chan struct{}, error) {
 		return store.Call{}, nil, fmt.Errorf("get call %s: %w", id, err)
 	}
 	if !c.State.Done() {
+		if s.finals != nil {
+			return s.awaitElsewhere(id, c)
+		}
 		// Unfinished but unknown to the loop: Run has returned, and whoever
 		// runs next will finish it, not this scheduler.
 		return c, s.never, nil
 	}
 	return c, s.closedc, nil
+}
+
+// awaitElsewhere is Lookup of call c, unfinished and unknown to the loop,
+// in cluster mode: it runs on another node (or will, once the leader hands
+// it on), and the FinalFeed tells when it is final. The call is read again
+// once the wait is registered: a final write told between the first read
+// and the registration would otherwise wake nobody.
+func (s *Scheduler) awaitElsewhere(id string, c store.Call) (store.Call, <-chan struct{}, error) {
+	done := s.finals.wait(id, s.clk.Now())
+	again, err := s.st.GetCallResult(id)
+	switch {
+	case err != nil:
+		return c, done, nil // the first read stands; the wait may still end well
+	case again.State.Done():
+		s.finals.final(id)
+		return again, s.closedc, nil
+	}
+	return again, done, nil
 }
 
 // ProjectChanged tells the scheduler that project id was created, updated or

@@ -20,7 +20,8 @@
 //	                            {size, sha256, nodes} (JSON), only with Options.Payloads
 //	meta/<id>                   the call without webhook URL (RecentCalls)
 //	pending/<id>                the node that wrote it, while the call is not final (PendingCalls)
-//	finished/<unix nanos>/<id>  "" once final, by its Finished (ExpireCalls)
+//	finished/<unix nanos>/<id>  "" once final, by its Finished (ExpireCalls); a put here is
+//	                            a call made final through some node (OnCallFinal's watch)
 //	idem/<team>/<sha256 of key> the id of the call started with that idempotency key
 //	outbox/<delivery id>        a webhook delivery not ended, with the node that queued it (JSON)
 //	outboxended/<delivery id>   when it ended (unix nanos): never queued again; ExpireCalls drops it
@@ -37,6 +38,14 @@
 // ModRevision with the one they read and start again when another writer
 // got there first; expiry deletes a call only if it is unchanged since it
 // was read, so a call made pending again by another node is never expired.
+//
+// # Errors
+//
+// Every etcd request is bounded by Options.RequestTimeout (a call write by
+// RetryFor, then one more request timeout); a request that etcd does not
+// answer in time, or answers with no leader, fails with an error wrapping
+// store.ErrUnavailable (quorum lost, or this node cut off), which the API
+// answers as "cluster unavailable; retry".
 //
 // # Call writes
 //
