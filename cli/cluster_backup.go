@@ -172,7 +172,7 @@ func (c *clusterCommand) restoreDefaults(dataDir, name, initial *string) error {
 	}
 	if *initial == "" {
 		if cl == nil || cl.Etcd.Embed == nil {
-			return fmt.Errorf("%w: give --initial-cluster NAME=PEERURL,...", errUsage)
+			return fmt.Errorf("%w: give --initial-cluster, NAME=PEERURL for each member", errUsage)
 		}
 		*initial = cl.Etcd.Embed.InitialCluster
 		if *initial == "" {
