@@ -284,6 +284,9 @@ func TestClusterBackupThenRestoreIntoANewMember(t *testing.T) {
 	if _, err := os.Stat(file + ".tmp"); !os.IsNotExist(err) {
 		t.Errorf("backup left its temporary file (stat: %v)", err)
 	}
+	if fi, err := os.Stat(file); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("backup file: %v, %v; want mode 600 (it holds the webhook secrets)", fi, err)
+	}
 	// Records written after the backup are not in it.
 	if _, _, err := s.CreateKey("later", store.ScopeTeam); err != nil {
 		t.Fatal(err)
@@ -364,11 +367,16 @@ func TestClusterImportCopiesASingleBox(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b.Close()
-
 	m := startTestMember(t, "box-1", t.TempDir(), "", "", false)
 	cfg := clusterConfigFile(t, "box-1", m.clientURL)
+	// The box's daemon still has the file open: refused.
 	r := runCLI(t, nil, "--config", cfg, "cluster", "import", boltPath)
+	if r.code != 1 || !strings.Contains(r.stderr, "in use") {
+		t.Errorf("import of a file in use: exit %d, stderr %q; want refused", r.code, r.stderr)
+	}
+	b.Close()
+
+	r = runCLI(t, nil, "--config", cfg, "cluster", "import", boltPath)
 	if r.code != 0 {
 		t.Fatalf("cluster import: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
