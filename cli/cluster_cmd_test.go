@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"inferd/cluster"
+	"inferd/internal/testpki"
 	"inferd/store"
 	"inferd/store/bolt"
 	"inferd/store/etcd"
@@ -530,5 +531,44 @@ func TestClusterImportOfAnOlderSchemaLeavesTheFileAlone(t *testing.T) {
 	}
 	if after, err := os.ReadFile(path); err != nil || string(after) != string(raw) {
 		t.Errorf("import changed the file it read (%v)", err)
+	}
+}
+
+// With mutual TLS on the member's client listener, the cluster commands
+// talk to it with the config's cluster.etcd.tls files, status asks each
+// member over TLS too, and a config without them is refused by the member.
+func TestClusterCommandsOverMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	files := testpki.Write(t, dir)
+	clientURL := "https://" + freeLoopback(t)
+	m, err := etcd.StartMember(etcd.MemberConfig{
+		Name: "box-1", DataDir: filepath.Join(dir, "etcd"),
+		PeerURL: "http://" + freeLoopback(t), ClientURL: clientURL,
+		ClientTLS: etcd.TLSFiles(files), HeartbeatMs: 10, ElectionMs: 100,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+
+	withTLS := clusterConfigFile(t, "box-1", clientURL)
+	body, err := os.ReadFile(withTLS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body = append(body, fmt.Sprintf("    tls: {certFile: %s, keyFile: %s, caFile: %s}\n", files.CertFile, files.KeyFile, files.CAFile)...)
+	if err := os.WriteFile(withTLS, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, nil, "--config", withTLS, "cluster", "status")
+	if r.code != 0 || !regexp.MustCompile(`(?m)^box-1\s+[0-9a-f]+\s+voter, leader\s+healthy`).MatchString(r.stdout) {
+		t.Errorf("status over TLS: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if r := runCLI(t, nil, "--config", withTLS, "cluster", "backup", filepath.Join(dir, "snap")); r.code != 0 {
+		t.Errorf("backup over TLS: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	without := clusterConfigFile(t, "box-1", clientURL)
+	if r := runCLI(t, nil, "--config", without, "cluster", "members"); r.code != 1 {
+		t.Errorf("members without the TLS files: exit %d; want 1\n%s", r.code, r.stdout)
 	}
 }
