@@ -123,7 +123,7 @@ func openStore(cfg config.Config, log zerolog.Logger) (openedStore, error) {
 			return openedStore{}, err
 		}
 		o.member = m
-		endpoints = m.ClientURLs()
+		endpoints = m.Endpoints() // a learner's node talks to the voters
 	}
 	st, err := etcd.Open(etcd.Options{Endpoints: endpoints, TLS: clientTLS, Prefix: c.Etcd.Prefix, Node: c.Name,
 		DialTimeout: c.Etcd.DialTimeout, Payloads: payloads})
