@@ -64,7 +64,7 @@ func (s *Store) NodesWithCalls() ([]string, error) {
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	resp, err := s.cli.Get(ctx, s.key("pending")+"/", clientv3.WithPrefix())
+	resp, err := s.rangeOf(ctx, s.key("pending")+"/", clientv3.WithPrefix())
 	if err != nil {
 		return nil, s.wrap(what, err)
 	}
@@ -142,7 +142,7 @@ func (s *Store) HandOverDeliveries(f Fence, from, to string) (int, error) {
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	resp, err := s.cli.Get(ctx, s.key("outbox")+"/", clientv3.WithPrefix())
+	resp, err := s.rangeOf(ctx, s.key("outbox")+"/", clientv3.WithPrefix())
 	if err != nil {
 		return 0, s.wrap(what, err)
 	}

@@ -201,7 +201,7 @@ func (s *Store) callsPendingOn(what, node string) ([]CallAt, error) {
 	ctx, cancel := s.ctx()
 	defer cancel()
 	dir := s.key("pending") + "/"
-	idx, err := s.cli.Get(ctx, dir, clientv3.WithPrefix())
+	idx, err := s.rangeOf(ctx, dir, clientv3.WithPrefix())
 	if err != nil {
 		return nil, s.wrap(what, err)
 	}
@@ -220,7 +220,7 @@ func (s *Store) callsPendingOn(what, node string) ([]CallAt, error) {
 			gets = append(gets, clientv3.OpGet(s.key("calls", id), clientv3.WithRev(idx.Header.Revision)),
 				clientv3.OpGet(s.key("inputsize", id), clientv3.WithRev(idx.Header.Revision)))
 		}
-		resp, err := s.cli.Txn(ctx).Then(gets...).Commit()
+		resp, _, err := s.commitTxn(ctx, func(ctx context.Context) clientv3.Txn { return s.cli.Txn(ctx).Then(gets...) })
 		if err != nil {
 			return nil, s.wrap(what, err)
 		}
@@ -266,7 +266,7 @@ func (s *Store) RecentCalls(teamID string, limit int) ([]store.Call, error) {
 		if rev != 0 {
 			opts = append(opts, clientv3.WithRev(rev))
 		}
-		resp, err := s.cli.Get(ctx, dir, opts...)
+		resp, err := s.rangeOf(ctx, dir, opts...)
 		if err != nil {
 			return nil, s.wrap(what, err)
 		}
@@ -307,7 +307,7 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 	dir := s.key("finished") + "/"
 	ctx, cancel := context.WithTimeout(context.Background(), 4*s.reqTO)
 	defer cancel()
-	idx, err := s.cli.Get(ctx, dir, clientv3.WithRange(s.finishedKey(finishedBefore, "")), clientv3.WithKeysOnly())
+	idx, err := s.rangeOf(ctx, dir, clientv3.WithRange(s.finishedKey(finishedBefore, "")), clientv3.WithKeysOnly())
 	if err != nil {
 		return 0, s.wrap(what, err)
 	}
@@ -316,13 +316,15 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 		entry := string(kv.Key)
 		id := entry[strings.LastIndexByte(entry, '/')+1:]
 		ck := s.key("calls", id)
-		read, err := s.cli.Txn(ctx).Then(clientv3.OpGet(ck), clientv3.OpGet(s.key("payloads", id)+"/", clientv3.WithPrefix())).Commit()
+		read, _, err := s.commitTxn(ctx, func(ctx context.Context) clientv3.Txn {
+			return s.cli.Txn(ctx).Then(clientv3.OpGet(ck), clientv3.OpGet(s.key("payloads", id)+"/", clientv3.WithPrefix()))
+		})
 		if err != nil {
 			return n, s.wrap(what, err)
 		}
 		resp := read.Responses[0].GetResponseRange()
 		var (
-			txn    clientv3.Txn
+			cmps   []clientv3.Cmp // none when the call is gone: only its stale entry is left
 			c      store.Call
 			expire bool
 			held   []string // the nodes that hold its payloads
@@ -339,9 +341,7 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 			if !expire && keep {
 				continue // finished at the very edge: its entry stays
 			}
-			txn = s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(ck), "=", resp.Kvs[0].ModRevision))
-		} else {
-			txn = s.cli.Txn(ctx) // the call is gone: only its stale entry is left
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(ck), "=", resp.Kvs[0].ModRevision))
 		}
 		ops := []clientv3.Op{clientv3.OpDelete(entry)}
 		if expire {
@@ -355,7 +355,11 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 					[]clientv3.Op{clientv3.OpDelete(ik)}, nil))
 			}
 		}
-		tr, err := txn.Then(ops...).Commit()
+		// Deletes are harmless to send again. A retry after a try whose
+		// answer was lost fails its compare when that try was applied:
+		// the call is gone, uncounted, and its held payloads are left to
+		// the nodes' payload sweep (HeldPayload finds no ref).
+		tr, _, err := s.commitTxn(ctx, func(ctx context.Context) clientv3.Txn { return s.cli.Txn(ctx).If(cmps...).Then(ops...) })
 		if err != nil {
 			return n, s.wrap(what, err)
 		}

@@ -154,7 +154,7 @@ func (s *Store) OnDeliveryQueued(fn func(store.Delivery)) { s.deliveryHooks.OnDe
 // read, as the call deletes of ExpireCalls do.
 func (s *Store) expireEnded(ctx context.Context, limit time.Time) error {
 	dir := s.key("outboxended") + "/"
-	resp, err := s.cli.Get(ctx, dir, clientv3.WithPrefix())
+	resp, err := s.rangeOf(ctx, dir, clientv3.WithPrefix())
 	if err != nil {
 		return err
 	}
@@ -164,7 +164,7 @@ func (s *Store) expireEnded(ctx context.Context, limit time.Time) error {
 		if len(dels) == 0 {
 			return nil
 		}
-		_, err := s.cli.Txn(ctx).Then(dels...).Commit()
+		_, _, err := s.commitTxn(ctx, func(ctx context.Context) clientv3.Txn { return s.cli.Txn(ctx).Then(dels...) })
 		dels = dels[:0]
 		return err
 	}
@@ -215,9 +215,13 @@ func (s *Store) WebhookSecret(teamID string, rotate bool) (string, error) {
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	resp, err := s.cli.Txn(ctx).If(cmps...).
-		Then(clientv3.OpPut(k, secret)).
-		Else(clientv3.OpGet(team, clientv3.WithCountOnly()), clientv3.OpGet(k)).Commit()
+	// Harmless to send again: a retry finds the secret its earlier try
+	// drew (create-if-absent) and answers it, or puts the same again.
+	resp, _, err := s.commitTxn(ctx, func(ctx context.Context) clientv3.Txn {
+		return s.cli.Txn(ctx).If(cmps...).
+			Then(clientv3.OpPut(k, secret)).
+			Else(clientv3.OpGet(team, clientv3.WithCountOnly()), clientv3.OpGet(k))
+	})
 	if err != nil {
 		return "", s.wrap(what, err)
 	}

@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -38,8 +39,10 @@ func (s *Store) readCall(what, id string, inputs bool) (store.Call, error) {
 	if inputs {
 		third = clientv3.OpGet(s.key("inputs", id))
 	}
-	resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(s.key("calls", id)), clientv3.OpGet(s.key("outputs", id)), third,
-		clientv3.OpGet(s.key("payloads", id, KindOutputs)), clientv3.OpGet(s.key("payloads", id, KindInputs))).Commit()
+	resp, _, err := s.commitTxn(ctx, func(ctx context.Context) clientv3.Txn {
+		return s.cli.Txn(ctx).Then(clientv3.OpGet(s.key("calls", id)), clientv3.OpGet(s.key("outputs", id)), third,
+			clientv3.OpGet(s.key("payloads", id, KindOutputs)), clientv3.OpGet(s.key("payloads", id, KindInputs)))
+	})
 	cancel() // a payload held on nodes is fetched within its own bound
 	if err != nil {
 		return store.Call{}, s.wrap(what, err)
@@ -75,10 +78,12 @@ func (s *Store) CallInputs(id string) (json.RawMessage, error) {
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	resp, err := s.cli.Txn(ctx).Then(
-		clientv3.OpGet(s.key("calls", id), clientv3.WithCountOnly()),
-		clientv3.OpGet(s.key("inputs", id)),
-		clientv3.OpGet(s.key("payloads", id, KindInputs))).Commit()
+	resp, _, err := s.commitTxn(ctx, func(ctx context.Context) clientv3.Txn {
+		return s.cli.Txn(ctx).Then(
+			clientv3.OpGet(s.key("calls", id), clientv3.WithCountOnly()),
+			clientv3.OpGet(s.key("inputs", id)),
+			clientv3.OpGet(s.key("payloads", id, KindInputs)))
+	})
 	cancel()
 	if err != nil {
 		return nil, s.wrap(what, err)

@@ -43,11 +43,18 @@ type Options struct {
 	Now func() time.Time
 	// DialTimeout bounds the first connection; 0 means 5 s.
 	DialTimeout time.Duration
-	// RequestTimeout bounds each etcd request; 0 means 5 s.
+	// RequestTimeout bounds each etcd request other than a call write,
+	// its tries included (TryTimeout): one still unanswered then fails
+	// with store.ErrUnavailable. 0 means 5 s.
 	RequestTimeout time.Duration
-	// RetryFor is how long a call write that fails for want of an etcd
-	// leader is retried before it fails; 0 means 15 s.
+	// RetryFor bounds a call write (and a webhook delivery update), its
+	// tries included, the same way; 0 means 15 s.
 	RetryFor time.Duration
+	// TryTimeout bounds one try of a request: a try unanswered then (a
+	// raft leader change lost it) is sent again, within the request's
+	// bound, when sending it again is harmless (retry.go says which
+	// are). 0 means DefaultTryTimeout.
+	TryTimeout time.Duration
 	// Payloads holds inputs and outputs over InlineLimit on nodes (cluster
 	// mode: package cluster's PayloadStore). Nil keeps every payload in
 	// etcd, refusing those over MaxInlinePayload (tests, a single etcd).
@@ -59,12 +66,13 @@ type Options struct {
 
 // Store is the etcd store.Store. Its methods are safe for concurrent use.
 type Store struct {
-	cli    *clientv3.Client
-	prefix string
-	node   string
-	now    func() time.Time
-	reqTO  time.Duration
-	retry  time.Duration
+	cli      *clientv3.Client
+	prefix   string
+	node     string
+	now      func() time.Time
+	reqTO    time.Duration // a request's bound, its tries included
+	retryFor time.Duration // a call write's
+	tryTO    time.Duration // one try's
 
 	payloads  Payloads // nil: every payload inline
 	payloadTO time.Duration
@@ -115,6 +123,9 @@ func Open(opts Options) (*Store, error) {
 	if opts.RetryFor <= 0 {
 		opts.RetryFor = 15 * time.Second
 	}
+	if opts.TryTimeout <= 0 {
+		opts.TryTimeout = DefaultTryTimeout
+	}
 	if opts.PayloadTimeout <= 0 {
 		opts.PayloadTimeout = DefaultPayloadTimeout
 	}
@@ -129,7 +140,8 @@ func Open(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open etcd store at %s: %w", strings.Join(opts.Endpoints, ","), err)
 	}
-	s := &Store{cli: cli, prefix: opts.Prefix, node: opts.Node, now: opts.Now, reqTO: opts.RequestTimeout, retry: opts.RetryFor,
+	s := &Store{cli: cli, prefix: opts.Prefix, node: opts.Node, now: opts.Now, reqTO: opts.RequestTimeout, retryFor: opts.RetryFor,
+		tryTO:    opts.TryTimeout,
 		payloads: opts.Payloads, payloadTO: opts.PayloadTimeout}
 	rev, err := s.checkSchema(opts.DialTimeout)
 	if err != nil {
@@ -210,7 +222,8 @@ func (s *Store) Size() int64 {
 
 func (s *Store) key(parts ...string) string { return s.prefix + strings.Join(parts, "/") }
 
-// ctx returns the context of one etcd request.
+// ctx returns the context of one etcd request: its whole bound, each of
+// its tries bounded within it by retry.
 func (s *Store) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), s.reqTO)
 }
@@ -225,8 +238,8 @@ func (s *Store) check(what string) error {
 
 // wrap gives an etcd error its context and the store's sentinel where one
 // applies: a full etcd database is store.ErrStorageFull, etcd not answering
-// within the request timeout (no leader, no reachable member: quorum lost
-// or this node cut off) is store.ErrUnavailable, and any failure after
+// within the request's bound, its tries included (no leader, no reachable
+// member: quorum lost or this node cut off) is store.ErrUnavailable, and any failure after
 // Close is store.ErrClosed.
 func (s *Store) wrap(what string, err error) error {
 	switch {
@@ -246,7 +259,7 @@ func (s *Store) wrap(what string, err error) error {
 func (s *Store) get(what, key string) (value []byte, rev int64, ok bool, err error) {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	resp, err := s.cli.Get(ctx, key)
+	resp, err := s.rangeOf(ctx, key)
 	if err != nil {
 		return nil, 0, false, s.wrap(what, err)
 	}

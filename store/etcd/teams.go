@@ -136,7 +136,7 @@ func list[T any](s *Store, what, dir string, keep func(T) bool) ([]T, error) {
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	resp, err := s.cli.Get(ctx, s.key(dir)+"/", clientv3.WithPrefix())
+	resp, err := s.rangeOf(ctx, s.key(dir)+"/", clientv3.WithPrefix())
 	if err != nil {
 		return nil, s.wrap(what, err)
 	}

@@ -2,17 +2,13 @@ package etcd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"inferd/store"
 )
@@ -224,8 +220,8 @@ func (w *writer) take() (batch, failed []callWrite) {
 // deliveries inside it: a failed compare refuses that call's writes and
 // queues none of its deliveries, and the rest of the batch commits.
 //
-// While etcd has no leader the commit is retried, for up to RetryFor; then
-// the deliveries a retry finds already queued by this very batch (an
+// While etcd has no leader the commit is retried, each try bounded by
+// TryTimeout, for up to RetryFor (retry.go); then the deliveries a retry finds already queued by this very batch (an
 // earlier try that was applied but whose answer was lost) count as queued
 // by it, so their hooks still run, once.
 func (w *writer) commit(batch []callWrite) (map[string]bool, error) {
@@ -321,45 +317,6 @@ func (w *writer) commit(batch []callWrite) (map[string]bool, error) {
 		}
 	}
 	return fenced, nil
-}
-
-// retrying runs try, a write that is harmless to repeat, again while it
-// fails for want of an etcd leader or a reachable member, for up to
-// RetryFor, and returns its last error. try gets a context bounded by the
-// request timeout.
-func (s *Store) retrying(try func(ctx context.Context) error) error {
-	deadline := time.Now().Add(s.retry)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), s.reqTO)
-		err := try(ctx)
-		cancel()
-		if err == nil || !retryable(err) || time.Now().After(deadline) || s.cli.Ctx().Err() != nil {
-			return err
-		}
-		// etcd is electing a leader or a member is unreachable. The
-		// pause keeps a dead cluster from being hammered; it is not a
-		// synchronization.
-		select {
-		case <-time.After(100 * time.Millisecond):
-		case <-s.cli.Ctx().Done():
-		}
-	}
-}
-
-// retryable reports whether a failed commit may succeed if sent again: no
-// leader, a timeout, an unreachable member. Refusals (too large, no space)
-// are not.
-func retryable(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rpctypes.ErrNoLeader) ||
-		errors.Is(err, rpctypes.ErrLeaderChanged) || errors.Is(err, rpctypes.ErrTimeout) ||
-		errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail) || errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost) {
-		return true
-	}
-	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded:
-		return true
-	}
-	return false
 }
 
 // commitStats counts the writer's commits, for metrics.
