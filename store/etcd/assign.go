@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -92,7 +93,7 @@ func (s *Store) HandOver(f Fence, c store.Call, rev int64, to string) error {
 		return err
 	}
 	ops = append(ops, clientv3.OpPut(s.key("assign", to, c.ID), ""))
-	_, err = s.leaderTxn(what, f, c.ID, rev, ops)
+	_, _, err = s.leaderTxn(what, f, c.ID, rev, ops, nil)
 	return err
 }
 
@@ -114,16 +115,18 @@ func (s *Store) FailLost(f Fence, c store.Call, rev int64, msg string) error {
 		return err
 	}
 	first := len(ops)
+	var checks []clientv3.Op // each delivery's outbox record, read when an applied try is found
 	for i, d := range ds {
 		ops = append(ops, s.queueOp(d.ID, records[i]))
+		checks = append(checks, clientv3.OpGet(s.key("outbox", d.ID)))
 	}
-	resp, err := s.leaderTxn(what, f, c.ID, rev, ops)
+	resp, own, err := s.leaderTxn(what, f, c.ID, rev, ops, checks)
 	if err != nil {
 		return err
 	}
 	var queued []store.Delivery
 	for i, d := range ds {
-		if queuedNow(resp.Responses[first+i], records[i]) {
+		if own && holds(resp.Responses[2+i], records[i]) || !own && queuedNow(resp.Responses[first+i], records[i]) {
 			queued = append(queued, d)
 		}
 	}
@@ -160,10 +163,14 @@ func (s *Store) HandOverDeliveries(f Fence, from, to string) (int, error) {
 		if err != nil {
 			return n, err
 		}
-		tr, err := s.cli.Txn(ctx).
-			If(f.cmp(), clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
-			Then(clientv3.OpPut(string(kv.Key), v)).
-			Else(clientv3.OpGet(f.Key)).Commit()
+		// Sent again when a leader change lost its answer: a try that
+		// was applied is found by its value (the record naming to).
+		tr, resent, err := s.commitTxn(ctx, func(ctx context.Context) clientv3.Txn {
+			return s.cli.Txn(ctx).
+				If(f.cmp(), clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
+				Then(clientv3.OpPut(string(kv.Key), v)).
+				Else(clientv3.OpGet(f.Key), clientv3.OpGet(string(kv.Key)))
+		})
 		if err != nil {
 			return n, s.wrap(what, err)
 		}
@@ -171,7 +178,9 @@ func (s *Store) HandOverDeliveries(f Fence, from, to string) (int, error) {
 			if !fenceHeld(f, tr) {
 				return n, fmt.Errorf("%s: %w", what, ErrNotLeader)
 			}
-			continue // ended or attempted meanwhile: its sender still lives
+			if !resent || !holds(tr.Responses[1], v) {
+				continue // ended or attempted meanwhile: its sender still lives
+			}
 		}
 		n++
 	}
@@ -197,28 +206,47 @@ func (s *Store) leaderCallOps(what string, c store.Call, node string) ([]clientv
 	return ops, nil
 }
 
-// leaderTxn commits ops if f holds and calls/<id> is at rev; it tells
-// which compare failed.
-func (s *Store) leaderTxn(what string, f Fence, id string, rev int64, ops []clientv3.Op) (*clientv3.TxnResponse, error) {
+// leaderTxn commits ops, which put calls/<id>, if f holds and calls/<id>
+// is at rev; it tells which compare failed.
+//
+// It is sent again when a leader change lost its answer (retry.go). A try
+// that was applied makes the next one's call compare fail; the Else then
+// finds calls/<id> holding this write's record (its stamps make it this
+// write's own) under a fence still held: the write was applied, own is
+// true, and resp is the Else's: a get of f.Key, of calls/<id>, then checks
+// (gets by which the caller tells what the applied try did).
+func (s *Store) leaderTxn(what string, f Fence, id string, rev int64, ops, checks []clientv3.Op) (resp *clientv3.TxnResponse, own bool, err error) {
 	if err := s.check(what); err != nil {
-		return nil, err
+		return nil, false, err
+	}
+	ck := s.key("calls", id)
+	var record string
+	for _, op := range ops {
+		if op.IsPut() && string(op.KeyBytes()) == ck {
+			record = string(op.ValueBytes())
+		}
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	resp, err := s.cli.Txn(ctx).
-		If(f.cmp(), clientv3.Compare(clientv3.ModRevision(s.key("calls", id)), "=", rev)).
-		Then(ops...).
-		Else(clientv3.OpGet(f.Key)).Commit()
+	resp, resent, err := s.commitTxn(ctx, func(ctx context.Context) clientv3.Txn {
+		return s.cli.Txn(ctx).
+			If(f.cmp(), clientv3.Compare(clientv3.ModRevision(ck), "=", rev)).
+			Then(ops...).
+			Else(append([]clientv3.Op{clientv3.OpGet(f.Key), clientv3.OpGet(ck)}, checks...)...)
+	})
 	if err != nil {
-		return nil, s.wrap(what, err)
+		return nil, false, s.wrap(what, err)
 	}
 	if resp.Succeeded {
-		return resp, nil
+		return resp, false, nil
 	}
 	if !fenceHeld(f, resp) {
-		return nil, fmt.Errorf("%s: %w", what, ErrNotLeader)
+		return nil, false, fmt.Errorf("%s: %w", what, ErrNotLeader)
 	}
-	return nil, fmt.Errorf("%s: %w", what, ErrCallChanged)
+	if resent && holds(resp.Responses[1], record) {
+		return resp, true, nil
+	}
+	return nil, false, fmt.Errorf("%s: %w", what, ErrCallChanged)
 }
 
 // fenceHeld reads a failed leader transaction's Else (a get of f.Key):

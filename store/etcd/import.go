@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"context"
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -115,7 +116,8 @@ func (s *Store) ImportCall(c store.Call) (bool, error) {
 }
 
 // createIfAbsent commits ops if none of keys exists, and reports whether
-// it did.
+// it did. ops[0] puts keys[0]. It is sent again when a leader change lost
+// its answer: a try that was applied is found by that put's value.
 func (s *Store) createIfAbsent(what string, keys []string, ops []clientv3.Op) (bool, error) {
 	if err := s.check(what); err != nil {
 		return false, err
@@ -126,9 +128,11 @@ func (s *Store) createIfAbsent(what string, keys []string, ops []clientv3.Op) (b
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	resp, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	resp, resent, err := s.commitTxn(ctx, func(ctx context.Context) clientv3.Txn {
+		return s.cli.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(keys[0]))
+	})
 	if err != nil {
 		return false, s.wrap(what, err)
 	}
-	return resp.Succeeded, nil
+	return resp.Succeeded || resent && holds(resp.Responses[0], string(ops[0].ValueBytes())), nil
 }

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"slices"
 
@@ -17,7 +18,10 @@ func (s *Store) CreateKey(teamID string, scope store.KeyScope) (string, store.AP
 
 // CreateScopedKey implements store.Keys. The key is created if its id is
 // free (a compare on the id's CreateRevision), with its team, in one
-// transaction; a taken id is drawn again.
+// transaction; a taken id is drawn again. The transaction is sent again
+// when a leader change lost its answer (retry.go): a try that was applied
+// leaves the key there, which the next try finds with this very value (its
+// secret's hash) and answers as created, so a retry never leaves two keys.
 func (s *Store) CreateScopedKey(teamID string, scope store.KeyScope, lim store.KeyLimits) (string, store.APIKey, error) {
 	what := fmt.Sprintf("create key for team %s", teamID)
 	for {
@@ -38,14 +42,17 @@ func (s *Store) CreateScopedKey(teamID string, scope store.KeyScope, lim store.K
 		}
 		kk := s.key("keys", k.ID)
 		ctx, cancel := s.ctx()
-		resp, err := s.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(kk), "=", 0)).
-			Then(clientv3.OpPut(kk, v), team).Commit()
+		resp, resent, err := s.commitTxn(ctx, func(ctx context.Context) clientv3.Txn {
+			return s.cli.Txn(ctx).
+				If(clientv3.Compare(clientv3.CreateRevision(kk), "=", 0)).
+				Then(clientv3.OpPut(kk, v), team).
+				Else(clientv3.OpGet(kk))
+		})
 		cancel()
 		if err != nil {
 			return "", store.APIKey{}, s.wrap(what, err)
 		}
-		if resp.Succeeded {
+		if resp.Succeeded || resent && holds(resp.Responses[0], v) {
 			return secret, k, nil
 		}
 	}
@@ -65,7 +72,8 @@ func (s *Store) ListKeys(teamID string) ([]store.APIKey, error) {
 
 // RevokeKey implements store.Keys: the revocation is written only over the
 // record it read (a ModRevision compare), so a concurrent revocation keeps
-// the first time.
+// the first time. A write sent again after a lost answer whose first try
+// was applied fails its compare, and the key read again is revoked: done.
 func (s *Store) RevokeKey(id string) error {
 	what := fmt.Sprintf("revoke key %s", id)
 	kk := s.key("keys", id)
@@ -93,9 +101,11 @@ func (s *Store) RevokeKey(id string) error {
 			return err
 		}
 		ctx, cancel := s.ctx()
-		resp, err := s.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(kk), "=", rev)).
-			Then(clientv3.OpPut(kk, v)).Commit()
+		resp, _, err := s.commitTxn(ctx, func(ctx context.Context) clientv3.Txn {
+			return s.cli.Txn(ctx).
+				If(clientv3.Compare(clientv3.ModRevision(kk), "=", rev)).
+				Then(clientv3.OpPut(kk, v))
+		})
 		cancel()
 		if err != nil {
 			return s.wrap(what, err)

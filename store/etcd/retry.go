@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -115,4 +116,12 @@ func retryable(err error) bool {
 	// raft drops a proposal made while its member knows no leader, before
 	// it is logged: never applied. etcd passes it on as codes.Unknown.
 	return strings.Contains(err.Error(), "raft proposal dropped")
+}
+
+// holds reports whether a get's response found its key with value v: a
+// retried write that finds its own earlier try's value (a value no other
+// writer puts: a fresh hash, a time stamp, a drawn token) was applied.
+func holds(r *etcdserverpb.ResponseOp, v string) bool {
+	kvs := r.GetResponseRange().Kvs
+	return len(kvs) == 1 && string(kvs[0].Value) == v
 }

@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"inferd/store"
+	"inferd/store/storetest"
 )
 
 // threeMembers starts a 3-member etcd cluster on free loopback ports, with
@@ -134,5 +138,103 @@ func TestQuorumLostFailsRequestsAtTheirBound(t *testing.T) {
 	err = s.SaveCall(context.Background(), finalCall("call_lost"))
 	if took := time.Since(t0); !errors.Is(err, store.ErrUnavailable) || took < retryFor || took > retryFor+slack {
 		t.Errorf("SaveCall without quorum = %v after %s; want ErrUnavailable after RetryFor (%s)", err, took, retryFor)
+	}
+}
+
+// lostAnswers is a KV whose next transactions are applied but answered
+// with a timeout, as when a raft leader change loses a write's answer.
+type lostAnswers struct {
+	clientv3.KV
+	lose atomic.Int32 // how many commits to answer so
+}
+
+// loseAnswers puts a lostAnswers under s's client; set lose before a
+// request, while no other goroutine of s uses the client.
+func loseAnswers(s *Store) *lostAnswers {
+	l := &lostAnswers{KV: s.cli.KV}
+	s.cli.KV = l
+	return l
+}
+
+func (l *lostAnswers) Txn(ctx context.Context) clientv3.Txn {
+	return &lostTxn{Txn: l.KV.Txn(ctx), l: l}
+}
+
+type lostTxn struct {
+	clientv3.Txn
+	l *lostAnswers
+}
+
+func (t *lostTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.Txn = t.Txn.If(cs...); return t }
+func (t *lostTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Then(ops...); return t }
+func (t *lostTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
+
+func (t *lostTxn) Commit() (*clientv3.TxnResponse, error) {
+	resp, err := t.Txn.Commit()
+	if err == nil && t.l.lose.Add(-1) >= 0 {
+		return nil, fmt.Errorf("answer lost: %w", context.DeadlineExceeded)
+	}
+	return resp, err
+}
+
+// A write sent again after its first try was applied but its answer lost
+// finds its own write and answers as that write would have: one key
+// created (not two), the team created, the project created and then
+// deleted (not "not found").
+func TestRetriedWriteFindsItsOwnAppliedTry(t *testing.T) {
+	s := openStore(t, startMember(t, t.TempDir()), Options{})
+	defer s.Close()
+	l := loseAnswers(s)
+
+	l.lose.Store(1)
+	secret, k, err := s.CreateKey("acme", store.ScopeTeam)
+	if err != nil {
+		t.Fatalf("CreateKey with its answer lost once: %v", err)
+	}
+	if keys, err := s.ListKeys("acme"); err != nil || len(keys) != 1 || keys[0].ID != k.ID {
+		t.Errorf("keys after CreateKey with its answer lost once = %+v, %v; want the one key %s", keys, err, k.ID)
+	}
+	if got, err := s.Authenticate(secret); err != nil || got.ID != k.ID {
+		t.Errorf("Authenticate = %+v, %v; want key %s", got, err, k.ID)
+	}
+
+	l.lose.Store(1)
+	if created, err := s.EnsureTeam("other"); err != nil || !created {
+		t.Errorf("EnsureTeam with its answer lost once = %v, %v; want created", created, err)
+	}
+
+	l.lose.Store(1)
+	if ch, err := s.PutProject(storetest.Project("resnet", "acme")); err != nil || ch != store.ChangeCreated {
+		t.Errorf("PutProject with its answer lost once = %q, %v; want %q", ch, err, store.ChangeCreated)
+	}
+	l.lose.Store(1)
+	if err := s.DeleteProject("resnet"); err != nil {
+		t.Errorf("DeleteProject with its answer lost once = %v, want done", err)
+	}
+	if _, err := s.GetProject("resnet"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetProject after the delete = %v, want ErrNotFound", err)
+	}
+}
+
+// The leader's FailLost, its answer lost once, finds its own applied write
+// (not "the call changed") and still tells its deliverer of the webhook
+// it queued.
+func TestRetriedFailLostTellsItsDeliveries(t *testing.T) {
+	_, lead, _ := lostNodeStores(t)
+	heard := make(chan store.Delivery, 4)
+	lead.OnDeliveryQueued(func(d store.Delivery) { heard <- d })
+	f := leaderFence(t, lead)
+	run := callsOf(t, lead, "lost")["call_run"]
+	loseAnswers(lead).lose.Store(1)
+	if err := lead.FailLost(f, run.Call, run.Rev, "error: node lost was lost"); err != nil {
+		t.Fatalf("FailLost with its answer lost once: %v", err)
+	}
+	select {
+	case d := <-heard:
+		if d.CallID != "call_run" || d.Event != store.EventCompleted {
+			t.Errorf("leader's hooks heard of %+v, want call_run's completed", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("leader's hooks did not hear of the completed delivery")
 	}
 }

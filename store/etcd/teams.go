@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -9,7 +10,9 @@ import (
 	"inferd/store"
 )
 
-// EnsureTeam implements store.Teams: create-if-absent in one transaction.
+// EnsureTeam implements store.Teams: create-if-absent in one transaction,
+// sent again when a leader change lost its answer: a try that was applied
+// is found by its value (its Created stamp) and reported as the creation.
 func (s *Store) EnsureTeam(id string) (bool, error) {
 	if err := store.ValidateTeamID(id); err != nil {
 		return false, err
@@ -24,11 +27,13 @@ func (s *Store) EnsureTeam(id string) (bool, error) {
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	resp, err := s.cli.Txn(ctx).If(cmp).Then(put).Commit()
+	resp, resent, err := s.commitTxn(ctx, func(ctx context.Context) clientv3.Txn {
+		return s.cli.Txn(ctx).If(cmp).Then(put).Else(clientv3.OpGet(string(put.KeyBytes())))
+	})
 	if err != nil {
 		return false, s.wrap(what, err)
 	}
-	return resp.Succeeded, nil
+	return resp.Succeeded || resent && holds(resp.Responses[0], string(put.ValueBytes())), nil
 }
 
 // teamIfAbsent returns the compare and put that create team id if it does
@@ -103,13 +108,16 @@ func (s *Store) SetTeamQuota(id string, q store.Quota) (store.Team, error) {
 }
 
 // commitTeam commits a team write, recorded as this store's own so that
-// the team watch does not tell it again.
+// the team watch does not tell it again. It is sent again when a leader
+// change lost its answer: a try that was applied makes the next one's
+// compare fail, SetTeamQuota reads the team again and finds its quota set,
+// and the team watch tells the hooks of it (a write not known as own).
 func (s *Store) commitTeam(what string, cmp clientv3.Cmp, put clientv3.Op) (bool, error) {
 	s.teamWatch.mu.Lock()
 	defer s.teamWatch.mu.Unlock()
 	ctx, cancel := s.ctx()
 	defer cancel()
-	resp, err := s.cli.Txn(ctx).If(cmp).Then(put).Commit()
+	resp, _, err := s.commitTxn(ctx, func(ctx context.Context) clientv3.Txn { return s.cli.Txn(ctx).If(cmp).Then(put) })
 	if err != nil {
 		return false, s.wrap(what, err)
 	}

@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"context"
 	"maps"
 	"slices"
 	"strings"
@@ -59,18 +60,27 @@ func (v *view) del(key string) {
 
 // commit writes everything in one transaction, if no key read has changed
 // since; ok is false when one has.
+//
+// The transaction is sent again when a leader change lost its answer
+// (retry.go). A try that was applied makes the next one's compares fail;
+// the transaction's Else then reads every key written, and when each holds
+// what this view wrote (puts at one revision, deletes gone) the write is
+// its own: ok. Its watch event is then known as own by that revision; a
+// delete's revision is not read, so the watch tells it once more.
 func (v *view) commit() (ok bool, err error) {
 	var cmps []clientv3.Cmp
 	for _, k := range slices.Sorted(maps.Keys(v.revs)) {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", v.revs[k]))
 	}
-	var ops []clientv3.Op
-	for _, k := range slices.Sorted(maps.Keys(v.writes)) {
+	var ops, reads []clientv3.Op
+	written := slices.Sorted(maps.Keys(v.writes))
+	for _, k := range written {
 		if val := v.writes[k]; val != nil {
 			ops = append(ops, clientv3.OpPut(k, *val))
 		} else {
 			ops = append(ops, clientv3.OpDelete(k))
 		}
+		reads = append(reads, clientv3.OpGet(k))
 	}
 	for _, team := range slices.Sorted(maps.Keys(v.teams)) {
 		op, err := v.s.ensureTeamOp(v.what, team)
@@ -91,12 +101,45 @@ func (v *view) commit() (ok bool, err error) {
 	}
 	ctx, cancel := v.s.ctx()
 	defer cancel()
-	resp, err := v.s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	resp, resent, err := v.s.commitTxn(ctx, func(ctx context.Context) clientv3.Txn {
+		return v.s.cli.Txn(ctx).If(cmps...).Then(ops...).Else(reads...)
+	})
 	if err != nil {
 		return false, v.s.wrap(v.what, err)
 	}
-	if projects && resp.Succeeded {
-		v.s.projectWatch.committed(resp.Header.Revision)
+	rev := resp.Header.Revision
+	if !resp.Succeeded {
+		if !resent {
+			return false, nil
+		}
+		var own bool
+		if own, rev = v.applied(written, resp); !own {
+			return false, nil
+		}
 	}
-	return resp.Succeeded, nil
+	if projects && rev != 0 {
+		v.s.projectWatch.committed(rev)
+	}
+	return true, nil
+}
+
+// applied reads the Else of a commit whose compares failed after a try
+// without an answer: whether every key written holds what the view wrote,
+// and the revision of its puts (0 when it wrote only deletes).
+func (v *view) applied(written []string, resp *clientv3.TxnResponse) (own bool, rev int64) {
+	if len(written) == 0 {
+		return false, 0 // nothing of its own to find: a read changed
+	}
+	for i, k := range written {
+		kvs := resp.Responses[i].GetResponseRange().Kvs
+		val := v.writes[k]
+		switch {
+		case val == nil && len(kvs) == 0:
+		case val != nil && len(kvs) == 1 && string(kvs[0].Value) == *val && (rev == 0 || kvs[0].ModRevision == rev):
+			rev = kvs[0].ModRevision
+		default:
+			return false, 0
+		}
+	}
+	return true, rev
 }
