@@ -53,7 +53,7 @@ type Options struct {
 	// TryTimeout bounds one try of a request: a try unanswered then (a
 	// raft leader change lost it) is sent again, within the request's
 	// bound, when sending it again is harmless (retry.go says which
-	// are). 0 means DefaultTryTimeout.
+	// are). 0 means DefaultTryTimeout (500 ms).
 	TryTimeout time.Duration
 	// Payloads holds inputs and outputs over InlineLimit on nodes (cluster
 	// mode: package cluster's PayloadStore). Nil keeps every payload in
