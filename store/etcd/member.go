@@ -64,7 +64,7 @@ type MemberConfig struct {
 // leader killed: 1.2-1.9 s pauses with etcd's timing, 0.6-1.2 s with
 // this. Members of one cluster on a LAN answer each other in well under
 // the 50 ms heartbeat (etcd wants the election timeout about ten times the
-// members' round trip). Every member of a cluster must use the same
+// members' round trip). The members of a cluster should share one
 // timing; an external etcd keeps its own.
 const (
 	DefaultHeartbeatMs = 50
