@@ -54,6 +54,8 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(400, {"error": "inputs must be a JSON object"})
             return
 
+        if "runLog" in inputs:
+            log_run(str(inputs["runLog"]), inputs)
         if inputs.get("crash"):
             print("crashing on request", flush=True)
             os._exit(3)
@@ -105,6 +107,23 @@ class Handler(BaseHTTPRequestHandler):
         if inputs.get("spawn"):
             out["child"] = subprocess.Popen(["sleep", "1000"]).pid
         self.reply(200, out)
+
+
+def log_run(path, inputs):
+    """Append one JSON line for this run to path before the call does anything
+    else, so a run that never answers (its node was killed) is counted too:
+    tests count how often each call ran. The line holds the inputs, the
+    replica and, with {"env": NAME}, that variable's value."""
+    line = {"inputs": inputs, "replica": os.environ.get("INFERD_REPLICA_ID"), "pid": os.getpid()}
+    if "env" in inputs:
+        line["env"] = os.environ.get(str(inputs["env"]))
+    # One write of one line with O_APPEND: lines from replicas on several
+    # nodes appending at once never interleave.
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(line) + "\n").encode())
+    finally:
+        os.close(fd)
 
 
 _exit_timer = None
