@@ -70,6 +70,8 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 print("crashing once on request", flush=True)
                 os._exit(3)
+        if "holdOnce" in inputs:
+            hold_once(str(inputs["holdOnce"]))
         if inputs.get("hang"):
             threading.Event().wait()
         if "sleep" in inputs:
@@ -124,6 +126,19 @@ def log_run(path, inputs):
         os.write(fd, (json.dumps(line) + "\n").encode())
     finally:
         os.close(fd)
+
+
+def hold_once(path):
+    """The first run to get here (it creates path + ".held") waits until the
+    file path exists; every later run goes on at once. A test holds a call's
+    first run on one node while a re-run elsewhere finishes, then lets the
+    first one answer late."""
+    try:
+        os.close(os.open(path + ".held", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return
+    while not os.path.exists(path):
+        time.sleep(0.05)
 
 
 _exit_timer = None
