@@ -8,7 +8,7 @@ BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: build run doctor test lint fuzz faults clean client-deps test-deps package bench mutate
+.PHONY: build run doctor test test-cluster lint fuzz faults clean client-deps test-deps package bench bench-cluster mutate
 
 ## build: compile ./inferd
 build:
@@ -44,6 +44,13 @@ doctor: build
 test: lint test-deps client-deps
 	INFERD_REQUIRE_CLIENT_TESTS=1 go test -race -count=1 -timeout 20m ./...
 	scripts/fuzz.sh $(CI_FUZZTIME)
+
+## test-cluster: the three-node failure scenarios of cluster mode (#22; e2e/threenode_faults_test.go,
+## built with the cluster tag): a node and the leader killed, a node cut off (network namespaces, as
+## root), quorum lost, GPU placement. Not part of make test (leases of 5 s lapse, nodes restart: a few
+## minutes); the quick three-node scenario (keys, projects, calls, long polls) is.
+test-cluster: test-deps
+	INFERD_REQUIRE_CLIENT_TESTS=1 go test -race -count=1 -tags cluster -timeout 20m -run 'TestThreeNode' ./e2e/
 
 ## test-deps: the Debian packages the tests need (apt, only what is missing)
 test-deps:
