@@ -78,6 +78,12 @@ package:
 bench:
 	scripts/bench.sh
 
+## bench-cluster: calls/s and added latency through a 3-node cluster (embedded etcd members, on this
+## box) side by side with the single box (docs/benchmarks.md); the suite's cluster step alone, about
+## a minute; make bench runs it too
+bench-cluster:
+	BENCH_GO=0 BENCH_REPORT=cluster.md scripts/bench.sh -only cluster
+
 ## fuzz: each fuzz target for FUZZTIME executions (make test: CI_FUZZTIME)
 FUZZTIME ?= 200000x
 CI_FUZZTIME ?= 3000x
