@@ -86,15 +86,10 @@ func (l *lineLog) add(line string) {
 // waitFor blocks until a line containing substr has been logged.
 func (l *lineLog) waitFor(t *testing.T, substr string, timeout time.Duration) string {
 	t.Helper()
-	return l.waitForAfter(t, 0, substr, timeout)
-}
-
-// waitForAfter is waitFor for a line logged after the first from lines.
-func (l *lineLog) waitForAfter(t *testing.T, from int, substr string, timeout time.Duration) string {
-	t.Helper()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
-	for seen := from; ; {
+	seen := 0
+	for {
 		l.mu.Lock()
 		for ; seen < len(l.lines); seen++ {
 			if strings.Contains(l.lines[seen], substr) {
@@ -108,16 +103,9 @@ func (l *lineLog) waitForAfter(t *testing.T, from int, substr string, timeout ti
 		select {
 		case <-grew:
 		case <-deadline.C:
-			t.Fatalf("no log line containing %q within %s (after line %d); log:\n%s", substr, timeout, from, l.String())
+			t.Fatalf("no log line containing %q within %s; log:\n%s", substr, timeout, l.String())
 		}
 	}
-}
-
-// count is how many lines have been logged so far.
-func (l *lineLog) count() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.lines)
 }
 
 func (l *lineLog) String() string {

@@ -354,27 +354,56 @@ type run struct {
 		Tag string `json:"tag"`
 	} `json:"inputs"`
 	Node string `json:"env"` // E2E_NODE: the calls that log runs ask for it
+	Pid  int    `json:"pid"` // the model process
 }
 
-// runs reads the run log: the runs of each tag, in the order they began.
+// runs reads the run log: the nodes each tag ran on, in the order the
+// runs began.
 func (c *threeNodes) runs() map[string][]string {
+	c.t.Helper()
+	out := map[string][]string{}
+	for _, r := range c.runLines() {
+		out[r.Inputs.Tag] = append(out[r.Inputs.Tag], r.Node)
+	}
+	return out
+}
+
+// firstRun is the first logged run of tag.
+func (c *threeNodes) firstRun(tag string) run {
+	c.t.Helper()
+	for _, r := range c.runLines() {
+		if r.Inputs.Tag == tag {
+			return r
+		}
+	}
+	c.t.Fatalf("no run of %s logged", tag)
+	return run{}
+}
+
+func (c *threeNodes) runLines() []run {
 	c.t.Helper()
 	raw, err := os.ReadFile(c.runLog)
 	if os.IsNotExist(err) {
-		return map[string][]string{}
+		return nil
 	}
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	out := map[string][]string{}
+	var out []run
 	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
 		var r run
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			c.t.Fatalf("run log line %q: %v", line, err)
 		}
-		out[r.Inputs.Tag] = append(out[r.Inputs.Tag], r.Node)
+		out = append(out, r)
 	}
 	return out
+}
+
+// processAlive reports whether pid is a live process (not a zombie).
+func processAlive(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return err == nil && !isZombie(stat)
 }
 
 // logged returns the inputs of a call whose runs are logged under tag, and

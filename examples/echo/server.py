@@ -130,7 +130,8 @@ def log_run(path, inputs):
 
 def hold_once(path):
     """The first run to get here (it creates path + ".held") waits until the
-    file path exists; every later run goes on at once. A test holds a call's
+    file path exists, then creates path + ".answered" and goes on; every
+    later run goes on at once. A test holds a call's
     first run on one node while a re-run elsewhere finishes, then lets the
     first one answer late."""
     try:
@@ -139,6 +140,8 @@ def hold_once(path):
         return
     while not os.path.exists(path):
         time.sleep(0.05)
+    # Say the held run is answering now.
+    os.close(os.open(path + ".answered", os.O_CREAT | os.O_WRONLY, 0o600))
 
 
 _exit_timer = None
