@@ -44,10 +44,9 @@ func newFailoverCluster(t *testing.T) *failoverCluster {
 	n1.d.apply("projects:\n" +
 		echoProject("steady", "acme", "mk-steady", echo, f.mark, "") + "    minReplicas: 3\n    maxReplicas: 3\n    retries: 1\n" +
 		echoProject("work", "acme", "mk-work", echo, f.mark, "") + "    minReplicas: 3\n    maxReplicas: 3\n    retries: 1\n")
-	f.waitLeader(f.admin, time.Minute, f.nodes[:])
+	f.waitLeader(t, f.admin, time.Minute, f.nodes[:])
 	for _, p := range []string{"steady", "work"} {
-		eventually(t, 2*time.Minute, p+"'s minimum replicas, one on each node", func() bool {
-			m := modelProcesses(f.mark, p)
+		f.waitReplicas(t, f.admin, f.mark, p, 2*time.Minute, f.nodes[:], "the minimum replicas, one on each node", func(m map[string]int) bool {
 			return m["node-1"] == 1 && m["node-2"] == 1 && m["node-3"] == 1
 		})
 	}
@@ -187,7 +186,7 @@ func (f *failoverCluster) waitFinal(t *testing.T, calls []handedOut, through []*
 // twice.
 func (f *failoverCluster) checkRuns(t *testing.T, calls []handedOut, dead string) (twice int) {
 	t.Helper()
-	runs := f.runs()
+	runs := f.runs(t)
 	for _, call := range calls {
 		r := runs[call.tag]
 		switch {
@@ -208,14 +207,14 @@ func (f *failoverCluster) checkRuns(t *testing.T, calls []handedOut, dead string
 // the others.
 func TestThreeNodeClusterSurvivesKilledNode(t *testing.T) {
 	f := newFailoverCluster(t)
-	leader := f.waitLeader(f.admin, time.Minute, f.nodes[:])
+	leader := f.waitLeader(t, f.admin, time.Minute, f.nodes[:])
 	victim := f.others(leader)[0]
 	survivors := f.others(victim.name)
 
 	tr := f.startTrickle(t, survivors)
 	calls := f.startWork(t, "before", 18, f.nodes[:], victim.name)
 	eventually(t, time.Minute, "a work call running on "+victim.name, func() bool {
-		for _, r := range f.runs() {
+		for _, r := range f.runs(t) {
 			if len(r) > 0 && r[0] == victim.name {
 				return true
 			}
@@ -235,8 +234,7 @@ func TestThreeNodeClusterSurvivesKilledNode(t *testing.T) {
 
 	t.Run("the dead node's minimum replicas come back on the others", func(t *testing.T) {
 		for _, p := range []string{"steady", "work"} {
-			eventually(t, 2*time.Minute, p+": three replicas on the two survivors", func() bool {
-				m := modelProcesses(f.mark, p)
+			f.waitReplicas(t, f.admin, f.mark, p, 2*time.Minute, survivors, "three replicas on the two survivors", func(m map[string]int) bool {
 				return m[victim.name] == 0 && m[survivors[0].name]+m[survivors[1].name] == 3
 			})
 		}
@@ -249,13 +247,13 @@ func TestThreeNodeClusterSurvivesKilledNode(t *testing.T) {
 // run again elsewhere.
 func TestThreeNodeClusterSurvivesKilledLeader(t *testing.T) {
 	f := newFailoverCluster(t)
-	old := f.node(f.waitLeader(f.admin, time.Minute, f.nodes[:]))
+	old := f.node(f.waitLeader(t, f.admin, time.Minute, f.nodes[:]))
 	survivors := f.others(old.name)
 
 	tr := f.startTrickle(t, survivors)
 	calls := f.startWork(t, "before", 18, f.nodes[:], old.name)
 	eventually(t, time.Minute, "a work call running on the leader "+old.name, func() bool {
-		for _, r := range f.runs() {
+		for _, r := range f.runs(t) {
 			if len(r) > 0 && r[0] == old.name {
 				return true
 			}
@@ -268,7 +266,7 @@ func TestThreeNodeClusterSurvivesKilledLeader(t *testing.T) {
 
 	// The prototype saw the new leader 7.15 s after the kill (a 5 s lease);
 	// twice the lease is "a few seconds" with room for a loaded box.
-	leader := f.waitLeader(f.admin, 2*leaseTTL+5*time.Second, survivors, old.name)
+	leader := f.waitLeader(t, f.admin, 2*leaseTTL+5*time.Second, survivors, old.name)
 	t.Logf("new leader %s, %s after the kill of %s", leader, time.Since(killed).Round(10*time.Millisecond), old.name)
 	if took := time.Since(killed); took > 2*leaseTTL {
 		t.Errorf("a new leader took %s after the leader's kill, want at most %s", took, 2*leaseTTL)
@@ -297,11 +295,10 @@ func TestThreeNodeClusterFencesCutOffNode(t *testing.T) {
 	key := n1.d.createKey("acme", false)
 	n1.d.apply("projects:\n" + echoProject("slow", "acme", "mk-slow", echo, mark, "") +
 		"    minReplicas: 3\n    maxReplicas: 3\n    retries: 1\n")
-	leader := c.waitLeader(admin, time.Minute, c.nodes[:])
+	leader := c.waitLeader(t, admin, time.Minute, c.nodes[:])
 	victim := c.others(leader)[0]
 	others := c.others(victim.name)
-	eventually(t, 2*time.Minute, "a replica of slow on each node", func() bool {
-		m := modelProcesses(mark, "slow")
+	c.waitReplicas(t, admin, mark, "slow", 2*time.Minute, c.nodes[:], "a replica on each node", func(m map[string]int) bool {
 		return m["node-1"] == 1 && m["node-2"] == 1 && m["node-3"] == 1
 	})
 
@@ -314,7 +311,7 @@ func TestThreeNodeClusterFencesCutOffNode(t *testing.T) {
 	if id == "" {
 		t.Fatalf("start on %s: %v", victim.name, r)
 	}
-	if on := c.waitRun("late", time.Minute); on != victim.name {
+	if on := c.waitRun(t, "late", time.Minute); on != victim.name {
 		t.Fatalf("a start through %s, where slow is placed, ran on %s", victim.name, on)
 	}
 	victim.cut(t)
@@ -346,7 +343,7 @@ func TestThreeNodeClusterFencesCutOffNode(t *testing.T) {
 		if took := time.Since(began); took > 20*time.Second {
 			t.Errorf("the cut-off node answered a start after %s", took)
 		}
-		if runs := c.runs()["while-cut"]; len(runs) > 0 {
+		if runs := c.runs(t)["while-cut"]; len(runs) > 0 {
 			t.Errorf("a call started through the cut-off node ran on %v", runs)
 		}
 	})
@@ -364,7 +361,7 @@ func TestThreeNodeClusterFencesCutOffNode(t *testing.T) {
 		before := others[0].client(t, key).check(id, false)
 		// The held run's model may have been stopped with the node's calls
 		// when it was fenced: then there is no late result to discard.
-		if held := c.firstRun("late"); processAlive(held.Pid) {
+		if held := c.firstRun(t, "late"); processAlive(held.Pid) {
 			if err := os.WriteFile(release, nil, 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -389,7 +386,7 @@ func TestThreeNodeClusterFencesCutOffNode(t *testing.T) {
 				t.Errorf("check on %s after the late answer: %v; want the re-run's %v", n.name, after, before)
 			}
 		}
-		if runs := c.runs()["while-cut"]; len(runs) > 0 {
+		if runs := c.runs(t)["while-cut"]; len(runs) > 0 {
 			t.Errorf("the call refused while cut off ran later on %v", runs)
 		}
 	})
@@ -463,10 +460,9 @@ func TestThreeNodeClusterPlacesGPUProjectsOnFreeGPUs(t *testing.T) {
 	n1 := c.nodes[0]
 	admin := n1.d.createKey("acme", true)
 	key := n1.d.createKey("acme", false)
-	c.waitLeader(admin, time.Minute, c.nodes[:])
+	c.waitLeader(t, admin, time.Minute, c.nodes[:])
 	onlyOn := func(project string) (node string) {
-		eventually(t, 2*time.Minute, project+"'s replica on one node", func() bool {
-			m := modelProcesses(mark, project)
+		c.waitReplicas(t, admin, mark, project, 2*time.Minute, c.nodes[:], "one replica on one node", func(m map[string]int) bool {
 			node = ""
 			for n, count := range m {
 				if count == 1 && len(m) == 1 {

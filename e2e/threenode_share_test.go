@@ -53,7 +53,7 @@ func TestThreeNodeClusterSharesKeysProjectsAndCalls(t *testing.T) {
 		if id == "" {
 			t.Fatalf("start on node 2: %v", r)
 		}
-		ranOn := c.waitRun("long-poll", time.Minute)
+		ranOn := c.waitRun(t, "long-poll", time.Minute)
 		pollers := c.others(ranOn)
 		if len(pollers) != 2 {
 			t.Fatalf("the call ran on %q, not a node of the cluster", ranOn)

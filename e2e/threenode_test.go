@@ -36,6 +36,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -58,6 +59,7 @@ type clusterNode struct {
 	ns      string // network namespace; "" on loopback
 	hostEnd string // the bridge side of the node's cluster link (isolated)
 	d       *daemon
+	cluster *threeNodes
 }
 
 // threeNodes is a running three-node cluster.
@@ -102,7 +104,7 @@ func newThreeNodes(t *testing.T, o clusterOpts) *threeNodes {
 		initial = append(initial, fmt.Sprintf("node-%d=%s", i+1, a[i].peer))
 	}
 	for i := range c.nodes {
-		n := &clusterNode{name: fmt.Sprintf("node-%d", i+1), dir: t.TempDir(), base: a[i].base}
+		n := &clusterNode{name: fmt.Sprintf("node-%d", i+1), dir: t.TempDir(), base: a[i].base, cluster: c}
 		if o.isolated {
 			n.ns, n.hostEnd = c.nsName(i), c.hostEnd(i)
 		}
@@ -153,6 +155,17 @@ func (n *clusterNode) launch(t *testing.T) {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), "INFERD_SECRET_PROBE=must-not-leak", "INFERD_REPLICA_USER=root", "E2E_NODE="+n.name)
 	n.d = launchDaemonCmd(t, cmd, n.dir, n.cfgPath)
+	// Cleanups run last in, first out: this one, before each daemon's
+	// own, stops all nodes of the cluster at once, as an operator would
+	// stop a cluster; one by one, the last would wait on an etcd without
+	// quorum for its final writes.
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, other := range n.cluster.nodes {
+			wg.Go(other.d.stop)
+		}
+		wg.Wait()
+	})
 }
 
 // waitServing waits until the node serves; the test reaches it at n.base,
@@ -303,6 +316,16 @@ type clusterView struct {
 	Nodes  []struct {
 		Name string `json:"name"`
 	} `json:"nodes"`
+	// Placement is read only to say, when a test fails, where the leader
+	// placed each project.
+	Placement []struct {
+		Project string `json:"project"`
+		Nodes   []struct {
+			Node string `json:"node"`
+			Min  int    `json:"min"`
+			Max  int    `json:"max"`
+		} `json:"nodes"`
+	} `json:"placement"`
 }
 
 // view asks the node's /v1/status for its cluster view; ok is false when
@@ -331,10 +354,10 @@ func (v clusterView) names() []string {
 
 // waitLeader waits until every node in on agrees on one leader that is not
 // among not, and returns it.
-func (c *threeNodes) waitLeader(adminKey string, timeout time.Duration, on []*clusterNode, not ...string) string {
-	c.t.Helper()
+func (c *threeNodes) waitLeader(t *testing.T, adminKey string, timeout time.Duration, on []*clusterNode, not ...string) string {
+	t.Helper()
 	var leader string
-	eventually(c.t, timeout, "one leader seen by every live node", func() bool {
+	eventually(t, timeout, "one leader seen by every live node", func() bool {
 		leader = ""
 		for _, n := range on {
 			v, ok := n.view(adminKey)
@@ -359,41 +382,41 @@ type run struct {
 
 // runs reads the run log: the nodes each tag ran on, in the order the
 // runs began.
-func (c *threeNodes) runs() map[string][]string {
-	c.t.Helper()
+func (c *threeNodes) runs(t *testing.T) map[string][]string {
+	t.Helper()
 	out := map[string][]string{}
-	for _, r := range c.runLines() {
+	for _, r := range c.runLines(t) {
 		out[r.Inputs.Tag] = append(out[r.Inputs.Tag], r.Node)
 	}
 	return out
 }
 
 // firstRun is the first logged run of tag.
-func (c *threeNodes) firstRun(tag string) run {
-	c.t.Helper()
-	for _, r := range c.runLines() {
+func (c *threeNodes) firstRun(t *testing.T, tag string) run {
+	t.Helper()
+	for _, r := range c.runLines(t) {
 		if r.Inputs.Tag == tag {
 			return r
 		}
 	}
-	c.t.Fatalf("no run of %s logged", tag)
+	t.Fatalf("no run of %s logged", tag)
 	return run{}
 }
 
-func (c *threeNodes) runLines() []run {
-	c.t.Helper()
+func (c *threeNodes) runLines(t *testing.T) []run {
+	t.Helper()
 	raw, err := os.ReadFile(c.runLog)
 	if os.IsNotExist(err) {
 		return nil
 	}
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
 	var out []run
 	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
 		var r run
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			c.t.Fatalf("run log line %q: %v", line, err)
+			t.Fatalf("run log line %q: %v", line, err)
 		}
 		out = append(out, r)
 	}
@@ -417,17 +440,40 @@ func (c *threeNodes) logged(tag string, more string) string {
 
 // waitRun waits until the call logged under tag has begun running and
 // returns the node it runs on.
-func (c *threeNodes) waitRun(tag string, timeout time.Duration) string {
-	c.t.Helper()
+func (c *threeNodes) waitRun(t *testing.T, tag string, timeout time.Duration) string {
+	t.Helper()
 	var node string
-	eventually(c.t, timeout, "a run of "+tag, func() bool {
-		if r := c.runs()[tag]; len(r) > 0 {
+	eventually(t, timeout, "a run of "+tag, func() bool {
+		if r := c.runs(t)[tag]; len(r) > 0 {
 			node = r[0]
 			return true
 		}
 		return false
 	})
 	return node
+}
+
+// waitReplicas waits until want holds of the marked project's model
+// processes per node; on timeout it fails with those counts and the
+// placement the nodes in on show.
+func (c *threeNodes) waitReplicas(t *testing.T, adminKey, mark, project string, timeout time.Duration, on []*clusterNode, what string, want func(map[string]int) bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		m := modelProcesses(mark, project)
+		if want(m) {
+			return
+		}
+		if time.Now().After(deadline) {
+			var seen []string
+			for _, n := range on {
+				v, _ := n.view(adminKey)
+				seen = append(seen, fmt.Sprintf("%s: leader %q, nodes %v, placement %+v", n.name, v.Leader, v.names(), v.Placement))
+			}
+			t.Fatalf("timed out after %s waiting for %s: %s's model processes per node %v; %s", timeout, what, project, m, strings.Join(seen, "; "))
+		}
+		time.Sleep(50 * time.Millisecond) // processes come and go with no signal to wait on
+	}
 }
 
 // modelProcesses counts the marked project's model processes per node (the
