@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/julienschmidt/httprouter"
+	"github.com/rs/zerolog"
 
 	"inferd/scheduler"
 	"inferd/store"
@@ -67,13 +68,19 @@ func (a *admin) cancelCall(w http.ResponseWriter, r *http.Request, ps httprouter
 	}
 	id := ps.ByName("id")
 	c, err := a.cancel(id)
+	writeCancelled(w, r, a.log, id, c, err)
+}
+
+// writeCancelled answers a cancel of call id by id (the admin API's, and
+// another node's over /cluster/v1/): c, or what err says.
+func writeCancelled(w http.ResponseWriter, r *http.Request, log zerolog.Logger, id string, c store.Call, err error) {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		writeError(w, r, a.log, notFound("call %s not found", truncate(id, 64)))
+		writeError(w, r, log, notFound("call %s not found", truncate(id, 64)))
 	case errors.Is(err, scheduler.ErrFinished):
-		writeError(w, r, a.log, &userError{http.StatusConflict, codeConflict, err.Error()})
+		writeError(w, r, log, &userError{http.StatusConflict, codeConflict, err.Error()})
 	case err != nil:
-		writeError(w, r, a.log, err)
+		writeError(w, r, log, err)
 	default:
 		writeJSON(w, http.StatusOK, cancelledCall{ID: c.ID, Project: c.ProjectID, State: c.State, Message: c.Message})
 	}

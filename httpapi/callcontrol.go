@@ -91,11 +91,24 @@ func (a *api) cancel(w http.ResponseWriter, r *http.Request, _ httprouter.Params
 		a.fail(w, r, err)
 		return
 	}
-	if _, _, err := a.lookupCall(key, id); err != nil {
+	call, _, err := a.lookupCall(key, id)
+	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	call, err := a.sched.Cancel(id)
+	// In cluster mode the node that runs the call cancels it.
+	nodes, err := a.callNode(r, call)
+	if err != nil {
+		a.failRouted(w, r, err)
+		return
+	}
+	if nodes != nil {
+		if !a.forward(w, r, body, nodes, a.opts.Routing.forwardLimit(a.opts.StartWait)) {
+			a.failRouted(w, r, errClusterUnavailable)
+		}
+		return
+	}
+	call, err = a.sched.Cancel(id)
 	if err != nil {
 		a.fail(w, r, &schedulerError{err})
 		return

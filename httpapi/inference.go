@@ -97,6 +97,11 @@ func (a *api) newResponse(message, callID string) inferenceResponse {
 // is in message. The outputs are written as the store holds them (see
 // newAnswer); once written, the answer keeps no reference to them.
 func (a *api) writeInference(w http.ResponseWriter, resp inferenceResponse) {
+	a.writeInferenceStatus(w, http.StatusOK, resp)
+}
+
+// writeInferenceStatus writes an inference response with the given status.
+func (a *api) writeInferenceStatus(w http.ResponseWriter, status int, resp inferenceResponse) {
 	ans, err := resp.answer(resp)
 	if err != nil {
 		panic(err) // a bug: the fields are strings, numbers and booleans
@@ -104,7 +109,7 @@ func (a *api) writeInference(w http.ResponseWriter, resp inferenceResponse) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(ans.Len()+1))
-	w.WriteHeader(http.StatusOK)
+	w.WriteHeader(status)
 	if _, err := ans.WriteTo(w); err == nil { // a failed write means the client is gone
 		_, _ = w.Write(newline)
 	}
@@ -122,6 +127,7 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 
 // startArgs are the checked fields of a Start body.
 type startArgs struct {
+	body             []byte // as read, for a forward to another node
 	apiKey, modelKey string
 	req              scheduler.Request // the inputs and the call-control fields
 	startOnly        bool
@@ -159,6 +165,18 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		return
 	case !key.ReachesProject(project.ID):
 		a.fail(w, r, errNotAllowedProject(project.ID))
+		return
+	}
+	// In cluster mode a project placed on other nodes runs there.
+	nodes, err := a.startNodes(r, project)
+	if err != nil {
+		a.failRouted(w, r, err)
+		return
+	}
+	if nodes != nil {
+		if !a.forward(w, r, args.body, nodes, a.opts.Routing.forwardLimit(a.opts.StartWait)) {
+			a.failRouted(w, r, errClusterUnavailable)
+		}
 		return
 	}
 
@@ -358,7 +376,8 @@ func mayAccess(key store.APIKey, teamID string) bool {
 
 // decodeStart reads a Start body and checks each field's presence and type.
 func (a *api) decodeStart(w http.ResponseWriter, r *http.Request) (args startArgs, err error) {
-	req, err := a.decodeInference(w, r)
+	req, body, err := a.decodeInference(w, r)
+	args.body = body
 	if err != nil {
 		return args, err
 	}
@@ -389,7 +408,7 @@ func (a *api) decodeStart(w http.ResponseWriter, r *http.Request) (args startArg
 
 // decodeCheck reads a Check body and checks each field's presence and type.
 func (a *api) decodeCheck(w http.ResponseWriter, r *http.Request) (args checkArgs, err error) {
-	req, err := a.decodeInference(w, r)
+	req, _, err := a.decodeInference(w, r)
 	if err != nil {
 		return args, err
 	}
@@ -404,24 +423,24 @@ func (a *api) decodeCheck(w http.ResponseWriter, r *http.Request) (args checkArg
 }
 
 // decodeInference reads the body of Start or Check, which must be a JSON
-// object.
-func (a *api) decodeInference(w http.ResponseWriter, r *http.Request) (inferenceRequest, error) {
+// object; it returns the body as read with the fields decoded from it.
+func (a *api) decodeInference(w http.ResponseWriter, r *http.Request) (inferenceRequest, []byte, error) {
 	var req inferenceRequest
 	body, err := readBody(w, r, a.opts.MaxBodyBytes)
 	if err != nil {
-		return req, err
+		return req, nil, err
 	}
 	// The JSON decoder lets bytes that are not UTF-8 through inside strings,
 	// where they would reach the model and, echoed, answers clients cannot
 	// read.
 	if i := store.InvalidUTF8(body); i >= 0 {
-		return req, badRequest("request body is not valid UTF-8 at byte %d", i)
+		return req, nil, badRequest("request body is not valid UTF-8 at byte %d", i)
 	}
 	err = decodeObject(body, &req)
 	if !isWithin(req.ModelInputs, body) {
 		req.ModelInputs = slices.Clone(req.ModelInputs)
 	}
-	return req, err
+	return req, body, err
 }
 
 // isWithin reports whether s is a slice of body's memory (see bodySlice).

@@ -12,6 +12,7 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
+	"inferd/cluster"
 	"inferd/scheduler"
 	"inferd/store"
 )
@@ -93,6 +94,16 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, ps httprouter.Params) 
 			fmt.Sprintf("%s is longer than %d bytes", bananaRequestIDHeader, store.MaxIdempotencyKeyLen))
 		return
 	}
+	// In cluster mode a project placed on other nodes runs there.
+	nodes, err := a.startNodes(r, project)
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	if nodes != nil {
+		a.runForward(w, r, body, nodes, project)
+		return
+	}
 	call, done, err := a.runCall(r.Context(), project, req)
 	if err != nil {
 		a.runFailed(w, r, err)
@@ -126,6 +137,20 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, ps httprouter.Params) 
 		}
 	}
 	a.runAnswer(w, call)
+}
+
+// runForward passes a /run request to another node and its answer back,
+// which may take as long as the project's inferenceTimeout.
+func (a *api) runForward(w http.ResponseWriter, r *http.Request, body []byte, nodes []cluster.NodeInfo, p store.Project) {
+	wait := time.Duration(p.InferenceTimeout) * time.Second
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + time.Minute))
+	switch {
+	case a.forward(w, r, body, nodes, a.opts.Routing.forwardLimit(wait)):
+	case isClosed(a.opts.Stopping):
+		errShuttingDown(w)
+	default:
+		writeError(w, r, a.log, errClusterUnavailable)
+	}
 }
 
 // runRefused answers a request its key may not make. The SDK shows the

@@ -47,6 +47,10 @@ type Options struct {
 	// Limits caps request rates, held-open waits and input nesting per API
 	// key; unlike the fields above, a zero field means no limit.
 	Limits Limits
+	// Routing, in cluster mode, forwards starts and cancels to the nodes
+	// that run them and serves /cluster/v1/ (forward.go); nil: a single
+	// box.
+	Routing *Routing
 	// Streams carries running calls' events to GET /v1/calls/:callID/events
 	// (the scheduler's OutputSink); nil: the events show states and done
 	// only.
@@ -162,6 +166,12 @@ func New(opts Options, st Store, sched Scheduler) http.Handler {
 	handle(http.MethodGet, "/readyz", a.readyz)
 	if m != nil {
 		handle(http.MethodGet, "/metrics", m.serveMetrics)
+	}
+	if opts.Routing != nil {
+		h := a.clusterAPI()
+		for _, method := range clusterMethods {
+			handle(method, clusterPrefix+"*path", h)
+		}
 	}
 	if opts.Status != nil {
 		(&statusAPI{api: a, src: *opts.Status}).register(handle)

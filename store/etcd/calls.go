@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,14 +15,15 @@ import (
 )
 
 // MaxInlinePayload is the most bytes of inputs, and of outputs, a call
-// keeps in etcd, each in a key of its own (see doc.go). etcd refuses a
-// request over about 1.5 MiB, and a call write may carry both, so 512 KiB
-// each leaves room for the rest; larger payloads belong on the node that
-// holds them (the next step, docs/cluster.md), and until then are refused.
+// keeps in etcd when the store has no Options.Payloads, each in a key of its
+// own (see doc.go). etcd refuses a request over about 1.5 MiB, and a call
+// write may carry both, so 512 KiB each leaves room for the rest; larger
+// payloads are refused. With Options.Payloads, those over InlineLimit are
+// held on nodes instead (held.go).
 const MaxInlinePayload = 512 << 10
 
 // ErrPayloadTooLarge is the error of a call write whose inputs or outputs
-// are over MaxInlinePayload.
+// are over MaxInlinePayload in a store without Options.Payloads.
 var ErrPayloadTooLarge = errors.New("call payload over the cluster mode's inline limit")
 
 // recentExamineLimit bounds how many call records one RecentCalls examines.
@@ -36,7 +36,10 @@ func (s *Store) SaveCall(ctx context.Context, c store.Call) error {
 
 // SaveCallAsync implements store.Calls. The write is refused up front (done
 // runs before SaveCallAsync returns) for an invalid id, a payload over
-// MaxInlinePayload, and after Close.
+// MaxInlinePayload in a store without Options.Payloads, and after Close.
+// Payloads over InlineLimit in a store with Options.Payloads are put on
+// nodes first, off the caller's goroutine; the write is queued at once, and
+// commits (in its call's order) once they are held.
 func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
 	c, done, ok := store.PrepareCallWrite(c, done, s.now)
 	if !ok {
@@ -49,16 +52,22 @@ func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
 	}
 	if !s.w.enqueue(cw) {
 		done(fmt.Errorf("save call %s: %w", c.ID, store.ErrClosed))
+		return
+	}
+	if cw.held != nil {
+		s.hold(cw.held)
 	}
 }
 
 // newCallWrite encodes the write of c (prepared by store.PrepareCallWrite)
 // for the writer: the call with its indexes, and the webhook deliveries it
-// makes due. It refuses payloads over MaxInlinePayload.
+// makes due. Without Options.Payloads it refuses payloads over
+// MaxInlinePayload; with it, those over InlineLimit are left to hold (its
+// held is set, not yet started).
 func (s *Store) newCallWrite(c store.Call, done func(error)) (callWrite, error) {
 	what := fmt.Sprintf("save call %s", c.ID)
-	for name, b := range map[string][]byte{"inputs": c.Inputs, "outputs": c.Outputs} {
-		if len(b) > MaxInlinePayload {
+	for name, b := range map[string][]byte{KindInputs: c.Inputs, KindOutputs: c.Outputs} {
+		if s.payloads == nil && len(b) > MaxInlinePayload {
 			return callWrite{}, fmt.Errorf("%s: %s are %d bytes, over %d: %w", what, name, len(b), MaxInlinePayload, ErrPayloadTooLarge)
 		}
 	}
@@ -67,14 +76,16 @@ func (s *Store) newCallWrite(c store.Call, done func(error)) (callWrite, error) 
 		return callWrite{}, err
 	}
 	cw := callWrite{id: c.ID, ops: ops, size: size, done: done, deliveries: store.DeliveriesFor(c, s.now().UTC())}
+	if cw.held = s.holdLarge(c.ID, c.Inputs, c.Outputs); cw.held != nil {
+		cw.size += cw.held.refsBytes
+	}
 	if len(c.Inputs) > 0 {
 		// A write without inputs keeps those stored: only a write that
 		// carries them puts them.
-		cw.inputOps = []clientv3.Op{
-			clientv3.OpPut(s.key("inputs", c.ID), string(c.Inputs)),
-			clientv3.OpPut(s.key("inputsize", c.ID), strconv.Itoa(len(c.Inputs))),
+		cw.inputOps = s.inputOps(c.ID, c.Inputs)
+		if cw.held == nil || cw.held.in == nil {
+			cw.size += len(c.Inputs)
 		}
-		cw.size += len(c.Inputs)
 	}
 	if len(cw.deliveries) > 0 {
 		if cw.records, err = s.deliveryRecords(what, cw.deliveries); err != nil {
@@ -107,10 +118,11 @@ func (s *Store) callOps(c store.Call) ([]clientv3.Op, int, error) {
 	ops := []clientv3.Op{
 		clientv3.OpPut(s.key("calls", c.ID), rec),
 		clientv3.OpPut(s.key("meta", c.ID), meta),
-		clientv3.OpDelete(s.key("outputs", c.ID)), // outputs: what this write says
 	}
-	if len(c.Outputs) > 0 {
-		ops[2] = clientv3.OpPut(s.key("outputs", c.ID), string(c.Outputs))
+	ops = append(ops, s.outputOps(c.ID, c.Outputs)...) // outputs: what this write says
+	inlineOut := len(c.Outputs)
+	if s.payloads != nil && inlineOut > InlineLimit {
+		inlineOut = 0 // held on nodes
 	}
 	if c.IdempotencyKey != "" {
 		// A later call with the same team and key takes the key over.
@@ -122,7 +134,7 @@ func (s *Store) callOps(c store.Call) ([]clientv3.Op, int, error) {
 	} else {
 		ops = append(ops, clientv3.OpPut(s.key("pending", c.ID), s.node))
 	}
-	return ops, len(rec) + len(meta) + len(c.Outputs) + 6*len(c.ID) + 128, nil
+	return ops, len(rec) + len(meta) + inlineOut + 6*len(c.ID) + 128, nil
 }
 
 // idemKey is the idempotency index entry of a team's key; the key is
@@ -265,6 +277,8 @@ func (s *Store) RecentCalls(teamID string, limit int) ([]store.Call, error) {
 // it, in a transaction that compares the call's revision with the one
 // read: a call another writer changed meanwhile (queued again, say) stays.
 // Index entries left by earlier writes of a call are dropped on the way.
+// The payloads an expired call held on nodes are deleted from them
+// (Payloads.Delete) once its records are gone.
 func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 	const what = "expire calls"
 	if err := s.check(what); err != nil {
@@ -282,17 +296,22 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 		entry := string(kv.Key)
 		id := entry[strings.LastIndexByte(entry, '/')+1:]
 		ck := s.key("calls", id)
-		resp, err := s.cli.Get(ctx, ck)
+		read, err := s.cli.Txn(ctx).Then(clientv3.OpGet(ck), clientv3.OpGet(s.key("payloads", id)+"/", clientv3.WithPrefix())).Commit()
 		if err != nil {
 			return n, s.wrap(what, err)
 		}
+		resp := read.Responses[0].GetResponseRange()
 		var (
 			txn    clientv3.Txn
 			c      store.Call
 			expire bool
+			held   []string // the nodes that hold its payloads
 		)
 		if len(resp.Kvs) == 1 {
 			if c, err = decode[store.Call](what, ck, resp.Kvs[0].Value); err != nil {
+				return n, err
+			}
+			if held, err = heldNodes(what, read.Responses[1].GetResponseRange().Kvs); err != nil {
 				return n, err
 			}
 			expire = c.State.Done() && c.Finished.Before(finishedBefore)
@@ -307,7 +326,8 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 		ops := []clientv3.Op{clientv3.OpDelete(entry)}
 		if expire {
 			ops = append(ops, clientv3.OpDelete(ck), clientv3.OpDelete(s.key("meta", id)), clientv3.OpDelete(s.key("pending", id)),
-				clientv3.OpDelete(s.key("inputs", id)), clientv3.OpDelete(s.key("inputsize", id)), clientv3.OpDelete(s.key("outputs", id)))
+				clientv3.OpDelete(s.key("inputs", id)), clientv3.OpDelete(s.key("inputsize", id)), clientv3.OpDelete(s.key("outputs", id)),
+				clientv3.OpDelete(s.key("payloads", id)+"/", clientv3.WithPrefix()))
 			if c.IdempotencyKey != "" {
 				// The key goes with the call, unless a later call took it over.
 				ik := s.idemKey(c.TeamID, c.IdempotencyKey)
@@ -321,6 +341,10 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 		}
 		if tr.Succeeded && expire {
 			n++
+			if len(held) > 0 && s.payloads != nil {
+				// Only the sweeper whose delete won removes the copies.
+				s.payloads.Delete(id, held)
+			}
 		}
 	}
 	if err := s.expireEnded(ctx, finishedBefore); err != nil {

@@ -16,6 +16,8 @@
 //	inputs/<id>                 its inputs, the bytes given (none: no key); only a write that carries them puts them
 //	inputsize/<id>              their size in bytes (decimal), for reads that leave them out
 //	outputs/<id>                its outputs, the bytes given (none: no key); every write puts or deletes them
+//	payloads/<id>/<kind>        inputs or outputs over InlineLimit held on nodes instead: PayloadRef
+//	                            {size, sha256, nodes} (JSON), only with Options.Payloads
 //	meta/<id>                   the call without webhook URL (RecentCalls)
 //	pending/<id>                the node that wrote it, while the call is not final (PendingCalls)
 //	finished/<unix nanos>/<id>  "" once final, by its Finished (ExpireCalls)
@@ -59,8 +61,18 @@
 // Layout version 1 (before payloads had keys of their own) is refused, not
 // migrated: cluster mode had no release with it.
 //
-// Inputs and outputs are kept in etcd, at most MaxInlinePayload bytes each;
-// a larger one is refused with ErrPayloadTooLarge. Keeping large payloads
-// on the node that received or produced them, fetched over the inter-node
-// API and replicated to one other node, is the next step (docs/cluster.md).
+// # Payloads
+//
+// Without Options.Payloads, inputs and outputs are kept in etcd, at most
+// MaxInlinePayload bytes each; a larger one is refused with
+// ErrPayloadTooLarge. With it (cluster mode), those up to InlineLimit
+// (64 KiB) are kept in etcd and larger ones are held on nodes (held.go):
+// SaveCallAsync has Payloads.Put make them durable on this node and one
+// other, in a goroutine of its own, and the call write, which puts their
+// PayloadRef instead of the bytes, commits only after that, still in its
+// call's order (later writes of the call wait; other calls' writes do
+// not). A read finding a ref fetches the payload from its holders,
+// checking its size and sha256, within Options.PayloadTimeout, and fails
+// with a store.PayloadUnreachableError naming them when none gives it. Expiry
+// deletes the refs with the call and then the copies (Payloads.Delete).
 package etcd

@@ -12,7 +12,8 @@ import (
 )
 
 // GetCall implements store.Calls: the record and both payloads, read in
-// one transaction (one revision).
+// one transaction (one revision); a payload held on nodes is then fetched
+// from them (held.go).
 func (s *Store) GetCall(id string) (store.Call, error) {
 	return s.readCall(fmt.Sprintf("get call %s", id), id, true)
 }
@@ -37,7 +38,9 @@ func (s *Store) readCall(what, id string, inputs bool) (store.Call, error) {
 	if inputs {
 		third = clientv3.OpGet(s.key("inputs", id))
 	}
-	resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(s.key("calls", id)), clientv3.OpGet(s.key("outputs", id)), third).Commit()
+	resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(s.key("calls", id)), clientv3.OpGet(s.key("outputs", id)), third,
+		clientv3.OpGet(s.key("payloads", id, KindOutputs)), clientv3.OpGet(s.key("payloads", id, KindInputs))).Commit()
+	cancel() // a payload held on nodes is fetched within its own bound
 	if err != nil {
 		return store.Call{}, s.wrap(what, err)
 	}
@@ -49,10 +52,15 @@ func (s *Store) readCall(what, id string, inputs bool) (store.Call, error) {
 	if err != nil {
 		return store.Call{}, err
 	}
-	c.Outputs = payload(resp.Responses[1])
-	if inputs {
-		c.Inputs = payload(resp.Responses[2])
-	} else if c.InputBytes, err = inputSize(what, resp.Responses[2]); err != nil {
+	if c.Outputs, err = s.resolve(what, id, KindOutputs, payload(resp.Responses[1]), resp.Responses[3]); err != nil {
+		return store.Call{}, err
+	}
+	if !inputs {
+		c.InputBytes, err = inputSize(what, resp.Responses[2])
+	} else {
+		c.Inputs, err = s.resolve(what, id, KindInputs, payload(resp.Responses[2]), resp.Responses[4])
+	}
+	if err != nil {
 		return store.Call{}, err
 	}
 	return c, nil
@@ -69,14 +77,16 @@ func (s *Store) CallInputs(id string) (json.RawMessage, error) {
 	defer cancel()
 	resp, err := s.cli.Txn(ctx).Then(
 		clientv3.OpGet(s.key("calls", id), clientv3.WithCountOnly()),
-		clientv3.OpGet(s.key("inputs", id))).Commit()
+		clientv3.OpGet(s.key("inputs", id)),
+		clientv3.OpGet(s.key("payloads", id, KindInputs))).Commit()
+	cancel()
 	if err != nil {
 		return nil, s.wrap(what, err)
 	}
 	if resp.Responses[0].GetResponseRange().Count == 0 {
 		return nil, fmt.Errorf("%s: %w", what, store.ErrNotFound)
 	}
-	return payload(resp.Responses[1]), nil
+	return s.resolve(what, id, KindInputs, payload(resp.Responses[1]), resp.Responses[2])
 }
 
 // payload returns the value a get of a payload key read, or nil when the

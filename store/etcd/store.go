@@ -48,6 +48,13 @@ type Options struct {
 	// RetryFor is how long a call write that fails for want of an etcd
 	// leader is retried before it fails; 0 means 15 s.
 	RetryFor time.Duration
+	// Payloads holds inputs and outputs over InlineLimit on nodes (cluster
+	// mode: package cluster's PayloadStore). Nil keeps every payload in
+	// etcd, refusing those over MaxInlinePayload (tests, a single etcd).
+	Payloads Payloads
+	// PayloadTimeout bounds holding one call write's payloads and fetching
+	// one payload; 0 means DefaultPayloadTimeout.
+	PayloadTimeout time.Duration
 }
 
 // Store is the etcd store.Store. Its methods are safe for concurrent use.
@@ -58,6 +65,10 @@ type Store struct {
 	now    func() time.Time
 	reqTO  time.Duration
 	retry  time.Duration
+
+	payloads  Payloads // nil: every payload inline
+	payloadTO time.Duration
+	holders   sync.WaitGroup // the goroutines of hold
 
 	hooks         store.ProjectHooks
 	teamHooks     store.TeamHooks
@@ -98,6 +109,9 @@ func Open(opts Options) (*Store, error) {
 	if opts.RetryFor <= 0 {
 		opts.RetryFor = 15 * time.Second
 	}
+	if opts.PayloadTimeout <= 0 {
+		opts.PayloadTimeout = DefaultPayloadTimeout
+	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   opts.Endpoints,
 		TLS:         opts.TLS,
@@ -109,7 +123,8 @@ func Open(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open etcd store at %s: %w", strings.Join(opts.Endpoints, ","), err)
 	}
-	s := &Store{cli: cli, prefix: opts.Prefix, node: opts.Node, now: opts.Now, reqTO: opts.RequestTimeout, retry: opts.RetryFor}
+	s := &Store{cli: cli, prefix: opts.Prefix, node: opts.Node, now: opts.Now, reqTO: opts.RequestTimeout, retry: opts.RetryFor,
+		payloads: opts.Payloads, payloadTO: opts.PayloadTimeout}
 	rev, err := s.checkSchema(opts.DialTimeout)
 	if err != nil {
 		cli.Close()
@@ -152,7 +167,8 @@ func (s *Store) checkSchema(timeout time.Duration) (int64, error) {
 func (s *Store) Close() error {
 	s.once.Do(func() {
 		s.closed.Store(true)
-		s.w.stop()
+		s.w.stop() // waits for the payloads its queued writes hold
+		s.holders.Wait()
 		s.projectWatch.stop()
 		s.teamWatch.stop()
 		s.cli.Close()

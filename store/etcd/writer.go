@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,7 +19,8 @@ import (
 
 // Bounds of one group commit, under etcd's defaults of 128 operations and
 // 1.5 MiB per request. A call write is at most 5 operations (a final call
-// with an idempotency key), so a batch holds 24 to 30 calls; the margin
+// with an idempotency key; 6 with Options.Payloads, which also puts or
+// deletes the outputs' reference), so a batch holds 20 to 30 calls; the margin
 // under 128 is room for nested transactions, whose operations etcd counts
 // against what their parent leaves.
 const (
@@ -35,14 +37,38 @@ type callWrite struct {
 
 	inputOps []clientv3.Op // its inputs, when the write carries them
 
+	held *heldPayloads // its payloads held on nodes; nil when all are inline
+
 	deliveries []store.Delivery // webhook deliveries the write makes due
 	records    []string         // their outbox records (outboxRecord JSON), in the same order
 	queued     []store.Delivery // those the commit put in the outbox (set by commit)
 }
 
 // opCount is how many operations the write adds to a transaction at most:
-// its call's, its inputs', and one per delivery.
-func (cw callWrite) opCount() int { return len(cw.ops) + len(cw.inputOps) + len(cw.deliveries) }
+// its call's, its inputs', its held payloads' refs, and one per delivery.
+func (cw callWrite) opCount() int {
+	n := len(cw.ops) + len(cw.inputOps) + len(cw.deliveries)
+	if cw.held != nil {
+		n += cw.held.nOps
+	}
+	return n
+}
+
+// callOps are the write's call operations with its held outputs' ref;
+// allInputOps its inputs' with their ref. Only once held is ready.
+func (cw callWrite) callOps() []clientv3.Op {
+	if cw.held == nil {
+		return cw.ops
+	}
+	return append(slices.Clip(cw.ops), cw.held.outOps...)
+}
+
+func (cw callWrite) allInputOps() []clientv3.Op {
+	if cw.held == nil {
+		return cw.inputOps
+	}
+	return append(slices.Clip(cw.inputOps), cw.held.inOps...)
+}
 
 // writer is the store's one call-writing goroutine: it commits whatever is
 // queued as one transaction, in queue order. It is owned by the Store: start
@@ -63,6 +89,15 @@ func (w *writer) start(s *Store) {
 	go w.run()
 }
 
+// wake has the goroutine look at the queue again: a write held back for
+// its payloads may be ready.
+func (w *writer) wake() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
 // enqueue queues cw, or reports false once the store is closing.
 func (w *writer) enqueue(cw callWrite) bool {
 	w.mu.Lock()
@@ -72,10 +107,7 @@ func (w *writer) enqueue(cw callWrite) bool {
 	}
 	w.queue = append(w.queue, cw)
 	w.mu.Unlock()
-	select {
-	case w.kick <- struct{}{}:
-	default:
-	}
+	w.wake()
 	return true
 }
 
@@ -84,10 +116,7 @@ func (w *writer) stop() {
 	w.mu.Lock()
 	w.closing = true
 	w.mu.Unlock()
-	select {
-	case w.kick <- struct{}{}:
-	default:
-	}
+	w.wake()
 	<-w.finished
 }
 
@@ -95,14 +124,19 @@ func (w *writer) run() {
 	defer close(w.finished)
 	for {
 		w.mu.Lock()
-		batch := w.take()
-		closing := w.closing
+		batch, failed := w.take()
+		done := w.closing && len(w.queue) == 0
 		w.mu.Unlock()
+		for _, cw := range failed {
+			cw.done(cw.held.err)
+		}
 		if len(batch) == 0 {
-			if closing {
+			if done && len(failed) == 0 {
 				return
 			}
-			<-w.kick
+			if len(failed) == 0 {
+				<-w.kick // a write queued, payloads held, or stop
+			}
 			continue
 		}
 		err := w.commit(batch)
@@ -119,22 +153,43 @@ func (w *writer) run() {
 
 // take removes the next batch from the queue: up to batchOps operations
 // and about batchBytes, counting every write (a call written twice counts
-// twice, though commit sends its last write's call operations only).
-// Callers hold mu.
-func (w *writer) take() []callWrite {
-	ops, size, n := 0, 0, 0
-	for n < len(w.queue) {
-		cw := w.queue[n]
-		if n > 0 && (ops+cw.opCount() > batchOps || size+cw.size > batchBytes) {
-			break
+// twice, though commit sends its last write's call operations only). A
+// write whose payloads are still being held on nodes stays queued, and so
+// do the later writes of its call, so each call's writes commit in the
+// order queued; other calls' writes pass it. A write whose payloads could
+// not be held is removed into failed. Callers hold mu.
+func (w *writer) take() (batch, failed []callWrite) {
+	ops, size, full := 0, 0, false
+	var waiting map[string]bool // calls with a write still holding its payloads
+	rest := w.queue[:0:0]
+	for i, cw := range w.queue {
+		switch {
+		case full || waiting[cw.id]:
+			rest = append(rest, cw)
+		case cw.held != nil && !cw.held.isReady():
+			if waiting == nil {
+				waiting = map[string]bool{}
+			}
+			waiting[cw.id] = true
+			rest = append(rest, cw)
+		case cw.held != nil && cw.held.err != nil:
+			failed = append(failed, cw)
+		case len(batch) > 0 && (ops+cw.opCount() > batchOps || size+cw.size > batchBytes):
+			if waiting == nil && len(failed) == 0 {
+				// The common case: nothing held back, the rest stays as is.
+				w.queue = w.queue[i:]
+				return batch, nil
+			}
+			full = true // what follows waits for the next batch, in order
+			rest = append(rest, cw)
+		default:
+			ops += cw.opCount()
+			size += cw.size
+			batch = append(batch, cw)
 		}
-		ops += cw.opCount()
-		size += cw.size
-		n++
 	}
-	batch := w.queue[:n:n]
-	w.queue = w.queue[n:]
-	return batch
+	w.queue = rest
+	return batch, failed
 }
 
 // commit writes the batch in one transaction. A call queued more than once
@@ -157,10 +212,10 @@ func (w *writer) commit(batch []callWrite) error {
 	var ops []clientv3.Op
 	for i, cw := range batch {
 		if last[cw.id] == i {
-			ops = append(ops, cw.ops...)
+			ops = append(ops, cw.callOps()...)
 		}
 		if j, ok := lastInputs[cw.id]; ok && j == i {
-			ops = append(ops, cw.inputOps...)
+			ops = append(ops, cw.allInputOps()...)
 		}
 	}
 	type queuedBy struct {
