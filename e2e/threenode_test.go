@@ -31,6 +31,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -92,11 +93,12 @@ func newThreeNodes(t *testing.T, o clusterOpts) *threeNodes {
 				base: "http://" + s.testIP(i, 2) + ":8080"}
 		}
 	} else {
+		ports := fixedPorts(t, 9)
 		for i := range a {
-			listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+			listen := fmt.Sprintf("127.0.0.1:%d", ports[3*i])
 			a[i] = addrs{listen: listen, advertise: "http://" + listen,
-				peer:   fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
-				client: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), base: "http://" + listen}
+				peer:   fmt.Sprintf("http://127.0.0.1:%d", ports[3*i+1]),
+				client: fmt.Sprintf("http://127.0.0.1:%d", ports[3*i+2]), base: "http://" + listen}
 		}
 	}
 	var initial []string
@@ -141,6 +143,39 @@ cluster:
 		n.waitServing(t)
 	}
 	return c
+}
+
+// fixedPorts returns n distinct loopback ports that are free now, below
+// the kernel's ephemeral range. freePort's ports are in that range: while
+// three nodes start, their etcd members' outgoing connections take
+// ephemeral ports and can take a port picked for an API that does not
+// listen yet (a node serves its API only once etcd has a quorum).
+func fixedPorts(t *testing.T, n int) []int {
+	t.Helper()
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		fmt.Sscan(string(b), &low)
+	}
+	seen := map[int]bool{}
+	var out []int
+	for tries := 0; len(out) < n; tries++ {
+		if tries > 1000 {
+			t.Fatalf("no %d free ports below %d", n, low)
+		}
+		r, _ := rand.Int(rand.Reader, big.NewInt(int64(low-10000)))
+		port := 10000 + int(r.Int64())
+		if seen[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		seen[port] = true
+		out = append(out, port)
+	}
+	return out
 }
 
 // launch starts the node's daemon (again, after a kill) without waiting.
