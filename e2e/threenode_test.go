@@ -117,6 +117,9 @@ log:
   level: debug
 startWait: 20s
 longPollWait: 20s
+# Room for the scenarios' replicas on every node (0 would be one per CPU:
+# two here), so that a dead node's share fits on the other two.
+cpuSlots: 8
 replica:
   passEnv: [LD_LIBRARY_PATH, E2E_NODE]
 %s%s
