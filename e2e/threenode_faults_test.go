@@ -343,6 +343,24 @@ func TestThreeNodeClusterFencesCutOffNode(t *testing.T) {
 		}
 	})
 
+	// The held run answers now, on the cut-off node, late: whatever that
+	// node makes of it (a write that fails without quorum, retried until
+	// the link is back and then refused by the lease compare; or nothing,
+	// its scheduler having abandoned the call when its lease lapsed) must
+	// not replace the re-run's result. Its model may also have been
+	// stopped with the node's calls: then there is no late answer.
+	if held := c.firstRun(t, "late"); processAlive(held.Pid) {
+		if err := os.WriteFile(release, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, time.Minute, "the held run answering", func() bool {
+			_, err := os.Stat(release + ".answered")
+			return err == nil
+		})
+	} else {
+		t.Logf("%s stopped the model process of the held run (pid %d): no late answer", victim.name, held.Pid)
+	}
+
 	t.Run("the cut-off node takes no new work", func(t *testing.T) {
 		began := time.Now()
 		status, r, err := tryDo("POST", victim.base+"/start/v4", nil,
@@ -369,19 +387,6 @@ func TestThreeNodeClusterFencesCutOffNode(t *testing.T) {
 			return true
 		})
 		before := others[0].client(t, key).check(id, false)
-		// The held run's model may have been stopped with the node's calls
-		// when it was fenced: then there is no late result to discard.
-		if held := c.firstRun(t, "late"); processAlive(held.Pid) {
-			if err := os.WriteFile(release, nil, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			eventually(t, time.Minute, "the held run answering", func() bool {
-				_, err := os.Stat(release + ".answered")
-				return err == nil
-			})
-		} else {
-			t.Logf("%s stopped the model process of the held run (pid %d): no late result", victim.name, held.Pid)
-		}
 		// A call through the rejoined node, after the late answer: its
 		// result is written after whatever the node made of that answer
 		// (one group-commit writer, in order), so the checks below come
