@@ -4,13 +4,20 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net/http"
+	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"inferd/cluster"
 	"inferd/config"
 	"inferd/httpapi"
+	"inferd/scheduler"
+	"inferd/scheduler/backend"
 	"inferd/store"
 	"inferd/store/bolt"
 	"inferd/store/etcd"
@@ -28,6 +35,12 @@ type daemonStore interface {
 type openedStore struct {
 	daemonStore
 	member *etcd.Member // this node's etcd member; nil when it runs none
+	etcd   *etcd.Store  // the store in cluster mode; nil on a single box
+	// In cluster mode: the signer of requests between nodes (from
+	// cluster.secretFile) and the payloads over the inline limit held on
+	// this node (<dataDir>/payloads).
+	signer   *cluster.Signer
+	payloads *cluster.PayloadStore
 }
 
 // Close closes the store, then the member it talked to.
@@ -37,6 +50,17 @@ func (o openedStore) Close() error {
 		o.member.Close()
 	}
 	return err
+}
+
+// finals tells the scheduler of calls made final through any node (the
+// etcd store's OnCallFinal: a scheduler.FinalFeed), so that a long poll
+// here on a call run on another node wakes when it is final; nil on a
+// single box.
+func (o openedStore) finals() interface{ OnCallFinal(fn func(id string)) } {
+	if f, ok := o.daemonStore.(interface{ OnCallFinal(fn func(id string)) }); ok {
+		return f
+	}
+	return nil
 }
 
 // memberErr is the channel of the member's fatal errors; nil (never ready)
@@ -63,10 +87,24 @@ func openStore(cfg config.Config, log zerolog.Logger) (openedStore, error) {
 		return openedStore{daemonStore: st}, nil
 	}
 	c := cfg.Cluster
+	// The secret first: a node that cannot sign or check requests between
+	// nodes must not join.
+	secret, err := cluster.ReadSecret(c.SecretFile)
+	if err != nil {
+		return openedStore{}, fmt.Errorf("cluster.secretFile: %w", err)
+	}
+	signer, err := cluster.NewSigner(c.Name, secret, nil)
+	if err != nil {
+		return openedStore{}, fmt.Errorf("cluster.secretFile %s: %w", c.SecretFile, err)
+	}
+	payloads, err := cluster.OpenPayloads(cluster.PayloadOptions{Dir: filepath.Join(cfg.DataDir, "payloads"), Signer: signer,
+		Log: log.With().Str("source", "payloads").Logger()})
+	if err != nil {
+		return openedStore{}, err
+	}
 	tlsFiles := etcd.TLSFiles(c.Etcd.TLS)
 	var clientTLS *tls.Config
 	if tlsFiles != (etcd.TLSFiles{}) {
-		var err error
 		if clientTLS, err = etcd.ClientTLS(tlsFiles); err != nil {
 			return openedStore{}, fmt.Errorf("cluster.etcd.tls: %w", err)
 		}
@@ -85,17 +123,17 @@ func openStore(cfg config.Config, log zerolog.Logger) (openedStore, error) {
 			return openedStore{}, err
 		}
 		o.member = m
-		endpoints = m.ClientURLs()
+		endpoints = m.Endpoints() // a learner's node talks to the voters
 	}
 	st, err := etcd.Open(etcd.Options{Endpoints: endpoints, TLS: clientTLS, Prefix: c.Etcd.Prefix, Node: c.Name,
-		DialTimeout: c.Etcd.DialTimeout})
+		DialTimeout: c.Etcd.DialTimeout, Payloads: payloads})
 	if err != nil {
 		if o.member != nil {
 			o.member.Close()
 		}
 		return openedStore{}, err
 	}
-	o.daemonStore = st
+	o.daemonStore, o.etcd, o.signer, o.payloads = st, st, signer, payloads
 	log.Info().Str("node", c.Name).Strs("etcd", endpoints).Bool("member", o.member != nil).
 		Msg("cluster mode: records in etcd")
 	return o, nil
@@ -108,4 +146,191 @@ type etcdLog struct{ log zerolog.Logger }
 func (l etcdLog) Write(p []byte) (int, error) {
 	l.log.Error().Msg(strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+// clusterMode is what a node of a cluster runs beside the single box's
+// pieces: its membership (cluster.Node: lease, node key, leader election),
+// the router of starts to the nodes a project is placed on, and the
+// payloads held on this node. Nil on a single box.
+type clusterMode struct {
+	node     *cluster.Node
+	router   *cluster.Router
+	signer   *cluster.Signer
+	payloads *cluster.PayloadStore
+	refs     cluster.PayloadRefs
+	callNode func(id string) (string, error)
+	sched    func() schedulerHooks
+	capacity func() backend.Capacity
+	// bound is closed once the node's first session has bound the
+	// store's call writes to its lease: the scheduler starts after it, so
+	// that every call it writes is fenced.
+	bound chan struct{}
+	// sessions gets each new session's lease when nobody holds the last
+	// one unread (a send never blocks): for a waiter on a rejoin.
+	sessions chan clientv3.LeaseID
+}
+
+// schedulerHooks is what the node's membership drives in the scheduler.
+type schedulerHooks interface {
+	Adopt(c store.Call)
+	Abandon()
+	ProjectChanged(id string)
+	Snapshot() scheduler.Status
+}
+
+// newClusterMode creates this node's membership over the etcd store: each
+// session binds the store's call writes to its lease, a lapsed lease
+// abandons the scheduler's live calls, calls the leader hands here are
+// adopted, and a placement change makes the scheduler read the project's
+// share again and wakes the starts waiting for a placement. sched is set
+// before the node runs; capacity is the replica backend's. Returns nil,
+// nil on a single box.
+func newClusterMode(cfg config.Config, o openedStore, sched func() schedulerHooks,
+	capacity func() backend.Capacity, log zerolog.Logger) (*clusterMode, error) {
+	if cfg.Cluster == nil {
+		return nil, nil
+	}
+	st := o.etcd
+	m := &clusterMode{signer: o.signer, payloads: o.payloads, refs: st, callNode: st.CallNode,
+		sched: sched, capacity: capacity,
+		bound: make(chan struct{}), sessions: make(chan clientv3.LeaseID, 1)}
+	var once sync.Once
+	var err error
+	m.node, err = cluster.New(cluster.Options{
+		Client: st.Client(), Prefix: st.Prefix(),
+		Name: cfg.Cluster.Name, Advertise: cfg.AdvertiseURL(), Member: o.member != nil,
+		Load: func() (cluster.Capacity, map[string]cluster.ProjectLoad) {
+			return nodeLoad(sched().Snapshot(), capacity())
+		},
+		OnSession: func(key string, lease clientv3.LeaseID) {
+			st.BindLease(key, lease)
+			once.Do(func() { close(m.bound) })
+			select {
+			case m.sessions <- lease:
+			default:
+			}
+		},
+		OnFenced: func() { sched().Abandon() },
+		Adopt: func(id string) {
+			c, err := st.Adopt(id)
+			if err != nil {
+				log.Warn().Err(err).Str("call", id).Msg("a call handed to this node could not be adopted")
+				return
+			}
+			sched().Adopt(c)
+		},
+		OnPlacement: func(project string) {
+			sched().ProjectChanged(project)
+			m.router.PlacementChanged(project)
+		},
+		Store: st,
+		Log:   log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.router = cluster.NewRouter(m.node)
+	if m.payloads != nil {
+		m.payloads.SetPeers(m.node)
+	}
+	return m, nil
+}
+
+// share is the scheduler's Config.Share in cluster mode: this node's part
+// of the project's replicas in the leader's placement; ok false when the
+// project has no placement yet or is placed on other nodes only.
+func (m *clusterMode) share(project string) (lo, hi int, ok bool) {
+	p, ok := m.node.Placement(project)
+	if !ok {
+		return 0, 0, false
+	}
+	s, ok := p.Nodes[m.node.Name()]
+	return s.Min, s.Max, ok
+}
+
+// routing is the public API's cluster routing (httpapi.Options.Routing):
+// starts and cancels forwarded to the nodes that run them, and the signed
+// payload API of this node under /cluster/v1/.
+func (m *clusterMode) routing() *httpapi.Routing {
+	r := &httpapi.Routing{Router: m.router, Signer: m.signer, CallNode: m.callNode,
+		Fits: func(p store.Project) bool { return fitsNow(m.sched().Snapshot(), m.capacity(), p) }}
+	if m.payloads != nil {
+		const payload = "payloads/:id/:kind"
+		r.Handle(http.MethodGet, payload, m.payloads)
+		r.Handle(http.MethodPut, payload, m.payloads)
+		r.Handle(http.MethodDelete, "payloads/:id", m.payloads)
+	}
+	return r
+}
+
+// fitsNow reports whether this node could boot a replica of p now: a free
+// CPU slot for a CPU project; for a GPU project enough healthy GPUs with
+// its gpuMemoryMiB free each (as nodeLoad counts it), or, for whole GPUs,
+// held by no replica.
+func fitsNow(st scheduler.Status, capa backend.Capacity, p store.Project) bool {
+	c, _ := nodeLoad(st, capa)
+	gpus, mem := p.Model.GPUs, int64(max(p.Model.GPUMemoryMiB, 0))
+	if mem > 0 && gpus == 0 {
+		gpus = 1 // as the scheduler places it
+	}
+	if gpus == 0 {
+		return c.CPUUsed < c.CPUSlots
+	}
+	held := map[string]bool{}
+	for _, g := range st.GPUs {
+		held[g.UUID] = len(g.Replicas) > 0
+	}
+	free := 0
+	for _, g := range c.GPUs {
+		switch {
+		case !g.Healthy || g.InUse:
+		case mem > 0 && g.FreeMiB >= mem, mem == 0 && !held[g.UUID]:
+			free++
+		}
+	}
+	return free >= gpus
+}
+
+// nodeLoad is what a node publishes of itself (cluster.NodeInfo): its
+// GPUs with the memory the scheduler could still place on each (the
+// smaller of what the driver reports free and what the scheduler has not
+// handed out), its CPU slots, and the load of each project with replicas
+// or calls here.
+func nodeLoad(st scheduler.Status, capa backend.Capacity) (cluster.Capacity, map[string]cluster.ProjectLoad) {
+	reserved := map[string]scheduler.GPUStatus{}
+	for _, g := range st.GPUs {
+		reserved[g.UUID] = g
+	}
+	out := cluster.Capacity{CPUSlots: capa.CPUSlots, CPUUsed: st.CPUSlotsUsed}
+	for _, d := range capa.GPUs {
+		usable := d.UsableMiB()
+		g := reserved[d.UUID]
+		free := min(d.MemoryFreeMiB, usable-min(g.ReservedMiB, usable))
+		out.GPUs = append(out.GPUs, cluster.GPUInfo{
+			Index: d.Index, UUID: d.UUID, Name: d.Name,
+			TotalMiB: int64(d.MemoryTotalMiB), FreeMiB: int64(free),
+			Healthy: d.Healthy(), InUse: g.ReservedMiB > 0 && g.ReservedMiB >= usable,
+		})
+	}
+	var loads map[string]cluster.ProjectLoad
+	for _, p := range st.Projects {
+		l := cluster.ProjectLoad{Busy: p.Running, Queued: p.Queued, Max: p.NodeMaxReplicas}
+		for _, r := range p.Replicas {
+			switch r.State {
+			case "stopping":
+				continue
+			case "ready", "busy":
+				l.Ready++
+			}
+			l.Replicas++
+		}
+		if l.Replicas == 0 && l.Busy == 0 && l.Queued == 0 {
+			continue
+		}
+		if loads == nil {
+			loads = map[string]cluster.ProjectLoad{}
+		}
+		loads[p.ID] = l
+	}
+	return out, loads
 }

@@ -76,8 +76,20 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	// Running calls' live events, for GET /v1/calls/:callID/events.
 	streams := httpapi.NewStreams()
 	schedCfg := schedulerConfig(cfg)
+	schedCfg.Finals = st.finals() // cluster mode: long polls on calls run by other nodes
 	schedCfg.Observer = observers{Metrics: metrics, hist: hist, streams: streams}
 	schedCfg.Outputs = streams
+	// In cluster mode, this node's membership (cluster.go); nil on a box.
+	cm, err := newClusterMode(cfg, st, func() schedulerHooks { return sched }, replicas.Capacity, log)
+	if err != nil {
+		return err
+	}
+	var routing *httpapi.Routing        // starts and cancels follow the placement; nil on a box
+	var clusterView httpapi.ClusterView // the status's cluster section, the metrics' node label; nil on a box
+	if cm != nil {
+		schedCfg.Share = cm.share
+		routing, clusterView = cm.routing(), cm.node
+	}
 	sched = scheduler.New(schedCfg, st, replicas, scheduler.RealClock(), log)
 	st.OnProjectChange(sched.ProjectChanged)
 	st.OnTeamChange(sched.TeamChanged)
@@ -93,7 +105,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		Policy: hookPolicy, Body: httpapi.WebhookBody("inferd/" + version),
 	}, st, log)
 	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st, Conns: conns.Stats,
-		Webhooks: func() webhook.Stats { return hooks.Stats("") }})
+		Webhooks: func() webhook.Stats { return hooks.Stats("") }, Cluster: clusterView})
 
 	apiCtx, endWaits := context.WithCancel(context.Background())
 	defer endWaits()
@@ -118,6 +130,8 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			},
 			WebhookPolicy: hookPolicy,
 			Streams:       streams,
+			Routing:       routing,
+			Cluster:       clusterView,
 			// Event streams and /run waits end with the other waits.
 			Stopping: apiCtx.Done(),
 		}, st, sched),
@@ -156,7 +170,29 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	g, gctx := errgroup.WithContext(ctx)
 	schedCtx, stopSched := context.WithCancel(context.Background())
 	defer stopSched()
-	g.Go(func() error { return sched.Run(schedCtx) })
+	// The cluster node outlives the drain (its lease fences the results
+	// written then) and ends, resigning and revoking its lease, once the
+	// scheduler has stopped: before the store closes.
+	nodeCtx, stopNode := context.WithCancel(context.Background())
+	defer stopNode()
+	g.Go(func() error {
+		if cm != nil {
+			// Every call the scheduler writes is fenced on the lease. A
+			// shutdown before the first session runs it all the same, for
+			// the drain to end.
+			select {
+			case <-cm.bound:
+			case <-gctx.Done():
+			}
+		}
+		return sched.Run(schedCtx)
+	})
+	if cm != nil {
+		g.Go(func() error { return cm.node.Run(nodeCtx) })
+		// Payload files no reference names this node for, an hour old
+		// (docs/cluster.md, "Left over").
+		g.Go(func() error { return cm.payloads.RunSweeper(gctx, cm.refs, cfg.SweepInterval, time.Hour) })
+	}
 	g.Go(func() error { return st.RunSweeper(gctx, cfg.ResultTTL, cfg.SweepInterval) })
 	g.Go(func() error { return gpus.Run(gctx, cfg.GPU.RefreshInterval) })
 	g.Go(func() error {
@@ -176,6 +212,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	g.Go(func() error {
 		<-gctx.Done()
 		shutdown(cfg.ShutdownTimeout, sched, api, admin, endWaits, stopSched, log)
+		stopNode()
 		return nil
 	})
 	err = g.Wait()

@@ -2,11 +2,9 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 )
 
 // backupCommand writes a consistent snapshot of the data file, also while
@@ -38,34 +36,22 @@ func (c *backupCommand) Run(ctx context.Context, args []string) error {
 	if _, err := os.Stat(dst); err == nil && !*force {
 		return fmt.Errorf("%s exists; pass --force to overwrite it", dst)
 	}
-	tmp := dst + ".tmp"
-	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove stale %s: %w", tmp, err)
-	}
-	var n int64
+	var (
+		n   int64
+		sum dataSummary
+	)
 	err = c.env.withAdmin(func(a *adminClient) error {
 		var err error
-		n, err = writeFileSynced(tmp, func(w io.Writer) (int64, error) {
+		n, err = replaceChecked(dst, func(w io.Writer) (int64, error) {
 			_, n, err := a.stream(ctx, "/admin/backup", w)
 			return n, err
+		}, func(tmp string) (err error) {
+			sum, err = storeSummary(tmp)
+			return err
 		})
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("backup: %w", err)
-	}
-	// Verify the copy before it takes FILE's name, so a bad copy never
-	// replaces a good older backup.
-	sum, err := storeSummary(tmp)
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("backup failed verification: %w", err)
-	}
-	if err := os.Rename(tmp, dst); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("backup: %w", err)
-	}
-	if err := syncDir(filepath.Dir(dst)); err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
 	fmt.Fprintf(c.env.stdout, "backup written to %s (%d bytes, %d teams, %d projects)\n", dst, n, sum.teams, sum.projects)

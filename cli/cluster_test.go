@@ -12,7 +12,7 @@ import (
 func TestAdminCommandsInClusterModeNeedTheDaemon(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.yaml")
-	body := "dataDir: ./data\ncluster:\n  name: n1\n  etcd:\n    endpoints: [http://127.0.0.1:1]\n"
+	body := "dataDir: ./data\ncluster:\n  name: n1\n  secretFile: ./secret\n  etcd:\n    endpoints: [http://127.0.0.1:1]\n"
 	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestAdminCommandsInClusterModeNeedTheDaemon(t *testing.T) {
 func TestDoctorInClusterModeSaysTheRecordsAreInEtcd(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.yaml")
-	body := "dataDir: ./data\ncluster:\n  name: n1\n  etcd:\n    endpoints: [http://127.0.0.1:1]\n"
+	body := "dataDir: ./data\ncluster:\n  name: n1\n  secretFile: ./secret\n  etcd:\n    endpoints: [http://127.0.0.1:1]\n"
 	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -4,9 +4,11 @@ package cli
 // restore, doctor).
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"inferd/store/bolt"
@@ -73,4 +75,41 @@ func writeFileSynced(path string, fill func(io.Writer) (int64, error)) (n int64,
 		return n, fmt.Errorf("close %s: %w", path, err)
 	}
 	return n, nil
+}
+
+// replaceChecked makes the file dst through a temporary file beside it:
+// fill writes it (fsynced), check verifies it, and only then does it take
+// dst's name (the directory fsynced), so a failed or bad copy never
+// replaces a good older one. It returns the bytes written.
+func replaceChecked(dst string, fill func(io.Writer) (int64, error), check func(tmp string) error) (int64, error) {
+	tmp := dst + ".tmp"
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, fmt.Errorf("remove stale %s: %w", tmp, err)
+	}
+	n, err := writeFileSynced(tmp, fill)
+	if err != nil {
+		return n, err
+	}
+	if err := check(tmp); err != nil {
+		os.Remove(tmp)
+		return n, fmt.Errorf("failed verification: %w", err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		os.Remove(tmp)
+		return n, err
+	}
+	return n, syncDir(filepath.Dir(dst))
+}
+
+// copyFileSynced copies src to a new file dst (mode 0600), fsynced, as
+// writeFileSynced makes it.
+func copyFileSynced(dst, src string) (int64, error) {
+	return writeFileSynced(dst, func(w io.Writer) (int64, error) {
+		in, err := os.Open(src)
+		if err != nil {
+			return 0, err
+		}
+		defer in.Close()
+		return io.Copy(w, in)
+	})
 }

@@ -41,6 +41,8 @@ Usage:
   inferd [global flags] logs PROJECT [--replica ID] [-n LINES] [-f]
                                                     a replica's output (default: the newest log)
   inferd [global flags] doctor                      check this box and say what to fix
+  inferd [global flags] cluster status|members|add-member|promote-member|remove-member|backup|restore|import
+                                                    operate a cluster (talks to etcd, not the daemon)
   inferd version                                    (also: inferd --version)
   inferd help [COMMAND]                             this text, or a command's (also: inferd COMMAND --help)
 
@@ -163,6 +165,8 @@ func (m *Main) command(name string, e *env) command {
 		return &callCommand{env: e}
 	case "doctor":
 		return &doctorCommand{env: e}
+	case "cluster":
+		return &clusterCommand{env: e}
 	case "version":
 		return &versionCommand{env: e, build: m.Build}
 	}

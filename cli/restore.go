@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"syscall"
@@ -76,14 +75,7 @@ func (c *restoreCommand) Run(_ context.Context, args []string) error {
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove stale %s: %w", tmp, err)
 	}
-	n, err := writeFileSynced(tmp, func(w io.Writer) (int64, error) {
-		in, err := os.Open(src)
-		if err != nil {
-			return 0, err
-		}
-		defer in.Close()
-		return io.Copy(w, in)
-	})
+	n, err := copyFileSynced(tmp, src)
 	if err != nil {
 		return fmt.Errorf("restore: copy %s: %w", src, err)
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,34 +13,13 @@ import (
 	"inferd/store/etcd"
 )
 
-// startPayloadMember runs a one-member etcd for a test on free loopback
-// ports, stopped when the test ends.
-func startPayloadMember(t *testing.T) *etcd.Member {
-	t.Helper()
-	addr := func() string {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		return "http://" + ln.Addr().String()
-	}
-	m, err := etcd.StartMember(etcd.MemberConfig{Name: "test", DataDir: t.TempDir(), PeerURL: addr(), ClientURL: addr(),
-		HeartbeatMs: 10, ElectionMs: 100, StartTimeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	return m
-}
-
 // Three nodes on one etcd, each store holding its large payloads through
 // its PayloadStore: a call's inputs and outputs written through one node
 // are read through the others, still after that node dies; with both
 // holders of its outputs gone the read names them. Expiry through any node
 // deletes the files of every holder.
 func TestCallPayloadsSurviveOneNodesDeath(t *testing.T) {
-	m := startPayloadMember(t)
+	m := startMember(t)
 	members, nodes := payloadCluster(t, "a", "b", "c")
 	stores := map[string]*etcd.Store{}
 	for name, n := range nodes {

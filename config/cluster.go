@@ -93,6 +93,10 @@ func (c Config) EtcdDataDir() string {
 // name and a metrics label can carry it.
 var nodeName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$`)
 
+// ValidNodeName reports whether name is a valid cluster.name (and etcd
+// member name): `inferd cluster add-member` checks the name it is given.
+func ValidNodeName(name string) bool { return nodeName.MatchString(name) }
+
 // validate checks the cluster section; bad reports each problem with its key.
 func (c *Cluster) validate(bad func(key, format string, args ...any)) {
 	if !nodeName.MatchString(c.Name) {

@@ -35,8 +35,11 @@ func clusterSecret(t *testing.T) string {
 // again after a restart. A second node pointed at the first node's etcd
 // shares its keys and projects: a key made through either works on both, a
 // project applied through node 1 runs calls on node 2 (their webhooks
-// signed with the team's one secret), and a revocation through node 1 is
-// refused by node 2 at once.
+// signed with the team's one secret), a long poll on node 1 wakes when node
+// 2 finishes the call, and a revocation through node 1 is refused by node 2
+// at once. With node 1 (the one etcd member) stopped, node 2 answers 503
+// "cluster unavailable; retry" within the request timeout, and serves again
+// once node 1 is back.
 func TestClusterModeOnEmbeddedEtcd(t *testing.T) {
 	echo := echoDir(t)
 	mark := marker()
@@ -95,9 +98,30 @@ func TestClusterModeOnEmbeddedEtcd(t *testing.T) {
 		if r["message"] != "success" || output(t, r)["echo"].(map[string]any)["prompt"] != "on node 2" {
 			t.Fatalf("start on node 2 = %v", r)
 		}
-		// The call ran on node 2: its replica shows in node 2's status.
-		if states := n2.replicaStates(key, "echo"); len(states) != 1 {
-			t.Errorf("node 2's echo replicas = %v, want one", states)
+		// The call ran where the project is placed (maxReplicas 1 for the
+		// whole cluster): one replica, on one node of the two.
+		s1, s2 := n1.replicaStates(key, "echo"), n2.replicaStates(key, "echo")
+		if len(s1)+len(s2) != 1 {
+			t.Errorf("echo replicas: node 1 %v, node 2 %v; want one in all", s1, s2)
+		}
+	})
+
+	t.Run("a long poll on node 1 wakes when node 2 finishes the call", func(t *testing.T) {
+		body := fmt.Sprintf(`{"apiKey":%q,"modelKey":"mk-echo","startOnly":true,"modelInputs":{"sleep":3}}`, key)
+		status, r := do(t, "POST", n2.base+"/start/v4", nil, body)
+		id, _ := r["callID"].(string)
+		if status != http.StatusOK || id == "" {
+			t.Fatalf("start on node 2: HTTP %d %v", status, r)
+		}
+		began := time.Now()
+		// One long poll (a 50 s wait): only the completion on node 2,
+		// seen through etcd, answers it with the result.
+		got := inferenceClient{t: t, base: n1.base, key: key}.check(id, true)
+		if got["message"] != "success" {
+			t.Fatalf("long poll on node 1 = %v, want success", got)
+		}
+		if took := time.Since(began); took > 40*time.Second {
+			t.Errorf("the long poll answered after %v, at the end of its wait rather than at the completion", took)
 		}
 	})
 
@@ -149,6 +173,53 @@ func TestClusterModeOnEmbeddedEtcd(t *testing.T) {
 		if err1 != nil || err2 != nil || l1 != l2 || !slices.Contains(strings.Fields(l1), "echo") {
 			t.Fatalf("node 1: %q %v\nnode 2: %q %v", l1, err1, l2, err2)
 		}
+	})
+
+	t.Run("each node's status shows both nodes and one leader", func(t *testing.T) {
+		leaders := map[string]bool{}
+		for _, n := range []*daemon{n1, n2} {
+			status, r := do(t, "GET", n.base+"/v1/status", map[string]string{"X-Service-API-Key": admin}, "")
+			c, _ := r["cluster"].(map[string]any)
+			nodes, _ := c["nodes"].([]any)
+			if status != http.StatusOK || len(nodes) != 2 || c["leader"] == "" {
+				t.Fatalf("%s status: HTTP %d, cluster %v; want both nodes and a leader", n.base, status, c)
+			}
+			leaders[fmt.Sprint(c["leader"])] = true
+		}
+		if len(leaders) != 1 {
+			t.Errorf("the nodes name leaders %v, want one", leaders)
+		}
+	})
+
+	// Node 1 runs the cluster's one etcd member: stopped, node 2 has no
+	// etcd to answer it. Restarted here, not in the subtest (see above).
+	n1.stop()
+	t.Run("with etcd gone node 2 answers 503 cluster unavailable within the request timeout", func(t *testing.T) {
+		if callID == "" {
+			t.Skip("no call ran")
+		}
+		began := time.Now()
+		status, r := do(t, "POST", n2.base+"/check/v4", nil, fmt.Sprintf(`{"apiKey":%q,"callID":%q}`, key, callID))
+		if status != http.StatusServiceUnavailable || r["message"] != "error: cluster unavailable; retry" {
+			t.Errorf("check with etcd gone: HTTP %d %v, want 503 with error: cluster unavailable; retry", status, r)
+		}
+		if took := time.Since(began); took > 12*time.Second {
+			t.Errorf("the check answered after %v, want within about the 5 s request timeout", took)
+		}
+		status, r = do(t, "GET", n2.base+"/v1/projects", map[string]string{"X-Service-API-Key": key}, "")
+		if e, _ := r["error"].(map[string]any); status != http.StatusServiceUnavailable || e["message"] != "cluster unavailable; retry" {
+			t.Errorf("project list with etcd gone: HTTP %d %v, want 503 cluster unavailable; retry", status, r)
+		}
+	})
+	n1 = startDaemon(t, dir1, cfg1)
+	t.Run("node 2 serves again once etcd is back", func(t *testing.T) {
+		if callID == "" {
+			t.Skip("no call ran")
+		}
+		eventually(t, 60*time.Second, "node 2 answering a check after etcd came back", func() bool {
+			status, r, err := tryDo("POST", n2.base+"/check/v4", nil, fmt.Sprintf(`{"apiKey":%q,"callID":%q}`, key, callID))
+			return err == nil && status == http.StatusOK && r["message"] == "success"
+		})
 	})
 	n2.stop()
 }

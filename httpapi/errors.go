@@ -109,6 +109,8 @@ func inferenceMessage(err error) (msg string, internal bool) {
 	var tooLarge *http.MaxBytesError
 	var se *schedulerError
 	switch {
+	case errors.Is(err, store.ErrUnavailable):
+		return "error: " + clusterUnavailable, false
 	case errors.As(err, &ue):
 		return "error: " + ue.msg, false
 	case errors.As(err, &tooLarge):
@@ -122,6 +124,19 @@ func inferenceMessage(err error) (msg string, internal bool) {
 	}
 }
 
+// inferenceStatus is the HTTP status of an inference answer that failed
+// with err: 200, as the Banana clients need to read the message, except
+// for the cluster being unavailable (etcd not answering, or no node to
+// take the call: cluster mode), a 503 that a load balancer in front of
+// the nodes may retry on another node; the body is the same JSON answer,
+// "error: cluster unavailable; retry".
+func inferenceStatus(err error) int {
+	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, errClusterUnavailable) {
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusOK
+}
+
 // apiError returns the status code, error code and message for err on the
 // project and admin endpoints, and whether err is an internal failure that
 // the caller must log. requestID is quoted in internal-error messages so an
@@ -132,6 +147,8 @@ func apiError(err error, requestID string) (status int, code, msg string, intern
 	var ve *store.ValidationError
 	var qe *store.QuotaError
 	switch {
+	case errors.Is(err, store.ErrUnavailable):
+		return http.StatusServiceUnavailable, codeUnavailable, clusterUnavailable, false
 	case errors.As(err, &ue):
 		return ue.status, ue.code, ue.msg, false
 	case errors.As(err, &tooLarge):

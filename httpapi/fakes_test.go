@@ -32,6 +32,12 @@ type fakeScheduler struct {
 	notReady  bool
 	lastReq   scheduler.Request // what the last Start asked for
 	warmErr   error             // Warmup's answer
+	// lookupErr, when set, is what Lookup answers. lookupBlock, when set,
+	// holds every Lookup after the first lookupFree ones until it is closed
+	// (an etcd that stopped answering).
+	lookupErr   error
+	lookupBlock chan struct{}
+	lookupFree  int
 }
 
 // Start is Submit, or SubmitWait when req.Wait is set.
@@ -152,6 +158,20 @@ func (f *fakeScheduler) SubmitWait(ctx context.Context, p store.Project, inputs 
 }
 
 func (f *fakeScheduler) Lookup(id string) (store.Call, <-chan struct{}, error) {
+	f.mu.Lock()
+	block := f.lookupBlock
+	if f.lookupFree > 0 {
+		f.lookupFree--
+		block = nil
+	}
+	lookupErr := f.lookupErr
+	f.mu.Unlock()
+	if block != nil {
+		<-block
+	}
+	if lookupErr != nil {
+		return store.Call{}, nil, lookupErr
+	}
 	f.mu.Lock()
 	fc, ok := f.calls[id]
 	var c store.Call

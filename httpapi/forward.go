@@ -118,7 +118,7 @@ func newForwardTransport() http.RoundTripper {
 var (
 	// errClusterUnavailable: no node can take the request now (no live
 	// placed node, or none reached); the client's retry may find one.
-	errClusterUnavailable = &userError{http.StatusServiceUnavailable, codeUnavailable, "cluster unavailable; retry"}
+	errClusterUnavailable = &userError{http.StatusServiceUnavailable, codeUnavailable, clusterUnavailable}
 	// errForwardUnsigned: a request marked as forwarded by a node that
 	// does not verify. It is refused rather than routed again, which could
 	// bounce it between nodes whose clocks disagree.

@@ -116,13 +116,15 @@ func (a *api) writeInferenceStatus(w http.ResponseWriter, status int, resp infer
 }
 
 // fail answers an inference request that failed before a call existed.
+// Every answer is HTTP 200 but one: etcd not answering in cluster mode is a
+// 503 (see inferenceStatus).
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	msg, internal := inferenceMessage(err)
 	if internal {
 		a.log.Error().Err(err).Str("request_id", requestIDOf(w)).
 			Str("path", r.URL.Path).Msg("inference request failed")
 	}
-	a.writeInference(w, a.newResponse(msg, ""))
+	a.writeInferenceStatus(w, inferenceStatus(err), a.newResponse(msg, ""))
 }
 
 // startArgs are the checked fields of a Start body.
@@ -277,11 +279,16 @@ func (a *api) await(ctx context.Context, keyID string, call store.Call, done <-c
 	case <-ctx.Done():
 		return call // nobody reads the answer
 	}
-	if c, _, err := a.sched.Lookup(call.ID); err == nil {
+	if c, ok := a.lookupWithin(call.ID, rereadWithin); ok {
 		return c
 	}
 	return call
 }
+
+// rereadWithin bounds the read of a call at the end of a long poll
+// (lookupWithin): past it, the poll answers the state it last saw rather
+// than wait for an etcd that does not answer (cluster mode).
+const rereadWithin = time.Second
 
 // callResponse renders a call: success with its outputs, a final error, or
 // the pending state.

@@ -38,6 +38,9 @@ type MetricsSources struct {
 	Conns  func() ConnStats // the API's connection limit
 	// Webhooks is the webhook deliverer's Stats.
 	Webhooks func() webhook.Stats
+	// Cluster, in cluster mode, names this node on every sample (a node
+	// label) and gives the inferd_cluster_* gauges; nil on a single box.
+	Cluster ClusterView
 }
 
 // StoreStats is what the metrics read of the store; *bolt.Store has it.
@@ -141,10 +144,16 @@ func (m *Metrics) countRequest(route string, status int) {
 
 // WritePrometheus writes every metric in the Prometheus text format, each
 // family headed by its # HELP and # TYPE lines (see metricFamilies).
+// In cluster mode every sample carries this node's name as its first
+// label, node, so that one Prometheus scraping every node tells them apart.
 func (m *Metrics) WritePrometheus(w io.Writer) {
 	var buf bytes.Buffer
 	m.writeSamples(&buf)
-	writeWithMetadata(w, buf.Bytes())
+	node := ""
+	if src := m.src.Load(); src != nil && src.Cluster != nil {
+		node = src.Cluster.Name()
+	}
+	writeWithMetadata(w, buf.Bytes(), node)
 }
 
 // writeSamples writes every sample line, without metadata.
@@ -181,6 +190,10 @@ func (m *Metrics) writeSamples(w io.Writer) {
 		vm.WriteCounterUint64(w, `inferd_webhook_deliveries_total{result="gave_up"}`, uint64(max(ws.GaveUp, 0)))
 		vm.WriteCounterUint64(w, "inferd_webhook_retries_total", uint64(max(ws.Retries, 0)))
 		vm.WriteGaugeUint64(w, "inferd_webhook_pending", uint64(max(ws.Pending, 0)))
+	}
+	if c := src.Cluster; c != nil {
+		vm.WriteGaugeUint64(w, "inferd_cluster_nodes", uint64(len(c.Nodes())))
+		vm.WriteGaugeUint64(w, "inferd_cluster_leader", boolGauge(c.Leader() == c.Name()))
 	}
 }
 

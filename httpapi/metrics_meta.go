@@ -78,6 +78,10 @@ var metricFamilies = []metricFamily{
 		"Webhook attempts that failed and will be retried."},
 	{"inferd_webhook_pending", "gauge", nil,
 		"Webhook messages queued in the outbox, not yet delivered or given up."},
+	{"inferd_cluster_nodes", "gauge", nil,
+		"Live nodes of the cluster as this node sees them (cluster mode only)."},
+	{"inferd_cluster_leader", "gauge", nil,
+		"1 while this node is the cluster's leader, else 0 (cluster mode only)."},
 }
 
 // familyOf returns the family a sample line belongs to: its metric name, or
@@ -107,7 +111,9 @@ func familyOf(line string, known map[string]*metricFamily) string {
 // every WriteGauge call, which repeats it for each project's series; so
 // inferd adds the metadata itself from metricFamilies. A family missing
 // there is written as untyped, without help (a test makes sure none is).
-func writeWithMetadata(w io.Writer, text []byte) {
+// A node other than "" is added to every sample as its first label (cluster
+// mode).
+func writeWithMetadata(w io.Writer, text []byte, node string) {
 	known := make(map[string]*metricFamily, len(metricFamilies))
 	for i := range metricFamilies {
 		known[metricFamilies[i].name] = &metricFamilies[i]
@@ -123,6 +129,9 @@ func writeWithMetadata(w io.Writer, text []byte) {
 		if _, ok := groups[fam]; !ok {
 			order = append(order, fam)
 		}
+		if node != "" {
+			s = withNode(s, node)
+		}
 		groups[fam] = append(append(groups[fam], s...), '\n')
 	}
 	var out bytes.Buffer
@@ -136,6 +145,23 @@ func writeWithMetadata(w io.Writer, text []byte) {
 		out.Write(groups[fam])
 	}
 	_, _ = w.Write(out.Bytes()) // a scrape that hung up has nobody to tell
+}
+
+// withNode adds node="<node>" as the first label of a sample line: a
+// metric name cannot hold '{' or ' ', so the first of them ends the name.
+func withNode(line, node string) string {
+	i := strings.IndexAny(line, "{ ")
+	if i < 0 {
+		return line // not a sample line: left as it is
+	}
+	lbl := `node="` + labelValue(node) + `"`
+	if line[i] == '{' {
+		if strings.HasPrefix(line[i+1:], "}") {
+			return line[:i+1] + lbl + line[i+1:]
+		}
+		return line[:i+1] + lbl + "," + line[i+1:]
+	}
+	return line[:i] + "{" + lbl + "}" + line[i:]
 }
 
 // helpText escapes s for a HELP line: backslash and newline only.

@@ -197,9 +197,10 @@ func TestMetricsOff(t *testing.T) {
 // TestMetricsHaveHelpAndType checks the exposition's shape the way
 // promtool does: every family has one # HELP with text and one # TYPE, and
 // all its samples follow them together; and docs/metrics.md describes each
-// family with its labels.
+// family with its labels. It scrapes a node in cluster mode, which writes
+// every family (the cluster ones too) with a node label on each sample.
 func TestMetricsHaveHelpAndType(t *testing.T) {
-	m := loadedMetrics()
+	m := loadedMetricsIn(twoNodeCluster())
 	e := newEnv(t, Options{Metrics: m})
 	serve(e.h, "GET", "/healthz", "")
 	text := serve(e.h, "GET", "/metrics", "").Body.String()

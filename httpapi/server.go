@@ -62,6 +62,9 @@ type Options struct {
 	// WebhookPolicy says which webhook destinations a start may name; nil
 	// is the default policy (all but link-local and cloud metadata).
 	WebhookPolicy *webhook.Policy
+	// Cluster, in cluster mode, is this node's view of the cluster: the
+	// cluster section of /v1/status (cluster.go). Nil on a single box.
+	Cluster ClusterView
 }
 
 func (o Options) withDefaults() Options {

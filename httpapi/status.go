@@ -164,6 +164,8 @@ type statusAll struct {
 	// Protections are the sandbox's: which ways of keeping models apart
 	// are in force on this box (docs/security.md).
 	Protections []backend.Protection `json:"protections"`
+	// Cluster is the cluster view (cluster mode only; absent on a single box).
+	Cluster *statusCluster `json:"cluster,omitempty"`
 }
 
 type results[T any] struct {
@@ -179,6 +181,11 @@ func (s *statusAPI) register(handle func(method, path string, h httprouter.Handl
 		handle(http.MethodGet, "/v1/status/calls"+slash, list(s, true, s.calls))
 	}
 	handle(http.MethodGet, "/v1/status/projects/:id/replicas/:replica/logs", s.logs)
+	if s.opts.Cluster != nil {
+		for _, slash := range []string{"", "/"} {
+			handle(http.MethodGet, "/v1/status/cluster"+slash, s.cluster)
+		}
+	}
 	if s.src.History != nil {
 		for _, slash := range []string{"", "/"} {
 			handle(http.MethodGet, "/v1/status/history"+slash, s.history)
@@ -243,6 +250,7 @@ func (s *statusAPI) all(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		Teams:       viewTeams(v),
 		Webhooks:    s.webhookStats(v.key),
 		Protections: s.protections(),
+		Cluster:     viewCluster(s.opts.Cluster, v),
 	})
 }
 

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"inferd/scheduler/backend"
@@ -71,7 +72,7 @@ func (s *Scheduler) startCall(c *call, r *rep) {
 	c.timeoutSecs = secs
 	s.arm(&c.timeout, seconds(secs), func(seq uint64) event { return evInferTimeout{c: c, seq: seq} })
 	if !c.unsaved {
-		s.st.SaveCallAsync(c.c, s.logSaveErr(c.c.ID, "saving a running call failed"))
+		s.st.SaveCallAsync(c.c, s.logSaveErr(c, "saving a running call failed"))
 	}
 	// Inputs nil: the call is durable and they are read from the store
 	// by the Infer goroutine, off the loop (see infer).
@@ -155,15 +156,21 @@ func (s *Scheduler) requeue(c *call) {
 	c.c.Attempt--
 	c.p.queue.pushFront(c)
 	if !c.unsaved {
-		s.st.SaveCallAsync(c.c, s.logSaveErr(c.c.ID, "saving a requeued call failed"))
+		s.st.SaveCallAsync(c.c, s.logSaveErr(c, "saving a requeued call failed"))
 	}
 }
 
 // logSaveErr returns a done callback for writes whose failure only matters
-// to the operator: the next write of the same call supersedes them.
-func (s *Scheduler) logSaveErr(id, msg string) func(error) {
+// to the operator: the next write of the same call supersedes them. A write
+// refused because the call was handed to another node (store.ErrFenced, in
+// cluster mode) makes the loop forget the call (onFenced).
+func (s *Scheduler) logSaveErr(c *call, msg string) func(error) {
+	id := c.c.ID
 	return func(err error) {
-		if err != nil {
+		switch {
+		case errors.Is(err, store.ErrFenced):
+			s.in.post(evFenced{c: c}) // after shutdown: nothing to forget
+		case err != nil:
 			s.log.Error().Err(err).Str("call", id).Msg(msg)
 		}
 	}
@@ -243,6 +250,9 @@ func (s *Scheduler) onFinal(c *call, err error) {
 	s.unindex(c)
 	f := c.result
 	switch {
+	case errors.Is(err, store.ErrFenced):
+		s.discarded(c, err)
+		return
 	case err != nil:
 		s.log.Error().Err(err).Str("call", c.c.ID).Msg("saving a call result failed")
 		f.State, f.Outputs, f.Message = store.CallFailed, nil, msgStorageFull
@@ -274,7 +284,10 @@ func (s *Scheduler) onFinal(c *call, err error) {
 func (s *Scheduler) resaveFailures() {
 	for _, f := range s.resave.take() {
 		s.st.SaveCallAsync(f, func(err error) {
-			if err != nil {
+			switch {
+			case errors.Is(err, store.ErrFenced):
+				s.log.Warn().Str("call", f.ID).Msg(msgDiscarded)
+			case err != nil:
 				s.in.post(evResaveFailed{c: f})
 			}
 		})

@@ -134,15 +134,22 @@ func (s *Scheduler) abort(c *call, msg string) {
 	case callQueued, callSaving:
 		c.p.queue.remove(c)
 	case callRunning:
-		r := c.r
-		s.detach(c)
-		c.abortedOn = r
-		r.aborting++
-		if !r.abortT.armed() {
-			s.arm(&r.abortT, s.cfg.AbortGrace, func(seq uint64) event { return evAbortGrace{r: r, seq: seq} })
-		}
+		s.abortRun(c)
 	}
 	s.finish(c, store.CallFailed, nil, msg)
+}
+
+// abortRun detaches running call c and cancels its Infer; its replica
+// stays taken by it until Infer has returned (aborted), or is stopped if
+// that takes longer than AbortGrace.
+func (s *Scheduler) abortRun(c *call) {
+	r := c.r
+	s.detach(c)
+	c.abortedOn = r
+	r.aborting++
+	if !r.abortT.armed() {
+		s.arm(&r.abortT, s.cfg.AbortGrace, func(seq uint64) event { return evAbortGrace{r: r, seq: seq} })
+	}
 }
 
 // aborted: the Infer of cancelled call c has returned, so its replica has
@@ -216,7 +223,7 @@ func (s *Scheduler) retry(c *call) bool {
 	s.log.Info().Str("project", c.p.id).Str("call", c.c.ID).Int("attempt", c.c.Attempt).
 		Msg("call interrupted; running it again")
 	if !c.unsaved {
-		s.st.SaveCallAsync(c.c, s.logSaveErr(c.c.ID, "saving a retried call failed"))
+		s.st.SaveCallAsync(c.c, s.logSaveErr(c, "saving a retried call failed"))
 	}
 	return true
 }

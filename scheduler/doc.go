@@ -29,4 +29,13 @@
 // and a call's done channel is closed only after its final write has
 // committed. A synchronous start's call is written first when its wait ends,
 // or only once, with its result, if it finishes within the wait.
+//
+// # Cluster mode
+//
+// On a node of a cluster (cluster.go) the store refuses the writes of a
+// call that is no longer this node's (store.ErrFenced): the loop then
+// forgets the call without another write, as it forgets every live call
+// when the node's lease lapses (Abandon); the leader's handed calls come
+// in through Adopt; and Config.Share bounds each project's replicas on
+// this node by the leader's placement.
 package scheduler

@@ -103,12 +103,19 @@ type testStore struct {
 	inputsErr atomic.Pointer[error]
 	// resultReads counts GetCallResult calls.
 	resultReads atomic.Int64
+	// afterResultRead, when set, runs after each GetCallResult read, before
+	// it returns: what another node does meanwhile.
+	afterResultRead atomic.Pointer[func()]
 }
 
 // GetCallResult counts the reads of results.
 func (s *testStore) GetCallResult(id string) (store.Call, error) {
 	s.resultReads.Add(1)
-	return s.Store.GetCallResult(id)
+	c, err := s.Store.GetCallResult(id)
+	if f := s.afterResultRead.Load(); f != nil {
+		(*f)()
+	}
+	return c, err
 }
 
 // CallInputs reads from the memstore unless failInputs was called.

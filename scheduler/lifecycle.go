@@ -30,6 +30,7 @@ const (
 	callSucceeded                  // final write committed: waiters woken
 	callFailed                     // final write committed, or failed (then kept in memory): waiters woken
 	callDropped                    // its first write failed: the start got the error; nobody knows the ID
+	callAbandoned                  // cluster mode: dropped without a write, the call handed to another node (cluster.go)
 )
 
 var callStateNames = [...]string{
@@ -40,6 +41,7 @@ var callStateNames = [...]string{
 	callSucceeded: "succeeded",
 	callFailed:    "failed",
 	callDropped:   "dropped",
+	callAbandoned: "abandoned",
 }
 
 func (s callState) String() string {
@@ -59,16 +61,20 @@ var transitions = map[callState][]callState{
 	// A sync start's wait ended with the call still queued (its first write),
 	// or an async start's call was just admitted; dispatched; or ended while
 	// waiting (cancel, purge, queueTimeout, project gone).
-	callQueued: {callSaving, callRunning, callFinishing},
+	//
+	// In cluster mode any live call may be abandoned (Abandon, or a write
+	// fenced: the call is another node's now), its final write's answer
+	// included.
+	callQueued: {callSaving, callRunning, callFinishing, callAbandoned},
 	// First write committed: dispatchable; failed: dropped. The project may
 	// fail its queue meanwhile (deleted, boot failures, too few GPUs).
-	callSaving: {callQueued, callDropped, callFinishing},
+	callSaving: {callQueued, callDropped, callFinishing, callAbandoned},
 	// Never reached the model (the replica had exited), or interrupted with
 	// retries left: back to the queue. Otherwise the model answered, failed,
 	// timed out, the replica went, or the call was cancelled.
-	callRunning: {callQueued, callFinishing},
+	callRunning: {callQueued, callFinishing, callAbandoned},
 	// The final write committed, or failed: then the call is failed.
-	callFinishing: {callSucceeded, callFailed},
+	callFinishing: {callSucceeded, callFailed, callAbandoned},
 }
 
 // allowed reports whether a call may move from one state to the other.

@@ -8,7 +8,7 @@ import (
 )
 
 // everyState is every callState, for the exhaustive checks below.
-var everyState = []callState{callQueued, callSaving, callRunning, callFinishing, callSucceeded, callFailed, callDropped}
+var everyState = []callState{callQueued, callSaving, callRunning, callFinishing, callSucceeded, callFailed, callDropped, callAbandoned}
 
 func TestCallLifecycleAllowsExactlyTheListedMoves(t *testing.T) {
 	if len(everyState) != len(callStateNames) {
@@ -30,6 +30,10 @@ func TestCallLifecycleAllowsExactlyTheListedMoves(t *testing.T) {
 		{callRunning, callFinishing, "the model answered or failed, timed out, its replica exited, or its project was deleted"},
 		{callFinishing, callSucceeded, "the final write of a success committed"},
 		{callFinishing, callFailed, "the final write of a failure committed, or the final write failed"},
+		{callQueued, callAbandoned, "cluster mode: the node's lease lapsed (Abandon), or a write was fenced"},
+		{callSaving, callAbandoned, "cluster mode: the lease lapsed while its first write was in flight"},
+		{callRunning, callAbandoned, "cluster mode: the lease lapsed, or its running write was fenced: its request aborted"},
+		{callFinishing, callAbandoned, "cluster mode: its final write was fenced: the result discarded"},
 	}
 	want := map[[2]callState]bool{}
 	for _, m := range allowedMoves {
@@ -66,6 +70,7 @@ func TestCallLifecycleRefusesAForbiddenMove(t *testing.T) {
 		{"a result read before its write commits", callRunning, callSucceeded},
 		{"a finished call run again", callSucceeded, callQueued},
 		{"a dropped call run", callDropped, callRunning},
+		{"an abandoned call run", callAbandoned, callRunning},
 		{"an outcome decided twice", callFinishing, callFinishing},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -22,6 +22,10 @@ type project struct {
 	next     int    // last replica number handed out
 	running  int    // calls running on its replicas
 	deleted  bool   // its replicas are stopping; it goes once they have
+	// clustered: the node is one of a cluster's, and share its part of
+	// the project's replicas (cluster.go: minReplicas, maxReplicas).
+	clustered bool
+	share     share
 	// warmers wait for a replica to be ready (Warmup); while there are
 	// any, p wants at least one replica.
 	warmers []chan error
@@ -96,7 +100,7 @@ func (p *project) wantFor(queued int) int {
 	if len(p.warmers) > 0 {
 		n = max(n, 1)
 	}
-	return min(max(n, p.cfg.MinReplicas), p.cfg.MaxReplicas)
+	return min(max(n, p.minReplicas()), p.maxReplicas())
 }
 
 // pick returns the ready replica that should take the next call: the
@@ -139,10 +143,11 @@ func (s *Scheduler) addProject(cfg store.Project) *project {
 			p.specGen++ // whatever still runs belongs to the deleted one
 			p.resetFailures()
 			p.lastError, p.lastErrorReplica, p.lastErrorAt = "", "", time.Time{}
+			p.share = s.shareOf(p.id)
 		}
 		return p
 	}
-	p := &project{id: cfg.ID, cfg: cfg}
+	p := &project{id: cfg.ID, cfg: cfg, clustered: s.cfg.Share != nil, share: s.shareOf(cfg.ID)}
 	p.queue.aging = s.cfg.PriorityAging
 	s.projects[p.id] = p
 	i := sort.Search(len(s.order), func(i int) bool { return s.order[i].id >= p.id })
@@ -212,7 +217,9 @@ func (s *Scheduler) applyProject(cfg store.Project) {
 		return
 	}
 	old := p.cfg
+	oldMin, oldMax := p.minReplicas(), p.maxReplicas()
 	p.cfg = cfg
+	p.share = s.shareOf(cfg.ID)
 	if old.Model.RestartNeeded(cfg.Model) {
 		p.specGen++
 		p.resetFailures()
@@ -227,7 +234,7 @@ func (s *Scheduler) applyProject(cfg store.Project) {
 		}
 		s.log.Info().Str("project", p.id).Msg("model spec changed; draining old replicas")
 	}
-	if cfg.MinReplicas < old.MinReplicas || cfg.MaxReplicas < old.MaxReplicas {
+	if p.minReplicas() < oldMin || p.maxReplicas() < oldMax {
 		s.trimIdle(p)
 	}
 	if cfg.IdleTimeout != old.IdleTimeout {

@@ -48,7 +48,7 @@ func (s *Scheduler) tidy(p *project) {
 	live, keep := p.live(), p.want()
 	for _, r := range s.idleReplicas(p) {
 		switch {
-		case live > p.cfg.MaxReplicas, live > keep && p.cfg.IdleTimeout <= 0:
+		case live > p.maxReplicas(), live > keep && p.cfg.IdleTimeout <= 0:
 			s.stop(r)
 			live--
 		case live > keep:
@@ -306,7 +306,7 @@ func (s *Scheduler) lruIdle(except *project, gpu bool, taken []*rep) *rep {
 				live--
 			}
 		}
-		if live <= q.cfg.MinReplicas {
+		if live <= q.minReplicas() {
 			continue
 		}
 		for _, r := range q.replicas {

@@ -32,11 +32,26 @@ type Config struct {
 	// be free again (its request to the model aborted) before it is
 	// replaced; default 10s (serve passes replica.stopGrace).
 	AbortGrace time.Duration
+	// Finals, in cluster mode, tells of calls made final on any node, so
+	// that Lookup of a call running on another node gives a channel closed
+	// once it is final; nil on a single box (such a call has no finisher
+	// there: Run has returned).
+	Finals FinalFeed
 	// PriorityAging is how long a queued call waits to rise one priority
 	// (low → normal → high), so that low calls never starve; default 30s.
 	PriorityAging time.Duration
 	Observer      Observer   // told about finished calls and replica events; nil = none
 	Outputs       OutputSink // told about running calls and their streamed output; nil = none
+	// Share, in cluster mode, is this node's part of a project's replicas
+	// as the leader placed them: its local min and max (the project's own
+	// bounds are for the whole cluster), ok false when the node is not
+	// placed. It is read when the loop loads a project and again on each
+	// ProjectChanged (call it when the placement changes). A node runs no
+	// replica of a project it is not placed on (or placed with max 0),
+	// except one while calls of the project are here: calls started here
+	// before the project was placed, or adopted. Nil: a single box, the
+	// project's own bounds.
+	Share func(projectID string) (min, max int, ok bool)
 }
 
 func (c Config) withDefaults() Config {
@@ -117,6 +132,7 @@ type Scheduler struct {
 	stopped  chan struct{} // closed when Run returns
 	closedc  chan struct{} // always closed: the done channel of a finished call
 	never    chan struct{} // never closed: the done channel of a call nobody will finish
+	finals   *finalWaiters // cluster mode: the done channels of calls run elsewhere; nil on a single box
 	started  atomic.Bool   // Run has been called
 	ready    atomic.Bool   // the loop is serving
 	draining atomic.Bool   // Drain has been called
@@ -195,6 +211,10 @@ func New(cfg Config, st Store, b backend.Backend, clk Clock, log zerolog.Logger)
 		teamLoading: map[string]bool{},
 	}
 	close(s.closedc)
+	if cfg.Finals != nil {
+		s.finals = newFinalWaiters()
+		cfg.Finals.OnCallFinal(s.finals.final)
+	}
 	return s
 }
 
@@ -230,8 +250,10 @@ func (s *Scheduler) Run(ctx context.Context) error {
 
 // Lookup returns call id and a channel closed once its result is durable.
 // Live calls come from the scheduler (state queued, booting or running);
-// others from the store, with a closed channel when they are finished. An
-// unknown call is store.ErrNotFound. Before Run has recovered the pending
+// others from the store, with a closed channel when they are finished (an
+// unfinished one, in cluster mode with Config.Finals, is running on another
+// node: its channel closes when the feed tells it is final). An unknown
+// call is store.ErrNotFound. Before Run has recovered the pending
 // calls, Lookup waits for it.
 func (s *Scheduler) Lookup(id string) (store.Call, <-chan struct{}, error) {
 	req := lookupReq{id: id, reply: make(chan lookupResult, 1)}
@@ -248,11 +270,32 @@ func (s *Scheduler) Lookup(id string) (store.Call, <-chan struct{}, error) {
 		return store.Call{}, nil, fmt.Errorf("get call %s: %w", id, err)
 	}
 	if !c.State.Done() {
+		if s.finals != nil {
+			return s.awaitElsewhere(id, c)
+		}
 		// Unfinished but unknown to the loop: Run has returned, and whoever
 		// runs next will finish it, not this scheduler.
 		return c, s.never, nil
 	}
 	return c, s.closedc, nil
+}
+
+// awaitElsewhere is Lookup of call c, unfinished and unknown to the loop,
+// in cluster mode: it runs on another node (or will, once the leader hands
+// it on), and the FinalFeed tells when it is final. The call is read again
+// once the wait is registered: a final write told between the first read
+// and the registration would otherwise wake nobody.
+func (s *Scheduler) awaitElsewhere(id string, c store.Call) (store.Call, <-chan struct{}, error) {
+	done := s.finals.wait(id, s.clk.Now())
+	again, err := s.st.GetCallResult(id)
+	switch {
+	case err != nil:
+		return c, done, nil // the first read stands; the wait may still end well
+	case again.State.Done():
+		s.finals.final(id)
+		return again, s.closedc, nil
+	}
+	return again, done, nil
 }
 
 // ProjectChanged tells the scheduler that project id was created, updated or
@@ -351,6 +394,10 @@ func (s *Scheduler) handle(ev event) {
 		s.onDrain(ev)
 	case evDrainDeadline:
 		s.onDrainDeadline(ev.reply)
+	case evAdopt:
+		s.onAdopt(ev)
+	case evFenced:
+		s.onFenced(ev.c)
 	}
 }
 
@@ -437,30 +484,11 @@ func (s *Scheduler) recoverPending(ctx context.Context) error {
 	var writes []store.Call // calls changed by recovery, to write before serving
 	var retried int
 	for _, c := range pending {
-		p := s.projects[c.ProjectID]
-		if c.State == store.CallRunning && p != nil && p.mayRetry(c.Attempt) {
-			// Interrupted with attempts left: run it again under its ID.
-			// Its queue deadline is behind it: it was dispatched in time.
-			c.State, c.ReplicaID = store.CallQueued, ""
-			c.Dispatched, c.QueueMs, c.BootMs = time.Time{}, 0, 0
-			c.QueueTimeout = 0
-			retried++
-			s.cfg.Observer.CallRetried(p.id)
-			writes = append(writes, c)
-		}
-		switch {
-		case c.State == store.CallQueued && p != nil:
-			cl := &call{c: c, state: callQueued, done: make(chan struct{}), p: p, bytes: c.InputBytes}
-			s.calls[c.ID] = cl
-			s.index(cl)
-			p.queue.push(cl)
-			s.armExpiry(cl)
-		case c.State == store.CallQueued:
-			c.State, c.Message, c.Finished = store.CallFailed, msgProjectDeleted, now
-			writes = append(writes, c)
-		default:
-			c.State, c.Message, c.Finished = store.CallFailed, msgInterrupted, now
-			writes = append(writes, c)
+		if w, ok := s.recoverCall(c, s.projects[c.ProjectID], now); ok {
+			writes = append(writes, w)
+			if w.State == store.CallQueued {
+				retried++
+			}
 		}
 	}
 	for _, p := range s.order {

@@ -197,8 +197,11 @@ var errNotSaved = errors.New(strings.TrimPrefix(msgStorageFull, "error: "))
 
 // finalAnswer is a start's answer for a finished call, read after done.
 func finalAnswer(c *call) (store.Call, error) {
-	if c.unstored {
+	switch {
+	case c.unstored:
 		return store.Call{}, errNotSaved
+	case c.state == callAbandoned && c.unsaved:
+		return store.Call{}, errLeaseLost // never stored: nobody can check it elsewhere
 	}
 	return c.result, nil
 }
@@ -312,6 +315,10 @@ func (s *Scheduler) onPersisted(ev evPersisted) {
 }
 
 func persistedResult(answer store.Call, err error) startResult {
+	if errors.Is(err, store.ErrFenced) {
+		// Written under a lease this node no longer holds: it was cut off.
+		return startResult{err: errLeaseLost}
+	}
 	if err != nil {
 		return startResult{err: fmt.Errorf("save call: %w", err)}
 	}

@@ -38,16 +38,22 @@ const (
 
 // ProjectStatus is one project's queue and replicas.
 type ProjectStatus struct {
-	ID          string          `json:"id"`
-	TeamID      string          `json:"teamId"`
-	MinReplicas int             `json:"minReplicas"`
-	MaxReplicas int             `json:"maxReplicas"`
-	Queued      int             `json:"queued"`
-	Running     int             `json:"running"`
-	Waiting     string          `json:"waiting"`   // "", "waiting for CPU slot", "waiting for GPU", "waiting: team T is at its Q quota (N)", or its boot retries (bootfail.go)
-	LastError   string          `json:"lastError"` // the last failed boot or crash
-	OOMKills    int             `json:"oomKills"`  // replicas killed for going over memoryMiB, since the daemon started
-	Replicas    []ReplicaStatus `json:"replicas"`  // in start order
+	ID          string `json:"id"`
+	TeamID      string `json:"teamId"`
+	MinReplicas int    `json:"minReplicas"`
+	MaxReplicas int    `json:"maxReplicas"`
+	// NodeMinReplicas and NodeMaxReplicas are, in cluster mode, this
+	// node's share of the project's replicas now (Config.Share; see
+	// maxReplicas for the one a call here always gets); absent on a
+	// single box, where the project's own bounds apply.
+	NodeMinReplicas int             `json:"nodeMinReplicas,omitempty"`
+	NodeMaxReplicas int             `json:"nodeMaxReplicas,omitempty"`
+	Queued          int             `json:"queued"`
+	Running         int             `json:"running"`
+	Waiting         string          `json:"waiting"`   // "", "waiting for CPU slot", "waiting for GPU", "waiting: team T is at its Q quota (N)", or its boot retries (bootfail.go)
+	LastError       string          `json:"lastError"` // the last failed boot or crash
+	OOMKills        int             `json:"oomKills"`  // replicas killed for going over memoryMiB, since the daemon started
+	Replicas        []ReplicaStatus `json:"replicas"`  // in start order
 
 	// LastErrorAt is when LastError happened (zero without one), and
 	// LastErrorReplica the replica it happened to, whose log tells more
@@ -89,6 +95,9 @@ func (s *Scheduler) snapshot() Status {
 
 			LastErrorAt:      p.lastErrorAt,
 			LastErrorReplica: p.lastErrorReplica,
+		}
+		if p.clustered {
+			ps.NodeMinReplicas, ps.NodeMaxReplicas = p.minReplicas(), p.maxReplicas()
 		}
 		for _, r := range p.replicas {
 			rs := ReplicaStatus{

@@ -54,6 +54,17 @@ func (h *TeamHooks) OnTeamChange(fn func(teamID string)) { h.list.add(fn) }
 // id. Callers hold no lock or transaction of theirs.
 func (h *TeamHooks) NotifyTeam(id string) { h.list.notify(id) }
 
+// CallHooks keeps the functions registered with OnCallFinal (cluster
+// mode's store/etcd); an implementation embeds it and calls NotifyFinal for
+// each call made final. The zero value is ready to use.
+type CallHooks struct{ list hookList }
+
+// OnCallFinal registers fn to run with the id of each call made final.
+func (h *CallHooks) OnCallFinal(fn func(callID string)) { h.list.add(fn) }
+
+// NotifyFinal runs the hooks, in registration order, for call id.
+func (h *CallHooks) NotifyFinal(id string) { h.list.notify(id) }
+
 // SaveCallAndWait is SaveCall for an implementation whose writes go through
 // SaveCallAsync: it queues the write and waits for its commit or for ctx to
 // end (the write still happens then).

@@ -129,17 +129,9 @@ func (s *Store) WebhookSecret(teamID string, rotate bool) (string, error) {
 	}
 	var secret string
 	if !rotate {
-		err := s.view(func(tx *bbolt.Tx) error {
-			if b := tx.Bucket(bucketTeamSecrets); b != nil {
-				secret = string(b.Get([]byte(teamID)))
-			}
-			return nil
-		})
-		if err != nil {
-			return "", fmt.Errorf("webhook secret of team %s: %w", teamID, err)
-		}
-		if secret != "" {
-			return secret, nil
+		var err error
+		if secret, err = s.TeamSecret(teamID); err != nil || secret != "" {
+			return secret, err
 		}
 	}
 	err := s.update(func(tx *bbolt.Tx) error {

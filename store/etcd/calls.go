@@ -75,7 +75,8 @@ func (s *Store) newCallWrite(c store.Call, done func(error)) (callWrite, error) 
 	if err != nil {
 		return callWrite{}, err
 	}
-	cw := callWrite{id: c.ID, ops: ops, size: size, done: done, deliveries: store.DeliveriesFor(c, s.now().UTC())}
+	cw := callWrite{id: c.ID, ops: ops, size: size, done: done, deliveries: store.DeliveriesFor(c, s.now().UTC()),
+		final: c.State.Done()}
 	if cw.held = s.holdLarge(c.ID, c.Inputs, c.Outputs); cw.held != nil {
 		cw.size += cw.held.refsBytes
 	}
@@ -95,6 +96,9 @@ func (s *Store) newCallWrite(c store.Call, done func(error)) (callWrite, error) 
 			cw.size += len(r)
 		}
 	}
+	// Bound at its first write, in queue order: the lease current when
+	// the call became this node's (fence.go).
+	cw.fence = s.fence.bindingFor(c.ID)
 	return cw, nil
 }
 
@@ -170,11 +174,27 @@ func (s *Store) finishedKey(t time.Time, id string) string {
 // PendingCalls implements store.Calls: the pending index read at one
 // revision, then the calls it names, and their inputs' sizes, read at that
 // same revision, so the answer is one consistent moment. Only the calls
-// this node wrote last (their entry names Options.Node) are returned: the
-// scheduler recovers them at start-up, and another node's calls are that
-// node's to recover.
+// whose entry names this node (Options.Node) are returned: those it wrote
+// last, or the cluster leader handed to it (HandOver). The scheduler
+// recovers them at start-up, and another node's calls are that node's to
+// recover.
 func (s *Store) PendingCalls() ([]store.Call, error) {
-	const what = "pending calls"
+	at, err := s.callsPendingOn("pending calls", s.node)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.Call, len(at))
+	for i, c := range at {
+		out[i] = c.Call
+	}
+	return out, nil
+}
+
+// callsPendingOn reads the calls whose pending/<id> entry names node, with
+// their inputs' sizes and their records' revisions: the pending index read
+// at one revision, then the calls it names read at that same revision, so
+// the answer is one consistent moment.
+func (s *Store) callsPendingOn(what, node string) ([]CallAt, error) {
 	if err := s.check(what); err != nil {
 		return nil, err
 	}
@@ -185,18 +205,18 @@ func (s *Store) PendingCalls() ([]store.Call, error) {
 	if err != nil {
 		return nil, s.wrap(what, err)
 	}
-	var mine []string
+	var ids []string
 	for _, kv := range idx.Kvs {
-		if string(kv.Value) == s.node {
-			mine = append(mine, strings.TrimPrefix(string(kv.Key), dir))
+		if string(kv.Value) == node {
+			ids = append(ids, strings.TrimPrefix(string(kv.Key), dir))
 		}
 	}
-	out := make([]store.Call, 0, len(mine))
+	out := make([]CallAt, 0, len(ids))
 	const perTxn = 60 // two reads each, under etcd's 128 operations per transaction
-	for start := 0; start < len(mine); start += perTxn {
+	for start := 0; start < len(ids); start += perTxn {
 		var gets []clientv3.Op
-		ids := mine[start:min(start+perTxn, len(mine))]
-		for _, id := range ids {
+		chunk := ids[start:min(start+perTxn, len(ids))]
+		for _, id := range chunk {
 			gets = append(gets, clientv3.OpGet(s.key("calls", id), clientv3.WithRev(idx.Header.Revision)),
 				clientv3.OpGet(s.key("inputsize", id), clientv3.WithRev(idx.Header.Revision)))
 		}
@@ -204,7 +224,7 @@ func (s *Store) PendingCalls() ([]store.Call, error) {
 		if err != nil {
 			return nil, s.wrap(what, err)
 		}
-		for i := range ids {
+		for i := range chunk {
 			kvs := resp.Responses[2*i].GetResponseRange().Kvs
 			if len(kvs) == 0 {
 				continue // not reached: the index and the call change together
@@ -216,7 +236,7 @@ func (s *Store) PendingCalls() ([]store.Call, error) {
 			if c.InputBytes, err = inputSize(what, resp.Responses[2*i+1]); err != nil {
 				return nil, err
 			}
-			out = append(out, c)
+			out = append(out, CallAt{Call: c, Rev: kvs[0].ModRevision})
 		}
 	}
 	return out, nil

@@ -19,12 +19,17 @@
 //	payloads/<id>/<kind>        inputs or outputs over InlineLimit held on nodes instead: PayloadRef
 //	                            {size, sha256, nodes} (JSON), only with Options.Payloads
 //	meta/<id>                   the call without webhook URL (RecentCalls)
-//	pending/<id>                the node that wrote it, while the call is not final (PendingCalls)
-//	finished/<unix nanos>/<id>  "" once final, by its Finished (ExpireCalls)
+//	pending/<id>                the node that holds it (wrote it, or the leader handed it to), while not final (PendingCalls)
+//	finished/<unix nanos>/<id>  "" once final, by its Finished (ExpireCalls); a put here is
+//	                            a call made final through some node (OnCallFinal's watch)
 //	idem/<team>/<sha256 of key> the id of the call started with that idempotency key
 //	outbox/<delivery id>        a webhook delivery not ended, with the node that queued it (JSON)
 //	outboxended/<delivery id>   when it ended (unix nanos): never queued again; ExpireCalls drops it
 //	secrets/<team>              the team's webhook signing secret, apart from teams/ (no listing carries it)
+//	assign/<node>/<id>          "": the leader handed call <id> to <node> (HandOver); that node adopts it and deletes the key
+//
+// Package cluster keeps nodes/, election/ and placement/ under the same
+// prefix (cluster/doc.go).
 //
 // # Consistency
 //
@@ -38,13 +43,21 @@
 // got there first; expiry deletes a call only if it is unchanged since it
 // was read, so a call made pending again by another node is never expired.
 //
+// # Errors
+//
+// Every etcd request is bounded by Options.RequestTimeout (a call write by
+// RetryFor, then one more request timeout); a request that etcd does not
+// answer in time, or answers with no leader, fails with an error wrapping
+// store.ErrUnavailable (quorum lost, or this node cut off), which the API
+// answers as "cluster unavailable; retry".
+//
 // # Call writes
 //
 // SaveCallAsync queues; one writer goroutine commits whatever is queued as
 // one etcd transaction (a group commit, as store/bolt's writer does), in
 // queue order, keeping only the last write of a call that is queued more
 // than once in a batch. A transaction is bounded by etcd's limits (128
-// operations, 1.5 MiB): a batch holds at most 120 operations (24 to 30
+// operations, 1.5 MiB): a batch holds at most 120 operations (9 to 30
 // calls) and about 1 MiB. A commit that fails because etcd is electing a
 // leader is retried (the writes are plain puts, so a retry is idempotent)
 // for up to Options.RetryFor before the writes fail.
@@ -57,6 +70,39 @@
 // Each node's hooks and PendingDeliveries hold the deliveries its own call
 // writes queued: a node's deliverer sends the messages of the calls it
 // ran, and recovers them at start-up, as it recovers its pending calls.
+//
+// # Fencing on the node's lease
+//
+// In cluster mode a node's call writes are fenced on its lease (package
+// cluster keeps nodes/<name> under it). BindLease names the node's key and
+// its current lease; each call is bound at its first write (or when the
+// leader hands it to this node: Adopt) to the lease current then, and
+// keeps that binding until its final write. Every write of a bound call
+// is, inside the group commit, a nested transaction that compares the
+// key's lease with the call's (its inputs and webhook deliveries inside
+// it): when the node's lease lapsed, its key is gone or under a new lease,
+// the compare fails, that write ends with an error wrapping
+// store.ErrFenced, and the rest of the batch commits. So a node that was
+// cut off and came back cannot write the result of a call the leader
+// handed on meanwhile; a rejoin's new lease never applies to calls taken
+// under the old one. With no lease bound (a single node, tests, the CLI)
+// writes compare nothing. The nested transactions count against etcd's
+// 128 operations per transaction (see writer.go's opCount). A binding
+// lives in memory until its call's final write; the bindings of calls
+// the scheduler abandoned when the lease lapsed stay until the process
+// ends (a few dozen bytes each).
+//
+// # Leader writes
+//
+// The cluster leader moves the calls of a lost node (assign.go): HandOver
+// rewrites a call queued, names its new node in pending/<id> and puts
+// assign/<node>/<id>; FailLost makes it final as any final write does;
+// HandOverDeliveries gives the lost node's outbox records to a live node,
+// whose store hears of them through a watch of outbox/ and tells its
+// deliverer. Each is one transaction comparing the leader's election key
+// (Fence) and the record's revision as read: a deposed leader, or one
+// working from a stale read, changes nothing (ErrNotLeader,
+// ErrCallChanged).
 //
 // Layout version 1 (before payloads had keys of their own) is refused, not
 // migrated: cluster mode had no release with it.

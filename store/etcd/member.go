@@ -131,6 +131,30 @@ func (m *Member) ClientURLs() []string {
 	return out
 }
 
+// Endpoints returns the client URLs the node reaches etcd through: this
+// member's own. A learner (a member added as one, `inferd cluster
+// add-member --learner`, and not promoted yet) serves no requests but
+// serializable reads, so while this member is one they are the voting
+// members' URLs as this member's view of the cluster has them. The list is
+// taken once: a node whose member was promoted uses its own after its
+// next start.
+func (m *Member) Endpoints() []string {
+	srv := m.e.Server
+	if !srv.IsLearner() {
+		return m.ClientURLs()
+	}
+	var out []string
+	for _, mem := range srv.Cluster().Members() {
+		if !mem.IsLearner {
+			out = append(out, mem.ClientURLs...)
+		}
+	}
+	if len(out) == 0 {
+		return m.ClientURLs() // no voter known: let the requests say why
+	}
+	return out
+}
+
 // Err reports a fatal error of the running member (its listeners failed);
 // the daemon stops on it.
 func (m *Member) Err() <-chan error { return m.e.Err() }

@@ -97,7 +97,7 @@ func TestRetriedCommitTellsItsDeliveries(t *testing.T) {
 	commit := func(cw callWrite) []store.Delivery {
 		t.Helper()
 		batch := []callWrite{cw}
-		if err := s.w.commit(batch); err != nil {
+		if _, err := s.w.commit(batch); err != nil {
 			t.Fatal(err)
 		}
 		return batch[0].queued

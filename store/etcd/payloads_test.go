@@ -27,7 +27,7 @@ func TestInputsSurviveALaterWriteInTheSameBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.w.commit([]callWrite{queued, running}); err != nil {
+	if _, err := s.w.commit([]callWrite{queued, running}); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := s.CallInputs(c.ID); err != nil || !bytes.Equal(got, in) {

@@ -73,13 +73,19 @@ type Store struct {
 	hooks         store.ProjectHooks
 	teamHooks     store.TeamHooks
 	deliveryHooks store.DeliveryHooks
+	// Calls made final through any node, told to OnCallFinal's hooks.
+	finals finalWatch
+
 	// Other nodes' project and team writes, told to the hooks.
 	projectWatch, teamWatch keyWatch
+	// Outbox records the leader handed to this node (assign.go).
+	outboxWatch keyWatch
 
 	closed atomic.Bool
 	once   sync.Once
 	w      writer
 	stats  commitStats
+	fence  leases // the lease each call's writes are fenced on (fence.go)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -132,6 +138,7 @@ func Open(opts Options) (*Store, error) {
 	}
 	s.w.start(s)
 	s.startWatches(rev + 1)
+	s.finals.start(s, rev+1)
 	return s, nil
 }
 
@@ -169,8 +176,10 @@ func (s *Store) Close() error {
 		s.closed.Store(true)
 		s.w.stop() // waits for the payloads its queued writes hold
 		s.holders.Wait()
+		s.finals.stop()
 		s.projectWatch.stop()
 		s.teamWatch.stop()
+		s.outboxWatch.stop()
 		s.cli.Close()
 	})
 	return nil
@@ -215,8 +224,10 @@ func (s *Store) check(what string) error {
 }
 
 // wrap gives an etcd error its context and the store's sentinel where one
-// applies: a full etcd database is store.ErrStorageFull, and any failure
-// after Close is store.ErrClosed.
+// applies: a full etcd database is store.ErrStorageFull, etcd not answering
+// within the request timeout (no leader, no reachable member: quorum lost
+// or this node cut off) is store.ErrUnavailable, and any failure after
+// Close is store.ErrClosed.
 func (s *Store) wrap(what string, err error) error {
 	switch {
 	case s.closed.Load():
@@ -224,6 +235,8 @@ func (s *Store) wrap(what string, err error) error {
 	case errors.Is(err, rpctypes.ErrNoSpace) || errors.Is(err, rpctypes.ErrGRPCNoSpace) ||
 		strings.Contains(err.Error(), rpctypes.ErrGRPCNoSpace.Error()):
 		return fmt.Errorf("%s: etcd database space exceeded (%v): %w", what, err, store.ErrStorageFull)
+	case retryable(err):
+		return fmt.Errorf("%s: etcd: %w: %w", what, err, store.ErrUnavailable)
 	default:
 		return fmt.Errorf("%s: etcd: %w", what, err)
 	}

@@ -350,8 +350,9 @@ func waitTold(t *testing.T, told <-chan string, want, step string) {
 }
 
 // With etcd unreachable (quorum lost, or this node cut off), requests fail
-// with an error within their bounds instead of hanging, and a key is not
-// called invalid for it: the API then answers an internal error, not 401.
+// with store.ErrUnavailable within their bounds instead of hanging, and a
+// key is not called invalid for it: the API then answers "cluster
+// unavailable; retry", not 401.
 func TestEtcdOutageFailsRequestsWithinBounds(t *testing.T) {
 	m := startMember(t, t.TempDir())
 	link := newLink(t, strings.TrimPrefix(m.ClientURLs()[0], "http://"))
@@ -365,18 +366,21 @@ func TestEtcdOutageFailsRequestsWithinBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	link.cut()
-	if _, err := s.Authenticate(secret); err == nil || errors.Is(err, store.ErrInvalidKey) {
-		t.Errorf("Authenticate with etcd unreachable = %v, want an error other than ErrInvalidKey", err)
+	if _, err := s.Authenticate(secret); !errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrInvalidKey) {
+		t.Errorf("Authenticate with etcd unreachable = %v, want ErrUnavailable, not ErrInvalidKey", err)
 	}
-	if _, err := s.GetProject("p"); err == nil || errors.Is(err, store.ErrNotFound) {
-		t.Errorf("GetProject with etcd unreachable = %v, want an error other than ErrNotFound", err)
+	if _, err := s.GetProject("p"); !errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetProject with etcd unreachable = %v, want ErrUnavailable, not ErrNotFound", err)
+	}
+	if _, err := s.GetCallResult("call_any"); !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("GetCallResult with etcd unreachable = %v, want ErrUnavailable", err)
 	}
 	// The call write is retried for RetryFor, then fails.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err = s.SaveCall(ctx, store.Call{ID: "call_down", State: store.CallQueued})
-	if err == nil || ctx.Err() != nil {
-		t.Errorf("SaveCall with etcd unreachable = %v, want the write's own failure well before 30s", err)
+	if !errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
+		t.Errorf("SaveCall with etcd unreachable = %v, want the write's own failure (ErrUnavailable) well before 30s", err)
 	}
 }
 
@@ -388,6 +392,7 @@ type link struct {
 	mu    sync.Mutex
 	conns []net.Conn
 	cutAt bool
+	down  bool // dropped until heal: new connections are closed at once
 }
 
 func newLink(t *testing.T, target string) *link {
@@ -410,7 +415,7 @@ func newLink(t *testing.T, target string) *link {
 				continue
 			}
 			if !l.track(c, u) {
-				return
+				continue // closed; after a cut the next Accept fails
 			}
 			go func() { io.Copy(u, c); u.Close() }()
 			go func() { io.Copy(c, u); c.Close() }()
@@ -419,11 +424,12 @@ func newLink(t *testing.T, target string) *link {
 	return l
 }
 
-// track keeps the connections for cut, or closes them when cut already was.
+// track keeps the connections for cut, or closes them when the link is cut
+// or down.
 func (l *link) track(cs ...net.Conn) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.cutAt {
+	if l.cutAt || l.down {
 		for _, c := range cs {
 			c.Close()
 		}
@@ -431,6 +437,24 @@ func (l *link) track(cs ...net.Conn) bool {
 	}
 	l.conns = append(l.conns, cs...)
 	return true
+}
+
+// drop closes every connection through the link and refuses new ones
+// until heal: a node cut off for a while.
+func (l *link) drop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.down = true
+	for _, c := range l.conns {
+		c.Close()
+	}
+	l.conns = nil
+}
+
+func (l *link) heal() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.down = false
 }
 
 // cut closes the relay and every connection through it.

@@ -31,8 +31,41 @@ type keyWatch struct {
 	mu  sync.Mutex
 	own map[int64]bool // revisions of this store's commits not yet seen by the watch
 
+	watchRun
+}
+
+// watchRun is the life of one watch goroutine, owned by the Store: start
+// in Open, stop in Close. Its context requires an etcd leader, so a member
+// cut off from the others breaks the watch instead of going quiet.
+type watchRun struct {
 	cancel   context.CancelFunc
 	finished chan struct{}
+}
+
+func (r *watchRun) start(run func(ctx context.Context)) {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
+	r.cancel, r.finished = cancel, make(chan struct{})
+	go func() {
+		defer close(r.finished)
+		run(ctx)
+	}()
+}
+
+func (r *watchRun) stop() {
+	r.cancel()
+	<-r.finished
+}
+
+// pause waits d, or less when ctx ends first: a pause between tries of a
+// watch or a read, so that an unreachable etcd is not hammered; never a
+// synchronization.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // committed records rev as an own commit. Callers hold mu.
@@ -41,18 +74,10 @@ func (w *keyWatch) committed(rev int64) { w.own[rev] = true }
 // start watches dir from revision from on, until stop.
 func (w *keyWatch) start(s *Store, from int64) {
 	w.own = map[int64]bool{}
-	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
-	w.cancel, w.finished = cancel, make(chan struct{})
-	go w.run(ctx, s, from)
-}
-
-func (w *keyWatch) stop() {
-	w.cancel()
-	<-w.finished
+	w.watchRun.start(func(ctx context.Context) { w.run(ctx, s, from) })
 }
 
 func (w *keyWatch) run(ctx context.Context, s *Store, from int64) {
-	defer close(w.finished)
 	for ctx.Err() == nil {
 		for resp := range s.cli.Watch(ctx, w.dir, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithPrevKV()) {
 			if resp.Err() != nil {
@@ -87,10 +112,7 @@ func (w *keyWatch) resyncAll(ctx context.Context, s *Store) int64 {
 		resp, err := s.cli.Get(rctx, w.dir, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		cancel()
 		if err != nil {
-			select { // a pause between tries, not a synchronization
-			case <-time.After(s.reqTO / 5):
-			case <-ctx.Done():
-			}
+			pause(ctx, s.reqTO/5)
 			continue
 		}
 		for _, kv := range resp.Kvs {
@@ -139,4 +161,5 @@ func (s *Store) startWatches(from int64) {
 	}
 	s.projectWatch.start(s, from)
 	s.teamWatch.start(s, from)
+	s.watchHandedDeliveries(from)
 }

@@ -18,11 +18,13 @@ import (
 )
 
 // Bounds of one group commit, under etcd's defaults of 128 operations and
-// 1.5 MiB per request. A call write is at most 5 operations (a final call
-// with an idempotency key; 6 with Options.Payloads, which also puts or
-// deletes the outputs' reference), so a batch holds 20 to 30 calls; the margin
-// under 128 is room for nested transactions, whose operations etcd counts
-// against what their parent leaves.
+// 1.5 MiB per request. A call write counts 4 to 14 operations (a fenced
+// final call with an idempotency key, its inputs, two webhook deliveries
+// and, with Options.Payloads, the outputs' reference), so a batch holds 8
+// to 30 calls. etcd counts a nested transaction's operations against what
+// its parent leaves (a nested transaction may hold 128 less its parent's
+// own count), so opCount counts every operation at every level, and a
+// nested transaction's compares too: the sum bounds each level.
 const (
 	batchOps   = 120
 	batchBytes = 1 << 20
@@ -42,14 +44,22 @@ type callWrite struct {
 	deliveries []store.Delivery // webhook deliveries the write makes due
 	records    []string         // their outbox records (outboxRecord JSON), in the same order
 	queued     []store.Delivery // those the commit put in the outbox (set by commit)
+
+	fence binding // the lease the call's writes are fenced on; zero: none
+	final bool    // the call is final: its binding ends with this write
 }
 
 // opCount is how many operations the write adds to a transaction at most:
-// its call's, its inputs', its held payloads' refs, and one per delivery.
+// its call's, its inputs', its held payloads' refs, two per delivery (a
+// nested transaction with two compares and one operation) and one for the
+// nested transaction a fenced write is.
 func (cw callWrite) opCount() int {
-	n := len(cw.ops) + len(cw.inputOps) + len(cw.deliveries)
+	n := len(cw.ops) + len(cw.inputOps) + 2*len(cw.deliveries)
 	if cw.held != nil {
 		n += cw.held.nOps
+	}
+	if cw.fence.fenced() {
+		n++
 	}
 	return n
 }
@@ -139,13 +149,22 @@ func (w *writer) run() {
 			}
 			continue
 		}
-		err := w.commit(batch)
+		fenced, err := w.commit(batch)
 		for _, cw := range batch {
-			if err != nil {
+			switch {
+			case err != nil:
 				cw.done(fmt.Errorf("save call %s: %w", cw.id, err))
-			} else {
+				continue
+			case fenced[cw.id]:
+				cw.done(fencedError(cw.id, cw.fence))
+			default:
 				w.s.deliveryHooks.Notify(cw.queued)
 				cw.done(nil)
+			}
+			if cw.final && cw.fence.fenced() {
+				// Ended here: committed, or refused for good (a lease
+				// never comes back).
+				w.s.fence.release(cw.id, cw.fence)
 			}
 		}
 	}
@@ -192,16 +211,24 @@ func (w *writer) take() (batch, failed []callWrite) {
 	return batch, failed
 }
 
-// commit writes the batch in one transaction. A call queued more than once
-// in it is written once, with its last write: etcd refuses a transaction
-// that names a key twice, and the last write is the one that must win. Its
-// inputs are those of its last write that carried any (a later write
-// without inputs keeps them), and its deliveries those of all its writes,
-// each once (the first write's record). While etcd has no leader the commit is retried, for up to
-// RetryFor; then the deliveries a retry finds already queued by this very
-// batch (an earlier try that was applied but whose answer was lost) count
-// as queued by it, so their hooks still run, once.
-func (w *writer) commit(batch []callWrite) error {
+// commit writes the batch in one transaction and returns the calls whose
+// writes it refused because their lease compare failed (fenced).
+//
+// A call queued more than once in the batch is written once, with its
+// last write: etcd refuses a transaction that names a key twice, and the
+// last write is the one that must win. Its inputs are those of its last
+// write that carried any (a later write without inputs keeps them), and
+// its deliveries those of all its writes, each once (the first write's
+// record). A call bound to a lease (fence.go) is written by a nested
+// transaction that compares the node's key's lease with the call's, its
+// deliveries inside it: a failed compare refuses that call's writes and
+// queues none of its deliveries, and the rest of the batch commits.
+//
+// While etcd has no leader the commit is retried, for up to RetryFor; then
+// the deliveries a retry finds already queued by this very batch (an
+// earlier try that was applied but whose answer was lost) count as queued
+// by it, so their hooks still run, once.
+func (w *writer) commit(batch []callWrite) (map[string]bool, error) {
 	last, lastInputs := map[string]int{}, map[string]int{}
 	for i, cw := range batch {
 		last[cw.id] = i
@@ -209,28 +236,55 @@ func (w *writer) commit(batch []callWrite) error {
 			lastInputs[cw.id] = i
 		}
 	}
-	var ops []clientv3.Op
-	for i, cw := range batch {
-		if last[cw.id] == i {
-			ops = append(ops, cw.callOps()...)
-		}
-		if j, ok := lastInputs[cw.id]; ok && j == i {
-			ops = append(ops, cw.allInputOps()...)
-		}
-	}
 	type queuedBy struct {
 		write, delivery int    // batch[write].deliveries[delivery]
 		record          string // the outbox record it puts
 	}
-	var queues []queuedBy // in the order of their ops, after the calls' ops
+	// group is one call's operations in the transaction, in the order of
+	// the calls' last writes.
+	type group struct {
+		id     string
+		fence  binding
+		ops    []clientv3.Op
+		queues []queuedBy // after the call's own ops, in ops
+	}
+	var groups []*group
+	byID := map[string]*group{}
+	for i, cw := range batch {
+		if last[cw.id] == i {
+			g := &group{id: cw.id, fence: cw.fence}
+			byID[cw.id] = g
+			groups = append(groups, g)
+		}
+	}
 	seen := map[string]bool{}
 	for i, cw := range batch {
+		g := byID[cw.id]
+		if last[cw.id] == i {
+			g.ops = append(g.ops, cw.callOps()...)
+		}
+		if j, ok := lastInputs[cw.id]; ok && j == i {
+			g.ops = append(g.ops, cw.allInputOps()...)
+		}
+	}
+	for i, cw := range batch {
+		g := byID[cw.id]
 		for j, d := range cw.deliveries {
 			if !seen[d.ID] {
 				seen[d.ID] = true
-				queues = append(queues, queuedBy{i, j, cw.records[j]})
-				ops = append(ops, w.s.queueOp(d.ID, cw.records[j]))
+				g.queues = append(g.queues, queuedBy{i, j, cw.records[j]})
+				g.ops = append(g.ops, w.s.queueOp(d.ID, cw.records[j]))
 			}
+		}
+	}
+	var ops []clientv3.Op
+	at := make([]int, len(groups)) // each group's first response (unfenced) or its nested transaction's
+	for k, g := range groups {
+		at[k] = len(ops)
+		if g.fence.fenced() {
+			ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{g.fence.cmp()}, g.ops, nil))
+		} else {
+			ops = append(ops, g.ops...)
 		}
 	}
 	s := w.s
@@ -242,16 +296,31 @@ func (w *writer) commit(batch []callWrite) error {
 	})
 	s.stats.add(len(batch), time.Since(start))
 	if err != nil {
-		return s.wrap("commit", err)
+		return nil, s.wrap("commit", err)
 	}
-	first := len(resp.Responses) - len(queues)
-	for k, q := range queues {
-		if queuedNow(resp.Responses[first+k], q.record) {
-			cw := &batch[q.write]
-			cw.queued = append(cw.queued, cw.deliveries[q.delivery])
+	var fenced map[string]bool
+	for k, g := range groups {
+		rs := resp.Responses[at[k]:]
+		if g.fence.fenced() {
+			t := resp.Responses[at[k]].GetResponseTxn()
+			if !t.Succeeded {
+				if fenced == nil {
+					fenced = map[string]bool{}
+				}
+				fenced[g.id] = true
+				continue
+			}
+			rs = t.Responses
+		}
+		first := len(g.ops) - len(g.queues)
+		for n, q := range g.queues {
+			if queuedNow(rs[first+n], q.record) {
+				cw := &batch[q.write]
+				cw.queued = append(cw.queued, cw.deliveries[q.delivery])
+			}
 		}
 	}
-	return nil
+	return fenced, nil
 }
 
 // retrying runs try, a write that is harmless to repeat, again while it

@@ -113,6 +113,7 @@ function render(st) {
   const replicas = st.projects.reduce((n, p) => n + p.replicas.length, 0);
   const queued = st.projects.reduce((n, p) => n + p.queued, 0);
   $("summary").replaceChildren(
+    ...clusterSummary(st.cluster),
     el("span", {}, el("b", {}, st.gpus.length), " GPUs"),
     el("span", {}, el("b", {}, st.projects.length), " projects"),
     el("span", {}, el("b", {}, replicas), " replicas"),
@@ -122,9 +123,44 @@ function render(st) {
     el("span", { class: "muted" }, `updated ${new Date(now).toLocaleTimeString()}`),
   );
   renderTeams(st.teams || []);
+  renderCluster(st.cluster);
   renderGPUs(st.gpus);
   renderProjects(st.projects, now);
   renderCalls(st.calls, now);
+}
+
+// clusterSummary names this node and the leader, in cluster mode only.
+function clusterSummary(c) {
+  if (!c) return [];
+  return [el("span", {}, "node ", el("b", {}, c.node), " · leader ",
+    el("b", { class: c.leader ? "" : "bad" }, c.leader || "none"), ` · ${c.nodes.length} nodes`)];
+}
+
+// renderCluster shows every live node of the cluster (its GPUs, CPU slots
+// and the load of each project it holds) and each project's placement:
+// which nodes run it, with their min–max share. Cluster mode only.
+function renderCluster(c) {
+  $("cluster-section").hidden = !c;
+  if (!c) return;
+  const role = (n) => [n.leader ? "leader" : "", n.self ? "this node" : "", n.member ? "etcd member" : ""].filter(Boolean).join(" · ");
+  const plural = (k, word) => `${k} ${word}${k === 1 ? "" : "s"}`;
+  const load = (n) => n.projects.map((p) => `${p.id}: ${plural(p.replicas, "replica")}, ${p.busy} busy, ${p.queued} queued`).join("; ") || "–";
+  $("cluster").replaceChildren(el("table", {},
+    el("thead", {}, el("tr", {}, ...["Node", "Role", "Address", "GPUs free", "GPU memory free", "CPU slots used", "Projects"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, ...c.nodes.map((n) => el("tr", { dataset: { node: n.name } },
+      el("td", { title: `capacity published ${new Date(Date.parse(n.updated)).toLocaleTimeString()}` }, el("b", {}, n.name)),
+      el("td", {}, role(n)),
+      el("td", { class: "mono" }, n.advertise),
+      el("td", {}, n.gpus.total ? `${n.gpus.free} / ${n.gpus.total}` : "–"),
+      el("td", {}, n.gpus.total ? `${bytes(n.gpus.memoryFreeMiB * 1048576)} / ${bytes(n.gpus.memoryTotalMiB * 1048576)}` : "–"),
+      el("td", {}, `${n.cpuUsed} / ${n.cpuSlots}`),
+      el("td", {}, load(n)))))));
+  $("placement").replaceChildren(el("table", {},
+    el("thead", {}, el("tr", {}, el("th", {}, "Project"), el("th", {}, "Placed on (min–max replicas)"))),
+    el("tbody", {}, ...c.placement.map((p) => el("tr", { dataset: { placement: p.project } },
+      el("td", {}, p.project),
+      el("td", { class: p.nodes.length ? "" : "muted" },
+        p.nodes.map((n) => `${n.node} (${n.min}–${n.max})`).join(", ") || "not placed yet"))))));
 }
 
 // sandbox sums up the replica sandbox: how many protections are on, and the

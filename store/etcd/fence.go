@@ -1,0 +1,162 @@
+package etcd
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"inferd/store"
+)
+
+// binding is the lease a call's writes are fenced on: the node's key and
+// the lease that key was put under when the call became this node's. The
+// zero binding fences nothing.
+type binding struct {
+	key   string
+	lease clientv3.LeaseID
+}
+
+// fenced reports whether writes under b compare a lease.
+func (b binding) fenced() bool { return b.lease != 0 }
+
+// cmp is the compare a write under b makes: the node's key is still under
+// the lease the call was taken under. A key that is gone compares as lease
+// 0, so a node whose key expired fails it too.
+func (b binding) cmp() clientv3.Cmp {
+	return clientv3.Compare(clientv3.LeaseValue(b.key), "=", b.lease)
+}
+
+// leases holds the lease this node's call writes are fenced on now, and the
+// one each live call was bound to. A call is bound at its first write (or
+// its Adopt) to the lease current then, and keeps that binding until its
+// final write has committed or been fenced: a new lease (the node rejoined
+// after it was cut off) never applies to a call taken under an old one, so
+// the late result of a call the leader handed on cannot be written.
+//
+// Calls written while no lease is bound (a single box, the CLI, a node
+// before its first session) are not kept here and their writes are plain.
+type leases struct {
+	mu      sync.Mutex
+	current binding
+	calls   map[string]binding
+}
+
+// BindLease fences this node's later call writes on lease: each call
+// written from now on that has no binding yet is bound to (key, lease),
+// key being the full etcd key (with the store's prefix) that the node
+// keeps under its lease, nodes/<name> in cluster mode (package cluster).
+// Calls bound to an earlier lease keep it, so their writes stay fenced on
+// it; a call handed back to this node gets the new lease through Adopt.
+// Lease 0 ends fencing for calls not bound yet.
+func (s *Store) BindLease(key string, lease clientv3.LeaseID) {
+	s.fence.mu.Lock()
+	defer s.fence.mu.Unlock()
+	s.fence.current = binding{key: key, lease: lease}
+}
+
+// bindingFor returns call id's binding, binding it to the current lease
+// when it has none yet.
+func (l *leases) bindingFor(id string) binding {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if b, ok := l.calls[id]; ok {
+		return b
+	}
+	if !l.current.fenced() {
+		return binding{}
+	}
+	if l.calls == nil {
+		l.calls = map[string]binding{}
+	}
+	l.calls[id] = l.current
+	return l.current
+}
+
+// rebind binds call id to the current lease, whatever it was bound to.
+func (l *leases) rebind(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.current.fenced() {
+		delete(l.calls, id)
+		return
+	}
+	if l.calls == nil {
+		l.calls = map[string]binding{}
+	}
+	l.calls[id] = l.current
+}
+
+// release forgets call id's binding once its final write has committed or
+// was fenced, unless the call was bound again meanwhile (Adopt).
+func (l *leases) release(id string, b binding) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.calls[id] == b {
+		delete(l.calls, id)
+	}
+}
+
+// fencedError is the error of a write whose lease compare failed.
+func fencedError(id string, b binding) error {
+	return fmt.Errorf("save call %s: lease %x of %s no longer held: %w", id, int64(b.lease), b.key, store.ErrFenced)
+}
+
+// Adopt reads call id, which the leader handed to this node (its pending
+// entry names this node), and binds it to the lease current now, so that
+// this node's writes of it are fenced on this node's lease of today, not
+// on one it held when the call was last its own. It fails with an error
+// wrapping store.ErrNotFound when the call is gone, final, or pending on
+// another node (handed on again meanwhile).
+func (s *Store) Adopt(id string) (store.Call, error) {
+	what := fmt.Sprintf("adopt call %s", id)
+	if err := s.check(what); err != nil {
+		return store.Call{}, err
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	ck := s.key("calls", id)
+	resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(ck), clientv3.OpGet(s.key("inputsize", id)),
+		clientv3.OpGet(s.key("pending", id))).Commit()
+	if err != nil {
+		return store.Call{}, s.wrap(what, err)
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return store.Call{}, fmt.Errorf("%s: %w", what, store.ErrNotFound)
+	}
+	pending := resp.Responses[2].GetResponseRange().Kvs
+	if len(pending) == 0 || string(pending[0].Value) != s.node {
+		holder := "none (final)"
+		if len(pending) > 0 {
+			holder = strings.TrimSpace(string(pending[0].Value))
+		}
+		return store.Call{}, fmt.Errorf("%s: pending on %s, not on this node: %w", what, holder, store.ErrNotFound)
+	}
+	c, err := decode[store.Call](what, ck, kvs[0].Value)
+	if err != nil {
+		return store.Call{}, err
+	}
+	if c.InputBytes, err = inputSize(what, resp.Responses[1]); err != nil {
+		return store.Call{}, err
+	}
+	s.fence.rebind(id)
+	return c, nil
+}
+
+// CallNode returns the node call id is pending on (its pending/<id> entry:
+// the node that wrote it last, or the one the leader handed it to), or ""
+// when the call is final or unknown. The API forwards a cancel of a call
+// pending on another node there.
+func (s *Store) CallNode(id string) (string, error) {
+	what := fmt.Sprintf("node of call %s", id)
+	if err := s.check(what); err != nil {
+		return "", err
+	}
+	v, _, ok, err := s.get(what, s.key("pending", id))
+	if err != nil || !ok {
+		return "", err
+	}
+	return string(v), nil
+}
