@@ -146,6 +146,28 @@ func (f *failoverCluster) startWork(t *testing.T, prefix string, n int, nodes []
 	return out
 }
 
+// killUnderLoad starts the trickle through the nodes other than victim and
+// 18 work calls through all three, kills victim (kill -9) once a work call
+// runs on it, and starts 12 more through the others at once. It returns
+// the calls handed out, the trickle, and when the kill was.
+func (f *failoverCluster) killUnderLoad(t *testing.T, victim *clusterNode) ([]handedOut, *trickle, time.Time) {
+	t.Helper()
+	survivors := f.others(victim.name)
+	tr := f.startTrickle(t, survivors)
+	calls := f.startWork(t, "before", 18, f.nodes[:], victim.name)
+	eventually(t, time.Minute, "a work call running on "+victim.name, func() bool {
+		for _, r := range f.runs(t) {
+			if len(r) > 0 && r[0] == victim.name {
+				return true
+			}
+		}
+		return false
+	})
+	victim.d.kill()
+	killed := time.Now()
+	return append(calls, f.startWork(t, "after", 12, survivors, "")...), tr, killed
+}
+
 // waitFinal long-polls each call through the given nodes until it ends and
 // checks it ended in success with its own output, or in the clear error of
 // a lost node; it returns the tags of the calls that failed that way.
@@ -221,19 +243,7 @@ func TestThreeNodeClusterSurvivesKilledNode(t *testing.T) {
 	victim := f.others(leader)[0]
 	survivors := f.others(victim.name)
 
-	tr := f.startTrickle(t, survivors)
-	calls := f.startWork(t, "before", 18, f.nodes[:], victim.name)
-	eventually(t, time.Minute, "a work call running on "+victim.name, func() bool {
-		for _, r := range f.runs(t) {
-			if len(r) > 0 && r[0] == victim.name {
-				return true
-			}
-		}
-		return false
-	})
-	victim.d.kill()
-	killed := time.Now()
-	calls = append(calls, f.startWork(t, "after", 12, survivors, "")...)
+	calls, tr, killed := f.killUnderLoad(t, victim)
 	// The trickle runs past the lapse of the dead node's lease and the
 	// leader's handover of its calls.
 	tr.checkAt(t, killed.Add(leaseTTL+10*time.Second), "while "+victim.name+" died")
@@ -260,19 +270,7 @@ func TestThreeNodeClusterSurvivesKilledLeader(t *testing.T) {
 	old := f.node(f.waitLeader(t, f.admin, time.Minute, f.nodes[:]))
 	survivors := f.others(old.name)
 
-	tr := f.startTrickle(t, survivors)
-	calls := f.startWork(t, "before", 18, f.nodes[:], old.name)
-	eventually(t, time.Minute, "a work call running on the leader "+old.name, func() bool {
-		for _, r := range f.runs(t) {
-			if len(r) > 0 && r[0] == old.name {
-				return true
-			}
-		}
-		return false
-	})
-	old.d.kill()
-	killed := time.Now()
-	calls = append(calls, f.startWork(t, "after", 12, survivors, "")...)
+	calls, tr, killed := f.killUnderLoad(t, old)
 
 	// The prototype saw the new leader 7.15 s after the kill (a 5 s lease);
 	// twice the lease is "a few seconds" with room for a loaded box.
