@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -503,4 +504,93 @@ func TestThreeNodeClusterPlacesGPUProjectsOnFreeGPUs(t *testing.T) {
 	if r := cl.start("mk-second", `{"env":"CUDA_VISIBLE_DEVICES"}`, false); r["message"] != "success" || output(t, r)["env"] != simGPU0 {
 		t.Errorf("second's replica sees GPUs %v; want its node's %s", r, simGPU0)
 	}
+}
+
+// Tools of the scenarios above (threenode_test.go has the harness).
+
+// node returns the node named name.
+func (c *threeNodes) node(name string) *clusterNode {
+	for _, n := range c.nodes {
+		if n.name == name {
+			return n
+		}
+	}
+	c.t.Fatalf("no node %q", name)
+	return nil
+}
+
+// cut takes the node's cluster link down: it can no longer reach the other
+// nodes nor they it; the test still reaches its API.
+func (n *clusterNode) cut(t *testing.T) { n.link(t, "down") }
+
+// heal puts the node's cluster link back.
+func (n *clusterNode) heal(t *testing.T) { n.link(t, "up") }
+
+func (n *clusterNode) link(t *testing.T, state string) {
+	t.Helper()
+	if n.hostEnd == "" {
+		t.Fatal("only an isolated cluster (clusterOpts.isolated) can cut a node off")
+	}
+	if out, err := exec.Command("ip", "link", "set", n.hostEnd, state).CombinedOutput(); err != nil {
+		t.Fatalf("ip link set %s %s: %v: %s", n.hostEnd, state, err, out)
+	}
+}
+
+// firstRun is the first logged run of tag.
+func (c *threeNodes) firstRun(t *testing.T, tag string) run {
+	t.Helper()
+	for _, r := range c.runLines(t) {
+		if r.Inputs.Tag == tag {
+			return r
+		}
+	}
+	t.Fatalf("no run of %s logged", tag)
+	return run{}
+}
+
+// processAlive reports whether pid is a live process (not a zombie).
+func processAlive(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return err == nil && !isZombie(stat)
+}
+
+// waitReplicas waits until want holds of the marked project's model
+// processes per node; on timeout it fails with those counts and the
+// placement the nodes in on show.
+func (c *threeNodes) waitReplicas(t *testing.T, adminKey, mark, project string, timeout time.Duration, on []*clusterNode, what string, want func(map[string]int) bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		m := modelProcesses(mark, project)
+		if want(m) {
+			return
+		}
+		if time.Now().After(deadline) {
+			var seen []string
+			for _, n := range on {
+				v, _ := n.view(adminKey)
+				seen = append(seen, fmt.Sprintf("%s: leader %q, nodes %v, placement %+v", n.name, v.Leader, v.names(), v.Placement))
+			}
+			t.Fatalf("timed out after %s waiting for %s: %s's model processes per node %v; %s", timeout, what, project, m, strings.Join(seen, "; "))
+		}
+		time.Sleep(50 * time.Millisecond) // processes come and go with no signal to wait on
+	}
+}
+
+// modelProcesses counts the marked project's model processes per node (the
+// E2E_NODE in their environment).
+func modelProcesses(mark, project string) map[string]int {
+	out := map[string]int{}
+	for _, pid := range processesWithEnv(mark) {
+		env := readEnviron(pid)
+		if !strings.Contains(env, "INFERD_PROJECT_ID="+project+"\x00") {
+			continue
+		}
+		for _, kv := range strings.Split(env, "\x00") {
+			if name, ok := strings.CutPrefix(kv, "E2E_NODE="); ok {
+				out[name]++
+			}
+		}
+	}
+	return out
 }

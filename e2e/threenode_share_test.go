@@ -2,13 +2,15 @@ package e2e
 
 import (
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 )
 
 // Issue 22, "Done when" 1: in a cluster of three nodes, each running one
-// member of the embedded etcd, keys and projects created through node 1 work
+// member of the embedded etcd, every node sees the three and one leader;
+// keys and projects created through node 1 work
 // on nodes 2 and 3; a call started on node 2 is answered by a check on
 // node 3, and a long poll on a node other than the one running the call is
 // woken when the call finishes there (an etcd watch), not at the end of its
@@ -21,6 +23,15 @@ func TestThreeNodeClusterSharesKeysProjectsAndCalls(t *testing.T) {
 	admin := n1.d.createKey("acme", true)
 	key := n1.d.createKey("acme", false)
 	n1.d.apply("projects:\n" + echoProject("echo", "acme", "mk-echo", echo, mark, "") + "    maxReplicas: 3\n")
+
+	t.Run("every node's status shows the three nodes and one leader", func(t *testing.T) {
+		c.waitLeader(t, admin, time.Minute, c.nodes[:])
+		for _, n := range c.nodes {
+			if v, _ := n.view(admin); !slices.Equal(v.names(), []string{"node-1", "node-2", "node-3"}) {
+				t.Errorf("%s's cluster view lists %v", n.name, v.names())
+			}
+		}
+	})
 
 	t.Run("keys and projects made through node 1 work on nodes 2 and 3", func(t *testing.T) {
 		for _, n := range []*clusterNode{n2, n3} {
