@@ -7,6 +7,7 @@ package e2e
 // so they build only with the cluster tag: make test-cluster.
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -275,6 +276,9 @@ func TestThreeNodeClusterSurvivesKilledLeader(t *testing.T) {
 	f := newFailoverCluster(t, 1)
 	old := f.node(f.waitLeader(t, f.admin, time.Minute, f.nodes[:]))
 	survivors := f.others(old.name)
+	// The worst case, as in the prototype: the node killed also leads
+	// etcd's raft, so the survivors' etcd elects a leader too.
+	f.makeRaftLeader(t, old)
 
 	calls, tr, killed := f.killUnderLoad(t, old)
 
@@ -607,4 +611,54 @@ func modelProcesses(mark, project string) map[string]int {
 		}
 	}
 	return out
+}
+
+// memberStatus is what etcd's JSON gateway answers for a member's status
+// (POST /v3/maintenance/status): its own id and the raft leader's.
+type memberStatus struct {
+	Header struct {
+		MemberID string `json:"member_id"`
+	} `json:"header"`
+	Leader string `json:"leader"`
+}
+
+func (n *clusterNode) etcdStatus(t *testing.T) memberStatus {
+	t.Helper()
+	status, raw := doRaw(t, "POST", n.etcdURL+"/v3/maintenance/status", nil, "{}")
+	var st memberStatus
+	if err := json.Unmarshal(raw, &st); err != nil || status != http.StatusOK || st.Header.MemberID == "" {
+		t.Fatalf("etcd status of %s: HTTP %d %s (%v)", n.name, status, raw, err)
+	}
+	return st
+}
+
+// makeRaftLeader moves etcd's raft leadership to n's member (etcd's
+// MoveLeader, asked of the current leader through the JSON gateway) and
+// waits until every member sees it there.
+func (c *threeNodes) makeRaftLeader(t *testing.T, n *clusterNode) {
+	t.Helper()
+	target := n.etcdStatus(t).Header.MemberID
+	if n.etcdStatus(t).Leader != target {
+		var leader *clusterNode
+		for _, m := range c.nodes {
+			if st := m.etcdStatus(t); st.Header.MemberID == st.Leader {
+				leader = m
+			}
+		}
+		if leader == nil {
+			t.Fatal("no etcd member leads raft")
+		}
+		status, raw := doRaw(t, "POST", leader.etcdURL+"/v3/maintenance/transfer-leadership", nil, fmt.Sprintf(`{"targetID":%q}`, target))
+		if status != http.StatusOK {
+			t.Fatalf("move etcd's raft leadership from %s to %s: HTTP %d %s", leader.name, n.name, status, raw)
+		}
+	}
+	eventually(t, 30*time.Second, n.name+" leading etcd's raft, as every member sees", func() bool {
+		for _, m := range c.nodes {
+			if m.etcdStatus(t).Leader != target {
+				return false
+			}
+		}
+		return true
+	})
 }

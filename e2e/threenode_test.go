@@ -57,6 +57,7 @@ type clusterNode struct {
 	dir     string
 	cfgPath string
 	base    string // the API as the test reaches it
+	etcdURL string // its etcd member's client URL
 	ns      string // network namespace; "" on loopback
 	hostEnd string // the bridge side of the node's cluster link (isolated)
 	d       *daemon
@@ -106,7 +107,7 @@ func newThreeNodes(t *testing.T, o clusterOpts) *threeNodes {
 		initial = append(initial, fmt.Sprintf("node-%d=%s", i+1, a[i].peer))
 	}
 	for i := range c.nodes {
-		n := &clusterNode{name: fmt.Sprintf("node-%d", i+1), dir: t.TempDir(), base: a[i].base, cluster: c}
+		n := &clusterNode{name: fmt.Sprintf("node-%d", i+1), dir: t.TempDir(), base: a[i].base, etcdURL: a[i].client, cluster: c}
 		if o.isolated {
 			n.ns, n.hostEnd = c.nsName(i), c.hostEnd(i)
 		}
