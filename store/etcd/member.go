@@ -61,7 +61,7 @@ type MemberConfig struct {
 // another within one to two election timeouts, and until then no write is
 // answered: every node pauses that long (then TryTimeout at most, see
 // DefaultTryTimeout). Measured with three nodes, the node holding etcd's
-// leader killed: 1.2-1.9 s pauses with etcd's timing, 0.6-1.2 s with
+// leader killed: 1.2-1.9 s pauses with etcd's timing, 0.6-1.3 s with
 // this. Members of one cluster on a LAN answer each other in well under
 // the 50 ms heartbeat (etcd wants the election timeout about ten times the
 // members' round trip). The members of a cluster should share one
