@@ -48,6 +48,31 @@ func lostNodeStores(t *testing.T) (lost, lead *Store, m *Member) {
 	return lost, lead, m
 }
 
+// failLostSetup is lostNodeStores with the leader's fence, node lost's
+// running call as read, and what the leader's delivery hooks hear.
+func failLostSetup(t *testing.T) (lost, lead *Store, f Fence, run CallAt, heard chan store.Delivery) {
+	t.Helper()
+	lost, lead, _ = lostNodeStores(t)
+	heard = make(chan store.Delivery, 4)
+	lead.OnDeliveryQueued(func(d store.Delivery) { heard <- d })
+	f = leaderFence(t, lead)
+	return lost, lead, f, callsOf(t, lead, "lost")["call_run"], heard
+}
+
+// waitCompletedHeard waits for the leader's delivery hooks to hear of
+// call_run's completed delivery (FailLost queued it).
+func waitCompletedHeard(t *testing.T, heard <-chan store.Delivery) {
+	t.Helper()
+	select {
+	case d := <-heard:
+		if d.CallID != "call_run" || d.Event != store.EventCompleted {
+			t.Errorf("leader's hooks heard of %+v, want call_run's completed", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("leader's hooks did not hear of the completed delivery")
+	}
+}
+
 func callsOf(t *testing.T, s *Store, node string) map[string]CallAt {
 	t.Helper()
 	cs, err := s.CallsOfNode(node)
@@ -152,11 +177,7 @@ func TestHandOverIsFencedOnLeaderAndCallRevision(t *testing.T) {
 // A lost call made final is failed with the message, off the pending
 // index, and its completed webhook is queued for the leader's deliverer.
 func TestFailLostEndsTheCallAndQueuesItsWebhook(t *testing.T) {
-	lost, lead, _ := lostNodeStores(t)
-	heard := make(chan store.Delivery, 4)
-	lead.OnDeliveryQueued(func(d store.Delivery) { heard <- d })
-	f := leaderFence(t, lead)
-	run := callsOf(t, lead, "lost")["call_run"]
+	lost, lead, f, run, heard := failLostSetup(t)
 	const msg = "error: node lost was lost"
 	if err := lead.FailLost(f, run.Call, run.Rev, msg); err != nil {
 		t.Fatal(err)
@@ -170,14 +191,7 @@ func TestFailLostEndsTheCallAndQueuesItsWebhook(t *testing.T) {
 	}
 	// The start delivery was queued by node lost's running write (it is
 	// HandOverDeliveries' to move): only completed is new, and the leader's.
-	select {
-	case d := <-heard:
-		if d.CallID != "call_run" || d.Event != store.EventCompleted {
-			t.Errorf("leader's hooks heard of %+v, want call_run's completed", d)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("leader's hooks did not hear of the completed delivery")
-	}
+	waitCompletedHeard(t, heard)
 	ds, err := lead.PendingDeliveries()
 	if err != nil || len(ds) != 1 || ds[0].Event != store.EventCompleted {
 		t.Errorf("leader's pending deliveries = %+v, %v; want completed only", ds, err)

@@ -62,6 +62,22 @@ func leaderOf(t *testing.T, ms []*Member) int {
 	return -1
 }
 
+// openWithKey opens a store with opts, closed when the test ends, and
+// creates a key of team acme through it.
+func openWithKey(t *testing.T, opts Options) (*Store, string) {
+	t.Helper()
+	s, err := Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	secret, _, err := s.CreateKey("acme", store.ScopeTeam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, secret
+}
+
 // kill stops the member at once, as a kill -9 would: no leadership
 // transfer, no goodbye to its peers.
 func (m *Member) kill() { m.e.Server.HardStop() }
@@ -75,16 +91,8 @@ func TestRequestsCaughtByALeaderChangeAnswerWithinTheElection(t *testing.T) {
 	ms := threeMembers(t)
 	lead := leaderOf(t, ms)
 	via := ms[(lead+1)%3] // a node's own member, which survives
-	s, err := Open(Options{Endpoints: via.ClientURLs(), RequestTimeout: 5 * time.Second, RetryFor: 15 * time.Second,
+	s, secret := openWithKey(t, Options{Endpoints: via.ClientURLs(), RequestTimeout: 5 * time.Second, RetryFor: 15 * time.Second,
 		TryTimeout: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	secret, _, err := s.CreateKey("acme", store.ScopeTeam)
-	if err != nil {
-		t.Fatal(err)
-	}
 	saveCall(t, s, finalCall("call_before"))
 
 	ms[lead].kill()
@@ -115,22 +123,14 @@ func TestRequestsCaughtByALeaderChangeAnswerWithinTheElection(t *testing.T) {
 func TestQuorumLostFailsRequestsAtTheirBound(t *testing.T) {
 	ms := threeMembers(t)
 	const reqTO, retryFor = time.Second, 2 * time.Second
-	s, err := Open(Options{Endpoints: ms[0].ClientURLs(), RequestTimeout: reqTO, RetryFor: retryFor,
+	s, secret := openWithKey(t, Options{Endpoints: ms[0].ClientURLs(), RequestTimeout: reqTO, RetryFor: retryFor,
 		TryTimeout: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	secret, _, err := s.CreateKey("acme", store.ScopeTeam)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ms[1].kill()
 	ms[2].kill()
 
 	const slack = 1500 * time.Millisecond
 	t0 := time.Now()
-	_, err = s.Authenticate(secret)
+	_, err := s.Authenticate(secret)
 	if took := time.Since(t0); !errors.Is(err, store.ErrUnavailable) || took < reqTO || took > reqTO+slack {
 		t.Errorf("Authenticate without quorum = %v after %s; want ErrUnavailable after RequestTimeout (%s)", err, took, reqTO)
 	}
@@ -220,21 +220,10 @@ func TestRetriedWriteFindsItsOwnAppliedTry(t *testing.T) {
 // (not "the call changed") and still tells its deliverer of the webhook
 // it queued.
 func TestRetriedFailLostTellsItsDeliveries(t *testing.T) {
-	_, lead, _ := lostNodeStores(t)
-	heard := make(chan store.Delivery, 4)
-	lead.OnDeliveryQueued(func(d store.Delivery) { heard <- d })
-	f := leaderFence(t, lead)
-	run := callsOf(t, lead, "lost")["call_run"]
+	_, lead, f, run, heard := failLostSetup(t)
 	loseAnswers(lead).lose.Store(1)
 	if err := lead.FailLost(f, run.Call, run.Rev, "error: node lost was lost"); err != nil {
 		t.Fatalf("FailLost with its answer lost once: %v", err)
 	}
-	select {
-	case d := <-heard:
-		if d.CallID != "call_run" || d.Event != store.EventCompleted {
-			t.Errorf("leader's hooks heard of %+v, want call_run's completed", d)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("leader's hooks did not hear of the completed delivery")
-	}
+	waitCompletedHeard(t, heard)
 }

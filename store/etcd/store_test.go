@@ -356,15 +356,7 @@ func waitTold(t *testing.T, told <-chan string, want, step string) {
 func TestEtcdOutageFailsRequestsWithinBounds(t *testing.T) {
 	m := startMember(t, t.TempDir())
 	link := newLink(t, strings.TrimPrefix(m.ClientURLs()[0], "http://"))
-	s, err := Open(Options{Endpoints: []string{"http://" + link.addr}, RequestTimeout: 300 * time.Millisecond, RetryFor: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	secret, _, err := s.CreateKey("acme", store.ScopeTeam)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, secret := openWithKey(t, Options{Endpoints: []string{"http://" + link.addr}, RequestTimeout: 300 * time.Millisecond, RetryFor: time.Second})
 	link.cut()
 	if _, err := s.Authenticate(secret); !errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrInvalidKey) {
 		t.Errorf("Authenticate with etcd unreachable = %v, want ErrUnavailable, not ErrInvalidKey", err)
@@ -378,7 +370,7 @@ func TestEtcdOutageFailsRequestsWithinBounds(t *testing.T) {
 	// The call write is retried for RetryFor, then fails.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err = s.SaveCall(ctx, store.Call{ID: "call_down", State: store.CallQueued})
+	err := s.SaveCall(ctx, store.Call{ID: "call_down", State: store.CallQueued})
 	if !errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
 		t.Errorf("SaveCall with etcd unreachable = %v, want the write's own failure (ErrUnavailable) well before 30s", err)
 	}
