@@ -242,6 +242,12 @@ func (w *writer) take() (batch, failed []callWrite) {
 // (its own earlier try put it, and deleted the pending entry of a final
 // write or created the record), counts as committed.
 func (w *writer) commit(batch []callWrite) (map[string]error, error) {
+	return w.commitAfter(batch, 0)
+}
+
+// commitAfter is commit as if it had been sent tries times before (tests
+// stand for a retry of a try that etcd applied, its answer lost).
+func (w *writer) commitAfter(batch []callWrite, tries int) (map[string]error, error) {
 	last, lastInputs := map[string]int{}, map[string]int{}
 	for i, cw := range batch {
 		last[cw.id] = i
@@ -312,7 +318,6 @@ func (w *writer) commit(batch []callWrite) (map[string]error, error) {
 	}
 	start := time.Now()
 	var resp *clientv3.TxnResponse
-	tries := 0
 	err := s.retrying(func(ctx context.Context) (err error) {
 		tries++
 		resp, err = s.cli.Txn(ctx).Then(ops...).Commit()
