@@ -270,14 +270,14 @@ func TestRetriedFencedCommitFindingItsOwnWriteCommitted(t *testing.T) {
 	m := startMember(t, t.TempDir())
 	a, b := leasedNode(t, m, "a"), leasedNode(t, m, "b")
 	ctx := context.Background()
-	once := func(cw callWrite, tries int) (error, []store.Delivery) {
+	once := func(cw callWrite, tries int) ([]store.Delivery, error) {
 		t.Helper()
 		batch := []callWrite{cw}
 		fenced, err := a.w.commitAfter(batch, tries)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return fenced[cw.id], batch[0].queued
+		return batch[0].queued, fenced[cw.id]
 	}
 
 	// A creation (a sync start's final write) applied, then retried.
@@ -285,11 +285,11 @@ func TestRetriedFencedCommitFindingItsOwnWriteCommitted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err, q := once(created, 0); err != nil || len(q) != 1 {
+	if q, err := once(created, 0); err != nil || len(q) != 1 {
 		t.Fatalf("first try: %v, queued %v", err, q)
 	}
 	a.fence.calls["call_sync"] = callFence{binding: created.fence} // its answer lost: not marked as written
-	if err, q := once(created, 1); err != nil || len(q) != 1 {
+	if q, err := once(created, 1); err != nil || len(q) != 1 {
 		t.Errorf("retry of an applied creation: %v, queued %v; want committed with its delivery", err, q)
 	}
 
@@ -301,13 +301,13 @@ func TestRetriedFencedCommitFindingItsOwnWriteCommitted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err, _ := once(final, 0); err != nil {
+	if _, err := once(final, 0); err != nil {
 		t.Fatalf("final write: %v", err)
 	}
-	if err, q := once(final, 1); err != nil || len(q) != 1 {
+	if q, err := once(final, 1); err != nil || len(q) != 1 {
 		t.Errorf("retry of an applied final write: %v, queued %v; want committed with its delivery", err, q)
 	}
-	if err, _ := once(final, 0); !errors.Is(err, store.ErrFenced) {
+	if _, err := once(final, 0); !errors.Is(err, store.ErrFenced) {
 		t.Errorf("the same write sent again, not a retry: %v, want ErrFenced (the call is final)", err)
 	}
 
@@ -319,7 +319,7 @@ func TestRetriedFencedCommitFindingItsOwnWriteCommitted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err, _ := once(mine, 1); !errors.Is(err, store.ErrFenced) {
+	if _, err := once(mine, 1); !errors.Is(err, store.ErrFenced) {
 		t.Errorf("retried creation finding node b's record: %v, want ErrFenced", err)
 	}
 }
