@@ -155,6 +155,9 @@ func (s *Store) fenceCmps(id string, b binding, exists bool) []clientv3.Cmp {
 	return []clientv3.Cmp{b.cmp(), clientv3.Compare(clientv3.CreateRevision(s.key("calls", id)), "=", 0)}
 }
 
+// fenceReadsFirst is the index of the first delivery read in fenceReads.
+const fenceReadsFirst = 3
+
 // fenceReads are the reads of a fenced write's failure branch: the call's
 // record, its pending entry and the node's key (fencedBecause reads them),
 // then each of the write's webhook deliveries (a retried commit that finds

@@ -340,7 +340,7 @@ func (w *writer) commitAfter(batch []callWrite, tries int) (map[string]error, er
 			case tries > 1 && foundValue(t.Responses[0], string(g.record)):
 				// An earlier try was applied: its deliveries are those
 				// found with their records.
-				rs, first, queued = t.Responses, 3, foundValue
+				rs, first, queued = t.Responses, fenceReadsFirst, foundValue
 			default:
 				if fenced == nil {
 					fenced = map[string]error{}
