@@ -8,7 +8,7 @@ BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: build run doctor test lint fuzz faults clean client-deps test-deps package bench mutate
+.PHONY: build run doctor test test-cluster lint fuzz faults clean client-deps test-deps package bench bench-cluster mutate
 
 ## build: compile ./inferd
 build:
@@ -45,6 +45,13 @@ test: lint test-deps client-deps
 	INFERD_REQUIRE_CLIENT_TESTS=1 go test -race -count=1 -timeout 20m ./...
 	scripts/fuzz.sh $(CI_FUZZTIME)
 
+## test-cluster: the three-node failure scenarios of cluster mode (#22; e2e/threenode_faults_test.go,
+## built with the cluster tag): a node and the leader killed, a node cut off (network namespaces, as
+## root), quorum lost, GPU placement. Not part of make test (leases of 5 s lapse, nodes restart: about
+## 2.5 minutes on 2 cores); the quick three-node scenario (keys, projects, calls, long polls) is.
+test-cluster: test-deps
+	INFERD_REQUIRE_CLIENT_TESTS=1 go test -race -count=1 -tags cluster -timeout 20m -run 'TestThreeNode' ./e2e/
+
 ## test-deps: the Debian packages the tests need (apt, only what is missing)
 test-deps:
 	scripts/test-deps.sh
@@ -70,6 +77,12 @@ package:
 ## plus the Go micro-benchmarks (docs/benchmarks.md); about 4 minutes
 bench:
 	scripts/bench.sh
+
+## bench-cluster: calls/s and added latency through a 3-node cluster (embedded etcd members, on this
+## box) side by side with the single box (docs/benchmarks.md); the suite's cluster step alone, about
+## a minute; make bench runs it too
+bench-cluster:
+	BENCH_GO=0 BENCH_REPORT=cluster.md scripts/bench.sh -only cluster
 
 ## fuzz: each fuzz target for FUZZTIME executions (make test: CI_FUZZTIME)
 FUZZTIME ?= 200000x

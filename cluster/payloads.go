@@ -120,7 +120,11 @@ func OpenPayloads(o PayloadOptions) (*PayloadStore, error) {
 		}
 	}
 	if o.Client == nil {
-		o.Client = &http.Client{}
+		// Nodes reach each other directly, never through a proxy named in
+		// the environment (as forwarded starts do).
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.Proxy = nil
+		o.Client = &http.Client{Transport: t}
 	}
 	return &PayloadStore{dir: o.Dir, signer: o.Signer, peers: o.Peers, client: o.Client,
 		maxBytes: cmp.Or(max(o.MaxBytes, 0), DefaultMaxPayloadBytes),

@@ -166,6 +166,16 @@ func startDaemonWith(t *testing.T, dir, cfgPath, bin string, env ...string) *dae
 // waits until it serves.
 func startDaemonCmd(t *testing.T, cmd *exec.Cmd, dir, cfgPath string) *daemon {
 	t.Helper()
+	d := launchDaemonCmd(t, cmd, dir, cfgPath)
+	d.waitServing(t, 30*time.Second)
+	return d
+}
+
+// launchDaemonCmd starts cmd as startDaemonCmd does but does not wait for it
+// to serve: the members of a new etcd cluster serve only once a quorum of
+// them runs, so a test starts them all before waiting on any.
+func launchDaemonCmd(t *testing.T, cmd *exec.Cmd, dir, cfgPath string) *daemon {
+	t.Helper()
 	d := &daemon{t: t, dir: dir, cfgPath: cfgPath, cmd: cmd, logs: &lineLog{grew: make(chan struct{})}, exited: make(chan struct{})}
 	stderr, err := d.cmd.StderrPipe()
 	if err != nil {
@@ -184,13 +194,19 @@ func startDaemonCmd(t *testing.T, cmd *exec.Cmd, dir, cfgPath string) *daemon {
 		close(d.exited)
 	}()
 	t.Cleanup(func() { d.stop() })
-	line := d.logs.waitFor(t, `"inferd serving"`, 30*time.Second)
+	return d
+}
+
+// waitServing waits until the daemon logs that it serves and reads its
+// address into d.base.
+func (d *daemon) waitServing(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	line := d.logs.waitFor(t, `"inferd serving"`, timeout)
 	var entry struct{ Listen string }
 	if err := json.Unmarshal([]byte(line), &entry); err != nil || entry.Listen == "" {
 		t.Fatalf("cannot read the listen address from %q: %v", line, err)
 	}
 	d.base = entry.Listen
-	return d
 }
 
 // stop sends SIGTERM and waits for a graceful exit.

@@ -10,6 +10,9 @@ out=$(gofmt -l .)
 if [ -n "$out" ]; then echo "gofmt would change:"; echo "$out"; exit 1; fi
 go vet ./...
 go run "$STATICCHECK" ./...
+# The cluster scenarios build only with their tag (make test-cluster).
+go vet -tags cluster ./e2e/
+go run "$STATICCHECK" -tags cluster ./e2e/
 
 # govulncheck needs its database from vuln.go.dev, which the module proxy does
 # not mirror. Findings fail the build; only an unreachable database is

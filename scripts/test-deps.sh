@@ -11,6 +11,7 @@ packages=(
   python3-torch     # examples/digits: a real PyTorch model server
   python3-sklearn   # examples/digits: the bundled 8x8 digits data set
   python3-flask     # examples/potassium: the Potassium stand-in is built on Flask
+  iproute2          # e2e/threenode_test.go: network namespaces to cut a cluster node off
 )
 
 missing=()

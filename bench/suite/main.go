@@ -91,6 +91,7 @@ func run(ctx context.Context, o options) error {
 		{"latency, concurrency 1", measureLatency},
 		{"throughput, no-op model, concurrency 64", measureThroughputNoop},
 		{"throughput, 10 ms model, concurrency 64", measureThroughput10ms},
+		{"cluster: 3 nodes vs single box", measureCluster},
 		{"cold boot", measureColdBoot},
 		{"cold boot, quiet model", measureColdBootQuiet},
 		{"cold boot, sandbox off", measureColdBootSandboxOff},

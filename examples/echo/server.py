@@ -54,6 +54,8 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(400, {"error": "inputs must be a JSON object"})
             return
 
+        if "runLog" in inputs:
+            log_run(str(inputs["runLog"]), inputs)
         if inputs.get("crash"):
             print("crashing on request", flush=True)
             os._exit(3)
@@ -68,6 +70,8 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 print("crashing once on request", flush=True)
                 os._exit(3)
+        if "holdOnce" in inputs:
+            hold_once(str(inputs["holdOnce"]))
         if inputs.get("hang"):
             threading.Event().wait()
         if "sleep" in inputs:
@@ -105,6 +109,39 @@ class Handler(BaseHTTPRequestHandler):
         if inputs.get("spawn"):
             out["child"] = subprocess.Popen(["sleep", "1000"]).pid
         self.reply(200, out)
+
+
+def log_run(path, inputs):
+    """Append one JSON line for this run to path before the call does anything
+    else, so a run that never answers (its node was killed) is counted too:
+    tests count how often each call ran. The line holds the inputs, the
+    replica and, with {"env": NAME}, that variable's value."""
+    line = {"inputs": inputs, "replica": os.environ.get("INFERD_REPLICA_ID"), "pid": os.getpid()}
+    if "env" in inputs:
+        line["env"] = os.environ.get(str(inputs["env"]))
+    # One write of one line with O_APPEND: lines from replicas on several
+    # nodes appending at once never interleave.
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(line) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def hold_once(path):
+    """The first run to get here (it creates path + ".held") waits until the
+    file path exists, then creates path + ".answered" and goes on; every
+    later run goes on at once. A test holds a call's
+    first run on one node while a re-run elsewhere finishes, then lets the
+    first one answer late."""
+    try:
+        os.close(os.open(path + ".held", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return
+    while not os.path.exists(path):
+        time.sleep(0.05)
+    # Say the held run is answering now.
+    os.close(os.open(path + ".answered", os.O_CREAT | os.O_WRONLY, 0o600))
 
 
 _exit_timer = None

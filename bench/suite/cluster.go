@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"inferd/bench/loadgen"
+)
+
+// The cluster step (make bench-cluster, and part of make bench): three
+// inferd nodes in cluster mode on this one box, each running one member of
+// an embedded etcd cluster, measured side by side with the single box the
+// suite already runs, on the same no-op model. All of them share the
+// machine's cores, so the figures are what cluster mode costs a call (etcd
+// records, group commits replicated to three members, forwarding), not
+// what three boxes would add up to.
+
+// clusterManifest: noop keeps one replica on each node (its minimum is the
+// cluster's), so a start through any node runs there, as the single box's
+// noop runs on its one replica; one keeps a single replica, so a start
+// through a node it is not placed on is forwarded to the node it is.
+const clusterManifest = `projects:
+  - {id: noop, team: bench, modelKey: mk-noop, command: [%[1]q], concurrency: 64, minReplicas: 3, maxReplicas: 3, bootTimeout: 30}
+  - {id: one, team: bench, modelKey: mk-one, command: [%[1]q], concurrency: 64, minReplicas: 1, maxReplicas: 1, bootTimeout: 30}
+`
+
+const clusterSection = `cluster:
+  name: %s
+  secretFile: %s
+  etcd:
+    embed:
+      peerURL: %s
+      clientURL: %s
+      initialCluster: %s
+`
+
+// benchCluster is the three nodes: their base URLs and an API key.
+type benchCluster struct {
+	bases  [3]string
+	apiKey string
+}
+
+// startCluster starts the three nodes under e.dir/cluster and waits until
+// each answers /readyz, then applies the manifest and makes a key through
+// node 1 (in cluster mode the admin CLI talks to a running daemon).
+func startCluster(ctx context.Context, o options, e *env) (*benchCluster, error) {
+	dir := filepath.Join(e.dir, "cluster")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte(strings.Repeat("bench-cluster-secret-", 3)), 0o600); err != nil {
+		return nil, err
+	}
+	type node struct {
+		name, cfg, peer, client string
+		port                    int
+	}
+	var nodes [3]node
+	var initial []string
+	for i := range nodes {
+		ports := make([]int, 3)
+		for j := range ports {
+			p, err := freePort()
+			if err != nil {
+				return nil, err
+			}
+			ports[j] = p
+		}
+		n := node{name: fmt.Sprintf("node-%d", i+1), port: ports[0],
+			peer: fmt.Sprintf("http://127.0.0.1:%d", ports[1]), client: fmt.Sprintf("http://127.0.0.1:%d", ports[2])}
+		n.cfg = filepath.Join(dir, n.name+".yaml")
+		nodes[i] = n
+		initial = append(initial, n.name+"="+n.peer)
+	}
+	c := &benchCluster{}
+	for i, n := range nodes {
+		conf := fmt.Sprintf(inferdConf, n.port, filepath.Join(dir, n.name), sandboxOn) +
+			fmt.Sprintf(clusterSection, n.name, secret, n.peer, n.client, strings.Join(initial, ","))
+		if err := os.WriteFile(n.cfg, []byte(conf), 0o644); err != nil {
+			return nil, err
+		}
+		p, err := start(n.name, filepath.Join(dir, n.name+".log"), nil, o.inferd, "--config", n.cfg, "serve")
+		if err != nil {
+			return nil, err
+		}
+		e.procs = append(e.procs, p)
+		c.bases[i] = fmt.Sprintf("http://127.0.0.1:%d", n.port)
+	}
+	for _, base := range c.bases {
+		if err := waitHTTP(ctx, "GET", base+"/readyz", 90*time.Second); err != nil {
+			return nil, err
+		}
+	}
+	mf := filepath.Join(dir, "projects.yaml")
+	if err := os.WriteFile(mf, fmt.Appendf(nil, clusterManifest, o.noop), 0o644); err != nil {
+		return nil, err
+	}
+	if out, err := exec.Command(o.inferd, "--config", nodes[0].cfg, "apply", "-f", mf).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("inferd apply on node-1: %v: %s", err, out)
+	}
+	out, err := exec.Command(o.inferd, "--config", nodes[0].cfg, "key", "create", "--team", "bench").Output()
+	if err != nil {
+		return nil, fmt.Errorf("inferd key create on node-1: %w", err)
+	}
+	lines := strings.Fields(strings.TrimSpace(string(out)))
+	c.apiKey = lines[len(lines)-1]
+	return c, nil
+}
+
+func (c *benchCluster) spec(name string, node int, t loadgen.Target, modelKey string, conc int) runSpec {
+	return runSpec{name, loadgen.Config{Target: t, URL: c.bases[node], APIKey: c.apiKey, ModelKey: modelKey, Concurrency: conc}}
+}
+
+// measureCluster compares sync starts through the cluster with the single
+// box: latency at concurrency 1 (through each node for the project with one
+// replica: one of them runs it, the other two forward) and throughput at
+// concurrency 64.
+func measureCluster(ctx context.Context, e *env, o options, r *report) error {
+	c, err := startCluster(ctx, o, e)
+	if err != nil {
+		return err
+	}
+	res, err := sideBySide(ctx, o, []runSpec{
+		e.inferd("single box", loadgen.Start, "mk-noop", 1),
+		c.spec("cluster, node-1", 0, loadgen.Start, "mk-noop", 1),
+		c.spec("cluster, 1 replica, via node-1", 0, loadgen.Start, "mk-one", 1),
+		c.spec("cluster, 1 replica, via node-2", 1, loadgen.Start, "mk-one", 1),
+		c.spec("cluster, 1 replica, via node-3", 2, loadgen.Start, "mk-one", 1),
+	})
+	if err != nil {
+		return err
+	}
+	r.table("Cluster mode (3 nodes on this box) vs single box: sync start latency, no-op model, concurrency 1", res,
+		"single box", "single box", "single box", "cluster, node-1",
+		"cluster, 1 replica, via node-1", "cluster, 1 replica, via node-2", "cluster, 1 replica, via node-3")
+	single, local := res["single box"], res["cluster, node-1"]
+	r.add("Added latency, sync start, 3-node cluster vs single box, p50 / p99",
+		dur(local.pct(50)-single.pct(50))+" / "+dur(local.pct(99)-single.pct(99)), "", true)
+	slowest := local
+	for _, n := range []string{"cluster, 1 replica, via node-1", "cluster, 1 replica, via node-2", "cluster, 1 replica, via node-3"} {
+		if res[n].pct(50) > slowest.pct(50) {
+			slowest = res[n]
+		}
+	}
+	r.add("Added latency, sync start forwarded to the node running the replica (slowest node), p50",
+		dur(slowest.pct(50)-local.pct(50)), "", true)
+
+	res, err = sideBySide(ctx, o, []runSpec{
+		e.inferd("single box", loadgen.Start, "mk-noop", 64),
+		c.spec("cluster, node-1", 0, loadgen.Start, "mk-noop", 64),
+	})
+	if err != nil {
+		return err
+	}
+	r.table("Cluster mode (3 nodes on this box) vs single box: sync start throughput, no-op model, concurrency 64", res,
+		"single box", "single box", "single box", "cluster, node-1")
+	ratio := res["cluster, node-1"].throughput() / res["single box"].throughput()
+	r.add("Throughput at c=64, no-op model, 3-node cluster (through one node) / single box", pct(ratio), "", true)
+	return nil
+}
