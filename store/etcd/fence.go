@@ -123,15 +123,21 @@ func (l *leases) existing(id string) bool {
 	return l.calls[id].exists
 }
 
-// written marks call id as existing once a fenced write of it committed,
-// unless the call was bound again meanwhile (Adopt, which marks it too).
+// written marks call id as existing once a write of it under b committed,
+// unless the call was bound again meanwhile (Adopt, which marks it too). A
+// call written with no lease bound is marked too, so that its writes once
+// a lease is bound compare its pending entry, not its absence.
 func (l *leases) written(id string, b binding) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if f, ok := l.calls[id]; ok && f.binding == b {
-		f.exists = true
-		l.calls[id] = f
+	f, ok := l.calls[id]
+	if ok && f.binding != b {
+		return
 	}
+	if l.calls == nil {
+		l.calls = map[string]callFence{}
+	}
+	l.calls[id] = callFence{binding: b, exists: true}
 }
 
 // release forgets call id's fence once its final write has committed or

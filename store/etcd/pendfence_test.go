@@ -155,7 +155,8 @@ func TestCreationOfAnExistingCallIsRefused(t *testing.T) {
 
 // The life of a call under the fences commits every write: created,
 // running and final, also when its creation and its next write share a
-// batch, and a recovered call's writes.
+// batch, a recovered call's writes, and those of a call first written
+// before the node's first lease.
 func TestCallLifeUnderFencesCommits(t *testing.T) {
 	m := startMember(t, t.TempDir())
 	a := leasedNode(t, m, "a")
@@ -205,7 +206,20 @@ func TestCallLifeUnderFencesCommits(t *testing.T) {
 			t.Fatalf("recovered call's %s write = %v", c.State, err)
 		}
 	}
-	for _, id := range []string{"call_1", "call_2", "call_3"} {
+	// Queued before the node's first lease, then written under it.
+	l = life("call_4")
+	early := openStore(t, m, Options{Node: "a"})
+	defer early.Close()
+	if err := early.SaveCall(ctx, l[0]); err != nil {
+		t.Fatal(err)
+	}
+	nodeLease(t, early, early.Prefix()+"nodes/a")
+	for _, c := range l[1:] {
+		if err := early.SaveCall(ctx, c); err != nil {
+			t.Fatalf("%s write under the first lease of a call written before it = %v", c.State, err)
+		}
+	}
+	for _, id := range []string{"call_1", "call_2", "call_3", "call_4"} {
 		if c, err := a.GetCall(id); err != nil || c.State != store.CallSucceeded {
 			t.Errorf("%s = %+v, %v; want succeeded", id, c, err)
 		}

@@ -348,10 +348,10 @@ func (w *writer) commitAfter(batch []callWrite, tries int) (map[string]error, er
 				fenced[g.id] = s.fencedBecause(g.id, g.fence, g.exists, t)
 				continue
 			}
-			// Stored: its later writes compare its pending entry, no
-			// longer its absence.
-			s.fence.written(g.id, g.fence)
 		}
+		// Stored: its later writes compare its pending entry, no longer
+		// its absence (run forgets it after a final write).
+		s.fence.written(g.id, g.fence)
 		for n, q := range g.queues {
 			if queued(rs[first+n], q.record) {
 				cw := &batch[q.write]
