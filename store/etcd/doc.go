@@ -108,11 +108,13 @@
 // applied), and tells the deliveries found with its records. Leader writes
 // (assign.go) and ImportCall (create-if-absent) are not call writes of
 // this writer and compare what they did before. With no lease bound (a
-// single node, tests, the CLI) writes compare nothing. The nested transactions count against etcd's
-// 128 operations per transaction (see writer.go's opCount). A binding
-// lives in memory until its call's final write; the bindings of calls
-// the scheduler abandoned when the lease lapsed stay until the process
-// ends (a few dozen bytes each).
+// single node, tests, the CLI) writes compare nothing. The nested
+// transactions count against etcd's 128 operations per transaction (see
+// writer.go's opCount). A call's
+// binding, and the mark that it is this node's, live in memory from its
+// first write (or PendingCalls, Adopt) until its final write; those of
+// calls the scheduler abandoned when the lease lapsed stay until the
+// process ends (a few dozen bytes each).
 //
 // # Leader writes
 //
