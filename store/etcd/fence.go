@@ -255,3 +255,9 @@ func (s *Store) CallNode(id string) (string, error) {
 	}
 	return string(v), nil
 }
+
+// foundValue reports whether a read's answer is one key with value v.
+func foundValue(r *etcdserverpb.ResponseOp, v string) bool {
+	kvs := r.GetResponseRange().Kvs
+	return len(kvs) == 1 && string(kvs[0].Value) == v
+}

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -237,10 +236,12 @@ func (w *writer) take() (batch, failed []callWrite) {
 // While etcd has no leader the commit is retried, for up to RetryFor; then
 // the deliveries a retry finds already queued by this very batch (an
 // earlier try that was applied but whose answer was lost) count as queued
-// by it, so their hooks still run, once. Likewise a fenced write whose
-// compare fails on a retry, finding the call's record as it writes it
-// (its own earlier try put it, and deleted the pending entry of a final
-// write or created the record), counts as committed.
+// by it, so their hooks still run, once.
+//
+// Likewise a fenced write whose compare fails on a retry, finding the
+// call's record as it writes it (its own earlier try put it, and deleted
+// the pending entry of a final write or created the record), counts as
+// committed.
 func (w *writer) commit(batch []callWrite) (map[string]error, error) {
 	return w.commitAfter(batch, 0)
 }
@@ -360,12 +361,6 @@ func (w *writer) commitAfter(batch []callWrite, tries int) (map[string]error, er
 		}
 	}
 	return fenced, nil
-}
-
-// foundValue reports whether a read's answer is one key with value v.
-func foundValue(r *etcdserverpb.ResponseOp, v string) bool {
-	kvs := r.GetResponseRange().Kvs
-	return len(kvs) == 1 && string(kvs[0].Value) == v
 }
 
 // retrying runs try, a write that is harmless to repeat, again while it
