@@ -322,3 +322,27 @@ func TestShareBoundsTheNodesReplicas(t *testing.T) {
 		}
 	})
 }
+
+// A call this node recovers at start-up whose write the store refuses
+// because the leader handed it to another node meanwhile (a quick restart
+// in cluster mode) is not run here: the other node's run is the one.
+func TestRecoveredCallHandedElsewhereIsNotRunHere(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("r", minMax(0, 1), func(p *store.Project) { p.Retries = 1 })
+		st := newTestStore(t, p)
+		t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+		st.putCall(store.Call{ID: "call_moved", ProjectID: "r", State: store.CallRunning, Created: t0, Dispatched: t0, Attempt: 1})
+		st.setFail(func(c store.Call) error {
+			if c.ID == "call_moved" {
+				return fmt.Errorf("save call %s: %w", c.ID, store.ErrFenced)
+			}
+			return nil
+		})
+		h := startHarness(t, Config{}, nil, st)
+		defer h.stop()
+		h.noLaunch()
+		if got := h.st.states("call_moved"); !slices.Equal(got, []store.CallState{store.CallRunning}) {
+			t.Errorf("states of the handed call = %v, want only the stored one", got)
+		}
+	})
+}

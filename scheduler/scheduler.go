@@ -497,15 +497,27 @@ func (s *Scheduler) recoverPending(ctx context.Context) error {
 	// One async write each shares commits; waiting for all keeps "recovery
 	// first": nobody reads a call as running that the daemon already gave up
 	// (or is about to run again).
-	errs := make(chan error, len(writes))
+	type saved struct {
+		id  string
+		err error
+	}
+	errs := make(chan saved, len(writes))
 	for _, c := range writes {
-		s.st.SaveCallAsync(c, func(err error) { errs <- err })
+		s.st.SaveCallAsync(c, func(err error) { errs <- saved{c.ID, err} })
 	}
 	for range writes {
 		select {
-		case err := <-errs:
-			if err != nil {
-				s.log.Error().Err(err).Msg("recovery: saving an interrupted call failed")
+		case r := <-errs:
+			switch {
+			case errors.Is(r.err, store.ErrFenced):
+				// Handed to another node while this one restarted (cluster
+				// mode): it is not this node's to run.
+				if c := s.calls[r.id]; c != nil {
+					s.log.Warn().Err(r.err).Str("call", r.id).Msg(msgDiscarded)
+					s.abandon(c)
+				}
+			case r.err != nil:
+				s.log.Error().Err(r.err).Msg("recovery: saving an interrupted call failed")
 			}
 		case <-ctx.Done():
 			return ctx.Err()

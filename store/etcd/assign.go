@@ -126,7 +126,7 @@ func (s *Store) FailLost(f Fence, c store.Call, rev int64, msg string) error {
 	}
 	var queued []store.Delivery
 	for i, d := range ds {
-		if own && holds(resp.Responses[2+i], records[i]) || !own && queuedNow(resp.Responses[first+i], records[i]) {
+		if own && foundValue(resp.Responses[2+i], records[i]) || !own && queuedNow(resp.Responses[first+i], records[i]) {
 			queued = append(queued, d)
 		}
 	}
@@ -178,7 +178,7 @@ func (s *Store) HandOverDeliveries(f Fence, from, to string) (int, error) {
 			if !fenceHeld(f, tr) {
 				return n, fmt.Errorf("%s: %w", what, ErrNotLeader)
 			}
-			if !resent || !holds(tr.Responses[1], v) {
+			if !resent || !foundValue(tr.Responses[1], v) {
 				continue // ended or attempted meanwhile: its sender still lives
 			}
 		}
@@ -243,7 +243,7 @@ func (s *Store) leaderTxn(what string, f Fence, id string, rev int64, ops, check
 	if !fenceHeld(f, resp) {
 		return nil, false, fmt.Errorf("%s: %w", what, ErrNotLeader)
 	}
-	if resent && holds(resp.Responses[1], record) {
+	if resent && foundValue(resp.Responses[1], record) {
 		return resp, true, nil
 	}
 	return nil, false, fmt.Errorf("%s: %w", what, ErrCallChanged)

@@ -177,16 +177,21 @@ func (s *Store) finishedKey(t time.Time, id string) string {
 // whose entry names this node (Options.Node) are returned: those it wrote
 // last, or the cluster leader handed to it (HandOver). The scheduler
 // recovers them at start-up, and another node's calls are that node's to
-// recover.
+// recover. Each is marked as this node's: its writes are fenced on its
+// pending entry still naming this node (doc.go, "Fencing").
 func (s *Store) PendingCalls() ([]store.Call, error) {
 	at, err := s.callsPendingOn("pending calls", s.node)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]store.Call, len(at))
+	ids := make([]string, len(at))
 	for i, c := range at {
-		out[i] = c.Call
+		out[i], ids[i] = c.Call, c.Call.ID
 	}
+	// Handed out as this node's: their writes compare that they still are
+	// (fence.go), so a call the leader handed on since is not written here.
+	s.fence.handed(ids)
 	return out, nil
 }
 

@@ -85,12 +85,36 @@
 // store.ErrFenced, and the rest of the batch commits. So a node that was
 // cut off and came back cannot write the result of a call the leader
 // handed on meanwhile; a rejoin's new lease never applies to calls taken
-// under the old one. With no lease bound (a single node, tests, the CLI)
-// writes compare nothing. The nested transactions count against etcd's
-// 128 operations per transaction (see writer.go's opCount). A binding
-// lives in memory until its call's final write; the bindings of calls
-// the scheduler abandoned when the lease lapsed stay until the process
-// ends (a few dozen bytes each).
+// under the old one.
+//
+// A lease alone does not fence a node that shut down cleanly (revoking
+// its lease, so the leader hands its calls on at once) and started again
+// quickly: its recovery (PendingCalls) may read a call before the leader
+// moves it, and the new process holds a valid lease. So each write of a
+// bound call compares also that the call is still this node's: a call
+// this process was handed (PendingCalls, Adopt) or has written compares
+// that pending/<id> names this node (the compare runs before a final
+// write deletes it), and a call first written here with neither, a
+// creation (a sync start's one final write too), that calls/<id> is
+// absent. Which of the two is read at commit, so a creation's next write
+// queued before it committed compares the pending entry it put. A write
+// of a call handed on, or made final by another node or the leader, or a
+// creation of an id that exists, ends with store.ErrFenced (its error
+// names which compare failed: the lease, the call's node, final, exists),
+// and the other node's record stands; a resave of a final write that had
+// landed after all is refused the same way, leaving that result. A commit
+// retried after etcd elected a leader that finds a fenced call's record as
+// it writes it counts that write as committed (its earlier try was
+// applied), and tells the deliveries found with its records. Leader writes
+// (assign.go) and ImportCall (create-if-absent) are not call writes of
+// this writer and compare what they did before. With no lease bound (a
+// single node, tests, the CLI) writes compare nothing. The nested
+// transactions count against etcd's 128 operations per transaction (see
+// writer.go's opCount). A call's
+// binding, and the mark that it is this node's, live in memory from its
+// first write (or PendingCalls, Adopt) until its final write; those of
+// calls the scheduler abandoned when the lease lapsed stay until the
+// process ends (a few dozen bytes each).
 //
 // # Leader writes
 //

@@ -1,10 +1,12 @@
 package etcd
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"inferd/store"
@@ -28,19 +30,31 @@ func (b binding) cmp() clientv3.Cmp {
 	return clientv3.Compare(clientv3.LeaseValue(b.key), "=", b.lease)
 }
 
-// leases holds the lease this node's call writes are fenced on now, and the
-// one each live call was bound to. A call is bound at its first write (or
-// its Adopt) to the lease current then, and keeps that binding until its
-// final write has committed or been fenced: a new lease (the node rejoined
-// after it was cut off) never applies to a call taken under an old one, so
-// the late result of a call the leader handed on cannot be written.
+// leases holds the lease this node's call writes are fenced on now, and
+// each live call's fence. A call is bound at its first write (or its Adopt)
+// to the lease current then, and keeps that binding until its final write
+// has committed or been fenced: a new lease (the node rejoined after it was
+// cut off) never applies to a call taken under an old one, so the late
+// result of a call the leader handed on cannot be written.
 //
 // Calls written while no lease is bound (a single box, the CLI, a node
-// before its first session) are not kept here and their writes are plain.
+// before its first session) have no lease binding and their writes are
+// plain.
 type leases struct {
 	mu      sync.Mutex
 	current binding
-	calls   map[string]binding
+	calls   map[string]callFence
+}
+
+// callFence is what a call's writes are fenced on: its lease binding, and
+// whether the call exists as this node's. A call this process was handed
+// (PendingCalls at start-up, Adopt) or has written exists: each write
+// compares that its pending/<id> entry still names this node. Any other
+// call is a creation: its writes compare that calls/<id> is absent, until
+// one of them commits.
+type callFence struct {
+	binding
+	exists bool
 }
 
 // BindLease fences this node's later call writes on lease: each call
@@ -61,41 +75,123 @@ func (s *Store) BindLease(key string, lease clientv3.LeaseID) {
 func (l *leases) bindingFor(id string) binding {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if b, ok := l.calls[id]; ok {
-		return b
+	f := l.calls[id]
+	if f.fenced() {
+		return f.binding
 	}
 	if !l.current.fenced() {
 		return binding{}
 	}
 	if l.calls == nil {
-		l.calls = map[string]binding{}
+		l.calls = map[string]callFence{}
 	}
-	l.calls[id] = l.current
-	return l.current
+	f.binding = l.current
+	l.calls[id] = f
+	return f.binding
 }
 
-// rebind binds call id to the current lease, whatever it was bound to.
+// rebind binds call id, which exists as this node's (handed here), to the
+// current lease, whatever it was bound to.
 func (l *leases) rebind(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.current.fenced() {
-		delete(l.calls, id)
+	if l.calls == nil {
+		l.calls = map[string]callFence{}
+	}
+	l.calls[id] = callFence{binding: l.current, exists: true}
+}
+
+// handed marks the calls PendingCalls read as existing: recovered at
+// start-up, before or after the first lease is bound.
+func (l *leases) handed(ids []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.calls == nil {
+		l.calls = map[string]callFence{}
+	}
+	for _, id := range ids {
+		f := l.calls[id]
+		f.exists = true
+		l.calls[id] = f
+	}
+}
+
+// existing reports whether call id exists as this node's: its writes
+// compare its pending entry, not its absence.
+func (l *leases) existing(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.calls[id].exists
+}
+
+// written marks call id as existing once a write of it under b committed,
+// unless the call was bound again meanwhile (Adopt, which marks it too). A
+// call written with no lease bound is marked too, so that its writes once
+// a lease is bound compare its pending entry, not its absence.
+func (l *leases) written(id string, b binding) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f, ok := l.calls[id]
+	if ok && f.binding != b {
 		return
 	}
 	if l.calls == nil {
-		l.calls = map[string]binding{}
+		l.calls = map[string]callFence{}
 	}
-	l.calls[id] = l.current
+	l.calls[id] = callFence{binding: b, exists: true}
 }
 
-// release forgets call id's binding once its final write has committed or
+// release forgets call id's fence once its final write has committed or
 // was fenced, unless the call was bound again meanwhile (Adopt).
 func (l *leases) release(id string, b binding) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.calls[id] == b {
+	if f, ok := l.calls[id]; ok && f.binding == b {
 		delete(l.calls, id)
 	}
+}
+
+// fenceCmps are the compares of a write of call id under b: the node's key
+// still under b's lease, and the call still this node's (its pending
+// entry names this node) or, for a creation, absent. The pending entry
+// compared is the one before the write: a final write deletes it.
+func (s *Store) fenceCmps(id string, b binding, exists bool) []clientv3.Cmp {
+	if exists {
+		return []clientv3.Cmp{b.cmp(), clientv3.Compare(clientv3.Value(s.key("pending", id)), "=", s.node)}
+	}
+	return []clientv3.Cmp{b.cmp(), clientv3.Compare(clientv3.CreateRevision(s.key("calls", id)), "=", 0)}
+}
+
+// fenceReadsFirst is the index of the first delivery read in fenceReads.
+const fenceReadsFirst = 3
+
+// fenceReads are the reads of a fenced write's failure branch: the call's
+// record, its pending entry and the node's key (fencedBecause reads them),
+// then each of the write's webhook deliveries (a retried commit that finds
+// its own record tells which it queued).
+func (s *Store) fenceReads(id string, b binding, deliveries []string) []clientv3.Op {
+	ops := []clientv3.Op{clientv3.OpGet(s.key("calls", id)), clientv3.OpGet(s.key("pending", id)), clientv3.OpGet(b.key)}
+	for _, d := range deliveries {
+		ops = append(ops, clientv3.OpGet(s.key("outbox", d)))
+	}
+	return ops
+}
+
+// fencedBecause is the error of call id's write whose fence compares
+// failed, read from fenceReads' answers: which compare failed.
+func (s *Store) fencedBecause(id string, b binding, exists bool, t *etcdserverpb.TxnResponse) error {
+	node := t.Responses[2].GetResponseRange().Kvs
+	if len(node) == 0 || clientv3.LeaseID(node[0].Lease) != b.lease {
+		return fencedError(id, b)
+	}
+	if !exists {
+		return fmt.Errorf("save call %s: the call exists already, not created by this node: %w", id, store.ErrFenced)
+	}
+	pending := t.Responses[1].GetResponseRange().Kvs
+	if len(pending) == 0 {
+		return fmt.Errorf("save call %s: the call is final already (written by another node): %w", id, store.ErrFenced)
+	}
+	return fmt.Errorf("save call %s: the call is pending on node %s now: %w", id, pending[0].Value, store.ErrFenced)
 }
 
 // fencedError is the error of a write whose lease compare failed.
@@ -117,8 +213,9 @@ func (s *Store) Adopt(id string) (store.Call, error) {
 	ctx, cancel := s.ctx()
 	defer cancel()
 	ck := s.key("calls", id)
-	resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(ck), clientv3.OpGet(s.key("inputsize", id)),
-		clientv3.OpGet(s.key("pending", id))).Commit()
+	resp, _, err := s.commitTxn(ctx, func(ctx context.Context) clientv3.Txn { // reads: sent again after a lost answer
+		return s.cli.Txn(ctx).Then(clientv3.OpGet(ck), clientv3.OpGet(s.key("inputsize", id)), clientv3.OpGet(s.key("pending", id)))
+	})
 	if err != nil {
 		return store.Call{}, s.wrap(what, err)
 	}
@@ -159,4 +256,10 @@ func (s *Store) CallNode(id string) (string, error) {
 		return "", err
 	}
 	return string(v), nil
+}
+
+// foundValue reports whether a read's answer is one key with value v.
+func foundValue(r *etcdserverpb.ResponseOp, v string) bool {
+	kvs := r.GetResponseRange().Kvs
+	return len(kvs) == 1 && string(kvs[0].Value) == v
 }

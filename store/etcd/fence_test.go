@@ -82,7 +82,7 @@ func TestWriteUnderALapsedLeaseIsFencedWhileTheBatchCommits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !fenced["call_old"] || fenced["call_new"] || fenced["call_plain"] {
+	if fenced["call_old"] == nil || fenced["call_new"] != nil || fenced["call_plain"] != nil {
 		t.Errorf("fenced = %v, want call_old only", fenced)
 	}
 	if len(batch[0].queued) != 0 {

@@ -134,5 +134,5 @@ func (s *Store) createIfAbsent(what string, keys []string, ops []clientv3.Op) (b
 	if err != nil {
 		return false, s.wrap(what, err)
 	}
-	return resp.Succeeded || resent && holds(resp.Responses[0], string(ops[0].ValueBytes())), nil
+	return resp.Succeeded || resent && foundValue(resp.Responses[0], string(ops[0].ValueBytes())), nil
 }

@@ -52,7 +52,7 @@ func (s *Store) CreateScopedKey(teamID string, scope store.KeyScope, lim store.K
 		if err != nil {
 			return "", store.APIKey{}, s.wrap(what, err)
 		}
-		if resp.Succeeded || resent && holds(resp.Responses[0], v) {
+		if resp.Succeeded || resent && foundValue(resp.Responses[0], v) {
 			return secret, k, nil
 		}
 	}

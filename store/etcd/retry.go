@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -45,7 +44,7 @@ const retryPause = 100 * time.Millisecond
 // retryable) is sent again. It returns the last try's error, and how many
 // tries were sent: a write tried more than once may have been applied by a
 // try whose answer was lost, so a compare of the last try may fail on the
-// write's own earlier effect (see resent).
+// write's own earlier effect (see commitTxn's resent, and foundValue).
 //
 // A refusal (a failed compare is an answer, not an error; too large, no
 // space) is never retried. Requests are retried only when sending them
@@ -120,12 +119,4 @@ func retryable(err error) bool {
 	// raft drops a proposal made while its member knows no leader, before
 	// it is logged: never applied. etcd passes it on as codes.Unknown.
 	return strings.Contains(err.Error(), "raft proposal dropped")
-}
-
-// holds reports whether a get's response found its key with value v: a
-// retried write that finds its own earlier try's value (a value no other
-// writer puts: a fresh hash, a time stamp, a drawn token) was applied.
-func holds(r *etcdserverpb.ResponseOp, v string) bool {
-	kvs := r.GetResponseRange().Kvs
-	return len(kvs) == 1 && string(kvs[0].Value) == v
 }

@@ -33,7 +33,7 @@ func (s *Store) EnsureTeam(id string) (bool, error) {
 	if err != nil {
 		return false, s.wrap(what, err)
 	}
-	return resp.Succeeded || resent && holds(resp.Responses[0], string(put.ValueBytes())), nil
+	return resp.Succeeded || resent && foundValue(resp.Responses[0], string(put.ValueBytes())), nil
 }
 
 // teamIfAbsent returns the compare and put that create team id if it does

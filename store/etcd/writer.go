@@ -48,7 +48,10 @@ type callWrite struct {
 // opCount is how many operations the write adds to a transaction at most:
 // its call's, its inputs', its held payloads' refs, two per delivery (a
 // nested transaction with two compares and one operation) and one for the
-// nested transaction a fenced write is.
+// nested transaction a fenced write is. That nested transaction's two
+// compares, and the reads of its failure branch (three and one per
+// delivery), never outnumber the operations it holds, so its level is
+// bounded by them.
 func (cw callWrite) opCount() int {
 	n := len(cw.ops) + len(cw.inputOps) + 2*len(cw.deliveries)
 	if cw.held != nil {
@@ -151,15 +154,16 @@ func (w *writer) run() {
 			case err != nil:
 				cw.done(fmt.Errorf("save call %s: %w", cw.id, err))
 				continue
-			case fenced[cw.id]:
-				cw.done(fencedError(cw.id, cw.fence))
+			case fenced[cw.id] != nil:
+				cw.done(fenced[cw.id])
 			default:
 				w.s.deliveryHooks.Notify(cw.queued)
 				cw.done(nil)
 			}
-			if cw.final && cw.fence.fenced() {
+			if cw.final {
 				// Ended here: committed, or refused for good (a lease
-				// never comes back).
+				// never comes back, nor a call handed on or finished
+				// elsewhere).
 				w.s.fence.release(cw.id, cw.fence)
 			}
 		}
@@ -208,7 +212,8 @@ func (w *writer) take() (batch, failed []callWrite) {
 }
 
 // commit writes the batch in one transaction and returns the calls whose
-// writes it refused because their lease compare failed (fenced).
+// writes it refused because a fence compare failed, each with its error
+// (wrapping store.ErrFenced).
 //
 // A call queued more than once in the batch is written once, with its
 // last write: etcd refuses a transaction that names a key twice, and the
@@ -216,15 +221,30 @@ func (w *writer) take() (batch, failed []callWrite) {
 // write that carried any (a later write without inputs keeps them), and
 // its deliveries those of all its writes, each once (the first write's
 // record). A call bound to a lease (fence.go) is written by a nested
-// transaction that compares the node's key's lease with the call's, its
+// transaction that compares the node's key's lease with the call's, and
+// that the call is still this node's (or absent, for a creation), its
 // deliveries inside it: a failed compare refuses that call's writes and
 // queues none of its deliveries, and the rest of the batch commits.
+// Whether the call exists as this node's is read here, not when the write
+// was queued: a creation's later write queued before the creation
+// committed compares the pending entry the creation put.
 //
 // While etcd has no leader the commit is retried, each try bounded by
 // TryTimeout, for up to RetryFor (retry.go); then the deliveries a retry finds already queued by this very batch (an
 // earlier try that was applied but whose answer was lost) count as queued
 // by it, so their hooks still run, once.
-func (w *writer) commit(batch []callWrite) (map[string]bool, error) {
+//
+// Likewise a fenced write whose compare fails on a retry, finding the
+// call's record as it writes it (its own earlier try put it, and deleted
+// the pending entry of a final write or created the record), counts as
+// committed.
+func (w *writer) commit(batch []callWrite) (map[string]error, error) {
+	return w.commitAfter(batch, 0)
+}
+
+// commitAfter is commit as if it had been sent tries times before (tests
+// stand for a retry of a try that etcd applied, its answer lost).
+func (w *writer) commitAfter(batch []callWrite, tries int) (map[string]error, error) {
 	last, lastInputs := map[string]int{}, map[string]int{}
 	for i, cw := range batch {
 		last[cw.id] = i
@@ -241,6 +261,8 @@ func (w *writer) commit(batch []callWrite) (map[string]bool, error) {
 	type group struct {
 		id     string
 		fence  binding
+		exists bool   // a fenced call's: compares its pending entry, not its absence
+		record []byte // the calls/<id> value it puts
 		ops    []clientv3.Op
 		queues []queuedBy // after the call's own ops, in ops
 	}
@@ -258,6 +280,7 @@ func (w *writer) commit(batch []callWrite) (map[string]bool, error) {
 		g := byID[cw.id]
 		if last[cw.id] == i {
 			g.ops = append(g.ops, cw.callOps()...)
+			g.record = cw.ops[0].ValueBytes() // callOps: the record's put first
 		}
 		if j, ok := lastInputs[cw.id]; ok && j == i {
 			g.ops = append(g.ops, cw.allInputOps()...)
@@ -273,20 +296,27 @@ func (w *writer) commit(batch []callWrite) (map[string]bool, error) {
 			}
 		}
 	}
+	s := w.s
 	var ops []clientv3.Op
 	at := make([]int, len(groups)) // each group's first response (unfenced) or its nested transaction's
 	for k, g := range groups {
 		at[k] = len(ops)
 		if g.fence.fenced() {
-			ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{g.fence.cmp()}, g.ops, nil))
+			g.exists = s.fence.existing(g.id)
+			reads := make([]string, len(g.queues))
+			for n, q := range g.queues {
+				reads[n] = batch[q.write].deliveries[q.delivery].ID
+			}
+			ops = append(ops, clientv3.OpTxn(s.fenceCmps(g.id, g.fence, g.exists), g.ops,
+				s.fenceReads(g.id, g.fence, reads)))
 		} else {
 			ops = append(ops, g.ops...)
 		}
 	}
-	s := w.s
 	start := time.Now()
 	var resp *clientv3.TxnResponse
 	err := s.retrying(func(ctx context.Context) (err error) {
+		tries++
 		resp, err = s.cli.Txn(ctx).Then(ops...).Commit()
 		return err
 	})
@@ -294,23 +324,33 @@ func (w *writer) commit(batch []callWrite) (map[string]bool, error) {
 	if err != nil {
 		return nil, s.wrap("commit", err)
 	}
-	var fenced map[string]bool
+	var fenced map[string]error
 	for k, g := range groups {
 		rs := resp.Responses[at[k]:]
+		first := len(g.ops) - len(g.queues)
+		queued := queuedNow
 		if g.fence.fenced() {
 			t := resp.Responses[at[k]].GetResponseTxn()
-			if !t.Succeeded {
+			switch {
+			case t.Succeeded:
+				rs = t.Responses
+			case tries > 1 && foundValue(t.Responses[0], string(g.record)):
+				// An earlier try was applied: its deliveries are those
+				// found with their records.
+				rs, first, queued = t.Responses, fenceReadsFirst, foundValue
+			default:
 				if fenced == nil {
-					fenced = map[string]bool{}
+					fenced = map[string]error{}
 				}
-				fenced[g.id] = true
+				fenced[g.id] = s.fencedBecause(g.id, g.fence, g.exists, t)
 				continue
 			}
-			rs = t.Responses
 		}
-		first := len(g.ops) - len(g.queues)
+		// Stored: its later writes compare its pending entry, no longer
+		// its absence (run forgets it after a final write).
+		s.fence.written(g.id, g.fence)
 		for n, q := range g.queues {
-			if queuedNow(rs[first+n], q.record) {
+			if queued(rs[first+n], q.record) {
 				cw := &batch[q.write]
 				cw.queued = append(cw.queued, cw.deliveries[q.delivery])
 			}
