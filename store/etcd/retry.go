@@ -33,9 +33,10 @@ import (
 // set TryTimeout higher there.
 const DefaultTryTimeout = 500 * time.Millisecond
 
-// retryPause is the wait after a try that failed at once (no leader,
-// connection refused): it keeps a leaderless or unreachable etcd from
-// being hammered; it is not a synchronization.
+// retryPause is the wait after a failed try: one that failed at once (no
+// leader, connection refused) would otherwise be sent again at once, so it
+// keeps a leaderless or unreachable etcd from being hammered; it is not a
+// synchronization.
 const retryPause = 100 * time.Millisecond
 
 // retry sends req, an etcd request that is harmless to send again, until
