@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -211,13 +212,17 @@ func newClusterMode(cfg config.Config, o openedStore, sched func() schedulerHook
 			}
 		},
 		OnFenced: func() { sched().Abandon() },
-		Adopt: func(id string) {
+		Adopt: func(id string) error {
 			c, err := st.Adopt(id)
-			if err != nil {
+			switch {
+			case errors.Is(err, store.ErrUnavailable):
+				return err // tried again: the call is this node's
+			case err != nil:
 				log.Warn().Err(err).Str("call", id).Msg("a call handed to this node could not be adopted")
-				return
+				return nil
 			}
 			sched().Adopt(c)
+			return nil
 		},
 		OnPlacement: func(project string) {
 			sched().ProjectChanged(project)

@@ -45,15 +45,26 @@ func (n *Node) adopt(ctx context.Context) {
 	}
 }
 
-// adoptOne hands one call to Adopt and deletes its assign key. A key whose
+// adoptOne hands one call to Adopt and deletes its assign key. Adopt is
+// tried again while it fails (etcd not answering), until the session's
+// context ends, which keeps the key for the next session. A key whose
 // delete fails is adopted again at the next listing: Adopt must take a
 // call it already holds as a no-op.
 func (n *Node) adoptOne(ctx context.Context, dir, key string) {
 	id := strings.TrimPrefix(key, dir)
-	if ctx.Err() != nil {
-		return
+	for {
+		if ctx.Err() != nil {
+			return
+		}
+		err := n.o.Adopt(id)
+		if err == nil {
+			break
+		}
+		n.o.Log.Warn().Err(err).Str("call", id).Msg("a call handed to this node could not be read; trying again")
+		if waitOr(ctx, nil, n.o.Retry) {
+			return
+		}
 	}
-	n.o.Adopt(id)
 	dctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
 	if _, err := n.o.Client.Delete(dctx, key); err != nil {

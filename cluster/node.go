@@ -64,8 +64,10 @@ type Options struct {
 	// must be abandoned, unwritten. A new session follows.
 	OnFenced func()
 	// Adopt is called with each call the leader handed to this node
-	// (assign/<name>/<id>), once per assign key, from one goroutine.
-	Adopt func(callID string)
+	// (assign/<name>/<id>), once per assign key, from one goroutine. An
+	// error says the call could not be read now (etcd not answering): it
+	// is tried again, and its key kept until it is taken.
+	Adopt func(callID string) error
 	// OnPlacement is called with a project's id when its placement
 	// changed (or was deleted), on the watch's goroutine: it must not
 	// block.
@@ -135,7 +137,7 @@ func New(o Options) (*Node, error) {
 		o.OnSession = func(string, clientv3.LeaseID) {}
 	}
 	if o.Adopt == nil {
-		o.Adopt = func(string) {}
+		o.Adopt = func(string) error { return nil }
 	}
 	if o.OnPlacement == nil {
 		o.OnPlacement = func(string) {}

@@ -54,8 +54,10 @@ type testNode struct {
 	adopted chan string
 	fenced  chan struct{}
 
-	mu   sync.Mutex
-	load func() (Capacity, map[string]ProjectLoad)
+	mu          sync.Mutex
+	load        func() (Capacity, map[string]ProjectLoad)
+	adoptFails  int // Adopt fails this many more times, as with etcd not answering
+	adoptsTried int
 }
 
 func (tn *testNode) setLoad(fn func() (Capacity, map[string]ProjectLoad)) {
@@ -98,7 +100,18 @@ func startNodeOn(t *testing.T, endpoint, name string, cpuSlots int, ttl time.Dur
 			defer tn.mu.Unlock()
 			return tn.load()
 		},
-		Adopt:        func(id string) { tn.adopted <- id },
+		Adopt: func(id string) error {
+			tn.mu.Lock()
+			tn.adoptsTried++
+			if tn.adoptFails > 0 {
+				tn.adoptFails--
+				tn.mu.Unlock()
+				return store.ErrUnavailable
+			}
+			tn.mu.Unlock()
+			tn.adopted <- id
+			return nil
+		},
 		OnFenced:     func() { tn.fenced <- struct{}{} },
 		Log:          zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
 		PublishEvery: 20 * time.Millisecond, RecheckEvery: 100 * time.Millisecond, Retry: 50 * time.Millisecond, TTL: ttl,
@@ -649,4 +662,39 @@ func TestANewLeaderFindsCallsOfANodeLostBeforeIt(t *testing.T) {
 	if id, node := nextAdopted(t, a, b); id != "call_orphan" {
 		t.Errorf("%s adopted %s, want call_orphan", node, id)
 	}
+}
+
+// A call handed to a node whose Adopt fails (etcd not answering) is tried
+// again, and its assign key kept until it is taken: it is not left pending
+// on the node unadopted.
+func TestAdoptIsTriedAgainUntilTheCallIsTaken(t *testing.T) {
+	m := startMember(t)
+	a := startNode(t, m, "a", 2)
+	a.mu.Lock()
+	a.adoptFails = 2
+	a.mu.Unlock()
+	key := a.st.Prefix() + AssignPrefix + "a/call_x"
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if _, err := a.st.Client().Put(ctx, key, ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-a.adopted:
+		if id != "call_x" {
+			t.Fatalf("adopted %s, want call_x", id)
+		}
+	case <-time.After(within):
+		t.Fatal("the handed call was never adopted after Adopt failed")
+	}
+	a.mu.Lock()
+	tried := a.adoptsTried
+	a.mu.Unlock()
+	if tried != 3 {
+		t.Errorf("Adopt tried %d times, want 3 (two failures, then the call)", tried)
+	}
+	waitFor(t, "the assign key deleted once the call was taken", func() bool {
+		resp, err := a.st.Client().Get(ctx, key)
+		return err == nil && len(resp.Kvs) == 0
+	})
 }
