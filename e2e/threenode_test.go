@@ -26,6 +26,7 @@ package e2e
 //     traffic to a node but not the node's own traffic to the others.
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -404,8 +405,14 @@ func (c *threeNodes) runLines(t *testing.T) []run {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A run being logged may have created the file, or be writing its
+	// line, as the test reads: only whole lines count.
+	whole := string(raw[:bytes.LastIndexByte(raw, '\n')+1])
 	var out []run
-	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+	for _, line := range strings.Split(whole, "\n") {
+		if line == "" {
+			continue
+		}
 		var r run
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatalf("run log line %q: %v", line, err)
