@@ -256,6 +256,9 @@ func (s *Scheduler) onFinal(c *call, err error) {
 	case err != nil:
 		s.log.Error().Err(err).Str("call", c.c.ID).Msg("saving a call result failed")
 		f.State, f.Outputs, f.Message = store.CallFailed, nil, msgStorageFull
+		if errors.Is(err, store.ErrUnavailable) {
+			f.Message = msgResultUnavailable
+		}
 		if c.unsaved {
 			// Never stored, and its ID never given out: the start answers
 			// with the error instead, so no ID exists that a restart forgets.

@@ -346,3 +346,42 @@ func TestRecoveredCallHandedElsewhereIsNotRunHere(t *testing.T) {
 		}
 	})
 }
+
+// A result etcd does not take within the store's bound (cluster mode, no
+// quorum) ends the call with an error that says so, not "storage full": an
+// async call keeps it as its message; a sync start, whose call was never
+// stored, is told the cluster is unavailable, so its client retries.
+func TestResultNotTakenByEtcdSaysClusterUnavailable(t *testing.T) {
+	unavailable := func(c store.Call) error {
+		if c.State.Done() {
+			return fmt.Errorf("save call %s: %w", c.ID, store.ErrUnavailable)
+		}
+		return nil
+	}
+	t.Run("async", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			p, h, i := oneReadyReplica(t)
+			defer h.stop()
+			h.st.setFail(unavailable)
+			c := h.submit(p, `1`)
+			h.call(i).reply(`{}`)
+			h.settle()
+			got, done, err := h.s.Lookup(c.ID)
+			if err != nil || !isClosed(done) || got.State != store.CallFailed || got.Message != msgResultUnavailable {
+				t.Errorf("Lookup = %+v, %v; want failed with %q", got, err, msgResultUnavailable)
+			}
+		})
+	})
+	t.Run("sync", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			p, h, i := oneReadyReplica(t)
+			defer h.stop()
+			h.st.setFail(unavailable)
+			res := h.submitWait(context.Background(), p, time.Minute)
+			h.call(i).reply(`{}`)
+			if r := <-res; !errors.Is(r.err, store.ErrUnavailable) {
+				t.Errorf("SubmitWait whose only write etcd did not take = %+v, %v; want cluster unavailable", r.c, r.err)
+			}
+		})
+	})
+}

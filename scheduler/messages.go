@@ -16,6 +16,8 @@ const (
 	msgInterrupted    = "error: interrupted by a server restart"
 	msgProjectDeleted = "error: project deleted"
 	msgStorageFull    = "error: storage full: the result could not be saved"
+	// Cluster mode: etcd did not take the result within the store's bound.
+	msgResultUnavailable = "error: cluster unavailable: the result could not be saved; start the call again"
 	// The inputs of a durable call could not be read back at dispatch.
 	msgInputsUnreadable = "error: the call's inputs could not be read from storage; start it again"
 )

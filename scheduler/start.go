@@ -198,6 +198,8 @@ var errNotSaved = errors.New(strings.TrimPrefix(msgStorageFull, "error: "))
 // finalAnswer is a start's answer for a finished call, read after done.
 func finalAnswer(c *call) (store.Call, error) {
 	switch {
+	case c.unstored && c.result.Message == msgResultUnavailable:
+		return store.Call{}, fmt.Errorf("save call: %w", store.ErrUnavailable) // the client's retry may land
 	case c.unstored:
 		return store.Call{}, errNotSaved
 	case c.state == callAbandoned && c.unsaved:
