@@ -153,7 +153,10 @@ func (s *Store) HandOverDeliveries(f Fence, from, to string) (int, error) {
 	for _, kv := range resp.Kvs {
 		rec, err := decode[outboxRecord](what, string(kv.Key), kv.Value)
 		if err != nil {
-			return n, err
+			// Not one the leader can tell the node of, nor send: skipped,
+			// so that one damaged record (a broken node's) does not stop
+			// every lost node's webhooks and calls from being handed on.
+			continue
 		}
 		if rec.Node != from {
 			continue

@@ -211,6 +211,11 @@ func TestHandOverDeliveriesTellsTheNewNode(t *testing.T) {
 	heard := make(chan store.Delivery, 4)
 	live.OnDeliveryQueued(func(d store.Delivery) { heard <- d })
 	f := leaderFence(t, lead)
+	// A damaged record (written by a broken node) is passed over, not an
+	// end to the handover.
+	if _, err := lead.Client().Put(context.Background(), lead.key("outbox", "dlv_damaged"), "{not json"); err != nil {
+		t.Fatal(err)
+	}
 	n, err := lead.HandOverDeliveries(f, "lost", "live")
 	if err != nil || n != 1 {
 		t.Fatalf("HandOverDeliveries = %d, %v; want the start delivery of call_run", n, err)
@@ -222,6 +227,9 @@ func TestHandOverDeliveriesTellsTheNewNode(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("node live's hooks did not hear of the handed delivery")
+	}
+	if _, err := lead.Client().Delete(context.Background(), lead.key("outbox", "dlv_damaged")); err != nil {
+		t.Fatal(err) // PendingDeliveries refuses it (a start-up's check)
 	}
 	if ds, err := live.PendingDeliveries(); err != nil || len(ds) != 1 {
 		t.Errorf("node live PendingDeliveries = %+v, %v", ds, err)
