@@ -52,8 +52,10 @@ type CallAt struct {
 // CallsOfNode returns the pending calls whose pending/<id> entry names node
 // (the calls it runs or holds queued), each with its record's revision,
 // read at one revision. Inputs are left out (InputBytes says their size).
+// A call whose record does not decode is left out: the leader cannot hand
+// it on, and must not be stopped from handing on the others.
 func (s *Store) CallsOfNode(node string) ([]CallAt, error) {
-	return s.callsPendingOn(fmt.Sprintf("calls of node %s", node), node)
+	return s.callsPendingOn(fmt.Sprintf("calls of node %s", node), node, true)
 }
 
 // NodesWithCalls returns the names of the nodes that pending calls name

@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -239,5 +240,20 @@ func TestHandOverDeliveriesTellsTheNewNode(t *testing.T) {
 	}
 	if _, err := lead.HandOverDeliveries(f, "live", "lead"); !errors.Is(err, ErrNotLeader) {
 		t.Errorf("HandOverDeliveries by a deposed leader = %v, want ErrNotLeader", err)
+	}
+}
+
+// A call record that does not decode (a broken node's) does not stop the
+// leader reading the lost node's other calls: it is left out.
+func TestCallsOfNodeLeavesOutARecordThatDoesNotDecode(t *testing.T) {
+	_, lead, _ := lostNodeStores(t)
+	for k, v := range map[string]string{lead.key("calls", "call_bad"): "{not json", lead.key("pending", "call_bad"): "lost"} {
+		if _, err := lead.Client().Put(context.Background(), k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := slices.Sorted(maps.Keys(callsOf(t, lead, "lost")))
+	if want := []string{"call_q", "call_run"}; !slices.Equal(got, want) {
+		t.Errorf("CallsOfNode(lost) = %v, want %v", got, want)
 	}
 }

@@ -180,7 +180,7 @@ func (s *Store) finishedKey(t time.Time, id string) string {
 // recover. Each is marked as this node's: its writes are fenced on its
 // pending entry still naming this node (doc.go, "Fencing").
 func (s *Store) PendingCalls() ([]store.Call, error) {
-	at, err := s.callsPendingOn("pending calls", s.node)
+	at, err := s.callsPendingOn("pending calls", s.node, false)
 	if err != nil {
 		return nil, err
 	}
@@ -198,8 +198,9 @@ func (s *Store) PendingCalls() ([]store.Call, error) {
 // callsPendingOn reads the calls whose pending/<id> entry names node, with
 // their inputs' sizes and their records' revisions: the pending index read
 // at one revision, then the calls it names read at that same revision, so
-// the answer is one consistent moment.
-func (s *Store) callsPendingOn(what, node string) ([]CallAt, error) {
+// the answer is one consistent moment. skipBad leaves out a call whose
+// record or input size does not decode; otherwise it is the error.
+func (s *Store) callsPendingOn(what, node string, skipBad bool) ([]CallAt, error) {
 	if err := s.check(what); err != nil {
 		return nil, err
 	}
@@ -235,10 +236,13 @@ func (s *Store) callsPendingOn(what, node string) ([]CallAt, error) {
 				continue // not reached: the index and the call change together
 			}
 			c, err := decode[store.Call](what, string(kvs[0].Key), kvs[0].Value)
-			if err != nil {
-				return nil, err
+			if err == nil {
+				c.InputBytes, err = inputSize(what, resp.Responses[2*i+1])
 			}
-			if c.InputBytes, err = inputSize(what, resp.Responses[2*i+1]); err != nil {
+			switch {
+			case err != nil && skipBad:
+				continue
+			case err != nil:
 				return nil, err
 			}
 			out = append(out, CallAt{Call: c, Rev: kvs[0].ModRevision})
