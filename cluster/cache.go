@@ -93,7 +93,15 @@ func (c *cache) list(ctx context.Context, cli *clientv3.Client) (int64, bool) {
 	var told []change
 	c.mu.Lock()
 	for name, e := range fresh {
-		if old, ok := c.entries[name]; !ok || string(old.value) != string(e.value) || old.createRev != e.createRev {
+		old, ok := c.entries[name]
+		if ok && old.createRev != e.createRev {
+			// Deleted and created again while the watch was broken (a
+			// node fenced and back): told as vanished, at the new key's
+			// creation, which is after every write under the old key's
+			// lease and before any under the new one's.
+			told = append(told, change{name: name, deleted: true, rev: e.createRev, prev: old.value})
+		}
+		if !ok || string(old.value) != string(e.value) || old.createRev != e.createRev {
 			told = append(told, change{name: name, rev: rev, created: !ok || old.createRev != e.createRev})
 		}
 	}
