@@ -305,7 +305,14 @@ func (n *Node) session(ctx context.Context) error {
 		if err := pub.publish(); err == nil {
 			break
 		} else if ctx.Err() != nil || waitOr(ctx, sess.Done(), n.o.Retry) {
-			n.endSession(sess, ctx.Err() == nil)
+			// Never joined: no call was bound to this lease, so there is
+			// nothing to fence (and the daemon's OnFenced waits for a
+			// scheduler that starts once a session has joined).
+			if ctx.Err() != nil {
+				n.endSession(sess, false)
+			} else {
+				sess.Orphan()
+			}
 			return fmt.Errorf("put node key: %w", err)
 		}
 	}
