@@ -572,3 +572,20 @@ func TestClusterCommandsOverMutualTLS(t *testing.T) {
 		t.Errorf("members without the TLS files: exit %d; want 1\n%s", r.code, r.stdout)
 	}
 }
+
+// A mistyped --endpoints is a usage error at once (exit 2, naming the bad
+// entry), not a dial that times out and says the cluster is unreachable;
+// spaces after the commas are allowed.
+func TestClusterEndpointsFlagIsChecked(t *testing.T) {
+	cfg := clusterConfigFile(t, "box-1", "http://"+freeLoopback(t))
+	for _, eps := range []string{",,", " ", "notaurl", "http://127.0.0.1:2379,", "127.0.0.1:2379"} {
+		r := runCLI(t, nil, "--config", cfg, "cluster", "status", "--endpoints", eps)
+		if r.code != 2 || !strings.Contains(r.stderr, "--endpoints") {
+			t.Errorf("status --endpoints %q: exit %d, stderr %q; want 2 naming --endpoints", eps, r.code, r.stderr)
+		}
+	}
+	r := runCLI(t, nil, "--config", cfg, "cluster", "status", "--endpoints", "http://"+freeLoopback(t)+", http://"+freeLoopback(t))
+	if r.code != 1 || !strings.Contains(r.stderr, "cluster unreachable") {
+		t.Errorf("status --endpoints with spaces after the comma: exit %d, stderr %q; want the dial tried (1, unreachable)", r.code, r.stderr)
+	}
+}
