@@ -589,3 +589,19 @@ func TestClusterEndpointsFlagIsChecked(t *testing.T) {
 		t.Errorf("status --endpoints with spaces after the comma: exit %d, stderr %q; want the dial tried (1, unreachable)", r.code, r.stderr)
 	}
 }
+
+// A backup against an etcd that does not answer fails within the request
+// bound (exit 1, saying so), and writes nothing; it used to wait forever.
+func TestClusterBackupFailsWhenEtcdIsUnreachable(t *testing.T) {
+	cfg := clusterConfigFile(t, "box-1", "http://"+freeLoopback(t))
+	dst := filepath.Join(t.TempDir(), "backup.db")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*etcdRequestTimeout)
+	defer cancel()
+	r := runCLICtx(t, ctx, nil, "--config", cfg, "cluster", "backup", dst)
+	if r.code != 1 || !strings.Contains(r.stderr, "began the snapshot within") {
+		t.Errorf("backup against no etcd: exit %d, stderr %q; want 1 saying no member began the snapshot", r.code, r.stderr)
+	}
+	if _, err := os.Stat(dst); !os.IsNotExist(err) {
+		t.Errorf("backup against no etcd left %s (stat: %v)", dst, err)
+	}
+}
