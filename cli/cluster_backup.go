@@ -129,9 +129,18 @@ func (c *clusterCommand) restore(_ context.Context, args []string) error {
 	if err := c.restoreDefaults(dataDir, name, initial); err != nil {
 		return err
 	}
+	// Checked here, as a node's config is at its start: a member restored
+	// under a name or URL its config would refuse never runs.
+	if !config.ValidNodeName(*name) {
+		return fmt.Errorf("%w: member name %q must be 1-64 characters of a-z, 0-9 and - (the node's cluster.name)", errUsage, *name)
+	}
 	peerURL := ""
 	for _, m := range strings.Split(*initial, ",") {
-		if n, u, ok := strings.Cut(strings.TrimSpace(m), "="); ok && n == *name {
+		n, u, ok := strings.Cut(strings.TrimSpace(m), "=")
+		if !ok || !config.ValidNodeName(n) || checkMemberURL(u) != nil {
+			return fmt.Errorf("%w: --initial-cluster: %q is not NAME=http(s)://host:port", errUsage, m)
+		}
+		if n == *name {
 			peerURL = u
 		}
 	}

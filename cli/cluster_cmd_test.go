@@ -605,3 +605,30 @@ func TestClusterBackupFailsWhenEtcdIsUnreachable(t *testing.T) {
 		t.Errorf("backup against no etcd left %s (stat: %v)", dst, err)
 	}
 }
+
+// A restore whose member name or initial cluster a node's config would
+// refuse is a usage error (exit 2), and makes no data directory: such a
+// member could never be started.
+func TestClusterRestoreRefusesBadNamesAndURLs(t *testing.T) {
+	m := startTestMember(t, "box-1", t.TempDir(), "", "", false)
+	cfg := clusterConfigFile(t, "box-1", m.clientURL)
+	file := filepath.Join(t.TempDir(), "cluster.snap")
+	if r := runCLI(t, nil, "--config", cfg, "cluster", "backup", file); r.code != 0 {
+		t.Fatalf("cluster backup: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	for _, tc := range []struct{ name, initial string }{
+		{"Box_1", "Box_1=http://127.0.0.1:2380"},
+		{"box-1", "box-1=127.0.0.1:2380"},
+		{"box-1", "box-1=http://127.0.0.1:2380,box-2"},
+		{"box-1", "box-1=http://127.0.0.1:2380,box-2=http://127.0.0.1"},
+	} {
+		dir := filepath.Join(t.TempDir(), "etcd")
+		r := runCLI(t, nil, "cluster", "restore", file, "--data-dir", dir, "--name", tc.name, "--initial-cluster", tc.initial)
+		if r.code != 2 {
+			t.Errorf("restore --name %q --initial-cluster %q: exit %d, stderr %q; want 2", tc.name, tc.initial, r.code, r.stderr)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("restore --name %q --initial-cluster %q made %s (stat: %v)", tc.name, tc.initial, dir, err)
+		}
+	}
+}
