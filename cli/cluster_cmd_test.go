@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"inferd/cluster"
+	"inferd/config"
 	"inferd/internal/testpki"
 	"inferd/store"
 	"inferd/store/bolt"
@@ -200,6 +201,17 @@ func TestClusterMembershipChanges(t *testing.T) {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("add-member output lacks %q:\n%s", want, r.stdout)
 		}
+	}
+	// The printed section is one a node listening on every address starts
+	// with, as the walkthrough's do.
+	section := r.stdout[strings.Index(r.stdout, "cluster:\n"):]
+	section = section[:strings.Index(section, "\n\n")]
+	printed := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(printed, []byte("listen: 0.0.0.0:8080\n"+section+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := config.Load(printed, nil, nil); err != nil {
+		t.Errorf("the cluster: section add-member printed does not load: %v\n%s", err, section)
 	}
 	if r := runCLI(t, nil, "--config", cfg, "cluster", "add-member", "box-2", "http://"+freeLoopback(t)); r.code != 1 {
 		t.Errorf("adding box-2 twice: exit %d; want 1", r.code)
