@@ -213,8 +213,7 @@ func (c *clusterCommand) status(ctx context.Context, args []string) error {
 	st := conn.state(ctx)
 	w := c.env.stdout
 	if st.listErr != nil {
-		return fmt.Errorf("cluster unreachable: no etcd member answers at %s (%v); if this node's member is down, "+
-			"name another member's client URL with --endpoints", strings.Join(conn.cli.Endpoints(), ","), st.listErr)
+		return fmt.Errorf("cluster unreachable: %w", st.listErr)
 	}
 	printMembers(w, st.members)
 	voters, up := 0, 0

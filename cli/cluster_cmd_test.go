@@ -153,6 +153,13 @@ func TestClusterStatusFailsWhenEtcdIsUnreachable(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "cluster unreachable: no etcd member answers") {
 		t.Errorf("status against no etcd: exit %d; want 1 saying so\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
+	// The other verbs say the same: where they looked, and --endpoints.
+	for _, args := range [][]string{{"members"}, {"add-member", "box-2", "http://127.0.0.1:2380"}, {"promote-member", "box-2"}, {"remove-member", "box-2"}} {
+		r := runCLI(t, nil, append([]string{"--config", cfg, "cluster"}, args...)...)
+		if r.code != 1 || !strings.Contains(r.stderr, "no etcd member answers at http://") || !strings.Contains(r.stderr, "--endpoints") {
+			t.Errorf("cluster %v against no etcd: exit %d, stderr %q; want 1 naming the URL and --endpoints", args, r.code, r.stderr)
+		}
+	}
 	r = runCLI(t, nil, "--data-dir", t.TempDir(), "cluster", "status")
 	if r.code != 1 || !strings.Contains(r.stderr, "no cluster: section") {
 		t.Errorf("status without a cluster config: exit %d, stderr %q", r.code, r.stderr)

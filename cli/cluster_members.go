@@ -33,7 +33,9 @@ func (c *clusterConn) memberList(parent context.Context, opts ...clientv3.OpOpti
 	defer cancel()
 	resp, err := c.cli.MemberList(ctx, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("list etcd members: %w", err)
+		// Every verb starts here: the hint is said once, for all of them.
+		return nil, fmt.Errorf("no etcd member answers at %s (list etcd members: %w); if this node's member is down, "+
+			"name another member's client URL with --endpoints", strings.Join(c.cli.Endpoints(), ","), err)
 	}
 	return resp, nil
 }
