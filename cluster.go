@@ -5,7 +5,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -137,6 +139,12 @@ func openStore(cfg config.Config, log zerolog.Logger) (openedStore, error) {
 	o.daemonStore, o.etcd, o.signer, o.payloads = st, st, signer, payloads
 	log.Info().Str("node", c.Name).Strs("etcd", endpoints).Bool("member", o.member != nil).
 		Msg("cluster mode: records in etcd")
+	if u, err := url.Parse(cfg.AdvertiseURL()); err == nil {
+		if ip := net.ParseIP(u.Hostname()); u.Hostname() == "localhost" || (ip != nil && ip.IsLoopback()) {
+			log.Warn().Str("advertise", cfg.AdvertiseURL()).
+				Msg("cluster.advertise is a loopback address: only nodes on this machine can reach this node; set the address other boxes use")
+		}
+	}
 	return o, nil
 }
 

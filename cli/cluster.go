@@ -125,7 +125,9 @@ func (e *env) connect(endpoints string) (*clusterConn, error) {
 		eps = []string{c.Etcd.Embed.ClientURL}
 	}
 	if endpoints != "" {
-		eps = strings.Split(endpoints, ",")
+		if eps, err = parseEndpoints(endpoints); err != nil {
+			return nil, err
+		}
 	}
 	conn := &clusterConn{cfg: cfg, prefix: c.Etcd.Prefix}
 	if conn.prefix == "" {
@@ -148,6 +150,21 @@ func (e *env) connect(endpoints string) (*clusterConn, error) {
 		return nil, fmt.Errorf("connect to etcd at %s: %w", strings.Join(eps, ","), err)
 	}
 	return conn, nil
+}
+
+// parseEndpoints reads --endpoints: comma-separated http(s)://host:port
+// URLs, spaces around each allowed. A mistyped list is a usage error at
+// once, not a dial that times out and blames the cluster.
+func parseEndpoints(list string) ([]string, error) {
+	var eps []string
+	for _, ep := range strings.Split(list, ",") {
+		ep = strings.TrimSpace(ep)
+		if checkMemberURL(ep) != nil {
+			return nil, fmt.Errorf("%w: --endpoints: %q is not an http://host:port or https://host:port URL", errUsage, ep)
+		}
+		eps = append(eps, ep)
+	}
+	return eps, nil
 }
 
 func (c *clusterConn) close() { c.cli.Close() }
@@ -196,8 +213,7 @@ func (c *clusterCommand) status(ctx context.Context, args []string) error {
 	st := conn.state(ctx)
 	w := c.env.stdout
 	if st.listErr != nil {
-		return fmt.Errorf("cluster unreachable: no etcd member answers at %s (%v); if this node's member is down, "+
-			"name another member's client URL with --endpoints", strings.Join(conn.cli.Endpoints(), ","), st.listErr)
+		return fmt.Errorf("cluster unreachable: %w", st.listErr)
 	}
 	printMembers(w, st.members)
 	voters, up := 0, 0

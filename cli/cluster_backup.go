@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
@@ -44,9 +45,21 @@ func (c *clusterCommand) backup(ctx context.Context, args []string) error {
 		return err
 	}
 	defer conn.close()
-	// The snapshot streams the whole database: bounded by the caller's
-	// context only, not by the per-request timeout.
-	resp, err := conn.cli.SnapshotWithVersion(ctx)
+	// The snapshot streams the whole database: once it flows it is bounded
+	// by the caller's context only, not by the per-request timeout. Its
+	// start (a member answering with the first bytes) is bounded as any
+	// request, so an unreachable etcd fails within seconds, not never.
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	slow := time.AfterFunc(etcdRequestTimeout, cancel)
+	resp, err := conn.cli.SnapshotWithVersion(sctx)
+	if !slow.Stop() {
+		if err == nil {
+			resp.Snapshot.Close()
+		}
+		return fmt.Errorf("cluster backup: no etcd member at %s began the snapshot within %s; if this node's member is down, "+
+			"name another member's client URL with --endpoints", strings.Join(conn.cli.Endpoints(), ","), etcdRequestTimeout)
+	}
 	if err != nil {
 		return fmt.Errorf("cluster backup: etcd snapshot: %w", err)
 	}
@@ -116,9 +129,18 @@ func (c *clusterCommand) restore(_ context.Context, args []string) error {
 	if err := c.restoreDefaults(dataDir, name, initial); err != nil {
 		return err
 	}
+	// Checked here, as a node's config is at its start: a member restored
+	// under a name or URL its config would refuse never runs.
+	if !config.ValidNodeName(*name) {
+		return fmt.Errorf("%w: member name %q must be 1-64 characters of a-z, 0-9 and - (the node's cluster.name)", errUsage, *name)
+	}
 	peerURL := ""
 	for _, m := range strings.Split(*initial, ",") {
-		if n, u, ok := strings.Cut(strings.TrimSpace(m), "="); ok && n == *name {
+		n, u, ok := strings.Cut(strings.TrimSpace(m), "=")
+		if !ok || !config.ValidNodeName(n) || checkMemberURL(u) != nil {
+			return fmt.Errorf("%w: --initial-cluster: %q is not NAME=http(s)://host:port", errUsage, m)
+		}
+		if n == *name {
 			peerURL = u
 		}
 	}

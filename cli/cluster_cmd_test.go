@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"inferd/cluster"
+	"inferd/config"
 	"inferd/internal/testpki"
 	"inferd/store"
 	"inferd/store/bolt"
@@ -152,6 +153,13 @@ func TestClusterStatusFailsWhenEtcdIsUnreachable(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "cluster unreachable: no etcd member answers") {
 		t.Errorf("status against no etcd: exit %d; want 1 saying so\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
+	// The other verbs say the same: where they looked, and --endpoints.
+	for _, args := range [][]string{{"members"}, {"add-member", "box-2", "http://127.0.0.1:2380"}, {"promote-member", "box-2"}, {"remove-member", "box-2"}} {
+		r := runCLI(t, nil, append([]string{"--config", cfg, "cluster"}, args...)...)
+		if r.code != 1 || !strings.Contains(r.stderr, "no etcd member answers at http://") || !strings.Contains(r.stderr, "--endpoints") {
+			t.Errorf("cluster %v against no etcd: exit %d, stderr %q; want 1 naming the URL and --endpoints", args, r.code, r.stderr)
+		}
+	}
 	r = runCLI(t, nil, "--data-dir", t.TempDir(), "cluster", "status")
 	if r.code != 1 || !strings.Contains(r.stderr, "no cluster: section") {
 		t.Errorf("status without a cluster config: exit %d, stderr %q", r.code, r.stderr)
@@ -200,6 +208,17 @@ func TestClusterMembershipChanges(t *testing.T) {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("add-member output lacks %q:\n%s", want, r.stdout)
 		}
+	}
+	// The printed section is one a node listening on every address starts
+	// with, as the walkthrough's do.
+	section := r.stdout[strings.Index(r.stdout, "cluster:\n"):]
+	section = section[:strings.Index(section, "\n\n")]
+	printed := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(printed, []byte("listen: 0.0.0.0:8080\n"+section+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := config.Load(printed, nil, nil); err != nil {
+		t.Errorf("the cluster: section add-member printed does not load: %v\n%s", err, section)
 	}
 	if r := runCLI(t, nil, "--config", cfg, "cluster", "add-member", "box-2", "http://"+freeLoopback(t)); r.code != 1 {
 		t.Errorf("adding box-2 twice: exit %d; want 1", r.code)
@@ -570,5 +589,65 @@ func TestClusterCommandsOverMutualTLS(t *testing.T) {
 	without := clusterConfigFile(t, "box-1", clientURL)
 	if r := runCLI(t, nil, "--config", without, "cluster", "members"); r.code != 1 {
 		t.Errorf("members without the TLS files: exit %d; want 1\n%s", r.code, r.stdout)
+	}
+}
+
+// A mistyped --endpoints is a usage error at once (exit 2, naming the bad
+// entry), not a dial that times out and says the cluster is unreachable;
+// spaces after the commas are allowed.
+func TestClusterEndpointsFlagIsChecked(t *testing.T) {
+	cfg := clusterConfigFile(t, "box-1", "http://"+freeLoopback(t))
+	for _, eps := range []string{",,", " ", "notaurl", "http://127.0.0.1:2379,", "127.0.0.1:2379"} {
+		r := runCLI(t, nil, "--config", cfg, "cluster", "status", "--endpoints", eps)
+		if r.code != 2 || !strings.Contains(r.stderr, "--endpoints") {
+			t.Errorf("status --endpoints %q: exit %d, stderr %q; want 2 naming --endpoints", eps, r.code, r.stderr)
+		}
+	}
+	r := runCLI(t, nil, "--config", cfg, "cluster", "status", "--endpoints", "http://"+freeLoopback(t)+", http://"+freeLoopback(t))
+	if r.code != 1 || !strings.Contains(r.stderr, "cluster unreachable") {
+		t.Errorf("status --endpoints with spaces after the comma: exit %d, stderr %q; want the dial tried (1, unreachable)", r.code, r.stderr)
+	}
+}
+
+// A backup against an etcd that does not answer fails within the request
+// bound (exit 1, saying so), and writes nothing; it used to wait forever.
+func TestClusterBackupFailsWhenEtcdIsUnreachable(t *testing.T) {
+	cfg := clusterConfigFile(t, "box-1", "http://"+freeLoopback(t))
+	dst := filepath.Join(t.TempDir(), "backup.db")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*etcdRequestTimeout)
+	defer cancel()
+	r := runCLICtx(t, ctx, nil, "--config", cfg, "cluster", "backup", dst)
+	if r.code != 1 || !strings.Contains(r.stderr, "began the snapshot within") {
+		t.Errorf("backup against no etcd: exit %d, stderr %q; want 1 saying no member began the snapshot", r.code, r.stderr)
+	}
+	if _, err := os.Stat(dst); !os.IsNotExist(err) {
+		t.Errorf("backup against no etcd left %s (stat: %v)", dst, err)
+	}
+}
+
+// A restore whose member name or initial cluster a node's config would
+// refuse is a usage error (exit 2), and makes no data directory: such a
+// member could never be started.
+func TestClusterRestoreRefusesBadNamesAndURLs(t *testing.T) {
+	m := startTestMember(t, "box-1", t.TempDir(), "", "", false)
+	cfg := clusterConfigFile(t, "box-1", m.clientURL)
+	file := filepath.Join(t.TempDir(), "cluster.snap")
+	if r := runCLI(t, nil, "--config", cfg, "cluster", "backup", file); r.code != 0 {
+		t.Fatalf("cluster backup: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	for _, tc := range []struct{ name, initial string }{
+		{"Box_1", "Box_1=http://127.0.0.1:2380"},
+		{"box-1", "box-1=127.0.0.1:2380"},
+		{"box-1", "box-1=http://127.0.0.1:2380,box-2"},
+		{"box-1", "box-1=http://127.0.0.1:2380,box-2=http://127.0.0.1"},
+	} {
+		dir := filepath.Join(t.TempDir(), "etcd")
+		r := runCLI(t, nil, "cluster", "restore", file, "--data-dir", dir, "--name", tc.name, "--initial-cluster", tc.initial)
+		if r.code != 2 {
+			t.Errorf("restore --name %q --initial-cluster %q: exit %d, stderr %q; want 2", tc.name, tc.initial, r.code, r.stderr)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("restore --name %q --initial-cluster %q made %s (stat: %v)", tc.name, tc.initial, dir, err)
+		}
 	}
 }

@@ -33,7 +33,9 @@ func (c *clusterConn) memberList(parent context.Context, opts ...clientv3.OpOpti
 	defer cancel()
 	resp, err := c.cli.MemberList(ctx, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("list etcd members: %w", err)
+		// Every verb starts here: the hint is said once, for all of them.
+		return nil, fmt.Errorf("no etcd member answers at %s (list etcd members: %w); if this node's member is down, "+
+			"name another member's client URL with --endpoints", strings.Join(c.cli.Endpoints(), ","), err)
 	}
 	return resp, nil
 }
@@ -120,7 +122,10 @@ func (c *clusterCommand) addMember(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(w, "added etcd member %s (id %x) as a %s at %s\n\n", name, resp.Member.ID, role, peerURL)
 	fmt.Fprintf(w, "Start inferd on %s with this cluster: section (the secret file is the one every node shares):\n\n", name)
-	fmt.Fprintf(w, "cluster:\n  name: %s\n  secretFile: /etc/inferd/cluster-secret\n  etcd:\n    embed:\n", name)
+	// advertise: a node listening on every address (the walkthrough's
+	// 0.0.0.0:8080) refuses to start without it.
+	fmt.Fprintf(w, "cluster:\n  name: %s\n  advertise: %s   # this node's API as the other nodes reach it (the port of its listen)\n"+
+		"  secretFile: /etc/inferd/cluster-secret\n  etcd:\n    embed:\n", name, advertiseGuess(peerURL))
 	fmt.Fprintf(w, "      peerURL: %s\n      clientURL: %s\n      initialCluster: %s\n      join: true\n\n",
 		peerURL, *clientURL, initialCluster(resp.Members, resp.Member.ID, name))
 	if *learner {
@@ -298,6 +303,13 @@ func initialCluster(ms []*etcdserverpb.Member, id uint64, name string) string {
 }
 
 // checkMemberURL checks an etcd member URL: http(s)://host:port.
+// advertiseGuess is the advertise URL add-member prints for a member at
+// peerURL: its host, the API's default port.
+func advertiseGuess(peerURL string) string {
+	u, _ := url.Parse(peerURL) // checked by checkMemberURL
+	return "http://" + net.JoinHostPort(u.Hostname(), "8080")
+}
+
 func checkMemberURL(u string) error {
 	p, err := url.Parse(u)
 	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Hostname() == "" || p.Port() == "" ||

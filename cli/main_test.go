@@ -24,6 +24,12 @@ type result struct {
 // records that it was called.
 func runCLI(t *testing.T, environ []string, args ...string) result {
 	t.Helper()
+	return runCLICtx(t, context.Background(), environ, args...)
+}
+
+// runCLICtx is runCLI under ctx: a command that would hang ends with it.
+func runCLICtx(t *testing.T, ctx context.Context, environ []string, args ...string) result {
+	t.Helper()
 	var out, errOut bytes.Buffer
 	var r result
 	m := &Main{
@@ -36,7 +42,7 @@ func runCLI(t *testing.T, environ []string, args ...string) result {
 			return nil
 		},
 	}
-	r.code = m.Run(context.Background(), args)
+	r.code = m.Run(ctx, args)
 	r.stdout, r.stderr = out.String(), errOut.String()
 	return r
 }

@@ -154,9 +154,14 @@ const clusterUnavailable = "cluster unavailable; retry"
 // cluster mode it may read etcd (a call run on another node), and a long
 // poll whose wait has ended must not be held up to the store's request
 // timeout by an etcd that does not answer. Past d the lookup is left to
-// finish on its own (within that timeout; on a single box a bbolt read)
-// and ok is false.
+// finish on its own (within that timeout) and ok is false. A single box
+// looks up directly, as before cluster mode.
 func (a *api) lookupWithin(id string, d time.Duration) (c store.Call, ok bool) {
+	if a.opts.Cluster == nil && a.opts.Routing == nil {
+		// A single box reads its own bbolt file: nothing to bound.
+		c, _, err := a.sched.Lookup(id)
+		return c, err == nil
+	}
 	type answer struct {
 		c   store.Call
 		err error

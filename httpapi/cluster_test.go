@@ -132,11 +132,11 @@ func authDown(e *testEnv)   { e.store.authErr = fmt.Errorf("authenticate: %w", s
 func schedDown(e *testEnv)  { e.sched.submitErr = fmt.Errorf("save call: %w", store.ErrUnavailable) }
 func lookupDown(e *testEnv) { e.sched.lookupErr = errEtcdGone }
 
-// A long poll whose wait has ended answers with the state it last saw when
-// the call's read then hangs (etcd gone): it is not held for the store's
-// request timeout.
+// In cluster mode, a long poll whose wait has ended answers with the state
+// it last saw when the call's read then hangs (etcd gone): it is not held
+// for the store's request timeout.
 func TestLongPollEndsNearItsWaitWhenEtcdHangs(t *testing.T) {
-	e := newEnv(t, Options{LongPollWait: 20 * time.Millisecond})
+	e := newEnv(t, Options{LongPollWait: 20 * time.Millisecond, Cluster: twoNodeCluster()})
 	e.sched.add(store.Call{ID: "call_x", ProjectID: "echo", TeamID: "acme", State: store.CallRunning})
 	hang := make(chan struct{})
 	defer close(hang) // lets the held read end with the test
