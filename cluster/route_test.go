@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -14,15 +12,13 @@ import (
 // fakeView is a cluster view the test edits; set calls the Router's
 // PlacementChanged as the Node's watch would.
 type fakeView struct {
-	name string
-
-	mu         sync.Mutex
-	nodes      map[string]NodeInfo
+	name       string
+	members    // the live nodes (payloads_test.go); its mu also guards placements
 	placements map[string]Placement
 }
 
 func newFakeView(name string, nodes ...NodeInfo) *fakeView {
-	v := &fakeView{name: name, nodes: map[string]NodeInfo{}, placements: map[string]Placement{}}
+	v := &fakeView{name: name, members: members{nodes: map[string]NodeInfo{}}, placements: map[string]Placement{}}
 	for _, n := range nodes {
 		v.nodes[n.Name] = n
 	}
@@ -30,24 +26,6 @@ func newFakeView(name string, nodes ...NodeInfo) *fakeView {
 }
 
 func (v *fakeView) Name() string { return v.name }
-
-func (v *fakeView) Nodes() []NodeInfo {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	var out []NodeInfo
-	for _, n := range v.nodes {
-		out = append(out, n)
-	}
-	slices.SortFunc(out, func(a, b NodeInfo) int { return strings.Compare(a.Name, b.Name) })
-	return out
-}
-
-func (v *fakeView) NodeInfo(name string) (NodeInfo, bool) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	n, ok := v.nodes[name]
-	return n, ok
-}
 
 func (v *fakeView) Placement(project string) (Placement, bool) {
 	v.mu.Lock()
