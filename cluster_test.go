@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,6 +16,7 @@ import (
 	"inferd/cluster"
 	"inferd/config"
 	"inferd/gpu"
+	"inferd/internal/testenv"
 	"inferd/scheduler"
 	"inferd/scheduler/backend"
 	"inferd/store"
@@ -87,7 +87,7 @@ func (h *hooks) Snapshot() scheduler.Status { return scheduler.Status{} }
 // reaches the scheduler adopted.
 func TestClusterNodeFencesTheStoreAndDrivesTheScheduler(t *testing.T) {
 	m, err := etcd.StartMember(etcd.MemberConfig{Name: "n1", DataDir: t.TempDir(),
-		PeerURL: "http://" + freeAddr(t), ClientURL: "http://" + freeAddr(t),
+		PeerURL: "http://" + testenv.FreeAddr(t), ClientURL: "http://" + testenv.FreeAddr(t),
 		HeartbeatMs: 10, ElectionMs: 100, StartTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -189,17 +189,6 @@ func TestClusterNodeFencesTheStoreAndDrivesTheScheduler(t *testing.T) {
 	if err := st.SaveCall(bg, store.Call{ID: "call_handed", ProjectID: "p", State: store.CallSucceeded, Message: "success"}); err != nil {
 		t.Errorf("the adopted call's result = %v, want it written", err)
 	}
-}
-
-// freeAddr returns a loopback address no one listens on now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // A start of a project with no placement runs here only if this node could

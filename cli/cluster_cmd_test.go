@@ -16,6 +16,7 @@ import (
 
 	"inferd/cluster"
 	"inferd/config"
+	"inferd/internal/testenv"
 	"inferd/internal/testpki"
 	"inferd/store"
 	"inferd/store/bolt"
@@ -33,7 +34,7 @@ type testMember struct {
 func startTestMember(t *testing.T, name, dir, peerURL, initialCluster string, join bool) *testMember {
 	t.Helper()
 	if peerURL == "" {
-		peerURL = "http://" + freeLoopback(t)
+		peerURL = "http://" + testenv.FreeAddr(t)
 	}
 	m, err := startMemberOf(name, dir, peerURL, initialCluster, join)
 	if err != nil {
@@ -60,17 +61,6 @@ func startMemberOf(name, dir, peerURL, initialCluster string, join bool) (*testM
 		return nil, err
 	}
 	return &testMember{Member: m, name: name, peerURL: peerURL, clientURL: clientURL, dir: dir}, nil
-}
-
-// freeLoopback returns a loopback address no one listens on now.
-func freeLoopback(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // clusterConfigFile writes a node's config that reaches etcd at endpoints.
@@ -148,7 +138,7 @@ func TestClusterStatusShowsMembersLeadersAndNodes(t *testing.T) {
 
 // Unreachable etcd: status fails within its bounds, with exit 1.
 func TestClusterStatusFailsWhenEtcdIsUnreachable(t *testing.T) {
-	cfg := clusterConfigFile(t, "box-1", "http://"+freeLoopback(t))
+	cfg := clusterConfigFile(t, "box-1", "http://"+testenv.FreeAddr(t))
 	r := runCLI(t, nil, "--config", cfg, "cluster", "status")
 	if r.code != 1 || !strings.Contains(r.stderr, "cluster unreachable: no etcd member answers") {
 		t.Errorf("status against no etcd: exit %d; want 1 saying so\n%s\n%s", r.code, r.stdout, r.stderr)
@@ -185,7 +175,7 @@ func TestClusterMembershipChanges(t *testing.T) {
 	}
 
 	// A learner that never started is removed by its id.
-	r = runCLI(t, nil, "--config", cfg, "cluster", "add-member", "box-3", "http://"+freeLoopback(t), "--learner")
+	r = runCLI(t, nil, "--config", cfg, "cluster", "add-member", "box-3", "http://"+testenv.FreeAddr(t), "--learner")
 	if r.code != 0 {
 		t.Fatalf("add-member box-3: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
@@ -198,7 +188,7 @@ func TestClusterMembershipChanges(t *testing.T) {
 		t.Errorf("remove-member %s: exit %d\n%s\n%s", id[1], r.code, r.stdout, r.stderr)
 	}
 
-	peer2 := "http://" + freeLoopback(t)
+	peer2 := "http://" + testenv.FreeAddr(t)
 	r = runCLI(t, nil, "--config", cfg, "cluster", "add-member", "box-2", peer2, "--learner")
 	if r.code != 0 {
 		t.Fatalf("add-member --learner: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
@@ -220,7 +210,7 @@ func TestClusterMembershipChanges(t *testing.T) {
 	if _, err := config.Load(printed, nil, nil); err != nil {
 		t.Errorf("the cluster: section add-member printed does not load: %v\n%s", err, section)
 	}
-	if r := runCLI(t, nil, "--config", cfg, "cluster", "add-member", "box-2", "http://"+freeLoopback(t)); r.code != 1 {
+	if r := runCLI(t, nil, "--config", cfg, "cluster", "add-member", "box-2", "http://"+testenv.FreeAddr(t)); r.code != 1 {
 		t.Errorf("adding box-2 twice: exit %d; want 1", r.code)
 	}
 
@@ -473,7 +463,7 @@ func TestClusterStatusWithOneOfThreeMembersDown(t *testing.T) {
 	peers := make([]string, len(names))
 	var initial []string
 	for i, n := range names {
-		peers[i] = "http://" + freeLoopback(t)
+		peers[i] = "http://" + testenv.FreeAddr(t)
 		initial = append(initial, n+"="+peers[i])
 	}
 	// The members of a new cluster wait for each other: start them at once.
@@ -559,10 +549,10 @@ func TestClusterImportOfAnOlderSchemaLeavesTheFileAlone(t *testing.T) {
 func TestClusterCommandsOverMutualTLS(t *testing.T) {
 	dir := t.TempDir()
 	files := testpki.Write(t, dir)
-	clientURL := "https://" + freeLoopback(t)
+	clientURL := "https://" + testenv.FreeAddr(t)
 	m, err := etcd.StartMember(etcd.MemberConfig{
 		Name: "box-1", DataDir: filepath.Join(dir, "etcd"),
-		PeerURL: "http://" + freeLoopback(t), ClientURL: clientURL,
+		PeerURL: "http://" + testenv.FreeAddr(t), ClientURL: clientURL,
 		ClientTLS: etcd.TLSFiles(files), HeartbeatMs: 10, ElectionMs: 100,
 	})
 	if err != nil {
@@ -596,14 +586,14 @@ func TestClusterCommandsOverMutualTLS(t *testing.T) {
 // entry), not a dial that times out and says the cluster is unreachable;
 // spaces after the commas are allowed.
 func TestClusterEndpointsFlagIsChecked(t *testing.T) {
-	cfg := clusterConfigFile(t, "box-1", "http://"+freeLoopback(t))
+	cfg := clusterConfigFile(t, "box-1", "http://"+testenv.FreeAddr(t))
 	for _, eps := range []string{",,", " ", "notaurl", "http://127.0.0.1:2379,", "127.0.0.1:2379"} {
 		r := runCLI(t, nil, "--config", cfg, "cluster", "status", "--endpoints", eps)
 		if r.code != 2 || !strings.Contains(r.stderr, "--endpoints") {
 			t.Errorf("status --endpoints %q: exit %d, stderr %q; want 2 naming --endpoints", eps, r.code, r.stderr)
 		}
 	}
-	r := runCLI(t, nil, "--config", cfg, "cluster", "status", "--endpoints", "http://"+freeLoopback(t)+", http://"+freeLoopback(t))
+	r := runCLI(t, nil, "--config", cfg, "cluster", "status", "--endpoints", "http://"+testenv.FreeAddr(t)+", http://"+testenv.FreeAddr(t))
 	if r.code != 1 || !strings.Contains(r.stderr, "cluster unreachable") {
 		t.Errorf("status --endpoints with spaces after the comma: exit %d, stderr %q; want the dial tried (1, unreachable)", r.code, r.stderr)
 	}
@@ -612,7 +602,7 @@ func TestClusterEndpointsFlagIsChecked(t *testing.T) {
 // A backup against an etcd that does not answer fails within the request
 // bound (exit 1, saying so), and writes nothing; it used to wait forever.
 func TestClusterBackupFailsWhenEtcdIsUnreachable(t *testing.T) {
-	cfg := clusterConfigFile(t, "box-1", "http://"+freeLoopback(t))
+	cfg := clusterConfigFile(t, "box-1", "http://"+testenv.FreeAddr(t))
 	dst := filepath.Join(t.TempDir(), "backup.db")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*etcdRequestTimeout)
 	defer cancel()

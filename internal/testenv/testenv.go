@@ -8,6 +8,7 @@ package testenv
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"testing"
 )
@@ -38,4 +39,16 @@ func NeedRoot(t testing.TB, what string) {
 	if os.Geteuid() != 0 {
 		Missing(t, "root: %s (run the tests as root, as CI does)", what)
 	}
+}
+
+// FreeAddr returns a loopback address (127.0.0.1:port) nobody listens on
+// now, for a test server or etcd member to take.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

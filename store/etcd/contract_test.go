@@ -2,11 +2,11 @@ package etcd
 
 import (
 	"fmt"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"inferd/internal/testenv"
 	"inferd/store"
 	"inferd/store/storetest"
 )
@@ -17,7 +17,7 @@ func startMember(t testing.TB, dir string) *Member {
 	t.Helper()
 	m, err := StartMember(MemberConfig{
 		Name: "test", DataDir: dir,
-		PeerURL: "http://" + freeAddr(t), ClientURL: "http://" + freeAddr(t),
+		PeerURL: "http://" + testenv.FreeAddr(t), ClientURL: "http://" + testenv.FreeAddr(t),
 		HeartbeatMs: 10, ElectionMs: 100, StartTimeout: 30 * time.Second,
 	})
 	if err != nil {
@@ -25,17 +25,6 @@ func startMember(t testing.TB, dir string) *Member {
 	}
 	t.Cleanup(func() { m.Close() })
 	return m
-}
-
-// freeAddr returns a loopback address no one listens on now.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func openStore(t testing.TB, m *Member, opts Options) *Store {

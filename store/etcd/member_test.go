@@ -7,6 +7,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"inferd/internal/testenv"
 )
 
 // A node whose member joined as a learner reaches the cluster through the
@@ -18,14 +20,14 @@ func TestLearnersNodeReachesTheVoters(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	peer := "http://" + freeAddr(t)
+	peer := "http://" + testenv.FreeAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := cli.MemberAddAsLearner(ctx, []string{peer}); err != nil {
 		t.Fatal(err)
 	}
 	learner, err := StartMember(MemberConfig{
-		Name: "learner", DataDir: t.TempDir(), PeerURL: peer, ClientURL: "http://" + freeAddr(t),
+		Name: "learner", DataDir: t.TempDir(), PeerURL: peer, ClientURL: "http://" + testenv.FreeAddr(t),
 		InitialCluster: "test=" + voter.e.Config().AdvertisePeerUrls[0].String() + ",learner=" + peer, Join: true,
 		HeartbeatMs: 10, ElectionMs: 100, StartTimeout: 30 * time.Second,
 	})

@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"inferd/internal/testenv"
 	"inferd/store"
 	"inferd/store/storetest"
 )
@@ -24,7 +25,7 @@ func threeMembers(t *testing.T) []*Member {
 	initial := ""
 	for i := range cfgs {
 		cfgs[i] = MemberConfig{Name: fmt.Sprintf("m%d", i), DataDir: t.TempDir(),
-			PeerURL: "http://" + freeAddr(t), ClientURL: "http://" + freeAddr(t),
+			PeerURL: "http://" + testenv.FreeAddr(t), ClientURL: "http://" + testenv.FreeAddr(t),
 			HeartbeatMs: 10, ElectionMs: 100, StartTimeout: 30 * time.Second}
 		if i > 0 {
 			initial += ","

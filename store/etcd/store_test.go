@@ -14,6 +14,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"inferd/internal/testenv"
 	"inferd/store"
 	"inferd/store/storetest"
 )
@@ -264,7 +265,7 @@ func TestOpenRefusesAnotherLayoutVersion(t *testing.T) {
 // An unreachable etcd fails Open within the dial timeout with the
 // endpoint in the message, instead of hanging.
 func TestOpenFailsClearlyWhenEtcdIsUnreachable(t *testing.T) {
-	ep := "http://" + freeAddr(t)
+	ep := "http://" + testenv.FreeAddr(t)
 	_, err := Open(Options{Endpoints: []string{ep}, DialTimeout: 300_000_000})
 	if err == nil || !strings.Contains(err.Error(), ep) {
 		t.Errorf("Open(%s) = %v, want an error naming it", ep, err)

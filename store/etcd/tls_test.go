@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"inferd/internal/testenv"
 	"inferd/internal/testpki"
 )
 
@@ -16,7 +17,7 @@ func TestMutualTLSBetweenStoreAndMember(t *testing.T) {
 	files := TLSFiles(testpki.Write(t, dir))
 	m, err := StartMember(MemberConfig{
 		Name: "tls", DataDir: filepath.Join(dir, "etcd"),
-		PeerURL: "http://" + freeAddr(t), ClientURL: "https://" + freeAddr(t),
+		PeerURL: "http://" + testenv.FreeAddr(t), ClientURL: "https://" + testenv.FreeAddr(t),
 		ClientTLS: files, HeartbeatMs: 10, ElectionMs: 100,
 	})
 	if err != nil {
