@@ -24,6 +24,12 @@ import (
 //	call-after     the same, after its commit but before anyone is told
 //	result-before  a batch holding a final result, before its commit
 //	result-after   the same, after its commit but before anyone is told
+//	call-apply-before, result-apply-before
+//	               the same writes once logged (durable, and their callers
+//	               told), before the applier copies them into the data file
+//	call-apply-after, result-apply-after
+//	               after that copy has committed, before the log segments
+//	               it made redundant are removed
 //
 // SIGKILL, not os.Exit: no deferred function, no buffered write, no signal
 // handler of the daemon runs, exactly as when the machine loses power
@@ -31,7 +37,7 @@ import (
 var failpointName, failpointAt = parseFailpoint(os.Getenv("INFERD_FAILPOINT"))
 
 // failpointHits counts hits of the armed point. Only the writer goroutine
-// touches it.
+// (or, for the apply points, only the applier) touches it.
 var failpointHits int
 
 func parseFailpoint(v string) (string, int) {
@@ -63,6 +69,19 @@ func commitFailpoint(stage string, batch []callWrite) {
 	fmt.Fprintf(os.Stderr, "inferd failpoint %s reached: killing the process\n", failpointName)
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {} // the signal is on its way; nothing more may be written
+}
+
+// applyFailpoint is called by the applier with stage "before" or "after"
+// around each transaction that copies logged writes into the data file.
+func applyFailpoint(stage string, batch []*logged) {
+	if failpointName == "" || !strings.HasSuffix(failpointName, "-apply-"+stage) {
+		return
+	}
+	cws := make([]callWrite, len(batch))
+	for i, l := range batch {
+		cws[i] = l.cw
+	}
+	commitFailpoint("apply-"+stage, cws)
 }
 
 // batchHolds reports whether batch has a write of kind: "call" is a call
