@@ -43,6 +43,7 @@ const clusterSection = `cluster:
 type benchCluster struct {
 	bases  [3]string
 	pids   [3]int
+	pprof  string // node-1's profiles (-profile)
 	apiKey string
 }
 
@@ -86,7 +87,16 @@ func startCluster(ctx context.Context, o options, e *env) (*benchCluster, error)
 		if err := os.WriteFile(n.cfg, []byte(conf), 0o644); err != nil {
 			return nil, err
 		}
-		p, err := start(n.name, filepath.Join(dir, n.name+".log"), nil, o.inferd, "--config", n.cfg, "serve")
+		var env []string
+		if i == 0 && o.profile != "" {
+			port, err := freePort()
+			if err != nil {
+				return nil, err
+			}
+			c.pprof = fmt.Sprintf("127.0.0.1:%d", port)
+			env = []string{"INFERD_PPROF=" + c.pprof}
+		}
+		p, err := start(n.name, filepath.Join(dir, n.name+".log"), env, o.inferd, "--config", n.cfg, "serve")
 		if err != nil {
 			return nil, err
 		}
@@ -116,7 +126,11 @@ func startCluster(ctx context.Context, o options, e *env) (*benchCluster, error)
 }
 
 func (c *benchCluster) spec(name string, node int, t loadgen.Target, modelKey string, conc int) runSpec {
-	return runSpec{name: name, pid: c.pids[node], base: c.bases[node],
+	var pprof string
+	if node == 0 {
+		pprof = c.pprof
+	}
+	return runSpec{name: name, pid: c.pids[node], base: c.bases[node], pprof: pprof,
 		cfg: loadgen.Config{Target: t, URL: c.bases[node], APIKey: c.apiKey, ModelKey: modelKey, Concurrency: conc}}
 }
 

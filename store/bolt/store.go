@@ -122,6 +122,9 @@ func Open(path string, opts Options) (*Store, error) {
 	if err := checkDataFile(path, opts.Timeout); err != nil {
 		return nil, err
 	}
+	if err := checkWALVersion(path); err != nil {
+		return nil, err
+	}
 	db, mig, err := openBolt(path, opts)
 	if err != nil {
 		return nil, err

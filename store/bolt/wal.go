@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -116,6 +117,35 @@ func listSegments(path string) ([]walSegment, error) {
 func globEscape(p string) string {
 	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`)
 	return r.Replace(p)
+}
+
+// checkWALVersion refuses a log written by an inferd of another schema
+// version before Open migrates anything: replaying it takes the binary that
+// wrote it, and a migrated file would no longer open in that one.
+func checkWALVersion(path string) error {
+	segs, err := listSegments(path)
+	if err != nil {
+		return fmt.Errorf("list write-ahead log: %w", err)
+	}
+	for _, s := range segs {
+		f, err := os.Open(s.path)
+		if err != nil {
+			return fmt.Errorf("read write-ahead log: %w", err)
+		}
+		hdr := make([]byte, walHeaderSize)
+		n, _ := io.ReadFull(f, hdr)
+		f.Close()
+		if n == walHeaderSize && string(hdr[:len(walMagic)]) == walMagic {
+			if v := binary.BigEndian.Uint32(hdr[len(walMagic):]); v != SchemaVersion {
+				return &openError{
+					msg: fmt.Sprintf("write-ahead log %s was written by an inferd of schema version %d (this one: %d): "+
+						"start that version once, and stop it, to fold the log into the data file", s.path, v, SchemaVersion),
+					kind: ErrSchema,
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // walRecord is one write read back from the log.
