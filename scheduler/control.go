@@ -143,6 +143,10 @@ func (s *Scheduler) abort(c *call, msg string) {
 // stays taken by it until Infer has returned (aborted), or is stopped if
 // that takes longer than AbortGrace.
 func (s *Scheduler) abortRun(c *call) {
+	if c.b != nil {
+		s.abortBatchCall(c)
+		return
+	}
 	r := c.r
 	s.detach(c)
 	c.abortedOn = r
@@ -200,6 +204,14 @@ func (s *Scheduler) onQueueExpired(c *call, seq uint64) {
 	if !c.expiry.fired(seq) || (c.state != callQueued && c.state != callSaving) {
 		return
 	}
+	if c.p.batchT.armed() {
+		// Held back only by its batch's wait, which never outlasts a
+		// call's queueTimeout: it goes now.
+		s.dispatchBatches(c.p, false)
+		if c.state != callQueued && c.state != callSaving {
+			return
+		}
+	}
 	c.p.queue.remove(c)
 	s.finish(c, store.CallFailed, nil, msgExpired(c.c.QueueTimeout))
 	s.cfg.Observer.CallExpired(c.p.id)
@@ -218,6 +230,7 @@ func (s *Scheduler) retry(c *call) bool {
 	c.c.ReplicaID = ""
 	c.c.Dispatched = time.Time{}
 	c.c.QueueMs, c.c.BootMs = 0, 0
+	c.c.BatchSize, c.c.BatchWaitMs = 0, 0
 	c.p.queue.pushFront(c)
 	s.cfg.Observer.CallRetried(c.p.id)
 	s.log.Info().Str("project", c.p.id).Str("call", c.c.ID).Int("attempt", c.c.Attempt).

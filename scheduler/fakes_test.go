@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -267,6 +268,7 @@ func (l *fakeBackend) Launch(spec backend.Spec) (backend.Instance, error) {
 		exited:  make(chan struct{}),
 		stopped: make(chan struct{}),
 		calls:   make(chan *fakeCall),
+		batches: make(chan *fakeBatch),
 		auto:    l.auto,
 		reply:   l.reply,
 	}
@@ -286,6 +288,7 @@ type fakeInstance struct {
 	exited  chan struct{}
 	stopped chan struct{} // closed by the first Stop
 	calls   chan *fakeCall
+	batches chan *fakeBatch
 	auto    bool
 	reply   json.RawMessage
 	// ignoreCancel: a model whose request does not end when Infer's ctx
@@ -357,6 +360,73 @@ func (i *fakeInstance) Infer(ctx context.Context, inputs json.RawMessage) (json.
 	select {
 	case a := <-c.answer:
 		return a.out, a.err
+	case <-done:
+		return nil, ctx.Err()
+	case <-i.exited:
+		return nil, i.exitedErr()
+	}
+}
+
+// fakeBatch is one InferBatch waiting for the test's answer.
+type fakeBatch struct {
+	inputs []json.RawMessage
+	answer chan fakeBatchAnswer
+	ctx    context.Context // the InferBatch's: done once nobody waits for it
+}
+
+type fakeBatchAnswer struct {
+	items []backend.BatchItem
+	err   error
+}
+
+// reply answers the batch with one item per value: an output, or, for
+// "error: TEXT", the model's error for that call alone.
+func (b *fakeBatch) reply(vals ...string) {
+	items := make([]backend.BatchItem, len(vals))
+	for i, v := range vals {
+		if text, ok := strings.CutPrefix(v, "error: "); ok {
+			items[i].Err = text
+		} else {
+			items[i].Output = json.RawMessage(v)
+		}
+	}
+	b.answer <- fakeBatchAnswer{items: items}
+}
+
+func (b *fakeBatch) fail(err error) { b.answer <- fakeBatchAnswer{err: err} }
+
+// sent returns the inputs of the batch as one string, "a b c".
+func (b *fakeBatch) sent() string {
+	parts := make([]string, len(b.inputs))
+	for i, in := range b.inputs {
+		parts[i] = string(in)
+	}
+	return strings.Join(parts, " ")
+}
+
+func (i *fakeInstance) InferBatch(ctx context.Context, inputs []json.RawMessage) ([]backend.BatchItem, error) {
+	if i.auto {
+		items := make([]backend.BatchItem, len(inputs))
+		for k := range items {
+			items[k].Output = i.reply
+		}
+		return items, nil
+	}
+	b := &fakeBatch{inputs: inputs, answer: make(chan fakeBatchAnswer, 1), ctx: ctx}
+	select {
+	case i.batches <- b:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-i.exited:
+		return nil, i.exitedErr()
+	}
+	done := ctx.Done()
+	if i.ignoreCancel.Load() {
+		done = nil
+	}
+	select {
+	case a := <-b.answer:
+		return a.items, a.err
 	case <-done:
 		return nil, ctx.Err()
 	case <-i.exited:

@@ -114,6 +114,7 @@ func (b *Backend) startProcess(spec backend.Spec) (*Process, error) {
 		Protocol:      spec.Model.Protocol,
 		HealthPath:    spec.Model.HealthPath,
 		InferPath:     spec.Model.InferPath,
+		BatchPath:     spec.Model.BatchPath,
 		Addr:          "127.0.0.1:" + strconv.Itoa(p.port),
 		Dial:          p.dial,
 		MaxReplyBytes: b.maxReplyBytes,
@@ -390,6 +391,20 @@ func (p *Process) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMe
 		return nil, p.callFailed(ctx, err)
 	}
 	return out, err
+}
+
+// InferBatch sends a batch of calls' inputs to the model; see
+// backend.Instance. Its errors are Infer's.
+func (p *Process) InferBatch(ctx context.Context, inputs []json.RawMessage) ([]backend.BatchItem, error) {
+	if err := p.exitedErr(); err != nil {
+		return nil, err
+	}
+	items, err := p.client.InferBatch(ctx, inputs)
+	var broken *protocol.TransportError
+	if errors.As(err, &broken) {
+		return nil, p.callFailed(ctx, err)
+	}
+	return items, err
 }
 
 // callFailed waits briefly for the process to exit after a transport error:
