@@ -22,11 +22,11 @@ import (
 // stopping before a call with a route (it goes alone, as a plain call) or
 // one whose first write is in flight. With a slot free and fewer calls
 // queued than that, the loop waits for more, at most batch.maxWaitMs from
-// the first one's arrival and never past a call's queueTimeout, but only
-// while another request of the project runs: with nothing running, a lone
-// call has no company to wait for and waiting would only add latency, and
-// while a request runs the calls that arrive meanwhile form the next batch
-// by themselves.
+// the first one's arrival and never past a call's queueTimeout (its expiry
+// sends the batch instead: onQueueExpired), but only while another request
+// of the project runs: with nothing running, a lone call has no company to
+// wait for and waiting would only add latency, and while a request runs the
+// calls that arrive meanwhile form the next batch by themselves.
 //
 // A call cancelled (or abandoned) while its batch runs ends at once; the
 // request goes on for the others, and its answer for that call is dropped.
@@ -142,9 +142,9 @@ func (s *Scheduler) dispatchBatches(p *project, wait bool) {
 // batchWait reports whether the next batch of p, of up to room calls,
 // waits for more: another request of p runs, fewer than room calls are
 // queued for it (a call whose first write is in flight counts once it has
-// committed), and the deadline (maxWaitMs from the first one's arrival,
-// or a call's queueTimeout if sooner) is still ahead. Then it makes sure
-// the timer is set for the deadline.
+// committed), and the deadline, maxWaitMs from the first one's arrival, is
+// still ahead. Then it makes sure the timer is set for the deadline. A
+// call's queueTimeout ends the wait too (onQueueExpired flushes the batch).
 func (s *Scheduler) batchWait(p *project, room int, now time.Time) bool {
 	if p.running == 0 {
 		return false
@@ -160,9 +160,6 @@ func (s *Scheduler) batchWait(p *project, room int, now time.Time) bool {
 			return false // its first write commits soon: then it may join
 		}
 		d := c.c.Created.Add(time.Duration(p.cfg.Model.Batch.MaxWaitMs) * time.Millisecond)
-		if q := c.c.Created.Add(seconds(c.c.QueueTimeout)); c.c.QueueTimeout > 0 && q.Before(d) {
-			d = q
-		}
 		if deadline.IsZero() || d.Before(deadline) {
 			deadline = d
 		}
