@@ -22,8 +22,8 @@ import (
 // stopping before a call with a route (it goes alone, as a plain call) or
 // one whose first write is in flight. With a slot free and fewer calls
 // queued than that, the loop waits for more, at most batch.maxWaitMs from
-// the first one's arrival and never past a call's queueTimeout (its expiry
-// sends the batch instead: onQueueExpired), but only while another request
+// the first one's arrival and never past a call's queueTimeout (at that
+// expiry the batch is sent instead: onQueueExpired), but only while another request
 // of the project runs: with nothing running, a lone call has no company to
 // wait for and waiting would only add latency, and while a request runs the
 // calls that arrive meanwhile form the next batch by themselves.
@@ -99,52 +99,32 @@ func (p *project) callsPerReplica() int {
 // that has not returned yet.
 func (r *rep) slotsUsed() int { return len(r.calls) - r.batched + r.batches + r.aborting }
 
-// dispatchBatches is dispatch for a project that batches: each free slot
-// gets the next batch, or, while wait allows and a batch may still fill,
-// the loop waits for it (see the top of this file); flush (wait false)
-// sends what is queued now.
-func (s *Scheduler) dispatchBatches(p *project, wait bool) {
-	now := s.clk.Now()
-	waiting := false
-	defer func() {
-		if !waiting {
-			p.batchT.stop()
-			p.waitSince = time.Time{}
-		}
-	}()
-	for {
-		c := p.queue.peek(now)
-		if c == nil || c.state != callQueued {
-			return // a later call never overtakes one whose first write is in flight
-		}
-		r := p.pick()
-		if r == nil {
-			return
-		}
-		if why := s.runBlocked(p); why != "" {
-			p.quotaWait = why
-			return
-		}
-		if c.c.Route != "" {
-			p.queue.pop(c) // a route is the model's own path: never batched
-			s.startCall(c, r)
-			continue
-		}
-		room := min(p.cfg.Model.Batch.MaxSize, s.runRoom(p))
-		if wait && s.batchWait(p, room, now) {
-			waiting = true
-			return
-		}
-		s.startBatch(p, r, room, now)
+// dispatchBatch sends p's next batch to r, up to maxSize calls and the
+// team's runningCalls room, and reports true; or, while the batch may
+// still fill, leaves it to wait (see the top of this file) and reports
+// false.
+func (s *Scheduler) dispatchBatch(p *project, r *rep, now time.Time) bool {
+	room := min(p.cfg.Model.Batch.MaxSize, s.runRoom(p))
+	if s.batchWait(p, room, now) {
+		return false
 	}
+	s.startBatch(p, r, room, now)
+	return true
+}
+
+// endBatchWait stops p's wait for a batch to fill: a dispatch pass that
+// did not leave a batch waiting.
+func (s *Scheduler) endBatchWait(p *project) {
+	p.batchT.stop()
+	p.waitSince = time.Time{}
 }
 
 // batchWait reports whether the next batch of p, of up to room calls,
 // waits for more: another request of p runs, fewer than room calls are
 // queued for it (a call whose first write is in flight counts once it has
-// committed), and the deadline, maxWaitMs from the first one's arrival, is
-// still ahead. Then it makes sure the timer is set for the deadline. A
-// call's queueTimeout ends the wait too (onQueueExpired flushes the batch).
+// committed), and the deadline (maxWaitMs from the first one's arrival, or
+// a call's queueTimeout if sooner) is still ahead. Then it makes sure the
+// timer is set for the deadline.
 func (s *Scheduler) batchWait(p *project, room int, now time.Time) bool {
 	if p.running == 0 {
 		return false
@@ -160,6 +140,9 @@ func (s *Scheduler) batchWait(p *project, room int, now time.Time) bool {
 			return false // its first write commits soon: then it may join
 		}
 		d := c.c.Created.Add(time.Duration(p.cfg.Model.Batch.MaxWaitMs) * time.Millisecond)
+		if q := c.c.Created.Add(seconds(c.c.QueueTimeout)); c.c.QueueTimeout > 0 && q.Before(d) {
+			d = q
+		}
 		if deadline.IsZero() || d.Before(deadline) {
 			deadline = d
 		}
@@ -257,10 +240,7 @@ func (s *Scheduler) abortBatchCall(c *call) {
 	}
 	b.holding, b.aborting = false, true
 	r.batches--
-	r.aborting++
-	if !r.abortT.armed() {
-		s.arm(&r.abortT, s.cfg.AbortGrace, func(seq uint64) event { return evAbortGrace{r: r, seq: seq} })
-	}
+	s.abortStarted(r)
 }
 
 // inferBatch runs batch job j on its replica and reports the outcome, as
@@ -319,13 +299,7 @@ func (s *Scheduler) onBatchDone(ev evBatchDone) {
 		r.batches--
 	case b.aborting:
 		b.aborting = false
-		r.aborting--
-		if r.aborting == 0 {
-			r.abortT.stop()
-			if len(r.calls) == 0 {
-				r.idleSince = s.clk.Now()
-			}
-		}
+		s.abortEnded(r)
 	}
 	for i, c := range b.calls {
 		if c.b != b || c.finished() {

@@ -15,29 +15,34 @@ import (
 const maxRecentFailures = 10000
 
 // dispatch hands the project's next calls (highest priority, then oldest:
-// see queue) to its ready replicas with room.
+// see queue) to its ready replicas with room: a call per request, or for a
+// project that batches, a batch per request (batch.go), which may wait
+// for more calls.
 func (s *Scheduler) dispatch(p *project) {
-	if p.batching() {
-		s.dispatchBatches(p, true)
-		return
-	}
 	now := s.clk.Now()
 	for {
 		c := p.queue.peek(now)
 		if c == nil || c.state != callQueued {
-			return // a later call never overtakes one whose first write is in flight
+			break // a later call never overtakes one whose first write is in flight
 		}
 		r := p.pick()
 		if r == nil {
-			return
+			break
 		}
 		if why := s.runBlocked(p); why != "" {
 			p.quotaWait = why
-			return
+			break
+		}
+		if p.batching() && c.c.Route == "" { // a route is the model's own path: never batched
+			if !s.dispatchBatch(p, r, now) {
+				return // the batch waits to fill
+			}
+			continue
 		}
 		p.queue.pop(c)
 		s.startCall(c, r)
 	}
+	s.endBatchWait(p)
 }
 
 // startCall marks c running on r, alone, and starts its Infer goroutine.

@@ -150,6 +150,13 @@ func (s *Scheduler) abortRun(c *call) {
 	r := c.r
 	s.detach(c)
 	c.abortedOn = r
+	s.abortStarted(r)
+}
+
+// abortStarted: a request on r was aborted; r stays taken by it until it
+// returns (abortEnded), and is stopped if that takes longer than
+// AbortGrace.
+func (s *Scheduler) abortStarted(r *rep) {
 	r.aborting++
 	if !r.abortT.armed() {
 		s.arm(&r.abortT, s.cfg.AbortGrace, func(seq uint64) event { return evAbortGrace{r: r, seq: seq} })
@@ -161,6 +168,11 @@ func (s *Scheduler) abortRun(c *call) {
 func (s *Scheduler) aborted(c *call) {
 	r := c.abortedOn
 	c.abortedOn = nil
+	s.abortEnded(r)
+}
+
+// abortEnded: an aborted request on r has returned (see abortStarted).
+func (s *Scheduler) abortEnded(r *rep) {
 	r.aborting--
 	if r.aborting == 0 {
 		r.abortT.stop()
@@ -205,9 +217,9 @@ func (s *Scheduler) onQueueExpired(c *call, seq uint64) {
 		return
 	}
 	if c.p.batchT.armed() {
-		// Held back only by its batch's wait, which never outlasts a
-		// call's queueTimeout: it goes now.
-		s.dispatchBatches(c.p, false)
+		// Held back only by its batch's wait, which ends at a call's
+		// queueTimeout: it goes now, with its batch.
+		s.dispatch(c.p)
 		if c.state != callQueued && c.state != callSaving {
 			return
 		}

@@ -346,24 +346,33 @@ func (i *fakeInstance) Infer(ctx context.Context, inputs json.RawMessage) (json.
 		return i.reply, nil
 	}
 	c := &fakeCall{inputs: inputs, answer: make(chan fakeAnswer, 1), stream: backend.StreamFrom(ctx), route: backend.RouteFrom(ctx)}
+	a, err := serveFake(ctx, i, i.calls, c, c.answer)
+	return a.out, cmp.Or(err, a.err)
+}
+
+// serveFake hands req to the test on ch and waits for its answer, as a
+// model would: a request ends with its context (unless the model ignores
+// cancels) or with the process.
+func serveFake[Req, Ans any](ctx context.Context, i *fakeInstance, ch chan<- Req, req Req, answer <-chan Ans) (Ans, error) {
+	var none Ans
 	select {
-	case i.calls <- c:
+	case ch <- req:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return none, ctx.Err()
 	case <-i.exited:
-		return nil, i.exitedErr()
+		return none, i.exitedErr()
 	}
 	done := ctx.Done()
 	if i.ignoreCancel.Load() {
 		done = nil
 	}
 	select {
-	case a := <-c.answer:
-		return a.out, a.err
+	case a := <-answer:
+		return a, nil
 	case <-done:
-		return nil, ctx.Err()
+		return none, ctx.Err()
 	case <-i.exited:
-		return nil, i.exitedErr()
+		return none, i.exitedErr()
 	}
 }
 
@@ -413,25 +422,8 @@ func (i *fakeInstance) InferBatch(ctx context.Context, inputs []json.RawMessage)
 		return items, nil
 	}
 	b := &fakeBatch{inputs: inputs, answer: make(chan fakeBatchAnswer, 1), ctx: ctx}
-	select {
-	case i.batches <- b:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-i.exited:
-		return nil, i.exitedErr()
-	}
-	done := ctx.Done()
-	if i.ignoreCancel.Load() {
-		done = nil
-	}
-	select {
-	case a := <-b.answer:
-		return a.items, a.err
-	case <-done:
-		return nil, ctx.Err()
-	case <-i.exited:
-		return nil, i.exitedErr()
-	}
+	a, err := serveFake(ctx, i, i.batches, b, b.answer)
+	return a.items, cmp.Or(err, a.err)
 }
 
 func (i *fakeInstance) exitedErr() error {

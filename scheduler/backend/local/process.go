@@ -382,29 +382,29 @@ func (p *Process) LastLogLine() string { return escapeLine(p.sink.LastLine()) }
 // Infer sends inputs to the model; see backend.Instance. A broken exchange with
 // a model that exits at about the same time is backend.ErrExited.
 func (p *Process) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMessage, error) {
-	if err := p.exitedErr(); err != nil {
-		return nil, err
-	}
-	out, err := p.client.Infer(ctx, inputs)
-	var broken *protocol.TransportError
-	if errors.As(err, &broken) {
-		return nil, p.callFailed(ctx, err)
-	}
-	return out, err
+	return request(p, ctx, inputs, p.client.Infer)
 }
 
 // InferBatch sends a batch of calls' inputs to the model; see
 // backend.Instance. Its errors are Infer's.
 func (p *Process) InferBatch(ctx context.Context, inputs []json.RawMessage) ([]backend.BatchItem, error) {
+	return request(p, ctx, inputs, p.client.InferBatch)
+}
+
+// request sends in to the model with send, unless the process has exited;
+// a broken exchange with a model that exits at about the same time is
+// backend.ErrExited.
+func request[In, Out any](p *Process, ctx context.Context, in In, send func(context.Context, In) (Out, error)) (Out, error) {
+	var none Out
 	if err := p.exitedErr(); err != nil {
-		return nil, err
+		return none, err
 	}
-	items, err := p.client.InferBatch(ctx, inputs)
+	out, err := send(ctx, in)
 	var broken *protocol.TransportError
 	if errors.As(err, &broken) {
-		return nil, p.callFailed(ctx, err)
+		return none, p.callFailed(ctx, err)
 	}
-	return items, err
+	return out, err
 }
 
 // callFailed waits briefly for the process to exit after a transport error:
