@@ -52,6 +52,14 @@ func batchHarness(t *testing.T, p store.Project) (*harness, *fakeInstance) {
 	return h, i
 }
 
+// busyBatchHarness is batchHarness with a first call running on the
+// replica, alone (nothing ran before it), until the test answers it.
+func busyBatchHarness(t *testing.T, p store.Project) (*harness, *fakeInstance, *fakeBatch) {
+	h, i := batchHarness(t, p)
+	h.submit(p, `{"n":0}`)
+	return h, i, h.batchOn(i)
+}
+
 // submitN submits calls with inputs {"n":first} to {"n":first+count-1}.
 func (h *harness) submitN(p store.Project, first, count int) []store.Call {
 	var cs []store.Call
@@ -180,10 +188,8 @@ func TestALoneCallWaitsForItsBatchAtMostMaxWait(t *testing.T) {
 func TestBatchWaitEndsOnceMaxSizeCallsAreQueued(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("b", minMax(1, 1), concurrency(2), batching(3, 50))
-		h, i := batchHarness(t, p)
+		h, i, running := busyBatchHarness(t, p)
 		defer h.stop()
-		h.submit(p, `{"n":0}`)
-		running := h.batchOn(i)
 
 		b := h.submit(p, `{"n":1}`)
 		h.advance(10 * time.Millisecond)
@@ -211,10 +217,8 @@ func TestBatchWaitEndsOnceMaxSizeCallsAreQueued(t *testing.T) {
 func TestBatchWaitNeverOutlastsAQueueTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("b", minMax(1, 1), concurrency(2), batching(4, 5000))
-		h, i := batchHarness(t, p)
+		h, i, running := busyBatchHarness(t, p)
 		defer h.stop()
-		h.submit(p, `{"n":0}`)
-		running := h.batchOn(i)
 		c, err := h.s.Start(context.Background(), p, Request{Inputs: json.RawMessage(`{"n":1}`), QueueTimeout: 1})
 		if err != nil {
 			t.Fatal(err)
@@ -231,10 +235,8 @@ func TestBatchWaitNeverOutlastsAQueueTimeout(t *testing.T) {
 func TestBatchFollowsPriorityOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("b", minMax(1, 1), batching(2, 0))
-		h, i := batchHarness(t, p)
+		h, i, running := busyBatchHarness(t, p)
 		defer h.stop()
-		h.submit(p, `{"n":0}`)
-		running := h.batchOn(i)
 		for _, pr := range []store.Priority{store.PriorityLow, store.PriorityNormal, store.PriorityHigh} {
 			if _, err := h.s.Start(context.Background(), p, Request{Inputs: json.RawMessage(`"` + string(pr) + `"`), Priority: pr}); err != nil {
 				t.Fatal(err)
@@ -256,10 +258,8 @@ func TestBatchFollowsPriorityOrder(t *testing.T) {
 func TestPerItemErrorFailsOnlyItsCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("b", minMax(1, 1), batching(3, 0))
-		h, i := batchHarness(t, p)
+		h, i, running := busyBatchHarness(t, p)
 		defer h.stop()
-		h.submit(p, `{"n":0}`)
-		running := h.batchOn(i)
 		cs := h.submitN(p, 1, 3)
 		running.reply(`0`)
 		h.batchOn(i).reply(`1`, `error: image 2 is too small`, `3`)
@@ -289,10 +289,8 @@ func TestABatchFailureFailsEveryCallOfItSayingSo(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				p := testProject("b", minMax(1, 1), batching(3, 0))
-				h, i := batchHarness(t, p)
+				h, i, running := busyBatchHarness(t, p)
 				defer h.stop()
-				h.submit(p, `{"n":0}`)
-				running := h.batchOn(i)
 				cs := h.submitN(p, 1, 3)
 				running.reply(`0`)
 				b := h.batchOn(i)
@@ -308,10 +306,8 @@ func TestABatchFailureFailsEveryCallOfItSayingSo(t *testing.T) {
 func TestACancelledCallLeavesTheBatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("b", minMax(1, 1), batching(3, 0))
-		h, i := batchHarness(t, p)
+		h, i, running := busyBatchHarness(t, p)
 		defer h.stop()
-		h.submit(p, `{"n":0}`)
-		running := h.batchOn(i)
 
 		// Cancelled while queued: it never reaches the model.
 		cs := h.submitN(p, 1, 3)
