@@ -23,10 +23,11 @@ import (
 // one whose first write is in flight. With a slot free and fewer calls
 // queued than that, the loop waits for more, at most batch.maxWaitMs from
 // the first one's arrival and never past a call's queueTimeout (at that
-// expiry the batch is sent instead: onQueueExpired), but only while another request
-// of the project runs: with nothing running, a lone call has no company to
-// wait for and waiting would only add latency, and while a request runs the
-// calls that arrive meanwhile form the next batch by themselves.
+// expiry the batch is sent instead: onQueueExpired), but only while
+// another request of the project runs: with nothing running, a lone call
+// has no company to wait for and waiting would only add latency, and while
+// a request runs the calls that arrive meanwhile form the next batch by
+// themselves.
 //
 // A call cancelled (or abandoned) while its batch runs ends at once; the
 // request goes on for the others, and its answer for that call is dropped.
