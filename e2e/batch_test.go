@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -168,6 +169,27 @@ func TestBatchingEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("each call of a batch keeps its own webhook and events", func(t *testing.T) {
+		rcv := newHookReceiver(t, nil)
+		h := newHold(t)
+		c.heldBatch("mk-batch", h)
+		hooked := c.startWith("mk-batch", `{"n":1}`, fmt.Sprintf(`,"startOnly":true,"webhook":%q`, rcv.url))["callID"].(string)
+		followed := c.start("mk-batch", `{"n":2}`, true)["callID"].(string)
+		events := followCall(t, d.base, followed, key)
+		h.release(t)
+		m := rcv.next(t, time.Minute)
+		if !strings.Contains(string(m.body), `"event":"completed"`) || !strings.Contains(string(m.body), hooked) ||
+			!strings.Contains(string(m.body), `"batchSize":2`) {
+			t.Errorf("webhook body %s; want the completed event of call %s, in a batch of 2", m.body, hooked)
+		}
+		if ev := events.next(); ev.name != "state" || !strings.Contains(ev.data, "succeeded") {
+			t.Errorf("event %v, want the followed call's final state", ev)
+		}
+		if ev := events.next(); ev.name != "done" || !strings.Contains(ev.data, followed) || !strings.Contains(ev.data, `"n":2`) {
+			t.Errorf("event %v, want done with call %s's own output", ev, followed)
+		}
+	})
+
 	t.Run("priority orders the calls within and across batches", func(t *testing.T) {
 		h := newHold(t)
 		c.heldBatch("mk-batch", h)
@@ -255,5 +277,28 @@ func TestALoneBatchCallWaitsAtMostMaxWaitEndToEnd(t *testing.T) {
 	h.release(t)
 	if r := c.waitResult(held); r["message"] != "success" {
 		t.Errorf("held call: %v", r)
+	}
+}
+
+// In cluster mode each node batches the calls queued on it: a node on its
+// own embedded etcd runs a batching project as the single box does, the
+// batch fields of its calls kept in etcd.
+func TestBatchingOnAClusterNodeEndToEnd(t *testing.T) {
+	t.Parallel()
+	section, _ := clusterEmbedConfig(t, "node-1")
+	dir, cfg := newDaemonDir(t, "startWait: 20s\nlongPollWait: 10s\n"+section)
+	d := startDaemon(t, dir, cfg)
+	key := d.createKey("acme", false)
+	d.apply("projects:\n" + batchProject(t, "batch", "mk-batch", 1, 4, 200))
+	c := inferenceClient{t: t, base: d.base, key: key}
+	h := newHold(t)
+	c.heldBatch("mk-batch", h)
+	ids := c.startAll("mk-batch", `{"n":1}`, `{"n":2}`, `{"n":3}`)
+	h.release(t)
+	for i, id := range ids {
+		r := c.waitResult(id)
+		if r["message"] != "success" || r["batchSize"] != 3.0 || output(t, r)["batchSize"] != 3.0 {
+			t.Errorf("call %d: %v; want success in a batch of 3", i, r)
+		}
 	}
 }
