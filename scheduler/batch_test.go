@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -417,5 +418,38 @@ func TestABatchingProjectWantsAReplicaPerMaxSizeCalls(t *testing.T) {
 		defer h.stop()
 		h.submitN(p, 0, 5)
 		h.launchedN(2) // five calls: two replicas of four calls each, not three
+	})
+}
+
+// A batch reads the inputs of its large calls back from the store, off the
+// loop; one whose inputs cannot be read fails alone and the others go.
+func TestABatchReadsLargeInputsAndAnUnreadableOneFailsAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("b", minMax(1, 1), batching(4, 0))
+		h, i, running := busyBatchHarness(t, p)
+		defer h.stop()
+		large := func(n int) string { return fmt.Sprintf(`{"n":%d,"pad":"%s"}`, n, strings.Repeat("x", store.SmallPayload)) }
+		read := h.submit(p, large(1))
+		small := h.submit(p, `{"n":2}`)
+		running.reply(`0`)
+		b := h.batchOn(i)
+		if b.sent() != large(1)+` {"n":2}` {
+			t.Fatalf("batch = [%.60s...], want the large call's inputs read back, then the small call", b.sent())
+		}
+		h.st.failInputs(errors.New("disk on fire"))
+		lost := h.submit(p, large(3))
+		kept := h.submit(p, `{"n":4}`)
+		b.reply(`1`, `2`)
+		next := h.batchOn(i)
+		if next.sent() != `{"n":4}` {
+			t.Fatalf("batch = [%.60s], want only the call whose inputs were read", next.sent())
+		}
+		next.reply(`4`)
+		h.wantResult(read.ID, store.CallSucceeded, msgSuccess, 2)
+		h.wantResult(small.ID, store.CallSucceeded, msgSuccess, 2)
+		h.wantResult(lost.ID, store.CallFailed, msgInputsUnreadable, 2)
+		if got := h.wantResult(kept.ID, store.CallSucceeded, msgSuccess, 2); string(got.Outputs) != `4` {
+			t.Errorf("the call sent got output %s, want its own 4", got.Outputs)
+		}
 	})
 }
