@@ -428,7 +428,9 @@ func TestABatchReadsLargeInputsAndAnUnreadableOneFailsAlone(t *testing.T) {
 		p := testProject("b", minMax(1, 1), batching(4, 0))
 		h, i, running := busyBatchHarness(t, p)
 		defer h.stop()
-		large := func(n int) string { return fmt.Sprintf(`{"n":%d,"pad":"%s"}`, n, strings.Repeat("x", store.SmallPayload)) }
+		large := func(n int) string {
+			return fmt.Sprintf(`{"n":%d,"pad":"%s"}`, n, strings.Repeat("x", store.SmallPayload))
+		}
 		read := h.submit(p, large(1))
 		small := h.submit(p, `{"n":2}`)
 		running.reply(`0`)
