@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	// VictoriaMetrics/metrics rather than prometheus/client_golang: it adds
 	// about 0.5 MB to the binary against about 2.9 MB, and writes the same
@@ -97,6 +98,21 @@ func (m *Metrics) CallFinished(c store.Call) {
 
 func (m *Metrics) histogram(name, project string) *vm.PrometheusHistogram {
 	return m.set.GetOrCreatePrometheusHistogramExt(name+`{project="`+project+`"}`, durationBuckets)
+}
+
+// batchSizeBuckets are the upper bounds of the batch size histogram:
+// powers of two up to store.MaxBatchSize.
+var batchSizeBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
+
+// batchWaitBuckets are the upper bounds, in seconds, of the batch wait
+// histogram: 1 ms to store.MaxBatchWaitMs.
+var batchWaitBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+// BatchDispatched records a batch's size and how long it waited to fill.
+func (m *Metrics) BatchDispatched(project string, size int, wait time.Duration) {
+	p := `{project="` + labelValue(project) + `"}`
+	m.set.GetOrCreatePrometheusHistogramExt(`inferd_batch_size`+p, batchSizeBuckets).Update(float64(size))
+	m.set.GetOrCreatePrometheusHistogramExt(`inferd_batch_wait_seconds`+p, batchWaitBuckets).Update(wait.Seconds())
 }
 
 // ReplicaStarted counts a replica boot.

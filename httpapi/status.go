@@ -120,6 +120,11 @@ type statusProject struct {
 	// RecentFailures counts the project's failed calls that finished within
 	// failureWindow, among the recent calls.
 	RecentFailures int `json:"recentFailures"`
+	// BatchMaxSize is the project's batch.maxSize when it batches; Batches
+	// and MeanBatchSize what it has sent since the daemon started.
+	BatchMaxSize  int     `json:"batchMaxSize,omitempty"`
+	Batches       int64   `json:"batches,omitempty"`
+	MeanBatchSize float64 `json:"meanBatchSize,omitempty"`
 }
 
 type statusReplica struct {
@@ -436,6 +441,11 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 			LastError: lp.LastError, LastErrorReplica: lp.LastErrorReplica, RecentFailures: failures[p.ID],
 			OOMKills: lp.OOMKills,
 			Replicas: make([]statusReplica, 0, len(lp.Replicas)),
+
+			Batches: lp.Batches, MeanBatchSize: lp.MeanBatchSize,
+		}
+		if p.Model.Batch.On() {
+			sp.BatchMaxSize = p.Model.Batch.MaxSize
 		}
 		if !lp.LastErrorAt.IsZero() {
 			t := lp.LastErrorAt.UTC()

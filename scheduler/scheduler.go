@@ -378,6 +378,10 @@ func (s *Scheduler) handle(ev event) {
 		s.onAbortGrace(ev.r, ev.seq)
 	case evBackoffDone:
 		ev.p.backoffT.fired(ev.seq) // the pass boots what is needed
+	case evBatchDue:
+		ev.p.batchT.fired(ev.seq) // the pass sends the batch
+	case evBatchDone:
+		s.onBatchDone(ev)
 	case evGPUPoll:
 		s.gpuPoll.fired(ev.seq) // the pass re-reads the inventory
 	case evProjectChanged:
@@ -432,6 +436,7 @@ func (s *Scheduler) shutdown() {
 	s.gpuPoll.stop()
 	for _, p := range s.order {
 		p.backoffT.stop()
+		p.batchT.stop()
 		for _, r := range p.replicas {
 			r.boot.stop()
 			r.idleT.stop()
