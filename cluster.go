@@ -282,10 +282,8 @@ func (m *clusterMode) routing() *httpapi.Routing {
 // held by no replica.
 func fitsNow(st scheduler.Status, capa backend.Capacity, p store.Project) bool {
 	c, _ := nodeLoad(st, capa)
-	gpus, mem := p.Model.GPUs, int64(max(p.Model.GPUMemoryMiB, 0))
-	if mem > 0 && gpus == 0 {
-		gpus = 1 // as the scheduler places it
-	}
+	d := p.Model.GPUDemand()
+	gpus, mem := d.GPUs, d.MemoryMiB
 	if gpus == 0 {
 		return c.CPUUsed < c.CPUSlots
 	}

@@ -15,8 +15,9 @@ import (
 // what changed):
 //
 //  1. Projects are placed one at a time, by id. A project's replicas need
-//     model.gpus GPUs each, each GPU healthy, not held whole by a replica,
-//     and with model.gpuMemoryMiB free (a project without gpuMemoryMiB
+//     the GPUs of its store.ModelSpec.GPUDemand each (gpuMemoryMiB alone
+//     is a share of one GPU), each GPU healthy, not held whole by a
+//     replica, and with gpuMemoryMiB free (a project without gpuMemoryMiB
 //     needs a GPU all free); a CPU project needs a free CPU slot. What a
 //     project placed here is taken from the node's free room before the
 //     next project is placed, so two projects are not both given the one
@@ -65,9 +66,9 @@ func newRoom(c Capacity) *room {
 // (scheduler/placement.go, wholeSlackMiB: what the driver reserves or
 // shows in use while nobody holds the GPU), which the node does not
 // publish: a 32nd of the GPU, at least 512 MiB.
-func gpuNeed(g GPUInfo, m store.ModelSpec) (need int64, whole bool) {
-	if m.GPUMemoryMiB > 0 {
-		return int64(m.GPUMemoryMiB), false
+func gpuNeed(g GPUInfo, d store.GPUDemand) (need int64, whole bool) {
+	if d.MemoryMiB > 0 {
+		return d.MemoryMiB, false
 	}
 	return g.TotalMiB - min(max(g.TotalMiB/32, 512), g.TotalMiB-1), true
 }
@@ -75,7 +76,8 @@ func gpuNeed(g GPUInfo, m store.ModelSpec) (need int64, whole bool) {
 // take takes the room of one replica of a project with model m, and
 // reports whether there was any. GPUs are chosen in index order.
 func (r *room) take(m store.ModelSpec) bool {
-	if m.GPUs <= 0 {
+	d := m.GPUDemand()
+	if d.GPUs == 0 {
 		if r.cpuFree <= 0 {
 			return false
 		}
@@ -84,19 +86,19 @@ func (r *room) take(m store.ModelSpec) bool {
 	}
 	var picked []int
 	for i, g := range r.gpus {
-		need, _ := gpuNeed(g, m)
+		need, _ := gpuNeed(g, d)
 		if g.Healthy && !g.InUse && g.FreeMiB >= need && need > 0 {
 			picked = append(picked, i)
-			if len(picked) == m.GPUs {
+			if len(picked) == d.GPUs {
 				break
 			}
 		}
 	}
-	if len(picked) < m.GPUs {
+	if len(picked) < d.GPUs {
 		return false
 	}
 	for _, i := range picked {
-		need, whole := gpuNeed(r.gpus[i], m)
+		need, whole := gpuNeed(r.gpus[i], d)
 		r.gpus[i].FreeMiB -= need
 		r.gpus[i].InUse = r.gpus[i].InUse || whole
 	}
@@ -269,17 +271,18 @@ func saturated(id string, placed map[string]bool, live map[string]NodeInfo, cur 
 // project with model m once its GPUs were free: enough healthy GPUs large
 // enough. Any node could hold a CPU replica.
 func couldFit(m store.ModelSpec, names []string, live map[string]NodeInfo) string {
+	d := m.GPUDemand()
 	for _, n := range names {
-		if m.GPUs <= 0 {
+		if d.GPUs == 0 {
 			return n
 		}
 		count := 0
 		for _, g := range live[n].Capacity.GPUs {
-			if g.Healthy && g.TotalMiB >= int64(m.GPUMemoryMiB) && g.TotalMiB > 0 {
+			if g.Healthy && g.TotalMiB >= d.MemoryMiB && g.TotalMiB > 0 {
 				count++
 			}
 		}
-		if count >= m.GPUs {
+		if count >= d.GPUs {
 			return n
 		}
 	}

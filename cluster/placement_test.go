@@ -59,6 +59,12 @@ func TestPlacement(t *testing.T) {
 			want:     map[string]shares{"gpu": {"b": {1, 1}}},
 		},
 		{
+			name:     "gpuMemoryMiB alone is a share of one GPU: never a node without one",
+			projects: []store.Project{project("share", 1, 1, 0, 8000)},
+			nodes:    []NodeInfo{node("a", 8), node("b", 0, gpu(0, 24000, 16000, false))},
+			want:     map[string]shares{"share": {"b": {1, 1}}},
+		},
+		{
 			name:     "an unhealthy GPU fits nothing",
 			projects: []store.Project{project("gpu", 1, 1, 1, 0)},
 			nodes:    []NodeInfo{node("a", 0, GPUInfo{TotalMiB: 24000, FreeMiB: 24000})},

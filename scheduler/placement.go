@@ -31,14 +31,10 @@ type placementRequest struct {
 	memoryMiB uint64
 }
 
-// requestOf reads a model spec's GPU needs. gpuMemoryMiB without gpus means
-// a share of one GPU.
+// requestOf reads a model spec's GPU needs (store.ModelSpec.GPUDemand).
 func requestOf(m store.ModelSpec) placementRequest {
-	r := placementRequest{gpus: m.GPUs, memoryMiB: uint64(max(m.GPUMemoryMiB, 0))}
-	if r.memoryMiB > 0 && r.gpus == 0 {
-		r.gpus = 1
-	}
-	return r
+	d := m.GPUDemand()
+	return placementRequest{gpus: d.GPUs, memoryMiB: uint64(d.MemoryMiB)}
 }
 
 func (r placementRequest) String() string {

@@ -198,22 +198,6 @@ func TestPlaceByWhatGPUsHold(t *testing.T) {
 	}
 }
 
-func TestRequestOf(t *testing.T) {
-	for _, tc := range []struct {
-		gpus, mem int
-		want      placementRequest
-	}{
-		{0, 0, placementRequest{}},
-		{2, 0, placementRequest{gpus: 2}},
-		{0, 4096, placementRequest{gpus: 1, memoryMiB: 4096}}, // a share implies one GPU
-		{2, 4096, placementRequest{gpus: 2, memoryMiB: 4096}},
-	} {
-		if got := requestOf(store.ModelSpec{GPUs: tc.gpus, GPUMemoryMiB: tc.mem}); got != tc.want {
-			t.Errorf("requestOf(gpus %d, gpuMemoryMiB %d) = %+v, want %+v", tc.gpus, tc.mem, got, tc.want)
-		}
-	}
-}
-
 func TestFitsMachine(t *testing.T) {
 	box := []gpu.Device{dev(0, "A", 24576), dev(1, "B", 81920, 100)} // free memory does not matter
 	for _, tc := range []struct {
