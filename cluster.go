@@ -276,6 +276,16 @@ func (m *clusterMode) routing() *httpapi.Routing {
 	return r
 }
 
+// adminCancel is the admin API's cancel: the scheduler's own, and in
+// cluster mode (routing set) a call pending on another node is cancelled
+// by that node (httpapi.Routing.Canceller), which alone runs it.
+func adminCancel(local httpapi.CallCanceller, routing *httpapi.Routing) httpapi.CallCanceller {
+	if routing == nil {
+		return local
+	}
+	return routing.Canceller(local)
+}
+
 // fitsNow reports whether this node could boot a replica of p now: a free
 // CPU slot for a CPU project; for a GPU project enough healthy GPUs with
 // its gpuMemoryMiB free each (as nodeLoad counts it), or, for whole GPUs,
