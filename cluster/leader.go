@@ -184,12 +184,13 @@ func (n *Node) placeAll(f etcd.Fence, projects []store.Project) error {
 			cur[name] = p
 		}
 	}
-	want := place(projects, nodes, cur)
+	now := n.o.Now().UTC()
+	want := place(projects, nodes, cur, now)
 	for id, shares := range want {
 		if maps.Equal(shares, cur[id].Nodes) {
 			continue
 		}
-		p := Placement{Project: id, Nodes: shares, Leader: n.o.Name, Updated: n.o.Now().UTC()}
+		p := Placement{Project: id, Nodes: shares, Joined: joined(cur[id], shares, now), Leader: n.o.Name, Updated: now}
 		v, err := json.Marshal(p)
 		if err != nil {
 			return fmt.Errorf("encode placement of %s: %w", id, err)
@@ -210,6 +211,23 @@ func (n *Node) placeAll(f etcd.Fence, projects []store.Project) error {
 		}
 	}
 	return nil
+}
+
+// joined is when each node of shares entered the placement: as in cur
+// for a node that was in it, now for one that was not.
+func joined(cur Placement, shares map[string]Share, now time.Time) map[string]time.Time {
+	out := map[string]time.Time{}
+	for n := range shares {
+		t, known := cur.Joined[n]
+		_, was := cur.Nodes[n]
+		switch {
+		case was && known:
+			out[n] = t
+		case !was:
+			out[n] = now
+		}
+	}
+	return out
 }
 
 // fenced commits ops if f still holds: etcd.ErrNotLeader otherwise.
