@@ -249,7 +249,7 @@ func TestLeaderWhoseLeaseEndsIsReplacedAndFenced(t *testing.T) {
 		t.Errorf("the new leader took %s", d)
 	}
 	// The old leader's writes are refused: placement and call moves.
-	if err := old.n.fenced(oldFence, clientv3.OpPut(old.st.Prefix()+PlacementPrefix+"x", "{}")); !errors.Is(err, etcd.ErrNotLeader) {
+	if err := old.n.fenced(context.Background(), oldFence, clientv3.OpPut(old.st.Prefix()+PlacementPrefix+"x", "{}")); !errors.Is(err, etcd.ErrNotLeader) {
 		t.Errorf("a placement write under the old fence = %v, want ErrNotLeader", err)
 	}
 	lostCall := store.Call{ID: "call_x", ProjectID: "p", TeamID: "acme", State: store.CallRunning}
@@ -531,7 +531,7 @@ func TestCallsOfAFencedNodeMoveButARestartedNodeKeepsThem(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := leader.n.handleLost(f, projects, true); err != nil {
+		if err := leader.n.handleLost(context.Background(), f, projects, true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -641,6 +641,26 @@ func TestACutOffNodeIsFencedAndRejoinsAfterHealing(t *testing.T) {
 		return ok && info.Lease != before.Lease && b.n.Live()
 	})
 	agreedLeader(t, a, b)
+}
+
+// A node that leads and is cut off from etcd (no quorum for it) shuts down
+// within leaveTimeout and a little: it does not wait out a resign and a
+// revoke that cannot be answered, nor a put of its load in flight; its
+// lease lapses by itself and another node leads.
+func TestShutdownWithoutEtcdIsBounded(t *testing.T) {
+	m := startMember(t)
+	proxy := newCutProxy(t, m.ClientURLs()[0])
+	b := startNodeAt(t, proxy.url(), "b", 0)
+	waitFor(t, "b leads", func() bool { _, ok := b.n.leadingFence(); return ok })
+	a := startNode(t, m, "a", 2)
+	agreedLeader(t, a, b)
+	proxy.setCut(true)
+	t0 := time.Now()
+	b.kill()
+	if took := time.Since(t0); took > leaveTimeout+time.Second {
+		t.Errorf("a leader cut off from etcd took %s to shut down; want at most leaveTimeout (%s) and a little", took, leaveTimeout)
+	}
+	waitFor(t, "a leads once b's lease lapsed", func() bool { return slices.Equal(leaders(a), []string{"a"}) })
 }
 
 // A node lost while no node led (its key gone before any leader watched)
