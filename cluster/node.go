@@ -339,15 +339,12 @@ func (n *Node) session(ctx context.Context) error {
 	}
 	n.live.Store(false)
 	pcancel()
-	if fenced {
-		// At once, before waiting for this session's goroutines: one may
-		// be inside an etcd request that lasts while the node is cut off.
-		n.endSession(sess, true)
-		wg.Wait()
-		return nil
-	}
+	// At once, before waiting for this session's goroutines: one may be
+	// inside an etcd request that lasts while etcd does not answer (the
+	// leader's store reads). What they write after a revoke is refused:
+	// the node key and the election key went with the lease.
+	n.endSession(sess, fenced)
 	wg.Wait()
-	n.endSession(sess, false)
 	return nil
 }
 
