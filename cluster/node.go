@@ -266,8 +266,9 @@ func (n *Node) wake() {
 // key under it, the assign watch, the candidacy for leader. When the
 // session ends under it (the node was cut off longer than the TTL), the
 // node is fenced (OnFenced) and starts a new session. On the way out it
-// resigns and revokes its lease, so its key vanishes at once and the next
-// leader is elected without waiting out the TTL.
+// revokes its lease (within leaveTimeout), so its key and its candidacy
+// vanish at once and the next leader is elected without waiting out the
+// TTL.
 func (n *Node) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wctx, stop := context.WithCancel(ctx)
@@ -288,7 +289,7 @@ func (n *Node) Run(ctx context.Context) error {
 }
 
 // session runs one session: until it ends (fenced) or ctx ends (shut
-// down: resigned and revoked).
+// down: revoked).
 func (n *Node) session(ctx context.Context) error {
 	cli := n.o.Client
 	// The session's own context: the revoke at shutdown must outlive ctx.
