@@ -436,7 +436,7 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 		lp := live[p.ID]
 		sp := statusProject{
 			ID: p.ID, TeamID: p.TeamID,
-			MinReplicas: p.MinReplicas, MaxReplicas: p.MaxReplicas, GPUs: gpusPerReplica(p.Model),
+			MinReplicas: p.MinReplicas, MaxReplicas: p.MaxReplicas, GPUs: p.Model.GPUDemand().GPUs,
 			Queued: lp.Queued, Running: lp.Running, Waiting: explainWait(lp.Waiting, v.snapshot, p.Model),
 			LastError: lp.LastError, LastErrorReplica: lp.LastErrorReplica, RecentFailures: failures[p.ID],
 			OOMKills: lp.OOMKills,
@@ -490,23 +490,14 @@ func explainWait(waiting string, st scheduler.Status, m store.ModelSpec) string 
 				held++
 			}
 		}
-		need := fmt.Sprintf("%d per replica", gpusPerReplica(m))
-		if m.GPUMemoryMiB > 0 {
-			need = fmt.Sprintf("%d MiB of GPU memory per replica", m.GPUMemoryMiB)
+		d := m.GPUDemand()
+		need := fmt.Sprintf("%d per replica", d.GPUs)
+		if d.MemoryMiB > 0 {
+			need = fmt.Sprintf("%d MiB of GPU memory per replica", d.MemoryMiB)
 		}
 		return fmt.Sprintf("%s: needs %s, %d of %d GPUs held, see gpus and gpuMemoryMiB", waiting, need, held, len(st.GPUs))
 	}
 	return waiting
-}
-
-// gpusPerReplica is how many GPUs each replica of a project with model m
-// gets: gpuMemoryMiB without gpus is a share of one GPU (as the scheduler
-// places it).
-func gpusPerReplica(m store.ModelSpec) int {
-	if m.GPUs == 0 && m.GPUMemoryMiB > 0 {
-		return 1
-	}
-	return m.GPUs
 }
 
 func viewCalls(calls []store.Call, limit int) []statusCall {

@@ -107,6 +107,18 @@ type testStore struct {
 	// afterResultRead, when set, runs after each GetCallResult read, before
 	// it returns: what another node does meanwhile.
 	afterResultRead atomic.Pointer[func()]
+	// afterKeyRead, when set, runs after each CallByIdempotencyKey read,
+	// before it returns: a slow etcd, or what happens meanwhile.
+	afterKeyRead atomic.Pointer[func()]
+}
+
+// CallByIdempotencyKey runs afterKeyRead after the read.
+func (s *testStore) CallByIdempotencyKey(teamID, key string) (store.Call, error) {
+	c, err := s.Store.CallByIdempotencyKey(teamID, key)
+	if f := s.afterKeyRead.Load(); f != nil {
+		(*f)()
+	}
+	return c, err
 }
 
 // GetCallResult counts the reads of results.

@@ -126,6 +126,25 @@ func (m ModelSpec) launchPart() ModelSpec {
 	return m
 }
 
+// GPUDemand is what one replica of a model holds of GPUs: GPUs of them, each
+// whole (MemoryMiB 0) or shared, with MemoryMiB of its memory reserved.
+type GPUDemand struct {
+	GPUs      int   // 0: a CPU replica
+	MemoryMiB int64 // per GPU; 0: each GPU whole
+}
+
+// GPUDemand reads m's GPU needs: gpus, and gpuMemoryMiB per GPU. A
+// gpuMemoryMiB without gpus is a share of one GPU. This is the one rule:
+// the scheduler places replicas by it, the cluster leader places projects
+// on nodes by it, and quotas, the status, apply and doctor count by it.
+func (m ModelSpec) GPUDemand() GPUDemand {
+	d := GPUDemand{GPUs: max(m.GPUs, 0), MemoryMiB: int64(max(m.GPUMemoryMiB, 0))}
+	if d.GPUs == 0 && d.MemoryMiB > 0 {
+		d.GPUs = 1
+	}
+	return d
+}
+
 // Validate checks every field against its bounds and returns the first
 // violation as a *ValidationError. It fills no defaults: an empty protocol,
 // for one, is invalid (call ApplyDefaults first).

@@ -143,3 +143,22 @@ func TestProjectValidate(t *testing.T) {
 		})
 	}
 }
+
+// One rule says what a replica holds of GPUs, read by the scheduler, the
+// cluster leader, quotas, the status and apply: gpuMemoryMiB alone is a
+// share of one GPU, never a CPU replica.
+func TestGPUDemand(t *testing.T) {
+	for _, tc := range []struct {
+		gpus, mem int
+		want      store.GPUDemand
+	}{
+		{0, 0, store.GPUDemand{}},
+		{2, 0, store.GPUDemand{GPUs: 2}},
+		{0, 4096, store.GPUDemand{GPUs: 1, MemoryMiB: 4096}},
+		{2, 4096, store.GPUDemand{GPUs: 2, MemoryMiB: 4096}},
+	} {
+		if got := (store.ModelSpec{GPUs: tc.gpus, GPUMemoryMiB: tc.mem}).GPUDemand(); got != tc.want {
+			t.Errorf("GPUDemand(gpus %d, gpuMemoryMiB %d) = %+v, want %+v", tc.gpus, tc.mem, got, tc.want)
+		}
+	}
+}
