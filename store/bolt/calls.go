@@ -233,7 +233,7 @@ func (s *Store) CallInputs(id string) (json.RawMessage, error) {
 // write is logged and not yet applied, from that write. InputBytes is set
 // when the inputs are left out.
 func (s *Store) readCall(id, what string, inputs, outputs bool) (store.Call, error) {
-	if l := s.pend.get(id); l != nil {
+	if l := s.pend.get(id); l != nil { // its latest write is the truth
 		c, err := s.readLogged(l, inputs, outputs)
 		if err != nil {
 			return store.Call{}, fmt.Errorf("%s %s: %w", what, id, err)

@@ -145,7 +145,7 @@ func (p *pending) byIdem(k []byte) (string, bool) {
 func (p *pending) room() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.err != nil {
+	if p.err != nil { // the last apply failed: ask for one now
 		at := p.attempts
 		poke(p.urgent)
 		for p.attempts == at && !p.done {

@@ -290,7 +290,7 @@ func (w *wal) append(cws []callWrite) (uint64, error) {
 // it, and the next segment starts at the LSN they would have had.
 func (w *wal) abandon() {
 	w.cur.Close()
-	w.cur = nil
+	w.cur = nil // the next append makes a new segment
 }
 
 // newSegment makes the next segment, durable (file and directory entry)
