@@ -55,6 +55,12 @@ func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
 		return
 	}
 	cw.value = v
+	if len(cw.idem) > bbolt.MaxKeySize || len(cw.value) > bbolt.MaxValueSize {
+		// Refused before it is logged: a write bbolt can never take would
+		// stop the applier, and every replay, for good.
+		done(fmt.Errorf("save call %s: %w", c.ID, store.ValidateIdempotencyKey(c.IdempotencyKey)))
+		return
+	}
 	if cw.deliveries = store.DeliveriesFor(c, s.now().UTC()); len(cw.deliveries) > 0 {
 		if cw.encodedDeliveries, err = encodeDeliveries(cw.deliveries); err != nil {
 			done(fmt.Errorf("save call %s: encode deliveries: %w", c.ID, err))

@@ -297,6 +297,9 @@ func (w *wal) abandon() {
 // before any record goes in it.
 func (w *wal) newSegment() error {
 	seg := walSegment{seq: w.nextSeq, firstLSN: w.next, path: segmentPath(w.path, w.nextSeq)}
+	// A number is never tried twice: a failed attempt's file, if it could
+	// not be removed, holds no record and is passed over at replay.
+	w.nextSeq++
 	f, err := os.OpenFile(seg.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("create write-ahead log segment: %w", err)
@@ -318,7 +321,6 @@ func (w *wal) newSegment() error {
 		os.Remove(seg.path)
 		return fmt.Errorf("create write-ahead log segment: %w", err)
 	}
-	w.nextSeq++
 	w.cur, w.off = f, int64(walHeaderSize)
 	w.mu.Lock()
 	w.segs = append(w.segs, seg)
