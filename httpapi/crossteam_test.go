@@ -42,7 +42,7 @@ func TestWaitCapsAreEachKeysOwn(t *testing.T) {
 	rec := serve(env.h, http.MethodPost, "/check/v4", `{"apiKey": "`+keyAcme+`", "callID": "call_zeta", "longPoll": true}`)
 	assertPending(t, rec) // answered at once: the key holds no second wait
 
-	openEvents(t, srv.URL, "call_zeta", keyAcme2).expect("state", "") // acme's other key has its own
+	openEvents(t, srv.URL, "call_zeta", keyAcme2).expect("state", "")  // acme's other key has its own
 	openEvents(t, srv.URL, "call_vault", keyOther).expect("state", "") // so has another team's
 
 	status, body = getEvents(t, srv.URL, "call_hidden", keyAdmin)
