@@ -13,7 +13,6 @@ import (
 	"time"
 
 	vm "github.com/VictoriaMetrics/metrics"
-	"github.com/rs/zerolog"
 
 	"inferd/history"
 	"inferd/scheduler/backend/local"
@@ -292,27 +291,5 @@ func TestOpenRoutesAnswerWithoutAKey(t *testing.T) {
 		if rec := serve(env.h, http.MethodGet, path, ""); rec.Code != http.StatusOK {
 			t.Errorf("GET %s without a key: %d %s", path, rec.Code, rec.Body)
 		}
-	}
-}
-
-// TestRoutesListWhatNewServes: every route of the table answers through
-// New (none is listed and left unregistered), and a path outside the table
-// is a 404.
-func TestRoutesListWhatNewServes(t *testing.T) {
-	opts := matrixOptions(t)
-	opts.Log = zerolog.Nop()
-	h := New(opts, newTestStore(t), newFakeScheduler())
-	for _, rt := range Routes(opts) {
-		if strings.HasPrefix(rt.Path, clusterPrefix) {
-			continue // served only with Routing (forward_test.go)
-		}
-		path := strings.NewReplacer(":id", "x", ":callID", "x", ":project", "x", ":replica", "x", ":name", "x", "*route", "x").Replace(rt.Path)
-		rec := serve(h, rt.Method, path, "")
-		if rec.Code == http.StatusMethodNotAllowed || strings.Contains(rec.Body.String(), "no such endpoint") {
-			t.Errorf("%s %s (listed as %s) is not served: %d %s", rt.Method, path, rt.Path, rec.Code, rec.Body)
-		}
-	}
-	if rec := serve(h, http.MethodGet, "/v1/nothing", ""); rec.Code != http.StatusNotFound {
-		t.Errorf("a path outside the table: %d", rec.Code)
 	}
 }
