@@ -20,7 +20,9 @@ const keyAcme2 = "ik_00000000f1_acmetwo"
 // of its team, and a key of another team, still get theirs, on any project,
 // until the total is reached.
 func TestWaitCapsAreEachKeysOwn(t *testing.T) {
-	env := newEnv(t, Options{Limits: Limits{MaxWaitsPerKey: 1, MaxWaits: 3}})
+	// A long poll that waited would hold its request for the hour: one
+	// answered at once had no wait to take.
+	env := newEnv(t, Options{Limits: Limits{MaxWaitsPerKey: 1, MaxWaits: 3}, LongPollWait: time.Hour})
 	env.store.addKey(t, keyAcme2, "acme", store.ScopeTeam, false)
 	env.store.addProject(t, testProject("vault", "other"), "mk-vault")
 	for _, c := range []struct{ id, project, team string }{
@@ -39,8 +41,8 @@ func TestWaitCapsAreEachKeysOwn(t *testing.T) {
 	if status != http.StatusTooManyRequests || !strings.Contains(body, "too many requests of this API key are waiting") {
 		t.Fatalf("acme's key, at its cap, opening a stream on another project: %d %s", status, body)
 	}
-	rec := serve(env.h, http.MethodPost, "/check/v4", `{"apiKey": "`+keyAcme+`", "callID": "call_zeta", "longPoll": true}`)
-	assertPending(t, rec) // answered at once: the key holds no second wait
+	poll := serveAsync(env.h, http.MethodPost, "/check/v4", `{"apiKey": "`+keyAcme+`", "callID": "call_zeta", "longPoll": true}`)
+	assertPending(t, waitResult(t, poll)) // answered at once: the key holds no second wait
 
 	openEvents(t, srv.URL, "call_zeta", keyAcme2).expect("state", "")  // acme's other key has its own
 	openEvents(t, srv.URL, "call_vault", keyOther).expect("state", "") // so has another team's
