@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -32,8 +34,8 @@ type MetricsSources struct {
 	GPUs   func() []gpu.Device     // the GPU inventory's Devices
 	Store  StoreStats
 	Conns  func() ConnStats // the API's connection limit
-	// Webhooks is the webhook deliverer's Stats.
-	Webhooks func() webhook.Stats
+	// Webhooks is the webhook deliverer's TeamStats: its counts by team.
+	Webhooks func() map[string]webhook.Stats
 	// Cluster, in cluster mode, names this node on every sample (a node
 	// label) and gives the inferd_cluster_* gauges; nil on a single box.
 	Cluster ClusterView
@@ -181,11 +183,7 @@ func (m *Metrics) writeSamples(w io.Writer) {
 		vm.WriteCounterFloat64(w, "inferd_store_commit_seconds_total", cs.Duration.Seconds())
 	}
 	if src.Webhooks != nil {
-		ws := src.Webhooks()
-		vm.WriteCounterUint64(w, `inferd_webhook_deliveries_total{result="delivered"}`, uint64(max(ws.Delivered, 0)))
-		vm.WriteCounterUint64(w, `inferd_webhook_deliveries_total{result="gave_up"}`, uint64(max(ws.GaveUp, 0)))
-		vm.WriteCounterUint64(w, "inferd_webhook_retries_total", uint64(max(ws.Retries, 0)))
-		vm.WriteGaugeUint64(w, "inferd_webhook_pending", uint64(max(ws.Pending, 0)))
+		writeWebhookSamples(w, src.Webhooks())
 	}
 	if c := src.Cluster; c != nil {
 		vm.WriteGaugeUint64(w, "inferd_cluster_nodes", uint64(len(c.Nodes())))
@@ -207,6 +205,31 @@ func writeSchedulerGauges(w io.Writer, st scheduler.Status) {
 		for _, state := range scheduler.ReplicaStates {
 			vm.WriteGaugeUint64(w, `inferd_replicas{project="`+labelValue(p.ID)+`",state="`+state+`"}`, n[state])
 		}
+	}
+}
+
+// writeWebhookSamples writes the webhook deliverer's counts: the totals,
+// and by team the two budgets (senders in flight, pending messages) and the
+// drops of the pending cap.
+func writeWebhookSamples(w io.Writer, byTeam map[string]webhook.Stats) {
+	var all webhook.Stats
+	teams := slices.Sorted(maps.Keys(byTeam))
+	for _, team := range teams {
+		all.Add(byTeam[team])
+	}
+	vm.WriteCounterUint64(w, `inferd_webhook_deliveries_total{result="delivered"}`, uint64(max(all.Delivered, 0)))
+	vm.WriteCounterUint64(w, `inferd_webhook_deliveries_total{result="gave_up"}`, uint64(max(all.GaveUp, 0)))
+	vm.WriteCounterUint64(w, `inferd_webhook_deliveries_total{result="dropped"}`, uint64(max(all.Dropped, 0)))
+	vm.WriteCounterUint64(w, "inferd_webhook_retries_total", uint64(max(all.Retries, 0)))
+	vm.WriteGaugeUint64(w, "inferd_webhook_pending", uint64(max(all.Pending, 0)))
+	for _, team := range teams {
+		vm.WriteGaugeUint64(w, `inferd_webhook_team_pending{team="`+labelValue(team)+`"}`, uint64(max(byTeam[team].Pending, 0)))
+	}
+	for _, team := range teams {
+		vm.WriteGaugeUint64(w, `inferd_webhook_team_sending{team="`+labelValue(team)+`"}`, uint64(max(byTeam[team].Sending, 0)))
+	}
+	for _, team := range teams {
+		vm.WriteCounterUint64(w, `inferd_webhook_team_dropped_total{team="`+labelValue(team)+`"}`, uint64(max(byTeam[team].Dropped, 0)))
 	}
 }
 

@@ -52,9 +52,14 @@ func loadedMetrics() *Metrics {
 				{Index: 2, UUID: "GPU-lost", MemoryTotalMiB: 2048, Problem: "lost (ERROR_GPU_IS_LOST)"},
 			}
 		},
-		Store:    fakeStoreStats{},
-		Conns:    func() ConnStats { return ConnStats{Open: 5, Max: 100, Shed: 2} },
-		Webhooks: func() webhook.Stats { return webhook.Stats{Delivered: 5, Retries: 2, GaveUp: 1, Pending: 3} },
+		Store: fakeStoreStats{},
+		Conns: func() ConnStats { return ConnStats{Open: 5, Max: 100, Shed: 2} },
+		Webhooks: func() map[string]webhook.Stats {
+			return map[string]webhook.Stats{
+				"acme": {Delivered: 4, Retries: 2, GaveUp: 1, Dropped: 6, Pending: 3, Sending: 2},
+				"beta": {Delivered: 1},
+			}
+		},
 	})
 	now := time.Now()
 	m.CallFinished(store.Call{ProjectID: "echo", State: store.CallSucceeded, Created: now.Add(-1770 * time.Millisecond),

@@ -174,10 +174,12 @@ function sandbox(ps) {
 
 // webhookSummary shows the webhook counts once there is something to say.
 function webhookSummary(w) {
-  if (!w || w.delivered + w.retries + w.gaveUp + w.pending === 0) return [];
-  return [el("span", { title: `webhooks: ${w.delivered} delivered, ${w.retries} retried attempts, ${w.gaveUp} given up, ${w.pending} pending` },
+  if (!w || w.delivered + w.retries + w.gaveUp + w.dropped + w.pending === 0) return [];
+  return [el("span", { title: `webhooks: ${w.delivered} delivered, ${w.retries} retried attempts, ${w.gaveUp} given up, ` +
+      `${w.dropped} dropped over webhook.maxPendingPerTeam, ${w.pending} pending (${w.sending} sending)` },
     "webhooks ", el("b", {}, w.delivered), " sent · ", el("b", {}, w.pending), " pending · ",
-    el("b", { class: w.gaveUp ? "bad" : "" }, w.gaveUp), " given up")];
+    el("b", { class: w.gaveUp ? "bad" : "" }, w.gaveUp), " given up",
+    ...(w.dropped ? [" · ", el("b", { class: "bad" }, w.dropped), " dropped"] : []))];
 }
 
 // renderTeams shows each team's use against its quota ("3 / 8"; "3" when
