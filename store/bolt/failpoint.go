@@ -26,7 +26,9 @@ import (
 //	result-after   the same, after its commit but before anyone is told
 //	call-apply-before, result-apply-before
 //	               the same writes once logged (durable, and their callers
-//	               told), before the applier copies them into the data file
+//	               told), before the applier copies them into the data file;
+//	               n counts writes of the kind, not batches (the applier
+//	               takes whatever was logged for up to 25 ms)
 //	call-apply-after, result-apply-after
 //	               after that copy has committed, before the log segments
 //	               it made redundant are removed
@@ -77,11 +79,17 @@ func applyFailpoint(stage string, batch []*logged) {
 	if failpointName == "" || !strings.HasSuffix(failpointName, "-apply-"+stage) {
 		return
 	}
-	cws := make([]callWrite, len(batch))
-	for i, l := range batch {
-		cws[i] = l.cw
+	kind := strings.TrimSuffix(failpointName, "-apply-"+stage)
+	for _, l := range batch {
+		if batchHolds(kind, []callWrite{l.cw}) {
+			failpointHits++
+		}
 	}
-	commitFailpoint("apply-"+stage, cws)
+	if failpointHits >= failpointAt {
+		fmt.Fprintf(os.Stderr, "inferd failpoint %s reached: killing the process\n", failpointName)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
 }
 
 // batchHolds reports whether batch has a write of kind: "call" is a call
