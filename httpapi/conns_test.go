@@ -18,6 +18,7 @@ func limitedServer(t *testing.T, n int, h http.Handler) (*ConnLimit, string) {
 		t.Fatal(err)
 	}
 	lim := NewConnLimit(n)
+	lim.reserve = 0 // the probes' reserve has tests of its own (conns_edge_test.go)
 	srv := &http.Server{Handler: h, ConnState: lim.ConnState, ReadHeaderTimeout: time.Minute}
 	done := make(chan struct{})
 	go func() {

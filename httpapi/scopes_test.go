@@ -75,7 +75,7 @@ func TestScopedKeysOnTheInferenceAPI(t *testing.T) {
 		{"read key may not start", "/start/v4", keyReadOnly, "mk-echo", "error: this key may not start or check calls"},
 		{"read key may not check", "/check/v4", keyReadOnly, "", "error: this key may not start or check calls"},
 		{"expired key", "/start/v4", keyExpired, "mk-echo", "error: this API key has expired"},
-		{"allowlist refuses another project", "/start/v4", keyZetaOnly, "mk-echo", "error: this key may not use project echo"},
+		{"allowlist refuses another project as unknown", "/start/v4", keyZetaOnly, "mk-echo", "error: unknown modelKey"},
 		{"infer key starts", "/start/v4", keyInferOnly, "mk-echo", "queued"},
 		{"allowlist starts its project", "/start/v4", keyZetaOnly, "mk-zeta", "queued"},
 	} {
