@@ -42,9 +42,9 @@ type ConnLimit struct {
 	open     int // counted against max
 	reserved int // open on the reserve
 	// The connections that may be closed to make room, oldest first.
-	sending *clist.List // nothing read yet, or a request's body still arriving
-	idle    *clist.List // between keep-alive requests
-	probes  *clist.List // reserved ones that have sent nothing yet
+	sending *clist.List   // nothing read yet, or a request's body still arriving
+	idle    *clist.List   // between keep-alive requests
+	probes  *clist.List   // reserved ones that have sent nothing yet
 	room    chan struct{} // capacity 1: a connection closed or became closable
 
 	shed    atomic.Int64 // connections closed to make room
