@@ -81,6 +81,9 @@ func (a *api) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]b
 	if be, ok := err.(*budgetError); ok {
 		a.refused(be.budget)
 		setRetryAfter(w, err)
+		// Answer now and close: net/http would otherwise read what is left
+		// of a body (up to 256 KiB) before it answers, at the client's pace.
+		w.Header().Set("Connection", "close")
 	}
 	return body, err
 }
