@@ -141,6 +141,7 @@ func TestChunkedBodyIsRefusedWhenItOutgrowsTheBudget(t *testing.T) {
 		body := startBody(max)
 		holder := ps.dialFrom("192.0.2.1:1")
 		holder.request("POST", "/start/v4", body[:600<<10], "Content-Length: "+strconv.Itoa(max))
+		synctest.Wait()
 		chunked := ps.dialFrom("192.0.2.2:1")
 		part := body[:700<<10]
 		chunked.request("POST", "/start/v4", strconv.FormatInt(int64(len(part)), 16)+"\r\n"+part+"\r\n",
