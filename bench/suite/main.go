@@ -98,6 +98,9 @@ func run(ctx context.Context, o options) error {
 		{"scale-up under a burst", measureBurst},
 		{"stored calls: memory and file size", measureFill},
 		{"long-poll capacity", measureLongPolls},
+		{"edge budgets: held bodies", measureHeldBodies},
+		{"edge budgets: silent event streams", measureSilentStreams},
+		{"edge budgets: healthz under slow senders", measureHealthzUnderSlowSenders},
 	}
 	for _, s := range steps {
 		if !o.selected(s.name) {
@@ -291,6 +294,7 @@ const manifest = `projects:
   - {id: hang, team: bench, modelKey: mk-hang, command: [%[1]q], env: {NOOP_DELAY: 1h}, concurrency: 1, minReplicas: 1, maxReplicas: 1, inferenceTimeout: 86400, bootTimeout: 30}
   - {id: bigq, team: bench, modelKey: mk-bigq, command: ["sh", "-c", %[5]q], concurrency: 1, minReplicas: 0, maxReplicas: 1, bootTimeout: 600}
   - {id: bigr, team: bench, modelKey: mk-bigr, command: [%[1]q], env: {NOOP_REPLY_BYTES: "%[6]d"}, concurrency: 32, minReplicas: 0, maxReplicas: 1, bootTimeout: 30}
+  - {id: huge, team: bench, modelKey: mk-huge, command: [%[1]q], env: {NOOP_REPLY_BYTES: "%[7]d"}, concurrency: 1, minReplicas: 0, maxReplicas: 1, bootTimeout: 30}
 `
 
 func startInferd(ctx context.Context, o options, e *env) error {
@@ -320,7 +324,7 @@ func startInferd(ctx context.Context, o options, e *env) error {
 	// bigq's model boots only once the gate file exists (measurePayloads).
 	e.gate = filepath.Join(e.dir, "bigq.gate")
 	gated := fmt.Sprintf("while [ ! -e %s ]; do sleep 0.05; done; exec %s", e.gate, o.noop)
-	data := fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog, e.coldQuietLog, gated, payloadSize)
+	data := fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog, e.coldQuietLog, gated, payloadSize, bigResultBytes)
 	if err := os.WriteFile(mf, data, 0o644); err != nil {
 		return err
 	}
