@@ -68,7 +68,7 @@ func errBodyBytesPerSource(max int64) error {
 
 func errBodyReadTimeout(d time.Duration) error {
 	return &budgetError{userError{http.StatusRequestTimeout, "request_timeout",
-		fmt.Sprintf("request body not received within %s (%s); send it faster or in smaller pieces", d, budgetBodyReadTimeout)},
+		fmt.Sprintf("request body not received within %gs (%s); send it faster or in smaller pieces", d.Seconds(), budgetBodyReadTimeout)},
 		budgetBodyReadTimeout}
 }
 
