@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bufio"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -131,9 +132,13 @@ func TestEventStreamsPerKeyCap(t *testing.T) {
 	for range 2 {
 		openEvents(t, srv.URL, "call_r", keyAcme).expect("state", "")
 	}
-	rec := serve(env.h, "GET", "/v1/calls/call_r/events", "", "X-Service-API-Key", keyAcme)
-	if rec.Code != 429 || rec.Header().Get("Retry-After") == "" || !strings.Contains(rec.Body.String(), "(limits.maxStreamsPerKey)") {
-		t.Errorf("a third stream of the key: %d %s", rec.Code, rec.Body)
+	third := openEvents(t, srv.URL, "call_r", keyAcme)
+	if third.resp.StatusCode != 429 {
+		t.Fatalf("a third stream of the key: %d, want 429", third.resp.StatusCode)
+	}
+	body, _ := io.ReadAll(third.resp.Body)
+	if third.resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "(limits.maxStreamsPerKey)") {
+		t.Errorf("the refusal of a third stream: %s (Retry-After %q)", body, third.resp.Header.Get("Retry-After"))
 	}
 	openEvents(t, srv.URL, "call_r", keyAdmin).expect("state", "")
 	if n := metricValue(t, m, `inferd_budget_refusals_total{budget="limits.maxStreamsPerKey"}`); n != 1 {
