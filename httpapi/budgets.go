@@ -128,7 +128,7 @@ func (b *bodyBudget) check(source string, n int64) error {
 
 // fits is check with b.mu held.
 func (b *bodyBudget) fits(source string, n int64) error {
-	if b.perSource > 0 && b.bySource[source]+n > b.perSource {
+	if b.perSource > 0 && source != "" && b.bySource[source]+n > b.perSource {
 		return errBodyBytesPerSource(b.perSource)
 	}
 	if b.total > 0 && b.used+n > b.total {
@@ -145,7 +145,9 @@ func (b *bodyBudget) reserve(source string, n int64) error {
 		return err
 	}
 	b.used += n
-	b.bySource[source] += n
+	if source != "" {
+		b.bySource[source] += n
+	}
 	if b.used > b.peak.Load() {
 		b.peak.Store(b.used)
 	}
@@ -160,6 +162,9 @@ func (b *bodyBudget) release(source string, n int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.used -= n
+	if source == "" {
+		return
+	}
 	if left := b.bySource[source] - n; left > 0 {
 		b.bySource[source] = left
 	} else {
@@ -178,16 +183,21 @@ func (b *bodyBudget) inUse() int64 {
 // account holds nothing and refuses nothing (the admin socket's bodies).
 type bodyAccount struct {
 	budget *bodyBudget
-	source string
+	source string // "": counted in all only
 	held   int64
 }
 
-// account opens the account of a request from remoteAddr.
-func (b *bodyBudget) account(remoteAddr string) *bodyAccount {
+// account opens the account of a request from remoteAddr, counted against
+// its source's budget too when perSource.
+func (b *bodyBudget) account(remoteAddr string, perSource bool) *bodyAccount {
 	if b == nil || b.total <= 0 && b.perSource <= 0 {
 		return nil
 	}
-	return &bodyAccount{budget: b, source: sourceOf(remoteAddr)}
+	acct := &bodyAccount{budget: b}
+	if perSource {
+		acct.source = sourceOf(remoteAddr)
+	}
+	return acct
 }
 
 // check refuses a body whose announced length could not fit now.

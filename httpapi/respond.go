@@ -73,8 +73,11 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 // readBody reads the body of an API request within the body budgets: the
 // bytes being read at once, in all and per client address, and the time to
 // send it (set on the connection by withEdge). A refusal names its budget.
+// A body another node of the cluster forwards counts in all only: that node
+// forwards many clients' bodies from one address, each within its own
+// budgets.
 func (a *api) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	body, err := readBodyWithin(w, r, limit, a.bodies.account(r.RemoteAddr))
+	body, err := readBodyWithin(w, r, limit, a.bodies.account(r.RemoteAddr, !a.fromNode(r)))
 	if errors.Is(err, errBodyDeadline) {
 		err = errBodyReadTimeout(a.opts.Limits.BodyReadTimeout)
 	}
