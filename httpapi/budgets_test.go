@@ -83,6 +83,25 @@ func answerMessage(t *testing.T, body string) string {
 	return a.Message
 }
 
+// bigBody is the largest body in the tests of the body budget below, which
+// allow two of them in all (limits.bodyBytes).
+const bigBody = 1 << 20
+
+// holdingPartOfABody serves such a budget, with a client at 192.0.2.1
+// holding a start of bigBody bytes of which it sent 600 KiB, and returns the
+// metrics, the server, the whole start and that client. Call it in a
+// synctest bubble.
+func holdingPartOfABody(t *testing.T) (*Metrics, *pipeServer, string, *pipeClient) {
+	m := NewMetrics(vm.NewSet())
+	env := newEnv(t, Options{Metrics: m, MaxBodyBytes: bigBody, Limits: Limits{BodyBytes: 2 * bigBody}})
+	ps := newPipeServer(t, env.h, 0)
+	body := startBody(bigBody)
+	holder := ps.dialFrom("192.0.2.1:1")
+	holder.request("POST", "/start/v4", body[:600<<10], "Content-Length: "+strconv.Itoa(bigBody))
+	synctest.Wait()
+	return m, ps, body, holder
+}
+
 // TestBodyThatCannotFitIsRefusedBeforeItIsRead: while one client holds half
 // a large body, a start whose announced length would pass limits.bodyBytes
 // is refused at once (HTTP 200, "error:" naming the budget, Retry-After),
@@ -90,22 +109,15 @@ func answerMessage(t *testing.T, body string) string {
 // inferd_request_body_bytes and are given back once the body is in.
 func TestBodyThatCannotFitIsRefusedBeforeItIsRead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const max = 1 << 20
-		m := NewMetrics(vm.NewSet())
-		env := newEnv(t, Options{Metrics: m, MaxBodyBytes: max, Limits: Limits{BodyBytes: 2 * max}})
-		ps := newPipeServer(t, env.h, 0)
-		body := startBody(max)
-		holder := ps.dialFrom("192.0.2.1:1")
-		holder.request("POST", "/start/v4", body[:600<<10], "Content-Length: "+strconv.Itoa(max))
-		synctest.Wait()
+		m, ps, body, holder := holdingPartOfABody(t)
 		// Its buffer went 64 KiB, 256 KiB, then the announced length.
-		if got := metricValue(t, m, "inferd_request_body_bytes"); got != max+1 {
-			t.Fatalf("inferd_request_body_bytes = %v, want %d", got, max+1)
+		if got := metricValue(t, m, "inferd_request_body_bytes"); got != bigBody+1 {
+			t.Fatalf("inferd_request_body_bytes = %v, want %d", got, bigBody+1)
 		}
 
 		// Its headers only: the answer comes before any of the body.
 		other := ps.dialFrom("192.0.2.2:1")
-		other.request("POST", "/start/v4", "", "Content-Length: "+strconv.Itoa(max))
+		other.request("POST", "/start/v4", "", "Content-Length: "+strconv.Itoa(bigBody))
 		resp, answer := other.response()
 		if msg := answerMessage(t, answer); resp.StatusCode != 200 || resp.Header.Get("Retry-After") == "" ||
 			msg != "error: server busy: request bodies being read hold the 2 MiB they may (limits.bodyBytes); retry later" {
@@ -114,7 +126,7 @@ func TestBodyThatCannotFitIsRefusedBeforeItIsRead(t *testing.T) {
 		if n := metricValue(t, m, `inferd_budget_refusals_total{budget="limits.bodyBytes"}`); n != 1 {
 			t.Errorf("refusals counted: %v", n)
 		}
-		if got := metricValue(t, m, "inferd_request_body_bytes"); got != max+1 {
+		if got := metricValue(t, m, "inferd_request_body_bytes"); got != bigBody+1 {
 			t.Errorf("the refused start took bytes: %v in use", got)
 		}
 
@@ -134,14 +146,7 @@ func TestBodyThatCannotFitIsRefusedBeforeItIsRead(t *testing.T) {
 // the budget.
 func TestChunkedBodyIsRefusedWhenItOutgrowsTheBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const max = 1 << 20
-		m := NewMetrics(vm.NewSet())
-		env := newEnv(t, Options{Metrics: m, MaxBodyBytes: max, Limits: Limits{BodyBytes: 2 * max}})
-		ps := newPipeServer(t, env.h, 0)
-		body := startBody(max)
-		holder := ps.dialFrom("192.0.2.1:1")
-		holder.request("POST", "/start/v4", body[:600<<10], "Content-Length: "+strconv.Itoa(max))
-		synctest.Wait()
+		m, ps, body, _ := holdingPartOfABody(t)
 		chunked := ps.dialFrom("192.0.2.2:1")
 		part := body[:700<<10]
 		chunked.request("POST", "/start/v4", strconv.FormatInt(int64(len(part)), 16)+"\r\n"+part+"\r\n",
@@ -150,8 +155,8 @@ func TestChunkedBodyIsRefusedWhenItOutgrowsTheBudget(t *testing.T) {
 		if msg := answerMessage(t, answer); !strings.HasSuffix(msg, "(limits.bodyBytes); retry later") {
 			t.Errorf("a chunked body outgrowing the budget: %d %q", resp.StatusCode, msg)
 		}
-		if got := metricValue(t, m, "inferd_request_body_bytes"); got != max+1 {
-			t.Errorf("inferd_request_body_bytes = %v after the refusal, want the holder's %d", got, max+1)
+		if got := metricValue(t, m, "inferd_request_body_bytes"); got != bigBody+1 {
+			t.Errorf("inferd_request_body_bytes = %v after the refusal, want the holder's %d", got, bigBody+1)
 		}
 	})
 }
