@@ -12,8 +12,11 @@ import (
 // has it until its done event is written or cut off (limits.
 // streamWriteTimeout): 30 streams of a 60 MiB result hold one 60 MiB copy,
 // where each held its own, compacted and then encoded again (2.3 GB in all).
-// A result is counted once, however many streams share it. It is safe for
-// concurrent use.
+// A result is counted once, however many streams share it. A result is
+// final, so a shared copy is never stale; a call that expires while streams
+// hold it is still answered to streams that open meanwhile, until the last
+// one lets go (a stream holds it only while it writes its done event). It
+// is safe for concurrent use.
 type streamResults struct {
 	max int64 // 0: no cap
 
