@@ -186,13 +186,22 @@ func (a *api) refuseStream(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, r, a.log, err)
 }
 
+// streamChunk is the most one write deadline covers: a large event (the
+// done of a large result) is written in pieces of it, each within the
+// timeout. A reader slower than that (1 MiB per 30 s by default, about
+// 35 KB/s: any real link) is cut, as is one that does not read at all,
+// while a large result still reaches a slow reader that reads.
+const streamChunk = 1 << 20
+
 // sseWriter writes Server-Sent Events and remembers the first write error.
-// Each event must be written within timeout (0: no limit), so that a client
-// that does not read is cut off rather than waited on.
+// Each event, and each streamChunk of a large one, must be written within
+// timeout (0: no limit), so that a client that does not read is cut off
+// rather than waited on.
 type sseWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	timeout time.Duration
+	sent    int // bytes written under the current deadline
 	err     error
 }
 
@@ -202,18 +211,31 @@ func (s *sseWriter) begin() bool {
 	if s.err != nil {
 		return false
 	}
+	s.renew()
+	return true
+}
+
+// renew sets a fresh write deadline.
+func (s *sseWriter) renew() {
 	if s.timeout > 0 {
 		_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
 	}
-	return true
+	s.sent = 0
 }
 
 // cut reports whether the stream ended for a client too slow to read it.
 func (s *sseWriter) cut() bool { return errors.Is(s.err, os.ErrDeadlineExceeded) }
 
+// write writes b, renewing the deadline each streamChunk.
 func (s *sseWriter) write(b []byte) {
-	if s.err == nil {
-		_, s.err = s.w.Write(b)
+	for s.err == nil && len(b) > 0 {
+		if s.sent >= streamChunk {
+			s.renew() // the next chunk's deadline
+		}
+		n := min(len(b), streamChunk-s.sent)
+		_, s.err = s.w.Write(b[:n])
+		s.sent += n
+		b = b[n:]
 	}
 }
 

@@ -197,3 +197,41 @@ func TestStreamResultBytesBoundsTheResultsHeld(t *testing.T) {
 		}
 	})
 }
+
+// TestSlowReaderOfALargeResultGetsItWhole: a reader that takes 1 MiB every
+// 20 s gets a 3 MiB done event whole, though it takes longer than
+// limits.streamWriteTimeout (30 s): the deadline covers each MiB, not the
+// whole result.
+func TestSlowReaderOfALargeResultGetsItWhole(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := NewMetrics(vm.NewSet())
+		env := newEnv(t, Options{Metrics: m, Streams: NewStreams(), Limits: Limits{StreamWriteTimeout: 30 * time.Second}})
+		result := bigResult(3 << 20)
+		env.sched.add(store.Call{ID: "call_big", ProjectID: "echo", TeamID: "acme", State: store.CallSucceeded,
+			Message: "success", Outputs: json.RawMessage(result)})
+		ps := newPipeServer(t, env.h, 0)
+		c := openSilentStream(ps, "call_big", keyAcme)
+		var got strings.Builder
+		buf := make([]byte, 64<<10)
+		start := time.Now()
+		for paced := 0; !strings.Contains(got.String(), "}]}\n\n"); {
+			n, err := c.r.Read(buf)
+			got.Write(buf[:n])
+			if err != nil {
+				break // the end of the stream
+			}
+			if paced += n; paced >= 1<<20 {
+				paced = 0
+				time.Sleep(20 * time.Second) // the reader's pace, 1 MiB per 20 s, on the bubble's clock
+			}
+		}
+		// The raw stream is chunked: the result's x are counted, not matched.
+		_, done, _ := strings.Cut(got.String(), "event: done")
+		if took := time.Since(start); took <= 30*time.Second || strings.Count(done, "x") != 3<<20 {
+			t.Errorf("after %v the reader has %d bytes, not the whole done event", took, got.Len())
+		}
+		if n := metricValue(t, m, `inferd_budget_refusals_total{budget="limits.streamWriteTimeout"}`); n != 0 {
+			t.Errorf("the slow reader was cut (%v)", n)
+		}
+	})
+}
