@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -107,10 +108,32 @@ func (ps *pipeServer) dial() *pipeClient { return ps.dialFrom("192.0.2.1:1234") 
 
 // dialFrom connects from the address remote.
 func (ps *pipeServer) dialFrom(remote string) *pipeClient {
-	client, server := net.Pipe()
-	ps.ln.conns <- fromConn{Conn: server, remote: pipeAddr(remote)}
+	client := ps.pipe(remote)
 	ps.t.Cleanup(func() { client.Close() })
 	return &pipeClient{t: ps.t, conn: client, r: bufio.NewReader(client)}
+}
+
+// pipe connects from the address remote and returns the client's end.
+func (ps *pipeServer) pipe(remote string) net.Conn {
+	client, server := net.Pipe()
+	ps.ln.conns <- fromConn{Conn: server, remote: pipeAddr(remote)}
+	return client
+}
+
+// get sends one GET on a connection of its own, as an http.Client does,
+// and returns the status. Any goroutine may call it.
+func (ps *pipeServer) get(path string) (int, error) {
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext:       func(context.Context, string, string) (net.Conn, error) { return ps.pipe("192.0.2.1:1234"), nil },
+	}}
+	resp, err := c.Get("http://inferd" + path)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, nil
 }
 
 // send writes raw in the background (a pipe's write waits for the
