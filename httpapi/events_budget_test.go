@@ -30,18 +30,25 @@ func openSilentStream(ps *pipeServer, callID, key string) *pipeClient {
 	return c
 }
 
+// finishedCallServer serves, with the limits given, a finished call
+// call_big of acme's whose result is bigResult(n), and returns the metrics,
+// the server and that result. Call it in a synctest bubble.
+func finishedCallServer(t *testing.T, limits Limits, n int) (*Metrics, *pipeServer, string) {
+	m := NewMetrics(vm.NewSet())
+	env := newEnv(t, Options{Metrics: m, Streams: NewStreams(), Limits: limits})
+	result := bigResult(n)
+	env.sched.add(store.Call{ID: "call_big", ProjectID: "echo", TeamID: "acme", State: store.CallSucceeded,
+		Message: "success", Outputs: json.RawMessage(result)})
+	return m, newPipeServer(t, env.h, 0), result
+}
+
 // TestSilentEventStreamIsCutAtTheWriteTimeout: a client that opens a
 // stream and never reads holds its stream, and the result, for
 // limits.streamWriteTimeout at most: then the stream is cut, the result let
 // go, and the cut counted.
 func TestSilentEventStreamIsCutAtTheWriteTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := NewMetrics(vm.NewSet())
-		env := newEnv(t, Options{Metrics: m, Streams: NewStreams(), Limits: Limits{StreamWriteTimeout: 30 * time.Second}})
-		result := bigResult(100 << 10)
-		env.sched.add(store.Call{ID: "call_big", ProjectID: "echo", TeamID: "acme", State: store.CallSucceeded,
-			Message: "success", Outputs: json.RawMessage(result)})
-		ps := newPipeServer(t, env.h, 0)
+		m, ps, result := finishedCallServer(t, Limits{StreamWriteTimeout: 30 * time.Second}, 100<<10)
 		silent := openSilentStream(ps, "call_big", keyAcme)
 		synctest.Wait()
 		if n, b := metricValue(t, m, "inferd_event_streams"), metricValue(t, m, "inferd_event_stream_result_bytes"); n != 1 || int(b) != len(result) {
@@ -74,12 +81,7 @@ func TestSilentEventStreamIsCutAtTheWriteTimeout(t *testing.T) {
 func TestEventStreamsOfOneResultShareOneCopy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const streams = 30
-		m := NewMetrics(vm.NewSet())
-		env := newEnv(t, Options{Metrics: m, Streams: NewStreams(), Limits: Limits{StreamResultBytes: 2 << 20}})
-		result := bigResult(1 << 20)
-		env.sched.add(store.Call{ID: "call_big", ProjectID: "echo", TeamID: "acme", State: store.CallSucceeded,
-			Message: "success", Outputs: json.RawMessage(result)})
-		ps := newPipeServer(t, env.h, 0)
+		m, ps, result := finishedCallServer(t, Limits{StreamResultBytes: 2 << 20}, 1<<20)
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		for range streams {
@@ -204,12 +206,7 @@ func TestStreamResultBytesBoundsTheResultsHeld(t *testing.T) {
 // whole result.
 func TestSlowReaderOfALargeResultGetsItWhole(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := NewMetrics(vm.NewSet())
-		env := newEnv(t, Options{Metrics: m, Streams: NewStreams(), Limits: Limits{StreamWriteTimeout: 30 * time.Second}})
-		result := bigResult(3 << 20)
-		env.sched.add(store.Call{ID: "call_big", ProjectID: "echo", TeamID: "acme", State: store.CallSucceeded,
-			Message: "success", Outputs: json.RawMessage(result)})
-		ps := newPipeServer(t, env.h, 0)
+		m, ps, _ := finishedCallServer(t, Limits{StreamWriteTimeout: 30 * time.Second}, 3<<20)
 		c := openSilentStream(ps, "call_big", keyAcme)
 		var got strings.Builder
 		buf := make([]byte, 64<<10)
