@@ -8,7 +8,7 @@ BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: build run doctor test test-cluster lint fuzz faults clean client-deps test-deps package bench bench-cluster mutate
+.PHONY: build run doctor test test-cluster lint fuzz faults clean client-deps test-deps package bench bench-cluster bench-quick mutate
 
 ## build: compile ./inferd
 build:
@@ -84,6 +84,12 @@ bench:
 ## a minute; make bench runs it too
 bench-cluster:
 	BENCH_GO=0 BENCH_REPORT=cluster.md scripts/bench.sh -only cluster
+
+## bench-quick: the hot path's figures and targets (added latency, calls/s at c=1/16/64 with the no-op and
+## the 10 ms model, inferd CPU per call, cluster through one node) in one interleaved run of short slices,
+## under a minute: run it before and after a change on the write or call path (docs/benchmarks.md)
+bench-quick:
+	BENCH_GO=0 BENCH_REPORT=quick.md scripts/bench.sh -quick
 
 ## fuzz: each fuzz target for FUZZTIME executions (make test: CI_FUZZTIME)
 FUZZTIME ?= 200000x
