@@ -56,9 +56,13 @@ type Project struct {
 	Model   ModelSpec `json:"model"`
 	// Caps bound what the team may set through the project API; only an
 	// admin (the manifest) sets them.
-	Caps    ProjectCaps `json:"caps,omitzero"`
-	Created time.Time   `json:"created"`
-	Updated time.Time   `json:"updated"`
+	Caps ProjectCaps `json:"caps,omitzero"`
+	// LastApplied is the project as a manifest last declared it (see
+	// Declared and Reapply): a re-apply changes only what the manifest
+	// changed since. Nil for a project no apply wrote since inferd kept it.
+	LastApplied *Project  `json:"lastApplied,omitempty"`
+	Created     time.Time `json:"created"`
+	Updated     time.Time `json:"updated"`
 }
 
 // ModelSpec says how to start and talk to a project's model server. It is
