@@ -21,9 +21,11 @@ build:
 # the start-up log line says which protections are on.
 RUN_ENV = INFERD_REPLICA_USER=$${INFERD_REPLICA_USER:-$$(id -un)}
 
-## run: start the daemon with the example echo model (Ctrl-C stops it)
+## run: start the daemon with the example echo model (Ctrl-C stops it). It applies
+## the example to the data file itself (apply --offline), so a second make run
+## while one serves stops there and changes nothing.
 run: build
-	$(RUN_ENV) ./inferd --config $(CONFIG) apply -f examples/projects.yaml
+	$(RUN_ENV) ./inferd --config $(CONFIG) apply --offline -f examples/projects.yaml
 	@echo
 	@echo "inferd is starting on http://127.0.0.1:8080 with the example project 'echo'."
 	@echo "In another terminal, create an API key and call the model:"

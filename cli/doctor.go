@@ -59,8 +59,13 @@ func (r *doctorReport) line(status, check, format string, a ...any) {
 	if status == "fail" {
 		r.fails++
 	}
-	fmt.Fprintf(r.out, "%-4s  %-11s %s\n", status, check, fmt.Sprintf(format, a...))
+	fmt.Fprintf(r.out, "%-4s  %-*s %s\n", status, doctorCheckWidth, check, fmt.Sprintf(format, a...))
 }
+
+// doctorCheckWidth is the width of the check names' column: the longest
+// name ("process tree", "memory limit", "private dirs"), so that the
+// findings line up.
+const doctorCheckWidth = 12
 
 func (c *doctorCommand) Run(ctx context.Context, args []string) error {
 	if err := parseFlagsOnly(subFlags("doctor"), args); err != nil {

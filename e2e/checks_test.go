@@ -101,7 +101,7 @@ func TestDoctorChecksAppliedProjects(t *testing.T) {
 	if err != nil {
 		t.Fatalf("doctor after make run's set-up: %v\n%s", err, out)
 	}
-	if !strings.Contains(out, "ok    project     echo: dir, command and model user ok; CPU") {
+	if !strings.Contains(out, "ok    project      echo: dir, command and model user ok; CPU") {
 		t.Errorf("doctor does not vouch for the echo project:\n%s", out)
 	}
 
@@ -126,7 +126,7 @@ func TestDoctorChecksAppliedProjects(t *testing.T) {
 	if err == nil {
 		t.Errorf("doctor passed with a broken project:\n%s", out)
 	}
-	if want := "fail  project     moved: dir " + gone + " does not exist: create it, or fix dir in the manifest"; !strings.Contains(out, want) {
+	if want := "fail  project      moved: dir " + gone + " does not exist: create it, or fix dir in the manifest"; !strings.Contains(out, want) {
 		t.Errorf("doctor does not name the broken project (want %q):\n%s", want, out)
 	}
 }

@@ -230,7 +230,7 @@ func TestDoctorAsksAGPUProjectsPythonAboutCUDA(t *testing.T) {
 		t.Fatalf("apply: %v\n%s", err, out)
 	}
 	out, _ := runCLI(cfg, "doctor")
-	if want := "ok    cuda        on-gpu: torch 2.3.1+cu121 (CUDA 12.1) in " + py + " sees its GPU " + simGPU0; !strings.Contains(out, want) {
+	if want := "ok    cuda         on-gpu: torch 2.3.1+cu121 (CUDA 12.1) in " + py + " sees its GPU " + simGPU0; !strings.Contains(out, want) {
 		t.Errorf("doctor lacks %q:\n%s", want, out)
 	}
 	if strings.Contains(out, "cuda        on-cpu") {

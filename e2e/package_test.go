@@ -181,9 +181,9 @@ func TestDebPackageInstallsServesAndPurges(t *testing.T) {
 	doctor.Env = []string{"PATH=/usr/sbin:/usr/bin", "HOME=" + svc.HomeDir, fmt.Sprintf("INFERD_LISTEN=127.0.0.1:%d", port)}
 	unit.delegate = false // doctor runs from a shell, in no delegated cgroup
 	report := mustOutput(t, asUnit(t, unit, uid, gid, doctor))
-	for _, want := range []string{"ok    data dir    " + pkgDataDir, "ok    data file   " + pkgDataDir + "/inferd.db opens",
-		"ok    model user  a uid per project", "ok    network", "ok    private dirs",
-		"ok    example     /usr/share/inferd/examples/echo boots"} {
+	for _, want := range []string{"ok    data dir     " + pkgDataDir, "ok    data file    " + pkgDataDir + "/inferd.db opens",
+		"ok    model user   a uid per project", "ok    network", "ok    private dirs",
+		"ok    example      /usr/share/inferd/examples/echo boots"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("doctor on the installed package lacks %q:\n%s", want, report)
 		}

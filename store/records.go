@@ -164,6 +164,18 @@ type Call struct {
 	// QueuePosition is how many calls will be dispatched before this one
 	// (0 = next), for a queued call the scheduler reports; never stored.
 	QueuePosition int `json:"-"`
+	// WaitingFor says why a queued call cannot run beyond waiting its
+	// turn, for a call the scheduler reports (its message stays the state
+	// name); nil when it only waits its turn; never stored.
+	WaitingFor *Wait `json:"-"`
+}
+
+// Wait is why a pending call waits: a code for programs and a sentence for
+// people, e.g. {"heldByMinimums", "no CPU slot: the minReplicas of projects
+// a, b hold all 2 cpuSlots"}.
+type Wait struct {
+	Code string `json:"code"`
+	Text string `json:"text"`
 }
 
 // Priority orders the queued calls of one project: high before normal
