@@ -52,9 +52,9 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	apiLn, err := net.Listen("tcp", cfg.Listen)
+	apiLn, err := cli.ListenAPI(cfg.Listen)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+		return err
 	}
 	adminLn, err := listenAdmin(cfg.SocketPath())
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -237,7 +236,7 @@ func doctorGPU(r *doctorReport, cfg config.Config) {
 }
 
 func doctorListen(r *doctorReport, cfg config.Config, running bool) {
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, err := ListenAPI(cfg.Listen)
 	if err == nil {
 		ln.Close()
 		r.line("ok", "listen", "%s is free", cfg.Listen)
@@ -247,7 +246,7 @@ func doctorListen(r *doctorReport, cfg config.Config, running bool) {
 		r.line("ok", "listen", "%s is in use by the running daemon", cfg.Listen)
 		return
 	}
-	r.line("fail", "listen", "cannot listen on %s (%v): stop what uses it or change listen", cfg.Listen, err)
+	r.line("fail", "listen", "%v", err)
 }
 
 // exampleBootTimeout bounds how long doctor waits for the example model.
