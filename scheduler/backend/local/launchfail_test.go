@@ -1,0 +1,76 @@
+package local
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"inferd/internal/testenv"
+)
+
+// lockedBuffer is a log sink the backend's goroutines may share.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// A launch that fails (a program that does not exist) leaves no cgroup
+// behind and logs no warning: the thread that tried to fork the model
+// leaves the replica's cgroups before they are removed.
+func TestFailedLaunchLeavesNoCgroupAndNoWarning(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	var logged lockedBuffer
+	b, err := New(Config{LogDir: filepath.Join(dir, "logs"), RunDir: filepath.Join(dir, "run"), User: "root"},
+		zerolog.New(&logged).Level(zerolog.WarnLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	if b.sb.cgroups == nil {
+		testenv.Missing(t, "a cgroup per replica: %s", b.sb.cgWhy)
+	}
+	before := len(logged.String()) // New's own line on the sandbox
+	bases := []string{b.sb.cgroups.v2}
+	for _, v1 := range b.sb.cgroups.v1 {
+		bases = append(bases, v1.base)
+	}
+	// The forking thread's exit races the removal: try a few times.
+	for i := range 10 {
+		spec := sandboxSpec(fmt.Sprintf("fail-%d", i), "")
+		spec.Model.Command = []string{filepath.Join(dir, "no-such-program")}
+		if _, err := b.Launch(spec); err == nil {
+			t.Fatal("a launch of a missing program succeeded")
+		}
+		for _, base := range bases {
+			if base == "" {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(base, spec.ReplicaID)); !os.IsNotExist(err) {
+				t.Errorf("cgroup %s left by the failed launch (stat: %v)", filepath.Join(base, spec.ReplicaID), err)
+				syscall.Rmdir(filepath.Join(base, spec.ReplicaID)) // empty by now: leave the host clean
+			}
+		}
+	}
+	if w := logged.String()[before:]; w != "" {
+		t.Errorf("the failed launch logged warnings:\n%s", w)
+	}
+}
