@@ -135,7 +135,11 @@ func TestCancelEndToEnd(t *testing.T) {
 			t.Errorf("call %s after kill -9: %v", id, r)
 		}
 	}
-	if r := c.cancel(queued); r["message"] != "error: call already finished (failed)" {
+	// The CLI says it as the check does.
+	if _, err := d.cli("call", "cancel", viaCLI); err == nil || !strings.Contains(err.Error(), "call already finished (failed: cancelled by request)") {
+		t.Errorf("inferd call cancel of a cancelled call: %v", err)
+	}
+	if r := c.cancel(queued); r["message"] != "error: call already finished (failed: cancelled by request)" {
 		t.Errorf("second cancel after restart: %v", r)
 	}
 }
