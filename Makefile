@@ -8,7 +8,7 @@ BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: build run doctor test test-cluster lint fuzz faults clean client-deps test-deps package bench bench-cluster mutate
+.PHONY: build run doctor test test-cluster lint fuzz faults clean client-deps test-deps digits-deps package bench bench-cluster mutate
 
 ## build: compile ./inferd
 build:
@@ -60,10 +60,18 @@ test-deps:
 
 ## client-deps: the pinned Banana JavaScript clients the end-to-end test drives, and
 ## playwright-core for the status page browser test (it drives Debian's chromium and
-## never downloads a browser)
+## never downloads a browser); each npm ci has NPM_TIMEOUT seconds
+NPM_TIMEOUT ?= 300
+NPM_CI = timeout --kill-after=10 $(NPM_TIMEOUT) npm ci --no-audit --no-fund --loglevel=error \
+	|| { echo "npm ci in $$PWD failed or took over $(NPM_TIMEOUT)s (NPM_TIMEOUT): check the registry in ~/.npmrc or the network" >&2; exit 1; }
 client-deps:
-	cd examples/banana-js && npm ci --no-audit --no-fund --loglevel=error
-	cd web/browsertest && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error
+	cd examples/banana-js && $(NPM_CI)
+	cd web/browsertest && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(NPM_CI)
+
+## digits-deps: the Debian packages examples/digits needs (PyTorch, scikit-learn),
+## without their recommends (as root, or with sudo)
+digits-deps:
+	scripts/apt-install.sh python3-torch python3-sklearn
 
 ## lint: gofmt, go vet, staticcheck and govulncheck (skipped only when its
 ## database cannot be reached)
