@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // projectsManifest declares two teams' projects; none of them boots a replica
@@ -206,6 +207,9 @@ func TestBadConfigStopsStartupNamingTheKey(t *testing.T) {
 func TestHealthAndReadiness(t *testing.T) {
 	dir, cfg := newDaemonDir(t, "")
 	d := startDaemon(t, dir, cfg)
+	// The listener opens before the scheduler has recovered what the last
+	// run left (on a loaded box that takes a while): ready is when it says so.
+	d.logs.waitFor(t, `"scheduler ready"`, 30*time.Second)
 	for _, path := range []string{"/healthz", "/readyz"} {
 		if status, body := do(t, "GET", d.base+path, nil, ""); status != 200 {
 			t.Fatalf("%s: %d %v", path, status, body)
