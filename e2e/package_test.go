@@ -21,6 +21,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -44,7 +45,7 @@ func TestDebPackageInstallsServesAndPurges(t *testing.T) {
 	echoDir(t) // the packaged example needs python3
 	deb, inRoot := inThrowawayRoot()
 	if !inRoot {
-		deb = buildDeb(t)
+		deb, _ = packaged(t)
 		lintianCheck(t, deb)
 		if out, _ := exec.Command("dpkg-deb", "-f", deb, "Homepage").Output(); strings.TrimSpace(string(out)) != "" {
 			t.Errorf("the .deb names a Homepage, %q, though no PKG_HOMEPAGE was set", out)
@@ -265,24 +266,46 @@ func checkServiceSandbox(t *testing.T, d *daemon, key string, out map[string]any
 	}
 }
 
-// buildDeb runs scripts/package.sh into a temporary directory and returns the .deb.
-func buildDeb(t *testing.T) string {
+// packagedBuild is scripts/package.sh's output, made once per test run
+// beside inferdBin: the .deb the package test installs and the production
+// binary packed in it, which the payload tests measure.
+var packagedBuild struct {
+	once        sync.Once
+	deb, binary string
+	err         error
+}
+
+// packaged runs scripts/package.sh (what make package runs) once and
+// returns the .deb and the binary it packed.
+func packaged(t *testing.T) (deb, binary string) {
 	t.Helper()
-	out := t.TempDir()
-	cmd := exec.Command("scripts/package.sh", out)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("scripts/package.sh: %v\n%s%s", err, stdout, stderr.String())
-	}
-	for _, line := range strings.Split(string(stdout), "\n") {
-		if strings.HasSuffix(line, ".deb") {
-			return line
+	b := &packagedBuild
+	b.once.Do(func() {
+		out := filepath.Join(filepath.Dir(inferdBin), "dist")
+		cmd := exec.Command("scripts/package.sh", out)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		stdout, err := cmd.Output()
+		if err != nil {
+			b.err = fmt.Errorf("scripts/package.sh: %v\n%s%s", err, stdout, stderr.String())
+			return
 		}
+		for _, line := range strings.Split(string(stdout), "\n") {
+			if strings.HasSuffix(line, ".deb") {
+				b.deb = line
+			}
+		}
+		b.binary = filepath.Join(out, "stage", "inferd") // package.sh's PKG_DIR
+		if b.deb == "" {
+			b.err = fmt.Errorf("scripts/package.sh printed no .deb:\n%s", stdout)
+		} else if _, err := os.Stat(b.binary); err != nil {
+			b.err = fmt.Errorf("scripts/package.sh left no binary in its stage dir: %w", err)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	t.Fatalf("scripts/package.sh printed no .deb:\n%s", stdout)
-	return ""
+	return b.deb, b.binary
 }
 
 // lintianCheck runs lintian (Debian's package checker, which

@@ -32,13 +32,13 @@ const (
 	copyServerEnv = "INFERD_E2E_COPY_SERVER"
 )
 
-var plainBuild extraBuild
-
-// plainBinary builds inferd without -race once per test run: the race
-// detector's shadow memory would multiply the RSS being measured.
+// plainBinary is inferd as it is shipped, without -race: the race
+// detector's shadow memory would multiply the RSS being measured. It is
+// the packaged build (package_test.go), made once for both tests.
 func plainBinary(t *testing.T) string {
 	t.Helper()
-	return plainBuild.get(t, "inferd-plain")
+	_, bin := packaged(t)
+	return bin
 }
 
 // serveCopyMain is the test binary run as the io.Copy baseline.
