@@ -14,30 +14,36 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate
 build:
 	go build -ldflags "$(LDFLAGS)" -o inferd .
 
-# The demo runs its model as you, even as root, where a service install gives
-# each project a uid of its own (replica.user: per-project): python3 may live
-# where no other user can read it. apply and doctor check the models as that
-# same user. The rest of the sandbox applies as far as your privileges allow;
-# the start-up log line says which protections are on.
-RUN_ENV = INFERD_REPLICA_USER=$${INFERD_REPLICA_USER:-$$(id -un)}
+# The demo runs its model as `inferd --config config.example.yaml serve` would,
+# as the packaged service does: as root, under a uid of the project's own (the
+# example runs on the system python3, which any user may run). Where other
+# users cannot read this checkout (a clone under /root, or a home of mode 700)
+# that uid could not read the example either: there the demo runs its model as
+# you (scripts/demo-user.sh), and make run says so with the command that
+# restarts it the same way. apply and doctor check the models as that same user.
+DEMO_USER = $(shell scripts/demo-user.sh)
+RUN_ENV = $(if $(DEMO_USER),INFERD_REPLICA_USER=$(DEMO_USER) )
+DEMO_NOTE = Other users cannot read this checkout, so the model runs as $(DEMO_USER), not under a uid of its own as a service's would.
 
 ## run: start the daemon with the example echo model (Ctrl-C stops it). It applies
 ## the example to the data file itself (apply --offline), so a second make run
 ## while one serves stops there and changes nothing.
 run: build
-	$(RUN_ENV) ./inferd --config $(CONFIG) apply --offline -f examples/projects.yaml
+	$(RUN_ENV)./inferd --config $(CONFIG) apply --offline -f examples/projects.yaml
 	@echo
 	@echo "inferd is starting on http://127.0.0.1:8080 with the example project 'echo'."
 	@echo "In another terminal, create an API key and call the model:"
 	@echo "  KEY=\$$(./inferd --config $(CONFIG) key create --team demo | tail -n1)"
 	@echo "  curl -s localhost:8080/start/v4 -d '{\"apiKey\":\"'\$$KEY'\",\"modelKey\":\"mk-echo-1\",\"modelInputs\":{\"prompt\":\"hi\"}}'"
-	@echo "To check the box and the applied projects as this demo runs them: make doctor"
+	@echo "To check the box and the applied projects: $(RUN_ENV)./inferd --config $(CONFIG) doctor (or make doctor)"
+	@echo "After Ctrl-C, make run or $(RUN_ENV)./inferd --config $(CONFIG) serve starts it again."
+	@$(if $(DEMO_USER),echo "$(DEMO_NOTE)",true)
 	@echo
-	$(RUN_ENV) ./inferd --config $(CONFIG) serve
+	$(RUN_ENV)./inferd --config $(CONFIG) serve
 
 ## doctor: check the box and the applied projects as make run runs them
 doctor: build
-	$(RUN_ENV) ./inferd --config $(CONFIG) doctor
+	$(RUN_ENV)./inferd --config $(CONFIG) doctor
 
 ## test: every check CI runs: formatting, vet, and all tests with the race detector,
 ## including the public Banana npm clients against a live inferd. The e2e

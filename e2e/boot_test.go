@@ -16,6 +16,7 @@ import (
 // while the project backs off fails at once with the same reason, and calls
 // that wait between boots say which attempt runs and why the last failed.
 func TestBootFailuresSayWhyAndFailFast(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, "startWait: 1s\nlongPollWait: 2s\ncpuSlots: 8\n"+
 		"replica:\n  stopGrace: 2s\n  restartBackoff: 1s\n  maxRestartBackoff: 30s\n  maxBootFailures: 3\n")

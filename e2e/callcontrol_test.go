@@ -77,6 +77,7 @@ func (d *daemon) metric(t *testing.T, sample string) string {
 }
 
 func TestCancelEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	mark := marker()
 	d, c, _ := callControlDaemon(t, "", echoProject("slow", "acme", "mk-slow", echo, mark, "")+"    minReplicas: 1\n    maxReplicas: 1\n")
@@ -145,6 +146,7 @@ func TestCancelEndToEnd(t *testing.T) {
 }
 
 func TestPurgeQueueEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	d, c, key := callControlDaemon(t, "", echoProject("busy", "acme", "mk-busy", echo, marker(), "")+"    maxReplicas: 1\n")
 	running := c.start("mk-busy", `{"sleep":30}`, true)["callID"].(string)
@@ -177,6 +179,7 @@ func TestPurgeQueueEndToEnd(t *testing.T) {
 }
 
 func TestQueueTimeoutAndCallTimeoutEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	d, c, _ := callControlDaemon(t, "", echoProject("busy", "acme", "mk-busy", echo, marker(), "")+"    maxReplicas: 1\n")
 	running := c.start("mk-busy", `{"sleep":5}`, true)["callID"].(string)
@@ -202,6 +205,7 @@ func TestQueueTimeoutAndCallTimeoutEndToEnd(t *testing.T) {
 }
 
 func TestPriorityEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	d, c, _ := callControlDaemon(t, "", echoProject("busy", "acme", "mk-busy", echo, marker(), "")+"    maxReplicas: 1\n")
 	running := c.start("mk-busy", `{"sleep":3}`, true)["callID"].(string)
@@ -232,6 +236,7 @@ func TestPriorityEndToEnd(t *testing.T) {
 }
 
 func TestLowPriorityTakesOnlyIdleCapacityEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	manifest := echoProject("web", "acme", "mk-web", echo, marker(), "") + "    maxReplicas: 2\n    idleTimeout: 1\n" +
 		echoProject("batch", "acme", "mk-batch", echo, marker(), "") + "    maxReplicas: 2\n    idleTimeout: 1\n"
@@ -261,6 +266,7 @@ func TestLowPriorityTakesOnlyIdleCapacityEndToEnd(t *testing.T) {
 }
 
 func TestIdempotencyKeyEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	d, c, _ := callControlDaemon(t, "", echoProject("echo", "acme", "mk-echo", echo, marker(), ""))
 	const extra = `,"idempotencyKey":"order-42"`
@@ -292,6 +298,7 @@ func TestIdempotencyKeyEndToEnd(t *testing.T) {
 }
 
 func TestRetriesEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	d, c, key := callControlDaemon(t, "", echoProject("flaky", "acme", "mk-flaky", echo, marker(), "")+"    retries: 1\n")
 	flag := filepath.Join(t.TempDir(), "crashed")
@@ -324,6 +331,7 @@ func TestRetriesEndToEnd(t *testing.T) {
 }
 
 func TestWarmupEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	mark := marker()
 	d, _, key := callControlDaemon(t, "", echoProject("cold", "acme", "mk-cold", echo, mark, "")+"    idleTimeout: 1\n")

@@ -69,6 +69,7 @@ func answersWithStatus(ep endpoint) bool {
 // resource answers exactly as one that does not exist (404 on the project
 // API, never 403), and B's project is left unchanged.
 func TestTeamsAreIsolatedOnEveryEndpoint(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, "startWait: 1s\nlongPollWait: 1s\n")
 	d := startDaemon(t, dir, cfg)
@@ -148,6 +149,7 @@ func TestTeamsAreIsolatedOnEveryEndpoint(t *testing.T) {
 // store's key cache), revokes it with the CLI and, with no pause, proves that
 // its very next request fails on every endpoint.
 func TestRevokedKeyFailsAtOnceOnEveryEndpoint(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, "startWait: 1s\nlongPollWait: 1s\n")
 	d := startDaemon(t, dir, cfg)

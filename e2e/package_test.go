@@ -38,6 +38,7 @@ const (
 )
 
 func TestDebPackageInstallsServesAndPurges(t *testing.T) {
+	t.Parallel()
 	testenv.NeedRoot(t, "the .deb install test mounts its throwaway root (a mount namespace of its own)")
 	if _, err := exec.LookPath("dpkg"); err != nil {
 		testenv.Missing(t, "dpkg, to install the .deb")

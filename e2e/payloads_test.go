@@ -79,6 +79,7 @@ func payloadDaemon(t *testing.T) (d *daemon, c *payload.Client, gate string) {
 // peak RSS stays within 200 MiB throughout: queued inputs live in the data
 // file, and each is read back only when its call is dispatched.
 func TestPayloadQueueOf100x5MBStaysSmall(t *testing.T) {
+	t.Parallel()
 	d, c, gate := payloadDaemon(t)
 	pid := d.cmd.Process.Pid
 	ctx := context.Background()
@@ -118,6 +119,7 @@ func TestPayloadQueueOf100x5MBStaysSmall(t *testing.T) {
 // flight), and its CPU time per MB is reported beside an io.Copy of the
 // same bytes over loopback.
 func TestPayloadChecks32x5MBStaySmall(t *testing.T) {
+	t.Parallel()
 	d, c, gate := payloadDaemon(t)
 	pid := d.cmd.Process.Pid
 	ctx := context.Background()

@@ -33,6 +33,7 @@ func projectsManifest(dir string) string {
 }
 
 func TestProjectAPIEndToEnd(t *testing.T) {
+	t.Parallel()
 	dir, cfg := newDaemonDir(t, "")
 	d := startDaemon(t, dir, cfg)
 
@@ -180,6 +181,7 @@ func TestProjectAPIEndToEnd(t *testing.T) {
 }
 
 func TestCLIWorksWithoutDaemon(t *testing.T) {
+	t.Parallel()
 	dir, cfg := newDaemonDir(t, "")
 	out, err := runCLI(cfg, "key", "create", "--team", "solo")
 	if err != nil {
@@ -197,6 +199,7 @@ func TestCLIWorksWithoutDaemon(t *testing.T) {
 }
 
 func TestBadConfigStopsStartupNamingTheKey(t *testing.T) {
+	t.Parallel()
 	_, cfg := newDaemonDir(t, "replicaz: {}\n")
 	_, err := runCLI(cfg, "serve")
 	if err == nil || !strings.Contains(err.Error(), "replicaz") {
@@ -205,6 +208,7 @@ func TestBadConfigStopsStartupNamingTheKey(t *testing.T) {
 }
 
 func TestHealthAndReadiness(t *testing.T) {
+	t.Parallel()
 	dir, cfg := newDaemonDir(t, "")
 	d := startDaemon(t, dir, cfg)
 	// The listener opens before the scheduler has recovered what the last

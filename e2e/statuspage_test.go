@@ -23,6 +23,7 @@ import (
 // INFERD_REQUIRE_CLIENT_TESTS=1, so there this test cannot skip. The page's
 // screenshot goes to $INFERD_ARTIFACTS (CI keeps it) or the test's temp dir.
 func TestStatusPageInBrowser(t *testing.T) {
+	t.Parallel()
 	node, browser, script := browserTools(t)
 	shots := os.Getenv("INFERD_ARTIFACTS")
 	if shots == "" {
