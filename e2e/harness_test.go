@@ -12,6 +12,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -50,6 +51,12 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	inferdBin = filepath.Join(dir, "inferd")
+	flag.Parse()
+	if flag.Lookup("test.run").Value.String() == "" {
+		// A whole run (make test) has the package and payload tests: their
+		// build goes along with this one rather than hold them up later.
+		go packagedBuild.once.Do(buildPackaged)
+	}
 	// The one build every test runs (but the package and payload tests,
 	// which run the production build: packaged). The failpoints are inert
 	// unless INFERD_FAILPOINT names one (store/bolt/failpoint.go), so the

@@ -47,10 +47,13 @@ func TestDebPackageInstallsServesAndPurges(t *testing.T) {
 	deb, inRoot := inThrowawayRoot()
 	if !inRoot {
 		deb, _ = packaged(t)
-		lintianCheck(t, deb)
 		if out, _ := exec.Command("dpkg-deb", "-f", deb, "Homepage").Output(); strings.TrimSpace(string(out)) != "" {
 			t.Errorf("the .deb names a Homepage, %q, though no PKG_HOMEPAGE was set", out)
 		}
+		// lintian reads the .deb while the copy installs it: neither
+		// waits for the other.
+		linted := lintianCheck(t, deb)
+		defer func() { <-linted }() // before t ends, whichever way
 		runInThrowawayRoot(t, deb)
 		return
 	}
@@ -281,49 +284,59 @@ var packagedBuild struct {
 func packaged(t *testing.T) (deb, binary string) {
 	t.Helper()
 	b := &packagedBuild
-	b.once.Do(func() {
-		out := filepath.Join(filepath.Dir(inferdBin), "dist")
-		cmd := exec.Command("scripts/package.sh", out)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		stdout, err := cmd.Output()
-		if err != nil {
-			b.err = fmt.Errorf("scripts/package.sh: %v\n%s%s", err, stdout, stderr.String())
-			return
-		}
-		for _, line := range strings.Split(string(stdout), "\n") {
-			if strings.HasSuffix(line, ".deb") {
-				b.deb = line
-			}
-		}
-		b.binary = filepath.Join(out, "stage", "inferd") // package.sh's PKG_DIR
-		if b.deb == "" {
-			b.err = fmt.Errorf("scripts/package.sh printed no .deb:\n%s", stdout)
-		} else if _, err := os.Stat(b.binary); err != nil {
-			b.err = fmt.Errorf("scripts/package.sh left no binary in its stage dir: %w", err)
-		}
-	})
+	b.once.Do(buildPackaged)
 	if b.err != nil {
 		t.Fatal(b.err)
 	}
 	return b.deb, b.binary
 }
 
+// buildPackaged fills packagedBuild; TestMain may start it early.
+func buildPackaged() {
+	b := &packagedBuild
+	out := filepath.Join(filepath.Dir(inferdBin), "dist")
+	cmd := exec.Command("scripts/package.sh", out)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.Output()
+	if err != nil {
+		b.err = fmt.Errorf("scripts/package.sh: %v\n%s%s", err, stdout, stderr.String())
+		return
+	}
+	for _, line := range strings.Split(string(stdout), "\n") {
+		if strings.HasSuffix(line, ".deb") {
+			b.deb = line
+		}
+	}
+	b.binary = filepath.Join(out, "stage", "inferd") // package.sh's PKG_DIR
+	if b.deb == "" {
+		b.err = fmt.Errorf("scripts/package.sh printed no .deb:\n%s", stdout)
+	} else if _, err := os.Stat(b.binary); err != nil {
+		b.err = fmt.Errorf("scripts/package.sh left no binary in its stage dir: %w", err)
+	}
+}
+
 // lintianCheck runs lintian (Debian's package checker, which
-// scripts/test-deps.sh installs) on deb and fails on any error or warning.
-// Informational tags are logged, not failed.
-func lintianCheck(t *testing.T, deb string) {
+// scripts/test-deps.sh installs) on deb in the background and fails t on
+// any error or warning; informational tags are logged, not failed. The
+// returned channel closes when it is done.
+func lintianCheck(t *testing.T, deb string) <-chan struct{} {
 	t.Helper()
 	lintian, err := exec.LookPath("lintian")
 	if err != nil {
 		testenv.Missing(t, "lintian (Debian package lintian; make test installs it)")
 	}
-	out, err := exec.Command(lintian, "--fail-on", "error,warning", "--display-info", deb).CombinedOutput()
-	if err != nil {
-		t.Errorf("lintian %s: %v\n%s", filepath.Base(deb), err, out)
-	} else if len(out) > 0 {
-		t.Logf("lintian (informational only):\n%s", out)
-	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		out, err := exec.Command(lintian, "--fail-on", "error,warning", "--display-info", deb).CombinedOutput()
+		if err != nil {
+			t.Errorf("lintian %s: %v\n%s", filepath.Base(deb), err, out)
+		} else if len(out) > 0 {
+			t.Logf("lintian (informational only):\n%s", out)
+		}
+	}()
+	return done
 }
 
 func readGzip(t *testing.T, path string) string {
