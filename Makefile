@@ -46,11 +46,19 @@ doctor: build
 	$(RUN_ENV)./inferd --config $(CONFIG) doctor
 
 ## test: every check CI runs: formatting, vet, and all tests with the race detector,
-## including the public Banana npm clients against a live inferd. The e2e
-## package alone runs about 7 minutes on 2 cores: go test's default 10-minute
-## limit per test binary would leave too little headroom.
-test: lint test-deps client-deps
-	INFERD_REQUIRE_CLIENT_TESTS=1 go test -race -count=1 -timeout 20m ./...
+## including the public Banana npm clients against a live inferd (README, "What
+## make test needs"). The Debian packages install while lint runs (apt waits on
+## the network and the disk, lint on the CPU); their output follows lint's. The
+## e2e tests run up to E2E_PARALLEL at a time: most of their time is spent
+## waiting on model processes, not on the CPU.
+E2E_PARALLEL ?= 6
+test: client-deps
+	@log=$$(mktemp); echo "scripts/test-deps.sh >$$log (beside lint)"; \
+	scripts/test-deps.sh >$$log 2>&1 & deps=$$!; \
+	scripts/lint.sh; lint=$$?; \
+	wait $$deps; rc=$$?; cat $$log; rm -f $$log; \
+	[ $$lint -eq 0 ] && [ $$rc -eq 0 ]
+	INFERD_REQUIRE_CLIENT_TESTS=1 go test -race -count=1 -timeout 20m -parallel $(E2E_PARALLEL) ./...
 	scripts/fuzz.sh $(CI_FUZZTIME)
 
 ## test-cluster: the three-node failure scenarios of cluster mode (#22; e2e/threenode_faults_test.go,
