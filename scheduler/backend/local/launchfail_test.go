@@ -53,8 +53,9 @@ func TestFailedLaunchLeavesNoCgroupAndNoWarning(t *testing.T) {
 	for _, v1 := range b.sb.cgroups.v1 {
 		bases = append(bases, v1.base)
 	}
-	// The forking thread's exit races the removal: try a few times.
-	for i := range 10 {
+	// Without the fix the forking thread's exit races the removal, and
+	// loses one time in ten or so: try often enough to see it.
+	for i := range 50 {
 		spec := sandboxSpec(fmt.Sprintf("fail-%d", i), "")
 		spec.Model.Command = []string{filepath.Join(dir, "no-such-program")}
 		if _, err := b.Launch(spec); err == nil {
