@@ -1,11 +1,9 @@
 package local
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -14,31 +12,13 @@ import (
 	"inferd/internal/testenv"
 )
 
-// lockedBuffer is a log sink the backend's goroutines may share.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // A launch that fails (a program that does not exist) leaves no cgroup
 // behind and logs no warning: the thread that tried to fork the model
 // leaves the replica's cgroups before they are removed.
 func TestFailedLaunchLeavesNoCgroupAndNoWarning(t *testing.T) {
 	needRoot(t)
 	dir := t.TempDir()
-	var logged lockedBuffer
+	var logged syncBuffer // logread_test.go
 	b, err := New(Config{LogDir: filepath.Join(dir, "logs"), RunDir: filepath.Join(dir, "run"), User: "root"},
 		zerolog.New(&logged).Level(zerolog.WarnLevel))
 	if err != nil {
