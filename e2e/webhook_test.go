@@ -275,6 +275,7 @@ func (r *hangingReceiver) mostHeld() int {
 // senders, no more); an allow-listed name that resolves to the metadata
 // address, or to its NAT64 form, is refused when it is dialed.
 func TestWebhookTeamsDoNotDelayEachOtherAndMetadataNamesAreRefused(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	// The attempts to the hanging receiver last webhook.timeout (60s):
 	// beta's message arriving before then did not wait for one of them.
