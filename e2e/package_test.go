@@ -316,6 +316,9 @@ func buildPackaged() {
 	}
 }
 
+// lintianLimit bounds lintian's run (about 25 s on a loaded 2-core box).
+const lintianLimit = 5 * time.Minute
+
 // lintianCheck runs lintian (Debian's package checker, which
 // scripts/test-deps.sh installs) on deb in the background and fails t on
 // any error or warning; informational tags are logged, not failed. The
@@ -329,10 +332,15 @@ func lintianCheck(t *testing.T, deb string) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		out, err := exec.Command(lintian, "--fail-on", "error,warning", "--display-info", deb).CombinedOutput()
-		if err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), lintianLimit)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, lintian, "--fail-on", "error,warning", "--display-info", deb).CombinedOutput()
+		switch {
+		case ctx.Err() != nil:
+			t.Errorf("lintian %s did not finish within %s:\n%s", filepath.Base(deb), lintianLimit, out)
+		case err != nil:
 			t.Errorf("lintian %s: %v\n%s", filepath.Base(deb), err, out)
-		} else if len(out) > 0 {
+		case len(out) > 0:
 			t.Logf("lintian (informational only):\n%s", out)
 		}
 	}()

@@ -64,7 +64,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 	// grows, it waits for a GPU and the charts move. Stopped (and waited
 	// for) when the browser is done; bounded in count anyway, below the 50
 	// recent calls the page lists, so that captioner's call (EXPECT_CALL)
-	// stays among them however slowly the browser gets to it.
+	// stays among them however slowly the browser gets to it. Each takes 2 s,
+	// so that detector has work (and goes first) for over a minute.
 	loadCtx, stopLoad := context.WithCancel(t.Context())
 	loadDone := make(chan struct{})
 	go func() {
@@ -78,7 +79,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 				return
 			case <-tick.C:
 			}
-			in := `{"sleep":0.5}`
+			in := `{"sleep":2}`
 			if i%6 == 5 {
 				in = `{"fail":"image too blurry"}`
 			}
