@@ -25,6 +25,9 @@ import (
 	"github.com/knadh/koanf/v2"
 
 	"inferd/gpu"
+	"inferd/httpapi"
+	"inferd/scheduler"
+	"inferd/scheduler/backend/local"
 	"inferd/webhook"
 )
 
@@ -121,18 +124,20 @@ type GPU struct {
 }
 
 // defaults mirrors config.example.yaml; TestExampleFileMatchesDefaults keeps
-// the two from drifting.
+// the two from drifting. A setting a component has a default of its own for
+// (its Default* constant, the value it takes for a zero field) is given that
+// constant, so the two cannot differ.
 func defaults() map[string]any {
 	return map[string]any{
 		"listen":                        "127.0.0.1:8080",
 		"dataDir":                       "./data",
 		"log.level":                     "info",
 		"log.format":                    "auto",
-		"startWait":                     "50s",
-		"longPollWait":                  "50s",
-		"maxBodyBytes":                  10 << 20,
-		"maxQueuedPerProject":           1000,
-		"maxQueuedBytesPerProject":      1 << 30,
+		"startWait":                     httpapi.DefaultStartWait.String(),
+		"longPollWait":                  httpapi.DefaultLongPollWait.String(),
+		"maxBodyBytes":                  httpapi.DefaultMaxBodyBytes,
+		"maxQueuedPerProject":           scheduler.DefaultMaxQueuedPerProject,
+		"maxQueuedBytesPerProject":      scheduler.DefaultMaxQueuedBytes,
 		"cpuSlots":                      0,
 		"resultTTL":                     "24h",
 		"sweepInterval":                 "1m",
@@ -145,24 +150,24 @@ func defaults() map[string]any {
 		"limits.readHeaderTimeout":      "10s",
 		"limits.maxConnections":         0,
 		"replica.user":                  PerProjectUser,
-		"replica.uidRange":              "61184-65519",
+		"replica.uidRange":              fmt.Sprintf("%d-%d", local.DefaultUIDFirst, local.DefaultUIDLast),
 		"replica.network":               "private",
 		"replica.cgroups":               true,
-		"replica.stopGrace":             "10s",
-		"replica.logMaxBytes":           10 << 20,
-		"replica.logKeep":               3,
-		"replica.logMaxBytesPerProject": 100 << 20,
-		"replica.maxBootFailures":       3,
-		"replica.restartBackoff":        "1s",
-		"replica.maxRestartBackoff":     "30s",
+		"replica.stopGrace":             local.DefaultStopGrace.String(),
+		"replica.logMaxBytes":           local.DefaultLogMaxBytes,
+		"replica.logKeep":               local.DefaultLogKeep,
+		"replica.logMaxBytesPerProject": local.DefaultLogMaxBytesPerProject,
+		"replica.maxBootFailures":       scheduler.DefaultMaxBootFailures,
+		"replica.restartBackoff":        scheduler.DefaultRestartBackoff.String(),
+		"replica.maxRestartBackoff":     scheduler.DefaultMaxRestartBackoff.String(),
 		"replica.passEnv":               []any{"LD_LIBRARY_PATH"},
 		"gpu.disabled":                  false,
 		"gpu.refreshInterval":           "5s",
 		"gpu.simulate":                  []any{},
 		"gpu.devDir":                    "/dev",
-		"webhook.retryFor":              "24h",
-		"webhook.firstRetry":            "5s",
-		"webhook.timeout":               "10s",
+		"webhook.retryFor":              webhook.DefaultRetryFor.String(),
+		"webhook.firstRetry":            webhook.DefaultFirstRetry.String(),
+		"webhook.timeout":               webhook.DefaultTimeout.String(),
 		"webhook.senders":               webhook.DefaultSenders,
 		"webhook.sendersPerTeam":        webhook.DefaultSendersPerTeam,
 		"webhook.maxPendingPerTeam":     webhook.DefaultMaxPendingPerTeam,
@@ -463,8 +468,9 @@ func (c Config) validate() error {
 }
 
 // PerProjectUser is replica.user's default: each project's model processes
-// run under a uid of their own, from replica.uidRange.
-const PerProjectUser = "per-project"
+// run under a uid of their own, from replica.uidRange (the local backend's
+// PerProject).
+const PerProjectUser = local.PerProject
 
 // ParseUIDRange reads replica.uidRange, "FIRST-LAST": unprivileged uids
 // (1 to 2^31-1, so never root), at least one.

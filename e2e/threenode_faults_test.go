@@ -355,8 +355,9 @@ func TestThreeNodeClusterFencesCutOffNode(t *testing.T) {
 	// node makes of it (a write that fails without quorum, retried until
 	// the link is back and then refused by the lease compare; or nothing,
 	// its scheduler having abandoned the call when its lease lapsed) must
-	// not replace the re-run's result. Its model may also have been
-	// stopped with the node's calls: then there is no late answer.
+	// not replace the re-run's result. Its model must still be running to
+	// answer: a node that stopped it would leave the check below nothing
+	// to check, so that fails the test rather than pass it unchecked.
 	var answered time.Time
 	if held := c.firstRun(t, "late"); processAlive(held.Pid) {
 		if err := os.WriteFile(release, nil, 0o600); err != nil {
@@ -368,7 +369,8 @@ func TestThreeNodeClusterFencesCutOffNode(t *testing.T) {
 		})
 		answered = time.Now()
 	} else {
-		t.Logf("%s stopped the model process of the held run (pid %d): no late answer", victim.name, held.Pid)
+		t.Errorf("%s stopped the model process of the held run (pid %d) before it could answer late: "+
+			"the check that a late result is discarded could not run", victim.name, held.Pid)
 	}
 
 	t.Run("the cut-off node takes no new work", func(t *testing.T) {

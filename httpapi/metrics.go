@@ -29,10 +29,6 @@ import (
 // boot timeouts of 10 min).
 var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
 
-// replicaStates are the states inferd_replicas is reported for, each project
-// getting every one (0 included) so that series do not come and go.
-var replicaStates = []string{"booting", "ready", "busy", "stopping"}
-
 // MetricsSources are read at scrape time for the gauges. Any may be nil.
 type MetricsSources struct {
 	Status func() scheduler.Status // the scheduler's Snapshot
@@ -220,7 +216,9 @@ func writeSchedulerGauges(w io.Writer, st scheduler.Status) {
 		for _, r := range p.Replicas {
 			n[r.State]++
 		}
-		for _, state := range replicaStates {
+		// Every state for every project, 0 included, so that series do
+		// not come and go.
+		for _, state := range scheduler.ReplicaStates {
 			vm.WriteGaugeUint64(w, `inferd_replicas{project="`+labelValue(p.ID)+`",state="`+state+`"}`, n[state])
 		}
 	}

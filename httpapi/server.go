@@ -140,47 +140,10 @@ func New(opts Options, st Store, sched Scheduler) http.Handler {
 	a := &api{opts: opts, log: opts.Log, store: st, sched: sched, limits: newLimiter(opts.Limits)}
 
 	r := newRouter(a.recoverPanic)
-	m := opts.Metrics
-	handle := func(method, path string, h httprouter.Handle) { r.Handle(method, path, routed(path, h)) }
-	for _, v := range []string{"v3", "v4"} {
-		// Both spellings are registered: httprouter would otherwise answer
-		// a POST to the other one with a 307.
-		for _, slash := range []string{"", "/"} {
-			handle(http.MethodPost, "/start/"+v+slash, a.start)
-			handle(http.MethodPost, "/check/"+v+slash, a.check)
-		}
+	for _, rt := range a.routes() {
+		r.Handle(rt.Method, rt.Path, routed(rt.Path, rt.handle))
 	}
-	for _, slash := range []string{"", "/"} {
-		handle(http.MethodPost, "/cancel/v4"+slash, a.cancel)
-		handle(http.MethodDelete, "/v1/projects/:id/queue"+slash, a.purgeQueue)
-		handle(http.MethodPost, "/v1/projects/:id/warmup"+slash, a.warmup)
-	}
-	handle(http.MethodGet, "/v1/projects", a.listProjects)
-	handle(http.MethodGet, "/v1/projects/", a.listProjects)
-	for _, p := range []string{"/v1/projects/:id", "/v1/projects/:id/"} {
-		handle(http.MethodGet, p, a.getProject)
-		handle(http.MethodPut, p, a.putProject)
-	}
-	// Banana's Client SDK: base URL http://HOST:PORT/run/PROJECT (run.go).
-	handle(http.MethodPost, "/run/:project", a.run)
-	handle(http.MethodPost, "/run/:project/*route", a.run)
-	handle(http.MethodGet, "/v1/calls/:callID/events", a.callEvents)
-	handle(http.MethodGet, "/healthz", a.healthz)
-	handle(http.MethodGet, "/readyz", a.readyz)
-	if m != nil {
-		handle(http.MethodGet, "/metrics", m.serveMetrics)
-	}
-	if opts.Routing != nil {
-		h := a.clusterAPI()
-		for _, method := range clusterMethods {
-			handle(method, clusterPrefix+"*path", h)
-		}
-	}
-	if opts.Status != nil {
-		(&statusAPI{api: a, src: *opts.Status}).register(handle)
-		registerPage(handle)
-	}
-	return withRequestLog(m.countRequests(r), opts.Log)
+	return withRequestLog(opts.Metrics.countRequests(r), opts.Log)
 }
 
 // routed records the route pattern of the request for the request counter:

@@ -13,5 +13,6 @@ packages=(
   python3-sklearn   # examples/digits: the bundled 8x8 digits data set (also: make digits-deps)
   python3-flask     # examples/potassium: the Potassium stand-in is built on Flask
   iproute2          # e2e/threenode_test.go: network namespaces to cut a cluster node off
+  strace            # store/bolt/sync_test.go: every commit fdatasyncs the data file
 )
 exec "$(dirname "$0")/apt-install.sh" "${packages[@]}"
