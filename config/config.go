@@ -83,6 +83,17 @@ type Limits struct {
 	MaxInputDepth     int           `koanf:"maxInputDepth"`
 	ReadHeaderTimeout time.Duration `koanf:"readHeaderTimeout"`
 	MaxConnections    int           `koanf:"maxConnections"` // open API connections; 0 = sized from the open-file limit
+	// The edge's budgets (docs/security.md, "Budgets"): bytes of request
+	// bodies being read at once, in all and per client address (0 = no
+	// cap); the time to send a body; event streams per key (0 = no cap);
+	// results held for event streams (0 = no cap); the time an event may
+	// take to reach its reader.
+	BodyBytes          int64         `koanf:"bodyBytes"`
+	BodyBytesPerSource int64         `koanf:"bodyBytesPerSource"`
+	BodyReadTimeout    time.Duration `koanf:"bodyReadTimeout"`
+	MaxStreamsPerKey   int           `koanf:"maxStreamsPerKey"`
+	StreamResultBytes  int64         `koanf:"streamResultBytes"`
+	StreamWriteTimeout time.Duration `koanf:"streamWriteTimeout"`
 }
 
 // Log selects the log level and format.
@@ -149,6 +160,12 @@ func defaults() map[string]any {
 		"limits.maxInputDepth":          64,
 		"limits.readHeaderTimeout":      "10s",
 		"limits.maxConnections":         0,
+		"limits.bodyBytes":              128 << 20,
+		"limits.bodyBytesPerSource":     64 << 20,
+		"limits.bodyReadTimeout":        "60s",
+		"limits.maxStreamsPerKey":       100,
+		"limits.streamResultBytes":      256 << 20,
+		"limits.streamWriteTimeout":     "30s",
 		"replica.user":                  PerProjectUser,
 		"replica.uidRange":              fmt.Sprintf("%d-%d", local.DefaultUIDFirst, local.DefaultUIDLast),
 		"replica.network":               "private",
@@ -371,7 +388,8 @@ func (c Config) validate() error {
 		"replica.stopGrace": c.Replica.StopGrace, "replica.restartBackoff": c.Replica.RestartBackoff,
 		"replica.maxRestartBackoff": c.Replica.MaxRestartBackoff, "gpu.refreshInterval": c.GPU.RefreshInterval,
 		"limits.readHeaderTimeout": c.Limits.ReadHeaderTimeout,
-		"webhook.retryFor":         c.Webhook.RetryFor, "webhook.firstRetry": c.Webhook.FirstRetry,
+		"limits.bodyReadTimeout":   c.Limits.BodyReadTimeout, "limits.streamWriteTimeout": c.Limits.StreamWriteTimeout,
+		"webhook.retryFor": c.Webhook.RetryFor, "webhook.firstRetry": c.Webhook.FirstRetry,
 		"webhook.timeout": c.Webhook.Timeout,
 	}
 	for _, key := range sortedKeys(positive) {
@@ -406,6 +424,21 @@ func (c Config) validate() error {
 	if c.Limits.MaxInputDepth < 1 || c.Limits.MaxInputDepth > 10000 {
 		// encoding/json refuses more than 10000 levels anyway.
 		bad("limits.maxInputDepth", "must be between 1 and 10000, got %d", c.Limits.MaxInputDepth)
+	}
+	bodyBudgets := map[string]int64{"limits.bodyBytes": c.Limits.BodyBytes, "limits.bodyBytesPerSource": c.Limits.BodyBytesPerSource}
+	for _, key := range sortedKeys(bodyBudgets) {
+		// A body's buffer grows through a copy, which holds up to about
+		// one and a half times the body at once: under twice maxBodyBytes,
+		// a body of that size could never be read.
+		if n := bodyBudgets[key]; n != 0 && n < 2*c.MaxBodyBytes {
+			bad(key, "must be 0 (no cap) or at least twice maxBodyBytes (%d), got %d", 2*c.MaxBodyBytes, n)
+		}
+	}
+	if c.Limits.MaxStreamsPerKey < 0 {
+		bad("limits.maxStreamsPerKey", "must be 0 (unlimited) or more, got %d", c.Limits.MaxStreamsPerKey)
+	}
+	if c.Limits.StreamResultBytes < 0 {
+		bad("limits.streamResultBytes", "must be 0 (no cap) or more, got %d", c.Limits.StreamResultBytes)
 	}
 	if c.Limits.MaxConnections < 0 {
 		bad("limits.maxConnections", "must be 0 (sized from the open-file limit) or more, got %d", c.Limits.MaxConnections)

@@ -1,90 +1,28 @@
 package httpapi
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
-	"time"
 )
 
-// The tests below serve through an in-memory listener inside a synctest
-// bubble: every step of the server then blocks on channels, so
+// The tests below serve through pipes in a synctest bubble (pipes_test.go):
 // synctest.Wait returns exactly when the server has done all it will with
 // what it was given, and a test reads the limit's state then, with no
 // polling and no timing.
 
-// pipeListener hands Accept the server end of a net.Pipe per dial.
-type pipeListener struct {
-	conns chan net.Conn // buffered: the kernel's listen backlog
-	done  chan struct{}
-	once  sync.Once
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
-
-type pipeAddr struct{}
-
-func (pipeAddr) Network() string { return "pipe" }
-func (pipeAddr) String() string  { return "pipe" }
-
-// dial opens a connection to the server and returns the client's end.
-func (l *pipeListener) dial() net.Conn {
-	client, server := net.Pipe()
-	l.conns <- server
-	return client
-}
-
-// get sends one request on a connection of its own and returns the status.
-func (l *pipeListener) get(path string) (int, error) {
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		DisableKeepAlives: true,
-		DialContext:       func(context.Context, string, string) (net.Conn, error) { return l.dial(), nil },
-	}}
-	resp, err := c.Get("http://inferd" + path)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, nil
-}
-
-// limitedServer serves h through a ConnLimit of n; stop closes the server
-// and waits until it has returned. Call it inside a synctest bubble.
-func limitedServer(n int, h http.Handler) (lim *ConnLimit, ln *pipeListener, stop func()) {
-	ln = &pipeListener{conns: make(chan net.Conn, 16), done: make(chan struct{})}
-	lim = NewConnLimit(n)
-	srv := &http.Server{Handler: h, ConnState: lim.ConnState, ReadHeaderTimeout: time.Minute}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(lim.Listener(ln))
-	}()
-	return lim, ln, func() {
-		srv.Close()
-		<-served
-	}
+// limitedServer serves h through a ConnLimit of n without the probes'
+// reserve (which has tests of its own, conns_edge_test.go). Call it inside a
+// synctest bubble.
+func limitedServer(t *testing.T, n int, h http.Handler) (*ConnLimit, *pipeServer) {
+	ps := newPipeServer(t, h, n)
+	ps.lim.reserve = 0
+	return ps.lim, ps
 }
 
 // TestConnLimitClosesSilentConnectionsToMakeRoom: a flood of connections
@@ -92,15 +30,12 @@ func limitedServer(n int, h http.Handler) (lim *ConnLimit, ln *pipeListener, sto
 // ones come), and a real request still gets through.
 func TestConnLimitClosesSilentConnectionsToMakeRoom(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lim, ln, stop := limitedServer(3, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		lim, ln := limitedServer(t, 3, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			fmt.Fprint(w, "ok")
 		}))
-		defer stop()
 		var flood []net.Conn
 		for range 10 {
-			c := ln.dial()
-			defer c.Close()
-			flood = append(flood, c)
+			flood = append(flood, ln.dial().conn)
 		}
 		synctest.Wait() // the server has taken in the whole flood
 		if st := lim.Stats(); st.Shed != 7 || st.Open != 3 || st.Max != 3 {
@@ -127,14 +62,13 @@ func TestConnLimitMakesANewConnectionWaitWhileAllServeRequests(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var entered atomic.Int64
 		release := make(chan struct{})
-		lim, ln, stop := limitedServer(2, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		lim, ln := limitedServer(t, 2, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			entered.Add(1)
 			if r.URL.Path == "/block" {
 				<-release
 			}
 			fmt.Fprint(w, "ok")
 		}))
-		defer stop()
 		blocked := make(chan error, 2)
 		for range 2 {
 			go func() {

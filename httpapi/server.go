@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -131,19 +132,32 @@ type api struct {
 	store  Store
 	sched  Scheduler
 	limits *limiter
+	// The budgets of the edge (budgets.go): the bytes of bodies being
+	// read, the results held for event streams, and the streams open.
+	bodies      *bodyBudget
+	results     *streamResults
+	streamsOpen atomic.Int64
 }
 
 // New returns the public HTTP API: the inference endpoints, the project API
 // and the health probes, wrapped in request-id and access-log middleware.
 func New(opts Options, st Store, sched Scheduler) http.Handler {
 	opts = opts.withDefaults()
-	a := &api{opts: opts, log: opts.Log, store: st, sched: sched, limits: newLimiter(opts.Limits)}
+	a := &api{opts: opts, log: opts.Log, store: st, sched: sched, limits: newLimiter(opts.Limits),
+		bodies:  newBodyBudget(opts.Limits.BodyBytes, opts.Limits.BodyBytesPerSource),
+		results: newStreamResults(opts.Limits.StreamResultBytes)}
+	opts.Metrics.setEdge(a.edgeStats)
 
 	r := newRouter(a.recoverPanic)
 	for _, rt := range a.routes() {
 		r.Handle(rt.Method, rt.Path, routed(rt.Path, rt.handle))
 	}
-	return withRequestLog(opts.Metrics.countRequests(r), opts.Log)
+	return withRequestLog(opts.Metrics.countRequests(a.withEdge(r)), opts.Log)
+}
+
+// edgeStats is what the edge's budgets hold now, for the metrics.
+func (a *api) edgeStats() edgeStats {
+	return edgeStats{BodyBytes: a.bodies.inUse(), Streams: a.streamsOpen.Load(), StreamResultBytes: a.results.inUse()}
 }
 
 // routed records the route pattern of the request for the request counter:
