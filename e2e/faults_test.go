@@ -206,6 +206,7 @@ func verify(c faultClient, l *callLedger, wait bool) {
 // error for calls that were running), nothing stored may be lost, the data
 // file must stay consistent, and no model process may outlive its daemon.
 func TestDaemonKillUnderLoad(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	rounds := envInt(t, "INFERD_SOAK_ROUNDS", 3)
 	perRound := envInt(t, "INFERD_SOAK_CALLS", 80)
@@ -322,6 +323,7 @@ func TestDaemonKillUnderLoad(t *testing.T) {
 // on the path of a synchronous start that outlasts startWait: its call is
 // first written, queued, when the wait ends, and only then answered.
 func TestCrashPointsInCommitPath(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	bin := failpointBinary(t)
 	for _, tc := range []struct {
@@ -358,6 +360,7 @@ func TestCrashPointsInCommitPath(t *testing.T) {
 			name += " sync start"
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // a daemon and data file of its own
 			dir, cfg := newDaemonDir(t, noLimits+"startWait: 1s\nlongPollWait: 5s\n")
 			dataFile := filepath.Join(dir, "data", "inferd.db")
 			mark := marker()
@@ -461,6 +464,7 @@ func TestCrashPointsInCommitPath(t *testing.T) {
 // it must exit with a message that names the file and the remedy, and leave
 // the file exactly as it was, never start empty over it.
 func TestStartRefusesCorruptDataFile(t *testing.T) {
+	t.Parallel()
 	// A real data file with ~2 MB of call records, so that a cut at 1 MiB
 	// falls inside pages the file needs.
 	realDir, realCfg := newDaemonDir(t, noLimits)
@@ -582,6 +586,7 @@ func TestStartRefusesCorruptDataFile(t *testing.T) {
 // and runs after the restart. With a deadline shorter than the call, only
 // the call still running at the deadline ends as interrupted.
 func TestGracefulShutdownDrainsRunningCalls(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	for _, tc := range []struct {
 		name            string
@@ -592,6 +597,7 @@ func TestGracefulShutdownDrainsRunningCalls(t *testing.T) {
 		{"the deadline interrupts it", "1s", msgRestart},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // a daemon and data file of its own
 			dir, cfg := newDaemonDir(t, "startWait: 1s\nlongPollWait: 50s\nshutdownTimeout: "+tc.shutdownTimeout+"\n")
 			d := startDaemon(t, dir, cfg)
 			key := d.createKey("acme", false)
@@ -682,6 +688,7 @@ func TestGracefulShutdownDrainsRunningCalls(t *testing.T) {
 // calls fail with "error: storage full", that what was stored before still
 // answers unchanged, and that calls work again once space is freed.
 func TestDiskFull(t *testing.T) {
+	t.Parallel()
 	testenv.NeedRoot(t, "mounting a tmpfs as the data dir; run `make faults` as root to include this test")
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, noLimits+"startWait: 10s\nlongPollWait: 5s\n")
