@@ -12,6 +12,7 @@ fuzztime=${1:-200000x}
 targets="
 ./httpapi FuzzStartBody
 ./httpapi FuzzCheckBody
+./httpapi FuzzInferenceBodyDecoding
 ./httpapi FuzzProjectPutBody
 ./httpapi FuzzAdminBody
 ./config FuzzLoad
