@@ -347,6 +347,10 @@ func (s *Scheduler) loop(ctx context.Context) {
 			req.reply <- s.lookupLive(req.id)
 			continue // reads change nothing: no scheduling pass
 		case req := <-s.persistc:
+			if req.c.p == nil {
+				req.reply <- startResult{refused: true} // admit refused it
+				continue
+			}
 			s.persist(req.c, s.view(req.c), req.reply)
 			continue // a write of the call as it stands: nothing to schedule
 		case reply := <-s.snapc:
@@ -372,7 +376,7 @@ func (s *Scheduler) handle(ev event) {
 	case evPersisted:
 		s.onPersisted(ev)
 	case evFinal:
-		s.onFinal(ev.c, ev.err)
+		s.onFinal(ev.c, ev.err, ev.woken)
 	case evLaunched:
 		s.onLaunched(ev)
 	case evReady:
@@ -443,7 +447,9 @@ func (s *Scheduler) shutdown() {
 				s.goStop(ev.inst)
 			}
 		case evFinal:
-			close(ev.c.done)
+			if !ev.woken {
+				close(ev.c.done)
+			}
 		case evPersisted:
 			ev.reply <- persistedResult(ev.answer, ev.err)
 		}
