@@ -360,10 +360,18 @@ func (s *Scheduler) loop(ctx context.Context) {
 			fn()
 		case <-s.in.kick:
 			evs := s.in.take(s.evbuf)
+			pass := s.drain != nil // a drain's pass watches the calls end
 			for _, ev := range evs {
 				s.handle(ev)
+				_, final := ev.(evFinal)
+				pass = pass || !final
 			}
 			s.evbuf = evs
+			if !pass {
+				// Only final writes committed: their calls had left their
+				// queues and replicas already, so no pass would act.
+				continue
+			}
 		}
 		s.schedule()
 	}
