@@ -13,6 +13,8 @@ targets="
 ./httpapi FuzzStartBody
 ./httpapi FuzzCheckBody
 ./httpapi FuzzInferenceBodyDecoding
+./store FuzzAppendRecord
+./internal/jsonw FuzzString
 ./httpapi FuzzProjectPutBody
 ./httpapi FuzzAdminBody
 ./config FuzzLoad
