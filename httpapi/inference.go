@@ -142,12 +142,7 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		a.fail(w, r, err)
 		return
 	}
-	key, err := a.inferKey(args.apiKey)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	project, err := a.store.ProjectByModelKey(args.modelKey)
+	key, project, err := a.startKeyAndProject(args.apiKey, args.modelKey)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		a.fail(w, r, errUnknownModelKey)
@@ -197,6 +192,30 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		return
 	}
 	a.writeInference(w, a.callResponse(call))
+}
+
+// startKeyAndProject authenticates a start's key for the infer scope and
+// then finds its modelKey's project: a key refused is that error, and the
+// project's lookup error comes only after the key passed. With
+// Options.StartLookup both are read at once, else one after the other.
+func (a *api) startKeyAndProject(secret, modelKey string) (store.APIKey, store.Project, error) {
+	var look store.StartLookup
+	if a.opts.StartLookup != nil {
+		look = a.opts.StartLookup(secret, modelKey)
+	} else {
+		look.Key, look.KeyErr = a.store.Authenticate(secret)
+	}
+	key, err := a.authenticated(look.Key, look.KeyErr, errInvalidAPIKey)
+	if err == nil {
+		err = requirePermission(key, store.PermInfer)
+	}
+	if err != nil {
+		return store.APIKey{}, store.Project{}, err
+	}
+	if a.opts.StartLookup == nil {
+		look.Project, look.ProjectErr = a.store.ProjectByModelKey(modelKey)
+	}
+	return key, look.Project, look.ProjectErr
 }
 
 // check handles POST /check/v4: report a call's state and, with longPoll,
@@ -346,6 +365,12 @@ func pendingMessage(c store.Call) string {
 // its secret).
 func (a *api) authenticate(secret string, invalid error) (store.APIKey, error) {
 	key, err := a.store.Authenticate(secret)
+	return a.authenticated(key, err, invalid)
+}
+
+// authenticated is authenticate for a key already read (err: the store's
+// Authenticate error).
+func (a *api) authenticated(key store.APIKey, err error, invalid error) (store.APIKey, error) {
 	switch {
 	case errors.Is(err, store.ErrInvalidKey), errors.Is(err, store.ErrNotFound):
 		return store.APIKey{}, invalid
