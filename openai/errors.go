@@ -76,7 +76,7 @@ func ModelError(body []byte) (ErrorBody, bool) {
 
 func stringOrNil(raw json.RawMessage) *string {
 	var s string
-	if json.Unmarshal(raw, &s) != nil {
+	if len(raw) == 0 || isNull(raw) || json.Unmarshal(raw, &s) != nil {
 		return nil
 	}
 	return &s
