@@ -20,14 +20,18 @@ func fields(t *testing.T, body []byte) map[string]any {
 }
 
 func TestParseRequestSetsTheServedModelAndAsksForUsage(t *testing.T) {
-	req, err := ParseRequest(ChatCompletions, []byte(`{"model":"llama","stream":true,"messages":[{"role":"user","content":"hi"}],"x_extra":1}`), "meta/Llama-3")
+	req, err := ParseRequest(ChatCompletions, []byte(`{"model":"llama","stream":true,"messages":[{"role":"user","content":"hi"}],"x_extra":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := req.Body("meta/Llama-3")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if req.Model != "llama" || !req.Stream || !req.AddedUsage {
 		t.Errorf("read %+v", req)
 	}
-	got := fields(t, req.Body)
+	got := fields(t, body)
 	want := map[string]any{"model": "meta/Llama-3", "stream": true, "messages": []any{map[string]any{"role": "user", "content": "hi"}},
 		"x_extra": float64(1), "stream_options": map[string]any{"include_usage": true}}
 	if !reflect.DeepEqual(got, want) {
@@ -35,26 +39,35 @@ func TestParseRequestSetsTheServedModelAndAsksForUsage(t *testing.T) {
 	}
 }
 
+func body(t *testing.T, r Request) []byte {
+	t.Helper()
+	b, err := r.Body("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func TestParseRequestKeepsWhatTheClientAskedOfUsage(t *testing.T) {
-	req, err := ParseRequest(Completions, []byte(`{"model":"m","stream":true,"stream_options":{"include_usage":true,"other":2}}`), "")
+	req, err := ParseRequest(Completions, []byte(`{"model":"m","stream":true,"stream_options":{"include_usage":true,"other":2}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if req.AddedUsage {
 		t.Error("usage the client asked for marked as added")
 	}
-	if got := fields(t, req.Body)["stream_options"]; !reflect.DeepEqual(got, map[string]any{"include_usage": true, "other": float64(2)}) {
+	if got := fields(t, body(t, req))["stream_options"]; !reflect.DeepEqual(got, map[string]any{"include_usage": true, "other": float64(2)}) {
 		t.Errorf("stream_options %v", got)
 	}
 	// Off, it is turned on, and the chunk hidden again.
-	req, _ = ParseRequest(Completions, []byte(`{"model":"m","stream":true,"stream_options":{"include_usage":false}}`), "")
-	if !req.AddedUsage || !reflect.DeepEqual(fields(t, req.Body)["stream_options"], map[string]any{"include_usage": true}) {
-		t.Errorf("include_usage false: %+v %s", req, req.Body)
+	req, _ = ParseRequest(Completions, []byte(`{"model":"m","stream":true,"stream_options":{"include_usage":false}}`))
+	if !req.AddedUsage || !reflect.DeepEqual(fields(t, body(t, req))["stream_options"], map[string]any{"include_usage": true}) {
+		t.Errorf("include_usage false: %+v %s", req, body(t, req))
 	}
 	// Not streaming: nothing is added.
-	req, _ = ParseRequest(ChatCompletions, []byte(`{"model":"m"}`), "")
-	if req.AddedUsage || req.Stream || fields(t, req.Body)["stream_options"] != nil {
-		t.Errorf("a plain request got %+v %s", req, req.Body)
+	req, _ = ParseRequest(ChatCompletions, []byte(`{"model":"m"}`))
+	if req.AddedUsage || req.Stream || fields(t, body(t, req))["stream_options"] != nil {
+		t.Errorf("a plain request got %+v %s", req, body(t, req))
 	}
 }
 
@@ -69,13 +82,13 @@ func TestParseRequestRefusals(t *testing.T) {
 		`{"model":"m","stream":true,"stream_options":[]}`:                    "stream_options",
 		`{"model":"m","stream":true,"stream_options":{"include_usage":"x"}}`: "stream_options.include_usage",
 	} {
-		_, err := ParseRequest(ChatCompletions, []byte(body), "")
+		_, err := ParseRequest(ChatCompletions, []byte(body))
 		var re *RequestError
 		if !errors.As(err, &re) || re.Param != param {
 			t.Errorf("%s: got %v, want a RequestError on %q", body, err, param)
 		}
 	}
-	if _, err := ParseRequest(Embeddings, []byte(`{"model":"e","stream":true}`), ""); err == nil {
+	if _, err := ParseRequest(Embeddings, []byte(`{"model":"e","stream":true}`)); err == nil {
 		t.Error("a streaming embeddings request was accepted")
 	}
 }

@@ -29,12 +29,11 @@ type Request struct {
 	// Stream: the client asked for Server-Sent Events.
 	Stream bool
 	// AddedUsage: the client streams without asking for the usage chunk
-	// (stream_options.include_usage), which inferd asked for to count the
+	// (stream_options.include_usage), which inferd asks for to count the
 	// tokens; the chunk is not passed back (see UsageOnly).
 	AddedUsage bool
-	// Body is the request for the model: the client's, with "model" the
-	// served name and, where AddedUsage, stream_options.include_usage set.
-	Body json.RawMessage
+
+	fields map[string]json.RawMessage // the body, stream_options set
 }
 
 // RequestError is a request body inferd refuses; Param names the field.
@@ -45,11 +44,9 @@ type RequestError struct {
 
 func (e *RequestError) Error() string { return e.Msg }
 
-// ParseRequest reads a request body for endpoint and returns it with its
-// model set to served ("" keeps the client's) and, for a stream that does
-// not ask for it, the usage chunk asked for. The body must be a JSON object
-// with a string "model"; unknown fields pass through unread.
-func ParseRequest(endpoint string, body []byte, served string) (Request, error) {
+// ParseRequest reads a request body for endpoint: a JSON object with a
+// string "model"; unknown fields pass through unread (see Body).
+func ParseRequest(endpoint string, body []byte) (Request, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
 		return Request{}, &RequestError{Msg: "the request body must be a JSON object: " + jsonProblem(err)}
@@ -65,9 +62,6 @@ func ParseRequest(endpoint string, body []byte, served string) (Request, error) 
 	}
 	if req.Stream && !Streams(endpoint) {
 		return Request{}, &RequestError{Param: "stream", Msg: endpoint + " does not stream"}
-	}
-	if served != "" {
-		fields["model"], _ = json.Marshal(served)
 	}
 	if req.Stream {
 		var opts map[string]json.RawMessage
@@ -91,12 +85,27 @@ func ParseRequest(endpoint string, body []byte, served string) (Request, error) 
 			req.AddedUsage = true
 		}
 	}
+	req.fields = fields
+	return req, nil
+}
+
+// Body is the request for the model: the client's, with "model" set to
+// served (the name the server knows; "" keeps the client's) and, where
+// AddedUsage, stream_options.include_usage set.
+func (r Request) Body(served string) (json.RawMessage, error) {
+	fields := r.fields
+	if served != "" {
+		fields = make(map[string]json.RawMessage, len(r.fields))
+		for k, v := range r.fields {
+			fields[k] = v
+		}
+		fields["model"], _ = json.Marshal(served)
+	}
 	b, err := json.Marshal(fields)
 	if err != nil {
-		return Request{}, fmt.Errorf("encode the request: %w", err)
+		return nil, fmt.Errorf("encode the request: %w", err)
 	}
-	req.Body = b
-	return req, nil
+	return b, nil
 }
 
 func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
