@@ -65,6 +65,10 @@ type Options struct {
 	// Cluster, in cluster mode, is this node's view of the cluster: the
 	// cluster section of /v1/status (cluster.go). Nil on a single box.
 	Cluster ClusterView
+	// OpenAIQueueWait is how long a request of the OpenAI routes waits for
+	// a ready replica (a boot from zero included) before it is answered
+	// 503 and its call expires (default 5 minutes; see openai.go).
+	OpenAIQueueWait time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -76,6 +80,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.OpenAIQueueWait <= 0 {
+		o.OpenAIQueueWait = DefaultOpenAIQueueWait
 	}
 	if o.APIVersion == "" {
 		o.APIVersion = DefaultAPIVersion
@@ -165,6 +172,7 @@ func New(opts Options, st Store, sched Scheduler) http.Handler {
 	handle(http.MethodPost, "/run/:project", a.run)
 	handle(http.MethodPost, "/run/:project/*route", a.run)
 	handle(http.MethodGet, "/v1/calls/:callID/events", a.callEvents)
+	a.registerOpenAI(handle) // openai.go
 	handle(http.MethodGet, "/healthz", a.healthz)
 	handle(http.MethodGet, "/readyz", a.readyz)
 	if m != nil {
