@@ -76,7 +76,7 @@ func (a *api) openaiError(w http.ResponseWriter, r *http.Request, err error) {
 			a.log.Error().Err(err).Str("request_id", requestIDOf(w)).Str("method", r.Method).
 				Str("path", truncate(r.URL.Path, 200)).Msg("request failed")
 		}
-		oe = &oaiError{status: status, typ: typeOfStatus(status), code: code, msg: msg}
+		oe = &oaiError{status: status, typ: openai.TypeOfStatus(status), code: code, msg: msg}
 		if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
 			oe.retryAfter = 1
 		}
@@ -85,26 +85,6 @@ func (a *api) openaiError(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", strconv.Itoa(oe.retryAfter))
 	}
 	writeJSON(w, oe.status, openai.NewError(oe.typ, oe.code, oe.param, oe.msg))
-}
-
-// typeOfStatus is the OpenAI error type of a status code.
-func typeOfStatus(status int) string {
-	switch {
-	case status == http.StatusUnauthorized:
-		return openai.TypeAuthentication
-	case status == http.StatusForbidden:
-		return openai.TypePermission
-	case status == http.StatusTooManyRequests:
-		return openai.TypeRateLimit
-	case status == http.StatusServiceUnavailable:
-		return openai.TypeUnavailable
-	case status == http.StatusGatewayTimeout:
-		return openai.TypeTimeout
-	case status >= 500:
-		return openai.TypeServer
-	default:
-		return openai.TypeInvalidRequest
-	}
 }
 
 // startRefused turns Scheduler.Start's refusal into OpenAI's: a full queue

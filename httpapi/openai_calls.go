@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
@@ -161,42 +160,11 @@ func (a *api) openaiAnswer(w http.ResponseWriter, r *http.Request, c store.Call)
 	}
 }
 
-// failedCall is the OpenAI error of a failed call: the model's own error
-// and status (a 5xx as 502) when it answered one; 503 to retry when it
-// never reached a ready replica in time or a restart cut it; 504 for a
-// timeout; 409 for a cancelled call.
+// failedCall is the OpenAI error of a failed call (openai.CallFailure).
 func failedCall(c store.Call) *oaiError {
-	msg := strings.TrimPrefix(failureMessage(c.Message), "error: ")
-	f := scheduler.Classify(c.Message)
-	switch f.Kind {
-	case scheduler.FailModelHTTP:
-		e := &oaiError{status: f.Status, typ: typeOfStatus(f.Status), msg: msg}
-		if f.Status >= 500 && f.Status != http.StatusServiceUnavailable {
-			e.status, e.typ = http.StatusBadGateway, openai.TypeServer
-		}
-		if f.Status == http.StatusServiceUnavailable {
-			e.retryAfter = 1
-		}
-		if me, ok := openai.ModelError([]byte(f.Body)); ok {
-			d := me.Error
-			e.typ, e.msg = d.Type, d.Message
-			e.param, e.code = deref(d.Param), deref(d.Code)
-		}
-		return e
-	case scheduler.FailExpired:
-		return &oaiError{status: http.StatusServiceUnavailable, typ: openai.TypeUnavailable, code: "model_not_ready", retryAfter: 5,
-			msg: fmt.Sprintf("the model did not get a ready replica within %ds (still booting, or busy); retry", c.QueueTimeout)}
-	case scheduler.FailRestart:
-		return &oaiError{status: http.StatusServiceUnavailable, typ: openai.TypeUnavailable, code: "interrupted", msg: msg, retryAfter: 1}
-	case scheduler.FailNotStarted:
-		return &oaiError{status: http.StatusServiceUnavailable, typ: openai.TypeServer, code: "model_failed_to_start", msg: msg}
-	case scheduler.FailTimeout:
-		return &oaiError{status: http.StatusGatewayTimeout, typ: openai.TypeTimeout, code: "timeout", msg: msg}
-	case scheduler.FailCancelled:
-		return &oaiError{status: http.StatusConflict, typ: openai.TypeInvalidRequest, code: "cancelled", msg: msg}
-	default:
-		return &oaiError{status: http.StatusBadGateway, typ: openai.TypeServer, code: "model_error", msg: msg}
-	}
+	f := openai.CallFailure(c)
+	d := f.Body.Error
+	return &oaiError{status: f.Status, typ: d.Type, code: deref(d.Code), param: deref(d.Param), msg: d.Message, retryAfter: f.RetryAfter}
 }
 
 func deref(s *string) string {
