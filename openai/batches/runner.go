@@ -406,4 +406,3 @@ func isClosed(ch <-chan struct{}) bool {
 		return false
 	}
 }
-
