@@ -38,6 +38,9 @@ func (a *api) registerOpenAI(handle func(method, path string, h httprouter.Handl
 	}
 	handle(http.MethodGet, "/v1/models", a.openaiModels)
 	handle(http.MethodGet, "/v1/calls/:callID/response", a.openaiResponse)
+	if a.opts.Batches != nil {
+		a.registerBatches(handle) // openai_batches.go
+	}
 }
 
 // oaiError is a refusal in OpenAI's shape. retryAfter > 0 adds the header

@@ -11,6 +11,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 	"github.com/rs/zerolog"
 
+	"inferd/openai/batches"
 	"inferd/scheduler"
 	"inferd/store"
 	"inferd/webhook"
@@ -69,6 +70,10 @@ type Options struct {
 	// a ready replica (a boot from zero included) before it is answered
 	// 503 and its call expires (default 5 minutes; see openai.go).
 	OpenAIQueueWait time.Duration
+	// Batches, when set, serves the OpenAI Batch API (/v1/files,
+	// /v1/batches; openai_batches.go); BatchFileBytes bounds an upload.
+	Batches        BatchAPI
+	BatchFileBytes int64
 }
 
 func (o Options) withDefaults() Options {
@@ -80,6 +85,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.BatchFileBytes <= 0 {
+		o.BatchFileBytes = batches.DefaultMaxFileBytes
 	}
 	if o.OpenAIQueueWait <= 0 {
 		o.OpenAIQueueWait = DefaultOpenAIQueueWait
