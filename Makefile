@@ -56,11 +56,12 @@ test-cluster: test-deps
 test-deps:
 	scripts/test-deps.sh
 
-## client-deps: the pinned Banana JavaScript clients the end-to-end test drives, and
+## client-deps: the pinned Banana JavaScript clients and openai npm client the end-to-end tests drive, and
 ## playwright-core for the status page browser test (it drives Debian's chromium and
 ## never downloads a browser)
 client-deps:
 	cd examples/banana-js && npm ci --no-audit --no-fund --loglevel=error
+	cd examples/openai-js && npm ci --no-audit --no-fund --loglevel=error
 	cd web/browsertest && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error
 
 ## lint: gofmt, go vet, staticcheck and govulncheck (skipped only when its

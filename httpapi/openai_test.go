@@ -193,21 +193,26 @@ func TestOpenAIFailedCallStatuses(t *testing.T) {
 	}
 }
 
-// sseReader reads the data events of an OpenAI stream.
+// sseReader reads the data events of an OpenAI stream as they arrive.
 type sseReader struct {
-	t  *testing.T
-	sc *bufio.Scanner
+	t    *testing.T
+	data chan string // closed at the end of the stream
 }
 
+// next returns the next data event; the guard only keeps a test from
+// hanging when an event never comes.
 func (s *sseReader) next() string {
 	s.t.Helper()
-	for s.sc.Scan() {
-		if d, ok := strings.CutPrefix(s.sc.Text(), "data: "); ok {
-			return d
+	select {
+	case d, ok := <-s.data:
+		if !ok {
+			s.t.Fatal("the stream ended")
 		}
+		return d
+	case <-time.After(10 * time.Second):
+		s.t.Fatal("no event within 10s: held back?")
+		return ""
 	}
-	s.t.Fatalf("stream ended: %v", s.sc.Err())
-	return ""
 }
 
 func openStream(t *testing.T, ctx context.Context, url, key, body string) (*http.Response, *sseReader) {
@@ -216,10 +221,34 @@ func openStream(t *testing.T, ctx context.Context, url, key, body string) (*http
 	req.Header.Set("Authorization", "Bearer "+key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err)
+		return nil, nil
 	}
 	t.Cleanup(func() { resp.Body.Close() })
-	return resp, &sseReader{t: t, sc: bufio.NewScanner(resp.Body)}
+	r := &sseReader{t: t, data: make(chan string, 16)}
+	go func() {
+		defer close(r.data)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				r.data <- d
+			}
+		}
+	}()
+	return resp, r
+}
+
+// receive waits for a stream opened on another goroutine.
+func receive[T any](t *testing.T, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream's answer did not come within 10s: held back?")
+		var zero T
+		return zero
+	}
 }
 
 // Each chunk reaches the client the moment the model sent it, before the
@@ -245,7 +274,10 @@ func TestOpenAIStreamPassesChunksAsTheyCome(t *testing.T) {
 	}
 	streams.CallRunning("call_1")
 	streams.CallOutput("call_1", json.RawMessage(`{"choices":[{"delta":{"content":"Hel"}}]}`))
-	o := <-got
+	o := receive(t, got)
+	if o.resp == nil {
+		t.FailNow()
+	}
 	if ct := o.resp.Header.Get("Content-Type"); o.resp.StatusCode != 200 || !strings.HasPrefix(ct, "text/event-stream") || o.resp.Header.Get(callIDHeader) != "call_1" {
 		t.Fatalf("HTTP %d %q %q", o.resp.StatusCode, ct, o.resp.Header.Get(callIDHeader))
 	}
@@ -280,7 +312,7 @@ func TestOpenAIStreamClientAbortCancelsTheCall(t *testing.T) {
 	}()
 	waitLookup(t, env.sched, "call_1")
 	streams.CallOutput("call_1", json.RawMessage(`{"choices":[{"delta":{"content":"a"}}]}`))
-	(<-got).next()
+	receive(t, got).next()
 	cancel()
 	env.sched.mu.Lock()
 	done := env.sched.calls["call_1"].done

@@ -7,7 +7,8 @@ It listens on $HOST:$PORT and answers
   GET  /v1/models, /health
   POST /v1/chat/completions  the reply is "echo: " + the last user message
   POST /v1/completions       the reply is "echo: " + the prompt
-  POST /v1/embeddings        8 numbers per input, from its SHA-256
+  POST /v1/embeddings        8 numbers per input, from its SHA-256 (as
+                             base64 float32s with encoding_format base64)
 Tokens are words. A request with "stream": true gets one chunk per word
 (chat: choices[0].delta.content; completions: choices[0].text), the final
 chunk with finish_reason, then, with stream_options.include_usage, a chunk
@@ -27,9 +28,11 @@ Test-only request fields (ignored by real servers, passed on by inferd):
   mock_status    answer this HTTP status with an OpenAI error body
 """
 
+import base64
 import hashlib
 import json
 import os
+import struct
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -51,9 +54,12 @@ def last_user_message(messages):
     return ""
 
 
-def embedding(text):
+def embedding(text, encoding_format=None):
     digest = hashlib.sha256(str(text).encode()).digest()
-    return [round(b / 255.0, 4) for b in digest[:8]]
+    vec = [round(b / 255.0, 4) for b in digest[:8]]
+    if encoding_format == "base64":  # little-endian float32s, as OpenAI's (the JS SDK asks for it)
+        return base64.b64encode(struct.pack("<%df" % len(vec), *vec)).decode()
+    return vec
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -106,7 +112,7 @@ class Handler(BaseHTTPRequestHandler):
             n = sum(len(words(i)) for i in inputs)
             self.send_json(200, {
                 "object": "list", "model": req["model"],
-                "data": [{"object": "embedding", "index": i, "embedding": embedding(t)} for i, t in enumerate(inputs)],
+                "data": [{"object": "embedding", "index": i, "embedding": embedding(t, req.get("encoding_format"))} for i, t in enumerate(inputs)],
                 "usage": {"prompt_tokens": n, "total_tokens": n},
             })
             return

@@ -321,11 +321,18 @@ func (m *Manager) eachLine(id string, fn func(i int, l line) error) error {
 func (m *Manager) Batch(team, id string) (Batch, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	b, ok := m.batches[id]
-	if !ok || b.Team != team {
+	b, ok := m.teamBatch(team, id)
+	if !ok {
 		return Batch{}, ErrNotFound
 	}
 	return b.view(), nil
+}
+
+// teamBatch returns batch id if it is team's: another team's is as absent
+// as one that never was; m.mu is held.
+func (m *Manager) teamBatch(team, id string) (*batchRecord, bool) {
+	b, ok := m.batches[id]
+	return b, ok && b.Team == team
 }
 
 // CancelBatch asks team's batch id to stop: its calls not yet finished are
@@ -333,8 +340,8 @@ func (m *Manager) Batch(team, id string) (Batch, error) {
 func (m *Manager) CancelBatch(team, id string) (Batch, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	b, ok := m.batches[id]
-	if !ok || b.Team != team {
+	b, ok := m.teamBatch(team, id)
+	if !ok {
 		return Batch{}, ErrNotFound
 	}
 	if b.final() || b.Status == StatusCancelling {

@@ -160,11 +160,18 @@ func cleanFilename(name string) string {
 func (m *Manager) File(team, id string) (File, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r, ok := m.files[id]
-	if !ok || r.Team != team {
+	r, ok := m.teamFile(team, id)
+	if !ok {
 		return File{}, ErrNotFound
 	}
 	return r.File, nil
+}
+
+// teamFile returns file id if it is team's: another team's is as absent
+// as one that never was; m.mu is held.
+func (m *Manager) teamFile(team, id string) (fileRecord, bool) {
+	r, ok := m.files[id]
+	return r, ok && r.Team == team
 }
 
 // OpenContent opens team's file id for reading; the caller closes it.
@@ -185,8 +192,8 @@ func (m *Manager) OpenContent(team, id string) (*os.File, File, error) {
 func (m *Manager) DeleteFile(team, id string) (File, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r, ok := m.files[id]
-	if !ok || r.Team != team {
+	r, ok := m.teamFile(team, id)
+	if !ok {
 		return File{}, ErrNotFound
 	}
 	for _, b := range m.batches {
