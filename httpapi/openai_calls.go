@@ -117,9 +117,6 @@ func (a *api) awaitCall(w http.ResponseWriter, r *http.Request, p store.Project,
 		a.openaiError(w, r, err)
 		return store.Call{}, false
 	}
-	if isClosed(done) {
-		return call, true
-	}
 	wait := time.Duration(a.openaiQueueWait()+p.InferenceTimeout)*time.Second + time.Minute
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + time.Minute))
 	t := time.NewTimer(wait)
@@ -136,6 +133,7 @@ func (a *api) awaitCall(w http.ResponseWriter, r *http.Request, p store.Project,
 		a.openaiError(w, r, errOAIShuttingDown)
 		return store.Call{}, false
 	}
+	// The call as it stands now: the first lookup may predate its end.
 	if c, _, err := a.sched.Lookup(id); err == nil {
 		call = c
 	}

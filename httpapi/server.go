@@ -243,6 +243,11 @@ func (a *api) recoverPanic(w http.ResponseWriter, r *http.Request, v any) {
 		a.writeInference(w, a.newResponse("error: internal error", ""))
 		return
 	}
+	if isOpenAIPath(r.URL.Path) {
+		a.openaiError(w, r, &oaiError{status: http.StatusInternalServerError, typ: "server_error", code: codeInternal,
+			msg: "internal error; see the server log for request id " + requestIDOf(w)})
+		return
+	}
 	writeJSON(w, http.StatusInternalServerError, errorBody{errorDetail{codeInternal,
 		"internal error; see the server log for request id " + requestIDOf(w)}})
 }
@@ -258,6 +263,17 @@ func logPanic(w http.ResponseWriter, r *http.Request, log zerolog.Logger, v any)
 		Bytes("stack", debug.Stack()).Msg("handler panicked")
 	rw, ok := w.(*responseRecorder)
 	return !ok || !rw.wroteHeader
+}
+
+// isOpenAIPath reports whether p is a route of the OpenAI front door,
+// whose errors have OpenAI's shape (openai.go).
+func isOpenAIPath(p string) bool {
+	for _, prefix := range []string{"/v1/chat/", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/files", "/v1/batches"} {
+		if strings.HasPrefix(p, prefix) {
+			return true
+		}
+	}
+	return strings.HasPrefix(p, "/v1/calls/") && strings.HasSuffix(p, "/response")
 }
 
 func isInferencePath(p string) bool {
