@@ -140,6 +140,13 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 				MaxWaitsPerKey:    cfg.Limits.MaxWaitsPerKey,
 				MaxWaits:          cfg.Limits.MaxWaits,
 				MaxInputDepth:     cfg.Limits.MaxInputDepth,
+				// The edge's budgets (docs/security.md, "Budgets").
+				BodyBytes:          cfg.Limits.BodyBytes,
+				BodyBytesPerSource: cfg.Limits.BodyBytesPerSource,
+				BodyReadTimeout:    cfg.Limits.BodyReadTimeout,
+				MaxStreamsPerKey:   cfg.Limits.MaxStreamsPerKey,
+				StreamResultBytes:  cfg.Limits.StreamResultBytes,
+				StreamWriteTimeout: cfg.Limits.StreamWriteTimeout,
 			},
 			WebhookPolicy: hookPolicy,
 			Streams:       streams,
@@ -151,12 +158,15 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			Batches:         batchAPI,
 			BatchFileBytes:  cfg.OpenAI.MaxFileBytes,
 		}, st, sched),
+		// The headers' time. A body's is limits.bodyReadTimeout, which the
+		// API sets once the headers are in, in place of a ReadTimeout
+		// (headers and body together).
 		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
 		ConnState:         conns.ConnState,
+		ConnContext:       conns.ConnContext,
 		// Ending it ends the waits (long polls, sync starts) at shutdown:
 		// each answers the call as it then stands.
 		BaseContext: func(net.Listener) context.Context { return apiCtx },
-		ReadTimeout: 2 * time.Minute,
 		// Long enough for the longest wait the API holds a request open.
 		WriteTimeout:   max(cfg.StartWait, cfg.LongPollWait) + time.Minute,
 		IdleTimeout:    2 * time.Minute,

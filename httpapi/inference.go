@@ -166,11 +166,10 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 	case err != nil:
 		a.fail(w, r, err)
 		return
-	case !mayAccess(key, project.TeamID):
-		a.fail(w, r, errUnknownModelKey) // never reveal another team's project
-		return
-	case !key.ReachesProject(project.ID):
-		a.fail(w, r, errNotAllowedProject(project.ID))
+	case !mayReach(key, project.TeamID, project.ID):
+		// Never reveal a project the key may not reach, another team's or
+		// one outside its allowlist: the answer is an unknown modelKey's.
+		a.fail(w, r, errUnknownModelKey)
 		return
 	}
 	// In cluster mode a project placed on other nodes runs there.
@@ -440,7 +439,7 @@ func (a *api) decodeCheck(w http.ResponseWriter, r *http.Request) (args checkArg
 // object; it returns the body as read with the fields decoded from it.
 func (a *api) decodeInference(w http.ResponseWriter, r *http.Request) (inferenceRequest, []byte, error) {
 	var req inferenceRequest
-	body, err := readBody(w, r, a.opts.MaxBodyBytes)
+	body, err := a.readBody(w, r, a.opts.MaxBodyBytes)
 	if err != nil {
 		return req, nil, err
 	}

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -29,17 +28,18 @@ import (
 // and the call expires (Options.OpenAIQueueWait).
 const DefaultOpenAIQueueWait = 5 * time.Minute
 
-// registerOpenAI adds the OpenAI routes. Every path is static under /v1/
-// beside the project API's: httprouter refuses a parameter where another
-// route has a static segment.
-func (a *api) registerOpenAI(handle func(method, path string, h httprouter.Handle)) {
+// openaiRoutes adds the OpenAI routes to the route table (routes.go), each
+// with the scope its handler asks of the Bearer key. Every path is static
+// under /v1/ beside the project API's: httprouter refuses a parameter where
+// another route has a static segment.
+func (a *api) openaiRoutes(add func(method, path string, need store.Permission, h httprouter.Handle)) {
 	for _, endpoint := range openai.Endpoints {
-		handle(http.MethodPost, endpoint, a.openaiCall(endpoint))
+		add(http.MethodPost, endpoint, store.PermInfer, a.openaiCall(endpoint))
 	}
-	handle(http.MethodGet, "/v1/models", a.openaiModels)
-	handle(http.MethodGet, "/v1/calls/:callID/response", a.openaiResponse)
+	add(http.MethodGet, "/v1/models", store.PermInfer, a.openaiModels)
+	add(http.MethodGet, "/v1/calls/:callID/response", store.PermInfer, a.openaiResponse)
 	if a.opts.Batches != nil {
-		a.registerBatches(handle) // openai_batches.go
+		a.batchRoutes(add) // openai_batches.go
 	}
 }
 
@@ -59,13 +59,13 @@ var (
 	errOAIMissingKey = &oaiError{status: http.StatusUnauthorized, typ: openai.TypeInvalidRequest, code: "invalid_api_key",
 		msg: "missing API key: send your inferd API key as Authorization: Bearer KEY"}
 	errOAIInvalidKey = &oaiError{status: http.StatusUnauthorized, typ: openai.TypeInvalidRequest, code: "invalid_api_key",
-		msg: "incorrect API key provided"}
+		msg: "invalid API key"}
 )
 
-func errModelNotFound(model string) error {
-	return &oaiError{status: http.StatusNotFound, typ: openai.TypeInvalidRequest, code: "model_not_found", param: "model",
-		msg: fmt.Sprintf("the model %q does not exist or you do not have access to it", truncate(model, 200))}
-}
+// errModelNotFound never names the model: another team's answers exactly
+// as one that does not exist.
+var errModelNotFound = &oaiError{status: http.StatusNotFound, typ: openai.TypeInvalidRequest, code: "model_not_found", param: "model",
+	msg: "the model does not exist or you do not have access to it (GET /v1/models lists yours)"}
 
 // openaiError answers err in OpenAI's shape: an *oaiError as it is, any
 // other error with the status the project API gives it (apiError, which
@@ -108,8 +108,8 @@ func startRefused(err error) error {
 }
 
 // bearerKey authenticates the request's Authorization: Bearer key, which
-// must allow one of perms. The OpenAI SDKs send their api_key so.
-func (a *api) bearerKey(r *http.Request, perms ...store.Permission) (store.APIKey, error) {
+// must allow p. The OpenAI SDKs send their api_key so.
+func (a *api) bearerKey(r *http.Request, p store.Permission) (store.APIKey, error) {
 	scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 	secret = strings.TrimSpace(secret)
 	if !strings.EqualFold(scheme, "Bearer") || secret == "" {
@@ -119,12 +119,7 @@ func (a *api) bearerKey(r *http.Request, perms ...store.Permission) (store.APIKe
 	if err != nil {
 		return store.APIKey{}, err
 	}
-	for _, p := range perms {
-		if key.Allows(p) {
-			return key, nil
-		}
-	}
-	return key, requirePermission(key, perms[0])
+	return key, requirePermission(key, p)
 }
 
 // callableProjects returns the projects of protocol openai that key may
@@ -160,10 +155,9 @@ type modelEntry struct {
 }
 
 // openaiModels handles GET /v1/models: each name (project id, then its
-// aliases) of the projects the key may call; a key with read or infer may
-// list them.
+// aliases) of the projects the key may call.
 func (a *api) openaiModels(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-	key, err := a.bearerKey(r, store.PermRead, store.PermInfer)
+	key, err := a.bearerKey(r, store.PermInfer)
 	if err != nil {
 		a.openaiError(w, r, err)
 		return

@@ -31,15 +31,15 @@ type BatchAPI interface {
 	CancelBatch(team, id string) (batches.Batch, error)
 }
 
-// registerBatches adds the Batch API's routes.
-func (a *api) registerBatches(handle func(method, path string, h httprouter.Handle)) {
-	handle(http.MethodPost, "/v1/files", a.uploadFile)
-	handle(http.MethodGet, "/v1/files/:id", a.getFile)
-	handle(http.MethodDelete, "/v1/files/:id", a.deleteFile)
-	handle(http.MethodGet, "/v1/files/:id/content", a.fileContent)
-	handle(http.MethodPost, "/v1/batches", a.createBatch)
-	handle(http.MethodGet, "/v1/batches/:id", a.getBatch)
-	handle(http.MethodPost, "/v1/batches/:id/cancel", a.cancelBatch)
+// batchRoutes adds the Batch API's routes to the route table.
+func (a *api) batchRoutes(add func(method, path string, need store.Permission, h httprouter.Handle)) {
+	add(http.MethodPost, "/v1/files", store.PermInfer, a.uploadFile)
+	add(http.MethodGet, "/v1/files/:id", store.PermInfer, a.getFile)
+	add(http.MethodDelete, "/v1/files/:id", store.PermInfer, a.deleteFile)
+	add(http.MethodGet, "/v1/files/:id/content", store.PermInfer, a.fileContent)
+	add(http.MethodPost, "/v1/batches", store.PermInfer, a.createBatch)
+	add(http.MethodGet, "/v1/batches/:id", store.PermInfer, a.getBatch)
+	add(http.MethodPost, "/v1/batches/:id/cancel", store.PermInfer, a.cancelBatch)
 }
 
 // batchError answers an error of the Batch API in OpenAI's shape.
@@ -204,7 +204,7 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		a.openaiError(w, r, err)
 		return
 	}
-	body, err := readBody(w, r, a.opts.MaxBodyBytes)
+	body, err := a.readBody(w, r, a.opts.MaxBodyBytes)
 	if err != nil {
 		a.openaiError(w, r, err)
 		return

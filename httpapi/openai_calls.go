@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"inferd/cluster"
 	"inferd/openai"
+	"inferd/openai/failure"
 	"inferd/scheduler"
 	"inferd/store"
 )
@@ -29,7 +29,7 @@ func (a *api) openaiCall(endpoint string) httprouter.Handle {
 			a.openaiError(w, r, err)
 			return
 		}
-		body, err := readBody(w, r, a.opts.MaxBodyBytes)
+		body, err := a.readBody(w, r, a.opts.MaxBodyBytes)
 		if err != nil {
 			a.openaiError(w, r, err)
 			return
@@ -54,7 +54,7 @@ func (a *api) openaiCall(endpoint string) httprouter.Handle {
 		}
 		p, ok := store.ResolveModel(projects, req.Model)
 		if !ok {
-			a.openaiError(w, r, errModelNotFound(req.Model))
+			a.openaiError(w, r, errModelNotFound)
 			return
 		}
 		// In cluster mode a project placed on other nodes runs there; a
@@ -73,10 +73,14 @@ func (a *api) openaiCall(endpoint string) httprouter.Handle {
 			a.openaiError(w, r, err)
 			return
 		}
-		release, ok := a.limits.beginWait(key.ID)
-		if !ok {
-			a.openaiError(w, r, &oaiError{status: http.StatusTooManyRequests, typ: openai.TypeRateLimit, code: codeRateLimited,
-				msg: "too many requests of this API key are waiting; retry later", retryAfter: 1})
+		// A request held open counts as a wait of its key, a stream as an
+		// event stream too (limits.maxWaitsPerKey, maxStreamsPerKey).
+		release, err := a.holdOpen(key.ID, req.Stream)
+		if err != nil {
+			if be, ok := err.(*budgetError); ok {
+				a.refused(be.budget)
+			}
+			a.openaiError(w, r, err)
 			return
 		}
 		defer release()
@@ -91,7 +95,9 @@ func (a *api) openaiCall(endpoint string) httprouter.Handle {
 		}
 		w.Header().Set(callIDHeader, call.ID)
 		if req.Stream {
-			a.openaiStream(w, r, p, call.ID, req.AddedUsage)
+			a.streamsOpen.Add(1)
+			defer a.streamsOpen.Add(-1)
+			a.openaiStream(w, r, call.ID, req.AddedUsage)
 			return
 		}
 		call, ok = a.awaitCall(w, r, p, call.ID)
@@ -99,6 +105,20 @@ func (a *api) openaiCall(endpoint string) httprouter.Handle {
 			a.openaiAnswer(w, r, call)
 		}
 	}
+}
+
+// holdOpen takes one of the key's held-open requests: a wait, or for a
+// stream an event stream.
+func (a *api) holdOpen(keyID string, stream bool) (release func(), err error) {
+	if stream {
+		return a.limits.beginStream(keyID)
+	}
+	release, ok := a.limits.beginWait(keyID)
+	if !ok {
+		return nil, &oaiError{status: http.StatusTooManyRequests, typ: openai.TypeRateLimit, code: codeRateLimited,
+			msg: "too many requests of this API key are waiting; retry later", retryAfter: 1}
+	}
+	return release, nil
 }
 
 // openaiQueueWait is a call's queueTimeout in seconds: the wait for a
@@ -158,9 +178,9 @@ func (a *api) openaiAnswer(w http.ResponseWriter, r *http.Request, c store.Call)
 	}
 }
 
-// failedCall is the OpenAI error of a failed call (openai.CallFailure).
+// failedCall is the OpenAI error of a failed call (failure.Of).
 func failedCall(c store.Call) *oaiError {
-	f := openai.CallFailure(c)
+	f := failure.Of(c)
 	d := f.Body.Error
 	return &oaiError{status: f.Status, typ: d.Type, code: deref(d.Code), param: deref(d.Param), msg: d.Message, retryAfter: f.RetryAfter}
 }
@@ -234,7 +254,7 @@ type pendingCall struct {
 // back when the client did not (addedUsage). A client that goes away
 // cancels the call, which aborts the model's request. A client too slow
 // for the live events gets the rest from the call's stored result.
-func (a *api) openaiStream(w http.ResponseWriter, r *http.Request, p store.Project, id string, addedUsage bool) {
+func (a *api) openaiStream(w http.ResponseWriter, r *http.Request, id string, addedUsage bool) {
 	_, backlog, sub, unsubscribe := a.opts.Streams.subscribe(id)
 	defer unsubscribe()
 	_, done, err := a.sched.Lookup(id)
@@ -242,7 +262,12 @@ func (a *api) openaiStream(w http.ResponseWriter, r *http.Request, p store.Proje
 		a.openaiError(w, r, err)
 		return
 	}
-	s := &chunkWriter{w: w, rc: http.NewResponseController(w), hideUsage: addedUsage}
+	s := &chunkWriter{sseWriter: sseWriter{w: w, rc: http.NewResponseController(w), timeout: a.opts.Limits.StreamWriteTimeout}, hideUsage: addedUsage}
+	defer func() {
+		if s.cut() {
+			a.refused(budgetStreamWriteTimeout)
+		}
+	}()
 	for _, line := range backlog {
 		s.chunk(line)
 	}
@@ -255,7 +280,7 @@ func (a *api) openaiStream(w http.ResponseWriter, r *http.Request, p store.Proje
 		if s.started {
 			s.flush()
 			if s.err != nil {
-				a.cancelLeft(id) // the client is gone
+				a.cancelLeft(id) // the client is gone, or too slow to read (limits.streamWriteTimeout)
 				return
 			}
 		}
@@ -328,16 +353,15 @@ func (a *api) cancelLeft(id string) {
 	}
 }
 
-// chunkWriter writes an OpenAI stream: each chunk as one SSE data event.
-// It counts the chunks it has seen, so that the rest can be taken from the
-// stored result, and remembers the first write error.
+// chunkWriter writes an OpenAI stream: each chunk as one SSE data event,
+// within the stream write deadline of the events endpoint (sseWriter). It
+// counts the chunks it has seen, so that the rest can be taken from the
+// stored result.
 type chunkWriter struct {
-	w         http.ResponseWriter
-	rc        *http.ResponseController
+	sseWriter
 	hideUsage bool
 	started   bool // the header is out
 	sent      int  // chunks seen, hidden ones included
-	err       error
 }
 
 func (s *chunkWriter) start() {
@@ -345,7 +369,9 @@ func (s *chunkWriter) start() {
 		return
 	}
 	s.started = true
-	_ = s.rc.SetWriteDeadline(time.Time{}) // the stream lasts as long as the call
+	if s.timeout <= 0 {
+		_ = s.rc.SetWriteDeadline(time.Time{}) // the stream lasts as long as the call
+	}
 	h := s.w.Header()
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
 	h.Set("Cache-Control", "no-cache")
@@ -385,19 +411,15 @@ func (s *chunkWriter) errorEvent(e openai.ErrorBody) {
 
 func (s *chunkWriter) data(b []byte) {
 	s.start()
-	if s.err == nil {
-		_, s.err = fmt.Fprintf(s.w, "data: %s\n\n", b)
-	}
-}
-
-func (s *chunkWriter) comment(text string) {
-	if s.err == nil {
-		_, s.err = fmt.Fprintf(s.w, ": %s\n\n", text)
+	if s.begin() {
+		s.write([]byte("data: "))
+		s.write(b)
+		s.write([]byte("\n\n"))
 	}
 }
 
 func (s *chunkWriter) flush() {
-	if s.err == nil && s.started {
-		s.err = s.rc.Flush()
+	if s.started {
+		s.sseWriter.flush()
 	}
 }

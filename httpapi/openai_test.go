@@ -131,7 +131,7 @@ func TestOpenAIUnknownOrOtherTeamsModelIs404(t *testing.T) {
 	for _, model := range []string{"secret-llm", "gpt-4", "echo"} {
 		rec := serve(env.h, "POST", "/v1/chat/completions", `{"model":"`+model+`","messages":[]}`, bearer(keyAcme)...)
 		e := oaiErrorReply(t, rec, 404, "invalid_request_error", "model_not_found")
-		if e["param"] != "model" || !strings.Contains(e["message"].(string), model) {
+		if e["param"] != "model" || strings.Contains(e["message"].(string), model) {
 			t.Errorf("%s: %v", model, e)
 		}
 	}

@@ -177,27 +177,6 @@ type results[T any] struct {
 	Results []T `json:"results"`
 }
 
-// register adds the status routes.
-func (s *statusAPI) register(handle func(method, path string, h httprouter.Handle)) {
-	for _, slash := range []string{"", "/"} {
-		handle(http.MethodGet, "/v1/status"+slash, s.all)
-		handle(http.MethodGet, "/v1/status/gpus"+slash, list(s, false, s.gpus))
-		handle(http.MethodGet, "/v1/status/projects"+slash, list(s, true, s.projects))
-		handle(http.MethodGet, "/v1/status/calls"+slash, list(s, true, s.calls))
-	}
-	handle(http.MethodGet, "/v1/status/projects/:id/replicas/:replica/logs", s.logs)
-	if s.opts.Cluster != nil {
-		for _, slash := range []string{"", "/"} {
-			handle(http.MethodGet, "/v1/status/cluster"+slash, s.cluster)
-		}
-	}
-	if s.src.History != nil {
-		for _, slash := range []string{"", "/"} {
-			handle(http.MethodGet, "/v1/status/history"+slash, s.history)
-		}
-	}
-}
-
 // view is what one request may see, read once.
 type view struct {
 	key      store.APIKey

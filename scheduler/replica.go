@@ -10,8 +10,8 @@ import (
 	"inferd/store"
 )
 
-// replicaState is where a replica is in its life. "busy" is not a state: it
-// is a ready replica with calls in flight.
+// replicaState is where a replica is in its life. Busy (ReplicaBusy) is not
+// a state: it is a ready replica with calls in flight.
 type replicaState int
 
 const (
@@ -81,13 +81,13 @@ func (r *rep) callList() []*call {
 func (r *rep) stateName() string {
 	switch {
 	case r.state == stateBooting:
-		return "booting"
+		return ReplicaBooting
 	case r.state == stateStopping:
-		return "stopping"
+		return ReplicaStopping
 	case len(r.calls) > 0, r.aborting > 0: // an aborted request still holds it
-		return "busy"
+		return ReplicaBusy
 	default:
-		return "ready"
+		return ReplicaReady
 	}
 }
 

@@ -67,10 +67,23 @@ type ProjectStatus struct {
 	MeanBatchSize float64 `json:"meanBatchSize,omitempty"`
 }
 
+// The states of ReplicaStatus.State, as the status API, the metrics and
+// cluster placement name them. Busy is not a state of the loop's: it is a
+// ready replica with calls in flight.
+const (
+	ReplicaBooting  = "booting"
+	ReplicaReady    = "ready"
+	ReplicaBusy     = "busy"
+	ReplicaStopping = "stopping"
+)
+
+// ReplicaStates lists the states in the order of a replica's life.
+var ReplicaStates = []string{ReplicaBooting, ReplicaReady, ReplicaBusy, ReplicaStopping}
+
 // ReplicaStatus is one replica.
 type ReplicaStatus struct {
 	ID         string    `json:"id"`
-	State      string    `json:"state"` // booting, ready, busy or stopping
+	State      string    `json:"state"` // one of ReplicaStates
 	Pid        int       `json:"pid"`
 	GPUs       []string  `json:"gpus"`
 	Started    time.Time `json:"started"`

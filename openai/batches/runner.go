@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"inferd/openai"
+	"inferd/openai/failure"
 	"inferd/scheduler"
 	"inferd/store"
 )
@@ -372,7 +373,7 @@ func (m *Manager) resultLine(b batchRecord, i int, l lineState, cancelled, expir
 		ol.Response.StatusCode, ol.Response.Body = 200, c.Outputs
 		return ol, true
 	}
-	f := openai.CallFailure(c)
+	f := failure.Of(c)
 	body, _ := json.Marshal(f.Body)
 	ol.Response.StatusCode, ol.Response.Body = f.Status, body
 	return ol, false
