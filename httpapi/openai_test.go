@@ -256,9 +256,11 @@ func receive[T any](t *testing.T, ch <-chan T) T {
 // that did not ask; the stream ends with [DONE].
 func TestOpenAIStreamPassesChunksAsTheyCome(t *testing.T) {
 	streams := NewStreams()
-	env := openaiEnv(t, Options{Streams: streams})
+	stopping := make(chan struct{})
+	env := openaiEnv(t, Options{Streams: streams, Stopping: stopping})
 	srv := httptest.NewServer(env.h)
 	defer srv.Close()
+	defer close(stopping) // first: a handler still streaming ends, so that Close returns
 	type opened struct {
 		resp *http.Response
 		r    *sseReader
@@ -301,9 +303,11 @@ func TestOpenAIStreamPassesChunksAsTheyCome(t *testing.T) {
 // A client that goes away mid-stream cancels its call.
 func TestOpenAIStreamClientAbortCancelsTheCall(t *testing.T) {
 	streams := NewStreams()
-	env := openaiEnv(t, Options{Streams: streams})
+	stopping := make(chan struct{})
+	env := openaiEnv(t, Options{Streams: streams, Stopping: stopping})
 	srv := httptest.NewServer(env.h)
 	defer srv.Close()
+	defer close(stopping) // first: a handler still streaming ends, so that Close returns
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan *sseReader, 1)
 	go func() {
