@@ -36,6 +36,7 @@ func openaiProject(id, team, dir, env, extra string) string {
 // mid-stream (the model sees its request end), and a batch of 100 lines
 // that survives a kill -9 of the daemon.
 func TestOpenAIClient(t *testing.T) {
+	t.Parallel()
 	node, skip := clientTestTools(t)
 	clients, _ := filepath.Abs("examples/openai-js")
 	if _, err := os.Stat(filepath.Join(clients, "node_modules", "openai")); err != nil {

@@ -65,10 +65,13 @@ type inferenceResponse struct {
 	CallID     string `json:"callID"`
 	Finished   bool   `json:"finished"`
 	// QueuePosition: for a queued call, how many go before it (0 = next).
-	QueuePosition *int   `json:"queuePosition,omitempty"`
-	QueueMs       *int64 `json:"queueMs,omitempty"`
-	BootMs        *int64 `json:"bootMs,omitempty"`
-	RunMs         *int64 `json:"runMs,omitempty"`
+	QueuePosition *int `json:"queuePosition,omitempty"`
+	// WaitingFor: for a queued call that cannot run beyond waiting its
+	// turn, why (a code and a sentence); message stays the state name.
+	WaitingFor *store.Wait `json:"waitingFor,omitempty"`
+	QueueMs    *int64      `json:"queueMs,omitempty"`
+	BootMs     *int64      `json:"bootMs,omitempty"`
+	RunMs      *int64      `json:"runMs,omitempty"`
 	// BatchSize and BatchWaitMs: for a call that ran in a batch, how many
 	// calls the batch carried and how long it waited for it to fill.
 	BatchSize   *int   `json:"batchSize,omitempty"`
@@ -309,6 +312,7 @@ func (a *api) callResponse(c store.Call) inferenceResponse {
 	default:
 		resp.Message = pendingMessage(c)
 		resp.QueuePosition = queuePosition(c)
+		resp.WaitingFor = c.WaitingFor
 	}
 	if !c.Dispatched.IsZero() {
 		resp.QueueMs = &c.QueueMs

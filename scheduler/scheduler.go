@@ -258,6 +258,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		return err
 	}
 	s.ready.Store(true)
+	s.log.Info().Msg("scheduler ready") // /readyz answers 200 from now on
 	s.loop(ctx)
 	return nil
 }

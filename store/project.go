@@ -297,6 +297,10 @@ func (p Project) Clone() Project {
 	p.Model.Command = slices.Clone(p.Model.Command)
 	p.Model.Env = maps.Clone(p.Model.Env)
 	p.Model.Aliases = slices.Clone(p.Model.Aliases)
+	if p.LastApplied != nil {
+		last := p.LastApplied.Clone()
+		p.LastApplied = &last
+	}
 	return p
 }
 
