@@ -135,7 +135,7 @@ func (a *api) callableProjects(key store.APIKey) ([]store.Project, error) {
 		return nil, err
 	}
 	out := slices.DeleteFunc(all, func(p store.Project) bool {
-		return p.Model.Protocol != store.ProtocolOpenAI || !mayReach(key, p.TeamID, p.ID)
+		return p.Model.Protocol != store.ProtocolOpenAI || !key.ReachesProject(p.ID) // the team: the list is its own
 	})
 	slices.SortFunc(out, func(x, y store.Project) int { return strings.Compare(x.ID, y.ID) })
 	return out, nil
