@@ -97,21 +97,6 @@ func newID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// validID accepts the ids newID makes (and output ids derived from them):
-// they become file names.
-func validID(id, prefix string) bool {
-	rest, ok := strings.CutPrefix(id, prefix)
-	if !ok || len(rest) == 0 || len(rest) > 64 {
-		return false
-	}
-	for _, c := range rest {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c == '-' || c >= 'g' && c <= 'z') {
-			return false
-		}
-	}
-	return true
-}
-
 // PutFile stores content as a new file of team and returns it. The content
 // is streamed to disk and bounded by MaxFileBytes (ErrTooLarge) and the
 // team's MaxTeamBytes (a *BudgetError); nothing is kept on a refusal.
