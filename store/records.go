@@ -84,6 +84,10 @@ type ModelSpec struct {
 	MemoryMiB    int               `json:"memoryMiB,omitempty" yaml:"memoryMiB"` // memory of a replica's whole process tree; 0 = no limit
 	PidsMax      int               `json:"pidsMax,omitempty" yaml:"pidsMax"`     // processes and threads of a replica; 0 = no limit
 	Network      string            `json:"network,omitempty" yaml:"network"`     // NetworkPrivate, NetworkHost, or "" = the daemon's replica.network
+	// AllowUserNamespaces lets the project's models make user namespaces,
+	// which the replica sandbox refuses them by default (a seccomp filter:
+	// docs/security.md).
+	AllowUserNamespaces bool `json:"allowUserNamespaces,omitempty" yaml:"allowUserNamespaces"`
 }
 
 // CallState is where an inference call is in its life.
