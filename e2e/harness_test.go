@@ -40,6 +40,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// As root each replica has a /tmp of its own: the files tests share
+	// with models (and the models themselves) go where models see them.
+	restore, err := testenv.ShareTempDirWithModels()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	dir, err := os.MkdirTemp("", "inferd-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -54,6 +61,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	restore()
 	os.Exit(code)
 }
 
@@ -342,9 +350,12 @@ func marker() string {
 }
 
 // processesWithEnv lists live pids whose environment contains E2E_MARKER=m.
-func processesWithEnv(m string) []int {
+func processesWithEnv(m string) []int { return processesWithEnvVar("E2E_MARKER", m) }
+
+// processesWithEnvVar lists live pids whose environment has name=value.
+func processesWithEnvVar(name, value string) []int {
 	entries, _ := os.ReadDir("/proc")
-	want := []byte("E2E_MARKER=" + m + "\x00")
+	want := []byte(name + "=" + value + "\x00")
 	var pids []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())

@@ -3,48 +3,43 @@ package testenv
 import (
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 )
 
-// ModelVisibleRoot is where ShareTempDirWithModels puts a test binary's
-// temporary files when it runs as root.
-const ModelVisibleRoot = "/var/lib/inferd-tests"
+// ModelVisibleRoot is the temp dir ShareTempDirWithModels gives a test
+// binary that runs as root: a /tmp of the tests', made like /tmp (mode
+// 1777), where t.TempDir and os.MkdirTemp make names of their own. It is
+// short because a daemon's admin socket sits in a t.TempDir and a socket's
+// path may hold 107 bytes: with t.TempDir's names (at most 74 bytes) and
+// "/001/data/inferd.sock", this leaves 2 to spare.
+const ModelVisibleRoot = "/var/itmp"
 
 // ShareTempDirWithModels points TMPDIR, and so t.TempDir and os.MkdirTemp,
-// at a fresh directory that model processes see as the test does, and
-// returns a function that removes it; call it from TestMain before m.Run.
+// at ModelVisibleRoot, which model processes see as the test does, and
+// returns a function that restores it; call it from TestMain before m.Run.
 //
 // As root, inferd gives every replica a /tmp, /var/tmp and /dev/shm of its
 // own (a mount namespace: docs/security.md), so a file a test shares with a
-// model (a flag the model waits on, a log it appends to) must live
-// elsewhere: under ModelVisibleRoot, which any user may traverse. Not as
-// root, replicas share the host's /tmp and nothing changes.
-func ShareTempDirWithModels() (cleanup func(), err error) {
-	if os.Geteuid() != 0 || strings.HasPrefix(os.TempDir(), ModelVisibleRoot+"/") {
-		return func() {}, nil // not root, or a helper process of a test that did it
+// model (a flag the model waits on, a log it appends to, the model's own
+// code) must live elsewhere. Not as root, replicas share the host's /tmp
+// and nothing changes.
+func ShareTempDirWithModels() (restore func(), err error) {
+	if os.Geteuid() != 0 {
+		return func() {}, nil
 	}
-	if err := os.MkdirAll(ModelVisibleRoot, 0o755); err != nil {
+	if err := os.Mkdir(ModelVisibleRoot, 0o1777); err != nil && !os.IsExist(err) {
 		return nil, fmt.Errorf("temp dir for tests and their models: %w", err)
 	}
-	dir, err := os.MkdirTemp(ModelVisibleRoot, filepath.Base(os.Args[0])+"-")
-	if err != nil {
+	// Like /tmp, whatever the umask made of it.
+	if err := os.Chmod(ModelVisibleRoot, 0o1777); err != nil {
 		return nil, fmt.Errorf("temp dir for tests and their models: %w", err)
-	}
-	// MkdirTemp makes it 0700; like /tmp it must let models in (what is
-	// made in it keeps its own modes: t.TempDir's are 0700 too).
-	if err := os.Chmod(dir, 0o1777); err != nil {
-		os.Remove(dir)
-		return nil, err
 	}
 	old, had := os.LookupEnv("TMPDIR")
-	os.Setenv("TMPDIR", dir)
+	os.Setenv("TMPDIR", ModelVisibleRoot)
 	return func() {
 		if had {
 			os.Setenv("TMPDIR", old)
 		} else {
 			os.Unsetenv("TMPDIR")
 		}
-		os.RemoveAll(dir)
 	}, nil
 }

@@ -56,7 +56,7 @@ func initCommand(cfg initConfig, replicaID string) (*exec.Cmd, *initProcess, err
 	cmd.Args[0] = initArg0
 	// Nothing of the daemon's environment or the project's: the init may
 	// run as root, and the model's environment travels in cfg.
-	cmd.Env = []string{"GOMAXPROCS=1", "INFERD_REPLICA_ID=" + replicaID}
+	cmd.Env = []string{"GOMAXPROCS=1"}
 	cmd.ExtraFiles = []*os.File{cfgR, statusW} // fds 3 and 4 (initConfigFD, initStatusFD)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if cfg.Namespaces {

@@ -29,13 +29,13 @@ const testDeadline = 15 * time.Second
 // TestMain fails the run if a Process goroutine outlives the tests: every process is
 // stopped or killed by the end, and its goroutines must end with it.
 func TestMain(m *testing.M) {
-	cleanup, err := testenv.ShareTempDirWithModels()
+	restore, err := testenv.ShareTempDirWithModels()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
-	cleanup()
+	restore()
 	if code == 0 && os.Getenv(helperEnv) == "" {
 		if leaked := waitNoProcessGoroutines(5 * time.Second); leaked != "" {
 			fmt.Fprintf(os.Stderr, "leaked replica goroutines:\n%s\n", leaked)
