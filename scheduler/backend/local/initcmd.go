@@ -13,8 +13,6 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // The daemon's side of a replica's init (replicainit.go): the command that
@@ -193,18 +191,15 @@ var (
 func probeInit(cfg initConfig) error {
 	done := make(chan error, 1)
 	go func() {
-		// Never unlocked: no_new_privs stays on this thread, which dies
-		// with the goroutine.
+		// Locked for Pdeathsig's sake, as a replica's forking thread is.
 		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		done <- runProbe(cfg)
 	}()
 	return <-done
 }
 
 func runProbe(cfg initConfig) error {
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("set no_new_privs: %w", err)
-	}
 	cfg.Parent = os.Getpid()
 	cmd, ip, err := initCommand(cfg, "probe")
 	if err != nil {

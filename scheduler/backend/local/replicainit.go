@@ -260,8 +260,8 @@ func bindBack(path string, fd int) error {
 
 // dropCapabilities empties the calling thread's ambient and inheritable
 // capabilities, which an exec would hand to the model, and sets
-// no_new_privs (the box set it already; it is kept here too so that the
-// filter may be installed whoever started the init).
+// no_new_privs: no setuid program or file capability gives the model any,
+// and an unprivileged init may install the seccomp filter.
 func dropCapabilities() error {
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("replica init: drop ambient capabilities: %w", err)

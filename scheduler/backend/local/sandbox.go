@@ -326,11 +326,11 @@ func (sb *sandbox) newBox(spec backend.Spec) (*box, error) {
 
 // enter puts the calling thread, which is about to fork the replica's
 // init, into the box: the network namespace and the v1 cgroups the child
-// inherits from it, and no new privileges (no setuid program in the model
-// gains any). The capabilities the packaged service holds stay until the
-// init has made its mounts: the init drops them before it starts the
-// model. The caller is locked to its thread and lets it die afterwards;
-// it calls left once the child runs.
+// inherits from it. The capabilities the packaged service holds stay
+// until the init has made its mounts: the init drops them, and sets
+// no_new_privs, before it starts the model (replicainit.go). The caller is
+// locked to its thread and lets it die afterwards; it calls left once the
+// child runs.
 func (x *box) enter() error {
 	if x.private {
 		fd, err := enterPrivateNetwork()
@@ -343,9 +343,6 @@ func (x *box) enter() error {
 		if err := x.cg.join(); err != nil {
 			return err
 		}
-	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("set no_new_privs: %w", err)
 	}
 	return nil
 }
