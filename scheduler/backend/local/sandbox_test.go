@@ -667,3 +667,26 @@ func TestDialingIntoAReplicaLeavesTheDaemonsNetworkAlone(t *testing.T) {
 		t.Errorf("%d of the daemon's threads are in the model's network namespace, want 1 (the one that forked it)", in)
 	}
 }
+
+// TestWithoutNamespacesTheInitBecomesTheModel: where no PID namespace can
+// be made, the init switches to the project's uid, drops every capability
+// and execs the model in its own place: the process inferd started is the
+// model, and nothing of inferd's stays beside it.
+func TestWithoutNamespacesTheInitBecomesTheModel(t *testing.T) {
+	needRoot(t)
+	b := testBackendWith(t, perProject)
+	noNamespaces(b)
+	p := startModel(t, b, sandboxSpec("who-plain", whoamiScript))
+	out := waitLog(t, b, p, "done")
+	uid, _ := strconv.Atoi(field(out, "uid"))
+	if uid < DefaultUIDFirst || uid > DefaultUIDLast || field(out, "groups") != strconv.Itoa(uid) {
+		t.Errorf("the model runs as %s; want a uid of the range with no other group", out)
+	}
+	if field(out, "nnp") != "1" || field(out, "capeff") != "0000000000000000" || field(out, "capamb") != "0000000000000000" {
+		t.Errorf("no_new_privs %s, effective caps %s, ambient %s; want 1 and none", field(out, "nnp"), field(out, "capeff"), field(out, "capamb"))
+	}
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p.pid))
+	if err != nil || strings.TrimSpace(string(comm)) != "sleep" {
+		t.Errorf("the process inferd started runs %q (%v), want the model's sleep", comm, err)
+	}
+}
