@@ -32,6 +32,19 @@ func openToAll(t *testing.T, dirs ...string) {
 	}
 }
 
+// oneHostileProject starts a daemon (models as root) with project id of
+// team acme running the hostile model, marked with the returned marker;
+// extra is more of its manifest entry.
+func oneHostileProject(t *testing.T, id, extra string) (*daemon, inferenceClient, string) {
+	t.Helper()
+	dir, cfg := newDaemonDir(t, "")
+	d := startDaemon(t, dir, cfg)
+	key := d.createKey("acme", false)
+	mark := marker()
+	d.apply("projects:\n" + hostileProject(id, "acme", "mk-"+id, hostileDir(t), mark, extra))
+	return d, inferenceClient{t: t, base: d.base, key: key}, mark
+}
+
 // TestAnOpenDataDirLeaksNoLog: an admin made the data dir 0755, and an
 // older inferd left a team's log 0644 in it. The daemon closes both when it
 // starts and says the protection is on; another team's model, under a uid
@@ -78,12 +91,7 @@ func TestAnOpenDataDirLeaksNoLog(t *testing.T) {
 func TestReplicaShmIsItsOwnWithinMemoryAndGoesWithIt(t *testing.T) {
 	testenv.NeedRoot(t, "a private /dev/shm and a memory limit need root")
 	t.Parallel()
-	dir, cfg := newDaemonDir(t, "")
-	d := startDaemon(t, dir, cfg)
-	key := d.createKey("acme", false)
-	mark := marker()
-	d.apply("projects:\n" + hostileProject("shm", "acme", "mk-shm", hostileDir(t), mark, "    memoryMiB: 200\n"))
-	c := inferenceClient{t: t, base: d.base, key: key}
+	d, c, mark := oneHostileProject(t, "shm", "    memoryMiB: 200\n")
 	name := "inferd-e2e-" + mark
 	if got := ask(t, c, "mk-shm", map[string]any{"shm": map[string]any{"name": name, "mib": 100}})["shm"]; got != "ok" {
 		t.Fatalf("100 MiB to /dev/shm under memoryMiB 200: %q", got)
@@ -168,12 +176,8 @@ func TestPotassiumSquatDoesNotBlockAnotherProject(t *testing.T) {
 func TestNoReplicaChildOutlivesADaemonKilledWithKill9(t *testing.T) {
 	testenv.NeedRoot(t, "PID namespaces need root")
 	t.Parallel()
-	dir, cfg := newDaemonDir(t, "")
-	d := startDaemon(t, dir, cfg)
-	key := d.createKey("acme", false)
-	mark := marker()
-	d.apply("projects:\n" + hostileProject("orphan", "acme", "mk-o", hostileDir(t), mark, ""))
-	ask(t, inferenceClient{t: t, base: d.base, key: key}, "mk-o", map[string]any{"escape": true})
+	d, c, mark := oneHostileProject(t, "orphan", "")
+	ask(t, c, "mk-orphan", map[string]any{"escape": true})
 	if before := processesWithEnv(mark); len(before) < 2 {
 		t.Fatalf("the model and its escaped child: %v, want both", before)
 	}
