@@ -102,10 +102,11 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	}
 	hooks := webhook.New(webhook.Config{
 		RetryFor: cfg.Webhook.RetryFor, FirstRetry: cfg.Webhook.FirstRetry, Timeout: cfg.Webhook.Timeout,
+		Senders: cfg.Webhook.Senders, SendersPerTeam: cfg.Webhook.SendersPerTeam, MaxPendingPerTeam: cfg.Webhook.MaxPendingPerTeam,
 		Policy: hookPolicy, Body: httpapi.WebhookBody("inferd/" + version),
 	}, st, log)
 	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st, Conns: conns.Stats,
-		Webhooks: func() webhook.Stats { return hooks.Stats("") }, Cluster: clusterView})
+		Webhooks: hooks.TeamStats, Cluster: clusterView})
 
 	apiCtx, endWaits := context.WithCancel(context.Background())
 	defer endWaits()
@@ -158,7 +159,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(sched.CapacityWarnings),
 			httpapi.WithTeamUse(func() []scheduler.TeamStatus { return sched.Snapshot().Teams }),
 			httpapi.WithModelCheck(replicas.Checker().Problems),
-			httpapi.WithCancel(sched.Cancel)),
+			httpapi.WithCancel(adminCancel(sched.Cancel, routing))),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return adminCtx },
 	}

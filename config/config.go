@@ -57,6 +57,14 @@ type Webhook struct {
 	RetryFor   time.Duration `koanf:"retryFor"`   // a message is retried this long, then given up
 	FirstRetry time.Duration `koanf:"firstRetry"` // wait before the first retry; doubles, up to 1h
 	Timeout    time.Duration `koanf:"timeout"`    // one attempt, answer included
+	// Senders bounds the attempts in flight; SendersPerTeam is a team's
+	// share of them, so a receiver that never answers holds only its own
+	// team's (see the webhook package).
+	Senders        int `koanf:"senders"`
+	SendersPerTeam int `koanf:"sendersPerTeam"`
+	// MaxPendingPerTeam caps a team's undelivered messages; over it the
+	// team's oldest is dropped.
+	MaxPendingPerTeam int `koanf:"maxPendingPerTeam"`
 	// Allow lists the destinations webhooks may have (CIDRs, addresses,
 	// host names, "*.domain"); empty allows all but link-local and cloud
 	// metadata addresses.
@@ -155,6 +163,9 @@ func defaults() map[string]any {
 		"webhook.retryFor":              "24h",
 		"webhook.firstRetry":            "5s",
 		"webhook.timeout":               "10s",
+		"webhook.senders":               webhook.DefaultSenders,
+		"webhook.sendersPerTeam":        webhook.DefaultSendersPerTeam,
+		"webhook.maxPendingPerTeam":     webhook.DefaultMaxPendingPerTeam,
 		"webhook.allow":                 []any{},
 	}
 }
@@ -422,6 +433,15 @@ func (c Config) validate() error {
 	}
 	if c.Replica.MaxBootFailures < 1 {
 		bad("replica.maxBootFailures", "must be at least 1, got %d", c.Replica.MaxBootFailures)
+	}
+	if c.Webhook.Senders < 1 {
+		bad("webhook.senders", "must be at least 1, got %d", c.Webhook.Senders)
+	}
+	if c.Webhook.SendersPerTeam < 1 || c.Webhook.SendersPerTeam > c.Webhook.Senders {
+		bad("webhook.sendersPerTeam", "must be 1 to webhook.senders (%d), got %d", c.Webhook.Senders, c.Webhook.SendersPerTeam)
+	}
+	if c.Webhook.MaxPendingPerTeam < 1 {
+		bad("webhook.maxPendingPerTeam", "must be at least 1, got %d", c.Webhook.MaxPendingPerTeam)
 	}
 	if _, err := webhook.ParsePolicy(c.Webhook.Allow); err != nil {
 		bad("webhook.allow", "%v", err)

@@ -464,6 +464,17 @@ func TestThreeNodeClusterWithoutQuorumAnswersUnavailable(t *testing.T) {
 		})
 	}
 
+	// The requests above went unanswered for a whole request bound (5 s):
+	// node 1 knows etcd is down, and answers 503 within a try of half a
+	// second per etcd read, not the bound again.
+	t.Run("a 503 comes at once once the node knows it has no quorum", func(t *testing.T) {
+		began := time.Now()
+		status, r, err := tryDo("POST", n1.base+"/check/v4/", nil, fmt.Sprintf(`{"apiKey":%q,"callID":%q}`, key, first["callID"]))
+		if took := time.Since(began); err != nil || status != http.StatusServiceUnavailable || took > 3*time.Second {
+			t.Errorf("a check without quorum, known: HTTP %d %v %v after %s; want 503 within about a second", status, r, err, took)
+		}
+	})
+
 	c.nodes[1].launch(t)
 	c.nodes[2].launch(t)
 	c.nodes[1].waitServing(t)
@@ -476,6 +487,19 @@ func TestThreeNodeClusterWithoutQuorumAnswersUnavailable(t *testing.T) {
 		})
 		if got := n1.client(t, key).check(first["callID"].(string), false); got["message"] != "success" {
 			t.Errorf("the call from before: %v", got)
+		}
+	})
+
+	// Without quorum a node's last etcd requests (its resign, the revoke
+	// of its lease, its last writes) cannot be answered: its shutdown
+	// does not wait them out (it took about 35 s).
+	t.Run("a node without quorum shuts down within seconds", func(t *testing.T) {
+		c.nodes[1].d.kill()
+		c.nodes[2].d.kill()
+		began := time.Now()
+		n1.d.stop()
+		if took := time.Since(began); took > 10*time.Second {
+			t.Errorf("node 1 took %s to stop without quorum; want within 10 s", took)
 		}
 	})
 }

@@ -1,9 +1,6 @@
 package e2e
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"inferd/internal/testenv"
 )
 
 // hookReceiver is a webhook destination on loopback: it answers the
@@ -29,6 +28,7 @@ type hookReceiver struct {
 type hookMessage struct {
 	header http.Header
 	body   []byte
+	at     time.Time // when it arrived
 }
 
 // newHookReceiver serves on ln (a fresh loopback port when nil).
@@ -49,7 +49,7 @@ func newHookReceiver(t *testing.T, ln net.Listener, statuses ...int) *hookReceiv
 			status, r.statuses = r.statuses[0], r.statuses[1:]
 		}
 		r.mu.Unlock()
-		r.got <- hookMessage{header: req.Header.Clone(), body: body}
+		r.got <- hookMessage{header: req.Header.Clone(), body: body, at: time.Now()}
 		w.WriteHeader(status)
 	})}
 	go r.srv.Serve(ln)
@@ -68,30 +68,14 @@ func (r *hookReceiver) next(t *testing.T, within time.Duration) hookMessage {
 	}
 }
 
-// verifyStandardWebhook checks a message's signature the way a receiver
-// following the Standard Webhooks spec does, with nothing of inferd's code:
-// HMAC-SHA256 over "id.timestamp.body", keyed with the base64-decoded
-// secret after "whsec_".
+// verifyStandardWebhook checks a message the way a receiver following the
+// Standard Webhooks spec does when it arrives, with nothing of inferd's
+// code: the signature over "id.timestamp.body" with the team's secret, and
+// a timestamp of the current Unix seconds, within tolerance.
 func verifyStandardWebhook(t *testing.T, secret string, m hookMessage) {
 	t.Helper()
-	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
-	if err != nil {
-		t.Fatalf("secret %q is not whsec_<base64>: %v", secret, err)
-	}
-	id, ts := m.header.Get("webhook-id"), m.header.Get("webhook-timestamp")
-	if id == "" || ts == "" {
-		t.Fatalf("webhook-id %q / webhook-timestamp %q missing", id, ts)
-	}
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(id + "." + ts + "."))
-	mac.Write(m.body)
-	want := "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
-	found := false
-	for _, sig := range strings.Fields(m.header.Get("webhook-signature")) {
-		found = found || hmac.Equal([]byte(sig), []byte(want))
-	}
-	if !found {
-		t.Errorf("webhook-signature %q does not verify with the team's secret", m.header.Get("webhook-signature"))
+	if err := testenv.VerifyStandardWebhook(secret, m.header, m.body, m.at); err != nil {
+		t.Errorf("webhook %s: %v", m.header.Get("webhook-id"), err)
 	}
 }
 
@@ -242,4 +226,125 @@ func TestWebhookSurvivesKill9BetweenCompletionAndDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	verifyStandardWebhook(t, strings.TrimSpace(secret), m)
+}
+
+// hangingReceiver holds every request it gets until the request is given
+// up (the attempt's webhook.timeout) or the test ends, and counts how many
+// it holds at once.
+type hangingReceiver struct {
+	url     string
+	arrived chan struct{}
+	mu      sync.Mutex
+	holding int
+	most    int
+}
+
+func newHangingReceiver(t *testing.T) *hangingReceiver {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &hangingReceiver{url: "http://" + ln.Addr().String() + "/hook", arrived: make(chan struct{}, 64)}
+	srv := &http.Server{Handler: http.HandlerFunc(func(_ http.ResponseWriter, req *http.Request) {
+		r.mu.Lock()
+		r.holding++
+		r.most = max(r.most, r.holding)
+		r.mu.Unlock()
+		r.arrived <- struct{}{}
+		<-req.Context().Done() // the sender gave up, or Close at the test's end
+		r.mu.Lock()
+		r.holding--
+		r.mu.Unlock()
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return r
+}
+
+func (r *hangingReceiver) mostHeld() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.most
+}
+
+// #27, with the real binary: team acme's receiver never answers, and team
+// beta's webhook still arrives at once (acme holds its share of the
+// senders, no more); an allow-listed name that resolves to the metadata
+// address, or to its NAT64 form, is refused when it is dialed.
+func TestWebhookTeamsDoNotDelayEachOtherAndMetadataNamesAreRefused(t *testing.T) {
+	echo := echoDir(t)
+	// The attempts to the hanging receiver last webhook.timeout (60s):
+	// beta's message arriving before then did not wait for one of them.
+	dir, cfg := newDaemonDir(t, "startWait: 20s\nwebhook:\n  senders: 4\n  sendersPerTeam: 2\n  timeout: 60s\n"+
+		"  firstRetry: 1m\n  allow: [127.0.0.0/8, \"*.example\"]\n")
+	d := startDaemonWith(t, dir, cfg, failpointBinary(t), "INFERD_REPLICA_USER=root",
+		"INFERD_WEBHOOK_HOSTS=meta.example=169.254.169.254,nat.example=64:ff9b::a9fe:a9fe")
+	keys := map[string]string{"acme": d.createKey("acme", false), "beta": d.createKey("beta", false)}
+	mark := marker()
+	d.apply("projects:\n" + echoProject("hook-a", "acme", "mk-hook-a", echo, mark, "") + "    minReplicas: 1\n" +
+		echoProject("hook-b", "beta", "mk-hook-b", echo, mark, "") + "    minReplicas: 1\n")
+	start := func(team, modelKey, webhook string, startOnly bool) map[string]any {
+		t.Helper()
+		body := fmt.Sprintf(`{"apiKey":%q,"modelKey":%q,"startOnly":%t,"modelInputs":{},"webhook":%q}`, keys[team], modelKey, startOnly, webhook)
+		status, r := do(t, "POST", d.base+"/start/v4", nil, body)
+		if status != 200 || r["callID"] == "" {
+			t.Fatalf("start for %s: HTTP %d %v", team, status, r)
+		}
+		return r
+	}
+	secret := func(team string) string {
+		out, err := d.cli("team", "webhook-secret", team)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(out)
+	}
+
+	slow := newHangingReceiver(t)
+	for range 6 {
+		start("acme", "mk-hook-a", slow.url, true)
+	}
+	for range 2 { // acme's share of the senders, both held
+		select {
+		case <-slow.arrived:
+		case <-time.After(60 * time.Second):
+			t.Fatal("acme's webhooks never reached its receiver")
+		}
+	}
+
+	fast := newHookReceiver(t, nil)
+	if r := start("beta", "mk-hook-b", fast.url, false); r["message"] != "success" {
+		t.Fatalf("beta's call: %v", r)
+	}
+	m := fast.next(t, 45*time.Second)
+	verifyStandardWebhook(t, secret("beta"), m)
+	if err := testenv.VerifyStandardWebhook(secret("acme"), m.header, m.body, m.at); err == nil {
+		t.Error("beta's message verifies with acme's secret")
+	}
+	if n := slow.mostHeld(); n != 2 {
+		t.Errorf("acme's receiver held %d attempts at once, want acme's share, 2", n)
+	}
+	metrics := scrapeMetrics(t, d.base)
+	if metrics[`inferd_webhook_team_sending{team="acme"}`] != 2 || metrics[`inferd_webhook_team_pending{team="acme"}`] != 6 {
+		t.Errorf("acme: %v sending, %v pending; want 2 of 6", metrics[`inferd_webhook_team_sending{team="acme"}`],
+			metrics[`inferd_webhook_team_pending{team="acme"}`])
+	}
+
+	// Both names are allowed by *.example, so the starts are accepted; the
+	// addresses they resolve to are refused at the dial, and the messages
+	// given up at once rather than retried.
+	for _, host := range []string{"meta.example", "nat.example"} {
+		start("beta", "mk-hook-b", "http://"+host+"/latest/meta-data/", true)
+	}
+	eventually(t, 30*time.Second, "beta's two metadata webhooks given up", func() bool {
+		_, st := do(t, "GET", d.base+"/v1/status", map[string]string{"X-Service-API-Key": keys["beta"]}, "")
+		w, _ := st["webhooks"].(map[string]any)
+		return w != nil && w["gaveUp"] == 2.0
+	})
+	_, st := do(t, "GET", d.base+"/v1/status", map[string]string{"X-Service-API-Key": keys["beta"]}, "")
+	if w := st["webhooks"].(map[string]any); w["retries"] != 0.0 || w["delivered"] != 1.0 {
+		t.Errorf("beta's webhooks %v: the metadata ones were retried, not refused", w)
+	}
+	d.logs.waitFor(t, "169.254.169.254 is in 169.254.0.0/16", 10*time.Second)
 }

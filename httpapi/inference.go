@@ -69,6 +69,10 @@ type inferenceResponse struct {
 	QueueMs       *int64 `json:"queueMs,omitempty"`
 	BootMs        *int64 `json:"bootMs,omitempty"`
 	RunMs         *int64 `json:"runMs,omitempty"`
+	// BatchSize and BatchWaitMs: for a call that ran in a batch, how many
+	// calls the batch carried and how long it waited for it to fill.
+	BatchSize   *int   `json:"batchSize,omitempty"`
+	BatchWaitMs *int64 `json:"batchWaitMs,omitempty"`
 
 	succeeded bool            // modelOutputs is [outputs], not null
 	listed    bool            // outputs are the modelOutputs list already (streamed)
@@ -315,6 +319,9 @@ func (a *api) callResponse(c store.Call) inferenceResponse {
 	}
 	if c.BootMs > 0 {
 		resp.BootMs = &c.BootMs
+	}
+	if c.BatchSize > 0 {
+		resp.BatchSize, resp.BatchWaitMs = &c.BatchSize, &c.BatchWaitMs
 	}
 	return resp
 }

@@ -67,9 +67,14 @@ func loadedMetrics() *Metrics {
 				{Index: 2, UUID: "GPU-lost", MemoryTotalMiB: 2048, Problem: "lost (ERROR_GPU_IS_LOST)"},
 			}
 		},
-		Store:    fakeStoreStats{},
-		Conns:    func() ConnStats { return ConnStats{Open: 5, Max: 100, Shed: 2} },
-		Webhooks: func() webhook.Stats { return webhook.Stats{Delivered: 5, Retries: 2, GaveUp: 1, Pending: 3} },
+		Store: fakeStoreStats{},
+		Conns: func() ConnStats { return ConnStats{Open: 5, Max: 100, Shed: 2} },
+		Webhooks: func() map[string]webhook.Stats {
+			return map[string]webhook.Stats{
+				"acme": {Delivered: 4, Retries: 2, GaveUp: 1, Dropped: 6, Pending: 3, Sending: 2},
+				"beta": {Delivered: 1},
+			}
+		},
 	})
 	now := time.Now()
 	m.CallFinished(store.Call{ProjectID: "echo", State: store.CallSucceeded, Created: now.Add(-1770 * time.Millisecond),
@@ -86,6 +91,8 @@ func loadedMetrics() *Metrics {
 	m.CallCancelled("echo")
 	m.CallExpired("echo")
 	m.CallRetried("echo")
+	m.BatchDispatched("echo", 16, 3*time.Millisecond)
+	m.BatchDispatched("echo", 5, 0)
 	return m
 }
 
@@ -112,6 +119,11 @@ func TestMetricsEndpoint(t *testing.T) {
 		`inferd_call_run_seconds_sum{project="echo"}`:                          0.26,
 		`inferd_call_boot_seconds_sum{project="echo"}`:                         1.5,
 		`inferd_call_queue_seconds_bucket{project="echo",le="0.025"}`:          2, // cumulative: both dispatched calls
+		`inferd_batch_size_count{project="echo"}`:                              2,
+		`inferd_batch_size_sum{project="echo"}`:                                21,
+		`inferd_batch_size_bucket{project="echo",le="8"}`:                      1,
+		`inferd_batch_wait_seconds_sum{project="echo"}`:                        0.003,
+		`inferd_batch_wait_seconds_bucket{project="echo",le="0.001"}`:          1,
 		`inferd_replica_starts_total{project="echo"}`:                          2,
 		`inferd_replica_crashes_total{project="echo"}`:                         1,
 		`inferd_replica_oom_kills_total{project="echo"}`:                       1,

@@ -102,8 +102,13 @@ func TestMetricsCountWebhookDeliveries(t *testing.T) {
 	want := map[string]float64{
 		`inferd_webhook_deliveries_total{result="delivered"}`: 5,
 		`inferd_webhook_deliveries_total{result="gave_up"}`:   1,
+		`inferd_webhook_deliveries_total{result="dropped"}`:   6,
 		"inferd_webhook_retries_total":                        2,
 		"inferd_webhook_pending":                              3,
+		`inferd_webhook_team_pending{team="acme"}`:            3,
+		`inferd_webhook_team_pending{team="beta"}`:            0,
+		`inferd_webhook_team_sending{team="acme"}`:            2,
+		`inferd_webhook_team_dropped_total{team="acme"}`:      6,
 	}
 	for name, v := range want {
 		if got[name] != v {

@@ -1,6 +1,10 @@
 package scheduler
 
-import "inferd/store"
+import (
+	"time"
+
+	"inferd/store"
+)
 
 // Observer is told about events worth counting, for metrics. Its methods run
 // on the scheduler's loop goroutine: they must be quick and never block.
@@ -25,6 +29,9 @@ type Observer interface {
 	// ReplicaOOMKilled reports a replica the kernel killed for going over
 	// its project's memoryMiB.
 	ReplicaOOMKilled(project string)
+	// BatchDispatched reports a batch of size calls sent to a replica of a
+	// project that batches, after waiting wait for it to fill.
+	BatchDispatched(project string, size int, wait time.Duration)
 }
 
 // nopObserver is the Observer of a Config that sets none.
@@ -38,3 +45,5 @@ func (nopObserver) CallCancelled(string)    {}
 func (nopObserver) CallExpired(string)      {}
 func (nopObserver) CallRetried(string)      {}
 func (nopObserver) ReplicaOOMKilled(string) {}
+
+func (nopObserver) BatchDispatched(string, int, time.Duration) {}

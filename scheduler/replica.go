@@ -48,6 +48,9 @@ type rep struct {
 	// and abortT stops the replica if one has not within AbortGrace.
 	aborting int
 	abortT   timer
+	// batches counts the batch requests in flight on it, each holding one
+	// slot, and batched the calls of calls that run in them (batch.go).
+	batches, batched int
 	// bootTimedOut: stopped by the boot timeout, which counts as a failed
 	// boot once the process has exited.
 	bootTimedOut bool
@@ -253,9 +256,10 @@ func (s *Scheduler) gone(ev evExited) {
 	}
 	r.abortT.stop()
 	for _, c := range r.callList() {
+		msg := batchOf(c, msgExited(exitErr))
 		s.detach(c)
 		if !s.retry(c) {
-			s.finish(c, store.CallFailed, nil, msgExited(exitErr))
+			s.finish(c, store.CallFailed, nil, msg)
 		}
 	}
 	log := s.log.With().Str("project", p.id).Str("replica", r.id).Str("exit", exitStatus(exitErr)).Logger()

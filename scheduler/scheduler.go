@@ -145,6 +145,10 @@ type Scheduler struct {
 	order    []*project       // projects sorted by id: stable iteration
 	calls    map[string]*call // live calls: queued, running, or final write pending
 	idem     map[string]*call // live calls started with an idempotency key, by store.IdempotencyIndexKey
+	// keyReads are the idempotency keys held for a start reading the store
+	// off the loop, with the starts of the same key queued behind it
+	// (idempotency.go).
+	keyReads map[string][]startReq
 	failures recentFailures
 	resave   resaveQueue    // failures to write again once the store takes writes
 	results  *sharedResults // finished calls read from the store, see Lookup
@@ -203,6 +207,7 @@ func New(cfg Config, st Store, b backend.Backend, clk Clock, log zerolog.Logger)
 		projects: map[string]*project{},
 		calls:    map[string]*call{},
 		idem:     map[string]*call{},
+		keyReads: map[string][]startReq{},
 		failures: newRecentFailures(maxRecentFailures),
 		results:  newSharedResults(),
 		loading:  map[string]bool{},
@@ -378,6 +383,10 @@ func (s *Scheduler) handle(ev event) {
 		s.onAbortGrace(ev.r, ev.seq)
 	case evBackoffDone:
 		ev.p.backoffT.fired(ev.seq) // the pass boots what is needed
+	case evBatchDue:
+		ev.p.batchT.fired(ev.seq) // the pass sends the batch
+	case evBatchDone:
+		s.onBatchDone(ev)
 	case evGPUPoll:
 		s.gpuPoll.fired(ev.seq) // the pass re-reads the inventory
 	case evProjectChanged:
@@ -432,6 +441,7 @@ func (s *Scheduler) shutdown() {
 	s.gpuPoll.stop()
 	for _, p := range s.order {
 		p.backoffT.stop()
+		p.batchT.stop()
 		for _, r := range p.replicas {
 			r.boot.stop()
 			r.idleT.stop()

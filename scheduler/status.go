@@ -60,6 +60,11 @@ type ProjectStatus struct {
 	// ("" when it was no replica's, as for a GPU request the box cannot meet).
 	LastErrorAt      time.Time `json:"lastErrorAt,omitzero"`
 	LastErrorReplica string    `json:"lastErrorReplica,omitempty"`
+
+	// Batches is how many batches a project that batches has sent since
+	// the daemon started, and MeanBatchSize their mean number of calls.
+	Batches       int64   `json:"batches,omitempty"`
+	MeanBatchSize float64 `json:"meanBatchSize,omitempty"`
 }
 
 // ReplicaStatus is one replica.
@@ -98,6 +103,9 @@ func (s *Scheduler) snapshot() Status {
 		}
 		if p.clustered {
 			ps.NodeMinReplicas, ps.NodeMaxReplicas = p.minReplicas(), p.maxReplicas()
+		}
+		if p.batches > 0 {
+			ps.Batches, ps.MeanBatchSize = p.batches, float64(p.batchedCalls)/float64(p.batches)
 		}
 		for _, r := range p.replicas {
 			rs := ReplicaStatus{

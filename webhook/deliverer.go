@@ -22,11 +22,17 @@ const (
 	DefaultRetryFor   = 24 * time.Hour
 	DefaultFirstRetry = 5 * time.Second
 	DefaultTimeout    = 10 * time.Second
+	// DefaultSenders bounds the attempts in flight: each holds a rendered
+	// body (the call's outputs) and a connection.
+	DefaultSenders = 16
+	// DefaultSendersPerTeam is a team's share of the senders: a receiver
+	// that never answers ties up this many, never another team's.
+	DefaultSendersPerTeam = 4
+	// DefaultMaxPendingPerTeam caps a team's messages in the outbox; a
+	// record is a few hundred bytes.
+	DefaultMaxPendingPerTeam = 10000
 	// maxRetryInterval caps the doubling backoff.
 	maxRetryInterval = time.Hour
-	// senders bounds the attempts in flight: a slow receiver ties up one,
-	// never the others' deliveries, nor anything of the scheduler's.
-	senders = 8
 )
 
 // Config configures a Deliverer. Zero durations take the defaults.
@@ -39,6 +45,14 @@ type Config struct {
 	FirstRetry time.Duration
 	// Timeout bounds one attempt, answer included.
 	Timeout time.Duration
+	// Senders bounds the attempts in flight (webhook.senders), and
+	// SendersPerTeam a team's share of them (webhook.sendersPerTeam, at
+	// most Senders).
+	Senders, SendersPerTeam int
+	// MaxPendingPerTeam caps the messages a team holds in the outbox
+	// (webhook.maxPendingPerTeam); over it, the team's oldest waiting
+	// message is dropped: given up unsent, its lastError saying so.
+	MaxPendingPerTeam int
 	// Policy is checked against every address dialed; nil is the default
 	// policy.
 	Policy *Policy
@@ -67,8 +81,20 @@ type Store interface {
 type Stats struct {
 	Delivered int64 `json:"delivered"` // messages answered 2xx
 	Retries   int64 `json:"retries"`   // failed attempts that will be retried
-	GaveUp    int64 `json:"gaveUp"`    // messages given up
+	GaveUp    int64 `json:"gaveUp"`    // messages given up (retryFor passed, or a refused destination)
+	Dropped   int64 `json:"dropped"`   // messages dropped unsent by the team's pending cap
 	Pending   int64 `json:"pending"`   // messages queued, not yet ended
+	Sending   int64 `json:"sending"`   // attempts in flight now
+}
+
+// Add adds o's counts to s.
+func (s *Stats) Add(o Stats) {
+	s.Delivered += o.Delivered
+	s.Retries += o.Retries
+	s.GaveUp += o.GaveUp
+	s.Dropped += o.Dropped
+	s.Pending += o.Pending
+	s.Sending += o.Sending
 }
 
 // Deliverer sends the outbox's messages. Run owns its state; the store's
@@ -97,6 +123,16 @@ func New(cfg Config, st Store, log zerolog.Logger) *Deliverer {
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.Senders <= 0 {
+		cfg.Senders = DefaultSenders
+	}
+	if cfg.SendersPerTeam <= 0 {
+		cfg.SendersPerTeam = DefaultSendersPerTeam
+	}
+	cfg.SendersPerTeam = min(cfg.SendersPerTeam, cfg.Senders)
+	if cfg.MaxPendingPerTeam <= 0 {
+		cfg.MaxPendingPerTeam = DefaultMaxPendingPerTeam
 	}
 	if cfg.Policy == nil {
 		cfg.Policy = &Policy{}
@@ -147,13 +183,21 @@ func (d *Deliverer) Stats(teamID string) Stats {
 	var sum Stats
 	for team, s := range d.stats {
 		if teamID == "" || team == teamID {
-			sum.Delivered += s.Delivered
-			sum.Retries += s.Retries
-			sum.GaveUp += s.GaveUp
-			sum.Pending += s.Pending
+			sum.Add(*s)
 		}
 	}
 	return sum
+}
+
+// TeamStats returns the counts so far of each team that has had a message.
+func (d *Deliverer) TeamStats() map[string]Stats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]Stats, len(d.stats))
+	for team, s := range d.stats {
+		out[team] = *s
+	}
+	return out
 }
 
 // count changes team's counts under mu.
@@ -168,23 +212,17 @@ func (d *Deliverer) count(team string, fn func(*Stats)) {
 	fn(s)
 }
 
-// setPending records how many messages each team has queued.
-func (d *Deliverer) setPending(waiting map[string]store.Delivery, inflight map[string]string) {
-	n := map[string]int64{}
-	for _, dl := range waiting {
-		n[dl.TeamID]++
-	}
-	for _, team := range inflight {
-		n[team]++
-	}
+// setHeld records what each team holds of the backlog now.
+func (d *Deliverer) setHeld(held map[string]teamCount) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for team, s := range d.stats {
-		s.Pending = n[team]
-		delete(n, team)
+		c := held[team]
+		s.Pending, s.Sending = c.pending, c.sending
+		delete(held, team)
 	}
-	for team, c := range n {
-		d.stats[team] = &Stats{Pending: c}
+	for team, c := range held {
+		d.stats[team] = &Stats{Pending: c.pending, Sending: c.sending}
 	}
 }
 
@@ -205,12 +243,11 @@ func (d *Deliverer) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("webhook deliverer: %w", err)
 	}
-	waiting := map[string]store.Delivery{} // not in flight, by id
+	b := newBacklog()
 	for _, dl := range stored {
-		waiting[dl.ID] = dl
+		b.add(dl)
 	}
-	inflight := map[string]string{} // id → team
-	results := make(chan outcome, senders)
+	results := make(chan outcome, d.cfg.Senders)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	timer := time.NewTimer(time.Hour)
@@ -218,66 +255,78 @@ func (d *Deliverer) Run(ctx context.Context) error {
 	for {
 		d.mu.Lock()
 		for _, dl := range d.incoming {
-			if _, busy := inflight[dl.ID]; !busy {
-				if _, ok := waiting[dl.ID]; !ok {
-					waiting[dl.ID] = dl
-				}
-			}
+			b.add(dl)
 		}
 		d.incoming = nil
 		d.mu.Unlock()
-		d.setPending(waiting, inflight)
+		dropped := b.trim(d.cfg.MaxPendingPerTeam)
 
 		now := d.cfg.Now()
-		var next time.Time
-		for id, dl := range waiting {
-			if len(inflight) >= senders {
+		for {
+			dl, ok := b.next(now, d.cfg.Senders, d.cfg.SendersPerTeam)
+			if !ok {
 				break
 			}
-			if !dl.NextAttempt.After(now) {
-				delete(waiting, id)
-				inflight[id] = dl.TeamID
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					results <- d.attempt(ctx, dl)
-				}()
-				continue
-			}
-			if next.IsZero() || dl.NextAttempt.Before(next) {
-				next = dl.NextAttempt
-			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				results <- d.attempt(ctx, dl)
+			}()
 		}
-		timer.Reset(wakeAfter(next, now, len(waiting) > 0 && len(inflight) >= senders))
+		// After the sends have started: ending the dropped messages
+		// takes a store write each.
+		d.drop(dropped, now)
+		d.setHeld(b.counts())
+		timer.Reset(wakeAfter(b.wake(d.cfg.Senders, d.cfg.SendersPerTeam), now))
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-d.kick:
 		case <-timer.C:
 		case o := <-results:
-			delete(inflight, o.d.ID)
 			if ctx.Err() != nil {
 				return nil // abandoned by the shutdown: not an attempt
 			}
-			if dl, keep := d.record(o); keep {
-				waiting[dl.ID] = dl
-			}
+			dl, retry := d.record(o)
+			b.sent(dl, retry)
 		}
 	}
 }
 
-// wakeAfter is how long the loop may sleep: until the next due message, or
-// an hour when none is waiting (a result or a new message wakes it first).
-// When every sender is busy, a result wakes it.
-func wakeAfter(next, now time.Time, busy bool) time.Duration {
-	if next.IsZero() || busy {
+// wakeAfter is how long the loop may sleep: until the next message a
+// sender could take falls due, or an hour when there is none (a result or
+// a new message wakes it first).
+func wakeAfter(next, now time.Time) time.Duration {
+	if next.IsZero() {
 		return time.Hour
 	}
 	return max(next.Sub(now), 0)
 }
 
-// record stores the outcome of an attempt and reports the delivery to keep
-// waiting for its next attempt, if any.
+// drop ends messages dropped by their team's pending cap: each is given
+// up unsent, with a lastError that says why, and counted; one log line
+// per team says how many.
+func (d *Deliverer) drop(dropped []store.Delivery, now time.Time) {
+	byTeam := map[string]int{}
+	for _, dl := range dropped {
+		dl.Ended, dl.Delivered = now, false
+		dl.LastError = fmt.Sprintf("dropped: team %s held more than webhook.maxPendingPerTeam (%d) messages", dl.TeamID, d.cfg.MaxPendingPerTeam)
+		d.count(dl.TeamID, func(s *Stats) { s.Dropped++ })
+		byTeam[dl.TeamID]++
+		if err := d.st.UpdateDelivery(dl); err != nil {
+			// Not ended in the store: the message is held again after a
+			// restart, and dropped again if its team is still over.
+			d.log.Error().Err(err).Str("webhook", dl.ID).Msg("recording a dropped webhook failed")
+		}
+	}
+	for team, n := range byTeam {
+		d.log.Warn().Str("team", team).Int("dropped", n).Int("maxPendingPerTeam", d.cfg.MaxPendingPerTeam).
+			Msg("webhook messages dropped, oldest first: the team's receivers are not keeping up")
+	}
+}
+
+// record stores the outcome of an attempt and reports whether the
+// message waits for another attempt.
 func (d *Deliverer) record(o outcome) (store.Delivery, bool) {
 	dl := o.d
 	now := d.cfg.Now()

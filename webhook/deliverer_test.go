@@ -2,9 +2,6 @@ package webhook
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,27 +14,43 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"inferd/internal/testenv"
 	"inferd/store"
 	"inferd/store/memstore"
 )
 
 // receiver is a fake destination: it answers the statuses it is given in
-// turn (200 once they run out) and records what it got, when.
+// turn (200 once they run out) and records what it got, when. A request
+// that hang picks is held until its attempt's deadline instead, as by a
+// receiver that never answers.
 type receiver struct {
 	mu       sync.Mutex
 	statuses []int
+	hang     func(*http.Request) bool
 	got      []*http.Request
 	bodies   [][]byte
 	at       []time.Time
+	holding  int // hung requests held now
+	maxHeld  int // the most held at once
 }
 
 func (r *receiver) RoundTrip(req *http.Request) (*http.Response, error) {
 	body, _ := io.ReadAll(req.Body)
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.got = append(r.got, req)
 	r.bodies = append(r.bodies, body)
 	r.at = append(r.at, time.Now())
+	if r.hang != nil && r.hang(req) {
+		r.holding++
+		r.maxHeld = max(r.maxHeld, r.holding)
+		r.mu.Unlock()
+		<-req.Context().Done()
+		r.mu.Lock()
+		r.holding--
+		r.mu.Unlock()
+		return nil, req.Context().Err()
+	}
+	defer r.mu.Unlock()
 	status := 200
 	if len(r.statuses) > 0 {
 		status, r.statuses = r.statuses[0], r.statuses[1:]
@@ -51,12 +64,14 @@ func (r *receiver) count() int {
 	return len(r.got)
 }
 
-// setup returns a store with team acme and a deliverer over it, running
-// until the test ends.
-func setup(t *testing.T, cfg Config, rcv *receiver) (*memstore.Store, *Deliverer) {
+// setup returns a store with teams acme and beta and a deliverer over it,
+// running until the test ends.
+func setup(t *testing.T, cfg Config, rcv http.RoundTripper) (*memstore.Store, *Deliverer) {
 	st := memstore.New(memstore.Options{})
-	if _, err := st.EnsureTeam("acme"); err != nil {
-		t.Fatal(err)
+	for _, team := range []string{"acme", "beta"} {
+		if _, err := st.EnsureTeam(team); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cfg.Transport = rcv
 	cfg.Body = func(c store.Call, d store.Delivery) ([]byte, error) {
@@ -77,24 +92,27 @@ func setup(t *testing.T, cfg Config, rcv *receiver) (*memstore.Store, *Deliverer
 }
 
 func finishedCall(id string) store.Call {
+	return teamCall("acme", "p", id, "http://hooks.example/in")
+}
+
+// teamCall is a finished call of team's project with a webhook to url.
+func teamCall(team, project, id, url string) store.Call {
 	now := time.Now()
 	return store.Call{
-		ID: id, ProjectID: "p", TeamID: "acme", State: store.CallSucceeded, Message: "success",
-		Created: now, Dispatched: now, Finished: now, Webhook: "http://hooks.example/in",
+		ID: id, ProjectID: project, TeamID: team, State: store.CallSucceeded, Message: "success",
+		Created: now, Dispatched: now, Finished: now, Webhook: url,
 	}
 }
 
-// verify checks a message's signature with its own HMAC, independent of
-// Sign.
-func verify(t *testing.T, secret string, req *http.Request, body []byte) {
+// verify checks the i-th message rcv got as a Standard Webhooks receiver
+// does when it arrives: signed over id.timestamp.body with the secret, and
+// stamped with the current Unix time.
+func verify(t *testing.T, secret string, rcv *receiver, i int) {
 	t.Helper()
-	key, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
-	mac := hmac.New(sha256.New, key)
-	io.WriteString(mac, req.Header.Get("webhook-id")+"."+req.Header.Get("webhook-timestamp")+".")
-	mac.Write(body)
-	want := "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
-	if got := req.Header.Get("webhook-signature"); got != want {
-		t.Errorf("webhook-signature %q, want %q", got, want)
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	if err := testenv.VerifyStandardWebhook(secret, rcv.got[i].Header, rcv.bodies[i], rcv.at[i]); err != nil {
+		t.Errorf("message %d (%s): %v", i+1, rcv.got[i].Header.Get("webhook-id"), err)
 	}
 }
 
@@ -120,7 +138,7 @@ func TestFailedDeliveriesAreRetriedWithBackoffUnderOneID(t *testing.T) {
 			if at := rcv.at[i].Sub(start).Round(time.Second); at != wantAt[i] {
 				t.Errorf("attempt %d at +%v, want +%v", i+1, at, wantAt[i])
 			}
-			verify(t, secret, req, rcv.bodies[i])
+			verify(t, secret, rcv, i)
 		}
 		if s := d.Stats(""); s.Delivered != 1 || s.Retries != 2 || s.GaveUp != 0 || s.Pending != 0 {
 			t.Errorf("stats %+v, want 1 delivered after 2 retries", s)
@@ -128,6 +146,30 @@ func TestFailedDeliveriesAreRetriedWithBackoffUnderOneID(t *testing.T) {
 		if p, _ := st.PendingDeliveries(); len(p) != 0 {
 			t.Errorf("outbox still holds %v", p)
 		}
+	})
+}
+
+// A spec-following receiver refuses a message stamped more than a few
+// minutes from its clock: a retry long after the message was queued
+// carries the time of its own attempt, and is still accepted.
+func TestRetryIsStampedWithTheTimeOfItsAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rcv := &receiver{statuses: []int{503}}
+		st, _ := setup(t, Config{FirstRetry: 20 * time.Minute}, rcv)
+		if err := st.SaveCall(context.Background(), finishedCall("call_late")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		if rcv.count() != 2 {
+			t.Fatalf("%d attempts, want 2", rcv.count())
+		}
+		if gap := rcv.at[1].Sub(rcv.at[0]); gap != 20*time.Minute {
+			t.Fatalf("retry after %v, want 20m", gap)
+		}
+		secret, _ := st.WebhookSecret("acme", false)
+		verify(t, secret, rcv, 0)
+		verify(t, secret, rcv, 1)
 	})
 }
 

@@ -1,7 +1,8 @@
 // Package webhook delivers the webhook events of calls: it signs each
 // message per the Standard Webhooks spec (https://www.standardwebhooks.com)
-// with its team's secret, sends it, and retries it with exponential backoff
-// until a 2xx answer or until retryFor has passed since it was queued.
+// with its team's secret, stamped with the time of the attempt, sends it,
+// and retries it with exponential backoff until a 2xx answer or until
+// retryFor has passed since it was queued.
 //
 // The messages themselves are in the store's durable outbox (store.Outbox),
 // queued by the call write that makes them due, in the same commit: a
@@ -12,8 +13,17 @@
 // messages through a hook that only appends to a list, and shutting down
 // abandons the attempts in flight, which stay queued.
 //
+// Teams share the deliverer without slowing each other (backlog.go): a
+// team has at most SendersPerTeam attempts in flight, so a receiver that
+// never answers holds its own team's share only, and a freed sender goes to
+// the team with the fewest in flight. A team holds at most
+// MaxPendingPerTeam messages; over it, its oldest waiting message is
+// dropped (ended unsent, its lastError saying why, counted in Stats).
+//
 // Policy decides which destinations a webhook may have (config
 // webhook.allow): checked when a call is started, and again on every
 // connection, against the address actually dialed, so that a host name
-// that resolves to a refused address is refused too.
+// that resolves (or rebinds) to a refused address is refused too. The
+// forbidden addresses (link-local, cloud metadata) are refused whatever
+// webhook.allow says.
 package webhook

@@ -174,10 +174,12 @@ function sandbox(ps) {
 
 // webhookSummary shows the webhook counts once there is something to say.
 function webhookSummary(w) {
-  if (!w || w.delivered + w.retries + w.gaveUp + w.pending === 0) return [];
-  return [el("span", { title: `webhooks: ${w.delivered} delivered, ${w.retries} retried attempts, ${w.gaveUp} given up, ${w.pending} pending` },
+  if (!w || w.delivered + w.retries + w.gaveUp + w.dropped + w.pending === 0) return [];
+  return [el("span", { title: `webhooks: ${w.delivered} delivered, ${w.retries} retried attempts, ${w.gaveUp} given up, ` +
+      `${w.dropped} dropped over webhook.maxPendingPerTeam, ${w.pending} pending (${w.sending} sending)` },
     "webhooks ", el("b", {}, w.delivered), " sent · ", el("b", {}, w.pending), " pending · ",
-    el("b", { class: w.gaveUp ? "bad" : "" }, w.gaveUp), " given up")];
+    el("b", { class: w.gaveUp ? "bad" : "" }, w.gaveUp), " given up",
+    ...(w.dropped ? [" · ", el("b", { class: "bad" }, w.dropped), " dropped"] : []))];
 }
 
 // renderTeams shows each team's use against its quota ("3 / 8"; "3" when
@@ -345,6 +347,8 @@ function projectCard(p, now, collapsible) {
           el("span", {}, "p95 ", el("b", {}, ms(p.latencyP95Ms))),
           el("span", { class: "muted", title: "calls that failed before reaching a replica (a failed boot) are left out" },
             `over ${p.recentFinished} recent calls`),
+          p.batchMaxSize ? el("span", { title: "calls per request to the model since the daemon started (model.batch.maxSize is the most)" },
+            "batch mean ", el("b", {}, p.batches ? p.meanBatchSize.toFixed(1) : "–"), ` of ${p.batchMaxSize}`) : null,
           p.recentFailures ? el("span", { class: "bad" }, `${p.recentFailures} failed in 15 min`) : null,
           p.oomKills ? el("span", { class: "bad", title: "replicas the kernel killed for going over the project's memoryMiB, since the daemon started" },
             `${p.oomKills} out of memory`) : null),
