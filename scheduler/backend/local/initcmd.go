@@ -54,7 +54,9 @@ func initCommand(cfg initConfig, replicaID string) (*exec.Cmd, *initProcess, err
 	cmd.Args[0] = initArg0
 	// Nothing of the daemon's environment or the project's: the init may
 	// run as root, and the model's environment travels in cfg.
-	cmd.Env = []string{"GOMAXPROCS=1"}
+	// GORACE: a binary built with -race (the e2e tests') sleeps a second
+	// before it exits by default, which every replica's stop would wait for.
+	cmd.Env = []string{"GOMAXPROCS=1", "GORACE=atexit_sleep_ms=0"}
 	cmd.ExtraFiles = []*os.File{cfgR, statusW} // fds 3 and 4 (initConfigFD, initStatusFD)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if cfg.Namespaces {

@@ -192,9 +192,11 @@ func (p *Process) initCommand(env map[string]string, out *os.File) (*exec.Cmd, e
 			return nil, err
 		}
 	}
-	dir := spec.Model.Dir
-	if dir == "" {
-		dir, _ = os.Getwd() // where exec would have started it
+	// Where exec would have started it: relative to the daemon's working
+	// directory (the init starts in /).
+	dir, err := filepath.Abs(spec.Model.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("model dir: %w", err)
 	}
 	cfg := initConfig{
 		Path:           program,

@@ -345,3 +345,17 @@ func TestStartFailureIsTheModelsNotTheInits(t *testing.T) {
 		})
 	}
 }
+
+// TestRelativeDirIsTheDaemonsWorkingDirectorys: a model dir given relative
+// (doctor's examples/echo) is found from the daemon's working directory,
+// as exec would, although the init itself starts in /.
+func TestRelativeDirIsTheDaemonsWorkingDirectorys(t *testing.T) {
+	b := testBackend(t)
+	spec := shSpec("rel-1", `echo "cwd=$(pwd)"; echo done; exec sleep 1000`)
+	spec.Model.Dir = "."
+	p := startModel(t, b, spec)
+	wd, _ := os.Getwd()
+	if out := waitLog(t, b, p, "done"); field(out, "cwd") != wd {
+		t.Errorf("a model of dir . runs in %q, want %q", field(out, "cwd"), wd)
+	}
+}
