@@ -13,6 +13,8 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+
+	"inferd/scheduler/backend/local/replicainit"
 )
 
 // The daemon's side of a replica's init (replicainit.go): the command that
@@ -26,7 +28,7 @@ const initTasks = 8
 
 // initProcess is one replica's init, seen from the daemon.
 type initProcess struct {
-	cfg     initConfig
+	cfg     replicainit.Config
 	cfgW    *os.File // the daemon's end of the configuration pipe
 	statusR *os.File // the daemon's end of the status pipe
 	status  *bufio.Reader
@@ -38,7 +40,7 @@ type initProcess struct {
 // and a mount namespace of its own when cfg.Namespaces. The caller adds
 // what else the process needs (its output, process group, cgroup), starts
 // it from the thread that entered the box, and calls handOver.
-func initCommand(cfg initConfig, replicaID string) (*exec.Cmd, *initProcess, error) {
+func initCommand(cfg replicainit.Config, replicaID string) (*exec.Cmd, *initProcess, error) {
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
 		return nil, nil, fmt.Errorf("replica init pipe: %w", err)
@@ -51,13 +53,13 @@ func initCommand(cfg initConfig, replicaID string) (*exec.Cmd, *initProcess, err
 	}
 	ip := &initProcess{cfg: cfg, cfgW: cfgW, statusR: statusR, status: bufio.NewReader(statusR), childEnds: []*os.File{cfgR, statusW}}
 	cmd := exec.Command("/proc/self/exe", replicaID)
-	cmd.Args[0] = initArg0
+	cmd.Args[0] = replicainit.Arg0
 	// Nothing of the daemon's environment or the project's: the init may
 	// run as root, and the model's environment travels in cfg.
 	// GORACE: a binary built with -race (the e2e tests') sleeps a second
 	// before it exits by default, which every replica's stop would wait for.
 	cmd.Env = []string{"GOMAXPROCS=1", "GORACE=atexit_sleep_ms=0"}
-	cmd.ExtraFiles = []*os.File{cfgR, statusW} // fds 3 and 4 (initConfigFD, initStatusFD)
+	cmd.ExtraFiles = []*os.File{cfgR, statusW} // fds 3 and 4 (replicainit.ConfigFD, replicainit.StatusFD)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if cfg.Namespaces {
 		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS
@@ -88,14 +90,14 @@ func (ip *initProcess) handOver() error {
 	case err != nil:
 		return err
 	case st.Error != "":
-		return st.err()
+		return startError(st)
 	}
 	return nil
 }
 
 // next reads one status line.
-func (ip *initProcess) next() (initStatus, error) {
-	var st initStatus
+func (ip *initProcess) next() (replicainit.Status, error) {
+	var st replicainit.Status
 	line, err := ip.status.ReadBytes('\n')
 	if err != nil {
 		return st, err
@@ -140,9 +142,9 @@ type modelExit struct{ s string }
 
 func (e *modelExit) Error() string { return e.s }
 
-// err is the start failure the init reported, wrapping its system error
-// (so that errors.Is(err, os.ErrPermission) holds for EACCES).
-func (st initStatus) err() error {
+// startError is the start failure the init reported, wrapping its system
+// error (so that errors.Is(err, os.ErrPermission) holds for EACCES).
+func startError(st replicainit.Status) error {
 	if st.Errno != 0 {
 		return &initError{msg: st.Error, errno: syscall.Errno(st.Errno)}
 	}
@@ -183,14 +185,14 @@ func keepPaths(dir, program, home string) []string {
 // kernel with seccomp filters.
 var (
 	probeNamespaces = sync.OnceValue(func() error {
-		return probeInit(initConfig{Probe: true, Namespaces: true, UserNamespaces: true})
+		return probeInit(replicainit.Config{Probe: true, Namespaces: true, UserNamespaces: true})
 	})
-	probeFilter = sync.OnceValue(func() error { return probeInit(initConfig{Probe: true}) })
+	probeFilter = sync.OnceValue(func() error { return probeInit(replicainit.Config{Probe: true}) })
 )
 
 // probeInit starts an init that sets up what cfg asks and starts nothing,
 // and returns why it failed.
-func probeInit(cfg initConfig) error {
+func probeInit(cfg replicainit.Config) error {
 	done := make(chan error, 1)
 	go func() {
 		// Locked for Pdeathsig's sake, as a replica's forking thread is.
@@ -201,7 +203,7 @@ func probeInit(cfg initConfig) error {
 	return <-done
 }
 
-func runProbe(cfg initConfig) error {
+func runProbe(cfg replicainit.Config) error {
 	cfg.Parent = os.Getpid()
 	cmd, ip, err := initCommand(cfg, "probe")
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"inferd/scheduler/backend"
+	"inferd/scheduler/backend/local/replicainit"
 	"inferd/scheduler/backend/protocol"
 	"inferd/store"
 )
@@ -198,7 +199,7 @@ func (p *Process) initCommand(env map[string]string, out *os.File) (*exec.Cmd, e
 	if err != nil {
 		return nil, fmt.Errorf("model dir: %w", err)
 	}
-	cfg := initConfig{
+	cfg := replicainit.Config{
 		Path:           program,
 		Args:           spec.Model.Command,
 		Env:            environ(spec, env, p.port, x.runAs, x.dir, p.b.cfg.PassEnv, os.LookupEnv),

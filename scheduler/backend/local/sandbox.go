@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/rs/zerolog"
-	"golang.org/x/sys/unix"
 
 	"inferd/scheduler/backend"
 	"inferd/store"
@@ -343,25 +342,6 @@ func (x *box) enter() error {
 		if err := x.cg.join(); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// clearInheritable empties the calling thread's inheritable capabilities,
-// which an exec keeps (a program with file capabilities could take them up
-// again); its effective and permitted ones, inferd's own, stay.
-func clearInheritable() error {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("read capabilities: %w", err)
-	}
-	if data[0].Inheritable == 0 && data[1].Inheritable == 0 {
-		return nil
-	}
-	data[0].Inheritable, data[1].Inheritable = 0, 0
-	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("drop inheritable capabilities: %w", err)
 	}
 	return nil
 }

@@ -336,6 +336,7 @@ func TestRecoverKillsTheCgroupsAPreviousDaemonLeft(t *testing.T) {
 	p := startModel(t, b, sandboxSpec("left-1", escapeScript))
 	waitFor(t, "the child to start", func() bool { return strings.HasPrefix(p.LastLogLine(), "escaped ") })
 	escaped, _ := strconv.Atoi(strings.TrimPrefix(p.LastLogLine(), "escaped "))
+	escaped = hostPid(t, p, escaped)
 	t.Cleanup(func() { syscall.Kill(escaped, syscall.SIGKILL) })
 	// No pid file: only the cgroup knows this replica (the pid file would reach
 	// the leader's group, not the child that left it).

@@ -1,104 +1,23 @@
 package local
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/rs/zerolog"
 
 	"inferd/internal/testenv"
 	"inferd/scheduler/backend"
+	"inferd/scheduler/backend/local/replicainit"
+	"inferd/store"
 )
-
-// runFilter runs a classic BPF seccomp program on one system call, as the
-// kernel would: the instructions the filter uses, nothing more.
-func runFilter(t *testing.T, prog []unix.SockFilter, arch, nr uint32, arg0 uint64) uint32 {
-	t.Helper()
-	var data [64]byte
-	binary.LittleEndian.PutUint32(data[seccompNr:], nr)
-	binary.LittleEndian.PutUint32(data[seccompArch:], arch)
-	binary.LittleEndian.PutUint64(data[seccompArg0:], arg0)
-	var acc uint32
-	for pc := 0; pc < len(prog); pc++ {
-		in := prog[pc]
-		switch in.Code {
-		case bpfLdWAbs:
-			acc = binary.LittleEndian.Uint32(data[in.K:])
-		case bpfAndK:
-			acc &= in.K
-		case bpfJeqK, bpfJsetK:
-			hit := acc == in.K
-			if in.Code == bpfJsetK {
-				hit = acc&in.K != 0
-			}
-			if hit {
-				pc += int(in.Jt)
-			} else {
-				pc += int(in.Jf)
-			}
-		case bpfRetK:
-			return in.K
-		default:
-			t.Fatalf("instruction %d: code %#x the filter should not use", pc, in.Code)
-		}
-	}
-	t.Fatal("the filter ran off its end")
-	return 0
-}
-
-// TestUserNamespaceFilterAnswersEachABI runs the filter on the calls that
-// make namespaces, in every ABI a 64-bit kernel takes: user namespaces are
-// refused (EPERM; clone3, whose flags it cannot read, ENOSYS), everything
-// else passes, and an ABI it does not know is refused whole.
-func TestUserNamespaceFilterAnswersEachABI(t *testing.T) {
-	const (
-		allow  = unix.SECCOMP_RET_ALLOW
-		eperm  = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
-		enosys = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
-	)
-	for goarch, abis := range seccompABIs {
-		prog := userNamespaceFilter(abis)
-		for _, a := range abis {
-			for _, tc := range []struct {
-				name string
-				nr   uint32
-				arg0 uint64
-				want uint32
-			}{
-				{"clone with CLONE_NEWUSER", a.clone, unix.CLONE_NEWUSER | uint64(unix.SIGCHLD), eperm},
-				{"clone (fork)", a.clone, uint64(unix.SIGCHLD), allow},
-				{"clone of a thread", a.clone, unix.CLONE_VM | unix.CLONE_THREAD | unix.CLONE_SIGHAND, allow},
-				{"unshare CLONE_NEWUSER", a.unshare, unix.CLONE_NEWUSER, eperm},
-				{"unshare CLONE_NEWUSER with others", a.unshare, unix.CLONE_NEWUSER | unix.CLONE_NEWNS, eperm},
-				{"unshare CLONE_NEWNS", a.unshare, unix.CLONE_NEWNS, allow},
-				{"clone3", a.clone3, 0, enosys},
-				{"another call", 1, unix.CLONE_NEWUSER, allow},
-			} {
-				if got := runFilter(t, prog, a.arch, tc.nr, tc.arg0); got != tc.want {
-					t.Errorf("%s, ABI %#x: %s = %#x, want %#x", goarch, a.arch, tc.name, got, tc.want)
-				}
-				if a.x32 {
-					if got := runFilter(t, prog, a.arch, tc.nr|x32SyscallBit, tc.arg0); got != tc.want {
-						t.Errorf("%s, x32: %s = %#x, want %#x", goarch, tc.name, got, tc.want)
-					}
-				}
-			}
-		}
-		if got := runFilter(t, prog, unix.AUDIT_ARCH_PPC64LE, 1, 0); got != eperm {
-			t.Errorf("%s: a call of an unknown ABI = %#x, want EPERM", goarch, got)
-		}
-	}
-	if _, ok := seccompABIs[runtime.GOARCH]; !ok {
-		t.Logf("no filter for %s: the userNamespaces protection is off there", runtime.GOARCH)
-	}
-}
 
 // userNamespaceScript tries, in a child of its own each, what makes a user
 // namespace (unshare and clone with CLONE_NEWUSER, and clone3), and a fork.
@@ -223,7 +142,7 @@ echo "shm=$(df -k /dev/shm | awk 'NR==2{print $2}')"; echo done; exec sleep 1000
 	spec.Model.MemoryMiB = 64
 	p := startModel(t, b, spec)
 	out := waitLog(t, b, p, "done")
-	for _, d := range privateTmpDirs {
+	for _, d := range replicainit.TmpDirs {
 		if !strings.Contains(out, "wrote "+d) {
 			t.Errorf("the model could not write to %s:\n%s", d, out)
 		}
@@ -235,7 +154,7 @@ echo "shm=$(df -k /dev/shm | awk 'NR==2{print $2}')"; echo done; exec sleep 1000
 		t.Errorf("a 64 MiB replica's /dev/shm: %s KiB, want 65536", field(out, "shm"))
 	}
 	p.stop(testDeadline)
-	for _, d := range privateTmpDirs {
+	for _, d := range replicainit.TmpDirs {
 		if _, err := os.Stat(filepath.Join(d, name)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s/%s after the replica: %v", d, name, err)
 		}
@@ -357,5 +276,44 @@ func TestRelativeDirIsTheDaemonsWorkingDirectorys(t *testing.T) {
 	wd, _ := os.Getwd()
 	if out := waitLog(t, b, p, "done"); field(out, "cwd") != wd {
 		t.Errorf("a model of dir . runs in %q, want %q", field(out, "cwd"), wd)
+	}
+}
+
+// BenchmarkReplicaStartAndExit: a replica of `sh -c 'exit 0'`, from Launch
+// to Exited (no cgroup, host network, as root), through its init in PID and
+// mount namespaces and through an init that execs the model in its place,
+// beside the same sh forked and exec'd straight (what a replica cost before
+// the init, less the log and pid file): the init's share of a boot.
+func BenchmarkReplicaStartAndExit(b *testing.B) {
+	b.Run("direct", func(b *testing.B) {
+		for range b.N {
+			cmd := exec.Command("sh", "-c", "exit 0")
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+			if err := cmd.Run(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, namespaces := range []bool{false, true} {
+		b.Run(fmt.Sprintf("init namespaces=%v", namespaces), func(b *testing.B) {
+			dir := b.TempDir()
+			be, err := New(Config{LogDir: filepath.Join(dir, "logs"), RunDir: filepath.Join(dir, "run"), User: "root", NoCgroups: true, Network: store.NetworkHost}, zerolog.Nop())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer be.Close()
+			if !namespaces {
+				noNamespaces(be)
+			} else if be.sb.nsErr != nil {
+				b.Skipf("no namespaces here: %v", be.sb.nsErr)
+			}
+			for range b.N {
+				p, err := be.start(shSpec("bench-1", "exit 0"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				<-p.Exited()
+			}
+		})
 	}
 }

@@ -1,4 +1,42 @@
-package local
+// Package replicainit is the replica's init: what a replica's process runs
+// first. The local backend starts inferd's own binary again (/proc/self/exe)
+// under the name Arg0, from the thread that entered the replica's box; this
+// package's init function sees the name and runs the init instead of the
+// program, which then starts the model. It is a package of its own, that
+// imports only the standard library and x/sys/unix, so that Go initialises
+// it, and the init takes over, before the packages inferd links in and the
+// init never needs (etcd's and the metrics' set-up cost a replica's boot
+// about 15 ms). Nothing else of inferd runs in it, and it reads nothing from
+// its environment (which the backend leaves empty: a project's LD_PRELOAD
+// must never reach a process that may still be root); what it must do comes
+// from the daemon over a pipe (fd 3), and how it went goes back over
+// another (fd 4).
+//
+// Where the box has them (the local backend's pidNamespace and privateTmp
+// protections), the init starts in a PID namespace and a mount namespace of
+// its own, as the namespace's process 1, and before the model runs it
+//   - mounts a fresh /proc, which shows the replica's own processes only;
+//   - mounts a tmpfs of the replica's own on /tmp, /var/tmp and /dev/shm,
+//     each at most memoryMiB, whose pages the memory cgroup charges to the
+//     replica, and which vanish with its mount namespace; the model's dir,
+//     its program's dir and its private HOME are bound back in where they
+//     sat under one of them;
+//
+// then it starts the model as its child and stays: it reaps whatever the
+// model leaves to it, passes on the signals the model's process group did
+// not get, and when the model exits, exits with its status. The kernel then
+// kills everything left in the namespace. Its parent-death signal is the
+// daemon's forking thread's: when the daemon dies, even by kill -9, the
+// init dies, and with it the namespace, setsid children included.
+//
+// Without namespaces (not root, no CAP_SYS_ADMIN) the init only sets up
+// what a process may do to itself and then execs the model in its place.
+//
+// Either way it drops the capabilities an exec would hand on (the packaged
+// service's ambient ones, which the init itself needed for its mounts),
+// switches to the model's user, and installs the seccomp filter against
+// user namespaces (seccomp.go) unless the project allows them.
+package replicainit
 
 import (
 	"encoding/gob"
@@ -16,63 +54,31 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The replica's init: what a replica's process runs first. Launch starts
-// inferd's own binary again (/proc/self/exe) under the name initArg0, from
-// the thread that entered the box; this package's init function sees the
-// name and runs replicaInit instead of the program, which then starts the
-// model. Nothing else of inferd runs in it, and it reads nothing from its
-// environment (which Launch leaves empty: a project's LD_PRELOAD must never
-// reach a process that may still be root); what it must do comes from the
-// daemon over a pipe (fd 3), and how it went goes back over another (fd 4).
-//
-// Where the box has them (Protections: pidNamespace, privateTmp), the init
-// starts in a PID namespace and a mount namespace of its own (Cloneflags),
-// as the namespace's process 1, and before the model runs it
-//   - mounts a fresh /proc, which shows the replica's own processes only;
-//   - mounts a tmpfs of the replica's own on /tmp, /var/tmp and /dev/shm,
-//     each at most memoryMiB, whose pages the memory cgroup charges to the
-//     replica, and which vanish with its mount namespace; the model's dir,
-//     its program's dir and its private HOME are bound back in where they
-//     sat under one of them;
-// then it starts the model as its child and stays: it reaps whatever the
-// model leaves to it, passes on the signals the model's process group did
-// not get, and when the model exits, exits with its status. The kernel then
-// kills everything left in the namespace. Its parent-death signal is the
-// daemon's forking thread's: when the daemon dies, even by kill -9, the
-// init dies, and with it the namespace, setsid children included.
-//
-// Without namespaces (not root, no CAP_SYS_ADMIN) the init only sets up
-// what a process may do to itself and then execs the model in its place.
-//
-// Either way it drops the capabilities an exec would hand on (the packaged
-// service's ambient ones, which the init itself needed for its mounts),
-// switches to the model's user, and installs the seccomp filter against
-// user namespaces (seccomp.go) unless the project allows them.
-
-// initArg0 is the name the replica's init is started under.
-const initArg0 = "inferd-replica-init"
+// Arg0 is the name the replica's init is started under.
+const Arg0 = "inferd-replica-init"
 
 // Its two pipes, as the daemon passes them (ExtraFiles).
 const (
-	initConfigFD = 3
-	initStatusFD = 4
+	ConfigFD = 3
+	StatusFD = 4
 )
 
 func init() {
-	if len(os.Args) > 0 && os.Args[0] == initArg0 {
-		// Every package this one imports has been initialised, nothing
-		// else has run: the program inferd (or a test binary) was is not
-		// started. The main goroutine stays on the main thread, which
+	if len(os.Args) > 0 && os.Args[0] == Arg0 {
+		// Every package this one imports has been initialised, and
+		// maybe a few light others; the program inferd (or a test
+		// binary) was is not started. The main goroutine stays on the
+		// main thread, which
 		// everything below changes (capabilities, the seccomp filter) and
 		// which forks or becomes the model.
 		runtime.LockOSThread()
-		os.Exit(replicaInit())
+		os.Exit(run())
 	}
 }
 
-// initConfig is what the daemon tells the init, in gob: arguments and
+// Config is what the daemon tells the init, in gob: arguments and
 // environment are bytes, which JSON would turn into valid UTF-8.
-type initConfig struct {
+type Config struct {
 	Path string   // the model's program, as exec.LookPath found it
 	Args []string // its argv
 	Env  []string
@@ -100,8 +106,8 @@ type initConfig struct {
 	Probe bool
 }
 
-// initStatus is one line the init sends back.
-type initStatus struct {
+// Status is one line the init sends back.
+type Status struct {
 	Started bool   `json:"started,omitempty"` // the model runs (namespaces; else the pipe closes on exec)
 	Error   string `json:"error,omitempty"`   // it could not be started; the init exits
 	Errno   int    `json:"errno,omitempty"`   // the system error behind Error, if any
@@ -109,18 +115,18 @@ type initStatus struct {
 	Signal  int    `json:"signal,omitempty"`  // the model was killed by this signal
 }
 
-// privateTmpDirs get a tmpfs of the replica's own.
-var privateTmpDirs = []string{"/tmp", "/var/tmp", "/dev/shm"}
+// TmpDirs get a tmpfs of the replica's own.
+var TmpDirs = []string{"/tmp", "/var/tmp", "/dev/shm"}
 
 // replicaInit runs the init and returns its exit status.
-func replicaInit() int {
-	status := os.NewFile(initStatusFD, "status")
-	send := func(s initStatus) {
+func run() int {
+	status := os.NewFile(StatusFD, "status")
+	send := func(s Status) {
 		line, _ := json.Marshal(s)
 		status.Write(append(line, '\n'))
 	}
 	fail := func(err error) int {
-		s := initStatus{Error: err.Error()}
+		s := Status{Error: err.Error()}
 		var errno syscall.Errno
 		if errors.As(err, &errno) {
 			s.Errno = int(errno)
@@ -129,9 +135,9 @@ func replicaInit() int {
 		return 127
 	}
 	// Neither pipe may reach the model.
-	unix.CloseOnExec(initStatusFD)
-	cfgFile := os.NewFile(initConfigFD, "config")
-	var cfg initConfig
+	unix.CloseOnExec(StatusFD)
+	cfgFile := os.NewFile(ConfigFD, "config")
+	var cfg Config
 	err := gob.NewDecoder(cfgFile).Decode(&cfg)
 	cfgFile.Close()
 	if err != nil {
@@ -151,7 +157,7 @@ func replicaInit() int {
 		}
 	}
 	if cfg.Probe {
-		send(initStatus{Started: true})
+		send(Status{Started: true})
 		return 0
 	}
 	if !cfg.Namespaces {
@@ -161,7 +167,7 @@ func replicaInit() int {
 }
 
 // mountPrivate gives the mount namespace its own /proc and tmp dirs.
-func mountPrivate(cfg initConfig) error {
+func mountPrivate(cfg Config) error {
 	// Nothing mounted here reaches the host; what the host mounts later
 	// still shows here.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
@@ -179,7 +185,7 @@ func mountPrivate(cfg initConfig) error {
 		}
 	}()
 	var mounted []string
-	for _, dir := range privateTmpDirs {
+	for _, dir := range TmpDirs {
 		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
 			continue // absent, or a link to another (mounting would follow it)
 		}
@@ -277,7 +283,7 @@ func dropCapabilities() error {
 
 // execModel becomes the model (no namespaces): it switches users, arms the
 // parent-death signal again and execs. It returns only on failure.
-func execModel(cfg initConfig) error {
+func execModel(cfg Config) error {
 	if c := cfg.Credential; c != nil {
 		groups := make([]int, len(c.Groups))
 		for i, g := range c.Groups {
@@ -310,7 +316,7 @@ func execModel(cfg initConfig) error {
 
 // superviseModel starts the model as the namespace's process 1's child and
 // stays with it until it exits, then exits with its status.
-func superviseModel(cfg initConfig, send func(initStatus), fail func(error) int) int {
+func superviseModel(cfg Config, send func(Status), fail func(error) int) int {
 	// Before the model exists, so that no signal meant for it is lost:
 	// Go's default for SIGTERM would end the init, and with it the model
 	// at once, with no grace.
@@ -330,7 +336,7 @@ func superviseModel(cfg initConfig, send func(initStatus), fail func(error) int)
 		}
 		return fail(&os.PathError{Op: "fork/exec", Path: cfg.Path, Err: err})
 	}
-	send(initStatus{Started: true})
+	send(Status{Started: true})
 	go forwardSignals(sigs, pid)
 	for {
 		var ws syscall.WaitStatus
@@ -345,11 +351,11 @@ func superviseModel(cfg initConfig, send func(initStatus), fail func(error) int)
 			continue // an orphan the model left: reaped, nothing more
 		}
 		if ws.Signaled() {
-			send(initStatus{Signal: int(ws.Signal())})
+			send(Status{Signal: int(ws.Signal())})
 			return 128 + int(ws.Signal())
 		}
 		code := ws.ExitStatus()
-		send(initStatus{Exit: &code})
+		send(Status{Exit: &code})
 		return code
 	}
 }
@@ -364,4 +370,32 @@ func forwardSignals(sigs <-chan os.Signal, model int) {
 		}
 		syscall.Kill(model, sig.(syscall.Signal))
 	}
+}
+
+// clearInheritable empties the calling thread's inheritable capabilities,
+// which an exec keeps (a program with file capabilities could take them up
+// again); its effective and permitted ones, inferd's own, stay.
+func clearInheritable() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("read capabilities: %w", err)
+	}
+	if data[0].Inheritable == 0 && data[1].Inheritable == 0 {
+		return nil
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("drop inheritable capabilities: %w", err)
+	}
+	return nil
+}
+
+// errBrief is an error without the path the caller already names.
+func errBrief(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
