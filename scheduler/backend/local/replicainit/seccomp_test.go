@@ -90,4 +90,3 @@ func TestUserNamespaceFilterAnswersEachABI(t *testing.T) {
 		t.Logf("no filter for %s: the userNamespaces protection is off there", runtime.GOARCH)
 	}
 }
-
