@@ -282,19 +282,8 @@ func hostPid(t *testing.T, p *Process, nsPid int) int {
 // on a machine where inferd lacks CAP_SYS_ADMIN.
 func noNamespaces(b *Backend) { b.sb.nsErr = errors.New("turned off for this test") }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(testDeadline)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
-}
+// waitFor is the shared poller (internal/testenv).
+var waitFor = testenv.WaitFor
 
 func closed(c <-chan struct{}) bool {
 	select {
