@@ -183,7 +183,7 @@ func TestDebPackageInstallsServesAndPurges(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(pkgDataDir, "inferd.db")); err != nil || int(fi.Sys().(*syscall.Stat_t).Uid) != uid {
 		t.Errorf("the data file should be %s/inferd.db owned by %s: %v", pkgDataDir, unit.user, err)
 	}
-	model := modelPid(t, out)
+	model := modelPid(t, d, out)
 	d.stop()
 	eventually(t, 30*time.Second, "no process of user "+unit.user+" left", func() bool { return len(processesOfUser(uid)) == 0 })
 	if !processGone(model) {
@@ -225,15 +225,40 @@ func TestDebPackageInstallsServesAndPurges(t *testing.T) {
 	}
 }
 
-// modelPid is the pid, as the host numbers it, of the echo model that
-// answered out: the pid it reports is of its own PID namespace.
-func modelPid(t *testing.T, out map[string]any) int {
+// modelPid is the pid, as the host numbers it, of d's echo model that
+// answered out: the pid it reports is of its own PID namespace, and its
+// replica id may be another daemon's too (another package test on the box).
+func modelPid(t *testing.T, d *daemon, out map[string]any) int {
 	t.Helper()
-	pids := processesWithEnvVar("INFERD_REPLICA_ID", fmt.Sprint(out["replica"]))
-	if len(pids) != 1 {
-		t.Fatalf("processes of replica %v: %v, want the model alone", out["replica"], pids)
+	var mine []int
+	for _, pid := range processesWithEnvVar("INFERD_REPLICA_ID", fmt.Sprint(out["replica"])) {
+		if descendsFrom(pid, d.cmd.Process.Pid) {
+			mine = append(mine, pid)
+		}
 	}
-	return pids[0]
+	if len(mine) != 1 {
+		t.Fatalf("processes of replica %v under the daemon: %v, want the model alone", out["replica"], mine)
+	}
+	return mine[0]
+}
+
+// descendsFrom reports whether ancestor is pid's parent, or its parent's...
+func descendsFrom(pid, ancestor int) bool {
+	for pid > 1 {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		i := bytes.LastIndexByte(stat, ')')
+		if err != nil || i < 0 {
+			return false
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 2 {
+			return false
+		}
+		if pid, _ = strconv.Atoi(f[1]); pid == ancestor {
+			return true
+		}
+	}
+	return false
 }
 
 // checkServiceSandbox shows that the service, as the unit runs it (its user,
@@ -264,7 +289,7 @@ func checkServiceSandbox(t *testing.T, d *daemon, key string, out map[string]any
 			t.Errorf("under the unit, protection %s is off: %s", p.Name, p.Detail)
 		}
 	}
-	pid := modelPid(t, out)
+	pid := modelPid(t, d, out)
 	procStatus, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)
