@@ -82,6 +82,9 @@ type Backend struct {
 	log     zerolog.Logger
 	ports   *ports
 	budgets *logBudgets
+	// files says whether the logs and pid files are closed to other
+	// users (privatefiles.go), as New found and left them.
+	files backend.Protection
 	// readyIntervals are the pauses between a booting model's health
 	// checks (see pollReady); a field so a test can leave only the output
 	// as a trigger.
@@ -138,6 +141,7 @@ func New(cfg Config, log zerolog.Logger) (*Backend, error) {
 		budgets:        newLogBudgets(cfg.LogMaxBytesPerProject),
 		readyIntervals: defaultReadyIntervals,
 		listening:      groupListeningPorts,
+		files:          privateFiles(true, cfg.LogDir, cfg.RunDir),
 	}
 	logProtections(log, b.Protections())
 	return b, nil
