@@ -103,8 +103,8 @@ func NewMetrics(set *vm.Set) *Metrics {
 func (m *Metrics) SetSources(src MetricsSources) { m.src.Store(&src) }
 
 // CallFinished counts a finished call and records its latency (created to
-// finished) and its queue, boot and run times; a call that never reached a
-// replica records only its latency.
+// finished), its queue, boot and run times, and the tokens its model
+// reported; a call that never reached a replica records only its latency.
 func (m *Metrics) CallFinished(c store.Call) {
 	outcome := "failed"
 	if c.State == store.CallSucceeded {
@@ -113,6 +113,11 @@ func (m *Metrics) CallFinished(c store.Call) {
 	p := labelValue(c.ProjectID)
 	labels := `{project="` + p + `",outcome="` + outcome + `"}`
 	m.set.GetOrCreateCounter(`inferd_calls_total` + labels).Inc()
+	if t := c.Tokens; t != nil {
+		tl := `{team="` + labelValue(c.TeamID) + `",project="` + p + `",kind="`
+		m.set.GetOrCreateCounter(`inferd_tokens_total` + tl + `prompt"}`).Add(int(t.Prompt))
+		m.set.GetOrCreateCounter(`inferd_tokens_total` + tl + `completion"}`).Add(int(t.Completion))
+	}
 	if !c.Finished.IsZero() && !c.Created.IsZero() {
 		m.set.GetOrCreatePrometheusHistogramExt(`inferd_call_seconds`+labels, durationBuckets).
 			Update(max(c.Finished.Sub(c.Created).Seconds(), 0))

@@ -44,6 +44,8 @@ var metricFamilies = []metricFamily{
 		"Calls whose queueTimeout passed before they were dispatched, by project."},
 	{"inferd_calls_retried_total", "counter", []string{"project"},
 		"Calls run again (a new attempt, same callID) after a restart or a model crash, by project."},
+	{"inferd_tokens_total", "counter", []string{"team", "project", "kind"},
+		"Tokens an OpenAI-compatible model reported for finished calls (protocol openai), by team, project and kind (prompt or completion)."},
 	{"inferd_replica_oom_kills_total", "counter", []string{"project"},
 		"Replicas the kernel killed for going over their project's memoryMiB, by project."},
 	{"inferd_http_requests_total", "counter", []string{"route", "status"},

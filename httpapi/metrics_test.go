@@ -66,6 +66,10 @@ func loadedMetrics() *Metrics {
 		Dispatched: now.Add(-250 * time.Millisecond), Finished: now, QueueMs: 20, BootMs: 1500, RunMs: 250})
 	m.CallFinished(store.Call{ProjectID: "echo", State: store.CallFailed, Created: now.Add(-10 * time.Millisecond),
 		Dispatched: now.Add(-10 * time.Millisecond), Finished: now, RunMs: 10})
+	m.CallFinished(store.Call{ProjectID: "llm", TeamID: "acme", State: store.CallSucceeded, Created: now, Finished: now,
+		Tokens: &store.Tokens{Prompt: 12, Completion: 30}})
+	m.CallFinished(store.Call{ProjectID: "llm", TeamID: "acme", State: store.CallSucceeded, Created: now, Finished: now,
+		Tokens: &store.Tokens{Prompt: 3, Completion: 5}})
 	// Never dispatched: a latency but no queue, boot or run time.
 	m.CallFinished(store.Call{ProjectID: "echo", State: store.CallFailed, Created: now.Add(-2 * time.Second), Finished: now})
 	m.ReplicaStarted("echo")
@@ -110,6 +114,8 @@ func TestMetricsEndpoint(t *testing.T) {
 		`inferd_batch_wait_seconds_sum{project="echo"}`:                        0.003,
 		`inferd_batch_wait_seconds_bucket{project="echo",le="0.001"}`:          1,
 		`inferd_replica_starts_total{project="echo"}`:                          2,
+		`inferd_tokens_total{team="acme",project="llm",kind="prompt"}`:         15,
+		`inferd_tokens_total{team="acme",project="llm",kind="completion"}`:     35,
 		`inferd_replica_crashes_total{project="echo"}`:                         1,
 		`inferd_replica_oom_kills_total{project="echo"}`:                       1,
 		`inferd_replica_evictions_total{project="we\"ird"}`:                    1,

@@ -20,8 +20,10 @@ type Route struct {
 	// status page's files and /cluster/v1/, whose requests nodes sign.
 	Need store.Permission
 	// KeyInBody: the key is the JSON body's apiKey (Banana's inference API);
+	// Bearer: the Authorization header's Bearer token (the OpenAI API);
 	// otherwise the X-Service-API-Key (or X-Banana-API-Key) header.
 	KeyInBody bool
+	Bearer    bool
 }
 
 // Keyed reports whether the route takes an API key.
@@ -73,6 +75,9 @@ func (a *api) routes() []route {
 	add(http.MethodPost, "/run/:project", store.PermInfer, false, a.run)
 	add(http.MethodPost, "/run/:project/*route", store.PermInfer, false, a.run)
 	add(http.MethodGet, "/v1/calls/:callID/events", store.PermInfer, false, a.callEvents)
+	a.openaiRoutes(func(method, path string, need store.Permission, h httprouter.Handle) { // openai.go
+		rs = append(rs, route{Route{Method: method, Path: path, Need: need, Bearer: true}, h})
+	})
 	add(http.MethodGet, "/healthz", open, false, a.healthz)
 	add(http.MethodGet, "/readyz", open, false, a.readyz)
 	if m := a.opts.Metrics; m != nil {

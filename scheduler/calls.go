@@ -123,11 +123,12 @@ func (s *Scheduler) infer(ctx context.Context, j inferJob) {
 	cs := &callStream{id: c.c.ID, sink: s.cfg.Outputs}
 	s.cfg.Outputs.CallRunning(cs.id)
 	ctx = backend.WithStream(ctx, cs)
+	ctx = backend.WithTokenMeter(ctx, cs)
 	if c.c.Route != "" {
 		ctx = backend.WithRoute(ctx, c.c.Route)
 	}
 	out, err := inst.Infer(ctx, inputs)
-	ev := evInferDone{c: c, r: r, out: out, err: err, streamed: cs.began}
+	ev := evInferDone{c: c, r: r, out: out, err: err, streamed: cs.began, tokens: cs.tokens}
 	if err != nil {
 		exited := isClosed(inst.Exited())
 		var exitErr error
@@ -162,6 +163,7 @@ func (s *Scheduler) onInferDone(ev evInferDone) {
 		return
 	}
 	c.c.Streamed = ev.streamed
+	c.c.Tokens = ev.tokens
 	s.finish(c, store.CallSucceeded, ev.out, msgSuccess)
 }
 

@@ -108,8 +108,9 @@ type evInferDone struct {
 	err      error
 	msg      string
 	notSent  bool
-	crashed  bool // the process had exited when Infer failed: a model crash
-	streamed bool // the model streamed its reply: out is the array of its lines
+	crashed  bool          // the process had exited when Infer failed: a model crash
+	streamed bool          // the model streamed its reply: out is the array of its lines
+	tokens   *store.Tokens // what an OpenAI-compatible model reported it used
 }
 
 // Timer events carry the seq their timer was armed with (see timer.fired).

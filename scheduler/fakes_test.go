@@ -319,8 +319,9 @@ type fakeInstance struct {
 type fakeCall struct {
 	inputs json.RawMessage
 	answer chan fakeAnswer
-	stream backend.Stream // the Infer's, as a streaming model's client would tell it
-	route  string         // the Infer's route (backend.WithRoute)
+	stream backend.Stream     // the Infer's, as a streaming model's client would tell it
+	meter  backend.TokenMeter // the Infer's, as an OpenAI model's client would tell it
+	route  string             // the Infer's route (backend.WithRoute)
 }
 
 type fakeAnswer struct {
@@ -357,7 +358,7 @@ func (i *fakeInstance) Infer(ctx context.Context, inputs json.RawMessage) (json.
 	if i.auto {
 		return i.reply, nil
 	}
-	c := &fakeCall{inputs: inputs, answer: make(chan fakeAnswer, 1), stream: backend.StreamFrom(ctx), route: backend.RouteFrom(ctx)}
+	c := &fakeCall{inputs: inputs, answer: make(chan fakeAnswer, 1), stream: backend.StreamFrom(ctx), meter: backend.TokenMeterFrom(ctx), route: backend.RouteFrom(ctx)}
 	a, err := serveFake(ctx, i, i.calls, c, c.answer)
 	return a.out, cmp.Or(err, a.err)
 }

@@ -59,7 +59,7 @@ func TestIdleTimeoutChangeAppliesToReplicaAlreadyIdle(t *testing.T) {
 // new spec; a change to a field that running replicas take as they are
 // (the modelKey hash, concurrency, batch, bootTimeout) keeps them.
 func TestModelSpecFieldChangeDrainsOldReplicasUnlessLive(t *testing.T) {
-	live := map[string]bool{"KeyHash": true, "Concurrency": true, "Batch": true, "BootTimeout": true}
+	live := map[string]bool{"KeyHash": true, "Concurrency": true, "Batch": true, "BootTimeout": true, "Aliases": true, "ServedModel": true}
 	for _, field := range storetest.ModelSpecFields() {
 		t.Run(field, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

@@ -78,7 +78,7 @@ type ModelSpec struct {
 	Command      []string          `json:"command" yaml:"command"`
 	Dir          string            `json:"dir,omitempty" yaml:"dir"` // absolute working directory
 	Env          map[string]string `json:"env,omitempty" yaml:"env"`
-	Protocol     string            `json:"protocol" yaml:"protocol"` // "http" or "potassium"
+	Protocol     string            `json:"protocol" yaml:"protocol"` // "http", "potassium" or "openai"
 	HealthPath   string            `json:"healthPath,omitempty" yaml:"healthPath"`
 	InferPath    string            `json:"inferPath,omitempty" yaml:"inferPath"`
 	GPUs         int               `json:"gpus" yaml:"gpus"` // whole GPUs per replica; 0 = CPU
@@ -97,6 +97,14 @@ type ModelSpec struct {
 	// which the replica sandbox refuses them by default (a seccomp filter:
 	// docs/security.md).
 	AllowUserNamespaces bool `json:"allowUserNamespaces,omitempty" yaml:"allowUserNamespaces"`
+	// Aliases are more names than the project id by which an OpenAI
+	// request's "model" may ask for this project (protocol openai; see
+	// ResolveModel).
+	Aliases []string `json:"aliases,omitempty" yaml:"aliases"`
+	// ServedModel is the model name the server itself knows (vLLM's
+	// --served-model-name), put in the "model" of each request inferd
+	// passes on; "" = the project id.
+	ServedModel string `json:"servedModel,omitempty" yaml:"servedModel"`
 }
 
 // BatchSpec is a project's dynamic batching: up to MaxSize queued calls in
@@ -186,6 +194,9 @@ type Call struct {
 	// WebhookEvents which (none: completed only); see DeliveriesFor.
 	Webhook       string   `json:"webhook,omitempty"`
 	WebhookEvents []string `json:"webhookEvents,omitempty"`
+	// Tokens is what an OpenAI-compatible model reported the call used
+	// (protocol openai), set with its result; nil when it reported none.
+	Tokens *Tokens `json:"tokens,omitempty"`
 
 	// QueuePosition is how many calls will be dispatched before this one
 	// (0 = next), for a queued call the scheduler reports; never stored.
