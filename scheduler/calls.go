@@ -57,7 +57,9 @@ func (s *Scheduler) startCall(c *call, r *rep) {
 		}
 		c.c.BootMs = ms(r.readyAt.Sub(from))
 	}
+	s.account(r, now) // its idle time, or its other calls' shares, up to now
 	c.r = r
+	c.gpus, c.gpuWeight = len(r.gpus), r.gpuWeight
 	r.calls[c] = struct{}{}
 	r.idleSince = now
 	r.idleT.stop()
@@ -106,8 +108,9 @@ func (s *Scheduler) infer(ctx context.Context, j inferJob) {
 	if c.c.Route != "" {
 		ctx = backend.WithRoute(ctx, c.c.Route)
 	}
+	measured := measure(inst)
 	out, err := inst.Infer(ctx, inputs)
-	ev := evInferDone{c: c, r: r, out: out, err: err, streamed: cs.began}
+	ev := evInferDone{c: c, r: r, out: out, err: err, streamed: cs.began, measured: measured()}
 	if err != nil {
 		exited := isClosed(inst.Exited())
 		var exitErr error
@@ -134,6 +137,7 @@ func (s *Scheduler) onInferDone(ev evInferDone) {
 		s.requeue(c)
 		return
 	}
+	c.measured = ev.measured
 	if ev.err != nil && ev.crashed && s.retry(c) {
 		return
 	}
@@ -201,6 +205,7 @@ func (s *Scheduler) onInferTimeout(c *call, seq uint64) {
 // Infer goroutine is cancelled.
 func (s *Scheduler) detach(c *call) {
 	r := c.r
+	s.account(r, s.clk.Now()) // c's share up to now
 	delete(r.calls, c)
 	if len(r.calls) == 0 {
 		r.idleSince = s.clk.Now()
@@ -225,6 +230,7 @@ func (s *Scheduler) finish(c *call, state store.CallState, out json.RawMessage, 
 	if !f.Dispatched.IsZero() {
 		f.RunMs = ms(now.Sub(f.Dispatched))
 	}
+	f.Usage = callUsage(c, f.RunMs, out)
 	// Until the write commits only the loop reads result; after the loop is
 	// gone, the waiters woken below read it as the outcome.
 	c.result = f

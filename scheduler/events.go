@@ -110,6 +110,7 @@ type evInferDone struct {
 	notSent  bool
 	crashed  bool // the process had exited when Infer failed: a model crash
 	streamed bool // the model streamed its reply: out is the array of its lines
+	measured *backend.Usage // what the backend measured over the Infer; nil when it cannot
 }
 
 // Timer events carry the seq their timer was armed with (see timer.fired).

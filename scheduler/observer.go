@@ -25,6 +25,10 @@ type Observer interface {
 	// ReplicaOOMKilled reports a replica the kernel killed for going over
 	// its project's memoryMiB.
 	ReplicaOOMKilled(project string)
+	// ReplicaUsage reports the replica time no call used (boot, idle) as
+	// the scheduler writes it to the usage ledger, by hour, team and
+	// project; a call's own usage comes with CallFinished.
+	ReplicaUsage(rows []store.UsageRow)
 }
 
 // nopObserver is the Observer of a Config that sets none.
@@ -38,3 +42,4 @@ func (nopObserver) CallCancelled(string)    {}
 func (nopObserver) CallExpired(string)      {}
 func (nopObserver) CallRetried(string)      {}
 func (nopObserver) ReplicaOOMKilled(string) {}
+func (nopObserver) ReplicaUsage([]store.UsageRow) {}

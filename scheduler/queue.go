@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
@@ -45,6 +46,14 @@ type call struct {
 	// abortedOn: the replica whose request for this call was aborted
 	// (cancel); it is not free until that Infer returns (see rep.aborting).
 	abortedOn *rep
+
+	// For its usage (usage.go): its share of its replicas' time so far,
+	// the GPUs its last replica held (and counts as), and what the
+	// backend measured over its run.
+	replicaSeconds float64
+	gpus           int
+	gpuWeight      float64
+	measured       *backend.Usage
 }
 
 // fifo is a project's queue of calls waiting for a replica, oldest first.
