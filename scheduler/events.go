@@ -108,8 +108,8 @@ type evInferDone struct {
 	err      error
 	msg      string
 	notSent  bool
-	crashed  bool // the process had exited when Infer failed: a model crash
-	streamed bool // the model streamed its reply: out is the array of its lines
+	crashed  bool           // the process had exited when Infer failed: a model crash
+	streamed bool           // the model streamed its reply: out is the array of its lines
 	measured *backend.Usage // what the backend measured over the Infer; nil when it cannot
 }
 

@@ -34,12 +34,12 @@ type Observer interface {
 // nopObserver is the Observer of a Config that sets none.
 type nopObserver struct{}
 
-func (nopObserver) CallFinished(store.Call) {}
-func (nopObserver) ReplicaStarted(string)   {}
-func (nopObserver) ReplicaCrashed(string)   {}
-func (nopObserver) ReplicaEvicted(string)   {}
-func (nopObserver) CallCancelled(string)    {}
-func (nopObserver) CallExpired(string)      {}
-func (nopObserver) CallRetried(string)      {}
-func (nopObserver) ReplicaOOMKilled(string) {}
+func (nopObserver) CallFinished(store.Call)       {}
+func (nopObserver) ReplicaStarted(string)         {}
+func (nopObserver) ReplicaCrashed(string)         {}
+func (nopObserver) ReplicaEvicted(string)         {}
+func (nopObserver) CallCancelled(string)          {}
+func (nopObserver) CallExpired(string)            {}
+func (nopObserver) CallRetried(string)            {}
+func (nopObserver) ReplicaOOMKilled(string)       {}
 func (nopObserver) ReplicaUsage([]store.UsageRow) {}
