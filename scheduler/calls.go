@@ -138,6 +138,9 @@ func (s *Scheduler) onInferDone(ev evInferDone) {
 		return
 	}
 	c.measured = ev.measured
+	if !ev.crashed {
+		c.p.est.ran(s.clk.Now().Sub(c.c.Dispatched)) // the model answered: a run to learn from
+	}
 	if ev.err != nil && ev.crashed && s.retry(c) {
 		return
 	}
@@ -337,13 +340,16 @@ func (s *Scheduler) lookupLive(id string) lookupResult {
 // view is a live call as clients see it: queued reads booting while its
 // project boots a replica, after a failed boot (until the next attempt ends)
 // its message says which attempt and why the last one failed, and it carries
-// its place in the queue.
+// its place in the queue, why it waits and when it should be done
+// (estimate.go).
 func (s *Scheduler) view(c *call) store.Call {
 	v := c.c
 	if v.State != store.CallQueued {
 		return v
 	}
-	v.QueuePosition = c.p.queue.position(c, s.clk.Now())
+	now := s.clk.Now()
+	v.QueuePosition = c.p.queue.position(c, now)
+	v.WaitingFor, v.ETAMs = s.explain(c, v.QueuePosition, now)
 	p := c.p
 	switch {
 	case p.bootFailures > 0 && (p.booting() || p.backoffT.armed()):

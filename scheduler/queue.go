@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"inferd/scheduler/backend"
@@ -236,6 +237,26 @@ func (q *queue) drain() []*call {
 		out = append(out, q.levels[i].drain()...)
 	}
 	return out
+}
+
+// first returns up to n queued calls in the order they would be
+// dispatched at now.
+func (q *queue) first(n int, now time.Time) []*call {
+	var all []*call
+	for i := range q.levels {
+		l := &q.levels[i]
+		all = append(all, l.items[l.head:]...)
+	}
+	slices.SortStableFunc(all, func(a, b *call) int {
+		switch {
+		case q.before(a, b, now):
+			return -1
+		case q.before(b, a, now):
+			return 1
+		}
+		return 0
+	})
+	return all[:min(n, len(all))]
 }
 
 // position is how many queued calls go before c at now (0 = next), as the

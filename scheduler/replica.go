@@ -182,6 +182,7 @@ func (s *Scheduler) onReady(r *rep) {
 	r.readyAt = now
 	r.idleSince = now
 	r.boot.stop()
+	r.p.est.booted(now.Sub(r.started))
 	if !r.draining {
 		r.p.bootFailures = 0
 		r.p.backoff = 0
