@@ -49,7 +49,7 @@ type fakeGPU struct {
 	migs        []*fakeGPU // MIG devices by MIG slot; nil entries are empty slots
 	gi, ci      int        // a MIG device's GPU and compute instance ids
 	giRet       nvml.Return
-	memCalls    int // GetMemoryInfo (either version) calls so far
+	memCalls    int         // GetMemoryInfo (either version) calls so far
 	energyMJ    uint64      // the total-energy counter
 	energyRet   nvml.Return // NOT_SUPPORTED: no counter (MIG devices, older GPUs)
 }
