@@ -32,6 +32,7 @@ type AdminStore interface {
 	ListProjects(teamID string) ([]store.Project, error)
 	DeleteProject(id string) error
 	WebhookSecret(teamID string, rotate bool) (string, error)
+	UsageReader // GET /admin/usage (usage.go)
 }
 
 // BackupWriter is the optional part of an AdminStore that serves
@@ -95,6 +96,7 @@ func NewAdmin(st AdminStore, log zerolog.Logger, opts ...AdminOption) http.Handl
 	r.GET("/admin/backup", a.backup)
 	r.GET("/admin/logs/:project", a.logs)
 	r.POST("/admin/calls/:id/cancel", a.cancelCall)
+	r.GET("/admin/usage", a.usage)
 	return withRequestLog(r, log)
 }
 

@@ -98,6 +98,7 @@ type Store interface {
 	UpdateProject(id string, fn func(*store.Project) error) (store.Project, error)
 	GetTeam(id string) (store.Team, error) // its quota bounds a PUT
 	CallByIdempotencyKey(teamID, key string) (store.Call, error)
+	UsageReader // GET /v1/usage (usage.go)
 }
 
 // Scheduler is what the public API needs from the scheduler.
@@ -165,6 +166,8 @@ func New(opts Options, st Store, sched Scheduler) http.Handler {
 	handle(http.MethodPost, "/run/:project", a.run)
 	handle(http.MethodPost, "/run/:project/*route", a.run)
 	handle(http.MethodGet, "/v1/calls/:callID/events", a.callEvents)
+	handle(http.MethodGet, "/v1/usage", a.usage)
+	handle(http.MethodGet, "/v1/usage/", a.usage)
 	handle(http.MethodGet, "/healthz", a.healthz)
 	handle(http.MethodGet, "/readyz", a.readyz)
 	if m != nil {

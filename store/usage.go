@@ -46,7 +46,12 @@ type UsageRow struct {
 	Hour      time.Time `json:"hour"` // UTC, on the hour
 	TeamID    string    `json:"teamId"`
 	ProjectID string    `json:"projectId"`
+	UsageTotals
+}
 
+// UsageTotals are the figures of the ledger, summed over whatever a row
+// or a report covers.
+type UsageTotals struct {
 	Calls  int64 `json:"calls"`  // calls finished
 	Failed int64 `json:"failed"` // of them, failed
 	// The calls' own times: waiting in the queue, waiting for a boot
@@ -108,9 +113,12 @@ func (k UsageKey) Compare(o UsageKey) int {
 	return cmp.Or(k.Hour.Compare(o.Hour), strings.Compare(k.TeamID, o.TeamID), strings.Compare(k.ProjectID, o.ProjectID))
 }
 
-// Add adds o's figures to r (keeping r's key): sums, and the higher peak.
-// A measure absent from both stays absent.
-func (r *UsageRow) Add(o UsageRow) {
+// Add adds o's figures to r (keeping r's key).
+func (r *UsageRow) Add(o UsageRow) { r.UsageTotals.Add(o.UsageTotals) }
+
+// Add adds o to t: sums, and the higher peak. A measure absent from both
+// stays absent.
+func (r *UsageTotals) Add(o UsageTotals) {
 	r.Calls += o.Calls
 	r.Failed += o.Failed
 	r.QueueSeconds += o.QueueSeconds
@@ -162,8 +170,8 @@ func CallUsageRow(c Call) (UsageRow, bool) {
 		return UsageRow{}, false
 	}
 	u := c.Usage
-	r := UsageRow{
-		Hour: UsageHour(c.Finished), TeamID: c.TeamID, ProjectID: c.ProjectID,
+	r := UsageRow{Hour: UsageHour(c.Finished), TeamID: c.TeamID, ProjectID: c.ProjectID}
+	r.UsageTotals = UsageTotals{
 		Calls:           1,
 		QueueSeconds:    float64(c.QueueMs) / 1000,
 		BootWaitSeconds: float64(c.BootMs) / 1000,

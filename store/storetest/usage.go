@@ -122,12 +122,12 @@ func testAddUsageSumsByHourTeamAndProject(t *testing.T, e *env) {
 			t.Fatal(err)
 		}
 	}
-	add(store.UsageRow{Hour: h1.Add(5 * time.Minute), TeamID: "acme", ProjectID: "p1", IdleReplicaSeconds: 10, BootReplicaSeconds: 3},
-		store.UsageRow{Hour: h1.Add(55 * time.Minute), TeamID: "acme", ProjectID: "p1", IdleReplicaSeconds: 5, IdleGPUSeconds: 5},
-		store.UsageRow{Hour: h2, TeamID: "acme", ProjectID: "p1", IdleReplicaSeconds: 1})
-	add(store.UsageRow{Hour: h1, TeamID: "acme", ProjectID: "p2", BootReplicaSeconds: 2})
+	add(store.UsageRow{Hour: h1.Add(5 * time.Minute), TeamID: "acme", ProjectID: "p1", UsageTotals: store.UsageTotals{IdleReplicaSeconds: 10, BootReplicaSeconds: 3}},
+		store.UsageRow{Hour: h1.Add(55 * time.Minute), TeamID: "acme", ProjectID: "p1", UsageTotals: store.UsageTotals{IdleReplicaSeconds: 5, IdleGPUSeconds: 5}},
+		store.UsageRow{Hour: h2, TeamID: "acme", ProjectID: "p1", UsageTotals: store.UsageTotals{IdleReplicaSeconds: 1}})
+	add(store.UsageRow{Hour: h1, TeamID: "acme", ProjectID: "p2", UsageTotals: store.UsageTotals{BootReplicaSeconds: 2}})
 
-	err := s.AddUsage([]store.UsageRow{{Hour: h1, TeamID: "acme", ProjectID: "p1", IdleReplicaSeconds: 100}, {Hour: h1, TeamID: "acme"}})
+	err := s.AddUsage([]store.UsageRow{{Hour: h1, TeamID: "acme", ProjectID: "p1", UsageTotals: store.UsageTotals{IdleReplicaSeconds: 100}}, {Hour: h1, TeamID: "acme"}})
 	var ve *store.ValidationError
 	if !errors.As(err, &ve) {
 		t.Fatalf("a row without a project: %v; want a *ValidationError", err)
@@ -162,14 +162,14 @@ func testExpireUsageDropsOnlyOlderHours(t *testing.T, e *env) {
 	old := time.Date(2024, 12, 1, 0, 0, 0, 0, time.UTC) // long over: a store may fold it
 	recent := e.clock.Now().Add(-time.Hour)
 	if err := s.AddUsage([]store.UsageRow{
-		{Hour: old, TeamID: "acme", ProjectID: "p", IdleReplicaSeconds: 1},
-		{Hour: old.Add(time.Hour), TeamID: "acme", ProjectID: "p", IdleReplicaSeconds: 2},
-		{Hour: recent, TeamID: "acme", ProjectID: "p", IdleReplicaSeconds: 4},
+		{Hour: old, TeamID: "acme", ProjectID: "p", UsageTotals: store.UsageTotals{IdleReplicaSeconds: 1}},
+		{Hour: old.Add(time.Hour), TeamID: "acme", ProjectID: "p", UsageTotals: store.UsageTotals{IdleReplicaSeconds: 2}},
+		{Hour: recent, TeamID: "acme", ProjectID: "p", UsageTotals: store.UsageTotals{IdleReplicaSeconds: 4}},
 	}); err != nil {
 		t.Fatal(err)
 	}
 	finalWithUsage(t, s, "acme", "p", store.CallSucceeded, old.Add(time.Hour+time.Minute), store.CallUsage{ReplicaSeconds: 8})
-	if err := s.AddUsage([]store.UsageRow{{Hour: old.Add(time.Hour), TeamID: "acme", ProjectID: "p", IdleReplicaSeconds: 16}}); err != nil {
+	if err := s.AddUsage([]store.UsageRow{{Hour: old.Add(time.Hour), TeamID: "acme", ProjectID: "p", UsageTotals: store.UsageTotals{IdleReplicaSeconds: 16}}}); err != nil {
 		t.Fatal(err)
 	}
 	// An expiry that reaches none of them keeps every sum as it was.
