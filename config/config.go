@@ -47,6 +47,7 @@ type Config struct {
 	Replica                  Replica       `koanf:"replica"`
 	GPU                      GPU           `koanf:"gpu"`
 	Webhook                  Webhook       `koanf:"webhook"`
+	Usage                    Usage         `koanf:"usage"`
 	// Cluster is set by a cluster: section (file only); nil is the
 	// single-box appliance (see cluster.go).
 	Cluster *Cluster `koanf:"cluster"`
@@ -69,6 +70,16 @@ type Webhook struct {
 	// host names, "*.domain"); empty allows all but link-local and cloud
 	// metadata addresses.
 	Allow []string `koanf:"allow"`
+}
+
+// Usage holds the settings of the usage ledger (docs/operations.md "Usage").
+type Usage struct {
+	// Retention is how long the hourly roll-ups are kept (a call's own
+	// usage goes with the call, after resultTTL).
+	Retention time.Duration `koanf:"retention"`
+	// FlushInterval is how often replica time no call used (boot, idle) is
+	// written; a crash loses at most this much of it.
+	FlushInterval time.Duration `koanf:"flushInterval"`
 }
 
 // Limits bound what one client can take of the daemon (see docs/security.md).
@@ -167,6 +178,8 @@ func defaults() map[string]any {
 		"webhook.sendersPerTeam":        webhook.DefaultSendersPerTeam,
 		"webhook.maxPendingPerTeam":     webhook.DefaultMaxPendingPerTeam,
 		"webhook.allow":                 []any{},
+		"usage.retention":               "2160h",
+		"usage.flushInterval":           "1m",
 	}
 }
 
@@ -368,6 +381,7 @@ func (c Config) validate() error {
 		"limits.readHeaderTimeout": c.Limits.ReadHeaderTimeout,
 		"webhook.retryFor":         c.Webhook.RetryFor, "webhook.firstRetry": c.Webhook.FirstRetry,
 		"webhook.timeout": c.Webhook.Timeout,
+		"usage.retention": c.Usage.Retention, "usage.flushInterval": c.Usage.FlushInterval,
 	}
 	for _, key := range sortedKeys(positive) {
 		if positive[key] <= 0 {
