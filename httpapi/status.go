@@ -120,6 +120,9 @@ type statusProject struct {
 	// RecentFailures counts the project's failed calls that finished within
 	// failureWindow, among the recent calls.
 	RecentFailures int `json:"recentFailures"`
+	// Queue is the first queued calls in dispatch order, each with why it
+	// waits and when it should be done (the scheduler's estimate).
+	Queue []scheduler.QueuedCall `json:"queue"`
 }
 
 type statusReplica struct {
@@ -179,6 +182,7 @@ func (s *statusAPI) register(handle func(method, path string, h httprouter.Handl
 		handle(http.MethodGet, "/v1/status/gpus"+slash, list(s, false, s.gpus))
 		handle(http.MethodGet, "/v1/status/projects"+slash, list(s, true, s.projects))
 		handle(http.MethodGet, "/v1/status/calls"+slash, list(s, true, s.calls))
+		handle(http.MethodGet, "/v1/status/usage"+slash, s.usage)
 	}
 	handle(http.MethodGet, "/v1/status/projects/:id/replicas/:replica/logs", s.logs)
 	if s.opts.Cluster != nil {
@@ -436,6 +440,10 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 			LastError: lp.LastError, LastErrorReplica: lp.LastErrorReplica, RecentFailures: failures[p.ID],
 			OOMKills: lp.OOMKills,
 			Replicas: make([]statusReplica, 0, len(lp.Replicas)),
+			Queue:    lp.Queue,
+		}
+		if sp.Queue == nil {
+			sp.Queue = []scheduler.QueuedCall{}
 		}
 		if !lp.LastErrorAt.IsZero() {
 			t := lp.LastErrorAt.UTC()

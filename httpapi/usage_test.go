@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"inferd/scheduler"
 	"inferd/store"
 )
 
@@ -133,5 +134,44 @@ func TestUsageRefusesBadQueries(t *testing.T) {
 		if rec.Code < 400 || !strings.Contains(rec.Body.String(), tc.mention) {
 			t.Errorf("GET /v1/usage%s = %d %s; want an error mentioning %q", tc.query, rec.Code, rec.Body, tc.mention)
 		}
+	}
+}
+
+func TestStatusShowsQueuedCallsEstimatesAndTheUsagePanel(t *testing.T) {
+	env, _ := newStatusEnv(t)
+	hour := store.UsageHour(statusNow)
+	if err := env.store.AddUsage([]store.UsageRow{
+		{Hour: hour, TeamID: "acme", ProjectID: "echo", UsageTotals: store.UsageTotals{Calls: 4, ReplicaSeconds: 2, IdleReplicaSeconds: 30}},
+		{Hour: hour.Add(-3 * time.Hour), TeamID: "acme", ProjectID: "echo", UsageTotals: store.UsageTotals{BootReplicaSeconds: 12}},
+		{Hour: hour.Add(-30 * time.Hour), TeamID: "acme", ProjectID: "echo", UsageTotals: store.UsageTotals{Calls: 100}}, // over a day ago
+		{Hour: hour, TeamID: "other", ProjectID: "hidden", UsageTotals: store.UsageTotals{Calls: 9}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rec := serve(env.h, "GET", "/v1/status/usage", "", "X-Service-API-Key", keyAcme)
+	var u statusUsage
+	if err := json.Unmarshal(rec.Body.Bytes(), &u); err != nil || rec.Code != 200 {
+		t.Fatalf("GET /v1/status/usage = %d %s", rec.Code, rec.Body)
+	}
+	if len(u.Teams) != 1 || u.Teams[0].TeamID != "acme" || u.Teams[0].Calls != 4 || u.Teams[0].BootReplicaSeconds != 12 {
+		t.Errorf("acme's panel teams = %+v; want acme alone, 4 calls in the last 24 h, 12 s booting", u.Teams)
+	}
+	if len(u.Hours) != usagePanelHours || !u.Hours[len(u.Hours)-1].Hour.Equal(hour) || u.Hours[len(u.Hours)-1].Teams["acme"].Idle != 30 ||
+		u.Hours[len(u.Hours)-4].Teams["acme"].Boot != 12 {
+		t.Errorf("hours = %+v; want 24, the last this hour with 30 s idle, three before it 12 s booting", u.Hours)
+	}
+	rec = serve(env.h, "GET", "/v1/status/usage", "", "X-Service-API-Key", keyAdmin)
+	if !strings.Contains(rec.Body.String(), `"teamId":"other"`) {
+		t.Errorf("an admin's panel lacks team other: %s", rec.Body)
+	}
+
+	rec = serve(env.h, "GET", "/v1/status/projects", "", "X-Service-API-Key", keyAcme)
+	var ps results[statusProject]
+	if err := json.Unmarshal(rec.Body.Bytes(), &ps); err != nil {
+		t.Fatal(err)
+	}
+	q := ps.Results[0].Queue
+	if len(q) != 1 || q[0].ID != "c4" || q[0].ETAMs == nil || *q[0].ETAMs != 1800 || q[0].WaitingFor.Code != scheduler.WaitReplicasBusy {
+		t.Errorf("echo's queue = %+v", q)
 	}
 }
