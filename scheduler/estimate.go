@@ -189,14 +189,21 @@ func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *int6
 	case live >= p.maxReplicas():
 		return &store.Wait{Code: WaitMaxReplicas, Text: fmt.Sprintf("maxReplicas %d reached", p.maxReplicas())}, eta()
 	}
+	// What keeps another replica from booting; with replicas of its own,
+	// the call also waits for them.
+	busyNote := ""
+	if ready > 0 {
+		busyNote = fmt.Sprintf("all %d replicas busy%s; ", ready, nextText())
+	}
 	if q := s.bootQuota(p); q != "" {
-		return &store.Wait{Code: WaitTeamQuota, Text: q}, eta()
+		return &store.Wait{Code: WaitTeamQuota, Text: busyNote + q}, eta()
 	}
 	if w, in, ok := s.capacityWait(p, now); ok {
 		var extra []time.Duration
 		if in >= 0 && bootOK {
 			extra = slices.Repeat([]time.Duration{in + boot}, conc)
 		}
+		w.Text = busyNote + w.Text
 		return w, eta(extra...)
 	}
 	if ready > 0 {

@@ -156,7 +156,7 @@ func TestWaitingForTheTeamsReplicaQuota(t *testing.T) {
 		h.call(i)
 		held := h.submit(a, `{}`)
 		h.noLaunch()
-		h.waits(held.ID, WaitTeamQuota, "team acme quota replicas 1/1", -1)
+		h.waits(held.ID, WaitTeamQuota, "all 1 replicas busy; team acme quota replicas 1/1", -1)
 	})
 }
 
@@ -213,7 +213,7 @@ func TestWaitingForCapacityNamesWhatHoldsIt(t *testing.T) {
 			h.advance(5 * time.Second)
 			ac := h.submit(a, `{}`)
 			h.noLaunch() // acme is at its fair share: labs' idle replica stays until its idleTimeout
-			h.waits(ac.ID, WaitHeldByIdle, "GPU held by an idle replica of another project (evictable in 15 s)", -1)
+			h.waits(ac.ID, WaitHeldByIdle, "all 1 replicas busy; GPU held by an idle replica of another project (evictable in 15 s)", -1)
 			h.advance(15 * time.Second)
 			if !ib.wasStopped() {
 				t.Fatal("labs' replica outlived its idleTimeout")
