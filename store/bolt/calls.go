@@ -36,6 +36,9 @@ func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
 	}
 	cw := callWrite{key: []byte(c.ID), final: c.State.Done(), finished: c.Finished, done: done,
 		hasInputs: len(c.Inputs) > 0}
+	if row, ok := store.CallUsageRow(c); ok {
+		cw.usage = &row
+	}
 	if c.IdempotencyKey != "" {
 		cw.idem = store.IdempotencyIndexKey(c.TeamID, c.IdempotencyKey)
 	}
@@ -105,7 +108,10 @@ func wrapSaveErr(err error) error { return fmt.Errorf("save calls: %w", err) }
 // only by a write that carries some; outputs by every write (see
 // store.Calls). A small payload is in the record (cw.value), a large one in
 // its bucket.
-func applyCallWrite(tx *bbolt.Tx, cw *callWrite) error {
+//
+// The usage a first final write adds goes to roll, which the caller writes
+// in the same transaction (usageRoll.write); nil writes it at once.
+func applyCallWrite(tx *bbolt.Tx, cw *callWrite, roll *usageRoll) error {
 	if cw.idem != nil {
 		if err := tx.Bucket(bucketCallIdem).Put(cw.idem, cw.key); err != nil {
 			return err
@@ -149,7 +155,7 @@ func applyCallWrite(tx *bbolt.Tx, cw *callWrite) error {
 	}
 	if cw.final {
 		// Before the record's put: its value is read by addCallUsage.
-		if err := addCallUsage(tx, cw.value, old != nil); err != nil {
+		if err := roll.addCall(tx, cw, old != nil); err != nil {
 			return err
 		}
 	}

@@ -70,23 +70,59 @@ type finalUsage struct {
 // usageField is how a record that carries usage spells it.
 var usageField = []byte(`"usage":`)
 
-// addCallUsage adds the usage of a call's final record to its hour's row,
-// in the transaction that writes it, unless an earlier final write of the
-// call did (wasFinal). A record without usage adds nothing.
-func addCallUsage(tx *bbolt.Tx, record []byte, wasFinal bool) error {
-	if wasFinal || !bytes.Contains(record, usageField) {
+// usageRoll sums the usage of one transaction's final call writes, so that
+// a group commit writes each hour's row once, however many calls it holds.
+// The zero value is ready; a nil *usageRoll writes each call's at once.
+type usageRoll struct{ rows []store.UsageRow }
+
+// addCall adds the usage of a call's final write, unless an earlier final
+// write of the call did (wasFinal). A record without usage adds nothing.
+func (r *usageRoll) addCall(tx *bbolt.Tx, cw *callWrite, wasFinal bool) error {
+	if wasFinal {
 		return nil
+	}
+	row, ok := cw.usageRow()
+	switch {
+	case !ok:
+		return nil
+	case r == nil:
+		return addUsageRow(tx, row)
+	}
+	r.rows = append(r.rows, row)
+	return nil
+}
+
+// write adds the rows summed to the stored ones, in tx.
+func (r *usageRoll) write(tx *bbolt.Tx) error {
+	for _, row := range store.SumUsage(r.rows) {
+		if err := addUsageRow(tx, row); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// usageRow is what cw adds to the roll-up: the row worked out when it was
+// queued, or for a write that has none (decoded from a log), the one its
+// record holds.
+func (cw *callWrite) usageRow() (store.UsageRow, bool) {
+	if cw.usage != nil {
+		return *cw.usage, true
+	}
+	return recordUsage(cw.value)
+}
+
+// recordUsage reads the usage a final call record holds.
+func recordUsage(record []byte) (store.UsageRow, bool) {
+	if !bytes.Contains(record, usageField) {
+		return store.UsageRow{}, false
 	}
 	var f finalUsage
 	if err := json.Unmarshal(record, &f); err != nil {
-		return fmt.Errorf("decode call usage: %w", err)
+		return store.UsageRow{}, false // a record the call's own decode would refuse too
 	}
-	row, ok := store.CallUsageRow(store.Call{State: f.State, ProjectID: f.ProjectID, TeamID: f.TeamID,
+	return store.CallUsageRow(store.Call{State: f.State, ProjectID: f.ProjectID, TeamID: f.TeamID,
 		Finished: f.Finished, QueueMs: f.QueueMs, BootMs: f.BootMs, RunMs: f.RunMs, Usage: f.Usage})
-	if !ok {
-		return nil
-	}
-	return addUsageRow(tx, row)
 }
 
 // AddUsage adds rows to the roll-ups in one transaction.

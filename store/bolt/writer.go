@@ -23,6 +23,10 @@ type callWrite struct {
 	outputs   []byte    // large outputs, for calloutputs
 	final     bool      // state is succeeded or failed
 	finished  time.Time // set when final
+	// usage is what a final write adds to the usage roll-up, worked out
+	// from the call when it was queued; nil when it adds nothing, or for a
+	// write decoded from its record (addCallUsage reads it from the value).
+	usage *store.UsageRow
 	idem      []byte    // the callidem key, for a call with an idempotency key
 	done      func(error)
 
@@ -104,12 +108,13 @@ func (s *Store) runWriter() {
 		start := time.Now()
 		commitFailpoint("before", batch)
 		err := s.update(func(tx *bbolt.Tx) error {
+			var roll usageRoll // the group's usage, one row write per hour, team and project
 			for i := range batch {
-				if err := applyCallWrite(tx, &batch[i]); err != nil {
+				if err := applyCallWrite(tx, &batch[i], &roll); err != nil {
 					return err
 				}
 			}
-			return nil
+			return roll.write(tx)
 		})
 		if err == nil {
 			commitFailpoint("after", batch)
