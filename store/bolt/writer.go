@@ -27,8 +27,8 @@ type callWrite struct {
 	// from the call when it was queued; nil when it adds nothing, or for a
 	// write decoded from its record (addCallUsage reads it from the value).
 	usage *store.UsageRow
-	idem      []byte    // the callidem key, for a call with an idempotency key
-	done      func(error)
+	idem  []byte // the callidem key, for a call with an idempotency key
+	done  func(error)
 
 	deliveries        []store.Delivery // webhook deliveries the write makes due
 	encodedDeliveries [][]byte         // their JSON, in the same order
