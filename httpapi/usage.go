@@ -177,9 +177,9 @@ func (a *api) usage(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 			writeError(w, r, a.log, notFound("team not found"))
 			return
 		}
-		u.team = key.TeamID
+		u.team = key.TeamID // the store reads this team's rows only
 	}
-	rep, err := usageReport(a.store, u, func(row store.UsageRow) bool { return mayReach(key, row.TeamID, row.ProjectID) })
+	rep, err := usageReport(a.store, u, func(row store.UsageRow) bool { return key.ReachesProject(row.ProjectID) })
 	if err != nil {
 		writeError(w, r, a.log, err)
 		return
