@@ -74,7 +74,7 @@ package:
 	scripts/package.sh dist
 
 ## bench: inferd side by side with the model called directly and behind nginx, the large-payload figures,
-## plus the Go micro-benchmarks (docs/benchmarks.md); about 4 minutes
+## the queue ETA's accuracy (bench/eta), plus the Go micro-benchmarks (docs/benchmarks.md); about 5 minutes
 bench:
 	scripts/bench.sh
 
