@@ -20,17 +20,17 @@ import (
 
 // The WaitingFor codes. Texts say the same for people, with figures.
 const (
-	WaitBooting      = "booting"        // its replica is booting: "replica booting (12.1 s of a usual 14 s)"
-	WaitBootFailed   = "bootFailed"     // boots failed and are retried (the message says which attempt)
-	WaitRestarting   = "restarting"     // a replica crashed; the next boots after a backoff
-	WaitReplicasBusy = "replicasBusy"   // "all 2 replicas busy (next free in ~0.8 s)"
-	WaitMaxReplicas  = "maxReplicas"    // "maxReplicas 3 reached (all 3 busy, next free in ~0.8 s)"
-	WaitTeamQuota    = "teamQuota"      // "team acme quota runningCalls 4/4"
-	WaitHeldByIdle   = "heldByIdle"     // "GPU held by an idle replica of another project (evictable in 20 s)"
-	WaitFreeing      = "freeing"        // "GPU being freed: an idle replica of another project is stopping"
-	WaitCapacity     = "capacity"       // "all 4 CPU slots busy with other projects' calls"
-	WaitMinimums     = "heldByMinimums" // "no CPU slot: other projects' minReplicas hold all 2 cpuSlots"
-	WaitNext         = "next"           // nothing holds it: it is about to be dispatched
+	WaitBooting        = "booting"        // its replica is booting: "replica booting (12.1 s of a usual 14 s)"
+	WaitBootFailed     = "bootFailed"     // boots failed and are retried (the message says which attempt)
+	WaitRestarting     = "restarting"     // a replica crashed; the next boots after a backoff
+	WaitReplicasBusy   = "replicasBusy"   // "all 2 replicas busy (next free in ~0.8 s)"
+	WaitMaxReplicas    = "maxReplicas"    // "maxReplicas 3 reached (all 3 busy, next free in ~0.8 s)"
+	WaitTeamQuota      = "teamQuota"      // "team acme quota runningCalls 4/4"
+	WaitHeldByIdle     = "heldByIdle"     // "GPU held by an idle replica of another project (evictable in 20 s)"
+	WaitFreeing        = "freeing"        // "GPU being freed: an idle replica of another project is stopping"
+	WaitCapacity       = "capacity"       // "all 4 CPU slots busy with other projects' calls"
+	WaitHeldByMinimums = "heldByMinimums" // "no CPU slot: other projects' minReplicas hold all 2 cpuSlots"
+	WaitNext           = "next"           // nothing holds it: it is about to be dispatched
 )
 
 // samples keeps the last few durations of one kind and averages them.
@@ -353,9 +353,9 @@ func (s *Scheduler) capacityWait(p *project, now time.Time) (*store.Wait, time.D
 		return &store.Wait{Code: WaitHeldByIdle, Text: fmt.Sprintf("%s held by an idle replica of another project (evictable in %.0f s)", what, math.Ceil(in.Seconds()))}, in, true
 	case holders > 0 && minimums == holders:
 		if gpu {
-			return &store.Wait{Code: WaitMinimums, Text: "no GPU: other projects' minReplicas hold the GPUs it needs"}, -1, true
+			return &store.Wait{Code: WaitHeldByMinimums, Text: "no GPU: other projects' minReplicas hold the GPUs it needs"}, -1, true
 		}
-		return &store.Wait{Code: WaitMinimums, Text: fmt.Sprintf("no CPU slot: other projects' minReplicas hold all %d cpuSlots", s.cpuSlots())}, -1, true
+		return &store.Wait{Code: WaitHeldByMinimums, Text: fmt.Sprintf("no CPU slot: other projects' minReplicas hold all %d cpuSlots", s.cpuSlots())}, -1, true
 	case gpu:
 		return &store.Wait{Code: WaitCapacity, Text: "no GPU free: other projects' busy replicas hold them"}, -1, true
 	}

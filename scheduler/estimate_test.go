@@ -192,7 +192,7 @@ func TestWaitingForCapacityNamesWhatHoldsIt(t *testing.T) {
 			h.ready(h.launched())
 			ac := h.submit(a, `{}`)
 			h.noLaunch()
-			h.waits(ac.ID, WaitMinimums, "no CPU slot: other projects' minReplicas hold all 1 cpuSlots", -1)
+			h.waits(ac.ID, WaitHeldByMinimums, "no CPU slot: other projects' minReplicas hold all 1 cpuSlots", -1)
 		})
 	})
 	t.Run("GPU held by an idle replica of another team above its share", func(t *testing.T) {
