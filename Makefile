@@ -49,6 +49,7 @@ test: lint test-deps client-deps
 ## built with the cluster tag): a node and the leader killed, a node cut off (network namespaces, as
 ## root), quorum lost, GPU placement. Not part of make test (leases of 5 s lapse, nodes restart: about
 ## 2.5 minutes on 2 cores); the quick three-node scenario (keys, projects, calls, long polls) is.
+## CI (.ci/run) runs it after make test.
 test-cluster: test-deps
 	INFERD_REQUIRE_CLIENT_TESTS=1 go test -race -count=1 -tags cluster -timeout 20m -run 'TestThreeNode' ./e2e/
 
@@ -74,7 +75,8 @@ package:
 	scripts/package.sh dist
 
 ## bench: inferd side by side with the model called directly and behind nginx, the large-payload figures,
-## the queue ETA's accuracy (bench/eta), plus the Go micro-benchmarks (docs/benchmarks.md); about 5 minutes
+## the queue ETA's accuracy (bench/eta), batching against a call per pass, plus the Go micro-benchmarks
+## (docs/benchmarks.md); about 6 minutes
 bench:
 	scripts/bench.sh
 

@@ -276,16 +276,24 @@ func (m *clusterMode) routing() *httpapi.Routing {
 	return r
 }
 
+// adminCancel is the admin API's cancel: the scheduler's own, and in
+// cluster mode (routing set) a call pending on another node is cancelled
+// by that node (httpapi.Routing.Canceller), which alone runs it.
+func adminCancel(local httpapi.CallCanceller, routing *httpapi.Routing) httpapi.CallCanceller {
+	if routing == nil {
+		return local
+	}
+	return routing.Canceller(local)
+}
+
 // fitsNow reports whether this node could boot a replica of p now: a free
 // CPU slot for a CPU project; for a GPU project enough healthy GPUs with
 // its gpuMemoryMiB free each (as nodeLoad counts it), or, for whole GPUs,
 // held by no replica.
 func fitsNow(st scheduler.Status, capa backend.Capacity, p store.Project) bool {
 	c, _ := nodeLoad(st, capa)
-	gpus, mem := p.Model.GPUs, int64(max(p.Model.GPUMemoryMiB, 0))
-	if mem > 0 && gpus == 0 {
-		gpus = 1 // as the scheduler places it
-	}
+	d := p.Model.GPUDemand()
+	gpus, mem := d.GPUs, d.MemoryMiB
 	if gpus == 0 {
 		return c.CPUUsed < c.CPUSlots
 	}
@@ -330,9 +338,9 @@ func nodeLoad(st scheduler.Status, capa backend.Capacity) (cluster.Capacity, map
 		l := cluster.ProjectLoad{Busy: p.Running, Queued: p.Queued, Max: p.NodeMaxReplicas}
 		for _, r := range p.Replicas {
 			switch r.State {
-			case "stopping":
+			case scheduler.ReplicaStopping:
 				continue
-			case "ready", "busy":
+			case scheduler.ReplicaReady, scheduler.ReplicaBusy:
 				l.Ready++
 			}
 			l.Replicas++

@@ -128,6 +128,13 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 				MaxWaitsPerKey:    cfg.Limits.MaxWaitsPerKey,
 				MaxWaits:          cfg.Limits.MaxWaits,
 				MaxInputDepth:     cfg.Limits.MaxInputDepth,
+				// The edge's budgets (docs/security.md, "Budgets").
+				BodyBytes:          cfg.Limits.BodyBytes,
+				BodyBytesPerSource: cfg.Limits.BodyBytesPerSource,
+				BodyReadTimeout:    cfg.Limits.BodyReadTimeout,
+				MaxStreamsPerKey:   cfg.Limits.MaxStreamsPerKey,
+				StreamResultBytes:  cfg.Limits.StreamResultBytes,
+				StreamWriteTimeout: cfg.Limits.StreamWriteTimeout,
 			},
 			WebhookPolicy: hookPolicy,
 			Streams:       streams,
@@ -136,12 +143,15 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			// Event streams and /run waits end with the other waits.
 			Stopping: apiCtx.Done(),
 		}, st, sched),
+		// The headers' time. A body's is limits.bodyReadTimeout, which the
+		// API sets once the headers are in, in place of a ReadTimeout
+		// (headers and body together).
 		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
 		ConnState:         conns.ConnState,
+		ConnContext:       conns.ConnContext,
 		// Ending it ends the waits (long polls, sync starts) at shutdown:
 		// each answers the call as it then stands.
 		BaseContext: func(net.Listener) context.Context { return apiCtx },
-		ReadTimeout: 2 * time.Minute,
 		// Long enough for the longest wait the API holds a request open.
 		WriteTimeout:   max(cfg.StartWait, cfg.LongPollWait) + time.Minute,
 		IdleTimeout:    2 * time.Minute,
@@ -159,7 +169,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(sched.CapacityWarnings),
 			httpapi.WithTeamUse(func() []scheduler.TeamStatus { return sched.Snapshot().Teams }),
 			httpapi.WithModelCheck(replicas.Checker().Problems),
-			httpapi.WithCancel(sched.Cancel)),
+			httpapi.WithCancel(adminCancel(sched.Cancel, routing))),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return adminCtx },
 	}

@@ -43,7 +43,7 @@ type cudaAnswer struct {
 }
 
 // needsCUDA says whether a project's replicas get a GPU.
-func needsCUDA(m store.ModelSpec) bool { return m.GPUs > 0 || m.GPUMemoryMiB > 0 }
+func needsCUDA(m store.ModelSpec) bool { return m.GPUDemand().GPUs > 0 }
 
 // modelPython is the interpreter that runs m: its command's program when
 // that is a Python, else the value of an env variable named PYTHON or

@@ -43,8 +43,8 @@ func doctorProject(r *doctorReport, mc *machineCheck, p store.Project) {
 	findings := mc.Check(p.Model)
 	if len(findings) == 0 {
 		gpus := "CPU"
-		if p.Model.GPUs > 0 {
-			gpus = fmt.Sprintf("%d GPU(s) fit", p.Model.GPUs)
+		if n := p.Model.GPUDemand().GPUs; n > 0 {
+			gpus = fmt.Sprintf("%d GPU(s) fit", n)
 		}
 		r.line("ok", "project", "%s: dir, command and model user ok; %s", p.ID, gpus)
 		return

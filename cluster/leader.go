@@ -39,14 +39,18 @@ func (n *Node) campaign(ctx context.Context, sess *concurrency.Session) {
 		n.o.Log.Info().Str("node", n.o.Name).Int64("rev", f.Rev).Msg("this node leads the cluster")
 		err = n.lead(ctx, f)
 		n.setLeading(nil)
-		// Resign (on shutdown too: a dead leader's key would block the
-		// next election until its lease lapsed); bounded, as etcd may be
-		// gone.
-		rctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
-		if rerr := e.Resign(rctx); rerr != nil && err == nil {
-			err = rerr
+		if deposed := ctx.Err() == nil; deposed {
+			// Deposed while the session lives: resign, or this node's
+			// key would block the next election until its lease lapsed;
+			// bounded, as etcd may be gone. When the session ends the
+			// key goes with its lease (revoked at shutdown, lapsed when
+			// cut off): nothing to wait for.
+			rctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+			if rerr := e.Resign(rctx); rerr != nil && err == nil {
+				err = rerr
+			}
+			cancel()
 		}
-		cancel()
 		if err != nil && ctx.Err() == nil {
 			n.o.Log.Warn().Err(err).Str("node", n.o.Name).Msg("this node stopped leading the cluster")
 		}
@@ -137,7 +141,7 @@ func (n *Node) lead(ctx context.Context, f etcd.Fence) error {
 		// A full scan at the start of a leadership (nodes lost while there
 		// was none) and now and then; otherwise the nodes the watch saw go.
 		full := scanned.IsZero() || time.Since(scanned) >= fullScanEvery*n.o.RecheckEvery
-		err := n.reconcile(f, full)
+		err := n.reconcile(ctx, f, full)
 		switch {
 		case errors.Is(err, etcd.ErrNotLeader):
 			return err
@@ -157,7 +161,7 @@ func (n *Node) lead(ctx context.Context, f etcd.Fence) error {
 
 // reconcile is one pass of the leader: placements first (a lost node's
 // calls go to the nodes its projects are now placed on), then lost nodes.
-func (n *Node) reconcile(f etcd.Fence, full bool) error {
+func (n *Node) reconcile(ctx context.Context, f etcd.Fence, full bool) error {
 	if !n.nodes.isSynced() || !n.placements.isSynced() {
 		return nil // the caches are not in yet: every node would look dead
 	}
@@ -165,15 +169,15 @@ func (n *Node) reconcile(f etcd.Fence, full bool) error {
 	if err != nil {
 		return fmt.Errorf("list projects: %w", err)
 	}
-	if err := n.placeAll(f, projects); err != nil {
+	if err := n.placeAll(ctx, f, projects); err != nil {
 		return err
 	}
-	return n.handleLost(f, projects, full)
+	return n.handleLost(ctx, f, projects, full)
 }
 
 // placeAll writes every project's placement that changed, and deletes
 // those of deleted projects.
-func (n *Node) placeAll(f etcd.Fence, projects []store.Project) error {
+func (n *Node) placeAll(ctx context.Context, f etcd.Fence, projects []store.Project) error {
 	nodes := n.Nodes()
 	if len(nodes) == 0 {
 		return nil
@@ -184,17 +188,18 @@ func (n *Node) placeAll(f etcd.Fence, projects []store.Project) error {
 			cur[name] = p
 		}
 	}
-	want := place(projects, nodes, cur)
+	now := n.o.Now().UTC()
+	want := place(projects, nodes, cur, now)
 	for id, shares := range want {
 		if maps.Equal(shares, cur[id].Nodes) {
 			continue
 		}
-		p := Placement{Project: id, Nodes: shares, Leader: n.o.Name, Updated: n.o.Now().UTC()}
+		p := Placement{Project: id, Nodes: shares, Joined: joined(cur[id], shares, now), Leader: n.o.Name, Updated: now}
 		v, err := json.Marshal(p)
 		if err != nil {
 			return fmt.Errorf("encode placement of %s: %w", id, err)
 		}
-		if err := n.fenced(f, clientv3.OpPut(n.o.Prefix+PlacementPrefix+id, string(v))); err != nil {
+		if err := n.fenced(ctx, f, clientv3.OpPut(n.o.Prefix+PlacementPrefix+id, string(v))); err != nil {
 			return fmt.Errorf("place project %s: %w", id, err)
 		}
 		n.o.Log.Info().Str("project", id).Any("nodes", shares).Msg("cluster placement changed")
@@ -204,7 +209,7 @@ func (n *Node) placeAll(f etcd.Fence, projects []store.Project) error {
 	// rather than being sent to a dead node.
 	for id := range cur {
 		if _, placed := want[id]; !placed {
-			if err := n.fenced(f, clientv3.OpDelete(n.o.Prefix+PlacementPrefix+id)); err != nil {
+			if err := n.fenced(ctx, f, clientv3.OpDelete(n.o.Prefix+PlacementPrefix+id)); err != nil {
 				return fmt.Errorf("drop placement of project %s: %w", id, err)
 			}
 		}
@@ -212,9 +217,27 @@ func (n *Node) placeAll(f etcd.Fence, projects []store.Project) error {
 	return nil
 }
 
-// fenced commits ops if f still holds: etcd.ErrNotLeader otherwise.
-func (n *Node) fenced(f etcd.Fence, ops ...clientv3.Op) error {
-	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+// joined is when each node of shares entered the placement: as in cur
+// for a node that was in it, now for one that was not.
+func joined(cur Placement, shares map[string]Share, now time.Time) map[string]time.Time {
+	out := map[string]time.Time{}
+	for n := range shares {
+		t, known := cur.Joined[n]
+		_, was := cur.Nodes[n]
+		switch {
+		case was && known:
+			out[n] = t
+		case !was:
+			out[n] = now
+		}
+	}
+	return out
+}
+
+// fenced commits ops if f still holds: etcd.ErrNotLeader otherwise. ctx
+// ending (the session over) ends it at once.
+func (n *Node) fenced(ctx context.Context, f etcd.Fence, ops ...clientv3.Op) error {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	resp, err := n.o.Client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(f.Key), "=", f.Rev)).
@@ -234,7 +257,7 @@ func (n *Node) fenced(f etcd.Fence, ops ...clientv3.Op) error {
 // vanished: it abandoned them when fenced. Unless full, it looks only at
 // the nodes whose key the watch saw vanish; full also reads which nodes
 // pending calls name (all of the pending index).
-func (n *Node) handleLost(f etcd.Fence, projects []store.Project, full bool) error {
+func (n *Node) handleLost(ctx context.Context, f etcd.Fence, projects []store.Project, full bool) error {
 	var names []string
 	if full {
 		all, err := n.o.Store.NodesWithCalls()
@@ -260,7 +283,7 @@ func (n *Node) handleLost(f etcd.Fence, projects []store.Project, full bool) err
 		byID[p.ID] = p
 	}
 	for _, name := range names {
-		now, alive, readAt, err := n.alive(name)
+		now, alive, readAt, err := n.alive(ctx, name)
 		if err != nil {
 			return err
 		}
@@ -287,7 +310,7 @@ func (n *Node) handleLost(f etcd.Fence, projects []store.Project, full bool) err
 			if _, err := n.o.Store.HandOverDeliveries(f, name, n.o.Name); err != nil {
 				return fmt.Errorf("hand over the webhooks of lost node %s: %w", name, err)
 			}
-			if err := n.fenced(f, clientv3.OpDelete(n.o.Prefix+AssignPrefix+name+"/", clientv3.WithPrefix())); err != nil {
+			if err := n.fenced(ctx, f, clientv3.OpDelete(n.o.Prefix+AssignPrefix+name+"/", clientv3.WithPrefix())); err != nil {
 				return fmt.Errorf("drop the assign keys of lost node %s: %w", name, err)
 			}
 		}
@@ -309,11 +332,11 @@ func (n *Node) forget(name string, handled lost) {
 // alive reads node name's key now, and the revision it read at: a
 // linearizable read, so a node the cache has not heard of yet is never
 // taken for dead.
-func (n *Node) alive(name string) (NodeInfo, bool, int64, error) {
+func (n *Node) alive(ctx context.Context, name string) (NodeInfo, bool, int64, error) {
 	if name == n.o.Name {
 		return NodeInfo{Name: name, Started: n.started}, true, 0, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	resp, err := n.o.Client.Get(ctx, n.o.Prefix+NodesPrefix+name)
 	if err != nil {

@@ -24,6 +24,12 @@ import (
 // requests have the store's bound).
 const requestTimeout = 5 * time.Second
 
+// leaveTimeout bounds revoking the node's lease at shutdown: a healthy
+// etcd answers in milliseconds; one without quorum (or cut off) never
+// does, and the lease then lapses by itself within its TTL, the node's
+// key and candidacy with it, so shutdown need not wait longer.
+const leaveTimeout = 2 * time.Second
+
 // fullScanEvery is how many RecheckEvery periods apart the leader reads
 // the whole pending index for nodes that are gone (a safety net: the
 // nodes watch tells it of each node that goes).
@@ -260,8 +266,9 @@ func (n *Node) wake() {
 // key under it, the assign watch, the candidacy for leader. When the
 // session ends under it (the node was cut off longer than the TTL), the
 // node is fenced (OnFenced) and starts a new session. On the way out it
-// resigns and revokes its lease, so its key vanishes at once and the next
-// leader is elected without waiting out the TTL.
+// revokes its lease (within leaveTimeout), so its key and its candidacy
+// vanish at once and the next leader is elected without waiting out the
+// TTL.
 func (n *Node) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wctx, stop := context.WithCancel(ctx)
@@ -282,7 +289,7 @@ func (n *Node) Run(ctx context.Context) error {
 }
 
 // session runs one session: until it ends (fenced) or ctx ends (shut
-// down: resigned and revoked).
+// down: revoked).
 func (n *Node) session(ctx context.Context) error {
 	cli := n.o.Client
 	// The session's own context: the revoke at shutdown must outlive ctx.
@@ -302,7 +309,7 @@ func (n *Node) session(ctx context.Context) error {
 	key := n.o.Prefix + NodesPrefix + n.o.Name
 	pub := &publisher{n: n, key: key, lease: sess.Lease()}
 	for {
-		if err := pub.publish(); err == nil {
+		if err := pub.publish(ctx); err == nil {
 			break
 		} else if ctx.Err() != nil || waitOr(ctx, sess.Done(), n.o.Retry) {
 			// Never joined: no call was bound to this lease, so there is
@@ -333,21 +340,18 @@ func (n *Node) session(ctx context.Context) error {
 	}
 	n.live.Store(false)
 	pcancel()
-	if fenced {
-		// At once, before waiting for this session's goroutines: one may
-		// be inside an etcd request that lasts while the node is cut off.
-		n.endSession(sess, true)
-		wg.Wait()
-		return nil
-	}
+	// At once, before waiting for this session's goroutines: one may be
+	// inside an etcd request that lasts while etcd does not answer (the
+	// leader's store reads). What they write after a revoke is refused:
+	// the node key and the election key went with the lease.
+	n.endSession(sess, fenced)
 	wg.Wait()
-	n.endSession(sess, false)
 	return nil
 }
 
 // endSession ends a session: a lapsed one is told to OnFenced; one ended
-// by shutdown revokes its lease (bounded by the TTL: past it, the lease
-// has lapsed anyway).
+// by shutdown revokes its lease (within leaveTimeout), so its key and
+// candidacy vanish at once.
 func (n *Node) endSession(sess *concurrency.Session, fenced bool) {
 	if fenced {
 		n.o.Log.Warn().Str("node", n.o.Name).Int64("lease", int64(sess.Lease())).
@@ -356,7 +360,10 @@ func (n *Node) endSession(sess *concurrency.Session, fenced bool) {
 		sess.Orphan()
 		return
 	}
-	if err := sess.Close(); err != nil {
+	sess.Orphan() // its keep-alive ends
+	ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
+	defer cancel()
+	if _, err := n.o.Client.Revoke(ctx, sess.Lease()); err != nil {
 		n.o.Log.Warn().Err(err).Str("node", n.o.Name).Msg("revoking the cluster lease failed; it lapses by itself")
 	}
 }
@@ -393,14 +400,18 @@ func (p *publisher) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := p.publish(); err != nil {
+		if ctx.Err() != nil {
+			return // both were ready: the select may have picked the tick
+		}
+		if err := p.publish(ctx); err != nil {
 			p.n.o.Log.Warn().Err(err).Str("node", p.n.o.Name).Msg("publishing this node's capacity failed")
 		}
 	}
 }
 
-// publish puts the node key if what it says changed since the last put.
-func (p *publisher) publish() error {
+// publish puts the node key if what it says changed since the last put;
+// ctx ending (the session over) ends the put.
+func (p *publisher) publish(ctx context.Context) error {
 	capa, loads := p.n.o.Load()
 	info := NodeInfo{Name: p.n.o.Name, Advertise: p.n.o.Advertise, Lease: int64(p.lease), Started: p.n.started,
 		Member: p.n.o.Member, Capacity: capa, Projects: loads}
@@ -416,7 +427,7 @@ func (p *publisher) publish() error {
 	if err != nil {
 		return fmt.Errorf("encode node info: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	if _, err := p.n.o.Client.Put(ctx, p.key, string(v), clientv3.WithLease(p.lease)); err != nil {
 		return fmt.Errorf("put %s: %w", p.key, err)

@@ -4,18 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"maps"
 	"net"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"inferd/internal/testenv"
 	"inferd/store"
 	"inferd/store/etcd"
 )
@@ -135,20 +136,8 @@ func startNodeOn(t *testing.T, endpoint, name string, cpuSlots int, ttl time.Dur
 	return tn
 }
 
-// waitFor polls cond until it holds or the deadline passes: the state it
-// waits on is another goroutine's, reached through etcd watches.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		<-tick.C
-	}
-}
+// waitFor is the shared poller (internal/testenv).
+var waitFor = testenv.WaitFor
 
 // leaders returns the nodes that lead now, by their own account.
 func leaders(nodes ...*testNode) []string {
@@ -249,7 +238,7 @@ func TestLeaderWhoseLeaseEndsIsReplacedAndFenced(t *testing.T) {
 		t.Errorf("the new leader took %s", d)
 	}
 	// The old leader's writes are refused: placement and call moves.
-	if err := old.n.fenced(oldFence, clientv3.OpPut(old.st.Prefix()+PlacementPrefix+"x", "{}")); !errors.Is(err, etcd.ErrNotLeader) {
+	if err := old.n.fenced(context.Background(), oldFence, clientv3.OpPut(old.st.Prefix()+PlacementPrefix+"x", "{}")); !errors.Is(err, etcd.ErrNotLeader) {
 		t.Errorf("a placement write under the old fence = %v, want ErrNotLeader", err)
 	}
 	lostCall := store.Call{ID: "call_x", ProjectID: "p", TeamID: "acme", State: store.CallRunning}
@@ -531,7 +520,7 @@ func TestCallsOfAFencedNodeMoveButARestartedNodeKeepsThem(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := leader.n.handleLost(f, projects, true); err != nil {
+		if err := leader.n.handleLost(context.Background(), f, projects, true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -559,6 +548,10 @@ type cutProxy struct {
 	mu     sync.Mutex
 	cut    bool
 	conns  []net.Conn
+	// stalled: connections stay open but nothing passes either way, as
+	// with an etcd member that has no quorum (requests go unanswered)
+	// or a network that drops packets.
+	stalled atomic.Bool
 }
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
@@ -598,8 +591,25 @@ func (p *cutProxy) accept() {
 		}
 		p.conns = append(p.conns, c, up)
 		p.mu.Unlock()
-		p.wg.Go(func() { io.Copy(up, c); up.Close() })
-		p.wg.Go(func() { io.Copy(c, up); c.Close() })
+		p.wg.Go(func() { p.pipe(up, c) })
+		p.wg.Go(func() { p.pipe(c, up) })
+	}
+}
+
+// pipe copies src to dst, dropping what it reads while stalled.
+func (p *cutProxy) pipe(dst, src net.Conn) {
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.stalled.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
 	}
 }
 
@@ -641,6 +651,29 @@ func TestACutOffNodeIsFencedAndRejoinsAfterHealing(t *testing.T) {
 		return ok && info.Lease != before.Lease && b.n.Live()
 	})
 	agreedLeader(t, a, b)
+}
+
+// A node that leads and whose etcd does not answer (no quorum for it)
+// shuts down within leaveTimeout and a little: it does not wait out a
+// resign and a revoke that cannot be answered, nor a put of its load in
+// flight, and revokes while its leader's work ends; its lease lapses by
+// itself and another node leads.
+func TestShutdownWithoutEtcdIsBounded(t *testing.T) {
+	m := startMember(t)
+	proxy := newCutProxy(t, m.ClientURLs()[0])
+	b := startNodeAt(t, proxy.url(), "b", 0)
+	waitFor(t, "b leads", func() bool { _, ok := b.n.leadingFence(); return ok })
+	a := startNode(t, m, "a", 2)
+	agreedLeader(t, a, b)
+	proxy.stalled.Store(true)
+	t0 := time.Now()
+	b.kill()
+	// The node's store reads are bounded at 1 s here (startNodeOn), and
+	// end with the revoke's bound.
+	if took := time.Since(t0); took > leaveTimeout+2*time.Second {
+		t.Errorf("a leader cut off from etcd took %s to shut down; want at most leaveTimeout (%s) and a little", took, leaveTimeout)
+	}
+	waitFor(t, "a leads once b's lease lapsed", func() bool { return slices.Equal(leaders(a), []string{"a"}) })
 }
 
 // A node lost while no node led (its key gone before any leader watched)

@@ -3,6 +3,7 @@ package cluster
 import (
 	"maps"
 	"testing"
+	"time"
 
 	"inferd/store"
 )
@@ -28,6 +29,9 @@ func project(id string, minR, maxR, gpus, gpuMiB int) store.Project {
 	p.Model.KeyHash = store.HashModelKey("key-" + id)
 	return p
 }
+
+// placedAt is the time of the placement passes of the tests.
+var placedAt = time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 
 func TestPlacement(t *testing.T) {
 	type shares = map[string]Share
@@ -59,6 +63,12 @@ func TestPlacement(t *testing.T) {
 			want:     map[string]shares{"gpu": {"b": {1, 1}}},
 		},
 		{
+			name:     "gpuMemoryMiB alone is a share of one GPU: never a node without one",
+			projects: []store.Project{project("share", 1, 1, 0, 8000)},
+			nodes:    []NodeInfo{node("a", 8), node("b", 0, gpu(0, 24000, 16000, false))},
+			want:     map[string]shares{"share": {"b": {1, 1}}},
+		},
+		{
 			name:     "an unhealthy GPU fits nothing",
 			projects: []store.Project{project("gpu", 1, 1, 1, 0)},
 			nodes:    []NodeInfo{node("a", 0, GPUInfo{TotalMiB: 24000, FreeMiB: 24000})},
@@ -84,10 +94,10 @@ func TestPlacement(t *testing.T) {
 			want:     map[string]shares{"cpu": {"b": {1, 1}}},
 		},
 		{
-			name:     "the minimum spreads over the nodes with the most room",
+			name:     "the minimum spreads over the nodes with room, the rest to the one with the most",
 			projects: []store.Project{project("cpu", 3, 4, 0, 0)},
-			nodes:    []NodeInfo{node("a", 1), node("b", 4), node("c", 3)},
-			want:     map[string]shares{"cpu": {"b": {2, 3}, "c": {1, 1}}},
+			nodes:    []NodeInfo{node("a", 1), node("b", 4), {Name: "c", Capacity: Capacity{CPUSlots: 1, CPUUsed: 1}}},
+			want:     map[string]shares{"cpu": {"a": {1, 2}, "b": {2, 2}}},
 		},
 		{
 			name:     "the minimum past all room goes to the placed nodes all the same",
@@ -116,6 +126,50 @@ func TestPlacement(t *testing.T) {
 			want:     map[string]shares{"cpu": {"b": {1, 1}, "c": {1, 1}}},
 		},
 		{
+			name:     "after a burst on one node the minimum spreads over every node with room",
+			projects: []store.Project{project("cpu", 3, 6, 0, 0)},
+			nodes: []NodeInfo{withLoad(node("a", 8), "cpu", ProjectLoad{Replicas: 4, Ready: 4, Busy: 4, Max: 6}),
+				node("b", 8), node("c", 8)},
+			current: map[string]Placement{"cpu": {Nodes: shares{"a": {3, 6}}}},
+			want:    map[string]shares{"cpu": {"a": {1, 4}, "b": {1, 1}, "c": {1, 1}}},
+		},
+		{
+			name:     "the minimum spreads over the nodes, then doubles up",
+			projects: []store.Project{project("cpu", 4, 4, 0, 0)},
+			nodes:    []NodeInfo{node("a", 8), node("b", 8), node("c", 8)},
+			want:     map[string]shares{"cpu": {"a": {2, 2}, "b": {1, 1}, "c": {1, 1}}},
+		},
+		{
+			name:     "a node that comes back gets its share of the minimum again",
+			projects: []store.Project{project("cpu", 3, 3, 0, 0)},
+			nodes: []NodeInfo{withLoad(node("a", 8), "cpu", ProjectLoad{Replicas: 2, Ready: 2}),
+				withLoad(node("b", 8), "cpu", ProjectLoad{Replicas: 1, Ready: 1}), node("c", 8)},
+			current: map[string]Placement{"cpu": {Nodes: shares{"a": {2, 2}, "b": {1, 1}}}},
+			want:    map[string]shares{"cpu": {"a": {1, 1}, "b": {1, 1}, "c": {1, 1}}},
+		},
+		{
+			name:     "scale-in: a node with no part of the minimum and nothing of the project leaves",
+			projects: []store.Project{project("cpu", 0, 2, 0, 0)},
+			nodes:    []NodeInfo{withLoad(node("a", 1), "cpu", ProjectLoad{Replicas: 1, Busy: 1, Max: 1}), node("b", 2)},
+			current:  map[string]Placement{"cpu": {Nodes: shares{"a": {0, 1}, "b": {0, 1}}}},
+			want:     map[string]shares{"cpu": {"a": {0, 2}}},
+		},
+		{
+			name:     "no scale-in of a node that joined less than scaleInAfter ago",
+			projects: []store.Project{project("cpu", 0, 2, 0, 0)},
+			nodes:    []NodeInfo{withLoad(node("a", 1), "cpu", ProjectLoad{Replicas: 1, Busy: 1, Max: 1}), node("b", 2)},
+			current: map[string]Placement{"cpu": {Nodes: shares{"a": {0, 1}, "b": {0, 1}},
+				Joined: map[string]time.Time{"b": placedAt.Add(-scaleInAfter / 2)}}},
+			want: map[string]shares{"cpu": {"a": {0, 1}, "b": {0, 1}}},
+		},
+		{
+			name:     "scale-in keeps one node",
+			projects: []store.Project{project("cpu", 0, 2, 0, 0)},
+			nodes:    []NodeInfo{node("a", 1), node("b", 2)},
+			current:  map[string]Placement{"cpu": {Nodes: shares{"a": {0, 1}, "b": {0, 1}}}},
+			want:     map[string]shares{"cpu": {"b": {0, 2}}},
+		},
+		{
 			name:     "scale-out: a node at its max with calls queued gets company",
 			projects: []store.Project{project("cpu", 0, 2, 0, 0)},
 			nodes:    []NodeInfo{withLoad(node("a", 1), "cpu", ProjectLoad{Replicas: 1, Busy: 1, Queued: 3, Max: 1}), node("b", 2)},
@@ -139,13 +193,13 @@ func TestPlacement(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := place(tc.projects, tc.nodes, tc.current)
+			got := place(tc.projects, tc.nodes, tc.current, placedAt)
 			if !maps.EqualFunc(got, tc.want, func(a, b map[string]Share) bool { return maps.Equal(a, b) }) {
 				t.Errorf("placement = %v, want %v", got, tc.want)
 			}
 			// The same inputs give the same answer: the leader writes
 			// only changes.
-			if again := place(tc.projects, tc.nodes, tc.current); !maps.EqualFunc(got, again, func(a, b map[string]Share) bool { return maps.Equal(a, b) }) {
+			if again := place(tc.projects, tc.nodes, tc.current, placedAt); !maps.EqualFunc(got, again, func(a, b map[string]Share) bool { return maps.Equal(a, b) }) {
 				t.Errorf("a second pass gave %v, the first %v", again, got)
 			}
 		})

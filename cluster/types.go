@@ -64,8 +64,11 @@ type ProjectLoad struct {
 type Placement struct {
 	Project string           `json:"project"`
 	Nodes   map[string]Share `json:"nodes"`
-	Leader  string           `json:"leader"` // the node that wrote it
-	Updated time.Time        `json:"updated"`
+	// Joined is when each node entered the placement (the scale-in grace,
+	// cluster/placement.go); a node without one joined long ago.
+	Joined  map[string]time.Time `json:"joined,omitempty"`
+	Leader  string               `json:"leader"` // the node that wrote it
+	Updated time.Time            `json:"updated"`
 }
 
 // Share is one node's part of a project's replicas: its local minimum and

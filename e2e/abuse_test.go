@@ -241,15 +241,11 @@ func TestConnectionFloodLeavesHealthzAndReplicaBoots(t *testing.T) {
 		defer c.Close()
 	}
 	metric := func(name string) int {
-		_, body := doRaw(t, "GET", d.base+"/metrics", nil, "")
-		for _, line := range strings.Split(string(body), "\n") {
-			if v, ok := strings.CutPrefix(line, name+" "); ok {
-				n, _ := strconv.Atoi(v)
-				return n
-			}
+		v, ok := scrapeMetrics(t, d.base)[name]
+		if !ok {
+			t.Fatalf("/metrics has no %s", name)
 		}
-		t.Fatalf("/metrics has no %s", name)
-		return 0
+		return int(v)
 	}
 	capped := httpapi.DefaultMaxConnections(fileLimit)
 	// Every flood connection has been accepted once all but the cap's worth

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -64,16 +65,11 @@ func (c inferenceClient) waitState(callID, state string) {
 	eventually(c.t, time.Minute, "call "+callID+" "+state, func() bool { return c.check(callID, false)["message"] == state })
 }
 
-// metric returns the value of one sample line of /metrics, 0 if absent.
+// metric returns the value of one sample of /metrics, as Prometheus writes
+// it, "0" if absent.
 func (d *daemon) metric(t *testing.T, sample string) string {
 	t.Helper()
-	_, body := doRaw(t, "GET", d.base+"/metrics", nil, "")
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, sample+" "); ok {
-			return v
-		}
-	}
-	return "0"
+	return strconv.FormatFloat(scrapeMetrics(t, d.base)[sample], 'g', -1, 64)
 }
 
 func TestCancelEndToEnd(t *testing.T) {

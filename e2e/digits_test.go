@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,9 +90,42 @@ func TestDigitsModelEndToEnd(t *testing.T) {
 	})
 	t.Run("a malformed image fails the call with the model's reason", func(t *testing.T) {
 		r := c.start("mk-digits-1", `{"pixels":[1,2,3]}`, false)
-		want := "error: model returned HTTP 400: "
+		want := "error: model returned an error for this call: " // the project batches
 		if msg, _ := r["message"].(string); !strings.HasPrefix(msg, want) || !strings.Contains(msg, "want a list of 64 numbers") {
 			t.Fatalf("message %v, want %q and the shape", r["message"], want)
 		}
+	})
+	t.Run("calls that come together share forward passes, each answered with its own digit", func(t *testing.T) {
+		const n = 24
+		results := make(chan error, n)
+		var sizes sync.Map
+		for i := range n {
+			s := digitSamples[i%len(digitSamples)]
+			go func() {
+				r, err := c.tryStart("mk-digits-1", `{"pixels":`+s.pixels+`}`, false)
+				if err == nil {
+					var out map[string]any
+					if out, err = outputOf(r); err == nil && out["digit"] != float64(s.label) {
+						err = fmt.Errorf("digit %d classified as %v", s.label, out["digit"])
+					}
+					sizes.Store(i, r["batchSize"])
+				}
+				results <- err
+			}()
+		}
+		for range n {
+			if err := <-results; err != nil {
+				t.Error(err)
+			}
+		}
+		var seen []any
+		sizes.Range(func(_, v any) bool {
+			if v == nil {
+				t.Errorf("a call's answer has no batchSize: it did not go through the batch path")
+			}
+			seen = append(seen, v)
+			return true
+		})
+		t.Logf("batch sizes of %d concurrent calls: %v", n, seen)
 	})
 }

@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,24 +29,11 @@ func scrapeRaw(t *testing.T, base string) []byte {
 
 func parseMetrics(t *testing.T, body []byte) map[string]float64 {
 	t.Helper()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			t.Fatalf("bad exposition line %q", line)
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("bad value in %q: %v", line, err)
-		}
-		out[line[:i]] = v
+	m, err := testenv.ParseMetrics(body)
+	if err != nil {
+		t.Fatalf("/metrics: %v", err)
 	}
-	return out
+	return m
 }
 
 func TestMetricsEndToEnd(t *testing.T) {

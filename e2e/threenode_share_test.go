@@ -3,6 +3,7 @@ package e2e
 import (
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -53,6 +54,22 @@ func TestThreeNodeClusterSharesKeysProjectsAndCalls(t *testing.T) {
 		got := n3.client(t, key).check(r["callID"].(string), false)
 		if got["message"] != "success" || output(t, got)["echo"].(map[string]any)["tag"] != "check-on-3" {
 			t.Fatalf("check on node 3 = %v", got)
+		}
+	})
+
+	t.Run("an admin cancel through one node ends a call running on another", func(t *testing.T) {
+		r := n1.client(t, key).start("mk-echo", c.logged("cancel-elsewhere", `"sleep":60`), true)
+		id, _ := r["callID"].(string)
+		if id == "" {
+			t.Fatalf("start on node 1: %v", r)
+		}
+		ranOn := c.waitRun(t, "cancel-elsewhere", time.Minute)
+		via := c.others(ranOn)[0]
+		if out, err := via.d.cli("call", "cancel", id); err != nil || !strings.Contains(out, "Cancelled call "+id) {
+			t.Fatalf("inferd call cancel through %s of a call running on %s: %q, %v", via.name, ranOn, out, err)
+		}
+		if got := via.client(t, key).check(id, false); got["message"] != "error: cancelled by request" {
+			t.Errorf("the call after its cancel through %s: %v", via.name, got)
 		}
 	})
 

@@ -1,19 +1,31 @@
 // Package httpapi serves inferd's HTTP interfaces: the Banana-style inference
-// API (POST /start/v4, /check/v4 and their v3 twins), the project API
-// (/v1/projects), health probes, and the admin API that the daemon serves on
-// its unix socket.
+// API (POST /start/v4, /check/v4, /cancel/v4 and their v3 twins), the Banana
+// Client routes (POST /run/PROJECT/ROUTE), the project API (/v1/projects,
+// with a project's queue and warm-up), a call's events stream, the status
+// page and /v1/status, /metrics, health probes, and the admin API that the
+// daemon serves on its unix socket. In cluster mode (Options.Routing) it also
+// forwards starts, /run and cancels to the node that runs them and serves the
+// signed API between nodes under /cluster/v1/ (forward.go).
 //
-// The two API families answer errors differently, on purpose:
+// The API families answer errors differently, on purpose:
 //
-//   - Inference endpoints always answer HTTP 200 with a JSON object whose
-//     "message" carries the outcome ("success", a pending state, or
-//     "error: ..."), because the public SDKs turn any other status into an
-//     opaque "server error" and lose the message.
+//   - Inference endpoints answer HTTP 200 with a JSON object whose "message"
+//     carries the outcome ("success", a pending state, or "error: ..."),
+//     because the public SDKs turn any other status into an opaque "server
+//     error" and lose the message. One exception, in cluster mode: "error:
+//     cluster unavailable; retry" is HTTP 503 with the same body, so that a
+//     load balancer may try another node (etcd not answering, no node to
+//     forward to, or a forward whose node died before answering).
+//   - The Banana Client routes (run.go) answer with the statuses that SDK
+//     acts on (200 the model's reply, 500 a failed call, 503 to retry, 504
+//     still running) and a JSON error body otherwise.
 //   - Project and admin endpoints use HTTP status codes with a JSON body
 //     {"error": {"code": "...", "message": "..."}}.
 //
-// Which error becomes which status or message is decided in one place,
-// errors.go. The package consumes the store and scheduler through the small
-// Store, Scheduler and AdminStore interfaces declared here, so tests run on
+// Which error becomes which status and message is decided in errors.go for
+// the inference, project and admin endpoints (inferenceMessage,
+// inferenceStatus, apiError), and in run.go for the Banana Client routes. The
+// package consumes the store and scheduler through the small interfaces
+// declared here (Store, Scheduler, AdminStore and others), so tests run on
 // in-memory fakes.
 package httpapi

@@ -74,6 +74,10 @@ type inferenceResponse struct {
 	QueueMs    *int64      `json:"queueMs,omitempty"`
 	BootMs     *int64      `json:"bootMs,omitempty"`
 	RunMs      *int64      `json:"runMs,omitempty"`
+	// BatchSize and BatchWaitMs: for a call that ran in a batch, how many
+	// calls the batch carried and how long it waited for it to fill.
+	BatchSize   *int   `json:"batchSize,omitempty"`
+	BatchWaitMs *int64 `json:"batchWaitMs,omitempty"`
 
 	succeeded bool            // modelOutputs is [outputs], not null
 	listed    bool            // outputs are the modelOutputs list already (streamed)
@@ -167,11 +171,10 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 	case err != nil:
 		a.fail(w, r, err)
 		return
-	case !mayAccess(key, project.TeamID):
-		a.fail(w, r, errUnknownModelKey) // never reveal another team's project
-		return
-	case !key.ReachesProject(project.ID):
-		a.fail(w, r, errNotAllowedProject(project.ID))
+	case !mayReach(key, project.TeamID, project.ID):
+		// Never reveal a project the key may not reach, another team's or
+		// one outside its allowlist: the answer is an unknown modelKey's.
+		a.fail(w, r, errUnknownModelKey)
 		return
 	}
 	// In cluster mode a project placed on other nodes runs there.
@@ -324,6 +327,9 @@ func (a *api) callResponse(c store.Call) inferenceResponse {
 	if c.BootMs > 0 {
 		resp.BootMs = &c.BootMs
 	}
+	if c.BatchSize > 0 {
+		resp.BatchSize, resp.BatchWaitMs = &c.BatchSize, &c.BatchWaitMs
+	}
 	return resp
 }
 
@@ -441,7 +447,7 @@ func (a *api) decodeCheck(w http.ResponseWriter, r *http.Request) (args checkArg
 // object; it returns the body as read with the fields decoded from it.
 func (a *api) decodeInference(w http.ResponseWriter, r *http.Request) (inferenceRequest, []byte, error) {
 	var req inferenceRequest
-	body, err := readBody(w, r, a.opts.MaxBodyBytes)
+	body, err := a.readBody(w, r, a.opts.MaxBodyBytes)
 	if err != nil {
 		return req, nil, err
 	}

@@ -270,7 +270,8 @@ func TestCheckReportsState(t *testing.T) {
 		{"queued", store.Call{ID: "c1", TeamID: "acme", State: store.CallQueued}, keyAcme, "queued", "null", nil, []string{"queueMs", "bootMs", "runMs"}},
 		{"booting", store.Call{ID: "c1", TeamID: "acme", State: store.CallBooting, BootMs: 1200}, keyAcme, "booting", "null", []string{"bootMs"}, []string{"queueMs", "runMs"}},
 		{"running", store.Call{ID: "c1", TeamID: "acme", State: store.CallRunning, Dispatched: finished, QueueMs: 4}, keyAcme, "running", "null", []string{"queueMs"}, []string{"runMs"}},
-		{"succeeded", store.Call{ID: "c1", TeamID: "acme", State: store.CallSucceeded, Outputs: json.RawMessage(`{"a":[1,2]}`), Dispatched: finished, Finished: finished, QueueMs: 0, RunMs: 9}, keyAcme, "success", `[{"a":[1,2]}]`, []string{"queueMs", "runMs"}, []string{"bootMs"}},
+		{"succeeded", store.Call{ID: "c1", TeamID: "acme", State: store.CallSucceeded, Outputs: json.RawMessage(`{"a":[1,2]}`), Dispatched: finished, Finished: finished, QueueMs: 0, RunMs: 9}, keyAcme, "success", `[{"a":[1,2]}]`, []string{"queueMs", "runMs"}, []string{"bootMs", "batchSize", "batchWaitMs"}},
+		{"succeeded in a batch", store.Call{ID: "c1", TeamID: "acme", State: store.CallSucceeded, Outputs: json.RawMessage(`1`), Dispatched: finished, Finished: finished, BatchSize: 8}, keyAcme, "success", `[1]`, []string{"queueMs", "runMs", "batchSize", "batchWaitMs"}, []string{"bootMs"}},
 		{"failed", store.Call{ID: "c1", TeamID: "acme", State: store.CallFailed, Message: "error: model process exited (signal killed) during inference", Dispatched: finished, RunMs: 3}, keyAcme, "error: model process exited (signal killed) during inference", "null", []string{"queueMs", "runMs"}, nil},
 		{"admin sees another team's call", store.Call{ID: "c1", TeamID: "acme", State: store.CallRunning}, keyAdmin, "running", "null", nil, nil},
 	}

@@ -1,11 +1,9 @@
 package httpapi
 
 import (
-	"bufio"
 	"fmt"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,33 +11,20 @@ import (
 	vm "github.com/VictoriaMetrics/metrics"
 
 	"inferd/gpu"
+	"inferd/internal/testenv"
 	"inferd/scheduler"
 	"inferd/store"
 	"inferd/webhook"
 )
 
-// parseExposition reads `name{labels} value` lines into a map keyed by
-// `name{labels}` as written; comments and blank lines are skipped.
+// parseExposition reads an exposition text (testenv.ParseMetrics).
 func parseExposition(t *testing.T, text string) map[string]float64 {
 	t.Helper()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(strings.NewReader(text))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			t.Fatalf("bad exposition line %q", line)
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("bad value in %q: %v", line, err)
-		}
-		out[line[:i]] = v
+	m, err := testenv.ParseMetrics([]byte(text))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return m
 }
 
 type fakeStoreStats struct{}
@@ -95,6 +80,8 @@ func loadedMetrics() *Metrics {
 	m.CallCancelled("echo")
 	m.CallExpired("echo")
 	m.CallRetried("echo")
+	m.BatchDispatched("echo", 16, 3*time.Millisecond)
+	m.BatchDispatched("echo", 5, 0)
 	return m
 }
 
@@ -121,6 +108,11 @@ func TestMetricsEndpoint(t *testing.T) {
 		`inferd_call_run_seconds_sum{project="echo"}`:                          0.26,
 		`inferd_call_boot_seconds_sum{project="echo"}`:                         1.5,
 		`inferd_call_queue_seconds_bucket{project="echo",le="0.025"}`:          2, // cumulative: both dispatched calls
+		`inferd_batch_size_count{project="echo"}`:                              2,
+		`inferd_batch_size_sum{project="echo"}`:                                21,
+		`inferd_batch_size_bucket{project="echo",le="8"}`:                      1,
+		`inferd_batch_wait_seconds_sum{project="echo"}`:                        0.003,
+		`inferd_batch_wait_seconds_bucket{project="echo",le="0.001"}`:          1,
 		`inferd_replica_starts_total{project="echo"}`:                          2,
 		`inferd_replica_crashes_total{project="echo"}`:                         1,
 		`inferd_replica_oom_kills_total{project="echo"}`:                       1,

@@ -120,6 +120,11 @@ type statusProject struct {
 	// RecentFailures counts the project's failed calls that finished within
 	// failureWindow, among the recent calls.
 	RecentFailures int `json:"recentFailures"`
+	// BatchMaxSize is the project's batch.maxSize when it batches; Batches
+	// and MeanBatchSize what it has sent since the daemon started.
+	BatchMaxSize  int     `json:"batchMaxSize,omitempty"`
+	Batches       int64   `json:"batches,omitempty"`
+	MeanBatchSize float64 `json:"meanBatchSize,omitempty"`
 	// Queue is the first queued calls in dispatch order, each with why it
 	// waits and when it should be done (the scheduler's estimate).
 	Queue []scheduler.QueuedCall `json:"queue"`
@@ -173,28 +178,6 @@ type statusAll struct {
 
 type results[T any] struct {
 	Results []T `json:"results"`
-}
-
-// register adds the status routes.
-func (s *statusAPI) register(handle func(method, path string, h httprouter.Handle)) {
-	for _, slash := range []string{"", "/"} {
-		handle(http.MethodGet, "/v1/status"+slash, s.all)
-		handle(http.MethodGet, "/v1/status/gpus"+slash, list(s, false, s.gpus))
-		handle(http.MethodGet, "/v1/status/projects"+slash, list(s, true, s.projects))
-		handle(http.MethodGet, "/v1/status/calls"+slash, list(s, true, s.calls))
-		handle(http.MethodGet, "/v1/status/usage"+slash, s.usage)
-	}
-	handle(http.MethodGet, "/v1/status/projects/:id/replicas/:replica/logs", s.logs)
-	if s.opts.Cluster != nil {
-		for _, slash := range []string{"", "/"} {
-			handle(http.MethodGet, "/v1/status/cluster"+slash, s.cluster)
-		}
-	}
-	if s.src.History != nil {
-		for _, slash := range []string{"", "/"} {
-			handle(http.MethodGet, "/v1/status/history"+slash, s.history)
-		}
-	}
 }
 
 // view is what one request may see, read once.
@@ -435,15 +418,20 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 		lp := live[p.ID]
 		sp := statusProject{
 			ID: p.ID, TeamID: p.TeamID,
-			MinReplicas: p.MinReplicas, MaxReplicas: p.MaxReplicas, GPUs: gpusPerReplica(p.Model),
+			MinReplicas: p.MinReplicas, MaxReplicas: p.MaxReplicas, GPUs: p.Model.GPUDemand().GPUs,
 			Queued: lp.Queued, Running: lp.Running, Waiting: explainWait(lp.Waiting, v.snapshot, p.Model),
 			LastError: lp.LastError, LastErrorReplica: lp.LastErrorReplica, RecentFailures: failures[p.ID],
 			OOMKills: lp.OOMKills,
 			Replicas: make([]statusReplica, 0, len(lp.Replicas)),
 			Queue:    lp.Queue,
+
+			Batches: lp.Batches, MeanBatchSize: lp.MeanBatchSize,
 		}
 		if sp.Queue == nil {
 			sp.Queue = []scheduler.QueuedCall{}
+		}
+		if p.Model.Batch.On() {
+			sp.BatchMaxSize = p.Model.Batch.MaxSize
 		}
 		if !lp.LastErrorAt.IsZero() {
 			t := lp.LastErrorAt.UTC()
@@ -488,23 +476,14 @@ func explainWait(waiting string, st scheduler.Status, m store.ModelSpec) string 
 				held++
 			}
 		}
-		need := fmt.Sprintf("%d per replica", gpusPerReplica(m))
-		if m.GPUMemoryMiB > 0 {
-			need = fmt.Sprintf("%d MiB of GPU memory per replica", m.GPUMemoryMiB)
+		d := m.GPUDemand()
+		need := fmt.Sprintf("%d per replica", d.GPUs)
+		if d.MemoryMiB > 0 {
+			need = fmt.Sprintf("%d MiB of GPU memory per replica", d.MemoryMiB)
 		}
 		return fmt.Sprintf("%s: needs %s, %d of %d GPUs held, see gpus and gpuMemoryMiB", waiting, need, held, len(st.GPUs))
 	}
 	return waiting
-}
-
-// gpusPerReplica is how many GPUs each replica of a project with model m
-// gets: gpuMemoryMiB without gpus is a share of one GPU (as the scheduler
-// places it).
-func gpusPerReplica(m store.ModelSpec) int {
-	if m.GPUs == 0 && m.GPUMemoryMiB > 0 {
-		return 1
-	}
-	return m.GPUs
 }
 
 func viewCalls(calls []store.Call, limit int) []statusCall {

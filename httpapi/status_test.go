@@ -53,7 +53,7 @@ func newStatusEnv(t *testing.T) (*testEnv, string) {
 	logs := local.LogDir(logDir)
 	devs := gpu.Simulated([]gpu.SimulatedGPU{{Name: "Sim A"}, {Name: "Sim B", MemoryMiB: 1024}}).Devices()
 	snap := scheduler.Status{Projects: []scheduler.ProjectStatus{
-		{ID: "echo", TeamID: "acme", Queued: 2, Running: 1, LastError: "model failed to start: boom", OOMKills: 2,
+		{ID: "echo", TeamID: "acme", Queued: 2, Running: 1, LastError: "model failed to start: boom", OOMKills: 2, Batches: 4, MeanBatchSize: 2.5,
 			Queue: []scheduler.QueuedCall{{ID: "c4", QueuePosition: 0, ETAMs: &queuedETA,
 				WaitingFor: &store.Wait{Code: scheduler.WaitReplicasBusy, Text: "all 1 replicas busy (next free in ~0.8 s)"}}},
 			Replicas: []scheduler.ReplicaStatus{{ID: "echo-1", State: "busy", Pid: 4242, GPUs: []string{devs[0].UUID},
@@ -181,6 +181,10 @@ func TestStatusProjectFigures(t *testing.T) {
 	}
 	if echo.Queued != 2 || echo.Running != 1 || echo.LastError != "model failed to start: boom" || echo.MaxReplicas != 3 || echo.OOMKills != 2 {
 		t.Errorf("echo = %+v", echo)
+	}
+	if echo.Batches != 4 || echo.MeanBatchSize != 2.5 || echo.BatchMaxSize != 0 {
+		t.Errorf("echo's batches: %d of %.1f calls on average, maxSize %d; want 4 of 2.5 from the scheduler, and no maxSize (it does not batch)",
+			echo.Batches, echo.MeanBatchSize, echo.BatchMaxSize)
 	}
 	r := echo.Replicas[0]
 	if r.ID != "echo-1" || r.State != "busy" || r.Pid != 4242 || !slices.Equal(r.GPUs, []int{0}) || r.UptimeSeconds != 90 || r.IdleExpiry != nil {

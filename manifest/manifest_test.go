@@ -64,6 +64,23 @@ func TestParseSandboxFields(t *testing.T) {
 	}
 }
 
+func TestParseBatch(t *testing.T) {
+	ps, err := Parse([]byte("projects:\n  - {id: a, team: t, modelKey: k, command: [x], inferPath: /p, batch: {maxSize: 16, maxWaitMs: 5}}\n"), "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := ps[0].Model; m.Batch != (store.BatchSpec{MaxSize: 16, MaxWaitMs: 5}) || m.BatchPath != "/p" {
+		t.Fatalf("batch %+v to %q, want maxSize 16, maxWaitMs 5 to the inferPath /p", m.Batch, m.BatchPath)
+	}
+	ps, err = Parse([]byte("projects:\n  - {id: a, team: t, modelKey: k, command: [x]}\n"), "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps[0].Model.Batch.On() {
+		t.Fatalf("batching is on by default: %+v", ps[0].Model.Batch)
+	}
+}
+
 func TestParseAppliesDefaults(t *testing.T) {
 	ps, err := Parse([]byte("projects:\n  - {id: tiny, team: t, modelKey: k, command: [./run]}\n"), "/x")
 	if err != nil {
@@ -93,6 +110,9 @@ func TestParseRejects(t *testing.T) {
 		{"bad protocol", "projects:\n  - {id: a, team: t, modelKey: k, command: [x], protocol: grpc}\n", "protocol"},
 		{"bad network", "projects:\n  - {id: a, team: t, modelKey: k, command: [x], network: bridge}\n", "network"},
 		{"tiny memoryMiB", "projects:\n  - {id: a, team: t, modelKey: k, command: [x], memoryMiB: 1}\n", "memoryMiB"},
+		{"batch of one", "projects:\n  - {id: a, team: t, modelKey: k, command: [x], batch: {maxSize: 1}}\n", "model.batch.maxSize: must be between 2 and 1024"},
+		{"potassium batch", "projects:\n  - {id: a, team: t, modelKey: k, command: [x], protocol: potassium, batch: {maxSize: 4}}\n",
+			`project a: model.batch: protocol "potassium" cannot batch`},
 		{"duplicate id", "projects:\n  - {id: a, team: t, modelKey: k, command: [x]}\n  - {id: a, team: t, modelKey: j, command: [x]}\n", "twice"},
 		{"not yaml", "projects: [\n", "manifest"},
 	}
@@ -151,6 +171,8 @@ func TestParseErrorsNameFieldAndProject(t *testing.T) {
 			`line 2: gpus in project a must be a whole number, not "two"`},
 		{"not a list", "projects:\n  - id: echo\n    command: python3 server.py\n",
 			`line 3: command in project echo must be a list of strings, not "python3 server.py"`},
+		{"batch typo", entry("    batch: {maxsize: 4}\n"),
+			"line 6: unknown field maxsize in project echo (did you mean maxSize?)"},
 		{"not a mapping", entry("    env: [A, B]\n"),
 			"line 6: env in project echo must be a mapping of names to strings, not a list"},
 		{"two mistakes", entry("    maxReplica: 2\n    gpus: two\n"),

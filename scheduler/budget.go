@@ -10,10 +10,9 @@ import "fmt"
 const DefaultMaxQueuedBytes = 1 << 30
 
 // admitBytes refuses a call whose inputs of size bytes would take project
-// p's queued bytes over the cap. It is the one admission check on bytes:
-// the queue counts them (fifo.bytes, kept as calls are pushed and leave),
-// and a per-team cap belongs here beside the project's, summing the
-// queued bytes of the team's projects.
+// p's queued bytes over the cap. The queue counts them (fifo.bytes, kept as
+// calls are pushed and leave); the team's queuedBytes quota sums those of
+// its projects (admitTeam, tenancy.go).
 func (s *Scheduler) admitBytes(p *project, size int64) error {
 	if waiting := p.queue.bytes(); waiting+size > s.cfg.MaxQueuedBytesPerProject && waiting > 0 {
 		return &queueBytesFullError{waiting: waiting}

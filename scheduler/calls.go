@@ -15,30 +15,50 @@ import (
 const maxRecentFailures = 10000
 
 // dispatch hands the project's next calls (highest priority, then oldest:
-// see queue) to its ready replicas with room.
+// see queue) to its ready replicas with room: a call per request, or for a
+// project that batches, a batch per request (batch.go), which may wait
+// for more calls.
 func (s *Scheduler) dispatch(p *project) {
 	now := s.clk.Now()
 	for {
 		c := p.queue.peek(now)
 		if c == nil || c.state != callQueued {
-			return // a later call never overtakes one whose first write is in flight
+			break // a later call never overtakes one whose first write is in flight
 		}
 		r := p.pick()
 		if r == nil {
-			return
+			break
 		}
 		if why := s.runBlocked(p); why != "" {
 			p.quotaWait = why
-			return
+			break
+		}
+		if p.batching() && c.c.Route == "" { // a route is the model's own path: never batched
+			if !s.dispatchBatch(p, r, now) {
+				return // the batch waits to fill
+			}
+			continue
 		}
 		p.queue.pop(c)
 		s.startCall(c, r)
 	}
+	s.endBatchWait(p)
 }
 
-// startCall marks c running on r, queues that write and starts the Infer
-// goroutine and the inference timeout.
+// startCall marks c running on r, alone, and starts its Infer goroutine.
 func (s *Scheduler) startCall(c *call, r *rep) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	s.attach(c, r, 0, 0)
+	// Inputs nil: the call is durable and they are read from the store
+	// by the Infer goroutine, off the loop (see infer).
+	s.runInfer(inferJob{ctx: ctx, c: c, id: c.c.ID, r: r, inst: r.inst, inputs: c.c.Inputs})
+}
+
+// attach marks c running on r, in a batch of batchSize calls that waited
+// batchWaitMs to fill (0, 0: alone), queues that write and starts the
+// inference timeout. The caller runs the request.
+func (s *Scheduler) attach(c *call, r *rep, batchSize int, batchWaitMs int64) {
 	s.move(c, callRunning)
 	c.expiry.stop() // dispatched in time
 	now := s.clk.Now()
@@ -48,6 +68,7 @@ func (s *Scheduler) startCall(c *call, r *rep) {
 	c.c.Attempt++
 	c.c.QueueMs = ms(now.Sub(c.c.Created))
 	c.c.BootMs = 0
+	c.c.BatchSize, c.c.BatchWaitMs = batchSize, batchWaitMs
 	if r.readyAt.After(c.c.Created) {
 		// The call waited for this replica to boot: from whichever came later,
 		// the call or the boot, until ready.
@@ -65,8 +86,6 @@ func (s *Scheduler) startCall(c *call, r *rep) {
 	r.idleT.stop()
 	c.p.running++
 
-	ctx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
 	secs := c.p.inferenceTimeout()
 	if c.c.Timeout > 0 && c.c.Timeout < secs {
 		secs = c.c.Timeout // a call may only shorten its project's timeout
@@ -76,14 +95,15 @@ func (s *Scheduler) startCall(c *call, r *rep) {
 	if !c.unsaved {
 		s.st.SaveCallAsync(c.c, s.logSaveErr(c, "saving a running call failed"))
 	}
-	// Inputs nil: the call is durable and they are read from the store
-	// by the Infer goroutine, off the loop (see infer).
-	s.runInfer(inferJob{ctx: ctx, c: c, id: c.c.ID, r: r, inst: r.inst, inputs: c.c.Inputs})
 }
 
 // infer runs one call on inst and reports the outcome. The failure message
 // is decided here, off the loop, because it looks at the process.
 func (s *Scheduler) infer(ctx context.Context, j inferJob) {
+	if j.b != nil {
+		s.inferBatch(ctx, j)
+		return
+	}
 	c, r, inst, inputs := j.c, j.r, j.inst, j.inputs
 	if isClosed(inst.Exited()) {
 		// Dispatched just as the process died: the model never saw the call,
@@ -160,6 +180,7 @@ func (s *Scheduler) requeue(c *call) {
 	c.c.ReplicaID = ""
 	c.c.Dispatched = time.Time{}
 	c.c.QueueMs, c.c.BootMs = 0, 0
+	c.c.BatchSize, c.c.BatchWaitMs = 0, 0
 	c.c.Attempt--
 	c.p.queue.pushFront(c)
 	if !c.unsaved {
@@ -189,15 +210,20 @@ func (s *Scheduler) onInferTimeout(c *call, seq uint64) {
 	if !c.timeout.fired(seq) || c.r == nil || c.finished() {
 		return
 	}
-	r := c.r
+	r, b := c.r, c.b
 	secs := c.timeoutSecs
+	msg := batchOf(c, msgInferenceTimeout(secs))
 	s.detach(c)
-	s.finish(c, store.CallFailed, nil, msgInferenceTimeout(secs))
+	s.finish(c, store.CallFailed, nil, msg)
 	// The replica's other calls end with it; say why, or they would read
-	// as a model crash.
+	// as a model crash. Those of the same batch timed out with it.
 	for other := range r.calls {
+		why := msgStoppedForTimeout(secs)
+		if b != nil && other.b == b {
+			why = msg
+		}
 		s.detach(other)
-		s.finish(other, store.CallFailed, nil, msgStoppedForTimeout(secs))
+		s.finish(other, store.CallFailed, nil, why)
 	}
 	s.log.Warn().Str("project", c.p.id).Str("replica", r.id).Str("call", c.c.ID).
 		Int("timeoutSeconds", secs).Msg("inference timed out; stopping the replica")
@@ -215,7 +241,11 @@ func (s *Scheduler) detach(c *call) {
 	}
 	c.p.running--
 	c.timeout.stop()
-	c.cancel()
+	if c.b != nil {
+		leaveBatch(c) // its batch's request goes on for the others
+	} else {
+		c.cancel()
+	}
 	c.r = nil
 }
 

@@ -143,9 +143,20 @@ func (s *Scheduler) abort(c *call, msg string) {
 // stays taken by it until Infer has returned (aborted), or is stopped if
 // that takes longer than AbortGrace.
 func (s *Scheduler) abortRun(c *call) {
+	if c.b != nil {
+		s.abortBatchCall(c)
+		return
+	}
 	r := c.r
 	s.detach(c)
 	c.abortedOn = r
+	s.abortStarted(r)
+}
+
+// abortStarted: a request on r was aborted; r stays taken by it until it
+// returns (abortEnded), and is stopped if that takes longer than
+// AbortGrace.
+func (s *Scheduler) abortStarted(r *rep) {
 	r.aborting++
 	if !r.abortT.armed() {
 		s.arm(&r.abortT, s.cfg.AbortGrace, func(seq uint64) event { return evAbortGrace{r: r, seq: seq} })
@@ -157,6 +168,11 @@ func (s *Scheduler) abortRun(c *call) {
 func (s *Scheduler) aborted(c *call) {
 	r := c.abortedOn
 	c.abortedOn = nil
+	s.abortEnded(r)
+}
+
+// abortEnded: an aborted request on r has returned (see abortStarted).
+func (s *Scheduler) abortEnded(r *rep) {
 	r.aborting--
 	if r.aborting == 0 {
 		r.abortT.stop()
@@ -200,6 +216,14 @@ func (s *Scheduler) onQueueExpired(c *call, seq uint64) {
 	if !c.expiry.fired(seq) || (c.state != callQueued && c.state != callSaving) {
 		return
 	}
+	if c.p.batchT.armed() {
+		// Held back only by its batch's wait, which ends at a call's
+		// queueTimeout: it goes now, with its batch.
+		s.dispatch(c.p)
+		if c.state != callQueued && c.state != callSaving {
+			return
+		}
+	}
 	c.p.queue.remove(c)
 	s.finish(c, store.CallFailed, nil, msgExpired(c.c.QueueTimeout))
 	s.cfg.Observer.CallExpired(c.p.id)
@@ -218,6 +242,7 @@ func (s *Scheduler) retry(c *call) bool {
 	c.c.ReplicaID = ""
 	c.c.Dispatched = time.Time{}
 	c.c.QueueMs, c.c.BootMs = 0, 0
+	c.c.BatchSize, c.c.BatchWaitMs = 0, 0
 	c.p.queue.pushFront(c)
 	s.cfg.Observer.CallRetried(c.p.id)
 	s.log.Info().Str("project", c.p.id).Str("call", c.c.ID).Int("attempt", c.c.Attempt).

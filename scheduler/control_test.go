@@ -394,6 +394,102 @@ func TestIdempotencyKeyRunsOnceAndReturnsOneCallID(t *testing.T) {
 	})
 }
 
+// The store read of an idempotency key runs on the start's goroutine, not
+// the loop's: a slow read (etcd) holds up no other start or status. Other
+// starts with the same key wait for that read, then get the one call.
+func TestIdempotencyKeyReadHoldsUpNothingElse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, other := testProject("c"), testProject("d")
+		h := newHarness(t, Config{}, nil, p, other)
+		defer h.stop()
+		reading, release := make(chan struct{}, 4), make(chan struct{})
+		slow := func() { reading <- struct{}{}; <-release }
+		h.st.afterKeyRead.Store(&slow)
+		req := Request{Inputs: json.RawMessage(`{"a":1}`), IdempotencyKey: "k1"}
+		ids := make(chan string, 2)
+		for range 2 {
+			go func() {
+				c, err := h.s.Start(context.Background(), p, req)
+				if err != nil {
+					t.Errorf("Start: %v", err)
+				}
+				ids <- c.ID
+			}()
+		}
+		h.settle()
+		if n := len(reading); n != 1 {
+			t.Fatalf("%d store reads of the key in flight, want 1: the second start waits for the first's", n)
+		}
+		snapped := make(chan Status, 1)
+		go func() { snapped <- h.s.Snapshot() }()
+		h.settle()
+		select {
+		case <-snapped:
+		default:
+			close(release)
+			t.Fatal("a status snapshot waited for a store read of an idempotency key")
+		}
+		h.submit(other, `{}`) // another project's start is admitted meanwhile
+		release <- struct{}{}
+		h.settle()
+		if a, b := <-ids, <-ids; a != b {
+			t.Errorf("two starts with one key got %s and %s", a, b)
+		}
+		close(release)
+		h.settle()
+		launched := h.launchedN(2) // one replica for c, one for d
+		for _, i := range launched {
+			h.ready(i)
+			h.call(i).reply(`{}`)
+			h.noCall(i)
+		}
+	})
+}
+
+// A start with a key that a live call holds is answered with that call,
+// even when the call's final write commits while the start is on its way:
+// the model runs once.
+func TestIdempotencyKeyRacingTheFinalWriteRunsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("c")
+		h := newHarness(t, Config{}, nil, p)
+		defer h.stop()
+		req := Request{Inputs: json.RawMessage(`{}`), IdempotencyKey: "k1", Wait: time.Hour}
+		first := make(chan store.Call, 1)
+		go func() {
+			c, _ := h.s.Start(context.Background(), p, req)
+			first <- c
+		}()
+		i := h.launched()
+		h.ready(i)
+		running := h.call(i)
+		// A read of the key from here on sees no stored call (the sync
+		// start is not written yet); it is held until the call has
+		// finished and its final write committed.
+		release := make(chan struct{})
+		hold := func() { <-release }
+		h.st.afterKeyRead.Store(&hold)
+		again := make(chan store.Call, 1)
+		go func() {
+			c, err := h.s.Start(context.Background(), p, req)
+			if err != nil {
+				t.Errorf("repeat: %v", err)
+			}
+			again <- c
+		}()
+		h.settle()
+		running.reply(`{"n":1}`)
+		h.settle()
+		close(release)
+		a, b := <-first, <-again
+		if a.ID == "" || a.ID != b.ID || b.State != store.CallSucceeded {
+			t.Errorf("the repeat got %+v; want the first call %s, succeeded", b, a.ID)
+		}
+		h.noCall(i)
+		h.noLaunch()
+	})
+}
+
 func TestRetriesRerunCrashedCallUnderSameID(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("c", func(p *store.Project) { p.Retries = 1 })

@@ -83,7 +83,7 @@ func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *int6
 	p := c.p
 	svc, svcOK := p.est.runs.mean()
 	boot, bootOK := p.est.boots.mean()
-	conc := p.concurrency()
+	conc := p.callsPerReplica() // a batching replica runs a batch of calls per slot
 
 	// The project's slots (room for one call on one replica) and when each
 	// is free, from now; unknown ones are left out.
@@ -98,7 +98,7 @@ func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *int6
 		switch r.state {
 		case stateReady:
 			ready++
-			room := conc - len(r.calls) - r.aborting
+			room := conc - len(r.calls) - r.aborting*max(conc/p.concurrency(), 1)
 			if room <= 0 {
 				busy++
 			}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -108,6 +109,18 @@ type testStore struct {
 	afterResultRead atomic.Pointer[func()]
 	// usageErr, when set, is what AddUsage answers (writing nothing).
 	usageErr atomic.Pointer[error]
+	// afterKeyRead, when set, runs after each CallByIdempotencyKey read,
+	// before it returns: a slow etcd, or what happens meanwhile.
+	afterKeyRead atomic.Pointer[func()]
+}
+
+// CallByIdempotencyKey runs afterKeyRead after the read.
+func (s *testStore) CallByIdempotencyKey(teamID, key string) (store.Call, error) {
+	c, err := s.Store.CallByIdempotencyKey(teamID, key)
+	if f := s.afterKeyRead.Load(); f != nil {
+		(*f)()
+	}
+	return c, err
 }
 
 // AddUsage writes to the memstore unless failUsage was called.
@@ -280,6 +293,7 @@ func (l *fakeBackend) Launch(spec backend.Spec) (backend.Instance, error) {
 		exited:  make(chan struct{}),
 		stopped: make(chan struct{}),
 		calls:   make(chan *fakeCall),
+		batches: make(chan *fakeBatch),
 		auto:    l.auto,
 		reply:   l.reply,
 	}
@@ -299,6 +313,7 @@ type fakeInstance struct {
 	exited  chan struct{}
 	stopped chan struct{} // closed by the first Stop
 	calls   chan *fakeCall
+	batches chan *fakeBatch
 	auto    bool
 	reply   json.RawMessage
 	// ignoreCancel: a model whose request does not end when Infer's ctx
@@ -359,25 +374,84 @@ func (i *fakeInstance) Infer(ctx context.Context, inputs json.RawMessage) (json.
 		return i.reply, nil
 	}
 	c := &fakeCall{inputs: inputs, answer: make(chan fakeAnswer, 1), stream: backend.StreamFrom(ctx), route: backend.RouteFrom(ctx)}
+	a, err := serveFake(ctx, i, i.calls, c, c.answer)
+	return a.out, cmp.Or(err, a.err)
+}
+
+// serveFake hands req to the test on ch and waits for its answer, as a
+// model would: a request ends with its context (unless the model ignores
+// cancels) or with the process.
+func serveFake[Req, Ans any](ctx context.Context, i *fakeInstance, ch chan<- Req, req Req, answer <-chan Ans) (Ans, error) {
+	var none Ans
 	select {
-	case i.calls <- c:
+	case ch <- req:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return none, ctx.Err()
 	case <-i.exited:
-		return nil, i.exitedErr()
+		return none, i.exitedErr()
 	}
 	done := ctx.Done()
 	if i.ignoreCancel.Load() {
 		done = nil
 	}
 	select {
-	case a := <-c.answer:
-		return a.out, a.err
+	case a := <-answer:
+		return a, nil
 	case <-done:
-		return nil, ctx.Err()
+		return none, ctx.Err()
 	case <-i.exited:
-		return nil, i.exitedErr()
+		return none, i.exitedErr()
 	}
+}
+
+// fakeBatch is one InferBatch waiting for the test's answer.
+type fakeBatch struct {
+	inputs []json.RawMessage
+	answer chan fakeBatchAnswer
+	ctx    context.Context // the InferBatch's: done once nobody waits for it
+}
+
+type fakeBatchAnswer struct {
+	items []backend.BatchItem
+	err   error
+}
+
+// reply answers the batch with one item per value: an output, or, for
+// "error: TEXT", the model's error for that call alone.
+func (b *fakeBatch) reply(vals ...string) {
+	items := make([]backend.BatchItem, len(vals))
+	for i, v := range vals {
+		if text, ok := strings.CutPrefix(v, "error: "); ok {
+			items[i].Err = text
+		} else {
+			items[i].Output = json.RawMessage(v)
+		}
+	}
+	b.answer <- fakeBatchAnswer{items: items}
+}
+
+func (b *fakeBatch) fail(err error) { b.answer <- fakeBatchAnswer{err: err} }
+
+// sent returns the inputs of the batch as one string, "a b c".
+func (b *fakeBatch) sent() string {
+	parts := make([]string, len(b.inputs))
+	for i, in := range b.inputs {
+		parts[i] = string(in)
+	}
+	return strings.Join(parts, " ")
+}
+
+func (i *fakeInstance) InferBatch(ctx context.Context, inputs []json.RawMessage) ([]backend.BatchItem, error) {
+	if i.auto {
+		items := make([]backend.BatchItem, len(inputs))
+		for k := range items {
+			items[k].Output = i.reply
+		}
+		return items, nil
+	}
+	b := &fakeBatch{inputs: inputs, answer: make(chan fakeBatchAnswer, 1), ctx: ctx}
+	a, err := serveFake(ctx, i, i.batches, b, b.answer)
+	return a.items, cmp.Or(err, a.err)
 }
 
 func (i *fakeInstance) exitedErr() error {

@@ -173,6 +173,24 @@ func TestGPUSharesPackByMemoryAndEvictOnlyWhatIsNeeded(t *testing.T) {
 	})
 }
 
+// A project's minimum replicas that share GPUs go to different GPUs while
+// there are GPUs for them: one GPU's failure takes one, not all.
+func TestGPUSharesOfOneProjectSpreadOverTheGPUs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := testProject("a", minMax(2, 2), gpuMemory(4000))
+		h := newHarness(t, Config{}, simulatedGPUs(2), a)
+		defer h.stop()
+		var on []string
+		for _, i := range h.launchedN(2) {
+			on = append(on, i.spec.GPUs...)
+		}
+		slices.Sort(on)
+		if !slices.Equal(on, []string{"GPU-0", "GPU-1"}) {
+			t.Errorf("a's two replicas are on %v; want one on each GPU", on)
+		}
+	})
+}
+
 func TestSubmitRejectsShareLargerThanAnyGPU(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("huge", gpuMemory(20000))

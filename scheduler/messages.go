@@ -128,3 +128,16 @@ func inferFailure(err error, exited bool, exitErr error) string {
 		return "error: model request failed: " + err.Error()
 	}
 }
+
+// msgBatchFailed is msg, the failure of a request that carried a batch of
+// n calls (a model error, a wrong count of outputs, a crash, a timeout),
+// saying that it ended every call of the batch.
+func msgBatchFailed(msg string, n int) string {
+	return fmt.Sprintf("%s (the whole batch of %d calls failed)", msg, n)
+}
+
+// msgBatchItemFailed fails one call of a batch that the model answered
+// with {"error": text} for it alone.
+func msgBatchItemFailed(text string) string {
+	return "error: model returned an error for this call: " + text
+}

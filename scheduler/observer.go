@@ -1,6 +1,10 @@
 package scheduler
 
-import "inferd/store"
+import (
+	"time"
+
+	"inferd/store"
+)
 
 // Observer is told about events worth counting, for metrics. Its methods run
 // on the scheduler's loop goroutine: they must be quick and never block.
@@ -29,6 +33,9 @@ type Observer interface {
 	// the scheduler writes it to the usage ledger, by hour, team and
 	// project; a call's own usage comes with CallFinished.
 	ReplicaUsage(rows []store.UsageRow)
+	// BatchDispatched reports a batch of size calls sent to a replica of a
+	// project that batches, after waiting wait for it to fill.
+	BatchDispatched(project string, size int, wait time.Duration)
 }
 
 // nopObserver is the Observer of a Config that sets none.
@@ -43,3 +50,5 @@ func (nopObserver) CallExpired(string)            {}
 func (nopObserver) CallRetried(string)            {}
 func (nopObserver) ReplicaOOMKilled(string)       {}
 func (nopObserver) ReplicaUsage([]store.UsageRow) {}
+
+func (nopObserver) BatchDispatched(string, int, time.Duration) {}

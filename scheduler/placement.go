@@ -14,6 +14,7 @@ import (
 // or one that has exited while the driver has not yet shown its memory back.
 type assignment struct {
 	replica   string
+	project   string   // the replica's project; "" for holds that do not count for spreading
 	gpus      []string // UUIDs
 	memoryMiB uint64   // per GPU; 0 = the whole GPU
 	// group is the replica's process group (its own pid: a replica leads
@@ -29,16 +30,15 @@ type assignment struct {
 type placementRequest struct {
 	gpus      int
 	memoryMiB uint64
+	// project, when set, is whose replica it is: a share goes first to the
+	// GPUs that hold the fewest of that project's replicas.
+	project string
 }
 
-// requestOf reads a model spec's GPU needs. gpuMemoryMiB without gpus means
-// a share of one GPU.
+// requestOf reads a model spec's GPU needs (store.ModelSpec.GPUDemand).
 func requestOf(m store.ModelSpec) placementRequest {
-	r := placementRequest{gpus: m.GPUs, memoryMiB: uint64(max(m.GPUMemoryMiB, 0))}
-	if r.memoryMiB > 0 && r.gpus == 0 {
-		r.gpus = 1
-	}
-	return r
+	d := m.GPUDemand()
+	return placementRequest{gpus: d.GPUs, memoryMiB: uint64(d.MemoryMiB)}
 }
 
 func (r placementRequest) String() string {
@@ -76,9 +76,12 @@ func (r placementRequest) eligible(d gpu.Device) bool {
 // usable memory in use: a GPU that something outside inferd fills is not
 // handed out whole.
 //
-// Whole GPUs go lowest index first. Shares go best fit: the devices with
-// the least free memory that still fits, so that whole GPUs stay whole for
-// requests that need them.
+// Whole GPUs go lowest index first. Shares spread: the devices that hold
+// the fewest replicas of the request's project first, so that one GPU's
+// failure takes as few of them as can be (a project's minReplicas on one
+// node go to different GPUs where they fit); among those, best fit: the
+// devices with the least free memory that still fits, so that whole GPUs
+// stay whole for requests that need them.
 //
 // It is a pure function so that placement rules can be tested as tables.
 func place(devices []gpu.Device, held []assignment, req placementRequest) ([]string, bool) {
@@ -88,6 +91,7 @@ func place(devices []gpu.Device, held []assignment, req placementRequest) ([]str
 	type cand struct {
 		d    gpu.Device
 		free uint64
+		same int // replicas of req.project on it
 	}
 	cands := make([]cand, 0, len(devices))
 	for _, d := range devices {
@@ -106,7 +110,7 @@ func place(devices []gpu.Device, held []assignment, req placementRequest) ([]str
 		}
 		free := min(d.MemoryFreeMiB-min(l.unusedMiB, d.MemoryFreeMiB), d.UsableMiB()-min(l.sharedMiB, d.UsableMiB()))
 		if free >= req.memoryMiB {
-			cands = append(cands, cand{d: d, free: free})
+			cands = append(cands, cand{d: d, free: free, same: req.sameProject(d, held)})
 		}
 	}
 	if len(cands) < req.gpus {
@@ -114,13 +118,24 @@ func place(devices []gpu.Device, held []assignment, req placementRequest) ([]str
 	}
 	// Stable: a GPU's MIG devices share its index and keep their order.
 	slices.SortStableFunc(cands, func(a, b cand) int {
-		return cmp.Or(cmp.Compare(a.free, b.free), cmp.Compare(a.d.Index, b.d.Index))
+		return cmp.Or(cmp.Compare(a.same, b.same), cmp.Compare(a.free, b.free), cmp.Compare(a.d.Index, b.d.Index))
 	})
 	out := make([]string, req.gpus)
 	for i := range out {
 		out[i] = cands[i].d.UUID
 	}
 	return out, true
+}
+
+// sameProject counts the holds on d of replicas of req's project.
+func (r placementRequest) sameProject(d gpu.Device, held []assignment) int {
+	n := 0
+	for _, a := range held {
+		if r.project != "" && a.project == r.project && slices.Contains(a.gpus, d.UUID) {
+			n++
+		}
+	}
+	return n
 }
 
 // load is what is on one device, as placement sees it.
@@ -234,7 +249,7 @@ func (s *Scheduler) assignments() []assignment {
 	for _, p := range s.order {
 		for _, r := range p.replicas {
 			if len(r.gpus) > 0 {
-				held = append(held, assignment{replica: r.id, gpus: r.gpus, memoryMiB: r.gpuMemMiB, group: r.info.Pid})
+				held = append(held, assignment{replica: r.id, project: p.id, gpus: r.gpus, memoryMiB: r.gpuMemMiB, group: r.info.Pid})
 			}
 		}
 	}

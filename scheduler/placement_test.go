@@ -44,6 +44,11 @@ func TestPlace(t *testing.T) {
 		{"share: does not fit beside it", two[:1], []assignment{hold("s-1", 10000, "A")}, placementRequest{gpus: 1, memoryMiB: 7000}, nil, false},
 		{"share: never on a whole-held GPU", two, []assignment{hold("w-1", 0, "A")}, placementRequest{gpus: 1, memoryMiB: 1}, []string{"B"}, true},
 		{"share: best fit keeps a GPU whole", two, []assignment{hold("s-1", 8000, "B")}, placementRequest{gpus: 1, memoryMiB: 4000}, []string{"B"}, true},
+		{"share: spreads a project's replicas over the GPUs", two, []assignment{{replica: "s-1", project: "s", gpus: []string{"B"}, memoryMiB: 8000}},
+			placementRequest{gpus: 1, memoryMiB: 4000, project: "s"}, []string{"A"}, true},
+		{"share: doubles up where the project has the fewest", two, []assignment{{replica: "s-1", project: "s", gpus: []string{"A"}, memoryMiB: 8000},
+			{replica: "s-2", project: "s", gpus: []string{"B"}, memoryMiB: 4000}, {replica: "s-3", project: "s", gpus: []string{"B"}, memoryMiB: 1000}},
+			placementRequest{gpus: 1, memoryMiB: 4000, project: "s"}, []string{"A"}, true},
 		{"share: best fit by the driver's free memory", []gpu.Device{dev(0, "A", 16384), dev(1, "B", 16384, 5000)}, nil, placementRequest{gpus: 1, memoryMiB: 4000}, []string{"B"}, true},
 		{"share: ties go to the lowest index", []gpu.Device{dev(1, "B", 16384), dev(0, "A", 16384)}, nil, placementRequest{gpus: 1, memoryMiB: 4000}, []string{"A"}, true},
 		{
@@ -195,22 +200,6 @@ func TestPlaceByWhatGPUsHold(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, tc.run)
-	}
-}
-
-func TestRequestOf(t *testing.T) {
-	for _, tc := range []struct {
-		gpus, mem int
-		want      placementRequest
-	}{
-		{0, 0, placementRequest{}},
-		{2, 0, placementRequest{gpus: 2}},
-		{0, 4096, placementRequest{gpus: 1, memoryMiB: 4096}}, // a share implies one GPU
-		{2, 4096, placementRequest{gpus: 2, memoryMiB: 4096}},
-	} {
-		if got := requestOf(store.ModelSpec{GPUs: tc.gpus, GPUMemoryMiB: tc.mem}); got != tc.want {
-			t.Errorf("requestOf(gpus %d, gpuMemoryMiB %d) = %+v, want %+v", tc.gpus, tc.mem, got, tc.want)
-		}
 	}
 }
 

@@ -41,6 +41,12 @@ type project struct {
 	waiting      string   // why a wanted replica is not booting, for the status
 	quotaWait    string   // why its team's quota holds it back this pass (tenancy.go), for the status
 
+	// Batching (batch.go): batchT ends the wait for a batch to fill, which
+	// began at waitSince; batches and batchedCalls count what was sent.
+	batchT                timer
+	waitSince             time.Time
+	batches, batchedCalls int64
+
 	// lastErrorAt and lastErrorReplica say when lastError happened and which
 	// replica's log tells more ("" when no replica's does), for the status.
 	lastErrorAt      time.Time
@@ -97,7 +103,7 @@ func (p *project) wantFor(queued int) int {
 			load += len(r.calls)
 		}
 	}
-	n := (load + p.concurrency() - 1) / p.concurrency()
+	n := (load + p.callsPerReplica() - 1) / p.callsPerReplica()
 	if len(p.warmers) > 0 {
 		n = max(n, 1)
 	}
@@ -109,7 +115,7 @@ func (p *project) wantFor(queued int) int {
 func (p *project) pick() *rep {
 	var best *rep
 	for _, r := range p.replicas {
-		if r.state != stateReady || r.draining || len(r.calls)+r.aborting >= p.concurrency() || r.exited() {
+		if r.state != stateReady || r.draining || r.slotsUsed() >= p.concurrency() || r.exited() {
 			continue
 		}
 		if best == nil || len(r.calls) > len(best.calls) {

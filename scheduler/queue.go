@@ -55,6 +55,8 @@ type call struct {
 	gpus           int
 	gpuWeight      float64
 	measured       *backend.Usage
+	// b is the batch it runs in (batch.go); nil when it runs alone.
+	b *batch
 }
 
 // fifo is a project's queue of calls waiting for a replica, oldest first.
@@ -221,6 +223,29 @@ func (q *queue) peek(now time.Time) *call {
 		}
 	}
 	return best
+}
+
+// each calls fn with the queued calls in the order peek and pop would hand
+// them out at now, until fn returns false; it changes nothing.
+func (q *queue) each(now time.Time, fn func(*call) bool) {
+	var next [numRanks]int
+	for i := range q.levels {
+		next[i] = q.levels[i].head
+	}
+	for {
+		best, level := (*call)(nil), -1
+		for i := range q.levels {
+			if l := &q.levels[i]; next[i] < len(l.items) {
+				if c := l.items[next[i]]; best == nil || q.before(c, best, now) {
+					best, level = c, i
+				}
+			}
+		}
+		if best == nil || !fn(best) {
+			return
+		}
+		next[level]++
+	}
 }
 
 // pop removes the call peek returned.

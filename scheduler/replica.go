@@ -10,8 +10,8 @@ import (
 	"inferd/store"
 )
 
-// replicaState is where a replica is in its life. "busy" is not a state: it
-// is a ready replica with calls in flight.
+// replicaState is where a replica is in its life. Busy (ReplicaBusy) is not
+// a state: it is a ready replica with calls in flight.
 type replicaState int
 
 const (
@@ -48,6 +48,9 @@ type rep struct {
 	// and abortT stops the replica if one has not within AbortGrace.
 	aborting int
 	abortT   timer
+	// batches counts the batch requests in flight on it, each holding one
+	// slot, and batched the calls of calls that run in them (batch.go).
+	batches, batched int
 	// bootTimedOut: stopped by the boot timeout, which counts as a failed
 	// boot once the process has exited.
 	bootTimedOut bool
@@ -83,13 +86,13 @@ func (r *rep) callList() []*call {
 func (r *rep) stateName() string {
 	switch {
 	case r.state == stateBooting:
-		return "booting"
+		return ReplicaBooting
 	case r.state == stateStopping:
-		return "stopping"
+		return ReplicaStopping
 	case len(r.calls) > 0, r.aborting > 0: // an aborted request still holds it
-		return "busy"
+		return ReplicaBusy
 	default:
-		return "ready"
+		return ReplicaReady
 	}
 }
 
@@ -264,9 +267,10 @@ func (s *Scheduler) gone(ev evExited) {
 	}
 	r.abortT.stop()
 	for _, c := range r.callList() {
+		msg := batchOf(c, msgExited(exitErr))
 		s.detach(c)
 		if !s.retry(c) {
-			s.finish(c, store.CallFailed, nil, msgExited(exitErr))
+			s.finish(c, store.CallFailed, nil, msg)
 		}
 	}
 	log := s.log.With().Str("project", p.id).Str("replica", r.id).Str("exit", exitStatus(exitErr)).Logger()

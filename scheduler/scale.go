@@ -180,6 +180,7 @@ func (s *Scheduler) setWaiting(waiting []*project, devices []gpu.Device) {
 // acquire takes a CPU slot or GPUs for one replica of p.
 func (s *Scheduler) acquire(p *project, devices []gpu.Device) (gpus []string, cpuSlot, ok bool) {
 	if req := requestOf(p.cfg.Model); req.gpus > 0 {
+		req.project = p.id // spread over the GPUs
 		held := s.assignments()
 		s.attribute(held, devices)
 		gpus, ok = place(devices, held, req)

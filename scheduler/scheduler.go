@@ -16,17 +16,26 @@ import (
 	"inferd/store"
 )
 
+// Defaults of Config's zero fields, beside DefaultMaxQueuedBytes (the
+// daemon's configuration starts from them too).
+const (
+	DefaultMaxQueuedPerProject = 1000
+	DefaultMaxBootFailures     = 3
+	DefaultRestartBackoff      = time.Second
+	DefaultMaxRestartBackoff   = 30 * time.Second
+)
+
 // Config tunes the scheduler. Zero values take the defaults named per field.
 // How replicas run (their logs, user, stop grace, the CPU slots and GPUs) is
 // the backend's to decide, not the scheduler's.
 type Config struct {
-	MaxQueuedPerProject int // calls waiting per project before Submit refuses; default 1000
+	MaxQueuedPerProject int // calls waiting per project before Submit refuses; default DefaultMaxQueuedPerProject
 	// MaxQueuedBytesPerProject caps the inputs, in bytes, of the calls
 	// waiting per project (see budget.go); default DefaultMaxQueuedBytes.
 	MaxQueuedBytesPerProject int64
-	MaxBootFailures          int           // consecutive failed boots before queued calls fail; default 3
-	RestartBackoff           time.Duration // first wait after a crash or failed boot, doubling; default 1s
-	MaxRestartBackoff        time.Duration // cap of that wait; default 30s
+	MaxBootFailures          int           // consecutive failed boots before queued calls fail; default DefaultMaxBootFailures
+	RestartBackoff           time.Duration // first wait after a crash or failed boot, doubling; default DefaultRestartBackoff
+	MaxRestartBackoff        time.Duration // cap of that wait; default DefaultMaxRestartBackoff
 	GPUPoll                  time.Duration // while a project waits for GPU, how often free GPU memory is re-read; default 1s
 	// AbortGrace is how long a replica whose call was cancelled may take to
 	// be free again (its request to the model aborted) before it is
@@ -60,19 +69,19 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if c.MaxQueuedPerProject <= 0 {
-		c.MaxQueuedPerProject = 1000
+		c.MaxQueuedPerProject = DefaultMaxQueuedPerProject
 	}
 	if c.MaxQueuedBytesPerProject <= 0 {
 		c.MaxQueuedBytesPerProject = DefaultMaxQueuedBytes
 	}
 	if c.MaxBootFailures <= 0 {
-		c.MaxBootFailures = 3
+		c.MaxBootFailures = DefaultMaxBootFailures
 	}
 	if c.RestartBackoff <= 0 {
-		c.RestartBackoff = time.Second
+		c.RestartBackoff = DefaultRestartBackoff
 	}
 	if c.MaxRestartBackoff <= 0 {
-		c.MaxRestartBackoff = 30 * time.Second
+		c.MaxRestartBackoff = DefaultMaxRestartBackoff
 	}
 	c.MaxRestartBackoff = max(c.MaxRestartBackoff, c.RestartBackoff)
 	if c.GPUPoll <= 0 {
@@ -156,6 +165,10 @@ type Scheduler struct {
 	order    []*project       // projects sorted by id: stable iteration
 	calls    map[string]*call // live calls: queued, running, or final write pending
 	idem     map[string]*call // live calls started with an idempotency key, by store.IdempotencyIndexKey
+	// keyReads are the idempotency keys held for a start reading the store
+	// off the loop, with the starts of the same key queued behind it
+	// (idempotency.go).
+	keyReads map[string][]startReq
 	failures recentFailures
 	resave   resaveQueue    // failures to write again once the store takes writes
 	results  *sharedResults // finished calls read from the store, see Lookup
@@ -218,6 +231,7 @@ func New(cfg Config, st Store, b backend.Backend, clk Clock, log zerolog.Logger)
 		projects: map[string]*project{},
 		calls:    map[string]*call{},
 		idem:     map[string]*call{},
+		keyReads: map[string][]startReq{},
 		failures: newRecentFailures(maxRecentFailures),
 		results:  newSharedResults(),
 		loading:  map[string]bool{},
@@ -394,6 +408,10 @@ func (s *Scheduler) handle(ev event) {
 		s.onAbortGrace(ev.r, ev.seq)
 	case evBackoffDone:
 		ev.p.backoffT.fired(ev.seq) // the pass boots what is needed
+	case evBatchDue:
+		ev.p.batchT.fired(ev.seq) // the pass sends the batch
+	case evBatchDone:
+		s.onBatchDone(ev)
 	case evGPUPoll:
 		s.gpuPoll.fired(ev.seq) // the pass re-reads the inventory
 	case evProjectChanged:
@@ -454,6 +472,7 @@ func (s *Scheduler) shutdown() {
 	s.flushUsageAtShutdown()
 	for _, p := range s.order {
 		p.backoffT.stop()
+		p.batchT.stop()
 		for _, r := range p.replicas {
 			r.boot.stop()
 			r.idleT.stop()

@@ -88,16 +88,25 @@ type startReq struct {
 	c     store.Call
 	sync  bool             // answer at once with the live call, write nothing yet
 	reply chan startResult // buffered
+	// A start with an idempotency key comes to the loop twice when no live
+	// call holds its key: read is set the second time, with what the
+	// store read for the key (stored, storeErr) off the loop, and gaveUp
+	// when the caller's ctx ended meanwhile (idempotency.go).
+	read     bool
+	stored   store.Call
+	storeErr error
+	gaveUp   bool
 }
 
 // startResult answers a start: at admission (a sync start, or a refusal) or
 // once the call's first write has committed.
 type startResult struct {
-	c        store.Call
-	call     *call // a sync start's live call, to wait on
-	err      error
-	finished bool // the final write was queued first: the answer is call's result, after done
-	repeat   bool // an idempotent repeat of a call the store answers for: c is the answer
+	c         store.Call
+	call      *call // a sync start's live call, to wait on
+	err       error
+	finished  bool // the final write was queued first: the answer is call's result, after done
+	repeat    bool // an idempotent repeat of a call the store answers for: c is the answer
+	readStore bool // the loop holds the start's idempotency key: read the store and come back
 }
 
 // persistReq asks the loop to make a sync start's call durable as it stands.
@@ -149,6 +158,11 @@ func (s *Scheduler) start(ctx context.Context, p store.Project, sr Request) (sto
 		return store.Call{}, errStopped
 	}
 	reply := req.reply
+	if sr.IdempotencyKey != "" {
+		if reply, err = s.readKey(ctx, req); err != nil {
+			return store.Call{}, err
+		}
+	}
 	if sync {
 		r := <-reply // admit answers a sync start at once
 		switch {
@@ -212,6 +226,14 @@ func finalAnswer(c *call) (store.Call, error) {
 // is answered at once with the live call; an async one once its first write
 // has committed.
 func (s *Scheduler) admit(req startReq) {
+	if req.read {
+		// The key is free again once this start is answered or admitted:
+		// the starts queued behind its read come next.
+		defer s.admitBehind(req)
+		if req.gaveUp {
+			return
+		}
+	}
 	if s.draining.Load() { // set before Drain's event reaches the loop
 		req.reply <- startResult{err: ErrShuttingDown}
 		return
@@ -325,42 +347,4 @@ func persistedResult(answer store.Call, err error) startResult {
 		return startResult{err: fmt.Errorf("save call: %w", err)}
 	}
 	return startResult{c: answer}
-}
-
-// repeated answers a start whose idempotency key belongs to a call already
-// kept, live or stored, and reports whether it did; otherwise the start is
-// admitted as a new call. The loop is the one place where starts are
-// admitted, so two starts with one key never both are: a live call's key is
-// in s.idem until its final write has committed (onFinal), and from then
-// on the store has it. The store read is one index lookup on the loop,
-// made only for starts that carry a key.
-func (s *Scheduler) repeated(req startReq) bool {
-	if c, ok := s.idem[string(store.IdempotencyIndexKey(req.c.TeamID, req.c.IdempotencyKey))]; ok {
-		switch {
-		case c.c.RequestHash != req.c.RequestHash:
-			req.reply <- startResult{err: ErrIdempotencyMismatch}
-		case req.sync:
-			req.reply <- startResult{call: c}
-		case c.state == callSaving:
-			// Its first write is in flight: answer once a write queued
-			// behind it has committed, as persist would.
-			answer := s.view(c)
-			s.st.SaveCallAsync(c.c, func(err error) { req.reply <- persistedResult(answer, err) })
-		default:
-			s.persist(c, s.view(c), req.reply)
-		}
-		return true
-	}
-	got, err := s.st.CallByIdempotencyKey(req.c.TeamID, req.c.IdempotencyKey)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return false
-	case err != nil:
-		req.reply <- startResult{err: fmt.Errorf("idempotency key: %w", err)}
-	case got.RequestHash != req.c.RequestHash:
-		req.reply <- startResult{err: ErrIdempotencyMismatch}
-	default:
-		req.reply <- startResult{c: got, repeat: true}
-	}
-	return true
 }

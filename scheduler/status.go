@@ -63,6 +63,10 @@ type ProjectStatus struct {
 	LastErrorAt      time.Time `json:"lastErrorAt,omitzero"`
 	LastErrorReplica string    `json:"lastErrorReplica,omitempty"`
 
+	// Batches is how many batches a project that batches has sent since
+	// the daemon started, and MeanBatchSize their mean number of calls.
+	Batches       int64   `json:"batches,omitempty"`
+	MeanBatchSize float64 `json:"meanBatchSize,omitempty"`
 	// Queue is the first maxStatusQueue calls of the queue in the order
 	// they would be dispatched, each with why it waits and its estimate.
 	Queue []QueuedCall `json:"queue"`
@@ -79,10 +83,23 @@ type QueuedCall struct {
 	WaitingFor    *store.Wait `json:"waitingFor"`
 }
 
+// The states of ReplicaStatus.State, as the status API, the metrics and
+// cluster placement name them. Busy is not a state of the loop's: it is a
+// ready replica with calls in flight.
+const (
+	ReplicaBooting  = "booting"
+	ReplicaReady    = "ready"
+	ReplicaBusy     = "busy"
+	ReplicaStopping = "stopping"
+)
+
+// ReplicaStates lists the states in the order of a replica's life.
+var ReplicaStates = []string{ReplicaBooting, ReplicaReady, ReplicaBusy, ReplicaStopping}
+
 // ReplicaStatus is one replica.
 type ReplicaStatus struct {
 	ID         string    `json:"id"`
-	State      string    `json:"state"` // booting, ready, busy or stopping
+	State      string    `json:"state"` // one of ReplicaStates
 	Pid        int       `json:"pid"`
 	GPUs       []string  `json:"gpus"`
 	Started    time.Time `json:"started"`
@@ -117,6 +134,9 @@ func (s *Scheduler) snapshot() Status {
 			ps.NodeMinReplicas, ps.NodeMaxReplicas = p.minReplicas(), p.maxReplicas()
 		}
 		ps.Queue = s.queueStatus(p)
+		if p.batches > 0 {
+			ps.Batches, ps.MeanBatchSize = p.batches, float64(p.batchedCalls)/float64(p.batches)
+		}
 		for _, r := range p.replicas {
 			rs := ReplicaStatus{
 				ID:         r.id,

@@ -20,6 +20,10 @@ type inferJob struct {
 	r      *rep
 	inst   backend.Instance
 	inputs json.RawMessage // nil: read them from the store
+	// A batch (batch.go) has b and its calls' inputs in batch instead of
+	// c, id and inputs.
+	b     *batch
+	batch []batchInput
 }
 
 // inferWorkers runs calls on goroutines that are kept for the next call,

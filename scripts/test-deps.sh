@@ -12,6 +12,7 @@ packages=(
   python3-sklearn   # examples/digits: the bundled 8x8 digits data set
   python3-flask     # examples/potassium: the Potassium stand-in is built on Flask
   iproute2          # e2e/threenode_test.go: network namespaces to cut a cluster node off
+  strace            # store/bolt/sync_test.go: every commit fdatasyncs the data file
 )
 
 missing=()

@@ -46,6 +46,8 @@ const (
 	MaxConcurrency   = 1000
 	MaxRetries       = 10
 	MinMemoryMiB     = 16 // a smaller memoryMiB could not start a model at all
+	MaxBatchSize     = 1024
+	MaxBatchWaitMs   = 10000 // a longer wait is a queue, not a batch
 )
 
 // NewProject returns a project with every default set: minReplicas 0,
@@ -72,8 +74,8 @@ func (p *Project) ApplyDefaults() { p.Model = p.Model.WithDefaults() }
 
 // WithDefaults returns m with its zero values replaced by the defaults:
 // protocol "http", health path "/healthz" ("/__status__" for potassium),
-// infer path "/", concurrency 1 and bootTimeout 600 s. It is the only place
-// that knows them.
+// infer path "/", batch path the infer path, concurrency 1 and bootTimeout
+// 600 s. It is the only place that knows them.
 func (m ModelSpec) WithDefaults() ModelSpec {
 	if m.Protocol == "" {
 		m.Protocol = ProtocolHTTP
@@ -86,6 +88,9 @@ func (m ModelSpec) WithDefaults() ModelSpec {
 	}
 	if m.InferPath == "" {
 		m.InferPath = DefaultInferPath
+	}
+	if m.BatchPath == "" {
+		m.BatchPath = m.InferPath
 	}
 	if m.Concurrency == 0 {
 		m.Concurrency = DefaultConcurrency
@@ -100,8 +105,8 @@ func (m ModelSpec) WithDefaults() ModelSpec {
 // replaced (drained) to serve next. It compares the whole spec, defaults
 // applied, in its stored encoding, except for the fields that running
 // replicas take as they are: the modelKey hash (a key rotation), concurrency
-// (how many calls the scheduler hands a replica) and bootTimeout (how long
-// the scheduler waits for one to start). Any other field, including one
+// and batch (how many calls and batches the scheduler hands a replica) and
+// bootTimeout (how long the scheduler waits for one to start). Any other field, including one
 // added later, describes how a replica is started, so a change to it
 // restarts them: forgetting a field here can only cost a needless restart,
 // never a stale replica.
@@ -116,8 +121,28 @@ func (m ModelSpec) RestartNeeded(next ModelSpec) bool {
 func (m ModelSpec) launchPart() ModelSpec {
 	m.KeyHash = ""
 	m.Concurrency = 0
+	m.Batch = BatchSpec{}
 	m.BootTimeout = 0
 	return m
+}
+
+// GPUDemand is what one replica of a model holds of GPUs: GPUs of them, each
+// whole (MemoryMiB 0) or shared, with MemoryMiB of its memory reserved.
+type GPUDemand struct {
+	GPUs      int   // 0: a CPU replica
+	MemoryMiB int64 // per GPU; 0: each GPU whole
+}
+
+// GPUDemand reads m's GPU needs: gpus, and gpuMemoryMiB per GPU. A
+// gpuMemoryMiB without gpus is a share of one GPU. This is the one rule:
+// the scheduler places replicas by it, the cluster leader places projects
+// on nodes by it, and quotas, the status, apply and doctor count by it.
+func (m ModelSpec) GPUDemand() GPUDemand {
+	d := GPUDemand{GPUs: max(m.GPUs, 0), MemoryMiB: int64(max(m.GPUMemoryMiB, 0))}
+	if d.GPUs == 0 && d.MemoryMiB > 0 {
+		d.GPUs = 1
+	}
+	return d
 }
 
 // Validate checks every field against its bounds and returns the first
@@ -183,6 +208,11 @@ func (m ModelSpec) validate() error {
 		return invalid("model.pidsMax", "must be 0 (no limit) or more")
 	case m.Network != "" && m.Network != NetworkPrivate && m.Network != NetworkHost:
 		return invalid("model.network", "must be %q or %q", NetworkPrivate, NetworkHost)
+	case m.BatchPath != "" && !strings.HasPrefix(m.BatchPath, "/"):
+		return invalid("model.batchPath", "must start with /")
+	}
+	if err := m.Batch.validate(m.Protocol); err != nil {
+		return err
 	}
 	for name, value := range m.Env {
 		if name == "" || strings.ContainsAny(name, "=\x00") {
@@ -201,6 +231,25 @@ func (m ModelSpec) validate() error {
 	}
 	if strings.ContainsRune(m.Dir, 0) {
 		return invalid("model.dir", "must not contain NUL")
+	}
+	return nil
+}
+
+// validate checks a batch setting: off (zero), or maxSize 2 to
+// MaxBatchSize with a wait of 0 to MaxBatchWaitMs, for a protocol that can
+// take a batch.
+func (b BatchSpec) validate(protocol string) error {
+	switch {
+	case b == BatchSpec{}:
+		return nil
+	case b.MaxSize < 2 || b.MaxSize > MaxBatchSize:
+		return invalid("model.batch.maxSize", "must be between 2 and %d (leave batch out to send one call at a time)", MaxBatchSize)
+	case b.MaxWaitMs < 0 || b.MaxWaitMs > MaxBatchWaitMs:
+		return invalid("model.batch.maxWaitMs", "must be between 0 and %d", MaxBatchWaitMs)
+	case protocol == ProtocolPotassium:
+		// A Potassium handler takes one request's JSON and answers it: the
+		// framework has no batch endpoint to send {"batch": [...]} to.
+		return invalid("model.batch", "protocol %q cannot batch: a Potassium handler answers one call per request (use protocol http with a batchPath, or leave batch out)", ProtocolPotassium)
 	}
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 func TestNewProjectDefaults(t *testing.T) {
 	p := store.NewProject("p", "t")
 	want := store.Project{ID: "p", TeamID: "t", MinReplicas: 0, MaxReplicas: 3, InferenceTimeout: 300, IdleTimeout: 30,
-		Model: store.ModelSpec{Protocol: "http", HealthPath: "/healthz", InferPath: "/", Concurrency: 1, BootTimeout: 600}}
+		Model: store.ModelSpec{Protocol: "http", HealthPath: "/healthz", InferPath: "/", BatchPath: "/", Concurrency: 1, BootTimeout: 600}}
 	if !store.SameContent(p, want) {
 		t.Errorf("NewProject = %+v, want %+v", p, want)
 	}
@@ -21,6 +21,13 @@ func TestNewProjectDefaults(t *testing.T) {
 	q.ApplyDefaults()
 	if q.Model.HealthPath != "/__status__" {
 		t.Errorf("potassium health path = %q", q.Model.HealthPath)
+	}
+	// The batch path is the infer path unless set.
+	var r store.Project
+	r.Model.InferPath = "/predict"
+	r.ApplyDefaults()
+	if r.Model.BatchPath != "/predict" {
+		t.Errorf("batch path = %q, want the infer path /predict", r.Model.BatchPath)
 	}
 }
 
@@ -95,6 +102,20 @@ func TestProjectValidate(t *testing.T) {
 		{"env value with NUL", func(p *store.Project) { p.Model.Env = map[string]string{"A": "b\x00c"} }, "model.env", ""},
 		{"command arg with NUL", func(p *store.Project) { p.Model.Command = []string{"/bin/model", "--x\x00"} }, "model.command", ""},
 		{"dir with NUL", func(p *store.Project) { p.Model.Dir = "/srv/\x00" }, "model.dir", ""},
+		{"batchPath relative", func(p *store.Project) { p.Model.BatchPath = "batch" }, "model.batchPath", "must start with /"},
+		{"batch off", func(p *store.Project) { p.Model.Batch = store.BatchSpec{} }, "", ""},
+		{"batch maxSize 2", func(p *store.Project) { p.Model.Batch = store.BatchSpec{MaxSize: 2} }, "", ""},
+		{"batch maxSize 1024 maxWaitMs 10000", func(p *store.Project) { p.Model.Batch = store.BatchSpec{MaxSize: 1024, MaxWaitMs: 10000} }, "", ""},
+		{"batch maxSize 1", func(p *store.Project) { p.Model.Batch = store.BatchSpec{MaxSize: 1, MaxWaitMs: 5} }, "model.batch.maxSize",
+			"must be between 2 and 1024 (leave batch out to send one call at a time)"},
+		{"batch maxWaitMs without maxSize", func(p *store.Project) { p.Model.Batch = store.BatchSpec{MaxWaitMs: 5} }, "model.batch.maxSize", ""},
+		{"batch maxSize 1025", func(p *store.Project) { p.Model.Batch = store.BatchSpec{MaxSize: 1025} }, "model.batch.maxSize", ""},
+		{"batch maxWaitMs -1", func(p *store.Project) { p.Model.Batch = store.BatchSpec{MaxSize: 4, MaxWaitMs: -1} }, "model.batch.maxWaitMs", "must be between 0 and 10000"},
+		{"batch maxWaitMs 10001", func(p *store.Project) { p.Model.Batch = store.BatchSpec{MaxSize: 4, MaxWaitMs: 10001} }, "model.batch.maxWaitMs", ""},
+		{"potassium batch", func(p *store.Project) {
+			p.Model.Protocol = store.ProtocolPotassium
+			p.Model.Batch = store.BatchSpec{MaxSize: 4}
+		}, "model.batch", `protocol "potassium" cannot batch: a Potassium handler answers one call per request (use protocol http with a batchPath, or leave batch out)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := storetest.Project("p", "t")
@@ -120,5 +141,24 @@ func TestProjectValidate(t *testing.T) {
 				t.Errorf("Error() = %q, want it to start with %q", err, tc.field+": ")
 			}
 		})
+	}
+}
+
+// One rule says what a replica holds of GPUs, read by the scheduler, the
+// cluster leader, quotas, the status and apply: gpuMemoryMiB alone is a
+// share of one GPU, never a CPU replica.
+func TestGPUDemand(t *testing.T) {
+	for _, tc := range []struct {
+		gpus, mem int
+		want      store.GPUDemand
+	}{
+		{0, 0, store.GPUDemand{}},
+		{2, 0, store.GPUDemand{GPUs: 2}},
+		{0, 4096, store.GPUDemand{GPUs: 1, MemoryMiB: 4096}},
+		{2, 4096, store.GPUDemand{GPUs: 2, MemoryMiB: 4096}},
+	} {
+		if got := (store.ModelSpec{GPUs: tc.gpus, GPUMemoryMiB: tc.mem}).GPUDemand(); got != tc.want {
+			t.Errorf("GPUDemand(gpus %d, gpuMemoryMiB %d) = %+v, want %+v", tc.gpus, tc.mem, got, tc.want)
+		}
 	}
 }

@@ -84,7 +84,23 @@ type ModelSpec struct {
 	MemoryMiB    int               `json:"memoryMiB,omitempty" yaml:"memoryMiB"` // memory of a replica's whole process tree; 0 = no limit
 	PidsMax      int               `json:"pidsMax,omitempty" yaml:"pidsMax"`     // processes and threads of a replica; 0 = no limit
 	Network      string            `json:"network,omitempty" yaml:"network"`     // NetworkPrivate, NetworkHost, or "" = the daemon's replica.network
+	// Batch turns on dynamic batching (zero: off): the scheduler hands a
+	// replica up to Batch.MaxSize queued calls in one request to BatchPath
+	// (default InferPath); see docs/protocols.md "Batches".
+	Batch     BatchSpec `json:"batch,omitzero" yaml:"batch"`
+	BatchPath string    `json:"batchPath,omitempty" yaml:"batchPath"`
 }
+
+// BatchSpec is a project's dynamic batching: up to MaxSize queued calls in
+// one request to the model, waiting at most MaxWaitMs from the first one's
+// arrival for more. The zero value is off.
+type BatchSpec struct {
+	MaxSize   int `json:"maxSize,omitempty" yaml:"maxSize"`
+	MaxWaitMs int `json:"maxWaitMs,omitempty" yaml:"maxWaitMs"`
+}
+
+// On reports whether batching is on: more than one call per request.
+func (b BatchSpec) On() bool { return b.MaxSize > 1 }
 
 // CallState is where an inference call is in its life.
 type CallState string
@@ -129,6 +145,12 @@ type Call struct {
 	QueueMs    int64           `json:"queueMs,omitempty"`
 	BootMs     int64           `json:"bootMs,omitempty"`
 	RunMs      int64           `json:"runMs,omitempty"`
+	// BatchSize is how many calls the request that ran this one carried
+	// (0: not batched: the project does not batch), and BatchWaitMs how
+	// much of QueueMs it waited for that batch to fill (see the
+	// scheduler's batch.go).
+	BatchSize   int   `json:"batchSize,omitempty"`
+	BatchWaitMs int64 `json:"batchWaitMs,omitempty"`
 	// InputBytes is the size of the stored inputs, filled in by the reads
 	// that leave the inputs out (PendingCalls, GetCallResult); never stored.
 	InputBytes int64 `json:"-"`

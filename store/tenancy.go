@@ -118,15 +118,6 @@ func (p Project) CheckCaps() error {
 	return nil
 }
 
-// GPUsPerReplica is how many GPUs one replica of m holds: gpus, or one GPU
-// for a share (gpuMemoryMiB without gpus).
-func (m ModelSpec) GPUsPerReplica() int {
-	if m.GPUs == 0 && m.GPUMemoryMiB > 0 {
-		return 1
-	}
-	return m.GPUs
-}
-
 // CheckProjects reports a *QuotaError when the projects of team (every
 // project of the team, as they would be) guarantee more than q allows:
 // their minReplicas together hold replicas, GPUs and CPU slots that are
@@ -141,7 +132,7 @@ func (q Quota) CheckProjects(team string, projects []Project) error {
 				What: "maxReplicas of project " + p.ID}
 		}
 		replicas += int64(p.MinReplicas)
-		if n := p.Model.GPUsPerReplica(); n > 0 {
+		if n := p.Model.GPUDemand().GPUs; n > 0 {
 			gpus += int64(p.MinReplicas) * int64(n)
 		} else {
 			cpu += int64(p.MinReplicas)

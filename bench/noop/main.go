@@ -16,12 +16,20 @@
 //	              line, as most model servers do)
 //	NOOP_REPLY_BYTES  reply {"data":"xxx..."} of this many bytes instead,
 //	              for the large-payload benchmark
+//	NOOP_ITEM_DELAY  a time each input adds (a batch of n: NOOP_DELAY +
+//	              n × this), e.g. 1ms: a GPU model's pass, for the
+//	              batching benchmark
+//	NOOP_SERIAL   1: one call or batch at a time, as a GPU runs one pass
+//	              at a time (by default calls overlap)
 //
-// The reply is {"ok":true}; the inputs are read and ignored.
+// The reply is {"ok":true}; the inputs are read and ignored. POST /batch
+// takes inferd's batch, {"batch": [inputs, ...]}, and answers
+// {"outputs": [reply, ...]}, one per input (docs/protocols.md "Batches").
 package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +37,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -70,15 +79,47 @@ func run(start time.Time) error {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(reply)
 	})
+	perItem, err := envDuration("NOOP_ITEM_DELAY")
+	if err != nil {
+		return err
+	}
+	var device sync.Mutex // held for a pass when NOOP_SERIAL=1
+	serial := os.Getenv("NOOP_SERIAL") == "1"
+	pass := func(items int) {
+		if serial {
+			device.Lock()
+			defer device.Unlock()
+		}
+		if d := delay + time.Duration(items)*perItem; d > 0 {
+			time.Sleep(d)
+		}
+	}
 	mux.HandleFunc("POST /", func(w http.ResponseWriter, r *http.Request) {
 		// Drain the body so the connection can be reused.
 		io.Copy(io.Discard, r.Body)
-		if delay > 0 {
-			time.Sleep(delay)
-		}
+		pass(1)
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Content-Length", strconv.Itoa(len(reply)))
 		w.Write(reply)
+	})
+	mux.HandleFunc("POST /batch", func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ Batch []json.RawMessage }
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, `{"error":"want {\"batch\": [...]}"}`, http.StatusBadRequest)
+			return
+		}
+		pass(len(req.Batch))
+		out := bytes.NewBufferString(`{"outputs":[`)
+		for i := range req.Batch {
+			if i > 0 {
+				out.WriteByte(',')
+			}
+			out.Write(reply)
+		}
+		out.WriteString("]}")
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(out.Len()))
+		w.Write(out.Bytes())
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:"+port)
 	if err != nil {

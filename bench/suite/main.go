@@ -91,6 +91,7 @@ func run(ctx context.Context, o options) error {
 		{"latency, concurrency 1", measureLatency},
 		{"throughput, no-op model, concurrency 64", measureThroughputNoop},
 		{"throughput, 10 ms model, concurrency 64", measureThroughput10ms},
+		{"batching: 20 ms + 1 ms per call model", measureBatching},
 		{"cluster: 3 nodes vs single box", measureCluster},
 		{"cold boot", measureColdBoot},
 		{"cold boot, quiet model", measureColdBootQuiet},
@@ -98,6 +99,9 @@ func run(ctx context.Context, o options) error {
 		{"scale-up under a burst", measureBurst},
 		{"stored calls: memory and file size", measureFill},
 		{"long-poll capacity", measureLongPolls},
+		{"edge budgets: held bodies", measureHeldBodies},
+		{"edge budgets: silent event streams", measureSilentStreams},
+		{"edge budgets: healthz under slow senders", measureHealthzUnderSlowSenders},
 	}
 	for _, s := range steps {
 		if !o.selected(s.name) {
@@ -281,6 +285,8 @@ const (
 
 // The projects, all on the no-op model. cold, coldquiet (a model that prints
 // nothing once listening) and burst scale to zero at once when idle; hang never answers, so its calls wait for the long-poll figure.
+// pass1 and pass16 are one model that costs 20 ms + 1 ms per call, one pass
+// at a time (a GPU's forward pass), without and with batching.
 const manifest = `projects:
   - {id: noop, team: bench, modelKey: mk-noop, command: [%[1]q], concurrency: 64, minReplicas: 1, maxReplicas: 1, bootTimeout: 30}
   - {id: noop10, team: bench, modelKey: mk-noop10, command: [%[1]q], env: {NOOP_DELAY: 10ms}, concurrency: 64, minReplicas: 1, maxReplicas: 1, bootTimeout: 30}
@@ -291,6 +297,9 @@ const manifest = `projects:
   - {id: hang, team: bench, modelKey: mk-hang, command: [%[1]q], env: {NOOP_DELAY: 1h}, concurrency: 1, minReplicas: 1, maxReplicas: 1, inferenceTimeout: 86400, bootTimeout: 30}
   - {id: bigq, team: bench, modelKey: mk-bigq, command: ["sh", "-c", %[5]q], concurrency: 1, minReplicas: 0, maxReplicas: 1, bootTimeout: 600}
   - {id: bigr, team: bench, modelKey: mk-bigr, command: [%[1]q], env: {NOOP_REPLY_BYTES: "%[6]d"}, concurrency: 32, minReplicas: 0, maxReplicas: 1, bootTimeout: 30}
+  - {id: pass1, team: bench, modelKey: mk-pass1, command: [%[1]q], env: {NOOP_DELAY: 20ms, NOOP_ITEM_DELAY: 1ms, NOOP_SERIAL: "1"}, concurrency: 1, minReplicas: 0, maxReplicas: 1, idleTimeout: 600, bootTimeout: 30}
+  - {id: pass16, team: bench, modelKey: mk-pass16, command: [%[1]q], env: {NOOP_DELAY: 20ms, NOOP_ITEM_DELAY: 1ms, NOOP_SERIAL: "1"}, batchPath: /batch, batch: {maxSize: 16, maxWaitMs: %[7]d}, concurrency: 1, minReplicas: 0, maxReplicas: 1, idleTimeout: 600, bootTimeout: 30}
+  - {id: huge, team: bench, modelKey: mk-huge, command: [%[1]q], env: {NOOP_REPLY_BYTES: "%[8]d"}, concurrency: 1, minReplicas: 0, maxReplicas: 1, bootTimeout: 30}
 `
 
 func startInferd(ctx context.Context, o options, e *env) error {
@@ -320,7 +329,7 @@ func startInferd(ctx context.Context, o options, e *env) error {
 	// bigq's model boots only once the gate file exists (measurePayloads).
 	e.gate = filepath.Join(e.dir, "bigq.gate")
 	gated := fmt.Sprintf("while [ ! -e %s ]; do sleep 0.05; done; exec %s", e.gate, o.noop)
-	data := fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog, e.coldQuietLog, gated, payloadSize)
+	data := fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog, e.coldQuietLog, gated, payloadSize, batchMaxWaitMs, bigResultBytes)
 	if err := os.WriteFile(mf, data, 0o644); err != nil {
 		return err
 	}

@@ -163,6 +163,43 @@ func measureThroughput10ms(ctx context.Context, e *env, o options, r *report) er
 	return nil
 }
 
+// batchMaxWaitMs is project pass16's batch.maxWaitMs: the most a batch
+// waits for more calls, and so the most batching may add to a lone call.
+const batchMaxWaitMs = 5
+
+// measureBatching runs one model, 20 ms + 1 ms per call and one pass at a
+// time, as project pass1 (a call per pass) and pass16 (batches of up to 16
+// calls), side by side: calls/s at c=64, where batching is for, and the
+// latency at c=1, where it must cost a lone call no more than maxWaitMs.
+func measureBatching(ctx context.Context, e *env, o options, r *report) error {
+	res, err := sideBySide(ctx, o, []runSpec{
+		e.inferd("no batching, c=64", loadgen.Start, "mk-pass1", 64),
+		e.inferd("batch maxSize 16, c=64", loadgen.Start, "mk-pass16", 64),
+	})
+	if err != nil {
+		return err
+	}
+	r.table("Batching, model of 20 ms + 1 ms per call (one pass at a time), concurrency 64", res,
+		"no batching, c=64", "no batching, c=64", "no batching, c=64", "batch maxSize 16, c=64")
+	ratio := res["batch maxSize 16, c=64"].throughput() / res["no batching, c=64"].throughput()
+	r.add("Throughput at c=64, 20 ms + 1 ms per call model, batch maxSize 16 / no batching",
+		fmt.Sprintf("%.1f×", ratio), "≥ 5×", ratio >= 5)
+
+	res, err = sideBySide(ctx, o, []runSpec{
+		e.inferd("no batching, c=1", loadgen.Start, "mk-pass1", 1),
+		e.inferd("batch maxSize 16, c=1", loadgen.Start, "mk-pass16", 1),
+	})
+	if err != nil {
+		return err
+	}
+	r.table("Batching, model of 20 ms + 1 ms per call, concurrency 1", res,
+		"no batching, c=1", "no batching, c=1", "no batching, c=1", "batch maxSize 16, c=1")
+	added := res["batch maxSize 16, c=1"].pct(50) - res["no batching, c=1"].pct(50)
+	r.add(fmt.Sprintf("Added latency at c=1, batch maxSize 16 vs no batching, p50 (maxWaitMs %d)", batchMaxWaitMs),
+		dur(added), fmt.Sprintf("≤ %d ms", batchMaxWaitMs), added <= batchMaxWaitMs*time.Millisecond)
+	return nil
+}
+
 // measureColdBoot calls the scaled-to-zero project cold again and again:
 // inferd's share is the call's latency less the model's own start and less a
 // warm sync call. The model's own start is measured in the same loop by

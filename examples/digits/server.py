@@ -2,9 +2,10 @@
 
 At boot it trains a small network on scikit-learn's bundled 8x8 digits data set
 (1797 images, shipped inside the sklearn package: nothing is downloaded), then
-serves GET /healthz (200 once trained) and POST / (classify). It runs on the GPU
-that inferd pins through CUDA_VISIBLE_DEVICES when CUDA can use it, else on CPU.
-Input and output shapes are in README.md.
+serves GET /healthz (200 once trained), POST / (classify) and POST /batch
+(inferd's batch protocol: many calls' images in one forward pass). It runs on
+the GPU that inferd pins through CUDA_VISIBLE_DEVICES when CUDA can use it, else
+on CPU. Input and output shapes are in README.md.
 """
 
 import json
@@ -107,25 +108,69 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         length = int(self.headers.get("Content-Length") or 0)
         try:
-            inputs = json.loads(self.rfile.read(length))
-            if not isinstance(inputs, dict):
-                raise ValueError("inputs must be a JSON object")
-            rows, batched = parse_images(inputs)
+            body = json.loads(self.rfile.read(length))
+        except ValueError as e:
+            self.reply(400, {"error": f"not JSON: {e}"})
+            return
+        if self.path == "/batch":
+            self.batch(body)
+            return
+        try:
+            rows, batched = parse_call(body)
         except ValueError as e:
             self.reply(400, {"error": str(e)})
             return
+        self.reply(200, self.answer(self.classify(rows), batched))
+
+    def batch(self, body):
+        """inferd's batch: {"batch": [inputs, ...]} answered with
+        {"outputs": [...]}, every call's images in one forward pass, and a
+        call with bad inputs answered {"error": ...} alone."""
+        calls = body.get("batch") if isinstance(body, dict) else None
+        if not isinstance(calls, list):
+            self.reply(400, {"error": 'want {"batch": [inputs, ...]}'})
+            return
+        rows, parts = [], []  # parts: (first row, rows, batched) or the error
+        for inputs in calls:
+            try:
+                mine, batched = parse_call(inputs)
+            except ValueError as e:
+                parts.append(str(e))
+                continue
+            parts.append((len(rows), len(mine), batched))
+            rows.extend(mine)
+        probs = self.classify(rows) if rows else None
+        outputs = []
+        for part in parts:
+            if isinstance(part, str):
+                outputs.append({"error": part})
+                continue
+            first, n, batched = part
+            outputs.append(self.answer(probs[first:first + n], batched))
+        self.reply(200, {"outputs": outputs})
+
+    def classify(self, rows):
+        """One forward pass over rows; the softmax per row, on the CPU."""
         x = torch.tensor(rows, dtype=torch.float32, device=self.device) / PIXEL_MAX
         with torch.no_grad():
-            probs = torch.softmax(self.net(x), dim=1).cpu()
+            return torch.softmax(self.net(x), dim=1).cpu()
+
+    def answer(self, probs, batched):
         digits = probs.argmax(dim=1).tolist()
         if batched:
-            self.reply(200, {"digits": digits, "device": self.device.type})
-            return
-        self.reply(200, {
+            return {"digits": digits, "device": self.device.type}
+        return {
             "digit": digits[0],
             "probabilities": [round(p, 4) for p in probs[0].tolist()],
             "device": self.device.type,
-        })
+        }
+
+
+def parse_call(inputs):
+    """One call's inputs: (rows, batched) or ValueError."""
+    if not isinstance(inputs, dict):
+        raise ValueError("inputs must be a JSON object")
+    return parse_images(inputs)
 
 
 def main():

@@ -114,6 +114,14 @@ type Instance interface {
 	// streams its reply tells ctx's Stream (WithStream) each line as it
 	// comes, and the reply is then the JSON array of the lines.
 	Infer(ctx context.Context, inputs json.RawMessage) (json.RawMessage, error)
+	// InferBatch sends the inputs of several calls to the model in one
+	// request (the batch protocol of a project with batch on; see
+	// docs/protocols.md) and returns one item per input, in order: the
+	// call's output, or the model's error for that call alone. Its errors
+	// are Infer's, ErrInvalidReply also for a reply whose outputs are not
+	// one per input; any error is the whole batch's. A batch reply never
+	// streams, and a call with a route is never batched.
+	InferBatch(ctx context.Context, inputs []json.RawMessage) ([]BatchItem, error)
 	// Stop ends the replica, gracefully first, and returns once it has
 	// exited. It is idempotent and safe to call concurrently.
 	Stop()
@@ -127,6 +135,14 @@ type Instance interface {
 	// can tell: its last finding while it booted (zero when it has none).
 	// It stays readable after Exited, so a failed boot can be explained.
 	BootProblem() BootProblem
+}
+
+// BatchItem is one call's part of a batch's reply (Instance.InferBatch):
+// its output, or Err, the model's error for that call alone (its
+// {"error": "..."} item), when it has none.
+type BatchItem struct {
+	Output json.RawMessage
+	Err    string
 }
 
 // BootProblem says why a replica did not get ready, in the operator's words.

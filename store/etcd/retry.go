@@ -53,13 +53,44 @@ const retryPause = 100 * time.Millisecond
 // fixed keys, and compare transactions whose compares make a second apply
 // change nothing (create-if-absent, a revision compare); the caller then
 // tells its own earlier write from another writer's.
+//
+// While etcd is known to be down (see down), a request gets one try: the
+// client's 503 comes within a try, not after the whole bound again.
 func (s *Store) retry(ctx context.Context, req func(ctx context.Context) error) (tries int, err error) {
+	return s.tries(ctx, req, false)
+}
+
+// retrying runs try, a write harmless to repeat (see retry), for up to
+// RetryFor: the bound of the writes the daemon waits on to make progress
+// (call writes, webhook delivery updates), longer than RequestTimeout so
+// that they outlast a slow etcd election. They go on trying while etcd is
+// known to be down (a result is kept if etcd comes back within RetryFor),
+// except once the store is closing: then one try, so that a shutdown
+// without quorum does not wait out RetryFor.
+func (s *Store) retrying(try func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.retryFor)
+	defer cancel()
+	_, err := s.tries(ctx, try, true)
+	return err
+}
+
+// tries is retry; patient requests (retrying's) keep trying while etcd is
+// known to be down, until the store closes.
+func (s *Store) tries(ctx context.Context, req func(ctx context.Context) error, patient bool) (tries int, err error) {
 	for {
 		tctx, cancel := context.WithTimeout(ctx, s.tryTO)
 		err = req(tctx)
 		cancel()
 		tries++
-		if err == nil || !retryable(err) || s.cli.Ctx().Err() != nil {
+		if err == nil {
+			s.unanswered.Store(0)
+			return tries, nil
+		}
+		if !retryable(err) || s.cli.Ctx().Err() != nil {
+			return tries, err
+		}
+		s.unanswered.CompareAndSwap(0, time.Now().UnixNano())
+		if s.down() && (!patient || s.closed.Load()) {
 			return tries, err
 		}
 		pause(ctx, retryPause)
@@ -69,15 +100,13 @@ func (s *Store) retry(ctx context.Context, req func(ctx context.Context) error) 
 	}
 }
 
-// retrying runs try, a write harmless to repeat (see retry), for up to
-// RetryFor: the bound of the writes the daemon waits on to make progress
-// (call writes, webhook delivery updates), longer than RequestTimeout so
-// that they outlast a slow etcd election.
-func (s *Store) retrying(try func(ctx context.Context) error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), s.retryFor)
-	defer cancel()
-	_, err := s.retry(ctx, try)
-	return err
+// down reports whether etcd is known to be down: no try has been answered
+// for a request's whole bound (RequestTimeout), longer than an etcd
+// election lasts, so quorum is lost or this node is cut off from it. Any
+// try answered ends it.
+func (s *Store) down() bool {
+	since := s.unanswered.Load()
+	return since != 0 && time.Since(time.Unix(0, since)) >= s.reqTO
 }
 
 // rangeOf is a Get retried within ctx (see retry).

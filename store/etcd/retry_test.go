@@ -113,7 +113,9 @@ func TestRequestsCaughtByALeaderChangeAnswerWithinTheElection(t *testing.T) {
 		worst = max(worst, time.Since(t0))
 	}
 	t.Logf("worst pause of a write and two reads while etcd changed leader: %s", worst)
-	if worst > 2*time.Second {
+	// The rule is "not the request's bound": under it, with room for a
+	// loaded 2-core box (2.3 s was seen with eight builds beside it).
+	if worst > 4*time.Second {
 		t.Errorf("a write and two reads took %s while etcd changed leader; want about the election and a try (300 ms), not the request's bound (5 s)", worst)
 	}
 }
@@ -139,6 +141,40 @@ func TestQuorumLostFailsRequestsAtTheirBound(t *testing.T) {
 	err = s.SaveCall(context.Background(), finalCall("call_lost"))
 	if took := time.Since(t0); !errors.Is(err, store.ErrUnavailable) || took < retryFor || took > retryFor+slack {
 		t.Errorf("SaveCall without quorum = %v after %s; want ErrUnavailable after RetryFor (%s)", err, took, retryFor)
+	}
+	// Etcd has now been unanswered for longer than a request's bound: the
+	// store knows it is down, and a request gets one try.
+	t0 = time.Now()
+	_, err = s.Authenticate(secret)
+	if took := time.Since(t0); !errors.Is(err, store.ErrUnavailable) || took > reqTO/2 {
+		t.Errorf("Authenticate once etcd is known to be down = %v after %s; want ErrUnavailable after one try (200 ms)", err, took)
+	}
+}
+
+// A store that knows etcd is down (no answer for a request's bound) closes
+// without waiting out RetryFor for the call writes queued: a shutdown
+// without quorum is bounded.
+func TestCloseWithoutQuorumDoesNotWaitOutRetries(t *testing.T) {
+	ms := threeMembers(t)
+	const reqTO, retryFor = time.Second, 20 * time.Second
+	s, secret := openWithKey(t, Options{Endpoints: ms[0].ClientURLs(), RequestTimeout: reqTO, RetryFor: retryFor,
+		TryTimeout: 200 * time.Millisecond})
+	ms[1].kill()
+	ms[2].kill()
+	if _, err := s.Authenticate(secret); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Authenticate without quorum = %v; want ErrUnavailable", err)
+	}
+	saved := make(chan error, 1)
+	s.SaveCallAsync(finalCall("call_at_shutdown"), func(err error) { saved <- err }) // queued when it returns
+	// Etcd has been unanswered for a request's bound by now (Authenticate
+	// waited it out).
+	t0 := time.Now()
+	s.Close()
+	if took := time.Since(t0); took > 2*reqTO {
+		t.Errorf("Close without quorum took %s with a call write queued; want about a try, not RetryFor (%s)", took, retryFor)
+	}
+	if err := <-saved; err == nil {
+		t.Error("a call write at Close without quorum reported success")
 	}
 }
 

@@ -89,11 +89,15 @@ type Store struct {
 	// Outbox records the leader handed to this node (assign.go).
 	outboxWatch keyWatch
 
-	closed atomic.Bool
-	once   sync.Once
-	w      writer
-	stats  commitStats
-	fence  leases // the lease each call's writes are fenced on (fence.go)
+	// unanswered is when a try first failed for want of an answer since
+	// the last one answered (Unix nanoseconds), 0 while etcd answers
+	// (see down).
+	unanswered atomic.Int64
+	closed     atomic.Bool
+	once       sync.Once
+	w          writer
+	stats      commitStats
+	fence      leases // the lease each call's writes are fenced on (fence.go)
 }
 
 var _ store.Store = (*Store)(nil)

@@ -21,7 +21,8 @@ func ModelSpecFields() []string {
 // ChangeModelSpecField returns m with the named field set to a different
 // value that still passes validation: a string is extended (a path keeps its
 // leading slash, the protocol flips between http and potassium, the key hash
-// becomes another hash), a number grows by one, a list gets one more
+// becomes another hash), a number grows by one, batching turns on (or takes
+// one more call), a list gets one more
 // element and a map one more entry. A field of a kind it does not know
 // fails the test: teach it rather than skip the field.
 func ChangeModelSpecField(t testing.TB, m store.ModelSpec, name string) store.ModelSpec {
@@ -41,6 +42,10 @@ func ChangeModelSpecField(t testing.TB, m store.ModelSpec, name string) store.Mo
 		m.Network = store.NetworkPrivate
 	case name == "Network":
 		m.Network = store.NetworkHost
+	case name == "Batch" && m.Batch.On():
+		m.Batch.MaxSize++
+	case name == "Batch":
+		m.Batch = store.BatchSpec{MaxSize: 4, MaxWaitMs: 5}
 	case name == "MemoryMiB":
 		m.MemoryMiB = max(m.MemoryMiB+1, store.MinMemoryMiB)
 	case v.Kind() == reflect.String && v.String() == "":

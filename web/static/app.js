@@ -362,6 +362,8 @@ function projectCard(p, now, collapsible) {
           el("span", {}, "p95 ", el("b", {}, ms(p.latencyP95Ms))),
           el("span", { class: "muted", title: "calls that failed before reaching a replica (a failed boot) are left out" },
             `over ${p.recentFinished} recent calls`),
+          p.batchMaxSize ? el("span", { title: "calls per request to the model since the daemon started (model.batch.maxSize is the most)" },
+            "batch mean ", el("b", {}, p.batches ? p.meanBatchSize.toFixed(1) : "–"), ` of ${p.batchMaxSize}`) : null,
           p.recentFailures ? el("span", { class: "bad" }, `${p.recentFailures} failed in 15 min`) : null,
           p.oomKills ? el("span", { class: "bad", title: "replicas the kernel killed for going over the project's memoryMiB, since the daemon started" },
             `${p.oomKills} out of memory`) : null),

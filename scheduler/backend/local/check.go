@@ -216,28 +216,29 @@ func isScript(arg string) bool {
 // checkGPUs warns when m asks for more GPUs, or more memory on one, than the
 // machine has: its calls would fail with "project needs …".
 func (c *Checker) checkGPUs(m store.ModelSpec, warn func(string, ...any)) {
-	if m.GPUs <= 0 {
+	need := m.GPUDemand()
+	if need.GPUs == 0 {
 		return
 	}
 	var devs []gpu.Device
 	if c.Devices != nil {
 		devs = c.Devices()
 	}
-	if m.GPUs > len(devs) {
-		warn("gpus: %d per replica, but this machine has %d GPU(s): its calls will fail until it has them (lower gpus; see doctor for the driver)", m.GPUs, len(devs))
+	if need.GPUs > len(devs) {
+		warn("gpus: %d per replica, but this machine has %d GPU(s): its calls will fail until it has them (lower gpus; see doctor for the driver)", need.GPUs, len(devs))
 		return
 	}
-	if m.GPUMemoryMiB > 0 {
+	if need.MemoryMiB > 0 {
 		fit := 0
 		var largest uint64
 		for _, d := range devs {
 			largest = max(largest, d.MemoryTotalMiB)
-			if d.MemoryTotalMiB >= uint64(m.GPUMemoryMiB) {
+			if d.MemoryTotalMiB >= uint64(need.MemoryMiB) {
 				fit++
 			}
 		}
-		if fit < m.GPUs {
-			warn("gpuMemoryMiB: %d per GPU, but %d of this machine's GPUs have that much (the largest has %d MiB): its calls will fail (lower gpuMemoryMiB)", m.GPUMemoryMiB, fit, largest)
+		if fit < need.GPUs {
+			warn("gpuMemoryMiB: %d per GPU, but %d of this machine's GPUs have that much (the largest has %d MiB): its calls will fail (lower gpuMemoryMiB)", need.MemoryMiB, fit, largest)
 		}
 	}
 }

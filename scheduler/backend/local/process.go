@@ -114,6 +114,7 @@ func (b *Backend) startProcess(spec backend.Spec) (*Process, error) {
 		Protocol:      spec.Model.Protocol,
 		HealthPath:    spec.Model.HealthPath,
 		InferPath:     spec.Model.InferPath,
+		BatchPath:     spec.Model.BatchPath,
 		Addr:          "127.0.0.1:" + strconv.Itoa(p.port),
 		Dial:          p.dial,
 		MaxReplyBytes: b.maxReplyBytes,
@@ -381,13 +382,27 @@ func (p *Process) LastLogLine() string { return escapeLine(p.sink.LastLine()) }
 // Infer sends inputs to the model; see backend.Instance. A broken exchange with
 // a model that exits at about the same time is backend.ErrExited.
 func (p *Process) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMessage, error) {
+	return request(p, ctx, inputs, p.client.Infer)
+}
+
+// InferBatch sends a batch of calls' inputs to the model; see
+// backend.Instance. Its errors are Infer's.
+func (p *Process) InferBatch(ctx context.Context, inputs []json.RawMessage) ([]backend.BatchItem, error) {
+	return request(p, ctx, inputs, p.client.InferBatch)
+}
+
+// request sends in to the model with send, unless the process has exited;
+// a broken exchange with a model that exits at about the same time is
+// backend.ErrExited.
+func request[In, Out any](p *Process, ctx context.Context, in In, send func(context.Context, In) (Out, error)) (Out, error) {
+	var none Out
 	if err := p.exitedErr(); err != nil {
-		return nil, err
+		return none, err
 	}
-	out, err := p.client.Infer(ctx, inputs)
+	out, err := send(ctx, in)
 	var broken *protocol.TransportError
 	if errors.As(err, &broken) {
-		return nil, p.callFailed(ctx, err)
+		return none, p.callFailed(ctx, err)
 	}
 	return out, err
 }

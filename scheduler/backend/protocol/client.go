@@ -61,6 +61,7 @@ type Config struct {
 	Protocol   string // store.ProtocolHTTP ("" = it) or store.ProtocolPotassium
 	HealthPath string // GET; 2xx = ready. "" = /healthz (/__status__ for potassium)
 	InferPath  string // POST; "" = /
+	BatchPath  string // POST of a batch (InferBatch); "" = InferPath
 	Addr       string // host:port
 	// Dial connects to Addr; nil = a TCP dial with a 1 s timeout. A backend
 	// whose models are reached some other way (from inside a network
@@ -85,8 +86,8 @@ type Client struct {
 // names a protocol or a path that cannot be used. It connects to nothing yet.
 func New(cfg Config) (*Client, error) {
 	// The model spec's defaults, from their one source.
-	m := store.ModelSpec{Protocol: cfg.Protocol, HealthPath: cfg.HealthPath, InferPath: cfg.InferPath}.WithDefaults()
-	cfg.Protocol, cfg.HealthPath, cfg.InferPath = m.Protocol, m.HealthPath, m.InferPath
+	m := store.ModelSpec{Protocol: cfg.Protocol, HealthPath: cfg.HealthPath, InferPath: cfg.InferPath, BatchPath: cfg.BatchPath}.WithDefaults()
+	cfg.Protocol, cfg.HealthPath, cfg.InferPath, cfg.BatchPath = m.Protocol, m.HealthPath, m.InferPath, m.BatchPath
 	if cfg.MaxReplyBytes <= 0 {
 		cfg.MaxReplyBytes = maxReplyBytes
 	}
@@ -100,6 +101,8 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("health path %q does not start with /", cfg.HealthPath)
 	case !strings.HasPrefix(cfg.InferPath, "/"):
 		return nil, fmt.Errorf("infer path %q does not start with /", cfg.InferPath)
+	case !strings.HasPrefix(cfg.BatchPath, "/"):
+		return nil, fmt.Errorf("batch path %q does not start with /", cfg.BatchPath)
 	}
 	transport := &http.Transport{
 		Proxy:                  nil, // the model is ours to reach: never a proxy from the daemon's env
@@ -191,7 +194,14 @@ func (c *Client) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMes
 	if out, ok := c.answersItself(route); ok {
 		return out, nil
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+c.inferPath(route), bytes.NewReader(inputs))
+	return c.post(ctx, c.inferPath(route), inputs, backend.StreamFrom(ctx), true)
+}
+
+// post sends body to path as a call (Infer) or a batch (InferBatch) and
+// reads the reply as Infer describes; a streamed reply is refused unless
+// mayStream.
+func (c *Client) post(ctx context.Context, path string, body []byte, stream backend.Stream, mayStream bool) (json.RawMessage, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("infer: %w", err)
 	}
@@ -199,7 +209,7 @@ func (c *Client) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMes
 	if c.potassium {
 		req.Header.Set("X-Banana-Request-Id", uuid.NewString())
 	}
-	resp, finish, err := c.send(ctx, req, len(inputs))
+	resp, finish, err := c.send(ctx, req, len(body))
 	if err != nil {
 		if headersTooLarge(err) {
 			return nil, fmt.Errorf("%w: reply headers larger than %d bytes", backend.ErrInvalidReply, maxHeaderBytes)
@@ -229,12 +239,15 @@ func (c *Client) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMes
 		return nil, &backend.HTTPError{Status: resp.StatusCode, Body: validUTF8(body)}
 	}
 	if !c.potassium && isNDJSON(resp.Header.Get("Content-Type")) {
-		out, ok, err := readStream(ctx, resp.Body, c.cfg.MaxReplyBytes, backend.StreamFrom(ctx))
+		if !mayStream {
+			return nil, fmt.Errorf("%w: a batch reply must be one JSON object, not a stream", backend.ErrInvalidReply)
+		}
+		out, ok, err := readStream(ctx, resp.Body, c.cfg.MaxReplyBytes, stream)
 		clean = ok
 		return out, err
 	}
 	limit := c.cfg.MaxReplyBytes
-	body, err := readReply(resp, limit)
+	reply, err := readReply(resp, limit)
 	if errors.Is(err, errReplyTooLarge) {
 		return nil, fmt.Errorf("%w: reply larger than %d bytes", backend.ErrInvalidReply, limit)
 	}
@@ -242,13 +255,13 @@ func (c *Client) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMes
 		return nil, broken(ctx, err)
 	}
 	clean = true // within the limit: the body ended
-	if !json.Valid(body) {
-		return nil, fmt.Errorf("%w: reply is not JSON: %q", backend.ErrInvalidReply, truncate(body, 200))
+	if !json.Valid(reply) {
+		return nil, fmt.Errorf("%w: reply is not JSON: %q", backend.ErrInvalidReply, truncate(reply, 200))
 	}
-	if i := store.InvalidUTF8(body); i >= 0 {
+	if i := store.InvalidUTF8(reply); i >= 0 {
 		return nil, fmt.Errorf("%w: reply is not valid UTF-8 at byte %d", backend.ErrInvalidReply, i)
 	}
-	return body, nil
+	return reply, nil
 }
 
 // send sends req through the connection pool, or through http.Client when the
