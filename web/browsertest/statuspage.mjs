@@ -100,7 +100,7 @@ try {
     // Queued calls list why they wait; once a run is measured, an estimate.
     const q = process.env.EXPECT_QUEUED;
     await page.waitForFunction((p) => {
-      const rows = [...document.querySelectorAll(`[data-project="${p}"] table.queue tbody tr`)];
+      const rows = [...document.querySelectorAll(`[data-project="${p}"] table.queue tbody tr[data-queued]`)];
       return rows.length > 0 && rows.every((r) => r.querySelector(".why").textContent.length > 3) &&
         rows.some((r) => /^~[0-9.]+ s$/.test(r.querySelector(".eta").textContent));
     }, q);

@@ -340,7 +340,7 @@ function projectCard(p, now, collapsible) {
     }
   }
   let collapse = null;
-  const queue = (p.queue || []).length ? queueTable(p.queue) : null;
+  const queue = (p.queue || []).length ? queueTable(p.queue, p.queued) : null;
   if (collapsible) {
     collapse = el("button", { type: "button", class: "link collapse" }, "Show less");
     collapse.addEventListener("click", () => { expanded.delete(p.id); refreshSoon(); });
@@ -374,10 +374,15 @@ function projectCard(p, now, collapsible) {
   );
 }
 
+// QUEUE_ROWS is how many queued calls a project's card lists.
+const QUEUE_ROWS = 5;
+
 // queueTable lists a project's first queued calls: why each waits and when
 // the scheduler expects it done (its measured run and boot times and the
 // queue ahead; "–" until it has measured a run).
-function queueTable(queue) {
+function queueTable(queue, queued) {
+  const more = queued - Math.min(queue.length, QUEUE_ROWS);
+  queue = queue.slice(0, QUEUE_ROWS);
   return el("table", { class: "queue" },
     el("thead", {}, el("tr", {}, el("th", { class: "num" }, "#"), el("th", {}, "Queued call"), el("th", {}, "Waiting for"),
       el("th", { class: "num" }, "Done in"))),
@@ -385,7 +390,8 @@ function queueTable(queue) {
       el("td", { class: "num" }, q.queuePosition + 1),
       el("td", { class: "mono", title: q.id }, q.id.slice(0, 5) + "…" + q.id.slice(-8)),
       el("td", { class: "why", title: q.waitingFor ? q.waitingFor.code : "" }, q.waitingFor ? q.waitingFor.text : "–"),
-      el("td", { class: "num eta" }, q.etaMs === null || q.etaMs === undefined ? "–" : `~${(q.etaMs / 1000).toFixed(1)} s`)))));
+      el("td", { class: "num eta" }, q.etaMs === null || q.etaMs === undefined ? "–" : `~${(q.etaMs / 1000).toFixed(1)} s`))),
+      more > 0 ? el("tr", {}, el("td", {}, ""), el("td", { colspan: 3, class: "muted" }, `and ${more} more`)) : null));
 }
 
 // waitHelp says what decides a wait, for the tooltip.
