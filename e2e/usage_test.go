@@ -65,9 +65,9 @@ func TestUsageLedgerAddsUpTheCalls(t *testing.T) {
 	labs := inferenceClient{t: t, base: d.base, key: d.createKey("labs", false)}
 
 	type sums struct {
-		calls         int64
-		run, cpu      float64
-		bytesIn, runs int64
+		calls    int64
+		run, cpu float64
+		bytesIn  int64
 	}
 	want := map[string]*sums{"acme": {}, "labs": {}}
 	run := func(c inferenceClient, team, modelKey string, burn float64) {
