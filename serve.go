@@ -52,9 +52,9 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	apiLn, err := net.Listen("tcp", cfg.Listen)
+	apiLn, err := cli.ListenAPI(cfg.Listen)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+		return err
 	}
 	adminLn, err := listenAdmin(cfg.SocketPath())
 	if err != nil {
@@ -248,12 +248,12 @@ const httpShutdownGrace = 5 * time.Second
 // last the scheduler stops the replicas.
 func shutdown(timeout time.Duration, sched *scheduler.Scheduler, api, admin *http.Server,
 	endWaits, stopSched func(), log zerolog.Logger) {
-	log.Info().Dur("shutdownTimeout", timeout).Msg("shutting down: refusing new calls, letting running calls finish")
+	log.Info().Stringer("shutdownTimeout", timeout).Msg("shutting down: refusing new calls, letting running calls finish")
 	dctx, cancel := context.WithTimeout(context.Background(), timeout)
 	interrupted := sched.Drain(dctx)
 	cancel()
 	if interrupted > 0 {
-		log.Warn().Int("calls", interrupted).Dur("shutdownTimeout", timeout).
+		log.Warn().Int("calls", interrupted).Stringer("shutdownTimeout", timeout).
 			Msg("calls still running at the shutdown deadline end as interrupted")
 	}
 	endWaits()

@@ -188,7 +188,10 @@ func TestHealthzAnswersWhileSlowSendersFillTheCap(t *testing.T) {
 func TestSilentEventStreamsAreCut(t *testing.T) {
 	t.Parallel()
 	echo := echoDir(t)
-	dir, cfg := newDaemonDir(t, "limits:\n  streamWriteTimeout: 1s\n")
+	// 3 s, not less: the reading client below must get each MiB within it
+	// on a loaded 2-core box under the race detector (at 1 s its request
+	// was once cut before the daemon had written a byte).
+	dir, cfg := newDaemonDir(t, "limits:\n  streamWriteTimeout: 3s\n")
 	d := startDaemon(t, dir, cfg)
 	key := d.createKey("acme", false)
 	d.apply("projects:\n" + echoProject("echo", "acme", "mk-echo", echo, marker(), ""))
@@ -246,6 +249,6 @@ func TestSilentEventStreamsAreCut(t *testing.T) {
 		len(done.ModelOutputs) != 1 || len(done.ModelOutputs[0].Data) != size {
 		t.Errorf("the done event of a reading client (%v): %.200s", err, line)
 	}
-	report(t, "3 silent streams of an %d-byte result cut at limits.streamWriteTimeout (1s); a reader got all %s bytes",
+	report(t, "3 silent streams of an %d-byte result cut at limits.streamWriteTimeout (3s); a reader got all %s bytes",
 		size, strconv.Itoa(len(all)))
 }

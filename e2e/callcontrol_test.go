@@ -73,16 +73,17 @@ func (d *daemon) metric(t *testing.T, sample string) string {
 }
 
 func TestCancelEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	mark := marker()
 	d, c, _ := callControlDaemon(t, "", echoProject("slow", "acme", "mk-slow", echo, mark, "")+"    minReplicas: 1\n    maxReplicas: 1\n")
 	eventually(t, 30*time.Second, "replica up", func() bool { return len(processesWithEnv(mark)) == 1 })
-	pid := output(t, c.start("mk-slow", `{}`, false))["pid"]
+	replica := output(t, c.start("mk-slow", `{}`, false))["replica"]
 
 	running := c.start("mk-slow", `{"sleep":30}`, true)["callID"].(string)
 	c.waitState(running, "running")
 	// Queued behind it, a call that would crash the model if it ever ran:
-	// the model's pid and the crash counter prove it never did.
+	// the model's replica and the crash counter prove it never did.
 	queued := c.start("mk-slow", `{"crash":true}`, true)["callID"].(string)
 	if r := c.check(queued, false); r["message"] != "queued" || r["queuePosition"] != float64(0) {
 		t.Fatalf("queued call: %v; want queued at position 0", r)
@@ -105,8 +106,8 @@ func TestCancelEndToEnd(t *testing.T) {
 		t.Fatalf("running call after cancel: %v", r)
 	}
 	next := c.start("mk-slow", `{"after":"cancel"}`, false)
-	if next["message"] != "success" || output(t, next)["pid"] != pid {
-		t.Fatalf("next call: %v; want success on the same model process (pid %v)", next, pid)
+	if next["message"] != "success" || output(t, next)["replica"] != replica {
+		t.Fatalf("next call: %v; want success on the same replica (%v)", next, replica)
 	}
 	if got := d.metric(t, `inferd_replica_crashes_total{project="slow"}`); got != "0" {
 		t.Errorf("replica crashes = %s: the cancelled call reached the model", got)
@@ -131,12 +132,17 @@ func TestCancelEndToEnd(t *testing.T) {
 			t.Errorf("call %s after kill -9: %v", id, r)
 		}
 	}
-	if r := c.cancel(queued); r["message"] != "error: call already finished (failed)" {
+	// The CLI says it as the check does.
+	if _, err := d.cli("call", "cancel", viaCLI); err == nil || !strings.Contains(err.Error(), "call already finished (failed: cancelled by request)") {
+		t.Errorf("inferd call cancel of a cancelled call: %v", err)
+	}
+	if r := c.cancel(queued); r["message"] != "error: call already finished (failed: cancelled by request)" {
 		t.Errorf("second cancel after restart: %v", r)
 	}
 }
 
 func TestPurgeQueueEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	d, c, key := callControlDaemon(t, "", echoProject("busy", "acme", "mk-busy", echo, marker(), "")+"    maxReplicas: 1\n")
 	running := c.start("mk-busy", `{"sleep":30}`, true)["callID"].(string)
@@ -169,6 +175,7 @@ func TestPurgeQueueEndToEnd(t *testing.T) {
 }
 
 func TestQueueTimeoutAndCallTimeoutEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	d, c, _ := callControlDaemon(t, "", echoProject("busy", "acme", "mk-busy", echo, marker(), "")+"    maxReplicas: 1\n")
 	running := c.start("mk-busy", `{"sleep":5}`, true)["callID"].(string)
@@ -194,6 +201,7 @@ func TestQueueTimeoutAndCallTimeoutEndToEnd(t *testing.T) {
 }
 
 func TestPriorityEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	d, c, _ := callControlDaemon(t, "", echoProject("busy", "acme", "mk-busy", echo, marker(), "")+"    maxReplicas: 1\n")
 	running := c.start("mk-busy", `{"sleep":3}`, true)["callID"].(string)
@@ -224,6 +232,7 @@ func TestPriorityEndToEnd(t *testing.T) {
 }
 
 func TestLowPriorityTakesOnlyIdleCapacityEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	manifest := echoProject("web", "acme", "mk-web", echo, marker(), "") + "    maxReplicas: 2\n    idleTimeout: 1\n" +
 		echoProject("batch", "acme", "mk-batch", echo, marker(), "") + "    maxReplicas: 2\n    idleTimeout: 1\n"
@@ -253,6 +262,7 @@ func TestLowPriorityTakesOnlyIdleCapacityEndToEnd(t *testing.T) {
 }
 
 func TestIdempotencyKeyEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	d, c, _ := callControlDaemon(t, "", echoProject("echo", "acme", "mk-echo", echo, marker(), ""))
 	const extra = `,"idempotencyKey":"order-42"`
@@ -284,6 +294,7 @@ func TestIdempotencyKeyEndToEnd(t *testing.T) {
 }
 
 func TestRetriesEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	d, c, key := callControlDaemon(t, "", echoProject("flaky", "acme", "mk-flaky", echo, marker(), "")+"    retries: 1\n")
 	flag := filepath.Join(t.TempDir(), "crashed")
@@ -316,6 +327,7 @@ func TestRetriesEndToEnd(t *testing.T) {
 }
 
 func TestWarmupEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	mark := marker()
 	d, _, key := callControlDaemon(t, "", echoProject("cold", "acme", "mk-cold", echo, mark, "")+"    idleTimeout: 1\n")

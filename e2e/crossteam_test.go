@@ -19,6 +19,7 @@ import (
 //
 // Once a1's call is let go, a2's runs.
 func TestRulesSpanningTeamsEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	mark := marker()
 	dir, cfg := newDaemonDir(t, "cpuSlots: 4\nstartWait: 20s\nlongPollWait: 10s\n")

@@ -80,6 +80,7 @@ var statusLists = []string{"/v1/status", "/v1/status/gpus", "/v1/status/projects
 // the status API with its history, no cluster), so that a new keyed route
 // cannot be left out of the isolation and revocation tests.
 func TestEveryEndpointListsEveryKeyedRoute(t *testing.T) {
+	t.Parallel()
 	covered := map[string]bool{"GET /v1/projects": true}
 	for _, ep := range everyEndpoint {
 		covered[ep.route] = true
@@ -131,6 +132,7 @@ func answersWithStatus(ep endpoint) bool {
 // resource answers exactly as one that does not exist (404 on the project
 // API, never 403), and B's project is left unchanged.
 func TestTeamsAreIsolatedOnEveryEndpoint(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, "startWait: 1s\nlongPollWait: 1s\n")
 	d := startDaemon(t, dir, cfg)
@@ -210,6 +212,7 @@ func TestTeamsAreIsolatedOnEveryEndpoint(t *testing.T) {
 // store's key cache), revokes it with the CLI and, with no pause, proves that
 // its very next request fails on every endpoint.
 func TestRevokedKeyFailsAtOnceOnEveryEndpoint(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, "startWait: 1s\nlongPollWait: 1s\n")
 	d := startDaemon(t, dir, cfg)

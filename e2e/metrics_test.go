@@ -37,6 +37,7 @@ func parseMetrics(t *testing.T, body []byte) map[string]float64 {
 }
 
 func TestMetricsEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, "startWait: 20s\nlongPollWait: 5s\n")
 	mark := marker()
@@ -95,6 +96,7 @@ func TestMetricsEndToEnd(t *testing.T) {
 // on a box with two simulated GPUs that two projects compete for: each
 // gauge moves while the load is on and each counter has grown after it.
 func TestMetricsDuringLoad(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, "startWait: 30s\nlongPollWait: 30s\ngpu:\n  simulate:\n"+
 		"    - {name: \"Sim A\", memoryMiB: 1024}\n    - {name: \"Sim B\", memoryMiB: 2048}\n")

@@ -419,7 +419,7 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 		sp := statusProject{
 			ID: p.ID, TeamID: p.TeamID,
 			MinReplicas: p.MinReplicas, MaxReplicas: p.MaxReplicas, GPUs: p.Model.GPUDemand().GPUs,
-			Queued: lp.Queued, Running: lp.Running, Waiting: explainWait(lp.Waiting, v.snapshot, p.Model),
+			Queued: lp.Queued, Running: lp.Running, Waiting: explainWait(lp, v.snapshot, p.Model),
 			LastError: lp.LastError, LastErrorReplica: lp.LastErrorReplica, RecentFailures: failures[p.ID],
 			OOMKills: lp.OOMKills,
 			Replicas: make([]statusReplica, 0, len(lp.Replicas)),
@@ -464,8 +464,13 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 
 // explainWait adds to the scheduler's reason a project waits what it waits
 // on and the setting that decides it, e.g. "waiting for CPU slot: 2 of 2
-// in use, see cpuSlots".
-func explainWait(waiting string, st scheduler.Status, m store.ModelSpec) string {
+// in use, see cpuSlots", or who holds it for good ("no CPU slot: the
+// minReplicas of projects a, b hold all 2 cpuSlots").
+func explainWait(lp scheduler.ProjectStatus, st scheduler.Status, m store.ModelSpec) string {
+	waiting := lp.Waiting
+	if lp.HeldBy != "" {
+		return lp.HeldBy
+	}
 	switch waiting {
 	case scheduler.WaitingCPU:
 		return fmt.Sprintf("%s: %d of %d in use, see cpuSlots", waiting, st.CPUSlotsUsed, st.CPUSlots)

@@ -20,17 +20,16 @@ import (
 
 // The WaitingFor codes. Texts say the same for people, with figures.
 const (
-	WaitBooting        = "booting"        // its replica is booting: "replica booting (12.1 s of a usual 14 s)"
-	WaitBootFailed     = "bootFailed"     // boots failed and are retried (the message says which attempt)
-	WaitRestarting     = "restarting"     // a replica crashed; the next boots after a backoff
-	WaitReplicasBusy   = "replicasBusy"   // "all 2 replicas busy (next free in ~0.8 s)"
-	WaitMaxReplicas    = "maxReplicas"    // "maxReplicas 3 reached (all 3 busy, next free in ~0.8 s)"
-	WaitTeamQuota      = "teamQuota"      // "team acme quota runningCalls 4/4"
-	WaitHeldByIdle     = "heldByIdle"     // "GPU held by an idle replica of another project (evictable in 20 s)"
-	WaitFreeing        = "freeing"        // "GPU being freed: an idle replica of another project is stopping"
-	WaitCapacity       = "capacity"       // "all 4 CPU slots busy with other projects' calls"
-	WaitHeldByMinimums = "heldByMinimums" // "no CPU slot: other projects' minReplicas hold all 2 cpuSlots"
-	WaitNext           = "next"           // nothing holds it: it is about to be dispatched
+	WaitBooting      = "booting"      // its replica is booting: "replica booting (12.1 s of a usual 14 s)"
+	WaitBootFailed   = "bootFailed"   // boots failed and are retried (the message says which attempt)
+	WaitRestarting   = "restarting"   // a replica crashed; the next boots after a backoff
+	WaitReplicasBusy = "replicasBusy" // "all 2 replicas busy (next free in ~0.8 s)"
+	WaitMaxReplicas  = "maxReplicas"  // "maxReplicas 3 reached (all 3 busy, next free in ~0.8 s)"
+	WaitTeamQuota    = "teamQuota"    // "team acme quota runningCalls 4/4"
+	WaitHeldByIdle   = "heldByIdle"   // "GPU held by an idle replica of another project (evictable in 20 s)"
+	WaitFreeing      = "freeing"      // "GPU being freed: an idle replica of another project is stopping"
+	WaitCapacity     = "capacity"     // "all 4 CPU slots busy with other projects' calls"
+	WaitNext         = "next"         // nothing holds it: it is about to be dispatched
 )
 
 // samples keeps the last few durations of one kind and averages them.
@@ -312,8 +311,9 @@ func (s *Scheduler) teamResiduals(team string, now time.Time) []time.Duration {
 // capacityWait says why p gets no CPU slot or GPU for the replica it
 // wants, when that is so: another project's idle replica holds it (and
 // when its idle timeout frees it: in, else -1), one is being stopped for
-// it, other projects' minimums hold all of it, or other projects' busy
-// replicas do. Other projects are never named: they may be other teams'.
+// it, other projects' minimums hold all of it (held.go's heldBy, or every
+// holder a minimum), or other projects' busy replicas do. Other projects
+// are named only when they are all of the call's own team.
 func (s *Scheduler) capacityWait(p *project, now time.Time) (*store.Wait, time.Duration, bool) {
 	if p.waiting == "" {
 		return nil, 0, false
@@ -325,10 +325,13 @@ func (s *Scheduler) capacityWait(p *project, now time.Time) (*store.Wait, time.D
 	}
 	var idle *rep
 	holders, minimums := 0, 0
-	stopping := false
+	stopping, ownTeam := false, true // ownTeam: every other project with a minimum of this kind is p's team's
 	for _, q := range s.order {
 		if q == p {
 			continue
+		}
+		if q.minReplicas() > 0 && (requestOf(q.cfg.Model).gpus > 0) == gpu && q.cfg.TeamID != p.cfg.TeamID {
+			ownTeam = false
 		}
 		for _, r := range q.replicas {
 			if (len(r.gpus) > 0) != gpu || (!gpu && !r.cpuSlot) {
@@ -351,7 +354,10 @@ func (s *Scheduler) capacityWait(p *project, now time.Time) (*store.Wait, time.D
 	case idle != nil:
 		in := max(idle.idleT.at.Sub(now), 0)
 		return &store.Wait{Code: WaitHeldByIdle, Text: fmt.Sprintf("%s held by an idle replica of another project (evictable in %.0f s)", what, math.Ceil(in.Seconds()))}, in, true
-	case holders > 0 && minimums == holders:
+	case p.heldBy != "" && ownTeam:
+		// held.go's reason names the projects: the caller's own team's.
+		return &store.Wait{Code: WaitHeldByMinimums, Text: p.heldBy}, -1, true
+	case p.heldBy != "" || (holders > 0 && minimums == holders):
 		if gpu {
 			return &store.Wait{Code: WaitHeldByMinimums, Text: "no GPU: other projects' minReplicas hold the GPUs it needs"}, -1, true
 		}

@@ -183,9 +183,9 @@ func TestWaitingForCapacityNamesWhatHoldsIt(t *testing.T) {
 			h.waits(ac.ID, WaitBooting, "replica booting (0.0 s so far)", -1)
 		})
 	})
-	t.Run("CPU slot held by another project's minimum", func(t *testing.T) {
+	t.Run("CPU slot held by another team's minimum, not named", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			m := testProject("m", minMax(1, 1))
+			m := testProject("m", team("labs"), minMax(1, 1))
 			a := testProject("a", minMax(0, 1))
 			h := newHarness(t, Config{}, cpuSlots(1), m, a)
 			defer h.stop()

@@ -193,7 +193,7 @@ func (s *Scheduler) onReady(r *rep) {
 		r.p.warmed(nil)
 	}
 	s.log.Info().Str("project", r.p.id).Str("replica", r.id).Int("pid", r.info.Pid).
-		Dur("boot", now.Sub(r.started)).Msg("replica ready")
+		Stringer("boot", now.Sub(r.started).Round(time.Millisecond)).Msg("replica ready")
 }
 
 func (s *Scheduler) onBootTimeout(r *rep, seq uint64) {

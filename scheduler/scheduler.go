@@ -274,6 +274,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	s.ready.Store(true)
 	s.armUsageFlush()
+	s.log.Info().Msg("scheduler ready") // /readyz answers 200 from now on
 	s.loop(ctx)
 	return nil
 }

@@ -48,14 +48,17 @@ type ProjectStatus struct {
 	// node's share of the project's replicas now (Config.Share; see
 	// maxReplicas for the one a call here always gets); absent on a
 	// single box, where the project's own bounds apply.
-	NodeMinReplicas int             `json:"nodeMinReplicas,omitempty"`
-	NodeMaxReplicas int             `json:"nodeMaxReplicas,omitempty"`
-	Queued          int             `json:"queued"`
-	Running         int             `json:"running"`
-	Waiting         string          `json:"waiting"`   // "", "waiting for CPU slot", "waiting for GPU", "waiting: team T is at its Q quota (N)", or its boot retries (bootfail.go)
-	LastError       string          `json:"lastError"` // the last failed boot or crash
-	OOMKills        int             `json:"oomKills"`  // replicas killed for going over memoryMiB, since the daemon started
-	Replicas        []ReplicaStatus `json:"replicas"`  // in start order
+	NodeMinReplicas int    `json:"nodeMinReplicas,omitempty"`
+	NodeMaxReplicas int    `json:"nodeMaxReplicas,omitempty"`
+	Queued          int    `json:"queued"`
+	Running         int    `json:"running"`
+	Waiting         string `json:"waiting"` // "", "waiting for CPU slot", "waiting for GPU", "waiting: team T is at its Q quota (N)", or its boot retries (bootfail.go)
+	// HeldBy says why, waiting with no replica, it gets no CPU slot or GPU
+	// while other projects' minimums hold them (its calls' WaitingFor).
+	HeldBy    string          `json:"heldBy,omitempty"`
+	LastError string          `json:"lastError"` // the last failed boot or crash
+	OOMKills  int             `json:"oomKills"`  // replicas killed for going over memoryMiB, since the daemon started
+	Replicas  []ReplicaStatus `json:"replicas"`  // in start order
 
 	// LastErrorAt is when LastError happened (zero without one), and
 	// LastErrorReplica the replica it happened to, whose log tells more
@@ -123,6 +126,7 @@ func (s *Scheduler) snapshot() Status {
 			Queued:      p.queue.len(),
 			Running:     p.running,
 			Waiting:     s.waitingText(p),
+			HeldBy:      p.heldBy,
 			LastError:   p.lastError,
 			OOMKills:    p.oomKills,
 			Replicas:    make([]ReplicaStatus, 0, len(p.replicas)),

@@ -56,9 +56,13 @@ type Project struct {
 	Model   ModelSpec `json:"model"`
 	// Caps bound what the team may set through the project API; only an
 	// admin (the manifest) sets them.
-	Caps    ProjectCaps `json:"caps,omitzero"`
-	Created time.Time   `json:"created"`
-	Updated time.Time   `json:"updated"`
+	Caps ProjectCaps `json:"caps,omitzero"`
+	// LastApplied is the project as a manifest last declared it (see
+	// Declared and Reapply): a re-apply changes only what the manifest
+	// changed since. Nil for a project no apply wrote since inferd kept it.
+	LastApplied *Project  `json:"lastApplied,omitempty"`
+	Created     time.Time `json:"created"`
+	Updated     time.Time `json:"updated"`
 }
 
 // ModelSpec says how to start and talk to a project's model server. It is
@@ -89,6 +93,10 @@ type ModelSpec struct {
 	// (default InferPath); see docs/protocols.md "Batches".
 	Batch     BatchSpec `json:"batch,omitzero" yaml:"batch"`
 	BatchPath string    `json:"batchPath,omitempty" yaml:"batchPath"`
+	// AllowUserNamespaces lets the project's models make user namespaces,
+	// which the replica sandbox refuses them by default (a seccomp filter:
+	// docs/security.md).
+	AllowUserNamespaces bool `json:"allowUserNamespaces,omitempty" yaml:"allowUserNamespaces"`
 }
 
 // BatchSpec is a project's dynamic batching: up to MaxSize queued calls in

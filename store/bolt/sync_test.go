@@ -23,11 +23,12 @@ const syncChildEnv = "INFERD_SYNC_CHILD"
 
 // TestEveryCommitIsSyncedBeforeItReturns runs a child process (this test
 // binary) under strace, which opens a store and makes each kind of commit: a
-// call (the group-commit writer), a project and a key (a write transaction of
-// its own). Each must fdatasync (or fsync) the data file before it returns to
-// its caller: otherwise a call answered as stored is lost with the page cache
-// when the machine loses power. bbolt opened with NoSync, or a commit path
-// that skips the sync, fails here.
+// call (the group-commit writer, whose commit is the append to the
+// write-ahead log), a project and a key (a write transaction of its own).
+// Each must fdatasync (or fsync) the data file or its log before it returns
+// to its caller: otherwise a call answered as stored is lost with the page
+// cache when the machine loses power. bbolt opened with NoSync, or a commit
+// path that skips the sync, fails here.
 func TestEveryCommitIsSyncedBeforeItReturns(t *testing.T) {
 	if dir := os.Getenv(syncChildEnv); dir != "" {
 		syncChild(t, dir)
@@ -49,11 +50,11 @@ func TestEveryCommitIsSyncedBeforeItReturns(t *testing.T) {
 		}
 		t.Fatalf("the traced child: %v\n%s", err, out)
 	}
-	m := regexp.MustCompile(`data file fd (\d+)`).FindSubmatch(out)
+	m := regexp.MustCompile(`data file fd (\d+), log fd (\d+)`).FindSubmatch(out)
 	if m == nil {
-		t.Fatalf("the child did not say its data file's descriptor:\n%s", out)
+		t.Fatalf("the child did not say its data file's and log's descriptors:\n%s", out)
 	}
-	synced := syncsBetweenMarks(t, trace, string(m[1]))
+	synced := syncsBetweenMarks(t, trace, string(m[1]), string(m[2]))
 	for _, op := range syncedOps {
 		if synced[op] == 0 {
 			t.Errorf("%s returned before the data file was synced (no fdatasync or fsync of it while it ran)", op)
@@ -67,14 +68,20 @@ func TestEveryCommitIsSyncedBeforeItReturns(t *testing.T) {
 // syncedOps are the commits the child makes, in order.
 var syncedOps = []string{"SaveCall", "PutProject", "CreateScopedKey", "SetTeamQuota"}
 
-// syncChild opens a store in dir, says which descriptor holds the data file,
-// and makes each commit of syncedOps between two marks written to stderr
-// (one write each: strace shows them among the syncs).
+// syncChild opens a store in dir, makes each commit of syncedOps between two
+// marks written to stderr (one write each: strace shows them among the
+// syncs), and then says which descriptors hold the data file and its log
+// segment (made by the first call write, open until Close).
 func syncChild(t *testing.T, dir string) {
 	path := filepath.Join(dir, "inferd.db")
 	s := openAt(t, path, Options{})
-	fd := dataFileFD(t, path)
-	fmt.Printf("data file fd %d\n", fd)
+	defer func() {
+		logs, err := WALFiles(path)
+		if err != nil || len(logs) != 1 {
+			t.Fatalf("log segments: %v, %v", logs, err)
+		}
+		fmt.Printf("data file fd %d, log fd %d\n", dataFileFD(t, path), dataFileFD(t, logs[0]))
+	}()
 	do := map[string]func() error{
 		"SaveCall": func() error {
 			return s.SaveCall(context.Background(), store.Call{ID: newCallID(), ProjectID: "p", TeamID: "acme",
@@ -86,6 +93,11 @@ func syncChild(t *testing.T, dir string) {
 			return err
 		},
 		"SetTeamQuota": func() error { _, err := s.SetTeamQuota("acme", store.Quota{Replicas: 2}); return err },
+	}
+	// The log segment is made (and synced) by the first call write: the
+	// one measured must be synced by its own append.
+	if err := do["SaveCall"](); err != nil {
+		t.Fatal(err)
 	}
 	for _, op := range syncedOps {
 		os.Stderr.WriteString("inferd-sync-begin " + op + "\n")
@@ -113,15 +125,15 @@ func dataFileFD(t *testing.T, path string) int {
 }
 
 // syncsBetweenMarks reads strace's output and counts, per operation, the
-// fdatasync and fsync calls on descriptor fd made between its marks.
-func syncsBetweenMarks(t *testing.T, trace, fd string) map[string]int {
+// fdatasync and fsync calls on the descriptors fds made between its marks.
+func syncsBetweenMarks(t *testing.T, trace string, fds ...string) map[string]int {
 	f, err := os.Open(trace)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	mark := regexp.MustCompile(`write\(2, "inferd-sync-(begin|end) (\w+)\\n"`)
-	sync := regexp.MustCompile(`\b(fdatasync|fsync)\(` + fd + `\b`)
+	sync := regexp.MustCompile(`\b(fdatasync|fsync)\((` + strings.Join(fds, "|") + `)\b`)
 	counts := map[string]int{}
 	current := ""
 	sc := bufio.NewScanner(f)

@@ -154,6 +154,7 @@ func (s *Store) UsageRows(teamID string, from, to time.Time) ([]store.UsageRow, 
 		return out, nil
 	}
 	start, end := hourPrefix(from), to.UTC()
+	s.pend.flush() // the roll-up of calls written a moment ago is in the data file
 	err := s.view(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bucketUsage)
 		if b == nil {

@@ -82,6 +82,9 @@ type Backend struct {
 	log     zerolog.Logger
 	ports   *ports
 	budgets *logBudgets
+	// files says whether the logs and pid files are closed to other
+	// users (privatefiles.go), as New found and left them.
+	files backend.Protection
 	// readyIntervals are the pauses between a booting model's health
 	// checks (see pollReady); a field so a test can leave only the output
 	// as a trigger.
@@ -97,11 +100,21 @@ type Backend struct {
 
 var _ backend.Backend = (*Backend)(nil)
 
+// CPUSlots is how many CPU replicas a backend configured with cpuSlots n
+// runs at once: n, or one per CPU for 0.
+func CPUSlots(n int) int {
+	if n <= 0 {
+		return runtime.NumCPU()
+	}
+	return n
+}
+
 // New returns the local-process backend, with the sandbox cfg asks for as
 // far as this machine and the daemon's privileges allow (see Protections).
 // It fails when cfg.User must be used and cannot be: serve then refuses to
 // start rather than run models as root. It starts nothing, but makes the
 // directories the sandbox needs (Close removes them).
+
 func New(cfg Config, log zerolog.Logger) (*Backend, error) {
 	if cfg.LogMaxBytes <= 0 {
 		cfg.LogMaxBytes = DefaultLogMaxBytes
@@ -112,9 +125,7 @@ func New(cfg Config, log zerolog.Logger) (*Backend, error) {
 	if cfg.StopGrace <= 0 {
 		cfg.StopGrace = DefaultStopGrace
 	}
-	if cfg.CPUSlots <= 0 {
-		cfg.CPUSlots = runtime.NumCPU()
-	}
+	cfg.CPUSlots = CPUSlots(cfg.CPUSlots)
 	if cfg.LogMaxBytesPerProject <= 0 {
 		cfg.LogMaxBytesPerProject = DefaultLogMaxBytesPerProject
 	}
@@ -130,6 +141,7 @@ func New(cfg Config, log zerolog.Logger) (*Backend, error) {
 		budgets:        newLogBudgets(cfg.LogMaxBytesPerProject),
 		readyIntervals: defaultReadyIntervals,
 		listening:      groupListeningPorts,
+		files:          privateFiles(true, cfg.LogDir, cfg.RunDir),
 	}
 	logProtections(log, b.Protections())
 	return b, nil
