@@ -14,9 +14,9 @@ import (
 
 // The usage roll-ups (store.Usage) are the bucket usage: one record per
 // hour, team and project (usageKey), the sum of what was added to it. A
-// call's usage is added by the transaction that writes its first final
-// record (addCallUsage), so the call and its share of the roll-up commit
-// together, exactly once.
+// call's usage is added by the transaction that applies its first final
+// record to the data file (usageRoll, from the log's applier or its replay),
+// so the record and its share of the roll-up land together, exactly once.
 
 // usageKey is the usage key of a row: its hour as 8-byte big-endian unix
 // seconds (byte order is time order), the team id, NUL, the project id.
