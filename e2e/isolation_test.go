@@ -88,8 +88,10 @@ var everyEndpoint = []endpoint{
 	{"openai call response", "GET /v1/calls/:callID/response", openaiAPI("GET", "/v1/calls/CALLID/response", "")},
 }
 
-// statusLists are the status routes that list what the key may see.
-var statusLists = []string{"/v1/status", "/v1/status/gpus", "/v1/status/projects", "/v1/status/calls", "/v1/status/history"}
+// statusLists are the status routes that list what the key may see (the
+// usage report and panel among them: by project, by team).
+var statusLists = []string{"/v1/status", "/v1/status/gpus", "/v1/status/projects", "/v1/status/calls", "/v1/status/history",
+	"/v1/status/usage", "/v1/usage"}
 
 // TestEveryEndpointListsEveryKeyedRoute holds everyEndpoint, statusLists
 // and the "list" check to the public API's table of routes (the daemon's:
