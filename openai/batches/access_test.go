@@ -67,6 +67,15 @@ func TestAKeyLimitedToProjectsReachesOnlyWhatConcernsThem(t *testing.T) {
 			}
 		}
 	}
+	// An admin's batch of acme's project is acme's: its calls are acme's,
+	// found again by acme's idempotency keys.
+	ab, err := m.CreateBatch(admin, CreateRequest{InputFileID: teamFile.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, resolve)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Batch(whole, ab.ID); err != nil {
+		t.Errorf("acme's key does not see the batch an admin made of its project: %v", err)
+	}
 	if _, err := m.DeleteFile(elseOnly, ownFile.ID); !errors.Is(err, ErrNotFound) {
 		t.Errorf("a key limited to another project deleted llm's file: %v", err)
 	}
