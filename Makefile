@@ -100,7 +100,8 @@ package:
 	scripts/package.sh dist
 
 ## bench: inferd side by side with the model called directly and behind nginx, the large-payload figures,
-## batching against a call per pass, plus the Go micro-benchmarks (docs/benchmarks.md); about 5 minutes
+## the queue ETA's accuracy (bench/eta), batching against a call per pass, plus the Go micro-benchmarks
+## (docs/benchmarks.md); about 6 minutes
 bench:
 	scripts/bench.sh
 

@@ -220,6 +220,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		g.Go(func() error { return cm.payloads.RunSweeper(gctx, cm.refs, cfg.SweepInterval, time.Hour) })
 	}
 	g.Go(func() error { return st.RunSweeper(gctx, cfg.ResultTTL, cfg.SweepInterval) })
+	g.Go(func() error { return store.RunUsageSweeper(gctx, st, time.Now, cfg.Usage.Retention, cfg.SweepInterval) })
 	g.Go(func() error { return gpus.Run(gctx, cfg.GPU.RefreshInterval) })
 	g.Go(func() error {
 		select {
@@ -384,5 +385,6 @@ func schedulerConfig(cfg config.Config) scheduler.Config {
 		RestartBackoff:           cfg.Replica.RestartBackoff,
 		MaxRestartBackoff:        cfg.Replica.MaxRestartBackoff,
 		AbortGrace:               cfg.Replica.StopGrace, // a cancelled call's replica: free by then, or replaced
+		UsageFlush:               cfg.Usage.FlushInterval,
 	}
 }

@@ -51,6 +51,7 @@ type Config struct {
 	GPU                      GPU           `koanf:"gpu"`
 	Webhook                  Webhook       `koanf:"webhook"`
 	OpenAI                   OpenAI        `koanf:"openai"`
+	Usage                    Usage         `koanf:"usage"`
 	// Cluster is set by a cluster: section (file only); nil is the
 	// single-box appliance (see cluster.go).
 	Cluster *Cluster `koanf:"cluster"`
@@ -84,6 +85,16 @@ type OpenAI struct {
 	// of a team, batch outputs included.
 	MaxFileBytes     int64 `koanf:"maxFileBytes"`
 	MaxTeamFileBytes int64 `koanf:"maxTeamFileBytes"`
+}
+
+// Usage holds the settings of the usage ledger (docs/operations.md "Usage").
+type Usage struct {
+	// Retention is how long the hourly roll-ups are kept (a call's own
+	// usage goes with the call, after resultTTL).
+	Retention time.Duration `koanf:"retention"`
+	// FlushInterval is how often replica time no call used (boot, idle) is
+	// written; a crash loses at most this much of it.
+	FlushInterval time.Duration `koanf:"flushInterval"`
 }
 
 // Limits bound what one client can take of the daemon (see docs/security.md).
@@ -204,6 +215,8 @@ func defaults() map[string]any {
 		"openai.queueWait":              "5m",
 		"openai.maxFileBytes":           100 << 20,
 		"openai.maxTeamFileBytes":       1 << 30,
+		"usage.retention":               "2160h",
+		"usage.flushInterval":           "1m",
 	}
 }
 
@@ -406,6 +419,7 @@ func (c Config) validate() error {
 		"limits.bodyReadTimeout":   c.Limits.BodyReadTimeout, "limits.streamWriteTimeout": c.Limits.StreamWriteTimeout,
 		"webhook.retryFor": c.Webhook.RetryFor, "webhook.firstRetry": c.Webhook.FirstRetry,
 		"webhook.timeout": c.Webhook.Timeout, "openai.queueWait": c.OpenAI.QueueWait,
+		"usage.retention": c.Usage.Retention, "usage.flushInterval": c.Usage.FlushInterval,
 	}
 	for _, key := range sortedKeys(positive) {
 		if positive[key] <= 0 {

@@ -126,8 +126,10 @@ var everyEndpoint = []endpoint{
 	{"openai batch cancel", "POST /v1/batches/:id/cancel", openaiAPI("POST", "/v1/batches/BATCHID/cancel", "")},
 }
 
-// statusLists are the status routes that list what the key may see.
-var statusLists = []string{"/v1/status", "/v1/status/gpus", "/v1/status/projects", "/v1/status/calls", "/v1/status/history"}
+// statusLists are the status routes that list what the key may see (the
+// usage report and panel among them: by project, by team).
+var statusLists = []string{"/v1/status", "/v1/status/gpus", "/v1/status/projects", "/v1/status/calls", "/v1/status/history",
+	"/v1/status/usage", "/v1/usage"}
 
 // TestEveryEndpointListsEveryKeyedRoute holds everyEndpoint, statusLists
 // and the "list" check to the public API's table of routes (the daemon's:

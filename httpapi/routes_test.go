@@ -87,6 +87,8 @@ var routeCases = map[string]routeCase{
 	"GET /v1/status/calls":                               {path: "/v1/status/calls"},
 	"GET /v1/status/cluster":                             {path: "/v1/status/cluster"},
 	"GET /v1/status/history":                             {path: "/v1/status/history"},
+	"GET /v1/status/usage":                               {path: "/v1/status/usage"},
+	"GET /v1/usage":                                      {path: "/v1/usage"},
 	"GET /v1/status/projects/:id/replicas/:replica/logs": {path: "/v1/status/projects/PROJECT/replicas/PROJECT-1/logs"},
 }
 

@@ -114,6 +114,7 @@ type Store interface {
 	UpdateProject(id string, fn func(*store.Project) error) (store.Project, error)
 	GetTeam(id string) (store.Team, error) // its quota bounds a PUT
 	CallByIdempotencyKey(teamID, key string) (store.Call, error)
+	UsageReader // GET /v1/usage (usage.go)
 }
 
 // Scheduler is what the public API needs from the scheduler.

@@ -125,6 +125,9 @@ type statusProject struct {
 	BatchMaxSize  int     `json:"batchMaxSize,omitempty"`
 	Batches       int64   `json:"batches,omitempty"`
 	MeanBatchSize float64 `json:"meanBatchSize,omitempty"`
+	// Queue is the first queued calls in dispatch order, each with why it
+	// waits and when it should be done (the scheduler's estimate).
+	Queue []scheduler.QueuedCall `json:"queue"`
 }
 
 type statusReplica struct {
@@ -420,8 +423,12 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 			LastError: lp.LastError, LastErrorReplica: lp.LastErrorReplica, RecentFailures: failures[p.ID],
 			OOMKills: lp.OOMKills,
 			Replicas: make([]statusReplica, 0, len(lp.Replicas)),
+			Queue:    lp.Queue,
 
 			Batches: lp.Batches, MeanBatchSize: lp.MeanBatchSize,
+		}
+		if sp.Queue == nil {
+			sp.Queue = []scheduler.QueuedCall{}
 		}
 		if p.Model.Batch.On() {
 			sp.BatchMaxSize = p.Model.Batch.MaxSize

@@ -107,6 +107,8 @@ type testStore struct {
 	// afterResultRead, when set, runs after each GetCallResult read, before
 	// it returns: what another node does meanwhile.
 	afterResultRead atomic.Pointer[func()]
+	// usageErr, when set, is what AddUsage answers (writing nothing).
+	usageErr atomic.Pointer[error]
 	// afterKeyRead, when set, runs after each CallByIdempotencyKey read,
 	// before it returns: a slow etcd, or what happens meanwhile.
 	afterKeyRead atomic.Pointer[func()]
@@ -120,6 +122,17 @@ func (s *testStore) CallByIdempotencyKey(teamID, key string) (store.Call, error)
 	}
 	return c, err
 }
+
+// AddUsage writes to the memstore unless failUsage was called.
+func (s *testStore) AddUsage(rows []store.UsageRow) error {
+	if err := s.usageErr.Load(); err != nil && *err != nil {
+		return *err
+	}
+	return s.Store.AddUsage(rows)
+}
+
+// failUsage makes every later AddUsage fail with err (nil: succeed again).
+func (s *testStore) failUsage(err error) { s.usageErr.Store(&err) }
 
 // GetCallResult counts the reads of results.
 func (s *testStore) GetCallResult(id string) (store.Call, error) {
@@ -306,6 +319,9 @@ type fakeInstance struct {
 	// ignoreCancel: a model whose request does not end when Infer's ctx
 	// does, only when answered or when the process exits.
 	ignoreCancel atomic.Bool
+	// uses, when set, is what Measure reports for each stretch; unset, the
+	// instance measures nothing (CPUKnown false, no energy).
+	uses atomic.Pointer[backend.Usage]
 
 	mu       sync.Mutex
 	exitErr  error
@@ -448,6 +464,16 @@ func (i *fakeInstance) Stop() {
 	i.stopOnce.Do(func() { close(i.stopped) })
 	i.exit(errors.New("signal: terminated"), "")
 	<-i.exited
+}
+
+// Measure reports what uses holds when the stretch ends.
+func (i *fakeInstance) Measure() func() backend.Usage {
+	return func() backend.Usage {
+		if u := i.uses.Load(); u != nil {
+			return *u
+		}
+		return backend.Usage{}
+	}
 }
 
 func (i *fakeInstance) markReady() { close(i.ready) }

@@ -54,6 +54,11 @@ type rep struct {
 	// bootTimedOut: stopped by the boot timeout, which counts as a failed
 	// boot once the process has exited.
 	bootTimedOut bool
+
+	// acctAt is how far its time has been charged (usage.go: account);
+	// gpuWeight how many GPUs it counts as there.
+	acctAt    time.Time
+	gpuWeight float64
 }
 
 // live reports whether r counts toward its project's replicas: it is, or
@@ -111,6 +116,8 @@ func (s *Scheduler) boot(p *project, gpus []string, cpuSlot bool) {
 		started:   s.clk.Now(),
 		calls:     map[*call]struct{}{},
 	}
+	r.acctAt = r.started
+	r.gpuWeight = gpuWeight(gpus, memMiB, s.gpuSizes())
 	p.replicas = append(p.replicas, r)
 	if cpuSlot {
 		s.cpuUsed++
@@ -173,10 +180,12 @@ func (s *Scheduler) onReady(r *rep) {
 		return
 	}
 	now := s.clk.Now()
+	s.account(r, now) // its boot
 	r.state = stateReady
 	r.readyAt = now
 	r.idleSince = now
 	r.boot.stop()
+	r.p.est.booted(now.Sub(r.started))
 	if !r.draining {
 		r.p.bootFailures = 0
 		r.p.backoff = 0
@@ -216,6 +225,7 @@ func (s *Scheduler) stop(r *rep) {
 	if r.state == stateStopping {
 		return
 	}
+	s.account(r, s.clk.Now()) // a boot's time is boot time up to here
 	r.state = stateStopping
 	r.boot.stop()
 	r.idleT.stop()
@@ -236,6 +246,7 @@ func (s *Scheduler) gone(ev evExited) {
 	r, lastLine, exitErr := ev.r, ev.lastLine, ev.exitErr
 	p := r.p
 	was := r.state
+	s.account(r, s.clk.Now()) // the last of its time, before its calls end
 	if was != stateStopping {
 		s.cfg.Observer.ReplicaCrashed(p.id) // nobody asked it to stop
 	}

@@ -3,6 +3,8 @@ package scheduler
 import (
 	"slices"
 	"time"
+
+	"inferd/store"
 )
 
 // Status is the scheduler's state at one moment, for the status page and
@@ -68,6 +70,20 @@ type ProjectStatus struct {
 	// the daemon started, and MeanBatchSize their mean number of calls.
 	Batches       int64   `json:"batches,omitempty"`
 	MeanBatchSize float64 `json:"meanBatchSize,omitempty"`
+	// Queue is the first maxStatusQueue calls of the queue in the order
+	// they would be dispatched, each with why it waits and its estimate.
+	Queue []QueuedCall `json:"queue"`
+}
+
+// maxStatusQueue bounds the queued calls a project's status lists.
+const maxStatusQueue = 20
+
+// QueuedCall is one queued call as the status page shows it.
+type QueuedCall struct {
+	ID            string      `json:"id"`
+	QueuePosition int         `json:"queuePosition"`
+	ETAMs         *int64      `json:"etaMs"` // null: nothing measured says
+	WaitingFor    *store.Wait `json:"waitingFor"`
 }
 
 // The states of ReplicaStatus.State, as the status API, the metrics and
@@ -121,6 +137,7 @@ func (s *Scheduler) snapshot() Status {
 		if p.clustered {
 			ps.NodeMinReplicas, ps.NodeMaxReplicas = p.minReplicas(), p.maxReplicas()
 		}
+		ps.Queue = s.queueStatus(p)
 		if p.batches > 0 {
 			ps.Batches, ps.MeanBatchSize = p.batches, float64(p.batchedCalls)/float64(p.batches)
 		}
@@ -144,6 +161,18 @@ func (s *Scheduler) snapshot() Status {
 	st.GPUs = s.gpuStatus()
 	st.Teams = s.teamStatus()
 	return st
+}
+
+// queueStatus lists p's first queued calls with their estimates.
+func (s *Scheduler) queueStatus(p *project) []QueuedCall {
+	now := s.clk.Now()
+	calls := p.queue.first(maxStatusQueue, now)
+	out := make([]QueuedCall, 0, len(calls))
+	for i, c := range calls {
+		why, eta := s.explain(c, i, now)
+		out = append(out, QueuedCall{ID: c.c.ID, QueuePosition: i, ETAMs: eta, WaitingFor: why})
+	}
+	return out
 }
 
 // gpuStatus is the hand-outs on each device, from the same bookkeeping that

@@ -198,18 +198,26 @@ type Call struct {
 	// (protocol openai), set with its result; nil when it reported none.
 	Tokens *Tokens `json:"tokens,omitempty"`
 
+	// Usage is what the call used (the usage ledger's entry), set on its
+	// final write; nil before, and for calls finished before inferd kept
+	// it.
+	Usage *CallUsage `json:"usage,omitempty"`
+
 	// QueuePosition is how many calls will be dispatched before this one
 	// (0 = next), for a queued call the scheduler reports; never stored.
 	QueuePosition int `json:"-"`
-	// WaitingFor says why a queued call cannot run beyond waiting its
-	// turn, for a call the scheduler reports (its message stays the state
-	// name); nil when it only waits its turn; never stored.
+	// WaitingFor says why a queued call waits, for a call the scheduler
+	// reports (its message stays the state name); never stored.
 	WaitingFor *Wait `json:"-"`
+	// ETAMs estimates how long until the call has finished, for a queued
+	// call the scheduler reports; nil when it cannot tell (nothing
+	// measured yet, or waiting on something it cannot time); never stored.
+	ETAMs *int64 `json:"-"`
 }
 
 // Wait is why a pending call waits: a code for programs and a sentence for
-// people, e.g. {"heldByMinimums", "no CPU slot: the minReplicas of projects
-// a, b hold all 2 cpuSlots"}.
+// people, e.g. {"replicasBusy", "all 2 replicas busy (next free in ~0.8 s)"}.
+// The codes are the scheduler's (scheduler.Wait*).
 type Wait struct {
 	Code string `json:"code"`
 	Text string `json:"text"`
