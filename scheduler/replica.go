@@ -54,6 +54,7 @@ type rep struct {
 	// bootTimedOut: stopped by the boot timeout, which counts as a failed
 	// boot once the process has exited.
 	bootTimedOut bool
+	park         parkState // parking.go
 }
 
 // live reports whether r counts toward its project's replicas: it is, or
@@ -84,6 +85,12 @@ func (r *rep) stateName() string {
 		return "booting"
 	case r.state == stateStopping:
 		return "stopping"
+	case r.state == stateParking:
+		return "parking"
+	case r.state == stateParked:
+		return "parked"
+	case r.state == stateRestoring:
+		return "restoring"
 	case len(r.calls) > 0, r.aborting > 0: // an aborted request still holds it
 		return "busy"
 	default:
@@ -201,7 +208,7 @@ func (s *Scheduler) onBootTimeout(r *rep, seq uint64) {
 }
 
 func (s *Scheduler) onIdleExpired(r *rep, seq uint64) {
-	if !r.idleT.fired(seq) || !r.idle() || !r.live() {
+	if !r.idleT.fired(seq) || !(r.idle() || r.state == stateParked) || !r.live() {
 		return
 	}
 	if p := r.p; p.live() > p.want() {
@@ -220,6 +227,7 @@ func (s *Scheduler) stop(r *rep) {
 	r.boot.stop()
 	r.idleT.stop()
 	r.abortT.stop()
+	r.park.stop()
 	if r.inst != nil {
 		s.goStop(r.inst)
 	}
@@ -246,12 +254,13 @@ func (s *Scheduler) gone(ev evExited) {
 	r.state = stateStopping
 	r.boot.stop()
 	r.idleT.stop()
+	r.park.stop()
 	p.replicas = slices.DeleteFunc(p.replicas, func(q *rep) bool { return q == r })
 	if r.cpuSlot {
 		s.cpuUsed--
 		r.cpuSlot = false
 	}
-	if len(r.gpus) > 0 {
+	if r.holdsGPUs() {
 		s.releaseGPUs(r, s.devices())
 	}
 	r.abortT.stop()
@@ -276,7 +285,7 @@ func (s *Scheduler) gone(ev evExited) {
 		s.bootFailed(p, r, bootFailure{text: ev.problem.Text, fatal: true}, true)
 	case was == stateBooting:
 		s.bootFailed(p, r, bootExited(exitErr, lastLine), true)
-	case was == stateReady:
+	case was.warm():
 		p.lastError = fmt.Sprintf("replica %s exited (%s)", r.id, exitStatus(exitErr))
 		if lastLine != "" {
 			p.lastError += ": " + lastLine

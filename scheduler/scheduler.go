@@ -407,6 +407,8 @@ func (s *Scheduler) handle(ev event) {
 		s.onAdopt(ev)
 	case evFenced:
 		s.onFenced(ev.c)
+	case parkEvent:
+		s.onParkEvent(ev)
 	}
 }
 
@@ -446,6 +448,7 @@ func (s *Scheduler) shutdown() {
 			r.boot.stop()
 			r.idleT.stop()
 			r.abortT.stop()
+			r.park.stop()
 			if r.inst != nil && r.state != stateStopping {
 				r.state = stateStopping
 				s.goStop(r.inst)

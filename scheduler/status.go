@@ -65,18 +65,26 @@ type ProjectStatus struct {
 	// the daemon started, and MeanBatchSize their mean number of calls.
 	Batches       int64   `json:"batches,omitempty"`
 	MeanBatchSize float64 `json:"meanBatchSize,omitempty"`
+
+	// ParkingOff says why a project with parkTimeout parks no more (the
+	// machine cannot, or a park failed) until its spec changes; "" while
+	// it may (docs/gpu.md "Parking").
+	ParkingOff string `json:"parkingOff,omitempty"`
 }
 
 // ReplicaStatus is one replica.
 type ReplicaStatus struct {
 	ID         string    `json:"id"`
-	State      string    `json:"state"` // booting, ready, busy or stopping
+	State      string    `json:"state"` // booting, ready, busy, stopping, or parking, parked, restoring (parking.go)
 	Pid        int       `json:"pid"`
 	GPUs       []string  `json:"gpus"`
 	Started    time.Time `json:"started"`
 	InFlight   int       `json:"inFlight"`
 	IdleSince  time.Time `json:"idleSince,omitzero"`  // set while ready with no call
 	IdleExpiry time.Time `json:"idleExpiry,omitzero"` // when the idle timeout stops it, if armed
+	// ParkedSince is when it was parked, while it is: its GPUs are free
+	// for others (GPUs still names them: a call restores it there).
+	ParkedSince time.Time `json:"parkedSince,omitzero"`
 }
 
 func (s *Scheduler) snapshot() Status {
@@ -100,6 +108,7 @@ func (s *Scheduler) snapshot() Status {
 
 			LastErrorAt:      p.lastErrorAt,
 			LastErrorReplica: p.lastErrorReplica,
+			ParkingOff:       p.parkOff,
 		}
 		if p.clustered {
 			ps.NodeMinReplicas, ps.NodeMaxReplicas = p.minReplicas(), p.maxReplicas()
@@ -116,6 +125,9 @@ func (s *Scheduler) snapshot() Status {
 				Started:    r.started,
 				InFlight:   len(r.calls),
 				IdleExpiry: r.idleT.at,
+			}
+			if r.state == stateParked {
+				rs.ParkedSince = r.park.since
 			}
 			if r.idle() {
 				rs.IdleSince = r.idleSince

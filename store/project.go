@@ -105,8 +105,9 @@ func (m ModelSpec) WithDefaults() ModelSpec {
 // replaced (drained) to serve next. It compares the whole spec, defaults
 // applied, in its stored encoding, except for the fields that running
 // replicas take as they are: the modelKey hash (a key rotation), concurrency
-// and batch (how many calls and batches the scheduler hands a replica) and
-// bootTimeout (how long the scheduler waits for one to start). Any other field, including one
+// and batch (how many calls and batches the scheduler hands a replica),
+// bootTimeout (how long the scheduler waits for one to start) and
+// parkTimeout (when it parks an idle one). Any other field, including one
 // added later, describes how a replica is started, so a change to it
 // restarts them: forgetting a field here can only cost a needless restart,
 // never a stale replica.
@@ -123,6 +124,7 @@ func (m ModelSpec) launchPart() ModelSpec {
 	m.Concurrency = 0
 	m.Batch = BatchSpec{}
 	m.BootTimeout = 0
+	m.ParkTimeout = 0
 	return m
 }
 
@@ -210,6 +212,8 @@ func (m ModelSpec) validate() error {
 		return invalid("model.network", "must be %q or %q", NetworkPrivate, NetworkHost)
 	case m.BatchPath != "" && !strings.HasPrefix(m.BatchPath, "/"):
 		return invalid("model.batchPath", "must start with /")
+	case m.ParkTimeout < 0 || m.ParkTimeout > MaxTimeout:
+		return invalid("model.parkTimeout", "must be between 0 (never park) and %d seconds", MaxTimeout)
 	}
 	if err := m.Batch.validate(m.Protocol); err != nil {
 		return err
