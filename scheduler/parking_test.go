@@ -543,7 +543,7 @@ func TestParkedReplicaStopsAtIdleTimeoutOnlyAboveTheMinimum(t *testing.T) {
 func TestOnlyIdleGPUReplicasOfParkingProjectsPark(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cpu := testProject("cpu", minMax(0, 1), idleTimeout(600), parkTimeout(10)) // gpus 0: nothing to free
-		off := testProject("off", minMax(0, 1), idleTimeout(600), wholeGPUs(1))   // parkTimeout 0
+		off := testProject("off", minMax(0, 1), idleTimeout(600), wholeGPUs(1))    // parkTimeout 0
 		busy := testProject("busy", minMax(0, 1), idleTimeout(600), wholeGPUs(1), parkTimeout(10))
 		h := newParkHarness(t, simulatedGPUs(2), cpu, off, busy)
 		defer h.stop()
