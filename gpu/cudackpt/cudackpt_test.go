@@ -45,9 +45,11 @@ func (f *fakeDriver) move(name string, pid int, from, to State) error {
 }
 
 func (f *fakeDriver) Lock(pid int, _ uint32) error { return f.move("Lock", pid, Running, Locked) }
-func (f *fakeDriver) Checkpoint(pid int) error     { return f.move("Checkpoint", pid, Locked, Checkpointed) }
-func (f *fakeDriver) Restore(pid int) error        { return f.move("Restore", pid, Checkpointed, Locked) }
-func (f *fakeDriver) Unlock(pid int) error         { return f.move("Unlock", pid, Locked, Running) }
+func (f *fakeDriver) Checkpoint(pid int) error {
+	return f.move("Checkpoint", pid, Locked, Checkpointed)
+}
+func (f *fakeDriver) Restore(pid int) error { return f.move("Restore", pid, Checkpointed, Locked) }
+func (f *fakeDriver) Unlock(pid int) error  { return f.move("Unlock", pid, Locked, Running) }
 
 func newFakeDriver(cuda ...int) *fakeDriver {
 	f := &fakeDriver{states: map[int]State{}, fail: map[string]error{}}
