@@ -31,7 +31,7 @@ var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5
 
 // replicaStates are the states inferd_replicas is reported for, each project
 // getting every one (0 included) so that series do not come and go.
-var replicaStates = []string{"booting", "ready", "busy", "stopping"}
+var replicaStates = []string{"booting", "ready", "busy", "stopping", "parking", "parked", "restoring"}
 
 // MetricsSources are read at scrape time for the gauges. Any may be nil.
 type MetricsSources struct {
