@@ -26,6 +26,7 @@ import json
 import os
 import platform
 import re
+import select
 import shutil
 import signal
 import socket
@@ -428,7 +429,11 @@ class GPUCheck:
         if code != 0:
             raise SystemExit(f"gpu-check: python {self.python} does not run: {err.strip()}")
         self.python = out.strip()
-        code, out, _ = run([self.python, "-c", "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available(), torch.cuda.device_count())"], timeout=120)
+        # Touching CUDA here, as root, also loads nvidia_uvm (through the
+        # driver's setuid nvidia-modprobe), which a sandboxed replica (no new
+        # privileges) could not do for itself.
+        code, out, _ = run([self.python, "-c", "import torch; ok = torch.cuda.is_available(); ok and torch.zeros(1, device='cuda'); "
+                            "print(torch.__version__, torch.version.cuda, ok, torch.cuda.device_count())"], timeout=180)
         self.torch = out.split() if code == 0 else None
         r.fact("python", f"{self.python}, torch {' '.join(self.torch[:2]) if self.torch else 'none'}")
         self.sklearn = run([self.python, "-c", "import sklearn"], timeout=120)[0] == 0
@@ -448,6 +453,8 @@ class GPUCheck:
         if not self.torch or self.torch[2] != "True":
             raise SystemExit(f"gpu-check: {self.python} has no CUDA-enabled torch that sees a GPU ({' '.join(self.torch or ['no torch'])}): "
                              "pass --python PATH")
+        if not os.path.exists("/dev/nvidia-uvm"):
+            raise SystemExit("gpu-check: /dev/nvidia-uvm is missing though CUDA ran: load nvidia_uvm (modprobe nvidia_uvm) and run again")
         self.gpu = gpus[0]
         r.fact("device", "; ".join(f"GPU {g['index']}: {g['name']} ({g['uuid']}, {g['totalMiB']} MiB, MIG {g['mig']})" for g in gpus))
         r.fact("driver", gpus[0]["driver"])
@@ -516,7 +523,7 @@ class GPUCheck:
                   f"/v1/status/gpus lists the simulated GPU {self.gpu['uuid']} with {self.gpu['totalMiB']} MiB", f"got {list(mine)}")
             it.check(SKIP, "nvidia-smi comparison: no driver in a dry run")
             return
-        it.ok(any(re.match(r"^ok\s+gpu\s", ln) for ln in lines), "inferd doctor finds the GPUs", out[-500:])
+        it.ok(any(re.match(r"^ok\s+gpu\s", ln) for ln in lines), "inferd doctor finds the GPUs", "; ".join(lines) or out[-300:])
         rows = []
         for g in smi_gpus():
             m = mine.get(g["uuid"])
@@ -646,8 +653,9 @@ class GPUCheck:
             [self.python, "-c", "import sys, torch, time; x = torch.empty(int(sys.argv[1]) << 20, dtype=torch.uint8, device='cuda'); "
              "x.fill_(1); torch.cuda.synchronize(); print('holding', flush=True); time.sleep(3600)", str(foreign_mib)],
             stdout=subprocess.PIPE, text=True, env=dict(os.environ, CUDA_VISIBLE_DEVICES=self.gpu["uuid"]))
-        if self.foreign.stdout.readline().strip() != "holding":
-            it.check(FAIL, "the outside process could not allocate its GPU memory")
+        ready, _, _ = select.select([self.foreign.stdout], [], [], self.clock.bound(120))
+        if not ready or self.foreign.stdout.readline().strip() != "holding":
+            it.check(FAIL, "the outside process could not allocate its GPU memory (its error is on stderr above)")
             return
         self.d.wait(lambda: self.foreign.pid in smi_apps(), 30, "nvidia-smi to list the outside process")
         it.note(f"Shares: free {free0} MiB at first; a python3 outside inferd holds {foreign_mib} MiB; share-a declares {a} MiB "
@@ -770,7 +778,7 @@ class GPUCheck:
         back = output(ans)
         rline, _ = self.d.wait_log('"replica restored"', 30, "the restore", after=mark, project="park")
         fig.update(restoreMs=rline.get("took"), restoredFirstAnswerS=round(restored, 2), restoredBootMs=ans.get("bootMs", 0))
-        it.ok(back.get("pid") == pid, f"the next call restored the same process (pid {pid}): first answer after {restored:.2f} s, Restore {ms(rline.get('took'))}",
+        it.ok(back.get("pid") == pid, f"the next call restored the same process (pid {pid}): first answer after {restored:.3f} s, Restore {ms(rline.get('took'))}",
               f"it ran in pid {back.get('pid')}: a cold boot")
         it.ok(back.get("checksum") == first.get("checksum"), f"its GPU memory came back intact (checksum {first.get('checksum')})",
               f"checksum {first.get('checksum')} before, {back.get('checksum')} after")
@@ -784,13 +792,13 @@ class GPUCheck:
         if self.dry:
             it.check(SKIP, "VRAM freed, and restore against cold boot: the dry run's checkpointer is a fake")
         else:
-            it.ok(restored < cold, f"first answer after restore {restored:.2f} s vs cold boot {cold:.2f} s ({cold / restored:.1f}x)")
+            it.ok(restored < cold, f"first answer after restore {restored:.3f} s vs cold boot {cold:.2f} s ({cold / restored:.1f}x)")
         rows = [["model", f"gpuprobe holding {alloc} MiB (ALLOC_MIB)"],
                 ["VRAM used warm / parked (MiB, nvidia-smi)", f"{fig.get('usedWarmMiB', '–')} / {fig.get('usedParkedMiB', '–')}"],
                 ["replica RSS warm / parked (MiB)", f"{fig.get('rssWarmMiB', '–')} / {fig.get('rssParkedMiB', '–')}"],
                 ["time to park (Park)", ms(took)],
                 ["time to restore (Restore)", ms(rline.get("took"))],
-                ["first answer after restore (s, the call's wall time)", f"{restored:.2f}"],
+                ["first answer after restore (s, the call's wall time)", f"{restored:.3f}"],
                 ["first answer, cold boot (s): first call / after a spec change", f"{cold1:.2f} / {cold2:.2f}"]]
         it.note(table(["parking", "figure"], rows))
         self.report.data["parking"] = fig
