@@ -10,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"inferd/gpu"
 	"inferd/scheduler/backend"
@@ -145,13 +146,16 @@ func TestParkNamesTheProcessesNVMLListsOnTheReplicasGPUs(t *testing.T) {
 }
 
 func TestAParkedReplicaIsKilledAtOnceWhenStopped(t *testing.T) {
-	b := testBackendWith(t, func(c *Config) { c.StopGrace = testDeadline })
+	// A grace far beyond the test's deadline: a Stop that waited it out
+	// would not be seen to end.
+	b := testBackendWith(t, func(c *Config) { c.StopGrace = time.Hour })
 	b.ckpt = &recordingTool{}
 	p := startReady(t, b, echoSpec(t, "park-stop"))
 	if _, err := b.Park(context.Background(), p); err != nil {
 		t.Fatal(err)
 	}
-	p.Stop()
+	go p.Stop()
+	waitExited(t, p)
 	// echo exits 0 on SIGTERM: a kill says the grace was not waited out.
 	var exit interface{ Sys() any }
 	if err := p.ExitErr(); !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
