@@ -8,47 +8,64 @@ BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: build run doctor test test-cluster lint fuzz faults clean client-deps test-deps package bench bench-cluster mutate gpu-check-bin gpu-check-dry
+.PHONY: build run doctor test test-cluster lint fuzz faults clean client-deps test-deps digits-deps package bench bench-cluster bench-quick mutate gpu-check-bin gpu-check-dry
 
 ## build: compile ./inferd
 build:
 	go build -ldflags "$(LDFLAGS)" -o inferd .
 
-# The demo runs its model as you, even as root, where a service install gives
-# each project a uid of its own (replica.user: per-project): python3 may live
-# where no other user can read it. apply and doctor check the models as that
-# same user. The rest of the sandbox applies as far as your privileges allow;
-# the start-up log line says which protections are on.
-RUN_ENV = INFERD_REPLICA_USER=$${INFERD_REPLICA_USER:-$$(id -un)}
+# The demo runs its model as `inferd --config config.example.yaml serve` would,
+# as the packaged service does: as root, under a uid of the project's own (the
+# example runs on the system python3, which any user may run). Where other
+# users cannot read this checkout (a clone under /root, or a home of mode 700)
+# that uid could not read the example either: there the demo runs its model as
+# you (scripts/demo-user.sh), and make run says so with the command that
+# restarts it the same way. apply and doctor check the models as that same user.
+DEMO_USER = $(shell scripts/demo-user.sh)
+RUN_ENV = $(if $(DEMO_USER),INFERD_REPLICA_USER=$(DEMO_USER) )
+DEMO_NOTE = Other users cannot read this checkout, so the model runs as $(DEMO_USER), not under a uid of its own as a service's would.
 
-## run: start the daemon with the example echo model (Ctrl-C stops it)
+## run: start the daemon with the example echo model (Ctrl-C stops it). It applies
+## the example to the data file itself (apply --offline), so a second make run
+## while one serves stops there and changes nothing.
 run: build
-	$(RUN_ENV) ./inferd --config $(CONFIG) apply -f examples/projects.yaml
+	$(RUN_ENV)./inferd --config $(CONFIG) apply --offline -f examples/projects.yaml
 	@echo
 	@echo "inferd is starting on http://127.0.0.1:8080 with the example project 'echo'."
 	@echo "In another terminal, create an API key and call the model:"
 	@echo "  KEY=\$$(./inferd --config $(CONFIG) key create --team demo | tail -n1)"
 	@echo "  curl -s localhost:8080/start/v4 -d '{\"apiKey\":\"'\$$KEY'\",\"modelKey\":\"mk-echo-1\",\"modelInputs\":{\"prompt\":\"hi\"}}'"
-	@echo "To check the box and the applied projects as this demo runs them: make doctor"
+	@echo "To check the box and the applied projects: $(RUN_ENV)./inferd --config $(CONFIG) doctor (or make doctor)"
+	@echo "After Ctrl-C, make run or $(RUN_ENV)./inferd --config $(CONFIG) serve starts it again."
+	@$(if $(DEMO_USER),echo "$(DEMO_NOTE)",true)
 	@echo
-	$(RUN_ENV) ./inferd --config $(CONFIG) serve
+	$(RUN_ENV)./inferd --config $(CONFIG) serve
 
 ## doctor: check the box and the applied projects as make run runs them
 doctor: build
-	$(RUN_ENV) ./inferd --config $(CONFIG) doctor
+	$(RUN_ENV)./inferd --config $(CONFIG) doctor
 
 ## test: every check CI runs: formatting, vet, and all tests with the race detector,
-## including the public Banana npm clients against a live inferd. The e2e
-## package alone runs about 7 minutes on 2 cores: go test's default 10-minute
-## limit per test binary would leave too little headroom.
-test: lint test-deps client-deps
-	INFERD_REQUIRE_CLIENT_TESTS=1 go test -race -count=1 -timeout 20m ./...
+## including the public Banana npm clients against a live inferd (README, "What
+## make test needs"). The Debian packages install while lint runs (apt waits on
+## the network and the disk, lint on the CPU); their output follows lint's. The
+## e2e tests run up to E2E_PARALLEL at a time: most of their time is spent
+## waiting on model processes, not on the CPU.
+E2E_PARALLEL ?= 6
+test: client-deps
+	@log=$$(mktemp); echo "scripts/test-deps.sh >$$log (beside lint)"; \
+	scripts/test-deps.sh >$$log 2>&1 & deps=$$!; \
+	scripts/lint.sh; lint=$$?; \
+	wait $$deps; rc=$$?; cat $$log; rm -f $$log; \
+	[ $$lint -eq 0 ] && [ $$rc -eq 0 ]
+	INFERD_REQUIRE_CLIENT_TESTS=1 go test -race -count=1 -timeout 20m -parallel $(E2E_PARALLEL) ./...
 	scripts/fuzz.sh $(CI_FUZZTIME)
 
 ## test-cluster: the three-node failure scenarios of cluster mode (#22; e2e/threenode_faults_test.go,
 ## built with the cluster tag): a node and the leader killed, a node cut off (network namespaces, as
 ## root), quorum lost, GPU placement. Not part of make test (leases of 5 s lapse, nodes restart: about
 ## 2.5 minutes on 2 cores); the quick three-node scenario (keys, projects, calls, long polls) is.
+## CI (.ci/run) runs it after make test.
 test-cluster: test-deps
 	INFERD_REQUIRE_CLIENT_TESTS=1 go test -race -count=1 -tags cluster -timeout 20m -run 'TestThreeNode' ./e2e/
 
@@ -58,10 +75,18 @@ test-deps:
 
 ## client-deps: the pinned Banana JavaScript clients the end-to-end test drives, and
 ## playwright-core for the status page browser test (it drives Debian's chromium and
-## never downloads a browser)
+## never downloads a browser); each npm ci has NPM_TIMEOUT seconds
+NPM_TIMEOUT ?= 300
+NPM_CI = timeout --kill-after=10 $(NPM_TIMEOUT) npm ci --no-audit --no-fund --loglevel=error \
+	|| { echo "npm ci in $$PWD failed or took over $(NPM_TIMEOUT)s (NPM_TIMEOUT): check the registry in ~/.npmrc or the network" >&2; exit 1; }
 client-deps:
-	cd examples/banana-js && npm ci --no-audit --no-fund --loglevel=error
-	cd web/browsertest && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error
+	cd examples/banana-js && $(NPM_CI)
+	cd web/browsertest && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(NPM_CI)
+
+## digits-deps: the Debian packages examples/digits needs (PyTorch, scikit-learn),
+## without their recommends (as root, or with sudo)
+digits-deps:
+	scripts/apt-install.sh python3-torch python3-sklearn
 
 ## lint: gofmt, go vet, staticcheck and govulncheck (skipped only when its
 ## database cannot be reached)
@@ -83,6 +108,12 @@ bench:
 ## a minute; make bench runs it too
 bench-cluster:
 	BENCH_GO=0 BENCH_REPORT=cluster.md scripts/bench.sh -only cluster
+
+## bench-quick: the hot path's figures and targets (added latency, calls/s at c=1/16/64 with the no-op and
+## the 10 ms model, inferd CPU per call, cluster through one node) in one interleaved run of short slices,
+## under a minute: run it before and after a change on the write or call path (docs/benchmarks.md)
+bench-quick:
+	BENCH_GO=0 BENCH_REPORT=quick.md scripts/bench.sh -quick
 
 ## fuzz: each fuzz target for FUZZTIME executions (make test: CI_FUZZTIME)
 FUZZTIME ?= 200000x

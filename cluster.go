@@ -338,9 +338,9 @@ func nodeLoad(st scheduler.Status, capa backend.Capacity) (cluster.Capacity, map
 		l := cluster.ProjectLoad{Busy: p.Running, Queued: p.Queued, Max: p.NodeMaxReplicas}
 		for _, r := range p.Replicas {
 			switch r.State {
-			case "stopping":
+			case scheduler.ReplicaStopping:
 				continue
-			case "ready", "busy":
+			case scheduler.ReplicaReady, scheduler.ReplicaBusy:
 				l.Ready++
 			}
 			l.Replicas++

@@ -52,9 +52,9 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	apiLn, err := net.Listen("tcp", cfg.Listen)
+	apiLn, err := cli.ListenAPI(cfg.Listen)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+		return err
 	}
 	adminLn, err := listenAdmin(cfg.SocketPath())
 	if err != nil {
@@ -128,6 +128,13 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 				MaxWaitsPerKey:    cfg.Limits.MaxWaitsPerKey,
 				MaxWaits:          cfg.Limits.MaxWaits,
 				MaxInputDepth:     cfg.Limits.MaxInputDepth,
+				// The edge's budgets (docs/security.md, "Budgets").
+				BodyBytes:          cfg.Limits.BodyBytes,
+				BodyBytesPerSource: cfg.Limits.BodyBytesPerSource,
+				BodyReadTimeout:    cfg.Limits.BodyReadTimeout,
+				MaxStreamsPerKey:   cfg.Limits.MaxStreamsPerKey,
+				StreamResultBytes:  cfg.Limits.StreamResultBytes,
+				StreamWriteTimeout: cfg.Limits.StreamWriteTimeout,
 			},
 			WebhookPolicy: hookPolicy,
 			Streams:       streams,
@@ -136,12 +143,15 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			// Event streams and /run waits end with the other waits.
 			Stopping: apiCtx.Done(),
 		}, st, sched),
+		// The headers' time. A body's is limits.bodyReadTimeout, which the
+		// API sets once the headers are in, in place of a ReadTimeout
+		// (headers and body together).
 		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
 		ConnState:         conns.ConnState,
+		ConnContext:       conns.ConnContext,
 		// Ending it ends the waits (long polls, sync starts) at shutdown:
 		// each answers the call as it then stands.
 		BaseContext: func(net.Listener) context.Context { return apiCtx },
-		ReadTimeout: 2 * time.Minute,
 		// Long enough for the longest wait the API holds a request open.
 		WriteTimeout:   max(cfg.StartWait, cfg.LongPollWait) + time.Minute,
 		IdleTimeout:    2 * time.Minute,
@@ -237,12 +247,12 @@ const httpShutdownGrace = 5 * time.Second
 // last the scheduler stops the replicas.
 func shutdown(timeout time.Duration, sched *scheduler.Scheduler, api, admin *http.Server,
 	endWaits, stopSched func(), log zerolog.Logger) {
-	log.Info().Dur("shutdownTimeout", timeout).Msg("shutting down: refusing new calls, letting running calls finish")
+	log.Info().Stringer("shutdownTimeout", timeout).Msg("shutting down: refusing new calls, letting running calls finish")
 	dctx, cancel := context.WithTimeout(context.Background(), timeout)
 	interrupted := sched.Drain(dctx)
 	cancel()
 	if interrupted > 0 {
-		log.Warn().Int("calls", interrupted).Dur("shutdownTimeout", timeout).
+		log.Warn().Int("calls", interrupted).Stringer("shutdownTimeout", timeout).
 			Msg("calls still running at the shutdown deadline end as interrupted")
 	}
 	endWaits()

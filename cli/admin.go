@@ -38,6 +38,13 @@ func dialAdmin(cfg config.Config) (*adminClient, error) {
 		}}
 		return &adminClient{http: &http.Client{Transport: tr}, close: func() error { tr.CloseIdleConnections(); return nil }}, nil
 	}
+	return openAdmin(cfg)
+}
+
+// openAdmin is the admin API in-process on the data file, which it opens
+// (and so locks: a daemon that holds the file makes it fail).
+func openAdmin(cfg config.Config) (*adminClient, error) {
+	sock := cfg.SocketPath()
 	if cfg.Cluster != nil {
 		// The records are in etcd, not in a data file: opening one here
 		// would create an empty file no daemon reads.
@@ -52,7 +59,7 @@ func dialAdmin(cfg config.Config) (*adminClient, error) {
 	}
 	mc := newMachineCheck(cfg)
 	h := httpapi.NewAdmin(st, zerolog.Nop(), httpapi.AdminLogs(local.LogDir(cfg.LogDir())),
-		httpapi.WithModelCheck(mc.Problems), httpapi.WithCancel(httpapi.CancelStored(st)))
+		httpapi.WithModelCheck(mc.Problems), httpapi.WithCapacityCheck(mc.CapacityWarnings), httpapi.WithCancel(httpapi.CancelStored(st)))
 	closeAll := func() error { mc.close(); return st.Close() }
 	return &adminClient{http: &http.Client{Transport: handlerTransport{h}}, close: closeAll, inProcess: true}, nil
 }

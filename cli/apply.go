@@ -24,13 +24,22 @@ project beyond its caps. It prints each team's quota, one line per project
 (created, updated, unchanged) and a warning for what the box cannot run as
 asked (such as minimums that need more GPUs than it has). A relative dir in
 the manifest is relative to the manifest's own directory.
-  -f FILE   the manifest (YAML)
+
+A project applied before keeps what was set through the project API (PUT
+/v1/projects: an idleTimeout, a maxReplicas) wherever the manifest has not
+changed since that last apply; a field the manifest changes is the
+manifest's again.
+  -f FILE     the manifest (YAML)
+  --offline   apply to the data file itself, never through a running daemon:
+              refuse, applying nothing, while a daemon serves the data dir
+              (make run applies so before it starts one)
 `
 }
 
 func (c *applyCommand) Run(ctx context.Context, args []string) error {
 	fs := subFlags("apply")
 	path := fs.String("f", "", "manifest file (YAML)")
+	offline := fs.Bool("offline", false, "apply to the data file, never through a daemon")
 	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
 	}
@@ -57,9 +66,13 @@ func (c *applyCommand) Run(ctx context.Context, args []string) error {
 		} `json:"changes"`
 		Warnings []string `json:"warnings"`
 	}
-	err = c.env.withAdmin(func(a *adminClient) error {
-		return a.call(ctx, "POST", "/admin/apply", map[string]any{"teams": m.Teams, "projects": m.Projects}, &out)
-	})
+	body := map[string]any{"teams": m.Teams, "projects": m.Projects}
+	send := func(a *adminClient) error { return a.call(ctx, "POST", "/admin/apply", body, &out) }
+	if *offline {
+		err = c.applyOffline(send)
+	} else {
+		err = c.env.withAdmin(send)
+	}
 	if err != nil {
 		return err
 	}
@@ -73,4 +86,24 @@ func (c *applyCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.env.stdout, "warning: %s\n", w)
 	}
 	return nil
+}
+
+// applyOffline runs send on the data file opened here, never through a
+// daemon: one that answers on the admin socket, or holds the data file,
+// stops it before anything is applied.
+func (c *applyCommand) applyOffline(send func(*adminClient) error) error {
+	cfg, err := c.env.dataConfig()
+	if err != nil {
+		return err
+	}
+	if daemonAnswers(cfg) {
+		return fmt.Errorf("an inferd daemon already serves %s (its admin socket %s answers): nothing was applied; "+
+			"stop it first (Ctrl-C where it runs), or apply through it without --offline", cfg.DataDir, cfg.SocketPath())
+	}
+	a, err := openAdmin(cfg)
+	if err != nil {
+		return fmt.Errorf("%w: nothing was applied", err)
+	}
+	defer a.close()
+	return send(a)
 }

@@ -11,17 +11,13 @@ import (
 func BackendConfig(cfg config.Config, gpus local.Inventory) local.Config {
 	r := cfg.Replica
 	first, last, _ := config.ParseUIDRange(r.UIDRange) // Load validated it
-	user := r.User
-	if user == config.PerProjectUser {
-		user = local.PerProject
-	}
 	return local.Config{
 		LogDir:                cfg.LogDir(),
 		LogMaxBytes:           r.LogMaxBytes,
 		LogKeep:               r.LogKeep,
 		LogMaxBytesPerProject: r.LogMaxBytesPerProject,
 		RunDir:                cfg.RunDir(),
-		User:                  user,
+		User:                  r.User, // config.PerProjectUser is local.PerProject
 		UIDFirst:              first,
 		UIDLast:               last,
 		UIDFile:               cfg.UIDFile(),

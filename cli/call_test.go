@@ -38,6 +38,11 @@ func TestCallCancelWithoutDaemonCancelsStoredCall(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "Cancelled call call_q of project p.") {
 		t.Fatalf("call cancel: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
+	// Cancelled once, it says so as a check of it does.
+	r = runCLI(t, nil, "--data-dir", dataDir, "call", "cancel", "call_q")
+	if r.code != 1 || !strings.Contains(r.stderr, "call already finished (failed: cancelled by request)") {
+		t.Errorf("second cancel: exit %d, stderr %q", r.code, r.stderr)
+	}
 	r = runCLI(t, nil, "--data-dir", dataDir, "call", "cancel", "call_done")
 	if r.code != 1 || !strings.Contains(r.stderr, "call already finished (succeeded)") {
 		t.Errorf("cancel of a finished call: exit %d, stderr %q", r.code, r.stderr)

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +18,7 @@ import (
 
 	"inferd/config"
 	"inferd/gpu"
+	"inferd/manifest"
 	"inferd/scheduler/backend"
 	"inferd/scheduler/backend/local"
 	"inferd/store"
@@ -59,8 +60,13 @@ func (r *doctorReport) line(status, check, format string, a ...any) {
 	if status == "fail" {
 		r.fails++
 	}
-	fmt.Fprintf(r.out, "%-4s  %-11s %s\n", status, check, fmt.Sprintf(format, a...))
+	fmt.Fprintf(r.out, "%-4s  %-*s %s\n", status, doctorCheckWidth, check, fmt.Sprintf(format, a...))
 }
+
+// doctorCheckWidth is the width of the check names' column: the longest
+// name ("process tree", "memory limit", "private dirs"), so that the
+// findings line up.
+const doctorCheckWidth = 12
 
 func (c *doctorCommand) Run(ctx context.Context, args []string) error {
 	if err := parseFlagsOnly(subFlags("doctor"), args); err != nil {
@@ -246,7 +252,7 @@ func doctorParking(r *doctorReport, gpus local.Inventory) {
 }
 
 func doctorListen(r *doctorReport, cfg config.Config, running bool) {
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, err := ListenAPI(cfg.Listen)
 	if err == nil {
 		ln.Close()
 		r.line("ok", "listen", "%s is free", cfg.Listen)
@@ -256,21 +262,47 @@ func doctorListen(r *doctorReport, cfg config.Config, running bool) {
 		r.line("ok", "listen", "%s is in use by the running daemon", cfg.Listen)
 		return
 	}
-	r.line("fail", "listen", "cannot listen on %s (%v): stop what uses it or change listen", cfg.Listen, err)
+	r.line("fail", "listen", "%v", err)
 }
 
 // exampleBootTimeout bounds how long doctor waits for the example model.
 const exampleBootTimeout = 15 * time.Second
 
-// exampleDirs are where the echo example lives: beside the installed binary
-// (/usr/bin/inferd → /usr/share/inferd/examples/echo, as packaged) or in a
-// source checkout.
-func exampleDirs() []string {
-	var dirs []string
+// exampleManifests are where the example manifest (its echo project)
+// lives: beside the installed binary (/usr/bin/inferd →
+// /usr/share/inferd/examples/projects.yaml, as packaged) or in a source
+// checkout.
+func exampleManifests() []string {
+	var paths []string
 	if exe, err := os.Executable(); err == nil {
-		dirs = append(dirs, filepath.Join(filepath.Dir(exe), "..", "share", "inferd", "examples", "echo"))
+		paths = append(paths, filepath.Join(filepath.Dir(exe), "..", "share", "inferd", "examples", "projects.yaml"))
 	}
-	return append(dirs, filepath.Join("examples", "echo"))
+	return append(paths, filepath.Join("examples", "projects.yaml"))
+}
+
+// exampleModel is the echo project's model as the example manifest
+// describes it (its program, dir and env), so that doctor boots it as
+// make run and an apply of the example would; ok is false when no
+// example is installed.
+func exampleModel() (m store.ModelSpec, where string, ok bool, err error) {
+	for _, path := range exampleManifests() {
+		data, rerr := os.ReadFile(path)
+		if rerr != nil {
+			continue
+		}
+		abs, _ := filepath.Abs(path)
+		projects, perr := manifest.Parse(data, filepath.Dir(abs))
+		if perr != nil {
+			return m, path, false, perr
+		}
+		for _, p := range projects {
+			if p.ID == "echo" {
+				return p.Model, path, true, nil
+			}
+		}
+		return m, path, false, fmt.Errorf("%s has no echo project", path)
+	}
+	return m, strings.Join(exampleManifests(), ", "), false, nil
 }
 
 // doctorSandbox reports the protections replicas get under cfg, on this
@@ -307,51 +339,59 @@ func doctorSandbox(r *doctorReport, cfg config.Config) (*local.Backend, bool) {
 	return b, true
 }
 
-// doctorExample checks python3 and that the example model boots: it runs
-// examples/echo the way a replica runs (through b, the local-process backend
-// with serve's sandbox: as the model user, in its cgroup and network),
-// waits for GET /healthz, and stops it. That proves that model servers can
+// doctorExample checks the example's program (python3) and that the
+// example model boots: it runs the echo project of the example manifest
+// the way a replica runs (through b, the local-process backend with
+// serve's sandbox: as the model user, in its cgroup and network), waits
+// for its health check, and stops it. That proves that model servers can
 // run here.
 func doctorExample(r *doctorReport, b *local.Backend) {
-	py, err := local.LookPath("python3")
-	if err != nil {
-		r.line("warn", "python3", "not on PATH: the example model (examples/echo) needs it; install python3")
+	m, where, ok, err := exampleModel()
+	switch {
+	case err != nil:
+		r.line("warn", "example", "cannot read the example manifest %s: %v; skipped the model boot check", where, err)
+		return
+	case !ok:
+		r.line("warn", "example", "the example is not installed (looked for %s): skipped the model boot check", where)
 		return
 	}
-	r.line("ok", "python3", "%s", py)
-	dir := ""
-	for _, d := range exampleDirs() {
-		if _, err := os.Stat(filepath.Join(d, "server.py")); err == nil {
-			dir = filepath.Clean(d)
-			break
+	prog := m.Command[0]
+	if !strings.Contains(prog, "/") {
+		found, err := local.LookPath(prog)
+		if err != nil {
+			r.line("warn", "python3", "%s is not on PATH: the example model (%s) needs it; install python3", prog, m.Dir)
+			return
 		}
+		prog = found
 	}
-	if dir == "" {
-		r.line("warn", "example", "the echo example is not installed (looked in %s): skipped the model boot check", strings.Join(exampleDirs(), ", "))
+	if _, err := os.Stat(prog); err != nil {
+		r.line("warn", "python3", "%s, which the example model runs, is missing: install python3 (%v)", prog, err)
 		return
 	}
-	took, err := bootExample(b, py, dir)
+	r.line("ok", "python3", "%s", prog)
+	took, err := bootExample(b, m)
 	if err != nil {
-		r.line("fail", "example", "%s did not boot: %v; model servers will fail the same way: check that the model user (see above) can run %s and read %s", dir, err, py, dir)
+		r.line("fail", "example", "%s did not boot: %v; model servers will fail the same way: check that the model user (see above) can run %s and read %s", m.Dir, err, prog, m.Dir)
 		return
 	}
-	r.line("ok", "example", "%s boots and answers /healthz (%s)", dir, took.Round(time.Millisecond))
+	r.line("ok", "example", "%s boots and answers %s (%s)", m.Dir, m.HealthPath, took.Round(time.Millisecond))
 }
 
-// bootExample starts the echo server in dir as a replica of b (which keeps
-// no logs or pid files), waits until /healthz answers, and stops it; the
+// bootExample starts model m as a replica of b (which keeps no logs or pid
+// files), waits until it answers its health check, and stops it; the
 // process never outlives the call.
-func bootExample(b *local.Backend, python, dir string) (time.Duration, error) {
+func bootExample(b *local.Backend, m store.ModelSpec) (time.Duration, error) {
 	start := time.Now()
+	m.Env = maps.Clone(m.Env)
+	if m.Env == nil {
+		m.Env = map[string]string{}
+	}
+	m.Env["PYTHONDONTWRITEBYTECODE"] = "1"
 	inst, err := b.Launch(backend.Spec{
 		ReplicaID: "doctor-example",
 		ProjectID: "doctor-example",
 		TeamID:    "doctor",
-		Model: store.ModelSpec{
-			Command: []string{python, "server.py"},
-			Dir:     dir,
-			Env:     map[string]string{"PYTHONDONTWRITEBYTECODE": "1"},
-		},
+		Model:     m,
 	})
 	if err != nil {
 		return 0, err
@@ -368,7 +408,7 @@ func bootExample(b *local.Backend, python, dir string) (time.Duration, error) {
 		if bp := inst.BootProblem(); bp.Text != "" {
 			return 0, fmt.Errorf("not ready within %s: %s; last output: %s", exampleBootTimeout, bp.Text, lastLine(inst.LastLogLine()))
 		}
-		return 0, fmt.Errorf("no answer on /healthz within %s: %s", exampleBootTimeout, lastLine(inst.LastLogLine()))
+		return 0, fmt.Errorf("no answer on %s within %s: %s", m.HealthPath, exampleBootTimeout, lastLine(inst.LastLogLine()))
 	}
 }
 

@@ -14,7 +14,9 @@ import (
 
 // doctorProjects checks every applied project's model as serve will run it
 // (dir, program, model user, GPUs: see local.Checker), one line per finding
-// with its fix, or one ok line per project. The projects come from the
+// with its fix, or one ok line per project; then whether the projects'
+// minimums fit the machine and leave every project a CPU slot or GPU
+// (scheduler.MinimumsWarnings). The projects come from the
 // running daemon, or from the data file opened read-only; doctor never
 // creates it.
 func doctorProjects(ctx context.Context, r *doctorReport, cfg config.Config, running bool) {
@@ -35,6 +37,9 @@ func doctorProjects(ctx context.Context, r *doctorReport, cfg config.Config, run
 			status, text := mc.CUDA(ctx, p)
 			r.line(status, "cuda", "%s: %s", p.ID, text)
 		}
+	}
+	for _, w := range mc.CapacityWarnings(projects) {
+		r.line("warn", "capacity", "%s", w)
 	}
 }
 

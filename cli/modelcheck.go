@@ -9,6 +9,7 @@ import (
 
 	"inferd/config"
 	"inferd/gpu"
+	"inferd/scheduler"
 	"inferd/scheduler/backend/local"
 	"inferd/store"
 )
@@ -65,6 +66,14 @@ func (m *machineCheck) CUDA(ctx context.Context, p store.Project) (status, text 
 		return "warn", "CUDA check skipped: no model user to run it as"
 	}
 	return cudaCheck(ctx, p, m.gpus.Devices(), m.checker.RunAs, m.cfg.Replica.PassEnv)
+}
+
+// CapacityWarnings says which projects' minReplicas, or which projects
+// beside the others' minimums, cannot run on this machine's GPUs and CPU
+// slots as serve would have them (scheduler.MinimumsWarnings).
+func (m *machineCheck) CapacityWarnings(projects []store.Project) []string {
+	m.init()
+	return scheduler.MinimumsWarnings(m.gpus.Devices(), local.CPUSlots(m.cfg.CPUSlots), projects)
 }
 
 func (m *machineCheck) close() {

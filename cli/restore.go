@@ -87,6 +87,14 @@ func (c *restoreCommand) Run(_ context.Context, args []string) error {
 			return fmt.Errorf("restore: move the current data file aside: %w", err)
 		}
 	}
+	// A daemon killed before its log was folded into the data file left
+	// the log beside it: it belongs to that file, not to the backup (it
+	// would not open, or would replay onto the wrong data). It moves with
+	// the file, so that the file set aside opens whole.
+	if err := moveLogAside(cur, aside); err != nil {
+		os.Remove(tmp)
+		return err
+	}
 	if err := os.Rename(tmp, cur); err != nil {
 		return fmt.Errorf("restore: put %s in place (the old data file is %s): %w", tmp, aside, err)
 	}
@@ -98,5 +106,23 @@ func (c *restoreCommand) Run(_ context.Context, args []string) error {
 	}
 	fmt.Fprintf(c.env.stdout, "restored %s to %s (%d bytes, %d teams, %d projects)\n", src, cur, n, sum.teams, sum.projects)
 	fmt.Fprintln(c.env.stdout, "start the daemon to serve the restored data")
+	return nil
+}
+
+// moveLogAside renames the write-ahead log segments of the data file cur to
+// those of aside (or, when there was no data file, of a name of their own).
+func moveLogAside(cur, aside string) error {
+	files, err := bolt.WALFiles(cur)
+	if err != nil || len(files) == 0 {
+		return err
+	}
+	if aside == "" {
+		aside = fmt.Sprintf("%s.before-restore-%d", cur, time.Now().Unix())
+	}
+	for _, f := range files {
+		if err := os.Rename(f, aside+strings.TrimPrefix(f, cur)); err != nil {
+			return fmt.Errorf("restore: move the current data file's log aside: %w", err)
+		}
+	}
 	return nil
 }

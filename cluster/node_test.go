@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"inferd/internal/testenv"
 	"inferd/store"
 	"inferd/store/etcd"
 )
@@ -135,20 +136,8 @@ func startNodeOn(t *testing.T, endpoint, name string, cpuSlots int, ttl time.Dur
 	return tn
 }
 
-// waitFor polls cond until it holds or the deadline passes: the state it
-// waits on is another goroutine's, reached through etcd watches.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		<-tick.C
-	}
-}
+// waitFor is the shared poller (internal/testenv).
+var waitFor = testenv.WaitFor
 
 // leaders returns the nodes that lead now, by their own account.
 func leaders(nodes ...*testNode) []string {

@@ -25,6 +25,9 @@ import (
 	"github.com/knadh/koanf/v2"
 
 	"inferd/gpu"
+	"inferd/httpapi"
+	"inferd/scheduler"
+	"inferd/scheduler/backend/local"
 	"inferd/webhook"
 )
 
@@ -80,6 +83,17 @@ type Limits struct {
 	MaxInputDepth     int           `koanf:"maxInputDepth"`
 	ReadHeaderTimeout time.Duration `koanf:"readHeaderTimeout"`
 	MaxConnections    int           `koanf:"maxConnections"` // open API connections; 0 = sized from the open-file limit
+	// The edge's budgets (docs/security.md, "Budgets"): bytes of request
+	// bodies being read at once, in all and per client address (0 = no
+	// cap); the time to send a body; event streams per key (0 = no cap);
+	// results held for event streams (0 = no cap); the time an event may
+	// take to reach its reader.
+	BodyBytes          int64         `koanf:"bodyBytes"`
+	BodyBytesPerSource int64         `koanf:"bodyBytesPerSource"`
+	BodyReadTimeout    time.Duration `koanf:"bodyReadTimeout"`
+	MaxStreamsPerKey   int           `koanf:"maxStreamsPerKey"`
+	StreamResultBytes  int64         `koanf:"streamResultBytes"`
+	StreamWriteTimeout time.Duration `koanf:"streamWriteTimeout"`
 }
 
 // Log selects the log level and format.
@@ -121,18 +135,20 @@ type GPU struct {
 }
 
 // defaults mirrors config.example.yaml; TestExampleFileMatchesDefaults keeps
-// the two from drifting.
+// the two from drifting. A setting a component has a default of its own for
+// (its Default* constant, the value it takes for a zero field) is given that
+// constant, so the two cannot differ.
 func defaults() map[string]any {
 	return map[string]any{
 		"listen":                        "127.0.0.1:8080",
 		"dataDir":                       "./data",
 		"log.level":                     "info",
 		"log.format":                    "auto",
-		"startWait":                     "50s",
-		"longPollWait":                  "50s",
-		"maxBodyBytes":                  10 << 20,
-		"maxQueuedPerProject":           1000,
-		"maxQueuedBytesPerProject":      1 << 30,
+		"startWait":                     httpapi.DefaultStartWait.String(),
+		"longPollWait":                  httpapi.DefaultLongPollWait.String(),
+		"maxBodyBytes":                  httpapi.DefaultMaxBodyBytes,
+		"maxQueuedPerProject":           scheduler.DefaultMaxQueuedPerProject,
+		"maxQueuedBytesPerProject":      scheduler.DefaultMaxQueuedBytes,
 		"cpuSlots":                      0,
 		"resultTTL":                     "24h",
 		"sweepInterval":                 "1m",
@@ -144,25 +160,31 @@ func defaults() map[string]any {
 		"limits.maxInputDepth":          64,
 		"limits.readHeaderTimeout":      "10s",
 		"limits.maxConnections":         0,
+		"limits.bodyBytes":              128 << 20,
+		"limits.bodyBytesPerSource":     64 << 20,
+		"limits.bodyReadTimeout":        "60s",
+		"limits.maxStreamsPerKey":       100,
+		"limits.streamResultBytes":      256 << 20,
+		"limits.streamWriteTimeout":     "30s",
 		"replica.user":                  PerProjectUser,
-		"replica.uidRange":              "61184-65519",
+		"replica.uidRange":              fmt.Sprintf("%d-%d", local.DefaultUIDFirst, local.DefaultUIDLast),
 		"replica.network":               "private",
 		"replica.cgroups":               true,
-		"replica.stopGrace":             "10s",
-		"replica.logMaxBytes":           10 << 20,
-		"replica.logKeep":               3,
-		"replica.logMaxBytesPerProject": 100 << 20,
-		"replica.maxBootFailures":       3,
-		"replica.restartBackoff":        "1s",
-		"replica.maxRestartBackoff":     "30s",
+		"replica.stopGrace":             local.DefaultStopGrace.String(),
+		"replica.logMaxBytes":           local.DefaultLogMaxBytes,
+		"replica.logKeep":               local.DefaultLogKeep,
+		"replica.logMaxBytesPerProject": local.DefaultLogMaxBytesPerProject,
+		"replica.maxBootFailures":       scheduler.DefaultMaxBootFailures,
+		"replica.restartBackoff":        scheduler.DefaultRestartBackoff.String(),
+		"replica.maxRestartBackoff":     scheduler.DefaultMaxRestartBackoff.String(),
 		"replica.passEnv":               []any{"LD_LIBRARY_PATH"},
 		"gpu.disabled":                  false,
 		"gpu.refreshInterval":           "5s",
 		"gpu.simulate":                  []any{},
 		"gpu.devDir":                    "/dev",
-		"webhook.retryFor":              "24h",
-		"webhook.firstRetry":            "5s",
-		"webhook.timeout":               "10s",
+		"webhook.retryFor":              webhook.DefaultRetryFor.String(),
+		"webhook.firstRetry":            webhook.DefaultFirstRetry.String(),
+		"webhook.timeout":               webhook.DefaultTimeout.String(),
 		"webhook.senders":               webhook.DefaultSenders,
 		"webhook.sendersPerTeam":        webhook.DefaultSendersPerTeam,
 		"webhook.maxPendingPerTeam":     webhook.DefaultMaxPendingPerTeam,
@@ -366,7 +388,8 @@ func (c Config) validate() error {
 		"replica.stopGrace": c.Replica.StopGrace, "replica.restartBackoff": c.Replica.RestartBackoff,
 		"replica.maxRestartBackoff": c.Replica.MaxRestartBackoff, "gpu.refreshInterval": c.GPU.RefreshInterval,
 		"limits.readHeaderTimeout": c.Limits.ReadHeaderTimeout,
-		"webhook.retryFor":         c.Webhook.RetryFor, "webhook.firstRetry": c.Webhook.FirstRetry,
+		"limits.bodyReadTimeout":   c.Limits.BodyReadTimeout, "limits.streamWriteTimeout": c.Limits.StreamWriteTimeout,
+		"webhook.retryFor": c.Webhook.RetryFor, "webhook.firstRetry": c.Webhook.FirstRetry,
 		"webhook.timeout": c.Webhook.Timeout,
 	}
 	for _, key := range sortedKeys(positive) {
@@ -401,6 +424,21 @@ func (c Config) validate() error {
 	if c.Limits.MaxInputDepth < 1 || c.Limits.MaxInputDepth > 10000 {
 		// encoding/json refuses more than 10000 levels anyway.
 		bad("limits.maxInputDepth", "must be between 1 and 10000, got %d", c.Limits.MaxInputDepth)
+	}
+	bodyBudgets := map[string]int64{"limits.bodyBytes": c.Limits.BodyBytes, "limits.bodyBytesPerSource": c.Limits.BodyBytesPerSource}
+	for _, key := range sortedKeys(bodyBudgets) {
+		// A body's buffer grows through a copy, which holds up to about
+		// one and a half times the body at once: under twice maxBodyBytes,
+		// a body of that size could never be read.
+		if n := bodyBudgets[key]; n != 0 && n < 2*c.MaxBodyBytes {
+			bad(key, "must be 0 (no cap) or at least twice maxBodyBytes (%d), got %d", 2*c.MaxBodyBytes, n)
+		}
+	}
+	if c.Limits.MaxStreamsPerKey < 0 {
+		bad("limits.maxStreamsPerKey", "must be 0 (unlimited) or more, got %d", c.Limits.MaxStreamsPerKey)
+	}
+	if c.Limits.StreamResultBytes < 0 {
+		bad("limits.streamResultBytes", "must be 0 (no cap) or more, got %d", c.Limits.StreamResultBytes)
 	}
 	if c.Limits.MaxConnections < 0 {
 		bad("limits.maxConnections", "must be 0 (sized from the open-file limit) or more, got %d", c.Limits.MaxConnections)
@@ -463,8 +501,9 @@ func (c Config) validate() error {
 }
 
 // PerProjectUser is replica.user's default: each project's model processes
-// run under a uid of their own, from replica.uidRange.
-const PerProjectUser = "per-project"
+// run under a uid of their own, from replica.uidRange (the local backend's
+// PerProject).
+const PerProjectUser = local.PerProject
 
 // ParseUIDRange reads replica.uidRange, "FIRST-LAST": unprivileged uids
 // (1 to 2^31-1, so never root), at least one.

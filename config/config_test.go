@@ -157,6 +157,12 @@ func TestInvalidSettingsNameTheKey(t *testing.T) {
 		{"passEnv with a value", "replica:\n  passEnv: [LD_LIBRARY_PATH=/x]\n", nil, "replica.passEnv"},
 		{"passEnv of inferd's own", "replica:\n  passEnv: [PATH, INFERD_ADMIN_KEY]\n", nil, "replica.passEnv"},
 		{"passEnv from the environment", "", []string{"INFERD_REPLICA_PASSENV=PATH"}, "replica.passEnv"},
+		{"body budget below two bodies", "maxBodyBytes: 52428800\n", nil, "limits.bodyBytesPerSource: must be 0 (no cap) or at least twice maxBodyBytes (104857600)"},
+		{"negative body budget", "limits:\n  bodyBytes: -1\n", nil, "limits.bodyBytes"},
+		{"no body read timeout", "limits:\n  bodyReadTimeout: 0s\n", nil, "limits.bodyReadTimeout"},
+		{"negative stream cap", "", []string{"INFERD_LIMITS_MAXSTREAMSPERKEY=-1"}, "limits.maxStreamsPerKey"},
+		{"negative stream result budget", "limits:\n  streamResultBytes: -5\n", nil, "limits.streamResultBytes"},
+		{"no stream write timeout", "limits:\n  streamWriteTimeout: 0\n", nil, "limits.streamWriteTimeout"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -25,6 +25,7 @@ import (
 // its project's own that cannot read the data file. (TestTeamsAreContained
 // has the two-team attacks.)
 func TestModelProcessesAreConfined(t *testing.T) {
+	t.Parallel()
 	echo := readableEcho(t)
 	dir, cfg := newDaemonDir(t, "")
 	// The default replica.user (per-project); the environment carries INFERD_SECRET_PROBE.
@@ -110,6 +111,7 @@ func readableModel(t *testing.T, src string) string {
 
 // TestAbuseLimitsEndToEnd drives each limit through a live daemon.
 func TestAbuseLimitsEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, `maxBodyBytes: 2048
 limits:
@@ -222,6 +224,7 @@ limits:
 // connections make room for new ones: /healthz answers, a call boots a
 // replica and succeeds, and /metrics shows the connections within the cap.
 func TestConnectionFloodLeavesHealthzAndReplicaBoots(t *testing.T) {
+	t.Parallel()
 	const fileLimit, flood = 256, 400
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, "startWait: 60s\n")
@@ -241,15 +244,11 @@ func TestConnectionFloodLeavesHealthzAndReplicaBoots(t *testing.T) {
 		defer c.Close()
 	}
 	metric := func(name string) int {
-		_, body := doRaw(t, "GET", d.base+"/metrics", nil, "")
-		for _, line := range strings.Split(string(body), "\n") {
-			if v, ok := strings.CutPrefix(line, name+" "); ok {
-				n, _ := strconv.Atoi(v)
-				return n
-			}
+		v, ok := scrapeMetrics(t, d.base)[name]
+		if !ok {
+			t.Fatalf("/metrics has no %s", name)
 		}
-		t.Fatalf("/metrics has no %s", name)
-		return 0
+		return int(v)
 	}
 	capped := httpapi.DefaultMaxConnections(fileLimit)
 	// Every flood connection has been accepted once all but the cap's worth

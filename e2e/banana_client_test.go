@@ -64,6 +64,7 @@ func (p *forcing503) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // exception, and a call it retries after a forced 503 that runs the model
 // once.
 func TestBananaClientSDK(t *testing.T) {
+	t.Parallel()
 	node, skip := clientTestTools(t)
 	clients, _ := filepath.Abs("examples/banana-js")
 	if _, err := os.Stat(filepath.Join(clients, "node_modules", "banana-v6")); err != nil {

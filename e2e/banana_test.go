@@ -17,6 +17,7 @@ import (
 // them from examples/banana-js/package-lock.json and sets
 // INFERD_REQUIRE_CLIENT_TESTS=1, so there this test cannot skip.
 func TestBananaJavaScriptClients(t *testing.T) {
+	t.Parallel()
 	node, skip := clientTestTools(t)
 	clients, _ := filepath.Abs("examples/banana-js")
 	if _, err := os.Stat(filepath.Join(clients, "node_modules", "banana-v4")); err != nil {

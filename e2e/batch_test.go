@@ -6,6 +6,7 @@ package e2e
 // the next calls while a batch runs, then lets it go.
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -185,7 +186,13 @@ func TestBatchingEndToEnd(t *testing.T) {
 		if ev := events.next(); ev.name != "state" || !strings.Contains(ev.data, "succeeded") {
 			t.Errorf("event %v, want the followed call's final state", ev)
 		}
-		if ev := events.next(); ev.name != "done" || !strings.Contains(ev.data, followed) || !strings.Contains(ev.data, `"n":2`) {
+		// The outputs are as the model wrote them (spaces and all), on one line.
+		var done struct {
+			CallID       string
+			ModelOutputs []struct{ Echo struct{ N int } }
+		}
+		if ev := events.next(); ev.name != "done" || json.Unmarshal([]byte(ev.data), &done) != nil || done.CallID != followed ||
+			len(done.ModelOutputs) != 1 || done.ModelOutputs[0].Echo.N != 2 {
 			t.Errorf("event %v, want done with call %s's own output", ev, followed)
 		}
 	})

@@ -16,9 +16,10 @@ import (
 // while the project backs off fails at once with the same reason, and calls
 // that wait between boots say which attempt runs and why the last failed.
 func TestBootFailuresSayWhyAndFailFast(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, "startWait: 1s\nlongPollWait: 2s\ncpuSlots: 8\n"+
-		"replica:\n  stopGrace: 2s\n  restartBackoff: 1s\n  maxRestartBackoff: 30s\n  maxBootFailures: 3\n")
+		"replica:\n  stopGrace: 2s\n  restartBackoff: 4s\n  maxRestartBackoff: 30s\n  maxBootFailures: 3\n")
 	mark := marker()
 	d := startDaemon(t, dir, cfg)
 	key := d.createKey("acme", false)
@@ -39,8 +40,10 @@ func TestBootFailuresSayWhyAndFailFast(t *testing.T) {
 		{"wrong port", "mk-wrongport", regexp.MustCompile(`^error: model failed to start: no answer on 127\.0\.0\.1:\d+ \(the model must listen on \$PORT\); it listens on ` +
 			fmt.Sprint(wrongPort) + `$`), 10 * time.Second},
 		{"health path answers 404", "mk-nohealth", regexp.MustCompile(`^error: model failed to start: GET /ready answered 404 \(set healthPath\)$`), 10 * time.Second},
-		// Three boots with backoffs of 1 s and 2 s between them.
-		{"exits at boot", "mk-crashes", regexp.MustCompile(`^error: model failed to start: process exited with status 1: boot failed: BOOT_FAIL is set$`), 20 * time.Second},
+		// Three boots with backoffs of 4 s and 8 s between them. (The
+		// backoff is long enough that the call made after each failure
+		// below lands within it on a loaded box.)
+		{"exits at boot", "mk-crashes", regexp.MustCompile(`^error: model failed to start: process exited with status 1: boot failed: BOOT_FAIL is set$`), 30 * time.Second},
 		// One bootTimeout of 4 s, not three.
 		{"never ready", "mk-slow", regexp.MustCompile(`^error: model failed to start: not ready after bootTimeout 4s: GET /healthz answered 503; last output: echo model listening on 127\.0\.0\.1:\d+$`), 10 * time.Second},
 	} {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -64,19 +65,15 @@ func (c inferenceClient) waitState(callID, state string) {
 	eventually(c.t, time.Minute, "call "+callID+" "+state, func() bool { return c.check(callID, false)["message"] == state })
 }
 
-// metric returns the value of one sample line of /metrics, 0 if absent.
+// metric returns the value of one sample of /metrics, as Prometheus writes
+// it, "0" if absent.
 func (d *daemon) metric(t *testing.T, sample string) string {
 	t.Helper()
-	_, body := doRaw(t, "GET", d.base+"/metrics", nil, "")
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, sample+" "); ok {
-			return v
-		}
-	}
-	return "0"
+	return strconv.FormatFloat(scrapeMetrics(t, d.base)[sample], 'g', -1, 64)
 }
 
 func TestCancelEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	mark := marker()
 	d, c, _ := callControlDaemon(t, "", echoProject("slow", "acme", "mk-slow", echo, mark, "")+"    minReplicas: 1\n    maxReplicas: 1\n")
@@ -135,12 +132,17 @@ func TestCancelEndToEnd(t *testing.T) {
 			t.Errorf("call %s after kill -9: %v", id, r)
 		}
 	}
-	if r := c.cancel(queued); r["message"] != "error: call already finished (failed)" {
+	// The CLI says it as the check does.
+	if _, err := d.cli("call", "cancel", viaCLI); err == nil || !strings.Contains(err.Error(), "call already finished (failed: cancelled by request)") {
+		t.Errorf("inferd call cancel of a cancelled call: %v", err)
+	}
+	if r := c.cancel(queued); r["message"] != "error: call already finished (failed: cancelled by request)" {
 		t.Errorf("second cancel after restart: %v", r)
 	}
 }
 
 func TestPurgeQueueEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	d, c, key := callControlDaemon(t, "", echoProject("busy", "acme", "mk-busy", echo, marker(), "")+"    maxReplicas: 1\n")
 	running := c.start("mk-busy", `{"sleep":30}`, true)["callID"].(string)
@@ -173,6 +175,7 @@ func TestPurgeQueueEndToEnd(t *testing.T) {
 }
 
 func TestQueueTimeoutAndCallTimeoutEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	d, c, _ := callControlDaemon(t, "", echoProject("busy", "acme", "mk-busy", echo, marker(), "")+"    maxReplicas: 1\n")
 	running := c.start("mk-busy", `{"sleep":5}`, true)["callID"].(string)
@@ -198,6 +201,7 @@ func TestQueueTimeoutAndCallTimeoutEndToEnd(t *testing.T) {
 }
 
 func TestPriorityEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	d, c, _ := callControlDaemon(t, "", echoProject("busy", "acme", "mk-busy", echo, marker(), "")+"    maxReplicas: 1\n")
 	running := c.start("mk-busy", `{"sleep":3}`, true)["callID"].(string)
@@ -228,6 +232,7 @@ func TestPriorityEndToEnd(t *testing.T) {
 }
 
 func TestLowPriorityTakesOnlyIdleCapacityEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	manifest := echoProject("web", "acme", "mk-web", echo, marker(), "") + "    maxReplicas: 2\n    idleTimeout: 1\n" +
 		echoProject("batch", "acme", "mk-batch", echo, marker(), "") + "    maxReplicas: 2\n    idleTimeout: 1\n"
@@ -257,6 +262,7 @@ func TestLowPriorityTakesOnlyIdleCapacityEndToEnd(t *testing.T) {
 }
 
 func TestIdempotencyKeyEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	d, c, _ := callControlDaemon(t, "", echoProject("echo", "acme", "mk-echo", echo, marker(), ""))
 	const extra = `,"idempotencyKey":"order-42"`
@@ -288,6 +294,7 @@ func TestIdempotencyKeyEndToEnd(t *testing.T) {
 }
 
 func TestRetriesEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	d, c, key := callControlDaemon(t, "", echoProject("flaky", "acme", "mk-flaky", echo, marker(), "")+"    retries: 1\n")
 	flag := filepath.Join(t.TempDir(), "crashed")
@@ -320,6 +327,7 @@ func TestRetriesEndToEnd(t *testing.T) {
 }
 
 func TestWarmupEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	mark := marker()
 	d, _, key := callControlDaemon(t, "", echoProject("cold", "acme", "mk-cold", echo, mark, "")+"    idleTimeout: 1\n")

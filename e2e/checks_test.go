@@ -25,8 +25,9 @@ func runCLIEnv(cfgPath string, env []string, args ...string) (string, error) {
 	return out.String(), nil
 }
 
-// makeRunEnv is the environment make run gives apply, serve and doctor:
-// models run as the caller.
+// makeRunEnv is the environment make run gives apply, serve and doctor in a
+// checkout other users cannot read (scripts/demo-user.sh): models run as
+// the caller. (TestTheDemoRunsAsTheREADMERestartsIt has the default.)
 func makeRunEnv(t *testing.T) []string {
 	u, err := user.Current()
 	if err != nil {
@@ -40,6 +41,7 @@ func makeRunEnv(t *testing.T) []string {
 // refused whole, naming the project and the fix, and a GPU request the box
 // cannot meet is applied with a warning.
 func TestApplyChecksModelsBeforeStoringThem(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, "")
 	env := makeRunEnv(t)
@@ -91,6 +93,7 @@ func TestApplyChecksModelsBeforeStoringThem(t *testing.T) {
 // says each project is fine; a project whose dir has gone since is named
 // with what to fix, and fails doctor.
 func TestDoctorChecksAppliedProjects(t *testing.T) {
+	t.Parallel()
 	echoDir(t)
 	_, cfg := newDaemonDir(t, "")
 	env := makeRunEnv(t)
@@ -101,7 +104,7 @@ func TestDoctorChecksAppliedProjects(t *testing.T) {
 	if err != nil {
 		t.Fatalf("doctor after make run's set-up: %v\n%s", err, out)
 	}
-	if !strings.Contains(out, "ok    project     echo: dir, command and model user ok; CPU") {
+	if !strings.Contains(out, "ok    project      echo: dir, command and model user ok; CPU") {
 		t.Errorf("doctor does not vouch for the echo project:\n%s", out)
 	}
 
@@ -126,7 +129,7 @@ func TestDoctorChecksAppliedProjects(t *testing.T) {
 	if err == nil {
 		t.Errorf("doctor passed with a broken project:\n%s", out)
 	}
-	if want := "fail  project     moved: dir " + gone + " does not exist: create it, or fix dir in the manifest"; !strings.Contains(out, want) {
+	if want := "fail  project      moved: dir " + gone + " does not exist: create it, or fix dir in the manifest"; !strings.Contains(out, want) {
 		t.Errorf("doctor does not name the broken project (want %q):\n%s", want, out)
 	}
 }

@@ -15,6 +15,7 @@ import (
 // aside): the node starts on it and holds what the backup held, not what
 // came after.
 func TestClusterImportStatusBackupRestoreWithTheBinary(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	mark := marker()
 

@@ -41,6 +41,7 @@ func clusterSecret(t *testing.T) string {
 // "cluster unavailable; retry" within the request timeout, and serves again
 // once node 1 is back.
 func TestClusterModeOnEmbeddedEtcd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	mark := marker()
 	section, etcdURL := clusterEmbedConfig(t, "node-1")

@@ -60,6 +60,7 @@ func ask(t *testing.T, c inferenceClient, modelKey string, inputs any) map[strin
 // opt-outs (replica.user: root, network: host) the same test shows what
 // each one gives back.
 func TestTeamsAreContained(t *testing.T) {
+	t.Parallel()
 	testenv.NeedRoot(t, "the sandbox switches users and makes cgroups and network namespaces only as root")
 	for _, mode := range []struct {
 		name      string
@@ -164,6 +165,7 @@ func processGone(pid int) bool {
 // uid of their own, which must be able to read the model's dir and run its
 // program; apply says so, names the uid, and applies nothing.
 func TestApplyRefusesAModelItsUIDCannotRead(t *testing.T) {
+	t.Parallel()
 	testenv.NeedRoot(t, "models run under a uid of their own only when inferd is root")
 	dir, cfg := newDaemonDir(t, "")
 	d := startDaemonEnv(t, dir, cfg)
@@ -192,6 +194,7 @@ func hostileProjectManifest(id, dir string) string {
 // TestOutOfMemoryEndsTheCallAndTheNextCallBootsAFreshReplica: a project with
 // memoryMiB: 200 whose model allocates 1 GiB.
 func TestOutOfMemoryEndsTheCallAndTheNextCallBootsAFreshReplica(t *testing.T) {
+	t.Parallel()
 	testenv.NeedRoot(t, "memory limits need a cgroup, which inferd makes only as root")
 	dir, cfg := newDaemonDir(t, "replica:\n  restartBackoff: 100ms\n")
 	d := startDaemonEnv(t, dir, cfg)
@@ -232,6 +235,7 @@ func TestOutOfMemoryEndsTheCallAndTheNextCallBootsAFreshReplica(t *testing.T) {
 // project's logs together stay under replica.logMaxBytesPerProject, the
 // oldest removed first.
 func TestCrashLoopFloodingItsLogStaysWithinTheLogBudget(t *testing.T) {
+	t.Parallel()
 	const budget = 256 << 10
 	dir, cfg := newDaemonDir(t, fmt.Sprintf(`replica:
   logMaxBytes: 65536
@@ -297,6 +301,7 @@ func TestCrashLoopFloodingItsLogStaysWithinTheLogBudget(t *testing.T) {
 // inputs of a large call are never re-sent elsewhere) and reads no reply
 // header past 1 MiB.
 func TestRedirectAndHugeHeaderAreModelErrors(t *testing.T) {
+	t.Parallel()
 	var fetched atomic.Int64
 	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fetched.Add(1)

@@ -30,6 +30,7 @@ var digitSamples = []struct {
 // python3-sklearn for /usr/bin/python3; `make test` installs them and sets
 // INFERD_REQUIRE_CLIENT_TESTS=1, so there this test cannot skip.
 func TestDigitsModelEndToEnd(t *testing.T) {
+	t.Parallel()
 	const python = "/usr/bin/python3" // what the manifest names
 	if out, err := exec.Command(python, "-c", "import torch, sklearn").CombinedOutput(); err != nil {
 		reason := fmt.Sprintf("%s cannot import torch and sklearn (%v: %s)", python, err, strings.TrimSpace(string(out)))

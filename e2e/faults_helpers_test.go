@@ -12,11 +12,8 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -137,36 +134,11 @@ func readDataFile(t *testing.T, path string) map[string]store.Call {
 	return calls
 }
 
-var failpointBuild extraBuild
-
-// failpointBinary builds inferd with -tags failpoints (store/bolt/failpoint.go)
-// once per test run.
+// failpointBinary is inferd with store/bolt/failpoint.go's crash points:
+// the harness's one binary, built with -tags failpoints (see TestMain).
 func failpointBinary(t *testing.T) string {
 	t.Helper()
-	return failpointBuild.get(t, "inferd-failpoints", "-race", "-tags", "failpoints")
-}
-
-// extraBuild is an inferd binary built with other flags, once per test run,
-// beside inferdBin.
-type extraBuild struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-func (b *extraBuild) get(t *testing.T, name string, flags ...string) string {
-	t.Helper()
-	b.once.Do(func() {
-		b.path = filepath.Join(filepath.Dir(inferdBin), name)
-		args := append(append([]string{"build"}, flags...), "-o", b.path, ".")
-		if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("build %s: %v\n%s", name, err, out)
-		}
-	})
-	if b.err != nil {
-		t.Fatal(b.err)
-	}
-	return b.path
+	return inferdBin
 }
 
 // envInt reads a positive integer setting of the fault tests.

@@ -25,6 +25,7 @@ const (
 // shared's idle replica is evicted, and later shared's call waits for
 // whole's. Each replica reports the GPU it was pinned to.
 func TestGPUPlacementAndEvictionEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, "startWait: 30s\nlongPollWait: 10s\nreplica:\n  stopGrace: 2s\n"+
 		"gpu:\n  simulate:\n    - {name: Sim A, memoryMiB: 16384}\n    - {name: Sim B, memoryMiB: 16384}\n")
@@ -115,6 +116,7 @@ func TestGPUPlacementAndEvictionEndToEnd(t *testing.T) {
 // reports the device healthy. On a real GPU box docs/gpu.md ("How to verify
 // on a GPU box") runs the same probe to see what CUDA and NVML show it.
 func TestGPUProbeSeesOnlyItsPinnedGPU(t *testing.T) {
+	t.Parallel()
 	manifest, err := filepath.Abs("examples/gpuprobe/project.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -155,6 +157,7 @@ func TestGPUProbeSeesOnlyItsPinnedGPU(t *testing.T) {
 // node and nvidiactl (no driver answers: ENXIO) and is refused (EPERM) on
 // GPU 1's; a CPU replica is refused on every NVIDIA node.
 func TestReplicasOpenOnlyTheirOwnGPUNodes(t *testing.T) {
+	t.Parallel()
 	testenv.NeedRoot(t, "device rules need a cgroup, and mknod needs root")
 	echo := echoDir(t)
 	dev := filepath.Join(t.TempDir(), "dev")
@@ -211,6 +214,7 @@ func TestReplicasOpenOnlyTheirOwnGPUNodes(t *testing.T) {
 // with the GPU pinned) and reports what torch says; a CPU project gets no
 // such line.
 func TestDoctorAsksAGPUProjectsPythonAboutCUDA(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	py := filepath.Join(t.TempDir(), "python3")
 	script := "#!/bin/sh\n[ \"$CUDA_VISIBLE_DEVICES\" = " + simGPU0 + " ] && a=true || a=false\n" +
@@ -230,7 +234,7 @@ func TestDoctorAsksAGPUProjectsPythonAboutCUDA(t *testing.T) {
 		t.Fatalf("apply: %v\n%s", err, out)
 	}
 	out, _ := runCLI(cfg, "doctor")
-	if want := "ok    cuda        on-gpu: torch 2.3.1+cu121 (CUDA 12.1) in " + py + " sees its GPU " + simGPU0; !strings.Contains(out, want) {
+	if want := "ok    cuda         on-gpu: torch 2.3.1+cu121 (CUDA 12.1) in " + py + " sees its GPU " + simGPU0; !strings.Contains(out, want) {
 		t.Errorf("doctor lacks %q:\n%s", want, out)
 	}
 	if strings.Contains(out, "cuda        on-cpu") {

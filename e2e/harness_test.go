@@ -1,7 +1,8 @@
 package e2e
 
 // The end-to-end harness: it builds the real inferd binary (the module root's
-// package main) once, starts it as a separate process on a free port with a
+// package main) once (with the race detector and the failpoints, inert
+// unless a fault test arms one), starts it as a separate process on a free port with a
 // fresh data dir, and talks to it over real HTTP and the real CLI. Model servers are the real examples.
 
 import (
@@ -11,6 +12,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -40,13 +42,26 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	if _, ok := inThrowawayRoot(); ok {
+		os.Exit(m.Run()) // the package test's copy: it runs the packaged binary
+	}
 	dir, err := os.MkdirTemp("", "inferd-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	inferdBin = filepath.Join(dir, "inferd")
-	build := exec.Command("go", "build", "-race", "-o", inferdBin, ".")
+	flag.Parse()
+	if flag.Lookup("test.run").Value.String() == "" {
+		// A whole run (make test) has the package and payload tests: their
+		// build goes along with this one rather than hold them up later.
+		go packagedBuild.once.Do(buildPackaged)
+	}
+	// The one build every test runs (but the package and payload tests,
+	// which run the production build: packaged). The failpoints are inert
+	// unless INFERD_FAILPOINT names one (store/bolt/failpoint.go), so the
+	// fault tests need no build of their own.
+	build := exec.Command("go", "build", "-race", "-tags", "failpoints", "-o", inferdBin, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build inferd:", err)

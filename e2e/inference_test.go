@@ -126,6 +126,7 @@ func outputOf(r map[string]any) (map[string]any, error) {
 }
 
 func TestInferenceEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, "startWait: 1s\nlongPollWait: 5s\nmaxQueuedPerProject: 2\nreplica:\n  stopGrace: 2s\n  restartBackoff: 100ms\n  maxBootFailures: 2\n")
 	mark := marker()
@@ -259,6 +260,7 @@ func TestInferenceEndToEnd(t *testing.T) {
 }
 
 func TestScalingEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, "cpuSlots: 8\n")
 	mark := marker()
@@ -311,6 +313,7 @@ func TestScalingEndToEnd(t *testing.T) {
 // "interrupted by a server restart" and every queued one runs with its own
 // input.
 func TestCallsSurviveDaemonKill(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, noLimits+"cpuSlots: 4\n")
 	dataFile := filepath.Join(dir, "data", "inferd.db")

@@ -1,11 +1,17 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"inferd/history"
+	"inferd/httpapi"
 )
 
 // endpoint is one way a key reaches the public API, aimed at a resource of a
@@ -13,8 +19,9 @@ import (
 // the body with the per-response fields (id, created) blanked, so that two
 // answers can be compared byte for byte.
 type endpoint struct {
-	name string
-	call func(t *testing.T, d *daemon, key string, target isoTarget) (int, string)
+	name  string
+	route string // the route it calls, "METHOD pattern" as httpapi.Routes lists it
+	call  func(t *testing.T, d *daemon, key string, target isoTarget) (int, string)
 }
 
 // isoTarget names one team's resources, or resources that do not exist.
@@ -38,30 +45,84 @@ func projectAPI(method, path, body string) func(*testing.T, *daemon, string, iso
 	}
 }
 
-// everyEndpoint lists every route of the public API that takes a key and
-// names one resource; the status lists are checked in "status lists".
+// everyEndpoint lists every keyed route of the public API that names one
+// resource (TestEveryEndpointListsEveryKeyedRoute holds it to the router's
+// table); the routes that list, naming none, are statusLists and
+// GET /v1/projects, checked in "list" and "status lists".
 var everyEndpoint = []endpoint{
-	{"start v4", inference("/start/v4", `{"apiKey":"KEY","modelKey":"MODELKEY","startOnly":true,"modelInputs":{}}`)},
-	{"start v4/", inference("/start/v4/", `{"apiKey":"KEY","modelKey":"MODELKEY","startOnly":true,"modelInputs":{}}`)},
-	{"start v3 waiting", inference("/start/v3", `{"apiKey":"KEY","modelKey":"MODELKEY","modelInputs":{}}`)},
-	{"check v4", inference("/check/v4", `{"apiKey":"KEY","callID":"CALLID"}`)},
-	{"check v4/ longPoll", inference("/check/v4/", `{"apiKey":"KEY","callID":"CALLID","longPoll":true}`)},
-	{"check v3", inference("/check/v3", `{"apiKey":"KEY","callID":"CALLID"}`)},
-	{"get project", projectAPI("GET", "/v1/projects/PROJECT", "")},
-	{"get project/", projectAPI("GET", "/v1/projects/PROJECT/", "")},
-	{"put project", projectAPI("PUT", "/v1/projects/PROJECT", `{"maxReplicas": 7}`)},
-	{"put project/", projectAPI("PUT", "/v1/projects/PROJECT/", `{"minReplicas": 1}`)},
-	{"get replica logs", projectAPI("GET", "/v1/status/projects/PROJECT/replicas/PROJECT-1/logs", "")},
-	{"get call events", projectAPI("GET", "/v1/calls/CALLID/events", "")},
-	{"post run", projectAPI("POST", "/run/PROJECT/", `{}`)},
-	{"post run warmup", projectAPI("POST", "/run/PROJECT/_k/warmup", "")},
+	{"start v4", "POST /start/v4", inference("/start/v4", `{"apiKey":"KEY","modelKey":"MODELKEY","startOnly":true,"modelInputs":{}}`)},
+	{"start v4/", "POST /start/v4/", inference("/start/v4/", `{"apiKey":"KEY","modelKey":"MODELKEY","startOnly":true,"modelInputs":{}}`)},
+	{"start v3 waiting", "POST /start/v3", inference("/start/v3", `{"apiKey":"KEY","modelKey":"MODELKEY","modelInputs":{}}`)},
+	{"check v4", "POST /check/v4", inference("/check/v4", `{"apiKey":"KEY","callID":"CALLID"}`)},
+	{"check v4/ longPoll", "POST /check/v4/", inference("/check/v4/", `{"apiKey":"KEY","callID":"CALLID","longPoll":true}`)},
+	{"check v3", "POST /check/v3", inference("/check/v3", `{"apiKey":"KEY","callID":"CALLID"}`)},
+	{"cancel v4", "POST /cancel/v4", inference("/cancel/v4", `{"apiKey":"KEY","callID":"CALLID"}`)},
+	{"get project", "GET /v1/projects/:id", projectAPI("GET", "/v1/projects/PROJECT", "")},
+	{"get project/", "GET /v1/projects/:id/", projectAPI("GET", "/v1/projects/PROJECT/", "")},
+	{"put project", "PUT /v1/projects/:id", projectAPI("PUT", "/v1/projects/PROJECT", `{"maxReplicas": 7}`)},
+	{"put project/", "PUT /v1/projects/:id/", projectAPI("PUT", "/v1/projects/PROJECT/", `{"minReplicas": 1}`)},
+	{"delete project queue", "DELETE /v1/projects/:id/queue", projectAPI("DELETE", "/v1/projects/PROJECT/queue", "")},
+	{"post project warmup", "POST /v1/projects/:id/warmup", projectAPI("POST", "/v1/projects/PROJECT/warmup", "")},
+	{"get replica logs", "GET /v1/status/projects/:id/replicas/:replica/logs", projectAPI("GET", "/v1/status/projects/PROJECT/replicas/PROJECT-1/logs", "")},
+	{"get call events", "GET /v1/calls/:callID/events", projectAPI("GET", "/v1/calls/CALLID/events", "")},
+	{"post run", "POST /run/:project", projectAPI("POST", "/run/PROJECT", `{}`)},
+	{"post run route", "POST /run/:project/*route", projectAPI("POST", "/run/PROJECT/", `{}`)},
+	{"post run warmup", "POST /run/:project/*route", projectAPI("POST", "/run/PROJECT/_k/warmup", "")},
 }
+
+// statusLists are the status routes that list what the key may see.
+var statusLists = []string{"/v1/status", "/v1/status/gpus", "/v1/status/projects", "/v1/status/calls", "/v1/status/history"}
+
+// TestEveryEndpointListsEveryKeyedRoute holds everyEndpoint, statusLists
+// and the "list" check to the public API's table of routes (the daemon's:
+// the status API with its history, no cluster), so that a new keyed route
+// cannot be left out of the isolation and revocation tests.
+func TestEveryEndpointListsEveryKeyedRoute(t *testing.T) {
+	t.Parallel()
+	covered := map[string]bool{"GET /v1/projects": true}
+	for _, ep := range everyEndpoint {
+		covered[ep.route] = true
+	}
+	for _, p := range statusLists {
+		covered["GET "+p] = true
+	}
+	for _, rt := range daemonRoutes {
+		if !rt.Keyed() {
+			continue
+		}
+		// A path's slashed spelling is the same handler (httpapi's scope
+		// matrix calls both); either stands for the two here.
+		r := rt.Method + " " + rt.Path
+		if !covered[r] && !covered[strings.TrimSuffix(r, "/")] && !covered[r+"/"] {
+			t.Errorf("%s takes a key and is not in everyEndpoint (nor statusLists): add it", r)
+		}
+	}
+	for r := range covered {
+		if !slices.ContainsFunc(daemonRoutes, func(rt httpapi.Route) bool { return rt.Method+" "+rt.Path == r }) {
+			t.Errorf("everyEndpoint names %s, which the public API does not serve", r)
+		}
+	}
+}
+
+// daemonRoutes are the public API's routes as a single-box daemon serves
+// them: the status API with its history, no cluster.
+var daemonRoutes = httpapi.Routes(httpapi.Options{Status: &httpapi.StatusSources{History: noHistory{}}})
+
+// noHistory stands for the daemon's history in the route table: only
+// whether there is one matters there.
+type noHistory struct{}
+
+func (noHistory) Samples(context.Context) ([]history.Sample, error) { return nil, nil }
+func (noHistory) Interval() time.Duration                           { return time.Minute }
 
 // answersWithStatus reports whether an endpoint answers errors with an HTTP
 // status (the project API, the status page, events, /run) rather than the
-// inference API's 200 and "error:" message.
+// inference API's 200 and "error:" message (a route whose key is in the
+// body).
 func answersWithStatus(ep endpoint) bool {
-	return strings.HasPrefix(ep.name, "get") || strings.HasPrefix(ep.name, "put") || strings.HasPrefix(ep.name, "post")
+	return !slices.ContainsFunc(daemonRoutes, func(rt httpapi.Route) bool {
+		return rt.Method+" "+rt.Path == ep.route && rt.KeyInBody
+	})
 }
 
 // TestTeamsAreIsolatedOnEveryEndpoint proves that a key of team A can never
@@ -69,6 +130,7 @@ func answersWithStatus(ep endpoint) bool {
 // resource answers exactly as one that does not exist (404 on the project
 // API, never 403), and B's project is left unchanged.
 func TestTeamsAreIsolatedOnEveryEndpoint(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, "startWait: 1s\nlongPollWait: 1s\n")
 	d := startDaemon(t, dir, cfg)
@@ -109,9 +171,9 @@ func TestTeamsAreIsolatedOnEveryEndpoint(t *testing.T) {
 	t.Run("status lists", func(t *testing.T) {
 		// The history names no project: its figures are summed over the
 		// caller's own (httpapi's TestStatusHistoryShowsTheCallersProjects...).
-		for _, path := range []string{"/v1/status", "/v1/status/projects", "/v1/status/calls", "/v1/status/history"} {
+		for _, path := range statusLists {
 			status, raw := doRaw(t, "GET", d.base+path, map[string]string{"X-Service-API-Key": keyA}, "")
-			named := path != "/v1/status/calls" && path != "/v1/status/history"
+			named := path == "/v1/status" || path == "/v1/status/projects"
 			if status != http.StatusOK || (named && !strings.Contains(string(raw), `"proj-a"`)) {
 				t.Fatalf("GET %s: %d %s, want team A's own project", path, status, raw)
 			}
@@ -148,6 +210,7 @@ func TestTeamsAreIsolatedOnEveryEndpoint(t *testing.T) {
 // store's key cache), revokes it with the CLI and, with no pause, proves that
 // its very next request fails on every endpoint.
 func TestRevokedKeyFailsAtOnceOnEveryEndpoint(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, "startWait: 1s\nlongPollWait: 1s\n")
 	d := startDaemon(t, dir, cfg)

@@ -12,6 +12,7 @@ import (
 // daemon, follows it live with -f, and reads it from the files once the
 // daemon has stopped.
 func TestLogsCommand(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, "startWait: 20s\n")
 	d := startDaemon(t, dir, cfg)

@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,27 +29,15 @@ func scrapeRaw(t *testing.T, base string) []byte {
 
 func parseMetrics(t *testing.T, body []byte) map[string]float64 {
 	t.Helper()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			t.Fatalf("bad exposition line %q", line)
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("bad value in %q: %v", line, err)
-		}
-		out[line[:i]] = v
+	m, err := testenv.ParseMetrics(body)
+	if err != nil {
+		t.Fatalf("/metrics: %v", err)
 	}
-	return out
+	return m
 }
 
 func TestMetricsEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, "startWait: 20s\nlongPollWait: 5s\n")
 	mark := marker()
@@ -110,6 +96,7 @@ func TestMetricsEndToEnd(t *testing.T) {
 // on a box with two simulated GPUs that two projects compete for: each
 // gauge moves while the load is on and each counter has grown after it.
 func TestMetricsDuringLoad(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, "startWait: 30s\nlongPollWait: 30s\ngpu:\n  simulate:\n"+
 		"    - {name: \"Sim A\", memoryMiB: 1024}\n    - {name: \"Sim B\", memoryMiB: 2048}\n")

@@ -14,6 +14,7 @@ import (
 // after it is ready, one that crash-loops at boot, and one that leaks a child
 // process. Each call ends in its own message and the daemon stays healthy.
 func TestModelFaultsEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, noLimits+"startWait: 20s\nlongPollWait: 5s\ncpuSlots: 8\n"+
 		"replica:\n  stopGrace: 2s\n  restartBackoff: 1s\n  maxRestartBackoff: 4s\n  maxBootFailures: 3\n")

@@ -16,6 +16,7 @@ import (
 // TestBackupWhileServingAndRestoreElsewhere takes a backup while the daemon
 // serves, restores it into a fresh data dir, and serves the restored data.
 func TestBackupWhileServingAndRestoreElsewhere(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	mark := marker()
 	dir, cfgPath := newDaemonDir(t, "")
@@ -89,6 +90,7 @@ func TestBackupWhileServingAndRestoreElsewhere(t *testing.T) {
 }
 
 func TestRestoreRefusesCorruptFile(t *testing.T) {
+	t.Parallel()
 	dir, cfgPath := newDaemonDir(t, "")
 	d := startDaemon(t, dir, cfgPath)
 	d.createKey("acme", false)
@@ -119,6 +121,7 @@ func TestRestoreRefusesCorruptFile(t *testing.T) {
 }
 
 func TestBackupOffline(t *testing.T) {
+	t.Parallel()
 	dir, cfgPath := newDaemonDir(t, "")
 	d := startDaemon(t, dir, cfgPath)
 	d.createKey("acme", false)
@@ -134,6 +137,7 @@ func TestBackupOffline(t *testing.T) {
 }
 
 func TestDoctorReports(t *testing.T) {
+	t.Parallel()
 	echoDir(t)
 	// Models run as the test's user, as startDaemon has them (the default
 	// unprivileged user may not reach a python3 under /root).

@@ -1,16 +1,18 @@
 package e2e
 
 // The .deb install test: build the package with `scripts/package.sh` (what
-// `make package` runs), install it with dpkg, start inferd the way the
-// installed systemd unit would (CI has no systemd), administer and call it as
-// the docs say, then remove and purge the package. It changes the machine
-// (/usr/bin/inferd, /etc/inferd, /var/lib/inferd, the inferd user), so it runs
-// only as root, and refuses to touch an inferd package that was there before.
+// `make package` runs) and check it with lintian, then, in a throwaway root
+// (throwaway_test.go: overlays in a mount namespace of its own, never the
+// host), install it with dpkg, start inferd the way the installed systemd
+// unit would (CI has no systemd), administer and call it as the docs say,
+// and remove and purge the package.
 
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +22,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -36,26 +39,40 @@ const (
 )
 
 func TestDebPackageInstallsServesAndPurges(t *testing.T) {
-	testenv.NeedRoot(t, "the .deb install test installs a package")
+	t.Parallel()
+	testenv.NeedRoot(t, "the .deb install test mounts its throwaway root (a mount namespace of its own)")
 	if _, err := exec.LookPath("dpkg"); err != nil {
 		testenv.Missing(t, "dpkg, to install the .deb")
 	}
 	echoDir(t) // the packaged example needs python3
-	if out, _ := exec.Command("dpkg-query", "-W", "-f=${Status}", "inferd").Output(); len(out) > 0 && !strings.Contains(string(out), "not-installed") {
-		testenv.Missing(t, "a machine without an inferd package (one is installed: %s); this test installs and purges its own, so it leaves that one alone: `dpkg --purge inferd` to let it run", out)
-	}
-	if _, err := os.Stat(pkgDataDir); err == nil {
-		testenv.Missing(t, "a machine without %s (it exists without an inferd package); move it away to let this test run", pkgDataDir)
-	}
-
-	deb := buildDeb(t)
-	lintianCheck(t, deb)
-	t.Cleanup(func() {
-		// Whatever happened, leave no package behind.
-		if out, _ := exec.Command("dpkg-query", "-W", "-f=${Status}", "inferd").Output(); len(out) > 0 && !strings.Contains(string(out), "not-installed") {
-			dpkgRun(t, "--purge", "inferd")
+	deb, inRoot := inThrowawayRoot()
+	if !inRoot {
+		deb, _ = packaged(t)
+		if out, _ := exec.Command("dpkg-deb", "-f", deb, "Homepage").Output(); strings.TrimSpace(string(out)) != "" {
+			t.Errorf("the .deb names a Homepage, %q, though no PKG_HOMEPAGE was set", out)
 		}
-	})
+		// lintian reads the .deb while the copy installs it: neither
+		// waits for the other.
+		linted := lintianCheck(t, deb)
+		defer func() { <-linted }() // before t ends, whichever way
+		runInThrowawayRoot(t, deb)
+		return
+	}
+	enterThrowawayRoot(t)
+	// man-db's dpkg trigger rebuilds the index of every manual page on the
+	// box (minutes on a loaded one); this test reads its page directly.
+	// Debian's man-db skips that without this file.
+	if err := os.Remove("/var/lib/man-db/auto-update"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	// An inferd package or data the host had is the throwaway root's to
+	// drop: this test installs its own.
+	if out, _ := exec.Command("dpkg-query", "-W", "-f=${Status}", "inferd").Output(); len(out) > 0 && !strings.Contains(string(out), "not-installed") {
+		dpkgRun(t, "--purge", "inferd")
+	}
+	if err := os.RemoveAll(pkgDataDir); err != nil {
+		t.Fatal(err)
+	}
 	dpkgRun(t, "-i", deb)
 
 	// What the package put on the box.
@@ -181,9 +198,9 @@ func TestDebPackageInstallsServesAndPurges(t *testing.T) {
 	doctor.Env = []string{"PATH=/usr/sbin:/usr/bin", "HOME=" + svc.HomeDir, fmt.Sprintf("INFERD_LISTEN=127.0.0.1:%d", port)}
 	unit.delegate = false // doctor runs from a shell, in no delegated cgroup
 	report := mustOutput(t, asUnit(t, unit, uid, gid, doctor))
-	for _, want := range []string{"ok    data dir    " + pkgDataDir, "ok    data file   " + pkgDataDir + "/inferd.db opens",
-		"ok    model user  a uid per project", "ok    network", "ok    private dirs",
-		"ok    example     /usr/share/inferd/examples/echo boots"} {
+	for _, want := range []string{"ok    data dir     " + pkgDataDir, "ok    data file    " + pkgDataDir + "/inferd.db opens",
+		"ok    model user   a uid per project", "ok    network", "ok    private dirs",
+		"ok    example      /usr/share/inferd/examples/echo boots"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("doctor on the installed package lacks %q:\n%s", want, report)
 		}
@@ -260,41 +277,81 @@ func checkServiceSandbox(t *testing.T, d *daemon, key string, out map[string]any
 	}
 }
 
-// buildDeb runs scripts/package.sh into a temporary directory and returns the .deb.
-func buildDeb(t *testing.T) string {
+// packagedBuild is scripts/package.sh's output, made once per test run
+// beside inferdBin: the .deb the package test installs and the production
+// binary packed in it, which the payload tests measure.
+var packagedBuild struct {
+	once        sync.Once
+	deb, binary string
+	err         error
+}
+
+// packaged runs scripts/package.sh (what make package runs) once and
+// returns the .deb and the binary it packed.
+func packaged(t *testing.T) (deb, binary string) {
 	t.Helper()
-	out := t.TempDir()
+	b := &packagedBuild
+	b.once.Do(buildPackaged)
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.deb, b.binary
+}
+
+// buildPackaged fills packagedBuild; TestMain may start it early.
+func buildPackaged() {
+	b := &packagedBuild
+	out := filepath.Join(filepath.Dir(inferdBin), "dist")
 	cmd := exec.Command("scripts/package.sh", out)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("scripts/package.sh: %v\n%s%s", err, stdout, stderr.String())
+		b.err = fmt.Errorf("scripts/package.sh: %v\n%s%s", err, stdout, stderr.String())
+		return
 	}
 	for _, line := range strings.Split(string(stdout), "\n") {
 		if strings.HasSuffix(line, ".deb") {
-			return line
+			b.deb = line
 		}
 	}
-	t.Fatalf("scripts/package.sh printed no .deb:\n%s", stdout)
-	return ""
+	b.binary = filepath.Join(out, "stage", "inferd") // package.sh's PKG_DIR
+	if b.deb == "" {
+		b.err = fmt.Errorf("scripts/package.sh printed no .deb:\n%s", stdout)
+	} else if _, err := os.Stat(b.binary); err != nil {
+		b.err = fmt.Errorf("scripts/package.sh left no binary in its stage dir: %w", err)
+	}
 }
 
+// lintianLimit bounds lintian's run (about 25 s on a loaded 2-core box).
+const lintianLimit = 5 * time.Minute
+
 // lintianCheck runs lintian (Debian's package checker, which
-// scripts/test-deps.sh installs) on deb and fails on any error or warning.
-// Informational tags are logged, not failed.
-func lintianCheck(t *testing.T, deb string) {
+// scripts/test-deps.sh installs) on deb in the background and fails t on
+// any error or warning; informational tags are logged, not failed. The
+// returned channel closes when it is done.
+func lintianCheck(t *testing.T, deb string) <-chan struct{} {
 	t.Helper()
 	lintian, err := exec.LookPath("lintian")
 	if err != nil {
 		testenv.Missing(t, "lintian (Debian package lintian; make test installs it)")
 	}
-	out, err := exec.Command(lintian, "--fail-on", "error,warning", "--display-info", deb).CombinedOutput()
-	if err != nil {
-		t.Errorf("lintian %s: %v\n%s", filepath.Base(deb), err, out)
-	} else if len(out) > 0 {
-		t.Logf("lintian (informational only):\n%s", out)
-	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), lintianLimit)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, lintian, "--fail-on", "error,warning", "--display-info", deb).CombinedOutput()
+		switch {
+		case ctx.Err() != nil:
+			t.Errorf("lintian %s did not finish within %s:\n%s", filepath.Base(deb), lintianLimit, out)
+		case err != nil:
+			t.Errorf("lintian %s: %v\n%s", filepath.Base(deb), err, out)
+		case len(out) > 0:
+			t.Logf("lintian (informational only):\n%s", out)
+		}
+	}()
+	return done
 }
 
 func readGzip(t *testing.T, path string) string {
@@ -315,20 +372,22 @@ func readGzip(t *testing.T, path string) string {
 	return string(b)
 }
 
-// dpkgRun runs dpkg, waiting while another package manager holds its lock
-// (other jobs on a CI box install packages too).
+// dpkgLimit bounds one dpkg run: in the throwaway root no other package
+// manager holds its lock, so only a hung maintainer script could take long
+// (an install takes seconds: its slow man-db trigger is off).
+const dpkgLimit = 5 * time.Minute
+
+// dpkgRun runs dpkg, failing t when it fails or takes over dpkgLimit.
 func dpkgRun(t *testing.T, args ...string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
-		out, err := exec.Command("dpkg", args...).CombinedOutput()
-		if err == nil {
-			return
-		}
-		if !bytes.Contains(out, []byte("lock")) || time.Now().After(deadline) {
-			t.Fatalf("dpkg %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		time.Sleep(time.Second) // dpkg has no lock timeout of its own
+	ctx, cancel := context.WithTimeout(context.Background(), dpkgLimit)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "dpkg", args...).CombinedOutput()
+	switch {
+	case ctx.Err() != nil:
+		t.Fatalf("dpkg %s did not finish within %s:\n%s", strings.Join(args, " "), dpkgLimit, out)
+	case err != nil:
+		t.Fatalf("dpkg %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 }
 

@@ -32,13 +32,13 @@ const (
 	copyServerEnv = "INFERD_E2E_COPY_SERVER"
 )
 
-var plainBuild extraBuild
-
-// plainBinary builds inferd without -race once per test run: the race
-// detector's shadow memory would multiply the RSS being measured.
+// plainBinary is inferd as it is shipped, without -race: the race
+// detector's shadow memory would multiply the RSS being measured. It is
+// the packaged build (package_test.go), made once for both tests.
 func plainBinary(t *testing.T) string {
 	t.Helper()
-	return plainBuild.get(t, "inferd-plain")
+	_, bin := packaged(t)
+	return bin
 }
 
 // serveCopyMain is the test binary run as the io.Copy baseline.
@@ -79,6 +79,7 @@ func payloadDaemon(t *testing.T) (d *daemon, c *payload.Client, gate string) {
 // peak RSS stays within 200 MiB throughout: queued inputs live in the data
 // file, and each is read back only when its call is dispatched.
 func TestPayloadQueueOf100x5MBStaysSmall(t *testing.T) {
+	t.Parallel()
 	d, c, gate := payloadDaemon(t)
 	pid := d.cmd.Process.Pid
 	ctx := context.Background()
@@ -118,6 +119,7 @@ func TestPayloadQueueOf100x5MBStaysSmall(t *testing.T) {
 // flight), and its CPU time per MB is reported beside an io.Copy of the
 // same bytes over loopback.
 func TestPayloadChecks32x5MBStaySmall(t *testing.T) {
+	t.Parallel()
 	d, c, gate := payloadDaemon(t)
 	pid := d.cmd.Process.Pid
 	ctx := context.Background()

@@ -20,6 +20,7 @@ import (
 // handler exception reaches the client as an error message. A Potassium app
 // serves one call at a time, so apply refuses concurrency above 1 for it.
 func TestPotassiumAppEndToEnd(t *testing.T) {
+	t.Parallel()
 	const python = "/usr/bin/python3" // the one scripts/test-deps.sh gives Flask
 	if out, err := exec.Command(python, "-c", "import flask, werkzeug").CombinedOutput(); err != nil {
 		testenv.Missing(t, "%s cannot import flask and werkzeug (%v: %s); install python3-flask (scripts/test-deps.sh does)",

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // projectsManifest declares two teams' projects; none of them boots a replica
@@ -32,6 +33,7 @@ func projectsManifest(dir string) string {
 }
 
 func TestProjectAPIEndToEnd(t *testing.T) {
+	t.Parallel()
 	dir, cfg := newDaemonDir(t, "")
 	d := startDaemon(t, dir, cfg)
 
@@ -179,6 +181,7 @@ func TestProjectAPIEndToEnd(t *testing.T) {
 }
 
 func TestCLIWorksWithoutDaemon(t *testing.T) {
+	t.Parallel()
 	dir, cfg := newDaemonDir(t, "")
 	out, err := runCLI(cfg, "key", "create", "--team", "solo")
 	if err != nil {
@@ -196,6 +199,7 @@ func TestCLIWorksWithoutDaemon(t *testing.T) {
 }
 
 func TestBadConfigStopsStartupNamingTheKey(t *testing.T) {
+	t.Parallel()
 	_, cfg := newDaemonDir(t, "replicaz: {}\n")
 	_, err := runCLI(cfg, "serve")
 	if err == nil || !strings.Contains(err.Error(), "replicaz") {
@@ -204,8 +208,12 @@ func TestBadConfigStopsStartupNamingTheKey(t *testing.T) {
 }
 
 func TestHealthAndReadiness(t *testing.T) {
+	t.Parallel()
 	dir, cfg := newDaemonDir(t, "")
 	d := startDaemon(t, dir, cfg)
+	// The listener opens before the scheduler has recovered what the last
+	// run left (on a loaded box that takes a while): ready is when it says so.
+	d.logs.waitFor(t, `"scheduler ready"`, 30*time.Second)
 	for _, path := range []string{"/healthz", "/readyz"} {
 		if status, body := do(t, "GET", d.base+path, nil, ""); status != 200 {
 			t.Fatalf("%s: %d %v", path, status, body)

@@ -12,6 +12,7 @@ import (
 // status page (in Debian's chromium, like TestStatusPageInBrowser) and checks
 // that the call is cancelled for every client.
 func TestStatusPageCancelButton(t *testing.T) {
+	t.Parallel()
 	node, browser, script := browserTools(t)
 	echo := echoDir(t)
 	d, c, key := callControlDaemon(t, "", echoProject("busy", "acme", "mk-busy", echo, marker(), "")+"    maxReplicas: 1\n")

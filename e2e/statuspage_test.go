@@ -23,6 +23,7 @@ import (
 // INFERD_REQUIRE_CLIENT_TESTS=1, so there this test cannot skip. The page's
 // screenshot goes to $INFERD_ARTIFACTS (CI keeps it) or the test's temp dir.
 func TestStatusPageInBrowser(t *testing.T) {
+	t.Parallel()
 	node, browser, script := browserTools(t)
 	shots := os.Getenv("INFERD_ARTIFACTS")
 	if shots == "" {
@@ -61,7 +62,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 	// Load on detector while the page is open: calls come faster than its
 	// one replica answers and no GPU is free for a second one, so its queue
 	// grows, it waits for a GPU and the charts move. Stopped (and waited
-	// for) when the browser is done; bounded in count anyway.
+	// for) when the browser is done; bounded in count anyway, below the 50
+	// recent calls the page lists, so that captioner's call (EXPECT_CALL)
+	// stays among them however slowly the browser gets to it. Each takes 2 s,
+	// so that detector has work (and goes first) for over a minute.
 	loadCtx, stopLoad := context.WithCancel(t.Context())
 	loadDone := make(chan struct{})
 	go func() {
@@ -69,13 +73,13 @@ func TestStatusPageInBrowser(t *testing.T) {
 		tick := time.NewTicker(250 * time.Millisecond)
 		defer tick.Stop()
 		client := &http.Client{Timeout: 5 * time.Second}
-		for i := range 240 {
+		for i := range 40 {
 			select {
 			case <-loadCtx.Done():
 				return
 			case <-tick.C:
 			}
-			in := `{"sleep":0.5}`
+			in := `{"sleep":2}`
 			if i%6 == 5 {
 				in = `{"fail":"image too blurry"}`
 			}

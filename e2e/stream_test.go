@@ -73,6 +73,7 @@ func (s *eventStream) next() sse {
 }
 
 func TestStreamingModelOutputReachesSSEClientsBeforeTheCallEnds(t *testing.T) {
+	t.Parallel()
 	manifest, err := filepath.Abs("examples/stream/project.yaml")
 	if err != nil {
 		t.Fatal(err)

@@ -50,6 +50,7 @@ func (d *daemon) createKeyWith(team string, flags ...string) string {
 // and leaves labs a CPU slot, and at its GPU quota it waits while labs uses
 // the GPU left free.
 func TestTeamQuotasEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, "cpuSlots: 2\nstartWait: 30s\nlongPollWait: 10s\nreplica:\n  stopGrace: 2s\n"+
 		"gpu:\n  simulate:\n    - {name: Sim A, memoryMiB: 16384}\n    - {name: Sim B, memoryMiB: 16384}\n")
@@ -172,6 +173,7 @@ func TestTeamQuotasEndToEnd(t *testing.T) {
 // TestScopedKeysEndToEnd: a read key lists projects but may not start a
 // call or change a project; an expired key is refused everywhere.
 func TestScopedKeysEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, "")
 	d := startDaemon(t, dir, cfg)
@@ -217,6 +219,7 @@ func TestScopedKeysEndToEnd(t *testing.T) {
 // replicas and ops one, the least recently used; labs's call evicts one of
 // acme's (above its share), not ops's (at its share).
 func TestFairShareEvictionEndToEnd(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, "cpuSlots: 3\nstartWait: 30s\nlongPollWait: 10s\nreplica:\n  stopGrace: 2s\n")
 	mark := marker()

@@ -17,6 +17,7 @@ import (
 // woken when the call finishes there (an etcd watch), not at the end of its
 // wait.
 func TestThreeNodeClusterSharesKeysProjectsAndCalls(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	mark := marker()
 	c := newThreeNodes(t, clusterOpts{})

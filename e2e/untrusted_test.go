@@ -13,6 +13,7 @@ import (
 // call inputs and model replies that are not UTF-8 are refused, naming the
 // byte, instead of being passed to clients that cannot parse them.
 func TestUntrustedTextIsEscapedOrRefused(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	dir, cfg := newDaemonDir(t, "startWait: 20s\n")
 	d := startDaemon(t, dir, cfg)

@@ -93,6 +93,7 @@ func echoDaemon(t *testing.T, extra string) (d *daemon, key, cfg string) {
 }
 
 func TestWebhooksAreSignedRetriedAndRefusedForMetadata(t *testing.T) {
+	t.Parallel()
 	d, key, _ := echoDaemon(t, "startWait: 20s\nwebhook:\n  firstRetry: 200ms\n  timeout: 30s\n")
 	out, err := d.cli("team", "webhook-secret", "acme")
 	if err != nil {
@@ -194,6 +195,7 @@ func TestWebhooksAreSignedRetriedAndRefusedForMetadata(t *testing.T) {
 // then killed with SIGKILL, is delivered after the restart: the message was
 // committed with the call's result.
 func TestWebhookSurvivesKill9BetweenCompletionAndDelivery(t *testing.T) {
+	t.Parallel()
 	d, key, cfg := echoDaemon(t, "startWait: 20s\nwebhook:\n  firstRetry: 100ms\n")
 	port := freePort(t) // nothing listens there yet: every attempt fails
 	body := fmt.Sprintf(`{"apiKey":%q,"modelKey":"mk-echo","modelInputs":{"n":3},"webhook":"http://127.0.0.1:%d/hook"}`, key, port)
@@ -273,6 +275,7 @@ func (r *hangingReceiver) mostHeld() int {
 // senders, no more); an allow-listed name that resolves to the metadata
 // address, or to its NAT64 form, is refused when it is dialed.
 func TestWebhookTeamsDoNotDelayEachOtherAndMetadataNamesAreRefused(t *testing.T) {
+	t.Parallel()
 	echo := echoDir(t)
 	// The attempts to the hanging receiver last webhook.timeout (60s):
 	// beta's message arriving before then did not wait for one of them.

@@ -30,6 +30,7 @@ type AdminStore interface {
 	RevokeKey(id string) error
 	PutProjects(ps []store.Project) ([]store.Change, error) // all or nothing
 	ListProjects(teamID string) ([]store.Project, error)
+	GetProject(id string) (store.Project, error)
 	DeleteProject(id string) error
 	WebhookSecret(teamID string, rotate bool) (string, error)
 }
@@ -276,6 +277,10 @@ func (a *admin) apply(w http.ResponseWriter, r *http.Request, _ httprouter.Param
 			return
 		}
 	}
+	if err := a.reapply(req.Projects); err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
 	problems, warnings := a.checkModels(req.Projects)
 	if len(problems) > 0 {
 		writeError(w, r, a.log, badRequest("these models cannot start on this machine (nothing was applied):\n  %s", strings.Join(problems, "\n  ")))
@@ -299,6 +304,35 @@ func (a *admin) apply(w http.ResponseWriter, r *http.Request, _ httprouter.Param
 	}
 	out.Warnings = append(warnings, a.capacityWarnings()...)
 	writeJSON(w, http.StatusOK, out)
+}
+
+// reapply turns each project of an apply into a declaration merged with the
+// stored project (store.Reapply, as kubectl apply does): what the manifest
+// did not change since its last apply keeps the value the project API set.
+// The checks that follow see the projects as they will be stored; the store
+// merges again as it writes, so a project API write in between is kept too.
+func (a *admin) reapply(ps []store.Project) error {
+	for i, p := range ps {
+		p = p.Declared()
+		stored, err := a.store.GetProject(p.ID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return err
+		default:
+			merged, err := store.Reapply(stored, p)
+			var ve *store.ValidationError
+			if errors.As(err, &ve) {
+				return badRequest("project %s: %s (nothing was applied)", truncate(p.ID, 64), ve.Error())
+			}
+			if err != nil {
+				return err
+			}
+			p = merged
+		}
+		ps[i] = p
+	}
+	return nil
 }
 
 // checkModels runs the model check, if there is one, on each project of an
@@ -337,7 +371,8 @@ func (a *admin) capacityWarnings() []string {
 }
 
 // adminProjectList is GET /admin/projects: whole store projects, model spec
-// included, each without its modelKey hash (KeyHash is omitted when empty).
+// and last applied declaration included, each without its modelKey hash
+// (KeyHash is omitted when empty).
 type adminProjectList struct {
 	Results []store.Project `json:"results"`
 }
@@ -353,6 +388,10 @@ func (a *admin) listProjects(w http.ResponseWriter, r *http.Request, _ httproute
 	out := adminProjectList{Results: make([]store.Project, 0, len(projects))}
 	for _, p := range projects {
 		p.Model.KeyHash = ""
+		if p.LastApplied != nil {
+			p.LastApplied = new(p.LastApplied.Clone())
+			p.LastApplied.Model.KeyHash = ""
+		}
 		out.Results = append(out.Results, p)
 	}
 	writeJSON(w, http.StatusOK, out)

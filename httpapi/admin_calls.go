@@ -41,7 +41,7 @@ func CancelStored(st CallStore) CallCanceller {
 			return store.Call{}, err
 		}
 		if c.State.Done() {
-			return c, scheduler.FinishedError(c.State)
+			return c, scheduler.FinishedError(c)
 		}
 		c = scheduler.Cancelled(c, time.Now())
 		if err := st.SaveCall(context.Background(), c); err != nil {

@@ -71,7 +71,7 @@ type cancelRequest struct {
 // or "error: call already finished (succeeded)" and the like.
 func (a *api) cancel(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	var req cancelRequest
-	body, err := readBody(w, r, a.opts.MaxBodyBytes)
+	body, err := a.readBody(w, r, a.opts.MaxBodyBytes)
 	if err == nil {
 		err = decodeObject(body, &req)
 	}
@@ -182,14 +182,13 @@ func (a *api) ownProject(w http.ResponseWriter, r *http.Request, id string, perm
 	}
 	p, err := a.store.GetProject(id)
 	switch {
-	case errors.Is(err, store.ErrNotFound), err == nil && !mayAccess(key, p.TeamID):
+	case errors.Is(err, store.ErrNotFound), err == nil && !mayReach(key, p.TeamID, p.ID):
+		// Another team's project, or one outside the key's allowlist,
+		// answers as a missing one: its name is never confirmed.
 		writeError(w, r, a.log, errProjectNotFound)
 		return store.Project{}, false
 	case err != nil:
 		writeError(w, r, a.log, err)
-		return store.Project{}, false
-	case !key.ReachesProject(p.ID):
-		writeError(w, r, a.log, errNotAllowedProject(p.ID))
 		return store.Project{}, false
 	}
 	return p, true

@@ -149,7 +149,7 @@ func TestCallControlNeedsTheKeysScope(t *testing.T) {
 	}
 	apiErrorReply(t, serve(env.h, http.MethodDelete, "/v1/projects/echo/queue", "", "X-Service-API-Key", keyInferOnly), http.StatusForbidden, codeForbidden)
 	apiErrorReply(t, serve(env.h, http.MethodPost, "/v1/projects/echo/warmup", "", "X-Service-API-Key", keyReadOnly), http.StatusForbidden, codeForbidden)
-	apiErrorReply(t, serve(env.h, http.MethodPost, "/v1/projects/echo/warmup", "", "X-Service-API-Key", keyZetaOnly), http.StatusForbidden, codeForbidden)
+	apiErrorReply(t, serve(env.h, http.MethodPost, "/v1/projects/echo/warmup", "", "X-Service-API-Key", keyZetaOnly), http.StatusNotFound, codeNotFound)
 	if got := cancel(keyInferOnly); got != "success" {
 		t.Errorf("cancel with an infer key: %q", got)
 	}

@@ -1,149 +1,122 @@
 package httpapi
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"sync/atomic"
 	"testing"
-	"time"
+	"testing/synctest"
 )
 
-// limitedServer serves h on a loopback port through a ConnLimit of n.
-func limitedServer(t *testing.T, n int, h http.Handler) (*ConnLimit, string) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lim := NewConnLimit(n)
-	srv := &http.Server{Handler: h, ConnState: lim.ConnState, ReadHeaderTimeout: time.Minute}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(lim.Listener(ln))
-	}()
-	t.Cleanup(func() {
-		srv.Close()
-		<-done
-	})
-	return lim, ln.Addr().String()
-}
+// The tests below serve through pipes in a synctest bubble (pipes_test.go):
+// synctest.Wait returns exactly when the server has done all it will with
+// what it was given, and a test reads the limit's state then, with no
+// polling and no timing.
 
-// waitUntil polls cond, which reads state another goroutine changes, for up
-// to 10 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-func get(addr, path string) (int, error) {
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
-	resp, err := c.Get("http://" + addr + path)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, nil
+// limitedServer serves h through a ConnLimit of n without the probes'
+// reserve (which has tests of its own, conns_edge_test.go). Call it inside a
+// synctest bubble.
+func limitedServer(t *testing.T, n int, h http.Handler) (*ConnLimit, *pipeServer) {
+	ps := newPipeServer(t, h, n)
+	ps.lim.reserve = 0
+	return ps.lim, ps
 }
 
 // TestConnLimitClosesSilentConnectionsToMakeRoom: a flood of connections
 // that never send a byte stays within the cap (the oldest are closed as new
 // ones come), and a real request still gets through.
 func TestConnLimitClosesSilentConnectionsToMakeRoom(t *testing.T) {
-	lim, addr := limitedServer(t, 3, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprint(w, "ok")
-	}))
-	var flood []net.Conn
-	for range 10 {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		lim, ln := limitedServer(t, 3, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			fmt.Fprint(w, "ok")
+		}))
+		var flood []net.Conn
+		for range 10 {
+			flood = append(flood, ln.dial().conn)
 		}
-		defer c.Close()
-		flood = append(flood, c)
-	}
-	waitUntil(t, "7 silent connections closed for room", func() bool { return lim.Stats().Shed == 7 })
-	if st := lim.Stats(); st.Open != 3 || st.Max != 3 {
-		t.Errorf("stats = %+v, want 3 open of 3", st)
-	}
-	// The oldest were closed by the server.
-	_ = flood[0].SetReadDeadline(time.Now().Add(10 * time.Second))
-	if _, err := flood[0].Read(make([]byte, 1)); err == nil {
-		t.Error("the oldest silent connection is still open")
-	}
-	if status, err := get(addr, "/healthz"); err != nil || status != 200 {
-		t.Fatalf("a request over a flood of silent connections: %d %v", status, err)
-	}
-	if st := lim.Stats(); st.Open > 3 {
-		t.Errorf("%d connections open, over the cap of 3", st.Open)
-	}
+		synctest.Wait() // the server has taken in the whole flood
+		if st := lim.Stats(); st.Shed != 7 || st.Open != 3 || st.Max != 3 {
+			t.Errorf("stats = %+v, want 3 open of 3 and the 7 oldest closed for room", st)
+		}
+		// The oldest were closed by the server; the newest were not.
+		if _, err := flood[0].Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+			t.Errorf("the oldest silent connection: read %v, want EOF (closed)", err)
+		}
+		if status, err := ln.get("/healthz"); err != nil || status != 200 {
+			t.Fatalf("a request over a flood of silent connections: %d %v", status, err)
+		}
+		synctest.Wait()
+		if st := lim.Stats(); st.Open > 3 {
+			t.Errorf("%d connections open, over the cap of 3", st.Open)
+		}
+	})
 }
 
 // TestConnLimitMakesANewConnectionWaitWhileAllServeRequests: connections in
 // the middle of a request are never closed for room; a new connection waits
 // until one of them ends, then is served.
 func TestConnLimitMakesANewConnectionWaitWhileAllServeRequests(t *testing.T) {
-	var entered atomic.Int64
-	release := make(chan struct{})
-	lim, addr := limitedServer(t, 2, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		entered.Add(1)
-		if r.URL.Path == "/block" {
-			<-release
+	synctest.Test(t, func(t *testing.T) {
+		var entered atomic.Int64
+		release := make(chan struct{})
+		lim, ln := limitedServer(t, 2, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			entered.Add(1)
+			if r.URL.Path == "/block" {
+				<-release
+			}
+			fmt.Fprint(w, "ok")
+		}))
+		blocked := make(chan error, 2)
+		for range 2 {
+			go func() {
+				_, err := ln.get("/block")
+				blocked <- err
+			}()
 		}
-		fmt.Fprint(w, "ok")
-	}))
-	blocked := make(chan error, 2)
-	for range 2 {
+		synctest.Wait()
+		if n := entered.Load(); n != 2 {
+			t.Fatalf("%d requests in the handler, want the two of the cap", n)
+		}
+
+		third := make(chan error, 1)
 		go func() {
-			_, err := get(addr, "/block")
-			blocked <- err
+			status, err := ln.get("/fast")
+			if err == nil && status != 200 {
+				err = fmt.Errorf("status %d", status)
+			}
+			third <- err
 		}()
-	}
-	waitUntil(t, "two requests in the handler", func() bool { return entered.Load() == 2 })
-
-	third := make(chan error, 1)
-	go func() {
-		status, err := get(addr, "/fast")
-		if err == nil && status != 200 {
-			err = fmt.Errorf("status %d", status)
+		synctest.Wait() // the third connection is accepted and waits for room
+		if n := entered.Load(); n != 2 {
+			t.Fatalf("%d requests reached the handler while the cap of 2 was busy", n)
 		}
-		third <- err
-	}()
-	waitUntil(t, "the third connection waiting for room", func() bool { return lim.Stats().Waiting == 1 })
-	if n := entered.Load(); n != 2 {
-		t.Fatalf("%d requests reached the handler while the cap of 2 was busy", n)
-	}
-	if st := lim.Stats(); st.Open != 2 || st.Shed != 0 {
-		t.Errorf("stats = %+v, want 2 open and none closed for room", st)
-	}
-	select {
-	case err := <-third:
-		t.Fatalf("the third request was answered while the cap was busy: %v", err)
-	default:
-	}
-
-	release <- struct{}{} // one blocked request ends; its connection closes
-	if err := <-third; err != nil {
-		t.Fatalf("the waiting request: %v", err)
-	}
-	close(release)
-	for range 2 {
-		if err := <-blocked; err != nil {
-			t.Errorf("a blocked request: %v", err)
+		if st := lim.Stats(); st.Open != 2 || st.Shed != 0 || st.Waiting != 1 {
+			t.Errorf("stats = %+v, want 2 open, none closed for room, one waiting", st)
 		}
-	}
-	if st := lim.Stats(); st.Shed != 0 || st.Waiting != 0 {
-		t.Errorf("stats = %+v, want none closed for room and none waiting", st)
-	}
+		select {
+		case err := <-third:
+			t.Fatalf("the third request was answered while the cap was busy: %v", err)
+		default:
+		}
+
+		release <- struct{}{} // one blocked request ends; its connection closes
+		if err := <-third; err != nil {
+			t.Fatalf("the waiting request: %v", err)
+		}
+		close(release)
+		for range 2 {
+			if err := <-blocked; err != nil {
+				t.Errorf("a blocked request: %v", err)
+			}
+		}
+		synctest.Wait()
+		if st := lim.Stats(); st.Shed != 0 || st.Waiting != 0 {
+			t.Errorf("stats = %+v, want none closed for room and none waiting", st)
+		}
+	})
 }
 
 func TestDefaultMaxConnectionsKeepsAReserve(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
@@ -27,6 +28,12 @@ var errEventsCallNotFound = notFound("call not found (unknown, expired, or not y
 // streaming model sends (those sent before the client connected first),
 // and a final done event carries the check answer; then the stream ends.
 // A finished call answers its state and done at once.
+//
+// Its budgets: a key holds at most limits.maxStreamsPerKey streams; each
+// event must reach the client within limits.streamWriteTimeout, or the
+// stream is cut (a reader that does not read holds nothing for long); and
+// the streams of a finished call share one copy of its result, within
+// limits.streamResultBytes for all results held (stream_results.go).
 func (a *api) callEvents(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 	key, err := a.headerKeyFor(r, store.PermInfer)
 	if err != nil {
@@ -34,7 +41,7 @@ func (a *api) callEvents(w http.ResponseWriter, r *http.Request, ps httprouter.P
 		return
 	}
 	id := ps.ByName("callID")
-	call, done, err := a.sched.Lookup(id)
+	call, done, err := a.streamLookup(id)
 	switch {
 	case errors.Is(err, store.ErrNotFound) || err == nil && !mayReach(key, call.TeamID, call.ProjectID):
 		writeError(w, r, a.log, errEventsCallNotFound) // the same answer whoever's it is
@@ -43,24 +50,40 @@ func (a *api) callEvents(w http.ResponseWriter, r *http.Request, ps httprouter.P
 		writeError(w, r, a.log, err)
 		return
 	}
-	release, ok := a.limits.beginWait(key.ID)
-	if !ok {
-		writeError(w, r, a.log, &userError{http.StatusTooManyRequests, codeRateLimited,
-			"too many requests of this API key are waiting; close some and retry"})
+	endStream, err := a.limits.beginStream(key.ID)
+	if err != nil {
+		a.refuseStream(w, r, err)
 		return
 	}
-	defer release()
+	defer endStream()
+	release := func() {}
+	defer func() { release() }()
+	if isClosed(done) && call.State.Done() {
+		if call, release, err = a.results.hold(call); err != nil {
+			a.refuseStream(w, r, err)
+			return
+		}
+	}
+	a.streamsOpen.Add(1)
+	defer a.streamsOpen.Add(-1)
 	running, backlog, sub, cancel := a.opts.Streams.subscribe(id)
 	defer cancel()
 
 	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{}) // the stream lasts as long as the call
+	ev := sseWriter{w: w, rc: rc, timeout: a.opts.Limits.StreamWriteTimeout}
+	if ev.timeout <= 0 {
+		_ = rc.SetWriteDeadline(time.Time{}) // the stream lasts as long as the call
+	}
+	defer func() {
+		if ev.cut() {
+			a.refused(budgetStreamWriteTimeout)
+		}
+	}()
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // nginx would otherwise hold events back
 	w.WriteHeader(http.StatusOK)
-	ev := sseWriter{w: w, rc: rc}
 
 	if !isClosed(done) {
 		state := call.State
@@ -110,35 +133,110 @@ func (a *api) callEvents(w http.ResponseWriter, r *http.Request, ps httprouter.P
 				return
 			}
 		}
-	}
-	if c, _, err := a.sched.Lookup(id); err == nil {
-		call = c
+		if c, _, err := a.streamLookup(id); err == nil {
+			call = c
+		}
+		if call.State.Done() {
+			if call, release, err = a.results.hold(call); err != nil {
+				// Headers are out: the stream ends without done, saying
+				// why; the client reconnects or checks the call.
+				a.refused(budgetStreamResultBytes)
+				ev.comment("result not sent: " + err.Error())
+				ev.flush()
+				return
+			}
+		}
 	}
 	ev.state(id, call.State)
-	// One line of SSE data: the outputs compacted, since a model's reply
-	// may hold newlines.
+	// One line of SSE data: the outputs with their line breaks as spaces
+	// (JSON allows them only between tokens), written from the copy all
+	// the call's streams share.
 	resp := a.callResponse(call)
-	var cerr error
-	if len(resp.outputs) > 0 {
-		var compact bytes.Buffer
-		cerr = json.Compact(&compact, resp.outputs)
-		resp.outputs = compact.Bytes()
-	}
-	var b []byte
-	if ans, aerr := resp.answer(resp); cerr == nil && aerr == nil {
-		b = ans.Bytes()
+	if ans, err := resp.answer(resp); err == nil {
+		ev.answer("done", ans)
 	} else {
-		b, _ = json.Marshal(a.newResponse("error: internal error: the model's reply could not be encoded as JSON", id))
+		b, _ := json.Marshal(a.newResponse("error: internal error: the answer could not be encoded", id))
+		ev.send("done", b)
 	}
-	ev.send("done", b)
 	ev.flush()
 }
 
+// streamLookup returns call id as a stream needs it: the copy that other
+// streams of the finished call hold, or the scheduler's.
+func (a *api) streamLookup(id string) (store.Call, <-chan struct{}, error) {
+	if c, ok := a.results.peek(id); ok {
+		return c, closedDone, nil
+	}
+	return a.sched.Lookup(id)
+}
+
+// closedDone is the completion signal of a call known to be finished.
+var closedDone = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// refuseStream answers a stream refused by a budget before it began.
+func (a *api) refuseStream(w http.ResponseWriter, r *http.Request, err error) {
+	if be, ok := err.(*budgetError); ok {
+		a.refused(be.budget)
+	}
+	setRetryAfter(w, err)
+	writeError(w, r, a.log, err)
+}
+
+// streamChunk is the most one write deadline covers: a large event (the
+// done of a large result) is written in pieces of it, each within the
+// timeout. A reader slower than that (1 MiB per 30 s by default, about
+// 35 KB/s: any real link) is cut, as is one that does not read at all,
+// while a large result still reaches a slow reader that reads.
+const streamChunk = 1 << 20
+
 // sseWriter writes Server-Sent Events and remembers the first write error.
+// Each event, and each streamChunk of a large one, must be written within
+// timeout (0: no limit), so that a client that does not read is cut off
+// rather than waited on.
 type sseWriter struct {
-	w   http.ResponseWriter
-	rc  *http.ResponseController
-	err error
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	sent    int // bytes written under the current deadline
+	err     error
+}
+
+// begin starts an event: its write deadline. It reports whether the stream
+// still stands.
+func (s *sseWriter) begin() bool {
+	if s.err != nil {
+		return false
+	}
+	s.renew()
+	return true
+}
+
+// renew sets a fresh write deadline.
+func (s *sseWriter) renew() {
+	if s.timeout > 0 {
+		_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	}
+	s.sent = 0
+}
+
+// cut reports whether the stream ended for a client too slow to read it.
+func (s *sseWriter) cut() bool { return errors.Is(s.err, os.ErrDeadlineExceeded) }
+
+// write writes b, renewing the deadline each streamChunk.
+func (s *sseWriter) write(b []byte) {
+	for s.err == nil && len(b) > 0 {
+		if s.sent >= streamChunk {
+			s.renew() // the next chunk's deadline
+		}
+		n := min(len(b), streamChunk-s.sent)
+		_, s.err = s.w.Write(b[:n])
+		s.sent += n
+		b = b[n:]
+	}
 }
 
 func (s *sseWriter) event(e streamEvent, id string) {
@@ -176,13 +274,43 @@ func (s *sseWriter) output(line json.RawMessage) {
 }
 
 func (s *sseWriter) send(event string, data []byte) {
-	if s.err == nil {
+	if s.begin() {
 		_, s.err = fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", event, data)
 	}
 }
 
+// answer sends an inference answer as one line of data, written in place:
+// a large result is not copied per stream.
+func (s *sseWriter) answer(event string, ans answer) {
+	if !s.begin() {
+		return
+	}
+	s.write([]byte("event: " + event + "\ndata: "))
+	s.write(ans.head)
+	s.writeOneLine(ans.outputs)
+	s.write(ans.tail)
+	s.write([]byte("\n\n"))
+}
+
+// writeOneLine writes JSON b with each CR and LF as a space: SSE data must
+// not break its line, and JSON has them only as whitespace between tokens.
+func (s *sseWriter) writeOneLine(b []byte) {
+	for len(b) > 0 && s.err == nil {
+		i := bytes.IndexAny(b, "\r\n")
+		if i < 0 {
+			s.write(b)
+			return
+		}
+		s.write(b[:i])
+		s.write(space)
+		b = b[i+1:]
+	}
+}
+
+var space = []byte(" ")
+
 func (s *sseWriter) comment(text string) {
-	if s.err == nil {
+	if s.begin() {
 		_, s.err = fmt.Fprintf(s.w, ": %s\n\n", text)
 	}
 }

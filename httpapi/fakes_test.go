@@ -32,6 +32,7 @@ type fakeScheduler struct {
 	notReady  bool
 	lastReq   scheduler.Request // what the last Start asked for
 	warmErr   error             // Warmup's answer
+	warmups   int               // Warmups asked for
 	// lookupErr, when set, is what Lookup answers. lookupBlock, when set,
 	// holds every Lookup after the first lookupFree ones until it is closed
 	// (an etcd that stopped answering).
@@ -99,7 +100,12 @@ func (f *fakeScheduler) Purge(projectID string) (int, error) {
 	return len(ids), nil
 }
 
-func (f *fakeScheduler) Warmup(context.Context, store.Project) error { return f.warmErr }
+func (f *fakeScheduler) Warmup(context.Context, store.Project) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.warmups++
+	return f.warmErr
+}
 
 func newFakeScheduler() *fakeScheduler {
 	return &fakeScheduler{calls: map[string]*fakeCall{}, lookups: make(chan string, 64)}

@@ -155,6 +155,16 @@ func (a *api) forwarded(r *http.Request) (bool, error) {
 	return true, nil
 }
 
+// fromNode reports, without logging, whether r carries a valid signature of
+// a node of the cluster (forwarded answers the request that does not).
+func (a *api) fromNode(r *http.Request) bool {
+	if a.opts.Routing == nil || r.Header.Get(cluster.ForwardedHeader) == "" {
+		return false
+	}
+	_, err := a.opts.Routing.Signer.Verify(r)
+	return err == nil
+}
+
 // startNodes says where a start (or /run) of p goes: nil runs it here;
 // otherwise the nodes to forward it to, best first.
 func (a *api) startNodes(r *http.Request, p store.Project) ([]cluster.NodeInfo, error) {

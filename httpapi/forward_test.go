@@ -477,3 +477,20 @@ func TestStartOfAProjectWithNoPlacementRunsHereWhenThisNodeFitsIt(t *testing.T) 
 		t.Errorf("Fits asked for %v, want each start's project", asked)
 	}
 }
+
+// TestForwardedBodiesAreNotHeldToTheForwardingNodesAddress: a node forwards
+// many clients' starts from its one address, each already within the
+// budgets of the node it came through; the node that runs them counts them
+// in its total only, while a client at that address is held to its share.
+func TestForwardedBodiesAreNotHeldToTheForwardingNodesAddress(t *testing.T) {
+	a, b := newTestNode(t, "a", Options{}), newTestNode(t, "b", Options{Limits: Limits{BodyBytesPerSource: 2048}})
+	b.env.sched.instant = true
+	a.routeTo("echo", b.info)
+	start := `{"apiKey":"` + keyAcme + `","modelKey":"mk-echo","modelInputs":{"pad":"` + strings.Repeat("x", 4096) + `"}}`
+	if m := inferenceReply(t, a.post(t, "/start/v4", start)); m["message"] != "success" {
+		t.Errorf("a start forwarded by a: %v", m["message"])
+	}
+	if m := inferenceReply(t, b.post(t, "/start/v4", start)); !strings.HasSuffix(m["message"].(string), "(limits.bodyBytesPerSource); retry later") {
+		t.Errorf("the same start from a client at that address: %v", m["message"])
+	}
+}

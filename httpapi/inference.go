@@ -65,10 +65,13 @@ type inferenceResponse struct {
 	CallID     string `json:"callID"`
 	Finished   bool   `json:"finished"`
 	// QueuePosition: for a queued call, how many go before it (0 = next).
-	QueuePosition *int   `json:"queuePosition,omitempty"`
-	QueueMs       *int64 `json:"queueMs,omitempty"`
-	BootMs        *int64 `json:"bootMs,omitempty"`
-	RunMs         *int64 `json:"runMs,omitempty"`
+	QueuePosition *int `json:"queuePosition,omitempty"`
+	// WaitingFor: for a queued call that cannot run beyond waiting its
+	// turn, why (a code and a sentence); message stays the state name.
+	WaitingFor *store.Wait `json:"waitingFor,omitempty"`
+	QueueMs    *int64      `json:"queueMs,omitempty"`
+	BootMs     *int64      `json:"bootMs,omitempty"`
+	RunMs      *int64      `json:"runMs,omitempty"`
 	// BatchSize and BatchWaitMs: for a call that ran in a batch, how many
 	// calls the batch carried and how long it waited for it to fill.
 	BatchSize   *int   `json:"batchSize,omitempty"`
@@ -166,11 +169,10 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 	case err != nil:
 		a.fail(w, r, err)
 		return
-	case !mayAccess(key, project.TeamID):
-		a.fail(w, r, errUnknownModelKey) // never reveal another team's project
-		return
-	case !key.ReachesProject(project.ID):
-		a.fail(w, r, errNotAllowedProject(project.ID))
+	case !mayReach(key, project.TeamID, project.ID):
+		// Never reveal a project the key may not reach, another team's or
+		// one outside its allowlist: the answer is an unknown modelKey's.
+		a.fail(w, r, errUnknownModelKey)
 		return
 	}
 	// In cluster mode a project placed on other nodes runs there.
@@ -310,6 +312,7 @@ func (a *api) callResponse(c store.Call) inferenceResponse {
 	default:
 		resp.Message = pendingMessage(c)
 		resp.QueuePosition = queuePosition(c)
+		resp.WaitingFor = c.WaitingFor
 	}
 	if !c.Dispatched.IsZero() {
 		resp.QueueMs = &c.QueueMs
@@ -440,7 +443,7 @@ func (a *api) decodeCheck(w http.ResponseWriter, r *http.Request) (args checkArg
 // object; it returns the body as read with the fields decoded from it.
 func (a *api) decodeInference(w http.ResponseWriter, r *http.Request) (inferenceRequest, []byte, error) {
 	var req inferenceRequest
-	body, err := readBody(w, r, a.opts.MaxBodyBytes)
+	body, err := a.readBody(w, r, a.opts.MaxBodyBytes)
 	if err != nil {
 		return req, nil, err
 	}

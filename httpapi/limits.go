@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"golang.org/x/time/rate"
 )
@@ -28,6 +29,30 @@ type Limits struct {
 	// MaxInputDepth is the deepest nesting of arrays and objects accepted in
 	// modelInputs (the object itself is depth 1).
 	MaxInputDepth int
+
+	// The budgets of the edge, which no caller passes with a key or
+	// without (docs/security.md, "Budgets"; budgets.go).
+	//
+	// BodyBytes and BodyBytesPerSource cap the bytes of request bodies
+	// being read at once, in all and per client address (an IPv6 client's
+	// /64): the buffers that hold them, as they grow. Before auth, which
+	// for start and check needs the body, the address is all a caller is.
+	// Per connection the cap is MaxBodyBytes: a connection reads one
+	// request at a time.
+	BodyBytes, BodyBytesPerSource int64
+	// BodyReadTimeout is the time a client has to send a request's body,
+	// counted from the end of its headers.
+	BodyReadTimeout time.Duration
+	// MaxStreamsPerKey caps the event streams (GET /v1/calls/:id/events)
+	// one key holds open.
+	MaxStreamsPerKey int
+	// StreamResultBytes caps the bytes of finished calls' results that
+	// event streams hold in memory, each result counted once however many
+	// streams share it.
+	StreamResultBytes int64
+	// StreamWriteTimeout is how long one event may take to reach a client:
+	// a reader slower than that is cut off, not buffered for.
+	StreamWriteTimeout time.Duration
 }
 
 // errRateLimited is the answer to a key over its request rate.
@@ -57,8 +82,9 @@ type limiter struct {
 
 // keyUsage is what one key currently holds.
 type keyUsage struct {
-	rate  *rate.Limiter // nil when the rate is unlimited
-	waits int
+	rate    *rate.Limiter // nil when the rate is unlimited
+	waits   int
+	streams int // open event streams, also counted in waits
 }
 
 func newLimiter(l Limits) *limiter {
@@ -87,7 +113,7 @@ func (l *limiter) usage(id string) *keyUsage {
 // which is exactly what a fresh entry would hold; l.mu is held.
 func (l *limiter) prune() {
 	for id, u := range l.keys {
-		if u.waits == 0 && (u.rate == nil || u.rate.Tokens() >= float64(u.rate.Burst())) {
+		if u.waits == 0 && u.streams == 0 && (u.rate == nil || u.rate.Tokens() >= float64(u.rate.Burst())) {
 			delete(l.keys, id)
 		}
 	}
@@ -126,6 +152,37 @@ func (l *limiter) beginWait(id string) (release func(), ok bool) {
 		l.mu.Unlock()
 	}, true
 }
+
+// beginStream reserves a slot for an event stream of key id: one of its
+// MaxStreamsPerKey, and a wait (a stream waits on its call as a long poll
+// does). It returns the function that gives both back, or the refusal.
+func (l *limiter) beginStream(id string) (release func(), err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	u := l.usage(id)
+	switch {
+	case l.limits.MaxStreamsPerKey > 0 && u.streams >= l.limits.MaxStreamsPerKey:
+		return nil, errStreamsPerKey(l.limits.MaxStreamsPerKey)
+	case (l.limits.MaxWaitsPerKey > 0 && u.waits >= l.limits.MaxWaitsPerKey) ||
+		(l.limits.MaxWaits > 0 && l.waits >= l.limits.MaxWaits):
+		return nil, errTooManyWaits
+	}
+	u.streams++
+	u.waits++
+	l.waits++
+	return func() {
+		l.mu.Lock()
+		u.streams--
+		u.waits--
+		l.waits--
+		l.mu.Unlock()
+	}, nil
+}
+
+// errTooManyWaits refuses an event stream to a key (or a server) at its cap
+// of held-open requests.
+var errTooManyWaits = &userError{http.StatusTooManyRequests, codeRateLimited,
+	"too many requests of this API key are waiting; close some and retry"}
 
 // jsonDepthExceeds reports whether the JSON value v nests arrays and objects
 // more than max levels deep. v must be valid JSON (the decoder has checked

@@ -29,10 +29,6 @@ import (
 // boot timeouts of 10 min).
 var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
 
-// replicaStates are the states inferd_replicas is reported for, each project
-// getting every one (0 included) so that series do not come and go.
-var replicaStates = []string{"booting", "ready", "busy", "stopping", "parking", "parked", "restoring"}
-
 // MetricsSources are read at scrape time for the gauges. Any may be nil.
 type MetricsSources struct {
 	Status func() scheduler.Status // the scheduler's Snapshot
@@ -60,6 +56,39 @@ type Metrics struct {
 	set       *vm.Set
 	src       atomic.Pointer[MetricsSources]
 	longPolls atomic.Int64
+	edge      atomic.Pointer[func() edgeStats] // the API's budgets, set by New
+}
+
+// edgeStats is what the budgets of the edge hold now (budgets.go).
+type edgeStats struct {
+	BodyBytes         int64 // request body bytes being read
+	Streams           int64 // event streams open
+	StreamResultBytes int64 // results held for event streams
+}
+
+// setEdge sets where the edge's gauges come from, and creates the refusal
+// counter's series, so that each budget shows 0 before its first refusal.
+// A nil m counts nothing.
+func (m *Metrics) setEdge(stats func() edgeStats) {
+	if m == nil {
+		return
+	}
+	m.edge.Store(&stats)
+	for _, b := range budgetNames {
+		m.refusals(b)
+	}
+}
+
+// budgetRefused counts a request refused, or a stream cut, by budget. A
+// nil m counts nothing.
+func (m *Metrics) budgetRefused(budget string) {
+	if m != nil {
+		m.refusals(budget).Inc()
+	}
+}
+
+func (m *Metrics) refusals(budget string) *vm.Counter {
+	return m.set.GetOrCreateCounter(`inferd_budget_refusals_total{budget="` + labelValue(budget) + `"}`)
 }
 
 var _ scheduler.Observer = (*Metrics)(nil)
@@ -178,6 +207,12 @@ func (m *Metrics) WritePrometheus(w io.Writer) {
 func (m *Metrics) writeSamples(w io.Writer) {
 	m.set.WritePrometheus(w)
 	vm.WriteGaugeUint64(w, "inferd_longpolls_in_flight", uint64(max(m.longPolls.Load(), 0)))
+	if edge := m.edge.Load(); edge != nil {
+		es := (*edge)()
+		vm.WriteGaugeUint64(w, "inferd_request_body_bytes", uint64(max(es.BodyBytes, 0)))
+		vm.WriteGaugeUint64(w, "inferd_event_streams", uint64(max(es.Streams, 0)))
+		vm.WriteGaugeUint64(w, "inferd_event_stream_result_bytes", uint64(max(es.StreamResultBytes, 0)))
+	}
 	src := m.src.Load()
 	if src == nil {
 		return
@@ -195,6 +230,8 @@ func (m *Metrics) writeSamples(w io.Writer) {
 		vm.WriteGaugeUint64(w, "inferd_connections_open", uint64(max(cs.Open, 0)))
 		vm.WriteGaugeUint64(w, "inferd_connections_max", uint64(max(cs.Max, 0)))
 		vm.WriteCounterUint64(w, "inferd_connections_closed_for_room_total", uint64(max(cs.Shed, 0)))
+		vm.WriteGaugeUint64(w, "inferd_connections_sending", uint64(max(cs.Sending, 0)))
+		vm.WriteGaugeUint64(w, "inferd_connections_reserved", uint64(max(cs.Reserved, 0)))
 	}
 	if src.Store != nil {
 		cs := src.Store.CommitStats()
@@ -220,7 +257,9 @@ func writeSchedulerGauges(w io.Writer, st scheduler.Status) {
 		for _, r := range p.Replicas {
 			n[r.State]++
 		}
-		for _, state := range replicaStates {
+		// Every state for every project, 0 included, so that series do
+		// not come and go.
+		for _, state := range scheduler.ReplicaStates {
 			vm.WriteGaugeUint64(w, `inferd_replicas{project="`+labelValue(p.ID)+`",state="`+state+`"}`, n[state])
 		}
 	}

@@ -1,11 +1,9 @@
 package httpapi
 
 import (
-	"bufio"
 	"fmt"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,33 +11,20 @@ import (
 	vm "github.com/VictoriaMetrics/metrics"
 
 	"inferd/gpu"
+	"inferd/internal/testenv"
 	"inferd/scheduler"
 	"inferd/store"
 	"inferd/webhook"
 )
 
-// parseExposition reads `name{labels} value` lines into a map keyed by
-// `name{labels}` as written; comments and blank lines are skipped.
+// parseExposition reads an exposition text (testenv.ParseMetrics).
 func parseExposition(t *testing.T, text string) map[string]float64 {
 	t.Helper()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(strings.NewReader(text))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			t.Fatalf("bad exposition line %q", line)
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("bad value in %q: %v", line, err)
-		}
-		out[line[:i]] = v
+	m, err := testenv.ParseMetrics([]byte(text))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return m
 }
 
 type fakeStoreStats struct{}

@@ -15,9 +15,10 @@ import (
 const pageCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
 	"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
-// registerPage serves the status page at GET / and its files under /assets/.
-// The page itself holds no data; it asks /v1/status with the user's key.
-func registerPage(handle func(method, path string, h httprouter.Handle)) {
+// pageHandlers serve the status page (GET /) and its files (GET
+// /assets/:name). The page itself holds no data; it asks /v1/status with the
+// user's key.
+func pageHandlers() (page, assets httprouter.Handle) {
 	files := web.Files()
 	serve := func(w http.ResponseWriter, r *http.Request, name string) {
 		if _, err := fs.Stat(files, name); err != nil || name == "index.html" && r.URL.Path != "/" {
@@ -31,10 +32,11 @@ func registerPage(handle func(method, path string, h httprouter.Handle)) {
 		h.Set("Cache-Control", "no-cache")
 		http.ServeFileFS(w, r, files, name)
 	}
-	handle(http.MethodGet, "/", func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	page = func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 		serve(w, r, "index.html")
-	})
-	handle(http.MethodGet, "/assets/:name", func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	}
+	assets = func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 		serve(w, r, path.Base(ps.ByName("name")))
-	})
+	}
+	return page, assets
 }

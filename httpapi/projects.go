@@ -122,7 +122,7 @@ func (a *api) putProject(w http.ResponseWriter, r *http.Request, ps httprouter.P
 		writeError(w, r, a.log, err)
 		return
 	}
-	body, err := readBody(w, r, min(a.opts.MaxBodyBytes, maxProjectBody))
+	body, err := a.readBody(w, r, min(a.opts.MaxBodyBytes, maxProjectBody))
 	if err != nil {
 		writeError(w, r, a.log, err)
 		return

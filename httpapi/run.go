@@ -52,7 +52,9 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, ps httprouter.Params) 
 		return
 	}
 	project, err := a.store.GetProject(ps.ByName("project"))
-	if errors.Is(err, store.ErrNotFound) || err == nil && !mayAccess(key, project.TeamID) {
+	if errors.Is(err, store.ErrNotFound) || err == nil && !mayReach(key, project.TeamID, project.ID) {
+		// Another team's project, or one outside the key's allowlist,
+		// answers as a missing one.
 		runError(w, http.StatusNotFound, codeNotFound, "project not found")
 		return
 	}
@@ -60,23 +62,19 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, ps httprouter.Params) 
 		writeError(w, r, a.log, err)
 		return
 	}
-	if !key.ReachesProject(project.ID) {
-		a.runRefused(w, r, errNotAllowedProject(project.ID))
-		return
-	}
 	route, ok := cleanRoute(ps.ByName("route"))
 	if !ok {
 		runError(w, http.StatusNotFound, codeNotFound, "no such route: "+truncate(ps.ByName("route"), 100))
 		return
 	}
-	body, err := readBody(w, r, a.opts.MaxBodyBytes)
+	body, err := a.readBody(w, r, a.opts.MaxBodyBytes)
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
 		runError(w, http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("request body is larger than %d bytes", tooLarge.Limit))
 		return
 	case err != nil:
-		writeError(w, r, a.log, err)
+		a.runRefused(w, r, err) // a budget's 429 is a 503 here, which the SDK retries
 		return
 	}
 	inputs := json.RawMessage(bytes.TrimSpace(body))
@@ -155,8 +153,8 @@ func (a *api) runForward(w http.ResponseWriter, r *http.Request, body []byte, no
 
 // runRefused answers a request its key may not make. The SDK shows the
 // body of a 401 but not of a 403 ("Unexpected HTTP response code"), so a
-// key's missing scope or project is a 401 here; a key over its request
-// rate is a 503, which the SDK retries.
+// key's missing scope is a 401 here; a key over its request rate (or an
+// address over its body budget) is a 503, which the SDK retries.
 func (a *api) runRefused(w http.ResponseWriter, r *http.Request, err error) {
 	var ue *userError
 	switch {

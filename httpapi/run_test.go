@@ -109,7 +109,7 @@ func TestRunAndEventsFollowKeyScopes(t *testing.T) {
 		{"infer key calls", "POST", "/run/echo/", keyInferOnly, 200, `{"ok":true}`},
 		{"infer key warms up", "POST", "/run/echo/_k/warmup", keyInferOnly, 200, `{"ok":true}`},
 		{"read key may not warm up", "POST", "/run/echo/_k/warmup", keyReadOnly, 401, "may not start or check calls"},
-		{"allowlist keeps other projects out", "POST", "/run/echo/", keyZetaOnly, 401, "may not use project echo"},
+		{"allowlist keeps other projects out, as missing ones", "POST", "/run/echo/", keyZetaOnly, 404, "project not found"},
 		{"read key may not follow a call", "GET", "/v1/calls/call_mine/events", keyReadOnly, 403, "may not start or check calls"},
 		{"allowlist hides another project's call", "GET", "/v1/calls/call_mine/events", keyZetaOnly, 404, "call not found"},
 	} {

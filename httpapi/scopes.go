@@ -34,15 +34,10 @@ func requirePermission(key store.APIKey, p store.Permission) error {
 		fmt.Sprintf("this key may not %s (its scope is %s; %s is needed)", actions[p], key.ScopeText(), p)}
 }
 
-// errNotAllowedProject refuses a call to a project outside the key's
-// project allowlist (a project of its own team, so its existence is no
-// secret to the key).
-func errNotAllowedProject(id string) error {
-	return &userError{http.StatusForbidden, codeForbidden, fmt.Sprintf("this key may not use project %s", id)}
-}
-
 // mayReach reports whether key may see project projectID of teamID: its
-// team's (or any, for an admin key) and within its project allowlist.
+// team's (or any, for an admin key) and within its project allowlist. A
+// project it may not reach answers everywhere as one that does not exist,
+// so that a narrowed key learns no names.
 func mayReach(key store.APIKey, teamID, projectID string) bool {
 	return mayAccess(key, teamID) && key.ReachesProject(projectID)
 }

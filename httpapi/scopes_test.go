@@ -2,7 +2,9 @@ package httpapi
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +77,7 @@ func TestScopedKeysOnTheInferenceAPI(t *testing.T) {
 		{"read key may not start", "/start/v4", keyReadOnly, "mk-echo", "error: this key may not start or check calls"},
 		{"read key may not check", "/check/v4", keyReadOnly, "", "error: this key may not start or check calls"},
 		{"expired key", "/start/v4", keyExpired, "mk-echo", "error: this API key has expired"},
-		{"allowlist refuses another project", "/start/v4", keyZetaOnly, "mk-echo", "error: this key may not use project echo"},
+		{"allowlist refuses another project as unknown", "/start/v4", keyZetaOnly, "mk-echo", "error: unknown modelKey"},
 		{"infer key starts", "/start/v4", keyInferOnly, "mk-echo", "queued"},
 		{"allowlist starts its project", "/start/v4", keyZetaOnly, "mk-zeta", "queued"},
 	} {
@@ -138,6 +140,44 @@ func TestPutProjectWithinQuotaAndCaps(t *testing.T) {
 				if p := env.store.project("echo"); p.MinReplicas != 0 || p.MaxReplicas != 3 {
 					t.Errorf("a refused PUT changed the project: %+v", p)
 				}
+			}
+		})
+	}
+}
+
+// TestKeyOutsideItsAllowlistLearnsNoProjectNames: a key limited to some
+// projects gets, for a project of its team outside its list, exactly the
+// answer it gets for a project that does not exist, on every endpoint that
+// names a project (it used to get 401/403 "may not use project echo" for
+// one and 404 for the other, which told it which names exist).
+func TestKeyOutsideItsAllowlistLearnsNoProjectNames(t *testing.T) {
+	env := newScopedEnv(t)
+	// The fields that differ between any two answers (a fresh id, the time).
+	volatile := regexp.MustCompile(`"(id|created)":("[^"]*"|\d+)`)
+	answer := func(method, path, body string, header ...string) string {
+		rec := serve(env.h, method, path, body, header...)
+		return fmt.Sprintf("%d %s", rec.Code, volatile.ReplaceAllString(rec.Body.String(), ""))
+	}
+	hdr := []string{"X-Service-API-Key", keyZetaOnly}
+	for _, tc := range []struct {
+		name, method, path, body string
+		header                   []string
+	}{
+		{"project", "GET", "/v1/projects/%s", "", hdr},
+		{"update", "PUT", "/v1/projects/%s", `{"maxReplicas": 2}`, hdr},
+		{"warm-up", "POST", "/v1/projects/%s/warmup", "", hdr},
+		{"queue purge", "DELETE", "/v1/projects/%s/queue", "", hdr},
+		{"Banana Client call", "POST", "/run/%s/", `{}`, []string{"X-Banana-API-Key", keyZetaOnly}},
+		{"start by modelKey", "POST", "/start/v4", `{"apiKey": "` + keyZetaOnly + `", "modelKey": "mk-%s", "modelInputs": {}, "startOnly": true}`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			exists := answer(tc.method, strings.Replace(tc.path, "%s", "echo", 1), strings.Replace(tc.body, "%s", "echo", 1), tc.header...)
+			missing := answer(tc.method, strings.Replace(tc.path, "%s", "nope", 1), strings.Replace(tc.body, "%s", "nope", 1), tc.header...)
+			if exists != missing {
+				t.Errorf("outside the allowlist: %s\nmissing:             %s", exists, missing)
+			}
+			if strings.Contains(exists, "echo") {
+				t.Errorf("the answer names the project: %s", exists)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -131,56 +132,32 @@ type api struct {
 	store  Store
 	sched  Scheduler
 	limits *limiter
+	// The budgets of the edge (budgets.go): the bytes of bodies being
+	// read, the results held for event streams, and the streams open.
+	bodies      *bodyBudget
+	results     *streamResults
+	streamsOpen atomic.Int64
 }
 
 // New returns the public HTTP API: the inference endpoints, the project API
 // and the health probes, wrapped in request-id and access-log middleware.
 func New(opts Options, st Store, sched Scheduler) http.Handler {
 	opts = opts.withDefaults()
-	a := &api{opts: opts, log: opts.Log, store: st, sched: sched, limits: newLimiter(opts.Limits)}
+	a := &api{opts: opts, log: opts.Log, store: st, sched: sched, limits: newLimiter(opts.Limits),
+		bodies:  newBodyBudget(opts.Limits.BodyBytes, opts.Limits.BodyBytesPerSource),
+		results: newStreamResults(opts.Limits.StreamResultBytes)}
+	opts.Metrics.setEdge(a.edgeStats)
 
 	r := newRouter(a.recoverPanic)
-	m := opts.Metrics
-	handle := func(method, path string, h httprouter.Handle) { r.Handle(method, path, routed(path, h)) }
-	for _, v := range []string{"v3", "v4"} {
-		// Both spellings are registered: httprouter would otherwise answer
-		// a POST to the other one with a 307.
-		for _, slash := range []string{"", "/"} {
-			handle(http.MethodPost, "/start/"+v+slash, a.start)
-			handle(http.MethodPost, "/check/"+v+slash, a.check)
-		}
+	for _, rt := range a.routes() {
+		r.Handle(rt.Method, rt.Path, routed(rt.Path, rt.handle))
 	}
-	for _, slash := range []string{"", "/"} {
-		handle(http.MethodPost, "/cancel/v4"+slash, a.cancel)
-		handle(http.MethodDelete, "/v1/projects/:id/queue"+slash, a.purgeQueue)
-		handle(http.MethodPost, "/v1/projects/:id/warmup"+slash, a.warmup)
-	}
-	handle(http.MethodGet, "/v1/projects", a.listProjects)
-	handle(http.MethodGet, "/v1/projects/", a.listProjects)
-	for _, p := range []string{"/v1/projects/:id", "/v1/projects/:id/"} {
-		handle(http.MethodGet, p, a.getProject)
-		handle(http.MethodPut, p, a.putProject)
-	}
-	// Banana's Client SDK: base URL http://HOST:PORT/run/PROJECT (run.go).
-	handle(http.MethodPost, "/run/:project", a.run)
-	handle(http.MethodPost, "/run/:project/*route", a.run)
-	handle(http.MethodGet, "/v1/calls/:callID/events", a.callEvents)
-	handle(http.MethodGet, "/healthz", a.healthz)
-	handle(http.MethodGet, "/readyz", a.readyz)
-	if m != nil {
-		handle(http.MethodGet, "/metrics", m.serveMetrics)
-	}
-	if opts.Routing != nil {
-		h := a.clusterAPI()
-		for _, method := range clusterMethods {
-			handle(method, clusterPrefix+"*path", h)
-		}
-	}
-	if opts.Status != nil {
-		(&statusAPI{api: a, src: *opts.Status}).register(handle)
-		registerPage(handle)
-	}
-	return withRequestLog(m.countRequests(r), opts.Log)
+	return withRequestLog(opts.Metrics.countRequests(a.withEdge(r)), opts.Log)
+}
+
+// edgeStats is what the edge's budgets hold now, for the metrics.
+func (a *api) edgeStats() edgeStats {
+	return edgeStats{BodyBytes: a.bodies.inUse(), Streams: a.streamsOpen.Load(), StreamResultBytes: a.results.inUse()}
 }
 
 // routed records the route pattern of the request for the request counter:

@@ -184,27 +184,6 @@ type results[T any] struct {
 	Results []T `json:"results"`
 }
 
-// register adds the status routes.
-func (s *statusAPI) register(handle func(method, path string, h httprouter.Handle)) {
-	for _, slash := range []string{"", "/"} {
-		handle(http.MethodGet, "/v1/status"+slash, s.all)
-		handle(http.MethodGet, "/v1/status/gpus"+slash, list(s, false, s.gpus))
-		handle(http.MethodGet, "/v1/status/projects"+slash, list(s, true, s.projects))
-		handle(http.MethodGet, "/v1/status/calls"+slash, list(s, true, s.calls))
-	}
-	handle(http.MethodGet, "/v1/status/projects/:id/replicas/:replica/logs", s.logs)
-	if s.opts.Cluster != nil {
-		for _, slash := range []string{"", "/"} {
-			handle(http.MethodGet, "/v1/status/cluster"+slash, s.cluster)
-		}
-	}
-	if s.src.History != nil {
-		for _, slash := range []string{"", "/"} {
-			handle(http.MethodGet, "/v1/status/history"+slash, s.history)
-		}
-	}
-}
-
 // view is what one request may see, read once.
 type view struct {
 	key      store.APIKey
@@ -447,7 +426,7 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 		sp := statusProject{
 			ID: p.ID, TeamID: p.TeamID,
 			MinReplicas: p.MinReplicas, MaxReplicas: p.MaxReplicas, GPUs: p.Model.GPUDemand().GPUs,
-			Queued: lp.Queued, Running: lp.Running, Waiting: explainWait(lp.Waiting, v.snapshot, p.Model),
+			Queued: lp.Queued, Running: lp.Running, Waiting: explainWait(lp, v.snapshot, p.Model),
 			LastError: lp.LastError, LastErrorReplica: lp.LastErrorReplica, RecentFailures: failures[p.ID],
 			OOMKills: lp.OOMKills,
 			Replicas: make([]statusReplica, 0, len(lp.Replicas)),
@@ -493,8 +472,13 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 
 // explainWait adds to the scheduler's reason a project waits what it waits
 // on and the setting that decides it, e.g. "waiting for CPU slot: 2 of 2
-// in use, see cpuSlots".
-func explainWait(waiting string, st scheduler.Status, m store.ModelSpec) string {
+// in use, see cpuSlots", or who holds it for good ("no CPU slot: the
+// minReplicas of projects a, b hold all 2 cpuSlots").
+func explainWait(lp scheduler.ProjectStatus, st scheduler.Status, m store.ModelSpec) string {
+	waiting := lp.Waiting
+	if lp.HeldBy != "" {
+		return lp.HeldBy
+	}
 	switch waiting {
 	case scheduler.WaitingCPU:
 		return fmt.Sprintf("%s: %d of %d in use, see cpuSlots", waiting, st.CPUSlotsUsed, st.CPUSlots)

@@ -23,7 +23,10 @@ import (
 func describe(data []byte, err error) error {
 	var te *yaml.TypeError
 	var doc yaml.Node
-	if !errors.As(err, &te) || yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 {
+	if !errors.As(err, &te) {
+		return syntaxError(data, err)
+	}
+	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 {
 		return fmt.Errorf("manifest: %w", err)
 	}
 	msgs := make([]string, len(te.Errors))
@@ -31,6 +34,45 @@ func describe(data []byte, err error) error {
 		msgs[i] = reword(doc.Content[0], e)
 	}
 	return errors.New(strings.Join(msgs, "; "))
+}
+
+// syntaxErr is how yaml.v3 words a syntax error: "yaml: line N: what".
+var syntaxErr = regexp.MustCompile(`^yaml: line [0-9]+: (.*)$`)
+
+// maxProbedLines bounds the manifests whose syntax errors syntaxError
+// places by parsing prefixes (a parse per line: about a second at 2000).
+const maxProbedLines = 2000
+
+// syntaxError words a YAML syntax error with the line it is on. yaml.v3
+// names the line where the enclosing block began (line 1 for a
+// mis-indented field of a project, or a line above it), not the line that
+// broke it: that is the first line whose prefix of the manifest fails to
+// parse with the same error. Where none does, the decoder's text stays.
+func syntaxError(data []byte, err error) error {
+	m := syntaxErr.FindStringSubmatch(err.Error())
+	lines := strings.SplitAfter(string(data), "\n")
+	if m == nil || len(lines) > maxProbedLines {
+		return fmt.Errorf("manifest: %w", err)
+	}
+	var doc yaml.Node
+	for n := 1; n <= len(lines); n++ {
+		// A prefix that ends inside a multi-line value fails too, with
+		// another error ("did not find expected ',' or ']'"): only the
+		// manifest's own error places it.
+		perr := yaml.Unmarshal([]byte(strings.Join(lines[:n], "")), &doc)
+		if perr == nil {
+			continue
+		}
+		if pm := syntaxErr.FindStringSubmatch(perr.Error()); pm == nil || pm[1] != m[1] {
+			continue
+		}
+		what := m[1]
+		if strings.HasPrefix(what, "did not find expected") || strings.HasPrefix(what, "mapping values are not allowed") {
+			what += " (check its indentation against the lines above)"
+		}
+		return fmt.Errorf("line %d: %s", n, what)
+	}
+	return fmt.Errorf("manifest: %w", err)
 }
 
 // field is one key of a mapping in the manifest, as walkFields finds it.

@@ -114,7 +114,10 @@ func TestParseRejects(t *testing.T) {
 		{"potassium batch", "projects:\n  - {id: a, team: t, modelKey: k, command: [x], protocol: potassium, batch: {maxSize: 4}}\n",
 			`project a: model.batch: protocol "potassium" cannot batch`},
 		{"duplicate id", "projects:\n  - {id: a, team: t, modelKey: k, command: [x]}\n  - {id: a, team: t, modelKey: j, command: [x]}\n", "twice"},
-		{"not yaml", "projects: [\n", "manifest"},
+		{"not yaml", "projects: [\n", "line 1: did not find expected node content"},
+		// yaml.v3 itself says line 1, where the project list began.
+		{"indentation", "projects:\n  - id: a\n    team: t\n    modelKey: k\n   command: [x]\n", "line 5: did not find expected '-' indicator (check its indentation"},
+		{"indentation after a multi-line list", "projects:\n  - id: a\n    team: t\n    command: [\n      x]\n    env:\n      A: b\n     C: d\n", "line 8: did not find expected key"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -361,7 +361,8 @@ func (s *Scheduler) lookupLive(id string) lookupResult {
 // view is a live call as clients see it: queued reads booting while its
 // project boots a replica, after a failed boot (until the next attempt ends)
 // its message says which attempt and why the last one failed, and it carries
-// its place in the queue.
+// its place in the queue, and why it cannot run while other projects'
+// minimums hold the box (WaitingFor).
 func (s *Scheduler) view(c *call) store.Call {
 	v := c.c
 	if v.State != store.CallQueued {
@@ -374,6 +375,8 @@ func (s *Scheduler) view(c *call) store.Call {
 		v.State, v.Message = store.CallBooting, s.bootingMessage(p)
 	case p.booting():
 		v.State = store.CallBooting
+	case p.heldBy != "":
+		v.WaitingFor = &store.Wait{Code: WaitHeldByMinimums, Text: p.heldBy}
 	}
 	return v
 }

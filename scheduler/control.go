@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"inferd/store"
@@ -29,16 +30,24 @@ func msgExpired(secs int) string {
 // finished. The error's text is the client message without "error: ".
 var ErrFinished = errors.New("call already finished")
 
-// finishedError says how the call finished, e.g.
-// "call already finished (succeeded)".
-type finishedError struct{ state store.CallState }
+// finishedError says how the call finished, as a check of it says it:
+// "call already finished (succeeded)", "call already finished (failed:
+// cancelled by request)".
+type finishedError struct{ c store.Call }
 
-func (e *finishedError) Error() string { return fmt.Sprintf("%s (%s)", ErrFinished, e.state) }
+func (e *finishedError) Error() string {
+	why := strings.TrimPrefix(e.c.Message, "error: ")
+	if e.c.State != store.CallFailed || why == "" {
+		return fmt.Sprintf("%s (%s)", ErrFinished, e.c.State)
+	}
+	return fmt.Sprintf("%s (%s: %s)", ErrFinished, e.c.State, why)
+}
+
 func (e *finishedError) Unwrap() error { return ErrFinished }
 
-// FinishedError is the error Cancel returns for a call that finished as
-// state, for callers that cancel calls no scheduler runs (CancelStored).
-func FinishedError(state store.CallState) error { return &finishedError{state: state} }
+// FinishedError is the error Cancel returns for finished call c, for
+// callers that cancel calls no scheduler runs (CancelStored).
+func FinishedError(c store.Call) error { return &finishedError{c: c} }
 
 // Cancelled returns pending call c as a cancel at now leaves it, for a store
 // no scheduler serves: the next one to start recovers it as finished.
@@ -92,11 +101,11 @@ func (s *Scheduler) Cancel(id string) (store.Call, error) {
 		if !got.State.Done() {
 			return store.Call{}, fmt.Errorf("cancel call %s: %w", id, errStopped)
 		}
-		return got, &finishedError{state: got.State}
+		return got, &finishedError{c: got}
 	}
 	<-c.done
 	if !cancel {
-		return c.result, &finishedError{state: c.result.State} // it finished first
+		return c.result, &finishedError{c: c.result} // it finished first
 	}
 	return c.result, nil
 }
@@ -189,7 +198,7 @@ func (s *Scheduler) onAbortGrace(r *rep, seq uint64) {
 	if !r.abortT.fired(seq) || r.aborting == 0 || r.state == stateStopping {
 		return
 	}
-	s.log.Warn().Str("project", r.p.id).Str("replica", r.id).Dur("grace", s.cfg.AbortGrace).
+	s.log.Warn().Str("project", r.p.id).Str("replica", r.id).Stringer("grace", s.cfg.AbortGrace).
 		Msg("a cancelled call's request did not end in time; stopping the replica")
 	for _, c := range r.callList() {
 		s.detach(c)

@@ -357,13 +357,16 @@ func (s *Scheduler) pruneReleases(devices []gpu.Device) {
 // loop state, so it is safe to call from any goroutine, and it rejects
 // nothing: a minimum that does not fit just waits.
 func (s *Scheduler) CapacityWarnings(projects []store.Project) []string {
-	return minimumsWarnings(s.devices(), s.cpuSlots(), projects)
+	return MinimumsWarnings(s.devices(), s.cpuSlots(), projects)
 }
 
-// minimumsWarnings names the projects whose minReplicas cannot fit beside
+// MinimumsWarnings names the projects whose minReplicas cannot fit beside
 // the others': their replicas would wait for GPUs (or CPU slots) that other
 // projects' minimums never give back. Minimums are packed biggest first.
-func minimumsWarnings(devices []gpu.Device, cpuSlots int, projects []store.Project) []string {
+// It also names each project without a minimum that can get no CPU slot or
+// GPU at all beside the others' minimums (heldWarnings). apply with no
+// daemon and doctor call it with the machine's devices and cpuSlots.
+func MinimumsWarnings(devices []gpu.Device, cpuSlots int, projects []store.Project) []string {
 	devices = emptied(devices)
 	type want struct {
 		id  string
@@ -385,13 +388,7 @@ func minimumsWarnings(devices []gpu.Device, cpuSlots int, projects []store.Proje
 			wants = append(wants, want{id: p.ID, req: req})
 		}
 	}
-	// Biggest first: whole GPUs, then more GPUs, then more memory.
-	slices.SortStableFunc(wants, func(a, b want) int {
-		return cmp.Or(
-			cmp.Compare(min(a.req.memoryMiB, 1), min(b.req.memoryMiB, 1)),
-			cmp.Compare(b.req.gpus, a.req.gpus),
-			cmp.Compare(b.req.memoryMiB, a.req.memoryMiB))
-	})
+	slices.SortStableFunc(wants, func(a, b want) int { return biggestFirst(a.req, b.req) })
 	var held []assignment
 	var gpuProjects []string
 	for _, w := range wants {
@@ -412,5 +409,5 @@ func minimumsWarnings(devices []gpu.Device, cpuSlots int, projects []store.Proje
 		warnings = append(warnings, fmt.Sprintf("minReplicas need %d CPU replicas at once but cpuSlots is %d (projects %s); the rest wait for a slot",
 			cpu, cpuSlots, strings.Join(cpuProjects, ", ")))
 	}
-	return warnings
+	return append(warnings, heldWarnings(devices, cpuSlots, projects)...)
 }

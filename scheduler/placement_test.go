@@ -276,9 +276,26 @@ func TestMinimumsWarnings(t *testing.T) {
 			2, []store.Project{proj("a", 2, 0, 0), proj("b", 1, 0, 0)},
 			[]string{"minReplicas need 3 CPU replicas at once but cpuSlots is 2 (projects a, b)"},
 		},
+		{
+			"others' CPU minimums fill cpuSlots",
+			2, []store.Project{proj("a", 1, 0, 0), proj("b", 1, 0, 0), proj("c", 0, 0, 0)},
+			[]string{"project c can never run a call: no CPU slot: the minReplicas of projects a, b hold all 2 cpuSlots"},
+		},
+		{"a CPU slot left beside the minimums", 3, []store.Project{proj("a", 1, 0, 0), proj("b", 1, 0, 0), proj("c", 0, 0, 0)}, nil},
+		{
+			"others' GPU minimums hold every GPU",
+			2, []store.Project{proj("w", 2, 1, 0), proj("x", 0, 1, 0), proj("c", 0, 0, 0)},
+			[]string{"project x can never run a call: no GPU: the minReplicas of projects w hold the GPUs its 1 GPUs would need"},
+		},
+		{
+			"no room for a share beside a whole GPU and a share",
+			2, []store.Project{proj("w", 1, 1, 0), proj("s", 1, 0, 10000), proj("z", 0, 0, 10000)},
+			[]string{"project z can never run a call: no GPU: the minReplicas of projects s, w hold the GPUs its 1 GPUs with 10000 MiB would need"},
+		},
+		{"a GPU left beside the minimums", 2, []store.Project{proj("w", 1, 1, 0), proj("z", 0, 1, 0)}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := minimumsWarnings(two, tc.cpuSlots, tc.projects)
+			got := MinimumsWarnings(two, tc.cpuSlots, tc.projects)
 			if len(got) != len(tc.want) {
 				t.Fatalf("warnings = %q, want %d", got, len(tc.want))
 			}

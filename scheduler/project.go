@@ -39,6 +39,10 @@ type project struct {
 	oomKills     int    // replicas of it the kernel killed for its memoryMiB
 	waiting      string // why a wanted replica is not booting, for the status
 	quotaWait    string // why its team's quota holds it back this pass (tenancy.go), for the status
+	// heldBy says why, with no replica of its own, it can get no CPU slot
+	// or GPU while other projects' minimums hold them (held.go), for its
+	// queued calls and the status; "" otherwise.
+	heldBy string
 
 	// Batching (batch.go): batchT ends the wait for a batch to fill, which
 	// began at waitSince; batches and batchedCalls count what was sent.

@@ -10,8 +10,8 @@ import (
 	"inferd/store"
 )
 
-// replicaState is where a replica is in its life. "busy" is not a state: it
-// is a ready replica with calls in flight.
+// replicaState is where a replica is in its life. Busy (ReplicaBusy) is not
+// a state: it is a ready replica with calls in flight.
 type replicaState int
 
 const (
@@ -82,19 +82,19 @@ func (r *rep) callList() []*call {
 func (r *rep) stateName() string {
 	switch {
 	case r.state == stateBooting:
-		return "booting"
+		return ReplicaBooting
 	case r.state == stateStopping:
-		return "stopping"
+		return ReplicaStopping
 	case r.state == stateParking:
-		return "parking"
+		return ReplicaParking
 	case r.state == stateParked:
-		return "parked"
+		return ReplicaParked
 	case r.state == stateRestoring:
-		return "restoring"
+		return ReplicaRestoring
 	case len(r.calls) > 0, r.aborting > 0: // an aborted request still holds it
-		return "busy"
+		return ReplicaBusy
 	default:
-		return "ready"
+		return ReplicaReady
 	}
 }
 
@@ -191,7 +191,7 @@ func (s *Scheduler) onReady(r *rep) {
 		r.p.warmed(nil)
 	}
 	s.log.Info().Str("project", r.p.id).Str("replica", r.id).Int("pid", r.info.Pid).
-		Dur("boot", now.Sub(r.started)).Msg("replica ready")
+		Stringer("boot", now.Sub(r.started).Round(time.Millisecond)).Msg("replica ready")
 }
 
 func (s *Scheduler) onBootTimeout(r *rep, seq uint64) {

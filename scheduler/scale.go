@@ -152,16 +152,27 @@ func (s *Scheduler) scaleLow(devices []gpu.Device) {
 // driver reading can show: a stopped replica's, or memory used outside
 // inferd. Simulated GPUs change only with inferd's own events.
 func (s *Scheduler) setWaiting(waiting []*project, devices []gpu.Device) {
+	var demands []demand // read once, only when a project waits with no replica
 	for _, p := range s.order {
-		was := p.waiting
-		p.waiting = ""
+		was, wasHeld := p.waiting, p.heldBy
+		p.waiting, p.heldBy = "", ""
 		if slices.Contains(waiting, p) {
 			p.waiting = waitingCPU
 			if requestOf(p.cfg.Model).gpus > 0 {
 				p.waiting = waitingGPU
 			}
+			if p.live() == 0 {
+				if demands == nil {
+					demands = s.demands()
+				}
+				p.heldBy = heldByMinimums(devices, s.cpuSlots(), demands, p.id)
+			}
 		}
-		if p.waiting != was && p.waiting != "" {
+		switch {
+		case p.heldBy != "" && p.heldBy != wasHeld:
+			s.log.Warn().Str("project", p.id).Int("queued", p.queue.len()).Str("reason", p.heldBy).
+				Msg("project can run no call: other projects' minimum replicas hold what it needs")
+		case p.waiting != was && p.waiting != "":
 			s.log.Info().Str("project", p.id).Int("queued", p.queue.len()).Msg(p.waiting)
 		}
 	}

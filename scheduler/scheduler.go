@@ -16,17 +16,26 @@ import (
 	"inferd/store"
 )
 
+// Defaults of Config's zero fields, beside DefaultMaxQueuedBytes (the
+// daemon's configuration starts from them too).
+const (
+	DefaultMaxQueuedPerProject = 1000
+	DefaultMaxBootFailures     = 3
+	DefaultRestartBackoff      = time.Second
+	DefaultMaxRestartBackoff   = 30 * time.Second
+)
+
 // Config tunes the scheduler. Zero values take the defaults named per field.
 // How replicas run (their logs, user, stop grace, the CPU slots and GPUs) is
 // the backend's to decide, not the scheduler's.
 type Config struct {
-	MaxQueuedPerProject int // calls waiting per project before Submit refuses; default 1000
+	MaxQueuedPerProject int // calls waiting per project before Submit refuses; default DefaultMaxQueuedPerProject
 	// MaxQueuedBytesPerProject caps the inputs, in bytes, of the calls
 	// waiting per project (see budget.go); default DefaultMaxQueuedBytes.
 	MaxQueuedBytesPerProject int64
-	MaxBootFailures          int           // consecutive failed boots before queued calls fail; default 3
-	RestartBackoff           time.Duration // first wait after a crash or failed boot, doubling; default 1s
-	MaxRestartBackoff        time.Duration // cap of that wait; default 30s
+	MaxBootFailures          int           // consecutive failed boots before queued calls fail; default DefaultMaxBootFailures
+	RestartBackoff           time.Duration // first wait after a crash or failed boot, doubling; default DefaultRestartBackoff
+	MaxRestartBackoff        time.Duration // cap of that wait; default DefaultMaxRestartBackoff
 	GPUPoll                  time.Duration // while a project waits for GPU, how often free GPU memory is re-read; default 1s
 	// AbortGrace is how long a replica whose call was cancelled may take to
 	// be free again (its request to the model aborted) before it is
@@ -56,19 +65,19 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if c.MaxQueuedPerProject <= 0 {
-		c.MaxQueuedPerProject = 1000
+		c.MaxQueuedPerProject = DefaultMaxQueuedPerProject
 	}
 	if c.MaxQueuedBytesPerProject <= 0 {
 		c.MaxQueuedBytesPerProject = DefaultMaxQueuedBytes
 	}
 	if c.MaxBootFailures <= 0 {
-		c.MaxBootFailures = 3
+		c.MaxBootFailures = DefaultMaxBootFailures
 	}
 	if c.RestartBackoff <= 0 {
-		c.RestartBackoff = time.Second
+		c.RestartBackoff = DefaultRestartBackoff
 	}
 	if c.MaxRestartBackoff <= 0 {
-		c.MaxRestartBackoff = 30 * time.Second
+		c.MaxRestartBackoff = DefaultMaxRestartBackoff
 	}
 	c.MaxRestartBackoff = max(c.MaxRestartBackoff, c.RestartBackoff)
 	if c.GPUPoll <= 0 {
@@ -249,6 +258,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		return err
 	}
 	s.ready.Store(true)
+	s.log.Info().Msg("scheduler ready") // /readyz answers 200 from now on
 	s.loop(ctx)
 	return nil
 }

@@ -36,7 +36,14 @@ func (s *Scheduler) Submit(ctx context.Context, p store.Project, inputs json.Raw
 // it then stands (queued or running) and returned once that write has
 // committed, so an ID the caller hands out is always durable, and a restart
 // recovers the call like any other. A daemon that dies before either write
-// loses a call whose ID nobody was ever given.
+// loses a call whose ID nobody was ever given: the client sees its
+// connection drop, as through any proxy, and may start it again.
+//
+// A sync start that asked for more than its answer (Start with an
+// IdempotencyKey or a Webhook) is written before it runs, as Submit's: a
+// repeat of the key after a crash finds the call rather than run the model
+// again, and a webhook hears of the call's start, and of its end (after a
+// crash: interrupted) even if the client never got an answer.
 //
 // When ctx ends first (the client went away), SubmitWait stops waiting as if
 // wait had ended; the call is never cancelled. Errors are Submit's.
@@ -275,7 +282,7 @@ func (s *Scheduler) admit(req startReq) {
 	s.index(c)
 	p.queue.push(c)
 	s.armExpiry(c)
-	if req.sync {
+	if req.sync && !durableFirst(c.c) {
 		// Nobody knows the call's ID, so there is nothing to make durable
 		// yet: dispatchable at once, answered at once.
 		req.reply <- startResult{call: c}
@@ -283,6 +290,12 @@ func (s *Scheduler) admit(req startReq) {
 	}
 	answer := s.view(c)
 	s.persist(c, answer, req.reply)
+}
+
+// durableFirst reports whether a sync start is written before it runs (see
+// SubmitWait): others learn of it through its idempotency key or webhook.
+func durableFirst(c store.Call) bool {
+	return c.IdempotencyKey != "" || c.Webhook != ""
 }
 
 // persist makes c durable as it stands, its first write, and sends answer on
@@ -296,7 +309,7 @@ func (s *Scheduler) persist(c *call, answer store.Call, reply chan<- startResult
 		reply <- startResult{call: c, finished: true}
 		return
 	case !c.unsaved:
-		reply <- startResult{c: answer} // saved before
+		reply <- startResult{c: answer, call: c} // saved before
 		return
 	}
 	c.unsaved = false
@@ -305,7 +318,9 @@ func (s *Scheduler) persist(c *call, answer store.Call, reply chan<- startResult
 	}
 	s.st.SaveCallAsync(c.c, func(err error) {
 		if !s.in.post(evPersisted{c: c, err: err, answer: answer, reply: reply}) {
-			reply <- persistedResult(answer, err)
+			r := persistedResult(answer, err)
+			r.call = c
+			reply <- r
 		}
 	})
 }
@@ -335,7 +350,9 @@ func (s *Scheduler) onPersisted(ev evPersisted) {
 		// carries them as the store keeps them, in the record.
 		c.c.Inputs = nil
 	}
-	ev.reply <- persistedResult(ev.answer, ev.err)
+	r := persistedResult(ev.answer, ev.err)
+	r.call = c // a sync start waits on it
+	ev.reply <- r
 }
 
 func persistedResult(answer store.Call, err error) startResult {

@@ -46,14 +46,17 @@ type ProjectStatus struct {
 	// node's share of the project's replicas now (Config.Share; see
 	// maxReplicas for the one a call here always gets); absent on a
 	// single box, where the project's own bounds apply.
-	NodeMinReplicas int             `json:"nodeMinReplicas,omitempty"`
-	NodeMaxReplicas int             `json:"nodeMaxReplicas,omitempty"`
-	Queued          int             `json:"queued"`
-	Running         int             `json:"running"`
-	Waiting         string          `json:"waiting"`   // "", "waiting for CPU slot", "waiting for GPU", "waiting: team T is at its Q quota (N)", or its boot retries (bootfail.go)
-	LastError       string          `json:"lastError"` // the last failed boot or crash
-	OOMKills        int             `json:"oomKills"`  // replicas killed for going over memoryMiB, since the daemon started
-	Replicas        []ReplicaStatus `json:"replicas"`  // in start order
+	NodeMinReplicas int    `json:"nodeMinReplicas,omitempty"`
+	NodeMaxReplicas int    `json:"nodeMaxReplicas,omitempty"`
+	Queued          int    `json:"queued"`
+	Running         int    `json:"running"`
+	Waiting         string `json:"waiting"` // "", "waiting for CPU slot", "waiting for GPU", "waiting: team T is at its Q quota (N)", or its boot retries (bootfail.go)
+	// HeldBy says why, waiting with no replica, it gets no CPU slot or GPU
+	// while other projects' minimums hold them (its calls' WaitingFor).
+	HeldBy    string          `json:"heldBy,omitempty"`
+	LastError string          `json:"lastError"` // the last failed boot or crash
+	OOMKills  int             `json:"oomKills"`  // replicas killed for going over memoryMiB, since the daemon started
+	Replicas  []ReplicaStatus `json:"replicas"`  // in start order
 
 	// LastErrorAt is when LastError happened (zero without one), and
 	// LastErrorReplica the replica it happened to, whose log tells more
@@ -72,10 +75,29 @@ type ProjectStatus struct {
 	ParkingOff string `json:"parkingOff,omitempty"`
 }
 
+// The states of ReplicaStatus.State, as the status API, the metrics and
+// cluster placement name them. Busy is not a state of the loop's: it is a
+// ready replica with calls in flight.
+const (
+	ReplicaBooting  = "booting"
+	ReplicaReady    = "ready"
+	ReplicaBusy     = "busy"
+	ReplicaStopping = "stopping"
+	// Parking's (parking.go): an idle GPU replica being parked, parked
+	// (its GPUs free for others), being restored for a call.
+	ReplicaParking   = "parking"
+	ReplicaParked    = "parked"
+	ReplicaRestoring = "restoring"
+)
+
+// ReplicaStates lists the states in the order of a replica's life, then
+// parking's.
+var ReplicaStates = []string{ReplicaBooting, ReplicaReady, ReplicaBusy, ReplicaStopping, ReplicaParking, ReplicaParked, ReplicaRestoring}
+
 // ReplicaStatus is one replica.
 type ReplicaStatus struct {
 	ID         string    `json:"id"`
-	State      string    `json:"state"` // booting, ready, busy, stopping, or parking, parked, restoring (parking.go)
+	State      string    `json:"state"` // one of ReplicaStates
 	Pid        int       `json:"pid"`
 	GPUs       []string  `json:"gpus"`
 	Started    time.Time `json:"started"`
@@ -102,6 +124,7 @@ func (s *Scheduler) snapshot() Status {
 			Queued:      p.queue.len(),
 			Running:     p.running,
 			Waiting:     s.waitingText(p),
+			HeldBy:      p.heldBy,
 			LastError:   p.lastError,
 			OOMKills:    p.oomKills,
 			Replicas:    make([]ReplicaStatus, 0, len(p.replicas)),

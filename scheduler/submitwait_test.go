@@ -253,3 +253,43 @@ func TestSubmitWaitHandsOutNoIDForACallItCouldNotSave(t *testing.T) {
 		}
 	})
 }
+
+// TestSyncStartThatAsksForMoreIsWrittenBeforeItRuns: a sync start with an
+// idempotency key or a webhook is one others may learn of without its
+// answer (a repeat of the key after a crash, the webhook's receiver), so it
+// is written, as queued, before the model sees it; then as running and
+// finished, as a startOnly call would be.
+func TestSyncStartThatAsksForMoreIsWrittenBeforeItRuns(t *testing.T) {
+	for name, req := range map[string]Request{
+		"idempotency key": {IdempotencyKey: "k1"},
+		"webhook":         {Webhook: "http://127.0.0.1:9/h", WebhookEvents: []string{store.EventCompleted}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := testProject("sync", minMax(1, 1))
+				h := newHarness(t, Config{}, nil, p)
+				defer h.stop()
+				i := h.launched()
+				h.ready(i)
+				h.st.setHold(func(c store.Call) bool { return c.State == store.CallQueued })
+				res := make(chan waitResult, 1)
+				go func() {
+					req.Inputs, req.Wait = json.RawMessage(`{}`), time.Minute
+					c, err := h.s.Start(context.Background(), p, req)
+					res <- waitResult{c, err}
+				}()
+				h.noCall(i) // the created write is held back: the model must not see the call
+				h.st.release()
+				h.call(i).reply(`{"y":2}`)
+				r := <-res
+				if r.err != nil || r.c.State != store.CallSucceeded || string(r.c.Outputs) != `{"y":2}` {
+					t.Fatalf("Start = %+v, %v", r.c, r.err)
+				}
+				want := []store.CallState{store.CallQueued, store.CallRunning, store.CallSucceeded}
+				if got := h.st.states(r.c.ID); !slices.Equal(got, want) {
+					t.Errorf("writes = %v, want %v", got, want)
+				}
+			})
+		})
+	}
+}

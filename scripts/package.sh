@@ -34,6 +34,8 @@ mkdir -p "$PKG_DIR"
 # changelog): the project's address, or a site's own for its builds. It must
 # be a mail domain (lintian refuses localhost and .local).
 export PKG_MAINTAINER=${PKG_MAINTAINER:-inferd developers <maintainers@inferd.example>}
+# The package's Homepage field: none unless a site build names one.
+export PKG_HOMEPAGE=${PKG_HOMEPAGE:-}
 
 echo "building inferd $PKG_VERSION for $PKG_ARCH"
 commit=$(git rev-parse --short HEAD)

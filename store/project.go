@@ -272,6 +272,10 @@ func isLowerHex(s string) bool {
 func (p Project) Clone() Project {
 	p.Model.Command = slices.Clone(p.Model.Command)
 	p.Model.Env = maps.Clone(p.Model.Env)
+	if p.LastApplied != nil {
+		last := p.LastApplied.Clone()
+		p.LastApplied = &last
+	}
 	return p
 }
 

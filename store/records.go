@@ -56,9 +56,13 @@ type Project struct {
 	Model   ModelSpec `json:"model"`
 	// Caps bound what the team may set through the project API; only an
 	// admin (the manifest) sets them.
-	Caps    ProjectCaps `json:"caps,omitzero"`
-	Created time.Time   `json:"created"`
-	Updated time.Time   `json:"updated"`
+	Caps ProjectCaps `json:"caps,omitzero"`
+	// LastApplied is the project as a manifest last declared it (see
+	// Declared and Reapply): a re-apply changes only what the manifest
+	// changed since. Nil for a project no apply wrote since inferd kept it.
+	LastApplied *Project  `json:"lastApplied,omitempty"`
+	Created     time.Time `json:"created"`
+	Updated     time.Time `json:"updated"`
 }
 
 // ModelSpec says how to start and talk to a project's model server. It is
@@ -187,6 +191,18 @@ type Call struct {
 	// QueuePosition is how many calls will be dispatched before this one
 	// (0 = next), for a queued call the scheduler reports; never stored.
 	QueuePosition int `json:"-"`
+	// WaitingFor says why a queued call cannot run beyond waiting its
+	// turn, for a call the scheduler reports (its message stays the state
+	// name); nil when it only waits its turn; never stored.
+	WaitingFor *Wait `json:"-"`
+}
+
+// Wait is why a pending call waits: a code for programs and a sentence for
+// people, e.g. {"heldByMinimums", "no CPU slot: the minReplicas of projects
+// a, b hold all 2 cpuSlots"}.
+type Wait struct {
+	Code string `json:"code"`
+	Text string `json:"text"`
 }
 
 // Priority orders the queued calls of one project: high before normal

@@ -95,7 +95,10 @@ type Projects interface {
 	PutProject(p Project) (Change, error)
 	// PutProjects is PutProject for several projects at once: all are
 	// written or, on any error, none is (an apply never leaves a manifest
-	// half applied). Changes come back in the order of ps.
+	// half applied). Changes come back in the order of ps. A project that
+	// is a manifest's declaration (Project.Declared) is merged with the
+	// stored one first (Reapply), in the same transaction, and a new
+	// declaration alone is recorded but reported unchanged (PutChange).
 	PutProjects(ps []Project) ([]Change, error)
 	// UpdateProject loads the project, lets fn change it, validates and
 	// saves it atomically: concurrent updates never lose each other's

@@ -92,8 +92,10 @@ type Outbox interface {
 	// until its call expires, so it is never queued again.
 	UpdateDelivery(d Delivery) error
 	// OnDeliveryQueued registers fn to be called with each delivery a call
-	// write queued, after the commit, on the store's writer: fn must not
-	// block or call the store.
+	// write queued, once PendingDeliveries lists it (for bbolt, when the
+	// write is applied to the data file, a few milliseconds after SaveCall
+	// returned), on the store's goroutine: fn must not block or call the
+	// store.
 	OnDeliveryQueued(fn func(Delivery))
 	// WebhookSecret returns the team's webhook signing secret, drawing one
 	// first if the team has none or rotate is set (the old one then stops

@@ -347,7 +347,7 @@ func (d *Deliverer) record(o outcome) (store.Delivery, bool) {
 		} else {
 			dl.NextAttempt = now.Add(wait)
 			d.count(dl.TeamID, func(s *Stats) { s.Retries++ })
-			log.Info().Str("error", dl.LastError).Dur("retryIn", wait).Msg("webhook attempt failed; will retry")
+			log.Info().Str("error", dl.LastError).Stringer("retryIn", wait.Round(time.Millisecond)).Msg("webhook attempt failed; will retry")
 		}
 	}
 	if err := d.st.UpdateDelivery(dl); err != nil {

@@ -42,6 +42,8 @@ const clusterSection = `cluster:
 // benchCluster is the three nodes: their base URLs and an API key.
 type benchCluster struct {
 	bases  [3]string
+	pids   [3]int
+	pprof  string // node-1's profiles (-profile)
 	apiKey string
 }
 
@@ -85,12 +87,22 @@ func startCluster(ctx context.Context, o options, e *env) (*benchCluster, error)
 		if err := os.WriteFile(n.cfg, []byte(conf), 0o644); err != nil {
 			return nil, err
 		}
-		p, err := start(n.name, filepath.Join(dir, n.name+".log"), nil, o.inferd, "--config", n.cfg, "serve")
+		var env []string
+		if i == 0 && o.profile != "" {
+			port, err := freePort()
+			if err != nil {
+				return nil, err
+			}
+			c.pprof = fmt.Sprintf("127.0.0.1:%d", port)
+			env = []string{"INFERD_PPROF=" + c.pprof}
+		}
+		p, err := start(n.name, filepath.Join(dir, n.name+".log"), env, o.inferd, "--config", n.cfg, "serve")
 		if err != nil {
 			return nil, err
 		}
 		e.procs = append(e.procs, p)
 		c.bases[i] = fmt.Sprintf("http://127.0.0.1:%d", n.port)
+		c.pids[i] = p.pid()
 	}
 	for _, base := range c.bases {
 		if err := waitHTTP(ctx, "GET", base+"/readyz", 90*time.Second); err != nil {
@@ -114,7 +126,12 @@ func startCluster(ctx context.Context, o options, e *env) (*benchCluster, error)
 }
 
 func (c *benchCluster) spec(name string, node int, t loadgen.Target, modelKey string, conc int) runSpec {
-	return runSpec{name, loadgen.Config{Target: t, URL: c.bases[node], APIKey: c.apiKey, ModelKey: modelKey, Concurrency: conc}}
+	var pprof string
+	if node == 0 {
+		pprof = c.pprof
+	}
+	return runSpec{name: name, pid: c.pids[node], base: c.bases[node], pprof: pprof,
+		cfg: loadgen.Config{Target: t, URL: c.bases[node], APIKey: c.apiKey, ModelKey: modelKey, Concurrency: conc}}
 }
 
 // measureCluster compares sync starts through the cluster with the single
@@ -140,8 +157,7 @@ func measureCluster(ctx context.Context, e *env, o options, r *report) error {
 		"single box", "single box", "single box", "cluster, node-1",
 		"cluster, 1 replica, via node-1", "cluster, 1 replica, via node-2", "cluster, 1 replica, via node-3")
 	single, local := res["single box"], res["cluster, node-1"]
-	r.add("Added latency, sync start, 3-node cluster vs single box, p50 / p99",
-		dur(local.pct(50)-single.pct(50))+" / "+dur(local.pct(99)-single.pct(99)), "", true)
+	clusterLatencyRow(r, single, local)
 	slowest := local
 	for _, n := range []string{"cluster, 1 replica, via node-1", "cluster, 1 replica, via node-2", "cluster, 1 replica, via node-3"} {
 		if res[n].pct(50) > slowest.pct(50) {
@@ -160,7 +176,42 @@ func measureCluster(ctx context.Context, e *env, o options, r *report) error {
 	}
 	r.table("Cluster mode (3 nodes on this box) vs single box: sync start throughput, no-op model, concurrency 64", res,
 		"single box", "single box", "single box", "cluster, node-1")
-	ratio := res["cluster, node-1"].throughput() / res["single box"].throughput()
-	r.add("Throughput at c=64, no-op model, 3-node cluster (through one node) / single box", pct(ratio), "", true)
+	clusterThroughputRows(r, res["single box"], res["cluster, node-1"])
+	return nil
+}
+
+func clusterLatencyRow(r *report, single, node *merged) {
+	add50 := node.pct(50) - single.pct(50)
+	r.add("Added latency, sync start, 3-node cluster vs single box, c=1, p50 / p99",
+		dur(add50)+" / "+dur(node.pct(99)-single.pct(99)), "p50 ≤ 1 ms", add50 <= time.Millisecond)
+}
+
+func clusterThroughputRows(r *report, single, node *merged) {
+	ratio := node.throughput() / single.throughput()
+	r.add("Throughput at c=64, no-op model, 3-node cluster (through one node) / single box", pct(ratio), "≥ 50%", ratio >= 0.5)
+	cpuRow(r, "sync start through a cluster node, concurrency 64", node)
+}
+
+// measureClusterQuick is make bench-quick's cluster step: the two figures
+// with targets, in one interleaved run.
+func measureClusterQuick(ctx context.Context, e *env, o options, r *report) error {
+	c, err := startCluster(ctx, o, e)
+	if err != nil {
+		return err
+	}
+	res, err := sideBySide(ctx, o, []runSpec{
+		e.inferd("single box, c=1", loadgen.Start, "mk-noop", 1),
+		c.spec("cluster node-1, c=1", 0, loadgen.Start, "mk-noop", 1),
+		e.inferd("single box, c=64", loadgen.Start, "mk-noop", 64),
+		c.spec("cluster node-1, c=64", 0, loadgen.Start, "mk-noop", 64),
+	})
+	if err != nil {
+		return err
+	}
+	r.table("Cluster mode (3 nodes on this box) vs single box, sync starts, no-op model", res,
+		"single box, c=1", "single box, c=64",
+		"single box, c=1", "cluster node-1, c=1", "single box, c=64", "cluster node-1, c=64")
+	clusterLatencyRow(r, res["single box, c=1"], res["cluster node-1, c=1"])
+	clusterThroughputRows(r, res["single box, c=64"], res["cluster node-1, c=64"])
 	return nil
 }

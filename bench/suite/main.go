@@ -33,6 +33,8 @@ type options struct {
 	polls               int           // concurrent long polls
 	keep                bool
 	only                string // comma-separated step names to run; "" = all
+	profile             string // directory for the daemon's profiles under load; "" = none
+	quick               bool   // make bench-quick: the hot path's figures only, short slices
 }
 
 func main() {
@@ -46,8 +48,20 @@ func main() {
 	flag.IntVar(&o.polls, "polls", 10000, "concurrent long polls to hold")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (logs, data file)")
 	flag.StringVar(&o.only, "only", "", "run only these steps, comma-separated words of their names (e.g. \"cold,throughput\")")
+	flag.StringVar(&o.profile, "profile", "", "save inferd's CPU, block and mutex profiles and a trace of each inferd slice here (needs a build with -tags pprof)")
+	flag.BoolVar(&o.quick, "quick", false, "only the hot path's figures, one interleaved run (make bench-quick; -phase 1s -rounds 2 unless given)")
 	copyServer := flag.Int("copy-server", 0, "internal: serve the io.Copy baseline of this many bytes (a helper process of the payload step)")
 	flag.Parse()
+	if o.quick {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["phase"] {
+			o.phase = time.Second
+		}
+		if !set["rounds"] {
+			o.rounds = 2
+		}
+	}
 	if *copyServer > 0 {
 		fmt.Fprintln(os.Stderr, payload.ListenAndServeCopy(os.Stdout, *copyServer))
 		os.Exit(1)
@@ -82,13 +96,15 @@ func run(ctx context.Context, o options) error {
 	}
 	rep := &report{}
 	rep.machine()
-	steps := []struct {
+	type step struct {
 		name string
 		fn   func(context.Context, *env, options, *report) error
-	}{
+	}
+	steps := []step{
 		{"idle memory", measureIdle},
 		{"large payloads: queue and checks", measurePayloads},
 		{"latency, concurrency 1", measureLatency},
+		{"throughput, concurrency 16", measureConcurrency16},
 		{"throughput, no-op model, concurrency 64", measureThroughputNoop},
 		{"throughput, 10 ms model, concurrency 64", measureThroughput10ms},
 		{"batching: 20 ms + 1 ms per call model", measureBatching},
@@ -99,6 +115,13 @@ func run(ctx context.Context, o options) error {
 		{"scale-up under a burst", measureBurst},
 		{"stored calls: memory and file size", measureFill},
 		{"long-poll capacity", measureLongPolls},
+		{"edge budgets: held bodies", measureHeldBodies},
+		{"edge budgets: silent event streams", measureSilentStreams},
+		{"edge budgets: healthz under slow senders", measureHealthzUnderSlowSenders},
+	}
+	if o.quick {
+		steps = steps[:0]
+		steps = append(steps, step{"hot path, quick", measureQuick}, step{"cluster, quick", measureClusterQuick})
 	}
 	for _, s := range steps {
 		if !o.selected(s.name) {
@@ -163,6 +186,7 @@ type env struct {
 	coldQuietLog      string
 	inferdCfg         string
 	port              int             // inferd's
+	pprof             string          // the address inferd serves profiles on (-profile)
 	projects          []store.Project // the manifest's, as apply reads it
 }
 
@@ -296,6 +320,7 @@ const manifest = `projects:
   - {id: bigr, team: bench, modelKey: mk-bigr, command: [%[1]q], env: {NOOP_REPLY_BYTES: "%[6]d"}, concurrency: 32, minReplicas: 0, maxReplicas: 1, bootTimeout: 30}
   - {id: pass1, team: bench, modelKey: mk-pass1, command: [%[1]q], env: {NOOP_DELAY: 20ms, NOOP_ITEM_DELAY: 1ms, NOOP_SERIAL: "1"}, concurrency: 1, minReplicas: 0, maxReplicas: 1, idleTimeout: 600, bootTimeout: 30}
   - {id: pass16, team: bench, modelKey: mk-pass16, command: [%[1]q], env: {NOOP_DELAY: 20ms, NOOP_ITEM_DELAY: 1ms, NOOP_SERIAL: "1"}, batchPath: /batch, batch: {maxSize: 16, maxWaitMs: %[7]d}, concurrency: 1, minReplicas: 0, maxReplicas: 1, idleTimeout: 600, bootTimeout: 30}
+  - {id: huge, team: bench, modelKey: mk-huge, command: [%[1]q], env: {NOOP_REPLY_BYTES: "%[8]d"}, concurrency: 1, minReplicas: 0, maxReplicas: 1, bootTimeout: 30}
 `
 
 func startInferd(ctx context.Context, o options, e *env) error {
@@ -325,7 +350,7 @@ func startInferd(ctx context.Context, o options, e *env) error {
 	// bigq's model boots only once the gate file exists (measurePayloads).
 	e.gate = filepath.Join(e.dir, "bigq.gate")
 	gated := fmt.Sprintf("while [ ! -e %s ]; do sleep 0.05; done; exec %s", e.gate, o.noop)
-	data := fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog, e.coldQuietLog, gated, payloadSize, batchMaxWaitMs)
+	data := fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog, e.coldQuietLog, gated, payloadSize, batchMaxWaitMs, bigResultBytes)
 	if err := os.WriteFile(mf, data, 0o644); err != nil {
 		return err
 	}
@@ -373,7 +398,11 @@ func waitAlwaysOn(ctx context.Context, e *env) error {
 // serveInferd starts inferd serve on the prepared configuration and waits
 // until it answers /readyz.
 func serveInferd(ctx context.Context, o options, e *env) error {
-	p, err := start("inferd", filepath.Join(e.dir, "inferd.log"), nil, o.inferd, "--config", e.inferdCfg, "serve")
+	env, err := o.pprofEnv(e)
+	if err != nil {
+		return err
+	}
+	p, err := start("inferd", filepath.Join(e.dir, "inferd.log"), env, o.inferd, "--config", e.inferdCfg, "serve")
 	if err != nil {
 		return err
 	}

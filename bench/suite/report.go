@@ -63,7 +63,32 @@ func (r *report) table(title string, res map[string]*merged, latBase, tputBase s
 			r.errorf("%s: %d errors, first: %s", name, m.err, m.firstErr)
 		}
 	}
+	r.costs(&b, res, order)
 	r.tables = append(r.tables, b.String())
+}
+
+// costs adds, under a table, what each inferd target cost the daemon:
+// CPU per call (schedstat of its threads) and its group commits.
+func (r *report) costs(b *strings.Builder, res map[string]*merged, order []string) {
+	head := false
+	for _, name := range order {
+		m := res[name]
+		if m.cpu == 0 && m.commits.n == 0 {
+			continue
+		}
+		if !head {
+			b.WriteString("\n| inferd target | CPU per call | calls per commit | commit, mean | commits busy |\n|---|---:|---:|---:|---:|\n")
+			head = true
+		}
+		calls := float64(m.requests + m.warm)
+		perCommit, mean := 0.0, time.Duration(0)
+		if m.commits.n > 0 {
+			perCommit = calls / m.commits.n
+			mean = time.Duration(m.commits.secs / m.commits.n * 1e9)
+		}
+		fmt.Fprintf(b, "| %s | %s | %.1f | %s | %s |\n", name, dur(m.cpuPerCall()), perCommit, dur(mean),
+			pct(m.commits.secs/m.elapsed.Seconds()))
+	}
 }
 
 func (r *report) print(w io.Writer) {

@@ -52,3 +52,19 @@ func TestMissingFailsWhenRequired(t *testing.T) {
 		t.Fatalf("Missing with %s=1: skipped %q, failed %q; want a failure naming what is missing", RequireVar, r.skipped, r.failed)
 	}
 }
+
+func TestParseMetrics(t *testing.T) {
+	got, err := ParseMetrics([]byte("# HELP x a help\n# TYPE x counter\nx 3\n\ny{a=\"b c\"} 1.5e+06\nz_count 0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"x": 3, `y{a="b c"}`: 1.5e6, "z_count": 0}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("ParseMetrics = %v, want %v", got, want)
+	}
+	for _, bad := range []string{"novalue\n", "x notanumber\n"} {
+		if _, err := ParseMetrics([]byte(bad)); err == nil {
+			t.Errorf("ParseMetrics(%q) took it", bad)
+		}
+	}
+}

@@ -55,6 +55,12 @@ func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
 		return
 	}
 	cw.value = v
+	if len(cw.idem) > bbolt.MaxKeySize || len(cw.value) > bbolt.MaxValueSize {
+		// Refused before it is logged: a write bbolt can never take would
+		// stop the applier, and every replay, for good.
+		done(fmt.Errorf("save call %s: %w", c.ID, store.ValidateIdempotencyKey(c.IdempotencyKey)))
+		return
+	}
 	if cw.deliveries = store.DeliveriesFor(c, s.now().UTC()); len(cw.deliveries) > 0 {
 		if cw.encodedDeliveries, err = encodeDeliveries(cw.deliveries); err != nil {
 			done(fmt.Errorf("save call %s: encode deliveries: %w", c.ID, err))
@@ -196,6 +202,13 @@ func (s *Store) GetCallResult(id string) (store.Call, error) {
 // CallInputs returns the stored inputs of a call (nil when it has none), or
 // ErrNotFound.
 func (s *Store) CallInputs(id string) (json.RawMessage, error) {
+	if l := s.pend.get(id); l != nil {
+		c, err := s.readLogged(l, true, false)
+		if err != nil {
+			return nil, fmt.Errorf("call inputs %s: %w", id, err)
+		}
+		return c.Inputs, nil
+	}
 	var in json.RawMessage
 	found := false
 	err := s.view(func(tx *bbolt.Tx) error {
@@ -222,9 +235,17 @@ func (s *Store) CallInputs(id string) (json.RawMessage, error) {
 }
 
 // readCall reads call id's record and the payloads asked for, in one read
-// transaction, so that they belong to the same commit. InputBytes is set
+// transaction, so that they belong to the same commit; or, while its latest
+// write is logged and not yet applied, from that write. InputBytes is set
 // when the inputs are left out.
 func (s *Store) readCall(id, what string, inputs, outputs bool) (store.Call, error) {
+	if l := s.pend.get(id); l != nil { // its latest write is the truth
+		c, err := s.readLogged(l, inputs, outputs)
+		if err != nil {
+			return store.Call{}, fmt.Errorf("%s %s: %w", what, id, err)
+		}
+		return c, nil
+	}
 	var (
 		c     store.Call
 		found bool
@@ -306,9 +327,13 @@ func deleteIdem(tx *bbolt.Tx, id []byte) error {
 // CallByIdempotencyKey returns the call that team teamID started with
 // idempotency key key, as GetCallResult does (no inputs), or ErrNotFound.
 func (s *Store) CallByIdempotencyKey(teamID, key string) (store.Call, error) {
+	ik := store.IdempotencyIndexKey(teamID, key)
+	if id, ok := s.pend.byIdem(ik); ok {
+		return s.GetCallResult(id)
+	}
 	var id []byte
 	err := s.view(func(tx *bbolt.Tx) error {
-		id = slices.Clone(tx.Bucket(bucketCallIdem).Get(store.IdempotencyIndexKey(teamID, key)))
+		id = slices.Clone(tx.Bucket(bucketCallIdem).Get(ik))
 		return nil
 	})
 	if err != nil {
@@ -325,6 +350,7 @@ func (s *Store) CallByIdempotencyKey(teamID, key string) (store.Call, error) {
 // size). The scheduler calls it at start-up to recover them and reads each
 // one's inputs when it dispatches it.
 func (s *Store) PendingCalls() ([]store.Call, error) {
+	s.pend.flush()
 	var calls []store.Call
 	err := s.view(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bucketCalls)
@@ -359,6 +385,8 @@ const expireChunk = 1000
 // finishedBefore and returns how many it deleted. It works through the
 // expiry index in transactions of at most expireChunk calls.
 func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
+	// A logged write applied after the expiry would bring its call back.
+	s.pend.flush()
 	limit := binary.BigEndian.Uint64(nanosKey(finishedBefore))
 	total := 0
 	for {

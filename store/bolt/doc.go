@@ -1,6 +1,8 @@
 // Package bolt is the embedded store.Store: inferd's durable state in one
 // bbolt file, <dataDir>/inferd.db: teams, API keys, projects and every
-// inference call. It is the only package that imports bbolt.
+// inference call, with a write-ahead log of call writes beside it
+// (inferd.db.wal.N) while the store is open or after a daemon was killed.
+// It is the only package that imports bbolt.
 //
 // # Durability rules
 //
@@ -8,12 +10,19 @@
 //     SaveCall (which returns only after the fsync) before they answer, and
 //     save its result before they wake any waiter.
 //   - Call records go through one group-commit writer goroutine owned by the
-//     Store. It takes everything queued, applies it in queue order in one
-//     bbolt write transaction and commits, so concurrent requests share one
-//     commit (two fdatasyncs) instead of queueing for one each. It commits as
-//     soon as the previous commit ends, so a lone writer never waits for a
-//     timer (bbolt's Batch does, and may run its function twice). Writes of
-//     the same call apply in the order they were queued: the last one wins.
+//     Store. It takes everything queued and appends it, in queue order, to
+//     the write-ahead log with one fdatasync (wal.go, writer.go): that is the
+//     commit, shared by concurrent requests. It commits as soon as the
+//     previous commit ends, so a lone writer never waits for a timer (bbolt's
+//     Batch does, and may run its function twice). Writes of the same call
+//     apply in the order they were queued: the last one wins.
+//   - An applier goroutine copies logged writes into bbolt in the background,
+//     many to a transaction, and records there the last one it applied
+//     (unapplied.go). Until then a logged write is its call's truth: point
+//     reads look at it first, scans wait for the applier. Open replays the
+//     writes the file lacks (a killed daemon's), exactly once; Close applies
+//     everything and removes the log. While bbolt cannot take the writes (a
+//     full disk) new writes are refused with its error.
 //   - Rare admin writes (teams, keys, projects) use their own short write
 //     transaction; reads use short read transactions. No transaction is held
 //     while calling back into user code, except the fn of UpdateProject.

@@ -38,8 +38,11 @@ func (s *Store) TeamSecret(teamID string) (string, error) {
 // EachCall calls fn with every call, with its inputs and outputs, oldest
 // first (call ids are UUIDv7), until fn returns an error, which EachCall
 // returns. Each call is read in its own read transaction after a page of
-// ids was listed, so fn runs with no transaction open.
+// ids was listed, so fn runs with no transaction open. Calls whose writes
+// are still only in the log (read-only, after a daemon was killed) come
+// last.
 func (s *Store) EachCall(fn func(store.Call) error) error {
+	s.pend.flush()
 	var after []byte
 	for {
 		var ids [][]byte
@@ -70,8 +73,33 @@ func (s *Store) EachCall(fn func(store.Call) error) error {
 			}
 		}
 		if len(ids) < exportPage {
-			return nil
+			return s.eachLoggedOnly(fn)
 		}
 		after = ids[len(ids)-1]
 	}
+}
+
+// eachLoggedOnly calls fn with the calls the log knows and the data file
+// does not, oldest first.
+func (s *Store) eachLoggedOnly(fn func(store.Call) error) error {
+	for _, id := range s.pend.ids() {
+		var stored bool
+		if err := s.view(func(tx *bbolt.Tx) error {
+			stored = tx.Bucket(bucketCalls).Get([]byte(id)) != nil
+			return nil
+		}); err != nil {
+			return fmt.Errorf("list calls: %w", err)
+		}
+		if stored {
+			continue
+		}
+		c, err := s.readCall(id, "export call", true, true)
+		if err != nil {
+			return err
+		}
+		if err := fn(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }

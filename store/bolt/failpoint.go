@@ -24,6 +24,14 @@ import (
 //	call-after     the same, after its commit but before anyone is told
 //	result-before  a batch holding a final result, before its commit
 //	result-after   the same, after its commit but before anyone is told
+//	call-apply-before, result-apply-before
+//	               the same writes once logged (durable, and their callers
+//	               told), before the applier copies them into the data file;
+//	               n counts writes of the kind, not batches (the applier
+//	               takes whatever was logged for up to 25 ms)
+//	call-apply-after, result-apply-after
+//	               after that copy has committed, before the log segments
+//	               it made redundant are removed
 //
 // SIGKILL, not os.Exit: no deferred function, no buffered write, no signal
 // handler of the daemon runs, exactly as when the machine loses power
@@ -31,7 +39,7 @@ import (
 var failpointName, failpointAt = parseFailpoint(os.Getenv("INFERD_FAILPOINT"))
 
 // failpointHits counts hits of the armed point. Only the writer goroutine
-// touches it.
+// (or, for the apply points, only the applier) touches it.
 var failpointHits int
 
 func parseFailpoint(v string) (string, int) {
@@ -63,6 +71,25 @@ func commitFailpoint(stage string, batch []callWrite) {
 	fmt.Fprintf(os.Stderr, "inferd failpoint %s reached: killing the process\n", failpointName)
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {} // the signal is on its way; nothing more may be written
+}
+
+// applyFailpoint is called by the applier with stage "before" or "after"
+// around each transaction that copies logged writes into the data file.
+func applyFailpoint(stage string, batch []*logged) {
+	if failpointName == "" || !strings.HasSuffix(failpointName, "-apply-"+stage) {
+		return
+	}
+	kind := strings.TrimSuffix(failpointName, "-apply-"+stage)
+	for _, l := range batch {
+		if batchHolds(kind, []callWrite{l.cw}) {
+			failpointHits++
+		}
+	}
+	if failpointHits >= failpointAt {
+		fmt.Fprintf(os.Stderr, "inferd failpoint %s reached: killing the process\n", failpointName)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
 }
 
 // batchHolds reports whether batch has a write of kind: "call" is a call

@@ -49,6 +49,7 @@ func encodeDeliveries(ds []store.Delivery) ([][]byte, error) {
 
 // PendingDeliveries returns every delivery not ended, by ID.
 func (s *Store) PendingDeliveries() ([]store.Delivery, error) {
+	s.pend.flush() // deliveries queued by writes still only in the log
 	var ds []store.Delivery
 	err := s.view(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bucketOutbox)

@@ -25,6 +25,7 @@ func TestPayloadsLiveOutsideTheRecordAndGoWithIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	count := func(tx *bbolt.Tx, name []byte) int { return tx.Bucket(name).Stats().KeyN }
+	s.pend.flush() // into the data file, to look at its buckets
 	err := s.view(func(tx *bbolt.Tx) error {
 		if rec := tx.Bucket(bucketCalls).Get([]byte(c.ID)); len(rec) > 1024 || bytes.Contains(rec, []byte("xxxx")) {
 			t.Errorf("the call record holds a payload: %d bytes", len(rec))
@@ -45,6 +46,7 @@ func TestPayloadsLiveOutsideTheRecordAndGoWithIt(t *testing.T) {
 	if err := s.SaveCall(context.Background(), small); err != nil {
 		t.Fatal(err)
 	}
+	s.pend.flush()
 	err = s.view(func(tx *bbolt.Tx) error {
 		if rec := tx.Bucket(bucketCalls).Get([]byte(small.ID)); !bytes.Contains(rec, []byte(`"inputs":{"prompt": "hi"}`)) {
 			t.Errorf("small inputs are not in the record as written: %s", rec)

@@ -49,8 +49,9 @@ func (s *Store) PutProjects(ps []store.Project) ([]store.Change, error) {
 	return changes, nil
 }
 
-// putProject writes p inside tx unless the stored project has the same
-// content, and reports which.
+// putProject writes p inside tx (merged with the stored project when p is a
+// manifest's declaration: store.Reapply) unless the stored project has the
+// same content (store.PutChange), and reports which.
 func (s *Store) putProject(tx *bbolt.Tx, p store.Project) (store.Change, error) {
 	old, exists, err := getProject(tx, p.ID)
 	if err != nil {
@@ -60,11 +61,14 @@ func (s *Store) putProject(tx *bbolt.Tx, p store.Project) (store.Change, error) 
 		_, err := s.saveProject(tx, nil, p)
 		return store.ChangeCreated, err
 	}
-	if store.SameContent(old, p) {
-		return store.ChangeUnchanged, nil
+	if p, err = store.Reapply(old, p); err != nil {
+		return "", err
 	}
-	_, err = s.saveProject(tx, &old, p)
-	return store.ChangeUpdated, err
+	change, write := store.PutChange(old, p)
+	if write {
+		_, err = s.saveProject(tx, &old, p)
+	}
+	return change, err
 }
 
 // UpdateProject loads the project, lets fn change it, validates and saves

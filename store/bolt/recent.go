@@ -23,6 +23,7 @@ func (s *Store) RecentCalls(teamID string, limit int) ([]store.Call, error) {
 	if limit <= 0 {
 		return calls, nil
 	}
+	s.pend.flush() // a call written a moment ago is listed
 	err := s.view(func(tx *bbolt.Tx) error {
 		cur := tx.Bucket(bucketCalls).Cursor()
 		// Call ids are UUIDv7: the last key is the newest call.

@@ -52,6 +52,10 @@ type Options struct {
 	// migrations replaces the package's migrations; for tests of the
 	// migration machinery with synthetic schema versions.
 	migrations []migration
+	// applyHook, when set, runs before each attempt to apply logged writes
+	// to the data file; an error fails the attempt (tests of a data file
+	// that falls behind, fails, or never gets the writes: a crash).
+	applyHook func() error
 }
 
 // Store is an open data file, a store.Store. Its methods are safe for
@@ -62,6 +66,12 @@ type Store struct {
 	now  func() time.Time
 
 	w writer // the one group-commit writer for call records
+	// log is the write-ahead log the writer appends to (nil when read-only);
+	// pend the writes in it not yet applied to db, which runApplier applies.
+	log         *wal
+	pend        *pending
+	applierDone chan struct{} // closed when runApplier returns
+	applyHook   func() error  // Options.applyHook
 
 	migration Migration // what Open did to the schema
 
@@ -112,16 +122,47 @@ func Open(path string, opts Options) (*Store, error) {
 	if err := checkDataFile(path, opts.Timeout); err != nil {
 		return nil, err
 	}
+	if err := checkWALVersion(path); err != nil {
+		return nil, err
+	}
 	db, mig, err := openBolt(path, opts)
 	if err != nil {
 		return nil, err
 	}
 	releaseMapped(db, path)
-	s := &Store{db: db, path: path, now: opts.Now, migration: mig}
+	s := &Store{db: db, path: path, now: opts.Now, migration: mig, applierDone: make(chan struct{}), applyHook: opts.applyHook}
+	if err := s.openLog(opts); err != nil {
+		closeQuietly(db)
+		return nil, err
+	}
 	s.keys.init()
 	s.w.init()
 	go s.runWriter()
 	return s, nil
+}
+
+// openLog folds the write-ahead log a killed daemon left into the data
+// file and starts the applier; read-only, it reads the log for reads to see
+// and starts none.
+func (s *Store) openLog(opts Options) error {
+	if opts.ReadOnly {
+		var applied uint64
+		if err := s.db.View(func(tx *bbolt.Tx) error { applied = walApplied(tx); return nil }); err != nil {
+			return err
+		}
+		s.pend = newPending(applied)
+		s.pend.done = true // no applier: a flush returns at once
+		close(s.applierDone)
+		return loadWAL(s.db, s.path, s.pend)
+	}
+	next, err := replayWAL(s.db, s.path)
+	if err != nil {
+		return err
+	}
+	s.log = openWAL(s.path, nil, next, int64(opts.maxSize))
+	s.pend = newPending(next - 1)
+	go s.runApplier()
+	return nil
 }
 
 // createDataFile creates a data file at path if there is none. It builds the
@@ -238,11 +279,21 @@ func closeQuietly(db *bbolt.DB) {
 }
 
 // Close drains the call writer (every write queued before Close is committed
-// or failed), then closes the file. Later calls return ErrClosed.
+// or failed), applies the log to the data file and removes it, then closes
+// the file. A log the file could not take (a full disk) stays for the next
+// Open. Later calls return ErrClosed.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.w.stop()
-		if err := s.db.Close(); err != nil {
+		s.pend.close()
+		<-s.applierDone
+		all := s.pend.stopped()
+		if s.log != nil {
+			if err := s.log.close(all); err != nil {
+				s.closeErr = fmt.Errorf("close data file %s: %w", s.path, err)
+			}
+		}
+		if err := s.db.Close(); err != nil && s.closeErr == nil {
 			s.closeErr = fmt.Errorf("close data file %s: %w", s.path, err)
 		}
 	})
@@ -271,6 +322,7 @@ func (s *Store) Size() int64 {
 // Open. It holds one read transaction for the whole copy, which delays a
 // commit only if that commit must grow the file past the initial map.
 func (s *Store) WriteBackup(w io.Writer) (int64, error) {
+	s.pend.flush() // every write acknowledged so far is in the copy
 	var n int64
 	err := s.db.View(func(tx *bbolt.Tx) error {
 		var err error

@@ -45,7 +45,8 @@ func (s *Store) PutProjects(ps []store.Project) ([]store.Change, error) {
 	}
 }
 
-// putProject plans the write of p in v.
+// putProject plans the write of p in v, merged with the stored project
+// when p is a manifest's declaration (store.Reapply).
 func (s *Store) putProject(v *view, p store.Project) (store.Change, error) {
 	old, exists, err := s.viewProject(v, p.ID)
 	if err != nil {
@@ -55,11 +56,14 @@ func (s *Store) putProject(v *view, p store.Project) (store.Change, error) {
 		_, err := s.saveProject(v, nil, p)
 		return store.ChangeCreated, err
 	}
-	if store.SameContent(old, p) {
-		return store.ChangeUnchanged, nil
+	if p, err = store.Reapply(old, p); err != nil {
+		return "", err
 	}
-	_, err = s.saveProject(v, &old, p)
-	return store.ChangeUpdated, err
+	change, write := store.PutChange(old, p)
+	if write {
+		_, err = s.saveProject(v, &old, p)
+	}
+	return change, err
 }
 
 // saveProject plans p's write in v, replacing old (nil when p is new), with

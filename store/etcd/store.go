@@ -89,6 +89,9 @@ type Store struct {
 	// Outbox records the leader handed to this node (assign.go).
 	outboxWatch keyWatch
 
+	// Concurrent reads of one key share a request (get).
+	reads sharedReads
+
 	// unanswered is when a try first failed for want of an answer since
 	// the last one answered (Unix nanoseconds), 0 while etcd answers
 	// (see down).
@@ -263,7 +266,7 @@ func (s *Store) wrap(what string, err error) error {
 func (s *Store) get(what, key string) (value []byte, rev int64, ok bool, err error) {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	resp, err := s.rangeOf(ctx, key)
+	resp, err := s.reads.get(ctx, key, func(ctx context.Context) (*clientv3.GetResponse, error) { return s.rangeOf(ctx, key) })
 	if err != nil {
 		return nil, 0, false, s.wrap(what, err)
 	}

@@ -595,14 +595,27 @@ func (s *Store) PutProject(p store.Project) (store.Change, error) {
 	return store.PutOne(s, p)
 }
 
-// PutProjects implements store.Projects: every project is checked before
-// any is written, so a failure leaves the store as it was.
+// PutProjects implements store.Projects: every project is checked (and a
+// manifest's declaration merged with the stored project: store.Reapply)
+// before any is written, so a failure leaves the store as it was.
 func (s *Store) PutProjects(ps []store.Project) ([]store.Change, error) {
 	if err := store.ValidateAll(ps); err != nil {
 		return nil, err
 	}
 	if err := s.lock("put projects"); err != nil {
 		return nil, err
+	}
+	ps = slices.Clone(ps)
+	for i, p := range ps {
+		old, exists := s.d.projects[p.ID]
+		if !exists {
+			continue
+		}
+		var err error
+		if ps[i], err = store.Reapply(old, p); err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
 	}
 	// The modelKey owners after the whole write, checked first.
 	owners := map[string]string{}
@@ -622,14 +635,13 @@ func (s *Store) PutProjects(ps []store.Project) ([]store.Change, error) {
 	changes := make([]store.Change, len(ps))
 	for i, p := range ps {
 		old, exists := s.d.projects[p.ID]
-		switch {
-		case !exists:
+		if !exists {
 			changes[i] = store.ChangeCreated
 			s.saveProject(nil, p)
-		case store.SameContent(old, p):
-			changes[i] = store.ChangeUnchanged
-		default:
-			changes[i] = store.ChangeUpdated
+			continue
+		}
+		var write bool
+		if changes[i], write = store.PutChange(old, p); write {
 			s.saveProject(&old, p)
 		}
 	}

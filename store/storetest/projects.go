@@ -347,3 +347,53 @@ func testDeleteAndListProjects(t *testing.T, e *env) {
 		t.Errorf("ListProjects(t1) after delete = %v", got)
 	}
 }
+
+// testReapplyKeepsWhatTheManifestDidNotChange: an apply (a declared
+// project) keeps what the project API changed where the manifest did not
+// change since its last apply, takes what it did change, and refuses, with
+// nothing written, a merge that is no valid project.
+func testReapplyKeepsWhatTheManifestDidNotChange(t *testing.T, e *env) {
+	s := e.open(t)
+	declared := Project("p", "t")
+	// Stored before declarations were kept: the first apply of the same
+	// content reports it unchanged, and records the declaration.
+	if _, err := s.PutProject(declared); err != nil {
+		t.Fatal(err)
+	}
+	if changes, err := s.PutProjects([]store.Project{declared.Declared()}); err != nil || changes[0] != store.ChangeUnchanged {
+		t.Fatalf("first apply over a project stored without a declaration = %v, %v; want unchanged", changes, err)
+	}
+	if _, err := s.UpdateProject("p", func(p *store.Project) error { p.IdleTimeout, p.MaxReplicas = 600, 2; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	changes, err := s.PutProjects([]store.Project{declared.Declared()})
+	if err != nil || changes[0] != store.ChangeUnchanged {
+		t.Fatalf("re-apply of the same manifest = %v, %v; want unchanged", changes, err)
+	}
+	declared.InferenceTimeout = 60 // the manifest changes one field
+	if changes, err = s.PutProjects([]store.Project{declared.Declared()}); err != nil || changes[0] != store.ChangeUpdated {
+		t.Fatalf("apply of a changed manifest = %v, %v; want updated", changes, err)
+	}
+	got, err := s.GetProject("p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.IdleTimeout != 600 || got.MaxReplicas != 2 || got.InferenceTimeout != 60 {
+		t.Errorf("after re-apply: idleTimeout %d maxReplicas %d inferenceTimeout %d, want 600 2 60 (the project API's values kept, the manifest's change taken)",
+			got.IdleTimeout, got.MaxReplicas, got.InferenceTimeout)
+	}
+	declared.MinReplicas = 3 // above the maxReplicas 2 the project API set
+	if _, err := s.PutProjects([]store.Project{declared.Declared()}); err == nil {
+		t.Fatal("apply of minReplicas 3 over a kept maxReplicas 2 succeeded")
+	}
+	if after, _ := s.GetProject("p"); after.MinReplicas != 0 {
+		t.Errorf("a refused apply wrote minReplicas %d", after.MinReplicas)
+	}
+	declared.MinReplicas, declared.MaxReplicas = 3, 4 // both changed by the manifest
+	if _, err := s.PutProjects([]store.Project{declared.Declared()}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ = s.GetProject("p"); got.MinReplicas != 3 || got.MaxReplicas != 4 || got.IdleTimeout != 600 {
+		t.Errorf("after apply: %+v, want minReplicas 3, maxReplicas 4, idleTimeout 600", got)
+	}
+}

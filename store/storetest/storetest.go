@@ -59,6 +59,7 @@ var suite = []struct {
 	{"PutProjectModelKeyConflict", testPutProjectModelKeyConflict},
 	{"PutProjectsIsAllOrNothing", testPutProjectsIsAllOrNothing},
 	{"PutProjectMovesModelKeyIndex", testPutProjectMovesModelKeyIndex},
+	{"ReapplyKeepsWhatTheManifestDidNotChange", testReapplyKeepsWhatTheManifestDidNotChange},
 	{"UpdateProject", testUpdateProject},
 	{"UpdateProjectConcurrentIncrementsAllApply", testUpdateProjectConcurrentIncrementsAllApply},
 	{"OnProjectChangeFiresAfterCommit", testOnProjectChangeFiresAfterCommit},

@@ -99,11 +99,21 @@ type Backend struct {
 
 var _ backend.Backend = (*Backend)(nil)
 
+// CPUSlots is how many CPU replicas a backend configured with cpuSlots n
+// runs at once: n, or one per CPU for 0.
+func CPUSlots(n int) int {
+	if n <= 0 {
+		return runtime.NumCPU()
+	}
+	return n
+}
+
 // New returns the local-process backend, with the sandbox cfg asks for as
 // far as this machine and the daemon's privileges allow (see Protections).
 // It fails when cfg.User must be used and cannot be: serve then refuses to
 // start rather than run models as root. It starts nothing, but makes the
 // directories the sandbox needs (Close removes them).
+
 func New(cfg Config, log zerolog.Logger) (*Backend, error) {
 	if cfg.LogMaxBytes <= 0 {
 		cfg.LogMaxBytes = DefaultLogMaxBytes
@@ -114,9 +124,7 @@ func New(cfg Config, log zerolog.Logger) (*Backend, error) {
 	if cfg.StopGrace <= 0 {
 		cfg.StopGrace = DefaultStopGrace
 	}
-	if cfg.CPUSlots <= 0 {
-		cfg.CPUSlots = runtime.NumCPU()
-	}
+	cfg.CPUSlots = CPUSlots(cfg.CPUSlots)
 	if cfg.LogMaxBytesPerProject <= 0 {
 		cfg.LogMaxBytesPerProject = DefaultLogMaxBytesPerProject
 	}

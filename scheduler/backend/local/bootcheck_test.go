@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"inferd/internal/testenv"
 )
 
 func TestBootWatchExplainsEachFailedCheck(t *testing.T) {
@@ -75,7 +77,7 @@ func TestBootWatchStartsOverWhenTheFindingChanges(t *testing.T) {
 func TestModelOnWrongPortIsStoppedWithThePortItListensOn(t *testing.T) {
 	py, err := python()
 	if err != nil {
-		t.Skipf("python3: %v", err)
+		testenv.Missing(t, "python3 on PATH: %v", err)
 	}
 	b := testBackend(t)
 	spec := shSpec("wrongport", "")
@@ -125,7 +127,7 @@ func TestReadyModelHasNoBootProblem(t *testing.T) {
 func TestGroupListeningPortsFindsOnlyTheGroupsSockets(t *testing.T) {
 	py, err := python()
 	if err != nil {
-		t.Skipf("python3: %v", err)
+		testenv.Missing(t, "python3 on PATH: %v", err)
 	}
 	b := testBackend(t)
 	spec := shSpec("lister", "")

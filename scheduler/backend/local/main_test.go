@@ -209,19 +209,8 @@ func waitGone(t *testing.T, pid int) {
 	}
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(testDeadline)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
-}
+// waitFor is the shared poller (internal/testenv).
+var waitFor = testenv.WaitFor
 
 func closed(c <-chan struct{}) bool {
 	select {

@@ -232,6 +232,12 @@ func (p *Process) run(started chan<- error) {
 		err = p.cmd.Start()
 	}
 	if err != nil {
+		// Out of the replica's v1 cgroups before the failure is told:
+		// release removes them at once, and a thread still in one (this
+		// one ends only with the goroutine) would keep it.
+		if lerr := p.box.started(); lerr != nil {
+			p.log.Warn().Err(lerr).Msg("replica sandbox: the forking thread stays in the replica's cgroup until it exits")
+		}
 		started <- err
 		return
 	}

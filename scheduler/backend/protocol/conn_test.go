@@ -16,7 +16,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/rs/zerolog"
 
@@ -386,16 +385,5 @@ func TestInferOnAModelThatClosesEveryConnection(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds or 15 s have passed.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
-}
+// waitFor is the shared poller (internal/testenv).
+var waitFor = testenv.WaitFor

@@ -1,0 +1,265 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"inferd/bench/payload"
+)
+
+// The edge's budgets at the scale of issue 27's reproductions, with the
+// default config: what no caller, with a key or without, makes the daemon
+// hold (docs/security.md, "Budgets"). Before the budgets, held bodies took
+// the daemon from 167 MiB to 3.26 GB, silent streams to 2.3 GB, and slow
+// senders left /healthz unanswered for 20 s.
+const (
+	heldBodies     = 250
+	heldBodySize   = 10 << 20 // maxBodyBytes' default
+	silentStreams  = 30
+	bigResultBytes = 60 << 20
+	edgeRSSTarget  = 600 << 20
+	slowSenderCap  = 15200 // the reproduction's cap
+	healthzProbes  = 20
+	healthzTarget  = 2 * time.Second
+)
+
+// measureHeldBodies: 250 connections, each from an address of its own (so
+// that the per-address budget does not hide the total), send a 10 MiB start
+// minus its last byte and hold it; the daemon's peak RSS over it all.
+func measureHeldBodies(ctx context.Context, e *env, o options, r *report) error {
+	idle, err := payload.RSS(e.inferdPid)
+	if err != nil {
+		return err
+	}
+	if err := payload.ResetPeak(e.inferdPid); err != nil {
+		return err
+	}
+	addr := e.base[len("http://"):]
+	head := fmt.Sprintf("POST /start/v4 HTTP/1.1\r\nHost: inferd\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", heldBodySize)
+	body := make([]byte, heldBodySize-1)
+	copy(body, `{"apiKey": "ik_nobody", "modelKey": "mk-noop", "modelInputs": {"pad": "`)
+	for i := 70; i < len(body); i++ {
+		body[i] = 'x'
+	}
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	var wg sync.WaitGroup
+	for i := range heldBodies {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 1, byte(1+i))}, Timeout: 10 * time.Second}
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+		wg.Go(func() {
+			sent := make(chan bool, 1)
+			go func() {
+				_, err := io.WriteString(c, head)
+				if err == nil {
+					_, err = c.Write(body)
+				}
+				sent <- err == nil
+			}()
+			got := make(chan bool, 1)
+			go func() {
+				_, err := http.ReadResponse(bufio.NewReader(c), nil)
+				got <- err == nil
+			}()
+			// Settled: answered (refused; the daemon may close before
+			// the body is all sent), or sent whole and held.
+			select {
+			case <-got:
+			case ok := <-sent:
+				if !ok {
+					<-got
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// What the held bodies cost, settled: the buffers they hold, and
+	// whatever the refused ones left for the collector.
+	time.Sleep(2 * time.Second)
+	peak, err := payload.Peak(e.inferdPid)
+	if err != nil {
+		return err
+	}
+	inUse, err := metricSum(ctx, e.base, "inferd_request_body_bytes")
+	if err != nil {
+		return err
+	}
+	// Held, as the daemon counts them: each holds a buffer of its size and
+	// a byte (a client may see its body sent whole just before a refusal).
+	heldNow := int64(inUse) / (heldBodySize + 1)
+	r.add(fmt.Sprintf("Peak RSS, %d connections (one address each) holding a 10 MiB start minus its last byte: %d held (%s of bodies being read, limits.bodyBytes 128 MiB), %d refused",
+		heldBodies, heldNow, payload.MiB(int64(inUse)), heldBodies-heldNow),
+		fmt.Sprintf("%s (idle %s, %.1f×)", payload.MiB(peak), payload.MiB(idle), float64(peak)/float64(idle)),
+		"< 600 MiB (was 3.26 GB)", peak < edgeRSSTarget)
+	return nil
+}
+
+// measureSilentStreams: 30 event streams of a finished call with a 60 MiB
+// result, whose clients never read (a 4 KiB receive buffer); the daemon's
+// peak RSS until they are cut (limits.streamWriteTimeout).
+func measureSilentStreams(ctx context.Context, e *env, o options, r *report) error {
+	before, err := payload.RSS(e.inferdPid)
+	if err != nil {
+		return err
+	}
+	c := &payload.Client{Base: e.base, APIKey: e.apiKey, ModelKey: "mk-huge"}
+	a, err := c.Start(ctx, []byte(`{}`), true)
+	if err != nil {
+		return err
+	}
+	for !a.Finished {
+		if a, err = c.Check(ctx, a.CallID, true); err != nil {
+			return err
+		}
+	}
+	if a.Message != "success" {
+		return fmt.Errorf("the 60 MiB result: %s", a.Message)
+	}
+	ran, err := payload.RSS(e.inferdPid)
+	if err != nil {
+		return err
+	}
+	if err := payload.ResetPeak(e.inferdPid); err != nil {
+		return err
+	}
+	cut0, err := metricSum(ctx, e.base, `inferd_budget_refusals_total{budget="limits.streamWriteTimeout"}`)
+	if err != nil {
+		return err
+	}
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return errors.Join(err, serr)
+	}}
+	opened := time.Now()
+	for range silentStreams {
+		conn, err := d.DialContext(ctx, "tcp", e.base[len("http://"):])
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "GET /v1/calls/%s/events HTTP/1.1\r\nHost: inferd\r\nX-Service-API-Key: %s\r\n\r\n", a.CallID, e.apiKey)
+	}
+	if _, err := waitMetric(ctx, e.base, `inferd_budget_refusals_total{budget="limits.streamWriteTimeout"}`, 2*time.Minute,
+		func(v float64) bool { return v >= cut0+silentStreams }); err != nil {
+		return err
+	}
+	cutAfter := time.Since(opened)
+	peak, err := payload.Peak(e.inferdPid)
+	if err != nil {
+		return err
+	}
+	r.add(fmt.Sprintf("Peak RSS, %d event streams of a finished call's 60 MiB result that never read, until cut (all %d after %s); RSS before the call / after it",
+		silentStreams, silentStreams, cutAfter.Round(100*time.Millisecond)),
+		fmt.Sprintf("%s (%s / %s, %.2f× after the call)", payload.MiB(peak), payload.MiB(before), payload.MiB(ran), float64(peak)/float64(ran)),
+		"< 600 MiB (was 2.3 GB)", peak < edgeRSSTarget)
+	return nil
+}
+
+// measureHealthzUnderSlowSenders runs a daemon of its own with the
+// reproduction's cap of 15,200 connections, fills it with clients that send
+// their headers and one byte of a body, and keeps 5% more of them
+// reconnecting as fast as the daemon closes them; /healthz is probed
+// meanwhile on fresh connections.
+func measureHealthzUnderSlowSenders(ctx context.Context, e *env, o options, r *report) error {
+	senders := slowSenderCap + slowSenderCap/20
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur < uint64(senders+1000) {
+		return fmt.Errorf("needs an open-file limit of %d for its connections, have %d", senders+1000, lim.Cur)
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(e.dir, "edge")
+	cfg := filepath.Join(dir, "inferd.yaml")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	conf := fmt.Sprintf("listen: 127.0.0.1:%d\ndataDir: %s/data\nlog: {level: error, format: json}\nlimits: {maxConnections: %d}\n", port, dir, slowSenderCap)
+	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
+		return err
+	}
+	p, err := start("inferd-edge", filepath.Join(dir, "inferd.log"), nil, o.inferd, "--config", cfg, "serve")
+	if err != nil {
+		return err
+	}
+	defer p.stop()
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	if err := waitHTTP(ctx, "GET", base+"/readyz", 30*time.Second); err != nil {
+		return err
+	}
+
+	// The senders come from 64 addresses: one would run out of ports as
+	// the daemon's closed connections linger in TIME_WAIT.
+	const slowSender = "POST /start/v4 HTTP/1.1\r\nHost: inferd\r\nContent-Length: 1000\r\n\r\n{"
+	stormCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { stop(); wg.Wait() }()
+	var reconnects atomic.Int64
+	for i := range senders {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 2, byte(1+i%64))}}
+		wg.Go(func() {
+			for n := 0; stormCtx.Err() == nil; n++ {
+				c, err := d.DialContext(stormCtx, "tcp", base[len("http://"):])
+				if err != nil {
+					continue // a port in TIME_WAIT, or the end
+				}
+				if n > 0 {
+					reconnects.Add(1)
+				}
+				stopRead := context.AfterFunc(stormCtx, func() { c.Close() })
+				io.WriteString(c, slowSender)
+				_, _ = c.Read(make([]byte, 1)) // until the daemon closes it
+				stopRead()
+				c.Close()
+			}
+		})
+	}
+	if _, err := waitMetric(ctx, base, "inferd_connections_closed_for_room_total", 2*time.Minute,
+		func(v float64) bool { return v >= float64(senders-slowSenderCap) }); err != nil {
+		return err
+	}
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
+	var lat []time.Duration
+	for range healthzProbes {
+		t := time.Now()
+		resp, err := client.Get(base + "/healthz")
+		if err != nil {
+			return fmt.Errorf("/healthz under the flood: %w", err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("/healthz under the flood: HTTP %d", resp.StatusCode)
+		}
+		lat = append(lat, time.Since(t))
+		time.Sleep(250 * time.Millisecond) // the probes' pace, as a monitor's
+	}
+	shed, _ := metricSum(ctx, base, "inferd_connections_closed_for_room_total")
+	slices.Sort(lat)
+	r.add(fmt.Sprintf("/healthz latency, p50 / max of %d probes, while %d slow body senders (headers and 1 byte) reconnect against a cap of %d (%.0f reconnects, %.0f closed for room)",
+		healthzProbes, senders, slowSenderCap, float64(reconnects.Load()), shed),
+		dur(lat[len(lat)/2])+" / "+dur(lat[len(lat)-1]), "≤ 2 s (was unanswered for 20 s)", lat[len(lat)-1] <= healthzTarget)
+	return nil
+}

@@ -1,0 +1,47 @@
+package scheduler
+
+import (
+	"testing"
+	"testing/synctest"
+)
+
+// TestCallOfAProjectHeldOutByMinimumsSaysWhy: three CPU projects on two
+// CPU slots, two with minReplicas 1, leave the third no slot for good: its
+// queued call stays "queued" (a pending message is the state name) and
+// says why in WaitingFor, as its status does; once a minimum is lowered
+// the slot comes free and the reason goes.
+func TestCallOfAProjectHeldOutByMinimumsSaysWhy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := testProject("a", minMax(1, 1))
+		b := testProject("b", minMax(1, 1))
+		c := testProject("c", minMax(0, 1))
+		h := newHarness(t, Config{}, cpuSlots(2), a, b, c)
+		defer h.stop()
+		h.ready(h.launchedN(2)...)
+		call := h.submit(c, `{}`)
+		h.noLaunch()
+		h.settle()
+		got, _, err := h.s.Lookup(call.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "no CPU slot: the minReplicas of projects a, b hold all 2 cpuSlots"
+		if got.State != "queued" || got.WaitingFor == nil || got.WaitingFor.Code != WaitHeldByMinimums || got.WaitingFor.Text != want {
+			t.Fatalf("call of c: state %s, waitingFor %+v; want queued, %s: %q", got.State, got.WaitingFor, WaitHeldByMinimums, want)
+		}
+		if st := h.project("c"); st.HeldBy != want {
+			t.Errorf("status of c: heldBy %q, want %q", st.HeldBy, want)
+		}
+		if st := h.project("a"); st.HeldBy != "" {
+			t.Errorf("status of a: heldBy %q, want none", st.HeldBy)
+		}
+
+		b.MinReplicas = 0
+		h.st.putProject(b)
+		h.s.ProjectChanged(b.ID)
+		h.settle()
+		if got, _, _ := h.s.Lookup(call.ID); got.WaitingFor != nil {
+			t.Errorf("after b's minimum went: waitingFor %+v, want none", got.WaitingFor)
+		}
+	})
+}

@@ -1,0 +1,386 @@
+package bolt
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	bbolt "go.etcd.io/bbolt"
+
+	"inferd/store"
+)
+
+// errNoApply is what a test's applyHook fails applies with: the data file
+// never gets the writes, as when the daemon is killed first.
+var errNoApply = errors.New("test: the data file gets no writes")
+
+// writeThenCrash opens a store at path whose applier never gets a write into
+// the data file, runs write, and closes it: the log holds every write, the
+// data file none of them, as a daemon killed before its applier caught up
+// leaves them. It returns what the log held.
+func writeThenCrash(t *testing.T, path string, write func(s *Store)) []string {
+	t.Helper()
+	// The applier waits for gate (its writes pending), then fails: no
+	// attempt ends before Close, so no writer sees a failure.
+	gate := make(chan struct{})
+	s, err := Open(path, Options{applyHook: func() error { <-gate; return errNoApply }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(s)
+	close(gate)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	files, err := WALFiles(path)
+	if err != nil || len(files) == 0 {
+		t.Fatalf("WALFiles after a crash = %v, %v: want the log kept", files, err)
+	}
+	return files
+}
+
+// crashCalls are the writes the replay tests make: a call created with
+// large inputs, then running (a write without inputs), then finished with a
+// large result; a call with small inputs and an idempotency key; a finished
+// call with a webhook, whose deliveries the replay queues.
+func crashCalls(t *testing.T) (big store.Call, small store.Call, hooked store.Call, bigIn, bigOut json.RawMessage) {
+	bigIn = json.RawMessage(`"` + strings.Repeat("i", 3*payloadChunk) + `"`)
+	bigOut = json.RawMessage(`"` + strings.Repeat("o", 2*payloadChunk) + `"`)
+	now := time.Now().UTC()
+	big = store.Call{ID: newCallID(), ProjectID: "p", TeamID: "t", State: store.CallQueued, Created: now, Inputs: bigIn}
+	small = store.Call{ID: newCallID(), ProjectID: "p", TeamID: "t", State: store.CallQueued, Created: now,
+		Inputs: json.RawMessage(`{"prompt":"hi"}`), IdempotencyKey: "k1", RequestHash: "h"}
+	hooked = store.Call{ID: newCallID(), ProjectID: "p", TeamID: "t", State: store.CallSucceeded, Created: now,
+		Dispatched: now, Finished: now, Message: "success", Outputs: json.RawMessage(`{"ok":true}`),
+		Webhook: "http://127.0.0.1:9/hook", WebhookEvents: []string{store.EventStart, store.EventCompleted}}
+	return
+}
+
+func saveAll(t *testing.T, s *Store, calls ...store.Call) {
+	t.Helper()
+	for _, c := range calls {
+		if err := s.SaveCall(context.Background(), c); err != nil {
+			t.Fatalf("SaveCall(%s, %s) = %v", c.ID, c.State, err)
+		}
+	}
+}
+
+// checkCrashCalls checks that s answers the crashCalls as written.
+func checkCrashCalls(t *testing.T, s *Store, big, small, hooked store.Call, bigIn, bigOut json.RawMessage) {
+	t.Helper()
+	got, err := s.GetCall(big.ID)
+	if err != nil || got.State != store.CallSucceeded || got.Attempt != 1 || !bytes.Equal(got.Inputs, bigIn) || !bytes.Equal(got.Outputs, bigOut) {
+		t.Errorf("GetCall(big) = %s attempt %d, %d bytes in, %d out, %v; want succeeded, attempt 1, its inputs and outputs",
+			got.State, got.Attempt, len(got.Inputs), len(got.Outputs), err)
+	}
+	res, err := s.GetCallResult(big.ID)
+	if err != nil || res.Inputs != nil || res.InputBytes != int64(len(bigIn)) || !bytes.Equal(res.Outputs, bigOut) {
+		t.Errorf("GetCallResult(big) = inputs %d (%d bytes), outputs %d, %v", len(res.Inputs), res.InputBytes, len(res.Outputs), err)
+	}
+	if in, err := s.CallInputs(big.ID); err != nil || !bytes.Equal(in, bigIn) {
+		t.Errorf("CallInputs(big) = %d bytes, %v", len(in), err)
+	}
+	if in, err := s.CallInputs(small.ID); err != nil || string(in) != string(small.Inputs) {
+		t.Errorf("CallInputs(small) = %s, %v", in, err)
+	}
+	if c, err := s.CallByIdempotencyKey("t", "k1"); err != nil || c.ID != small.ID {
+		t.Errorf("CallByIdempotencyKey = %s, %v; want %s", c.ID, err, small.ID)
+	}
+	if c, err := s.GetCall(hooked.ID); err != nil || c.State != store.CallSucceeded || string(c.Outputs) != `{"ok":true}` {
+		t.Errorf("GetCall(hooked) = %+v, %v", c, err)
+	}
+}
+
+func bigCallWrites(big store.Call, bigOut json.RawMessage) []store.Call {
+	running := big
+	running.Inputs, running.State, running.Dispatched, running.Attempt = nil, store.CallRunning, big.Created, 1
+	done := running
+	done.State, done.Message, done.Outputs, done.Finished = store.CallSucceeded, "success", bigOut, big.Created
+	return []store.Call{big, running, done}
+}
+
+// TestLoggedWritesAreReadBeforeAndReplayedAfterACrash: a write is durable
+// once logged, before the data file has it: reads answer from the log's
+// writes (inputs carried by an earlier write, large payloads, idempotency
+// keys), and a store killed before its applier caught up gets every write
+// back at the next Open, indexes and webhook deliveries included, with the
+// log folded in and removed.
+func TestLoggedWritesAreReadBeforeAndReplayedAfterACrash(t *testing.T) {
+	path := testPath(t)
+	big, small, hooked, bigIn, bigOut := crashCalls(t)
+	writeThenCrash(t, path, func(s *Store) {
+		saveAll(t, s, bigCallWrites(big, bigOut)...)
+		saveAll(t, s, small, hooked)
+		checkCrashCalls(t, s, big, small, hooked, bigIn, bigOut)
+		var inFile bool
+		if err := s.view(func(tx *bbolt.Tx) error { inFile = tx.Bucket(bucketCalls).Get([]byte(big.ID)) != nil; return nil }); err != nil || inFile {
+			t.Fatalf("the data file has the call before any apply (%v): the test proves nothing", err)
+		}
+	})
+
+	s := openAt(t, path, Options{})
+	checkCrashCalls(t, s, big, small, hooked, bigIn, bigOut)
+	if files, _ := WALFiles(path); len(files) != 0 {
+		t.Errorf("log files after replay: %v", files)
+	}
+	ds, err := s.PendingDeliveries()
+	if err != nil || len(ds) != 2 {
+		t.Errorf("PendingDeliveries after replay = %d, %v; want the webhook call's 2", len(ds), err)
+	}
+	if pend, err := s.PendingCalls(); err != nil || len(pend) != 1 || pend[0].ID != small.ID {
+		t.Errorf("PendingCalls after replay = %v, %v; want the small call only", pend, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, problems, err := Check(path, time.Second)
+	if err != nil || len(problems) > 0 {
+		t.Errorf("Check after replay: %v %v", err, problems)
+	}
+}
+
+// TestReplayAppliesEachWriteOnce: a crash after the data file took the
+// writes but before their segments were removed replays nothing twice: a
+// call expired meanwhile stays expired.
+func TestReplayAppliesEachWriteOnce(t *testing.T) {
+	path := testPath(t)
+	old := store.Call{ID: newCallID(), ProjectID: "p", TeamID: "t", State: store.CallSucceeded, Finished: time.Now().Add(-time.Hour)}
+	s := openAt(t, path, Options{})
+	saveAll(t, s, old)
+	if n, err := s.ExpireCalls(time.Now()); err != nil || n != 1 {
+		t.Fatalf("ExpireCalls = %d, %v", n, err)
+	}
+	// Keep the segment the applier would have removed, as a crash would.
+	files, _ := WALFiles(path)
+	if len(files) != 1 {
+		t.Fatalf("log files while open: %v", files)
+	}
+	seg, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(files[0], seg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s = openAt(t, path, Options{})
+	if _, err := s.GetCall(old.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetCall of the expired call after a replay = %v, want ErrNotFound (applied twice)", err)
+	}
+}
+
+// TestReplayStopsAtATornRecord: the last append cut short by a crash (its
+// writers never heard back) is left out; every write before it is kept.
+func TestReplayStopsAtATornRecord(t *testing.T) {
+	path := testPath(t)
+	a := store.Call{ID: newCallID(), ProjectID: "p", TeamID: "t", State: store.CallQueued}
+	b := store.Call{ID: newCallID(), ProjectID: "p", TeamID: "t", State: store.CallQueued}
+	files := writeThenCrash(t, path, func(s *Store) { saveAll(t, s, a, b) })
+	seg, err := os.ReadFile(files[len(files)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cut the last record short, then put garbage after it.
+	first, recs, err := readSegment(path, files[len(files)-1])
+	if err != nil || first != 1 || len(recs) != 2 {
+		t.Fatalf("readSegment = %d, %d records, %v", first, len(recs), err)
+	}
+	cut := len(seg) - len(recs[1].body)/2
+	torn := append(seg[:cut:cut], "garbage"...)
+	if err := os.WriteFile(files[len(files)-1], torn, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := openAt(t, path, Options{})
+	if _, err := s.GetCall(a.ID); err != nil {
+		t.Errorf("the whole first write: %v", err)
+	}
+	if _, err := s.GetCall(b.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the torn write: %v, want ErrNotFound", err)
+	}
+	// The next write continues the sequence: after another crash both
+	// logs replay without a gap.
+	c := store.Call{ID: newCallID(), ProjectID: "p", TeamID: "t", State: store.CallQueued}
+	saveAll(t, s, c)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openAt(t, path, Options{})
+	if _, err := s.GetCall(c.ID); err != nil {
+		t.Errorf("a write after the replay: %v", err)
+	}
+}
+
+// TestFailedAppendIsReplacedByTheNextSegment: records of an append that
+// failed (and whose writers were told so) may sit whole in the abandoned
+// segment; the next segment starts at their LSNs and replaces them.
+func TestFailedAppendIsReplacedByTheNextSegment(t *testing.T) {
+	path := testPath(t)
+	cw := func(id, state string) callWrite {
+		return callWrite{key: []byte(id), value: []byte(`{"id":"` + id + `","state":"` + state + `"}`)}
+	}
+	w := openWAL(path, nil, 1, 0)
+	if _, err := w.append([]callWrite{cw("call_a", "queued"), cw("call_b", "queued")}); err != nil {
+		t.Fatal(err)
+	}
+	// The failed append: its record is whole in segment 1 ...
+	if _, err := w.append([]callWrite{cw("call_failed", "queued")}); err != nil {
+		t.Fatal(err)
+	}
+	w.abandon()
+	w.next-- // ... but its writer was told it failed: the LSN is not used
+	if _, err := w.append([]callWrite{cw("call_c", "queued")}); err != nil {
+		t.Fatal(err)
+	}
+	w.close(false)
+	recs, segs, last, err := readWAL(path, 0)
+	if err != nil || len(segs) != 2 || last != 3 {
+		t.Fatalf("readWAL = %d segments, last %d, %v", len(segs), last, err)
+	}
+	var ids []string
+	for _, r := range recs {
+		c, err := decodeWALWrite(r.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, string(c.key))
+	}
+	if want := []string{"call_a", "call_b", "call_c"}; !slices.Equal(ids, want) {
+		t.Errorf("replayed %v, want %v", ids, want)
+	}
+}
+
+// TestLogThatDoesNotContinueTheFileIsRefused: a log whose first write the
+// data file does not reach (copied from another state of the file) stops
+// Open with ErrCorrupt, and changes nothing.
+func TestLogThatDoesNotContinueTheFileIsRefused(t *testing.T) {
+	path := testPath(t)
+	files := writeThenCrash(t, path, func(s *Store) {
+		saveAll(t, s, store.Call{ID: newCallID(), ProjectID: "p", TeamID: "t", State: store.CallQueued})
+	})
+	w := openWAL(path+".other", nil, 5, 0)
+	if _, err := w.append([]callWrite{{key: []byte("call_x"), value: []byte(`{"id":"call_x"}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	w.close(false)
+	other, _ := WALFiles(path + ".other")
+	if err := os.Rename(other[0], files[0]); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(files[0])
+	_, err := Open(path, Options{})
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "does not continue") {
+		t.Fatalf("Open = %v, want ErrCorrupt saying the log does not continue the file", err)
+	}
+	if after, _ := os.ReadFile(files[0]); !bytes.Equal(before, after) {
+		t.Error("the refused log was changed")
+	}
+}
+
+// TestReadOnlyOpenReadsTheLogAndLeavesIt: a store opened read-only on a
+// killed daemon's files answers for the logged writes and lists them, and
+// leaves data file and log as they were.
+func TestReadOnlyOpenReadsTheLogAndLeavesIt(t *testing.T) {
+	path := testPath(t)
+	big, small, hooked, bigIn, bigOut := crashCalls(t)
+	files := writeThenCrash(t, path, func(s *Store) {
+		saveAll(t, s, bigCallWrites(big, bigOut)...)
+		saveAll(t, s, small, hooked)
+	})
+	s := openAt(t, path, Options{ReadOnly: true})
+	checkCrashCalls(t, s, big, small, hooked, bigIn, bigOut)
+	var ids []string
+	if err := s.EachCall(func(c store.Call) error { ids = append(ids, c.ID); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 3 {
+		t.Errorf("EachCall listed %v, want the 3 logged calls", ids)
+	}
+	if err := s.SaveCall(context.Background(), small); err == nil {
+		t.Error("SaveCall on a read-only store succeeded")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := WALFiles(path); !slices.Equal(after, files) {
+		t.Errorf("log files after a read-only open: %v, want %v", after, files)
+	}
+}
+
+// TestApplyFailuresRefuseNewWritesUntilTheFileTakesThemAgain: while the data
+// file cannot take the logged writes (a full disk), a new write asks for an
+// attempt at once and fails with its error, and is not logged; once an
+// attempt succeeds, writes go through again and every write logged before
+// is in the file.
+func TestApplyFailuresRefuseNewWritesUntilTheFileTakesThemAgain(t *testing.T) {
+	var full atomic.Bool
+	s := openAt(t, testPath(t), Options{applyHook: func() error {
+		if full.Load() {
+			return syscall.ENOSPC
+		}
+		return nil
+	}})
+	full.Store(true)
+	first := store.Call{ID: newCallID(), ProjectID: "p", TeamID: "t", State: store.CallQueued}
+	saveAll(t, s, first) // logged: durable, whatever the file does next
+	second := store.Call{ID: newCallID(), ProjectID: "p", TeamID: "t", State: store.CallQueued}
+	err := s.SaveCall(context.Background(), second)
+	for err == nil { // the first attempt may not have run yet
+		second.ID = newCallID()
+		err = s.SaveCall(context.Background(), second)
+	}
+	if !errors.Is(err, store.ErrStorageFull) {
+		t.Fatalf("a write while applies fail = %v, want ErrStorageFull", err)
+	}
+	if _, err := s.GetCall(second.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the refused write is readable: %v", err)
+	}
+	if _, err := s.GetCall(first.ID); err != nil {
+		t.Errorf("the logged write is not readable while the file is full: %v", err)
+	}
+	full.Store(false)
+	third := store.Call{ID: newCallID(), ProjectID: "p", TeamID: "t", State: store.CallQueued}
+	saveAll(t, s, third)
+	pend, err := s.PendingCalls() // a scan of the data file
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, c := range pend {
+		got[c.ID] = true
+	}
+	if !got[first.ID] || !got[third.ID] || got[second.ID] {
+		t.Errorf("PendingCalls = %v, want the first and third calls", got)
+	}
+}
+
+// TestCleanCloseFoldsTheLogIntoTheDataFile: after Close the data file alone
+// holds everything (it can be copied, backed up or checked), with no log.
+func TestCleanCloseFoldsTheLogIntoTheDataFile(t *testing.T) {
+	path := testPath(t)
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := store.Call{ID: newCallID(), ProjectID: "p", TeamID: "t", State: store.CallQueued}
+	saveAll(t, s, c)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if files, _ := WALFiles(path); len(files) != 0 {
+		t.Errorf("log files after Close: %v", files)
+	}
+	calls, problems, err := Check(path, time.Second)
+	if err != nil || len(problems) > 0 || calls[c.ID].ID != c.ID {
+		t.Errorf("Check after Close = %v, %v, %v", calls, problems, err)
+	}
+}
