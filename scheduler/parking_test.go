@@ -149,15 +149,24 @@ func (h *parkHarness) noOp() {
 	}
 }
 
-// parkedAt boots a replica of p for one call, serves it, lets parkTimeout
-// pass and parks it: the replica is parked when it returns.
-func (h *parkHarness) parked(p store.Project) *fakeInstance {
+// warm boots a replica of p for one call and serves it: the replica is
+// ready and idle when it returns.
+func (h *parkHarness) warm(p store.Project) *fakeInstance {
 	h.t.Helper()
 	c := h.submit(p, `{}`)
 	i := h.launched()
-	h.ready(i)
-	h.call(i).reply(`{}`)
-	h.result(c.ID)
+	h.serveOne(i)
+	if got := h.result(c.ID); got.State != store.CallSucceeded {
+		h.t.Fatalf("call on %s = %s %q", i.spec.ReplicaID, got.State, got.Message)
+	}
+	return i
+}
+
+// parked boots a replica of p for one call, serves it, lets parkTimeout
+// pass and parks it: the replica is parked when it returns.
+func (h *parkHarness) parked(p store.Project) *fakeInstance {
+	h.t.Helper()
+	i := h.warm(p)
 	h.advance(seconds(p.Model.ParkTimeout))
 	op := h.park()
 	if op.inst != i {
@@ -175,6 +184,12 @@ func parkTimeout(s int) func(*store.Project) {
 	return func(p *store.Project) { p.Model.ParkTimeout = s }
 }
 
+// parking is project "a": at most one replica, on a whole GPU, parked after
+// 10 s idle and stopped after 600 s; opts change that.
+func parking(opts ...func(*store.Project)) store.Project {
+	return testProject("a", append([]func(*store.Project){minMax(0, 1), idleTimeout(600), wholeGPUs(1), parkTimeout(10)}, opts...)...)
+}
+
 // gpuHolders returns the replicas holding GPU uuid, as the status says.
 func (h *parkHarness) gpuHolders(uuid string) []string {
 	h.t.Helper()
@@ -190,15 +205,11 @@ func (h *parkHarness) gpuHolders(uuid string) []string {
 
 func TestIdleGPUReplicaParksAfterParkTimeoutAndItsGPUGoesToAnotherProject(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a := testProject("a", minMax(0, 1), idleTimeout(600), wholeGPUs(1), parkTimeout(10))
+		a := parking()
 		b := testProject("b", minMax(0, 1), idleTimeout(600), wholeGPUs(1))
 		h := newParkHarness(t, simulatedGPUs(1), a, b)
 		defer h.stop()
-		c := h.submit(a, `{}`)
-		ia := h.launched()
-		h.ready(ia)
-		h.call(ia).reply(`{}`)
-		h.result(c.ID)
+		ia := h.warm(a)
 
 		h.advance(9 * time.Second)
 		h.noOp() // idle 9 s of 10
@@ -235,7 +246,7 @@ func TestIdleGPUReplicaParksAfterParkTimeoutAndItsGPUGoesToAnotherProject(t *tes
 
 func TestCallToAParkedProjectRestoresItsReplicaAndRunsOnIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a := testProject("a", minMax(0, 1), idleTimeout(600), wholeGPUs(1), parkTimeout(10))
+		a := parking()
 		h := newParkHarness(t, simulatedGPUs(1), a)
 		defer h.stop()
 		ia := h.parked(a)
@@ -282,7 +293,7 @@ func TestCallToAParkedProjectRestoresItsReplicaAndRunsOnIt(t *testing.T) {
 
 func TestParkedReplicaWhoseGPUWasTakenIsStoppedAndTheCallBootsElsewhere(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a := testProject("a", minMax(0, 1), idleTimeout(600), wholeGPUs(1), parkTimeout(10))
+		a := parking()
 		b := testProject("b", minMax(0, 1), idleTimeout(600), wholeGPUs(1))
 		h := newParkHarness(t, simulatedGPUs(2), a, b)
 		defer h.stop()
@@ -351,7 +362,7 @@ func TestRestoreFailureOrTimeoutStopsTheReplicaAndTheCallGetsAColdBoot(t *testin
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				a := testProject("a", minMax(0, 1), idleTimeout(600), wholeGPUs(1), parkTimeout(10))
+				a := parking()
 				h := newParkHarness(t, simulatedGPUs(1), a)
 				defer h.stop()
 				ia := h.parked(a)
@@ -376,14 +387,10 @@ func TestRestoreFailureOrTimeoutStopsTheReplicaAndTheCallGetsAColdBoot(t *testin
 
 func TestParkingUnsupportedKeepsTheReplicaWarmAndTheProjectStopsTrying(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a := testProject("a", minMax(0, 1), idleTimeout(600), wholeGPUs(1), parkTimeout(10))
+		a := parking()
 		h := newParkHarness(t, simulatedGPUs(1), a)
 		defer h.stop()
-		c := h.submit(a, `{}`)
-		ia := h.launched()
-		h.ready(ia)
-		h.call(ia).reply(`{}`)
-		h.result(c.ID)
+		ia := h.warm(a)
 		h.advance(10 * time.Second)
 		h.park().answer(errors.Join(backend.ErrParkUnsupported, errors.New("the NVIDIA driver has no checkpoint API (570 or later needed)")))
 		h.settle()
@@ -425,13 +432,10 @@ func TestFailedParkStopsTheReplicaAndParkingUntilTheSpecChanges(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				a := testProject("a", minMax(0, 1), idleTimeout(6000), wholeGPUs(1), parkTimeout(10))
+				a := parking(idleTimeout(6000))
 				h := newParkHarness(t, simulatedGPUs(1), a)
 				defer h.stop()
-				c := h.submit(a, `{}`)
-				ia := h.launched()
-				h.serveOne(ia)
-				h.result(c.ID)
+				ia := h.warm(a)
 				h.advance(10 * time.Second)
 				tc.end(h, h.park())
 				h.settle()
@@ -475,13 +479,10 @@ func TestFailedParkStopsTheReplicaAndParkingUntilTheSpecChanges(t *testing.T) {
 
 func TestACallDuringParkingWaitsForItThenRestores(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a := testProject("a", minMax(0, 1), idleTimeout(600), wholeGPUs(1), parkTimeout(10))
+		a := parking()
 		h := newParkHarness(t, simulatedGPUs(1), a)
 		defer h.stop()
-		c := h.submit(a, `{}`)
-		ia := h.launched()
-		h.serveOne(ia)
-		h.result(c.ID)
+		ia := h.warm(a)
 		h.advance(10 * time.Second)
 		op := h.park()
 
@@ -508,7 +509,7 @@ func TestParkedReplicaStopsAtIdleTimeoutOnlyAboveTheMinimum(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				a := testProject("a", minMax(tc.min, 1), idleTimeout(60), wholeGPUs(1), parkTimeout(10))
+				a := parking(minMax(tc.min, 1), idleTimeout(60))
 				h := newParkHarness(t, simulatedGPUs(1), a)
 				defer h.stop()
 				var ia *fakeInstance
@@ -586,7 +587,7 @@ func TestProjectChangeOrDeleteStopsAParkedReplica(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				a := testProject("a", minMax(0, 1), idleTimeout(600), wholeGPUs(1), parkTimeout(10))
+				a := parking()
 				h := newParkHarness(t, simulatedGPUs(1), a)
 				defer h.stop()
 				ia := h.parked(a)
@@ -603,12 +604,9 @@ func TestProjectChangeOrDeleteStopsAParkedReplica(t *testing.T) {
 
 func TestShutdownEndsAParkInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a := testProject("a", minMax(0, 1), idleTimeout(600), wholeGPUs(1), parkTimeout(10))
+		a := parking()
 		h := newParkHarness(t, simulatedGPUs(1), a)
-		c := h.submit(a, `{}`)
-		ia := h.launched()
-		h.serveOne(ia)
-		h.result(c.ID)
+		ia := h.warm(a)
 		h.advance(10 * time.Second)
 		op := h.park() // never answered: the shutdown must end it
 		h.stop()
@@ -623,7 +621,7 @@ func TestShutdownEndsAParkInFlight(t *testing.T) {
 
 func TestParkedReplicaThatDiesIsACrash(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a := testProject("a", minMax(0, 1), idleTimeout(600), wholeGPUs(1), parkTimeout(10))
+		a := parking()
 		h := newParkHarness(t, simulatedGPUs(1), a)
 		defer h.stop()
 		ia := h.parked(a)
@@ -646,15 +644,12 @@ func TestParkedReplicaThatDiesIsACrash(t *testing.T) {
 // there, and it restores there), then the driver's reading decides.
 func TestOnARealGPUTheParkedReplicasMemoryIsFreeOnlyOnceTheDriverShowsIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a := testProject("a", minMax(0, 1), idleTimeout(600), wholeGPUs(1), parkTimeout(10))
+		a := parking()
 		b := testProject("b", minMax(0, 1), idleTimeout(600), gpuMemory(8000))
 		gpus := newLiveGPUs(1)
 		h := newParkHarness(t, gpus, a, b)
 		defer h.stop()
-		c := h.submit(a, `{}`)
-		ia := h.launched()
-		h.serveOne(ia)
-		h.result(c.ID)
+		ia := h.warm(a)
 		gpus.change(0, func(d *gpu.Device) {
 			d.MemoryFreeMiB = 1000
 			d.Processes = []gpu.Process{{Pid: ia.pid, UsedMiB: 15000}}
@@ -697,14 +692,11 @@ func TestOnARealGPUTheParkedReplicasMemoryIsFreeOnlyOnceTheDriverShowsIt(t *test
 // it restores there.
 func TestOnARealGPUACallBeforeTheNextDriverReadRestoresTheParkedReplica(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a := testProject("a", minMax(0, 1), idleTimeout(600), wholeGPUs(1), parkTimeout(10))
+		a := parking()
 		gpus := newLiveGPUs(1)
 		h := newParkHarness(t, gpus, a)
 		defer h.stop()
-		c := h.submit(a, `{}`)
-		ia := h.launched()
-		h.serveOne(ia)
-		h.result(c.ID)
+		ia := h.warm(a)
 		gpus.change(0, func(d *gpu.Device) {
 			d.MemoryFreeMiB = 1000
 			d.Processes = []gpu.Process{{Pid: ia.pid, UsedMiB: 15000}}
