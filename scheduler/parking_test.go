@@ -713,3 +713,30 @@ func TestOnARealGPUACallBeforeTheNextDriverReadRestoresTheParkedReplica(t *testi
 		}
 	})
 }
+
+// A warm-up (POST /v1/projects/:id/warmup) of a parked project restores it
+// and answers once it is ready.
+func TestWarmupRestoresAParkedReplica(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := parking()
+		h := newParkHarness(t, simulatedGPUs(1), a)
+		defer h.stop()
+		ia := h.parked(a)
+		done := make(chan error, 1)
+		go func() { done <- h.s.Warmup(context.Background(), a) }()
+		op := h.restore()
+		select {
+		case err := <-done:
+			t.Fatalf("Warmup returned %v before the restore", err)
+		default:
+		}
+		op.answer(nil)
+		h.settle()
+		if err := <-done; err != nil {
+			t.Errorf("Warmup = %v", err)
+		}
+		if got := h.replicaStates("a"); !slices.Equal(got, []string{"a-1:ready"}) || ia.wasStopped() {
+			t.Errorf("after the warm-up: %v", got)
+		}
+	})
+}
