@@ -393,11 +393,11 @@ def output(ans):
     return outs[0] if isinstance(outs[0], dict) else {}
 
 
-def project_entry(pid, dir_, command, env, extra):
+def project_entry(pid, dir_, command, env, extra, min_replicas=0):
     env_yaml = ", ".join(f'{k}: "{v}"' for k, v in env.items())
     return (f"  - id: {pid}\n    team: gpucheck\n    modelKey: mk-{pid}\n    command: {json.dumps(command)}\n"
             f"    dir: {dir_}\n    env: {{{env_yaml}}}\n    protocol: http\n    bootTimeout: 170\n"
-            f"    inferenceTimeout: 170\n    minReplicas: 0\n    maxReplicas: 1\n{extra}")
+            f"    inferenceTimeout: 170\n    minReplicas: {min_replicas}\n    maxReplicas: 1\n{extra}")
 
 
 # --- the check ------------------------------------------------------------
@@ -497,10 +497,11 @@ class GPUCheck:
         self.d = Daemon(self.args.inferd, self.work, self.clock, extra, env)
         self.ex = self.examples()
 
-    def probe_entry(self, pid, extra, alloc=0, env=None):
+    def probe_entry(self, pid, extra, alloc=0, env=None, min_replicas=0):
         e = {"PROBE_PYTHON": self.python, "ALLOC_MIB": str(alloc)}
         e.update(env or {})
-        return project_entry(pid, os.path.join(self.ex, "gpuprobe"), ["/bin/sh", "-c", 'exec "$PROBE_PYTHON" server.py'], e, extra)
+        return project_entry(pid, os.path.join(self.ex, "gpuprobe"), ["/bin/sh", "-c", 'exec "$PROBE_PYTHON" server.py'], e, extra,
+                             min_replicas)
 
     def digits_entry(self, pid, extra):
         return project_entry(pid, os.path.join(self.ex, "digits"), ["/bin/sh", "-c", 'exec "$DIGITS_PYTHON" server.py'],
@@ -674,8 +675,9 @@ class GPUCheck:
             return
         self.d.wait(lambda: self.foreign.pid in smi_apps(), 30, "nvidia-smi to list the outside process")
         it.note(f"Shares: free {free0} MiB at first; a python3 outside inferd holds {foreign_mib} MiB; share-a declares {a} MiB "
-                f"(and allocates {a - 1024}), share-b {b} MiB: b fits only once the outside process is gone.")
-        self.d.apply("projects:\n" + self.probe_entry("share-a", f"    gpuMemoryMiB: {a}\n    idleTimeout: 600\n", alloc=a - 1024) +
+                f"(and allocates {a - 1024}; a minimum, so that it is not evicted for b), share-b {b} MiB: b fits only once the "
+                "outside process is gone.")
+        self.d.apply("projects:\n" + self.probe_entry("share-a", f"    gpuMemoryMiB: {a}\n    idleTimeout: 600\n", alloc=a - 1024, min_replicas=1) +
                      self.probe_entry("share-b", f"    gpuMemoryMiB: {b}\n    idleTimeout: 600\n"))
         self.d.call("mk-share-a", {"touch": True})
         pid_a = self.replica("share-a")["pid"]
@@ -765,13 +767,13 @@ class GPUCheck:
             self.d.delete("park")
             self.d.delete("whole")
             return
+        mark = len(self.d.lines())
         ans, cold1 = self.d.call("mk-park", {"touch": True})
         first = output(ans)
         rep = self.replica("park")
         pid = rep["pid"]
         used_warm = None if self.dry else smi_used(self.gpu["uuid"])
         rss_warm = rss_mib(pid)
-        mark = len(self.d.lines())
         line, _ = self.d.wait_log("replica parked; its GPUs are free", 60, "the replica to park", after=mark, project="park")
         took = line.get("took")
         state = (self.replica("park") or {}).get("state")
