@@ -123,7 +123,7 @@ func doctorDataDir(r *doctorReport, cfg config.Config) {
 	f.Close()
 	os.Remove(f.Name())
 	if fi.Mode().Perm()&0o077 != 0 {
-		r.line("warn", "data dir", "%s is writable but has mode %o: chmod 700 it, it holds key hashes", cfg.DataDir, fi.Mode().Perm())
+		r.line("warn", "data dir", "%s is writable but has mode %o, open to other users: inferd makes it 700 when it starts (it holds key hashes and every team's logs)", cfg.DataDir, fi.Mode().Perm())
 		return
 	}
 	r.line("ok", "data dir", "%s exists and is writable", cfg.DataDir)
@@ -321,15 +321,24 @@ func doctorSandbox(r *doctorReport, cfg config.Config) (*local.Backend, bool) {
 		return nil, false
 	}
 	labels := map[string]string{
-		backend.ProtectionIdentity:    "model user",
-		backend.ProtectionProcessTree: "process tree",
-		backend.ProtectionMemoryLimit: "memory limit",
-		backend.ProtectionPidsLimit:   "pids limit",
-		backend.ProtectionNetwork:     "network",
-		backend.ProtectionPrivateDirs: "private dirs",
-		backend.ProtectionDevices:     "devices",
+		backend.ProtectionIdentity:       "model user",
+		backend.ProtectionProcessTree:    "process tree",
+		backend.ProtectionMemoryLimit:    "memory limit",
+		backend.ProtectionPidsLimit:      "pids limit",
+		backend.ProtectionNetwork:        "network",
+		backend.ProtectionPrivateDirs:    "private dirs",
+		backend.ProtectionDevices:        "devices",
+		backend.ProtectionPIDNamespace:   "pid ns",
+		backend.ProtectionPrivateTmp:     "private tmp",
+		backend.ProtectionUserNamespaces: "user ns",
+		backend.ProtectionPrivateFiles:   "file modes",
 	}
 	for _, p := range b.Protections() {
+		if p.Name == backend.ProtectionPrivateFiles {
+			// Doctor's backend keeps no logs: look at the daemon's,
+			// which it closes when it starts, changing nothing here.
+			p = local.PrivateFiles(cfg.LogDir(), cfg.RunDir())
+		}
 		status := "ok"
 		if !p.On {
 			status = "warn"

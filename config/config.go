@@ -555,10 +555,22 @@ func (c Config) RunDir() string { return filepath.Join(c.DataDir, "run") }
 // per-project), for good.
 func (c Config) UIDFile() string { return filepath.Join(c.RunDir(), "uids.json") }
 
-// EnsureDataDir creates the data directory, private to the daemon's user.
+// EnsureDataDir creates the data directory, private to the daemon's user,
+// and makes one that exists so: an admin may have made it 0755 beforehand,
+// and it holds the key hashes, the calls and every team's model logs. It
+// fails when the directory is open to others and cannot be closed.
 func (c Config) EnsureDataDir() error {
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create data dir %s: %w", c.DataDir, err)
+	}
+	fi, err := os.Stat(c.DataDir)
+	if err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		if err := os.Chmod(c.DataDir, perm&^0o077); err != nil {
+			return fmt.Errorf("data dir %s has mode %o, open to other users, and cannot be made private (%w): chmod 700 it as its owner", c.DataDir, perm, err)
+		}
 	}
 	return nil
 }

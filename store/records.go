@@ -98,6 +98,10 @@ type ModelSpec struct {
 	// (default InferPath); see docs/protocols.md "Batches".
 	Batch     BatchSpec `json:"batch,omitzero" yaml:"batch"`
 	BatchPath string    `json:"batchPath,omitempty" yaml:"batchPath"`
+	// AllowUserNamespaces lets the project's models make user namespaces,
+	// which the replica sandbox refuses them by default (a seccomp filter:
+	// docs/security.md).
+	AllowUserNamespaces bool `json:"allowUserNamespaces,omitempty" yaml:"allowUserNamespaces"`
 }
 
 // BatchSpec is a project's dynamic batching: up to MaxSize queued calls in

@@ -82,6 +82,9 @@ type Backend struct {
 	log     zerolog.Logger
 	ports   *ports
 	budgets *logBudgets
+	// files says whether the logs and pid files are closed to other
+	// users (privatefiles.go), as New found and left them.
+	files backend.Protection
 	// readyIntervals are the pauses between a booting model's health
 	// checks (see pollReady); a field so a test can leave only the output
 	// as a trigger.
@@ -141,6 +144,7 @@ func New(cfg Config, log zerolog.Logger) (*Backend, error) {
 		readyIntervals: defaultReadyIntervals,
 		listening:      groupListeningPorts,
 		ckpt:           checkpointToolFor(cfg),
+		files:          privateFiles(true, cfg.LogDir, cfg.RunDir),
 	}
 	logProtections(log, b.Protections())
 	return b, nil
