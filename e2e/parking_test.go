@@ -37,16 +37,16 @@ func parkedProject(echo, mark string) string {
 	return echoProject("warm", "acme", "mk-warm", echo, mark, "") + "    gpus: 1\n    maxReplicas: 1\n    idleTimeout: 600\n    parkTimeout: 1\n"
 }
 
-// pidOf runs a call on the project and returns the pid of the process that
-// answered it.
-func pidOf(t *testing.T, c inferenceClient, modelKey string) int {
+// replicaOf runs a call on the project and returns the id of the replica
+// that answered it.
+func replicaOf(t *testing.T, c inferenceClient, modelKey string) string {
 	t.Helper()
 	r := c.start(modelKey, `{}`, false)
 	if r["message"] != "success" {
 		t.Fatalf("%s: %v", modelKey, r)
 	}
-	pid, _ := output(t, r)["pid"].(float64)
-	return int(pid)
+	id, _ := output(t, r)["replica"].(string)
+	return id
 }
 
 // cgroupFrozen reports whether pid's cgroup v2 is frozen; ok is false when
@@ -92,11 +92,16 @@ func TestParkingEndToEnd(t *testing.T) {
 		mark := marker()
 		d, c, admin := parkingDaemon(t, "ok", parkedProject(echo, mark)+
 			echoProject("other", "acme", "mk-other", echo, mark, "")+"    gpus: 1\n    maxReplicas: 1\n    idleTimeout: 0\n")
-		pid := pidOf(t, c, "mk-warm")
+		warm := replicaOf(t, c, "mk-warm")
 		d.logs.waitFor(t, `"replica parked; its GPUs are free"`, 30*time.Second)
 		if got := d.replicaStates(admin, "warm"); len(got) != 1 || got[0] != "parked" {
 			t.Fatalf("warm's replicas: %v, want one parked", got)
 		}
+		pids := processesWithEnv(mark) // the model's, as the host sees it
+		if len(pids) != 1 {
+			t.Fatalf("warm's model processes: %v, want one", pids)
+		}
+		pid := pids[0]
 		switch frozen, inCgroup := cgroupFrozen(pid); {
 		case inCgroup && !frozen:
 			t.Error("the parked replica's cgroup is not frozen")
@@ -114,13 +119,13 @@ func TestParkingEndToEnd(t *testing.T) {
 
 		// The parked replica's whole GPU goes to another project; its
 		// replica stops right after its call (idleTimeout 0).
-		if other := pidOf(t, c, "mk-other"); other == pid {
-			t.Fatal("other's call ran on warm's replica")
+		if other := replicaOf(t, c, "mk-other"); other != "other-1" {
+			t.Fatalf("other's call ran on %q", other)
 		}
 		eventually(t, 30*time.Second, "other's replica stops", func() bool { return len(d.replicaStates(admin, "other")) == 0 })
 
-		if again := pidOf(t, c, "mk-warm"); again != pid {
-			t.Errorf("warm's call after parking ran in pid %d, want the restored %d (not a cold boot)", again, pid)
+		if again := replicaOf(t, c, "mk-warm"); again != warm {
+			t.Errorf("warm's call after parking ran on %s, want the restored %s (not a cold boot)", again, warm)
 		}
 		d.logs.waitFor(t, `"replica restored"`, 10*time.Second)
 		if got := d.replicaStates(admin, "warm"); len(got) != 1 || got[0] == "parked" {
@@ -135,16 +140,18 @@ func TestParkingEndToEnd(t *testing.T) {
 	})
 	t.Run("a failed restore falls back to a cold boot", func(t *testing.T) {
 		t.Parallel()
-		d, c, _ := parkingDaemon(t, "fail-restore", parkedProject(echo, marker()))
-		pid := pidOf(t, c, "mk-warm")
+		mark := marker()
+		d, c, _ := parkingDaemon(t, "fail-restore", parkedProject(echo, mark))
+		first := replicaOf(t, c, "mk-warm")
+		pids := processesWithEnv(mark)
 		d.logs.waitFor(t, `"replica parked; its GPUs are free"`, 30*time.Second)
-		if again := pidOf(t, c, "mk-warm"); again == pid || again == 0 {
-			t.Errorf("after a failed restore the call ran in pid %d, want a fresh replica (not %d)", again, pid)
+		if again := replicaOf(t, c, "mk-warm"); again == first || again == "" {
+			t.Errorf("after a failed restore the call ran on %q, want a fresh replica (not %s)", again, first)
 		}
 		if got := d.metric(t, `inferd_replica_restore_failures_total{project="warm",reason="failed"}`); got != "1" {
 			t.Errorf("restore failures %s, want 1", got)
 		}
-		eventually(t, 10*time.Second, "the replica that failed to restore is gone", func() bool { return !processAlive(pid) })
+		eventually(t, 10*time.Second, "the replica that failed to restore is gone", func() bool { return len(pids) == 1 && !processAlive(pids[0]) })
 	})
 	t.Run("a box that cannot park says so at apply and keeps replicas warm", func(t *testing.T) {
 		t.Parallel()
@@ -154,13 +161,13 @@ func TestParkingEndToEnd(t *testing.T) {
 		if !strings.Contains(out, "warning: project warm: parkTimeout: 1, but replicas cannot be parked here") {
 			t.Errorf("apply said:\n%s", out)
 		}
-		pid := pidOf(t, c, "mk-warm")
+		warm := replicaOf(t, c, "mk-warm")
 		d.logs.waitFor(t, `"parking off for this project`, 30*time.Second)
 		if got := d.replicaStates(admin, "warm"); len(got) != 1 || got[0] != "ready" {
 			t.Errorf("warm's replicas: %v, want one ready", got)
 		}
-		if again := pidOf(t, c, "mk-warm"); again != pid {
-			t.Errorf("the call ran in pid %d, want the warm replica %d", again, pid)
+		if again := replicaOf(t, c, "mk-warm"); again != warm {
+			t.Errorf("the call ran on %s, want the warm replica %s", again, warm)
 		}
 	})
 }

@@ -225,6 +225,36 @@ def proc_status(pid, field):
     return None
 
 
+def group_pids(pgid):
+    """The host's pids in process group pgid: a replica's (its init leads
+    the group, and the model stays in it)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.getpgid(int(name)) == pgid:
+                    out.append(int(name))
+            except OSError:
+                pass
+    return out
+
+
+def model_pid(init_pid):
+    """The host's pid of a replica's model: its init's child (the init is
+    process 1 of the replica's PID namespace), or the init itself where the
+    replica has no namespace of its own. The model answers with the pid its
+    namespace gives it, which the host does not know."""
+    try:
+        for task in os.listdir(f"/proc/{init_pid}/task"):
+            with open(f"/proc/{init_pid}/task/{task}/children") as f:
+                kids = f.read().split()
+            if kids:
+                return int(kids[0])
+    except OSError:
+        pass
+    return init_pid
+
+
 def rss_mib(pid):
     v = proc_status(pid, "VmRSS")
     return int(v[0]) // 1024 if v else None
@@ -581,8 +611,9 @@ class GPUCheck:
         apps = smi_apps()
         uuid_of = {x["index"]: x["uuid"] for x in self.d.gpus()}
         pinned = [uuid_of.get(i) for i in rep["gpus"]] if rep else []
-        on = apps.get(rep["pid"]) if rep else None
-        it.ok(on is not None and on[0] in pinned, f"the replica's pid {rep and rep['pid']} is in nvidia-smi --query-compute-apps on its pinned GPU {pinned}",
+        mine = [pid for pid in group_pids(rep["pid"]) if pid in apps] if rep else []
+        it.ok(bool(mine) and all(apps[pid][0] in pinned for pid in mine),
+              f"the replica's process {mine} (host pids; its init is {rep and rep['pid']}) is in nvidia-smi --query-compute-apps on its pinned GPU {pinned}",
               f"nvidia-smi lists {apps}")
         rows = [["cold boot to first answer (s)", g["coldBootS"], c["coldBootS"]]]
         rows += [[f"run time, {name} (ms)", g["runMs"][name], c["runMs"][name]] for name, _, _ in loads]
@@ -608,14 +639,15 @@ class GPUCheck:
             it.ok(p is not None and p["on"], f"protection {name} on: {p and p['detail']}", "it is off")
         gpu_probe = output(self.d.call("mk-probe-gpu", {})[0])
         rep = self.replica("probe-gpu")
-        uid = proc_status(rep["pid"], "Uid") if rep else None
+        model = model_pid(rep["pid"]) if rep else None
+        uid = proc_status(model, "Uid") if model else None
         if self.root_models:
             it.check(FAIL if not self.dry else SKIP, f"models run as root here: {self.python} is not usable by another user, so the per-project uid was not shown")
         else:
-            it.ok(uid is not None and uid[0] != "0", f"the GPU replica runs as uid {uid and uid[0]}, not root")
+            it.ok(uid is not None and uid[0] != "0", f"the GPU replica's model runs as uid {uid and uid[0]}, not root")
         try:
             own_net = os.readlink("/proc/self/ns/net")
-            rep_net = os.readlink(f"/proc/{rep['pid']}/ns/net")
+            rep_net = os.readlink(f"/proc/{model}/ns/net")
             if self.dry and own_net == rep_net:
                 it.check(SKIP, "the replica shares the host's network on this box")
             else:
@@ -771,9 +803,10 @@ class GPUCheck:
         ans, cold1 = self.d.call("mk-park", {"touch": True})
         first = output(ans)
         rep = self.replica("park")
-        pid = rep["pid"]
+        pid, boot = rep["pid"], first.get("bootId")  # the replica's init (host pid), the model's identity
+        model = model_pid(pid)
         used_warm = None if self.dry else smi_used(self.gpu["uuid"])
-        rss_warm = rss_mib(pid)
+        rss_warm = rss_mib(model)
         line, _ = self.d.wait_log("replica parked; its GPUs are free", 60, "the replica to park", after=mark, project="park")
         took = line.get("took")
         state = (self.replica("park") or {}).get("state")
@@ -785,24 +818,25 @@ class GPUCheck:
             time.sleep(2)  # a driver read (gpu.refreshInterval 1 s) after the checkpoint
             used_parked = smi_used(self.gpu["uuid"])
             apps = smi_apps()
-            fig.update(usedWarmMiB=used_warm, usedParkedMiB=used_parked, rssParkedMiB=rss_mib(pid))
-            it.ok(pid not in apps, f"nvidia-smi no longer lists the parked pid {pid}", f"it lists {apps.get(pid)}")
+            fig.update(usedWarmMiB=used_warm, usedParkedMiB=used_parked, rssParkedMiB=rss_mib(model))
+            listed = [x for x in group_pids(pid) if x in apps]
+            it.ok(not listed, f"nvidia-smi no longer lists the parked replica's processes (its model: host pid {model})", f"it lists {listed}")
             it.ok(used_warm - used_parked >= alloc * 0.8, f"VRAM freed: {used_warm} -> {used_parked} MiB ({used_warm - used_parked} MiB; it held {alloc} MiB + context)")
         other = output(self.d.call("mk-whole", {"touch": True})[0])
-        it.ok(other.get("pid") not in (None, pid), "another project's whole-GPU replica ran on that GPU while parked", f"it answered {other}")
+        it.ok(other.get("bootId") not in (None, boot), "another project's whole-GPU replica ran on that GPU while parked", f"it answered {other}")
         self.d.wait(lambda: not self.d.replicas("whole"), 60, "the whole-GPU replica to stop")
         ans, restored = self.d.call("mk-park", {"touch": True})
         back = output(ans)
         rline, _ = self.d.wait_log('"replica restored"', 30, "the restore", after=mark, project="park")
         fig.update(restoreMs=rline.get("took"), restoredFirstAnswerS=round(restored, 2), restoredBootMs=ans.get("bootMs", 0))
-        it.ok(back.get("pid") == pid, f"the next call restored the same process (pid {pid}): first answer after {restored:.3f} s, Restore {ms(rline.get('took'))}",
-              f"it ran in pid {back.get('pid')}: a cold boot")
+        it.ok(back.get("bootId") == boot, f"the next call restored the same process (host pid {model}): first answer after {restored:.3f} s, Restore {ms(rline.get('took'))}",
+              f"another process answered (boot {back.get('bootId')}, not {boot}): a cold boot")
         it.ok(back.get("checksum") == first.get("checksum"), f"its GPU memory came back intact (checksum {first.get('checksum')})",
               f"checksum {first.get('checksum')} before, {back.get('checksum')} after")
         # A cold boot of the same model for comparison: a spec change drains
         # the replica, the next call boots afresh.
         self.d.apply("projects:\n" + self.probe_entry("park", spec, alloc=alloc, env={"COLD": "1"}))
-        self.d.wait(lambda: all(r["pid"] != pid for r in self.d.replicas("park")), 60, "the old replica to stop")
+        self.d.wait(lambda: all(r["pid"] != pid for r in self.d.replicas("park")), 60, "the old replica to stop")  # pid: the init's
         _, cold2 = self.d.call("mk-park", {"touch": True})
         fig["coldFirstAnswerS2"] = round(cold2, 2)
         cold = min(cold1, cold2)

@@ -10,7 +10,8 @@ box"). It speaks inferd's "http" protocol: GET /healthz, POST / answers
    "nvidiaSmi": ["GPU 0: ...", ...],  # nvidia-smi -L (NVML ignores the pinning)
    "nodes": {"/dev/nvidia0": "ok", "/dev/nvidia1": "EPERM", ...},  # opening each NVIDIA node
    "allocatedMiB": 0,
-   "pid": 1234}
+   "pid": 2,               # as the replica's own PID namespace numbers it
+   "bootId": "9f2c..."}    # drawn at start: the same process gives the same
 
 ALLOC_MIB=N makes it allocate N MiB of GPU memory at boot and hold it (needs
 a CUDA-enabled torch), to play a replica that uses more or less than its
@@ -21,7 +22,7 @@ Two quick calls skip the probe (scripts/gpu-check.sh uses them):
 
   {"touch": true}   sums the held block on its device: the same checksum
                     before and after a park shows the memory came back
-                    {"checksum": N, "allocatedMiB": N, "device": "cuda", "pid": ..., "ms": ...}
+                    {"checksum": N, "allocatedMiB": N, "device": "cuda", "pid": ..., "bootId": ..., "ms": ...}
   {"matmul": 2048, "seconds": 1.0}
                     multiplies 2048x2048 float32 matrices on its device (the
                     GPU when pinned to one and CUDA works, else the CPU) for
@@ -84,7 +85,7 @@ def touch():
     """Sums the held block where it lives (0 MiB held: checksum 0)."""
     start = time.monotonic()
     checksum = int(_BLOCK.sum().item()) if _BLOCK is not None else 0
-    return {"checksum": checksum, "allocatedMiB": ALLOCATED, "pid": os.getpid(),
+    return {"checksum": checksum, "allocatedMiB": ALLOCATED, "pid": os.getpid(), "bootId": BOOT_ID,
             "device": str(_BLOCK.device.type) if _BLOCK is not None else None,
             "ms": round((time.monotonic() - start) * 1000, 3)}
 
@@ -108,7 +109,7 @@ def matmul(n, seconds):
             break
     took = time.monotonic() - start
     del c
-    return {"device": dev.type, "iterations": iterations, "ms": round(took * 1000, 3), "pid": os.getpid(),
+    return {"device": dev.type, "iterations": iterations, "ms": round(took * 1000, 3), "pid": os.getpid(), "bootId": BOOT_ID,
             "tflops": round(2 * n ** 3 * iterations / took / 1e12, 3)}
 
 
@@ -128,6 +129,7 @@ def probe():
         "nodes": nodes(),
         "allocatedMiB": ALLOCATED,
         "pid": os.getpid(),
+        "bootId": BOOT_ID,
     }
 
 
@@ -143,6 +145,7 @@ def allocate(mib):
 
 
 ALLOCATED, _BLOCK = allocate(int(os.environ.get("ALLOC_MIB") or 0))
+BOOT_ID = os.urandom(8).hex()
 
 
 class Handler(BaseHTTPRequestHandler):
