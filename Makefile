@@ -73,7 +73,7 @@ test-cluster: test-deps
 test-deps:
 	scripts/test-deps.sh
 
-## client-deps: the pinned Banana JavaScript clients the end-to-end test drives, and
+## client-deps: the pinned Banana JavaScript clients and openai npm client the end-to-end tests drive, and
 ## playwright-core for the status page browser test (it drives Debian's chromium and
 ## never downloads a browser); each npm ci has NPM_TIMEOUT seconds
 NPM_TIMEOUT ?= 300
@@ -81,6 +81,7 @@ NPM_CI = timeout --kill-after=10 $(NPM_TIMEOUT) npm ci --no-audit --no-fund --lo
 	|| { echo "npm ci in $$PWD failed or took over $(NPM_TIMEOUT)s (NPM_TIMEOUT): check the registry in ~/.npmrc or the network" >&2; exit 1; }
 client-deps:
 	cd examples/banana-js && $(NPM_CI)
+	cd examples/openai-js && $(NPM_CI)
 	cd web/browsertest && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(NPM_CI)
 
 ## digits-deps: the Debian packages examples/digits needs (PyTorch, scikit-learn),
@@ -99,7 +100,8 @@ package:
 	scripts/package.sh dist
 
 ## bench: inferd side by side with the model called directly and behind nginx, the large-payload figures,
-## batching against a call per pass, plus the Go micro-benchmarks (docs/benchmarks.md); about 5 minutes
+## the queue ETA's accuracy (bench/eta), batching against a call per pass, plus the Go micro-benchmarks
+## (docs/benchmarks.md); about 6 minutes
 bench:
 	scripts/bench.sh
 

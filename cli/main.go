@@ -38,6 +38,8 @@ Usage:
   inferd [global flags] backup [--force] FILE       consistent snapshot of the data file (also while serving)
   inferd [global flags] restore FILE                replace the data file with a backup (daemon stopped)
   inferd [global flags] call cancel CALLID          cancel a queued or running call
+  inferd [global flags] usage [--from T] [--to T] [--group-by project|team|hour] [--team T] [--json]
+                                                    what each team and project used, as CSV
   inferd [global flags] logs PROJECT [--replica ID] [-n LINES] [-f]
                                                     a replica's output (default: the newest log)
   inferd [global flags] doctor                      check this box and say what to fix
@@ -165,6 +167,8 @@ func (m *Main) command(name string, e *env) command {
 		return &logsCommand{env: e}
 	case "call":
 		return &callCommand{env: e}
+	case "usage":
+		return &usageCommand{env: e}
 	case "doctor":
 		return &doctorCommand{env: e}
 	case "cluster":

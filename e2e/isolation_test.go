@@ -45,6 +45,20 @@ func projectAPI(method, path, body string) func(*testing.T, *daemon, string, iso
 	}
 }
 
+// openaiAPI calls a route of the OpenAI front door with key as its Bearer
+// token, PROJECT standing for the project's id as a model name.
+func openaiAPI(method, path, body string) func(*testing.T, *daemon, string, isoTarget) (int, string) {
+	return func(t *testing.T, d *daemon, key string, tg isoTarget) (int, string) {
+		r := strings.NewReplacer("PROJECT", tg.project, "CALLID", tg.callID)
+		status, raw := doRaw(t, method, d.base+r.Replace(path), map[string]string{"Authorization": "Bearer " + key}, r.Replace(body))
+		return status, string(raw)
+	}
+}
+
+// openaiEcho makes examples/echo a project of protocol openai (its health
+// and infer paths kept), so that the OpenAI routes name real models.
+const openaiEcho = "protocol: openai, healthPath: /healthz, inferPath: /"
+
 // everyEndpoint lists every keyed route of the public API that names one
 // resource (TestEveryEndpointListsEveryKeyedRoute holds it to the router's
 // table); the routes that list, naming none, are statusLists and
@@ -68,10 +82,16 @@ var everyEndpoint = []endpoint{
 	{"post run", "POST /run/:project", projectAPI("POST", "/run/PROJECT", `{}`)},
 	{"post run route", "POST /run/:project/*route", projectAPI("POST", "/run/PROJECT/", `{}`)},
 	{"post run warmup", "POST /run/:project/*route", projectAPI("POST", "/run/PROJECT/_k/warmup", "")},
+	{"openai chat", "POST /v1/chat/completions", openaiAPI("POST", "/v1/chat/completions", `{"model":"PROJECT","messages":[]}`)},
+	{"openai completions", "POST /v1/completions", openaiAPI("POST", "/v1/completions", `{"model":"PROJECT","prompt":"x"}`)},
+	{"openai embeddings", "POST /v1/embeddings", openaiAPI("POST", "/v1/embeddings", `{"model":"PROJECT","input":"x"}`)},
+	{"openai call response", "GET /v1/calls/:callID/response", openaiAPI("GET", "/v1/calls/CALLID/response", "")},
 }
 
-// statusLists are the status routes that list what the key may see.
-var statusLists = []string{"/v1/status", "/v1/status/gpus", "/v1/status/projects", "/v1/status/calls", "/v1/status/history"}
+// statusLists are the status routes that list what the key may see (the
+// usage report and panel among them: by project, by team).
+var statusLists = []string{"/v1/status", "/v1/status/gpus", "/v1/status/projects", "/v1/status/calls", "/v1/status/history",
+	"/v1/status/usage", "/v1/usage"}
 
 // TestEveryEndpointListsEveryKeyedRoute holds everyEndpoint, statusLists
 // and the "list" check to the public API's table of routes (the daemon's:
@@ -79,7 +99,7 @@ var statusLists = []string{"/v1/status", "/v1/status/gpus", "/v1/status/projects
 // cannot be left out of the isolation and revocation tests.
 func TestEveryEndpointListsEveryKeyedRoute(t *testing.T) {
 	t.Parallel()
-	covered := map[string]bool{"GET /v1/projects": true}
+	covered := map[string]bool{"GET /v1/projects": true, "GET /v1/models": true}
 	for _, ep := range everyEndpoint {
 		covered[ep.route] = true
 	}
@@ -136,9 +156,9 @@ func TestTeamsAreIsolatedOnEveryEndpoint(t *testing.T) {
 	d := startDaemon(t, dir, cfg)
 	keyA, keyB := d.createKey("team-a", false), d.createKey("team-b", false)
 	d.apply(fmt.Sprintf(`projects:
-  - {id: proj-a, team: team-a, modelKey: mk-a, command: ["python3", "server.py"], dir: %[1]s, env: {E2E_MARKER: %[2]s}}
-  - {id: proj-b, team: team-b, modelKey: mk-b, command: ["python3", "server.py"], dir: %[1]s, env: {E2E_MARKER: %[2]s}}
-`, echo, marker()))
+  - {id: proj-a, team: team-a, modelKey: mk-a, command: ["python3", "server.py"], dir: %[1]s, env: {E2E_MARKER: %[2]s}, %[3]s}
+  - {id: proj-b, team: team-b, modelKey: mk-b, command: ["python3", "server.py"], dir: %[1]s, env: {E2E_MARKER: %[2]s}, %[3]s}
+`, echo, marker(), openaiEcho))
 	callB := inferenceClient{t: t, base: d.base, key: keyB}.start("mk-b", `{"mine": "b"}`, true)["callID"].(string)
 	ofB := isoTarget{modelKey: "mk-b", callID: callB, project: "proj-b"}
 	nowhere := isoTarget{modelKey: "mk-nowhere", callID: "call_0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", project: "proj-nowhere"}
@@ -166,6 +186,12 @@ func TestTeamsAreIsolatedOnEveryEndpoint(t *testing.T) {
 		results := body["results"].([]any)
 		if status != 200 || len(results) != 1 || results[0].(map[string]any)["id"] != "proj-a" {
 			t.Fatalf("team A lists %d %v, want only proj-a", status, body)
+		}
+	})
+	t.Run("openai models", func(t *testing.T) {
+		status, raw := doRaw(t, "GET", d.base+"/v1/models", map[string]string{"Authorization": "Bearer " + keyA}, "")
+		if status != http.StatusOK || strings.Contains(string(raw), "proj-b") || !strings.Contains(string(raw), `"proj-a"`) {
+			t.Fatalf("team A lists models %d %s, want none of team B's", status, raw)
 		}
 	})
 	t.Run("status lists", func(t *testing.T) {

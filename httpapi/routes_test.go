@@ -54,12 +54,20 @@ var routeCases = map[string]routeCase{
 	"POST /run/:project/*route":    {path: "/run/PROJECT/predict", body: `{}`},
 	"GET /v1/calls/:callID/events": {path: "/v1/calls/CALLID/events", done: true},
 
+	"POST /v1/chat/completions":      {path: "/v1/chat/completions", body: `{"model":"PROJECT","messages":[]}`},
+	"POST /v1/completions":           {path: "/v1/completions", body: `{"model":"PROJECT","prompt":"x"}`},
+	"POST /v1/embeddings":            {path: "/v1/embeddings", body: `{"model":"PROJECT","input":"x"}`},
+	"GET /v1/models":                 {path: "/v1/models"},
+	"GET /v1/calls/:callID/response": {path: "/v1/calls/CALLID/response", done: true},
+
 	"GET /v1/status":                                     {path: "/v1/status"},
 	"GET /v1/status/gpus":                                {path: "/v1/status/gpus"},
 	"GET /v1/status/projects":                            {path: "/v1/status/projects"},
 	"GET /v1/status/calls":                               {path: "/v1/status/calls"},
 	"GET /v1/status/cluster":                             {path: "/v1/status/cluster"},
 	"GET /v1/status/history":                             {path: "/v1/status/history"},
+	"GET /v1/status/usage":                               {path: "/v1/status/usage"},
+	"GET /v1/usage":                                      {path: "/v1/usage"},
 	"GET /v1/status/projects/:id/replicas/:replica/logs": {path: "/v1/status/projects/PROJECT/replicas/PROJECT-1/logs"},
 }
 
@@ -104,7 +112,12 @@ func matrixEnv(t *testing.T) *testEnv {
 			t.Fatal(err)
 		}
 	}
-	env.sched.instant = true // a waiting start or /run is answered at once
+	env.sched.instant = true                     // a waiting start or /run is answered at once
+	for _, p := range []string{"echo", "zeta"} { // OpenAI models too, for the OpenAI routes
+		if _, err := env.store.UpdateProject(p, func(p *store.Project) error { p.Model.Protocol = store.ProtocolOpenAI; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, p := range []string{"echo", "zeta"} {
 		env.sched.add(store.Call{ID: "call_" + p, ProjectID: p, TeamID: "acme", State: store.CallQueued, Created: time.Now()})
 		env.sched.add(store.Call{ID: "done_" + p, ProjectID: p, TeamID: "acme", State: store.CallSucceeded,
@@ -127,6 +140,9 @@ func callRoute(env *testEnv, rt Route, rc routeCase, p, secret string) *httptest
 	}
 	if rt.KeyInBody || secret == "" {
 		return serve(env.h, rt.Method, path, r.Replace(rc.body))
+	}
+	if rt.Bearer {
+		return serve(env.h, rt.Method, path, r.Replace(rc.body), "Authorization", "Bearer "+secret)
 	}
 	return serve(env.h, rt.Method, path, r.Replace(rc.body), "X-Service-API-Key", secret)
 }
@@ -251,7 +267,7 @@ func TestEveryKeyedRouteAgainstEveryKeyScope(t *testing.T) {
 			continue
 		}
 		names := strings.Contains(rc.path, "PROJECT") || strings.Contains(rc.path, "CALLID") ||
-			strings.Contains(rc.body, "MODELKEY") || strings.Contains(rc.body, "CALLID")
+			strings.Contains(rc.body, "MODELKEY") || strings.Contains(rc.body, "CALLID") || strings.Contains(rc.body, "PROJECT")
 		for _, k := range matrixKeys {
 			t.Run(rt.Method+" "+rt.Path+"/"+k.scope, func(t *testing.T) {
 				env := matrixEnv(t)

@@ -129,6 +129,9 @@ type statusProject struct {
 	// and ParkingOff why it parks no more, if so (docs/gpu.md "Parking").
 	ParkTimeout int    `json:"parkTimeout,omitempty"`
 	ParkingOff  string `json:"parkingOff,omitempty"`
+	// Queue is the first queued calls in dispatch order, each with why it
+	// waits and when it should be done (the scheduler's estimate).
+	Queue []scheduler.QueuedCall `json:"queue"`
 }
 
 type statusReplica struct {
@@ -430,9 +433,13 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 			LastError: lp.LastError, LastErrorReplica: lp.LastErrorReplica, RecentFailures: failures[p.ID],
 			OOMKills: lp.OOMKills,
 			Replicas: make([]statusReplica, 0, len(lp.Replicas)),
+			Queue:    lp.Queue,
 
 			Batches: lp.Batches, MeanBatchSize: lp.MeanBatchSize,
 			ParkTimeout: p.Model.ParkTimeout, ParkingOff: lp.ParkingOff,
+		}
+		if sp.Queue == nil {
+			sp.Queue = []scheduler.QueuedCall{}
 		}
 		if p.Model.Batch.On() {
 			sp.BatchMaxSize = p.Model.Batch.MaxSize

@@ -295,6 +295,7 @@ func (s *Scheduler) onParked(ev evParked) {
 		s.parkingOff(p, "parking failed: "+ev.err.Error())
 		s.stop(r)
 	default:
+		s.account(r, s.clk.Now()) // its GPUs charged up to here, no further
 		r.state = stateParked
 		r.park.since = s.clk.Now()
 		// Its memory is back in the driver's free figure only from the
@@ -317,6 +318,7 @@ func (s *Scheduler) restore(r *rep) {
 		s.stop(r)
 		return
 	}
+	s.account(r, s.clk.Now()) // parked time: no GPU-seconds
 	s.dropRelease(r)
 	r.park.released = false
 	r.state = stateRestoring

@@ -740,3 +740,30 @@ func TestWarmupRestoresAParkedReplica(t *testing.T) {
 		}
 	})
 }
+
+// A parked replica's time is still its project's (idle), but not its GPU's:
+// the usage ledger charges no GPU-seconds while it is parked.
+func TestParkedTimeIsChargedWithoutGPUSeconds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := parking(minMax(1, 1)) // a minimum: it parks and stays
+		h := newParkHarness(t, simulatedGPUs(1), a)
+		defer h.stop()
+		i := h.launched()
+		h.ready(i)                  // booted at once
+		h.advance(10 * time.Second) // 10 s idle, on its GPU
+		h.park().answer(nil)
+		h.advance(40 * time.Second) // 40 s parked, to 00:00:50
+		c := h.submit(a, `{}`)
+		h.restore().answer(nil)
+		h.serveOne(i)
+		h.result(c.ID)
+		h.advance(10 * time.Second) // past the minute's flush
+		rows := h.rows()
+		if len(rows) != 1 {
+			t.Fatalf("rows = %+v; want one", rows)
+		}
+		if r := rows[0]; !near(r.IdleReplicaSeconds, 60) || !near(r.IdleGPUSeconds, 20) {
+			t.Errorf("row = %+v; want 60 idle replica-seconds, of which only the 20 unparked on the GPU", r)
+		}
+	})
+}

@@ -60,7 +60,7 @@ func TestIdleTimeoutChangeAppliesToReplicaAlreadyIdle(t *testing.T) {
 // (the modelKey hash, concurrency, batch, bootTimeout, parkTimeout) keeps
 // them.
 func TestModelSpecFieldChangeDrainsOldReplicasUnlessLive(t *testing.T) {
-	live := map[string]bool{"KeyHash": true, "Concurrency": true, "Batch": true, "BootTimeout": true, "ParkTimeout": true}
+	live := map[string]bool{"KeyHash": true, "Concurrency": true, "Batch": true, "BootTimeout": true, "ParkTimeout": true, "Aliases": true, "ServedModel": true}
 	for _, field := range storetest.ModelSpecFields() {
 		t.Run(field, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

@@ -55,6 +55,11 @@ type rep struct {
 	// boot once the process has exited.
 	bootTimedOut bool
 	park         parkState // parking.go
+
+	// acctAt is how far its time has been charged (usage.go: account);
+	// gpuWeight how many GPUs it counts as there.
+	acctAt    time.Time
+	gpuWeight float64
 }
 
 // live reports whether r counts toward its project's replicas: it is, or
@@ -118,6 +123,8 @@ func (s *Scheduler) boot(p *project, gpus []string, cpuSlot bool) {
 		started:   s.clk.Now(),
 		calls:     map[*call]struct{}{},
 	}
+	r.acctAt = r.started
+	r.gpuWeight = gpuWeight(gpus, memMiB, s.gpuSizes())
 	p.replicas = append(p.replicas, r)
 	if cpuSlot {
 		s.cpuUsed++
@@ -180,10 +187,12 @@ func (s *Scheduler) onReady(r *rep) {
 		return
 	}
 	now := s.clk.Now()
+	s.account(r, now) // its boot
 	r.state = stateReady
 	r.readyAt = now
 	r.idleSince = now
 	r.boot.stop()
+	r.p.est.booted(now.Sub(r.started))
 	if !r.draining {
 		r.p.bootFailures = 0
 		r.p.backoff = 0
@@ -223,6 +232,7 @@ func (s *Scheduler) stop(r *rep) {
 	if r.state == stateStopping {
 		return
 	}
+	s.account(r, s.clk.Now()) // a boot's time is boot time up to here
 	r.state = stateStopping
 	r.boot.stop()
 	r.idleT.stop()
@@ -244,6 +254,7 @@ func (s *Scheduler) gone(ev evExited) {
 	r, lastLine, exitErr := ev.r, ev.lastLine, ev.exitErr
 	p := r.p
 	was := r.state
+	s.account(r, s.clk.Now()) // the last of its time, before its calls end
 	if was != stateStopping {
 		s.cfg.Observer.ReplicaCrashed(p.id) // nobody asked it to stop
 	}

@@ -3,6 +3,8 @@ package scheduler
 import (
 	"slices"
 	"time"
+
+	"inferd/store"
 )
 
 // Status is the scheduler's state at one moment, for the status page and
@@ -73,6 +75,20 @@ type ProjectStatus struct {
 	// machine cannot, or a park failed) until its spec changes; "" while
 	// it may (docs/gpu.md "Parking").
 	ParkingOff string `json:"parkingOff,omitempty"`
+	// Queue is the first maxStatusQueue calls of the queue in the order
+	// they would be dispatched, each with why it waits and its estimate.
+	Queue []QueuedCall `json:"queue"`
+}
+
+// maxStatusQueue bounds the queued calls a project's status lists.
+const maxStatusQueue = 20
+
+// QueuedCall is one queued call as the status page shows it.
+type QueuedCall struct {
+	ID            string      `json:"id"`
+	QueuePosition int         `json:"queuePosition"`
+	ETAMs         *int64      `json:"etaMs"` // null: nothing measured says
+	WaitingFor    *store.Wait `json:"waitingFor"`
 }
 
 // The states of ReplicaStatus.State, as the status API, the metrics and
@@ -136,6 +152,7 @@ func (s *Scheduler) snapshot() Status {
 		if p.clustered {
 			ps.NodeMinReplicas, ps.NodeMaxReplicas = p.minReplicas(), p.maxReplicas()
 		}
+		ps.Queue = s.queueStatus(p)
 		if p.batches > 0 {
 			ps.Batches, ps.MeanBatchSize = p.batches, float64(p.batchedCalls)/float64(p.batches)
 		}
@@ -162,6 +179,18 @@ func (s *Scheduler) snapshot() Status {
 	st.GPUs = s.gpuStatus()
 	st.Teams = s.teamStatus()
 	return st
+}
+
+// queueStatus lists p's first queued calls with their estimates.
+func (s *Scheduler) queueStatus(p *project) []QueuedCall {
+	now := s.clk.Now()
+	calls := p.queue.first(maxStatusQueue, now)
+	out := make([]QueuedCall, 0, len(calls))
+	for i, c := range calls {
+		why, eta := s.explain(c, i, now)
+		out = append(out, QueuedCall{ID: c.c.ID, QueuePosition: i, ETAMs: eta, WaitingFor: why})
+	}
+	return out
 }
 
 // gpuStatus is the hand-outs on each device, from the same bookkeeping that
