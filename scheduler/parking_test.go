@@ -256,6 +256,7 @@ func TestCallToAParkedProjectRestoresItsReplicaAndRunsOnIt(t *testing.T) {
 		if op.inst != ia {
 			t.Fatalf("restoring %v, want a-1", op.inst)
 		}
+		h.waits(c.ID, WaitBooting, "replica restoring from parking", -1)
 		if got := h.replicaStates("a"); !slices.Equal(got, []string{"a-1:restoring"}) {
 			t.Errorf("while Restore runs: %v", got)
 		}
