@@ -8,7 +8,7 @@ BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: build run doctor test test-cluster lint fuzz faults clean client-deps test-deps digits-deps package bench bench-cluster bench-quick mutate
+.PHONY: build run doctor test test-cluster lint fuzz faults clean client-deps test-deps digits-deps package bench bench-cluster bench-quick mutate gpu-check-bin gpu-check-dry
 
 ## build: compile ./inferd
 build:
@@ -141,5 +141,17 @@ faults:
 mutate:
 	scripts/mutate.sh
 
+## gpu-check-bin: bin/inferd, built with cgo (NVML, the CUDA checkpoint helper) and without the race
+## detector, to carry to a GPU box with scripts/ and examples/ for scripts/gpu-check.sh (docs/gpu.md);
+## it needs glibc 2.34 or later there
+gpu-check-bin:
+	CGO_ENABLED=1 go build -ldflags "$(LDFLAGS)" -o bin/inferd .
+
+## gpu-check-dry: scripts/gpu-check.sh --dry-run on simulated GPUs, with a -tags failpoints build whose
+## fake checkpointer stands in for the driver (make test runs it too: TestGPUCheckScriptDryRun)
+gpu-check-dry:
+	go build -tags failpoints -o bin/inferd-failpoints .
+	scripts/gpu-check.sh --dry-run --inferd bin/inferd-failpoints
+
 clean:
-	rm -rf inferd dist faults-report.txt
+	rm -rf inferd bin dist faults-report.txt

@@ -216,6 +216,7 @@ func doctorGPU(r *doctorReport, cfg config.Config) {
 	defer inv.Close()
 	if n := inv.Count(); n > 0 {
 		r.line("ok", "gpu", "%d NVIDIA GPU(s) via %s", n, inv.Source())
+		doctorParking(r, inv)
 		return
 	}
 	detail := ""
@@ -235,6 +236,19 @@ func doctorGPU(r *doctorReport, cfg config.Config) {
 		}
 	}
 	r.line("warn", "gpu", "no NVIDIA driver: CPU only%s; install the NVIDIA driver to serve GPU models", detail)
+}
+
+// doctorParking says whether idle GPU replicas can be parked here (a
+// project's parkTimeout; docs/gpu.md "Parking"): the CUDA driver's
+// checkpoint API, asked through inferd cuda-checkpoint as serve asks it.
+// Without it parking is only a warning for the projects that set
+// parkTimeout (doctor's project checks say which).
+func doctorParking(r *doctorReport, gpus local.Inventory) {
+	if err := local.ParkSupportOf(gpus)(); err != nil {
+		r.line("ok", "parking", "not available (%v): projects with parkTimeout keep idle replicas warm until idleTimeout; driver 570 or later parks them", err)
+		return
+	}
+	r.line("ok", "parking", "the CUDA driver's checkpoint API is there: projects with parkTimeout park idle GPU replicas in host memory")
 }
 
 func doctorListen(r *doctorReport, cfg config.Config, running bool) {

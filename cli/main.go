@@ -45,6 +45,8 @@ Usage:
   inferd [global flags] doctor                      check this box and say what to fix
   inferd [global flags] cluster status|members|add-member|promote-member|remove-member|backup|restore|import
                                                     operate a cluster (talks to etcd, not the daemon)
+  inferd [global flags] cuda-checkpoint check|state|park|restore [PID...]
+                                                    the CUDA driver's checkpoint API, as parking uses it (docs/gpu.md)
   inferd version                                    (also: inferd --version)
   inferd help [COMMAND]                             this text, or a command's (also: inferd COMMAND --help)
 
@@ -173,6 +175,8 @@ func (m *Main) command(name string, e *env) command {
 		return &clusterCommand{env: e}
 	case "version":
 		return &versionCommand{env: e, build: m.Build}
+	case "cuda-checkpoint":
+		return &cudaCheckpointCommand{env: e}
 	}
 	return nil
 }

@@ -107,7 +107,7 @@ func TestDebPackageInstallsServesAndPurges(t *testing.T) {
 	manPage = strings.NewReplacer(`\-`, "-", `\e`, `\`, `\&`, "").Replace(manPage)
 	global := mustOutput(t, exec.Command(pkgBinary, "help"))
 	helps := map[string]string{"": global}
-	for _, m := range regexp.MustCompile(`(?m)^  inferd \[global flags\] ([a-z]+)`).FindAllStringSubmatch(global, -1) {
+	for _, m := range regexp.MustCompile(`(?m)^  inferd \[global flags\] ([a-z][a-z-]*)`).FindAllStringSubmatch(global, -1) {
 		helps[m[1]] = mustOutput(t, exec.Command(pkgBinary, "help", m[1]))
 	}
 	if len(helps) < 5 {

@@ -86,6 +86,10 @@ func loadedMetrics() *Metrics {
 	m.CallRetried("echo")
 	m.BatchDispatched("echo", 16, 3*time.Millisecond)
 	m.BatchDispatched("echo", 5, 0)
+	m.ReplicaParked("echo", 1500*time.Millisecond)
+	m.ReplicaRestored("echo", 400*time.Millisecond)
+	m.ParkFailed("echo")
+	m.RestoreFailed("echo", scheduler.RestoreGPUTaken)
 	return m
 }
 

@@ -87,7 +87,7 @@ func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *int6
 	// The project's slots (room for one call on one replica) and when each
 	// is free, from now; unknown ones are left out.
 	var free []time.Duration
-	var ready, busy, booting int
+	var ready, busy, booting, parked int
 	var bootElapsed time.Duration
 	nextFree := time.Duration(math.MaxInt64)
 	for _, r := range p.replicas {
@@ -111,6 +111,8 @@ func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *int6
 					free = append(free, left)
 				}
 			}
+		case stateParking, stateParked, stateRestoring:
+			parked++ // parking.go: restored for the call (its time is not measured)
 		case stateBooting:
 			booting++
 			el := now.Sub(r.started)
@@ -151,6 +153,8 @@ func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *int6
 	switch {
 	case p.bootFailures > 0 && (booting > 0 || p.backoffT.armed()):
 		return &store.Wait{Code: WaitBootFailed, Text: s.bootingMessage(p)}, nil
+	case ready == 0 && booting == 0 && parked > 0:
+		return &store.Wait{Code: WaitBooting, Text: "replica restoring from parking"}, nil
 	case ready == 0 && booting > 0:
 		text := fmt.Sprintf("replica booting (%.1f s so far)", bootElapsed.Seconds())
 		if bootOK {

@@ -536,12 +536,23 @@ func newHarness(t *testing.T, cfg Config, gpus Inventory, projects ...store.Proj
 
 func startHarness(t *testing.T, cfg Config, gpus Inventory, st *testStore) *harness {
 	t.Helper()
+	return startHarnessOn(t, cfg, gpus, st, nil)
+}
+
+// startHarnessOn is startHarness with the scheduler's backend made from the
+// fake by wrap (nil: the fake itself), for a backend with more to it.
+func startHarnessOn(t *testing.T, cfg Config, gpus Inventory, st *testStore, wrap func(*fakeBackend) backend.Backend) *harness {
+	t.Helper()
 	slots := 8
 	if n, ok := gpus.(cpuSlots); ok {
 		slots = int(n)
 	}
 	h := &harness{t: t, st: st, l: newFakeBackend(slots, gpus), clk: newFakeClock(), runErr: make(chan error, 1)}
-	h.s = New(cfg, h.st, h.l, h.clk, zerolog.New(refusedMoves{t}).Level(zerolog.ErrorLevel))
+	var b backend.Backend = h.l
+	if wrap != nil {
+		b = wrap(h.l)
+	}
+	h.s = New(cfg, h.st, b, h.clk, zerolog.New(refusedMoves{t}).Level(zerolog.ErrorLevel))
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	go func() { h.runErr <- h.s.Run(ctx) }()

@@ -55,6 +55,11 @@ type project struct {
 	// replica's log tells more ("" when no replica's does), for the status.
 	lastErrorAt      time.Time
 	lastErrorReplica string
+
+	// parkOff says why p parks no more (parking.go), since specGen
+	// parkOffGen; "" while it may.
+	parkOff    string
+	parkOffGen int
 }
 
 // concurrency, inferenceTimeout and bootTimeout read the project's settings

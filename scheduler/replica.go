@@ -54,6 +54,7 @@ type rep struct {
 	// bootTimedOut: stopped by the boot timeout, which counts as a failed
 	// boot once the process has exited.
 	bootTimedOut bool
+	park         parkState // parking.go
 
 	// acctAt is how far its time has been charged (usage.go: account);
 	// gpuWeight how many GPUs it counts as there.
@@ -89,6 +90,12 @@ func (r *rep) stateName() string {
 		return ReplicaBooting
 	case r.state == stateStopping:
 		return ReplicaStopping
+	case r.state == stateParking:
+		return ReplicaParking
+	case r.state == stateParked:
+		return ReplicaParked
+	case r.state == stateRestoring:
+		return ReplicaRestoring
 	case len(r.calls) > 0, r.aborting > 0: // an aborted request still holds it
 		return ReplicaBusy
 	default:
@@ -210,7 +217,7 @@ func (s *Scheduler) onBootTimeout(r *rep, seq uint64) {
 }
 
 func (s *Scheduler) onIdleExpired(r *rep, seq uint64) {
-	if !r.idleT.fired(seq) || !r.idle() || !r.live() {
+	if !r.idleT.fired(seq) || !(r.idle() || r.state == stateParked) || !r.live() {
 		return
 	}
 	if p := r.p; p.live() > p.want() {
@@ -230,6 +237,7 @@ func (s *Scheduler) stop(r *rep) {
 	r.boot.stop()
 	r.idleT.stop()
 	r.abortT.stop()
+	r.park.stop()
 	if r.inst != nil {
 		s.goStop(r.inst)
 	}
@@ -257,12 +265,13 @@ func (s *Scheduler) gone(ev evExited) {
 	r.state = stateStopping
 	r.boot.stop()
 	r.idleT.stop()
+	r.park.stop()
 	p.replicas = slices.DeleteFunc(p.replicas, func(q *rep) bool { return q == r })
 	if r.cpuSlot {
 		s.cpuUsed--
 		r.cpuSlot = false
 	}
-	if len(r.gpus) > 0 {
+	if r.holdsGPUs() {
 		s.releaseGPUs(r, s.devices())
 	}
 	r.abortT.stop()
@@ -287,7 +296,7 @@ func (s *Scheduler) gone(ev evExited) {
 		s.bootFailed(p, r, bootFailure{text: ev.problem.Text, fatal: true}, true)
 	case was == stateBooting:
 		s.bootFailed(p, r, bootExited(exitErr, lastLine), true)
-	case was == stateReady:
+	case was.warm():
 		p.lastError = fmt.Sprintf("replica %s exited (%s)", r.id, exitStatus(exitErr))
 		if lastLine != "" {
 			p.lastError += ": " + lastLine

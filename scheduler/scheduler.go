@@ -433,6 +433,8 @@ func (s *Scheduler) handle(ev event) {
 		s.onAdopt(ev)
 	case evFenced:
 		s.onFenced(ev.c)
+	case parkEvent:
+		s.onParkEvent(ev)
 	case evUsageFlush:
 		s.onUsageFlush(ev.seq)
 	case evUsageFailed:
@@ -478,6 +480,7 @@ func (s *Scheduler) shutdown() {
 			r.boot.stop()
 			r.idleT.stop()
 			r.abortT.stop()
+			r.park.stop()
 			if r.inst != nil && r.state != stateStopping {
 				r.state = stateStopping
 				s.goStop(r.inst)

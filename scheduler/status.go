@@ -70,6 +70,11 @@ type ProjectStatus struct {
 	// the daemon started, and MeanBatchSize their mean number of calls.
 	Batches       int64   `json:"batches,omitempty"`
 	MeanBatchSize float64 `json:"meanBatchSize,omitempty"`
+
+	// ParkingOff says why a project with parkTimeout parks no more (the
+	// machine cannot, or a park failed) until its spec changes; "" while
+	// it may (docs/gpu.md "Parking").
+	ParkingOff string `json:"parkingOff,omitempty"`
 	// Queue is the first maxStatusQueue calls of the queue in the order
 	// they would be dispatched, each with why it waits and its estimate.
 	Queue []QueuedCall `json:"queue"`
@@ -94,10 +99,16 @@ const (
 	ReplicaReady    = "ready"
 	ReplicaBusy     = "busy"
 	ReplicaStopping = "stopping"
+	// Parking's (parking.go): an idle GPU replica being parked, parked
+	// (its GPUs free for others), being restored for a call.
+	ReplicaParking   = "parking"
+	ReplicaParked    = "parked"
+	ReplicaRestoring = "restoring"
 )
 
-// ReplicaStates lists the states in the order of a replica's life.
-var ReplicaStates = []string{ReplicaBooting, ReplicaReady, ReplicaBusy, ReplicaStopping}
+// ReplicaStates lists the states in the order of a replica's life, then
+// parking's.
+var ReplicaStates = []string{ReplicaBooting, ReplicaReady, ReplicaBusy, ReplicaStopping, ReplicaParking, ReplicaParked, ReplicaRestoring}
 
 // ReplicaStatus is one replica.
 type ReplicaStatus struct {
@@ -109,6 +120,9 @@ type ReplicaStatus struct {
 	InFlight   int       `json:"inFlight"`
 	IdleSince  time.Time `json:"idleSince,omitzero"`  // set while ready with no call
 	IdleExpiry time.Time `json:"idleExpiry,omitzero"` // when the idle timeout stops it, if armed
+	// ParkedSince is when it was parked, while it is: its GPUs are free
+	// for others (GPUs still names them: a call restores it there).
+	ParkedSince time.Time `json:"parkedSince,omitzero"`
 }
 
 func (s *Scheduler) snapshot() Status {
@@ -133,6 +147,7 @@ func (s *Scheduler) snapshot() Status {
 
 			LastErrorAt:      p.lastErrorAt,
 			LastErrorReplica: p.lastErrorReplica,
+			ParkingOff:       p.parkOff,
 		}
 		if p.clustered {
 			ps.NodeMinReplicas, ps.NodeMaxReplicas = p.minReplicas(), p.maxReplicas()
@@ -150,6 +165,9 @@ func (s *Scheduler) snapshot() Status {
 				Started:    r.started,
 				InFlight:   len(r.calls),
 				IdleExpiry: r.idleT.at,
+			}
+			if r.state == stateParked {
+				rs.ParkedSince = r.park.since
 			}
 			if r.idle() {
 				rs.IdleSince = r.idleSince

@@ -14,7 +14,8 @@ import (
 // or, when it runs none, to its project as boot or idle time (idle:
 // ready with nothing to do, kept by minReplicas or waiting out its
 // idleTimeout; stopping counts as idle, as the project's replica still
-// holds its slot or GPU). account moves a replica's clock up to now and
+// holds its slot or GPU; parked counts as idle too, but without
+// GPU-seconds: its GPUs are free for others). account moves a replica's clock up to now and
 // is called before anything changes what the replica is doing.
 //
 // A call's share goes into its final record (finish: one write, which the
@@ -58,13 +59,17 @@ func (s *Scheduler) chargeReplica(r *rep, from, to time.Time, booting bool) {
 			end = to
 		}
 		secs := end.Sub(from).Seconds()
+		weight := r.gpuWeight
+		if r.park.released {
+			weight = 0 // parked: its time is the project's, its GPUs are not (parking.go)
+		}
 		row := s.pendingRow(store.UsageKey{Hour: store.UsageHour(from), TeamID: p.cfg.TeamID, ProjectID: p.id})
 		if booting {
 			row.BootReplicaSeconds += secs
-			row.BootGPUSeconds += secs * r.gpuWeight
+			row.BootGPUSeconds += secs * weight
 		} else {
 			row.IdleReplicaSeconds += secs
-			row.IdleGPUSeconds += secs * r.gpuWeight
+			row.IdleGPUSeconds += secs * weight
 		}
 		from = end
 	}

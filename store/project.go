@@ -124,9 +124,9 @@ func (m ModelSpec) WithDefaults() ModelSpec {
 // applied, in its stored encoding, except for the fields that running
 // replicas take as they are: the modelKey hash (a key rotation), concurrency
 // and batch (how many calls and batches the scheduler hands a replica),
-// bootTimeout (how long the scheduler waits for one to start), and the
-// names an OpenAI request may give (aliases, servedModel: inferd reads them
-// per request). Any other field, including one
+// bootTimeout (how long the scheduler waits for one to start), parkTimeout
+// (when it parks an idle one), and the names an OpenAI request may give
+// (aliases, servedModel: inferd reads them per request). Any other field, including one
 // added later, describes how a replica is started, so a change to it
 // restarts them: forgetting a field here can only cost a needless restart,
 // never a stale replica.
@@ -143,6 +143,7 @@ func (m ModelSpec) launchPart() ModelSpec {
 	m.Concurrency = 0
 	m.Batch = BatchSpec{}
 	m.BootTimeout = 0
+	m.ParkTimeout = 0
 	m.Aliases, m.ServedModel = nil, ""
 	return m
 }
@@ -231,6 +232,8 @@ func (m ModelSpec) validate() error {
 		return invalid("model.network", "must be %q or %q", NetworkPrivate, NetworkHost)
 	case m.BatchPath != "" && !strings.HasPrefix(m.BatchPath, "/"):
 		return invalid("model.batchPath", "must start with /")
+	case m.ParkTimeout < 0 || m.ParkTimeout > MaxTimeout:
+		return invalid("model.parkTimeout", "must be between 0 (never park) and %d seconds", MaxTimeout)
 	}
 	if err := m.Batch.validate(m.Protocol); err != nil {
 		return err

@@ -88,6 +88,11 @@ type ModelSpec struct {
 	MemoryMiB    int               `json:"memoryMiB,omitempty" yaml:"memoryMiB"` // memory of a replica's whole process tree; 0 = no limit
 	PidsMax      int               `json:"pidsMax,omitempty" yaml:"pidsMax"`     // processes and threads of a replica; 0 = no limit
 	Network      string            `json:"network,omitempty" yaml:"network"`     // NetworkPrivate, NetworkHost, or "" = the daemon's replica.network
+	// ParkTimeout parks a GPU replica idle this many seconds (0: never):
+	// its GPU memory goes to host memory through the CUDA driver's
+	// checkpoint API, its process is frozen and its GPUs are free for
+	// others until a call restores it; see docs/gpu.md "Parking".
+	ParkTimeout int `json:"parkTimeout,omitempty" yaml:"parkTimeout"`
 	// Batch turns on dynamic batching (zero: off): the scheduler hands a
 	// replica up to Batch.MaxSize queued calls in one request to BatchPath
 	// (default InferPath); see docs/protocols.md "Batches".

@@ -252,7 +252,7 @@ function renderGPUs(gpus) {
 function needsLook(p, now) {
   const failedRecently = p.recentFailures > 0 || (p.lastErrorAt && now - Date.parse(p.lastErrorAt) < RECENT_MS);
   return p.queued > 0 || p.running > 0 || Boolean(p.waiting) || failedRecently ||
-    p.replicas.some((r) => r.state !== "ready");
+    p.replicas.some((r) => r.state !== "ready" && r.state !== "parked");
 }
 
 // Within those, failures and waits before plain work, busiest first.
@@ -316,7 +316,9 @@ function projectCard(p, now, collapsible) {
       el("td", {}, r.gpus.length ? r.gpus.map((i) => `GPU ${i}`).join(", ") : "CPU"),
       el("td", { class: "num" }, duration(r.uptimeSeconds)),
       el("td", { class: "num" }, r.inFlight),
-      el("td", {}, r.idleExpiry ? `in ${duration(Math.max(0, Math.round((Date.parse(r.idleExpiry) - now) / 1000)))}` : "–"),
+      el("td", {}, r.idleExpiry ? `in ${duration(Math.max(0, Math.round((Date.parse(r.idleExpiry) - now) / 1000)))}` : "–",
+        r.parkedSince ? el("span", { class: "muted", title: "its GPUs are free for others until a call restores it" },
+          ` (parked ${ago(r.parkedSince, now)})`) : null),
     );
     tr.addEventListener("click", () => showLog(p.id, r.id));
     return tr;
@@ -366,7 +368,10 @@ function projectCard(p, now, collapsible) {
             "batch mean ", el("b", {}, p.batches ? p.meanBatchSize.toFixed(1) : "–"), ` of ${p.batchMaxSize}`) : null,
           p.recentFailures ? el("span", { class: "bad" }, `${p.recentFailures} failed in 15 min`) : null,
           p.oomKills ? el("span", { class: "bad", title: "replicas the kernel killed for going over the project's memoryMiB, since the daemon started" },
-            `${p.oomKills} out of memory`) : null),
+            `${p.oomKills} out of memory`) : null,
+          p.parkTimeout ? el("span", { class: p.parkingOff ? "bad" : "", title: p.parkingOff ||
+            "idle replicas park after parkTimeout: GPU memory moved to host memory, the GPU free for others, restored on the next call" },
+            p.parkingOff ? "parking off" : `parks after ${duration(p.parkTimeout)} idle`) : null),
         lastError,
         queue,
         table),

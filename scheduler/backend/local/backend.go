@@ -96,6 +96,8 @@ type Backend struct {
 	// (groupListeningPorts), to explain a model that answers on none of
 	// ours; a field so a test can fake it.
 	listening func(pgid int) ([]int, error)
+	// ckpt parks replicas' CUDA processes (parking.go).
+	ckpt checkpointTool
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -141,6 +143,7 @@ func New(cfg Config, log zerolog.Logger) (*Backend, error) {
 		budgets:        newLogBudgets(cfg.LogMaxBytesPerProject),
 		readyIntervals: defaultReadyIntervals,
 		listening:      groupListeningPorts,
+		ckpt:           checkpointToolFor(cfg),
 		files:          privateFiles(true, cfg.LogDir, cfg.RunDir),
 	}
 	logProtections(log, b.Protections())

@@ -66,6 +66,8 @@ type Process struct {
 	exitErr error // set before exited is closed
 	// bootProblem is the readiness poller's last finding (bootcheck.go).
 	bootProblem backend.BootProblem
+
+	parking parking // parking.go
 }
 
 // start starts the model server described by spec and returns once the process
@@ -412,8 +414,16 @@ func (p *Process) ExitErr() error {
 	}
 }
 
-// Stop stops the process with the backend's StopGrace; see stop.
-func (p *Process) Stop() { p.stop(p.b.cfg.StopGrace) }
+// Stop stops the process with the backend's StopGrace; see stop. A parked
+// replica is killed at once: frozen, it cannot answer a SIGTERM, and it has
+// nothing in flight.
+func (p *Process) Stop() {
+	if p.parking.parked.Load() {
+		p.stop(0)
+		return
+	}
+	p.stop(p.b.cfg.StopGrace)
+}
 
 // stop sends SIGTERM to the process group, waits up to grace for the process to exit,
 // then sends SIGKILL, and returns once it has exited. It is idempotent and safe to
