@@ -8,7 +8,7 @@ BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: build run doctor test test-cluster lint fuzz faults clean client-deps test-deps digits-deps package bench bench-cluster bench-quick mutate
+.PHONY: build run doctor test test-cluster lint fuzz faults clean client-deps test-deps digits-deps package bench bench-cluster bench-quick mutate gpu-check-bin gpu-check-dry
 
 ## build: compile ./inferd
 build:
@@ -73,7 +73,7 @@ test-cluster: test-deps
 test-deps:
 	scripts/test-deps.sh
 
-## client-deps: the pinned Banana JavaScript clients the end-to-end test drives, and
+## client-deps: the pinned Banana JavaScript clients and openai npm client the end-to-end tests drive, and
 ## playwright-core for the status page browser test (it drives Debian's chromium and
 ## never downloads a browser); each npm ci has NPM_TIMEOUT seconds
 NPM_TIMEOUT ?= 300
@@ -81,6 +81,7 @@ NPM_CI = timeout --kill-after=10 $(NPM_TIMEOUT) npm ci --no-audit --no-fund --lo
 	|| { echo "npm ci in $$PWD failed or took over $(NPM_TIMEOUT)s (NPM_TIMEOUT): check the registry in ~/.npmrc or the network" >&2; exit 1; }
 client-deps:
 	cd examples/banana-js && $(NPM_CI)
+	cd examples/openai-js && $(NPM_CI)
 	cd web/browsertest && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(NPM_CI)
 
 ## digits-deps: the Debian packages examples/digits needs (PyTorch, scikit-learn),
@@ -99,7 +100,8 @@ package:
 	scripts/package.sh dist
 
 ## bench: inferd side by side with the model called directly and behind nginx, the large-payload figures,
-## batching against a call per pass, plus the Go micro-benchmarks (docs/benchmarks.md); about 5 minutes
+## the queue ETA's accuracy (bench/eta), batching against a call per pass, plus the Go micro-benchmarks
+## (docs/benchmarks.md); about 6 minutes
 bench:
 	scripts/bench.sh
 
@@ -139,5 +141,17 @@ faults:
 mutate:
 	scripts/mutate.sh
 
+## gpu-check-bin: bin/inferd, built with cgo (NVML, the CUDA checkpoint helper) and without the race
+## detector, to carry to a GPU box with scripts/ and examples/ for scripts/gpu-check.sh (docs/gpu.md);
+## it needs glibc 2.34 or later there
+gpu-check-bin:
+	CGO_ENABLED=1 go build -ldflags "$(LDFLAGS)" -o bin/inferd .
+
+## gpu-check-dry: scripts/gpu-check.sh --dry-run on simulated GPUs, with a -tags failpoints build whose
+## fake checkpointer stands in for the driver (make test runs it too: TestGPUCheckScriptDryRun)
+gpu-check-dry:
+	go build -tags failpoints -o bin/inferd-failpoints .
+	scripts/gpu-check.sh --dry-run --inferd bin/inferd-failpoints
+
 clean:
-	rm -rf inferd dist faults-report.txt
+	rm -rf inferd bin dist faults-report.txt

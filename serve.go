@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"inferd/history"
 	"inferd/httpapi"
 	"inferd/internal/gcpace"
+	"inferd/openai/batches"
 	"inferd/scheduler"
 	"inferd/scheduler/backend/local"
 	"inferd/store"
@@ -115,6 +117,16 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st, Conns: conns.Stats,
 		Webhooks: hooks.TeamStats, Cluster: clusterView})
 
+	// The OpenAI Batch API: files and batches in the data dir, each line a
+	// call (openai/batches).
+	batchAPI, err := batches.New(batches.Config{
+		Dir: filepath.Join(cfg.DataDir, "openai"), MaxFileBytes: cfg.OpenAI.MaxFileBytes, MaxTeamBytes: cfg.OpenAI.MaxTeamFileBytes,
+		Sched: sched, Store: st, Log: log,
+	})
+	if err != nil {
+		return err
+	}
+
 	apiCtx, endWaits := context.WithCancel(context.Background())
 	defer endWaits()
 	api := &http.Server{
@@ -149,7 +161,10 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			StartLookup:   st.startLookup(),
 			Cluster:       clusterView,
 			// Event streams and /run waits end with the other waits.
-			Stopping: apiCtx.Done(),
+			Stopping:        apiCtx.Done(),
+			OpenAIQueueWait: cfg.OpenAI.QueueWait,
+			Batches:         batchAPI,
+			BatchFileBytes:  cfg.OpenAI.MaxFileBytes,
 		}, st, sched),
 		// The headers' time. A body's is limits.bodyReadTimeout, which the
 		// API sets once the headers are in, in place of a ReadTimeout
@@ -213,6 +228,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		g.Go(func() error { return cm.payloads.RunSweeper(gctx, cm.refs, cfg.SweepInterval, time.Hour) })
 	}
 	g.Go(func() error { return st.RunSweeper(gctx, cfg.ResultTTL, cfg.SweepInterval) })
+	g.Go(func() error { return store.RunUsageSweeper(gctx, st, time.Now, cfg.Usage.Retention, cfg.SweepInterval) })
 	g.Go(func() error { return gpus.Run(gctx, cfg.GPU.RefreshInterval) })
 	g.Go(func() error {
 		select {
@@ -223,6 +239,8 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		}
 	})
 	g.Go(func() error { return hist.Run(gctx) })
+	// Batches stop making calls at the shutdown; the next start resumes them.
+	g.Go(func() error { return batchAPI.Run(gctx) })
 	// Deliveries go on through the drain, for the calls finishing in it,
 	// and stop with the waits; what is left is sent after a restart.
 	g.Go(func() error { return hooks.Run(apiCtx) })
@@ -375,5 +393,6 @@ func schedulerConfig(cfg config.Config) scheduler.Config {
 		RestartBackoff:           cfg.Replica.RestartBackoff,
 		MaxRestartBackoff:        cfg.Replica.MaxRestartBackoff,
 		AbortGrace:               cfg.Replica.StopGrace, // a cancelled call's replica: free by then, or replaced
+		UsageFlush:               cfg.Usage.FlushInterval,
 	}
 }

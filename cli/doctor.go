@@ -123,7 +123,7 @@ func doctorDataDir(r *doctorReport, cfg config.Config) {
 	f.Close()
 	os.Remove(f.Name())
 	if fi.Mode().Perm()&0o077 != 0 {
-		r.line("warn", "data dir", "%s is writable but has mode %o: chmod 700 it, it holds key hashes", cfg.DataDir, fi.Mode().Perm())
+		r.line("warn", "data dir", "%s is writable but has mode %o, open to other users: inferd makes it 700 when it starts (it holds key hashes and every team's logs)", cfg.DataDir, fi.Mode().Perm())
 		return
 	}
 	r.line("ok", "data dir", "%s exists and is writable", cfg.DataDir)
@@ -216,6 +216,7 @@ func doctorGPU(r *doctorReport, cfg config.Config) {
 	defer inv.Close()
 	if n := inv.Count(); n > 0 {
 		r.line("ok", "gpu", "%d NVIDIA GPU(s) via %s", n, inv.Source())
+		doctorParking(r, inv)
 		return
 	}
 	detail := ""
@@ -235,6 +236,19 @@ func doctorGPU(r *doctorReport, cfg config.Config) {
 		}
 	}
 	r.line("warn", "gpu", "no NVIDIA driver: CPU only%s; install the NVIDIA driver to serve GPU models", detail)
+}
+
+// doctorParking says whether idle GPU replicas can be parked here (a
+// project's parkTimeout; docs/gpu.md "Parking"): the CUDA driver's
+// checkpoint API, asked through inferd cuda-checkpoint as serve asks it.
+// Without it parking is only a warning for the projects that set
+// parkTimeout (doctor's project checks say which).
+func doctorParking(r *doctorReport, gpus local.Inventory) {
+	if err := local.ParkSupportOf(gpus)(); err != nil {
+		r.line("ok", "parking", "not available (%v): projects with parkTimeout keep idle replicas warm until idleTimeout; driver 570 or later parks them", err)
+		return
+	}
+	r.line("ok", "parking", "the CUDA driver's checkpoint API is there: projects with parkTimeout park idle GPU replicas in host memory")
 }
 
 func doctorListen(r *doctorReport, cfg config.Config, running bool) {
@@ -307,15 +321,24 @@ func doctorSandbox(r *doctorReport, cfg config.Config) (*local.Backend, bool) {
 		return nil, false
 	}
 	labels := map[string]string{
-		backend.ProtectionIdentity:    "model user",
-		backend.ProtectionProcessTree: "process tree",
-		backend.ProtectionMemoryLimit: "memory limit",
-		backend.ProtectionPidsLimit:   "pids limit",
-		backend.ProtectionNetwork:     "network",
-		backend.ProtectionPrivateDirs: "private dirs",
-		backend.ProtectionDevices:     "devices",
+		backend.ProtectionIdentity:       "model user",
+		backend.ProtectionProcessTree:    "process tree",
+		backend.ProtectionMemoryLimit:    "memory limit",
+		backend.ProtectionPidsLimit:      "pids limit",
+		backend.ProtectionNetwork:        "network",
+		backend.ProtectionPrivateDirs:    "private dirs",
+		backend.ProtectionDevices:        "devices",
+		backend.ProtectionPIDNamespace:   "pid ns",
+		backend.ProtectionPrivateTmp:     "private tmp",
+		backend.ProtectionUserNamespaces: "user ns",
+		backend.ProtectionPrivateFiles:   "file modes",
 	}
 	for _, p := range b.Protections() {
+		if p.Name == backend.ProtectionPrivateFiles {
+			// Doctor's backend keeps no logs: look at the daemon's,
+			// which it closes when it starts, changing nothing here.
+			p = local.PrivateFiles(cfg.LogDir(), cfg.RunDir())
+		}
 		status := "ok"
 		if !p.On {
 			status = "warn"

@@ -38,11 +38,15 @@ Usage:
   inferd [global flags] backup [--force] FILE       consistent snapshot of the data file (also while serving)
   inferd [global flags] restore FILE                replace the data file with a backup (daemon stopped)
   inferd [global flags] call cancel CALLID          cancel a queued or running call
+  inferd [global flags] usage [--from T] [--to T] [--group-by project|team|hour] [--team T] [--json]
+                                                    what each team and project used, as CSV
   inferd [global flags] logs PROJECT [--replica ID] [-n LINES] [-f]
                                                     a replica's output (default: the newest log)
   inferd [global flags] doctor                      check this box and say what to fix
   inferd [global flags] cluster status|members|add-member|promote-member|remove-member|backup|restore|import
                                                     operate a cluster (talks to etcd, not the daemon)
+  inferd [global flags] cuda-checkpoint check|state|park|restore [PID...]
+                                                    the CUDA driver's checkpoint API, as parking uses it (docs/gpu.md)
   inferd version                                    (also: inferd --version)
   inferd help [COMMAND]                             this text, or a command's (also: inferd COMMAND --help)
 
@@ -163,12 +167,16 @@ func (m *Main) command(name string, e *env) command {
 		return &logsCommand{env: e}
 	case "call":
 		return &callCommand{env: e}
+	case "usage":
+		return &usageCommand{env: e}
 	case "doctor":
 		return &doctorCommand{env: e}
 	case "cluster":
 		return &clusterCommand{env: e}
 	case "version":
 		return &versionCommand{env: e, build: m.Build}
+	case "cuda-checkpoint":
+		return &cudaCheckpointCommand{env: e}
 	}
 	return nil
 }

@@ -35,7 +35,7 @@ func (m *machineCheck) init() {
 	m.once.Do(func() {
 		m.gpus = gpu.Open(m.cfg.GPU.Simulate, m.cfg.GPU.Disabled, zerolog.Nop())
 		runAs, err := local.ModelUser(m.cfg.Replica.User)
-		m.checker = &local.Checker{RunAs: runAs, Devices: m.gpus.Devices}
+		m.checker = &local.Checker{RunAs: runAs, Devices: m.gpus.Devices, Parking: local.ParkSupportOf(m.gpus)}
 		if err != nil {
 			m.userErr = fmt.Errorf("replica.user: %w: serve will refuse to start; create the user or set replica.user", err)
 		}

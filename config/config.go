@@ -50,6 +50,8 @@ type Config struct {
 	Replica                  Replica       `koanf:"replica"`
 	GPU                      GPU           `koanf:"gpu"`
 	Webhook                  Webhook       `koanf:"webhook"`
+	OpenAI                   OpenAI        `koanf:"openai"`
+	Usage                    Usage         `koanf:"usage"`
 	// Cluster is set by a cluster: section (file only); nil is the
 	// single-box appliance (see cluster.go).
 	Cluster *Cluster `koanf:"cluster"`
@@ -72,6 +74,27 @@ type Webhook struct {
 	// host names, "*.domain"); empty allows all but link-local and cloud
 	// metadata addresses.
 	Allow []string `koanf:"allow"`
+}
+
+// OpenAI holds the settings of the OpenAI front door (docs/openai.md).
+type OpenAI struct {
+	// QueueWait is how long a request waits for a ready replica (a boot
+	// from zero included) before it is answered 503 and its call expires.
+	QueueWait time.Duration `koanf:"queueWait"`
+	// MaxFileBytes bounds one Batch API file; MaxTeamFileBytes all files
+	// of a team, batch outputs included.
+	MaxFileBytes     int64 `koanf:"maxFileBytes"`
+	MaxTeamFileBytes int64 `koanf:"maxTeamFileBytes"`
+}
+
+// Usage holds the settings of the usage ledger (docs/operations.md "Usage").
+type Usage struct {
+	// Retention is how long the hourly roll-ups are kept (a call's own
+	// usage goes with the call, after resultTTL).
+	Retention time.Duration `koanf:"retention"`
+	// FlushInterval is how often replica time no call used (boot, idle) is
+	// written; a crash loses at most this much of it.
+	FlushInterval time.Duration `koanf:"flushInterval"`
 }
 
 // Limits bound what one client can take of the daemon (see docs/security.md).
@@ -189,6 +212,11 @@ func defaults() map[string]any {
 		"webhook.sendersPerTeam":        webhook.DefaultSendersPerTeam,
 		"webhook.maxPendingPerTeam":     webhook.DefaultMaxPendingPerTeam,
 		"webhook.allow":                 []any{},
+		"openai.queueWait":              "5m",
+		"openai.maxFileBytes":           100 << 20,
+		"openai.maxTeamFileBytes":       1 << 30,
+		"usage.retention":               "2160h",
+		"usage.flushInterval":           "1m",
 	}
 }
 
@@ -390,7 +418,8 @@ func (c Config) validate() error {
 		"limits.readHeaderTimeout": c.Limits.ReadHeaderTimeout,
 		"limits.bodyReadTimeout":   c.Limits.BodyReadTimeout, "limits.streamWriteTimeout": c.Limits.StreamWriteTimeout,
 		"webhook.retryFor": c.Webhook.RetryFor, "webhook.firstRetry": c.Webhook.FirstRetry,
-		"webhook.timeout": c.Webhook.Timeout,
+		"webhook.timeout": c.Webhook.Timeout, "openai.queueWait": c.OpenAI.QueueWait,
+		"usage.retention": c.Usage.Retention, "usage.flushInterval": c.Usage.FlushInterval,
 	}
 	for _, key := range sortedKeys(positive) {
 		if positive[key] <= 0 {
@@ -471,6 +500,10 @@ func (c Config) validate() error {
 	}
 	if c.Replica.MaxBootFailures < 1 {
 		bad("replica.maxBootFailures", "must be at least 1, got %d", c.Replica.MaxBootFailures)
+	}
+	if c.OpenAI.MaxFileBytes < 1024 || c.OpenAI.MaxTeamFileBytes < c.OpenAI.MaxFileBytes {
+		bad("openai.maxFileBytes/maxTeamFileBytes", "must be at least 1024, and maxTeamFileBytes at least maxFileBytes; got %d and %d",
+			c.OpenAI.MaxFileBytes, c.OpenAI.MaxTeamFileBytes)
 	}
 	if c.Webhook.Senders < 1 {
 		bad("webhook.senders", "must be at least 1, got %d", c.Webhook.Senders)
@@ -555,10 +588,22 @@ func (c Config) RunDir() string { return filepath.Join(c.DataDir, "run") }
 // per-project), for good.
 func (c Config) UIDFile() string { return filepath.Join(c.RunDir(), "uids.json") }
 
-// EnsureDataDir creates the data directory, private to the daemon's user.
+// EnsureDataDir creates the data directory, private to the daemon's user,
+// and makes one that exists so: an admin may have made it 0755 beforehand,
+// and it holds the key hashes, the calls and every team's model logs. It
+// fails when the directory is open to others and cannot be closed.
 func (c Config) EnsureDataDir() error {
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create data dir %s: %w", c.DataDir, err)
+	}
+	fi, err := os.Stat(c.DataDir)
+	if err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		if err := os.Chmod(c.DataDir, perm&^0o077); err != nil {
+			return fmt.Errorf("data dir %s has mode %o, open to other users, and cannot be made private (%w): chmod 700 it as its owner", c.DataDir, perm, err)
+		}
 	}
 	return nil
 }

@@ -244,3 +244,23 @@ func TestFileOnlyKeyFromEnvironmentSaysFileOnly(t *testing.T) {
 		t.Fatalf("err %v, want one naming INFERD_GPU_SIMULATE as file only", err)
 	}
 }
+
+// TestEnsureDataDirClosesAnOpenDataDir: a data dir an admin made 0755
+// beforehand is made the daemon's user's only; a new one is made so.
+func TestEnsureDataDirClosesAnOpenDataDir(t *testing.T) {
+	open := filepath.Join(t.TempDir(), "open")
+	if err := os.Mkdir(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{open, filepath.Join(t.TempDir(), "new", "data")} {
+		if err := (Config{DataDir: dir}).EnsureDataDir(); err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("data dir %s after EnsureDataDir: %v, %v; want mode 700", dir, fi.Mode(), err)
+		}
+	}
+}

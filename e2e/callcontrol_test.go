@@ -78,12 +78,12 @@ func TestCancelEndToEnd(t *testing.T) {
 	mark := marker()
 	d, c, _ := callControlDaemon(t, "", echoProject("slow", "acme", "mk-slow", echo, mark, "")+"    minReplicas: 1\n    maxReplicas: 1\n")
 	eventually(t, 30*time.Second, "replica up", func() bool { return len(processesWithEnv(mark)) == 1 })
-	pid := output(t, c.start("mk-slow", `{}`, false))["pid"]
+	replica := output(t, c.start("mk-slow", `{}`, false))["replica"]
 
 	running := c.start("mk-slow", `{"sleep":30}`, true)["callID"].(string)
 	c.waitState(running, "running")
 	// Queued behind it, a call that would crash the model if it ever ran:
-	// the model's pid and the crash counter prove it never did.
+	// the model's replica and the crash counter prove it never did.
 	queued := c.start("mk-slow", `{"crash":true}`, true)["callID"].(string)
 	if r := c.check(queued, false); r["message"] != "queued" || r["queuePosition"] != float64(0) {
 		t.Fatalf("queued call: %v; want queued at position 0", r)
@@ -106,8 +106,8 @@ func TestCancelEndToEnd(t *testing.T) {
 		t.Fatalf("running call after cancel: %v", r)
 	}
 	next := c.start("mk-slow", `{"after":"cancel"}`, false)
-	if next["message"] != "success" || output(t, next)["pid"] != pid {
-		t.Fatalf("next call: %v; want success on the same model process (pid %v)", next, pid)
+	if next["message"] != "success" || output(t, next)["replica"] != replica {
+		t.Fatalf("next call: %v; want success on the same replica (%v)", next, replica)
 	}
 	if got := d.metric(t, `inferd_replica_crashes_total{project="slow"}`); got != "0" {
 		t.Errorf("replica crashes = %s: the cancelled call reached the model", got)

@@ -45,6 +45,13 @@ func TestMain(m *testing.M) {
 	if _, ok := inThrowawayRoot(); ok {
 		os.Exit(m.Run()) // the package test's copy: it runs the packaged binary
 	}
+	// As root each replica has a /tmp of its own: the files tests share
+	// with models (and the models themselves) go where models see them.
+	restore, err := testenv.ShareTempDirWithModels()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	dir, err := os.MkdirTemp("", "inferd-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -69,6 +76,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	restore()
 	os.Exit(code)
 }
 
@@ -357,9 +365,12 @@ func marker() string {
 }
 
 // processesWithEnv lists live pids whose environment contains E2E_MARKER=m.
-func processesWithEnv(m string) []int {
+func processesWithEnv(m string) []int { return processesWithEnvVar("E2E_MARKER", m) }
+
+// processesWithEnvVar lists live pids whose environment has name=value.
+func processesWithEnvVar(name, value string) []int {
 	entries, _ := os.ReadDir("/proc")
-	want := []byte("E2E_MARKER=" + m + "\x00")
+	want := []byte(name + "=" + value + "\x00")
 	var pids []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -88,9 +87,9 @@ func TestModelFaultsEndToEnd(t *testing.T) {
 		if err != nil || message(r) != "success" {
 			t.Fatalf("spawn call: %v %v", r, err)
 		}
-		child := int(r["modelOutputs"].([]any)[0].(map[string]any)["child"].(float64))
-		if pids := processesWithEnv(leakMark); len(pids) != 2 || !slices.Contains(pids, child) {
-			t.Fatalf("want the replica and its child %d running, got pids %v", child, pids)
+		// The child's pid is of the replica's PID namespace: count instead.
+		if pids := processesWithEnv(leakMark); len(pids) != 2 {
+			t.Fatalf("want the replica and its child running, got pids %v", pids)
 		}
 		// Lowering idleTimeout to 1 s stops the replica, idle since the call;
 		// its child (which inherited the marker) must go with it. (A 1 s

@@ -107,7 +107,7 @@ func TestDebPackageInstallsServesAndPurges(t *testing.T) {
 	manPage = strings.NewReplacer(`\-`, "-", `\e`, `\`, `\&`, "").Replace(manPage)
 	global := mustOutput(t, exec.Command(pkgBinary, "help"))
 	helps := map[string]string{"": global}
-	for _, m := range regexp.MustCompile(`(?m)^  inferd \[global flags\] ([a-z]+)`).FindAllStringSubmatch(global, -1) {
+	for _, m := range regexp.MustCompile(`(?m)^  inferd \[global flags\] ([a-z][a-z-]*)`).FindAllStringSubmatch(global, -1) {
 		helps[m[1]] = mustOutput(t, exec.Command(pkgBinary, "help", m[1]))
 	}
 	if len(helps) < 5 {
@@ -183,7 +183,7 @@ func TestDebPackageInstallsServesAndPurges(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(pkgDataDir, "inferd.db")); err != nil || int(fi.Sys().(*syscall.Stat_t).Uid) != uid {
 		t.Errorf("the data file should be %s/inferd.db owned by %s: %v", pkgDataDir, unit.user, err)
 	}
-	model := int(out["pid"].(float64))
+	model := modelPid(t, d, out)
 	d.stop()
 	eventually(t, 30*time.Second, "no process of user "+unit.user+" left", func() bool { return len(processesOfUser(uid)) == 0 })
 	if !processGone(model) {
@@ -200,6 +200,7 @@ func TestDebPackageInstallsServesAndPurges(t *testing.T) {
 	report := mustOutput(t, asUnit(t, unit, uid, gid, doctor))
 	for _, want := range []string{"ok    data dir     " + pkgDataDir, "ok    data file    " + pkgDataDir + "/inferd.db opens",
 		"ok    model user   a uid per project", "ok    network", "ok    private dirs",
+		"ok    pid ns", "ok    private tmp", "ok    user ns", "ok    file modes",
 		"ok    example      /usr/share/inferd/examples/echo boots"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("doctor on the installed package lacks %q:\n%s", want, report)
@@ -224,6 +225,42 @@ func TestDebPackageInstallsServesAndPurges(t *testing.T) {
 	}
 }
 
+// modelPid is the pid, as the host numbers it, of d's echo model that
+// answered out: the pid it reports is of its own PID namespace, and its
+// replica id may be another daemon's too (another package test on the box).
+func modelPid(t *testing.T, d *daemon, out map[string]any) int {
+	t.Helper()
+	var mine []int
+	for _, pid := range processesWithEnvVar("INFERD_REPLICA_ID", fmt.Sprint(out["replica"])) {
+		if descendsFrom(pid, d.cmd.Process.Pid) {
+			mine = append(mine, pid)
+		}
+	}
+	if len(mine) != 1 {
+		t.Fatalf("processes of replica %v under the daemon: %v, want the model alone", out["replica"], mine)
+	}
+	return mine[0]
+}
+
+// descendsFrom reports whether ancestor is pid's parent, or its parent's...
+func descendsFrom(pid, ancestor int) bool {
+	for pid > 1 {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		i := bytes.LastIndexByte(stat, ')')
+		if err != nil || i < 0 {
+			return false
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 2 {
+			return false
+		}
+		if pid, _ = strconv.Atoi(f[1]); pid == ancestor {
+			return true
+		}
+	}
+	return false
+}
+
 // checkServiceSandbox shows that the service, as the unit runs it (its user,
 // capabilities and delegated cgroup, not root), puts replicas in their box:
 // /v1/status reports each protection on (memory and pids limits where the
@@ -240,7 +277,7 @@ func checkServiceSandbox(t *testing.T, d *daemon, key string, out map[string]any
 			Detail string `json:"detail"`
 		} `json:"protections"`
 	}
-	if err := json.Unmarshal(body, &st); status != 200 || err != nil || len(st.Protections) != 7 {
+	if err := json.Unmarshal(body, &st); status != 200 || err != nil || len(st.Protections) != 11 {
 		t.Fatalf("GET /v1/status: %d %v %s", status, err, body)
 	}
 	for _, p := range st.Protections {
@@ -252,7 +289,7 @@ func checkServiceSandbox(t *testing.T, d *daemon, key string, out map[string]any
 			t.Errorf("under the unit, protection %s is off: %s", p.Name, p.Detail)
 		}
 	}
-	pid := int(out["pid"].(float64))
+	pid := modelPid(t, d, out)
 	procStatus, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)

@@ -32,9 +32,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	shot := filepath.Join(shots, "status-page.png")
+	usageShot := filepath.Join(shots, "usage-panel.png")
 
 	echo := echoDir(t)
-	dir, cfg := newDaemonDir(t, "gpu:\n  simulate:\n"+
+	dir, cfg := newDaemonDir(t, "usage:\n  flushInterval: 2s\ngpu:\n  simulate:\n"+
 		"    - {name: \"Simulated A100\", memoryMiB: 40960}\n"+
 		"    - {name: \"Simulated L4\", memoryMiB: 24576}\n")
 	d := startDaemon(t, dir, cfg)
@@ -105,7 +106,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 		"EXPECT_CALL="+callID,
 		"EXPECT_REPLICA=captioner-1",
 		"EXPECT_TEAM=vision:8",
+		"EXPECT_QUEUED=detector",
+		"EXPECT_USAGE=vision",
 		"SCREENSHOT="+shot,
+		"USAGE_SCREENSHOT="+usageShot,
 		"CHROMIUM="+browser,
 	)
 	out, err := cmd.CombinedOutput()
@@ -116,7 +120,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Fatalf("the browser script did not finish:\n%s", out)
 	}
 	fmt.Fprintf(os.Stderr, "%s", out)
-	t.Logf("status page screenshot: %s", shot)
+	t.Logf("status page screenshot: %s; usage panel: %s", shot, usageShot)
 }
 
 // browserTools returns node, Debian's chromium and the web/browsertest

@@ -366,7 +366,7 @@ func TestThreeNodeClusterFencesCutOffNode(t *testing.T) {
 	// answer: a node that stopped it would leave the check below nothing
 	// to check, so that fails the test rather than pass it unchecked.
 	var answered time.Time
-	if held := c.firstRun(t, "late"); processAlive(held.Pid) {
+	if held := c.firstRun(t, "late"); replicaAlive(held.Replica) {
 		if err := os.WriteFile(release, nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -376,8 +376,8 @@ func TestThreeNodeClusterFencesCutOffNode(t *testing.T) {
 		})
 		answered = time.Now()
 	} else {
-		t.Errorf("%s stopped the model process of the held run (pid %d) before it could answer late: "+
-			"the check that a late result is discarded could not run", victim.name, held.Pid)
+		t.Errorf("%s stopped the model process of the held run (replica %s) before it could answer late: "+
+			"the check that a late result is discarded could not run", victim.name, held.Replica)
 	}
 
 	t.Run("the cut-off node takes no new work", func(t *testing.T) {
@@ -599,10 +599,11 @@ func (c *threeNodes) firstRun(t *testing.T, tag string) run {
 	return run{}
 }
 
-// processAlive reports whether pid is a live process (not a zombie).
-func processAlive(pid int) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	return err == nil && !isZombie(stat)
+// replicaAlive reports whether a process of the replica lives (one with
+// INFERD_REPLICA_ID=id, not a zombie): the pid a model reports is of its
+// PID namespace, not the test's.
+func replicaAlive(id string) bool {
+	return len(processesWithEnvVar("INFERD_REPLICA_ID", id)) > 0
 }
 
 // waitReplicas waits until want holds of the marked project's model

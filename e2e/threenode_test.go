@@ -381,8 +381,8 @@ type run struct {
 	Inputs struct {
 		Tag string `json:"tag"`
 	} `json:"inputs"`
-	Node string `json:"env"` // E2E_NODE: the calls that log runs ask for it
-	Pid  int    `json:"pid"` // the model process
+	Node    string `json:"env"`     // E2E_NODE: the calls that log runs ask for it
+	Replica string `json:"replica"` // the replica that ran it
 }
 
 // runs reads the run log: the nodes each tag ran on, in the order the

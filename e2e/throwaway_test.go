@@ -60,7 +60,15 @@ func runInThrowawayRoot(t *testing.T, deb string) {
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1",
 		"-test.timeout="+throwawayLimit.String())
 	cmd.Dir = "e2e" // TestMain steps up to the module root, as for this process
-	cmd.Env = append(os.Environ(), throwawayDebEnv+"="+deb, throwawayScratchEnv+"="+t.TempDir())
+	// Not t.TempDir: as root that is under /var (testenv.ShareTempDirWithModels),
+	// which the copy overlays, and an overlay's upper layer may not sit in
+	// its lower one.
+	scratch, err := os.MkdirTemp("/tmp", "inferd-pkgtest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(scratch) })
+	cmd.Env = append(os.Environ(), throwawayDebEnv+"="+deb, throwawayScratchEnv+"="+scratch)
 	// A mount namespace of its own, made private (os/exec remounts / with
 	// MS_PRIVATE for CLONE_NEWNS), in a process group of its own so that a
 	// timeout kills the daemon and models it started too.

@@ -60,6 +60,10 @@ type backend interface {
 	sample() map[string]sample
 	// close releases the library; later samples return nothing.
 	close() error
+	// energy reads a device's total-energy counter, in millijoules since
+	// the driver loaded; false when it has none (MIG devices, older
+	// GPUs) or the library is not up.
+	energy(uuid string) (uint64, bool)
 }
 
 // scan is one enumeration of NVML's devices.
@@ -115,6 +119,18 @@ func sortDevices(devs []Device) {
 // empty is the Inventory of a box with no usable GPU.
 func empty(log zerolog.Logger) *Inventory {
 	return newInventory(sourceNone, nil, nil, log)
+}
+
+// EnergyMillijoules reads the total-energy counter of the device with this
+// UUID (NVML's nvmlDeviceGetTotalEnergyConsumption: millijoules since the
+// driver loaded), for the usage ledger's energy figures. False when the
+// device has no such counter (simulated GPUs, MIG devices, GPUs before
+// Volta) or NVML is not up: energy is then absent, never zero.
+func (i *Inventory) EnergyMillijoules(uuid string) (uint64, bool) {
+	if i.backend == nil {
+		return 0, false
+	}
+	return i.backend.energy(uuid)
 }
 
 // Devices returns a copy of the devices, sorted by index; never nil.

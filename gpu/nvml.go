@@ -317,6 +317,21 @@ func (b *nvmlBackend) sample() map[string]sample {
 	return out
 }
 
+// energy reads the device's total-energy counter. Any failure, NOT_SUPPORTED
+// above all (MIG devices, GPUs before Volta), is "no counter": the caller
+// reports energy as absent. Nothing is logged: a box without the counter
+// would log on every call.
+func (b *nvmlBackend) energy(uuid string) (uint64, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h, ok := b.handles[uuid]
+	if b.closed || !b.up || !ok {
+		return 0, false
+	}
+	mj, ret := h.GetTotalEnergyConsumption()
+	return mj, ret == nvml.SUCCESS
+}
+
 // read samples one device. Only memory is essential; utilization and the
 // process list are optional, and their failures are logged once per streak.
 // The caller holds b.mu.

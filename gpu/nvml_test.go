@@ -49,7 +49,9 @@ type fakeGPU struct {
 	migs        []*fakeGPU // MIG devices by MIG slot; nil entries are empty slots
 	gi, ci      int        // a MIG device's GPU and compute instance ids
 	giRet       nvml.Return
-	memCalls    int // GetMemoryInfo (either version) calls so far
+	memCalls    int         // GetMemoryInfo (either version) calls so far
+	energyMJ    uint64      // the total-energy counter
+	energyRet   nvml.Return // NOT_SUPPORTED: no counter (MIG devices, older GPUs)
 }
 
 func (f *fakeGPU) set(change func(f *fakeGPU)) {
@@ -92,6 +94,10 @@ func (f *fakeGPU) device() *mock.Device {
 			return slices.Clone(f.procs), f.procRet
 		},
 		GetMaxMigDeviceCountFunc: func() (int, nvml.Return) { defer lock()(); return len(f.migs), nvml.SUCCESS },
+		GetTotalEnergyConsumptionFunc: func() (uint64, nvml.Return) {
+			defer lock()()
+			return f.energyMJ, f.energyRet
+		},
 		GetMigDeviceHandleByIndexFunc: func(k int) (nvml.Device, nvml.Return) {
 			defer lock()()
 			if k < 0 || k >= len(f.migs) || f.migs[k] == nil {
@@ -915,5 +921,35 @@ func TestInventoryIsSafeForConcurrentUse(t *testing.T) {
 	wg.Wait()
 	if got := inv.Devices()[0].MemoryFreeMiB; got != 199 {
 		t.Errorf("free = %d, want 199", got)
+	}
+}
+
+func TestEnergyCounterIsReadWhereTheGPUHasOne(t *testing.T) {
+	a, h := a100(), h100()
+	a.set(func(f *fakeGPU) { f.energyMJ = 123456 })
+	h.set(func(f *fakeGPU) { f.energyRet = nvml.ERROR_NOT_SUPPORTED })
+	inv := discover(newMockLib("550.54.15", a, h), migMinors(t), zerolog.Nop())
+	if mj, ok := inv.EnergyMillijoules(a.uuid); !ok || mj != 123456 {
+		t.Errorf("A100 energy = %d, %v; want 123456 mJ", mj, ok)
+	}
+	a.set(func(f *fakeGPU) { f.energyMJ += 5000 })
+	if mj, _ := inv.EnergyMillijoules(a.uuid); mj != 128456 {
+		t.Errorf("after 5 J: %d mJ; the counter is read at each call", mj)
+	}
+	if _, ok := inv.EnergyMillijoules(h.uuid); ok {
+		t.Error("a GPU without the counter (NOT_SUPPORTED) reported energy; want absent")
+	}
+	if _, ok := inv.EnergyMillijoules("GPU-nobody"); ok {
+		t.Error("an unknown UUID reported energy")
+	}
+	if err := inv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := inv.EnergyMillijoules(a.uuid); ok {
+		t.Error("energy read after Close (handles are invalid after Shutdown)")
+	}
+	sim := Simulated([]SimulatedGPU{{MemoryMiB: 1024}})
+	if _, ok := sim.EnergyMillijoules(sim.Devices()[0].UUID); ok {
+		t.Error("a simulated GPU reported energy; want absent")
 	}
 }

@@ -33,6 +33,7 @@ type AdminStore interface {
 	GetProject(id string) (store.Project, error)
 	DeleteProject(id string) error
 	WebhookSecret(teamID string, rotate bool) (string, error)
+	UsageReader // GET /admin/usage (usage.go)
 }
 
 // BackupWriter is the optional part of an AdminStore that serves
@@ -96,6 +97,7 @@ func NewAdmin(st AdminStore, log zerolog.Logger, opts ...AdminOption) http.Handl
 	r.GET("/admin/backup", a.backup)
 	r.GET("/admin/logs/:project", a.logs)
 	r.POST("/admin/calls/:id/cancel", a.cancelCall)
+	r.GET("/admin/usage", a.usage)
 	return withRequestLog(r, log)
 }
 

@@ -126,8 +126,9 @@ func (a *admin) setTeam(w http.ResponseWriter, r *http.Request, ps httprouter.Pa
 // setQuotas checks an apply against its teams' quotas and sets the quotas
 // it lists. The check covers every team an applied project belongs to, with
 // the quota the manifest gives it or else the stored one, over the team's
-// projects as they will be (stored ones the apply leaves alone included);
-// and every applied project against its own caps. Quotas are set before
+// projects as they will be (stored ones the apply leaves alone included),
+// whose OpenAI model names must not clash (store.CheckModelNames); and
+// every applied project against its own caps. Quotas are set before
 // the projects are written, so a project write that then fails (a modelKey
 // conflict) leaves the new quotas in place, never projects over a quota.
 func (a *admin) setQuotas(teams []store.Team, projects []store.Project) error {
@@ -175,7 +176,11 @@ func (a *admin) setQuotas(teams []store.Team, projects []store.Project) error {
 		all := slices.DeleteFunc(stored, func(s store.Project) bool {
 			return slices.ContainsFunc(applied, func(p store.Project) bool { return p.ID == s.ID })
 		})
-		if err := q.CheckProjects(team, append(all, applied...)); err != nil {
+		all = append(all, applied...)
+		if err := q.CheckProjects(team, all); err != nil {
+			return badRequest("%s (nothing was applied)", err.Error())
+		}
+		if err := store.CheckModelNames(all); err != nil {
 			return badRequest("%s (nothing was applied)", err.Error())
 		}
 	}

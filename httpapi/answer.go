@@ -114,6 +114,7 @@ func (r inferenceResponse) appendJSON(dst []byte) []byte {
 		dst = jsonw.String(dst, r.WaitingFor.Text)
 		dst = append(dst, '}')
 	}
+	dst = optInt64(dst, `,"etaMs":`, r.EtaMs)
 	dst = optInt64(dst, `,"queueMs":`, r.QueueMs)
 	dst = optInt64(dst, `,"bootMs":`, r.BootMs)
 	dst = optInt64(dst, `,"runMs":`, r.RunMs)

@@ -52,9 +52,11 @@ type inferenceResponse struct {
 	Finished   bool   `json:"finished"`
 	// QueuePosition: for a queued call, how many go before it (0 = next).
 	QueuePosition *int `json:"queuePosition,omitempty"`
-	// WaitingFor: for a queued call that cannot run beyond waiting its
-	// turn, why (a code and a sentence); message stays the state name.
+	// WaitingFor: for a queued call, why it waits (a code and a sentence);
+	// message stays the state name. EtaMs: how long until it has likely
+	// finished, when the scheduler can tell (estimate.go).
 	WaitingFor *store.Wait `json:"waitingFor,omitempty"`
+	EtaMs      *int64      `json:"etaMs,omitempty"`
 	QueueMs    *int64      `json:"queueMs,omitempty"`
 	BootMs     *int64      `json:"bootMs,omitempty"`
 	RunMs      *int64      `json:"runMs,omitempty"`
@@ -317,7 +319,9 @@ func (a *api) callResponse(c store.Call) inferenceResponse {
 	default:
 		resp.Message = pendingMessage(c)
 		resp.QueuePosition = queuePosition(c)
-		resp.WaitingFor = c.WaitingFor
+		if resp.QueuePosition != nil {
+			resp.WaitingFor, resp.EtaMs = c.WaitingFor, c.ETAMs
+		}
 	}
 	if !c.Dispatched.IsZero() {
 		resp.QueueMs = &c.QueueMs

@@ -107,14 +107,20 @@ func NewMetrics(set *vm.Set) *Metrics {
 func (m *Metrics) SetSources(src MetricsSources) { m.src.Store(&src) }
 
 // CallFinished counts a finished call and records its latency (created to
-// finished) and its queue, boot and run times; a call that never reached a
-// replica records only its latency.
+// finished), its queue, boot and run times, and the tokens its model
+// reported; a call that never reached a replica records only its latency.
 func (m *Metrics) CallFinished(c store.Call) {
 	s := m.callSeries(c.ProjectID, c.State == store.CallSucceeded)
 	s.calls.Inc()
+	if t := c.Tokens; t != nil {
+		tl := `{team="` + labelValue(c.TeamID) + `",project="` + labelValue(c.ProjectID) + `",kind="`
+		m.set.GetOrCreateCounter(`inferd_tokens_total` + tl + `prompt"}`).Add(int(t.Prompt))
+		m.set.GetOrCreateCounter(`inferd_tokens_total` + tl + `completion"}`).Add(int(t.Completion))
+	}
 	if !c.Finished.IsZero() && !c.Created.IsZero() {
 		s.seconds.Update(max(c.Finished.Sub(c.Created).Seconds(), 0))
 	}
+	m.callUsage(c)
 	if c.Dispatched.IsZero() {
 		return
 	}
@@ -211,6 +217,53 @@ func (m *Metrics) CallRetried(project string) {
 // ReplicaOOMKilled counts a replica killed for going over its memoryMiB.
 func (m *Metrics) ReplicaOOMKilled(project string) {
 	m.projectCounter("inferd_replica_oom_kills_total", project)
+}
+
+// callUsage adds a finished call's usage to the inferd_usage_* counters:
+// the same totals as the usage ledger's (GET /v1/usage), since the daemon
+// started.
+func (m *Metrics) callUsage(c store.Call) {
+	u := c.Usage
+	if u == nil {
+		return
+	}
+	tp := usageLabels(c.TeamID, c.ProjectID)
+	m.set.GetOrCreateCounter(`inferd_usage_calls_total{` + tp + `}`).Inc()
+	m.set.GetOrCreateFloatCounter(`inferd_usage_replica_seconds_total{` + tp + `,phase="call"}`).Add(u.ReplicaSeconds)
+	m.set.GetOrCreateFloatCounter(`inferd_usage_gpu_seconds_total{` + tp + `,phase="call"}`).Add(u.GPUSeconds)
+	m.set.GetOrCreateCounter(`inferd_usage_bytes_total{` + tp + `,direction="in"}`).Add(int(u.BytesIn))
+	m.set.GetOrCreateCounter(`inferd_usage_bytes_total{` + tp + `,direction="out"}`).Add(int(u.BytesOut))
+	if u.CPUSeconds != nil {
+		m.set.GetOrCreateFloatCounter(`inferd_usage_cpu_seconds_total{` + tp + `}`).Add(*u.CPUSeconds)
+	}
+	if u.EnergyJoules != nil {
+		m.set.GetOrCreateFloatCounter(`inferd_usage_energy_joules_total{` + tp + `}`).Add(*u.EnergyJoules)
+	}
+}
+
+// ReplicaUsage adds the replica time no call used to the
+// inferd_usage_*_seconds_total counters, as boot or idle.
+func (m *Metrics) ReplicaUsage(rows []store.UsageRow) {
+	for _, r := range rows {
+		tp := usageLabels(r.TeamID, r.ProjectID)
+		for _, x := range []struct {
+			name, phase string
+			v           float64
+		}{
+			{"inferd_usage_replica_seconds_total", "boot", r.BootReplicaSeconds},
+			{"inferd_usage_replica_seconds_total", "idle", r.IdleReplicaSeconds},
+			{"inferd_usage_gpu_seconds_total", "boot", r.BootGPUSeconds},
+			{"inferd_usage_gpu_seconds_total", "idle", r.IdleGPUSeconds},
+		} {
+			if x.v > 0 {
+				m.set.GetOrCreateFloatCounter(x.name + `{` + tp + `,phase="` + x.phase + `"}`).Add(x.v)
+			}
+		}
+	}
+}
+
+func usageLabels(team, project string) string {
+	return `team="` + labelValue(team) + `",project="` + labelValue(project) + `"`
 }
 
 func (m *Metrics) projectCounter(name, project string) {

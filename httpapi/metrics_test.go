@@ -66,6 +66,14 @@ func loadedMetrics() *Metrics {
 		Dispatched: now.Add(-250 * time.Millisecond), Finished: now, QueueMs: 20, BootMs: 1500, RunMs: 250})
 	m.CallFinished(store.Call{ProjectID: "echo", State: store.CallFailed, Created: now.Add(-10 * time.Millisecond),
 		Dispatched: now.Add(-10 * time.Millisecond), Finished: now, RunMs: 10})
+	m.CallFinished(store.Call{ProjectID: "llm", TeamID: "acme", State: store.CallSucceeded, Created: now, Finished: now,
+		Tokens: &store.Tokens{Prompt: 12, Completion: 30}})
+	m.CallFinished(store.Call{ProjectID: "llm", TeamID: "acme", State: store.CallSucceeded, Created: now, Finished: now,
+		Tokens: &store.Tokens{Prompt: 3, Completion: 5}})
+	cpu, joules := 0.5, 12.5
+	m.CallFinished(store.Call{ProjectID: "metered", TeamID: "acme", State: store.CallSucceeded,
+		Usage: &store.CallUsage{ReplicaSeconds: 1.5, GPUSeconds: 0.75, CPUSeconds: &cpu, BytesIn: 10, BytesOut: 20, EnergyJoules: &joules}})
+	m.ReplicaUsage([]store.UsageRow{{TeamID: "acme", ProjectID: "metered", UsageTotals: store.UsageTotals{BootReplicaSeconds: 4, IdleReplicaSeconds: 30, BootGPUSeconds: 2, IdleGPUSeconds: 15}}})
 	// Never dispatched: a latency but no queue, boot or run time.
 	m.CallFinished(store.Call{ProjectID: "echo", State: store.CallFailed, Created: now.Add(-2 * time.Second), Finished: now})
 	m.ReplicaStarted("echo")
@@ -78,6 +86,10 @@ func loadedMetrics() *Metrics {
 	m.CallRetried("echo")
 	m.BatchDispatched("echo", 16, 3*time.Millisecond)
 	m.BatchDispatched("echo", 5, 0)
+	m.ReplicaParked("echo", 1500*time.Millisecond)
+	m.ReplicaRestored("echo", 400*time.Millisecond)
+	m.ParkFailed("echo")
+	m.RestoreFailed("echo", scheduler.RestoreGPUTaken)
 	return m
 }
 
@@ -110,6 +122,8 @@ func TestMetricsEndpoint(t *testing.T) {
 		`inferd_batch_wait_seconds_sum{project="echo"}`:                        0.003,
 		`inferd_batch_wait_seconds_bucket{project="echo",le="0.001"}`:          1,
 		`inferd_replica_starts_total{project="echo"}`:                          2,
+		`inferd_tokens_total{team="acme",project="llm",kind="prompt"}`:         15,
+		`inferd_tokens_total{team="acme",project="llm",kind="completion"}`:     35,
 		`inferd_replica_crashes_total{project="echo"}`:                         1,
 		`inferd_replica_oom_kills_total{project="echo"}`:                       1,
 		`inferd_replica_evictions_total{project="we\"ird"}`:                    1,
@@ -260,4 +274,28 @@ func docLabels(labels []string) string {
 		return "–"
 	}
 	return "`" + strings.Join(labels, "`, `") + "`"
+}
+
+func TestUsageCountersFollowTheLedger(t *testing.T) {
+	text := scrape(loadedMetrics())
+	for _, want := range []string{
+		`inferd_usage_calls_total{team="acme",project="metered"} 1`,
+		`inferd_usage_replica_seconds_total{team="acme",project="metered",phase="call"} 1.5`,
+		`inferd_usage_replica_seconds_total{team="acme",project="metered",phase="boot"} 4`,
+		`inferd_usage_replica_seconds_total{team="acme",project="metered",phase="idle"} 30`,
+		`inferd_usage_gpu_seconds_total{team="acme",project="metered",phase="idle"} 15`,
+		`inferd_usage_cpu_seconds_total{team="acme",project="metered"} 0.5`,
+		`inferd_usage_bytes_total{team="acme",project="metered",direction="out"} 20`,
+		`inferd_usage_energy_joules_total{team="acme",project="metered"} 12.5`,
+	} {
+		if !strings.Contains(text, want+"\n") {
+			t.Errorf("scrape lacks %s", want)
+		}
+	}
+	// A call without measures adds no CPU or energy sample: absent, not 0.
+	m := NewMetrics(vm.NewSet())
+	m.CallFinished(store.Call{ProjectID: "p", TeamID: "t", State: store.CallSucceeded, Usage: &store.CallUsage{ReplicaSeconds: 1}})
+	if text := scrape(m); strings.Contains(text, "inferd_usage_energy_joules_total") || strings.Contains(text, "inferd_usage_cpu_seconds_total") {
+		t.Errorf("unmeasured energy or CPU written: %s", text)
+	}
 }

@@ -20,8 +20,10 @@ type Route struct {
 	// status page's files and /cluster/v1/, whose requests nodes sign.
 	Need store.Permission
 	// KeyInBody: the key is the JSON body's apiKey (Banana's inference API);
+	// Bearer: the Authorization header's Bearer token (the OpenAI API);
 	// otherwise the X-Service-API-Key (or X-Banana-API-Key) header.
 	KeyInBody bool
+	Bearer    bool
 }
 
 // Keyed reports whether the route takes an API key.
@@ -73,6 +75,10 @@ func (a *api) routes() []route {
 	add(http.MethodPost, "/run/:project", store.PermInfer, false, a.run)
 	add(http.MethodPost, "/run/:project/*route", store.PermInfer, false, a.run)
 	add(http.MethodGet, "/v1/calls/:callID/events", store.PermInfer, false, a.callEvents)
+	a.openaiRoutes(func(method, path string, need store.Permission, h httprouter.Handle) { // openai.go
+		rs = append(rs, route{Route{Method: method, Path: path, Need: need, Bearer: true}, h})
+	})
+	both(http.MethodGet, "/v1/usage", store.PermRead, false, a.usage)
 	add(http.MethodGet, "/healthz", open, false, a.healthz)
 	add(http.MethodGet, "/readyz", open, false, a.readyz)
 	if m := a.opts.Metrics; m != nil {
@@ -90,6 +96,7 @@ func (a *api) routes() []route {
 		both(http.MethodGet, "/v1/status/gpus", store.PermRead, false, list(s, false, s.gpus))
 		both(http.MethodGet, "/v1/status/projects", store.PermRead, false, list(s, true, s.projects))
 		both(http.MethodGet, "/v1/status/calls", store.PermRead, false, list(s, true, s.calls))
+		both(http.MethodGet, "/v1/status/usage", store.PermRead, false, s.usage)
 		add(http.MethodGet, "/v1/status/projects/:id/replicas/:replica/logs", store.PermRead, false, s.logs)
 		if a.opts.Cluster != nil {
 			both(http.MethodGet, "/v1/status/cluster", store.PermRead, false, s.cluster)

@@ -12,6 +12,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 	"github.com/rs/zerolog"
 
+	"inferd/openai/batches"
 	"inferd/scheduler"
 	"inferd/store"
 	"inferd/webhook"
@@ -70,6 +71,14 @@ type Options struct {
 	// Cluster, in cluster mode, is this node's view of the cluster: the
 	// cluster section of /v1/status (cluster.go). Nil on a single box.
 	Cluster ClusterView
+	// OpenAIQueueWait is how long a request of the OpenAI routes waits for
+	// a ready replica (a boot from zero included) before it is answered
+	// 503 and its call expires (default 5 minutes; see openai.go).
+	OpenAIQueueWait time.Duration
+	// Batches, when set, serves the OpenAI Batch API (/v1/files,
+	// /v1/batches; openai_batches.go); BatchFileBytes bounds an upload.
+	Batches        BatchAPI
+	BatchFileBytes int64
 }
 
 func (o Options) withDefaults() Options {
@@ -81,6 +90,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.BatchFileBytes <= 0 {
+		o.BatchFileBytes = batches.DefaultMaxFileBytes
+	}
+	if o.OpenAIQueueWait <= 0 {
+		o.OpenAIQueueWait = DefaultOpenAIQueueWait
 	}
 	if o.APIVersion == "" {
 		o.APIVersion = DefaultAPIVersion
@@ -103,6 +118,7 @@ type Store interface {
 	UpdateProject(id string, fn func(*store.Project) error) (store.Project, error)
 	GetTeam(id string) (store.Team, error) // its quota bounds a PUT
 	CallByIdempotencyKey(teamID, key string) (store.Call, error)
+	UsageReader // GET /v1/usage (usage.go)
 }
 
 // Scheduler is what the public API needs from the scheduler.
@@ -208,6 +224,11 @@ func (a *api) recoverPanic(w http.ResponseWriter, r *http.Request, v any) {
 		a.writeInference(w, a.newResponse("error: internal error", ""))
 		return
 	}
+	if isOpenAIPath(r.URL.Path) {
+		a.openaiError(w, r, &oaiError{status: http.StatusInternalServerError, typ: "server_error", code: codeInternal,
+			msg: "internal error; see the server log for request id " + requestIDOf(w)})
+		return
+	}
 	writeJSON(w, http.StatusInternalServerError, errorBody{errorDetail{codeInternal,
 		"internal error; see the server log for request id " + requestIDOf(w)}})
 }
@@ -223,6 +244,17 @@ func logPanic(w http.ResponseWriter, r *http.Request, log zerolog.Logger, v any)
 		Bytes("stack", debug.Stack()).Msg("handler panicked")
 	rw, ok := w.(*responseRecorder)
 	return !ok || !rw.wroteHeader
+}
+
+// isOpenAIPath reports whether p is a route of the OpenAI front door,
+// whose errors have OpenAI's shape (openai.go).
+func isOpenAIPath(p string) bool {
+	for _, prefix := range []string{"/v1/chat/", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/files", "/v1/batches"} {
+		if strings.HasPrefix(p, prefix) {
+			return true
+		}
+	}
+	return strings.HasPrefix(p, "/v1/calls/") && strings.HasSuffix(p, "/response")
 }
 
 func isInferencePath(p string) bool {

@@ -125,6 +125,13 @@ type statusProject struct {
 	BatchMaxSize  int     `json:"batchMaxSize,omitempty"`
 	Batches       int64   `json:"batches,omitempty"`
 	MeanBatchSize float64 `json:"meanBatchSize,omitempty"`
+	// ParkTimeout is the project's model.parkTimeout (0: it never parks),
+	// and ParkingOff why it parks no more, if so (docs/gpu.md "Parking").
+	ParkTimeout int    `json:"parkTimeout,omitempty"`
+	ParkingOff  string `json:"parkingOff,omitempty"`
+	// Queue is the first queued calls in dispatch order, each with why it
+	// waits and when it should be done (the scheduler's estimate).
+	Queue []scheduler.QueuedCall `json:"queue"`
 }
 
 type statusReplica struct {
@@ -136,6 +143,9 @@ type statusReplica struct {
 	UptimeSeconds int64      `json:"uptimeSeconds"`
 	InFlight      int        `json:"inFlight"`
 	IdleExpiry    *time.Time `json:"idleExpiry"` // when the idle timeout stops it; null if not armed
+	// ParkedSince is when it was parked, while it is: its GPUs are free
+	// for others meanwhile.
+	ParkedSince *time.Time `json:"parkedSince,omitempty"`
 }
 
 // statusCall is a call without its inputs or outputs.
@@ -353,6 +363,9 @@ func (s *statusAPI) viewGPUs(v view) []statusGPU {
 	// so a team is never told its own replica's GPU is another team's.
 	for _, p := range v.snapshot.Projects {
 		for _, r := range p.Replicas {
+			if !r.ParkedSince.IsZero() {
+				continue // parked: its GPUs are free for others
+			}
 			for _, u := range r.GPUs {
 				if h, ok := holders[u]; !ok || !visible[h.Project] {
 					holders[u] = replicaName{Project: p.ID, Replica: r.ID}
@@ -420,8 +433,13 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 			LastError: lp.LastError, LastErrorReplica: lp.LastErrorReplica, RecentFailures: failures[p.ID],
 			OOMKills: lp.OOMKills,
 			Replicas: make([]statusReplica, 0, len(lp.Replicas)),
+			Queue:    lp.Queue,
 
 			Batches: lp.Batches, MeanBatchSize: lp.MeanBatchSize,
+			ParkTimeout: p.Model.ParkTimeout, ParkingOff: lp.ParkingOff,
+		}
+		if sp.Queue == nil {
+			sp.Queue = []scheduler.QueuedCall{}
 		}
 		if p.Model.Batch.On() {
 			sp.BatchMaxSize = p.Model.Batch.MaxSize
@@ -447,6 +465,10 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 			if !r.IdleExpiry.IsZero() {
 				t := r.IdleExpiry.UTC()
 				sr.IdleExpiry = &t
+			}
+			if !r.ParkedSince.IsZero() {
+				t := r.ParkedSince.UTC()
+				sr.ParkedSince = &t
 			}
 			sp.Replicas = append(sp.Replicas, sr)
 		}

@@ -34,6 +34,9 @@ var statusNow = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // newStatusEnv serves two simulated GPUs, one held by acme's echo-1 and one
 // by other's hidden-1, finished calls of both teams, and replica logs.
+// queuedETA is the estimate of the queued call c4 in newStatusEnv.
+var queuedETA = int64(1800)
+
 func newStatusEnv(t *testing.T) (*testEnv, string) {
 	t.Helper()
 	logDir := t.TempDir()
@@ -51,6 +54,8 @@ func newStatusEnv(t *testing.T) (*testEnv, string) {
 	devs := gpu.Simulated([]gpu.SimulatedGPU{{Name: "Sim A"}, {Name: "Sim B", MemoryMiB: 1024}}).Devices()
 	snap := scheduler.Status{Projects: []scheduler.ProjectStatus{
 		{ID: "echo", TeamID: "acme", Queued: 2, Running: 1, LastError: "model failed to start: boom", OOMKills: 2, Batches: 4, MeanBatchSize: 2.5,
+			Queue: []scheduler.QueuedCall{{ID: "c4", QueuePosition: 0, ETAMs: &queuedETA,
+				WaitingFor: &store.Wait{Code: scheduler.WaitReplicasBusy, Text: "all 1 replicas busy (next free in ~0.8 s)"}}},
 			Replicas: []scheduler.ReplicaStatus{{ID: "echo-1", State: "busy", Pid: 4242, GPUs: []string{devs[0].UUID},
 				Started: statusNow.Add(-90 * time.Second), InFlight: 1}}},
 		{ID: "hidden", TeamID: "other",
@@ -100,7 +105,7 @@ func newStatusEnv(t *testing.T) (*testEnv, string) {
 func TestStatusNeedsAKey(t *testing.T) {
 	env, _ := newStatusEnv(t)
 	for _, path := range []string{"/v1/status", "/v1/status/gpus", "/v1/status/projects", "/v1/status/calls",
-		"/v1/status/projects/echo/replicas/echo-1/logs"} {
+		"/v1/status/projects/echo/replicas/echo-1/logs", "/v1/status/usage", "/v1/usage"} {
 		apiErrorReply(t, serve(env.h, "GET", path, ""), http.StatusUnauthorized, codeUnauthorized)
 		apiErrorReply(t, serve(env.h, "GET", path, "", "X-Service-API-Key", "ik_nope"), http.StatusUnauthorized, codeUnauthorized)
 		apiErrorReply(t, serve(env.h, "GET", path, "", "X-Service-API-Key", keyRevoked), http.StatusUnauthorized, codeUnauthorized)

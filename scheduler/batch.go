@@ -72,6 +72,9 @@ type evBatchDone struct {
 	msg     string
 	notSent bool
 	crashed bool
+	// measured is what the backend measured over the request (nil when it
+	// cannot): each call's share of it is its usage (usage.go).
+	measured *backend.Usage
 }
 
 // evBatchDue: a project's batch wait has ended.
@@ -272,7 +275,9 @@ func (s *Scheduler) inferBatch(ctx context.Context, j inferJob) {
 	}
 	ev := evBatchDone{b: b, results: results}
 	if len(send) > 0 {
+		measured := measure(inst)
 		items, err := inst.InferBatch(ctx, send)
+		ev.measured = measured()
 		if err != nil {
 			exited := isClosed(inst.Exited())
 			var exitErr error
@@ -302,11 +307,16 @@ func (s *Scheduler) onBatchDone(ev evBatchDone) {
 		b.aborting = false
 		s.abortEnded(r)
 	}
+	if !ev.notSent && !ev.crashed && len(b.calls) > 0 {
+		// A batch's run teaches its project how long one takes.
+		b.r.p.est.ran(s.clk.Now().Sub(b.calls[0].c.Dispatched))
+	}
 	for i, c := range b.calls {
 		if c.b != b || c.finished() {
 			continue // it left: cancelled, timed out, or its replica went
 		}
 		s.detach(c)
+		c.measured = ev.measured
 		switch {
 		case ev.notSent:
 			s.requeue(c)

@@ -78,7 +78,9 @@ func (s *Scheduler) attach(c *call, r *rep, batchSize int, batchWaitMs int64) {
 		}
 		c.c.BootMs = ms(r.readyAt.Sub(from))
 	}
+	s.account(r, now) // its idle time, or its other calls' shares, up to now
 	c.r = r
+	c.gpus, c.gpuWeight = len(r.gpus), r.gpuWeight
 	r.calls[c] = struct{}{}
 	r.idleSince = now
 	r.idleT.stop()
@@ -123,11 +125,13 @@ func (s *Scheduler) infer(ctx context.Context, j inferJob) {
 	cs := &callStream{id: c.c.ID, sink: s.cfg.Outputs}
 	s.cfg.Outputs.CallRunning(cs.id)
 	ctx = backend.WithStream(ctx, cs)
+	ctx = backend.WithTokenMeter(ctx, cs)
 	if c.c.Route != "" {
 		ctx = backend.WithRoute(ctx, c.c.Route)
 	}
+	measured := measure(inst)
 	out, err := inst.Infer(ctx, inputs)
-	ev := evInferDone{c: c, r: r, out: out, err: err, streamed: cs.began}
+	ev := evInferDone{c: c, r: r, out: out, err: err, streamed: cs.began, tokens: cs.tokens, measured: measured()}
 	if err != nil {
 		exited := isClosed(inst.Exited())
 		var exitErr error
@@ -154,6 +158,10 @@ func (s *Scheduler) onInferDone(ev evInferDone) {
 		s.requeue(c)
 		return
 	}
+	c.measured = ev.measured
+	if !ev.crashed {
+		c.p.est.ran(s.clk.Now().Sub(c.c.Dispatched)) // the model answered: a run to learn from
+	}
 	if ev.err != nil && ev.crashed && s.retry(c) {
 		return
 	}
@@ -162,6 +170,7 @@ func (s *Scheduler) onInferDone(ev evInferDone) {
 		return
 	}
 	c.c.Streamed = ev.streamed
+	c.c.Tokens = ev.tokens
 	s.finish(c, store.CallSucceeded, ev.out, msgSuccess)
 }
 
@@ -227,6 +236,7 @@ func (s *Scheduler) onInferTimeout(c *call, seq uint64) {
 // Infer goroutine is cancelled.
 func (s *Scheduler) detach(c *call) {
 	r := c.r
+	s.account(r, s.clk.Now()) // c's share up to now
 	delete(r.calls, c)
 	if len(r.calls) == 0 {
 		r.idleSince = s.clk.Now()
@@ -255,6 +265,7 @@ func (s *Scheduler) finish(c *call, state store.CallState, out json.RawMessage, 
 	if !f.Dispatched.IsZero() {
 		f.RunMs = ms(now.Sub(f.Dispatched))
 	}
+	f.Usage = callUsage(c, f.RunMs, out)
 	// Until the write commits only the loop reads result; after the loop is
 	// gone, the waiters woken below read it as the outcome.
 	c.result = f
@@ -378,22 +389,22 @@ func (s *Scheduler) lookupLive(id string) lookupResult {
 // view is a live call as clients see it: queued reads booting while its
 // project boots a replica, after a failed boot (until the next attempt ends)
 // its message says which attempt and why the last one failed, and it carries
-// its place in the queue, and why it cannot run while other projects'
-// minimums hold the box (WaitingFor).
+// its place in the queue, why it waits and when it should be done
+// (estimate.go).
 func (s *Scheduler) view(c *call) store.Call {
 	v := c.c
 	if v.State != store.CallQueued {
 		return v
 	}
-	v.QueuePosition = c.p.queue.position(c, s.clk.Now())
+	now := s.clk.Now()
+	v.QueuePosition = c.p.queue.position(c, now)
+	v.WaitingFor, v.ETAMs = s.explain(c, v.QueuePosition, now)
 	p := c.p
 	switch {
 	case p.bootFailures > 0 && (p.booting() || p.backoffT.armed()):
 		v.State, v.Message = store.CallBooting, s.bootingMessage(p)
 	case p.booting():
 		v.State = store.CallBooting
-	case p.heldBy != "":
-		v.WaitingFor = &store.Wait{Code: WaitHeldByMinimums, Text: p.heldBy}
 	}
 	return v
 }

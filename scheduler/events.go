@@ -110,8 +110,10 @@ type evInferDone struct {
 	err      error
 	msg      string
 	notSent  bool
-	crashed  bool // the process had exited when Infer failed: a model crash
-	streamed bool // the model streamed its reply: out is the array of its lines
+	crashed  bool           // the process had exited when Infer failed: a model crash
+	streamed bool           // the model streamed its reply: out is the array of its lines
+	tokens   *store.Tokens  // what an OpenAI-compatible model reported it used
+	measured *backend.Usage // what the backend measured over the Infer; nil when it cannot
 }
 
 // Timer events carry the seq their timer was armed with (see timer.fired).

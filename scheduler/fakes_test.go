@@ -107,6 +107,8 @@ type testStore struct {
 	// afterResultRead, when set, runs after each GetCallResult read, before
 	// it returns: what another node does meanwhile.
 	afterResultRead atomic.Pointer[func()]
+	// usageErr, when set, is what AddUsage answers (writing nothing).
+	usageErr atomic.Pointer[error]
 	// afterKeyRead, when set, runs after each CallByIdempotencyKey read,
 	// before it returns: a slow etcd, or what happens meanwhile.
 	afterKeyRead atomic.Pointer[func()]
@@ -120,6 +122,17 @@ func (s *testStore) CallByIdempotencyKey(teamID, key string) (store.Call, error)
 	}
 	return c, err
 }
+
+// AddUsage writes to the memstore unless failUsage was called.
+func (s *testStore) AddUsage(rows []store.UsageRow) error {
+	if err := s.usageErr.Load(); err != nil && *err != nil {
+		return *err
+	}
+	return s.Store.AddUsage(rows)
+}
+
+// failUsage makes every later AddUsage fail with err (nil: succeed again).
+func (s *testStore) failUsage(err error) { s.usageErr.Store(&err) }
 
 // GetCallResult counts the reads of results.
 func (s *testStore) GetCallResult(id string) (store.Call, error) {
@@ -306,6 +319,9 @@ type fakeInstance struct {
 	// ignoreCancel: a model whose request does not end when Infer's ctx
 	// does, only when answered or when the process exits.
 	ignoreCancel atomic.Bool
+	// uses, when set, is what Measure reports for each stretch; unset, the
+	// instance measures nothing (CPUKnown false, no energy).
+	uses atomic.Pointer[backend.Usage]
 
 	mu       sync.Mutex
 	exitErr  error
@@ -319,8 +335,9 @@ type fakeInstance struct {
 type fakeCall struct {
 	inputs json.RawMessage
 	answer chan fakeAnswer
-	stream backend.Stream // the Infer's, as a streaming model's client would tell it
-	route  string         // the Infer's route (backend.WithRoute)
+	stream backend.Stream     // the Infer's, as a streaming model's client would tell it
+	meter  backend.TokenMeter // the Infer's, as an OpenAI model's client would tell it
+	route  string             // the Infer's route (backend.WithRoute)
 }
 
 type fakeAnswer struct {
@@ -357,7 +374,7 @@ func (i *fakeInstance) Infer(ctx context.Context, inputs json.RawMessage) (json.
 	if i.auto {
 		return i.reply, nil
 	}
-	c := &fakeCall{inputs: inputs, answer: make(chan fakeAnswer, 1), stream: backend.StreamFrom(ctx), route: backend.RouteFrom(ctx)}
+	c := &fakeCall{inputs: inputs, answer: make(chan fakeAnswer, 1), stream: backend.StreamFrom(ctx), meter: backend.TokenMeterFrom(ctx), route: backend.RouteFrom(ctx)}
 	a, err := serveFake(ctx, i, i.calls, c, c.answer)
 	return a.out, cmp.Or(err, a.err)
 }
@@ -449,6 +466,16 @@ func (i *fakeInstance) Stop() {
 	<-i.exited
 }
 
+// Measure reports what uses holds when the stretch ends.
+func (i *fakeInstance) Measure() func() backend.Usage {
+	return func() backend.Usage {
+		if u := i.uses.Load(); u != nil {
+			return *u
+		}
+		return backend.Usage{}
+	}
+}
+
 func (i *fakeInstance) markReady() { close(i.ready) }
 
 // exit ends the process with err (nil = exit status 0) after it printed
@@ -509,12 +536,23 @@ func newHarness(t *testing.T, cfg Config, gpus Inventory, projects ...store.Proj
 
 func startHarness(t *testing.T, cfg Config, gpus Inventory, st *testStore) *harness {
 	t.Helper()
+	return startHarnessOn(t, cfg, gpus, st, nil)
+}
+
+// startHarnessOn is startHarness with the scheduler's backend made from the
+// fake by wrap (nil: the fake itself), for a backend with more to it.
+func startHarnessOn(t *testing.T, cfg Config, gpus Inventory, st *testStore, wrap func(*fakeBackend) backend.Backend) *harness {
+	t.Helper()
 	slots := 8
 	if n, ok := gpus.(cpuSlots); ok {
 		slots = int(n)
 	}
 	h := &harness{t: t, st: st, l: newFakeBackend(slots, gpus), clk: newFakeClock(), runErr: make(chan error, 1)}
-	h.s = New(cfg, h.st, h.l, h.clk, zerolog.New(refusedMoves{t}).Level(zerolog.ErrorLevel))
+	var b backend.Backend = h.l
+	if wrap != nil {
+		b = wrap(h.l)
+	}
+	h.s = New(cfg, h.st, b, h.clk, zerolog.New(refusedMoves{t}).Level(zerolog.ErrorLevel))
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	go func() { h.runErr <- h.s.Run(ctx) }()

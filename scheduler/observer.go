@@ -29,6 +29,10 @@ type Observer interface {
 	// ReplicaOOMKilled reports a replica the kernel killed for going over
 	// its project's memoryMiB.
 	ReplicaOOMKilled(project string)
+	// ReplicaUsage reports the replica time no call used (boot, idle) as
+	// the scheduler writes it to the usage ledger, by hour, team and
+	// project; a call's own usage comes with CallFinished.
+	ReplicaUsage(rows []store.UsageRow)
 	// BatchDispatched reports a batch of size calls sent to a replica of a
 	// project that batches, after waiting wait for it to fill.
 	BatchDispatched(project string, size int, wait time.Duration)
@@ -37,13 +41,14 @@ type Observer interface {
 // nopObserver is the Observer of a Config that sets none.
 type nopObserver struct{}
 
-func (nopObserver) CallFinished(store.Call) {}
-func (nopObserver) ReplicaStarted(string)   {}
-func (nopObserver) ReplicaCrashed(string)   {}
-func (nopObserver) ReplicaEvicted(string)   {}
-func (nopObserver) CallCancelled(string)    {}
-func (nopObserver) CallExpired(string)      {}
-func (nopObserver) CallRetried(string)      {}
-func (nopObserver) ReplicaOOMKilled(string) {}
+func (nopObserver) CallFinished(store.Call)       {}
+func (nopObserver) ReplicaStarted(string)         {}
+func (nopObserver) ReplicaCrashed(string)         {}
+func (nopObserver) ReplicaEvicted(string)         {}
+func (nopObserver) CallCancelled(string)          {}
+func (nopObserver) CallExpired(string)            {}
+func (nopObserver) CallRetried(string)            {}
+func (nopObserver) ReplicaOOMKilled(string)       {}
+func (nopObserver) ReplicaUsage([]store.UsageRow) {}
 
 func (nopObserver) BatchDispatched(string, int, time.Duration) {}

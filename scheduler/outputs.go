@@ -2,6 +2,8 @@ package scheduler
 
 import (
 	"encoding/json"
+
+	"inferd/store"
 )
 
 // OutputSink hears what clients following a call live want to know (the
@@ -20,14 +22,17 @@ type nopOutputs struct{}
 func (nopOutputs) CallRunning(string)                 {}
 func (nopOutputs) CallOutput(string, json.RawMessage) {}
 
-// callStream is the backend.Stream of one Infer: it passes the lines on
-// and remembers whether the reply streamed. Only the goroutine running the
-// Infer touches it.
+// callStream is the backend.Stream and backend.TokenMeter of one Infer:
+// it passes the lines on and remembers whether the reply streamed and the
+// tokens the model reported. Only the goroutine running the Infer touches
+// it.
 type callStream struct {
-	id    string
-	sink  OutputSink
-	began bool
+	id     string
+	sink   OutputSink
+	began  bool
+	tokens *store.Tokens
 }
 
 func (s *callStream) Begin()                    { s.began = true }
 func (s *callStream) Line(line json.RawMessage) { s.sink.CallOutput(s.id, line) }
+func (s *callStream) Tokens(t store.Tokens)     { s.tokens = &t }

@@ -59,6 +59,40 @@ func TestStreamedOutputReachesTheSinkAndMarksTheCall(t *testing.T) {
 	})
 }
 
+// The tokens a model reports for a call (an OpenAI-compatible server's
+// usage) are kept in its final record; a call whose model reports none
+// has none.
+func TestReportedTokensAreKeptWithTheCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("llm", minMax(1, 1))
+		h := newHarness(t, Config{}, nil, p)
+		defer h.stop()
+		i := h.launched()
+		h.ready(i)
+		metered, err := h.s.Submit(context.Background(), p, json.RawMessage(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc := h.call(i)
+		fc.meter.Tokens(store.Tokens{Prompt: 7, Completion: 3})
+		fc.reply(`{"usage":{}}`)
+		h.settle()
+		plain, err := h.s.Submit(context.Background(), p, json.RawMessage(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.call(i).reply(`{}`)
+		h.settle()
+		got, _ := h.st.call(metered.ID)
+		if got.Tokens == nil || *got.Tokens != (store.Tokens{Prompt: 7, Completion: 3}) {
+			t.Errorf("stored tokens %+v, want 7 prompt and 3 completion", got.Tokens)
+		}
+		if got, _ := h.st.call(plain.ID); got.Tokens != nil {
+			t.Errorf("a call without reported usage stored tokens %+v", got.Tokens)
+		}
+	})
+}
+
 // A start's route and idempotency key are kept with the call, and the
 // route reaches the model's Infer.
 func TestStartRouteReachesTheInfer(t *testing.T) {

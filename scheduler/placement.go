@@ -248,7 +248,7 @@ func (s *Scheduler) assignments() []assignment {
 	held := s.held[:0]
 	for _, p := range s.order {
 		for _, r := range p.replicas {
-			if len(r.gpus) > 0 {
+			if r.holdsGPUs() {
 				held = append(held, assignment{replica: r.id, project: p.id, gpus: r.gpus, memoryMiB: r.gpuMemMiB, group: r.info.Pid})
 			}
 		}

@@ -36,9 +36,10 @@ type project struct {
 	backoff      time.Duration // the next restart wait; 0 = RestartBackoff
 	backoffT     timer         // armed: no boots until it fires
 	lastError    string
-	oomKills     int    // replicas of it the kernel killed for its memoryMiB
-	waiting      string // why a wanted replica is not booting, for the status
-	quotaWait    string // why its team's quota holds it back this pass (tenancy.go), for the status
+	oomKills     int      // replicas of it the kernel killed for its memoryMiB
+	est          measured // its recent run and boot times, for the estimates (estimate.go)
+	waiting      string   // why a wanted replica is not booting, for the status
+	quotaWait    string   // why its team's quota holds it back this pass (tenancy.go), for the status
 	// heldBy says why, with no replica of its own, it can get no CPU slot
 	// or GPU while other projects' minimums hold them (held.go), for its
 	// queued calls and the status; "" otherwise.
@@ -54,6 +55,11 @@ type project struct {
 	// replica's log tells more ("" when no replica's does), for the status.
 	lastErrorAt      time.Time
 	lastErrorReplica string
+
+	// parkOff says why p parks no more (parking.go), since specGen
+	// parkOffGen; "" while it may.
+	parkOff    string
+	parkOffGen int
 }
 
 // concurrency, inferenceTimeout and bootTimeout read the project's settings

@@ -57,9 +57,10 @@ func TestIdleTimeoutChangeAppliesToReplicaAlreadyIdle(t *testing.T) {
 // A change to any field of the model spec, one added later included,
 // drains the replicas started from the old spec and boots new ones from the
 // new spec; a change to a field that running replicas take as they are
-// (the modelKey hash, concurrency, batch, bootTimeout) keeps them.
+// (the modelKey hash, concurrency, batch, bootTimeout, parkTimeout) keeps
+// them.
 func TestModelSpecFieldChangeDrainsOldReplicasUnlessLive(t *testing.T) {
-	live := map[string]bool{"KeyHash": true, "Concurrency": true, "Batch": true, "BootTimeout": true}
+	live := map[string]bool{"KeyHash": true, "Concurrency": true, "Batch": true, "BootTimeout": true, "ParkTimeout": true, "Aliases": true, "ServedModel": true}
 	for _, field := range storetest.ModelSpecFields() {
 		t.Run(field, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

@@ -2,8 +2,10 @@ package scheduler
 
 import (
 	"context"
+	"slices"
 	"time"
 
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
@@ -45,6 +47,14 @@ type call struct {
 	// abortedOn: the replica whose request for this call was aborted
 	// (cancel); it is not free until that Infer returns (see rep.aborting).
 	abortedOn *rep
+
+	// For its usage (usage.go): its share of its replicas' time so far,
+	// the GPUs its last replica held (and counts as), and what the
+	// backend measured over its run.
+	replicaSeconds float64
+	gpus           int
+	gpuWeight      float64
+	measured       *backend.Usage
 	// b is the batch it runs in (batch.go); nil when it runs alone.
 	b *batch
 }
@@ -252,6 +262,26 @@ func (q *queue) drain() []*call {
 		out = append(out, q.levels[i].drain()...)
 	}
 	return out
+}
+
+// first returns up to n queued calls in the order they would be
+// dispatched at now.
+func (q *queue) first(n int, now time.Time) []*call {
+	var all []*call
+	for i := range q.levels {
+		l := &q.levels[i]
+		all = append(all, l.items[l.head:]...)
+	}
+	slices.SortStableFunc(all, func(a, b *call) int {
+		switch {
+		case q.before(a, b, now):
+			return -1
+		case q.before(b, a, now):
+			return 1
+		}
+		return 0
+	})
+	return all[:min(n, len(all))]
 }
 
 // position is how many queued calls go before c at now (0 = next), as the

@@ -54,6 +54,12 @@ type rep struct {
 	// bootTimedOut: stopped by the boot timeout, which counts as a failed
 	// boot once the process has exited.
 	bootTimedOut bool
+	park         parkState // parking.go
+
+	// acctAt is how far its time has been charged (usage.go: account);
+	// gpuWeight how many GPUs it counts as there.
+	acctAt    time.Time
+	gpuWeight float64
 }
 
 // live reports whether r counts toward its project's replicas: it is, or
@@ -84,6 +90,12 @@ func (r *rep) stateName() string {
 		return ReplicaBooting
 	case r.state == stateStopping:
 		return ReplicaStopping
+	case r.state == stateParking:
+		return ReplicaParking
+	case r.state == stateParked:
+		return ReplicaParked
+	case r.state == stateRestoring:
+		return ReplicaRestoring
 	case len(r.calls) > 0, r.aborting > 0: // an aborted request still holds it
 		return ReplicaBusy
 	default:
@@ -111,6 +123,8 @@ func (s *Scheduler) boot(p *project, gpus []string, cpuSlot bool) {
 		started:   s.clk.Now(),
 		calls:     map[*call]struct{}{},
 	}
+	r.acctAt = r.started
+	r.gpuWeight = gpuWeight(gpus, memMiB, s.gpuSizes())
 	p.replicas = append(p.replicas, r)
 	if cpuSlot {
 		s.cpuUsed++
@@ -173,10 +187,12 @@ func (s *Scheduler) onReady(r *rep) {
 		return
 	}
 	now := s.clk.Now()
+	s.account(r, now) // its boot
 	r.state = stateReady
 	r.readyAt = now
 	r.idleSince = now
 	r.boot.stop()
+	r.p.est.booted(now.Sub(r.started))
 	if !r.draining {
 		r.p.bootFailures = 0
 		r.p.backoff = 0
@@ -201,7 +217,7 @@ func (s *Scheduler) onBootTimeout(r *rep, seq uint64) {
 }
 
 func (s *Scheduler) onIdleExpired(r *rep, seq uint64) {
-	if !r.idleT.fired(seq) || !r.idle() || !r.live() {
+	if !r.idleT.fired(seq) || !(r.idle() || r.state == stateParked) || !r.live() {
 		return
 	}
 	if p := r.p; p.live() > p.want() {
@@ -216,10 +232,12 @@ func (s *Scheduler) stop(r *rep) {
 	if r.state == stateStopping {
 		return
 	}
+	s.account(r, s.clk.Now()) // a boot's time is boot time up to here
 	r.state = stateStopping
 	r.boot.stop()
 	r.idleT.stop()
 	r.abortT.stop()
+	r.park.stop()
 	if r.inst != nil {
 		s.goStop(r.inst)
 	}
@@ -236,6 +254,7 @@ func (s *Scheduler) gone(ev evExited) {
 	r, lastLine, exitErr := ev.r, ev.lastLine, ev.exitErr
 	p := r.p
 	was := r.state
+	s.account(r, s.clk.Now()) // the last of its time, before its calls end
 	if was != stateStopping {
 		s.cfg.Observer.ReplicaCrashed(p.id) // nobody asked it to stop
 	}
@@ -246,12 +265,13 @@ func (s *Scheduler) gone(ev evExited) {
 	r.state = stateStopping
 	r.boot.stop()
 	r.idleT.stop()
+	r.park.stop()
 	p.replicas = slices.DeleteFunc(p.replicas, func(q *rep) bool { return q == r })
 	if r.cpuSlot {
 		s.cpuUsed--
 		r.cpuSlot = false
 	}
-	if len(r.gpus) > 0 {
+	if r.holdsGPUs() {
 		s.releaseGPUs(r, s.devices())
 	}
 	r.abortT.stop()
@@ -276,7 +296,7 @@ func (s *Scheduler) gone(ev evExited) {
 		s.bootFailed(p, r, bootFailure{text: ev.problem.Text, fatal: true}, true)
 	case was == stateBooting:
 		s.bootFailed(p, r, bootExited(exitErr, lastLine), true)
-	case was == stateReady:
+	case was.warm():
 		p.lastError = fmt.Sprintf("replica %s exited (%s)", r.id, exitStatus(exitErr))
 		if lastLine != "" {
 			p.lastError += ": " + lastLine

@@ -28,6 +28,7 @@ func (s *Scheduler) schedule() {
 	}
 	for _, p := range s.order {
 		s.tidy(p)
+		s.tidyParking(p)
 	}
 	s.scaleUp()
 }
@@ -224,7 +225,7 @@ func (s *Scheduler) evict(waiting []*project, devices []gpu.Device) {
 				}
 				continue
 			}
-			if len(r.gpus) > 0 {
+			if r.holdsGPUs() {
 				plan = append(plan, assignment{replica: r.id, gpus: r.gpus, memoryMiB: r.gpuMemMiB})
 			}
 		}

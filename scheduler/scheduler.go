@@ -61,6 +61,10 @@ type Config struct {
 	// before the project was placed, or adopted. Nil: a single box, the
 	// project's own bounds.
 	Share func(projectID string) (min, max int, ok bool)
+	// UsageFlush is how often the replica time no call used (boot, idle)
+	// is written to the usage ledger (usage.go); default 1m. A crash
+	// loses at most this much of it.
+	UsageFlush time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -89,6 +93,9 @@ func (c Config) withDefaults() Config {
 	if c.PriorityAging <= 0 {
 		c.PriorityAging = 30 * time.Second
 	}
+	if c.UsageFlush <= 0 {
+		c.UsageFlush = time.Minute
+	}
 	if c.Observer == nil {
 		c.Observer = nopObserver{}
 	}
@@ -116,6 +123,10 @@ type Store interface {
 	// Teams' quotas bound what their projects hold (see tenancy.go).
 	ListTeams() ([]store.Team, error)
 	GetTeam(id string) (store.Team, error)
+	// The usage ledger: replica time no call used is added to it
+	// (usage.go), and its recent rows seed the estimates (estimate.go).
+	AddUsage(rows []store.UsageRow) error
+	UsageRows(teamID string, from, to time.Time) ([]store.UsageRow, error)
 }
 
 // errStopped is returned by Submit when the scheduler is not running.
@@ -178,6 +189,10 @@ type Scheduler struct {
 	// reloadTeam's reads in flight, like loading.
 	quotas      map[string]store.Quota
 	teamLoading map[string]bool
+	// usage is the boot and idle replica time not written yet, by hour,
+	// team and project; usageT times its next write (usage.go).
+	usage  map[store.UsageKey]*store.UsageRow
+	usageT timer
 }
 
 type lookupReq struct {
@@ -258,6 +273,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		return err
 	}
 	s.ready.Store(true)
+	s.armUsageFlush()
 	s.log.Info().Msg("scheduler ready") // /readyz answers 200 from now on
 	s.loop(ctx)
 	return nil
@@ -429,6 +445,12 @@ func (s *Scheduler) handle(ev event) {
 		s.onAdopt(ev)
 	case evFenced:
 		s.onFenced(ev.c)
+	case parkEvent:
+		s.onParkEvent(ev)
+	case evUsageFlush:
+		s.onUsageFlush(ev.seq)
+	case evUsageFailed:
+		s.onUsageFailed(ev.rows)
 	}
 }
 
@@ -463,6 +485,8 @@ func (s *Scheduler) shutdown() {
 		}
 	}
 	s.gpuPoll.stop()
+	s.usageT.stop()
+	s.flushUsageAtShutdown()
 	for _, p := range s.order {
 		p.backoffT.stop()
 		p.batchT.stop()
@@ -470,6 +494,7 @@ func (s *Scheduler) shutdown() {
 			r.boot.stop()
 			r.idleT.stop()
 			r.abortT.stop()
+			r.park.stop()
 			if r.inst != nil && r.state != stateStopping {
 				r.state = stateStopping
 				s.goStop(r.inst)

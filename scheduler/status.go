@@ -3,6 +3,8 @@ package scheduler
 import (
 	"slices"
 	"time"
+
+	"inferd/store"
 )
 
 // Status is the scheduler's state at one moment, for the status page and
@@ -68,6 +70,25 @@ type ProjectStatus struct {
 	// the daemon started, and MeanBatchSize their mean number of calls.
 	Batches       int64   `json:"batches,omitempty"`
 	MeanBatchSize float64 `json:"meanBatchSize,omitempty"`
+
+	// ParkingOff says why a project with parkTimeout parks no more (the
+	// machine cannot, or a park failed) until its spec changes; "" while
+	// it may (docs/gpu.md "Parking").
+	ParkingOff string `json:"parkingOff,omitempty"`
+	// Queue is the first maxStatusQueue calls of the queue in the order
+	// they would be dispatched, each with why it waits and its estimate.
+	Queue []QueuedCall `json:"queue"`
+}
+
+// maxStatusQueue bounds the queued calls a project's status lists.
+const maxStatusQueue = 20
+
+// QueuedCall is one queued call as the status page shows it.
+type QueuedCall struct {
+	ID            string      `json:"id"`
+	QueuePosition int         `json:"queuePosition"`
+	ETAMs         *int64      `json:"etaMs"` // null: nothing measured says
+	WaitingFor    *store.Wait `json:"waitingFor"`
 }
 
 // The states of ReplicaStatus.State, as the status API, the metrics and
@@ -78,10 +99,16 @@ const (
 	ReplicaReady    = "ready"
 	ReplicaBusy     = "busy"
 	ReplicaStopping = "stopping"
+	// Parking's (parking.go): an idle GPU replica being parked, parked
+	// (its GPUs free for others), being restored for a call.
+	ReplicaParking   = "parking"
+	ReplicaParked    = "parked"
+	ReplicaRestoring = "restoring"
 )
 
-// ReplicaStates lists the states in the order of a replica's life.
-var ReplicaStates = []string{ReplicaBooting, ReplicaReady, ReplicaBusy, ReplicaStopping}
+// ReplicaStates lists the states in the order of a replica's life, then
+// parking's.
+var ReplicaStates = []string{ReplicaBooting, ReplicaReady, ReplicaBusy, ReplicaStopping, ReplicaParking, ReplicaParked, ReplicaRestoring}
 
 // ReplicaStatus is one replica.
 type ReplicaStatus struct {
@@ -93,6 +120,9 @@ type ReplicaStatus struct {
 	InFlight   int       `json:"inFlight"`
 	IdleSince  time.Time `json:"idleSince,omitzero"`  // set while ready with no call
 	IdleExpiry time.Time `json:"idleExpiry,omitzero"` // when the idle timeout stops it, if armed
+	// ParkedSince is when it was parked, while it is: its GPUs are free
+	// for others (GPUs still names them: a call restores it there).
+	ParkedSince time.Time `json:"parkedSince,omitzero"`
 }
 
 func (s *Scheduler) snapshot() Status {
@@ -117,10 +147,12 @@ func (s *Scheduler) snapshot() Status {
 
 			LastErrorAt:      p.lastErrorAt,
 			LastErrorReplica: p.lastErrorReplica,
+			ParkingOff:       p.parkOff,
 		}
 		if p.clustered {
 			ps.NodeMinReplicas, ps.NodeMaxReplicas = p.minReplicas(), p.maxReplicas()
 		}
+		ps.Queue = s.queueStatus(p)
 		if p.batches > 0 {
 			ps.Batches, ps.MeanBatchSize = p.batches, float64(p.batchedCalls)/float64(p.batches)
 		}
@@ -134,6 +166,9 @@ func (s *Scheduler) snapshot() Status {
 				InFlight:   len(r.calls),
 				IdleExpiry: r.idleT.at,
 			}
+			if r.state == stateParked {
+				rs.ParkedSince = r.park.since
+			}
 			if r.idle() {
 				rs.IdleSince = r.idleSince
 			}
@@ -144,6 +179,18 @@ func (s *Scheduler) snapshot() Status {
 	st.GPUs = s.gpuStatus()
 	st.Teams = s.teamStatus()
 	return st
+}
+
+// queueStatus lists p's first queued calls with their estimates.
+func (s *Scheduler) queueStatus(p *project) []QueuedCall {
+	now := s.clk.Now()
+	calls := p.queue.first(maxStatusQueue, now)
+	out := make([]QueuedCall, 0, len(calls))
+	for i, c := range calls {
+		why, eta := s.explain(c, i, now)
+		out = append(out, QueuedCall{ID: c.c.ID, QueuePosition: i, ETAMs: eta, WaitingFor: why})
+	}
+	return out
 }
 
 // gpuStatus is the hand-outs on each device, from the same bookkeeping that

@@ -30,6 +30,9 @@ go run ./bench/suite -inferd "$out/inferd" -noop "$out/noop" -nginx "$nginx_bin"
 # make bench-cluster runs one step of the suite: BENCH_GO=0 leaves these out.
 [ "${BENCH_GO:-1}" = 1 ] || exit 0
 echo
+# Queue ETA accuracy (issue #32): etaMs against when calls actually finish.
+go run ./bench/eta -inferd "$out/inferd" | tee "$out/eta.md"
+echo
 echo '## Go benchmarks'
 echo
 go test -run '^$' -bench . -benchmem -benchtime 2s ./store/bolt/ ./scheduler/ ./httpapi/ | tee "$out/go-bench.txt"

@@ -65,6 +65,16 @@ func AppendRecord(dst []byte, c Call) ([]byte, error) {
 		}
 		dst = append(dst, ']')
 	}
+	if t := c.Tokens; t != nil {
+		dst = append(dst, `,"tokens":{"prompt":`...)
+		dst = strconv.AppendInt(dst, t.Prompt, 10)
+		dst = append(dst, `,"completion":`...)
+		dst = strconv.AppendInt(dst, t.Completion, 10)
+		dst = append(dst, '}')
+	}
+	if u := c.Usage; u != nil {
+		dst, ok = appendUsage(dst, u, ok)
+	}
 	dst = append(dst, '}')
 	if !ok {
 		c.Inputs, c.Outputs = nil, nil
@@ -75,6 +85,36 @@ func AppendRecord(dst []byte, c Call) ([]byte, error) {
 		return append(dst[:start], b...), nil
 	}
 	return dst, nil
+}
+
+// appendUsage appends u as the record's "usage" field; ok turns false when
+// one of its figures is one json.Marshal refuses (NaN, an infinity).
+func appendUsage(dst []byte, u *CallUsage, ok bool) ([]byte, bool) {
+	dst = append(dst, `,"usage":{"replicaSeconds":`...)
+	dst, ok = appendFloat(dst, u.ReplicaSeconds, ok)
+	if u.GPUSeconds != 0 {
+		dst = append(dst, `,"gpuSeconds":`...)
+		dst, ok = appendFloat(dst, u.GPUSeconds, ok)
+	}
+	if u.CPUSeconds != nil {
+		dst = append(dst, `,"cpuSeconds":`...)
+		dst, ok = appendFloat(dst, *u.CPUSeconds, ok)
+	}
+	dst = optInt(dst, `,"peakMemoryBytes":`, u.PeakMemoryBytes)
+	dst = append(dst, `,"bytesIn":`...)
+	dst = strconv.AppendInt(dst, u.BytesIn, 10)
+	dst = append(dst, `,"bytesOut":`...)
+	dst = strconv.AppendInt(dst, u.BytesOut, 10)
+	if u.EnergyJoules != nil {
+		dst = append(dst, `,"energyJoules":`...)
+		dst, ok = appendFloat(dst, *u.EnergyJoules, ok)
+	}
+	return append(dst, '}'), ok
+}
+
+func appendFloat(dst []byte, f float64, ok bool) ([]byte, bool) {
+	dst, fits := jsonw.Float(dst, f)
+	return dst, ok && fits
 }
 
 func optString(dst []byte, field, s string) []byte {

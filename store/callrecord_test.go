@@ -2,18 +2,25 @@ package store
 
 import (
 	"encoding/json"
+	"math"
 	"reflect"
 	"testing"
 	"time"
 )
 
-// filledCall is a Call with every field set from seed, by reflection, so
-// that a field added to Call is filled (and AppendRecord found to leave it
-// out) without this test knowing of it.
+// filledCall is a Call with every field set from seed, by reflection, down
+// into the structs it points to (its tokens, its usage), so that a field
+// added to Call is filled (and AppendRecord found to leave it out) without
+// this test knowing of it.
 func filledCall(t *testing.T, seed string, n int64, when time.Time) Call {
 	t.Helper()
 	var c Call
-	v := reflect.ValueOf(&c).Elem()
+	fill(t, reflect.ValueOf(&c).Elem(), seed, n, when)
+	return c
+}
+
+func fill(t *testing.T, v reflect.Value, seed string, n int64, when time.Time) {
+	t.Helper()
 	for i := range v.NumField() {
 		f, name := v.Field(i), v.Type().Field(i).Name
 		switch {
@@ -22,19 +29,26 @@ func filledCall(t *testing.T, seed string, n int64, when time.Time) Call {
 			f.SetString(seed + name)
 		case f.Kind() == reflect.Int || f.Kind() == reflect.Int64:
 			f.SetInt(n)
+		case f.Kind() == reflect.Float64:
+			f.SetFloat(float64(n) / 7)
 		case f.Kind() == reflect.Bool:
 			f.SetBool(true)
 		case f.Type() == reflect.TypeFor[time.Time]():
 			f.Set(reflect.ValueOf(when))
 		case f.Type() == reflect.TypeFor[[]string]():
 			f.Set(reflect.ValueOf([]string{seed, name}))
-		case f.Type() == reflect.TypeFor[*Wait]():
-			f.Set(reflect.ValueOf(&Wait{Code: seed, Text: name}))
+		case f.Type() == reflect.TypeFor[*float64]():
+			x := float64(n) * 1e-7 // exponent form when n is small
+			f.Set(reflect.ValueOf(&x))
+		case f.Type() == reflect.TypeFor[*int64]():
+			f.Set(reflect.ValueOf(&n))
+		case f.Kind() == reflect.Pointer && f.Type().Elem().Kind() == reflect.Struct:
+			f.Set(reflect.New(f.Type().Elem()))
+			fill(t, f.Elem(), seed, n, when)
 		default:
-			t.Fatalf("filledCall does not know how to fill Call.%s (%s): teach it, and AppendRecord", name, f.Type())
+			t.Fatalf("filledCall does not know how to fill %s.%s (%s): teach it, and AppendRecord", v.Type(), name, f.Type())
 		}
 	}
-	return c
 }
 
 func sameRecord(t *testing.T, c Call) {
@@ -58,6 +72,11 @@ func TestAppendRecordIsJSONMarshal(t *testing.T) {
 	sameRecord(t, filledCall(t, "<é\"\\\n\xff\u2028>", -7, when.In(time.FixedZone("", -3*3600))))
 	sameRecord(t, filledCall(t, "", 0, time.Time{}))
 	sameRecord(t, filledCall(t, "y", 1, time.Date(12000, 1, 1, 0, 0, 0, 0, time.UTC))) // json.Marshal refuses it
+	for _, u := range []CallUsage{{}, {ReplicaSeconds: 1e21, GPUSeconds: 2.5e-9}, {ReplicaSeconds: math.NaN()}, {GPUSeconds: math.Inf(1)}} {
+		c := filledCall(t, "u", 3, when)
+		c.Usage = &u
+		sameRecord(t, c) // NaN and the infinities: json.Marshal's error
+	}
 }
 
 func FuzzAppendRecord(f *testing.F) {

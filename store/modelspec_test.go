@@ -11,7 +11,7 @@ import (
 
 // liveFields are the ModelSpec fields that running replicas take as they
 // are (RestartNeeded ignores them).
-var liveFields = map[string]bool{"KeyHash": true, "Concurrency": true, "Batch": true, "BootTimeout": true}
+var liveFields = map[string]bool{"KeyHash": true, "Concurrency": true, "Batch": true, "BootTimeout": true, "ParkTimeout": true, "Aliases": true, "ServedModel": true}
 
 func TestRestartNeededForAChangeToAnyFieldButTheLiveOnes(t *testing.T) {
 	p := store.NewProject("p", "t")

@@ -14,6 +14,10 @@ import (
 const (
 	ProtocolHTTP      = "http"
 	ProtocolPotassium = "potassium"
+	// ProtocolOpenAI is an OpenAI-compatible server (vLLM, llama.cpp's
+	// server, SGLang, TGI, Ollama): inferd's OpenAI routes address it by
+	// model name (docs/openai.md).
+	ProtocolOpenAI = "openai"
 )
 
 // A replica's network (ModelSpec.Network): a namespace of its own with only
@@ -36,6 +40,10 @@ const (
 	DefaultInferPath        = "/"
 	DefaultHTTPHealthPath   = "/healthz"
 	PotassiumHealthPath     = "/__status__"
+	// An OpenAI-compatible server: every one of them answers /v1/models,
+	// and llama.cpp's answers it 503 while its model loads.
+	OpenAIHealthPath = "/v1/models"
+	OpenAIInferPath  = "/v1/chat/completions"
 )
 
 // Bounds checked by Validate.
@@ -48,6 +56,8 @@ const (
 	MinMemoryMiB     = 16 // a smaller memoryMiB could not start a model at all
 	MaxBatchSize     = 1024
 	MaxBatchWaitMs   = 10000 // a longer wait is a queue, not a batch
+	MaxAliases       = 32
+	MaxModelNameLen  = 256 // an alias or servedModel
 )
 
 // NewProject returns a project with every default set: minReplicas 0,
@@ -73,21 +83,29 @@ func NewProject(id, teamID string) Project {
 func (p *Project) ApplyDefaults() { p.Model = p.Model.WithDefaults() }
 
 // WithDefaults returns m with its zero values replaced by the defaults:
-// protocol "http", health path "/healthz" ("/__status__" for potassium),
-// infer path "/", batch path the infer path, concurrency 1 and bootTimeout
+// protocol "http", health path "/healthz" ("/__status__" for potassium,
+// "/v1/models" for openai), infer path "/" ("/v1/chat/completions" for
+// openai), batch path the infer path, concurrency 1 and bootTimeout
 // 600 s. It is the only place that knows them.
 func (m ModelSpec) WithDefaults() ModelSpec {
 	if m.Protocol == "" {
 		m.Protocol = ProtocolHTTP
 	}
 	if m.HealthPath == "" {
-		m.HealthPath = DefaultHTTPHealthPath
-		if m.Protocol == ProtocolPotassium {
+		switch m.Protocol {
+		case ProtocolPotassium:
 			m.HealthPath = PotassiumHealthPath
+		case ProtocolOpenAI:
+			m.HealthPath = OpenAIHealthPath
+		default:
+			m.HealthPath = DefaultHTTPHealthPath
 		}
 	}
 	if m.InferPath == "" {
 		m.InferPath = DefaultInferPath
+		if m.Protocol == ProtocolOpenAI {
+			m.InferPath = OpenAIInferPath
+		}
 	}
 	if m.BatchPath == "" {
 		m.BatchPath = m.InferPath
@@ -105,8 +123,10 @@ func (m ModelSpec) WithDefaults() ModelSpec {
 // replaced (drained) to serve next. It compares the whole spec, defaults
 // applied, in its stored encoding, except for the fields that running
 // replicas take as they are: the modelKey hash (a key rotation), concurrency
-// and batch (how many calls and batches the scheduler hands a replica) and
-// bootTimeout (how long the scheduler waits for one to start). Any other field, including one
+// and batch (how many calls and batches the scheduler hands a replica),
+// bootTimeout (how long the scheduler waits for one to start), parkTimeout
+// (when it parks an idle one), and the names an OpenAI request may give
+// (aliases, servedModel: inferd reads them per request). Any other field, including one
 // added later, describes how a replica is started, so a change to it
 // restarts them: forgetting a field here can only cost a needless restart,
 // never a stale replica.
@@ -123,6 +143,8 @@ func (m ModelSpec) launchPart() ModelSpec {
 	m.Concurrency = 0
 	m.Batch = BatchSpec{}
 	m.BootTimeout = 0
+	m.ParkTimeout = 0
+	m.Aliases, m.ServedModel = nil, ""
 	return m
 }
 
@@ -183,8 +205,8 @@ func (m ModelSpec) validate() error {
 		return invalid("model.command", "must not be empty")
 	case m.Dir != "" && !filepath.IsAbs(m.Dir):
 		return invalid("model.dir", "must be an absolute path")
-	case m.Protocol != ProtocolHTTP && m.Protocol != ProtocolPotassium:
-		return invalid("model.protocol", "must be %q or %q", ProtocolHTTP, ProtocolPotassium)
+	case m.Protocol != ProtocolHTTP && m.Protocol != ProtocolPotassium && m.Protocol != ProtocolOpenAI:
+		return invalid("model.protocol", "must be %q, %q or %q", ProtocolHTTP, ProtocolPotassium, ProtocolOpenAI)
 	case m.HealthPath != "" && !strings.HasPrefix(m.HealthPath, "/"):
 		return invalid("model.healthPath", "must start with /")
 	case m.InferPath != "" && !strings.HasPrefix(m.InferPath, "/"):
@@ -210,8 +232,13 @@ func (m ModelSpec) validate() error {
 		return invalid("model.network", "must be %q or %q", NetworkPrivate, NetworkHost)
 	case m.BatchPath != "" && !strings.HasPrefix(m.BatchPath, "/"):
 		return invalid("model.batchPath", "must start with /")
+	case m.ParkTimeout < 0 || m.ParkTimeout > MaxTimeout:
+		return invalid("model.parkTimeout", "must be between 0 (never park) and %d seconds", MaxTimeout)
 	}
 	if err := m.Batch.validate(m.Protocol); err != nil {
+		return err
+	}
+	if err := m.validateNames(); err != nil {
 		return err
 	}
 	for name, value := range m.Env {
@@ -250,6 +277,10 @@ func (b BatchSpec) validate(protocol string) error {
 		// A Potassium handler takes one request's JSON and answers it: the
 		// framework has no batch endpoint to send {"batch": [...]} to.
 		return invalid("model.batch", "protocol %q cannot batch: a Potassium handler answers one call per request (use protocol http with a batchPath, or leave batch out)", ProtocolPotassium)
+	case protocol == ProtocolOpenAI:
+		// An OpenAI-compatible server batches on its own (vLLM's
+		// continuous batching): raise concurrency instead.
+		return invalid("model.batch", "protocol %q cannot batch: an OpenAI-compatible server takes one request per call and batches them itself (raise concurrency instead)", ProtocolOpenAI)
 	}
 	return nil
 }
@@ -268,6 +299,7 @@ func isLowerHex(s string) bool {
 func (p Project) Clone() Project {
 	p.Model.Command = slices.Clone(p.Model.Command)
 	p.Model.Env = maps.Clone(p.Model.Env)
+	p.Model.Aliases = slices.Clone(p.Model.Aliases)
 	if p.LastApplied != nil {
 		last := p.LastApplied.Clone()
 		p.LastApplied = &last

@@ -78,7 +78,7 @@ type ModelSpec struct {
 	Command      []string          `json:"command" yaml:"command"`
 	Dir          string            `json:"dir,omitempty" yaml:"dir"` // absolute working directory
 	Env          map[string]string `json:"env,omitempty" yaml:"env"`
-	Protocol     string            `json:"protocol" yaml:"protocol"` // "http" or "potassium"
+	Protocol     string            `json:"protocol" yaml:"protocol"` // "http", "potassium" or "openai"
 	HealthPath   string            `json:"healthPath,omitempty" yaml:"healthPath"`
 	InferPath    string            `json:"inferPath,omitempty" yaml:"inferPath"`
 	GPUs         int               `json:"gpus" yaml:"gpus"` // whole GPUs per replica; 0 = CPU
@@ -88,11 +88,28 @@ type ModelSpec struct {
 	MemoryMiB    int               `json:"memoryMiB,omitempty" yaml:"memoryMiB"` // memory of a replica's whole process tree; 0 = no limit
 	PidsMax      int               `json:"pidsMax,omitempty" yaml:"pidsMax"`     // processes and threads of a replica; 0 = no limit
 	Network      string            `json:"network,omitempty" yaml:"network"`     // NetworkPrivate, NetworkHost, or "" = the daemon's replica.network
+	// ParkTimeout parks a GPU replica idle this many seconds (0: never):
+	// its GPU memory goes to host memory through the CUDA driver's
+	// checkpoint API, its process is frozen and its GPUs are free for
+	// others until a call restores it; see docs/gpu.md "Parking".
+	ParkTimeout int `json:"parkTimeout,omitempty" yaml:"parkTimeout"`
 	// Batch turns on dynamic batching (zero: off): the scheduler hands a
 	// replica up to Batch.MaxSize queued calls in one request to BatchPath
 	// (default InferPath); see docs/protocols.md "Batches".
 	Batch     BatchSpec `json:"batch,omitzero" yaml:"batch"`
 	BatchPath string    `json:"batchPath,omitempty" yaml:"batchPath"`
+	// AllowUserNamespaces lets the project's models make user namespaces,
+	// which the replica sandbox refuses them by default (a seccomp filter:
+	// docs/security.md).
+	AllowUserNamespaces bool `json:"allowUserNamespaces,omitempty" yaml:"allowUserNamespaces"`
+	// Aliases are more names than the project id by which an OpenAI
+	// request's "model" may ask for this project (protocol openai; see
+	// ResolveModel).
+	Aliases []string `json:"aliases,omitempty" yaml:"aliases"`
+	// ServedModel is the model name the server itself knows (vLLM's
+	// --served-model-name), put in the "model" of each request inferd
+	// passes on; "" = the project id.
+	ServedModel string `json:"servedModel,omitempty" yaml:"servedModel"`
 }
 
 // BatchSpec is a project's dynamic batching: up to MaxSize queued calls in
@@ -182,19 +199,30 @@ type Call struct {
 	// WebhookEvents which (none: completed only); see DeliveriesFor.
 	Webhook       string   `json:"webhook,omitempty"`
 	WebhookEvents []string `json:"webhookEvents,omitempty"`
+	// Tokens is what an OpenAI-compatible model reported the call used
+	// (protocol openai), set with its result; nil when it reported none.
+	Tokens *Tokens `json:"tokens,omitempty"`
+
+	// Usage is what the call used (the usage ledger's entry), set on its
+	// final write; nil before, and for calls finished before inferd kept
+	// it.
+	Usage *CallUsage `json:"usage,omitempty"`
 
 	// QueuePosition is how many calls will be dispatched before this one
 	// (0 = next), for a queued call the scheduler reports; never stored.
 	QueuePosition int `json:"-"`
-	// WaitingFor says why a queued call cannot run beyond waiting its
-	// turn, for a call the scheduler reports (its message stays the state
-	// name); nil when it only waits its turn; never stored.
+	// WaitingFor says why a queued call waits, for a call the scheduler
+	// reports (its message stays the state name); never stored.
 	WaitingFor *Wait `json:"-"`
+	// ETAMs estimates how long until the call has finished, for a queued
+	// call the scheduler reports; nil when it cannot tell (nothing
+	// measured yet, or waiting on something it cannot time); never stored.
+	ETAMs *int64 `json:"-"`
 }
 
 // Wait is why a pending call waits: a code for programs and a sentence for
-// people, e.g. {"heldByMinimums", "no CPU slot: the minReplicas of projects
-// a, b hold all 2 cpuSlots"}.
+// people, e.g. {"replicasBusy", "all 2 replicas busy (next free in ~0.8 s)"}.
+// The codes are the scheduler's (scheduler.Wait*).
 type Wait struct {
 	Code string `json:"code"`
 	Text string `json:"text"`

@@ -22,6 +22,7 @@ type Store interface {
 	Projects
 	Calls
 	Outbox
+	Usage
 	// Close finishes every call write queued before it (committed or
 	// failed, its done run) and releases the store.
 	Close() error
@@ -139,6 +140,10 @@ type Projects interface {
 // they are stored and handed back as the same bytes (whitespace around the
 // value aside), never encoded again. Small ones (SmallPayload) may be kept
 // with the rest of the call.
+//
+// The first write of a call in a final state that carries Usage adds it
+// to the usage roll-up of the hour it finished in (CallUsageRow), in the
+// same commit; later final writes of the call add nothing (see Usage).
 type Calls interface {
 	// SaveCall durably creates or replaces the call: it returns once the
 	// write is committed, or with the commit's error (ErrStorageFull for a

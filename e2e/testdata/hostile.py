@@ -10,6 +10,11 @@ to inferd and to the box. Each attempt reports what happened, never raises:
   {"fetch": URL}              GET URL (2 s)               -> {"fetch": body | "error: ..."}
   {"escape": true}            a child in its own session  -> {"escaped": PID}
   {"allocate": MIB}           hold MIB MiB of memory      -> {"allocated": MIB}
+  {"readFile": PATH}          read PATH                   -> {"file": text | "error: ..."}
+  {"shm": {"name": N, "mib": M}}  write M MiB to /dev/shm/N -> {"shm": "ok" | "error: ..."}
+  {"listProc": true}          every cmdline in /proc      -> {"procs": ["pid: cmdline", ...]}
+  {"userns": true}            unshare(CLONE_NEWUSER), in a child -> {"userns": "ok" | "error: ..."}
+  {"mkdir": PATH}             make a directory            -> {"mkdir": "ok" | "error: ..."}
   {"redirect": URL}           answer 307 to URL
   {"hugeHeader": MIB}         answer with a MIB MiB header
 
@@ -18,6 +23,7 @@ With BOOT_LOG_BYTES=N it writes N bytes of log lines at boot and exits 1: a
 crash loop that floods its log.
 """
 
+import ctypes
 import json
 import os
 import signal
@@ -98,10 +104,56 @@ class Handler(BaseHTTPRequestHandler):
                 out["fetch"] = "error: %s" % e
         if inputs.get("escape"):
             out["escaped"] = subprocess.Popen(["sleep", "1000"], start_new_session=True).pid
+        if "readFile" in inputs:
+            try:
+                with open(inputs["readFile"], "rb") as f:
+                    out["file"] = f.read(8192).decode(errors="replace")
+            except OSError as e:
+                out["file"] = "error: " + e.strerror
+        if "shm" in inputs:
+            try:
+                with open("/dev/shm/" + inputs["shm"]["name"], "wb") as f:
+                    for _ in range(int(inputs["shm"]["mib"])):
+                        f.write(b"s" * (1 << 20))
+                out["shm"] = "ok"
+            except OSError as e:
+                out["shm"] = "error: " + e.strerror
+        if inputs.get("listProc"):
+            out["procs"] = []
+            for pid in sorted(p for p in os.listdir("/proc") if p.isdigit()):
+                try:
+                    with open("/proc/%s/cmdline" % pid, "rb") as f:
+                        out["procs"].append(pid + ": " + f.read(4096).replace(b"\0", b" ").decode(errors="replace"))
+                except OSError:
+                    pass
+        if inputs.get("userns"):
+            out["userns"] = user_namespace()
+        if "mkdir" in inputs:
+            try:
+                os.mkdir(inputs["mkdir"])
+                out["mkdir"] = "ok"
+            except OSError as e:
+                out["mkdir"] = "error: " + e.strerror
         if "allocate" in inputs:
             held.append(bytearray(int(inputs["allocate"]) << 20))  # zero-filled: every page touched
             out["allocated"] = int(inputs["allocate"])
         self.reply(200, out)
+
+
+def user_namespace():
+    """unshare(CLONE_NEWUSER) in a child: a threaded process may not."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        libc = ctypes.CDLL(None, use_errno=True)
+        res = libc.unshare(0x10000000)
+        os.write(w, (("error: " + os.strerror(ctypes.get_errno())) if res != 0 else "ok").encode())
+        os._exit(0)
+    os.close(w)
+    answer = os.read(r, 200).decode()
+    os.close(r)
+    os.waitpid(pid, 0)
+    return answer
 
 
 def main():

@@ -76,6 +76,8 @@ class Handler(BaseHTTPRequestHandler):
             threading.Event().wait()
         if "sleep" in inputs:
             time.sleep(float(inputs["sleep"]))
+        if "burn" in inputs:
+            burn(float(inputs["burn"]))
         if "fail" in inputs:
             self.reply(500, {"error": str(inputs["fail"])})
             return
@@ -109,6 +111,14 @@ class Handler(BaseHTTPRequestHandler):
         if inputs.get("spawn"):
             out["child"] = subprocess.Popen(["sleep", "1000"]).pid
         self.reply(200, out)
+
+
+def burn(seconds):
+    """Spin on the CPU until this thread has used that many seconds of CPU
+    time: a call whose CPU use the usage ledger can check."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
 
 
 def log_run(path, inputs):

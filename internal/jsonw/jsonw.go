@@ -7,6 +7,8 @@
 package jsonw
 
 import (
+	"math"
+	"strconv"
 	"time"
 	"unicode/utf8"
 )
@@ -79,4 +81,27 @@ func Time(dst []byte, t time.Time) ([]byte, bool) {
 	dst = append(dst, '"')
 	dst = t.AppendFormat(dst, time.RFC3339Nano)
 	return append(dst, '"'), true
+}
+
+// Float appends f as json.Marshal writes a float64 (the shortest decimal
+// that reads back as f; exponent form below 1e-6 and from 1e21, its
+// exponent without a leading zero), or reports false, appending nothing,
+// for NaN and the infinities, which json.Marshal refuses.
+func Float(dst []byte, f float64) ([]byte, bool) {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return dst, false
+	}
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	dst = strconv.AppendFloat(dst, f, format, -1, 64)
+	if format == 'e' {
+		// e-09 as e-9, as encoding/json writes it.
+		if n := len(dst); n >= 4 && dst[n-4] == 'e' && dst[n-3] == '-' && dst[n-2] == '0' {
+			dst[n-2] = dst[n-1]
+			dst = dst[:n-1]
+		}
+	}
+	return dst, true
 }

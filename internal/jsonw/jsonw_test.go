@@ -2,6 +2,7 @@ package jsonw
 
 import (
 	"encoding/json"
+	"math"
 	"testing"
 	"time"
 )
@@ -47,5 +48,32 @@ func TestTimeIsJSONMarshals(t *testing.T) {
 		case err == nil && (!ok || string(got) != string(want)):
 			t.Errorf("Time(%v) = %s, %v; json.Marshal: %s", tm, got, ok, want)
 		}
+	}
+}
+
+var floatSeeds = []float64{0, 1, -1, 0.1, 1.0 / 3, 123456789, 1e20, 1e21, -1e21, 1e-6, 9.99e-7, 1e-9, 5e-324,
+	math.MaxFloat64, math.Copysign(0, -1), math.NaN(), math.Inf(1), math.Inf(-1)}
+
+func TestFloatIsJSONMarshals(t *testing.T) {
+	for _, f := range floatSeeds {
+		sameFloat(t, f)
+	}
+}
+
+func FuzzFloat(f *testing.F) {
+	for _, x := range floatSeeds {
+		f.Add(x)
+	}
+	f.Fuzz(sameFloat)
+}
+
+func sameFloat(t *testing.T, f float64) {
+	want, err := json.Marshal(f)
+	got, ok := Float([]byte("x"), f)
+	switch {
+	case err != nil && (ok || string(got) != "x"):
+		t.Errorf("Float(%v) = %s, %v; json.Marshal refuses it: %v", f, got, ok, err)
+	case err == nil && (!ok || string(got) != "x"+string(want)):
+		t.Errorf("Float(%v) = %s, %v; json.Marshal: %s", f, got, ok, want)
 	}
 }

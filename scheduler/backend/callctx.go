@@ -8,6 +8,8 @@ package backend
 import (
 	"context"
 	"encoding/json"
+
+	"inferd/store"
 )
 
 // Stream hears a call's output as a streaming model sends it (the http
@@ -57,4 +59,25 @@ func WithRoute(ctx context.Context, route string) context.Context {
 func RouteFrom(ctx context.Context) string {
 	r, _ := ctx.Value(routeKey{}).(string)
 	return r
+}
+
+// TokenMeter hears the token counts an OpenAI-compatible model reports
+// for a call (protocol openai: the reply's "usage", or a stream's last
+// one). Called at most once, on the goroutine running Instance.Infer.
+type TokenMeter interface {
+	Tokens(t store.Tokens)
+}
+
+type meterKey struct{}
+
+// WithTokenMeter returns a context for Instance.Infer whose reported token
+// usage goes to m.
+func WithTokenMeter(ctx context.Context, m TokenMeter) context.Context {
+	return context.WithValue(ctx, meterKey{}, m)
+}
+
+// TokenMeterFrom returns the TokenMeter of an Infer's context, or nil.
+func TokenMeterFrom(ctx context.Context) TokenMeter {
+	m, _ := ctx.Value(meterKey{}).(TokenMeter)
+	return m
 }

@@ -35,4 +35,17 @@ const (
 	// ProtectionDevices: a replica may open only its own GPUs' device
 	// nodes, not the other GPUs of the box.
 	ProtectionDevices = "devices"
+	// ProtectionPIDNamespace: each replica has a PID namespace of its own
+	// with its own /proc (no model sees another's processes or inferd's),
+	// which ends whole when the daemon dies, even by kill -9.
+	ProtectionPIDNamespace = "pidNamespace"
+	// ProtectionPrivateTmp: /tmp, /var/tmp and /dev/shm are the replica's
+	// own, within its memoryMiB, and go with it.
+	ProtectionPrivateTmp = "privateTmp"
+	// ProtectionUserNamespaces: models may not make user namespaces
+	// unless their project allows it.
+	ProtectionUserNamespaces = "userNamespaces"
+	// ProtectionPrivateFiles: the logs and other files a model must not
+	// read are closed to other users, whatever the data dir's mode.
+	ProtectionPrivateFiles = "privateFiles"
 )

@@ -24,7 +24,17 @@ func BenchmarkSaveCallParallel(b *testing.B) {
 // BenchmarkSaveFinalCallParallel is the write of a synchronous start: one
 // final write per call (record, finished and expiry index entries), from
 // many goroutines sharing group commits. bytes/call is the file's growth.
-func BenchmarkSaveFinalCallParallel(b *testing.B) {
+func BenchmarkSaveFinalCallParallel(b *testing.B) { saveFinalParallel(b, nil) }
+
+// BenchmarkSaveFinalCallWithUsageParallel is BenchmarkSaveFinalCallParallel
+// with each call's usage in its record, which the same transaction adds to
+// its hour's roll-up (usage.go): what the usage ledger costs a call.
+func BenchmarkSaveFinalCallWithUsageParallel(b *testing.B) {
+	cpu := 0.25
+	saveFinalParallel(b, &store.CallUsage{ReplicaSeconds: 0.3, CPUSeconds: &cpu, PeakMemoryBytes: 1 << 28, BytesIn: 18, BytesOut: 11})
+}
+
+func saveFinalParallel(b *testing.B, usage *store.CallUsage) {
 	s := openTest(b)
 	inputs := json.RawMessage(`{"prompt":"hello"}`)
 	outputs := json.RawMessage(`{"ok":true}`)
@@ -32,7 +42,7 @@ func BenchmarkSaveFinalCallParallel(b *testing.B) {
 	commits := saveParallel(b, s, 32, func() store.Call { // 32 × GOMAXPROCS, like c=64
 		now := time.Now()
 		return store.Call{ID: newCallID(), ProjectID: "p", TeamID: "t", State: store.CallSucceeded, Inputs: inputs,
-			Outputs: outputs, Created: now, Dispatched: now, Finished: now, ReplicaID: "r-1", Attempt: 1}
+			Outputs: outputs, Created: now, Dispatched: now, Finished: now, ReplicaID: "r-1", Attempt: 1, Usage: usage}
 	})
 	b.ReportMetric(float64(fileSize(b, s)-before)/float64(b.N), "bytes/call")
 	b.ReportMetric(float64(pageWrites(s))/float64(commits), "pagewrites/commit")

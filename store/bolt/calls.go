@@ -36,6 +36,9 @@ func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
 	}
 	cw := callWrite{key: []byte(c.ID), final: c.State.Done(), finished: c.Finished, done: done,
 		hasInputs: len(c.Inputs) > 0}
+	if row, ok := store.CallUsageRow(c); ok {
+		cw.usage = &row
+	}
 	if c.IdempotencyKey != "" {
 		cw.idem = store.IdempotencyIndexKey(c.TeamID, c.IdempotencyKey)
 	}
@@ -125,11 +128,15 @@ func wrapSaveErr(err error) error { return fmt.Errorf("save calls: %w", err) }
 // applyCallWrite writes one call and keeps the call indexes in step (see
 // schema.go): callpending holds the call iff it is not final; callfinished
 // and callexpiry hold it iff it is final, under its current Finished time;
-// callidem points at it when it has an idempotency key. Inputs are replaced
+// callidem points at it when it has an idempotency key; the first final
+// write adds the call's usage to its hour's roll-up. Inputs are replaced
 // only by a write that carries some; outputs by every write (see
 // store.Calls). A small payload is in the record (cw.value), a large one in
 // its bucket.
-func applyCallWrite(tx *bbolt.Tx, cw *callWrite) error {
+//
+// The usage a first final write adds goes to roll, which the caller writes
+// in the same transaction (usageRoll.write); nil writes it at once.
+func applyCallWrite(tx *bbolt.Tx, cw *callWrite, roll *usageRoll) error {
 	if cw.idem != nil {
 		if err := tx.Bucket(bucketCallIdem).Put(cw.idem, cw.key); err != nil {
 			return err
@@ -165,8 +172,15 @@ func applyCallWrite(tx *bbolt.Tx, cw *callWrite) error {
 	expiry := tx.Bucket(bucketCallExpiry)
 	pending := tx.Bucket(bucketCallPending)
 	calls.FillPercent, finished.FillPercent, expiry.FillPercent = appendFill, appendFill, appendFill
-	if old := finished.Get(cw.key); old != nil {
+	old := finished.Get(cw.key)
+	if old != nil {
 		if err := expiry.Delete(expiryKey(old, cw.key)); err != nil {
+			return err
+		}
+	}
+	if cw.final {
+		// Before the record's put: its value is read by addCallUsage.
+		if err := roll.addCall(tx, cw, old != nil); err != nil {
 			return err
 		}
 	}

@@ -49,6 +49,9 @@ const SchemaVersion = 2
 //	            re-save of their call never queues them again; ExpireCalls drops them.
 //	teamsecrets team id → webhook signing secret ("whsec_..."), kept apart from
 //	            teams so that no team listing carries it.
+//	usage       8-byte big-endian unix seconds of an hour + team id + NUL + project
+//	            id → store.UsageRow JSON: the hour's roll-up (usage.go). A call's
+//	            usage is added by the transaction of its first final write.
 var (
 	bucketMeta         = []byte("meta")
 	bucketTeams        = []byte("teams")
@@ -66,6 +69,7 @@ var (
 	bucketOutbox       = []byte("outbox")
 	bucketOutboxEnded  = []byte("outboxended")
 	bucketTeamSecrets  = []byte("teamsecrets")
+	bucketUsage        = []byte("usage")
 
 	keySchema = []byte("schema")
 )
@@ -76,6 +80,7 @@ func allBuckets() [][]byte {
 		bucketCalls, bucketCallPending, bucketCallFinished, bucketCallExpiry,
 		bucketCallInputs, bucketCallOutputs,
 		bucketCallIdem, bucketCallIdemOf, bucketOutbox, bucketOutboxEnded, bucketTeamSecrets,
+		bucketUsage,
 	}
 }
 

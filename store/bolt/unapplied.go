@@ -359,14 +359,18 @@ func (s *Store) applyLogged(batch []*logged) (queued [][]store.Delivery, err err
 	}
 	err = s.update(func(tx *bbolt.Tx) error {
 		queued = queued[:0]
+		var roll usageRoll // the batch's usage, one row write per hour, team and project
 		for _, l := range batch {
 			cw := l.cw // applyCallWrite may add the stored inputs to its value
-			if err := applyCallWrite(tx, &cw); err != nil {
+			if err := applyCallWrite(tx, &cw, &roll); err != nil {
 				return err
 			}
 			if len(cw.queued) > 0 {
 				queued = append(queued, cw.queued)
 			}
+		}
+		if err := roll.write(tx); err != nil {
+			return err
 		}
 		return putWALApplied(tx, batch[len(batch)-1].lsn)
 	})
@@ -413,14 +417,18 @@ func replayWAL(db *bbolt.DB, path string) (next uint64, err error) {
 	}
 	for chunk := range slices.Chunk(recs, replayChunk) {
 		err := db.Update(func(tx *bbolt.Tx) error {
+			var roll usageRoll // a decoded write's usage is read from its record
 			for _, r := range chunk {
 				cw, err := decodeWALWrite(r.body)
 				if err != nil {
 					return walError(path, fmt.Sprintf("write %d: %v", r.lsn, err))
 				}
-				if err := applyCallWrite(tx, &cw); err != nil {
+				if err := applyCallWrite(tx, &cw, &roll); err != nil {
 					return err
 				}
+			}
+			if err := roll.write(tx); err != nil {
+				return err
 			}
 			return putWALApplied(tx, chunk[len(chunk)-1].lsn)
 		})

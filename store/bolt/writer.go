@@ -23,8 +23,12 @@ type callWrite struct {
 	outputs   []byte    // large outputs, for calloutputs
 	final     bool      // state is succeeded or failed
 	finished  time.Time // set when final
-	idem      []byte    // the callidem key, for a call with an idempotency key
-	done      func(error)
+	// usage is what a final write adds to the usage roll-up, worked out
+	// from the call when it was queued; nil when it adds nothing, or for a
+	// write decoded from its record (addCallUsage reads it from the value).
+	usage *store.UsageRow
+	idem  []byte // the callidem key, for a call with an idempotency key
+	done  func(error)
 
 	deliveries        []store.Delivery // webhook deliveries the write makes due
 	encodedDeliveries [][]byte         // their JSON, in the same order

@@ -135,6 +135,11 @@ func (s *Store) callOps(c store.Call) ([]clientv3.Op, int, error) {
 	if c.State.Done() {
 		ops = append(ops, clientv3.OpDelete(s.key("pending", c.ID)),
 			clientv3.OpPut(s.finishedKey(c.Finished, c.ID), ""))
+		if op, ok, err := s.callUsageOp(what, c); err != nil {
+			return nil, 0, err
+		} else if ok {
+			ops = append(ops, op) // the ledger's entry, in the call's transaction (usage.go)
+		}
 	} else {
 		ops = append(ops, clientv3.OpPut(s.key("pending", c.ID), s.node))
 	}

@@ -27,6 +27,8 @@
 //	outboxended/<delivery id>   when it ended (unix nanos): never queued again; ExpireCalls drops it
 //	secrets/<team>              the team's webhook signing secret, apart from teams/ (no listing carries it)
 //	assign/<node>/<id>          "": the leader handed call <id> to <node> (HandOver); that node adopts it and deletes the key
+//	usage/c/<hour>/<id>         an addition to an hour's usage: a final call's (put by its first final write) or an AddUsage row
+//	usage/h/<hour>/<team>/<project>  the hour's usage roll-up, its additions folded in (usage.go)
 //
 // Package cluster keeps nodes/, election/ and placement/ under the same
 // prefix (cluster/doc.go).

@@ -65,6 +65,7 @@ type data struct {
 	outbox   map[string]store.Delivery // pending deliveries, by id
 	ended    map[string]time.Time      // ended deliveries' ids, with when they ended
 	secrets  map[string]string         // webhook secrets, by team
+	usage    map[store.UsageKey]store.UsageRow
 }
 
 type callWrite struct {
@@ -84,6 +85,7 @@ func New(opts Options) *Store {
 		ended:    map[string]time.Time{},
 		secrets:  map[string]string{},
 		idem:     map[string]string{},
+		usage:    map[store.UsageKey]store.UsageRow{},
 	}, opts.Now)
 }
 
@@ -215,8 +217,12 @@ func (s *Store) writer() {
 		if err == nil {
 			s.mu.Lock()
 			c := w.c
+			old, had := s.d.calls[c.ID]
 			if len(c.Inputs) == 0 {
-				c.Inputs = s.d.calls[c.ID].Inputs // a write without inputs keeps them
+				c.Inputs = old.Inputs // a write without inputs keeps them
+			}
+			if row, ok := store.CallUsageRow(c); ok && !(had && old.State.Done()) {
+				s.addUsage(row)
 			}
 			s.d.calls[c.ID] = c
 			if w.c.IdempotencyKey != "" {
@@ -401,6 +407,10 @@ func lookup[T any](m map[string]T, id, what string, clone func(T) T) (T, error) 
 }
 
 func cloneCall(c store.Call) store.Call {
+	if c.Usage != nil {
+		u := *c.Usage
+		c.Usage = &u
+	}
 	c.WebhookEvents = slices.Clone(c.WebhookEvents)
 	c.Inputs = slices.Clone(c.Inputs)
 	c.Outputs = slices.Clone(c.Outputs)
@@ -826,4 +836,63 @@ func (s *Store) WebhookSecret(teamID string, rotate bool) (string, error) {
 	sec := store.NewWebhookSecret()
 	s.d.secrets[teamID] = sec
 	return sec, nil
+}
+
+// AddUsage implements store.Usage.
+func (s *Store) AddUsage(rows []store.UsageRow) error {
+	for _, r := range rows {
+		if err := r.Validate(); err != nil {
+			return err
+		}
+	}
+	if err := s.lock("add usage"); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	for _, r := range rows {
+		s.addUsage(r)
+	}
+	return nil
+}
+
+// addUsage adds r to its hour's row. Callers hold mu.
+func (s *Store) addUsage(r store.UsageRow) {
+	k := r.Key()
+	sum, ok := s.d.usage[k]
+	if !ok {
+		sum = store.UsageRow{Hour: k.Hour, TeamID: k.TeamID, ProjectID: k.ProjectID}
+	}
+	sum.Add(r)
+	s.d.usage[k] = sum
+}
+
+// UsageRows implements store.Usage.
+func (s *Store) UsageRows(teamID string, from, to time.Time) ([]store.UsageRow, error) {
+	if err := s.lock("usage rows"); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	out := []store.UsageRow{}
+	for k, r := range s.d.usage {
+		if (teamID == "" || k.TeamID == teamID) && !k.Hour.Before(from) && k.Hour.Before(to) {
+			out = append(out, r)
+		}
+	}
+	return store.SumUsage(out), nil
+}
+
+// ExpireUsage implements store.Usage.
+func (s *Store) ExpireUsage(before time.Time) (int, error) {
+	if err := s.lock("expire usage"); err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	n := 0
+	for k := range s.d.usage {
+		if k.Hour.Before(before) {
+			delete(s.d.usage, k)
+			n++
+		}
+	}
+	return n, nil
 }

@@ -21,8 +21,8 @@ func ModelSpecFields() []string {
 // ChangeModelSpecField returns m with the named field set to a different
 // value that still passes validation: a string is extended (a path keeps its
 // leading slash, the protocol flips between http and potassium, the key hash
-// becomes another hash), a number grows by one, batching turns on (or takes
-// one more call), a list gets one more
+// becomes another hash), a number grows by one, a bool flips, batching turns
+// on (or takes one more call), a list gets one more
 // element and a map one more entry. A field of a kind it does not know
 // fails the test: teach it rather than skip the field.
 func ChangeModelSpecField(t testing.TB, m store.ModelSpec, name string) store.ModelSpec {
@@ -52,6 +52,8 @@ func ChangeModelSpecField(t testing.TB, m store.ModelSpec, name string) store.Mo
 		v.SetString("/changed")
 	case v.Kind() == reflect.String:
 		v.SetString(v.String() + "-changed")
+	case v.Kind() == reflect.Bool:
+		v.SetBool(!v.Bool())
 	case v.Kind() == reflect.Int:
 		v.SetInt(v.Int() + 1)
 	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.String:

@@ -87,6 +87,10 @@ var suite = []struct {
 	{"WebhookSecretStableUntilRotated", testWebhookSecretStableUntilRotated},
 	// Expiry.
 	{"ExpireCallsDeletesOnlyFinishedBefore", testExpireCallsDeletesOnlyFinishedBefore},
+	// The usage ledger.
+	{"CallUsageRollsUpOnceWithTheFinalWrite", testCallUsageRollsUpOnceWithTheFinalWrite},
+	{"AddUsageSumsByHourTeamAndProject", testAddUsageSumsByHourTeamAndProject},
+	{"ExpireUsageDropsOnlyOlderHours", testExpireUsageDropsOnlyOlderHours},
 	// Concurrent writers.
 	{"ConcurrentWritersAreAllDurable", testConcurrentWritersAreAllDurable},
 	// Close and reopen.

@@ -15,7 +15,12 @@
 //                    beside it
 //   EXPECT_TEAM      a team whose row shows its replicas against this quota:
 //                    TEAM:REPLICAS (optional)
+//   EXPECT_QUEUED    a project whose card lists its queued calls, each with
+//                    why it waits (optional)
+//   EXPECT_USAGE     a team the usage panel shows with calls, its bars drawn,
+//                    and energy not measured ("–") (optional)
 //   SCREENSHOT       where to save a full-page PNG
+//   USAGE_SCREENSHOT where to save a PNG of the usage panel (optional)
 //   CHROMIUM         the browser (default /usr/bin/chromium)
 import { chromium } from "playwright-core";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -89,6 +94,29 @@ try {
       return cell && new RegExp(`^[0-9]+ / ${q}$`).test(cell.textContent);
     }, [team, quota]);
     console.log(`ok: team ${team} shows its replicas against its quota of ${quota}`);
+  }
+
+  if (process.env.EXPECT_QUEUED) {
+    // Queued calls list why they wait; once a run is measured, an estimate.
+    const q = process.env.EXPECT_QUEUED;
+    await page.waitForFunction((p) => {
+      const rows = [...document.querySelectorAll(`[data-project="${p}"] table.queue tbody tr[data-queued]`)];
+      return rows.length > 0 && rows.every((r) => r.querySelector(".why").textContent.length > 3) &&
+        rows.some((r) => /^~[0-9.]+ s$/.test(r.querySelector(".eta").textContent));
+    }, q);
+    console.log(`ok: ${q}'s queued calls say why they wait and when they should be done`);
+  }
+
+  if (process.env.EXPECT_USAGE) {
+    const team = process.env.EXPECT_USAGE;
+    await page.waitForFunction((t) => {
+      const row = document.querySelector(`#usage-teams [data-usage-team="${t}"]`);
+      return row && Number(row.querySelector(".calls").textContent) > 0 &&
+        Number(document.getElementById("usage-chart").dataset.bars) > 0;
+    }, team);
+    assert.equal(await page.locator(`#usage-teams [data-usage-team="${team}"] .energy`).textContent(), "–",
+      "energy is absent (–), not 0, without NVML's counter");
+    console.log(`ok: the usage panel shows team ${team}'s calls and hourly bars, energy absent`);
   }
 
   // The charts of the last 15 minutes have data: the calls made before the
@@ -190,6 +218,10 @@ try {
     const height = await page.evaluate(() => document.documentElement.scrollHeight);
     await page.screenshot({ path: process.env.SCREENSHOT, fullPage: true, clip: { x: 0, y: 0, width: 1280, height: Math.min(height, 1300) } });
     console.log(`screenshot: ${process.env.SCREENSHOT}`);
+  }
+  if (process.env.USAGE_SCREENSHOT) {
+    await page.locator("#usage-section").screenshot({ path: process.env.USAGE_SCREENSHOT });
+    console.log(`usage panel screenshot: ${process.env.USAGE_SCREENSHOT}`);
   }
   assert.deepEqual(problems, [], "no console errors");
   console.log("PASS status page");

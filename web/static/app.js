@@ -6,11 +6,13 @@
 
 const KEY = "inferd.apiKey";
 const POLL_MS = 2000;
+const USAGE_MS = 30000; // the usage panel is read again this often: the ledger moves by the minute
 const RECENT_MS = 15 * 60 * 1000; // a failure this recent puts its project first
 const SVG = "http://www.w3.org/2000/svg";
 const $ = (id) => document.getElementById(id);
 
 let timer = null;
+let usage = { at: 0, data: null }; // the last /v1/status/usage answer and when it came
 let openLog = null; // {project, replica} whose log is shown
 const expanded = new Set(); // quiet projects shown in full on request
 
@@ -32,6 +34,14 @@ function el(tag, attrs, ...children) {
 function bytes(n) {
   const gib = n / 1024 ** 3;
   return gib >= 1 ? `${gib.toFixed(gib >= 10 ? 0 : 1)} GiB` : `${Math.round(n / 1024 ** 2)} MiB`;
+}
+
+// size writes a byte count in the unit that reads best.
+function size(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${i ? n.toFixed(n >= 10 ? 0 : 1) : n} ${units[i]}`;
 }
 
 function ms(n) {
@@ -88,8 +98,12 @@ async function refresh() {
       api("/v1/status"),
       api("/v1/status/history").catch((err) => { if (err.status === 401) throw err; return null; }),
     ]);
+    if (Date.now() - usage.at > USAGE_MS) {
+      usage = { at: Date.now(), data: await api("/v1/status/usage").catch((err) => { if (err.status === 401) throw err; return null; }) };
+    }
     render(st);
     renderCharts(hist);
+    renderUsage(usage.data);
     if (openLog) await loadLog();
     $("stale").hidden = true;
   } catch (err) {
@@ -238,7 +252,7 @@ function renderGPUs(gpus) {
 function needsLook(p, now) {
   const failedRecently = p.recentFailures > 0 || (p.lastErrorAt && now - Date.parse(p.lastErrorAt) < RECENT_MS);
   return p.queued > 0 || p.running > 0 || Boolean(p.waiting) || failedRecently ||
-    p.replicas.some((r) => r.state !== "ready");
+    p.replicas.some((r) => r.state !== "ready" && r.state !== "parked");
 }
 
 // Within those, failures and waits before plain work, busiest first.
@@ -302,7 +316,9 @@ function projectCard(p, now, collapsible) {
       el("td", {}, r.gpus.length ? r.gpus.map((i) => `GPU ${i}`).join(", ") : "CPU"),
       el("td", { class: "num" }, duration(r.uptimeSeconds)),
       el("td", { class: "num" }, r.inFlight),
-      el("td", {}, r.idleExpiry ? `in ${duration(Math.max(0, Math.round((Date.parse(r.idleExpiry) - now) / 1000)))}` : "–"),
+      el("td", {}, r.idleExpiry ? `in ${duration(Math.max(0, Math.round((Date.parse(r.idleExpiry) - now) / 1000)))}` : "–",
+        r.parkedSince ? el("span", { class: "muted", title: "its GPUs are free for others until a call restores it" },
+          ` (parked ${ago(r.parkedSince, now)})`) : null),
     );
     tr.addEventListener("click", () => showLog(p.id, r.id));
     return tr;
@@ -326,6 +342,7 @@ function projectCard(p, now, collapsible) {
     }
   }
   let collapse = null;
+  const queue = (p.queue || []).length ? queueTable(p.queue, p.queued) : null;
   if (collapsible) {
     collapse = el("button", { type: "button", class: "link collapse" }, "Show less");
     collapse.addEventListener("click", () => { expanded.delete(p.id); refreshSoon(); });
@@ -351,11 +368,35 @@ function projectCard(p, now, collapsible) {
             "batch mean ", el("b", {}, p.batches ? p.meanBatchSize.toFixed(1) : "–"), ` of ${p.batchMaxSize}`) : null,
           p.recentFailures ? el("span", { class: "bad" }, `${p.recentFailures} failed in 15 min`) : null,
           p.oomKills ? el("span", { class: "bad", title: "replicas the kernel killed for going over the project's memoryMiB, since the daemon started" },
-            `${p.oomKills} out of memory`) : null),
+            `${p.oomKills} out of memory`) : null,
+          p.parkTimeout ? el("span", { class: p.parkingOff ? "bad" : "", title: p.parkingOff ||
+            "idle replicas park after parkTimeout: GPU memory moved to host memory, the GPU free for others, restored on the next call" },
+            p.parkingOff ? "parking off" : `parks after ${duration(p.parkTimeout)} idle`) : null),
         lastError,
+        queue,
         table),
       el("div", { class: "side" })),
   );
+}
+
+// QUEUE_ROWS is how many queued calls a project's card lists.
+const QUEUE_ROWS = 5;
+
+// queueTable lists a project's first queued calls: why each waits and when
+// the scheduler expects it done (its measured run and boot times and the
+// queue ahead; "–" until it has measured a run).
+function queueTable(queue, queued) {
+  const more = queued - Math.min(queue.length, QUEUE_ROWS);
+  queue = queue.slice(0, QUEUE_ROWS);
+  return el("table", { class: "queue" },
+    el("thead", {}, el("tr", {}, el("th", { class: "num" }, "#"), el("th", {}, "Queued call"), el("th", {}, "Waiting for"),
+      el("th", { class: "num" }, "Done in"))),
+    el("tbody", {}, ...queue.map((q) => el("tr", { dataset: { queued: q.id } },
+      el("td", { class: "num" }, q.queuePosition + 1),
+      el("td", { class: "mono", title: q.id }, q.id.slice(0, 5) + "…" + q.id.slice(-8)),
+      el("td", { class: "why", title: q.waitingFor ? q.waitingFor.code : "" }, q.waitingFor ? q.waitingFor.text : "–"),
+      el("td", { class: "num eta" }, q.etaMs === null || q.etaMs === undefined ? "–" : `~${(q.etaMs / 1000).toFixed(1)} s`))),
+      more > 0 ? el("tr", {}, el("td", {}, ""), el("td", { colspan: 3, class: "muted" }, `and ${more} more`)) : null));
 }
 
 // waitHelp says what decides a wait, for the tooltip.
@@ -527,6 +568,63 @@ function renderCharts(hist) {
       `Collecting: a point every ${hist.intervalSeconds} s.`)));
   }
   $("charts").replaceChildren(...charts);
+}
+
+// renderUsage draws the usage panel: replica-seconds per hour for each team
+// (solid: the calls' shares; light: booting and idle, kept by minReplicas
+// or idleTimeout), and each team's totals over the 24 hours.
+function renderUsage(u) {
+  $("usage-section").hidden = !u;
+  if (!u) return;
+  const classes = ["s1", "s2", "s3", "s4", "s5", "s6"];
+  const cls = new Map(u.teams.map((t, i) => [t.teamId, classes[i % classes.length]]));
+  const hours = u.hours;
+  const totals = hours.map((h) => Object.values(h.teams).reduce((n, s) => n + s.calls + s.boot + s.idle, 0));
+  const top = niceMax(Math.max(0, ...totals));
+  const slot = (CHART_W - PAD.l - PAD.r) / Math.max(hours.length, 1);
+  const y = (v) => CHART_H - PAD.b - (v / top) * (CHART_H - PAD.t - PAD.b);
+  const plot = svg("svg", { viewBox: `0 0 ${CHART_W} ${CHART_H}`, class: "chart", role: "img", "aria-label": "replica-seconds per hour by team" },
+    svg("line", { x1: PAD.l, x2: CHART_W - PAD.r, y1: y(0), y2: y(0), class: "axis" }),
+    svg("line", { x1: PAD.l, x2: CHART_W - PAD.r, y1: y(top), y2: y(top), class: "grid" }),
+    svg("text", { x: PAD.l, y: PAD.t - 6, class: "tick" }, `${duration(Math.round(top))} per hour`),
+    svg("text", { x: PAD.l, y: CHART_H - 3, class: "tick" }, "24 h ago"),
+    svg("text", { x: CHART_W - PAD.r, y: CHART_H - 3, class: "tick end" }, "now"));
+  let bars = 0;
+  hours.forEach((h, i) => {
+    let base = 0;
+    for (const [team, s] of Object.entries(h.teams)) {
+      for (const [part, v] of [["calls", s.calls], ["kept", s.boot + s.idle]]) {
+        if (!(v > 0)) continue;
+        plot.append(svg("rect", { x: (PAD.l + i * slot + 1).toFixed(1), width: Math.max(slot - 2, 1).toFixed(1),
+          y: y(base + v).toFixed(1), height: (y(base) - y(base + v)).toFixed(1), class: `bar-${part} ${cls.get(team) || "s1"}` },
+          svg("title", {}, `${team}: ${duration(Math.round(v))} ${part === "calls" ? "in calls" : "booting or idle"}`)));
+        base += v;
+        bars++;
+      }
+    }
+  });
+  const legend = el("div", { class: "legend" },
+    ...u.teams.map((t) => el("span", {}, el("i", { class: `swatch ${cls.get(t.teamId)}` }), t.teamId)),
+    el("span", {}, el("i", { class: "swatch kept" }), "light: booting or idle"));
+  $("usage-chart").replaceChildren(el("div", { class: "name" }, "Replica time per hour"), plot, legend);
+  $("usage-chart").dataset.bars = bars;
+  const hrs = (s) => (s < 10 ? `${s.toFixed(s ? 1 : 0)}s` : duration(Math.round(s)));
+  const opt = (v, fmt) => (v === null || v === undefined ? "–" : fmt(v));
+  const head = ["Team", "Calls", "In calls", "Booting", "Idle", "GPU", "CPU", "Energy", "In / out"];
+  $("usage-teams").replaceChildren(u.teams.length
+    ? el("table", {},
+        el("thead", {}, el("tr", {}, ...head.map((h, i) => el("th", { class: i ? "num" : "" }, h)))),
+        el("tbody", {}, ...u.teams.map((t) => el("tr", { dataset: { usageTeam: t.teamId } },
+          el("td", {}, t.teamId),
+          el("td", { class: "num calls" }, t.calls),
+          el("td", { class: "num", title: "replica time the calls used (a replica running k calls at once charges each 1/k)" }, hrs(t.replicaSeconds)),
+          el("td", { class: "num" }, hrs(t.bootReplicaSeconds)),
+          el("td", { class: "num", title: "ready replicas with nothing to do, kept by minReplicas or idleTimeout" }, hrs(t.idleReplicaSeconds)),
+          el("td", { class: "num", title: "GPU-seconds: calls, booting and idle" }, hrs(t.gpuSeconds + t.bootGPUSeconds + t.idleGPUSeconds)),
+          el("td", { class: "num cpu", title: "CPU time of the replicas' cgroups over the calls; – where not measured" }, opt(t.cpuSeconds, hrs)),
+          el("td", { class: "num energy", title: "GPU energy from NVML's counter; – where the GPUs have none" }, opt(t.energyJoules, (j) => `${(j / 1000).toFixed(1)} kJ`)),
+          el("td", { class: "num" }, `${size(t.bytesIn)} / ${size(t.bytesOut)}`)))))
+    : el("p", { class: "empty" }, "No usage in the last 24 hours."));
 }
 
 async function showLog(project, replica) {

@@ -82,6 +82,9 @@ type Backend struct {
 	log     zerolog.Logger
 	ports   *ports
 	budgets *logBudgets
+	// files says whether the logs and pid files are closed to other
+	// users (privatefiles.go), as New found and left them.
+	files backend.Protection
 	// readyIntervals are the pauses between a booting model's health
 	// checks (see pollReady); a field so a test can leave only the output
 	// as a trigger.
@@ -93,6 +96,8 @@ type Backend struct {
 	// (groupListeningPorts), to explain a model that answers on none of
 	// ours; a field so a test can fake it.
 	listening func(pgid int) ([]int, error)
+	// ckpt parks replicas' CUDA processes (parking.go).
+	ckpt checkpointTool
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -138,6 +143,8 @@ func New(cfg Config, log zerolog.Logger) (*Backend, error) {
 		budgets:        newLogBudgets(cfg.LogMaxBytesPerProject),
 		readyIntervals: defaultReadyIntervals,
 		listening:      groupListeningPorts,
+		ckpt:           checkpointToolFor(cfg),
+		files:          privateFiles(true, cfg.LogDir, cfg.RunDir),
 	}
 	logProtections(log, b.Protections())
 	return b, nil

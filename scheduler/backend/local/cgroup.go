@@ -349,7 +349,8 @@ func (cg *cgroups) create(name string, l limits) (*replicaCgroup, error) {
 			writeCgroup(dir, "memory.oom.group", "1")
 		}
 		if cg.v2Ctl["pids"] && l.pidsMax > 0 {
-			if err := writeCgroup(dir, "pids.max", strconv.Itoa(l.pidsMax)); err != nil {
+			// Room for the init's threads while it starts (see setPidsMax).
+			if err := writeCgroup(dir, "pids.max", strconv.Itoa(l.pidsMax+initTasks)); err != nil {
 				return nil, err
 			}
 		}
@@ -372,8 +373,9 @@ func (cg *cgroups) create(name string, l limits) (*replicaCgroup, error) {
 			err = writeCgroup(dir, "memory.limit_in_bytes", limit)
 			writeCgroup(dir, "memory.memsw.limit_in_bytes", limit) // only with swap accounting
 		case c == "pids" && l.pidsMax > 0:
-			// One more while the forking thread is in it (see join).
-			err = writeCgroup(dir, "pids.max", strconv.Itoa(l.pidsMax+1))
+			// One more while the forking thread is in it (see join), and
+			// room for the init's threads while it starts.
+			err = writeCgroup(dir, "pids.max", strconv.Itoa(l.pidsMax+initTasks+1))
 		}
 		if err != nil {
 			return nil, err
@@ -426,8 +428,7 @@ func (rc *replicaCgroup) join() error {
 	return nil
 }
 
-// leave moves the calling thread back to the daemon's own v1 cgroups, and
-// lowers pids.max to the project's own figure (see create).
+// leave moves the calling thread back to the daemon's own v1 cgroups.
 func (rc *replicaCgroup) leave() error {
 	tid := []byte(strconv.Itoa(unix.Gettid()))
 	var errs []error
@@ -436,10 +437,35 @@ func (rc *replicaCgroup) leave() error {
 			errs = append(errs, fmt.Errorf("leave cgroup v1 %s: %w", c, errBrief(err)))
 		}
 	}
-	if dir, ok := rc.v1["pids"]; ok && rc.limits.pidsMax > 0 {
-		errs = append(errs, writeCgroup(dir, "pids.max", strconv.Itoa(rc.limits.pidsMax)))
+	return errors.Join(errs...)
+}
+
+// setPidsMax sets the replica's pids.max, once its model runs, to n: the
+// project's figure and what its init keeps (see box.started). A figure
+// below what the replica holds already only keeps it from starting more.
+func (rc *replicaCgroup) setPidsMax(n int) error {
+	var errs []error
+	if rc.v2 != "" && rc.cg.v2Ctl["pids"] {
+		errs = append(errs, writeCgroup(rc.v2, "pids.max", strconv.Itoa(n)))
+	}
+	if dir, ok := rc.v1["pids"]; ok {
+		errs = append(errs, writeCgroup(dir, "pids.max", strconv.Itoa(n)))
 	}
 	return errors.Join(errs...)
+}
+
+// threads is how many threads process pid has, from /proc.
+func threads(pid int) (int, error) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			return strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status has no Threads line", pid)
 }
 
 // fd is the descriptor for SysProcAttr.CgroupFD, or -1 without v2.

@@ -47,12 +47,15 @@ type Checker struct {
 	// warnings about a memoryMiB, pidsMax or private network a model asks
 	// for and would not get; nil = not known, no such warning.
 	Protections []backend.Protection
+	// Parking says whether replicas can be parked here (ParkSupport), for
+	// a warning about a parkTimeout that would do nothing; nil = not known.
+	Parking func() error
 }
 
 // Checker returns the checker for the models this backend runs: its user,
 // its GPUs, its sandbox.
 func (b *Backend) Checker() *Checker {
-	c := &Checker{RunAs: b.sb.checkRunAs(), Protections: b.Protections()}
+	c := &Checker{RunAs: b.sb.checkRunAs(), Protections: b.Protections(), Parking: b.ParkSupport}
 	if b.cfg.GPUs != nil {
 		c.Devices = b.cfg.GPUs.Devices
 	}
@@ -120,6 +123,7 @@ func (c *Checker) Check(m store.ModelSpec) []Finding {
 		c.checkProgram(m, dirOK, fail)
 	}
 	c.checkGPUs(m, warn)
+	c.checkParking(m, warn)
 	checkProtocol(m, dirOK, warn)
 	c.checkSandbox(m, warn)
 	return out
@@ -239,6 +243,20 @@ func (c *Checker) checkGPUs(m store.ModelSpec, warn func(string, ...any)) {
 		}
 		if fit < need.GPUs {
 			warn("gpuMemoryMiB: %d per GPU, but %d of this machine's GPUs have that much (the largest has %d MiB): its calls will fail (lower gpuMemoryMiB)", need.MemoryMiB, fit, largest)
+		}
+	}
+}
+
+// checkParking warns when m's parkTimeout would park nothing: a CPU model,
+// or a box whose driver cannot (see Backend.ParkSupport).
+func (c *Checker) checkParking(m store.ModelSpec, warn func(string, ...any)) {
+	switch {
+	case m.ParkTimeout <= 0:
+	case m.GPUDemand().GPUs == 0:
+		warn("parkTimeout: %d does nothing for a CPU model: only GPU replicas park (set gpus or gpuMemoryMiB, or leave parkTimeout out)", m.ParkTimeout)
+	case c.Parking != nil:
+		if err := c.Parking(); err != nil {
+			warn("parkTimeout: %d, but replicas cannot be parked here (%v): its idle replicas stay warm until idleTimeout (docs/gpu.md, Parking)", m.ParkTimeout, err)
 		}
 	}
 }

@@ -117,8 +117,8 @@ func TestReplicaOpensOnlyItsOwnGPUNodes(t *testing.T) {
 				})
 			}
 			ps := b.Protections()
-			if p := ps[len(ps)-1]; p.Name != backend.ProtectionDevices || !p.On {
-				t.Errorf("protections end with %+v, want device isolation on", p)
+			if i := slices.IndexFunc(ps, func(p backend.Protection) bool { return p.Name == backend.ProtectionDevices }); i < 0 || !ps[i].On {
+				t.Errorf("protections %+v, want device isolation on", ps)
 			}
 		})
 	}

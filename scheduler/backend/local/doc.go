@@ -1,7 +1,8 @@
 // Package local is the local-process replica backend: it runs each replica as an
 // OS process group on this machine, in a box of its own (a uid of its project's,
-// a cgroup, a network namespace, a private HOME), keeps its logs, and cleans up
-// after a daemon that died without stopping its replicas.
+// a cgroup, a network, PID and mount namespace, a private HOME and tmp dirs),
+// keeps its logs, and cleans up after a daemon that died without stopping its
+// replicas.
 //
 // The scheduler reaches it only through backend.Backend: [Backend.Launch] starts a
 // replica from a backend.Spec and returns the [Process] that owns it. Talking to the
@@ -18,6 +19,13 @@
 // SIGKILL. When the leader exits for any reason, the group is SIGKILLed as well, so a
 // leaked grandchild cannot keep GPU memory or the log pipe.
 //
+// The leader is the replica's init (replicainit.go): inferd's own binary run
+// again under another name, which sets up the rest of the box from inside and
+// starts the model, as its child (in a PID namespace, where the init is
+// process 1 and the model stays in its process group) or in its place
+// (without one). initcmd.go is the daemon's side: the command, the
+// configuration it hands over, and the model's exit status it gets back.
+//
 // # The box
 //
 // Where the daemon may (root, or the packaged service's delegated cgroup and
@@ -26,22 +34,28 @@
 // TMPDIR; cgroup.go starts it inside a cgroup of its own (CgroupFD, so there is no
 // moment it runs outside), kills that whole cgroup when the replica ends, and
 // enforces memoryMiB and pidsMax; netns.go gives it a network namespace with only
-// loopback, which inferd dials into. The thread that forks the model is locked to
-// it, enters the box first (the namespace, v1 cgroups, no capabilities, no new
-// privileges) and is never given back to the Go runtime: it dies with its
-// goroutine. What the daemon may not do it skips, and Protections says so.
+// loopback, which inferd dials into; the init gives it a PID namespace with its
+// own /proc and a mount namespace with its own tmpfs on /tmp, /var/tmp and
+// /dev/shm, drops the capabilities an exec would hand on, sets no new
+// privileges and installs the seccomp filter against user namespaces
+// (seccomp.go); privatefiles.go keeps the logs closed to other users. The thread
+// that forks the init is locked to it, enters the box first (the network
+// namespace, v1 cgroups) and is never given back to the Go runtime: it dies with
+// its goroutine. What the daemon may not do it skips, and Protections says so.
 //
 // If the daemon itself dies, three mechanisms clean up:
 //
 //   - Pdeathsig SIGKILL: the kernel kills the leader when its parent *thread* exits. The
 //     child is therefore started from a goroutine locked to its OS thread
 //     (runtime.LockOSThread) that stays locked until the child has exited; otherwise the
-//     Go runtime could retire that thread and kill a healthy model.
+//     Go runtime could retire that thread and kill a healthy model. In a PID
+//     namespace the leader is the namespace's init, and the kernel then kills
+//     everything in the namespace: nothing of the replica outlives the daemon.
 //   - Cgroups: the next daemon on the same data dir finds its predecessor's replica
 //     cgroups (they are named after the run dir) and [Backend.Recover], which the
 //     scheduler calls at start, kills each whole and removes it.
-//   - Orphan cleanup, for replicas that had no cgroup: Pdeathsig reaches only the
-//     leader, not its children. While a replica runs, RunDir/<ID>.pid records its pid
+//   - Orphan cleanup, for replicas that had neither a cgroup nor a PID
+//     namespace: Pdeathsig reaches only the leader, not its children. While a replica runs, RunDir/<ID>.pid records its pid
 //     and process group; Recover kills every recorded group that still exists. A
 //     group is only killed when one of its members carries INFERD_REPLICA_ID=<ID> in
 //     /proc/<pid>/environ, so a recycled pid is never hit.
@@ -86,5 +100,6 @@
 // three goroutines: the locked one that starts and waits for the child, the log
 // copier and the readiness poller. All of them have ended by the time Exited is
 // closed. A project's logs, all replicas' and generations together, stay under
-// LogMaxBytesPerProject (logbudget.go).
+// LogMaxBytesPerProject (logbudget.go). Logs are 0600 in 0700 directories
+// (privatefiles.go).
 package local

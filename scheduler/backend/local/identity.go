@@ -162,6 +162,7 @@ type privileges struct {
 	switchUser bool // CAP_SETUID and CAP_SETGID: run models as other users
 	chown      bool // CAP_CHOWN: give a model its private directory
 	netns      bool // CAP_SYS_ADMIN and CAP_NET_ADMIN: network namespaces
+	sysAdmin   bool // CAP_SYS_ADMIN: PID and mount namespaces, and mounts in them
 }
 
 // effectivePrivileges reads the daemon's effective capabilities.
@@ -176,6 +177,7 @@ func effectivePrivileges() privileges {
 		switchUser: has(unix.CAP_SETUID) && has(unix.CAP_SETGID),
 		chown:      has(unix.CAP_CHOWN),
 		netns:      has(unix.CAP_SYS_ADMIN) && has(unix.CAP_NET_ADMIN),
+		sysAdmin:   has(unix.CAP_SYS_ADMIN),
 	}
 }
 

@@ -32,7 +32,9 @@ type logSink struct {
 	partial []byte // current line so far, at most maxLineBytes
 }
 
-// openLogSink opens (appending to) path, creating its parent directories.
+// openLogSink opens (appending to) path, creating its parent directories;
+// both are inferd's user's only (privatefiles.go): another team's model
+// must not read them, whatever the data dir's mode.
 // budget, when not nil, is the project's log budget, which the file then
 // counts toward (see logbudget.go).
 func openLogSink(path string, maxBytes int64, keep int, budget *logBudget, onErr func(error)) (*logSink, error) {
@@ -40,10 +42,10 @@ func openLogSink(path string, maxBytes int64, keep int, budget *logBudget, onErr
 	if path == "" {
 		return s, nil
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), privateDirMode); err != nil {
 		return nil, fmt.Errorf("create log dir: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, privateFileMode)
 	if err != nil {
 		return nil, fmt.Errorf("open log: %w", err)
 	}
@@ -103,7 +105,7 @@ func (s *logSink) rotate() error {
 	if err := os.Rename(s.path, generation(s.path, 1)); err != nil {
 		return fmt.Errorf("rotate log: %w", err)
 	}
-	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, privateFileMode)
 	if err != nil {
 		return fmt.Errorf("reopen log: %w", err)
 	}

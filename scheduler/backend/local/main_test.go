@@ -2,6 +2,7 @@ package local
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -28,7 +29,13 @@ const testDeadline = 15 * time.Second
 // TestMain fails the run if a Process goroutine outlives the tests: every process is
 // stopped or killed by the end, and its goroutines must end with it.
 func TestMain(m *testing.M) {
+	restore, err := testenv.ShareTempDirWithModels()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := m.Run()
+	restore()
 	if code == 0 && os.Getenv(helperEnv) == "" {
 		if leaked := waitNoProcessGoroutines(5 * time.Second); leaked != "" {
 			fmt.Fprintf(os.Stderr, "leaked replica goroutines:\n%s\n", leaked)
@@ -208,6 +215,72 @@ func waitGone(t *testing.T, pid int) {
 		<-tick.C
 	}
 }
+
+// seenPid is the pid p's model sees itself as (os.getpid()): in a PID
+// namespace of its own it is the init's child, numbered there; else the
+// leader the daemon started.
+func seenPid(t *testing.T, p *Process) int {
+	t.Helper()
+	if !p.box.namespaces {
+		return p.pid
+	}
+	children, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", p.pid, p.pid))
+	f := strings.Fields(string(children))
+	if err != nil || len(f) != 1 {
+		t.Fatalf("the init's children: %q, %v; want one, the model", children, err)
+	}
+	status, err := os.ReadFile("/proc/" + f[0] + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if ids, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			ns := strings.Fields(ids)
+			pid, _ := strconv.Atoi(ns[len(ns)-1])
+			return pid
+		}
+	}
+	t.Fatalf("no NSpid in /proc/%s/status", f[0])
+	return 0
+}
+
+// hostPid is the pid, as this test sees it, of the process p's model
+// knows as nsPid (a pid it printed): the same number without a PID
+// namespace. Call it while that process lives.
+func hostPid(t *testing.T, p *Process, nsPid int) int {
+	t.Helper()
+	if !p.box.namespaces {
+		return nsPid
+	}
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", p.pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if other, _ := os.Readlink("/proc/" + e.Name() + "/ns/pid"); other != ns {
+			continue
+		}
+		status, _ := os.ReadFile("/proc/" + e.Name() + "/status")
+		for _, line := range strings.Split(string(status), "\n") {
+			if ids, ok := strings.CutPrefix(line, "NSpid:"); ok {
+				if f := strings.Fields(ids); len(f) > 0 && f[len(f)-1] == strconv.Itoa(nsPid) {
+					return pid
+				}
+			}
+		}
+	}
+	t.Fatalf("no process is pid %d in replica %s's PID namespace", nsPid, p.spec.ReplicaID)
+	return 0
+}
+
+// noNamespaces makes b start replicas without PID and mount namespaces, as
+// on a machine where inferd lacks CAP_SYS_ADMIN.
+func noNamespaces(b *Backend) { b.sb.nsErr = errors.New("turned off for this test") }
 
 // waitFor is the shared poller (internal/testenv).
 var waitFor = testenv.WaitFor

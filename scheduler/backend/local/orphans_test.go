@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"inferd/internal/testenv"
 )
 
 // helperEnv, when set to a directory, makes TestHelperDaemon act as a daemon that
@@ -154,6 +156,7 @@ func TestKillOrphansKillsAForgottenReplica(t *testing.T) {
 			p := startModel(t, b, shSpec("forgotten-1", `sleep 1000 & echo "child $!"; wait`))
 			waitFor(t, "the child to start", func() bool { return strings.HasPrefix(p.LastLogLine(), "child ") })
 			child, _ := strconv.Atoi(strings.TrimPrefix(p.LastLogLine(), "child "))
+			child = hostPid(t, p, child)
 
 			tc.clean(t, b.cfg.RunDir)
 			waitExited(t, p)
@@ -183,13 +186,32 @@ func TestKillOrphansWithoutRunDir(t *testing.T) {
 	}
 }
 
+// helperNoNamespacesEnv asks TestHelperDaemon for replicas without PID
+// namespaces.
+const helperNoNamespacesEnv = "INFERD_TEST_HELPER_NO_NAMESPACES"
+
 // TestReplicaDiesWithItsDaemon kills a daemon (this test binary, re-executed as
-// TestHelperDaemon) with SIGKILL: Pdeathsig must take its replica down, and
-// killOrphans must then find the grandchild that Pdeathsig cannot reach.
+// TestHelperDaemon) with SIGKILL, whose replica left a grandchild in its
+// process group. In a PID namespace of its own, the replica's init dies by
+// its parent-death signal and the kernel ends the whole namespace: nothing
+// is left within a second, and nothing for the next daemon to find. Without
+// one, Pdeathsig takes only the replica's leader down, and killOrphans must
+// find the grandchild.
 func TestReplicaDiesWithItsDaemon(t *testing.T) {
+	for _, namespaces := range []bool{true, false} {
+		t.Run(fmt.Sprintf("namespaces %v", namespaces), func(t *testing.T) {
+			if err := testBackend(t).sb.nsErr; namespaces && err != nil {
+				testenv.Missing(t, "PID namespaces: %v", err)
+			}
+			testReplicaDiesWithItsDaemon(t, namespaces)
+		})
+	}
+}
+
+func testReplicaDiesWithItsDaemon(t *testing.T, namespaces bool) {
 	dir := t.TempDir()
 	daemon := exec.Command(os.Args[0], "-test.run=^TestHelperDaemon$")
-	daemon.Env = append(os.Environ(), helperEnv+"="+dir)
+	daemon.Env = append(os.Environ(), helperEnv+"="+dir, fmt.Sprintf("%s=%v", helperNoNamespacesEnv, !namespaces))
 	daemon.Stderr = os.Stderr
 	stdout, err := daemon.StdoutPipe()
 	if err != nil {
@@ -207,7 +229,7 @@ func TestReplicaDiesWithItsDaemon(t *testing.T) {
 			break
 		}
 	}
-	if replica == 0 {
+	if replica == 0 || child <= 1 {
 		t.Fatalf("helper daemon printed no replica (scan error %v)", lines.Err())
 	}
 
@@ -215,16 +237,33 @@ func TestReplicaDiesWithItsDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	daemon.Wait()
-	waitGone(t, replica)
-	if processGone(child) {
-		t.Fatal("the grandchild died too: this test no longer shows killOrphans' job")
+	if namespaces {
+		// A second, not a test deadline: the promise is that nothing of
+		// the replica outlives its daemon by more.
+		deadline := time.Now().Add(time.Second)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for !processGone(replica) || !processGone(child) {
+			if time.Now().After(deadline) {
+				t.Fatalf("a second after the daemon's SIGKILL, its replica (%d gone: %v) or the grandchild (%d gone: %v) lives",
+					replica, processGone(replica), child, processGone(child))
+			}
+			<-tick.C
+		}
+		if n, err := killOrphans(filepath.Join(dir, "run"), testLogger(t)); err != nil || n != 0 {
+			t.Fatalf("killOrphans = %d, %v; want nothing left to kill", n, err)
+		}
+	} else {
+		waitGone(t, replica)
+		if processGone(child) {
+			t.Fatal("the grandchild died too: this test no longer shows killOrphans' job")
+		}
+		n, err := killOrphans(filepath.Join(dir, "run"), testLogger(t))
+		if err != nil || n != 1 {
+			t.Fatalf("killOrphans = %d, %v; want 1", n, err)
+		}
+		waitGone(t, child)
 	}
-
-	n, err := killOrphans(filepath.Join(dir, "run"), testLogger(t))
-	if err != nil || n != 1 {
-		t.Fatalf("killOrphans = %d, %v; want 1", n, err)
-	}
-	waitGone(t, child)
 
 	// The next daemon's Recover also removes what the sandbox held for the
 	// replica: its cgroup and its private directory.
@@ -253,12 +292,16 @@ func TestHelperDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.Close)
+	if os.Getenv(helperNoNamespacesEnv) == "true" {
+		noNamespaces(b)
+	}
 	p, err := b.start(shSpec("daemon-child-1", `sleep 1000 & echo "child $!"; wait`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the child to start", func() bool { return strings.HasPrefix(p.LastLogLine(), "child ") })
-	fmt.Printf("replica %d %s\n", p.pid, p.LastLogLine())
+	child, _ := strconv.Atoi(strings.TrimPrefix(p.LastLogLine(), "child "))
+	fmt.Printf("replica %d child %d\n", p.pid, hostPid(t, p, child))
 	select {
 	case <-p.Exited():
 		t.Fatalf("replica exited while its daemon lives: %v", p.ExitErr())

@@ -1,7 +1,6 @@
 package local
 
 import (
-	"bytes"
 	_ "embed"
 	"fmt"
 	"os"
@@ -19,10 +18,12 @@ import (
 // inferd may make one) there is nothing to fix: each replica has a port 8000
 // of its own, and inferd dials it there. Otherwise (inferd not root, or a
 // project with network: host) the fix lives here and only here: a Python
-// start-up shim. Launch writes
-// potassiumshim/sitecustomize.py into a shim directory (".potassium-shim" next to
-// the replica's log file, so in the daemon's data dir; os.TempDir() without a log)
-// and puts that directory first on the model's PYTHONPATH. Python imports
+// start-up shim. Launch writes potassiumshim/sitecustomize.py into a folder of
+// the replica's own (potassiumShimDir, in its private directory, which inferd
+// makes afresh for each replica under a directory only inferd writes to: no
+// model can squat it, as one could a fixed name in the shared temp dir, and
+// keep another project's replicas from booting) and puts that folder first on
+// the model's PYTHONPATH. Python imports
 // sitecustomize at start-up; ours replaces socket.socket.bind so that a bind to port
 // 8000, on any host, binds 127.0.0.1:$PORT instead. Each replica thus listens on its
 // own loopback port, as for the http protocol, and is not reachable from outside.
@@ -42,53 +43,28 @@ import (
 //go:embed potassiumshim/sitecustomize.py
 var potassiumShim []byte
 
-// potassiumShimDir returns the directory the shim is written to for spec.
-// A model running as another user (runAs) cannot enter the data dir (mode
-// 0700), so its shim goes to a directory of inferd's user under the system
-// temp dir.
-func (b *Backend) potassiumShimDir(spec backend.Spec, runAs *RunAs) string {
-	if runAs != nil {
-		return filepath.Join(os.TempDir(), fmt.Sprintf(".inferd-potassium-shim-%d", os.Geteuid()))
-	}
-	if b.cfg.LogDir == "" {
-		return filepath.Join(os.TempDir(), ".inferd-potassium-shim")
-	}
-	return filepath.Join(filepath.Dir(b.logPath(spec)), ".potassium-shim")
-}
+// potassiumShimDir is where the shim of the replica whose private
+// directory is home goes.
+func potassiumShimDir(home string) string { return filepath.Join(home, ".inferd-potassium") }
 
-// preparePotassium writes the shim (idempotent: rewritten through a temporary file
-// and a rename only when its content differs, so replicas starting at once never
-// see a partial file) and returns the project's env with the shim directory
-// prepended to its PYTHONPATH. spec is left as it is.
-func (b *Backend) preparePotassium(spec backend.Spec, runAs *RunAs) (map[string]string, error) {
-	dir := b.potassiumShimDir(spec, runAs)
-	mkdir := func(dir string) error { return os.MkdirAll(dir, 0o755) }
-	if runAs != nil {
-		mkdir = func(dir string) error { return ownedDir(dir, 0o755) }
-	}
-	if err := mkdir(dir); err != nil {
+// preparePotassium writes the shim into x's private directory, owned by
+// the model's user like the rest of it (so that clearing the directory as
+// that user removes it), and returns the project's env with the shim's
+// folder prepended to its PYTHONPATH. spec is left as it is.
+func preparePotassium(spec backend.Spec, x *box) (map[string]string, error) {
+	dir := potassiumShimDir(x.dir)
+	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("potassium shim: %w", err)
 	}
 	path := filepath.Join(dir, "sitecustomize.py")
-	if cur, err := os.ReadFile(path); err != nil || !bytes.Equal(cur, potassiumShim) {
-		tmp, err := os.CreateTemp(dir, ".sitecustomize-*.tmp")
-		if err != nil {
-			return nil, fmt.Errorf("potassium shim: %w", err)
-		}
-		_, werr := tmp.Write(potassiumShim)
-		cerr := tmp.Close()
-		if werr == nil {
-			werr = cerr
-		}
-		if werr == nil {
-			werr = os.Chmod(tmp.Name(), 0o644)
-		}
-		if werr == nil {
-			werr = os.Rename(tmp.Name(), path)
-		}
-		if werr != nil {
-			os.Remove(tmp.Name())
-			return nil, fmt.Errorf("potassium shim: %w", werr)
+	if err := os.WriteFile(path, potassiumShim, 0o644); err != nil {
+		return nil, fmt.Errorf("potassium shim: %w", err)
+	}
+	if r := x.runAs; r != nil {
+		for _, p := range []string{dir, path} {
+			if err := os.Lchown(p, int(r.UID), int(r.GID)); err != nil {
+				return nil, fmt.Errorf("potassium shim: %w", err)
+			}
 		}
 	}
 	env := make(map[string]string, len(spec.Model.Env)+1)

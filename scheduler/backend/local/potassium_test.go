@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"inferd/internal/testenv"
@@ -162,29 +163,46 @@ func waitsForTheWorker(t *testing.T, p *Process, release string) {
 	}
 }
 
-func TestPotassiumShimIsWrittenOnceAndPrependedToPythonPath(t *testing.T) {
-	b := testBackend(t)
+// TestPotassiumShimIsTheReplicasOwn: the shim goes into a folder of the
+// replica's own, in its private directory (which inferd makes afresh in a
+// directory only it writes to), owned by the model's user, first on the
+// model's PYTHONPATH; it goes with the replica.
+func TestPotassiumShimIsTheReplicasOwn(t *testing.T) {
+	needRoot(t)
+	b := testBackendWith(t, perProject)
 	spec := shSpec("r1", "")
 	spec.Model.Env = map[string]string{"PYTHONPATH": "/opt/lib"}
-	for range 2 {
-		got, err := b.preparePotassium(spec, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		shimDir := filepath.Join(b.cfg.LogDir, "team", "proj-r1", ".potassium-shim")
-		if want := shimDir + ":/opt/lib"; got["PYTHONPATH"] != want {
-			t.Errorf("PYTHONPATH = %q, want %q", got["PYTHONPATH"], want)
-		}
-		b, err := os.ReadFile(filepath.Join(shimDir, "sitecustomize.py"))
-		if err != nil || string(b) != string(potassiumShim) {
-			t.Errorf("shim file: %v", err)
-		}
-		if files, _ := os.ReadDir(shimDir); len(files) != 1 {
-			t.Errorf("shim dir holds %d files, want 1", len(files))
+	x, err := b.sb.newBox(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := preparePotassium(spec, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shimDir := filepath.Join(x.dir, ".inferd-potassium")
+	if want := shimDir + ":/opt/lib"; got["PYTHONPATH"] != want {
+		t.Errorf("PYTHONPATH = %q, want %q", got["PYTHONPATH"], want)
+	}
+	shim := filepath.Join(shimDir, "sitecustomize.py")
+	data, err := os.ReadFile(shim)
+	if err != nil || string(data) != string(potassiumShim) {
+		t.Errorf("shim file: %v", err)
+	}
+	for _, path := range []string{x.dir, shimDir, shim} {
+		fi, err := os.Stat(path)
+		if err != nil || fi.Sys().(*syscall.Stat_t).Uid != x.runAs.UID {
+			t.Errorf("%s: %v; want it owned by the model's uid %d", path, err, x.runAs.UID)
 		}
 	}
 	if spec.Model.Env["PYTHONPATH"] != "/opt/lib" {
 		t.Error("preparePotassium changed the caller's Env map")
+	}
+	if err := x.undo(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(shimDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the shim outlived its replica: %v", err)
 	}
 }
 
@@ -232,8 +250,8 @@ func testPotassiumSideBySide(t *testing.T, be *Backend) {
 		touch(t, release)
 		for i, p := range []*Process{a, b} {
 			r := calls[i].reply(t, p)
-			if r.Pid != p.pid || r.Replica != p.spec.ReplicaID || r.Echo["n"] != float64(i) {
-				t.Errorf("reply %d = %+v; want pid %d, replica %s", i, r, p.pid, p.spec.ReplicaID)
+			if r.Pid != seenPid(t, p) || r.Replica != p.spec.ReplicaID || r.Echo["n"] != float64(i) {
+				t.Errorf("reply %d = %+v; want pid %d, replica %s", i, r, seenPid(t, p), p.spec.ReplicaID)
 			}
 			if len(r.RequestID) != 36 || r.RequestIDHeader != r.RequestID {
 				t.Errorf("request id %q, header x-banana-request-id %q: want the same uuid", r.RequestID, r.RequestIDHeader)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"inferd/scheduler/backend"
+	"inferd/scheduler/backend/local/replicainit"
 	"inferd/scheduler/backend/protocol"
 	"inferd/store"
 )
@@ -42,7 +44,8 @@ type Process struct {
 	b      *Backend
 	spec   backend.Spec
 	log    zerolog.Logger
-	cmd    *exec.Cmd
+	cmd    *exec.Cmd        // starts its init (replicainit.go), which starts the model
+	init   *initProcess     // what the init says
 	box    *box             // its sandbox
 	pid    int              // of the leader, which is also the process group id; set before start returns
 	port   int              // the loopback port the model was told to listen on (its PORT)
@@ -63,6 +66,8 @@ type Process struct {
 	exitErr error // set before exited is closed
 	// bootProblem is the readiness poller's last finding (bootcheck.go).
 	bootProblem backend.BootProblem
+
+	parking parking // parking.go
 }
 
 // start starts the model server described by spec and returns once the process
@@ -125,7 +130,7 @@ func (b *Backend) startProcess(spec backend.Spec) (*Process, error) {
 	}
 	env := spec.Model.Env
 	if spec.Model.Protocol == store.ProtocolPotassium && !x.private {
-		if env, err = b.preparePotassium(spec, x.runAs); err != nil {
+		if env, err = preparePotassium(spec, x); err != nil {
 			return nil, err
 		}
 	}
@@ -146,23 +151,10 @@ func (b *Backend) startProcess(spec backend.Spec) (*Process, error) {
 	}
 	p.pipe = r
 
-	cmd := exec.Command(spec.Model.Command[0], spec.Model.Command[1:]...)
-	cmd.Dir = spec.Model.Dir
-	cmd.Env = environ(spec, env, p.port, x.runAs, x.dir, b.cfg.PassEnv, os.LookupEnv)
-	// The write end is an *os.File, so exec hands it to the child as is and starts no
-	// copying goroutine of its own; Wait then returns when the leader exits, even if
-	// a leaked child still holds the pipe.
-	cmd.Stdout, cmd.Stderr = w, w
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if fd := x.cgroupFD(); fd >= 0 {
-		// Born in its cgroup (clone3): there is no moment it could fork
-		// outside it.
-		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
-	}
-	if x.runAs != nil {
-		// Go sets the parent-death signal after changing credentials, which
-		// would otherwise clear it.
-		cmd.SysProcAttr.Credential = x.runAs.Credential()
+	cmd, err := p.initCommand(env, w)
+	if err != nil {
+		w.Close()
+		return nil, err
 	}
 	p.cmd = cmd
 
@@ -190,6 +182,60 @@ func (b *Backend) startProcess(spec backend.Spec) (*Process, error) {
 	return p, nil
 }
 
+// initCommand is the command that starts the replica: its init
+// (replicainit.go), which starts the model in the rest of the box. env is
+// the project's env as the model gets it; out takes the model's output.
+func (p *Process) initCommand(env map[string]string, out *os.File) (*exec.Cmd, error) {
+	spec, x := p.spec, p.box
+	program := spec.Model.Command[0]
+	if !strings.Contains(program, "/") {
+		// On the daemon's PATH, as exec.Command finds it.
+		var err error
+		if program, err = exec.LookPath(program); err != nil {
+			return nil, err
+		}
+	}
+	// Where exec would have started it: relative to the daemon's working
+	// directory (the init starts in /).
+	dir, err := filepath.Abs(spec.Model.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("model dir: %w", err)
+	}
+	cfg := replicainit.Config{
+		Path:           program,
+		Args:           spec.Model.Command,
+		Env:            environ(spec, env, p.port, x.runAs, x.dir, p.b.cfg.PassEnv, os.LookupEnv),
+		Dir:            dir,
+		Namespaces:     x.namespaces,
+		UserNamespaces: x.userNamespaces,
+		Parent:         os.Getpid(),
+	}
+	if x.runAs != nil {
+		cfg.Credential = x.runAs.Credential()
+	}
+	if x.namespaces {
+		cfg.TmpBytes = int64(spec.Model.MemoryMiB) << 20
+		cfg.Keep = keepPaths(dir, program, x.dir)
+	}
+	cmd, ip, err := initCommand(cfg, spec.ReplicaID)
+	if err != nil {
+		return nil, err
+	}
+	p.init = ip
+	cmd.Dir = "/"
+	// The write end is an *os.File, so exec hands it to the child as is and starts no
+	// copying goroutine of its own; Wait then returns when the leader exits, even if
+	// a leaked child still holds the pipe.
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr.Setpgid = true
+	if fd := x.cgroupFD(); fd >= 0 {
+		// Born in its cgroup (clone3): there is no moment it could fork
+		// outside it.
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+	}
+	return cmd, nil
+}
+
 // release undoes what startProcess set up, once the process (if it ever
 // ran) and everything it started are gone: the client, the log, the port
 // and the box.
@@ -199,6 +245,9 @@ func (p *Process) release() {
 	}
 	if p.pipe != nil {
 		p.pipe.Close()
+	}
+	if p.init != nil {
+		p.init.close()
 	}
 	if p.sink != nil {
 		if err := p.sink.Close(); err != nil {
@@ -233,15 +282,25 @@ func (p *Process) run(started chan<- error) {
 		// Out of the replica's v1 cgroups before the failure is told:
 		// release removes them at once, and a thread still in one (this
 		// one ends only with the goroutine) would keep it.
-		if lerr := p.box.started(); lerr != nil {
+		if lerr := p.box.left(); lerr != nil {
 			p.log.Warn().Err(lerr).Msg("replica sandbox: the forking thread stays in the replica's cgroup until it exits")
 		}
 		started <- err
 		return
 	}
 	p.pid = p.cmd.Process.Pid
-	if err := p.box.started(); err != nil {
+	if err := p.box.left(); err != nil {
 		p.log.Warn().Err(err).Msg("replica sandbox: the forking thread stays in the replica's cgroup until it exits")
+	}
+	if err := p.init.handOver(); err != nil {
+		syscall.Kill(-p.pid, syscall.SIGKILL)
+		p.box.kill()
+		p.cmd.Wait()
+		started <- err
+		return
+	}
+	if err := p.box.started(p.pid); err != nil {
+		p.log.Warn().Err(err).Msg("replica sandbox: pidsMax stays raised by the init's allowance")
 	}
 	if runDir := p.b.cfg.RunDir; runDir != "" {
 		rec := pidFile{ID: p.spec.ReplicaID, ProjectID: p.spec.ProjectID, Pid: p.pid, Pgid: p.pid}
@@ -262,7 +321,7 @@ func (p *Process) run(started chan<- error) {
 	var poller sync.WaitGroup
 	poller.Go(func() { p.pollReady(ctx) })
 
-	err = p.cmd.Wait()
+	err = p.init.exitErr(p.cmd.Wait())
 
 	p.mu.Lock()
 	// The leader is gone but its group id stays reserved while members remain, so
@@ -355,8 +414,16 @@ func (p *Process) ExitErr() error {
 	}
 }
 
-// Stop stops the process with the backend's StopGrace; see stop.
-func (p *Process) Stop() { p.stop(p.b.cfg.StopGrace) }
+// Stop stops the process with the backend's StopGrace; see stop. A parked
+// replica is killed at once: frozen, it cannot answer a SIGTERM, and it has
+// nothing in flight.
+func (p *Process) Stop() {
+	if p.parking.parked.Load() {
+		p.stop(0)
+		return
+	}
+	p.stop(p.b.cfg.StopGrace)
+}
 
 // stop sends SIGTERM to the process group, waits up to grace for the process to exit,
 // then sends SIGKILL, and returns once it has exited. It is idempotent and safe to

@@ -61,8 +61,8 @@ func TestStartedModelBecomesReadyAndEchoes(t *testing.T) {
 		if r.Echo["n"] != float64(i) || r.Echo["text"] != "hi" {
 			t.Errorf("echo = %v", r.Echo)
 		}
-		if r.Greeting == nil || *r.Greeting != "hello" || r.Replica != "echo-1" || r.Pid != p.pid {
-			t.Errorf("greeting, replica, pid = %v, %q, %d; want hello, echo-1, %d", r.Greeting, r.Replica, r.Pid, p.pid)
+		if r.Greeting == nil || *r.Greeting != "hello" || r.Replica != "echo-1" || r.Pid != seenPid(t, p) {
+			t.Errorf("greeting, replica, pid = %v, %q, %d; want hello, echo-1, %d", r.Greeting, r.Replica, r.Pid, seenPid(t, p))
 		}
 	}
 	if got := p.LastLogLine(); got != fmt.Sprintf("echo model listening on 127.0.0.1:%d", p.port) {
@@ -340,7 +340,7 @@ func TestLeakedChildrenDieWithTheReplica(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p := startReady(t, testBackend(t), echoSpec(t, "spawn-1"))
-			child := infer(t, p, `{"spawn": true}`).Child
+			child := hostPid(t, p, infer(t, p, `{"spawn": true}`).Child)
 			if child <= 0 || processGone(child) {
 				t.Fatalf("spawned child %d not running", child)
 			}
@@ -428,7 +428,9 @@ func TestExitedDoesNotWaitForAChildThatLeftTheGroup(t *testing.T) {
 	// The escaped sleep keeps the log pipe open after the leader exits; Exited must
 	// still close (after drainWait) and the copier must end. It reports its pid only
 	// once it has its own session, so Stop cannot reach it.
-	p := startModel(t, testBackendWith(t, func(c *Config) { c.NoCgroups = true }), shSpec("escape-1", escapeScript))
+	b := testBackendWith(t, func(c *Config) { c.NoCgroups = true })
+	noNamespaces(b) // in a PID namespace of its own, the escaped child would die with the replica
+	p := startModel(t, b, shSpec("escape-1", escapeScript))
 	waitFor(t, "the child to start", func() bool { return strings.HasPrefix(p.LastLogLine(), "escaped ") })
 	escaped, _ := strconv.Atoi(strings.TrimPrefix(p.LastLogLine(), "escaped "))
 	t.Cleanup(func() { syscall.Kill(escaped, syscall.SIGKILL) })
@@ -475,7 +477,11 @@ func TestAChildThatLeftTheGroupDiesWithTheReplicaInItsCgroup(t *testing.T) {
 	}{
 		{"stopped", escapeScript, func(p *Process) { p.stop(time.Second) }},
 		{"leader exits", `setsid sh -c 'echo $$ > "$HOME/child"; exec sleep 1000' &
-			until [ -s "$HOME/child" ]; do :; done; echo "escaped $(cat "$HOME/child")"; exit 3`, func(p *Process) {
+			until [ -s "$HOME/child" ]; do :; done; echo "escaped $(cat "$HOME/child")"
+			until [ -e "$HOME/exit" ]; do sleep 0.01; done; exit 3`, func(p *Process) {
+			if err := os.WriteFile(filepath.Join(p.box.dir, "exit"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
 			waitExited(t, p)
 		}},
 	} {
@@ -483,6 +489,7 @@ func TestAChildThatLeftTheGroupDiesWithTheReplicaInItsCgroup(t *testing.T) {
 			p := startModel(t, b, shSpec("escape-2", tc.script))
 			waitFor(t, "the child to start", func() bool { return strings.HasPrefix(p.LastLogLine(), "escaped ") })
 			escaped, _ := strconv.Atoi(strings.TrimPrefix(p.LastLogLine(), "escaped "))
+			escaped = hostPid(t, p, escaped)
 			t.Cleanup(func() { syscall.Kill(escaped, syscall.SIGKILL) })
 			tc.end(p)
 			if !processGone(escaped) {

@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/rs/zerolog"
-	"golang.org/x/sys/unix"
 
 	"inferd/scheduler/backend"
 	"inferd/store"
@@ -26,16 +25,18 @@ import (
 
 // sandbox is the backend's part that boxes replicas.
 type sandbox struct {
-	priv     privileges
-	identity identityMode
-	named    *RunAs    // identityNamed: the one user of all projects
-	uids     *uidTable // identityPerProject
-	cgroups  *cgroups  // nil = no cgroup per replica
-	cgWhy    string    // why cgroups is nil
-	netnsErr error     // why no private network namespace can be made; nil = it can
-	network  string    // the default of a project's network
-	dirs     *privateDirs
-	devices  *deviceIsolation
+	priv      privileges
+	identity  identityMode
+	named     *RunAs    // identityNamed: the one user of all projects
+	uids      *uidTable // identityPerProject
+	cgroups   *cgroups  // nil = no cgroup per replica
+	cgWhy     string    // why cgroups is nil
+	netnsErr  error     // why no private network namespace can be made; nil = it can
+	nsErr     error     // why replicas get no PID and mount namespaces; nil = they do
+	filterErr error     // why models may make user namespaces whatever their project says
+	network   string    // the default of a project's network
+	dirs      *privateDirs
+	devices   *deviceIsolation
 }
 
 type identityMode int
@@ -94,6 +95,11 @@ func newSandbox(cfg Config) (*sandbox, error) {
 	if sb.network == store.NetworkPrivate {
 		sb.netnsErr = canMakeNetns()
 	}
+	sb.nsErr = errors.New("they need root or CAP_SYS_ADMIN")
+	if sb.priv.sysAdmin {
+		sb.nsErr = probeNamespaces()
+	}
+	sb.filterErr = probeFilter()
 	dirs, err := newPrivateDirs(filepath.Join(os.TempDir(), fmt.Sprintf("inferd-%d-%s", os.Geteuid(), instance)))
 	if err != nil {
 		return nil, err
@@ -197,6 +203,11 @@ func (b *Backend) Protections() []backend.Protection {
 	default:
 		out = append(out, on(backend.ProtectionProcessTree, "a cgroup v1 per replica, each process in it killed ("+cg.why["kill"]+")"))
 	}
+	if sb.nsErr == nil {
+		out = append(out, on(backend.ProtectionPIDNamespace, "a PID namespace per replica with its own /proc, whose first process (inferd's init) dies with inferd (parent-death signal), even on kill -9, and the kernel then ends every process in it"))
+	} else {
+		out = append(out, off(backend.ProtectionPIDNamespace, fmt.Sprintf("no PID namespace per replica (%v): models see every process of the box in /proc (other teams' command lines, inferd's --config), and a child that left its process group outlives an inferd killed with kill -9 until the next start", errBrief(sb.nsErr))))
+	}
 	for _, c := range []struct{ name, controller, field string }{
 		{backend.ProtectionMemoryLimit, "memory", "memoryMiB"},
 		{backend.ProtectionPidsLimit, "pids", "pidsMax"},
@@ -222,7 +233,18 @@ func (b *Backend) Protections() []backend.Protection {
 		out = append(out, on(backend.ProtectionNetwork, "a network namespace per replica with only loopback (projects with network: host share the host's)"))
 	}
 	out = append(out, on(backend.ProtectionPrivateDirs, "HOME and TMPDIR in "+sb.dirs.base+"/<replica>, mode 0700, removed when the replica ends"))
+	if sb.nsErr == nil {
+		out = append(out, on(backend.ProtectionPrivateTmp, "/tmp, /var/tmp and /dev/shm a tmpfs of each replica's own (a mount namespace), each at most its project's memoryMiB and charged to it, gone with the replica; the model's dir and HOME are bound in"))
+	} else {
+		out = append(out, off(backend.ProtectionPrivateTmp, fmt.Sprintf("no mount namespace per replica (%v): models share /tmp, /var/tmp and /dev/shm, where what one leaves outlives it and escapes its memoryMiB", errBrief(sb.nsErr))))
+	}
 	out = append(out, sb.deviceProtection())
+	if sb.filterErr == nil {
+		out = append(out, on(backend.ProtectionUserNamespaces, "models may not make user namespaces (a seccomp filter on clone, clone3 and unshare) unless their project says allowUserNamespaces: true"))
+	} else {
+		out = append(out, off(backend.ProtectionUserNamespaces, fmt.Sprintf("no seccomp filter can be installed (%v): a model may make a user namespace, and hold every capability inside it", errBrief(sb.filterErr))))
+	}
+	out = append(out, b.files)
 	return out
 }
 
@@ -261,12 +283,23 @@ type box struct {
 	cg      *replicaCgroup // nil = none
 	private bool           // a network namespace of its own
 	ns      *netnsDialer   // the dialer into it, live once enter has run
+	// namespaces: PID and mount namespaces of its own, whose process 1 is
+	// its init (replicainit.go).
+	namespaces bool
+	// userNamespaces: the model may make user namespaces (its project
+	// allows it, or no filter can be installed here).
+	userNamespaces bool
 }
 
 // newBox sets up spec's box: who it runs as, its private directory and its
 // cgroup. undo removes them if the replica never starts.
 func (sb *sandbox) newBox(spec backend.Spec) (*box, error) {
-	x := &box{sb: sb, private: sb.privateNetwork(spec.Model)}
+	x := &box{
+		sb:             sb,
+		private:        sb.privateNetwork(spec.Model),
+		namespaces:     sb.nsErr == nil,
+		userNamespaces: spec.Model.AllowUserNamespaces || sb.filterErr != nil,
+	}
 	var err error
 	if x.runAs, err = sb.runAs(spec); err != nil {
 		return nil, err
@@ -290,12 +323,13 @@ func (sb *sandbox) newBox(spec backend.Spec) (*box, error) {
 	return x, nil
 }
 
-// enter puts the calling thread, which is about to fork the model, into
-// the box: the network namespace and the v1 cgroups the child inherits
-// from it, no ambient capabilities (under the packaged service inferd has
-// some, and an exec would hand them to the model) and no new privileges
-// (no setuid program in the model gains any). The caller is locked to its
-// thread and lets it die afterwards; it calls started once the child runs.
+// enter puts the calling thread, which is about to fork the replica's
+// init, into the box: the network namespace and the v1 cgroups the child
+// inherits from it. The capabilities the packaged service holds stay
+// until the init has made its mounts: the init drops them, and sets
+// no_new_privs, before it starts the model (replicainit.go). The caller is
+// locked to its thread and lets it die afterwards; it calls left once the
+// child runs.
 func (x *box) enter() error {
 	if x.private {
 		fd, err := enterPrivateNetwork()
@@ -309,43 +343,39 @@ func (x *box) enter() error {
 			return err
 		}
 	}
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-		return fmt.Errorf("drop ambient capabilities: %w", err)
-	}
-	if err := clearInheritable(); err != nil {
-		return err
-	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("set no_new_privs: %w", err)
-	}
 	return nil
 }
 
-// clearInheritable empties the calling thread's inheritable capabilities,
-// which an exec keeps (a program with file capabilities could take them up
-// again); its effective and permitted ones, inferd's own, stay.
-func clearInheritable() error {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("read capabilities: %w", err)
-	}
-	if data[0].Inheritable == 0 && data[1].Inheritable == 0 {
-		return nil
-	}
-	data[0].Inheritable, data[1].Inheritable = 0, 0
-	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("drop inheritable capabilities: %w", err)
-	}
-	return nil
-}
-
-// started takes the forking thread back out of the replica's v1 cgroups.
-func (x *box) started() error {
+// left takes the forking thread back out of the replica's v1 cgroups.
+func (x *box) left() error {
 	if x.cg == nil {
 		return nil
 	}
 	return x.cg.leave()
+}
+
+// initSlack is what a staying init may grow by, in tasks, beyond the
+// threads it holds once the model runs (the Go runtime may start one when
+// a thread blocks).
+const initSlack = 2
+
+// started sets the replica's pidsMax for good once the model runs (until
+// then the cgroup allowed initTasks more, for the init's threads): the
+// project's figure, plus the threads of an init that stays (and
+// initSlack), so that pidsMax counts the model's processes and threads.
+func (x *box) started(initPid int) error {
+	if x.cg == nil || x.cg.limits.pidsMax == 0 {
+		return nil
+	}
+	extra := 0
+	if x.namespaces {
+		n, err := threads(initPid)
+		if err != nil {
+			return err
+		}
+		extra = n + initSlack
+	}
+	return x.cg.setPidsMax(x.cg.limits.pidsMax + extra)
 }
 
 // cgroupFD is the descriptor the child is started into (CgroupFD), or -1.

@@ -284,8 +284,16 @@ time.sleep(1000)
 	if !cg.v2Ctl["pids"] {
 		dir = p.box.cg.v1["pids"]
 	}
-	if pids, err := cgroupPids(dir); err != nil || len(pids) > 5 {
-		t.Fatalf("%d processes in the replica's cgroup (%v), want at most pidsMax 5", len(pids), err)
+	pids, err := cgroupPids(dir)
+	// The model's own (its init's threads aside, which have their own
+	// allowance, and what the init may grow by: box.started).
+	pids = slices.DeleteFunc(pids, func(pid int) bool { return pid == p.pid })
+	limit := 5
+	if p.box.namespaces {
+		limit += initSlack
+	}
+	if err != nil || len(pids) > limit {
+		t.Fatalf("%d model processes in the replica's cgroup (%v), want at most pidsMax 5 (and the init's slack, %d)", len(pids), err, limit-5)
 	}
 }
 
@@ -328,6 +336,7 @@ func TestRecoverKillsTheCgroupsAPreviousDaemonLeft(t *testing.T) {
 	p := startModel(t, b, sandboxSpec("left-1", escapeScript))
 	waitFor(t, "the child to start", func() bool { return strings.HasPrefix(p.LastLogLine(), "escaped ") })
 	escaped, _ := strconv.Atoi(strings.TrimPrefix(p.LastLogLine(), "escaped "))
+	escaped = hostPid(t, p, escaped)
 	t.Cleanup(func() { syscall.Kill(escaped, syscall.SIGKILL) })
 	// No pid file: only the cgroup knows this replica (the pid file would reach
 	// the leader's group, not the child that left it).
@@ -417,8 +426,16 @@ func TestProtectionsSayWhatIsOff(t *testing.T) {
 		}
 		return out
 	}
-	order := []string{backend.ProtectionIdentity, backend.ProtectionProcessTree, backend.ProtectionMemoryLimit,
-		backend.ProtectionPidsLimit, backend.ProtectionNetwork, backend.ProtectionPrivateDirs, backend.ProtectionDevices}
+	order := []string{backend.ProtectionIdentity, backend.ProtectionProcessTree, backend.ProtectionPIDNamespace,
+		backend.ProtectionMemoryLimit, backend.ProtectionPidsLimit, backend.ProtectionNetwork, backend.ProtectionPrivateDirs,
+		backend.ProtectionPrivateTmp, backend.ProtectionDevices, backend.ProtectionUserNamespaces, backend.ProtectionPrivateFiles}
+	byName := func(ps []backend.Protection, name string) backend.Protection {
+		i := slices.IndexFunc(ps, func(p backend.Protection) bool { return p.Name == name })
+		if i < 0 {
+			t.Fatalf("no protection %s in %v", name, names(ps))
+		}
+		return ps[i]
+	}
 
 	on := testBackendWith(t, perProject).Protections()
 	if !slices.Equal(names(on), order) {
@@ -430,9 +447,13 @@ func TestProtectionsSayWhatIsOff(t *testing.T) {
 		}
 	}
 
+	// No setting turns these off: only a machine or privileges that lack
+	// them (below, and in the seccomp and private files tests).
+	always := []string{backend.ProtectionPrivateDirs, backend.ProtectionPIDNamespace, backend.ProtectionPrivateTmp,
+		backend.ProtectionUserNamespaces, backend.ProtectionPrivateFiles}
 	off := testBackendWith(t, func(c *Config) { c.User, c.Network, c.NoCgroups = "root", store.NetworkHost, true }).Protections()
 	for _, p := range off {
-		if p.Name == backend.ProtectionPrivateDirs {
+		if slices.Contains(always, p.Name) {
 			continue
 		}
 		if p.On {
@@ -442,8 +463,21 @@ func TestProtectionsSayWhatIsOff(t *testing.T) {
 			t.Errorf("%s is off with no reason given", p.Name)
 		}
 	}
-	if d := off[4].Detail; !strings.Contains(d, "replica.network: host") {
+	if d := byName(off, backend.ProtectionNetwork).Detail; !strings.Contains(d, "replica.network: host") {
 		t.Errorf("network off says %q, want the setting that turned it off", d)
+	}
+
+	// Without CAP_SYS_ADMIN there are no PID or mount namespaces: both say
+	// so and what it leaves open.
+	b := testBackend(t)
+	noNamespaces(b)
+	for name, want := range map[string]string{
+		backend.ProtectionPIDNamespace: "a child that left its process group outlives an inferd killed with kill -9",
+		backend.ProtectionPrivateTmp:   "models share /tmp, /var/tmp and /dev/shm",
+	} {
+		if p := byName(b.Protections(), name); p.On || !strings.Contains(p.Detail, want) {
+			t.Errorf("%s without namespaces: %+v, want off saying %q", name, p, want)
+		}
 	}
 }
 
@@ -632,5 +666,28 @@ func TestDialingIntoAReplicaLeavesTheDaemonsNetworkAlone(t *testing.T) {
 	}
 	if in != 1 {
 		t.Errorf("%d of the daemon's threads are in the model's network namespace, want 1 (the one that forked it)", in)
+	}
+}
+
+// TestWithoutNamespacesTheInitBecomesTheModel: where no PID namespace can
+// be made, the init switches to the project's uid, drops every capability
+// and execs the model in its own place: the process inferd started is the
+// model, and nothing of inferd's stays beside it.
+func TestWithoutNamespacesTheInitBecomesTheModel(t *testing.T) {
+	needRoot(t)
+	b := testBackendWith(t, perProject)
+	noNamespaces(b)
+	p := startModel(t, b, sandboxSpec("who-plain", whoamiScript))
+	out := waitLog(t, b, p, "done")
+	uid, _ := strconv.Atoi(field(out, "uid"))
+	if uid < DefaultUIDFirst || uid > DefaultUIDLast || field(out, "groups") != strconv.Itoa(uid) {
+		t.Errorf("the model runs as %s; want a uid of the range with no other group", out)
+	}
+	if field(out, "nnp") != "1" || field(out, "capeff") != "0000000000000000" || field(out, "capamb") != "0000000000000000" {
+		t.Errorf("no_new_privs %s, effective caps %s, ambient %s; want 1 and none", field(out, "nnp"), field(out, "capeff"), field(out, "capamb"))
+	}
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p.pid))
+	if err != nil || strings.TrimSpace(string(comm)) != "sleep" {
+		t.Errorf("the process inferd started runs %q (%v), want the model's sleep", comm, err)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
+	"inferd/openai"
 	"inferd/scheduler/backend"
 	"inferd/store"
 )
@@ -59,7 +60,7 @@ type dialFunc = func(ctx context.Context, network, addr string) (net.Conn, error
 
 // Config says where a model listens and which protocol it speaks.
 type Config struct {
-	Protocol   string // store.ProtocolHTTP ("" = it) or store.ProtocolPotassium
+	Protocol   string // store.ProtocolHTTP ("" = it), store.ProtocolPotassium or store.ProtocolOpenAI
 	HealthPath string // GET; 2xx = ready. "" = /healthz (/__status__ for potassium)
 	InferPath  string // POST; "" = /
 	BatchPath  string // POST of a batch (InferBatch); "" = InferPath
@@ -78,6 +79,7 @@ type Config struct {
 type Client struct {
 	cfg       Config
 	potassium bool
+	openai    bool
 	baseURL   string       // http://ADDR
 	client    *http.Client // calls with a large body (see fastPathMaxBody)
 	conns     *connPool    // health checks and the other calls: see connPool
@@ -100,8 +102,8 @@ func New(cfg Config) (*Client, error) {
 		cfg.Dial = (&net.Dialer{Timeout: dialTimeout}).DialContext
 	}
 	switch {
-	case cfg.Protocol != store.ProtocolHTTP && cfg.Protocol != store.ProtocolPotassium:
-		return nil, fmt.Errorf("unsupported protocol %q (supported: %q, %q)", cfg.Protocol, store.ProtocolHTTP, store.ProtocolPotassium)
+	case cfg.Protocol != store.ProtocolHTTP && cfg.Protocol != store.ProtocolPotassium && cfg.Protocol != store.ProtocolOpenAI:
+		return nil, fmt.Errorf("unsupported protocol %q (supported: %q, %q, %q)", cfg.Protocol, store.ProtocolHTTP, store.ProtocolPotassium, store.ProtocolOpenAI)
 	case !strings.HasPrefix(cfg.HealthPath, "/"):
 		return nil, fmt.Errorf("health path %q does not start with /", cfg.HealthPath)
 	case !strings.HasPrefix(cfg.InferPath, "/"):
@@ -127,6 +129,7 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{
 		cfg:       cfg,
 		potassium: cfg.Protocol == store.ProtocolPotassium,
+		openai:    cfg.Protocol == store.ProtocolOpenAI,
 		baseURL:   "http://" + cfg.Addr,
 		client:    client,
 		conns:     newConnPool(cfg.Addr, cfg.Dial, maxIdleConns, idleConnTimeout),
@@ -200,7 +203,9 @@ func (e *TransportError) Unwrap() error { return e.Err }
 // (see readStream). A call with a route (backend.WithRoute) goes to that
 // route (see inferPath). For protocol potassium the request carries a fresh
 // X-Banana-Request-Id, and a 500 with a text/plain body (the handler's
-// traceback) is a *backend.ExceptionError instead.
+// traceback) is a *backend.ExceptionError instead. For protocol openai a
+// text/event-stream reply streams (readEventStream), and the usage a reply
+// reports goes to the context's backend.TokenMeter.
 func (c *Client) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMessage, error) {
 	route := backend.RouteFrom(ctx)
 	if out, ok := c.answersItself(route); ok {
@@ -246,7 +251,15 @@ func (c *Client) post(ctx context.Context, path string, body []byte, stream back
 		clean = len(body) < errorBodyBytes
 		return nil, &backend.HTTPError{Status: resp.StatusCode, Body: validUTF8(body)}
 	}
-	if !c.potassium && isNDJSON(resp.Header.Get("Content-Type")) {
+	if c.openai && openai.IsEventStream(resp.Header.Get("Content-Type")) {
+		if !mayStream {
+			return nil, fmt.Errorf("%w: a batch reply must be one JSON object, not a stream", backend.ErrInvalidReply)
+		}
+		out, ok, err := readEventStream(ctx, resp.Body, c.cfg.MaxReplyBytes, stream, backend.TokenMeterFrom(ctx))
+		clean = ok
+		return out, err
+	}
+	if !c.potassium && !c.openai && isNDJSON(resp.Header.Get("Content-Type")) {
 		if !mayStream {
 			return nil, fmt.Errorf("%w: a batch reply must be one JSON object, not a stream", backend.ErrInvalidReply)
 		}
@@ -268,6 +281,9 @@ func (c *Client) post(ctx context.Context, path string, body []byte, stream back
 	}
 	if i := store.InvalidUTF8(reply); i >= 0 {
 		return nil, fmt.Errorf("%w: reply is not valid UTF-8 at byte %d", backend.ErrInvalidReply, i)
+	}
+	if c.openai {
+		meterReply(reply, backend.TokenMeterFrom(ctx))
 	}
 	return reply, nil
 }

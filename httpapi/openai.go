@@ -1,0 +1,175 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/julienschmidt/httprouter"
+
+	"inferd/openai"
+	"inferd/scheduler"
+	"inferd/store"
+)
+
+// The OpenAI front door (docs/openai.md): projects of protocol openai are
+// addressed by the "model" of /v1/chat/completions, /v1/completions and
+// /v1/embeddings with an inferd key as the Bearer token; each request is
+// an inferd call (openai_calls.go). GET /v1/models lists the models the
+// key may call, and the Batch API runs a JSONL file of requests as calls
+// (openai_batches.go). Every error is OpenAI's shape,
+// {"error": {"message", "type", "param", "code"}}, with its status code.
+
+// DefaultOpenAIQueueWait is how long an OpenAI request waits for its call
+// to reach a replica (a boot from zero included) before it is answered 503
+// and the call expires (Options.OpenAIQueueWait).
+const DefaultOpenAIQueueWait = 5 * time.Minute
+
+// openaiRoutes adds the OpenAI routes to the route table (routes.go), each
+// with the scope its handler asks of the Bearer key. Every path is static
+// under /v1/ beside the project API's: httprouter refuses a parameter where
+// another route has a static segment.
+func (a *api) openaiRoutes(add func(method, path string, need store.Permission, h httprouter.Handle)) {
+	for _, endpoint := range openai.Endpoints {
+		add(http.MethodPost, endpoint, store.PermInfer, a.openaiCall(endpoint))
+	}
+	add(http.MethodGet, "/v1/models", store.PermInfer, a.openaiModels)
+	add(http.MethodGet, "/v1/calls/:callID/response", store.PermInfer, a.openaiResponse)
+	a.batchRoutes(add) // openai_batches.go
+}
+
+// oaiError is a refusal in OpenAI's shape. retryAfter > 0 adds the header
+// (seconds).
+type oaiError struct {
+	status     int
+	typ, code  string
+	param, msg string
+	retryAfter int
+}
+
+func (e *oaiError) Error() string { return e.msg }
+
+// The refusals of the OpenAI routes.
+var (
+	errOAIMissingKey = &oaiError{status: http.StatusUnauthorized, typ: openai.TypeInvalidRequest, code: "invalid_api_key",
+		msg: "missing API key: send your inferd API key as Authorization: Bearer KEY"}
+	errOAIInvalidKey = &oaiError{status: http.StatusUnauthorized, typ: openai.TypeInvalidRequest, code: "invalid_api_key",
+		msg: "invalid API key"}
+)
+
+// errModelNotFound never names the model: another team's answers exactly
+// as one that does not exist.
+var errModelNotFound = &oaiError{status: http.StatusNotFound, typ: openai.TypeInvalidRequest, code: "model_not_found", param: "model",
+	msg: "the model does not exist or you do not have access to it (GET /v1/models lists yours)"}
+
+// openaiError answers err in OpenAI's shape: an *oaiError as it is, any
+// other error with the status the project API gives it (apiError, which
+// also logs internal ones) and the OpenAI type of that status. Never a Go
+// error's text: an internal failure names the request id to look up.
+func (a *api) openaiError(w http.ResponseWriter, r *http.Request, err error) {
+	var oe *oaiError
+	if !errors.As(err, &oe) {
+		status, code, msg, internal := apiError(err, requestIDOf(w))
+		if internal {
+			a.log.Error().Err(err).Str("request_id", requestIDOf(w)).Str("method", r.Method).
+				Str("path", truncate(r.URL.Path, 200)).Msg("request failed")
+		}
+		oe = &oaiError{status: status, typ: openai.TypeOfStatus(status), code: code, msg: msg}
+		if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+			oe.retryAfter = 1
+		}
+	}
+	if oe.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(oe.retryAfter))
+	}
+	writeJSON(w, oe.status, openai.NewError(oe.typ, oe.code, oe.param, oe.msg))
+}
+
+// startRefused turns Scheduler.Start's refusal into OpenAI's: a full queue
+// or a team at its quota is a 429 to retry; a project that can never run
+// here, a 503 that says why; a store failure as apiError says.
+func startRefused(err error) error {
+	switch {
+	case errors.Is(err, scheduler.ErrQueueFull), errors.Is(err, scheduler.ErrTeamQuota):
+		return &oaiError{status: http.StatusTooManyRequests, typ: openai.TypeRateLimit, code: "queue_full", msg: err.Error(), retryAfter: 1}
+	case errors.Is(err, scheduler.ErrNeedsGPUs):
+		return &oaiError{status: http.StatusServiceUnavailable, typ: openai.TypeServer, code: "model_cannot_run", msg: err.Error()}
+	case isStoreError(err) || errors.Is(err, store.ErrUnavailable):
+		return err
+	default:
+		// The scheduler's other refusals are texts written for users.
+		return &oaiError{status: http.StatusServiceUnavailable, typ: openai.TypeUnavailable, code: "unavailable", msg: err.Error(), retryAfter: 1}
+	}
+}
+
+// bearerKey authenticates the request's Authorization: Bearer key, which
+// must allow p. The OpenAI SDKs send their api_key so.
+func (a *api) bearerKey(r *http.Request, p store.Permission) (store.APIKey, error) {
+	scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	secret = strings.TrimSpace(secret)
+	if !strings.EqualFold(scheme, "Bearer") || secret == "" {
+		return store.APIKey{}, errOAIMissingKey
+	}
+	key, err := a.authenticate(secret, errOAIInvalidKey)
+	if err != nil {
+		return store.APIKey{}, err
+	}
+	return key, requirePermission(key, p)
+}
+
+// callableProjects returns the projects of protocol openai that key may
+// call, sorted by id: its team's within its project allowlist (every
+// team's for an admin key).
+func (a *api) callableProjects(key store.APIKey) ([]store.Project, error) {
+	team := key.TeamID
+	if key.Scope == store.ScopeAdmin {
+		team = ""
+	}
+	all, err := a.store.ListProjects(team)
+	if err != nil {
+		return nil, err
+	}
+	out := slices.DeleteFunc(all, func(p store.Project) bool {
+		return p.Model.Protocol != store.ProtocolOpenAI || !key.ReachesProject(p.ID) // the team: the list is its own
+	})
+	slices.SortFunc(out, func(x, y store.Project) int { return strings.Compare(x.ID, y.ID) })
+	return out, nil
+}
+
+// modelList is GET /v1/models' answer.
+type modelList struct {
+	Object string       `json:"object"` // "list"
+	Data   []modelEntry `json:"data"`
+}
+
+type modelEntry struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"` // "model"
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"` // the team
+}
+
+// openaiModels handles GET /v1/models: each name (project id, then its
+// aliases) of the projects the key may call.
+func (a *api) openaiModels(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	key, err := a.bearerKey(r, store.PermInfer)
+	if err != nil {
+		a.openaiError(w, r, err)
+		return
+	}
+	projects, err := a.callableProjects(key)
+	if err != nil {
+		a.openaiError(w, r, err)
+		return
+	}
+	out := modelList{Object: "list", Data: []modelEntry{}}
+	for _, p := range projects {
+		for _, name := range p.ModelNames() {
+			out.Data = append(out.Data, modelEntry{ID: name, Object: "model", Created: p.Created.Unix(), OwnedBy: p.TeamID})
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
