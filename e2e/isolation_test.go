@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"mime/multipart"
 	"net/http"
 	"os"
 	"slices"
@@ -24,8 +26,9 @@ type endpoint struct {
 	call  func(t *testing.T, d *daemon, key string, target isoTarget) (int, string)
 }
 
-// isoTarget names one team's resources, or resources that do not exist.
-type isoTarget struct{ modelKey, callID, project string }
+// isoTarget names one team's resources, or resources that do not exist: a
+// Batch API file and batch too.
+type isoTarget struct{ modelKey, callID, project, fileID, batchID string }
 
 func inference(path, body string) func(*testing.T, *daemon, string, isoTarget) (int, string) {
 	return func(t *testing.T, d *daemon, key string, tg isoTarget) (int, string) {
@@ -46,10 +49,11 @@ func projectAPI(method, path, body string) func(*testing.T, *daemon, string, iso
 }
 
 // openaiAPI calls a route of the OpenAI front door with key as its Bearer
-// token, PROJECT standing for the project's id as a model name.
+// token, PROJECT standing for the project's id as a model name, FILEID
+// and BATCHID for its file and batch.
 func openaiAPI(method, path, body string) func(*testing.T, *daemon, string, isoTarget) (int, string) {
 	return func(t *testing.T, d *daemon, key string, tg isoTarget) (int, string) {
-		r := strings.NewReplacer("PROJECT", tg.project, "CALLID", tg.callID)
+		r := strings.NewReplacer("PROJECT", tg.project, "CALLID", tg.callID, "FILEID", tg.fileID, "BATCHID", tg.batchID)
 		status, raw := doRaw(t, method, d.base+r.Replace(path), map[string]string{"Authorization": "Bearer " + key}, r.Replace(body))
 		return status, string(raw)
 	}
@@ -59,10 +63,38 @@ func openaiAPI(method, path, body string) func(*testing.T, *daemon, string, isoT
 // and infer paths kept), so that the OpenAI routes name real models.
 const openaiEcho = "protocol: openai, healthPath: /healthz, inferPath: /"
 
+// batchOf uploads a one-line batch file of project with key and starts a
+// batch of it, for the Batch API's routes: it returns target with the
+// file and the batch.
+func batchOf(t *testing.T, d *daemon, key string, target isoTarget) isoTarget {
+	t.Helper()
+	var form bytes.Buffer
+	mw := multipart.NewWriter(&form)
+	_ = mw.WriteField("purpose", "batch")
+	fw, _ := mw.CreateFormFile("file", "in.jsonl")
+	fmt.Fprintf(fw, `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":%q,"messages":[]}}`+"\n", target.project)
+	_ = mw.Close()
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	status, file := do(t, "POST", d.base+"/v1/files", map[string]string{"Authorization": "Bearer " + key, "Content-Type": mw.FormDataContentType()}, form.String())
+	if status != http.StatusOK {
+		t.Fatalf("upload: %d %v", status, file)
+	}
+	target.fileID = file["id"].(string)
+	status, batch := do(t, "POST", d.base+"/v1/batches", auth,
+		`{"input_file_id":"`+target.fileID+`","endpoint":"/v1/chat/completions","completion_window":"24h"}`)
+	if status != http.StatusOK {
+		t.Fatalf("batch: %d %v", status, batch)
+	}
+	target.batchID = batch["id"].(string)
+	return target
+}
+
 // everyEndpoint lists every keyed route of the public API that names one
 // resource (TestEveryEndpointListsEveryKeyedRoute holds it to the router's
-// table); the routes that list, naming none, are statusLists and
-// GET /v1/projects, checked in "list" and "status lists".
+// table); the routes that name none are statusLists, GET /v1/projects and
+// GET /v1/models, checked in "list", "status lists" and "openai models",
+// and POST /v1/files (an upload is the uploader's: the endpoints that name
+// a file show another team's answers as one that does not exist).
 var everyEndpoint = []endpoint{
 	{"start v4", "POST /start/v4", inference("/start/v4", `{"apiKey":"KEY","modelKey":"MODELKEY","startOnly":true,"modelInputs":{}}`)},
 	{"start v4/", "POST /start/v4/", inference("/start/v4/", `{"apiKey":"KEY","modelKey":"MODELKEY","startOnly":true,"modelInputs":{}}`)},
@@ -86,6 +118,12 @@ var everyEndpoint = []endpoint{
 	{"openai completions", "POST /v1/completions", openaiAPI("POST", "/v1/completions", `{"model":"PROJECT","prompt":"x"}`)},
 	{"openai embeddings", "POST /v1/embeddings", openaiAPI("POST", "/v1/embeddings", `{"model":"PROJECT","input":"x"}`)},
 	{"openai call response", "GET /v1/calls/:callID/response", openaiAPI("GET", "/v1/calls/CALLID/response", "")},
+	{"openai file", "GET /v1/files/:id", openaiAPI("GET", "/v1/files/FILEID", "")},
+	{"openai file content", "GET /v1/files/:id/content", openaiAPI("GET", "/v1/files/FILEID/content", "")},
+	{"openai file delete", "DELETE /v1/files/:id", openaiAPI("DELETE", "/v1/files/FILEID", "")},
+	{"openai batch create", "POST /v1/batches", openaiAPI("POST", "/v1/batches", `{"input_file_id":"FILEID","endpoint":"/v1/chat/completions","completion_window":"24h"}`)},
+	{"openai batch", "GET /v1/batches/:id", openaiAPI("GET", "/v1/batches/BATCHID", "")},
+	{"openai batch cancel", "POST /v1/batches/:id/cancel", openaiAPI("POST", "/v1/batches/BATCHID/cancel", "")},
 }
 
 // statusLists are the status routes that list what the key may see (the
@@ -99,7 +137,7 @@ var statusLists = []string{"/v1/status", "/v1/status/gpus", "/v1/status/projects
 // cannot be left out of the isolation and revocation tests.
 func TestEveryEndpointListsEveryKeyedRoute(t *testing.T) {
 	t.Parallel()
-	covered := map[string]bool{"GET /v1/projects": true, "GET /v1/models": true}
+	covered := map[string]bool{"GET /v1/projects": true, "GET /v1/models": true, "POST /v1/files": true}
 	for _, ep := range everyEndpoint {
 		covered[ep.route] = true
 	}
@@ -148,7 +186,9 @@ func answersWithStatus(ep endpoint) bool {
 // TestTeamsAreIsolatedOnEveryEndpoint proves that a key of team A can never
 // read, start, check or change anything of team B: on every endpoint, B's
 // resource answers exactly as one that does not exist (404 on the project
-// API, never 403), and B's project is left unchanged.
+// API, never 403), and B's project, call, file and batch are left
+// unchanged. A key of team B limited to another of its projects is held
+// off the same way.
 func TestTeamsAreIsolatedOnEveryEndpoint(t *testing.T) {
 	t.Parallel()
 	echo := echoDir(t)
@@ -158,28 +198,33 @@ func TestTeamsAreIsolatedOnEveryEndpoint(t *testing.T) {
 	d.apply(fmt.Sprintf(`projects:
   - {id: proj-a, team: team-a, modelKey: mk-a, command: ["python3", "server.py"], dir: %[1]s, env: {E2E_MARKER: %[2]s}, %[3]s}
   - {id: proj-b, team: team-b, modelKey: mk-b, command: ["python3", "server.py"], dir: %[1]s, env: {E2E_MARKER: %[2]s}, %[3]s}
+  - {id: proj-b2, team: team-b, modelKey: mk-b2, command: ["python3", "server.py"], dir: %[1]s, env: {E2E_MARKER: %[2]s}, %[3]s}
 `, echo, marker(), openaiEcho))
+	limitedB := d.createKeyWith("team-b", "--projects", "proj-b2")
 	callB := inferenceClient{t: t, base: d.base, key: keyB}.start("mk-b", `{"mine": "b"}`, true)["callID"].(string)
-	ofB := isoTarget{modelKey: "mk-b", callID: callB, project: "proj-b"}
-	nowhere := isoTarget{modelKey: "mk-nowhere", callID: "call_0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", project: "proj-nowhere"}
+	ofB := batchOf(t, d, keyB, isoTarget{modelKey: "mk-b", callID: callB, project: "proj-b"})
+	nowhere := isoTarget{modelKey: "mk-nowhere", callID: "call_0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", project: "proj-nowhere",
+		fileID: "file-0190a1b2c3d47e5f8a9b0c1d", batchID: "batch_0190a1b2c3d47e5f8a9b0c1d"}
 	_, projectBefore := projectAPI("GET", "/v1/projects/PROJECT", "")(t, d, keyB, ofB)
 
-	for _, ep := range everyEndpoint {
-		t.Run(ep.name, func(t *testing.T) {
-			gotStatus, got := ep.call(t, d, keyA, ofB)
-			wantStatus, want := ep.call(t, d, keyA, nowhere)
-			if gotStatus != wantStatus || got != want {
-				t.Fatalf("team A reaching team B's resource got %d %s;\nfor a resource that does not exist: %d %s",
-					gotStatus, got, wantStatus, want)
-			}
-			if answersWithStatus(ep) {
-				if gotStatus != http.StatusNotFound {
-					t.Fatalf("status %d, want 404", gotStatus)
+	for _, who := range []struct{ name, key string }{{"team A", keyA}, {"team B limited to proj-b2", limitedB}} {
+		for _, ep := range everyEndpoint {
+			t.Run(who.name+"/"+ep.name, func(t *testing.T) {
+				gotStatus, got := ep.call(t, d, who.key, ofB)
+				wantStatus, want := ep.call(t, d, who.key, nowhere)
+				if gotStatus != wantStatus || got != want {
+					t.Fatalf("%s reaching proj-b's resource got %d %s;\nfor a resource that does not exist: %d %s",
+						who.name, gotStatus, got, wantStatus, want)
 				}
-			} else if !strings.Contains(got, "message:error: ") {
-				t.Fatalf("answer %s, want an error message", got)
-			}
-		})
+				if answersWithStatus(ep) {
+					if gotStatus != http.StatusNotFound {
+						t.Fatalf("status %d, want 404", gotStatus)
+					}
+				} else if !strings.Contains(got, "message:error: ") {
+					t.Fatalf("answer %s, want an error message", got)
+				}
+			})
+		}
 	}
 	t.Run("list", func(t *testing.T) {
 		status, body := do(t, "GET", d.base+"/v1/projects", map[string]string{"X-Service-API-Key": keyA}, "")
@@ -192,6 +237,10 @@ func TestTeamsAreIsolatedOnEveryEndpoint(t *testing.T) {
 		status, raw := doRaw(t, "GET", d.base+"/v1/models", map[string]string{"Authorization": "Bearer " + keyA}, "")
 		if status != http.StatusOK || strings.Contains(string(raw), "proj-b") || !strings.Contains(string(raw), `"proj-a"`) {
 			t.Fatalf("team A lists models %d %s, want none of team B's", status, raw)
+		}
+		status, raw = doRaw(t, "GET", d.base+"/v1/models", map[string]string{"Authorization": "Bearer " + limitedB}, "")
+		if status != http.StatusOK || strings.Contains(string(raw), `"proj-b"`) || !strings.Contains(string(raw), `"proj-b2"`) {
+			t.Fatalf("a key limited to proj-b2 lists models %d %s, want proj-b2 alone", status, raw)
 		}
 	})
 	t.Run("status lists", func(t *testing.T) {
@@ -214,6 +263,13 @@ func TestTeamsAreIsolatedOnEveryEndpoint(t *testing.T) {
 		}
 		if r := (inferenceClient{t: t, base: d.base, key: keyB}).check(callB, false); strings.Contains(r["message"].(string), "error") {
 			t.Fatalf("team B's own call: %v", r)
+		}
+		auth := map[string]string{"Authorization": "Bearer " + keyB}
+		if status, f := do(t, "GET", d.base+"/v1/files/"+ofB.fileID, auth, ""); status != http.StatusOK {
+			t.Fatalf("team B's file: %d %v", status, f)
+		}
+		if status, b := do(t, "GET", d.base+"/v1/batches/"+ofB.batchID, auth, ""); status != http.StatusOK || strings.HasPrefix(b["status"].(string), "cancel") {
+			t.Fatalf("team B's batch: %d %v", status, b)
 		}
 	})
 	t.Run("the admin API is not on the public listener", func(t *testing.T) {
@@ -241,10 +297,10 @@ func TestRevokedKeyFailsAtOnceOnEveryEndpoint(t *testing.T) {
 	dir, cfg := newDaemonDir(t, "startWait: 1s\nlongPollWait: 1s\n")
 	d := startDaemon(t, dir, cfg)
 	key := d.createKey("team-a", false)
-	d.apply(fmt.Sprintf("projects:\n  - {id: proj-a, team: team-a, modelKey: mk-a, command: [\"python3\", \"server.py\"], dir: %s, env: {E2E_MARKER: %s}}\n",
-		echo, marker()))
+	d.apply(fmt.Sprintf("projects:\n  - {id: proj-a, team: team-a, modelKey: mk-a, command: [\"python3\", \"server.py\"], dir: %s, env: {E2E_MARKER: %s}, %s}\n",
+		echo, marker(), openaiEcho))
 	c := inferenceClient{t: t, base: d.base, key: key}
-	own := isoTarget{modelKey: "mk-a", callID: c.start("mk-a", `{}`, true)["callID"].(string), project: "proj-a"}
+	own := batchOf(t, d, key, isoTarget{modelKey: "mk-a", callID: c.start("mk-a", `{}`, true)["callID"].(string), project: "proj-a"})
 	if status, _ := projectAPI("GET", "/v1/projects/PROJECT", "")(t, d, key, own); status != 200 {
 		t.Fatalf("the key works before it is revoked: %d", status)
 	}
@@ -267,5 +323,11 @@ func TestRevokedKeyFailsAtOnceOnEveryEndpoint(t *testing.T) {
 	}
 	if status, _ := doRaw(t, "GET", d.base+"/v1/projects", map[string]string{"X-Service-API-Key": key}, ""); status != http.StatusUnauthorized {
 		t.Fatalf("list with a revoked key: %d", status)
+	}
+	for _, route := range []string{"GET /v1/models", "POST /v1/files"} { // the OpenAI routes that name nothing
+		method, path, _ := strings.Cut(route, " ")
+		if status, raw := doRaw(t, method, d.base+path, map[string]string{"Authorization": "Bearer " + key}, ""); status != http.StatusUnauthorized {
+			t.Fatalf("%s with a revoked key: %d %s", route, status, raw)
+		}
 	}
 }

@@ -44,6 +44,8 @@ type testEnv struct {
 	sched *fakeScheduler
 	h     http.Handler
 	logw  *lockedWriter
+	// batchDir is the Batch API's directory, where a test gave it one.
+	batchDir string
 }
 
 // logs returns what the handler has logged so far.

@@ -38,9 +38,7 @@ func (a *api) openaiRoutes(add func(method, path string, need store.Permission, 
 	}
 	add(http.MethodGet, "/v1/models", store.PermInfer, a.openaiModels)
 	add(http.MethodGet, "/v1/calls/:callID/response", store.PermInfer, a.openaiResponse)
-	if a.opts.Batches != nil {
-		a.batchRoutes(add) // openai_batches.go
-	}
+	a.batchRoutes(add) // openai_batches.go
 }
 
 // oaiError is a refusal in OpenAI's shape. retryAfter > 0 adds the header

@@ -77,7 +77,19 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 // forwards many clients' bodies from one address, each within its own
 // budgets.
 func (a *api) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	body, err := readBodyWithin(w, r, limit, a.bodies.account(r.RemoteAddr, !a.fromNode(r)))
+	body, err := readBodyWithin(w, r, limit, a.bodyAccount(r))
+	return body, a.bodyRefusal(w, err)
+}
+
+// bodyAccount opens the account of r's body in the body budgets.
+func (a *api) bodyAccount(r *http.Request) *bodyAccount {
+	return a.bodies.account(r.RemoteAddr, !a.fromNode(r))
+}
+
+// bodyRefusal is err as the caller is told it: a body past its read
+// deadline names limits.bodyReadTimeout, and a refusal by a budget is
+// counted, gets its Retry-After, and closes the connection.
+func (a *api) bodyRefusal(w http.ResponseWriter, err error) error {
 	if errors.Is(err, errBodyDeadline) {
 		err = errBodyReadTimeout(a.opts.Limits.BodyReadTimeout)
 	}
@@ -88,7 +100,7 @@ func (a *api) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]b
 		// of a body (up to 256 KiB) before it answers, at the client's pace.
 		w.Header().Set("Connection", "close")
 	}
-	return body, err
+	return err
 }
 
 // readBodyWithin is readBody counting the buffer against acct (nil: no

@@ -1,20 +1,24 @@
 package httpapi
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	vm "github.com/VictoriaMetrics/metrics"
+	"github.com/rs/zerolog"
 
 	"inferd/history"
+	"inferd/openai/batches"
 	"inferd/scheduler/backend/local"
 	"inferd/store"
 )
@@ -27,13 +31,22 @@ import (
 const keyManageOnly = "ik_00000000e5_manageonly"
 
 // routeCase is how the matrix calls one route pattern: its path and body
-// with PROJECT, MODELKEY, CALLID and KEY standing for the target's project,
-// modelKey, a call of it (a finished one when done is set: an event stream
-// of a pending call lasts until the call ends) and the key's secret.
+// with PROJECT, MODELKEY, CALLID, FILEID, BATCHID and KEY standing for the
+// target's project, modelKey, a call of it (a finished one when done is
+// set: an event stream of a pending call lasts until the call ends), a
+// Batch API file and batch of it (batchFixtures) and the key's secret;
+// contentType, when set, replaces application/json.
 type routeCase struct {
-	path, body string
-	done       bool
+	path, body  string
+	done        bool
+	contentType string
 }
+
+// uploadForm is a multipart upload of a one-line batch file (its model
+// names no project: an upload names none).
+const uploadForm = "--XB\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n" +
+	"--XB\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\nContent-Type: application/jsonl\r\n\r\n" +
+	`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[]}}` + "\n\r\n--XB--\r\n"
 
 // routeCases are keyed by "METHOD pattern", the pattern without a trailing
 // slash: a pattern's slashed spelling is called the same way, with the slash.
@@ -60,6 +73,14 @@ var routeCases = map[string]routeCase{
 	"GET /v1/models":                 {path: "/v1/models"},
 	"GET /v1/calls/:callID/response": {path: "/v1/calls/CALLID/response", done: true},
 
+	"POST /v1/files":              {path: "/v1/files", body: uploadForm, contentType: "multipart/form-data; boundary=XB"},
+	"GET /v1/files/:id":           {path: "/v1/files/FILEID"},
+	"DELETE /v1/files/:id":        {path: "/v1/files/FILEID"},
+	"GET /v1/files/:id/content":   {path: "/v1/files/FILEID/content"},
+	"POST /v1/batches":            {path: "/v1/batches", body: `{"input_file_id":"FILEID","endpoint":"/v1/chat/completions","completion_window":"24h"}`},
+	"GET /v1/batches/:id":         {path: "/v1/batches/BATCHID"},
+	"POST /v1/batches/:id/cancel": {path: "/v1/batches/BATCHID/cancel"},
+
 	"GET /v1/status":                                     {path: "/v1/status"},
 	"GET /v1/status/gpus":                                {path: "/v1/status/gpus"},
 	"GET /v1/status/projects":                            {path: "/v1/status/projects"},
@@ -74,8 +95,10 @@ var routeCases = map[string]routeCase{
 // openRoutes are the routes that take no key, each for its reason (Route.Need).
 var openRoutes = []string{"/healthz", "/readyz", "/metrics", "/", "/assets/:name", clusterPrefix + "*path"}
 
-// matrixOptions enable every optional route of the table.
-func matrixOptions(t *testing.T) Options {
+// matrixOptions enable every optional route of the table
+// (TestMatrixOptionsServeEveryRoute holds them to it), with a Batch API in
+// batchDir.
+func matrixOptions(t *testing.T, batchDir string) Options {
 	logDir := t.TempDir()
 	for _, id := range []string{"echo-1", "zeta-1"} {
 		project, _, _ := strings.Cut(id, "-")
@@ -87,7 +110,12 @@ func matrixOptions(t *testing.T) Options {
 			t.Fatal(err)
 		}
 	}
+	bm, err := batches.New(batches.Config{Dir: batchDir, Log: zerolog.Nop()}) // makes no calls: Run is not called
+	if err != nil {
+		t.Fatal(err)
+	}
 	return Options{
+		Batches: bm,
 		Metrics: NewMetrics(vm.NewSet()),
 		Cluster: twoNodeCluster(),
 		Status: &StatusSources{
@@ -98,10 +126,15 @@ func matrixOptions(t *testing.T) Options {
 }
 
 // matrixEnv is newEnv with the keys of every scope and, for each of echo
-// and zeta, a pending call (call_<project>) and a finished one
-// (done_<project>).
-func matrixEnv(t *testing.T) *testEnv {
-	env := newEnv(t, matrixOptions(t))
+// and zeta, a pending call (call_<project>), a finished one
+// (done_<project>), and fx's file and batch.
+func matrixEnv(t *testing.T, fx *batchFixtures) *testEnv {
+	batchDir := t.TempDir()
+	if err := os.CopyFS(batchDir, os.DirFS(fx.dir)); err != nil {
+		t.Fatal(err)
+	}
+	env := newEnv(t, matrixOptions(t, batchDir))
+	env.batchDir = batchDir
 	for secret, lim := range map[string]store.KeyLimits{
 		keyReadOnly:   {Permissions: []store.Permission{store.PermRead}},
 		keyInferOnly:  {Permissions: []store.Permission{store.PermInfer}},
@@ -128,23 +161,61 @@ func matrixEnv(t *testing.T) *testEnv {
 
 // callRoute calls rt as rc says, aimed at project p, with key secret ("" for
 // none).
-func callRoute(env *testEnv, rt Route, rc routeCase, p, secret string) *httptest.ResponseRecorder {
+func callRoute(env *testEnv, fx *batchFixtures, rt Route, rc routeCase, p, secret string) *httptest.ResponseRecorder {
 	call := "call_" + p
 	if rc.done {
 		call = "done_" + p
 	}
-	r := strings.NewReplacer("PROJECT", p, "MODELKEY", "mk-"+p, "CALLID", call, "KEY", secret)
+	r := strings.NewReplacer("PROJECT", p, "MODELKEY", "mk-"+p, "CALLID", call, "FILEID", fx.file[p], "BATCHID", fx.batch[p], "KEY", secret)
 	path := r.Replace(rc.path)
 	if strings.HasSuffix(rt.Path, "/") {
 		path += "/"
 	}
-	if rt.KeyInBody || secret == "" {
-		return serve(env.h, rt.Method, path, r.Replace(rc.body))
+	header := []string{"Content-Type", cmp.Or(rc.contentType, "application/json")}
+	switch {
+	case rt.KeyInBody || secret == "":
+	case rt.Bearer:
+		header = append(header, "Authorization", "Bearer "+secret)
+	default:
+		header = append(header, "X-Service-API-Key", secret)
 	}
-	if rt.Bearer {
-		return serve(env.h, rt.Method, path, r.Replace(rc.body), "Authorization", "Bearer "+secret)
+	return serve(env.h, rt.Method, path, r.Replace(rc.body), header...)
+}
+
+// batchFixtures is a Batch API directory, made once for the matrix: for
+// each of echo and zeta a file of team acme (file) and a batch of another
+// (batch), each made by a key limited to that project. Each case works on
+// a copy (matrixOptions).
+type batchFixtures struct {
+	dir         string
+	file, batch map[string]string // by project
+}
+
+func newBatchFixtures(t *testing.T) *batchFixtures {
+	fx := &batchFixtures{dir: t.TempDir(), file: map[string]string{}, batch: map[string]string{}}
+	bm, err := batches.New(batches.Config{Dir: fx.dir, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return serve(env.h, rt.Method, path, r.Replace(rc.body), "X-Service-API-Key", secret)
+	for _, p := range []string{"echo", "zeta"} {
+		acc := batches.Access{Team: "acme", Projects: []string{p}}
+		line := `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"` + p + `","messages":[]}}`
+		f, err := bm.PutFile(acc, "in.jsonl", batches.PurposeBatch, strings.NewReader(line))
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err := bm.PutFile(acc, "in.jsonl", batches.PurposeBatch, strings.NewReader(line))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := bm.CreateBatch(acc, batches.CreateRequest{InputFileID: in.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"},
+			func(model string) (store.Project, bool) { return testProject(p, "acme"), model == p })
+		if err != nil {
+			t.Fatal(err)
+		}
+		fx.file[p], fx.batch[p] = f.ID, b.ID
+	}
+	return fx
 }
 
 // routeAnswer is what a route said: its status and, for the inference API
@@ -194,8 +265,8 @@ func (a routeAnswer) refused(rt Route) bool {
 }
 
 // effects is what a request may have changed: the scheduler's calls and
-// warm-ups, and the stored projects.
-func effects(env *testEnv) string {
+// warm-ups, the stored projects, and the Batch API's files and batches.
+func effects(t *testing.T, env *testEnv) string {
 	env.sched.mu.Lock()
 	var calls []string
 	for id, fc := range env.sched.calls {
@@ -205,8 +276,33 @@ func effects(env *testEnv) string {
 	env.sched.mu.Unlock()
 	slices.Sort(calls)
 	echo, zeta := env.store.project("echo"), env.store.project("zeta")
-	return fmt.Sprintf("calls %v (%d started), %d warm-ups, echo %d-%d, zeta %d-%d",
-		calls, n, warmups, echo.MinReplicas, echo.MaxReplicas, zeta.MinReplicas, zeta.MaxReplicas)
+	return fmt.Sprintf("calls %v (%d started), %d warm-ups, echo %d-%d, zeta %d-%d, %s",
+		calls, n, warmups, echo.MinReplicas, echo.MaxReplicas, zeta.MinReplicas, zeta.MaxReplicas, batchState(t, env))
+}
+
+// batchState lists the Batch API's files and batches, each batch with its
+// status, as its directory holds them.
+func batchState(t *testing.T, env *testEnv) string {
+	var out []string
+	for _, sub := range []string{"files", "batches"} {
+		paths, err := filepath.Glob(filepath.Join(env.batchDir, sub, "*.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, path := range paths {
+			var rec struct{ ID, Status string }
+			b, err := os.ReadFile(path)
+			if err == nil {
+				err = json.Unmarshal(b, &rec)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, strings.TrimSuffix(rec.ID+" "+rec.Status, " "))
+		}
+	}
+	slices.Sort(out)
+	return fmt.Sprintf("files and batches %v", out)
 }
 
 // matrixKey is one kind of key: on target project p, whether it should be
@@ -222,6 +318,9 @@ type matrixKey struct {
 	// lists: a route that names no project (a listing) serves the key,
 	// showing nothing of the target.
 	lists bool
+	// hidden: the target is another team's, or outside the key's
+	// allowlist; the OpenAI routes answer 404, as for what does not exist.
+	hidden bool
 }
 
 func only(p store.Permission) func(store.Permission) bool {
@@ -236,10 +335,10 @@ var matrixKeys = []matrixKey{
 	{scope: "infer", secret: keyInferOnly, target: "echo", holds: only(store.PermInfer), wantScope: true},
 	{scope: "manage", secret: keyManageOnly, target: "echo", holds: only(store.PermManage), wantScope: true},
 	{scope: "project-limited/own", secret: keyZetaOnly, target: "zeta", holds: every},
-	{scope: "project-limited/other", secret: keyZetaOnly, target: "echo", holds: none, lists: true},
+	{scope: "project-limited/other", secret: keyZetaOnly, target: "echo", holds: none, lists: true, hidden: true},
 	{scope: "admin", secret: keyAdmin, target: "echo", holds: every},
 	{scope: "team", secret: keyAcme, target: "echo", holds: every},
-	{scope: "other team", secret: keyOther, target: "echo", holds: none, lists: true},
+	{scope: "other team", secret: keyOther, target: "echo", holds: none, lists: true, hidden: true},
 	{scope: "revoked", secret: keyRevoked, target: "echo", holds: none},
 	{scope: "no key", secret: "", target: "echo", holds: none},
 }
@@ -250,9 +349,11 @@ var matrixKeys = []matrixKey{
 // revoked one, none): a key that holds the route's scope is served; one that
 // lacks it is refused, naming the scope it lacks, and changes nothing; a
 // project-limited key is refused on the project outside its list, and a
-// listing shows it nothing of that project.
+// listing shows it nothing of that project; another team's file or batch,
+// like its model or call, is a 404 on the OpenAI routes.
 func TestEveryKeyedRouteAgainstEveryKeyScope(t *testing.T) {
-	routes := Routes(matrixOptions(t))
+	routes := Routes(matrixOptions(t, t.TempDir()))
+	fx := newBatchFixtures(t)
 	for _, rt := range routes {
 		if !rt.Keyed() {
 			continue
@@ -266,13 +367,14 @@ func TestEveryKeyedRouteAgainstEveryKeyScope(t *testing.T) {
 			t.Errorf("%s %s is a keyed route with no case in routeCases: add how to call it", rt.Method, rt.Path)
 			continue
 		}
-		names := strings.Contains(rc.path, "PROJECT") || strings.Contains(rc.path, "CALLID") ||
-			strings.Contains(rc.body, "MODELKEY") || strings.Contains(rc.body, "CALLID") || strings.Contains(rc.body, "PROJECT")
+		names := slices.ContainsFunc([]string{"PROJECT", "MODELKEY", "CALLID", "FILEID", "BATCHID"}, func(p string) bool {
+			return strings.Contains(rc.path, p) || strings.Contains(rc.body, p)
+		})
 		for _, k := range matrixKeys {
 			t.Run(rt.Method+" "+rt.Path+"/"+k.scope, func(t *testing.T) {
-				env := matrixEnv(t)
-				before := effects(env)
-				got := answerOf(rt, callRoute(env, rt, rc, k.target, k.secret))
+				env := matrixEnv(t, fx)
+				before := effects(t, env)
+				got := answerOf(rt, callRoute(env, fx, rt, rc, k.target, k.secret))
 				served := k.holds(rt.Need) || k.lists && !names
 				if k.lists && !names && strings.Contains(got.body, `"`+k.target+`"`) {
 					t.Errorf("a %s key was shown project %s: %s", k.scope, k.target, got)
@@ -284,8 +386,10 @@ func TestEveryKeyedRouteAgainstEveryKeyScope(t *testing.T) {
 					t.Fatalf("a %s key was served (this route needs %s): %s", k.scope, rt.Need, got)
 				case !served && k.wantScope && !got.refusedScope(rt):
 					t.Errorf("the refusal of a %s key does not name the scope it lacks: %s", k.scope, got)
+				case k.hidden && names && rt.Bearer && got.status != http.StatusNotFound:
+					t.Errorf("a %s key was told %d, not 404 as for what does not exist: %s", k.scope, got.status, got)
 				}
-				if after := effects(env); !served && after != before {
+				if after := effects(t, env); !served && after != before {
 					t.Errorf("a refused %s key changed things:\nbefore %s\nafter  %s", k.scope, before, after)
 				}
 			})
@@ -308,4 +412,71 @@ func TestOpenRoutesAnswerWithoutAKey(t *testing.T) {
 			t.Errorf("GET %s without a key: %d %s", path, rec.Code, rec.Body)
 		}
 	}
+}
+
+// unsetInMatrix are the parts of Options (and its StatusSources) that
+// matrixOptions leaves unset and that TestMatrixOptionsServeEveryRoute
+// cannot set by itself (interfaces), each with why no route depends on it.
+var unsetInMatrix = map[string]string{
+	"StatusSources.Calls": "the calls list reads it; /v1/status/calls is served without it",
+}
+
+// TestMatrixOptionsServeEveryRoute holds matrixOptions to every route the
+// daemon may serve: with every optional part of Options and its
+// StatusSources that they leave unset set too (a pointer to its zero
+// value, a func of zero results, a channel), the table has no keyed route
+// more. An optional route added later under a new option fails here until
+// matrixOptions enables it, so the matrix (and e2e's everyEndpoint) cannot
+// miss it.
+func TestMatrixOptionsServeEveryRoute(t *testing.T) {
+	opts := matrixOptions(t, t.TempDir())
+	matrix := Routes(opts)
+	full := opts
+	if opts.Status != nil {
+		status := *opts.Status
+		full.Status = &status
+	}
+	for _, v := range []func() reflect.Value{
+		func() reflect.Value { return reflect.ValueOf(&full).Elem() },
+		func() reflect.Value { return reflect.ValueOf(full.Status).Elem() }, // once set
+	} {
+		v := v()
+		for i := range v.NumField() {
+			f, name := v.Field(i), v.Type().Name()+"."+v.Type().Field(i).Name
+			if !f.CanSet() || !isNil(f) {
+				continue
+			}
+			switch f.Kind() {
+			case reflect.Pointer:
+				f.Set(reflect.New(f.Type().Elem()))
+			case reflect.Func:
+				f.Set(reflect.MakeFunc(f.Type(), func([]reflect.Value) []reflect.Value {
+					var out []reflect.Value
+					for o := range f.Type().Outs() {
+						out = append(out, reflect.Zero(o))
+					}
+					return out
+				}))
+			case reflect.Chan:
+				f.Set(reflect.MakeChan(reflect.ChanOf(reflect.BothDir, f.Type().Elem()), 0).Convert(f.Type()))
+			default:
+				if _, ok := unsetInMatrix[name]; !ok {
+					t.Errorf("matrixOptions leave %s (%s) unset: set it there, or say in unsetInMatrix why no route depends on it", name, f.Kind())
+				}
+			}
+		}
+	}
+	for _, rt := range Routes(full) {
+		if rt.Keyed() && !slices.Contains(matrix, rt) {
+			t.Errorf("%s %s is served with every option set, not with matrixOptions: enable it there", rt.Method, rt.Path)
+		}
+	}
+}
+
+func isNil(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Chan, reflect.Interface, reflect.Map, reflect.Slice:
+		return v.IsNil()
+	}
+	return false
 }

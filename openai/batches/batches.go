@@ -58,6 +58,8 @@ type Manager struct {
 	// so that batches created before it wait for it.
 	runs  map[string]chan struct{}
 	start func(id string)
+	// uploading are the bytes of each team's uploads under way (upload).
+	uploading map[string]int64
 }
 
 // New opens (or creates) the Batch API's directory and reads what it holds.
@@ -74,7 +76,8 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Retry <= 0 {
 		cfg.Retry = time.Second
 	}
-	m := &Manager{cfg: cfg, files: map[string]fileRecord{}, batches: map[string]*batchRecord{}, runs: map[string]chan struct{}{}}
+	m := &Manager{cfg: cfg, files: map[string]fileRecord{}, batches: map[string]*batchRecord{}, runs: map[string]chan struct{}{},
+		uploading: map[string]int64{}}
 	if err := m.load(); err != nil {
 		return nil, err
 	}
@@ -183,11 +186,12 @@ type line struct {
 	Body     json.RawMessage `json:"body"`
 }
 
-// CreateBatch checks team's input file (every line a POST to the batch's
-// endpoint, unique custom_ids, one model the caller may call, no stream)
-// and starts a batch of it. A bad file is an *InputError naming the line;
-// nothing is made.
-func (m *Manager) CreateBatch(team string, req CreateRequest, resolve Resolver) (Batch, error) {
+// CreateBatch checks the input file (one acc reaches, else ErrNotFound;
+// every line a POST to the batch's endpoint, unique custom_ids, one model
+// the caller may call, no stream) and starts a batch of it, of the team of
+// the model's project (whose calls its lines are). A bad file is an
+// *InputError naming the line; nothing is made.
+func (m *Manager) CreateBatch(acc Access, req CreateRequest, resolve Resolver) (Batch, error) {
 	switch {
 	case !isEndpoint(req.Endpoint):
 		return Batch{}, &InputError{Param: "endpoint", Msg: fmt.Sprintf("endpoint must be one of %v", openai.Endpoints)}
@@ -196,10 +200,7 @@ func (m *Manager) CreateBatch(team string, req CreateRequest, resolve Resolver) 
 	case len(req.Metadata) > 16:
 		return Batch{}, &InputError{Param: "metadata", Msg: "at most 16 metadata pairs"}
 	}
-	f, err := m.File(team, req.InputFileID)
-	if errors.Is(err, ErrNotFound) {
-		return Batch{}, &InputError{Param: "input_file_id", Msg: "no such file: " + req.InputFileID}
-	}
+	f, err := m.File(acc, req.InputFileID)
 	if err != nil {
 		return Batch{}, err
 	}
@@ -222,7 +223,7 @@ func (m *Manager) CreateBatch(team string, req CreateRequest, resolve Resolver) 
 			Status: StatusInProgress, CreatedAt: now, InProgressAt: &now, ExpiresAt: now + 24*3600,
 			RequestCounts: RequestCounts{Total: n}, Metadata: req.Metadata, Model: p.ID,
 		},
-		Team: team, Project: p.ID,
+		Team: p.TeamID, Project: p.ID,
 		OutID: "file-" + id[len("batch_"):] + "-out", ErrID: "file-" + id[len("batch_"):] + "-err",
 	}
 	m.mu.Lock()
@@ -317,30 +318,31 @@ func (m *Manager) eachLine(id string, fn func(i int, l line) error) error {
 	}
 }
 
-// Batch returns team's batch id, its counts as they stand.
-func (m *Manager) Batch(team, id string) (Batch, error) {
+// Batch returns batch id, if acc reaches it, its counts as they stand.
+func (m *Manager) Batch(acc Access, id string) (Batch, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	b, ok := m.teamBatch(team, id)
+	b, ok := m.batch(acc, id)
 	if !ok {
 		return Batch{}, ErrNotFound
 	}
 	return b.view(), nil
 }
 
-// teamBatch returns batch id if it is team's: another team's is as absent
+// batch returns batch id if acc reaches it: one it does not is as absent
 // as one that never was; m.mu is held.
-func (m *Manager) teamBatch(team, id string) (*batchRecord, bool) {
+func (m *Manager) batch(acc Access, id string) (*batchRecord, bool) {
 	b, ok := m.batches[id]
-	return b, ok && b.Team == team
+	return b, ok && acc.reachesBatch(b)
 }
 
-// CancelBatch asks team's batch id to stop: its calls not yet finished are
-// cancelled, and it ends cancelled with the results of those that did.
-func (m *Manager) CancelBatch(team, id string) (Batch, error) {
+// CancelBatch asks batch id, if acc reaches it, to stop: its calls not
+// yet finished are cancelled, and it ends cancelled with the results of
+// those that did.
+func (m *Manager) CancelBatch(acc Access, id string) (Batch, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	b, ok := m.teamBatch(team, id)
+	b, ok := m.batch(acc, id)
 	if !ok {
 		return Batch{}, ErrNotFound
 	}

@@ -206,7 +206,7 @@ func waitStatus(t *testing.T, m *Manager, team, id string, want string) Batch {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		b, err := m.Batch(team, id)
+		b, err := m.Batch(Team(team), id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -233,7 +233,7 @@ func waitPending(t *testing.T, s *fakeSched, n int) {
 
 func readLines(t *testing.T, m *Manager, team, id string) []outputLine {
 	t.Helper()
-	f, _, err := m.OpenContent(team, id)
+	f, _, err := m.OpenContent(Team(team), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,11 +256,11 @@ func readLines(t *testing.T, m *Manager, team, id string) []outputLine {
 func TestBatchRunsEachLineAndWritesItsResults(t *testing.T) {
 	sched := newFakeSched()
 	m := startManager(t, t.TempDir(), sched)
-	f, err := m.PutFile("acme", "in.jsonl", PurposeBatch, strings.NewReader(jsonl(10, chatLine)))
+	f, err := m.PutFile(Team("acme"), "in.jsonl", PurposeBatch, strings.NewReader(jsonl(10, chatLine)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := m.CreateBatch("acme", CreateRequest{InputFileID: f.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, resolve)
+	b, err := m.CreateBatch(Team("acme"), CreateRequest{InputFileID: f.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, resolve)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,11 +288,11 @@ func TestBatchRunsEachLineAndWritesItsResults(t *testing.T) {
 		t.Errorf("error lines %+v", errs)
 	}
 	// Another team sees none of it.
-	if _, err := m.Batch("other", b.ID); !errors.Is(err, ErrNotFound) {
+	if _, err := m.Batch(Team("other"), b.ID); !errors.Is(err, ErrNotFound) {
 		t.Errorf("another team's batch: %v", err)
 	}
 	for _, id := range []string{f.ID, *b.OutputFileID} {
-		if _, _, err := m.OpenContent("other", id); !errors.Is(err, ErrNotFound) {
+		if _, _, err := m.OpenContent(Team("other"), id); !errors.Is(err, ErrNotFound) {
 			t.Errorf("another team's file %s: %v", id, err)
 		}
 	}
@@ -304,11 +304,11 @@ func TestBatchResumesAfterARestartWithoutRunningALineTwice(t *testing.T) {
 	dir := t.TempDir()
 	sched := newFakeSched()
 	first := startManager(t, dir, sched)
-	f, err := first.PutFile("acme", "in.jsonl", PurposeBatch, strings.NewReader(jsonl(20, chatLine)))
+	f, err := first.PutFile(Team("acme"), "in.jsonl", PurposeBatch, strings.NewReader(jsonl(20, chatLine)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := first.CreateBatch("acme", CreateRequest{InputFileID: f.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, resolve)
+	b, err := first.CreateBatch(Team("acme"), CreateRequest{InputFileID: f.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, resolve)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,13 +336,13 @@ func TestBatchResumesAfterARestartWithoutRunningALineTwice(t *testing.T) {
 func TestCancelledBatch(t *testing.T) {
 	sched := newFakeSched()
 	m := startManager(t, t.TempDir(), sched)
-	f, _ := m.PutFile("acme", "in.jsonl", PurposeBatch, strings.NewReader(jsonl(10, chatLine)))
-	b, err := m.CreateBatch("acme", CreateRequest{InputFileID: f.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, resolve)
+	f, _ := m.PutFile(Team("acme"), "in.jsonl", PurposeBatch, strings.NewReader(jsonl(10, chatLine)))
+	b, err := m.CreateBatch(Team("acme"), CreateRequest{InputFileID: f.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, resolve)
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitPending(t, sched, 4)
-	if b, err = m.CancelBatch("acme", b.ID); err != nil || b.Status != StatusCancelling {
+	if b, err = m.CancelBatch(Team("acme"), b.ID); err != nil || b.Status != StatusCancelling {
 		t.Fatalf("cancel: %+v %v", b, err)
 	}
 	b = waitStatus(t, m.Manager, "acme", b.ID, StatusCancelled)
@@ -363,8 +363,8 @@ func TestBatchWaitsOutAFullQueue(t *testing.T) {
 	sched := newFakeSched()
 	sched.auto, sched.refuse = true, 3
 	m := startManager(t, t.TempDir(), sched)
-	f, _ := m.PutFile("acme", "in.jsonl", PurposeBatch, strings.NewReader(jsonl(2, chatLine)))
-	b, err := m.CreateBatch("acme", CreateRequest{InputFileID: f.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, resolve)
+	f, _ := m.PutFile(Team("acme"), "in.jsonl", PurposeBatch, strings.NewReader(jsonl(2, chatLine)))
+	b, err := m.CreateBatch(Team("acme"), CreateRequest{InputFileID: f.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, resolve)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,11 +387,11 @@ func TestCreateBatchChecksTheInputFile(t *testing.T) {
 		{strings.Replace(chatLine(0), `"model":"llm"`, `"model":"secret"`, 1), "model"},
 		{"\n\n", "input_file_id"},
 	} {
-		f, err := m.PutFile("acme", "in.jsonl", PurposeBatch, strings.NewReader(tc.file))
+		f, err := m.PutFile(Team("acme"), "in.jsonl", PurposeBatch, strings.NewReader(tc.file))
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = m.CreateBatch("acme", CreateRequest{InputFileID: f.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, resolve)
+		_, err = m.CreateBatch(Team("acme"), CreateRequest{InputFileID: f.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, resolve)
 		var ie *InputError
 		if !errors.As(err, &ie) || ie.Param != tc.param {
 			t.Errorf("%q: got %v, want an error on %s", tc.file, err, tc.param)
@@ -407,22 +407,22 @@ func TestCreateBatchChecksTheInputFile(t *testing.T) {
 func TestFileBudgets(t *testing.T) {
 	dir := t.TempDir()
 	m := startManager(t, dir, newFakeSched())
-	if _, err := m.PutFile("acme", "big", PurposeBatch, strings.NewReader(strings.Repeat("x", 1<<20+1))); !errors.Is(err, ErrTooLarge) {
+	if _, err := m.PutFile(Team("acme"), "big", PurposeBatch, strings.NewReader(strings.Repeat("x", 1<<20+1))); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("over MaxFileBytes: %v", err)
 	}
 	for i := range 3 {
-		if _, err := m.PutFile("acme", "f", PurposeBatch, strings.NewReader(strings.Repeat("x", 1<<20))); err != nil {
+		if _, err := m.PutFile(Team("acme"), "f", PurposeBatch, strings.NewReader(strings.Repeat("x", 1<<20))); err != nil {
 			t.Fatalf("file %d: %v", i, err)
 		}
 	}
 	var be *BudgetError
-	if _, err := m.PutFile("acme", "f", PurposeBatch, strings.NewReader("x")); !errors.As(err, &be) {
+	if _, err := m.PutFile(Team("acme"), "f", PurposeBatch, strings.NewReader("x")); !errors.As(err, &be) {
 		t.Errorf("over the team's bytes: %v", err)
 	}
-	if _, err := m.PutFile("other", "f", PurposeBatch, strings.NewReader("x")); err != nil {
+	if _, err := m.PutFile(Team("other"), "f", PurposeBatch, strings.NewReader("x")); err != nil {
 		t.Errorf("another team's upload: %v", err)
 	}
-	if _, err := m.PutFile("acme", "f", "fine-tune", strings.NewReader("x")); err == nil {
+	if _, err := m.PutFile(Team("acme"), "f", "fine-tune", strings.NewReader("x")); err == nil {
 		t.Error("a purpose other than batch was taken")
 	}
 	entries, _ := os.ReadDir(dir + "/files")

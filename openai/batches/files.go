@@ -88,6 +88,10 @@ type File struct {
 type fileRecord struct {
 	File
 	Team string `json:"team"`
+	// Projects are the projects the file concerns (Access.reachesFile):
+	// an upload's, those its key was limited to (none: any of its team's);
+	// an output file's, its batch's project.
+	Projects []string `json:"projects,omitempty"`
 }
 
 // newID returns prefix and 24 random hex digits, as OpenAI's ids look.
@@ -97,36 +101,92 @@ func newID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// PutFile stores content as a new file of team and returns it. The content
-// is streamed to disk and bounded by MaxFileBytes (ErrTooLarge) and the
-// team's MaxTeamBytes (a *BudgetError); nothing is kept on a refusal.
-func (m *Manager) PutFile(team, filename, purpose string, content io.Reader) (File, error) {
+// PutFile stores content as a new file of acc's team, concerning the
+// projects acc reaches, and returns it. The content is streamed to disk
+// within MaxFileBytes (ErrTooLarge) and the team's MaxTeamBytes (a
+// *BudgetError), each checked before a byte beyond it is written; nothing
+// is kept on a refusal.
+func (m *Manager) PutFile(acc Access, filename, purpose string, content io.Reader) (File, error) {
 	if purpose != PurposeBatch {
 		return File{}, &InputError{Param: "purpose", Msg: fmt.Sprintf("purpose must be %q: inferd keeps files for the Batch API only", PurposeBatch)}
 	}
 	f := File{ID: newID("file-"), Object: "file", CreatedAt: m.now().Unix(), Filename: cleanFilename(filename), Purpose: purpose}
+	up := &upload{m: m, team: acc.Team}
 	n, err := m.writeContent(f.ID, func(w io.Writer) (int64, error) {
-		n, err := io.Copy(w, io.LimitReader(content, m.cfg.MaxFileBytes+1))
-		if err == nil && n > m.cfg.MaxFileBytes {
-			err = fmt.Errorf("%w: larger than %d bytes", ErrTooLarge, m.cfg.MaxFileBytes)
-		}
-		return n, err
+		up.w = w
+		return io.Copy(up, content)
 	})
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	up.release() // the file's bytes count as the team's from here, the lock held throughout
 	if err != nil {
 		return File{}, err
 	}
 	f.Bytes = n
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if have := m.teamBytes(team); have+n > m.cfg.MaxTeamBytes {
-		m.removeContent(f.ID)
-		return File{}, &BudgetError{Have: have, Max: m.cfg.MaxTeamBytes}
-	}
-	if err := m.saveFile(fileRecord{File: f, Team: team}); err != nil {
+	if err := m.saveFile(fileRecord{File: f, Team: acc.Team, Projects: slices.Clone(acc.Projects)}); err != nil {
 		m.removeContent(f.ID)
 		return File{}, err
 	}
 	return f, nil
+}
+
+// reserveStep is how much of its team's bytes an upload reserves at a
+// time: the team's files are summed once per step, not once per write.
+const reserveStep = 1 << 20
+
+// upload writes a file's content within MaxFileBytes and its team's
+// MaxTeamBytes. Each write is reserved against the team's bytes (its
+// files and the uploads under way, Manager.uploading) before it is
+// written, so that neither bound is passed on disk, even by two uploads
+// at once.
+type upload struct {
+	m        *Manager
+	team     string
+	w        io.Writer
+	n        int64 // written
+	reserved int64 // of the team's bytes, in Manager.uploading
+}
+
+func (u *upload) Write(p []byte) (int, error) {
+	next := u.n + int64(len(p))
+	if next > u.m.cfg.MaxFileBytes {
+		return 0, fmt.Errorf("%w: larger than %d bytes", ErrTooLarge, u.m.cfg.MaxFileBytes)
+	}
+	if next > u.reserved {
+		if err := u.reserve(next - u.reserved); err != nil {
+			return 0, err
+		}
+	}
+	n, err := u.w.Write(p)
+	u.n += int64(n)
+	return n, err
+}
+
+// reserve takes need more of the team's bytes (a step when there is room
+// for one), or refuses them.
+func (u *upload) reserve(need int64) error {
+	m := u.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	held := m.teamBytes(u.team) + m.uploading[u.team]
+	room := m.cfg.MaxTeamBytes - held
+	if need > room {
+		return &BudgetError{Have: held, Max: m.cfg.MaxTeamBytes}
+	}
+	take := min(max(need, reserveStep), room, m.cfg.MaxFileBytes-u.reserved)
+	u.reserved += take
+	m.uploading[u.team] += take
+	return nil
+}
+
+// release gives back what the upload reserved; m.mu is held.
+func (u *upload) release() {
+	if left := u.m.uploading[u.team] - u.reserved; left > 0 {
+		u.m.uploading[u.team] = left
+	} else {
+		delete(u.m.uploading, u.team)
+	}
+	u.reserved = 0
 }
 
 // cleanFilename keeps a file name for display: its base, bounded.
@@ -141,27 +201,28 @@ func cleanFilename(name string) string {
 	return strings.ToValidUTF8(name, "")
 }
 
-// File returns team's file id.
-func (m *Manager) File(team, id string) (File, error) {
+// File returns file id if acc reaches it.
+func (m *Manager) File(acc Access, id string) (File, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r, ok := m.teamFile(team, id)
+	r, ok := m.file(acc, id)
 	if !ok {
 		return File{}, ErrNotFound
 	}
 	return r.File, nil
 }
 
-// teamFile returns file id if it is team's: another team's is as absent
+// file returns file id if acc reaches it: one it does not is as absent
 // as one that never was; m.mu is held.
-func (m *Manager) teamFile(team, id string) (fileRecord, bool) {
+func (m *Manager) file(acc Access, id string) (fileRecord, bool) {
 	r, ok := m.files[id]
-	return r, ok && r.Team == team
+	return r, ok && acc.reachesFile(r)
 }
 
-// OpenContent opens team's file id for reading; the caller closes it.
-func (m *Manager) OpenContent(team, id string) (*os.File, File, error) {
-	f, err := m.File(team, id)
+// OpenContent opens file id, if acc reaches it, for reading; the caller
+// closes it.
+func (m *Manager) OpenContent(acc Access, id string) (*os.File, File, error) {
+	f, err := m.File(acc, id)
 	if err != nil {
 		return nil, File{}, err
 	}
@@ -172,12 +233,12 @@ func (m *Manager) OpenContent(team, id string) (*os.File, File, error) {
 	return c, f, nil
 }
 
-// DeleteFile deletes team's file id. A file a running batch reads is
-// refused.
-func (m *Manager) DeleteFile(team, id string) (File, error) {
+// DeleteFile deletes file id if acc reaches it. A file a running batch
+// reads is refused.
+func (m *Manager) DeleteFile(acc Access, id string) (File, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r, ok := m.teamFile(team, id)
+	r, ok := m.file(acc, id)
 	if !ok {
 		return File{}, ErrNotFound
 	}

@@ -328,7 +328,7 @@ func (m *Manager) finish(b batchRecord, lines []lineState, cancelled, expired bo
 			continue
 		}
 		rec := fileRecord{File: File{ID: f.id, Object: "file", Bytes: f.n, CreatedAt: now,
-			Filename: b.ID + "_" + f.suffix + ".jsonl", Purpose: PurposeBatchOutput}, Team: b.Team}
+			Filename: b.ID + "_" + f.suffix + ".jsonl", Purpose: PurposeBatchOutput}, Team: b.Team, Projects: []string{b.Project}}
 		if err := m.saveFile(rec); err != nil {
 			return err
 		}

@@ -84,10 +84,16 @@ func (s *Store) AddUsage(rows []store.UsageRow) error {
 	for len(ops) > 0 {
 		n := min(len(ops), batchOps)
 		// Puts of fresh keys: a retry after a lost answer puts the same.
-		err := s.retrying(func(ctx context.Context) error {
+		// One request's bound, not retrying's longer one: nothing waits on
+		// replica usage to make progress (a failed flush is taken back and
+		// written with the next), and the scheduler's last flush at
+		// shutdown must not wait out RetryFor without quorum.
+		ctx, cancel := s.ctx()
+		_, err := s.retry(ctx, func(ctx context.Context) error {
 			_, err := s.cli.Txn(ctx).Then(ops[:n]...).Commit()
 			return err
 		})
+		cancel()
 		if err != nil {
 			return s.wrap(what, err)
 		}
