@@ -86,6 +86,8 @@ var usageColumns = []struct {
 	{"idleReplicaSeconds", func(u store.UsageTotals) string { return seconds(u.IdleReplicaSeconds) }},
 	{"bootGPUSeconds", func(u store.UsageTotals) string { return seconds(u.BootGPUSeconds) }},
 	{"idleGPUSeconds", func(u store.UsageTotals) string { return seconds(u.IdleGPUSeconds) }},
+	{"promptTokens", func(u store.UsageTotals) string { return strconv.FormatInt(u.PromptTokens, 10) }},
+	{"completionTokens", func(u store.UsageTotals) string { return strconv.FormatInt(u.CompletionTokens, 10) }},
 }
 
 func seconds(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }

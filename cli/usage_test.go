@@ -23,7 +23,8 @@ func TestUsagePrintsTheLedgerAsCSV(t *testing.T) {
 	hour := time.Now().UTC().Truncate(time.Hour).Add(-time.Hour)
 	cpu := 1.25
 	if err := st.AddUsage([]store.UsageRow{
-		{Hour: hour, TeamID: "acme", ProjectID: "echo", UsageTotals: store.UsageTotals{Calls: 3, ReplicaSeconds: 1.5, CPUSeconds: &cpu, IdleReplicaSeconds: 60}},
+		{Hour: hour, TeamID: "acme", ProjectID: "echo", UsageTotals: store.UsageTotals{Calls: 3, ReplicaSeconds: 1.5, CPUSeconds: &cpu, IdleReplicaSeconds: 60,
+			PromptTokens: 120, CompletionTokens: 45}},
 		{Hour: hour, TeamID: "labs", ProjectID: "big", UsageTotals: store.UsageTotals{Calls: 1, BootReplicaSeconds: 12}},
 	}); err != nil {
 		t.Fatal(err)
@@ -51,7 +52,8 @@ func TestUsagePrintsTheLedgerAsCSV(t *testing.T) {
 		return -1
 	}
 	acme, labs := recs[1], recs[2]
-	if acme[0] != "acme" || acme[col("calls")] != "3" || acme[col("cpuSeconds")] != "1.250" || acme[col("idleReplicaSeconds")] != "60.000" {
+	if acme[0] != "acme" || acme[col("calls")] != "3" || acme[col("cpuSeconds")] != "1.250" || acme[col("idleReplicaSeconds")] != "60.000" ||
+		acme[col("promptTokens")] != "120" || acme[col("completionTokens")] != "45" {
 		t.Errorf("acme's row = %q", acme)
 	}
 	if labs[col("bootReplicaSeconds")] != "12.000" || labs[col("cpuSeconds")] != "" || labs[col("energyJoules")] != "" {

@@ -88,8 +88,11 @@ func TestReapplyKeepsWhatTheProjectAPISet(t *testing.T) {
 }
 
 // TestProjectHeldOutByMinimumsIsReported: three CPU projects on two CPU
-// slots, two with minReplicas 1, leave the third no slot for good. apply
-// and doctor say so, and its call, queued, says why beside its state.
+// slots, two with minReplicas 1 (one of them labs'), leave acme's third no
+// slot for good. apply, doctor and the daemon's log (the operator's) name
+// the holders; its call, queued, says why beside its state, and the status
+// says it too, without naming labs' project to acme's key (another team's
+// project is never revealed to exist); an admin key's status names it.
 func TestProjectHeldOutByMinimumsIsReported(t *testing.T) {
 	t.Parallel()
 	echo := echoDir(t)
@@ -98,22 +101,30 @@ func TestProjectHeldOutByMinimumsIsReported(t *testing.T) {
 	key := d.createKey("acme", false)
 	out := d.apply("projects:\n" +
 		echoProject("a", "acme", "mk-a", echo, marker(), "") + "    minReplicas: 1\n" +
-		echoProject("b", "acme", "mk-b", echo, marker(), "") + "    minReplicas: 1\n" +
+		echoProject("labsmin", "labs", "mk-labsmin", echo, marker(), "") + "    minReplicas: 1\n" +
 		echoProject("c", "acme", "mk-c", echo, marker(), ""))
-	const why = "no CPU slot: the minReplicas of projects a, b hold all 2 cpuSlots"
-	if !strings.Contains(out, "warning: project c can never run a call: "+why) {
+	const named = "no CPU slot: the minReplicas of projects a, labsmin hold all 2 cpuSlots"
+	const unnamed = "no CPU slot: other projects' minReplicas hold all 2 cpuSlots"
+	if !strings.Contains(out, "warning: project c can never run a call: "+named) {
 		t.Errorf("apply does not warn that c gets no slot:\n%s", out)
 	}
 	c := inferenceClient{t: t, base: d.base, key: key}
 	id := c.start("mk-c", `{}`, true)["callID"].(string)
 	r := c.check(id, false)
 	wf, _ := r["waitingFor"].(map[string]any)
-	if r["message"] != "queued" || wf["code"] != "heldByMinimums" || wf["text"] != why {
-		t.Errorf("check of c's call = %v; want message queued and waitingFor {heldByMinimums, %q}", r, why)
+	if r["message"] != "queued" || wf["code"] != "heldByMinimums" || wf["text"] != unnamed {
+		t.Errorf("check of c's call = %v; want message queued and waitingFor {heldByMinimums, %q}", r, unnamed)
 	}
-	d.logs.waitFor(t, why, 10*time.Second)
+	_, body := doRaw(t, "GET", d.base+"/v1/status", map[string]string{"X-Service-API-Key": key}, "")
+	if strings.Contains(string(body), "labsmin") || !strings.Contains(string(body), unnamed) {
+		t.Errorf("acme's status names labs' project, or not why c waits:\n%s", body)
+	}
+	if got := d.statusWaiting(d.createKey("ops", true), "c"); got != named {
+		t.Errorf("the admin's status of c: waiting %q, want %q", got, named)
+	}
+	d.logs.waitFor(t, named, 10*time.Second)
 	doc, _ := d.cli("doctor")
-	if !strings.Contains(doc, "warn  capacity     project c can never run a call: "+why) {
+	if !strings.Contains(doc, "warn  capacity     project c can never run a call: "+named) {
 		t.Errorf("doctor does not name c:\n%s", doc)
 	}
 }

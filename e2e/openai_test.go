@@ -75,11 +75,36 @@ func TestOpenAIClient(t *testing.T) {
 		logs, _ := d.cli("logs", "chat")
 		return strings.Contains(logs, "stream aborted by the client")
 	})
-	// The tokens the model reported are counted, per team and project.
+	// The tokens the model reported are counted, per team and project: in
+	// the metrics and in the usage ledger, which the team's key reads.
 	metrics := scrapeMetrics(t, d.base)
 	if n := metrics[`inferd_tokens_total{team="llm",project="chat",kind="completion"}`]; n < 3 {
 		t.Errorf("completion tokens of chat in /metrics: %v, want those of the calls made", n)
 	}
+	var ledger struct{ prompt, completion, wantPrompt, wantCompletion float64 }
+	eventually(t, 10*time.Second, "the usage ledger to count chat's tokens as /metrics does", func() bool {
+		var rep struct {
+			Results []struct {
+				ProjectID        string  `json:"projectId"`
+				PromptTokens     float64 `json:"promptTokens"`
+				CompletionTokens float64 `json:"completionTokens"`
+			} `json:"results"`
+		}
+		_, body := doRaw(t, "GET", d.base+"/v1/usage?groupBy=project", map[string]string{"X-Service-API-Key": key}, "")
+		if err := json.Unmarshal(body, &rep); err != nil {
+			t.Fatalf("GET /v1/usage: %v in %s", err, body)
+		}
+		m := scrapeMetrics(t, d.base)
+		ledger.wantPrompt = m[`inferd_tokens_total{team="llm",project="chat",kind="prompt"}`]
+		ledger.wantCompletion = m[`inferd_tokens_total{team="llm",project="chat",kind="completion"}`]
+		for _, r := range rep.Results {
+			if r.ProjectID == "chat" {
+				ledger.prompt, ledger.completion = r.PromptTokens, r.CompletionTokens
+			}
+		}
+		return ledger.completion >= 3 && ledger.prompt == ledger.wantPrompt && ledger.completion == ledger.wantCompletion
+	})
+	t.Logf("chat's tokens in /v1/usage: %v prompt, %v completion", ledger.prompt, ledger.completion)
 
 	// The batch: started, the daemon killed mid-way, restarted on the same
 	// data dir; it completes with every line answered once, in order.

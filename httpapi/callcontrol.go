@@ -113,7 +113,7 @@ func (a *api) cancel(w http.ResponseWriter, r *http.Request, _ httprouter.Params
 		a.fail(w, r, &schedulerError{err})
 		return
 	}
-	resp := a.callResponse(call)
+	resp := a.callResponse(call, reachesOf(key))
 	resp.Message = "success" // the cancel succeeded; a check answers the call's own message
 	resp.succeeded, resp.outputs = false, nil
 	a.writeInference(w, resp)

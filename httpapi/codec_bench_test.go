@@ -46,7 +46,7 @@ func BenchmarkEncodeAnswer(b *testing.B) {
 		Outputs: json.RawMessage(`{"text": "hello back", "tokens": 3}`), Dispatched: time.Now(), QueueMs: 1, RunMs: 12}
 	b.ReportAllocs()
 	for b.Loop() {
-		resp := a.callResponse(c)
+		resp := a.callResponse(c, reachesNone)
 		if _, err := resp.answer(resp); err != nil {
 			b.Fatal(err)
 		}

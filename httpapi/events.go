@@ -151,7 +151,7 @@ func (a *api) callEvents(w http.ResponseWriter, r *http.Request, ps httprouter.P
 	// One line of SSE data: the outputs with their line breaks as spaces
 	// (JSON allows them only between tokens), written from the copy all
 	// the call's streams share.
-	resp := a.callResponse(call)
+	resp := a.callResponse(call, reachesOf(key))
 	if ans, err := resp.answer(resp); err == nil {
 		ev.answer("done", ans)
 	} else {

@@ -193,7 +193,7 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		a.fail(w, r, &schedulerError{err})
 		return
 	}
-	a.writeInference(w, a.callResponse(call))
+	a.writeInference(w, a.callResponse(call, reachesOf(key)))
 }
 
 // startKeyAndProject authenticates a start's key for the infer scope and
@@ -243,7 +243,7 @@ func (a *api) check(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		call = a.await(r.Context(), key.ID, call, done, a.opts.LongPollWait)
 		end()
 	}
-	a.writeInference(w, a.callResponse(call))
+	a.writeInference(w, a.callResponse(call, reachesOf(key)))
 }
 
 // lookupCall returns call id and its completion signal when key may reach
@@ -304,8 +304,9 @@ func (a *api) await(ctx context.Context, keyID string, call store.Call, done <-c
 const rereadWithin = time.Second
 
 // callResponse renders a call: success with its outputs, a final error, or
-// the pending state.
-func (a *api) callResponse(c store.Call) inferenceResponse {
+// the pending state, its waitingFor naming only projects for which reaches
+// is true (the caller's key's: reachesOf).
+func (a *api) callResponse(c store.Call, reaches func(teamID, projectID string) bool) inferenceResponse {
 	resp := a.newResponse("", c.ID)
 	switch c.State {
 	case store.CallSucceeded:
@@ -320,7 +321,7 @@ func (a *api) callResponse(c store.Call) inferenceResponse {
 		resp.Message = pendingMessage(c)
 		resp.QueuePosition = queuePosition(c)
 		if resp.QueuePosition != nil {
-			resp.WaitingFor, resp.EtaMs = c.WaitingFor, c.ETAMs
+			resp.WaitingFor, resp.EtaMs = c.WaitingFor.Shown(reaches), c.ETAMs
 		}
 	}
 	if !c.Dispatched.IsZero() {

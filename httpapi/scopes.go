@@ -41,3 +41,13 @@ func requirePermission(key store.APIKey, p store.Permission) error {
 func mayReach(key store.APIKey, teamID, projectID string) bool {
 	return mayAccess(key, teamID) && key.ReachesProject(projectID)
 }
+
+// reachesOf is mayReach for one key, as store.Wait.Shown asks it: a
+// waitingFor names other projects only to a key that may reach them all.
+func reachesOf(key store.APIKey) func(teamID, projectID string) bool {
+	return func(teamID, projectID string) bool { return mayReach(key, teamID, projectID) }
+}
+
+// reachesNone names no project: for what leaves without a key's request
+// (a webhook's body).
+func reachesNone(string, string) bool { return false }

@@ -408,6 +408,7 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 		}
 	}
 	now := s.now()
+	reaches := reachesOf(v.key) // what a waiting reason may name
 	latencies := map[string][]int64{}
 	failures := map[string]int{}
 	for _, c := range v.calls {
@@ -429,17 +430,18 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 		sp := statusProject{
 			ID: p.ID, TeamID: p.TeamID,
 			MinReplicas: p.MinReplicas, MaxReplicas: p.MaxReplicas, GPUs: p.Model.GPUDemand().GPUs,
-			Queued: lp.Queued, Running: lp.Running, Waiting: explainWait(lp, v.snapshot, p.Model),
+			Queued: lp.Queued, Running: lp.Running, Waiting: explainWait(lp, v.snapshot, p.Model, reaches),
 			LastError: lp.LastError, LastErrorReplica: lp.LastErrorReplica, RecentFailures: failures[p.ID],
 			OOMKills: lp.OOMKills,
 			Replicas: make([]statusReplica, 0, len(lp.Replicas)),
-			Queue:    lp.Queue,
+			Queue:    make([]scheduler.QueuedCall, 0, len(lp.Queue)),
 
 			Batches: lp.Batches, MeanBatchSize: lp.MeanBatchSize,
 			ParkTimeout: p.Model.ParkTimeout, ParkingOff: lp.ParkingOff,
 		}
-		if sp.Queue == nil {
-			sp.Queue = []scheduler.QueuedCall{}
+		for _, q := range lp.Queue {
+			q.WaitingFor = q.WaitingFor.Shown(reaches)
+			sp.Queue = append(sp.Queue, q)
 		}
 		if p.Model.Batch.On() {
 			sp.BatchMaxSize = p.Model.Batch.MaxSize
@@ -480,11 +482,12 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 // explainWait adds to the scheduler's reason a project waits what it waits
 // on and the setting that decides it, e.g. "waiting for CPU slot: 2 of 2
 // in use, see cpuSlots", or who holds it for good ("no CPU slot: the
-// minReplicas of projects a, b hold all 2 cpuSlots").
-func explainWait(lp scheduler.ProjectStatus, st scheduler.Status, m store.ModelSpec) string {
+// minReplicas of projects a, b hold all 2 cpuSlots", naming them only when
+// reaches says the caller may see them all, else "other projects'").
+func explainWait(lp scheduler.ProjectStatus, st scheduler.Status, m store.ModelSpec, reaches func(teamID, projectID string) bool) string {
 	waiting := lp.Waiting
-	if lp.HeldBy != "" {
-		return lp.HeldBy
+	if lp.HeldBy != nil {
+		return lp.HeldBy.Shown(reaches).Text
 	}
 	switch waiting {
 	case scheduler.WaitingCPU:

@@ -29,13 +29,15 @@ func TestPendingAnswerSaysWhyItWaitsAndWhenItEnds(t *testing.T) {
 	}
 }
 
-// usageEnv is newEnv with ledger rows for two teams over two hours.
+// usageEnv is newEnv with ledger rows for two teams over two hours; each
+// call counts 100 prompt and 10 completion tokens.
 func usageEnv(t *testing.T) (*testEnv, time.Time) {
 	env := newEnv(t, Options{})
 	h := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
 	row := func(hour time.Time, team, project string, calls int64, idle float64) store.UsageRow {
 		return store.UsageRow{Hour: hour, TeamID: team, ProjectID: project,
-			UsageTotals: store.UsageTotals{Calls: calls, ReplicaSeconds: float64(calls), IdleReplicaSeconds: idle}}
+			UsageTotals: store.UsageTotals{Calls: calls, ReplicaSeconds: float64(calls), IdleReplicaSeconds: idle,
+				PromptTokens: 100 * calls, CompletionTokens: 10 * calls}}
 	}
 	if err := env.store.AddUsage([]store.UsageRow{
 		row(h, "acme", "echo", 2, 10), row(h.Add(time.Hour), "acme", "echo", 3, 20),
@@ -69,6 +71,10 @@ func TestUsageTeamKeySeesOnlyItsTeam(t *testing.T) {
 	}
 	if rep.Results[0].Calls != 5 || rep.Results[0].IdleReplicaSeconds != 30 || rep.Total.Calls != 6 {
 		t.Errorf("echo %+v total %+v; want 5 calls and 30 s idle, 6 calls in all", rep.Results[0].UsageTotals, rep.Total.UsageTotals)
+	}
+	if !strings.Contains(body, `"promptTokens":500,"completionTokens":50`) || rep.Total.PromptTokens != 600 || rep.Total.CompletionTokens != 60 {
+		t.Errorf("tokens: echo %d/%d, total %d/%d; want 500/50 (promptTokens, completionTokens) and 600/60:\n%s",
+			rep.Results[0].PromptTokens, rep.Results[0].CompletionTokens, rep.Total.PromptTokens, rep.Total.CompletionTokens, body)
 	}
 	if strings.Contains(body, "hidden") || strings.Contains(body, `"other"`) {
 		t.Errorf("acme's key saw another team's usage: %s", body)

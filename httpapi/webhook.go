@@ -65,7 +65,7 @@ func WebhookBody(apiVersion string) func(c store.Call, d store.Delivery) ([]byte
 		if d.Event == store.EventStart {
 			c.State, c.Outputs, c.Message, c.RunMs = store.CallRunning, nil, "", 0
 		}
-		resp := a.callResponse(c)
+		resp := a.callResponse(c, reachesNone)
 		resp.ID = uuid.NewSHA1(uuid.NameSpaceURL, []byte(d.ID)).String()
 		resp.Created = d.Created.Unix()
 		ans, err := resp.answer(webhookMessage{inferenceResponse: resp, Event: d.Event})

@@ -207,6 +207,9 @@ func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *int6
 			extra = slices.Repeat([]time.Duration{in + boot}, conc)
 		}
 		w.Text = busyNote + w.Text
+		if w.Named != "" {
+			w.Named = busyNote + w.Named
+		}
 		return w, eta(extra...)
 	}
 	if ready > 0 {
@@ -316,8 +319,8 @@ func (s *Scheduler) teamResiduals(team string, now time.Time) []time.Duration {
 // wants, when that is so: another project's idle replica holds it (and
 // when its idle timeout frees it: in, else -1), one is being stopped for
 // it, other projects' minimums hold all of it (held.go's heldBy, or every
-// holder a minimum), or other projects' busy replicas do. Other projects
-// are named only when they are all of the call's own team.
+// holder a minimum), or other projects' busy replicas do. No text names
+// another project; held.go's Named does, for the callers who may see them.
 func (s *Scheduler) capacityWait(p *project, now time.Time) (*store.Wait, time.Duration, bool) {
 	if p.waiting == "" {
 		return nil, 0, false
@@ -329,13 +332,10 @@ func (s *Scheduler) capacityWait(p *project, now time.Time) (*store.Wait, time.D
 	}
 	var idle *rep
 	holders, minimums := 0, 0
-	stopping, ownTeam := false, true // ownTeam: every other project with a minimum of this kind is p's team's
+	stopping := false
 	for _, q := range s.order {
 		if q == p {
 			continue
-		}
-		if q.minReplicas() > 0 && (requestOf(q.cfg.Model).gpus > 0) == gpu && q.cfg.TeamID != p.cfg.TeamID {
-			ownTeam = false
 		}
 		for _, r := range q.replicas {
 			if (len(r.gpus) > 0) != gpu || (!gpu && !r.cpuSlot) {
@@ -358,10 +358,10 @@ func (s *Scheduler) capacityWait(p *project, now time.Time) (*store.Wait, time.D
 	case idle != nil:
 		in := max(idle.idleT.at.Sub(now), 0)
 		return &store.Wait{Code: WaitHeldByIdle, Text: fmt.Sprintf("%s held by an idle replica of another project (evictable in %.0f s)", what, math.Ceil(in.Seconds()))}, in, true
-	case p.heldBy != "" && ownTeam:
-		// held.go's reason names the projects: the caller's own team's.
-		return &store.Wait{Code: WaitHeldByMinimums, Text: p.heldBy}, -1, true
-	case p.heldBy != "" || (holders > 0 && minimums == holders):
+	case p.heldBy != nil:
+		w := *p.heldBy
+		return &w, -1, true
+	case holders > 0 && minimums == holders:
 		if gpu {
 			return &store.Wait{Code: WaitHeldByMinimums, Text: "no GPU: other projects' minReplicas hold the GPUs it needs"}, -1, true
 		}

@@ -1,19 +1,24 @@
 package scheduler
 
 import (
+	"reflect"
 	"testing"
 	"testing/synctest"
+
+	"inferd/store"
 )
 
 // TestCallOfAProjectHeldOutByMinimumsSaysWhy: three CPU projects on two
-// CPU slots, two with minReplicas 1, leave the third no slot for good: its
-// queued call stays "queued" (a pending message is the state name) and
-// says why in WaitingFor, as its status does; once a minimum is lowered
-// the slot comes free and the reason goes.
+// CPU slots, two with minReplicas 1 (one of them another team's), leave the
+// third no slot for good: its queued call stays "queued" (a pending message
+// is the state name) and says why in WaitingFor, as its status does, in a
+// text that names no project and a Named one that names the holders with
+// their teams (for the callers who may see them); once a minimum is
+// lowered the slot comes free and the reason goes.
 func TestCallOfAProjectHeldOutByMinimumsSaysWhy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := testProject("a", minMax(1, 1))
-		b := testProject("b", minMax(1, 1))
+		b := testProject("b", team("labs"), minMax(1, 1))
 		c := testProject("c", minMax(0, 1))
 		h := newHarness(t, Config{}, cpuSlots(2), a, b, c)
 		defer h.stop()
@@ -25,15 +30,18 @@ func TestCallOfAProjectHeldOutByMinimumsSaysWhy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := "no CPU slot: the minReplicas of projects a, b hold all 2 cpuSlots"
-		if got.State != "queued" || got.WaitingFor == nil || got.WaitingFor.Code != WaitHeldByMinimums || got.WaitingFor.Text != want {
-			t.Fatalf("call of c: state %s, waitingFor %+v; want queued, %s: %q", got.State, got.WaitingFor, WaitHeldByMinimums, want)
+		want := store.Wait{Code: WaitHeldByMinimums,
+			Text:  "no CPU slot: other projects' minReplicas hold all 2 cpuSlots",
+			Named: "no CPU slot: the minReplicas of projects a, b hold all 2 cpuSlots",
+			Names: []store.ProjectRef{{TeamID: "team", ID: "a"}, {TeamID: "labs", ID: "b"}}}
+		if got.State != "queued" || got.WaitingFor == nil || !reflect.DeepEqual(*got.WaitingFor, want) {
+			t.Fatalf("call of c: state %s, waitingFor %+v; want queued, %+v", got.State, got.WaitingFor, want)
 		}
-		if st := h.project("c"); st.HeldBy != want {
-			t.Errorf("status of c: heldBy %q, want %q", st.HeldBy, want)
+		if st := h.project("c"); st.HeldBy == nil || !reflect.DeepEqual(*st.HeldBy, want) {
+			t.Errorf("status of c: heldBy %+v, want %+v", st.HeldBy, want)
 		}
-		if st := h.project("a"); st.HeldBy != "" {
-			t.Errorf("status of a: heldBy %q, want none", st.HeldBy)
+		if st := h.project("a"); st.HeldBy != nil {
+			t.Errorf("status of a: heldBy %+v, want none", st.HeldBy)
 		}
 
 		b.MinReplicas = 0

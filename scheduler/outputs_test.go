@@ -60,8 +60,8 @@ func TestStreamedOutputReachesTheSinkAndMarksTheCall(t *testing.T) {
 }
 
 // The tokens a model reports for a call (an OpenAI-compatible server's
-// usage) are kept in its final record; a call whose model reports none
-// has none.
+// usage) are kept in its final record, and in its usage ledger entry (what
+// the roll-ups add); a call whose model reports none has none.
 func TestReportedTokensAreKeptWithTheCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("llm", minMax(1, 1))
@@ -87,8 +87,11 @@ func TestReportedTokensAreKeptWithTheCall(t *testing.T) {
 		if got.Tokens == nil || *got.Tokens != (store.Tokens{Prompt: 7, Completion: 3}) {
 			t.Errorf("stored tokens %+v, want 7 prompt and 3 completion", got.Tokens)
 		}
-		if got, _ := h.st.call(plain.ID); got.Tokens != nil {
-			t.Errorf("a call without reported usage stored tokens %+v", got.Tokens)
+		if u := got.Usage; u == nil || u.PromptTokens != 7 || u.CompletionTokens != 3 {
+			t.Errorf("the call's usage %+v, want 7 prompt and 3 completion tokens", u)
+		}
+		if got, _ := h.st.call(plain.ID); got.Tokens != nil || got.Usage == nil || got.Usage.PromptTokens != 0 || got.Usage.CompletionTokens != 0 {
+			t.Errorf("a call without reported usage stored tokens %+v, usage %+v", got.Tokens, got.Usage)
 		}
 	})
 }

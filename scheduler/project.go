@@ -42,8 +42,9 @@ type project struct {
 	quotaWait    string   // why its team's quota holds it back this pass (tenancy.go), for the status
 	// heldBy says why, with no replica of its own, it can get no CPU slot
 	// or GPU while other projects' minimums hold them (held.go), for its
-	// queued calls and the status; "" otherwise.
-	heldBy string
+	// queued calls and the status, naming those projects only in its
+	// Named (store.Wait); nil otherwise.
+	heldBy *store.Wait
 
 	// Batching (batch.go): batchT ends the wait for a batch to fill, which
 	// began at waitSince; batches and batchedCalls count what was sent.

@@ -155,7 +155,7 @@ func (s *Scheduler) setWaiting(waiting []*project, devices []gpu.Device) {
 	var demands []demand // read once, only when a project waits with no replica
 	for _, p := range s.order {
 		was, wasHeld := p.waiting, p.heldBy
-		p.waiting, p.heldBy = "", ""
+		p.waiting, p.heldBy = "", nil
 		if slices.Contains(waiting, p) {
 			p.waiting = waitingCPU
 			if requestOf(p.cfg.Model).gpus > 0 {
@@ -169,8 +169,9 @@ func (s *Scheduler) setWaiting(waiting []*project, devices []gpu.Device) {
 			}
 		}
 		switch {
-		case p.heldBy != "" && p.heldBy != wasHeld:
-			s.log.Warn().Str("project", p.id).Int("queued", p.queue.len()).Str("reason", p.heldBy).
+		case p.heldBy != nil && (wasHeld == nil || p.heldBy.Named != wasHeld.Named):
+			// The daemon's log is the operator's: it names the holders.
+			s.log.Warn().Str("project", p.id).Int("queued", p.queue.len()).Str("reason", p.heldBy.Named).
 				Msg("project can run no call: other projects' minimum replicas hold what it needs")
 		case p.waiting != was && p.waiting != "":
 			s.log.Info().Str("project", p.id).Int("queued", p.queue.len()).Msg(p.waiting)

@@ -54,8 +54,10 @@ type ProjectStatus struct {
 	Running         int    `json:"running"`
 	Waiting         string `json:"waiting"` // "", "waiting for CPU slot", "waiting for GPU", "waiting: team T is at its Q quota (N)", or its boot retries (bootfail.go)
 	// HeldBy says why, waiting with no replica, it gets no CPU slot or GPU
-	// while other projects' minimums hold them (its calls' WaitingFor).
-	HeldBy    string          `json:"heldBy,omitempty"`
+	// while other projects' minimums hold them (its calls' WaitingFor):
+	// its Text names no project, its Named names them for the callers
+	// who may see them all (store.Wait.Shown).
+	HeldBy    *store.Wait     `json:"heldBy,omitempty"`
 	LastError string          `json:"lastError"` // the last failed boot or crash
 	OOMKills  int             `json:"oomKills"`  // replicas killed for going over memoryMiB, since the daemon started
 	Replicas  []ReplicaStatus `json:"replicas"`  // in start order

@@ -123,14 +123,17 @@ func (s *Scheduler) gpuSizes() []gpuSize {
 
 // callUsage is the ledger entry of call c as it finishes after running
 // runMs with outputs out: its replica share (accounted up to its detach),
-// and what the backend measured over its run, taken at the call's share of
-// the replica.
+// the tokens its model reported (an OpenAI-compatible one), and what the
+// backend measured over its run, taken at the call's share of the replica.
 func callUsage(c *call, runMs int64, out []byte) *store.CallUsage {
 	u := &store.CallUsage{
 		ReplicaSeconds: c.replicaSeconds,
 		GPUSeconds:     c.replicaSeconds * c.gpuWeight,
 		BytesIn:        c.bytes,
 		BytesOut:       int64(len(out)),
+	}
+	if t := c.c.Tokens; t != nil {
+		u.PromptTokens, u.CompletionTokens = t.Prompt, t.Completion
 	}
 	m := c.measured
 	if m == nil {

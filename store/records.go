@@ -223,9 +223,43 @@ type Call struct {
 // Wait is why a pending call waits: a code for programs and a sentence for
 // people, e.g. {"replicasBusy", "all 2 replicas busy (next free in ~0.8 s)"}.
 // The codes are the scheduler's (scheduler.Wait*).
+//
+// Text never names another project. Where the sentence is clearer with
+// names (which projects' minReplicas hold the CPU slot or GPU the call
+// needs), Named says it with them and Names lists them: an API shows
+// Named only to a caller that may see every project in Names (Shown), so
+// that no team learns another team's project names (DESIGN.md: another
+// team's project is never revealed to exist).
 type Wait struct {
-	Code string `json:"code"`
-	Text string `json:"text"`
+	Code  string       `json:"code"`
+	Text  string       `json:"text"`
+	Named string       `json:"-"`
+	Names []ProjectRef `json:"-"`
+}
+
+// ProjectRef names a project and its team.
+type ProjectRef struct {
+	TeamID, ID string
+}
+
+// Shown is w as a caller sees it who may see the projects for which
+// reaches is true: Named when it may see every one of Names, else Text;
+// the copy carries no names beyond its text. nil stays nil.
+func (w *Wait) Shown(reaches func(teamID, projectID string) bool) *Wait {
+	if w == nil {
+		return nil
+	}
+	out := &Wait{Code: w.Code, Text: w.Text}
+	if w.Named == "" {
+		return out
+	}
+	for _, n := range w.Names {
+		if !reaches(n.TeamID, n.ID) {
+			return out
+		}
+	}
+	out.Text = w.Named
+	return out
 }
 
 // Priority orders the queued calls of one project: high before normal

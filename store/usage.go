@@ -38,6 +38,10 @@ type CallUsage struct {
 	// EnergyJoules is the call's share of the energy its replica's GPUs
 	// used over the call, from NVML's total-energy counter.
 	EnergyJoules *float64 `json:"energyJoules,omitempty"`
+	// PromptTokens and CompletionTokens are what an OpenAI-compatible
+	// model reported the call used (Call.Tokens); 0 for other protocols.
+	PromptTokens     int64 `json:"promptTokens,omitempty"`
+	CompletionTokens int64 `json:"completionTokens,omitempty"`
 }
 
 // UsageRow is one hour of one project's use: the sum of its calls that
@@ -66,6 +70,9 @@ type UsageTotals struct {
 	BytesIn         int64    `json:"bytesIn"`
 	BytesOut        int64    `json:"bytesOut"`
 	EnergyJoules    *float64 `json:"energyJoules,omitempty"` // nil: no call of the row had an energy reading
+	// Tokens the calls' OpenAI-compatible models reported (CallUsage).
+	PromptTokens     int64 `json:"promptTokens"`
+	CompletionTokens int64 `json:"completionTokens"`
 
 	// Replica time no call used, charged to the project that kept the
 	// replica: booting, and ready with nothing to do (kept warm by
@@ -131,6 +138,8 @@ func (r *UsageTotals) Add(o UsageTotals) {
 	r.BytesIn += o.BytesIn
 	r.BytesOut += o.BytesOut
 	r.EnergyJoules = addOptional(r.EnergyJoules, o.EnergyJoules)
+	r.PromptTokens += o.PromptTokens
+	r.CompletionTokens += o.CompletionTokens
 	r.BootReplicaSeconds += o.BootReplicaSeconds
 	r.IdleReplicaSeconds += o.IdleReplicaSeconds
 	r.BootGPUSeconds += o.BootGPUSeconds
@@ -183,6 +192,9 @@ func CallUsageRow(c Call) (UsageRow, bool) {
 		BytesIn:         u.BytesIn,
 		BytesOut:        u.BytesOut,
 		EnergyJoules:    addOptional(nil, u.EnergyJoules),
+
+		PromptTokens:     u.PromptTokens,
+		CompletionTokens: u.CompletionTokens,
 	}
 	if c.State == CallFailed {
 		r.Failed = 1

@@ -49,10 +49,12 @@ func approx(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
 func testCallUsageRollsUpOnceWithTheFinalWrite(t *testing.T, e *env) {
 	s := e.open(t)
 	hour := time.Date(2025, 1, 2, 3, 0, 0, 0, time.UTC)
-	u := store.CallUsage{ReplicaSeconds: 2, GPUSeconds: 1, CPUSeconds: ptr(1.5), PeakMemoryBytes: 100, BytesIn: 10, BytesOut: 20}
+	u := store.CallUsage{ReplicaSeconds: 2, GPUSeconds: 1, CPUSeconds: ptr(1.5), PeakMemoryBytes: 100, BytesIn: 10, BytesOut: 20,
+		PromptTokens: 11, CompletionTokens: 5}
 	c := finalWithUsage(t, s, "acme", "p1", store.CallSucceeded, hour.Add(10*time.Minute), u)
 	u2 := u
 	u2.PeakMemoryBytes, u2.EnergyJoules = 300, ptr(7)
+	u2.PromptTokens, u2.CompletionTokens = 0, 0 // a model that reported none (or not an OpenAI one)
 	finalWithUsage(t, s, "acme", "p1", store.CallFailed, hour.Add(50*time.Minute), u2)
 	finalWithUsage(t, s, "other", "q", store.CallSucceeded, hour.Add(20*time.Minute), u)
 	// A final record written again adds nothing.
@@ -87,6 +89,9 @@ func testCallUsageRollsUpOnceWithTheFinalWrite(t *testing.T, e *env) {
 		if r.PeakMemoryBytes != 300 || r.BytesIn != 20 || r.BytesOut != 40 {
 			t.Errorf("peak %d in %d out %d; want 300, 20, 40", r.PeakMemoryBytes, r.BytesIn, r.BytesOut)
 		}
+		if r.PromptTokens != 11 || r.CompletionTokens != 5 {
+			t.Errorf("tokens %d prompt, %d completion; want 11 and 5 (one call reported them, its final counted once)", r.PromptTokens, r.CompletionTokens)
+		}
 		if r.EnergyJoules == nil || !approx(*r.EnergyJoules, 7) {
 			t.Errorf("energy %v; want 7 (one call had a reading)", r.EnergyJoules)
 		}
@@ -104,7 +109,7 @@ func testCallUsageRollsUpOnceWithTheFinalWrite(t *testing.T, e *env) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if read.Usage == nil || !approx(read.Usage.ReplicaSeconds, 2) || read.Usage.BytesOut != 20 {
+		if read.Usage == nil || !approx(read.Usage.ReplicaSeconds, 2) || read.Usage.BytesOut != 20 || read.Usage.PromptTokens != 11 || read.Usage.CompletionTokens != 5 {
 			t.Errorf("the call's usage read back = %+v; want what was written", read.Usage)
 		}
 	}
