@@ -109,6 +109,8 @@ func appendUsage(dst []byte, u *CallUsage, ok bool) ([]byte, bool) {
 		dst = append(dst, `,"energyJoules":`...)
 		dst, ok = appendFloat(dst, *u.EnergyJoules, ok)
 	}
+	dst = optInt(dst, `,"promptTokens":`, u.PromptTokens)
+	dst = optInt(dst, `,"completionTokens":`, u.CompletionTokens)
 	return append(dst, '}'), ok
 }
 
