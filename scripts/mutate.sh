@@ -173,6 +173,13 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 git worktree add --detach -q "$src" HEAD
+# The worktree has only tracked files: link in the client packages make
+# client-deps installed here (ignored node_modules folders), so the end-to-end
+# rows that drive the Banana and OpenAI clients run rather than fail.
+while IFS= read -r dir; do
+  [ -e "$src/$dir" ] || ln -s "$root/$dir" "$src/$dir"
+done < <(git -C "$root" ls-files --others --ignored --exclude-standard --directory |
+  sed -n 's:/$::; /\(^\|\/\)node_modules$/p')
 cd "$src"
 
 # run_test LOG PKG REGEX: go test; its status is the test's.
