@@ -15,6 +15,7 @@ targets="
 ./httpapi FuzzInferenceBodyDecoding
 ./store FuzzAppendRecord
 ./internal/jsonw FuzzString
+./internal/jsonw FuzzFloat
 ./httpapi FuzzProjectPutBody
 ./httpapi FuzzAdminBody
 ./config FuzzLoad
