@@ -135,3 +135,37 @@ func TestWebhookDeliveryWaitsOnlyTheShortLinger(t *testing.T) {
 		}
 	})
 }
+
+// The applier lingers over small writes only: a write whose payload brings
+// the held writes to applyBytes is copied into the data file at once, since
+// each byte held is memory until then.
+func TestLargeHeldWritesAreAppliedWithoutLingering(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, err := Open(testPath(t), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		applied := func() bool {
+			synctest.Wait() // the applier has applied, or lingers on its timer
+			s.pend.mu.Lock()
+			defer s.pend.mu.Unlock()
+			return s.pend.applied == s.pend.logged
+		}
+		small := store.Call{ID: newCallID(), TeamID: "t", State: store.CallQueued, Inputs: json.RawMessage(`{"x":1}`)}
+		if err := s.SaveCall(t.Context(), small); err != nil {
+			t.Fatal(err)
+		}
+		if applied() || applyLinger == 0 {
+			t.Fatal("a small write was applied without the linger: this test cannot tell")
+		}
+		big := store.Call{ID: newCallID(), TeamID: "t", State: store.CallQueued,
+			Inputs: json.RawMessage(`{"x":"` + strings.Repeat("a", applyBytes) + `"}`)}
+		if err := s.SaveCall(t.Context(), big); err != nil {
+			t.Fatal(err)
+		}
+		if !applied() {
+			t.Errorf("%d bytes held, still lingering: want them applied at once", len(big.Inputs))
+		}
+	})
+}
