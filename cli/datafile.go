@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"inferd/internal/durable"
 	"inferd/store/bolt"
 )
 
@@ -37,19 +38,6 @@ func storeSummary(path string) (dataSummary, error) {
 		return dataSummary{}, fmt.Errorf("read projects from %s: %w", path, err)
 	}
 	return dataSummary{teams: len(ts), projects: len(ps), schema: st.Migration().From}, nil
-}
-
-// syncDir fsyncs a directory so a rename in it survives a crash.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
 }
 
 // writeFileSynced creates path (mode 0600, failing if it exists), fills it
@@ -98,7 +86,7 @@ func replaceChecked(dst string, fill func(io.Writer) (int64, error), check func(
 		os.Remove(tmp)
 		return n, err
 	}
-	return n, syncDir(filepath.Dir(dst))
+	return n, durable.SyncDir(filepath.Dir(dst))
 }
 
 // copyFileSynced copies src to a new file dst (mode 0600), fsynced, as

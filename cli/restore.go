@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"inferd/internal/durable"
 	"inferd/store/bolt"
 )
 
@@ -98,7 +99,7 @@ func (c *restoreCommand) Run(_ context.Context, args []string) error {
 	if err := os.Rename(tmp, cur); err != nil {
 		return fmt.Errorf("restore: put %s in place (the old data file is %s): %w", tmp, aside, err)
 	}
-	if err := syncDir(cfg.DataDir); err != nil {
+	if err := durable.SyncDir(cfg.DataDir); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
 	if aside != "" {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"inferd/internal/durable"
 	"inferd/store/etcd"
 )
 
@@ -110,7 +111,7 @@ func OpenPayloads(o PayloadOptions) (*PayloadStore, error) {
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open payload store: %w", err)
 	}
-	leftovers, err := filepath.Glob(filepath.Join(o.Dir, ".tmp-*"))
+	leftovers, err := filepath.Glob(filepath.Join(o.Dir, durable.TempPrefix+"*"))
 	if err != nil {
 		return nil, fmt.Errorf("open payload store: %w", err)
 	}
@@ -403,40 +404,19 @@ func (p *PayloadStore) remove(id string) {
 // write stores r as call id's payload of kind: a temporary file, fsynced,
 // kept only if its sha256 is sum, renamed into place, and the directory
 // fsynced, so a payload Put reported durable survives a crash.
-func (p *PayloadStore) write(id, kind string, r io.Reader, sum string) (err error) {
-	tmp, err := os.CreateTemp(p.dir, ".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write payload: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
+func (p *PayloadStore) write(id, kind string, r io.Reader, sum string) error {
+	err := durable.Replace(p.file(id, kind), func(w io.Writer) error {
+		h := sha256.New()
+		if _, err := io.Copy(io.MultiWriter(w, h), r); err != nil {
+			return err
 		}
-	}()
-	h := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(tmp, h), r); err != nil {
-		return fmt.Errorf("write payload: %w", err)
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != sum {
-		return &digestError{got: got, want: sum}
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("write payload: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write payload: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), p.file(id, kind)); err != nil {
-		return fmt.Errorf("write payload: %w", err)
-	}
-	d, err := os.Open(p.dir)
+		if got := hex.EncodeToString(h.Sum(nil)); got != sum {
+			return &digestError{got: got, want: sum}
+		}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("write payload: sync directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("write payload: sync directory: %w", err)
+		return fmt.Errorf("write payload: %w", err)
 	}
 	return nil
 }

@@ -25,6 +25,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"inferd/internal/durable"
 )
 
 // Defaults of Config's zero values.
@@ -247,7 +249,7 @@ func (m *Manager) DeleteFile(acc Access, id string) (File, error) {
 			return File{}, &InputError{Param: "file_id", Msg: "batch " + b.ID + " still reads this file; cancel it first"}
 		}
 	}
-	if err := removeDurably(m.metaPath(id)); err != nil {
+	if err := durable.Remove(m.metaPath(id)); err != nil {
 		return File{}, err
 	}
 	m.removeContent(id)
@@ -273,7 +275,7 @@ func (m *Manager) metaPath(id string) string    { return filepath.Join(m.cfg.Dir
 // fill and returns its size.
 func (m *Manager) writeContent(id string, fill func(io.Writer) (int64, error)) (int64, error) {
 	var n int64
-	err := writeDurably(m.contentPath(id), func(w io.Writer) error {
+	err := durable.Replace(m.contentPath(id), func(w io.Writer) error {
 		var err error
 		n, err = fill(w)
 		return err
@@ -302,53 +304,7 @@ func writeJSON(path string, v any) error {
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", filepath.Base(path), err)
 	}
-	return writeDurably(path, func(w io.Writer) error { _, err := w.Write(b); return err })
-}
-
-// writeDurably writes path through a temporary file: filled, fsynced,
-// renamed into place, the directory fsynced, so that a crash leaves the
-// old content or the new, never part of it.
-func writeDurably(path string, fill func(io.Writer) error) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
-	}
-	defer os.Remove(tmp.Name()) // after a rename: nothing to remove
-	if err := fill(tmp); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-// removeDurably removes path and fsyncs its directory.
-func removeDurably(path string) error {
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
+	return durable.Replace(path, func(w io.Writer) error { _, err := w.Write(b); return err })
 }
 
 // load reads the metadata of every file and batch in the data dir and
@@ -367,7 +323,7 @@ func (m *Manager) load() error {
 			name := e.Name()
 			path := filepath.Join(dir, name)
 			switch {
-			case strings.HasPrefix(name, ".tmp-"):
+			case strings.HasPrefix(name, durable.TempPrefix):
 				_ = os.Remove(path)
 			case !strings.HasSuffix(name, ".json"):
 				continue

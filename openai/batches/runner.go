@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"inferd/internal/durable"
 	"inferd/openai"
 	"inferd/openai/failure"
 	"inferd/scheduler"
@@ -287,10 +288,10 @@ func (m *Manager) finish(b batchRecord, lines []lineState, cancelled, expired bo
 		return err
 	}
 	var outBytes, errBytes int64
-	err := writeDurably(m.contentPath(b.OutID), func(ow io.Writer) error {
+	err := durable.Replace(m.contentPath(b.OutID), func(ow io.Writer) error {
 		out := &countingWriter{w: ow}
 		defer func() { outBytes = out.n }()
-		return writeDurably(m.contentPath(b.ErrID), func(ew io.Writer) error {
+		return durable.Replace(m.contentPath(b.ErrID), func(ew io.Writer) error {
 			errw := &countingWriter{w: ew}
 			defer func() { errBytes = errw.n }()
 			for i, l := range lines {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"io/fs"
 	"os"
 	"os/user"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"inferd/internal/durable"
 )
 
 // Identity: who a replica runs as. When inferd may switch users (root, or
@@ -130,20 +133,13 @@ func (t *uidTable) save() error {
 	if err := os.MkdirAll(filepath.Dir(t.path), 0o700); err != nil {
 		return fmt.Errorf("save uid assignments: %w", err)
 	}
-	tmp := t.path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	// A uid handed out must survive a crash, rename included, or it could be
+	// handed out twice.
+	err = durable.Replace(t.path, func(w io.Writer) error {
+		_, err := w.Write(append(data, '\n'))
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("save uid assignments: %w", err)
-	}
-	_, werr := f.Write(append(data, '\n'))
-	serr := f.Sync() // a uid handed out must survive a crash, or it could be handed out twice
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("save uid assignments: %w", err)
-	}
-	if err := os.Rename(tmp, t.path); err != nil {
-		os.Remove(tmp)
 		return fmt.Errorf("save uid assignments: %w", err)
 	}
 	return nil

@@ -160,21 +160,34 @@ func (e *initError) Error() string { return e.msg }
 func (e *initError) Unwrap() error { return e.errno }
 
 // keepPaths are the host paths a model must still find in a mount
-// namespace whose tmp dirs are its own: its dir, its program's dir and its
-// private HOME.
-func keepPaths(dir, program, home string) []string {
+// namespace whose tmp dirs are its own: its dir, its program's dir, the
+// files and dirs its arguments name by absolute path (python3
+// /tmp/model/server.py) and its private HOME.
+func keepPaths(dir, program string, args []string, home string) []string {
 	var keep []string
-	for _, p := range []string{dir, program, home} {
-		if p == "" {
+	add := func(p string) { keep = append(keep, filepath.Clean(p)) }
+	if dir != "" {
+		add(dir)
+	}
+	if filepath.IsAbs(program) { // a relative one is found from dir
+		add(filepath.Dir(program))
+	}
+	for _, a := range args {
+		if !filepath.IsAbs(a) {
 			continue
 		}
-		if p == program {
-			if !filepath.IsAbs(p) {
-				continue // found from dir
-			}
-			p = filepath.Dir(p)
+		fi, err := os.Stat(a)
+		switch {
+		case err != nil:
+			continue // not a path here: an option's value, a URL path
+		case fi.IsDir():
+			add(a)
+		default:
+			add(filepath.Dir(a))
 		}
-		keep = append(keep, filepath.Clean(p))
+	}
+	if home != "" {
+		add(home)
 	}
 	return keep
 }

@@ -233,6 +233,30 @@ func TestModelDirAndHomeUnderTmpAreBoundIn(t *testing.T) {
 	}
 }
 
+// TestScriptNamedUnderTmpIsBoundIn: a model started as `sh
+// /tmp/.../model.sh`, its dir elsewhere, still finds the script its command
+// names in its own /tmp (make mutate's worktree, a checkout under /tmp).
+func TestScriptNamedUnderTmpIsBoundIn(t *testing.T) {
+	b := testBackend(t)
+	needNamespaces(t, b)
+	scripts, err := os.MkdirTemp("/tmp", "inferd-script-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(scripts) })
+	if err := os.Chmod(scripts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(scripts, "model.sh")
+	if err := os.WriteFile(script, []byte("echo started; exec sleep 1000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := shSpec("script-1", "")
+	spec.Model.Command = []string{"/bin/sh", script, "--flag=/not/a/path"}
+	p := startModel(t, b, spec)
+	waitLog(t, b, p, "started")
+}
+
 // TestStartFailureIsTheModelsNotTheInits: a program the init cannot start
 // is Launch's error, worded as exec words it.
 func TestStartFailureIsTheModelsNotTheInits(t *testing.T) {

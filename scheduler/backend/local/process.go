@@ -215,7 +215,7 @@ func (p *Process) initCommand(env map[string]string, out *os.File) (*exec.Cmd, e
 	}
 	if x.namespaces {
 		cfg.TmpBytes = int64(spec.Model.MemoryMiB) << 20
-		cfg.Keep = keepPaths(dir, program, x.dir)
+		cfg.Keep = keepPaths(dir, program, spec.Model.Command[1:], x.dir)
 	}
 	cmd, ip, err := initCommand(cfg, spec.ReplicaID)
 	if err != nil {

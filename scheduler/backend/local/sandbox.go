@@ -234,7 +234,7 @@ func (b *Backend) Protections() []backend.Protection {
 	}
 	out = append(out, on(backend.ProtectionPrivateDirs, "HOME and TMPDIR in "+sb.dirs.base+"/<replica>, mode 0700, removed when the replica ends"))
 	if sb.nsErr == nil {
-		out = append(out, on(backend.ProtectionPrivateTmp, "/tmp, /var/tmp and /dev/shm a tmpfs of each replica's own (a mount namespace), each at most its project's memoryMiB and charged to it, gone with the replica; the model's dir and HOME are bound in"))
+		out = append(out, on(backend.ProtectionPrivateTmp, "/tmp, /var/tmp and /dev/shm a tmpfs of each replica's own (a mount namespace), each at most its project's memoryMiB and charged to it, gone with the replica; the model's dir, the paths its command names and HOME are bound in"))
 	} else {
 		out = append(out, off(backend.ProtectionPrivateTmp, fmt.Sprintf("no mount namespace per replica (%v): models share /tmp, /var/tmp and /dev/shm, where what one leaves outlives it and escapes its memoryMiB", errBrief(sb.nsErr))))
 	}
