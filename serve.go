@@ -21,7 +21,6 @@ import (
 	"inferd/gpu"
 	"inferd/history"
 	"inferd/httpapi"
-	"inferd/internal/gcpace"
 	"inferd/openai/batches"
 	"inferd/scheduler"
 	"inferd/scheduler/backend/local"
@@ -30,17 +29,11 @@ import (
 	"inferd/webhook"
 )
 
-// gcHeadroom is how far the heap may grow past what the last collection
-// left live before the next one (gcpace), unless GOGC is set: a few MiB
-// live under load collected several times a second at GOGC=100.
-const gcHeadroom = 32 << 20
-
 // serve runs the daemon until ctx ends (SIGTERM/SIGINT): it opens the store,
 // binds the API and admin listeners, starts the scheduler, and on the way out
 // stops them in reverse order.
 func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	log := newLogger(cfg.Log, stderr)
-	defer gcpace.Start(gcHeadroom, os.Getenv).Stop()
 	if err := cfg.EnsureDataDir(); err != nil {
 		return err
 	}

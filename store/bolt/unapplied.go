@@ -40,9 +40,8 @@ const (
 	// applyBytes is what the held writes may carry before the applier
 	// stops lingering: the linger saves bbolt commits of small writes,
 	// while each held byte of a large payload is memory until it is
-	// applied. 100 queued 5 MiB inputs (TestPayloadQueueOf100x5MBStaysSmall,
-	// target 200 MiB) peaked at 305-324 MiB of RSS with the 100 ms linger
-	// over them, 171-175 MiB without (main, lingering 25 ms: 155-190 MiB).
+	// applied (TestPayloadQueueOf100x5MBStaysSmall holds 100 queued 5 MiB
+	// inputs to 200 MiB of RSS).
 	applyBytes = 8 << 20
 	// maxHeld and maxHeldBytes bound the writes logged and not yet applied:
 	// past them the writer waits for the applier, so a data file that
