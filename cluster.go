@@ -55,6 +55,16 @@ func (o openedStore) Close() error {
 	return err
 }
 
+// startLookup is how the API reads a start's key and project together:
+// the etcd store's one round trip in cluster mode (etcd.Store.LookupStart);
+// nil on a single box, whose store answers both from memory.
+func (o openedStore) startLookup() func(secret, modelKey string) store.StartLookup {
+	if o.etcd == nil {
+		return nil
+	}
+	return o.etcd.LookupStart
+}
+
 // finals tells the scheduler of calls made final through any node (the
 // etcd store's OnCallFinal: a scheduler.FinalFeed), so that a long poll
 // here on a call run on another node wakes when it is final; nil on a

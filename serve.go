@@ -151,6 +151,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			WebhookPolicy: hookPolicy,
 			Streams:       streams,
 			Routing:       routing,
+			StartLookup:   st.startLookup(),
 			Cluster:       clusterView,
 			// Event streams and /run waits end with the other waits.
 			Stopping:        apiCtx.Done(),

@@ -174,11 +174,7 @@ func (a *api) startNodes(r *http.Request, p store.Project) ([]cluster.NodeInfo, 
 	if fwd, err := a.forwarded(r); fwd || err != nil {
 		return nil, err
 	}
-	var fits func() bool
-	if a.opts.Routing.Fits != nil {
-		fits = func() bool { return a.opts.Routing.Fits(p) }
-	}
-	rt, err := a.opts.Routing.Router.Route(r.Context(), p.ID, fits)
+	rt, err := a.opts.Routing.Router.Route(r.Context(), p.ID, a.fitsHere(p))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errClusterUnavailable, err)
 	}
@@ -186,6 +182,17 @@ func (a *api) startNodes(r *http.Request, p store.Project) ([]cluster.NodeInfo, 
 		return nil, nil
 	}
 	return rt.Nodes, nil
+}
+
+// fitsHere is the Router's check that p fits on this node, or nil. Apart
+// from startNodes, so that p is copied to the heap only in cluster mode:
+// a closure over startNodes' own p moved it there on every start.
+func (a *api) fitsHere(p store.Project) func() bool {
+	if a.opts.Routing.Fits == nil {
+		return nil
+	}
+	held := p // what goes to the heap, here and not at the caller's entry
+	return func() bool { return a.opts.Routing.Fits(held) }
 }
 
 // callNode says where a cancel of call c goes: nil here; otherwise the

@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/google/uuid"
 	"github.com/julienschmidt/httprouter"
@@ -19,39 +17,27 @@ import (
 	"inferd/store"
 )
 
-// inferenceRequest is the body of Start and Check. Every field is kept raw so
-// that a wrong type gets a message naming the field; unknown fields (the SDKs
-// send id and created) are ignored.
+// inferenceRequest is the body of Start and Check. Every field is kept raw,
+// a slice of the body as read (decodeInferenceRequest), so that a wrong type
+// gets a message naming the field, and the inputs are the body's one copy in
+// memory rather than a second, megabytes for an image; unknown fields (the
+// SDKs send id and created) are ignored.
 type inferenceRequest struct {
-	APIKey      json.RawMessage `json:"apiKey"`
-	ModelKey    json.RawMessage `json:"modelKey"`
-	ModelInputs bodySlice       `json:"modelInputs"`
-	StartOnly   json.RawMessage `json:"startOnly"`
-	CallID      json.RawMessage `json:"callID"`
-	LongPoll    json.RawMessage `json:"longPoll"`
+	APIKey      json.RawMessage
+	ModelKey    json.RawMessage
+	ModelInputs json.RawMessage
+	StartOnly   json.RawMessage
+	CallID      json.RawMessage
+	LongPoll    json.RawMessage
 	// Call control (start only; see callcontrol.go).
-	Timeout        json.RawMessage `json:"timeout"`
-	QueueTimeout   json.RawMessage `json:"queueTimeout"`
-	Priority       json.RawMessage `json:"priority"`
-	IdempotencyKey json.RawMessage `json:"idempotencyKey"`
+	Timeout        json.RawMessage
+	QueueTimeout   json.RawMessage
+	Priority       json.RawMessage
+	IdempotencyKey json.RawMessage
 	// Webhook and WebhookEvents ask for signed POSTs of the call's events
 	// (webhook.go).
-	Webhook       json.RawMessage `json:"webhook"`
-	WebhookEvents json.RawMessage `json:"webhookEvents"`
-}
-
-// bodySlice is json.RawMessage without its copy: decoded by json.Unmarshal
-// from a request body that this request owns and never reuses
-// (decodeInference), it keeps the slice of the body that holds the value.
-// The inputs are then the body's one copy in memory rather than a second,
-// megabytes for an image. A value the decoder hands over from elsewhere
-// (it never does today) is copied, as RawMessage would.
-type bodySlice []byte
-
-// UnmarshalJSON keeps b; see bodySlice.
-func (s *bodySlice) UnmarshalJSON(b []byte) error {
-	*s = b
-	return nil
+	Webhook       json.RawMessage
+	WebhookEvents json.RawMessage
 }
 
 // inferenceResponse is the body of every Start and Check answer, errors
@@ -158,12 +144,7 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		a.fail(w, r, err)
 		return
 	}
-	key, err := a.inferKey(args.apiKey)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	project, err := a.store.ProjectByModelKey(args.modelKey)
+	key, project, err := a.startKeyAndProject(args.apiKey, args.modelKey)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		a.fail(w, r, errUnknownModelKey)
@@ -213,6 +194,30 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		return
 	}
 	a.writeInference(w, a.callResponse(call, reachesOf(key)))
+}
+
+// startKeyAndProject authenticates a start's key for the infer scope and
+// then finds its modelKey's project: a key refused is that error, and the
+// project's lookup error comes only after the key passed. With
+// Options.StartLookup both are read at once, else one after the other.
+func (a *api) startKeyAndProject(secret, modelKey string) (store.APIKey, store.Project, error) {
+	var look store.StartLookup
+	if a.opts.StartLookup != nil {
+		look = a.opts.StartLookup(secret, modelKey)
+	} else {
+		look.Key, look.KeyErr = a.store.Authenticate(secret)
+	}
+	key, err := a.authenticated(look.Key, look.KeyErr, errInvalidAPIKey)
+	if err == nil {
+		err = requirePermission(key, store.PermInfer)
+	}
+	if err != nil {
+		return store.APIKey{}, store.Project{}, err
+	}
+	if a.opts.StartLookup == nil {
+		look.Project, look.ProjectErr = a.store.ProjectByModelKey(modelKey)
+	}
+	return key, look.Project, look.ProjectErr
 }
 
 // check handles POST /check/v4: report a call's state and, with longPoll,
@@ -365,6 +370,12 @@ func pendingMessage(c store.Call) string {
 // its secret).
 func (a *api) authenticate(secret string, invalid error) (store.APIKey, error) {
 	key, err := a.store.Authenticate(secret)
+	return a.authenticated(key, err, invalid)
+}
+
+// authenticated is authenticate for a key already read (err: the store's
+// Authenticate error).
+func (a *api) authenticated(key store.APIKey, err error, invalid error) (store.APIKey, error) {
 	switch {
 	case errors.Is(err, store.ErrInvalidKey), errors.Is(err, store.ErrNotFound):
 		return store.APIKey{}, invalid
@@ -410,14 +421,14 @@ func (a *api) decodeStart(w http.ResponseWriter, r *http.Request) (args startArg
 		return args, err
 	}
 	switch {
-	case isAbsent(json.RawMessage(req.ModelInputs)):
+	case isAbsent(req.ModelInputs):
 		return args, errMissingInputs
 	case req.ModelInputs[0] != '{': // a RawMessage starts at its value
 		return args, errInputsNotObject
 	case a.opts.Limits.MaxInputDepth > 0 && jsonDepthExceeds(req.ModelInputs, a.opts.Limits.MaxInputDepth):
 		return args, errInputsTooDeep(a.opts.Limits.MaxInputDepth)
 	}
-	args.req.Inputs = json.RawMessage(req.ModelInputs)
+	args.req.Inputs = req.ModelInputs
 	if args.startOnly, err = optionalBool("startOnly", req.StartOnly); err != nil {
 		return args, err
 	}
@@ -458,21 +469,8 @@ func (a *api) decodeInference(w http.ResponseWriter, r *http.Request) (inference
 	if i := store.InvalidUTF8(body); i >= 0 {
 		return req, nil, badRequest("request body is not valid UTF-8 at byte %d", i)
 	}
-	err = decodeObject(body, &req)
-	if !isWithin(req.ModelInputs, body) {
-		req.ModelInputs = slices.Clone(req.ModelInputs)
-	}
+	req, err = decodeInferenceRequest(body)
 	return req, body, err
-}
-
-// isWithin reports whether s is a slice of body's memory (see bodySlice).
-func isWithin(s, body []byte) bool {
-	if len(s) == 0 {
-		return true
-	}
-	start := uintptr(unsafe.Pointer(unsafe.SliceData(body)))
-	p := uintptr(unsafe.Pointer(unsafe.SliceData(s)))
-	return p >= start && p+uintptr(len(s)) <= start+uintptr(len(body))
 }
 
 // decodeObject parses body, which must be one JSON object, into v.

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -450,5 +451,39 @@ func TestCheckWritesModelOutputsAsStored(t *testing.T) {
 	m := inferenceReply(t, rec)
 	if m["message"] != "success" || m["finished"] != true {
 		t.Errorf("got %v", m)
+	}
+}
+
+// With Options.StartLookup (cluster mode: the key and the project in one
+// read), a start answers exactly as with the two reads: the key first, so
+// that a refused key never learns whether its modelKey exists, then the
+// project, another team's hidden as unknown.
+func TestStartWithOneLookupAnswersAsTwoReads(t *testing.T) {
+	var lookups atomic.Int64
+	env := newEnv(t, Options{})
+	env.sched.instant = true
+	env.h = New(Options{Log: zerolog.New(io.Discard), APIVersion: "inferd/test",
+		StartLookup: func(secret, modelKey string) store.StartLookup {
+			lookups.Add(1)
+			var l store.StartLookup
+			l.Key, l.KeyErr = env.store.Authenticate(secret)
+			l.Project, l.ProjectErr = env.store.ProjectByModelKey(modelKey)
+			return l
+		}}, env.store, env.sched)
+	for _, tc := range []struct{ key, modelKey, want string }{
+		{keyAcme, "mk-echo", "success"},
+		{keyAcme, "mk-nobody", "error: unknown modelKey"},
+		{keyAcme, "mk-hidden", "error: unknown modelKey"},
+		{keyRevoked, "mk-nobody", "error: invalid apiKey"},
+		{"not-a-key", "mk-echo", "error: invalid apiKey"},
+	} {
+		m := inferenceReply(t, serve(env.h, http.MethodPost, "/start/v4",
+			`{"apiKey": "`+tc.key+`", "modelKey": "`+tc.modelKey+`", "modelInputs": {}}`))
+		if m["message"] != tc.want {
+			t.Errorf("start with %s, %s: message %q, want %q", tc.key, tc.modelKey, m["message"], tc.want)
+		}
+	}
+	if n := lookups.Load(); n != 5 {
+		t.Errorf("%d lookups for 5 starts, want one each", n)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -57,6 +58,9 @@ type Metrics struct {
 	src       atomic.Pointer[MetricsSources]
 	longPolls atomic.Int64
 	edge      atomic.Pointer[func() edgeStats] // the API's budgets, set by New
+	// calls and requests hold the series of CallFinished and countRequest
+	// by their labels (callSeriesKey, requestSeriesKey), named once.
+	calls, requests sync.Map
 }
 
 // edgeStats is what the budgets of the edge hold now (budgets.go).
@@ -106,29 +110,59 @@ func (m *Metrics) SetSources(src MetricsSources) { m.src.Store(&src) }
 // finished), its queue, boot and run times, and the tokens its model
 // reported; a call that never reached a replica records only its latency.
 func (m *Metrics) CallFinished(c store.Call) {
-	outcome := "failed"
-	if c.State == store.CallSucceeded {
-		outcome = "succeeded"
-	}
-	p := labelValue(c.ProjectID)
-	labels := `{project="` + p + `",outcome="` + outcome + `"}`
-	m.set.GetOrCreateCounter(`inferd_calls_total` + labels).Inc()
+	s := m.callSeries(c.ProjectID, c.State == store.CallSucceeded)
+	s.calls.Inc()
 	if t := c.Tokens; t != nil {
-		tl := `{team="` + labelValue(c.TeamID) + `",project="` + p + `",kind="`
+		tl := `{team="` + labelValue(c.TeamID) + `",project="` + labelValue(c.ProjectID) + `",kind="`
 		m.set.GetOrCreateCounter(`inferd_tokens_total` + tl + `prompt"}`).Add(int(t.Prompt))
 		m.set.GetOrCreateCounter(`inferd_tokens_total` + tl + `completion"}`).Add(int(t.Completion))
 	}
 	if !c.Finished.IsZero() && !c.Created.IsZero() {
-		m.set.GetOrCreatePrometheusHistogramExt(`inferd_call_seconds`+labels, durationBuckets).
-			Update(max(c.Finished.Sub(c.Created).Seconds(), 0))
+		s.seconds.Update(max(c.Finished.Sub(c.Created).Seconds(), 0))
 	}
 	m.callUsage(c)
 	if c.Dispatched.IsZero() {
 		return
 	}
-	m.histogram("inferd_call_queue_seconds", p).Update(float64(c.QueueMs) / 1000)
-	m.histogram("inferd_call_boot_seconds", p).Update(float64(c.BootMs) / 1000)
-	m.histogram("inferd_call_run_seconds", p).Update(float64(c.RunMs) / 1000)
+	s.queue.Update(float64(c.QueueMs) / 1000)
+	s.boot.Update(float64(c.BootMs) / 1000)
+	s.run.Update(float64(c.RunMs) / 1000)
+}
+
+// callSeries are the series CallFinished updates for one project and
+// outcome, named once: every call finishing used to build five names and
+// look each up in the set.
+type callSeries struct {
+	calls            *vm.Counter
+	seconds          *vm.PrometheusHistogram
+	queue, boot, run *vm.PrometheusHistogram
+}
+
+type callSeriesKey struct {
+	project   string
+	succeeded bool
+}
+
+func (m *Metrics) callSeries(project string, succeeded bool) *callSeries {
+	k := callSeriesKey{project, succeeded}
+	if s, ok := m.calls.Load(k); ok {
+		return s.(*callSeries)
+	}
+	outcome := "failed"
+	if succeeded {
+		outcome = "succeeded"
+	}
+	p := labelValue(project)
+	labels := `{project="` + p + `",outcome="` + outcome + `"}`
+	s := &callSeries{
+		calls:   m.set.GetOrCreateCounter(`inferd_calls_total` + labels),
+		seconds: m.set.GetOrCreatePrometheusHistogramExt(`inferd_call_seconds`+labels, durationBuckets),
+		queue:   m.histogram("inferd_call_queue_seconds", p),
+		boot:    m.histogram("inferd_call_boot_seconds", p),
+		run:     m.histogram("inferd_call_run_seconds", p),
+	}
+	actual, _ := m.calls.LoadOrStore(k, s) // GetOrCreate hands both the same series
+	return actual.(*callSeries)
 }
 
 func (m *Metrics) histogram(name, project string) *vm.PrometheusHistogram {
@@ -238,8 +272,20 @@ func (m *Metrics) projectCounter(name, project string) {
 
 // countRequest counts one answered request by route pattern and status.
 func (m *Metrics) countRequest(route string, status int) {
-	m.set.GetOrCreateCounter(`inferd_http_requests_total{route="` + labelValue(route) +
-		`",status="` + strconv.Itoa(status) + `"}`).Inc()
+	k := requestSeriesKey{route, status}
+	c, ok := m.requests.Load(k)
+	if !ok {
+		// Routes are the router's patterns and statuses a few: the keys
+		// stay few.
+		c, _ = m.requests.LoadOrStore(k, m.set.GetOrCreateCounter(`inferd_http_requests_total{route="`+
+			labelValue(route)+`",status="`+strconv.Itoa(status)+`"}`))
+	}
+	c.(*vm.Counter).Inc()
+}
+
+type requestSeriesKey struct {
+	route  string
+	status int
 }
 
 // WritePrometheus writes every metric in the Prometheus text format, each

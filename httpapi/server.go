@@ -53,6 +53,10 @@ type Options struct {
 	// that run them and serves /cluster/v1/ (forward.go); nil: a single
 	// box.
 	Routing *Routing
+	// StartLookup, when set, reads a start's API key and the project of
+	// its modelKey together (store/etcd's LookupStart: one round trip to
+	// etcd instead of three); nil: Authenticate, then ProjectByModelKey.
+	StartLookup func(secret, modelKey string) store.StartLookup
 	// Streams carries running calls' events to GET /v1/calls/:callID/events
 	// (the scheduler's OutputSink); nil: the events show states and done
 	// only.

@@ -455,3 +455,50 @@ func TestABatchReadsLargeInputsAndAnUnreadableOneFailsAlone(t *testing.T) {
 		}
 	})
 }
+
+// Sync starts of a batching project ride one batch and are each answered by
+// their own result's commit: nothing answers while the final writes are
+// held back, then each start gets its own output, written once (a sync
+// start that finishes within its wait is never written before).
+func TestSyncStartsInOneBatchEachGetTheirOwnCommittedResult(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("b", minMax(1, 1), batching(2, 50))
+		h, i, first := busyBatchHarness(t, p)
+		defer h.stop()
+		res := make([]chan waitResult, 2)
+		for n := range res {
+			res[n] = make(chan waitResult, 1)
+			go func() {
+				c, err := h.s.SubmitWait(context.Background(), p, json.RawMessage(fmt.Sprintf(`{"n":%d}`, n+1)), time.Minute)
+				res[n] <- waitResult{c, err}
+			}()
+		}
+		h.settle()
+		first.reply(`{"y":0}`)
+		b := h.batchOn(i)
+		if len(b.inputs) != 2 {
+			t.Fatalf("batch = [%s], want both sync starts", b.sent())
+		}
+		h.st.setHold(func(c store.Call) bool { return c.State.Done() })
+		outs := make([]string, len(b.inputs))
+		for k, in := range b.inputs {
+			outs[k] = strings.Replace(string(in), `"n"`, `"y"`, 1)
+		}
+		b.reply(outs...)
+		for n := range res {
+			h.noAnswer(res[n], "while its result's write was held back")
+		}
+		for range res {
+			h.st.release() // one held write each
+		}
+		for n := range res {
+			r := <-res[n]
+			if want := fmt.Sprintf(`{"y":%d}`, n+1); r.err != nil || r.c.State != store.CallSucceeded || string(r.c.Outputs) != want || r.c.BatchSize != 2 {
+				t.Errorf("start %d = %+v, %v; want %s from a batch of 2", n+1, r.c, r.err, want)
+			}
+			if got := h.st.states(r.c.ID); fmt.Sprint(got) != fmt.Sprint([]store.CallState{store.CallSucceeded}) {
+				t.Errorf("start %d writes = %v, want only its final one", n+1, got)
+			}
+		}
+	})
+}

@@ -270,8 +270,17 @@ func (s *Scheduler) finish(c *call, state store.CallState, out json.RawMessage, 
 	// gone, the waiters woken below read it as the outcome.
 	c.result = f
 	done := c.done
+	// A sync start that has waited all along (unsaved: its ID is nobody
+	// else's to know) is woken by the commit itself, not a hop later by
+	// the loop: its answer is c.result, which nothing changes once the
+	// write has committed (see onFinal and lookupLive).
+	early := c.unsaved
 	s.st.SaveCallAsync(f, func(err error) {
-		if !s.in.post(evFinal{c: c, err: err}) {
+		woken := early && err == nil
+		if woken {
+			close(done)
+		}
+		if !s.in.post(evFinal{c: c, err: err, woken: woken}) && !woken {
 			close(done) // the loop is gone; the store has the last word
 		}
 	})
@@ -282,7 +291,7 @@ func (s *Scheduler) finish(c *call, state store.CallState, out json.RawMessage, 
 // memory, since the store cannot answer for it, and written again once a
 // later write lands. A sync start's call that was never stored gets no ID:
 // see finalAnswer.
-func (s *Scheduler) onFinal(c *call, err error) {
+func (s *Scheduler) onFinal(c *call, err error, woken bool) {
 	if s.calls[c.c.ID] == c {
 		delete(s.calls, c.c.ID)
 	}
@@ -316,8 +325,11 @@ func (s *Scheduler) onFinal(c *call, err error) {
 	} else {
 		s.move(c, callFailed)
 	}
-	c.result = f
 	s.cfg.Observer.CallFinished(f)
+	if woken {
+		return // by the commit (see finish): c.result was f already
+	}
+	c.result = f
 	close(c.done)
 }
 
@@ -361,6 +373,11 @@ func (s *Scheduler) failQueued(p *project, msg string) {
 // lookupLive answers Lookup for calls the loop knows.
 func (s *Scheduler) lookupLive(id string) lookupResult {
 	if c, ok := s.calls[id]; ok {
+		if c.state == callFinishing && isClosed(c.done) {
+			// Its final write has committed and woken its waiters (see
+			// finish): the loop has not had the news yet, they have.
+			return lookupResult{c: c.result, done: c.done, found: true}
+		}
 		return lookupResult{c: s.view(c), done: c.done, found: true}
 	}
 	if f, ok := s.failures.get(id); ok {

@@ -73,10 +73,12 @@ type evPersisted struct {
 	reply  chan<- startResult
 }
 
-// evFinal: the final write of a call has committed or failed.
+// evFinal: the final write of a call has committed or failed; woken says
+// the commit has closed the call's done already (see finish).
 type evFinal struct {
-	c   *call
-	err error
+	c     *call
+	err   error
+	woken bool
 }
 
 // evLaunched: Backend.Launch returned.

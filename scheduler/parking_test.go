@@ -768,3 +768,33 @@ func TestParkedTimeIsChargedWithoutGPUSeconds(t *testing.T) {
 		}
 	})
 }
+
+// A sync start to a parked project waits through the restore and is
+// answered with its result once that result's one write commits: the
+// restore's wait is the start's, not a reason to write the call earlier.
+func TestSyncStartToAParkedProjectIsAnsweredWithItsResultAfterTheRestore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := parking()
+		h := newParkHarness(t, simulatedGPUs(1), a)
+		defer h.stop()
+		ia := h.parked(a)
+
+		res := h.submitWait(context.Background(), a, time.Minute)
+		op := h.restore()
+		h.noAnswer(res, "while the replica was restoring")
+		h.clk.Advance(2 * time.Second)
+		op.answer(nil)
+		h.settle()
+		h.st.setHold(func(c store.Call) bool { return c.State.Done() })
+		h.call(ia).reply(`{"y":1}`)
+		h.noAnswer(res, "while its result's write was held back")
+		h.st.release()
+		r := <-res
+		if r.err != nil || r.c.State != store.CallSucceeded || string(r.c.Outputs) != `{"y":1}` || r.c.BootMs != 2000 {
+			t.Fatalf("SubmitWait = %+v, %v; want its result after a 2000 ms restore", r.c, r.err)
+		}
+		if got := h.st.states(r.c.ID); !slices.Equal(got, []store.CallState{store.CallSucceeded}) {
+			t.Errorf("writes = %v, want only the final one", got)
+		}
+	})
+}

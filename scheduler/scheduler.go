@@ -363,6 +363,10 @@ func (s *Scheduler) loop(ctx context.Context) {
 			req.reply <- s.lookupLive(req.id)
 			continue // reads change nothing: no scheduling pass
 		case req := <-s.persistc:
+			if req.c.p == nil {
+				req.reply <- startResult{refused: true} // admit refused it
+				continue
+			}
 			s.persist(req.c, s.view(req.c), req.reply)
 			continue // a write of the call as it stands: nothing to schedule
 		case reply := <-s.snapc:
@@ -372,10 +376,18 @@ func (s *Scheduler) loop(ctx context.Context) {
 			fn()
 		case <-s.in.kick:
 			evs := s.in.take(s.evbuf)
+			pass := s.drain != nil // a drain's pass watches the calls end
 			for _, ev := range evs {
 				s.handle(ev)
+				_, final := ev.(evFinal)
+				pass = pass || !final
 			}
 			s.evbuf = evs
+			if !pass {
+				// Only final writes committed: their calls had left their
+				// queues and replicas already, so no pass would act.
+				continue
+			}
 		}
 		s.schedule()
 	}
@@ -388,7 +400,7 @@ func (s *Scheduler) handle(ev event) {
 	case evPersisted:
 		s.onPersisted(ev)
 	case evFinal:
-		s.onFinal(ev.c, ev.err)
+		s.onFinal(ev.c, ev.err, ev.woken)
 	case evLaunched:
 		s.onLaunched(ev)
 	case evReady:
@@ -465,7 +477,9 @@ func (s *Scheduler) shutdown() {
 				s.goStop(ev.inst)
 			}
 		case evFinal:
-			close(ev.c.done)
+			if !ev.woken {
+				close(ev.c.done)
+			}
 		case evPersisted:
 			ev.reply <- persistedResult(ev.answer, ev.err)
 		}

@@ -93,8 +93,13 @@ func (s *Scheduler) Start(ctx context.Context, p store.Project, req Request) (st
 type startReq struct {
 	p     store.Project
 	c     store.Call
-	sync  bool             // answer at once with the live call, write nothing yet
+	sync  bool             // a sync start: the answer carries the live call to wait on
 	reply chan startResult // buffered
+	// live, for a plain sync start (no idempotency key, no webhook), is
+	// the call the loop admits it as, made by the caller with only its
+	// done channel set: admission then answers only a refusal, and the
+	// caller waits on done at once, one hand-off fewer (see awaitSync).
+	live *call
 	// A start with an idempotency key comes to the loop twice when no live
 	// call holds its key: read is set the second time, with what the
 	// store read for the key (stored, storeErr) off the loop, and gaveUp
@@ -112,6 +117,7 @@ type startResult struct {
 	call      *call // a sync start's live call, to wait on
 	err       error
 	finished  bool // the final write was queued first: the answer is call's result, after done
+	refused   bool // a plain sync start's call was never admitted: its reply has the error
 	repeat    bool // an idempotent repeat of a call the store answers for: c is the answer
 	readStore bool // the loop holds the start's idempotency key: read the store and come back
 }
@@ -157,12 +163,18 @@ func (s *Scheduler) start(ctx context.Context, p store.Project, sr Request) (sto
 	if sr.IdempotencyKey != "" {
 		req.c.RequestHash = store.RequestHash(p.ID, sr.Inputs)
 	}
+	if sync && !durableFirst(req.c) {
+		req.live = &call{done: make(chan struct{})}
+	}
 	select {
 	case s.submitc <- req:
 	case <-ctx.Done():
 		return store.Call{}, ctx.Err()
 	case <-s.stopped:
 		return store.Call{}, errStopped
+	}
+	if req.live != nil {
+		return s.awaitSync(ctx, req.live, req.live.done, req.reply, wait)
 	}
 	reply := req.reply
 	if sr.IdempotencyKey != "" {
@@ -171,7 +183,10 @@ func (s *Scheduler) start(ctx context.Context, p store.Project, sr Request) (sto
 		}
 	}
 	if sync {
-		r := <-reply // admit answers a sync start at once
+		// A sync start with an idempotency key or a webhook: answered once
+		// its first write has committed, or at once with the live call it
+		// repeats.
+		r := <-reply
 		switch {
 		case r.err != nil:
 			return store.Call{}, r.err
@@ -210,21 +225,63 @@ func (s *Scheduler) start(ctx context.Context, p store.Project, sr Request) (sto
 	return r.c, r.err
 }
 
+// awaitSync is the rest of a plain sync start once the loop has its
+// request: c is the call it admits it as, done its completion signal (read
+// from the caller's own copy: the loop fills in the rest of c), and reply
+// hears only of a refusal. It waits up to wait for the result; a call still
+// unfinished then is made durable, and answered, as start's are.
+func (s *Scheduler) awaitSync(ctx context.Context, c *call, done <-chan struct{}, reply <-chan startResult, wait time.Duration) (store.Call, error) {
+	fired := make(chan struct{})
+	t := s.clk.AfterFunc(wait, func() { close(fired) })
+	defer t.Stop()
+	select {
+	case r := <-reply:
+		return store.Call{}, r.err
+	case <-done:
+		return finalAnswer(c)
+	case <-ctx.Done():
+	case <-fired:
+	case <-s.stopped:
+	}
+	// The loop took the request before the wait began, so it has admitted
+	// or refused the call by the time it reads this one, and says which.
+	sr := persistReq{c: c, reply: make(chan startResult, 1)}
+	select {
+	case s.persistc <- sr:
+	case <-done:
+		return finalAnswer(c)
+	case <-s.stopped:
+		return store.Call{}, errStopped
+	}
+	r := <-sr.reply
+	switch {
+	case r.refused:
+		return store.Call{}, (<-reply).err
+	case r.finished:
+		<-done
+		return finalAnswer(c)
+	}
+	return r.c, r.err
+}
+
 // errNotSaved is a sync start's error for a call whose one write, the final
 // one, failed: the store does not know the call, so its ID is not handed out
 // (a check after a restart would say "not found"); the text is the client
 // message without "error: ".
 var errNotSaved = errors.New(strings.TrimPrefix(msgStorageFull, "error: "))
 
-// finalAnswer is a start's answer for a finished call, read after done.
+// finalAnswer is a start's answer for a finished call, read after done: it
+// reads only what the loop no longer changes once done is closed.
 func finalAnswer(c *call) (store.Call, error) {
 	switch {
 	case c.unstored && c.result.Message == msgResultUnavailable:
 		return store.Call{}, fmt.Errorf("save call: %w", store.ErrUnavailable) // the client's retry may land
 	case c.unstored:
 		return store.Call{}, errNotSaved
-	case c.state == callAbandoned && c.unsaved:
-		return store.Call{}, errLeaseLost // never stored: nobody can check it elsewhere
+	case c.unsaved && !c.result.State.Done():
+		// Abandoned (forget) before its first write: never stored, so
+		// nobody can check it elsewhere.
+		return store.Call{}, errLeaseLost
 	}
 	return c.result, nil
 }
@@ -277,15 +334,19 @@ func (s *Scheduler) admit(req startReq) {
 		req.reply <- startResult{err: err}
 		return
 	}
-	c := &call{c: req.c, state: callQueued, unsaved: true, done: make(chan struct{}), p: p, bytes: size}
+	c := req.live
+	if c == nil {
+		c = &call{done: make(chan struct{})}
+	}
+	// Field by field: the caller reads c.done meanwhile.
+	c.c, c.state, c.unsaved, c.p, c.bytes = req.c, callQueued, true, p, size
 	s.calls[c.c.ID] = c
 	s.index(c)
 	p.queue.push(c)
 	s.armExpiry(c)
-	if req.sync && !durableFirst(c.c) {
+	if req.live != nil {
 		// Nobody knows the call's ID, so there is nothing to make durable
-		// yet: dispatchable at once, answered at once.
-		req.reply <- startResult{call: c}
+		// yet: dispatchable at once, and its start already waits on it.
 		return
 	}
 	answer := s.view(c)

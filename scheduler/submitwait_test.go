@@ -49,6 +49,99 @@ func TestSubmitWaitWritesACallThatFinishesInTimeOnceWithItsResult(t *testing.T) 
 	})
 }
 
+// A sync start is answered by its result's commit itself, not a hop later
+// through the loop: with the loop busy, the start still returns once the
+// write commits, and a check of the call in between, before the loop has
+// heard of the commit, reads the same result, never the call still running.
+func TestSyncStartIsWokenByItsCommitAndChecksAgree(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("sync", minMax(1, 1))
+		h := newHarness(t, Config{}, nil, p)
+		defer h.stop()
+		i := h.launched()
+		h.ready(i)
+		h.st.setHold(func(c store.Call) bool { return c.State.Done() })
+		res := h.submitWait(context.Background(), p, time.Minute)
+		h.call(i).reply(`{"y":2}`)
+		h.noAnswer(res, "while the result's write was held back")
+		var r waitResult
+		var seen lookupResult
+		h.s.control(func() { // the loop is busy with this until it returns
+			h.st.release()
+			r = <-res
+			seen = h.s.lookupLive(r.c.ID)
+		})
+		if r.err != nil || r.c.State != store.CallSucceeded || string(r.c.Outputs) != `{"y":2}` {
+			t.Fatalf("SubmitWait = %+v, %v", r.c, r.err)
+		}
+		if !seen.found || seen.c.State != store.CallSucceeded || string(seen.c.Outputs) != `{"y":2}` || !isClosed(seen.done) {
+			t.Errorf("a check before the loop heard of the commit read %+v (done closed: %v)", seen.c, seen.found && isClosed(seen.done))
+		}
+		if got := h.result(r.c.ID); got.State != store.CallSucceeded {
+			t.Errorf("result once the loop caught up = %+v", got)
+		}
+	})
+}
+
+// Only a commit wakes a sync start by itself: a result whose write failed
+// reaches it through the loop, as the error it is, never as the result.
+func TestSyncStartWhoseWriteFailedIsNotWokenByIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("sync", minMax(1, 1))
+		h := newHarness(t, Config{}, nil, p)
+		defer h.stop()
+		i := h.launched()
+		h.ready(i)
+		h.st.setHold(func(c store.Call) bool { return c.State.Done() })
+		h.st.setFail(func(c store.Call) error {
+			if c.State.Done() {
+				return errors.New("mmap: no space left on device")
+			}
+			return nil
+		})
+		res := h.submitWait(context.Background(), p, time.Minute)
+		h.call(i).reply(`{"y":2}`)
+		h.noAnswer(res, "while the result's write was held back")
+		h.s.control(func() { // the loop is busy with this until it returns
+			h.st.release()
+			synctest.Wait() // the write has failed, and whoever it woke has run
+			select {
+			case r := <-res:
+				t.Errorf("answered %+v, %v by the failed write itself", r.c, r.err)
+			default:
+			}
+		})
+		if r := <-res; !errors.Is(r.err, errNotSaved) || r.c.ID != "" {
+			t.Fatalf("SubmitWait = %+v, %v; want errNotSaved and no call", r.c, r.err)
+		}
+	})
+}
+
+// A plain sync start that admission refuses answers the refusal, also when
+// its client is gone before it heard it: the start then asks the loop to
+// write its call, which was never admitted, and must be told so rather than
+// write (or wait for) a call that does not exist. Which way each start goes
+// is the runtime's choice; sixty take both ways.
+func TestRefusedSyncStartAnswersTheRefusalWhateverItsClientDid(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("full", minMax(0, 1))
+		h := newHarness(t, Config{MaxQueuedPerProject: 1}, nil, p)
+		defer h.stop()
+		h.submit(p, `{}`) // the queue is full: nothing runs (no replica boots)
+		gone, cancel := context.WithCancel(context.Background())
+		cancel()
+		for range 60 {
+			c, err := h.s.SubmitWait(gone, p, json.RawMessage(`{}`), time.Minute)
+			if c.ID != "" || (!errors.Is(err, ErrQueueFull) && !errors.Is(err, context.Canceled)) {
+				t.Fatalf("SubmitWait = %+v, %v; want the queue-full refusal (or the client's own end)", c, err)
+			}
+		}
+		if got := h.project("full").Queued; got != 1 {
+			t.Errorf("queued = %d, want 1", got)
+		}
+	})
+}
+
 func TestSubmitWaitMakesAnUnfinishedCallDurableBeforeReturningIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("sync", minMax(1, 1))

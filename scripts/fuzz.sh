@@ -12,6 +12,10 @@ fuzztime=${1:-200000x}
 targets="
 ./httpapi FuzzStartBody
 ./httpapi FuzzCheckBody
+./httpapi FuzzInferenceBodyDecoding
+./store FuzzAppendRecord
+./internal/jsonw FuzzString
+./internal/jsonw FuzzFloat
 ./httpapi FuzzProjectPutBody
 ./httpapi FuzzAdminBody
 ./config FuzzLoad

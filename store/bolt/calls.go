@@ -46,7 +46,8 @@ func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
 	// are; large ones go to their own buckets, never encoded again.
 	in, out := c.Inputs, c.Outputs
 	c.Inputs, c.Outputs = nil, nil
-	v, err := json.Marshal(c)
+	v := make([]byte, 0, recordSize+smallLen(in)+smallLen(out))
+	v, err := store.AppendRecord(v, c)
 	if err == nil {
 		v, err = splicePayload(v, "inputs", in, &cw.inputs)
 	}
@@ -75,8 +76,22 @@ func (s *Store) SaveCallAsync(c store.Call, done func(error)) {
 	}
 }
 
+// recordSize is room enough for a call record without its payloads, most
+// of the time: its buffer is allocated once.
+const recordSize = 512
+
+// smallLen is the room a payload p takes in its record: all of it when it
+// is small enough to be kept there (plus its field name), else none.
+func smallLen(p json.RawMessage) int {
+	if len(p) > store.SmallPayload {
+		return 0
+	}
+	return len(p) + len(`,"outputs":`)
+}
+
 // splicePayload adds a small payload p to the encoded record rec as field
-// name, byte for byte, or hands a large one to *large for its bucket.
+// name, byte for byte, in rec's own buffer, or hands a large one to *large
+// for its bucket.
 func splicePayload(rec []byte, name string, p json.RawMessage, large *[]byte) ([]byte, error) {
 	switch {
 	case len(p) == 0:
@@ -87,7 +102,11 @@ func splicePayload(rec []byte, name string, p json.RawMessage, large *[]byte) ([
 	case !json.Valid(p):
 		return nil, fmt.Errorf("%s are not valid JSON", name)
 	}
-	return appendField(rec, name, p), nil
+	rec = append(rec[:len(rec)-1], ',', '"') // rec ends with '}' after at least one field
+	rec = append(rec, name...)
+	rec = append(rec, '"', ':')
+	rec = append(rec, p...)
+	return append(rec, '}'), nil
 }
 
 // appendField adds "name":raw to the JSON object rec.

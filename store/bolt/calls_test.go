@@ -106,3 +106,66 @@ func TestFullDiskFailsTheWriteAndTheWriterGoesOn(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// The applier lingers for more writes to copy into the data file together,
+// but a webhook delivery is sent only once its write is there: a write that
+// makes one due cuts the linger to deliveryLinger, also when it comes while
+// the applier already lingers over other writes.
+func TestWebhookDeliveryWaitsOnlyTheShortLinger(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, err := Open(testPath(t), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		queued := make(chan time.Time, 1)
+		s.OnDeliveryQueued(func(store.Delivery) { queued <- time.Now() })
+		start := time.Now()
+		plain := store.Call{ID: newCallID(), TeamID: "t", State: store.CallSucceeded}
+		if err := s.SaveCall(t.Context(), plain); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(deliveryLinger / 2) // the applier lingers over the plain write
+		hooked := store.Call{ID: newCallID(), TeamID: "t", State: store.CallSucceeded, Webhook: "https://example.com/hook"}
+		if err := s.SaveCall(t.Context(), hooked); err != nil {
+			t.Fatal(err)
+		}
+		if waited := (<-queued).Sub(start); waited > deliveryLinger || applyLinger <= deliveryLinger {
+			t.Errorf("delivery queued %v after the first write; want at most %v (the linger without one is %v)", waited, deliveryLinger, applyLinger)
+		}
+	})
+}
+
+// The applier lingers over small writes only: a write whose payload brings
+// the held writes to applyBytes is copied into the data file at once, since
+// each byte held is memory until then.
+func TestLargeHeldWritesAreAppliedWithoutLingering(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, err := Open(testPath(t), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		applied := func() bool {
+			synctest.Wait() // the applier has applied, or lingers on its timer
+			s.pend.mu.Lock()
+			defer s.pend.mu.Unlock()
+			return s.pend.applied == s.pend.logged
+		}
+		small := store.Call{ID: newCallID(), TeamID: "t", State: store.CallQueued, Inputs: json.RawMessage(`{"x":1}`)}
+		if err := s.SaveCall(t.Context(), small); err != nil {
+			t.Fatal(err)
+		}
+		if applied() || applyLinger == 0 {
+			t.Fatal("a small write was applied without the linger: this test cannot tell")
+		}
+		big := store.Call{ID: newCallID(), TeamID: "t", State: store.CallQueued,
+			Inputs: json.RawMessage(`{"x":"` + strings.Repeat("a", applyBytes) + `"}`)}
+		if err := s.SaveCall(t.Context(), big); err != nil {
+			t.Fatal(err)
+		}
+		if !applied() {
+			t.Errorf("%d bytes held, still lingering: want them applied at once", len(big.Inputs))
+		}
+	})
+}

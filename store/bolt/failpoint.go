@@ -28,7 +28,7 @@ import (
 //	               the same writes once logged (durable, and their callers
 //	               told), before the applier copies them into the data file;
 //	               n counts writes of the kind, not batches (the applier
-//	               takes whatever was logged for up to 25 ms)
+//	               takes whatever was logged for up to applyLinger)
 //	call-apply-after, result-apply-after
 //	               after that copy has committed, before the log segments
 //	               it made redundant are removed

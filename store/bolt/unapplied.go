@@ -25,12 +25,24 @@ const (
 	// as much CPU as a hundred call writes, so fewer, larger ones are
 	// cheaper, and its fdatasyncs queue on the disk in front of the log's.
 	// Nothing waits for it but scans (flush does not linger) and webhook
-	// deliveries. Against 5 ms, at concurrency 1 on the shared box: the
-	// log's commit 238-347 µs against 567-661 µs (mean), sync start p99
-	// 3.1-5.0 ms against 10.8-13.1 ms.
-	applyLinger = 25 * time.Millisecond
+	// deliveries, which wait deliveryLinger at most. Against 5 ms, 25 ms
+	// gave at concurrency 1 on the shared box: the log's commit 238-347 µs
+	// against 567-661 µs (mean), sync start p99 3.1-5.0 ms against
+	// 10.8-13.1 ms; 100 ms against 25 ms (and batches of 1024 against 256):
+	// the daemon's CPU per sync call 334 against 379 µs at c=1, 157 against
+	// 182 µs at c=64 (medians of four A B rounds).
+	applyLinger = 100 * time.Millisecond
+	// deliveryLinger is applyLinger while a queued write makes a webhook
+	// delivery due: the delivery is sent once its write is in the data file.
+	deliveryLinger = 25 * time.Millisecond
 	// applyBatch is the batch size that is applied at once, without lingering.
-	applyBatch = 256
+	applyBatch = 1024
+	// applyBytes is what the held writes may carry before the applier
+	// stops lingering: the linger saves bbolt commits of small writes,
+	// while each held byte of a large payload is memory until it is
+	// applied (TestPayloadQueueOf100x5MBStaysSmall holds 100 queued 5 MiB
+	// inputs to 200 MiB of RSS).
+	applyBytes = 8 << 20
 	// maxHeld and maxHeldBytes bound the writes logged and not yet applied:
 	// past them the writer waits for the applier, so a data file that
 	// falls behind slows writes down rather than fill memory.
@@ -60,6 +72,7 @@ type pending struct {
 	byID     map[string]*logged
 	idem     map[string]string // callidem key → call id, for logged writes with a key
 	queue    []*logged         // to apply, in LSN order
+	due      int               // writes in queue that make webhook deliveries due
 	held     int               // writes in queue and in the batch being applied
 	bytes    int64             // their payload bytes
 	logged   uint64            // the LSN of the last write logged
@@ -102,6 +115,9 @@ func (p *pending) add(batch []callWrite, first uint64) {
 			p.idem[string(l.cw.idem)] = id
 		}
 		p.queue = append(p.queue, l)
+		if len(l.cw.deliveries) > 0 {
+			p.due++
+		}
 		p.held++
 		p.bytes += l.size()
 		p.logged = l.lsn
@@ -182,16 +198,19 @@ func (p *pending) flush() {
 }
 
 // take waits for writes to apply and returns them, or nil once closed with
-// none left. A small batch waits up to applyLinger for more, unless a flush
-// or Close wants it now.
+// none left. A small batch waits up to applyLinger for more (deliveryLinger
+// when one makes a webhook delivery due), unless a flush or Close wants it
+// now.
 func (p *pending) take() []*logged {
+	var since time.Time // when the applier began to linger over this batch
 	lingered := false
 	for {
 		p.mu.Lock()
-		n, closed, hurry := len(p.queue), p.closed, p.waiting > 0
-		if n > 0 && (lingered || closed || hurry || n >= applyBatch) {
+		n, closed, hurry, due := len(p.queue), p.closed, p.waiting > 0, p.due > 0
+		big := p.bytes >= applyBytes
+		if n > 0 && (lingered || closed || hurry || big || n >= applyBatch) {
 			batch := p.queue
-			p.queue = nil
+			p.queue, p.due = nil, 0
 			p.mu.Unlock()
 			return batch
 		}
@@ -205,13 +224,29 @@ func (p *pending) take() []*logged {
 			case <-p.urgent:
 			}
 		default:
-			t := time.NewTimer(applyLinger)
+			if since.IsZero() {
+				since = time.Now()
+			}
+			linger := applyLinger
+			if due {
+				linger = deliveryLinger
+			}
+			left := linger - time.Since(since)
+			if left <= 0 {
+				lingered = true
+				continue
+			}
+			// More writes may fill the batch, or make a delivery due:
+			// look again when they come.
+			t := time.NewTimer(left)
 			select {
 			case <-t.C:
+				lingered = true
 			case <-p.urgent:
+				lingered = true
+			case <-p.grew:
 			}
 			t.Stop()
-			lingered = true
 		}
 	}
 }

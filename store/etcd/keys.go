@@ -133,6 +133,12 @@ func (s *Store) Authenticate(secret string) (store.APIKey, error) {
 	if err != nil {
 		return store.APIKey{}, err
 	}
+	return keyOf(what, kk, secret, raw, found)
+}
+
+// keyOf is Authenticate's answer for secret from the record read at kk
+// (found false: none).
+func keyOf(what, kk, secret string, raw []byte, found bool) (store.APIKey, error) {
 	if !found {
 		return store.APIKey{}, store.ErrInvalidKey
 	}

@@ -3,8 +3,6 @@ package etcd
 import (
 	"context"
 	"sync"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // sharedReads lets concurrent reads of one key share one request, without
@@ -18,46 +16,48 @@ import (
 // request per round instead of one per call.
 //
 // At most one read of a key is in flight and one waits behind it; the
-// first caller of a round issues it, under its own context.
-type sharedReads struct {
+// first caller of a round issues it, under its own context. R is the
+// read's answer: a Get's, or a transaction's of several reads (a start's
+// key and project: LookupStart), shared by whoever names the same keys.
+type sharedReads[R any] struct {
 	mu   sync.Mutex
-	keys map[string]*keyReads
+	keys map[string]*keyReads[R]
 }
 
-type keyReads struct {
-	inflight *readRound // issued; its callers all asked before it began
-	next     *readRound // starts when inflight ends; callers arriving now join it
+type keyReads[R any] struct {
+	inflight *readRound[R] // issued; its callers all asked before it began
+	next     *readRound[R] // starts when inflight ends; callers arriving now join it
 }
 
 // readRound is one shared read and its answer. done closes when the answer
 // is in; start (nil for a round issued at once) when it may be issued.
-type readRound struct {
+type readRound[R any] struct {
 	start, done chan struct{}
-	resp        *clientv3.GetResponse
+	resp        R
 	err         error
 }
 
 // get returns the answer of a read of key begun after the call, made with
 // read (ctx is the issuing caller's: a round's answer, error included, is
 // its callers'). Answers are shared: callers must not change them.
-func (s *sharedReads) get(ctx context.Context, key string, read func(ctx context.Context) (*clientv3.GetResponse, error)) (*clientv3.GetResponse, error) {
+func (s *sharedReads[R]) get(ctx context.Context, key string, read func(ctx context.Context) (R, error)) (R, error) {
 	s.mu.Lock()
 	if s.keys == nil {
-		s.keys = map[string]*keyReads{}
+		s.keys = map[string]*keyReads[R]{}
 	}
 	k := s.keys[key]
 	if k == nil {
-		k = &keyReads{}
+		k = &keyReads[R]{}
 		s.keys[key] = k
 	}
-	var r *readRound
+	var r *readRound[R]
 	issue := true
 	switch {
 	case k.inflight == nil:
-		r = &readRound{done: make(chan struct{})}
+		r = &readRound[R]{done: make(chan struct{})}
 		k.inflight = r
 	case k.next == nil:
-		r = &readRound{start: make(chan struct{}), done: make(chan struct{})}
+		r = &readRound[R]{start: make(chan struct{}), done: make(chan struct{})}
 		k.next = r
 	default:
 		r, issue = k.next, false
@@ -68,7 +68,8 @@ func (s *sharedReads) get(ctx context.Context, key string, read func(ctx context
 		case <-r.done:
 			return r.resp, r.err
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			var zero R
+			return zero, ctx.Err()
 		}
 	}
 	if r.start != nil {

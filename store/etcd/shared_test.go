@@ -18,7 +18,7 @@ import (
 // one request for all of them.
 func TestSharedReadsNeverAnswerWithAReadBegunBeforeTheCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var reads sharedReads
+		var reads sharedReads[*clientv3.GetResponse]
 		gate := make(chan struct{})
 		var issued atomic.Int32
 		read := func(ctx context.Context) (*clientv3.GetResponse, error) {

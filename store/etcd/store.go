@@ -89,8 +89,13 @@ type Store struct {
 	// Outbox records the leader handed to this node (assign.go).
 	outboxWatch keyWatch
 
-	// Concurrent reads of one key share a request (get).
-	reads sharedReads
+	// Concurrent reads of one key share a request (get), and concurrent
+	// starts of one key and modelKey their lookup (LookupStart).
+	reads   sharedReads[*clientv3.GetResponse]
+	lookups sharedReads[*clientv3.TxnResponse]
+	// projectHint is the project each modelKey's index entry last named
+	// (modelKey hash → project id), read with the index by LookupStart.
+	projectHint sync.Map
 
 	// unanswered is when a try first failed for want of an answer since
 	// the last one answered (Unix nanoseconds), 0 while etcd answers

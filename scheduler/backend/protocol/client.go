@@ -15,6 +15,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -82,6 +83,10 @@ type Client struct {
 	baseURL   string       // http://ADDR
 	client    *http.Client // calls with a large body (see fastPathMaxBody)
 	conns     *connPool    // health checks and the other calls: see connPool
+	// targets are the request targets of the spec's paths (see target);
+	// healthReq is the health check, the same bytes every time.
+	targets   map[string]string
+	healthReq poolRequest
 }
 
 // New returns a client for the model described by cfg, or an error when cfg
@@ -121,14 +126,25 @@ func New(cfg Config) (*Client, error) {
 		// re-POST them anywhere (see docs/security.md).
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	return &Client{
+	c := &Client{
 		cfg:       cfg,
 		potassium: cfg.Protocol == store.ProtocolPotassium,
 		openai:    cfg.Protocol == store.ProtocolOpenAI,
 		baseURL:   "http://" + cfg.Addr,
 		client:    client,
 		conns:     newConnPool(cfg.Addr, cfg.Dial, maxIdleConns, idleConnTimeout),
-	}, nil
+		targets:   map[string]string{},
+	}
+	for _, path := range []string{cfg.HealthPath, cfg.InferPath, cfg.BatchPath} {
+		target, err := c.target(path)
+		if err != nil {
+			return nil, fmt.Errorf("path %q: %w", path, err)
+		}
+		c.targets[path] = target
+	}
+	c.healthReq = poolRequest{method: http.MethodGet, url: c.baseURL + cfg.HealthPath,
+		head: requestHead(http.MethodGet, cfg.Addr, c.targets[cfg.HealthPath], -1, "")}
+	return c, nil
 }
 
 // Close closes the idle connections; calls made later dial afresh and keep
@@ -148,13 +164,9 @@ func (c *Client) Healthy(ctx context.Context) bool {
 // answered, or the error of a check that got no answer (refused, timed
 // out), so that a backend can say why a model is not ready.
 func (c *Client) Health(ctx context.Context) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.baseURL+c.cfg.HealthPath, nil)
-	if err != nil {
-		return 0, fmt.Errorf("health check: %w", err)
-	}
 	// Through the pool, so that the connection the model was found ready on
 	// carries its first call.
-	resp, finish, err := c.conns.roundTrip(ctx, req)
+	resp, finish, err := c.conns.roundTrip(ctx, c.healthReq)
 	if err != nil {
 		return 0, fmt.Errorf("health check: %w", err)
 	}
@@ -206,15 +218,11 @@ func (c *Client) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMes
 // reads the reply as Infer describes; a streamed reply is refused unless
 // mayStream.
 func (c *Client) post(ctx context.Context, path string, body []byte, stream backend.Stream, mayStream bool) (json.RawMessage, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+path, bytes.NewReader(body))
-	if err != nil {
-		return nil, fmt.Errorf("infer: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
+	var requestID string
 	if c.potassium {
-		req.Header.Set("X-Banana-Request-Id", uuid.NewString())
+		requestID = uuid.NewString()
 	}
-	resp, finish, err := c.send(ctx, req, len(body))
+	resp, finish, err := c.send(ctx, path, body, requestID)
 	if err != nil {
 		if headersTooLarge(err) {
 			return nil, fmt.Errorf("%w: reply headers larger than %d bytes", backend.ErrInvalidReply, maxHeaderBytes)
@@ -231,7 +239,7 @@ func (c *Client) post(ctx context.Context, path string, body []byte, stream back
 		}
 		clean = len(body) < tracebackBytes
 		tb := validUTF8(body)
-		c.cfg.Log.Debug().Str("request_id", req.Header.Get("X-Banana-Request-Id")).Str("traceback", tb).Msg("model raised an exception")
+		c.cfg.Log.Debug().Str("request_id", requestID).Str("traceback", tb).Msg("model raised an exception")
 		return nil, &backend.ExceptionError{LastLine: validUTF8(truncate([]byte(lastTracebackLine(tb)), errorBodyBytes))}
 	}
 
@@ -280,12 +288,34 @@ func (c *Client) post(ctx context.Context, path string, body []byte, stream back
 	return reply, nil
 }
 
-// send sends req through the connection pool, or through http.Client when the
-// body is too large for the pool (see fastPathMaxBody). finish must be called
-// once the body has been read, with clean set when it was read to its end.
-func (c *Client) send(ctx context.Context, req *http.Request, bodyLen int) (*http.Response, func(clean bool), error) {
-	if bodyLen <= fastPathMaxBody {
-		return c.conns.roundTrip(ctx, req)
+// send posts body to path, as application/json with requestID as its
+// X-Banana-Request-Id when set: through the connection pool, written as
+// net/http would write it (requestHead), or through http.Client when the
+// body is too large for the pool (see fastPathMaxBody). finish must be
+// called once the body has been read, with clean set when it was read to its
+// end.
+func (c *Client) send(ctx context.Context, path string, body []byte, requestID string) (*http.Response, func(clean bool), error) {
+	target, err := c.target(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("infer: %w", err)
+	}
+	if len(body) <= fastPathMaxBody {
+		var extra []string
+		if requestID != "" {
+			extra = []string{"X-Banana-Request-Id: " + requestID + "\r\n"}
+		}
+		return c.conns.roundTrip(ctx, poolRequest{
+			method: http.MethodPost, url: c.baseURL + path, body: body,
+			head: requestHead(http.MethodPost, c.cfg.Addr, target, len(body), "application/json", extra...),
+		})
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, nil, fmt.Errorf("infer: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if requestID != "" {
+		req.Header.Set("X-Banana-Request-Id", requestID)
 	}
 	resp, err := c.client.Do(req)
 	if err != nil {
@@ -293,6 +323,21 @@ func (c *Client) send(ctx context.Context, req *http.Request, bodyLen int) (*htt
 	}
 	// net/http reuses the connection on its own once the body was read to EOF.
 	return resp, func(bool) { resp.Body.Close() }, nil
+}
+
+// target is the request target of a request to path: what net/http writes
+// on the request line for http://ADDR+path (escaped as url.URL.RequestURI
+// escapes it). The paths of the model spec are worked out once (New); a
+// route's when its call is sent.
+func (c *Client) target(path string) (string, error) {
+	if t, ok := c.targets[path]; ok {
+		return t, nil
+	}
+	u, err := url.Parse(c.baseURL + path)
+	if err != nil {
+		return "", err
+	}
+	return u.RequestURI(), nil
 }
 
 // errReplyTooLarge is readReply's error for a body over its limit.

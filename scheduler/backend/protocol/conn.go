@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -110,21 +111,67 @@ func newConnPool(addr string, dial dialFunc, max int, maxAge time.Duration) *con
 	return &connPool{addr: addr, dial: dial, max: max, maxAge: maxAge}
 }
 
-// roundTrip sends req (HTTP/1.1, a body of at most fastPathMaxBody) and reads the
-// reply's header. The caller reads the body, then must call finish exactly once,
-// with clean set when it read the body to its end without error; finish pools or
+// poolRequest is one request through the pool, as it goes on the wire: its
+// head (request line and headers, through the blank line; see requestHead)
+// and its body. method and url are for reading the reply (a HEAD's has no
+// body) and for errors, which name them as http.Client's do.
+type poolRequest struct {
+	method, url string
+	head, body  []byte
+}
+
+// requestHead is the head of a request to host for target (a path with its
+// query, as url.URL.RequestURI gives it), with the headers net/http's
+// client sends for such a request (Request.Write), in its order, and
+// extra (each "Name: value\r\n") before the blank line. A body of
+// bodyLen bytes (-1: none) is announced by Content-Length; gzip is asked
+// for, and undone, as the transport does (see gunzip), so that a model sees
+// what it saw from net/http and the caller the same body.
+func requestHead(method, host, target string, bodyLen int, contentType string, extra ...string) []byte {
+	b := make([]byte, 0, 160+len(target))
+	b = append(b, method...)
+	b = append(b, ' ')
+	b = append(b, target...)
+	b = append(b, " HTTP/1.1\r\nHost: "...)
+	b = append(b, host...)
+	b = append(b, "\r\nUser-Agent: Go-http-client/1.1\r\n"...)
+	if bodyLen >= 0 {
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, int64(bodyLen), 10)
+		b = append(b, "\r\n"...)
+	}
+	b = append(b, "Accept-Encoding: gzip\r\n"...)
+	if contentType != "" {
+		b = append(b, "Content-Type: "...)
+		b = append(b, contentType...)
+		b = append(b, "\r\n"...)
+	}
+	for _, h := range extra {
+		b = append(b, h...)
+	}
+	return append(b, "\r\n"...)
+}
+
+// replyTo is what ReadResponse is told of the request a reply answers: only
+// the method matters to it (a HEAD's reply has no body), so one request per
+// method serves every call; nothing writes to them.
+var replyTo = map[string]*http.Request{
+	http.MethodGet:  {Method: http.MethodGet},
+	http.MethodPost: {Method: http.MethodPost},
+}
+
+// roundTrip sends req (a body of at most fastPathMaxBody) and reads the reply's
+// header. The caller reads the body, then must call finish exactly once, with
+// clean set when it read the body to its end without error; finish pools or
 // closes the connection. Errors are *url.Error, as http.Client's are.
-func (p *connPool) roundTrip(ctx context.Context, req *http.Request) (resp *http.Response, finish func(clean bool), err error) {
+func (p *connPool) roundTrip(ctx context.Context, req poolRequest) (resp *http.Response, finish func(clean bool), err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
-	// The transport asks for gzip and undoes it; so do we, so that a model sees the
-	// same request and the caller the same body.
-	req.Header.Set("Accept-Encoding", "gzip")
 	for {
 		pc, reused, err := p.get(ctx)
 		if err != nil {
-			return nil, nil, &url.Error{Op: urlOp(req.Method), URL: req.URL.String(), Err: err}
+			return nil, nil, &url.Error{Op: urlOp(req.method), URL: req.url, Err: err}
 		}
 		// A cancelled ctx interrupts the exchange by moving the deadline into the
 		// past; the connection is then closed, never pooled.
@@ -133,15 +180,12 @@ func (p *connPool) roundTrip(ctx context.Context, req *http.Request) (resp *http
 		if err != nil {
 			stop()
 			pc.conn.Close()
-			if reused && pc.cw.n == 0 && ctx.Err() == nil && req.GetBody != nil {
+			if reused && pc.cw.n == 0 && ctx.Err() == nil {
 				// Nothing reached the model on a connection it had already closed:
 				// safe to send again on another, as net/http does.
-				if body, gerr := req.GetBody(); gerr == nil {
-					req.Body = body
-					continue
-				}
+				continue
 			}
-			return nil, nil, &url.Error{Op: urlOp(req.Method), URL: req.URL.String(), Err: err}
+			return nil, nil, &url.Error{Op: urlOp(req.method), URL: req.url, Err: err}
 		}
 		finish := func(clean bool) {
 			if !stop() || !clean || resp.Close {
@@ -155,17 +199,20 @@ func (p *connPool) roundTrip(ctx context.Context, req *http.Request) (resp *http
 }
 
 // exchange writes req and reads the reply's header, skipping 1xx replies.
-func (pc *poolConn) exchange(req *http.Request) (*http.Response, error) {
+func (pc *poolConn) exchange(req poolRequest) (*http.Response, error) {
 	pc.cw.n = 0
-	if err := req.Write(pc.bw); err != nil {
-		return nil, err
-	}
+	pc.bw.Write(req.head) // errors stick in bw: Flush returns them
+	pc.bw.Write(req.body)
 	if err := pc.bw.Flush(); err != nil {
 		return nil, err
 	}
+	to := replyTo[req.method]
+	if to == nil {
+		to = &http.Request{Method: req.method}
+	}
 	for range max1xx + 1 {
 		pc.lr.n = maxHeaderBytes
-		resp, err := http.ReadResponse(pc.br, req)
+		resp, err := http.ReadResponse(pc.br, to)
 		pc.lr.n = noLimit
 		if err != nil {
 			return nil, err

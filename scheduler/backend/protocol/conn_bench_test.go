@@ -3,13 +3,14 @@ package protocol
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"testing"
 )
 
 // BenchmarkInferHop compares one POST and its reply to a kept-alive server through
-// connPool and through net/http's Transport (what Infer used before), at c=1 and
+// Infer (connPool) and through net/http's Transport (what Infer used before), at c=1 and
 // with parallel callers. The server runs in the same process, so both pay for it
 // alike; the difference is the client side.
 func BenchmarkInferHop(b *testing.B) {
@@ -19,36 +20,37 @@ func BenchmarkInferHop(b *testing.B) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"ok":true}`))
 	}
-	viaPool := func(p *Client, req *http.Request) (*http.Response, func(bool), error) {
-		return p.conns.roundTrip(req.Context(), req)
+	viaPool := func(p *Client) error {
+		out, err := p.Infer(context.Background(), inputs)
+		if err == nil && len(out) == 0 {
+			err = errors.New("empty reply")
+		}
+		return err
 	}
-	viaTransport := func(p *Client, req *http.Request) (*http.Response, func(bool), error) {
+	viaTransport := func(p *Client) error {
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, p.baseURL+"/", bytes.NewReader(inputs))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := p.client.Do(req)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
-		return resp, func(bool) { resp.Body.Close() }, nil
+		defer resp.Body.Close()
+		body, err := io.ReadAll(io.LimitReader(resp.Body, maxReplyBytes+1))
+		if err == nil && len(body) == 0 {
+			err = errors.New("empty reply")
+		}
+		return err
 	}
 	for _, c := range []struct {
 		name string
-		send func(*Client, *http.Request) (*http.Response, func(bool), error)
+		send func(*Client) error
 	}{{"pool", viaPool}, {"net-http", viaTransport}} {
 		one := func(b *testing.B, p *Client) {
-			req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, p.baseURL+"/", bytes.NewReader(inputs))
-			if err != nil {
+			if err := c.send(p); err != nil {
 				b.Error(err) // Error, not Fatal: RunParallel's goroutines call this too
-				return
-			}
-			req.Header.Set("Content-Type", "application/json")
-			resp, finish, err := c.send(p, req)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			body, err := io.ReadAll(io.LimitReader(resp.Body, maxReplyBytes+1))
-			finish(err == nil)
-			if err != nil || len(body) == 0 {
-				b.Errorf("reply %q: %v", body, err)
 			}
 		}
 		b.Run(c.name+"/c=1", func(b *testing.B) {

@@ -20,6 +20,9 @@ const ndjsonType = "application/x-ndjson"
 
 // isNDJSON reports whether a Content-Type header announces a streamed reply.
 func isNDJSON(ct string) bool {
+	if ct == "application/json" || ct == "" {
+		return false // the usual reply, told without parsing
+	}
 	mt, _, err := mime.ParseMediaType(ct)
 	return err == nil && mt == ndjsonType
 }
