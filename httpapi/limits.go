@@ -139,8 +139,7 @@ func (l *limiter) beginWait(id string) (release func(), ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	u := l.usage(id)
-	if (l.limits.MaxWaitsPerKey > 0 && u.waits >= l.limits.MaxWaitsPerKey) ||
-		(l.limits.MaxWaits > 0 && l.waits >= l.limits.MaxWaits) {
+	if l.atWaitCap(u) {
 		return nil, false
 	}
 	u.waits++
@@ -153,6 +152,13 @@ func (l *limiter) beginWait(id string) (release func(), ok bool) {
 	}, true
 }
 
+// atWaitCap reports whether a key with usage u, or the server, holds all
+// the requests it may hold open. Callers hold mu.
+func (l *limiter) atWaitCap(u *keyUsage) bool {
+	return (l.limits.MaxWaitsPerKey > 0 && u.waits >= l.limits.MaxWaitsPerKey) ||
+		(l.limits.MaxWaits > 0 && l.waits >= l.limits.MaxWaits)
+}
+
 // beginStream reserves a slot for an event stream of key id: one of its
 // MaxStreamsPerKey, and a wait (a stream waits on its call as a long poll
 // does). It returns the function that gives both back, or the refusal.
@@ -163,8 +169,7 @@ func (l *limiter) beginStream(id string) (release func(), err error) {
 	switch {
 	case l.limits.MaxStreamsPerKey > 0 && u.streams >= l.limits.MaxStreamsPerKey:
 		return nil, errStreamsPerKey(l.limits.MaxStreamsPerKey)
-	case (l.limits.MaxWaitsPerKey > 0 && u.waits >= l.limits.MaxWaitsPerKey) ||
-		(l.limits.MaxWaits > 0 && l.waits >= l.limits.MaxWaits):
+	case l.atWaitCap(u):
 		return nil, errTooManyWaits
 	}
 	u.streams++
