@@ -47,6 +47,14 @@ func (p *Process) pollReady(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		select {
+		case <-p.stopping:
+			// A check cut short by our own stop (the model closes its
+			// connections on SIGTERM) says nothing about the model: the
+			// finding from before the stop stands.
+			return
+		default:
+		}
 		problem := w.observe(time.Now(), status, err)
 		p.setBootProblem(problem)
 		if problem.Fatal {
