@@ -66,7 +66,15 @@ type project struct {
 // concurrency, inferenceTimeout and bootTimeout read the project's settings
 // with the store's defaults for a value a record lacks (store.ModelSpec's
 // WithDefaults is their one source), never below what keeps the loop going.
-func (p *project) concurrency() int { return max(1, p.cfg.Model.WithDefaults().Concurrency) }
+// concurrency is how many requests a replica takes at once: the spec's, as
+// WithDefaults fills it (not called here: every scheduling pass asks, and
+// it copies the whole spec).
+func (p *project) concurrency() int {
+	if c := p.cfg.Model.Concurrency; c != 0 {
+		return max(1, c)
+	}
+	return store.DefaultConcurrency
+}
 
 func (p *project) inferenceTimeout() int {
 	if p.cfg.InferenceTimeout <= 0 {

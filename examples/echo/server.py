@@ -78,6 +78,9 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(float(inputs["sleep"]))
         if "burn" in inputs:
             burn(float(inputs["burn"]))
+        if "holdMiB" in inputs:
+            held = b"\x01" * (int(inputs["holdMiB"]) << 20)  # filled: every page touched
+            del held
         if "fail" in inputs:
             self.reply(500, {"error": str(inputs["fail"])})
             return

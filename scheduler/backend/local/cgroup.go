@@ -320,6 +320,7 @@ type replicaCgroup struct {
 	v2fd   int               // an O_PATH descriptor of v2, for CgroupFD; -1 = none
 	v1     map[string]string // controller → its v1 cgroup
 	limits limits
+	meter  cgroupMeter // the usage meter's open files (meter.go)
 }
 
 // create makes the cgroups of replica name, with its limits. A cgroup of
@@ -606,6 +607,7 @@ func counter(path, name string) int {
 
 // remove deletes rc's cgroups, which must be empty, and closes its fd.
 func (rc *replicaCgroup) remove() error {
+	rc.meter.close()
 	var errs []error
 	if rc.v2fd >= 0 {
 		unix.Close(rc.v2fd)

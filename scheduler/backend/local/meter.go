@@ -1,10 +1,11 @@
 package local
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
+	"sync"
 	"time"
 
 	"inferd/scheduler/backend"
@@ -65,19 +66,80 @@ func energyOf(m energyMeter, gpus []string) (uint64, bool) {
 	return sum, true
 }
 
+// cgroupMeter keeps the cgroup files a call's measure reads open for the
+// replica's life: opening them afresh for each call (path lookups in the
+// cgroup filesystem, five system calls a file) cost more of inferd's CPU per
+// call than anything else on a no-op model. cpu.stat is read again with
+// pread at offset 0, which makes the kernel render it anew. memory.peak is
+// reset for one descriptor at a time, so each call in flight takes its own
+// from a free list and gives it back at its end.
+type cgroupMeter struct {
+	mu        sync.Mutex
+	closed    bool     // the cgroup is gone: open nothing more
+	cpuStat   *os.File // v2 cpu.stat; nil until the first read
+	noCPU     bool     // cpu.stat could not be opened: do not retry each call
+	idlePeaks []*os.File
+	noReset   bool     // the kernel cannot reset memory.peak per descriptor (before 6.12)
+	peak      *os.File // the peak since the replica started, where there is no reset
+	noPeak    bool     // that file could not be opened
+}
+
+// close closes every file the meter holds; a call still holding a peak
+// descriptor closes it when it gives it back.
+func (m *cgroupMeter) close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	for _, f := range []*os.File{m.cpuStat, m.peak} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	for _, f := range m.idlePeaks {
+		f.Close()
+	}
+	m.idlePeaks = nil
+}
+
+// cpuStatFile returns the replica's open cpu.stat, opening it on first use.
+func (rc *replicaCgroup) cpuStatFile() *os.File {
+	return rc.meter.held(&rc.meter.cpuStat, &rc.meter.noCPU, filepath.Join(rc.v2, "cpu.stat"))
+}
+
+// held returns *f, opening path into it on first use; nil where it could
+// not be opened (*failed, not tried again) or the cgroup is gone.
+func (m *cgroupMeter) held(f **os.File, failed *bool, path string) *os.File {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if *f == nil && !m.closed && !*failed {
+		opened, err := os.Open(path)
+		if err != nil {
+			*failed = true
+			return nil
+		}
+		*f = opened
+	}
+	return *f
+}
+
 // cpuUsage reads the CPU time the cgroup's processes have used; false
 // without a v2 cgroup.
 func (rc *replicaCgroup) cpuUsage() (time.Duration, bool) {
 	if rc == nil || rc.v2 == "" {
 		return 0, false
 	}
-	data, err := os.ReadFile(filepath.Join(rc.v2, "cpu.stat"))
-	if err != nil {
+	f := rc.cpuStatFile()
+	if f == nil {
 		return 0, false
 	}
-	for line := range strings.Lines(string(data)) {
-		if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
-			us, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	var buf [512]byte // usage_usec is its first line
+	n, err := f.ReadAt(buf[:], 0)
+	if n == 0 && err != nil {
+		return 0, false // closed under us: the replica is gone
+	}
+	for line := range bytes.Lines(buf[:n]) {
+		if v, ok := bytes.CutPrefix(line, []byte("usage_usec ")); ok {
+			us, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
 			return time.Duration(us) * time.Microsecond, err == nil
 		}
 	}
@@ -86,54 +148,91 @@ func (rc *replicaCgroup) cpuUsage() (time.Duration, bool) {
 
 // peakReader reads a cgroup's memory high-water mark at a call's end.
 type peakReader struct {
-	f    *os.File // v2 memory.peak, reset for this descriptor; nil: read path
-	path string   // the file to read afresh; "" = nothing to read
+	f *os.File     // the file to read; nil = nothing to read
+	m *cgroupMeter // where f goes back to after the read; nil = f is shared
 }
 
 // openPeak starts watching the cgroup's memory peak for one call: on v2, a
-// descriptor of memory.peak reset to now where the kernel allows it.
+// descriptor of memory.peak reset to now where the kernel allows it; else
+// the peak since the replica started (v2's memory.peak, v1's
+// memory.max_usage_in_bytes).
 func (rc *replicaCgroup) openPeak() peakReader {
-	switch {
-	case rc == nil:
+	if rc == nil {
 		return peakReader{}
-	case rc.v2 != "" && rc.cg.v2Ctl["memory"]:
-		path := filepath.Join(rc.v2, "memory.peak")
-		if f, err := os.OpenFile(path, os.O_RDWR, 0); err == nil {
-			if _, err := f.WriteString("reset\n"); err == nil {
-				return peakReader{f: f}
-			}
-			f.Close() // a kernel before 6.12: the peak since the replica started
-		}
-		return peakReader{path: path}
-	case rc.v1["memory"] != "":
-		return peakReader{path: filepath.Join(rc.v1["memory"], "memory.max_usage_in_bytes")}
 	}
-	return peakReader{}
+	m := &rc.meter
+	var path string
+	switch {
+	case rc.v2 != "" && rc.cg.v2Ctl["memory"]:
+		path = filepath.Join(rc.v2, "memory.peak")
+		if f := m.takePeak(path); f != nil {
+			return peakReader{f: f, m: m}
+		}
+	case rc.v1["memory"] != "":
+		path = filepath.Join(rc.v1["memory"], "memory.max_usage_in_bytes")
+	default:
+		return peakReader{}
+	}
+	return peakReader{f: m.held(&m.peak, &m.noPeak, path)}
+}
+
+// takePeak returns a memory.peak descriptor of its own for one call, reset
+// to the usage now; nil where the kernel cannot reset one or the cgroup is
+// gone.
+func (m *cgroupMeter) takePeak(path string) *os.File {
+	m.mu.Lock()
+	if m.closed || m.noReset {
+		m.mu.Unlock()
+		return nil
+	}
+	var f *os.File
+	if n := len(m.idlePeaks); n > 0 {
+		f, m.idlePeaks = m.idlePeaks[n-1], m.idlePeaks[:n-1]
+	}
+	m.mu.Unlock()
+	if f == nil {
+		var err error
+		if f, err = os.OpenFile(path, os.O_RDWR, 0); err != nil {
+			return nil
+		}
+	}
+	if _, err := f.WriteAt([]byte("reset\n"), 0); err != nil {
+		f.Close()
+		m.mu.Lock()
+		m.noReset = true
+		m.mu.Unlock()
+		return nil
+	}
+	return f
+}
+
+// givePeak takes back a descriptor from a call that has read it.
+func (m *cgroupMeter) givePeak(f *os.File) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		f.Close()
+		return
+	}
+	m.idlePeaks = append(m.idlePeaks, f)
 }
 
 // read returns the peak in bytes (0 when unknown) and releases the reader.
 func (r peakReader) read() int64 {
-	var data []byte
-	switch {
-	case r.f != nil:
-		defer r.f.Close()
-		buf := make([]byte, 32)
-		n, err := r.f.ReadAt(buf, 0)
-		if n == 0 && err != nil {
-			return 0
-		}
-		data = buf[:n]
-	case r.path != "":
-		var err error
-		if data, err = os.ReadFile(r.path); err != nil {
-			return 0
-		}
-	default:
+	if r.f == nil {
 		return 0
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	if r.m != nil {
+		defer r.m.givePeak(r.f)
+	}
+	var buf [32]byte
+	n, err := r.f.ReadAt(buf[:], 0)
+	if n == 0 && err != nil {
+		return 0
+	}
+	peak, err := strconv.ParseInt(string(bytes.TrimSpace(buf[:n])), 10, 64)
 	if err != nil {
 		return 0
 	}
-	return n
+	return peak
 }

@@ -62,3 +62,43 @@ func TestMeasureReadsTheReplicasGPUEnergy(t *testing.T) {
 		t.Errorf("a CPU replica's energy = %v; want absent", *u.EnergyJoules)
 	}
 }
+
+// The replica's meter keeps its cgroup files open and reads them afresh
+// each call; where the kernel resets memory.peak per descriptor, each call
+// in flight has one of its own, reused, reset, by the next call, so a call's
+// peak is its own and not that of an earlier, larger call.
+func TestMeasuredPeakIsReadAfreshEachCall(t *testing.T) {
+	needRoot(t)
+	b := testBackend(t)
+	cgs := b.sb.cgroups
+	if cgs == nil || !cgs.v2Ctl["memory"] && cgs.v1["memory"].base == "" {
+		testenv.Missing(t, "a memory cgroup per replica: %s", b.sb.cgWhy)
+	}
+	p := startReady(t, b, echoSpec(t, "meter-peak"))
+	measured := func(inputs string) int64 {
+		end := p.Measure()
+		infer(t, p, inputs)
+		return end().PeakMemoryBytes
+	}
+	small := measured(`{}`)
+	big := measured(`{"holdMiB": 96}`)
+	if big < 96<<20 || big < small+64<<20 {
+		t.Fatalf("peaks %d then %d bytes; want the second call's 96 MiB on top", small, big)
+	}
+	meter := &p.box.cg.meter
+	if !cgs.v2Ctl["memory"] || meter.noReset {
+		return // the peak since the replica started: nothing more to see
+	}
+	if after := measured(`{}`); after > big-64<<20 {
+		t.Errorf("a small call after the 96 MiB one measured %d bytes; want its own peak", after)
+	}
+	if n := len(meter.idlePeaks); n != 1 {
+		t.Fatalf("%d idle memory.peak descriptors after calls one after the other; want the one reused", n)
+	}
+	a, c := p.Measure(), p.Measure() // two calls in flight: two descriptors
+	a()
+	c()
+	if n := len(meter.idlePeaks); n != 2 {
+		t.Errorf("%d idle descriptors after two overlapping calls; want 2", n)
+	}
+}
