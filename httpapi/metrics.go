@@ -58,9 +58,10 @@ type Metrics struct {
 	src       atomic.Pointer[MetricsSources]
 	longPolls atomic.Int64
 	edge      atomic.Pointer[func() edgeStats] // the API's budgets, set by New
-	// calls and requests hold the series of CallFinished and countRequest
-	// by their labels (callSeriesKey, requestSeriesKey), named once.
-	calls, requests sync.Map
+	// calls, usage and requests hold the series of CallFinished and
+	// countRequest by their labels (callSeriesKey, usageSeriesKey,
+	// requestSeriesKey), named once.
+	calls, usage, requests sync.Map
 }
 
 // edgeStats is what the budgets of the edge hold now (budgets.go).
@@ -227,18 +228,61 @@ func (m *Metrics) callUsage(c store.Call) {
 	if u == nil {
 		return
 	}
-	tp := usageLabels(c.TeamID, c.ProjectID)
-	m.set.GetOrCreateCounter(`inferd_usage_calls_total{` + tp + `}`).Inc()
-	m.set.GetOrCreateFloatCounter(`inferd_usage_replica_seconds_total{` + tp + `,phase="call"}`).Add(u.ReplicaSeconds)
-	m.set.GetOrCreateFloatCounter(`inferd_usage_gpu_seconds_total{` + tp + `,phase="call"}`).Add(u.GPUSeconds)
-	m.set.GetOrCreateCounter(`inferd_usage_bytes_total{` + tp + `,direction="in"}`).Add(int(u.BytesIn))
-	m.set.GetOrCreateCounter(`inferd_usage_bytes_total{` + tp + `,direction="out"}`).Add(int(u.BytesOut))
+	s := m.usageSeries(c.TeamID, c.ProjectID)
+	s.calls.Inc()
+	s.replica.Add(u.ReplicaSeconds)
+	s.gpu.Add(u.GPUSeconds)
+	s.bytesIn.Add(int(u.BytesIn))
+	s.bytesOut.Add(int(u.BytesOut))
 	if u.CPUSeconds != nil {
-		m.set.GetOrCreateFloatCounter(`inferd_usage_cpu_seconds_total{` + tp + `}`).Add(*u.CPUSeconds)
+		s.counter(&s.cpu, "inferd_usage_cpu_seconds_total").Add(*u.CPUSeconds)
 	}
 	if u.EnergyJoules != nil {
-		m.set.GetOrCreateFloatCounter(`inferd_usage_energy_joules_total{` + tp + `}`).Add(*u.EnergyJoules)
+		s.counter(&s.energy, "inferd_usage_energy_joules_total").Add(*u.EnergyJoules)
 	}
+}
+
+// usageSeries are the inferd_usage_* counters every call of one team and
+// project adds to, named once as callSeries are. The CPU and energy series
+// are named at their first measure, so a box that cannot take one shows no
+// series for it rather than a zero.
+type usageSeries struct {
+	set                      *vm.Set
+	labels                   string
+	calls, bytesIn, bytesOut *vm.Counter
+	replica, gpu             *vm.FloatCounter
+	cpu, energy              atomic.Pointer[vm.FloatCounter]
+}
+
+type usageSeriesKey struct{ team, project string }
+
+func (m *Metrics) usageSeries(team, project string) *usageSeries {
+	k := usageSeriesKey{team, project}
+	if s, ok := m.usage.Load(k); ok {
+		return s.(*usageSeries)
+	}
+	tp := usageLabels(team, project)
+	s := &usageSeries{
+		set:      m.set,
+		labels:   tp,
+		calls:    m.set.GetOrCreateCounter(`inferd_usage_calls_total{` + tp + `}`),
+		replica:  m.set.GetOrCreateFloatCounter(`inferd_usage_replica_seconds_total{` + tp + `,phase="call"}`),
+		gpu:      m.set.GetOrCreateFloatCounter(`inferd_usage_gpu_seconds_total{` + tp + `,phase="call"}`),
+		bytesIn:  m.set.GetOrCreateCounter(`inferd_usage_bytes_total{` + tp + `,direction="in"}`),
+		bytesOut: m.set.GetOrCreateCounter(`inferd_usage_bytes_total{` + tp + `,direction="out"}`),
+	}
+	actual, _ := m.usage.LoadOrStore(k, s)
+	return actual.(*usageSeries)
+}
+
+// counter returns *p, naming the series on first use.
+func (s *usageSeries) counter(p *atomic.Pointer[vm.FloatCounter], name string) *vm.FloatCounter {
+	if c := p.Load(); c != nil {
+		return c
+	}
+	c := s.set.GetOrCreateFloatCounter(name + `{` + s.labels + `}`) // the same series to every racer
+	p.Store(c)
+	return c
 }
 
 // ReplicaUsage adds the replica time no call used to the

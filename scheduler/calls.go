@@ -19,6 +19,10 @@ const maxRecentFailures = 10000
 // project that batches, a batch per request (batch.go), which may wait
 // for more calls.
 func (s *Scheduler) dispatch(p *project) {
+	if p.queue.len() == 0 {
+		s.endBatchWait(p) // the common case after every event: nothing to read the clock for
+		return
+	}
 	now := s.clk.Now()
 	for {
 		c := p.queue.peek(now)

@@ -181,12 +181,15 @@ func (s *Scheduler) tidyParking(p *project) {
 		s.stop(p.replicas[i])
 	}
 	after := seconds(p.cfg.Model.ParkTimeout)
-	now := s.clk.Now()
+	var now time.Time // read only to arm a timer: this runs after every event, for every project
 	for _, r := range p.replicas {
 		switch {
 		case !s.mayPark(p, r):
 			r.park.due.stop()
 		case !r.park.due.armed():
+			if now.IsZero() {
+				now = s.clk.Now()
+			}
 			s.arm(&r.park.due, max(after-now.Sub(r.idleSince), 0), func(seq uint64) event { return evParkDue{r: r, seq: seq} })
 		}
 	}

@@ -16,7 +16,7 @@ import (
 // with INFERD_PPROF set, which a build with -tags pprof serves (pprof.go in
 // the main package; a release build ignores it). For each inferd slice of
 // the first round it saves a CPU profile and the block and mutex profiles
-// before and after (compare with go tool pprof -base), and for the second
+// and the allocations before and after (compare with go tool pprof -base), and for the second
 // round an execution trace, named after the step's spec:
 //
 //	go build -tags pprof -o bench/out/inferd-pprof .
@@ -78,10 +78,12 @@ func (o options) profiler(ctx context.Context, s runSpec, round int) *sliceProfi
 	}
 	save("block", name+".block0.pprof")
 	save("mutex", name+".mutex0.pprof")
+	save("allocs", name+".allocs0.pprof")
 	p.wg.Go(func() { save(fmt.Sprintf("profile?seconds=%d", secs), name+".cpu.pprof") })
 	p.after = func() {
 		save("block", name+".block.pprof")
 		save("mutex", name+".mutex.pprof")
+		save("allocs", name+".allocs.pprof")
 	}
 	return p
 }
