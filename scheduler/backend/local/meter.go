@@ -31,13 +31,13 @@ func (p *Process) Measure() func() backend.Usage {
 	if p.box != nil {
 		cg = p.box.cg
 	}
-	cpu0, cpuOK := cg.cpuUsage()
+	cpu0, cpuOK := cg.cpuUsageSince(reuseCPUReading)
 	peak := cg.openPeak()
 	meter, _ := p.b.cfg.GPUs.(energyMeter)
 	e0, eOK := energyOf(meter, p.spec.GPUs)
 	return func() backend.Usage {
 		var u backend.Usage
-		if cpu1, ok := cg.cpuUsage(); ok && cpuOK {
+		if cpu1, ok := cg.cpuUsageSince(0); ok && cpuOK {
 			u.CPU, u.CPUKnown = max(cpu1-cpu0, 0), true
 		}
 		u.PeakMemoryBytes = peak.read()
@@ -79,9 +79,11 @@ type cgroupMeter struct {
 	cpuStat   *os.File // v2 cpu.stat; nil until the first read
 	noCPU     bool     // cpu.stat could not be opened: do not retry each call
 	idlePeaks []*os.File
-	noReset   bool     // the kernel cannot reset memory.peak per descriptor (before 6.12)
-	peak      *os.File // the peak since the replica started, where there is no reset
-	noPeak    bool     // that file could not be opened
+	noReset   bool          // the kernel cannot reset memory.peak per descriptor (before 6.12)
+	lastCPU   time.Duration // the latest cpu.stat reading
+	lastAt    time.Time     // when it was taken; zero = none yet
+	peak      *os.File      // the peak since the replica started, where there is no reset
+	noPeak    bool          // that file could not be opened
 }
 
 // close closes every file the meter holds; a call still holding a peak
@@ -122,12 +124,44 @@ func (m *cgroupMeter) held(f **os.File, failed *bool, path string) *os.File {
 	return *f
 }
 
-// cpuUsage reads the CPU time the cgroup's processes have used; false
-// without a v2 cgroup.
-func (rc *replicaCgroup) cpuUsage() (time.Duration, bool) {
+// reuseCPUReading is how old a cpu.stat reading a call's start may take
+// instead of reading afresh. Calls one after the other on a replica then
+// read it once each: the next call starts from the reading that ended the
+// one before, so no CPU is charged twice, and a call's own CPU is never
+// missed (its window only begins earlier, by at most this long). Reading
+// cpu.stat makes the kernel gather the cgroup's per-CPU counters, the
+// costliest part of measuring a call.
+const reuseCPUReading = time.Millisecond
+
+// cpuUsageSince returns the CPU time the cgroup's processes have used, from
+// a reading at most maxAge old (0: read now); false without a v2 cgroup.
+func (rc *replicaCgroup) cpuUsageSince(maxAge time.Duration) (time.Duration, bool) {
 	if rc == nil || rc.v2 == "" {
 		return 0, false
 	}
+	m := &rc.meter
+	if maxAge > 0 {
+		m.mu.Lock()
+		cpu, at := m.lastCPU, m.lastAt
+		m.mu.Unlock()
+		if !at.IsZero() && time.Since(at) <= maxAge {
+			return cpu, true
+		}
+	}
+	at := time.Now()
+	cpu, ok := rc.readCPUStat()
+	if ok {
+		m.mu.Lock()
+		if at.After(m.lastAt) {
+			m.lastCPU, m.lastAt = cpu, at
+		}
+		m.mu.Unlock()
+	}
+	return cpu, ok
+}
+
+// readCPUStat reads cpu.stat's usage_usec.
+func (rc *replicaCgroup) readCPUStat() (time.Duration, bool) {
 	f := rc.cpuStatFile()
 	if f == nil {
 		return 0, false
