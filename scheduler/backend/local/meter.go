@@ -166,7 +166,7 @@ func (rc *replicaCgroup) readCPUStat() (time.Duration, bool) {
 	if f == nil {
 		return 0, false
 	}
-	var buf [512]byte // usage_usec is its first line
+	var buf [64]byte // usage_usec is its first line: the rest is not read
 	n, err := f.ReadAt(buf[:], 0)
 	if n == 0 && err != nil {
 		return 0, false // closed under us: the replica is gone
