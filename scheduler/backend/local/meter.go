@@ -105,16 +105,17 @@ func (m *cgroupMeter) close() {
 
 // cpuStatFile returns the replica's open cpu.stat, opening it on first use.
 func (rc *replicaCgroup) cpuStatFile() *os.File {
-	return rc.meter.held(&rc.meter.cpuStat, &rc.meter.noCPU, filepath.Join(rc.v2, "cpu.stat"))
+	return rc.meter.held(&rc.meter.cpuStat, &rc.meter.noCPU, func() string { return filepath.Join(rc.v2, "cpu.stat") })
 }
 
-// held returns *f, opening path into it on first use; nil where it could
-// not be opened (*failed, not tried again) or the cgroup is gone.
-func (m *cgroupMeter) held(f **os.File, failed *bool, path string) *os.File {
+// held returns *f, opening path() into it on first use; nil where it could
+// not be opened (*failed, not tried again) or the cgroup is gone. (A path
+// is only named then: filepath.Join on every call showed in profiles.)
+func (m *cgroupMeter) held(f **os.File, failed *bool, path func() string) *os.File {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if *f == nil && !m.closed && !*failed {
-		opened, err := os.Open(path)
+		opened, err := os.Open(path())
 		if err != nil {
 			*failed = true
 			return nil
@@ -195,15 +196,15 @@ func (rc *replicaCgroup) openPeak() peakReader {
 		return peakReader{}
 	}
 	m := &rc.meter
-	var path string
+	var path func() string
 	switch {
 	case rc.v2 != "" && rc.cg.v2Ctl["memory"]:
-		path = filepath.Join(rc.v2, "memory.peak")
+		path = func() string { return filepath.Join(rc.v2, "memory.peak") }
 		if f := m.takePeak(path); f != nil {
 			return peakReader{f: f, m: m}
 		}
 	case rc.v1["memory"] != "":
-		path = filepath.Join(rc.v1["memory"], "memory.max_usage_in_bytes")
+		path = func() string { return filepath.Join(rc.v1["memory"], "memory.max_usage_in_bytes") }
 	default:
 		return peakReader{}
 	}
@@ -213,7 +214,7 @@ func (rc *replicaCgroup) openPeak() peakReader {
 // takePeak returns a memory.peak descriptor of its own for one call, reset
 // to the usage now; nil where the kernel cannot reset one or the cgroup is
 // gone.
-func (m *cgroupMeter) takePeak(path string) *os.File {
+func (m *cgroupMeter) takePeak(path func() string) *os.File {
 	m.mu.Lock()
 	if m.closed || m.noReset {
 		m.mu.Unlock()
@@ -226,7 +227,7 @@ func (m *cgroupMeter) takePeak(path string) *os.File {
 	m.mu.Unlock()
 	if f == nil {
 		var err error
-		if f, err = os.OpenFile(path, os.O_RDWR, 0); err != nil {
+		if f, err = os.OpenFile(path(), os.O_RDWR, 0); err != nil {
 			return nil
 		}
 	}
