@@ -83,6 +83,7 @@ func (s *Scheduler) attach(c *call, r *rep, batchSize int, batchWaitMs int64) {
 		c.c.BootMs = ms(r.readyAt.Sub(from))
 	}
 	s.account(r, now) // its idle time, or its other calls' shares, up to now
+	c.shareFrom = r.callShare
 	c.r = r
 	c.gpus, c.gpuWeight = len(r.gpus), r.gpuWeight
 	r.calls[c] = struct{}{}
@@ -241,6 +242,7 @@ func (s *Scheduler) onInferTimeout(c *call, seq uint64) {
 func (s *Scheduler) detach(c *call) {
 	r := c.r
 	s.account(r, s.clk.Now()) // c's share up to now
+	c.replicaSeconds += r.callShare - c.shareFrom
 	delete(r.calls, c)
 	if len(r.calls) == 0 {
 		r.idleSince = s.clk.Now()

@@ -52,6 +52,7 @@ type call struct {
 	// the GPUs its last replica held (and counts as), and what the
 	// backend measured over its run.
 	replicaSeconds float64
+	shareFrom      float64 // its replica's callShare when it attached
 	gpus           int
 	gpuWeight      float64
 	measured       *backend.Usage

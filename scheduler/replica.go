@@ -57,9 +57,13 @@ type rep struct {
 	park         parkState // parking.go
 
 	// acctAt is how far its time has been charged (usage.go: account);
-	// gpuWeight how many GPUs it counts as there.
+	// gpuWeight how many GPUs it counts as there; callShare the seconds a
+	// call running on it all along would have been charged by then (calls
+	// running at once share each second), from which detach charges each
+	// call its part.
 	acctAt    time.Time
 	gpuWeight float64
+	callShare float64
 }
 
 // live reports whether r counts toward its project's replicas: it is, or

@@ -76,8 +76,11 @@ func (s *Scheduler) scaleUp() {
 	any := false
 	for _, p := range s.order {
 		n := 0
-		if !p.deleted && !p.backoffT.armed() && fitsMachine(devices, requestOf(p.cfg.Model)) == nil {
+		if !p.deleted && !p.backoffT.armed() {
 			n = max(p.want()-p.live(), 0)
+		}
+		if n > 0 && fitsMachine(devices, requestOf(p.cfg.Model)) != nil {
+			n = 0 // asked only when it wants one: this runs after every event
 		}
 		needs = append(needs, n)
 		any = any || n > 0
