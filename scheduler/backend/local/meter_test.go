@@ -39,6 +39,15 @@ func TestMeasureCountsTheReplicasCPUAndMemory(t *testing.T) {
 	if u := idle(); !u.CPUKnown || u.CPU > 100*time.Millisecond {
 		t.Errorf("an idle stretch measured %v of CPU", u.CPU)
 	}
+	// A call's window may begin at a reading under a millisecond old, never
+	// at an older one: the CPU burned since by a call nobody measured is
+	// not the next call's.
+	infer(t, p, `{"burn": 0.3}`)
+	next := p.Measure()
+	infer(t, p, `{}`)
+	if u := next(); !u.CPUKnown || u.CPU > 100*time.Millisecond {
+		t.Errorf("a no-op call measured %v of CPU, after 0.3 s burned since the last reading", u.CPU)
+	}
 	if b.sb.cgroups.v2Ctl["memory"] || b.sb.cgroups.v1["memory"].base != "" {
 		if u.PeakMemoryBytes < 1<<20 {
 			t.Errorf("peak memory %d bytes; a python model uses megabytes", u.PeakMemoryBytes)
