@@ -65,10 +65,9 @@ type project struct {
 
 // concurrency, inferenceTimeout and bootTimeout read the project's settings
 // with the store's defaults for a value a record lacks (store.ModelSpec's
-// WithDefaults is their one source), never below what keeps the loop going.
-// concurrency is how many requests a replica takes at once: the spec's, as
-// WithDefaults fills it (not called here: every scheduling pass asks, and
-// it copies the whole spec).
+// WithDefaults and the Default constants it applies), never below what
+// keeps the loop going. concurrency applies its default itself: every
+// scheduling pass asks, and WithDefaults copies the whole spec.
 func (p *project) concurrency() int {
 	if c := p.cfg.Model.Concurrency; c != 0 {
 		return max(1, c)
