@@ -596,13 +596,20 @@ func counter(path, name string) int {
 	if err != nil {
 		return 0
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if k, v, ok := strings.Cut(line, " "); ok && k == name {
-			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n
+	n, _ := flatKeyed(data, name)
+	return int(n)
+}
+
+// flatKeyed finds the "name N" line in the content of a cgroup's
+// flat-keyed file (memory.events, cpu.stat, ...).
+func flatKeyed(data []byte, name string) (int64, bool) {
+	for line := range bytes.Lines(data) {
+		if k, v, ok := bytes.Cut(line, []byte(" ")); ok && string(k) == name {
+			n, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
+			return n, err == nil
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // remove deletes rc's cgroups, which must be empty, and closes its fd.

@@ -105,17 +105,18 @@ func (m *cgroupMeter) close() {
 
 // cpuStatFile returns the replica's open cpu.stat, opening it on first use.
 func (rc *replicaCgroup) cpuStatFile() *os.File {
-	return rc.meter.held(&rc.meter.cpuStat, &rc.meter.noCPU, func() string { return filepath.Join(rc.v2, "cpu.stat") })
+	return rc.meter.held(&rc.meter.cpuStat, &rc.meter.noCPU, rc.v2, "cpu.stat")
 }
 
-// held returns *f, opening path() into it on first use; nil where it could
-// not be opened (*failed, not tried again) or the cgroup is gone. (A path
-// is only named then: filepath.Join on every call showed in profiles.)
-func (m *cgroupMeter) held(f **os.File, failed *bool, path func() string) *os.File {
+// held returns *f, opening the file dir/name into it on first use; nil
+// where it could not be opened (*failed, not tried again) or the cgroup is
+// gone. (The path is joined only then: filepath.Join on every call showed
+// in profiles.)
+func (m *cgroupMeter) held(f **os.File, failed *bool, dir, name string) *os.File {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if *f == nil && !m.closed && !*failed {
-		opened, err := os.Open(path())
+		opened, err := os.Open(filepath.Join(dir, name))
 		if err != nil {
 			*failed = true
 			return nil
@@ -172,13 +173,8 @@ func (rc *replicaCgroup) readCPUStat() (time.Duration, bool) {
 	if n == 0 && err != nil {
 		return 0, false // closed under us: the replica is gone
 	}
-	for line := range bytes.Lines(buf[:n]) {
-		if v, ok := bytes.CutPrefix(line, []byte("usage_usec ")); ok {
-			us, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
-			return time.Duration(us) * time.Microsecond, err == nil
-		}
-	}
-	return 0, false
+	us, ok := flatKeyed(buf[:n], "usage_usec")
+	return time.Duration(us) * time.Microsecond, ok
 }
 
 // peakReader reads a cgroup's memory high-water mark at a call's end.
@@ -196,25 +192,22 @@ func (rc *replicaCgroup) openPeak() peakReader {
 		return peakReader{}
 	}
 	m := &rc.meter
-	var path func() string
 	switch {
 	case rc.v2 != "" && rc.cg.v2Ctl["memory"]:
-		path = func() string { return filepath.Join(rc.v2, "memory.peak") }
-		if f := m.takePeak(path); f != nil {
+		if f := m.takePeak(rc.v2); f != nil {
 			return peakReader{f: f, m: m}
 		}
+		return peakReader{f: m.held(&m.peak, &m.noPeak, rc.v2, "memory.peak")}
 	case rc.v1["memory"] != "":
-		path = func() string { return filepath.Join(rc.v1["memory"], "memory.max_usage_in_bytes") }
-	default:
-		return peakReader{}
+		return peakReader{f: m.held(&m.peak, &m.noPeak, rc.v1["memory"], "memory.max_usage_in_bytes")}
 	}
-	return peakReader{f: m.held(&m.peak, &m.noPeak, path)}
+	return peakReader{}
 }
 
-// takePeak returns a memory.peak descriptor of its own for one call, reset
-// to the usage now; nil where the kernel cannot reset one or the cgroup is
-// gone.
-func (m *cgroupMeter) takePeak(path func() string) *os.File {
+// takePeak returns a memory.peak descriptor of v2 cgroup dir of its own for
+// one call, reset to the usage now; nil where the kernel cannot reset one
+// or the cgroup is gone.
+func (m *cgroupMeter) takePeak(dir string) *os.File {
 	m.mu.Lock()
 	if m.closed || m.noReset {
 		m.mu.Unlock()
@@ -227,7 +220,7 @@ func (m *cgroupMeter) takePeak(path func() string) *os.File {
 	m.mu.Unlock()
 	if f == nil {
 		var err error
-		if f, err = os.OpenFile(path(), os.O_RDWR, 0); err != nil {
+		if f, err = os.OpenFile(filepath.Join(dir, "memory.peak"), os.O_RDWR, 0); err != nil {
 			return nil
 		}
 	}
