@@ -65,15 +65,9 @@ type project struct {
 
 // concurrency, inferenceTimeout and bootTimeout read the project's settings
 // with the store's defaults for a value a record lacks (store.ModelSpec's
-// WithDefaults and the Default constants it applies), never below what
-// keeps the loop going. concurrency applies its default itself: every
-// scheduling pass asks, and WithDefaults copies the whole spec.
-func (p *project) concurrency() int {
-	if c := p.cfg.Model.Concurrency; c != 0 {
-		return max(1, c)
-	}
-	return store.DefaultConcurrency
-}
+// WithDefaults, and ConcurrencyOrDefault, which it uses, are their one
+// source), never below what keeps the loop going.
+func (p *project) concurrency() int { return max(1, p.cfg.Model.ConcurrencyOrDefault()) }
 
 func (p *project) inferenceTimeout() int {
 	if p.cfg.InferenceTimeout <= 0 {

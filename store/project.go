@@ -110,13 +110,20 @@ func (m ModelSpec) WithDefaults() ModelSpec {
 	if m.BatchPath == "" {
 		m.BatchPath = m.InferPath
 	}
-	if m.Concurrency == 0 {
-		m.Concurrency = DefaultConcurrency
-	}
+	m.Concurrency = m.ConcurrencyOrDefault()
 	if m.BootTimeout == 0 {
 		m.BootTimeout = DefaultBootTimeout
 	}
 	return m
+}
+
+// ConcurrencyOrDefault is Concurrency as WithDefaults fills it, without
+// copying the spec (the scheduler asks on every pass).
+func (m *ModelSpec) ConcurrencyOrDefault() int {
+	if m.Concurrency == 0 {
+		return DefaultConcurrency
+	}
+	return m.Concurrency
 }
 
 // RestartNeeded reports whether replicas started from spec m must be
