@@ -47,6 +47,11 @@ type poolConn struct {
 	br        *bufio.Reader
 	bw        *bufio.Writer
 	idleSince time.Time
+	// peek is alive's look at the socket, made once per connection (a
+	// closure made per call costs an allocation every call); peekErr is
+	// what its recvfrom said.
+	peek    func(fd uintptr) bool
+	peekErr error
 }
 
 // errHeadersTooLarge is returned by roundTrip (wrapped) when a reply's status
@@ -252,6 +257,7 @@ func (p *connPool) get(ctx context.Context) (pc *poolConn, reused bool, err erro
 		return nil, false, err
 	}
 	pc = &poolConn{conn: conn}
+	pc.peek = pc.peekOnce
 	if sc, ok := conn.(syscall.Conn); ok {
 		if pc.raw, err = sc.SyscallConn(); err != nil {
 			conn.Close()
@@ -273,14 +279,16 @@ func (pc *poolConn) alive() bool {
 	if pc.br.Buffered() > 0 || pc.raw == nil {
 		return false
 	}
+	err := pc.raw.Read(pc.peek)
+	return err == nil && (pc.peekErr == syscall.EAGAIN || pc.peekErr == syscall.EWOULDBLOCK)
+}
+
+// peekOnce is a poolConn's peek: one non-blocking MSG_PEEK of a byte.
+// Data (n > 0) or end of stream (n == 0, no error) both disqualify.
+func (pc *poolConn) peekOnce(fd uintptr) bool {
 	var buf [1]byte
-	var rerr error
-	err := pc.raw.Read(func(fd uintptr) bool {
-		// Data (n > 0) or end of stream (n == 0, no error) both disqualify.
-		_, _, rerr = syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		return true // never wait for readiness: one look is all we want
-	})
-	return err == nil && (rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK)
+	_, _, pc.peekErr = syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	return true // never wait for readiness: one look is all we want
 }
 
 // put pools pc, or closes it when the pool is full or closed.
