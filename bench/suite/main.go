@@ -51,6 +51,8 @@ func main() {
 	flag.StringVar(&o.profile, "profile", "", "save inferd's CPU, block and mutex profiles and a trace of each inferd slice here (needs a build with -tags pprof)")
 	flag.BoolVar(&o.quick, "quick", false, "only the hot path's figures, one interleaved run (make bench-quick; -phase 1s -rounds 2 unless given)")
 	copyServer := flag.Int("copy-server", 0, "internal: serve the io.Copy baseline of this many bytes (a helper process of the payload step)")
+	goHopPort := flag.Int("go-hop", 0, "internal: serve the Go hop on this port (a helper process: see gohop.go)")
+	goHopUpstream := flag.String("go-hop-upstream", "", "internal: the model the Go hop forwards to (host:port)")
 	flag.Parse()
 	if o.quick {
 		set := map[string]bool{}
@@ -64,6 +66,10 @@ func main() {
 	}
 	if *copyServer > 0 {
 		fmt.Fprintln(os.Stderr, payload.ListenAndServeCopy(os.Stdout, *copyServer))
+		os.Exit(1)
+	}
+	if *goHopPort > 0 {
+		fmt.Fprintln(os.Stderr, "go hop:", serveGoHop(*goHopPort, *goHopUpstream))
 		os.Exit(1)
 	}
 	o.inferd, o.noop = mustAbs(o.inferd), mustAbs(o.noop)
@@ -177,6 +183,8 @@ type env struct {
 	procs             []*proc
 	direct, direct10  string // no-op model URLs (0 ms and 10 ms per call)
 	nginx             string // nginx in front of direct
+	goHop             string // the Go hop in front of direct (gohop.go)
+	goHopPid          int
 	base              string // inferd's base URL
 	apiKey            string
 	inferdPid         int
@@ -230,6 +238,9 @@ func setUp(ctx context.Context, o options, dir string) (*env, error) {
 		}
 	}
 	if err := startNginx(ctx, o, e); err != nil {
+		return e, err
+	}
+	if err := startGoHop(ctx, e); err != nil {
 		return e, err
 	}
 	return e, startInferd(ctx, o, e)

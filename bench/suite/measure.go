@@ -27,6 +27,9 @@ type runSpec struct {
 	// address it serves profiles on (-profile).
 	pid         int
 	base, pprof string
+	// peers are processes whose CPU time each slice measures beside pid's
+	// (a cluster's other nodes, each running an etcd member).
+	peers []int
 }
 
 func (e *env) model(name, url string, c int) runSpec {
@@ -59,16 +62,18 @@ func sideBySide(ctx context.Context, o options, specs []runSpec) (map[string]*me
 			cfg.Client = loadgen.NewClient(cfg.Concurrency)
 			cfg.Warmup = 1
 			prof := o.profiler(ctx, s, round)
-			commits0, cpu0 := commitsOf(ctx, s.base), cpuOf(s.pid) // the metrics read outside the CPU figure
+			commits0, cpu0, peers0 := commitsOf(ctx, s.base), cpuOf(s.pid), cpuOfAll(s.peers) // the metrics read outside the CPU figure
 			r, err := loadgen.Run(ctx, cfg)
 			if err != nil {
 				return nil, err
 			}
 			cpu, commits := cpuOf(s.pid)-cpu0, commitsOf(ctx, s.base).minus(commits0)
+			peerCPU := cpuOfAll(s.peers) - peers0
 			prof.finish()
 			cfg.Client.CloseIdleConnections()
 			m := out[s.name]
 			m.add(r, cpu, cfg.Warmup*cfg.Concurrency)
+			m.peerCPU += peerCPU
 			m.commits.n += commits.n
 			m.commits.secs += commits.secs
 		}
@@ -105,6 +110,15 @@ func cpuOf(pid int) time.Duration {
 	return d
 }
 
+// cpuOfAll is the CPU time of all of pids' threads.
+func cpuOfAll(pids []int) time.Duration {
+	var d time.Duration
+	for _, pid := range pids {
+		d += cpuOf(pid)
+	}
+	return d
+}
+
 func withCount(c loadgen.Config, n int) loadgen.Config {
 	c.Count, c.Duration = n*c.Concurrency, 0
 	return c
@@ -118,6 +132,7 @@ type merged struct {
 	requests, err int
 	elapsed       time.Duration
 	cpu           time.Duration // inferd's CPU time during the slices (runSpec.pid)
+	peerCPU       time.Duration // runSpec.peers' CPU time during the slices
 	warm          int           // warm-up requests in those slices, not in requests
 	commits       commitStats   // the daemon's group commits during the slices
 	firstErr      string
@@ -149,6 +164,14 @@ func (m *merged) cpuPerCall() time.Duration {
 		return 0
 	}
 	return m.cpu / time.Duration(m.requests+m.warm)
+}
+
+// peerCPUPerCall is the peers' CPU time per request, as cpuPerCall.
+func (m *merged) peerCPUPerCall() time.Duration {
+	if m.requests+m.warm == 0 {
+		return 0
+	}
+	return m.peerCPU / time.Duration(m.requests+m.warm)
 }
 
 func measureIdle(ctx context.Context, e *env, o options, r *report) error {
@@ -256,6 +279,19 @@ func c64Row(r *report, nginx, start *merged) {
 	r.add("Throughput at c=64, no-op model, sync start / nginx", pct(ratio), "≥ 60%", ratio >= 0.6)
 }
 
+// hopRows are the scale for the c=1, c=16 and c=64 rows: what nginx and the Go
+// hop (gohop.go: net/http in front of inferd's model client, nothing
+// between) reach against the same denominators, and the Go hop's CPU per
+// call beside inferd's.
+func hopRows(r *report, direct1, hop1, direct16, nginx16, hop16, nginx64, hop64 *merged) {
+	r.add("Added latency, Go hop vs direct, c=1, p50 / p99 (for scale)",
+		dur(hop1.pct(50)-direct1.pct(50))+" / "+dur(hop1.pct(99)-direct1.pct(99)), "", true)
+	r.add("Throughput at c=16, no-op model, nginx / direct (for scale)", pct(nginx16.throughput()/direct16.throughput()), "", true)
+	r.add("Throughput at c=16, no-op model, Go hop / direct (for scale)", pct(hop16.throughput()/direct16.throughput()), "", true)
+	r.add("Throughput at c=64, no-op model, Go hop / nginx (for scale)", pct(hop64.throughput()/nginx64.throughput()), "", true)
+	r.add("Go hop CPU per call (schedstat), c=16 / c=64 (for scale)", dur(hop16.cpuPerCall())+" / "+dur(hop64.cpuPerCall()), "", true)
+}
+
 func tenMsRow(r *report, how string, direct, start *merged, target float64) {
 	ratio := start.throughput() / direct.throughput()
 	r.add("Throughput, 10 ms model, sync start / direct, "+how, pct(ratio), "≥ "+pct(target), ratio >= target)
@@ -274,10 +310,14 @@ func measureQuick(ctx context.Context, e *env, o options, r *report) error {
 	res, err := sideBySide(ctx, o, []runSpec{
 		e.model("direct, c=1", e.direct, 1),
 		e.inferd("start, c=1", loadgen.Start, "mk-noop", 1),
+		e.goHopSpec("Go hop, c=1", 1),
 		e.model("direct, c=16", e.direct, 16),
 		e.inferd("start, c=16", loadgen.Start, "mk-noop", 16),
+		e.model("nginx, c=16", e.nginx, 16),
+		e.goHopSpec("Go hop, c=16", 16),
 		e.model("nginx, c=64", e.nginx, 64),
 		e.inferd("start, c=64", loadgen.Start, "mk-noop", 64),
+		e.goHopSpec("Go hop, c=64", 64),
 		e.model("10 ms direct, c=16", e.direct10, 16),
 		e.inferd("10 ms start, c=16", loadgen.Start, "mk-noop10", 16),
 		e.model("10 ms direct, c=64", e.direct10, 64),
@@ -288,11 +328,12 @@ func measureQuick(ctx context.Context, e *env, o options, r *report) error {
 		return err
 	}
 	r.table("Hot path, one interleaved run (closed loops; no-op model unless 10 ms)", res, "direct, c=1", "direct, c=1",
-		"direct, c=1", "start, c=1", "direct, c=16", "start, c=16", "nginx, c=64", "start, c=64",
+		"direct, c=1", "start, c=1", "Go hop, c=1", "direct, c=16", "start, c=16", "nginx, c=16", "Go hop, c=16", "nginx, c=64", "start, c=64", "Go hop, c=64",
 		"10 ms direct, c=16", "10 ms start, c=16", "10 ms direct, c=64", "10 ms start 1×64, c=64", "10 ms start 4×16, c=64")
 	addedLatencyRows(r, res["direct, c=1"], res["start, c=1"])
 	c16Row(r, res["direct, c=16"], res["start, c=16"])
 	c64Row(r, res["nginx, c=64"], res["start, c=64"])
+	hopRows(r, res["direct, c=1"], res["Go hop, c=1"], res["direct, c=16"], res["nginx, c=16"], res["Go hop, c=16"], res["nginx, c=64"], res["Go hop, c=64"])
 	tenMsRow(r, "c=16, 1 replica", res["10 ms direct, c=16"], res["10 ms start, c=16"], 0.95)
 	tenMsRow(r, "c=64, 1 replica × concurrency 64", res["10 ms direct, c=64"], res["10 ms start 1×64, c=64"], 0.8)
 	tenMsRow(r, "c=64, 4 replicas × concurrency 16", res["10 ms direct, c=64"], res["10 ms start 4×16, c=64"], 0.8)
