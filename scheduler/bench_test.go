@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -13,7 +14,11 @@ import (
 // benchScheduler runs a scheduler whose replicas are ready at once and
 // answer every call at once, over the in-memory store.
 func benchScheduler(b *testing.B, p store.Project) *Scheduler {
-	st := newTestStore(b, p)
+	return benchSchedulerOn(b, newTestStore(b, p))
+}
+
+// benchSchedulerOn is benchScheduler over st.
+func benchSchedulerOn(b *testing.B, st *testStore) *Scheduler {
 	l := newFakeBackend(64, nil)
 	l.auto, l.reply = true, json.RawMessage(`{"ok":true}`)
 	s := New(Config{}, st, l, RealClock(), zerolog.Nop())
@@ -73,4 +78,26 @@ func BenchmarkDispatchCycleParallel(b *testing.B) {
 			cycle(b, s, p, inputs)
 		}
 	})
+}
+
+// BenchmarkDispatchCycleAmongProjects is BenchmarkDispatchCycle on a box
+// that also holds idle projects (no calls, no replicas): what a call costs
+// the loop should not grow with them (narrow.go).
+func BenchmarkDispatchCycleAmongProjects(b *testing.B) {
+	for _, idle := range []int{0, 50, 200} {
+		b.Run(fmt.Sprintf("idle=%d", idle), func(b *testing.B) {
+			p := testProject("bench", minMax(1, 1))
+			projects := []store.Project{p}
+			for i := range idle {
+				projects = append(projects, testProject(fmt.Sprintf("idle%03d", i), minMax(0, 1)))
+			}
+			s := benchSchedulerOn(b, newTestStore(b, projects...))
+			inputs := json.RawMessage(`{"x":1}`)
+			cycle(b, s, p, inputs) // boots the replica
+			b.ReportAllocs()
+			for b.Loop() {
+				cycle(b, s, p, inputs)
+			}
+		})
+	}
 }

@@ -151,6 +151,7 @@ func (s *Scheduler) infer(ctx context.Context, j inferJob) {
 
 func (s *Scheduler) onInferDone(ev evInferDone) {
 	c := ev.c
+	s.pass.touch(c.p) // whichever way it ends, only its project changes
 	if c.abortedOn == ev.r {
 		s.aborted(c)
 		return

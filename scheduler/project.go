@@ -22,6 +22,7 @@ type project struct {
 	next     int    // last replica number handed out
 	running  int    // calls running on its replicas
 	deleted  bool   // its replicas are stopping; it goes once they have
+	touched  bool   // in the scheduling pass's touched list (narrow.go)
 	// clustered: the node is one of a cluster's, and share its part of
 	// the project's replicas (cluster.go: minReplicas, maxReplicas).
 	clustered bool

@@ -18,8 +18,12 @@ const (
 // is wanted where resources allow, evicting idle replicas of other projects
 // for projects that wait. While draining, drainPass replaces it.
 func (s *Scheduler) schedule() {
+	defer s.pass.reset()
 	if s.drain != nil {
 		s.drainPass()
+		return
+	}
+	if s.narrowPass() {
 		return
 	}
 	for _, p := range s.order {
@@ -31,6 +35,7 @@ func (s *Scheduler) schedule() {
 		s.tidyParking(p)
 	}
 	s.scaleUp()
+	s.pass.calm = s.settled()
 }
 
 // tidy handles p's idle replicas: drained ones stop, those above max stop

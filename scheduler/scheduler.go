@@ -185,6 +185,9 @@ type Scheduler struct {
 	scratch   []*rep
 	needs     []int
 	held      []assignment
+	// pass says what the scheduling pass after the events in hand must
+	// visit: only the projects they touched, while nothing waits (narrow.go).
+	pass passScope
 	// quotas are the teams' quotas (absent = unlimited); teamLoading is
 	// reloadTeam's reads in flight, like loading.
 	quotas      map[string]store.Quota
@@ -358,7 +361,7 @@ func (s *Scheduler) loop(ctx context.Context) {
 			s.shutdown()
 			return
 		case req := <-s.submitc:
-			s.admit(req)
+			s.admit(req) // touches the project it queues a call in
 		case req := <-s.lookupc:
 			req.reply <- s.lookupLive(req.id)
 			continue // reads change nothing: no scheduling pass
@@ -374,13 +377,20 @@ func (s *Scheduler) loop(ctx context.Context) {
 			continue
 		case fn := <-s.controlc:
 			fn()
+			s.pass.widen() // a control may change anything
 		case <-s.in.kick:
 			evs := s.in.take(s.evbuf)
 			pass := s.drain != nil // a drain's pass watches the calls end
 			for _, ev := range evs {
 				s.handle(ev)
-				_, final := ev.(evFinal)
-				pass = pass || !final
+				switch ev.(type) {
+				case evFinal:
+				case evInferDone, evPersisted:
+					pass = true // their handlers say what they touched
+				default:
+					pass = true
+					s.pass.widen()
+				}
 			}
 			s.evbuf = evs
 			if !pass {

@@ -343,6 +343,7 @@ func (s *Scheduler) admit(req startReq) {
 	s.calls[c.c.ID] = c
 	s.index(c)
 	p.queue.push(c)
+	s.pass.touch(p)
 	s.armExpiry(c)
 	if req.live != nil {
 		// Nobody knows the call's ID, so there is nothing to make durable
@@ -392,6 +393,7 @@ func (s *Scheduler) persist(c *call, answer store.Call, reply chan<- startResult
 // know its ID.
 func (s *Scheduler) onPersisted(ev evPersisted) {
 	c := ev.c
+	s.pass.touch(c.p)
 	switch {
 	case c.state == callSaving && ev.err != nil:
 		c.p.queue.remove(c)
