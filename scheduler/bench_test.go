@@ -101,3 +101,34 @@ func BenchmarkDispatchCycleAmongProjects(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDispatchCycleBesideABacklog is BenchmarkDispatchCycle for a
+// team with quotas whose other project holds a backlog of queued calls
+// (the team's replicas quota lets only the benchmark's project boot): a
+// team's use is asked on every admission and dispatch, and must not cost
+// more with thousands of calls queued (tenancy.go, useOf).
+func BenchmarkDispatchCycleBesideABacklog(b *testing.B) {
+	for _, backlog := range []int{0, DefaultMaxQueuedPerProject} {
+		b.Run(fmt.Sprintf("queued=%d", backlog), func(b *testing.B) {
+			p := testProject("bench", minMax(1, 1))
+			waiting := testProject("backlog", minMax(0, 1))
+			st := newTestStore(b, p, waiting)
+			quota := store.Quota{Replicas: 1, RunningCalls: 100, QueuedCalls: 100000}
+			if _, err := st.SetTeamQuota(p.TeamID, quota); err != nil {
+				b.Fatal(err)
+			}
+			s := benchSchedulerOn(b, st)
+			inputs := json.RawMessage(`{"x":1}`)
+			cycle(b, s, p, inputs) // boots the team's one replica
+			for range backlog {
+				if _, err := s.Submit(context.Background(), waiting, inputs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				cycle(b, s, p, inputs)
+			}
+		})
+	}
+}

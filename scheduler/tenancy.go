@@ -52,9 +52,11 @@ type teamUse struct {
 	queuedBytes                               int64
 }
 
-// useOf adds up team's use. It walks the team's projects (their queues
-// count their calls' input bytes: fifo.bytes) and, for queued calls, the
-// live calls: cheap next to a scheduling pass.
+// useOf adds up team's use. It walks the team's projects only, never the
+// calls: a team with a quota has it asked on every admission and dispatch,
+// and its queues may hold thousands. Their queues count their calls (queued
+// and saving calls are exactly those in a queue: lifecycle.go) and the
+// calls' input bytes (fifo.bytes).
 func (s *Scheduler) useOf(team string) teamUse {
 	var u teamUse
 	for _, p := range s.order {
@@ -62,6 +64,7 @@ func (s *Scheduler) useOf(team string) teamUse {
 			continue
 		}
 		u.running += p.running
+		u.queued += p.queue.len()
 		u.queuedBytes += p.queue.bytes() // inputs of durable queued calls are not in memory
 		for _, r := range p.replicas {
 			u.replicas++
@@ -69,11 +72,6 @@ func (s *Scheduler) useOf(team string) teamUse {
 			if r.cpuSlot {
 				u.cpuSlots++
 			}
-		}
-	}
-	for _, c := range s.calls {
-		if (c.state == callQueued || c.state == callSaving) && c.p.cfg.TeamID == team {
-			u.queued++
 		}
 	}
 	return u
