@@ -190,17 +190,19 @@ func measureLatency(ctx context.Context, e *env, o options, r *report) error {
 		e.model("nginx", e.nginx, 1),
 		e.inferd("inferd start", loadgen.Start, "mk-noop", 1),
 		e.inferd("inferd startOnly+check", loadgen.StartOnly, "mk-noop", 1),
+		e.goHopSpec("Go hop", 1),
 	})
 	if err != nil {
 		return err
 	}
 	r.table("Latency, no-op model, concurrency 1 (closed loop)", res, "direct", "direct",
-		"direct", "nginx", "inferd start", "inferd startOnly+check")
+		"direct", "nginx", "inferd start", "inferd startOnly+check", "Go hop")
 	d, s, n := res["direct"], res["inferd start"], res["nginx"]
 	r.warmStart = s.pct(50)
 	addedLatencyRows(r, d, s)
 	r.add("Added latency, nginx vs direct, p50 / p99 (for scale)",
 		dur(n.pct(50)-d.pct(50))+" / "+dur(n.pct(99)-d.pct(99)), "", true)
+	hopLatencyRow(r, d, res["Go hop"])
 	cpuRow(r, "sync start, concurrency 1", s)
 	return nil
 }
@@ -211,6 +213,8 @@ func measureConcurrency16(ctx context.Context, e *env, o options, r *report) err
 	res, err := sideBySide(ctx, o, []runSpec{
 		e.model("direct", e.direct, 16),
 		e.inferd("inferd start", loadgen.Start, "mk-noop", 16),
+		e.model("nginx", e.nginx, 16),
+		e.goHopSpec("Go hop", 16),
 		e.model("direct, 10 ms model", e.direct10, 16),
 		e.inferd("inferd start, 10 ms model", loadgen.Start, "mk-noop10", 16),
 	})
@@ -218,8 +222,9 @@ func measureConcurrency16(ctx context.Context, e *env, o options, r *report) err
 		return err
 	}
 	r.table("Throughput, concurrency 16 (closed loop)", res, "direct", "direct",
-		"direct", "inferd start", "direct, 10 ms model", "inferd start, 10 ms model")
+		"direct", "inferd start", "nginx", "Go hop", "direct, 10 ms model", "inferd start, 10 ms model")
 	c16Row(r, res["direct"], res["inferd start"])
+	hopC16Rows(r, res["direct"], res["nginx"], res["Go hop"])
 	tenMsRow(r, "c=16, 1 replica", res["direct, 10 ms model"], res["inferd start, 10 ms model"], 0.95)
 	cpuRow(r, "sync start, concurrency 16", res["inferd start"])
 	return nil
@@ -231,13 +236,15 @@ func measureThroughputNoop(ctx context.Context, e *env, o options, r *report) er
 		e.model("nginx", e.nginx, 64),
 		e.inferd("inferd start", loadgen.Start, "mk-noop", 64),
 		e.inferd("inferd startOnly+check", loadgen.StartOnly, "mk-noop", 64),
+		e.goHopSpec("Go hop", 64),
 	})
 	if err != nil {
 		return err
 	}
 	r.table("Throughput, no-op model, concurrency 64 (closed loop)", res, "direct", "nginx",
-		"direct", "nginx", "inferd start", "inferd startOnly+check")
+		"direct", "nginx", "inferd start", "inferd startOnly+check", "Go hop")
 	c64Row(r, res["nginx"], res["inferd start"])
+	hopC64Rows(r, res["nginx"], res["Go hop"])
 	ratio := res["inferd startOnly+check"].throughput() / res["nginx"].throughput()
 	r.add("Throughput at c=64, no-op model, startOnly+check / nginx", pct(ratio), "", true)
 	cpuRow(r, "sync start, concurrency 64", res["inferd start"])
@@ -279,17 +286,25 @@ func c64Row(r *report, nginx, start *merged) {
 	r.add("Throughput at c=64, no-op model, sync start / nginx", pct(ratio), "≥ 60%", ratio >= 0.6)
 }
 
-// hopRows are the scale for the c=1, c=16 and c=64 rows: what nginx and the Go
-// hop (gohop.go: net/http in front of inferd's model client, nothing
-// between) reach against the same denominators, and the Go hop's CPU per
-// call beside inferd's.
-func hopRows(r *report, direct1, hop1, direct16, nginx16, hop16, nginx64, hop64 *merged) {
+// The floor's rows are the scale for the c=1, c=16 and c=64 rows: what
+// nginx and the Go hop (gohop.go: net/http in front of inferd's model
+// client, nothing between) reach against the same denominators, and the
+// Go hop's CPU per call beside inferd's.
+
+func hopLatencyRow(r *report, direct, hop *merged) {
 	r.add("Added latency, Go hop vs direct, c=1, p50 / p99 (for scale)",
-		dur(hop1.pct(50)-direct1.pct(50))+" / "+dur(hop1.pct(99)-direct1.pct(99)), "", true)
-	r.add("Throughput at c=16, no-op model, nginx / direct (for scale)", pct(nginx16.throughput()/direct16.throughput()), "", true)
-	r.add("Throughput at c=16, no-op model, Go hop / direct (for scale)", pct(hop16.throughput()/direct16.throughput()), "", true)
-	r.add("Throughput at c=64, no-op model, Go hop / nginx (for scale)", pct(hop64.throughput()/nginx64.throughput()), "", true)
-	r.add("Go hop CPU per call (schedstat), c=16 / c=64 (for scale)", dur(hop16.cpuPerCall())+" / "+dur(hop64.cpuPerCall()), "", true)
+		dur(hop.pct(50)-direct.pct(50))+" / "+dur(hop.pct(99)-direct.pct(99)), "", true)
+}
+
+func hopC16Rows(r *report, direct, nginx, hop *merged) {
+	r.add("Throughput at c=16, no-op model, nginx / direct (for scale)", pct(nginx.throughput()/direct.throughput()), "", true)
+	r.add("Throughput at c=16, no-op model, Go hop / direct (for scale)", pct(hop.throughput()/direct.throughput()), "", true)
+	r.add("Go hop CPU per call (schedstat), c=16 (for scale)", dur(hop.cpuPerCall()), "", true)
+}
+
+func hopC64Rows(r *report, nginx, hop *merged) {
+	r.add("Throughput at c=64, no-op model, Go hop / nginx (for scale)", pct(hop.throughput()/nginx.throughput()), "", true)
+	r.add("Go hop CPU per call (schedstat), c=64 (for scale)", dur(hop.cpuPerCall()), "", true)
 }
 
 func tenMsRow(r *report, how string, direct, start *merged, target float64) {
@@ -333,7 +348,9 @@ func measureQuick(ctx context.Context, e *env, o options, r *report) error {
 	addedLatencyRows(r, res["direct, c=1"], res["start, c=1"])
 	c16Row(r, res["direct, c=16"], res["start, c=16"])
 	c64Row(r, res["nginx, c=64"], res["start, c=64"])
-	hopRows(r, res["direct, c=1"], res["Go hop, c=1"], res["direct, c=16"], res["nginx, c=16"], res["Go hop, c=16"], res["nginx, c=64"], res["Go hop, c=64"])
+	hopLatencyRow(r, res["direct, c=1"], res["Go hop, c=1"])
+	hopC16Rows(r, res["direct, c=16"], res["nginx, c=16"], res["Go hop, c=16"])
+	hopC64Rows(r, res["nginx, c=64"], res["Go hop, c=64"])
 	tenMsRow(r, "c=16, 1 replica", res["10 ms direct, c=16"], res["10 ms start, c=16"], 0.95)
 	tenMsRow(r, "c=64, 1 replica × concurrency 64", res["10 ms direct, c=64"], res["10 ms start 1×64, c=64"], 0.8)
 	tenMsRow(r, "c=64, 4 replicas × concurrency 16", res["10 ms direct, c=64"], res["10 ms start 4×16, c=64"], 0.8)
