@@ -4,9 +4,8 @@ package scheduler
 // project: dispatch, idle and parking timers, then scale-up across them all.
 // The events of a call's plain way through (its admission, its first write
 // committing, its end on its replica) change one project only, so while
-// nothing waits (no project for capacity or for its team's quota, no GPU
-// release pending) the pass after them visits only the projects they
-// touched. A call then costs the loop the same whether the box has one
+// nothing waits (no project for capacity or for its team's quota) the pass
+// after them visits only the projects they touched. A call then costs the loop the same whether the box has one
 // project or hundreds (BenchmarkDispatchCycleAmongProjects).
 //
 // The narrow pass is the full pass's first two steps (dispatch; idle and
