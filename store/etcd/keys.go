@@ -133,16 +133,16 @@ func (s *Store) Authenticate(secret string) (store.APIKey, error) {
 	if err != nil {
 		return store.APIKey{}, err
 	}
-	return keyOf(what, kk, secret, raw, found)
+	return s.keyOf(what, kk, secret, raw, found)
 }
 
 // keyOf is Authenticate's answer for secret from the record read at kk
 // (found false: none).
-func keyOf(what, kk, secret string, raw []byte, found bool) (store.APIKey, error) {
+func (s *Store) keyOf(what, kk, secret string, raw []byte, found bool) (store.APIKey, error) {
 	if !found {
 		return store.APIKey{}, store.ErrInvalidKey
 	}
-	k, err := decode[store.APIKey](what, kk, raw)
+	k, err := s.keyRecords.decode(what, kk, raw) // its slices shared, as store/bolt's cached keys are
 	if err != nil {
 		return store.APIKey{}, err
 	}

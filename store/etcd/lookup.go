@@ -47,7 +47,7 @@ func (s *Store) LookupStart(secret, modelKey string) store.StartLookup {
 	}
 	var look store.StartLookup
 	raw, found := valueOf(resp, 0)
-	if look.Key, look.KeyErr = keyOf(what, kk, secret, raw, found); look.KeyErr != nil {
+	if look.Key, look.KeyErr = s.keyOf(what, kk, secret, raw, found); look.KeyErr != nil {
 		return look
 	}
 	const byKey = "project by modelKey"
@@ -72,10 +72,12 @@ func (s *Store) LookupStart(secret, modelKey string) store.StartLookup {
 		look.ProjectErr = fmt.Errorf("%s: get project %s: %w", byKey, guess, store.ErrNotFound)
 		return look
 	}
-	look.Project, look.ProjectErr = decode[store.Project](fmt.Sprintf("get project %s", guess), pk, raw)
-	if look.ProjectErr != nil {
-		look.ProjectErr = fmt.Errorf("%s: %w", byKey, look.ProjectErr)
+	p, err := s.projectRecords.decode(fmt.Sprintf("get project %s", guess), pk, raw)
+	if err != nil {
+		look.ProjectErr = fmt.Errorf("%s: %w", byKey, err)
+		return look
 	}
+	look.Project = p.Clone() // the caller's own, as GetProject's is
 	return look
 }
 

@@ -74,3 +74,37 @@ func TestLookupStartAnswersAsTheSeparateReadsDo(t *testing.T) {
 	}
 	same("revoked", secret, "other", "", store.ErrInvalidKey, nil)
 }
+
+// The key and project records a start reads are decoded once for the same
+// bytes (decoded.go): a record changed through another node is read as
+// changed, and each start gets a project of its own to change.
+func TestLookupStartDecodesChangedRecordsAfreshAndHandsOutCopies(t *testing.T) {
+	n1, n2 := twoNodes(t)
+	secret, _, err := n1.CreateKey("acme", store.ScopeTeam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := storetest.Project("a", "acme")
+	a.Model.KeyHash = store.HashModelKey("mk")
+	a.Model.Command = []string{"python3", "v1.py"}
+	if _, err := n1.PutProject(a); err != nil {
+		t.Fatal(err)
+	}
+	first := n2.LookupStart(secret, "mk")
+	if first.KeyErr != nil || first.ProjectErr != nil {
+		t.Fatalf("lookup: %v, %v", first.KeyErr, first.ProjectErr)
+	}
+	first.Project.Model.Command[1] = "changed-by-its-caller.py"
+	if again := n2.LookupStart(secret, "mk"); again.ProjectErr != nil || again.Project.Model.Command[1] != "v1.py" {
+		t.Fatalf("second lookup: command %q, %v; want v1.py: a caller's change reached the next start",
+			again.Project.Model.Command, again.ProjectErr)
+	}
+
+	a.Model.Command = []string{"python3", "v2.py"}
+	if _, err := n1.PutProject(a); err != nil {
+		t.Fatal(err)
+	}
+	if look := n2.LookupStart(secret, "mk"); look.ProjectErr != nil || look.Project.Model.Command[1] != "v2.py" {
+		t.Fatalf("after the update through node 1: command %q, %v; want v2.py", look.Project.Model.Command, look.ProjectErr)
+	}
+}

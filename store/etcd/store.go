@@ -96,6 +96,10 @@ type Store struct {
 	// projectHint is the project each modelKey's index entry last named
 	// (modelKey hash → project id), read with the index by LookupStart.
 	projectHint sync.Map
+	// keyRecords and projectRecords are the key and project records the
+	// hot reads (Authenticate, LookupStart) decoded last (decoded.go).
+	keyRecords     decodedCache[store.APIKey]
+	projectRecords decodedCache[store.Project]
 
 	// unanswered is when a try first failed for want of an answer since
 	// the last one answered (Unix nanoseconds), 0 while etcd answers
