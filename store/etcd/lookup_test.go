@@ -90,6 +90,7 @@ func TestLookupStartDecodesChangedRecordsAfreshAndHandsOutCopies(t *testing.T) {
 	if _, err := n1.PutProject(a); err != nil {
 		t.Fatal(err)
 	}
+	n2.LookupStart(secret, "mk") // the first reads the project by its id: the modelKey's hint is new
 	first := n2.LookupStart(secret, "mk")
 	if first.KeyErr != nil || first.ProjectErr != nil {
 		t.Fatalf("lookup: %v, %v", first.KeyErr, first.ProjectErr)
