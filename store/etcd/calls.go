@@ -108,20 +108,21 @@ func (s *Store) newCallWrite(c store.Call, done func(error)) (callWrite, error) 
 // same. The payloads are stored as the bytes given, never encoded again.
 func (s *Store) callOps(c store.Call) ([]clientv3.Op, int, error) {
 	what := fmt.Sprintf("save call %s", c.ID)
-	r := c
-	r.Inputs, r.Outputs = nil, nil
-	rec, err := encode(what, r)
+	// Field by field, byte for byte json.Marshal's (store.AppendRecord):
+	// every move of every call is encoded here, twice.
+	rec, err := store.AppendRecord(nil, c)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, fmt.Errorf("%s: encode: %w", what, err)
 	}
+	r := c
 	r.Webhook = "" // may carry a token in its query
-	meta, err := encode(what, r)
+	meta, err := store.AppendRecord(make([]byte, 0, len(rec)), r)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, fmt.Errorf("%s: encode: %w", what, err)
 	}
 	ops := []clientv3.Op{
-		clientv3.OpPut(s.key("calls", c.ID), rec),
-		clientv3.OpPut(s.key("meta", c.ID), meta),
+		clientv3.OpPut(s.key("calls", c.ID), string(rec)),
+		clientv3.OpPut(s.key("meta", c.ID), string(meta)),
 	}
 	ops = append(ops, s.outputOps(c.ID, c.Outputs)...) // outputs: what this write says
 	inlineOut := len(c.Outputs)
