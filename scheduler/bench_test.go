@@ -55,9 +55,17 @@ func cycle(b *testing.B, s *Scheduler, p store.Project, inputs json.RawMessage) 
 // replica that answers at once, final write, done.
 func BenchmarkDispatchCycle(b *testing.B) {
 	p := testProject("bench", minMax(1, 1))
-	s := benchScheduler(b, p)
+	cycles(b, benchScheduler(b, p), p, nil)
+}
+
+// cycles runs one cycle on p, which boots its replica, then setUp (nil:
+// none), then the benchmark's loop of cycles.
+func cycles(b *testing.B, s *Scheduler, p store.Project, setUp func(inputs json.RawMessage)) {
 	inputs := json.RawMessage(`{"x":1}`)
-	cycle(b, s, p, inputs) // boots the replica
+	cycle(b, s, p, inputs)
+	if setUp != nil {
+		setUp(inputs)
+	}
 	b.ReportAllocs()
 	for b.Loop() {
 		cycle(b, s, p, inputs)
@@ -91,13 +99,7 @@ func BenchmarkDispatchCycleAmongProjects(b *testing.B) {
 			for i := range idle {
 				projects = append(projects, testProject(fmt.Sprintf("idle%03d", i), minMax(0, 1)))
 			}
-			s := benchSchedulerOn(b, newTestStore(b, projects...))
-			inputs := json.RawMessage(`{"x":1}`)
-			cycle(b, s, p, inputs) // boots the replica
-			b.ReportAllocs()
-			for b.Loop() {
-				cycle(b, s, p, inputs)
-			}
+			cycles(b, benchSchedulerOn(b, newTestStore(b, projects...)), p, nil)
 		})
 	}
 }
@@ -118,17 +120,13 @@ func BenchmarkDispatchCycleBesideABacklog(b *testing.B) {
 				b.Fatal(err)
 			}
 			s := benchSchedulerOn(b, st)
-			inputs := json.RawMessage(`{"x":1}`)
-			cycle(b, s, p, inputs) // boots the team's one replica
-			for range backlog {
-				if _, err := s.Submit(context.Background(), waiting, inputs); err != nil {
-					b.Fatal(err)
+			cycles(b, s, p, func(inputs json.RawMessage) {
+				for range backlog {
+					if _, err := s.Submit(context.Background(), waiting, inputs); err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
-			b.ReportAllocs()
-			for b.Loop() {
-				cycle(b, s, p, inputs)
-			}
+			})
 		})
 	}
 }
