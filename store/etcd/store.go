@@ -313,8 +313,8 @@ func decode[T any](what, key string, raw []byte) (T, error) {
 	return v, nil
 }
 
-// encode marshals a record. Only a call can fail here (inputs or outputs
-// that are not valid JSON); the error says which record.
+// encode marshals a record (a call's are written by store.AppendRecord:
+// callOps); the error says which record.
 func encode(what string, v any) (string, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
