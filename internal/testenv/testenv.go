@@ -8,6 +8,7 @@ package testenv
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"testing"
@@ -42,13 +43,42 @@ func NeedRoot(t testing.TB, what string) {
 }
 
 // FreeAddr returns a loopback address (127.0.0.1:port) nobody listens on
-// now, for a test server or etcd member to take.
+// now, for a test server or etcd member to take. The port is drawn below
+// the kernel's ephemeral range (ip_local_port_range), where the local port
+// of an outgoing connection, or a port-0 listener's, never lands: between
+// this check and the server's own bind such a connection of a test running
+// beside it had taken the port now and then ("address already in use").
 func FreeAddr(t testing.TB) string {
 	t.Helper()
+	const lowest = 10000
+	if top := ephemeralStart() - 1; top > lowest {
+		for range 100 {
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", lowest+rand.IntN(top-lowest+1)))
+			if err != nil {
+				continue // taken: draw again
+			}
+			defer ln.Close()
+			return ln.Addr().String()
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// ephemeralStart is the first port of the kernel's ephemeral range (Linux's
+// default, 32768, where it cannot be read).
+func ephemeralStart() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	var lo, hi int
+	if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil || lo <= 0 {
+		return 32768
+	}
+	return lo
 }
