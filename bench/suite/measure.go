@@ -159,19 +159,17 @@ func (m *merged) throughput() float64 { return float64(len(m.lat)) / m.elapsed.S
 
 // cpuPerCall is inferd's CPU time per request it served in the slices,
 // warm-ups included.
-func (m *merged) cpuPerCall() time.Duration {
-	if m.requests+m.warm == 0 {
-		return 0
-	}
-	return m.cpu / time.Duration(m.requests+m.warm)
-}
+func (m *merged) cpuPerCall() time.Duration { return m.perCall(m.cpu) }
 
 // peerCPUPerCall is the peers' CPU time per request, as cpuPerCall.
-func (m *merged) peerCPUPerCall() time.Duration {
+func (m *merged) peerCPUPerCall() time.Duration { return m.perCall(m.peerCPU) }
+
+// perCall is d spread over the requests of the slices, warm-ups included.
+func (m *merged) perCall(d time.Duration) time.Duration {
 	if m.requests+m.warm == 0 {
 		return 0
 	}
-	return m.peerCPU / time.Duration(m.requests+m.warm)
+	return d / time.Duration(m.requests+m.warm)
 }
 
 func measureIdle(ctx context.Context, e *env, o options, r *report) error {
