@@ -255,15 +255,20 @@ func TestStreamConnectionIsPooledOnlyOnceItsBodyEnded(t *testing.T) {
 			close(gate)
 			if !tt.pooled {
 				if !tt.hold {
-					<-closed // the client closed the connection
-				}
-				c.Close() // ends the drain of a body that never ends
-				if tt.hold {
-					<-closed
+					waitFor(t, "the drain to close the connection or pool it", func() bool {
+						select {
+						case <-closed:
+							return true
+						default:
+							return idleConns(c) > 0
+						}
+					})
 				}
 				if n := idleConns(c); n != 0 {
 					t.Fatalf("%d connections pooled", n)
 				}
+				c.Close() // ends the drain of a body that never ends
+				<-closed
 				return
 			}
 			waitFor(t, "the drained connection to be pooled", func() bool { return idleConns(c) == 1 })
