@@ -6,12 +6,9 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"inferd/internal/testenv"
 )
 
 // clientCase is one line of examples/openai-clients/clients.mjs: a case
@@ -55,16 +52,8 @@ var openaiClients = []string{"openai4", "openai", "ai-sdk-openai", "ai-sdk-compa
 func TestOpenAIClients(t *testing.T) {
 	t.Parallel()
 	node, skip := clientTestTools(t)
-	dir, _ := filepath.Abs("examples/openai-clients")
-	for _, pkg := range []string{"openai", "openai4", "ai", "@ai-sdk/openai", "@ai-sdk/openai-compatible", "@langchain/openai"} {
-		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg)); err != nil {
-			skip("the npm clients are not installed in examples/openai-clients/node_modules")
-		}
-	}
-	mock, _ := filepath.Abs("examples/openai-mock")
-	if _, err := exec.LookPath("python3"); err != nil {
-		testenv.Missing(t, "python3 on PATH: examples/openai-mock needs it")
-	}
+	dir := npmInstalled("examples/openai-clients", skip, "openai", "openai4", "ai", "@ai-sdk/openai", "@ai-sdk/openai-compatible", "@langchain/openai")
+	mock := openaiMockDir(t)
 	daemonDir, cfg := newDaemonDir(t, "shutdownTimeout: 5s\n")
 	d := startDaemon(t, daemonDir, cfg)
 	key := d.createKey("llm", false)
