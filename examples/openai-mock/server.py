@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import select
+import socket
 import struct
 import sys
 import threading
@@ -273,7 +274,7 @@ class Handler(BaseHTTPRequestHandler):
         deadline = time.time() + 120
         while time.time() < deadline:
             r, _, _ = select.select([self.connection], [], [], 0.05)
-            if r and not self.connection.recv(1, 2):  # MSG_PEEK: its close, not a next request
+            if r and not self.connection.recv(1, socket.MSG_PEEK):  # its close, not a next request
                 return True
         return False
 
