@@ -35,6 +35,7 @@ type options struct {
 	only                string // comma-separated step names to run; "" = all
 	profile             string // directory for the daemon's profiles under load; "" = none
 	quick               bool   // make bench-quick: the hot path's figures only, short slices
+	vs                  string // a second inferd binary (main's, say) measured beside -inferd in the hot path's steps
 }
 
 func main() {
@@ -49,10 +50,12 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (logs, data file)")
 	flag.StringVar(&o.only, "only", "", "run only these steps, comma-separated words of their names (e.g. \"cold,throughput\")")
 	flag.StringVar(&o.profile, "profile", "", "save inferd's CPU, block and mutex profiles and a trace of each inferd slice here (needs a build with -tags pprof)")
+	flag.StringVar(&o.vs, "vs", "", "a second inferd binary (the baseline: main's build, say) to measure beside -inferd, interleaved, in the hot path's steps")
 	flag.BoolVar(&o.quick, "quick", false, "only the hot path's figures, one interleaved run (make bench-quick; -phase 1s -rounds 2 unless given)")
 	copyServer := flag.Int("copy-server", 0, "internal: serve the io.Copy baseline of this many bytes (a helper process of the payload step)")
 	goHopPort := flag.Int("go-hop", 0, "internal: serve the Go hop on this port (a helper process: see gohop.go)")
 	goHopUpstream := flag.String("go-hop-upstream", "", "internal: the model the Go hop forwards to (host:port)")
+	goHopLog := flag.String("go-hop-log", "", "internal: the durable Go hop's log file")
 	flag.Parse()
 	if o.quick {
 		set := map[string]bool{}
@@ -69,10 +72,13 @@ func main() {
 		os.Exit(1)
 	}
 	if *goHopPort > 0 {
-		fmt.Fprintln(os.Stderr, "go hop:", serveGoHop(*goHopPort, *goHopUpstream))
+		fmt.Fprintln(os.Stderr, "go hop:", serveGoHop(*goHopPort, *goHopUpstream, *goHopLog))
 		os.Exit(1)
 	}
 	o.inferd, o.noop = mustAbs(o.inferd), mustAbs(o.noop)
+	if o.vs != "" {
+		o.vs = mustAbs(o.vs)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -185,6 +191,8 @@ type env struct {
 	nginx             string // nginx in front of direct
 	goHop             string // the Go hop in front of direct (gohop.go)
 	goHopPid          int
+	durableHop        string // the durable Go hop in front of direct (gohop.go)
+	durableHopPid     int
 	base              string // inferd's base URL
 	apiKey            string
 	inferdPid         int
@@ -196,6 +204,7 @@ type env struct {
 	port              int             // inferd's
 	pprof             string          // the address inferd serves profiles on (-profile)
 	projects          []store.Project // the manifest's, as apply reads it
+	vs                *env            // the -vs inferd: its own directory, data and port; nil without -vs
 }
 
 // alwaysOn returns how many replicas the projects keep running at all times
@@ -240,10 +249,32 @@ func setUp(ctx context.Context, o options, dir string) (*env, error) {
 	if err := startNginx(ctx, o, e); err != nil {
 		return e, err
 	}
-	if err := startGoHop(ctx, e); err != nil {
+	if err := startGoHops(ctx, e); err != nil {
 		return e, err
 	}
-	return e, startInferd(ctx, o, e)
+	if err := startInferd(ctx, o, e); err != nil {
+		return e, err
+	}
+	return e, startVs(ctx, o, e)
+}
+
+// startVs starts the -vs inferd beside the first, with the same
+// configuration and projects in a directory of its own.
+func startVs(ctx context.Context, o options, e *env) error {
+	if o.vs == "" {
+		return nil
+	}
+	v := &env{dir: filepath.Join(e.dir, "vs"), direct: e.direct, direct10: e.direct10}
+	v.coldLog, v.coldQuietLog, v.burstLog = filepath.Join(v.dir, "cold.boots"), filepath.Join(v.dir, "coldquiet.boots"), filepath.Join(v.dir, "burst.boots")
+	if err := os.Mkdir(v.dir, 0o755); err != nil {
+		return err
+	}
+	vo := o
+	vo.inferd, vo.profile = o.vs, ""
+	err := startInferd(ctx, vo, v)
+	e.procs = append(e.procs, v.procs...) // stopped with the rest
+	e.vs = v
+	return err
 }
 
 const nginxConf = `daemon off;
