@@ -33,9 +33,14 @@ type connPool struct {
 	max    int           // idle connections kept at most
 	maxAge time.Duration // an idle connection older than this is closed, not reused
 
-	mu     sync.Mutex
-	idle   []*poolConn // most recently used last
-	closed bool
+	mu      sync.Mutex
+	idle    []*poolConn // most recently used last
+	closed  bool
+	dialing int // connects under way, at most maxDialing (dial.go)
+	waiting int // gets waiting for a connection or a dial slot
+	// freed, made by a get that waits for a connection or a dial slot, is
+	// closed (and dropped) when either frees up: every waiter looks again.
+	freed chan struct{}
 }
 
 // poolConn is one connection with its buffers.
@@ -234,25 +239,49 @@ func (pc *poolConn) exchange(req poolRequest) (*http.Response, error) {
 }
 
 // get returns an idle connection that is still open, or dials a new one. reused
-// tells which.
+// tells which. While maxDialing connects are under way it waits for one of
+// them to end or for a connection to come back, whichever is first (dial.go).
 func (p *connPool) get(ctx context.Context) (pc *poolConn, reused bool, err error) {
 	for {
 		p.mu.Lock()
-		n := len(p.idle)
-		if n == 0 {
+		if n := len(p.idle); n > 0 {
+			pc = p.idle[n-1]
+			p.idle[n-1] = nil
+			p.idle = p.idle[:n-1]
+			p.mu.Unlock()
+			if time.Since(pc.idleSince) < p.maxAge && pc.alive() {
+				return pc, true, nil
+			}
+			pc.conn.Close()
+			continue
+		}
+		if p.dialing < maxDialing {
+			p.dialing++
 			p.mu.Unlock()
 			break
 		}
-		pc = p.idle[n-1]
-		p.idle[n-1] = nil
-		p.idle = p.idle[:n-1]
-		p.mu.Unlock()
-		if time.Since(pc.idleSince) < p.maxAge && pc.alive() {
-			return pc, true, nil
+		if p.freed == nil {
+			p.freed = make(chan struct{})
 		}
-		pc.conn.Close()
+		freed := p.freed
+		p.waiting++
+		p.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+		}
+		p.mu.Lock()
+		p.waiting--
+		p.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return nil, false, err
+		}
 	}
-	conn, err := p.dial(ctx, "tcp", p.addr)
+	conn, err := dialRetrying(ctx, p.dial, p.addr)
+	p.mu.Lock()
+	p.dialing--
+	p.wake()
+	p.mu.Unlock()
 	if err != nil {
 		return nil, false, err
 	}
@@ -301,6 +330,7 @@ func (p *connPool) put(pc *poolConn) {
 		return
 	}
 	p.idle = append(p.idle, pc)
+	p.wake()
 	// The least recently used connection may have outlived maxAge while load was
 	// lower; close it rather than keep it until the replica exits.
 	var old *poolConn
@@ -311,6 +341,15 @@ func (p *connPool) put(pc *poolConn) {
 	p.mu.Unlock()
 	if old != nil {
 		old.conn.Close()
+	}
+}
+
+// wake tells the gets waiting that a connection or a dial slot freed up.
+// Callers hold mu.
+func (p *connPool) wake() {
+	if p.freed != nil {
+		close(p.freed)
+		p.freed = nil
 	}
 }
 
