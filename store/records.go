@@ -52,8 +52,14 @@ type Project struct {
 	// Retries is how many times a call interrupted by a restart or a model
 	// crash is run again under the same callID (0: never). Model errors and
 	// timeouts are never retried.
-	Retries int       `json:"retries,omitempty"`
-	Model   ModelSpec `json:"model"`
+	Retries int `json:"retries,omitempty"`
+	// Durability says when a plain sync start of the project (no
+	// startOnly, idempotency key or webhook, finished within startWait)
+	// is answered: DurabilityStrict ("" reads as it) once its record is
+	// durable, DurabilityAnswered as soon as its result is known, its
+	// record group-committed just after (docs/reliability.md).
+	Durability string    `json:"durability,omitempty"`
+	Model      ModelSpec `json:"model"`
 	// Caps bound what the team may set through the project API; only an
 	// admin (the manifest) sets them.
 	Caps ProjectCaps `json:"caps,omitzero"`

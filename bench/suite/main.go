@@ -35,6 +35,7 @@ type options struct {
 	only                string // comma-separated step names to run; "" = all
 	profile             string // directory for the daemon's profiles under load; "" = none
 	quick               bool   // make bench-quick: the hot path's figures only, short slices
+	examples            string // the repository's examples/ (the batching example's model)
 	vs                  string // a second inferd binary (main's, say) measured beside -inferd in the hot path's steps
 }
 
@@ -50,6 +51,7 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (logs, data file)")
 	flag.StringVar(&o.only, "only", "", "run only these steps, comma-separated words of their names (e.g. \"cold,throughput\")")
 	flag.StringVar(&o.profile, "profile", "", "save inferd's CPU, block and mutex profiles and a trace of each inferd slice here (needs a build with -tags pprof)")
+	flag.StringVar(&o.examples, "examples", "examples", "the repository's examples directory (the batching step runs examples/batch)")
 	flag.StringVar(&o.vs, "vs", "", "a second inferd binary (the baseline: main's build, say) to measure beside -inferd, interleaved, in the hot path's steps")
 	flag.BoolVar(&o.quick, "quick", false, "only the hot path's figures, one interleaved run (make bench-quick; -phase 1s -rounds 2 unless given)")
 	copyServer := flag.Int("copy-server", 0, "internal: serve the io.Copy baseline of this many bytes (a helper process of the payload step)")
@@ -75,7 +77,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "go hop:", serveGoHop(*goHopPort, *goHopUpstream, *goHopLog))
 		os.Exit(1)
 	}
-	o.inferd, o.noop = mustAbs(o.inferd), mustAbs(o.noop)
+	o.inferd, o.noop, o.examples = mustAbs(o.inferd), mustAbs(o.noop), mustAbs(o.examples)
 	if o.vs != "" {
 		o.vs = mustAbs(o.vs)
 	}
@@ -120,6 +122,7 @@ func run(ctx context.Context, o options) error {
 		{"throughput, no-op model, concurrency 64", measureThroughputNoop},
 		{"throughput, 10 ms model, concurrency 64", measureThroughput10ms},
 		{"batching: 20 ms + 1 ms per call model", measureBatching},
+		{"batching example: Python, default backlog", measureBatchingExample},
 		{"cluster: 3 nodes vs single box", measureCluster},
 		{"cold boot", measureColdBoot},
 		{"cold boot, quiet model", measureColdBootQuiet},
@@ -258,6 +261,15 @@ func setUp(ctx context.Context, o options, dir string) (*env, error) {
 	return e, startVs(ctx, o, e)
 }
 
+// systemPython is the python3 the batching example runs on: the system's,
+// which every uid may run (a pyenv under /root is not), else python3 on PATH.
+func systemPython() string {
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		return "/usr/bin/python3"
+	}
+	return "python3"
+}
+
 // startVs starts the -vs inferd beside the first, with the same
 // configuration and projects in a directory of its own.
 func startVs(ctx context.Context, o options, e *env) error {
@@ -363,6 +375,8 @@ const manifest = `projects:
   - {id: pass1, team: bench, modelKey: mk-pass1, command: [%[1]q], env: {NOOP_DELAY: 20ms, NOOP_ITEM_DELAY: 1ms, NOOP_SERIAL: "1"}, concurrency: 1, minReplicas: 0, maxReplicas: 1, idleTimeout: 600, bootTimeout: 30}
   - {id: pass16, team: bench, modelKey: mk-pass16, command: [%[1]q], env: {NOOP_DELAY: 20ms, NOOP_ITEM_DELAY: 1ms, NOOP_SERIAL: "1"}, batchPath: /batch, batch: {maxSize: 16, maxWaitMs: %[7]d}, concurrency: 1, minReplicas: 0, maxReplicas: 1, idleTimeout: 600, bootTimeout: 30}
   - {id: huge, team: bench, modelKey: mk-huge, command: [%[1]q], env: {NOOP_REPLY_BYTES: "%[8]d"}, concurrency: 1, minReplicas: 0, maxReplicas: 1, bootTimeout: 30}
+  - {id: pyone, team: bench, modelKey: mk-pyone, command: [%[10]q, "server.py"], dir: %[9]q, concurrency: 64, minReplicas: 0, maxReplicas: 1, idleTimeout: 600, bootTimeout: 30}
+  - {id: pybatch, team: bench, modelKey: mk-pybatch, command: [%[10]q, "server.py"], dir: %[9]q, batchPath: /batch, batch: {maxSize: 16, maxWaitMs: %[7]d}, concurrency: 1, minReplicas: 0, maxReplicas: 1, idleTimeout: 600, bootTimeout: 30}
 `
 
 func startInferd(ctx context.Context, o options, e *env) error {
@@ -392,7 +406,7 @@ func startInferd(ctx context.Context, o options, e *env) error {
 	// bigq's model boots only once the gate file exists (measurePayloads).
 	e.gate = filepath.Join(e.dir, "bigq.gate")
 	gated := fmt.Sprintf("while [ ! -e %s ]; do sleep 0.05; done; exec %s", e.gate, o.noop)
-	data := fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog, e.coldQuietLog, gated, payloadSize, batchMaxWaitMs, bigResultBytes)
+	data := fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog, e.coldQuietLog, gated, payloadSize, batchMaxWaitMs, bigResultBytes, o.examples+"/batch", systemPython())
 	if err := os.WriteFile(mf, data, 0o644); err != nil {
 		return err
 	}

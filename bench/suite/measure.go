@@ -491,6 +491,31 @@ func measureBatching(ctx context.Context, e *env, o options, r *report) error {
 	return nil
 }
 
+// measureBatchingExample is measureBatching on examples/batch, a Python
+// ThreadingHTTPServer that keeps the default listen backlog (5): without
+// batching the project declares concurrency 64, so 64 calls at once open 64
+// connections to it, more than its backlog holds (docs/protocols.md,
+// "Connecting to a replica"); no call may fail for it, and batching must
+// still give ≥ 5×.
+func measureBatchingExample(ctx context.Context, e *env, o options, r *report) error {
+	res, err := sideBySide(ctx, o, []runSpec{
+		e.inferd("example, no batching, concurrency 64, c=64", loadgen.Start, "mk-pyone", 64),
+		e.inferd("example, batch maxSize 16, c=64", loadgen.Start, "mk-pybatch", 64),
+	})
+	if err != nil {
+		return err
+	}
+	one, batch := res["example, no batching, concurrency 64, c=64"], res["example, batch maxSize 16, c=64"]
+	r.table("Batching example (examples/batch: Python, default backlog; 20 ms + 1 ms per call), concurrency 64", res,
+		one.name, one.name, one.name, batch.name)
+	ratio := batch.throughput() / one.throughput()
+	r.add("Throughput at c=64, batching example, batch maxSize 16 / no batching (concurrency 64)",
+		fmt.Sprintf("%.1f×", ratio), "≥ 5×", ratio >= 5)
+	r.add("Failed calls, batching example without batching (64 connections to a backlog of 5)",
+		fmt.Sprint(one.err), "0", one.err == 0)
+	return nil
+}
+
 // measureColdBoot calls the scaled-to-zero project cold again and again:
 // inferd's share is the call's latency less the model's own start and less a
 // warm sync call. The model's own start is measured in the same loop by
