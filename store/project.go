@@ -53,11 +53,6 @@ const (
 	MaxGPUsPerModel  = 64
 	MaxConcurrency   = 1000
 	MaxRetries       = 10
-	// DurabilityStrict and DurabilityAnswered are Project.Durability's
-	// values: a plain sync start answered once its record is durable (the
-	// default), or as soon as its result is known.
-	DurabilityStrict   = "strict"
-	DurabilityAnswered = "answered"
 	MinMemoryMiB     = 16 // a smaller memoryMiB could not start a model at all
 	MaxBatchSize     = 1024
 	MaxBatchWaitMs   = 10000 // a longer wait is a queue, not a batch
@@ -349,6 +344,14 @@ func Edit(old Project, fn func(*Project) error) (Project, error) {
 	}
 	return p, nil
 }
+
+// DurabilityStrict and DurabilityAnswered are Project.Durability's values:
+// a plain sync start answered once its record is durable (the default), or
+// as soon as its result is known.
+const (
+	DurabilityStrict   = "strict"
+	DurabilityAnswered = "answered"
+)
 
 // AnswersFirst reports whether p's plain sync starts are answered before
 // their record is durable (durability: answered).
