@@ -36,6 +36,7 @@ type options struct {
 	profile             string // directory for the daemon's profiles under load; "" = none
 	quick               bool   // make bench-quick: the hot path's figures only, short slices
 	examples            string // the repository's examples/ (the batching example's model)
+	baseline            bool   // this is the -vs daemon's setup (its manifest keeps to what older builds read)
 	vs                  string // a second inferd binary (main's, say) measured beside -inferd in the hot path's steps
 }
 
@@ -282,7 +283,7 @@ func startVs(ctx context.Context, o options, e *env) error {
 		return err
 	}
 	vo := o
-	vo.inferd, vo.profile = o.vs, ""
+	vo.inferd, vo.profile, vo.baseline = o.vs, "", true
 	err := startInferd(ctx, vo, v)
 	e.procs = append(e.procs, v.procs...) // stopped with the rest
 	e.vs = v
@@ -364,6 +365,7 @@ const (
 // at a time (a GPU's forward pass), without and with batching.
 const manifest = `projects:
   - {id: noop, team: bench, modelKey: mk-noop, command: [%[1]q], concurrency: 64, minReplicas: 1, maxReplicas: 1, bootTimeout: 30}
+  - {id: noopans, team: bench, modelKey: mk-noopans, command: [%[1]q], concurrency: 64, minReplicas: 1, maxReplicas: 1, bootTimeout: 30, durability: answered}
   - {id: noop10, team: bench, modelKey: mk-noop10, command: [%[1]q], env: {NOOP_DELAY: 10ms}, concurrency: 64, minReplicas: 1, maxReplicas: 1, bootTimeout: 30}
   - {id: noop10x4, team: bench, modelKey: mk-noop10x4, command: [%[1]q], env: {NOOP_DELAY: 10ms}, concurrency: 16, minReplicas: 4, maxReplicas: 4, bootTimeout: 30}
   - {id: cold, team: bench, modelKey: mk-cold, command: [%[1]q], env: {NOOP_BOOTLOG: %[2]q}, concurrency: 1, minReplicas: 0, maxReplicas: 1, idleTimeout: 0, bootTimeout: 30}
@@ -407,6 +409,16 @@ func startInferd(ctx context.Context, o options, e *env) error {
 	e.gate = filepath.Join(e.dir, "bigq.gate")
 	gated := fmt.Sprintf("while [ ! -e %s ]; do sleep 0.05; done; exec %s", e.gate, o.noop)
 	data := fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog, e.coldQuietLog, gated, payloadSize, batchMaxWaitMs, bigResultBytes, o.examples+"/batch", systemPython())
+	if o.baseline {
+		// The -vs build may predate durability: keep to what it reads.
+		var kept []string
+		for _, l := range strings.SplitAfter(string(data), "\n") {
+			if !strings.Contains(l, "durability: answered") {
+				kept = append(kept, l)
+			}
+		}
+		data = []byte(strings.Join(kept, ""))
+	}
 	if err := os.WriteFile(mf, data, 0o644); err != nil {
 		return err
 	}

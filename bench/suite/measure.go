@@ -188,6 +188,7 @@ func measureLatency(ctx context.Context, e *env, o options, r *report) error {
 		e.model("nginx", e.nginx, 1),
 		e.inferd("inferd start", loadgen.Start, "mk-noop", 1),
 		e.inferd("inferd startOnly+check", loadgen.StartOnly, "mk-noop", 1),
+		e.inferd("inferd start, durability answered", loadgen.Start, "mk-noopans", 1),
 		e.goHopSpec("Go hop", 1),
 		e.durableHopSpec("durable Go hop", 1),
 	}, e.vsSpecs("inferd start", "mk-noop", 1)...))
@@ -195,7 +196,7 @@ func measureLatency(ctx context.Context, e *env, o options, r *report) error {
 		return err
 	}
 	r.table("Latency, no-op model, concurrency 1 (closed loop)", res, "direct", "direct",
-		withVs(e, "inferd start", "direct", "nginx", "inferd start", "inferd startOnly+check", "Go hop", "durable Go hop")...)
+		withVs(e, "inferd start", "direct", "nginx", "inferd start", "inferd startOnly+check", "inferd start, durability answered", "Go hop", "durable Go hop")...)
 	d, s, n := res["direct"], res["inferd start"], res["nginx"]
 	r.warmStart = s.pct(50)
 	addedLatencyRows(r, d, s)
@@ -203,6 +204,7 @@ func measureLatency(ctx context.Context, e *env, o options, r *report) error {
 		dur(n.pct(50)-d.pct(50))+" / "+dur(n.pct(99)-d.pct(99)), "", true)
 	hopLatencyRow(r, d, res["Go hop"])
 	floorLatencyRows(r, d, s, res["Go hop"], res["durable Go hop"])
+	answeredLatencyRow(r, d, res["inferd start, durability answered"], res["Go hop"])
 	vsLatencyRow(r, d, s, res[vsName("inferd start")])
 	cpuRow(r, "sync start, concurrency 1", s)
 	return nil
@@ -217,6 +219,7 @@ func measureConcurrency16(ctx context.Context, e *env, o options, r *report) err
 		e.model("nginx", e.nginx, 16),
 		e.goHopSpec("Go hop", 16),
 		e.durableHopSpec("durable Go hop", 16),
+		e.inferd("inferd start, durability answered", loadgen.Start, "mk-noopans", 16),
 		e.model("direct, 10 ms model", e.direct10, 16),
 		e.inferd("inferd start, 10 ms model", loadgen.Start, "mk-noop10", 16),
 	}, e.vsSpecs("inferd start", "mk-noop", 16)...))
@@ -224,10 +227,12 @@ func measureConcurrency16(ctx context.Context, e *env, o options, r *report) err
 		return err
 	}
 	r.table("Throughput, concurrency 16 (closed loop)", res, "direct", "direct",
-		withVs(e, "inferd start", "direct", "inferd start", "nginx", "Go hop", "durable Go hop", "direct, 10 ms model", "inferd start, 10 ms model")...)
+		withVs(e, "inferd start", "direct", "inferd start", "nginx", "Go hop", "durable Go hop", "inferd start, durability answered",
+			"direct, 10 ms model", "inferd start, 10 ms model")...)
 	c16Row(r, res["direct"], res["inferd start"])
 	hopC16Rows(r, res["direct"], res["nginx"], res["Go hop"])
 	floorThroughputRows(r, "c=16", res["inferd start"], res["Go hop"], res["durable Go hop"])
+	answeredThroughputRow(r, "c=16", res["inferd start, durability answered"], res["durable Go hop"], 1)
 	vsThroughputRow(r, "c=16", res["inferd start"], res[vsName("inferd start")])
 	tenMsRow(r, "c=16, 1 replica", res["direct, 10 ms model"], res["inferd start, 10 ms model"], 0.95)
 	cpuRow(r, "sync start, concurrency 16", res["inferd start"])
@@ -242,15 +247,18 @@ func measureThroughputNoop(ctx context.Context, e *env, o options, r *report) er
 		e.inferd("inferd startOnly+check", loadgen.StartOnly, "mk-noop", 64),
 		e.goHopSpec("Go hop", 64),
 		e.durableHopSpec("durable Go hop", 64),
+		e.inferd("inferd start, durability answered", loadgen.Start, "mk-noopans", 64),
 	}, e.vsSpecs("inferd start", "mk-noop", 64)...))
 	if err != nil {
 		return err
 	}
 	r.table("Throughput, no-op model, concurrency 64 (closed loop)", res, "direct", "nginx",
-		withVs(e, "inferd start", "direct", "nginx", "inferd start", "inferd startOnly+check", "Go hop", "durable Go hop")...)
+		withVs(e, "inferd start", "direct", "nginx", "inferd start", "inferd startOnly+check", "Go hop", "durable Go hop",
+			"inferd start, durability answered")...)
 	c64Row(r, res["nginx"], res["inferd start"])
 	hopC64Rows(r, res["nginx"], res["Go hop"])
 	floorThroughputRows(r, "c=64", res["inferd start"], res["Go hop"], res["durable Go hop"])
+	answeredThroughputRow(r, "c=64", res["inferd start, durability answered"], res["durable Go hop"], 0)
 	vsThroughputRow(r, "c=64", res["inferd start"], res[vsName("inferd start")])
 	ratio := res["inferd startOnly+check"].throughput() / res["nginx"].throughput()
 	r.add("Throughput at c=64, no-op model, startOnly+check / nginx", pct(ratio), "", true)
@@ -337,6 +345,26 @@ func floorThroughputRows(r *report, how string, start, bare, durable *merged) {
 	r.add("Durable Go hop CPU per call (schedstat), "+how+" (for scale)", dur(durable.cpuPerCall()), "", true)
 }
 
+// answeredLatencyRow and answeredThroughputRow are the targets of
+// durability: answered (issue 44): an added p50 at c=1 within 2× the bare
+// hop's, at c=16 at least the durable hop's calls/s (target 0: for scale).
+// The commit columns of the tables say how long an answered call's record
+// waits for its commit.
+func answeredLatencyRow(r *report, direct, answered, bare *merged) {
+	a, b := answered.pct(50)-direct.pct(50), bare.pct(50)-direct.pct(50)
+	r.add("durability answered: added latency at c=1, p50, ÷ bare Go hop's",
+		fmt.Sprintf("%.2f× (%s against %s)", ratioOf(a, b), dur(a), dur(b)), "≤ 2×", a <= 2*b)
+}
+
+func answeredThroughputRow(r *report, how string, answered, durable *merged, target float64) {
+	ratio := answered.throughput() / durable.throughput()
+	if target == 0 {
+		r.add("durability answered: throughput at "+how+", ÷ durable Go hop (for scale)", fmt.Sprintf("%.2f", ratio), "", true)
+		return
+	}
+	r.add("durability answered: throughput at "+how+", ÷ durable Go hop", fmt.Sprintf("%.2f", ratio), fmt.Sprintf("≥ %.1f", target), ratio >= target)
+}
+
 func ratioOf(a, b time.Duration) float64 {
 	if b <= 0 {
 		return 0
@@ -402,15 +430,18 @@ func measureQuick(ctx context.Context, e *env, o options, r *report) error {
 	specs := []runSpec{
 		e.model("direct, c=1", e.direct, 1),
 		e.inferd("start, c=1", loadgen.Start, "mk-noop", 1),
+		e.inferd("start answered, c=1", loadgen.Start, "mk-noopans", 1),
 		e.goHopSpec("Go hop, c=1", 1),
 		e.durableHopSpec("durable Go hop, c=1", 1),
 		e.model("direct, c=16", e.direct, 16),
 		e.inferd("start, c=16", loadgen.Start, "mk-noop", 16),
+		e.inferd("start answered, c=16", loadgen.Start, "mk-noopans", 16),
 		e.model("nginx, c=16", e.nginx, 16),
 		e.goHopSpec("Go hop, c=16", 16),
 		e.durableHopSpec("durable Go hop, c=16", 16),
 		e.model("nginx, c=64", e.nginx, 64),
 		e.inferd("start, c=64", loadgen.Start, "mk-noop", 64),
+		e.inferd("start answered, c=64", loadgen.Start, "mk-noopans", 64),
 		e.goHopSpec("Go hop, c=64", 64),
 		e.durableHopSpec("durable Go hop, c=64", 64),
 		e.model("10 ms direct, c=16", e.direct10, 16),
@@ -426,8 +457,9 @@ func measureQuick(ctx context.Context, e *env, o options, r *report) error {
 	if err != nil {
 		return err
 	}
-	names := []string{"direct, c=1", "start, c=1", "Go hop, c=1", "durable Go hop, c=1", "direct, c=16", "start, c=16", "nginx, c=16",
-		"Go hop, c=16", "durable Go hop, c=16", "nginx, c=64", "start, c=64", "Go hop, c=64", "durable Go hop, c=64",
+	names := []string{"direct, c=1", "start, c=1", "start answered, c=1", "Go hop, c=1", "durable Go hop, c=1", "direct, c=16", "start, c=16",
+		"start answered, c=16", "nginx, c=16", "Go hop, c=16", "durable Go hop, c=16", "nginx, c=64", "start, c=64", "start answered, c=64",
+		"Go hop, c=64", "durable Go hop, c=64",
 		"10 ms direct, c=16", "10 ms start, c=16", "10 ms direct, c=64", "10 ms start 1×64, c=64", "10 ms start 4×16, c=64"}
 	if e.vs != nil {
 		names = append(names, vsName("start, c=1"), vsName("start, c=16"), vsName("start, c=64"))
@@ -442,6 +474,9 @@ func measureQuick(ctx context.Context, e *env, o options, r *report) error {
 	floorLatencyRows(r, res["direct, c=1"], res["start, c=1"], res["Go hop, c=1"], res["durable Go hop, c=1"])
 	floorThroughputRows(r, "c=16", res["start, c=16"], res["Go hop, c=16"], res["durable Go hop, c=16"])
 	floorThroughputRows(r, "c=64", res["start, c=64"], res["Go hop, c=64"], res["durable Go hop, c=64"])
+	answeredLatencyRow(r, res["direct, c=1"], res["start answered, c=1"], res["Go hop, c=1"])
+	answeredThroughputRow(r, "c=16", res["start answered, c=16"], res["durable Go hop, c=16"], 1)
+	answeredThroughputRow(r, "c=64", res["start answered, c=64"], res["durable Go hop, c=64"], 0)
 	vsLatencyRow(r, res["direct, c=1"], res["start, c=1"], res[vsName("start, c=1")])
 	vsThroughputRow(r, "c=16", res["start, c=16"], res[vsName("start, c=16")])
 	vsThroughputRow(r, "c=64", res["start, c=64"], res[vsName("start, c=64")])
