@@ -307,3 +307,11 @@ type CommitStats struct {
 	Writes   int64         // call writes in them
 	Duration time.Duration // total time spent in them, fsyncs included
 }
+
+// OpStats counts what a store backed by a consensus service (cluster mode's
+// etcd) has asked of it since it was opened, for metrics: requests (each one
+// round to the cluster) and the reads and writes they carried out. A write is
+// applied and made durable by every member.
+type OpStats struct {
+	Requests, Reads, Writes int64
+}

@@ -30,6 +30,9 @@ type runSpec struct {
 	// peers are processes whose CPU time each slice measures beside pid's
 	// (a cluster's other nodes, each running an etcd member).
 	peers []int
+	// etcdBases are the cluster nodes whose etcd requests each slice counts
+	// (their inferd_etcd_*_total): all of them, base's included.
+	etcdBases []string
 }
 
 func (e *env) model(name, url string, c int) runSpec {
@@ -62,12 +65,14 @@ func sideBySide(ctx context.Context, o options, specs []runSpec) (map[string]*me
 			cfg.Client = loadgen.NewClient(cfg.Concurrency)
 			cfg.Warmup = 1
 			prof := o.profiler(ctx, s, round)
+			etcd0 := etcdOpsOf(ctx, s.etcdBases)
 			commits0, cpu0, peers0 := commitsOf(ctx, s.base), cpuOf(s.pid), cpuOfAll(s.peers) // the metrics read outside the CPU figure
 			r, err := loadgen.Run(ctx, cfg)
 			if err != nil {
 				return nil, err
 			}
 			cpu, commits := cpuOf(s.pid)-cpu0, commitsOf(ctx, s.base).minus(commits0)
+			out[s.name].etcd.add(etcdOpsOf(ctx, s.etcdBases).minus(etcd0))
 			peerCPU := cpuOfAll(s.peers) - peers0
 			prof.finish()
 			cfg.Client.CloseIdleConnections()
@@ -79,6 +84,32 @@ func sideBySide(ctx context.Context, o options, specs []runSpec) (map[string]*me
 		}
 	}
 	return out, nil
+}
+
+// etcdOps is what cluster nodes asked of etcd (their inferd_etcd_*_total).
+type etcdOps struct{ requests, reads, writes float64 }
+
+func (e etcdOps) minus(o etcdOps) etcdOps {
+	return etcdOps{e.requests - o.requests, e.reads - o.reads, e.writes - o.writes}
+}
+
+func (e *etcdOps) add(o etcdOps) {
+	e.requests, e.reads, e.writes = e.requests+o.requests, e.reads+o.reads, e.writes+o.writes
+}
+
+// etcdOpsOf sums the counters of the nodes at bases (zero for none, or a
+// build without them).
+func etcdOpsOf(ctx context.Context, bases []string) etcdOps {
+	var sum etcdOps
+	for _, b := range bases {
+		req, err1 := metricSum(ctx, b, "inferd_etcd_requests_total")
+		rd, err2 := metricSum(ctx, b, "inferd_etcd_reads_total")
+		wr, err3 := metricSum(ctx, b, "inferd_etcd_writes_total")
+		if err1 == nil && err2 == nil && err3 == nil {
+			sum.add(etcdOps{req, rd, wr})
+		}
+	}
+	return sum
 }
 
 // commitStats is a daemon's group-commit counters (its /metrics).
@@ -135,6 +166,7 @@ type merged struct {
 	peerCPU       time.Duration // runSpec.peers' CPU time during the slices
 	warm          int           // warm-up requests in those slices, not in requests
 	commits       commitStats   // the daemon's group commits during the slices
+	etcd          etcdOps       // what the cluster's nodes asked of etcd during the slices
 	firstErr      string
 }
 

@@ -18,7 +18,8 @@
 //	outputs/<id>                its outputs, the bytes given (none: no key); every write puts or deletes them
 //	payloads/<id>/<kind>        inputs or outputs over InlineLimit held on nodes instead: PayloadRef
 //	                            {size, sha256, nodes} (JSON), only with Options.Payloads
-//	meta/<id>                   the call without webhook URL (RecentCalls)
+//	meta/<id>                   written by earlier builds only: the call without webhook URL;
+//	                            RecentCalls now reads calls/, and ExpireCalls deletes these with their call
 //	pending/<id>                the node that holds it (wrote it, or the leader handed it to), while not final (PendingCalls)
 //	finished/<unix nanos>/<id>  "" once final, by its Finished (ExpireCalls); a put here is
 //	                            a call made final through some node (OnCallFinal's watch)
