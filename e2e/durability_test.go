@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -43,6 +44,9 @@ func TestAnsweredDurabilityLosesOnlyTheLastAnsweredCalls(t *testing.T) {
 	}
 	if v := projectField(t, d, key, "strict", "durability"); v != nil {
 		t.Fatalf("GET /v1/projects/strict durability = %v, want it left out (strict, the default)", v)
+	}
+	if got := statusDurability(t, d, key); got["ans"] != "answered" || got["strict"] != "strict" {
+		t.Fatalf("the status page's durability by project = %v, want ans answered, strict strict", got)
 	}
 
 	type client struct {
@@ -143,4 +147,28 @@ func projectField(t *testing.T, d *daemon, key, id, field string) any {
 		t.Fatalf("GET /v1/projects/%s: HTTP %d %v", id, status, obj)
 	}
 	return obj[field]
+}
+
+// statusDurability is each project's durability as the status page reads it
+// (GET /v1/status/projects).
+func statusDurability(t *testing.T, d *daemon, key string) map[string]string {
+	t.Helper()
+	code, body := doRaw(t, "GET", d.base+"/v1/status/projects", map[string]string{"X-Service-API-Key": key}, "")
+	if code != 200 {
+		t.Fatalf("status: HTTP %d %s", code, body)
+	}
+	var all struct {
+		Results []struct {
+			ID         string `json:"id"`
+			Durability string `json:"durability"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(body, &all); err != nil {
+		t.Fatalf("status: %v in %s", err, body)
+	}
+	out := map[string]string{}
+	for _, p := range all.Results {
+		out[p.ID] = p.Durability
+	}
+	return out
 }
