@@ -142,7 +142,7 @@ func New(cfg Config) (*Client, error) {
 		c.targets[path] = target
 	}
 	c.healthReq = poolRequest{method: http.MethodGet, url: c.baseURL + cfg.HealthPath,
-		head: requestHead(http.MethodGet, cfg.Addr, c.targets[cfg.HealthPath], -1, "")}
+		head: requestHead(http.MethodGet, cfg.Addr, c.targets[cfg.HealthPath], -1, ""), probe: true}
 	return c, nil
 }
 

@@ -128,6 +128,9 @@ func newConnPool(addr string, dial dialFunc, max int, maxAge time.Duration) *con
 type poolRequest struct {
 	method, url string
 	head, body  []byte
+	// probe: a health check, whose refused connect is its answer (the
+	// model does not listen yet; the boot watch asks again), not retried.
+	probe bool
 }
 
 // requestHead is the head of a request to host for target (a path with its
@@ -179,7 +182,7 @@ func (p *connPool) roundTrip(ctx context.Context, req poolRequest) (resp *http.R
 		return nil, nil, err
 	}
 	for {
-		pc, reused, err := p.get(ctx)
+		pc, reused, err := p.get(ctx, req.probe)
 		if err != nil {
 			return nil, nil, &url.Error{Op: urlOp(req.method), URL: req.url, Err: err}
 		}
@@ -241,7 +244,7 @@ func (pc *poolConn) exchange(req poolRequest) (*http.Response, error) {
 // get returns an idle connection that is still open, or dials a new one. reused
 // tells which. While maxDialing connects are under way it waits for one of
 // them to end or for a connection to come back, whichever is first (dial.go).
-func (p *connPool) get(ctx context.Context) (pc *poolConn, reused bool, err error) {
+func (p *connPool) get(ctx context.Context, probe bool) (pc *poolConn, reused bool, err error) {
 	for {
 		p.mu.Lock()
 		if n := len(p.idle); n > 0 {
@@ -277,7 +280,11 @@ func (p *connPool) get(ctx context.Context) (pc *poolConn, reused bool, err erro
 			return nil, false, err
 		}
 	}
-	conn, err := dialRetrying(ctx, p.dial, p.addr)
+	refusedTries := refusedRetries
+	if probe {
+		refusedTries = 0
+	}
+	conn, err := dialRetrying(ctx, p.dial, p.addr, refusedTries)
 	p.mu.Lock()
 	p.dialing--
 	p.wake()

@@ -27,7 +27,8 @@ import (
 //     (a request that was sent is never sent twice, see roundTrip);
 //   - tries again at most refusedRetries times after an error other than a
 //     timeout (refused: nothing listens, as when the model has exited), so
-//     that a call to a model that is gone still fails at once.
+//     that a call to a model that is gone still fails at once; a health
+//     check not at all (a model that does not listen yet is its answer).
 
 const (
 	// maxDialing is how many connects to one replica may be under way.
@@ -48,9 +49,10 @@ var attemptTimeouts = [...]time.Duration{100 * time.Millisecond, 250 * time.Mill
 const ConnectTimeout = 4 * time.Second
 
 // dialRetrying connects with dial, trying again as the comment above says,
-// until it succeeds, ctx ends or its retries are spent. A ctx without a
-// deadline gets one round of attemptTimeouts.
-func dialRetrying(ctx context.Context, dial dialFunc, addr string) (net.Conn, error) {
+// until it succeeds, ctx ends or its retries are spent (refusedTries after
+// errors other than a timeout). A ctx without a deadline gets one round of
+// attemptTimeouts.
+func dialRetrying(ctx context.Context, dial dialFunc, addr string, refusedTries int) (net.Conn, error) {
 	_, bounded := ctx.Deadline()
 	refused := 0
 	for attempt := 0; ; attempt++ {
@@ -65,7 +67,7 @@ func dialRetrying(ctx context.Context, dial dialFunc, addr string) (net.Conn, er
 			return nil, err
 		}
 		if !isTimeout(err) {
-			if refused == refusedRetries {
+			if refused == refusedTries {
 				return nil, err
 			}
 			if !sleepCtx(ctx, refusedBackoff<<refused) {

@@ -190,3 +190,20 @@ func TestPoolDialsAtMostMaxDialingAtOnce(t *testing.T) {
 		t.Errorf("%d connects were under way at once, want at most %d", m, maxDialing)
 	}
 }
+
+// TestHealthCheckOfAModelNotListeningYetAnswersAtOnce: a refused connect
+// is a health check's answer (the boot watch asks again), not retried.
+func TestHealthCheckOfAModelNotListeningYetAnswersAtOnce(t *testing.T) {
+	_, ln := serve(t, echoHandler)
+	var attempts atomic.Int64
+	c := fakeDialClient(t, ln, func(context.Context, dialFunc) (net.Conn, error) {
+		attempts.Add(1)
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	})
+	if _, err := c.Health(context.Background()); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("Health = %v, want refused", err)
+	}
+	if n := attempts.Load(); n != 1 {
+		t.Errorf("%d connect attempts for one health check, want 1", n)
+	}
+}
