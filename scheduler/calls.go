@@ -287,7 +287,7 @@ func (s *Scheduler) finish(c *call, state store.CallState, out json.RawMessage, 
 		// record follows in the next group commit. A crash before that
 		// commit loses a call whose answer went out (docs/reliability.md);
 		// a failed write keeps it in memory and writes it again (onFinal).
-		close(done)
+		close(done) // answered: c.result is final from here on
 		s.st.SaveCallAsync(f, func(err error) {
 			s.in.post(evFinal{c: c, err: err, woken: true, answered: true})
 		})
