@@ -44,9 +44,6 @@ type ProjectStatus struct {
 	TeamID      string `json:"teamId"`
 	MinReplicas int    `json:"minReplicas"`
 	MaxReplicas int    `json:"maxReplicas"`
-	// Durability is the project's durability, "strict" or "answered"
-	// (store.Project.Durability).
-	Durability string `json:"durability"`
 	// NodeMinReplicas and NodeMaxReplicas are, in cluster mode, this
 	// node's share of the project's replicas now (Config.Share; see
 	// maxReplicas for the one a call here always gets); absent on a
@@ -142,7 +139,6 @@ func (s *Scheduler) snapshot() Status {
 			TeamID:      p.cfg.TeamID,
 			MinReplicas: p.cfg.MinReplicas,
 			MaxReplicas: p.cfg.MaxReplicas,
-			Durability:  store.DurabilityStrict,
 			Queued:      p.queue.len(),
 			Running:     p.running,
 			Waiting:     s.waitingText(p),
@@ -154,9 +150,6 @@ func (s *Scheduler) snapshot() Status {
 			LastErrorAt:      p.lastErrorAt,
 			LastErrorReplica: p.lastErrorReplica,
 			ParkingOff:       p.parkOff,
-		}
-		if p.cfg.AnswersFirst() {
-			ps.Durability = store.DurabilityAnswered
 		}
 		if p.clustered {
 			ps.NodeMinReplicas, ps.NodeMaxReplicas = p.minReplicas(), p.maxReplicas()
