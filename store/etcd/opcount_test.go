@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,11 +14,26 @@ import (
 // as one request to etcd, and counts the writes it carries out: what
 // cluster mode pays for each move of a call, on every member. The table is
 // the cost of each write, so that a change that adds a key to a call's
-// writes shows here.
+// writes shows here. Under a lease (a cluster node), a creation compares
+// that the call is absent, so it sends no deletes: none of the keys it
+// would delete can exist.
 func TestOpStatsCountWhatEachCallWriteCosts(t *testing.T) {
-	m := startMember(t, t.TempDir())
-	s := openStore(t, m, Options{})
-	defer s.Close()
+	for _, fenced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fenced %v", fenced), func(t *testing.T) {
+			m := startMember(t, t.TempDir())
+			s := openStore(t, m, Options{Node: "node-1"})
+			defer s.Close()
+			creation := int64(0) // the deletes a creation sends unfenced
+			if fenced {
+				nodeLease(t, s, "/nodes/node-1")
+				creation = 1
+			}
+			testCallWriteCosts(t, s, creation)
+		})
+	}
+}
+
+func testCallWriteCosts(t *testing.T, s *Store, creation int64) {
 	now := time.Now().UTC()
 	cpu := 0.1
 	usage := &store.CallUsage{ReplicaSeconds: 0.01, CPUSeconds: &cpu, BytesIn: 9, BytesOut: 11}
@@ -34,8 +50,8 @@ func TestOpStatsCountWhatEachCallWriteCosts(t *testing.T) {
 		c      store.Call
 		writes int64
 	}{
-		{"a sync start's one write, final with its inputs", syncStart, 7},
-		{"a startOnly call's first write, queued with its inputs", queued, 5},
+		{"a sync start's one write, final with its inputs", syncStart, 7 - creation},
+		{"a startOnly call's first write, queued with its inputs", queued, 5 - creation},
 		{"its move to running", running, 3},
 		{"its final write", final, 5},
 	} {
