@@ -100,7 +100,9 @@
 // write deletes it), and a call first written here with neither, a
 // creation (a sync start's one final write too), that calls/<id> is
 // absent. Which of the two is read at commit, so a creation's next write
-// queued before it committed compares the pending entry it put. A write
+// queued before it committed compares the pending entry it put. A
+// creation sends no deletes: while the call is absent so is every key a
+// call write deletes (its pending entry, outputs, payload refs). A write
 // of a call handed on, or made final by another node or the leader, or a
 // creation of an id that exists, ends with store.ErrFenced (its error
 // names which compare failed: the lease, the call's node, final, exists),
