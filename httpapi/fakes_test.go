@@ -211,11 +211,21 @@ func (f *fakeScheduler) add(c store.Call) {
 
 // finish ends a call and wakes its waiters.
 func (f *fakeScheduler) finish(id string, state store.CallState, outputs, message string) {
+	f.end(id, state, outputs, message, nil)
+}
+
+// fail ends call id as failed of how's kind, with message.
+func (f *fakeScheduler) fail(id string, how store.Failure, message string) {
+	f.end(id, store.CallFailed, "", message, &how)
+}
+
+func (f *fakeScheduler) end(id string, state store.CallState, outputs, message string, how *store.Failure) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fc := f.calls[id]
 	fc.call.State = state
 	fc.call.Message = message
+	fc.call.Failure = how
 	if outputs != "" {
 		fc.call.Outputs = json.RawMessage(outputs)
 	}

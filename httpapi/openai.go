@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -41,13 +40,15 @@ func (a *api) openaiRoutes(add func(method, path string, need store.Permission, 
 	a.batchRoutes(add) // openai_batches.go
 }
 
-// oaiError is a refusal in OpenAI's shape. retryAfter > 0 adds the header
-// (seconds).
+// oaiError is a refusal in OpenAI's shape. retryAfter adds the header (as
+// it is: seconds, or a model's own value); final adds x-should-retry:
+// false (openai.StatusError).
 type oaiError struct {
 	status     int
 	typ, code  string
 	param, msg string
-	retryAfter int
+	retryAfter string
+	final      bool
 }
 
 func (e *oaiError) Error() string { return e.msg }
@@ -79,11 +80,14 @@ func (a *api) openaiError(w http.ResponseWriter, r *http.Request, err error) {
 		}
 		oe = &oaiError{status: status, typ: openai.TypeOfStatus(status), code: code, msg: msg}
 		if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
-			oe.retryAfter = 1
+			oe.retryAfter = "1"
 		}
 	}
-	if oe.retryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(oe.retryAfter))
+	if oe.retryAfter != "" {
+		w.Header().Set("Retry-After", oe.retryAfter)
+	}
+	if oe.final {
+		w.Header().Set("X-Should-Retry", "false")
 	}
 	writeJSON(w, oe.status, openai.NewError(oe.typ, oe.code, oe.param, oe.msg))
 }
@@ -94,14 +98,14 @@ func (a *api) openaiError(w http.ResponseWriter, r *http.Request, err error) {
 func startRefused(err error) error {
 	switch {
 	case errors.Is(err, scheduler.ErrQueueFull), errors.Is(err, scheduler.ErrTeamQuota):
-		return &oaiError{status: http.StatusTooManyRequests, typ: openai.TypeRateLimit, code: "queue_full", msg: err.Error(), retryAfter: 1}
+		return &oaiError{status: http.StatusTooManyRequests, typ: openai.TypeRateLimit, code: "queue_full", msg: err.Error(), retryAfter: "1"}
 	case errors.Is(err, scheduler.ErrNeedsGPUs):
 		return &oaiError{status: http.StatusServiceUnavailable, typ: openai.TypeServer, code: "model_cannot_run", msg: err.Error()}
 	case isStoreError(err) || errors.Is(err, store.ErrUnavailable):
 		return err
 	default:
 		// The scheduler's other refusals are texts written for users.
-		return &oaiError{status: http.StatusServiceUnavailable, typ: openai.TypeUnavailable, code: "unavailable", msg: err.Error(), retryAfter: 1}
+		return &oaiError{status: http.StatusServiceUnavailable, typ: openai.TypeUnavailable, code: "unavailable", msg: err.Error(), retryAfter: "1"}
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 
 	"inferd/cluster"
 	"inferd/openai"
-	"inferd/openai/failure"
 	"inferd/scheduler"
 	"inferd/store"
 )
@@ -116,7 +115,7 @@ func (a *api) holdOpen(keyID string, stream bool) (release func(), err error) {
 	release, ok := a.limits.beginWait(keyID)
 	if !ok {
 		return nil, &oaiError{status: http.StatusTooManyRequests, typ: openai.TypeRateLimit, code: codeRateLimited,
-			msg: "too many requests of this API key are waiting; retry later", retryAfter: 1}
+			msg: "too many requests of this API key are waiting; retry later", retryAfter: "1"}
 	}
 	return release, nil
 }
@@ -161,7 +160,7 @@ func (a *api) awaitCall(w http.ResponseWriter, r *http.Request, p store.Project,
 }
 
 var errOAIShuttingDown = &oaiError{status: http.StatusServiceUnavailable, typ: openai.TypeUnavailable, code: "shutting_down",
-	msg: "inferd is shutting down; retry", retryAfter: 1}
+	msg: "inferd is shutting down; retry", retryAfter: "1"}
 
 // openaiAnswer answers a call as the OpenAI route does: the server's JSON
 // when it succeeded, its failure in OpenAI's shape (failedCall), or 504
@@ -178,11 +177,11 @@ func (a *api) openaiAnswer(w http.ResponseWriter, r *http.Request, c store.Call)
 	}
 }
 
-// failedCall is the OpenAI error of a failed call (failure.Of).
+// failedCall is the OpenAI error of a failed call (openai.CallFailure).
 func failedCall(c store.Call) *oaiError {
-	f := failure.Of(c)
+	f := openai.CallFailure(c)
 	d := f.Body.Error
-	return &oaiError{status: f.Status, typ: d.Type, code: deref(d.Code), param: deref(d.Param), msg: d.Message, retryAfter: f.RetryAfter}
+	return &oaiError{status: f.Status, typ: d.Type, code: deref(d.Code), param: deref(d.Param), msg: d.Message, retryAfter: f.RetryAfter, final: f.Final}
 }
 
 func deref(s *string) string {

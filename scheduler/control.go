@@ -53,6 +53,7 @@ func FinishedError(c store.Call) error { return &finishedError{c: c} }
 // no scheduler serves: the next one to start recovers it as finished.
 func Cancelled(c store.Call, now time.Time) store.Call {
 	c.State, c.Message, c.Finished, c.Outputs = store.CallFailed, msgCancelled, now, nil
+	c.Failure = &store.Failure{Kind: store.FailCancelled}
 	return c
 }
 
@@ -85,7 +86,7 @@ func (s *Scheduler) Cancel(id string) (store.Call, error) {
 		c = s.calls[id]
 		if c != nil && !c.finished() {
 			cancel = true
-			s.abort(c, msgCancelled)
+			s.abort(c, failed(store.FailCancelled, msgCancelled))
 			s.cfg.Observer.CallCancelled(c.p.id)
 		}
 	})
@@ -122,7 +123,7 @@ func (s *Scheduler) Purge(id string) (int, error) {
 		}
 		purged = p.queue.drain()
 		for _, c := range purged {
-			s.finish(c, store.CallFailed, nil, msgQueuePurged)
+			s.finish(c, nil, failed(store.FailCancelled, msgQueuePurged))
 			s.cfg.Observer.CallCancelled(p.id)
 		}
 	})
@@ -135,17 +136,17 @@ func (s *Scheduler) Purge(id string) (int, error) {
 	return len(purged), nil
 }
 
-// abort ends live call c with msg wherever it is. A running call's Infer is
+// abort ends live call c as e says wherever it is. A running call's Infer is
 // cancelled, but its replica stays taken by it until Infer has returned
 // (aborted), or is stopped if that takes longer than AbortGrace.
-func (s *Scheduler) abort(c *call, msg string) {
+func (s *Scheduler) abort(c *call, e ending) {
 	switch c.state {
 	case callQueued, callSaving:
 		c.p.queue.remove(c)
 	case callRunning:
 		s.abortRun(c)
 	}
-	s.finish(c, store.CallFailed, nil, msg)
+	s.finish(c, nil, e)
 }
 
 // abortRun detaches running call c and cancels its Infer; its replica
@@ -203,7 +204,7 @@ func (s *Scheduler) onAbortGrace(r *rep, seq uint64) {
 	for _, c := range r.callList() {
 		s.detach(c)
 		if !s.retry(c) {
-			s.finish(c, store.CallFailed, nil, msgExited(errors.New("stopped: a cancelled call on it did not end")))
+			s.finish(c, nil, failed(store.FailModel, msgExited(errors.New("stopped: a cancelled call on it did not end"))))
 		}
 	}
 	s.stop(r)
@@ -234,7 +235,7 @@ func (s *Scheduler) onQueueExpired(c *call, seq uint64) {
 		}
 	}
 	c.p.queue.remove(c)
-	s.finish(c, store.CallFailed, nil, msgExpired(c.c.QueueTimeout))
+	s.finish(c, nil, failed(store.FailExpired, msgExpired(c.c.QueueTimeout)))
 	s.cfg.Observer.CallExpired(c.p.id)
 }
 

@@ -47,7 +47,7 @@ func TestCancelQueuedCallNeverReachesModel(t *testing.T) {
 		if err != nil || got.State != store.CallFailed || got.Message != msgCancelled {
 			t.Fatalf("Cancel = %+v, %v; want failed, %q", got, err, msgCancelled)
 		}
-		if stored, _ := h.st.call(queued.ID); stored.Message != msgCancelled {
+		if stored, _ := h.st.call(queued.ID); stored.Message != msgCancelled || store.FailureOf(stored).Kind != store.FailCancelled {
 			t.Errorf("stored call = %+v; want the cancel durable when Cancel returns", stored)
 		}
 		after := h.submit(p, `{"n":3}`)
@@ -164,7 +164,7 @@ func TestQueueTimeoutExpiresCallNotDispatchedInTime(t *testing.T) {
 			t.Fatalf("before its deadline the call is %s", st)
 		}
 		h.advance(time.Millisecond)
-		if got := h.result(late.ID); got.Message != "error: expired after 2s in the queue" {
+		if got := h.result(late.ID); got.Message != "error: expired after 2s in the queue" || store.FailureOf(got).Kind != store.FailExpired {
 			t.Fatalf("expired call = %+v", got)
 		}
 		fc.reply(`{}`)
@@ -221,7 +221,7 @@ func TestCallTimeoutOnlyLowersProjectTimeout(t *testing.T) {
 					t.Fatalf("before %ds the call is %s", tc.wantAfter, st)
 				}
 				h.advance(time.Millisecond)
-				if got := h.result(c.ID); got.Message != fmt.Sprintf("error: inference timed out after %ds", tc.wantAfter) {
+				if got := h.result(c.ID); got.Message != fmt.Sprintf("error: inference timed out after %ds", tc.wantAfter) || store.FailureOf(got).Kind != store.FailTimeout {
 					t.Errorf("result = %+v", got)
 				}
 			})

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"inferd/scheduler/backend"
 	"inferd/scheduler/backend/protocol"
 )
 
@@ -47,7 +48,7 @@ func serveGoHop(port int, upstream string) error {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		out, err := model.Infer(r.Context(), body)
+		out, err := model.Infer(r.Context(), backend.Request{Inputs: body})
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return

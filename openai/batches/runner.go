@@ -12,7 +12,6 @@ import (
 
 	"inferd/internal/durable"
 	"inferd/openai"
-	"inferd/openai/failure"
 	"inferd/scheduler"
 	"inferd/store"
 )
@@ -374,7 +373,7 @@ func (m *Manager) resultLine(b batchRecord, i int, l lineState, cancelled, expir
 		ol.Response.StatusCode, ol.Response.Body = 200, c.Outputs
 		return ol, true
 	}
-	f := failure.Of(c)
+	f := openai.CallFailure(c)
 	body, _ := json.Marshal(f.Body)
 	ol.Response.StatusCode, ol.Response.Body = f.Status, body
 	return ol, false
