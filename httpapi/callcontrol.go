@@ -96,14 +96,14 @@ func (a *api) cancel(w http.ResponseWriter, r *http.Request, _ httprouter.Params
 		a.fail(w, r, err)
 		return
 	}
-	// In cluster mode the node that runs the call cancels it.
-	nodes, err := a.callNode(r, call)
+	// The node that runs the call cancels it (cluster mode).
+	remote, err := a.place.PlaceCall(r, call)
 	if err != nil {
 		a.failRouted(w, r, err)
 		return
 	}
-	if nodes != nil {
-		if !a.forward(w, r, body, nodes, a.opts.Routing.forwardLimit(a.opts.StartWait)) {
+	if remote != nil {
+		if !remote.Forward(w, r, body, a.opts.StartWait) {
 			a.failRouted(w, r, errClusterUnavailable)
 		}
 		return

@@ -20,6 +20,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"inferd/gpu"
+	"inferd/pipeline"
 	"inferd/scheduler"
 	"inferd/store"
 	"inferd/webhook"
@@ -90,6 +91,26 @@ func (m *Metrics) budgetRefused(budget string) {
 	if m != nil {
 		m.refusals(budget).Inc()
 	}
+}
+
+// admissionRefused counts a request refused by the call path's admission
+// hook named hook (callpath.go). A nil m counts nothing.
+func (m *Metrics) admissionRefused(hook string) {
+	if m != nil {
+		m.admissionRefusals(hook).Inc()
+	}
+}
+
+// setHooks creates the admission refusal counter's series, so that each
+// hook shows 0 before its first refusal. A nil m counts nothing.
+func (m *Metrics) setHooks(p *pipeline.Pipeline) {
+	if m != nil {
+		p.Refusals(func(hook string, _ uint64) { m.admissionRefusals(hook) })
+	}
+}
+
+func (m *Metrics) admissionRefusals(hook string) *vm.Counter {
+	return m.set.GetOrCreateCounter(`inferd_admission_refusals_total{hook="` + labelValue(hook) + `"}`)
 }
 
 func (m *Metrics) refusals(budget string) *vm.Counter {

@@ -74,6 +74,8 @@ var metricFamilies = []metricFamily{
 		"Check requests waiting on their call (long polls) right now."},
 	{"inferd_budget_refusals_total", "counter", []string{"budget"},
 		"Requests refused, and event streams cut, by a budget of the edge, named by its config key (docs/security.md, Budgets)."},
+	{"inferd_admission_refusals_total", "counter", []string{"hook"},
+		"Calls refused by an admission hook of the call path (a key's rate, its waits, its streams), named by its config key."},
 	{"inferd_request_body_bytes", "gauge", nil,
 		"Bytes of request bodies being read right now (the buffers holding them), against limits.bodyBytes."},
 	{"inferd_event_streams", "gauge", nil,

@@ -109,13 +109,22 @@ func startRefused(err error) error {
 	}
 }
 
-// bearerKey authenticates the request's Authorization: Bearer key, which
-// must allow p. The OpenAI SDKs send their api_key so.
-func (a *api) bearerKey(r *http.Request, p store.Permission) (store.APIKey, error) {
+// bearerSecret is the request's Authorization: Bearer key, as the OpenAI
+// SDKs send their api_key.
+func bearerSecret(r *http.Request) (string, error) {
 	scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 	secret = strings.TrimSpace(secret)
 	if !strings.EqualFold(scheme, "Bearer") || secret == "" {
-		return store.APIKey{}, errOAIMissingKey
+		return "", errOAIMissingKey
+	}
+	return secret, nil
+}
+
+// bearerKey authenticates the request's Bearer key, which must allow p.
+func (a *api) bearerKey(r *http.Request, p store.Permission) (store.APIKey, error) {
+	secret, err := bearerSecret(r)
+	if err != nil {
+		return store.APIKey{}, err
 	}
 	key, err := a.authenticate(secret, errOAIInvalidKey)
 	if err != nil {

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -10,8 +9,8 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
-	"inferd/cluster"
 	"inferd/openai"
+	"inferd/pipeline"
 	"inferd/scheduler"
 	"inferd/store"
 )
@@ -23,140 +22,103 @@ import (
 // passes each chunk on as it comes (openaiStream).
 func (a *api) openaiCall(endpoint string) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-		key, err := a.bearerKey(r, store.PermInfer)
+		secret, err := bearerSecret(r)
 		if err != nil {
 			a.openaiError(w, r, err)
 			return
 		}
-		body, err := a.readBody(w, r, a.opts.MaxBodyBytes)
-		if err != nil {
-			a.openaiError(w, r, err)
-			return
-		}
-		req, err := openai.ParseRequest(endpoint, body)
-		var re *openai.RequestError
-		switch {
-		case errors.As(err, &re):
-			a.openaiError(w, r, &oaiError{status: http.StatusBadRequest, typ: openai.TypeInvalidRequest, param: re.Param, msg: re.Msg})
-			return
-		case err != nil:
-			a.openaiError(w, r, err)
-			return
-		case a.opts.Limits.MaxInputDepth > 0 && jsonDepthExceeds(body, a.opts.Limits.MaxInputDepth):
-			a.openaiError(w, r, badRequest("the request nests deeper than %d levels", a.opts.Limits.MaxInputDepth))
-			return
-		}
-		projects, err := a.callableProjects(key)
-		if err != nil {
-			a.openaiError(w, r, err)
-			return
-		}
-		p, ok := store.ResolveModel(projects, req.Model)
-		if !ok {
-			a.openaiError(w, r, errModelNotFound)
-			return
-		}
-		// In cluster mode a project placed on other nodes runs there; a
-		// stream passes through the proxy as it comes.
-		nodes, err := a.startNodes(r, p)
-		if err != nil {
-			a.openaiError(w, r, err)
-			return
-		}
-		if nodes != nil {
-			a.openaiForward(w, r, body, nodes, p)
-			return
-		}
-		inputs, err := req.Body(p.ServedModelName())
+		body, req, err := a.decodeOpenAI(w, r, endpoint)
 		if err != nil {
 			a.openaiError(w, r, err)
 			return
 		}
 		// A request held open counts as a wait of its key, a stream as an
 		// event stream too (limits.maxWaitsPerKey, maxStreamsPerKey).
-		release, err := a.holdOpen(key.ID, req.Stream)
-		if err != nil {
-			if be, ok := err.(*budgetError); ok {
-				a.refused(be.budget)
-			}
-			a.openaiError(w, r, err)
-			return
+		hold := pipeline.HoldWait
+		if req.Stream {
+			hold = pipeline.HoldStream
 		}
-		defer release()
 		// Admitted and durable before the wait: the call is the server's
 		// once admitted, answerable by its id whatever the client does.
-		call, err := a.sched.Start(context.WithoutCancel(r.Context()), p, scheduler.Request{
-			Inputs: inputs, Route: endpoint, QueueTimeout: a.openaiQueueWait(),
+		out, ref := a.pipe.Start(r.Context(), pipeline.Request{
+			Secret: secret, Target: pipeline.Target{ModelName: req.Model},
+			Call: scheduler.Request{Route: endpoint, QueueTimeout: a.openaiQueueWait()},
+			Prepare: func(p store.Project, call *scheduler.Request) (err error) {
+				call.Inputs, err = req.Body(p.ServedModelName()) // the name the server knows
+				return err
+			},
+			Hold: hold, W: w, R: r, Body: body, ForwardWait: a.openaiWait,
 		})
-		if err != nil {
-			a.openaiError(w, r, startRefused(err))
+		switch {
+		case ref != nil:
+			a.openaiError(w, r, openaiRefusal(ref))
 			return
+		case out.Forwarded:
+			return // a stream passed through the proxy as it came
 		}
-		w.Header().Set(callIDHeader, call.ID)
+		defer out.Release()
+		w.Header().Set(callIDHeader, out.Call.ID)
 		if req.Stream {
 			a.streamsOpen.Add(1)
 			defer a.streamsOpen.Add(-1)
-			a.openaiStream(w, r, call.ID, req.AddedUsage)
+			a.openaiStream(w, r, out.Call.ID, req.AddedUsage)
 			return
 		}
-		call, ok = a.awaitCall(w, r, p, call.ID)
-		if ok {
+		wait := a.openaiWait(out.Project)
+		extendWriteDeadline(w, wait)
+		call, end, err := a.pipe.Await(r.Context(), out.Call, nil, wait)
+		switch {
+		case err != nil:
+			a.openaiError(w, r, err)
+		case end == pipeline.Stopping:
+			a.openaiError(w, r, errOAIShuttingDown)
+		case end != pipeline.ClientGone: // the call runs on, its result kept
 			a.openaiAnswer(w, r, call)
 		}
 	}
 }
 
-// holdOpen takes one of the key's held-open requests: a wait, or for a
-// stream an event stream.
-func (a *api) holdOpen(keyID string, stream bool) (release func(), err error) {
-	if stream {
-		return a.limits.beginStream(keyID)
+// decodeOpenAI reads and checks the body of a request to endpoint.
+func (a *api) decodeOpenAI(w http.ResponseWriter, r *http.Request, endpoint string) ([]byte, openai.Request, error) {
+	body, err := a.readBody(w, r, a.opts.MaxBodyBytes)
+	if err != nil {
+		return nil, openai.Request{}, err
 	}
-	release, ok := a.limits.beginWait(keyID)
-	if !ok {
-		return nil, &oaiError{status: http.StatusTooManyRequests, typ: openai.TypeRateLimit, code: codeRateLimited,
-			msg: "too many requests of this API key are waiting; retry later", retryAfter: "1"}
+	req, err := openai.ParseRequest(endpoint, body)
+	var re *openai.RequestError
+	switch {
+	case errors.As(err, &re):
+		return nil, req, &oaiError{status: http.StatusBadRequest, typ: openai.TypeInvalidRequest, param: re.Param, msg: re.Msg}
+	case err != nil:
+		return nil, req, err
+	case a.opts.Limits.MaxInputDepth > 0 && jsonDepthExceeds(body, a.opts.Limits.MaxInputDepth):
+		return nil, req, badRequest("the request nests deeper than %d levels", a.opts.Limits.MaxInputDepth)
 	}
-	return release, nil
+	return body, req, nil
+}
+
+// openaiWait bounds the wait of an OpenAI request for its call: its queue
+// wait and inference timeout end the call first, and past a guard beyond
+// both the request is answered 504.
+func (a *api) openaiWait(p store.Project) time.Duration {
+	return time.Duration(a.openaiQueueWait()+p.InferenceTimeout)*time.Second + time.Minute
+}
+
+// openaiRefusal is a refusal of the call path in OpenAI's words.
+func openaiRefusal(ref *pipeline.Refusal) error {
+	switch ref.Kind {
+	case pipeline.RefusedShuttingDown:
+		return errOAIShuttingDown
+	case pipeline.RefusedQueueFull, pipeline.RefusedCannotRun, pipeline.RefusedScheduler, pipeline.RefusedIdempotency:
+		return startRefused(ref.Err)
+	}
+	return refusalError(ref, errOAIInvalidKey, errModelNotFound)
 }
 
 // openaiQueueWait is a call's queueTimeout in seconds: the wait for a
 // replica (a boot included) before the request is answered 503.
 func (a *api) openaiQueueWait() int {
 	return max(int(a.opts.OpenAIQueueWait/time.Second), 1)
-}
-
-// awaitCall waits for call id to finish: its queue wait and inference
-// timeout bound that, and a guard past both answers 504. It reports false
-// when the client left (the call runs on, its result kept) or the daemon
-// stops (answered 503).
-func (a *api) awaitCall(w http.ResponseWriter, r *http.Request, p store.Project, id string) (store.Call, bool) {
-	call, done, err := a.sched.Lookup(id)
-	if err != nil {
-		a.openaiError(w, r, err)
-		return store.Call{}, false
-	}
-	wait := time.Duration(a.openaiQueueWait()+p.InferenceTimeout)*time.Second + time.Minute
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + time.Minute))
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	case <-r.Context().Done():
-		if isClosed(a.opts.Stopping) {
-			a.openaiError(w, r, errOAIShuttingDown)
-		}
-		return store.Call{}, false
-	case <-a.opts.Stopping:
-		a.openaiError(w, r, errOAIShuttingDown)
-		return store.Call{}, false
-	}
-	// The call as it stands now: the first lookup may predate its end.
-	if c, _, err := a.sched.Lookup(id); err == nil {
-		call = c
-	}
-	return call, true
 }
 
 var errOAIShuttingDown = &oaiError{status: http.StatusServiceUnavailable, typ: openai.TypeUnavailable, code: "shutting_down",
@@ -189,20 +151,6 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
-}
-
-// openaiForward passes a request to the node that runs its project
-// (cluster mode), its answer, a stream included, back as it comes.
-func (a *api) openaiForward(w http.ResponseWriter, r *http.Request, body []byte, nodes []cluster.NodeInfo, p store.Project) {
-	wait := time.Duration(a.openaiQueueWait()+p.InferenceTimeout)*time.Second + time.Minute
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + time.Minute))
-	switch {
-	case a.forward(w, r, body, nodes, a.opts.Routing.forwardLimit(wait)):
-	case isClosed(a.opts.Stopping):
-		a.openaiError(w, r, errOAIShuttingDown)
-	default:
-		a.openaiError(w, r, errClusterUnavailable)
-	}
 }
 
 // openaiResponse handles GET /v1/calls/:callID/response: a call made

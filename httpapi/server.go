@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"inferd/openai/batches"
+	"inferd/pipeline"
 	"inferd/scheduler"
 	"inferd/store"
 	"inferd/webhook"
@@ -152,6 +153,10 @@ type api struct {
 	store  Store
 	sched  Scheduler
 	limits *limiter
+	// pipe is the one call path of every door; place is where its calls
+	// (and their cancels) go (callpath.go).
+	pipe  *pipeline.Pipeline
+	place placer
 	// The budgets of the edge (budgets.go): the bytes of bodies being
 	// read, the results held for event streams, and the streams open.
 	bodies      *bodyBudget
@@ -165,7 +170,11 @@ func New(opts Options, st Store, sched Scheduler) http.Handler {
 	opts = opts.withDefaults()
 	a := &api{opts: opts, log: opts.Log, store: st, sched: sched, limits: newLimiter(opts.Limits),
 		bodies:  newBodyBudget(opts.Limits.BodyBytes, opts.Limits.BodyBytesPerSource),
-		results: newStreamResults(opts.Limits.StreamResultBytes)}
+		results: newStreamResults(opts.Limits.StreamResultBytes), place: localPlacer{}}
+	if opts.Routing != nil {
+		a.place = forwarder{a} // cluster mode: calls may run on other nodes
+	}
+	a.pipe = a.newPipeline()
 	opts.Metrics.setEdge(a.edgeStats)
 
 	r := newRouter(a.recoverPanic)
