@@ -102,6 +102,39 @@ func (a *api) admitStream(ad *pipeline.Admission) (func(), error) {
 	return a.limits.beginStream(ad.Key.ID)
 }
 
+// dialect is how a door words the call path's answers: a refusal, a
+// failure after the call was made, a shutdown cutting its wait, and the
+// call as it stands. A new door is a decoder and a dialect.
+type dialect interface {
+	refused(w http.ResponseWriter, r *http.Request, ref *pipeline.Refusal)
+	failed(w http.ResponseWriter, r *http.Request, err error)
+	stopping(w http.ResponseWriter, r *http.Request)
+	answer(w http.ResponseWriter, r *http.Request, c store.Call)
+}
+
+// awaitAnswer waits up to wait for out's call (pipeline.Await) and answers
+// it in d's words; a client that went away reads nothing, and the call
+// runs on.
+func (a *api) awaitAnswer(w http.ResponseWriter, r *http.Request, d dialect, out pipeline.Outcome, wait time.Duration) {
+	extendWriteDeadline(w, wait)
+	call, end, err := a.pipe.Await(r.Context(), out.Call, nil, wait)
+	switch {
+	case err != nil:
+		d.failed(w, r, err)
+	case end == pipeline.Stopping:
+		d.stopping(w, r)
+	case end != pipeline.ClientGone:
+		d.answer(w, r, call)
+	}
+}
+
+// extendWriteDeadline lets an answer that waits on its call be written up
+// to a minute after wait: the server's write timeout is for the short
+// waits of start and check.
+func extendWriteDeadline(w http.ResponseWriter, wait time.Duration) {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + time.Minute))
+}
+
 // placer is where a call runs, and where a cancel of a call goes: here on
 // one box (localPlacer), the node that runs it in cluster mode
 // (forwarder).

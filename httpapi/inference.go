@@ -157,25 +157,32 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 	out, ref := a.pipe.Start(r.Context(), req)
 	switch {
 	case ref != nil:
-		a.failRefused(w, r, ref)
+		bananaDoor{a}.refused(w, r, ref)
 	case !out.Forwarded:
 		out.Release()
-		a.writeInference(w, a.callResponse(out.Call, reachesOf(out.Key)))
+		bananaDoor{a}.answer(w, r, out.Call, out.Key)
 	}
 }
 
 // startWait is how long a start waits on the node it is forwarded to.
 func (a *api) startWait(store.Project) time.Duration { return a.opts.StartWait }
 
-// failRefused answers a start the call path refused, in the Banana
-// dialect: HTTP 200 and "error: ..." (a 503 when no node of the cluster
-// could take it).
-func (a *api) failRefused(w http.ResponseWriter, r *http.Request, ref *pipeline.Refusal) {
+// bananaDoor is the Banana API's dialect: HTTP 200 and the outcome in
+// message (a 503 when no node of the cluster could take the call).
+type bananaDoor struct{ a *api }
+
+func (d bananaDoor) refused(w http.ResponseWriter, r *http.Request, ref *pipeline.Refusal) {
 	err := refusalError(ref, errInvalidAPIKey, errUnknownModelKey)
 	if ref.Kind == pipeline.RefusedShuttingDown {
 		err = errClusterUnavailable // a forward cut short: another node may take it
 	}
-	a.failRouted(w, r, err)
+	d.a.failRouted(w, r, err)
+}
+
+// answer renders call c as key sees it (its waitingFor names only the
+// projects key reaches).
+func (d bananaDoor) answer(w http.ResponseWriter, _ *http.Request, c store.Call, key store.APIKey) {
+	d.a.writeInference(w, d.a.callResponse(c, reachesOf(key)))
 }
 
 // check handles POST /check/v4: report a call's state and, with longPoll,

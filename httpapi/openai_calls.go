@@ -51,7 +51,7 @@ func (a *api) openaiCall(endpoint string) httprouter.Handle {
 		})
 		switch {
 		case ref != nil:
-			a.openaiError(w, r, openaiRefusal(ref))
+			openaiDoor{a}.refused(w, r, ref)
 			return
 		case out.Forwarded:
 			return // a stream passed through the proxy as it came
@@ -64,18 +64,22 @@ func (a *api) openaiCall(endpoint string) httprouter.Handle {
 			a.openaiStream(w, r, out.Call.ID, req.AddedUsage)
 			return
 		}
-		wait := a.openaiWait(out.Project)
-		extendWriteDeadline(w, wait)
-		call, end, err := a.pipe.Await(r.Context(), out.Call, nil, wait)
-		switch {
-		case err != nil:
-			a.openaiError(w, r, err)
-		case end == pipeline.Stopping:
-			a.openaiError(w, r, errOAIShuttingDown)
-		case end != pipeline.ClientGone: // the call runs on, its result kept
-			a.openaiAnswer(w, r, call)
-		}
+		a.awaitAnswer(w, r, openaiDoor{a}, out, a.openaiWait(out.Project))
 	}
+}
+
+// openaiDoor is OpenAI's dialect: every error in its shape
+// (openaiError), a call answered as openaiAnswer does.
+type openaiDoor struct{ a *api }
+
+func (d openaiDoor) failed(w http.ResponseWriter, r *http.Request, err error) {
+	d.a.openaiError(w, r, err)
+}
+func (d openaiDoor) stopping(w http.ResponseWriter, r *http.Request) {
+	d.a.openaiError(w, r, errOAIShuttingDown)
+}
+func (d openaiDoor) answer(w http.ResponseWriter, r *http.Request, c store.Call) {
+	d.a.openaiAnswer(w, r, c)
 }
 
 // decodeOpenAI reads and checks the body of a request to endpoint.
@@ -104,15 +108,18 @@ func (a *api) openaiWait(p store.Project) time.Duration {
 	return time.Duration(a.openaiQueueWait()+p.InferenceTimeout)*time.Second + time.Minute
 }
 
-// openaiRefusal is a refusal of the call path in OpenAI's words.
-func openaiRefusal(ref *pipeline.Refusal) error {
+// refused answers a refusal of the call path in OpenAI's words.
+func (d openaiDoor) refused(w http.ResponseWriter, r *http.Request, ref *pipeline.Refusal) {
+	var err error
 	switch ref.Kind {
 	case pipeline.RefusedShuttingDown:
-		return errOAIShuttingDown
+		err = errOAIShuttingDown
 	case pipeline.RefusedQueueFull, pipeline.RefusedCannotRun, pipeline.RefusedScheduler, pipeline.RefusedIdempotency:
-		return startRefused(ref.Err)
+		err = startRefused(ref.Err)
+	default:
+		err = refusalError(ref, errOAIInvalidKey, errModelNotFound)
 	}
-	return refusalError(ref, errOAIInvalidKey, errModelNotFound)
+	d.a.openaiError(w, r, err)
 }
 
 // openaiQueueWait is a call's queueTimeout in seconds: the wait for a

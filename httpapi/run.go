@@ -64,7 +64,7 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, ps httprouter.Params) 
 		Call: req, Hold: pipeline.HoldWait, W: w, R: r, Body: body, ForwardWait: inferenceWait})
 	switch {
 	case ref != nil:
-		a.runRefusal(w, r, ref)
+		runDoor{a}.refused(w, r, ref)
 		return
 	case out.Forwarded:
 		return
@@ -75,30 +75,23 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, ps httprouter.Params) 
 		return
 	}
 	w.Header().Set(callIDHeader, out.Call.ID)
-	wait := inferenceWait(out.Project)
-	extendWriteDeadline(w, wait)
-	call, end, err := a.pipe.Await(r.Context(), out.Call, nil, wait)
-	switch {
-	case err != nil:
-		a.runFailed(w, r, err)
-	case end == pipeline.Stopping:
-		errShuttingDown(w)
-	case end != pipeline.ClientGone: // a client that went away reads nothing; the call runs on
-		a.runAnswer(w, call)
-	}
+	a.awaitAnswer(w, r, runDoor{a}, out, inferenceWait(out.Project))
+}
+
+// runDoor is the dialect of Banana's Client SDK (see runRefused,
+// runFailed and runAnswer).
+type runDoor struct{ a *api }
+
+func (d runDoor) failed(w http.ResponseWriter, r *http.Request, err error) { d.a.runFailed(w, r, err) }
+func (runDoor) stopping(w http.ResponseWriter, _ *http.Request)            { errShuttingDown(w) }
+func (d runDoor) answer(w http.ResponseWriter, _ *http.Request, c store.Call) {
+	d.a.runAnswer(w, c)
 }
 
 // inferenceWait is how long a /run request waits for its call: the
 // project's inferenceTimeout.
 func inferenceWait(p store.Project) time.Duration {
 	return time.Duration(p.InferenceTimeout) * time.Second
-}
-
-// extendWriteDeadline lets an answer that waits on its call be written up
-// to a minute after wait: the server's write timeout is for the short
-// waits of start and check.
-func extendWriteDeadline(w http.ResponseWriter, wait time.Duration) {
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + time.Minute))
 }
 
 // headerSecret is the key of a request that sends it in X-Service-API-Key
@@ -146,9 +139,9 @@ func (a *api) decodeRun(w http.ResponseWriter, r *http.Request, route string) (s
 	return req, body, true
 }
 
-// runRefusal answers a /run request the call path refused, in the
-// dialect of Banana's Client SDK (see runRefused and runFailed).
-func (a *api) runRefusal(w http.ResponseWriter, r *http.Request, ref *pipeline.Refusal) {
+// refused answers a /run request the call path refused.
+func (d runDoor) refused(w http.ResponseWriter, r *http.Request, ref *pipeline.Refusal) {
+	a := d.a
 	switch ref.Kind {
 	case pipeline.RefusedProject:
 		// Another team's project, or one outside the key's allowlist,
