@@ -43,9 +43,7 @@ func (a *api) newPipeline() *pipeline.Pipeline {
 		OnRefusal:   a.admissionRefused,
 	})
 	a.opts.Metrics.setHooks(p)
-	if w, ok := a.store.(interface{ OnProjectChange(func(string)) }); ok {
-		w.OnProjectChange(p.ProjectChanged)
-	}
+	a.store.OnProjectChange(p.ProjectChanged)
 	return p
 }
 

@@ -36,6 +36,9 @@ func (a *api) openaiRoutes(add func(method, path string, need store.Permission, 
 		add(http.MethodPost, endpoint, store.PermInfer, a.openaiCall(endpoint))
 	}
 	add(http.MethodGet, "/v1/models", store.PermInfer, a.openaiModels)
+	// A model's name may hold "/" (an alias such as org/model): the rest
+	// of the path is the name.
+	add(http.MethodGet, "/v1/models/*model", store.PermInfer, a.openaiModel)
 	add(http.MethodGet, "/v1/calls/:callID/response", store.PermInfer, a.openaiResponse)
 	a.batchRoutes(add) // openai_batches.go
 }
@@ -163,6 +166,27 @@ type modelEntry struct {
 	Object  string `json:"object"` // "model"
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"` // the team
+}
+
+// openaiModel handles GET /v1/models/{model}: the model the name resolves
+// to for the key, as a request's model would (pipeline.Pipeline.Model),
+// named as asked; 404 model_not_found as for a request.
+func (a *api) openaiModel(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	key, err := a.bearerKey(r, store.PermInfer)
+	if err != nil {
+		a.openaiError(w, r, err)
+		return
+	}
+	name := strings.TrimPrefix(ps.ByName("model"), "/")
+	p, err := a.pipe.Model(key, name)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		a.openaiError(w, r, errModelNotFound)
+	case err != nil:
+		a.openaiError(w, r, err)
+	default:
+		writeJSON(w, http.StatusOK, modelEntry{ID: name, Object: "model", Created: p.Created.Unix(), OwnedBy: p.TeamID})
+	}
 }
 
 // openaiModels handles GET /v1/models: each name (project id, then its

@@ -30,6 +30,9 @@ type BatchAPI interface {
 	CreateBatch(acc batches.Access, req batches.CreateRequest, resolve batches.Resolver) (batches.Batch, error)
 	Batch(acc batches.Access, id string) (batches.Batch, error)
 	CancelBatch(acc batches.Access, id string) (batches.Batch, error)
+	// Files and Batches list what acc reaches, newest first.
+	Files(acc batches.Access, purpose string) []batches.File
+	Batches(acc batches.Access) []batches.Batch
 }
 
 // batchRoutes adds the Batch API's routes to the route table. They are
@@ -38,10 +41,12 @@ type BatchAPI interface {
 // 404 to a key that may use them.
 func (a *api) batchRoutes(add func(method, path string, need store.Permission, h httprouter.Handle)) {
 	add(http.MethodPost, "/v1/files", store.PermInfer, a.uploadFile)
+	add(http.MethodGet, "/v1/files", store.PermInfer, a.listFiles)
 	add(http.MethodGet, "/v1/files/:id", store.PermInfer, a.getFile)
 	add(http.MethodDelete, "/v1/files/:id", store.PermInfer, a.deleteFile)
 	add(http.MethodGet, "/v1/files/:id/content", store.PermInfer, a.fileContent)
 	add(http.MethodPost, "/v1/batches", store.PermInfer, a.createBatch)
+	add(http.MethodGet, "/v1/batches", store.PermInfer, a.listBatches)
 	add(http.MethodGet, "/v1/batches/:id", store.PermInfer, a.getBatch)
 	add(http.MethodPost, "/v1/batches/:id/cancel", store.PermInfer, a.cancelBatch)
 }

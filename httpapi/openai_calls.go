@@ -299,10 +299,11 @@ func (a *api) openaiStream(w http.ResponseWriter, r *http.Request, id string, ad
 	s.flush()
 }
 
-// cancelLeft cancels the call of a stream whose client went away: the
-// model's request is aborted and the call ends "cancelled by request".
+// cancelLeft ends the call of a stream whose client went away: the
+// model's request is aborted and the call ends "cancelled: the client
+// disconnected" (scheduler's Disconnected).
 func (a *api) cancelLeft(id string) {
-	if _, err := a.sched.Cancel(id); err != nil && !errors.Is(err, scheduler.ErrFinished) {
+	if _, err := a.sched.Disconnected(id); err != nil && !errors.Is(err, scheduler.ErrFinished) {
 		a.log.Warn().Err(err).Str("call", id).Msg("cancelling the call of a stream whose client left failed")
 	}
 }

@@ -71,13 +71,16 @@ var routeCases = map[string]routeCase{
 	"POST /v1/completions":           {path: "/v1/completions", body: `{"model":"PROJECT","prompt":"x"}`},
 	"POST /v1/embeddings":            {path: "/v1/embeddings", body: `{"model":"PROJECT","input":"x"}`},
 	"GET /v1/models":                 {path: "/v1/models"},
+	"GET /v1/models/*model":          {path: "/v1/models/PROJECT"},
 	"GET /v1/calls/:callID/response": {path: "/v1/calls/CALLID/response", done: true},
 
 	"POST /v1/files":              {path: "/v1/files", body: uploadForm, contentType: "multipart/form-data; boundary=XB"},
+	"GET /v1/files":               {path: "/v1/files"},
 	"GET /v1/files/:id":           {path: "/v1/files/FILEID"},
 	"DELETE /v1/files/:id":        {path: "/v1/files/FILEID"},
 	"GET /v1/files/:id/content":   {path: "/v1/files/FILEID/content"},
 	"POST /v1/batches":            {path: "/v1/batches", body: `{"input_file_id":"FILEID","endpoint":"/v1/chat/completions","completion_window":"24h"}`},
+	"GET /v1/batches":             {path: "/v1/batches"},
 	"GET /v1/batches/:id":         {path: "/v1/batches/BATCHID"},
 	"POST /v1/batches/:id/cancel": {path: "/v1/batches/BATCHID/cancel"},
 

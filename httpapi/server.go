@@ -12,6 +12,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 	"github.com/rs/zerolog"
 
+	"inferd/openai"
 	"inferd/openai/batches"
 	"inferd/pipeline"
 	"inferd/scheduler"
@@ -116,6 +117,9 @@ type Store interface {
 	ProjectByModelKey(modelKey string) (store.Project, error)
 	GetProject(id string) (store.Project, error)
 	ListProjects(teamID string) ([]store.Project, error)
+	// OnProjectChange tells the call path of every project change: it
+	// keeps the OpenAI model names until one (pipeline.ProjectChanged).
+	OnProjectChange(fn func(projectID string))
 	UpdateProject(id string, fn func(*store.Project) error) (store.Project, error)
 	GetTeam(id string) (store.Team, error) // its quota bounds a PUT
 	CallByIdempotencyKey(teamID, key string) (store.Call, error)
@@ -133,6 +137,10 @@ type Scheduler interface {
 	// Cancel ends a queued or running call and returns it once that is
 	// durable; a finished call is an error wrapping scheduler.ErrFinished.
 	Cancel(id string) (store.Call, error)
+	// Disconnected ends a call as Cancel does, for a client that went
+	// away while it alone held the answer open: it reads "cancelled: the
+	// client disconnected", not "cancelled by request".
+	Disconnected(id string) (store.Call, error)
 	// Purge cancels the calls waiting in a project's queue and says how
 	// many.
 	Purge(projectID string) (int, error)
@@ -212,15 +220,24 @@ func newRouter(onPanic func(http.ResponseWriter, *http.Request, any)) *httproute
 		w.WriteHeader(http.StatusNoContent) // Allow is set by the router
 	})
 	r.NotFound = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, errorBody{errorDetail{codeNotFound,
-			"no such endpoint: " + r.Method + " " + truncate(r.URL.Path, 200)}})
+		routeError(w, r, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.Method+" "+truncate(r.URL.Path, 200))
 	})
 	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusMethodNotAllowed, errorBody{errorDetail{codeMethodNotAllowed,
-			"method " + r.Method + " not allowed; allowed: " + w.Header().Get("Allow")}})
+		routeError(w, r, http.StatusMethodNotAllowed, codeMethodNotAllowed,
+			"method "+r.Method+" not allowed; allowed: "+w.Header().Get("Allow"))
 	})
 	r.PanicHandler = onPanic
 	return r
+}
+
+// routeError answers a request no route takes: in OpenAI's shape on the
+// OpenAI routes' paths (the SDKs read only that), else the project API's.
+func routeError(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
+	if isOpenAIPath(r.URL.Path) {
+		writeJSON(w, status, openai.NewError(openai.TypeInvalidRequest, code, "", msg))
+		return
+	}
+	writeJSON(w, status, errorBody{errorDetail{code, msg}})
 }
 
 // recoverPanic answers a handler panic: the inference endpoints keep their

@@ -102,6 +102,17 @@ func (p *Pipeline) key(key store.APIKey, err error) (store.APIKey, *Refusal) {
 	return key, nil
 }
 
+// Model is the project of protocol openai that an OpenAI request of key
+// naming model reaches (its id, then an alias, among the projects key
+// may call), or store.ErrNotFound: GET /v1/models/{model}.
+func (p *Pipeline) Model(key store.APIKey, model string) (store.Project, error) {
+	proj, err := p.names.resolve(key, model)
+	if err == nil && !Reaches(key, proj.TeamID, proj.ID) {
+		return store.Project{}, store.ErrNotFound
+	}
+	return proj, err
+}
+
 // Reaches reports whether key may see project projectID of teamID: its
 // team's (or any, for an admin key) and within its project allowlist.
 func Reaches(key store.APIKey, teamID, projectID string) bool {

@@ -20,6 +20,10 @@ import (
 const (
 	msgCancelled   = "error: cancelled by request"
 	msgQueuePurged = "error: cancelled: queue purged"
+	// msgDisconnected: the client that held the call's answer open (an
+	// OpenAI stream) went away, or read too slowly, and nobody else can
+	// read the rest as it comes.
+	msgDisconnected = "error: cancelled: the client disconnected"
 )
 
 func msgExpired(secs int) string {
@@ -78,6 +82,19 @@ func (s *Scheduler) control(fn func()) bool {
 // and every waiter has been woken. A call that had already finished is an
 // error wrapping ErrFinished; an unknown one store.ErrNotFound.
 func (s *Scheduler) Cancel(id string) (store.Call, error) {
+	return s.cancel(id, failed(store.FailCancelled, msgCancelled))
+}
+
+// Disconnected ends call id as Cancel does, for a client that went away
+// while it alone held the call's answer open (an OpenAI stream): the call
+// reads "error: cancelled: the client disconnected", kind
+// store.FailDisconnected, not a cancel by request, which nobody asked for.
+func (s *Scheduler) Disconnected(id string) (store.Call, error) {
+	return s.cancel(id, failed(store.FailDisconnected, msgDisconnected))
+}
+
+// cancel ends call id as e says (Cancel, Disconnected).
+func (s *Scheduler) cancel(id string, e ending) (store.Call, error) {
 	var (
 		c      *call
 		cancel bool // this Cancel ended it
@@ -86,7 +103,7 @@ func (s *Scheduler) Cancel(id string) (store.Call, error) {
 		c = s.calls[id]
 		if c != nil && !c.finished() {
 			cancel = true
-			s.abort(c, failed(store.FailCancelled, msgCancelled))
+			s.abort(c, e)
 			s.cfg.Observer.CallCancelled(c.p.id)
 		}
 	})

@@ -71,6 +71,28 @@ func TestCancelQueuedCallNeverReachesModel(t *testing.T) {
 	})
 }
 
+// A call whose client went away (Disconnected) is aborted as a cancel
+// aborts it, and says so: not "cancelled by request", which nobody asked.
+func TestDisconnectedCallIsAbortedAndSaysItsClientLeft(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("c", minMax(0, 1))
+		h, i, _, running := busyReplica(t, Config{AbortGrace: 5 * time.Second}, p) // never answered: only the abort ends it
+		defer h.stop()
+		got, err := h.s.Disconnected(running.ID)
+		if err != nil || got.Message != msgDisconnected || store.FailureOf(got).Kind != store.FailDisconnected {
+			t.Fatalf("Disconnected = %+v, %v", got, err)
+		}
+		if stored, _ := h.st.call(running.ID); store.FailureOf(stored).Kind != store.FailDisconnected {
+			t.Errorf("stored call = %+v; want it disconnected", stored)
+		}
+		next := h.submit(p, `{"n":2}`)
+		h.call(i).reply(`{}`) // the replica took the next call
+		if r := h.result(next.ID); r.State != store.CallSucceeded {
+			t.Errorf("next call = %+v", r)
+		}
+	})
+}
+
 func TestCancelRunningCallAbortsItsRequestAndFreesTheReplica(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("c", minMax(0, 1))
