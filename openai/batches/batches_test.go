@@ -356,6 +356,11 @@ func TestCancelledBatch(t *testing.T) {
 	if errs[0].Response == nil || errs[0].Response.StatusCode != 400 || errs[9].Error == nil || errs[9].Error.Code != "batch_cancelled" {
 		t.Errorf("first %+v, last %+v", errs[0].Response, errs[9].Error)
 	}
+	// The lines a cancel kept from running, and those whose calls it
+	// ended, are neither completed nor failed.
+	if b.RequestCounts != (RequestCounts{Total: 10}) {
+		t.Errorf("counts %+v, want 10 lines none of them failed", b.RequestCounts)
+	}
 	if sched.pending() != 0 || sched.made() != 4 {
 		t.Errorf("%d pending of %d made", sched.pending(), sched.made())
 	}
