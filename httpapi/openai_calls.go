@@ -111,6 +111,16 @@ func (a *api) openaiWait(p store.Project) time.Duration {
 // refused answers a refusal of the call path in OpenAI's words.
 func (d openaiDoor) refused(w http.ResponseWriter, r *http.Request, ref *pipeline.Refusal) {
 	var err error
+	var wrong *pipeline.WrongProtocolError
+	switch {
+	case errors.As(ref.Err, &wrong):
+		// The key's own project, of another protocol: say so, rather than
+		// that it does not exist.
+		err = &oaiError{status: http.StatusBadRequest, typ: openai.TypeInvalidRequest, code: "model_not_supported",
+			param: "model", msg: wrong.Error()}
+		d.a.openaiError(w, r, err)
+		return
+	}
 	switch ref.Kind {
 	case pipeline.RefusedShuttingDown:
 		err = errOAIShuttingDown

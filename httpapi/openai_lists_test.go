@@ -3,6 +3,7 @@ package httpapi
 import (
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 
 	"inferd/openai/batches"
@@ -144,4 +145,19 @@ func TestUnknownOpenAIRoutesAnswerInOpenAIsShape(t *testing.T) {
 	if rec := serve(env.h, http.MethodGet, "/v1/nothing", "", bearer(keyAcme)...); rec.Code != http.StatusNotFound || decode[errorBody](t, rec).Error.Code != codeNotFound {
 		t.Errorf("a path of the project API: %d %s", rec.Code, rec.Body)
 	}
+}
+
+// A project of protocol http that the key's team owns, named as a model,
+// is refused saying what it is and how to call it, not as a model that
+// does not exist; another team's is still one that does not exist.
+func TestAnHTTPProjectNamedAsAModelSaysHowToCallIt(t *testing.T) {
+	env := openaiEnv(t, Options{})
+	rec := serve(env.h, http.MethodPost, "/v1/chat/completions", `{"model":"echo","messages":[]}`, bearer(keyAcme)...)
+	e := oaiErrorReply(t, rec, http.StatusBadRequest, "invalid_request_error", "model_not_supported")
+	if msg, _ := e["message"].(string); !strings.Contains(msg, "protocol http") || !strings.Contains(msg, "/run/echo/") {
+		t.Errorf("message %q", msg)
+	}
+	oaiErrorReply(t, serve(env.h, http.MethodPost, "/v1/chat/completions", `{"model":"echo","messages":[]}`, bearer(keyOther)...),
+		http.StatusNotFound, "invalid_request_error", "model_not_found")
+	oaiErrorReply(t, serve(env.h, http.MethodGet, "/v1/models/echo", "", bearer(keyAcme)...), http.StatusNotFound, "invalid_request_error", "model_not_found")
 }

@@ -125,10 +125,11 @@ func TestOpenAIChatIsACallOfTheNamedProject(t *testing.T) {
 }
 
 // A model the team may not call is not found, whether it exists elsewhere
-// or not at all; nothing is started.
+// or not at all; nothing is started. (The team's own project of another
+// protocol says what it is: TestAnHTTPProjectNamedAsAModelSaysHowToCallIt.)
 func TestOpenAIUnknownOrOtherTeamsModelIs404(t *testing.T) {
 	env := openaiEnv(t, Options{})
-	for _, model := range []string{"secret-llm", "gpt-4", "echo"} {
+	for _, model := range []string{"secret-llm", "gpt-4", "hidden"} {
 		rec := serve(env.h, "POST", "/v1/chat/completions", `{"model":"`+model+`","messages":[]}`, bearer(keyAcme)...)
 		e := oaiErrorReply(t, rec, 404, "invalid_request_error", "model_not_found")
 		if e["param"] != "model" || strings.Contains(e["message"].(string), model) {

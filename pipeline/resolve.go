@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -36,6 +37,7 @@ type Caller struct {
 // reach. Every refusal is a *Refusal.
 func (p *Pipeline) resolve(secret string, t Target) (Caller, *Refusal) {
 	var look store.StartLookup
+	var wrong *WrongProtocolError
 	if t.ModelKey != "" && p.cfg.StartLookup != nil {
 		look = p.cfg.StartLookup(secret, t.ModelKey) // key and project in one read
 	} else {
@@ -66,6 +68,8 @@ func (p *Pipeline) resolve(secret string, t Target) (Caller, *Refusal) {
 		proj, err = p.names.resolve(key, t.ModelName)
 	}
 	switch {
+	case errors.As(err, &wrong):
+		return Caller{}, &Refusal{Kind: RefusedRequest, Key: key, Err: err}
 	case errors.Is(err, store.ErrNotFound):
 		return Caller{}, &Refusal{Kind: RefusedProject, Err: errNoProject}
 	case err != nil:
@@ -107,8 +111,9 @@ func (p *Pipeline) key(key store.APIKey, err error) (store.APIKey, *Refusal) {
 // may call), or store.ErrNotFound: GET /v1/models/{model}.
 func (p *Pipeline) Model(key store.APIKey, model string) (store.Project, error) {
 	proj, err := p.names.resolve(key, model)
-	if err == nil && !Reaches(key, proj.TeamID, proj.ID) {
-		return store.Project{}, store.ErrNotFound
+	var wrong *WrongProtocolError
+	if errors.As(err, &wrong) || err == nil && !Reaches(key, proj.TeamID, proj.ID) {
+		return store.Project{}, store.ErrNotFound // the model list has it not either
 	}
 	return proj, err
 }
@@ -130,7 +135,25 @@ type names struct {
 
 	mu    sync.Mutex
 	gen   uint64 // bumped by every change: a list read across one is not kept
-	teams map[string]map[string]store.Project
+	teams map[string]modelIndex
+}
+
+// modelIndex is a team's: the projects of protocol openai by each of their
+// names, and the others by id (to say why such a name is refused).
+type modelIndex struct {
+	names  map[string]store.Project
+	others map[string]store.Project
+}
+
+// WrongProtocolError is the resolve of an OpenAI model name that is the id
+// of a project of another protocol, which the key may reach: the OpenAI
+// routes do not call it, and the error says how to.
+type WrongProtocolError struct{ Project store.Project }
+
+func (e *WrongProtocolError) Error() string {
+	id := e.Project.ID
+	return fmt.Sprintf("model %q is project %s of protocol %s, which the OpenAI routes do not call: "+
+		"call it with POST /run/%s/ROUTE or POST /start/v4 (or give it protocol openai)", id, id, e.Project.Model.Protocol, id)
 }
 
 func (n *names) resolve(key store.APIKey, model string) (store.Project, error) {
@@ -151,18 +174,21 @@ func (n *names) resolve(key store.APIKey, model string) (store.Project, error) {
 		n.mu.Lock()
 		if n.gen == gen { // nothing changed while it was read
 			if n.teams == nil {
-				n.teams = map[string]map[string]store.Project{}
+				n.teams = map[string]modelIndex{}
 			}
 			n.teams[team] = idx
 		}
 		n.mu.Unlock()
 	}
-	p, ok := idx[model]
+	p, ok := idx.names[model]
 	if !ok || !key.ReachesProject(p.ID) {
 		// An alias of a project outside the key's allowlist may name
 		// another project of the team that it reaches: resolve among
 		// those alone, as a key limited to them would see the team.
-		if p, ok = n.reachable(idx, key, model); !ok {
+		if p, ok = n.reachable(idx.names, key, model); !ok {
+			if o, ok := idx.others[model]; ok && Reaches(key, o.TeamID, o.ID) {
+				return store.Project{}, &WrongProtocolError{Project: o}
+			}
 			return store.Project{}, store.ErrNotFound
 		}
 	}
@@ -184,17 +210,19 @@ func (n *names) reachable(idx map[string]store.Project, key store.APIKey, model 
 }
 
 // index maps every name of ps's projects of protocol openai to its
-// project, as store.ResolveModel would resolve it.
-func index(ps []store.Project) map[string]store.Project {
-	idx := make(map[string]store.Project, len(ps))
+// project, as store.ResolveModel would resolve it, and the other
+// projects by id.
+func index(ps []store.Project) modelIndex {
+	idx := modelIndex{names: make(map[string]store.Project, len(ps)), others: map[string]store.Project{}}
 	for _, p := range ps {
 		if p.Model.Protocol != store.ProtocolOpenAI {
+			idx.others[p.ID] = p
 			continue
 		}
 		for _, name := range p.ModelNames() {
-			if _, ok := idx[name]; !ok {
+			if _, ok := idx.names[name]; !ok {
 				if q, ok := store.ResolveModel(ps, name); ok {
-					idx[name] = q
+					idx.names[name] = q
 				}
 			}
 		}
