@@ -148,11 +148,11 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		return
 	}
 	req := pipeline.Request{Secret: args.apiKey, Target: pipeline.Target{ModelKey: args.modelKey}, Call: args.req,
-		W: w, R: r, Body: args.body, ForwardWait: a.startWait}
+		W: w, R: r, Body: args.body, Wait: a.startWait}
 	if !args.startOnly {
 		// One write for a call that finishes within the wait (see
 		// SubmitWait); the call runs on if the client goes away.
-		req.Hold, req.MayDegrade, req.Call.Wait = pipeline.HoldWait, true, a.opts.StartWait
+		req.Hold, req.MayDegrade, req.Sync = pipeline.HoldWait, true, true
 	}
 	out, ref := a.pipe.Start(r.Context(), req)
 	switch {

@@ -47,7 +47,10 @@ func (a *api) openaiCall(endpoint string) httprouter.Handle {
 				call.Inputs, err = req.Body(p.ServedModelName()) // the name the server knows
 				return err
 			},
-			Hold: hold, W: w, R: r, Body: body, ForwardWait: a.openaiWait,
+			// A plain request waits inside Start: one write for a call
+			// that finishes within the wait, as a sync /start/v4. Its id
+			// goes out with its answer, by when it is durable.
+			Hold: hold, Sync: !req.Stream, W: w, R: r, Body: body, Wait: a.openaiWait,
 		})
 		switch {
 		case ref != nil:
@@ -64,7 +67,9 @@ func (a *api) openaiCall(endpoint string) httprouter.Handle {
 			a.openaiStream(w, r, out.Call.ID, req.AddedUsage)
 			return
 		}
-		a.awaitAnswer(w, r, openaiDoor{a}, out, a.openaiWait(out.Project))
+		// Start waited already: what is left to wait for is a call that
+		// outlasted it (answered 504) or a client that left.
+		a.awaitAnswer(w, r, openaiDoor{a}, out, 0)
 	}
 }
 
@@ -235,58 +240,9 @@ func (a *api) openaiStream(w http.ResponseWriter, r *http.Request, id string, ad
 	for _, line := range backlog {
 		s.chunk(line)
 	}
-	events := sub.ch
-	ka := time.NewTicker(sseKeepAlive)
-	defer ka.Stop()
-	// Until the first chunk nothing is written: a failure then is answered
-	// with its status. The queue wait and inference timeout end the call.
-	for !isClosed(done) {
-		if s.started {
-			s.flush()
-			if s.err != nil {
-				a.cancelLeft(id) // the client is gone, or too slow to read (limits.streamWriteTimeout)
-				return
-			}
-		}
-		select {
-		case e, ok := <-events:
-			switch {
-			case !ok:
-				events = nil // fell behind: the rest comes from the stored result
-			case e.output == nil && s.sent > 0:
-				// The call is run again (a crashed replica and retries):
-				// its chunks would start over in the middle of these.
-				s.errorEvent(openai.NewError(openai.TypeServer, "model_restarted", "", "the model's replica restarted mid-stream; retry"))
-				s.flush()
-				return
-			case e.output != nil:
-				s.chunk(e.output)
-			}
-		case <-done:
-		case <-ka.C:
-			if s.started {
-				s.comment("keep-alive")
-			}
-		case <-r.Context().Done():
-			if !isClosed(a.opts.Stopping) {
-				a.cancelLeft(id)
-			}
-			return
-		case <-a.opts.Stopping:
-			return
-		}
-	}
-	for drained := false; !drained && events != nil; { // chunks sent before the end
-		select {
-		case e, ok := <-events:
-			if !ok {
-				events = nil
-			} else if e.output != nil {
-				s.chunk(e.output)
-			}
-		default:
-			drained = true
-		}
+	events, ok := a.relayChunks(r, s, id, done, sub.ch)
+	if !ok {
+		return
 	}
 	call, _, err := a.sched.Lookup(id)
 	if err != nil {
@@ -307,6 +263,64 @@ func (a *api) openaiStream(w http.ResponseWriter, r *http.Request, id string, ad
 		s.data([]byte(openai.Done))
 	}
 	s.flush()
+}
+
+// relayChunks sends call id's chunks from events to s as they come, until
+// the call is done (its last chunks drained). Until the first chunk
+// nothing is written: a failure then is answered with its status; the
+// queue wait and inference timeout end the call. It reports false when
+// the stream has ended already: its client left (the call is ended with
+// it), inferd stops, or the call was run again mid-stream; events is nil
+// once the client fell behind them (the rest comes from the stored
+// result).
+func (a *api) relayChunks(r *http.Request, s *chunkWriter, id string, done <-chan struct{}, events <-chan streamEvent) (<-chan streamEvent, bool) {
+	ka := time.NewTicker(sseKeepAlive)
+	defer ka.Stop()
+	for !isClosed(done) {
+		if s.started {
+			s.flush()
+			if s.err != nil {
+				a.cancelLeft(id) // the client is gone, or too slow to read (limits.streamWriteTimeout)
+				return nil, false
+			}
+		}
+		select {
+		case e, ok := <-events:
+			switch {
+			case !ok:
+				events = nil // fell behind: the rest comes from the stored result
+			case e.output == nil && s.sent > 0:
+				// The call is run again (a crashed replica and retries):
+				// its chunks would start over in the middle of these.
+				s.errorEvent(openai.NewError(openai.TypeServer, "model_restarted", "", "the model's replica restarted mid-stream; retry"))
+				s.flush()
+				return nil, false
+			case e.output != nil:
+				s.chunk(e.output)
+			}
+		case <-done:
+		case <-ka.C:
+			if s.started {
+				s.comment("keep-alive")
+			}
+		case <-r.Context().Done():
+			if !isClosed(a.opts.Stopping) {
+				a.cancelLeft(id)
+			}
+			return nil, false
+		case <-a.opts.Stopping:
+			return nil, false
+		}
+	}
+	open := drain(events, func(e streamEvent) { // chunks sent before the end
+		if e.output != nil {
+			s.chunk(e.output)
+		}
+	})
+	if !open {
+		return nil, true
+	}
+	return events, true
 }
 
 // cancelLeft ends the call of a stream whose client went away: the

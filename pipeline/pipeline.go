@@ -78,9 +78,8 @@ func (p *Pipeline) ProjectChanged(string) { p.names.changed() }
 type Request struct {
 	Secret string // the API key
 	Target Target
-	// Call is the call's inputs and call-control fields. Call.Wait, for a
-	// Banana sync start, is waited inside Start under ctx (one write for a
-	// call that finishes within it).
+	// Call is the call's inputs and call-control fields (its Wait is
+	// Start's to set: see Sync).
 	Call scheduler.Request
 	// Prepare, when set, completes Call once the project is known (an
 	// OpenAI request's body names the served model). Its error is
@@ -89,15 +88,29 @@ type Request struct {
 	Hold    Hold
 	// MayDegrade: see Admission.
 	MayDegrade bool
+	// Wait bounds how long the request may wait on its call, for project
+	// p: on the node it is forwarded to, and here when Sync.
+	Wait func(p store.Project) time.Duration
+	// Sync makes a HoldWait request wait for its call inside Start, up to
+	// Wait, under ctx (scheduler.Request.Wait: a call that finishes
+	// within it is written once, with its result). A request that needs
+	// its call durable before it runs (a stream, /run's idempotent retry)
+	// is not Sync.
+	Sync bool
 
 	// The door's exchange, which a Remote forwards as it was sent: the
 	// writer, the request and its body as read.
 	W    http.ResponseWriter
 	R    *http.Request
 	Body []byte
-	// ForwardWait is how long the request may wait on the node that runs
-	// it (p's own bounds); nil: none beyond the forward's grace.
-	ForwardWait func(p store.Project) time.Duration
+}
+
+// wait is req.Wait for p, or 0 without one.
+func (req Request) wait(p store.Project) time.Duration {
+	if req.Wait == nil {
+		return 0
+	}
+	return req.Wait(p)
 }
 
 // Outcome is a started call, or a request answered by another node
@@ -156,13 +169,13 @@ func (p *Pipeline) Start(ctx context.Context, req Request) (Outcome, *Refusal) {
 		return Outcome{}, ref
 	}
 	call := req.Call
+	call.Wait = 0
 	startCtx := context.WithoutCancel(ctx) // the call is the server's once admitted
-	if a.Hold == HoldWait && call.Wait > 0 {
+	if a.Hold == HoldWait && req.Sync {
 		// A sync start waits inside Start, under the client's context;
 		// that context never cancels the call itself.
-		startCtx = ctx
-	} else {
-		call.Wait = 0
+		call.Wait, startCtx = req.wait(c.Project), ctx
+		extendWriteDeadline(req.W, call.Wait)
 	}
 	started, err := p.cfg.Sched.Start(startCtx, c.Project, call)
 	if err != nil {
@@ -174,15 +187,8 @@ func (p *Pipeline) Start(ctx context.Context, req Request) (Outcome, *Refusal) {
 
 // forward runs the request on remote; the request is answered there.
 func (p *Pipeline) forward(remote Remote, c Caller, req Request) (Outcome, *Refusal) {
-	var wait time.Duration
-	if req.ForwardWait != nil {
-		wait = req.ForwardWait(c.Project)
-	}
-	if req.W != nil && wait > 0 {
-		// The server's write timeout is for short answers; this one may
-		// wait as long as the call may run.
-		_ = http.NewResponseController(req.W).SetWriteDeadline(time.Now().Add(wait + time.Minute))
-	}
+	wait := req.wait(c.Project)
+	extendWriteDeadline(req.W, wait)
 	if remote.Forward(req.W, req.R, req.Body, wait) {
 		return Outcome{Caller: c, Forwarded: true}, nil
 	}
@@ -193,6 +199,15 @@ func (p *Pipeline) forward(remote Remote, c Caller, req Request) (Outcome, *Refu
 }
 
 var errStopping = errors.New("inferd is shutting down; retry")
+
+// extendWriteDeadline lets the answer to a request that waits up to wait
+// be written until a minute after it: the server's write timeout is for
+// short answers. Nothing for no writer or no wait.
+func extendWriteDeadline(w http.ResponseWriter, wait time.Duration) {
+	if w != nil && wait > 0 {
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + time.Minute))
+	}
+}
 
 // Ended is why Await stopped waiting.
 type Ended int

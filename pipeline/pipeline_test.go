@@ -326,7 +326,7 @@ func TestADegradedWaitStartsTheCallWithoutWaiting(t *testing.T) {
 	}}
 	e := newEnv(t, Config{CallHooks: []Hook{full}})
 	out, ref := e.p.Start(context.Background(), Request{Secret: "acme", Target: Target{ProjectID: "a"},
-		Hold: HoldWait, MayDegrade: true, Call: scheduler.Request{Wait: time.Minute}})
+		Hold: HoldWait, MayDegrade: true, Sync: true, Wait: func(store.Project) time.Duration { return time.Minute }})
 	if ref != nil || out.Hold != HoldNone || e.sched.starts[0].Wait != 0 {
 		t.Fatalf("outcome %+v, %v; started with wait %v", out, ref, e.sched.starts)
 	}
@@ -341,11 +341,16 @@ func TestOnlyASyncStartWaitsUnderTheClientsContext(t *testing.T) {
 	e := newEnv(t, Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	e.p.Start(ctx, Request{Secret: "acme", Target: Target{ProjectID: "a"}, Hold: HoldWait, Call: scheduler.Request{Wait: time.Minute}})
-	e.p.Start(ctx, Request{Secret: "acme", Target: Target{ProjectID: "a"}, Hold: HoldWait})
+	minute := func(store.Project) time.Duration { return time.Minute }
+	e.p.Start(ctx, Request{Secret: "acme", Target: Target{ProjectID: "a"}, Hold: HoldWait, Sync: true, Wait: minute})
+	e.p.Start(ctx, Request{Secret: "acme", Target: Target{ProjectID: "a"}, Hold: HoldWait, Wait: minute})
+	e.p.Start(ctx, Request{Secret: "acme", Target: Target{ProjectID: "a"}, Hold: HoldStream, Sync: true, Wait: minute})
 	cancel()
-	if e.sched.ctxs[0].Err() == nil || e.sched.ctxs[1].Err() != nil {
-		t.Errorf("context errors: sync %v, other %v", e.sched.ctxs[0].Err(), e.sched.ctxs[1].Err())
+	if e.sched.ctxs[0].Err() == nil || e.sched.ctxs[1].Err() != nil || e.sched.ctxs[2].Err() != nil {
+		t.Errorf("context errors: sync %v, others %v, %v", e.sched.ctxs[0].Err(), e.sched.ctxs[1].Err(), e.sched.ctxs[2].Err())
+	}
+	if w := []time.Duration{e.sched.starts[0].Wait, e.sched.starts[1].Wait, e.sched.starts[2].Wait}; w[0] != time.Minute || w[1] != 0 || w[2] != 0 {
+		t.Errorf("waits inside Start %v, want a minute for the sync start alone", w)
 	}
 }
 
@@ -392,7 +397,7 @@ func TestACallPlacedElsewhereIsForwardedNotStarted(t *testing.T) {
 				CallHooks: []Hook{{Name: "waits", Admit: func(*Admission) (func(), error) { held++; return nil, nil }}}})
 			w := httptest.NewRecorder()
 			out, ref := e.p.Start(context.Background(), Request{Secret: "acme", Target: Target{ProjectID: "a"}, Hold: HoldWait,
-				W: w, R: httptest.NewRequest("POST", "/run/a/", nil), ForwardWait: func(store.Project) time.Duration { return 7 * time.Second }})
+				W: w, R: httptest.NewRequest("POST", "/run/a/", nil), Wait: func(store.Project) time.Duration { return 7 * time.Second }})
 			switch {
 			case tc.want == -100 && (ref != nil || !out.Forwarded || w.Code != http.StatusTeapot):
 				t.Fatalf("outcome %+v, %v", out, ref)

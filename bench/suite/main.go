@@ -111,6 +111,7 @@ func run(ctx context.Context, o options) error {
 		{"large payloads: queue and checks", measurePayloads},
 		{"latency, concurrency 1", measureLatency},
 		{"throughput, concurrency 16", measureConcurrency16},
+		{"openai door: CPU per call", measureOpenAIDoor},
 		{"throughput, no-op model, concurrency 64", measureThroughputNoop},
 		{"throughput, 10 ms model, concurrency 64", measureThroughput10ms},
 		{"batching: 20 ms + 1 ms per call model", measureBatching},
@@ -193,9 +194,10 @@ type env struct {
 	coldLog, burstLog string
 	coldQuietLog      string
 	inferdCfg         string
-	port              int             // inferd's
-	pprof             string          // the address inferd serves profiles on (-profile)
-	projects          []store.Project // the manifest's, as apply reads it
+	port              int               // inferd's
+	pprof             string            // the address inferd serves profiles on (-profile)
+	projects          []store.Project   // the manifest's, as apply reads it
+	teamKeys          map[string]string // keys of the OpenAI door's teams, by team (openai.go)
 }
 
 // alwaysOn returns how many replicas the projects keep running at all times
@@ -362,6 +364,7 @@ func startInferd(ctx context.Context, o options, e *env) error {
 	e.gate = filepath.Join(e.dir, "bigq.gate")
 	gated := fmt.Sprintf("while [ ! -e %s ]; do sleep 0.05; done; exec %s", e.gate, o.noop)
 	data := fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog, e.coldQuietLog, gated, payloadSize, batchMaxWaitMs, bigResultBytes)
+	data = append(data, openaiManifest(o.noop)...)
 	if err := os.WriteFile(mf, data, 0o644); err != nil {
 		return err
 	}
@@ -382,6 +385,9 @@ func startInferd(ctx context.Context, o options, e *env) error {
 	}
 	lines := strings.Fields(strings.TrimSpace(string(out)))
 	e.apiKey = lines[len(lines)-1]
+	if err := openaiKeys(o, e); err != nil {
+		return err
+	}
 	return waitAlwaysOn(ctx, e)
 }
 
