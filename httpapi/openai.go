@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/julienschmidt/httprouter"
 
@@ -21,11 +20,6 @@ import (
 // key may call, and the Batch API runs a JSONL file of requests as calls
 // (openai_batches.go). Every error is OpenAI's shape,
 // {"error": {"message", "type", "param", "code"}}, with its status code.
-
-// DefaultOpenAIQueueWait is how long an OpenAI request waits for its call
-// to reach a replica (a boot from zero included) before it is answered 503
-// and the call expires (Options.OpenAIQueueWait).
-const DefaultOpenAIQueueWait = 5 * time.Minute
 
 // openaiRoutes adds the OpenAI routes to the route table (routes.go), each
 // with the scope its handler asks of the Bearer key. Every path is static

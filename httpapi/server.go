@@ -20,13 +20,10 @@ import (
 	"inferd/webhook"
 )
 
-// Defaults for the zero values of Options.
-const (
-	DefaultStartWait    = 50 * time.Second
-	DefaultLongPollWait = 50 * time.Second
-	DefaultMaxBodyBytes = 10 << 20
-	DefaultAPIVersion   = "inferd"
-)
+// DefaultAPIVersion is the apiVersion of answers when Options sets none.
+// The other zero values of Options take the call path's defaults
+// (pipeline.DefaultStartWait and the rest).
+const DefaultAPIVersion = "inferd"
 
 // Options configures the public API handler. Zero values take the defaults.
 type Options struct {
@@ -85,19 +82,19 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.StartWait <= 0 {
-		o.StartWait = DefaultStartWait
+		o.StartWait = pipeline.DefaultStartWait
 	}
 	if o.LongPollWait <= 0 {
-		o.LongPollWait = DefaultLongPollWait
+		o.LongPollWait = pipeline.DefaultLongPollWait
 	}
 	if o.MaxBodyBytes <= 0 {
-		o.MaxBodyBytes = DefaultMaxBodyBytes
+		o.MaxBodyBytes = pipeline.DefaultMaxBodyBytes
 	}
 	if o.BatchFileBytes <= 0 {
 		o.BatchFileBytes = batches.DefaultMaxFileBytes
 	}
 	if o.OpenAIQueueWait <= 0 {
-		o.OpenAIQueueWait = DefaultOpenAIQueueWait
+		o.OpenAIQueueWait = pipeline.DefaultOpenAIQueueWait
 	}
 	if o.APIVersion == "" {
 		o.APIVersion = DefaultAPIVersion
