@@ -81,9 +81,9 @@ type Request struct {
 	// Call is the call's inputs and call-control fields (its Wait is
 	// Start's to set: see Sync).
 	Call scheduler.Request
-	// Prepare, when set, completes Call once the project is known (an
-	// OpenAI request's body names the served model). Its error is
-	// RefusedRequest.
+	// Prepare, when set, completes Call once the project is known and the
+	// call runs here (an OpenAI request's body names the served model;
+	// a forward sends the body as it came). Its error is RefusedRequest.
 	Prepare func(p store.Project, call *scheduler.Request) error
 	Hold    Hold
 	// MayDegrade: see Admission.
@@ -149,17 +149,17 @@ func (p *Pipeline) Start(ctx context.Context, req Request) (Outcome, *Refusal) {
 	if ref != nil {
 		return Outcome{}, ref
 	}
-	if req.Prepare != nil {
-		if err := req.Prepare(c.Project, &req.Call); err != nil {
-			return Outcome{}, &Refusal{Kind: RefusedRequest, Err: err}
-		}
-	}
 	remote, err := p.place.Place(req.R, c.Project)
 	if err != nil {
 		return Outcome{}, &Refusal{Kind: RefusedPlace, Err: err}
 	}
 	if remote != nil {
-		return p.forward(remote, c, req)
+		return p.forward(remote, c, req) // the request goes as it was sent
+	}
+	if req.Prepare != nil {
+		if err := req.Prepare(c.Project, &req.Call); err != nil {
+			return Outcome{}, &Refusal{Kind: RefusedRequest, Err: err}
+		}
 	}
 	// The hooks that hold something for the call's life run where it
 	// runs: a forwarded request is held on the node that runs it.
