@@ -15,7 +15,6 @@ import (
 	"inferd/openai"
 	"inferd/openai/batches"
 	"inferd/pipeline"
-	"inferd/scheduler"
 	"inferd/store"
 	"inferd/webhook"
 )
@@ -108,29 +107,27 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Store is what the public API needs from a store.Store.
+// Store is what the public API needs from a store.Store: what the call
+// path reads (pipeline.Store) and what the project API and the usage
+// report do.
 type Store interface {
-	Authenticate(secret string) (store.APIKey, error)
-	ProjectByModelKey(modelKey string) (store.Project, error)
-	GetProject(id string) (store.Project, error)
-	ListProjects(teamID string) ([]store.Project, error)
+	pipeline.Store
 	// OnProjectChange tells the call path of every project change: it
 	// keeps the OpenAI model names until one (pipeline.ProjectChanged).
 	OnProjectChange(fn func(projectID string))
 	UpdateProject(id string, fn func(*store.Project) error) (store.Project, error)
 	GetTeam(id string) (store.Team, error) // its quota bounds a PUT
-	CallByIdempotencyKey(teamID, key string) (store.Call, error)
-	UsageReader // GET /v1/usage (usage.go)
+	UsageReader                            // GET /v1/usage (usage.go)
 }
 
 // Scheduler is what the public API needs from the scheduler.
 type Scheduler interface {
-	// Start admits a call (or, for a repeated idempotency key, finds the
-	// first one) and, when req.Wait is set, waits up to it (or until ctx
-	// ends) for its result; the returned call, finished or not, is durable.
-	// ctx never cancels the call. Errors are user-facing texts (queue full,
-	// not enough GPUs, idempotencyKey reused) or store errors.
-	Start(ctx context.Context, p store.Project, req scheduler.Request) (store.Call, error)
+	// Start and Lookup, the call path's (pipeline.Scheduler): Start's
+	// errors are user-facing texts (queue full, not enough GPUs,
+	// idempotencyKey reused) or store errors; Lookup's channel closes
+	// once the call's final result is durable, and an unknown or expired
+	// id is store.ErrNotFound.
+	pipeline.Scheduler
 	// Cancel ends a queued or running call and returns it once that is
 	// durable; a finished call is an error wrapping scheduler.ErrFinished.
 	Cancel(id string) (store.Call, error)
@@ -144,9 +141,6 @@ type Scheduler interface {
 	// Warmup boots a project's replica and returns once one is ready, with
 	// the boot's failure, or when ctx ends.
 	Warmup(ctx context.Context, p store.Project) error
-	// Lookup returns the call and a channel that is closed once its final
-	// result is durable; store.ErrNotFound if the id is unknown or expired.
-	Lookup(id string) (store.Call, <-chan struct{}, error)
 	// Ready reports whether the scheduler is running.
 	Ready() bool
 }
