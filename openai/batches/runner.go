@@ -395,7 +395,10 @@ func (m *Manager) resultLine(b batchRecord, i int, l lineState, cancelled, expir
 	}
 	c, _, err := m.cfg.Sched.Lookup(l.callID)
 	if err != nil {
-		return lineErr(lineFailed, "result_unavailable", fmt.Sprintf("the result of call %s could not be read: %v", l.callID, err))
+		// The error's text is the store's, for the log: the file says
+		// what happened and where to look.
+		m.cfg.Log.Error().Err(err).Str("batch", b.ID).Str("call", l.callID).Msg("reading a batch line's result failed")
+		return lineErr(lineFailed, "result_unavailable", fmt.Sprintf("the result of call %s could not be read; see the server log", l.callID))
 	}
 	ol.Response = &outputResponse{RequestID: c.ID}
 	if c.State == store.CallSucceeded {
