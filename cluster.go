@@ -19,6 +19,7 @@ import (
 	"inferd/cluster"
 	"inferd/config"
 	"inferd/httpapi"
+	"inferd/httpapi/metrics"
 	"inferd/scheduler"
 	"inferd/scheduler/backend"
 	"inferd/store"
@@ -30,7 +31,7 @@ import (
 // both have it.
 type daemonStore interface {
 	store.Store
-	httpapi.StoreStats
+	metrics.StoreStats
 	RunSweeper(ctx context.Context, ttl, every time.Duration) error
 }
 

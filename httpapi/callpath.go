@@ -42,7 +42,7 @@ func (a *api) newPipeline() *pipeline.Pipeline {
 		Reread:      reread,
 		OnRefusal:   a.admissionRefused,
 	})
-	a.opts.Metrics.setHooks(p)
+	a.opts.Metrics.SetHooks(p)
 	a.store.OnProjectChange(p.ProjectChanged)
 	return p
 }
@@ -50,7 +50,7 @@ func (a *api) newPipeline() *pipeline.Pipeline {
 // admissionRefused counts a refusal by an admission hook, and by the
 // budget it names when it is one of the edge's (a key's streams).
 func (a *api) admissionRefused(hook string, err error) {
-	a.opts.Metrics.admissionRefused(hook)
+	a.opts.Metrics.AdmissionRefused(hook)
 	if be, ok := err.(*budgetError); ok {
 		a.refused(be.budget)
 	}

@@ -204,7 +204,7 @@ func (a *api) check(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		return
 	}
 	if args.longPoll && !call.State.Done() {
-		end := a.opts.Metrics.longPollBegin()
+		end := a.opts.Metrics.LongPollBegin()
 		call = a.await(r.Context(), key.ID, call, done, a.opts.LongPollWait)
 		end()
 	}

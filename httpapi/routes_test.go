@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"inferd/history"
+	"inferd/httpapi/metrics"
 	"inferd/openai/batches"
 	"inferd/scheduler/backend/local"
 	"inferd/store"
@@ -119,7 +120,7 @@ func matrixOptions(t *testing.T, batchDir string) Options {
 	}
 	return Options{
 		Batches: bm,
-		Metrics: NewMetrics(vm.NewSet()),
+		Metrics: metrics.New(vm.NewSet()),
 		Cluster: twoNodeCluster(),
 		Status: &StatusSources{
 			Logs:    local.LogDir(logDir),
@@ -409,7 +410,7 @@ func TestEveryKeyedRouteAgainstEveryKeyScope(t *testing.T) {
 // TestOpenRoutesAnswerWithoutAKey: the routes the table calls open answer
 // without a key, so Need "" is never a keyed route's mistake.
 func TestOpenRoutesAnswerWithoutAKey(t *testing.T) {
-	env := newEnv(t, Options{Metrics: NewMetrics(vm.NewSet()), Status: &StatusSources{}})
+	env := newEnv(t, Options{Metrics: metrics.New(vm.NewSet()), Status: &StatusSources{}})
 	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/", "/assets/app.js"} {
 		if rec := serve(env.h, http.MethodGet, path, ""); rec.Code != http.StatusOK {
 			t.Errorf("GET %s without a key: %d %s", path, rec.Code, rec.Body)

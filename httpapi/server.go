@@ -12,6 +12,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 	"github.com/rs/zerolog"
 
+	"inferd/httpapi/metrics"
 	"inferd/openai"
 	"inferd/openai/batches"
 	"inferd/pipeline"
@@ -39,8 +40,8 @@ type Options struct {
 	// Log receives one access line per request and internal errors.
 	Log zerolog.Logger
 	// Metrics, when set, counts requests by route and status and is served
-	// at GET /metrics (no API key; see serveMetrics).
-	Metrics *Metrics
+	// at GET /metrics (no API key; see metrics.Metrics.Serve).
+	Metrics *metrics.Metrics
 	// Status, when set, feeds the /v1/status endpoints and the status page
 	// at GET / (see status.go).
 	Status *StatusSources
@@ -174,18 +175,18 @@ func New(opts Options, st Store, sched Scheduler) http.Handler {
 		a.place = forwarder{a} // cluster mode: calls may run on other nodes
 	}
 	a.pipe = a.newPipeline()
-	opts.Metrics.setEdge(a.edgeStats)
+	opts.Metrics.SetEdge(a.edgeStats, budgetNames)
 
 	r := newRouter(a.recoverPanic)
 	for _, rt := range a.routes() {
 		r.Handle(rt.Method, rt.Path, routed(rt.Path, rt.handle))
 	}
-	return withRequestLog(opts.Metrics.countRequests(a.withEdge(r)), opts.Log)
+	return withRequestLog(opts.Metrics.CountRequests(a.withEdge(r)), opts.Log)
 }
 
 // edgeStats is what the edge's budgets hold now, for the metrics.
-func (a *api) edgeStats() edgeStats {
-	return edgeStats{BodyBytes: a.bodies.inUse(), Streams: a.streamsOpen.Load(), StreamResultBytes: a.results.inUse()}
+func (a *api) edgeStats() metrics.EdgeStats {
+	return metrics.EdgeStats{BodyBytes: a.bodies.inUse(), Streams: a.streamsOpen.Load(), StreamResultBytes: a.results.inUse()}
 }
 
 // routed records the route pattern of the request for the request counter:
@@ -326,6 +327,10 @@ func (w *responseRecorder) Write(b []byte) (int, error) {
 	w.bytes += int64(n)
 	return n, err
 }
+
+// Answered tells the metrics how the request was answered
+// (metrics.Answered).
+func (w *responseRecorder) Answered() (route string, status int) { return w.route, w.status }
 
 // Unwrap lets http.ResponseController reach the connection's writer.
 func (w *responseRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }

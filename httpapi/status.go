@@ -373,14 +373,14 @@ func (s *statusAPI) viewGPUs(v view) []statusGPU {
 			}
 		}
 	}
-	reserved := reservations(v.snapshot)
+	reserved := v.snapshot.ReservedMiB()
 	devs := s.src.GPUs()
 	out := make([]statusGPU, 0, len(devs))
 	for _, d := range devs {
-		m := memoryOf(d, reserved)
+		m := gpu.MemoryOf(d, reserved)
 		g := statusGPU{
 			Index: d.Index, UUID: d.UUID, Name: d.Name,
-			MemoryTotalBytes: m.total, MemoryUsedBytes: m.used, MemoryReservedBytes: m.reserved,
+			MemoryTotalBytes: m.Total, MemoryUsedBytes: m.Used, MemoryReservedBytes: m.Reserved,
 			UtilizationPct: d.UtilizationPct,
 			Simulated:      d.Simulated,
 			Healthy:        d.Healthy(), Problem: d.Problem, MIG: d.MIG, Parent: d.Parent,

@@ -1,4 +1,4 @@
-package httpapi
+package metrics
 
 import (
 	"bytes"
@@ -14,6 +14,23 @@ type metricFamily struct {
 	typ    string // counter, gauge or histogram
 	labels []string
 	help   string
+}
+
+// Family is a metric family as docs/metrics.md lists it: its name, type
+// and labels (its tests hold the two in step).
+type Family struct {
+	Name, Type string
+	Labels     []string
+	Help       string
+}
+
+// Families are every family /metrics writes, in the order written.
+func Families() []Family {
+	out := make([]Family, len(metricFamilies))
+	for i, f := range metricFamilies {
+		out[i] = Family{Name: f.name, Type: f.typ, Labels: f.labels, Help: f.help}
+	}
+	return out
 }
 
 // metricFamilies are every family /metrics writes, in the order written.
