@@ -26,6 +26,7 @@ Test-only request fields (ignored by real servers, passed on by inferd):
                  (a comment every 50 ms) until the client goes away; then
                  print "stream aborted by the client" to stderr
   mock_status    answer this HTTP status with an OpenAI error body
+  mock_retry_after  with mock_status, send this Retry-After header
 """
 
 import base64
@@ -69,16 +70,18 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format, *args):
         pass
 
-    def send_json(self, status, obj):
+    def send_json(self, status, obj, headers=None):
         body = json.dumps(obj).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
 
-    def error(self, status, message, code=None, param=None):
-        self.send_json(status, {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}})
+    def error(self, status, message, code=None, param=None, headers=None):
+        self.send_json(status, {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}}, headers)
 
     def do_GET(self):
         if self.path == "/health":
@@ -101,7 +104,8 @@ class Handler(BaseHTTPRequestHandler):
             self.error(404, "The model `%s` does not exist." % req.get("model"), code="model_not_found", param="model")
             return
         if req.get("mock_status"):
-            self.error(int(req["mock_status"]), "mock failure", code="mock")
+            headers = {"Retry-After": str(req["mock_retry_after"])} if req.get("mock_retry_after") else None
+            self.error(int(req["mock_status"]), "mock failure", code="mock", headers=headers)
             return
         delay = float(req.get("mock_delay_ms", 0)) / 1000
         if self.path == "/v1/embeddings":
