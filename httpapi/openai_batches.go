@@ -13,8 +13,8 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
+	"inferd/batches"
 	"inferd/openai"
-	"inferd/openai/batches"
 	"inferd/store"
 )
 

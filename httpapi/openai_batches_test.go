@@ -14,8 +14,8 @@ import (
 	vm "github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
 
+	"inferd/batches"
 	"inferd/httpapi/metrics"
-	"inferd/openai/batches"
 	"inferd/store"
 )
 

@@ -7,8 +7,8 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
+	"inferd/batches"
 	"inferd/openai"
-	"inferd/openai/batches"
 )
 
 // The OpenAI routes that list (GET /v1/files, GET /v1/batches), paged as

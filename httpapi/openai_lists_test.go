@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"inferd/openai/batches"
+	"inferd/batches"
 	"inferd/store"
 )
 

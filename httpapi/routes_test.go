@@ -17,9 +17,9 @@ import (
 	vm "github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
 
+	"inferd/batches"
 	"inferd/history"
 	"inferd/httpapi/metrics"
-	"inferd/openai/batches"
 	"inferd/scheduler/backend/local"
 	"inferd/store"
 )

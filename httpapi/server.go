@@ -12,9 +12,9 @@ import (
 	"github.com/julienschmidt/httprouter"
 	"github.com/rs/zerolog"
 
+	"inferd/batches"
 	"inferd/httpapi/metrics"
 	"inferd/openai"
-	"inferd/openai/batches"
 	"inferd/pipeline"
 	"inferd/store"
 	"inferd/webhook"
