@@ -226,6 +226,9 @@ const (
 // (shared by every waiter), or nil to look it up. Only a lookup that fails
 // before anything was seen is an error.
 func (p *Pipeline) Await(ctx context.Context, call store.Call, done <-chan struct{}, wait time.Duration) (store.Call, Ended, error) {
+	if call.State.Done() {
+		return call, Finished, nil // final already (a sync start's): nothing to read
+	}
 	if done == nil {
 		c, d, err := p.cfg.Sched.Lookup(call.ID)
 		if err != nil {
