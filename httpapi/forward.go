@@ -40,8 +40,9 @@ type Routing struct {
 	Router ClusterRouter
 	// Signer signs forwarded requests and checks other nodes' requests.
 	Signer *cluster.Signer
-	// Fits reports whether this node could run a replica of p now; it is
-	// asked only for a project with no placement yet. nil: it cannot.
+	// Fits reports whether this node could run a replica of p now (the
+	// scheduler's fit rule, Scheduler.FitsNow); it is asked only for a
+	// project with no placement yet. nil: it cannot.
 	Fits func(p store.Project) bool
 	// CallNode names the node that call id is pending on: "" once the call
 	// is final (store/etcd's pending/<id>).
