@@ -236,6 +236,13 @@ func TestModelNamesAreReadOncePerTeamUntilAProjectChanges(t *testing.T) {
 	if e.st.lists != 1 {
 		t.Fatalf("%d lists for three requests, want 1", e.st.lists)
 	}
+	// Each request gets a project of its own: one's change to it never
+	// reaches the next.
+	first, _ := e.p.Start(context.Background(), Request{Secret: "acme", Target: Target{ModelName: "bee"}})
+	first.Project.Model.Aliases[0] = "changed"
+	if next, _ := e.p.Start(context.Background(), Request{Secret: "acme", Target: Target{ModelName: "bee"}}); next.Project.Model.Aliases[0] != "shared" {
+		t.Fatalf("a request's change reached the next: aliases %v", next.Project.Model.Aliases)
+	}
 	e.st.mu.Lock()
 	e.st.projects["c"] = project("c", "acme", store.ProtocolOpenAI, "sea")
 	e.st.mu.Unlock()

@@ -192,7 +192,7 @@ func (n *names) resolve(key store.APIKey, model string) (store.Project, error) {
 			return store.Project{}, store.ErrNotFound
 		}
 	}
-	return p, nil
+	return p.Clone(), nil // the caller's own: the index is every request's
 }
 
 // reachable resolves model among the projects of idx that key reaches
