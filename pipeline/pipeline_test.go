@@ -147,7 +147,6 @@ type env struct {
 	st    *fakeStore
 	sched *fakeSched
 	p     *Pipeline
-	log   *[]string // what the hooks did, in order
 }
 
 func newEnv(t *testing.T, cfg Config) env {
