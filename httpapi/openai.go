@@ -3,7 +3,6 @@ package httpapi
 import (
 	"errors"
 	"net/http"
-	"slices"
 	"strings"
 
 	"github.com/julienschmidt/httprouter"
@@ -130,25 +129,6 @@ func (a *api) bearerKey(r *http.Request, p store.Permission) (store.APIKey, erro
 	return key, requirePermission(key, p)
 }
 
-// callableProjects returns the projects of protocol openai that key may
-// call, sorted by id: its team's within its project allowlist (every
-// team's for an admin key).
-func (a *api) callableProjects(key store.APIKey) ([]store.Project, error) {
-	team := key.TeamID
-	if key.Scope == store.ScopeAdmin {
-		team = ""
-	}
-	all, err := a.store.ListProjects(team)
-	if err != nil {
-		return nil, err
-	}
-	out := slices.DeleteFunc(all, func(p store.Project) bool {
-		return p.Model.Protocol != store.ProtocolOpenAI || !key.ReachesProject(p.ID) // the team: the list is its own
-	})
-	slices.SortFunc(out, func(x, y store.Project) int { return strings.Compare(x.ID, y.ID) })
-	return out, nil
-}
-
 // modelList is GET /v1/models' answer.
 type modelList struct {
 	Object string       `json:"object"` // "list"
@@ -191,7 +171,7 @@ func (a *api) openaiModels(w http.ResponseWriter, r *http.Request, _ httprouter.
 		a.openaiError(w, r, err)
 		return
 	}
-	projects, err := a.callableProjects(key)
+	projects, err := a.pipe.Models(key)
 	if err != nil {
 		a.openaiError(w, r, err)
 		return

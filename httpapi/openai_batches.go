@@ -290,15 +290,22 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		a.openaiError(w, r, malformedJSON(err))
 		return
 	}
-	projects, err := a.callableProjects(key)
-	if err != nil {
-		a.openaiError(w, r, err)
-		return
-	}
+	// The lines' model resolves as a request's would (the call path's
+	// model names); a store that fails the lookup is that error, not a
+	// model that does not exist.
+	var lookupErr error
 	b, err := a.opts.Batches.CreateBatch(acc, req, func(model string) (store.Project, bool) {
-		return store.ResolveModel(projects, model)
+		p, err := a.pipe.Model(key, model)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			lookupErr = err
+		}
+		return p, err == nil
 	})
-	if err != nil {
+	switch {
+	case lookupErr != nil:
+		a.openaiError(w, r, lookupErr)
+		return
+	case err != nil:
 		a.batchError(w, r, err, "file")
 		return
 	}

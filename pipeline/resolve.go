@@ -3,6 +3,8 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -118,6 +120,28 @@ func (p *Pipeline) Model(key store.APIKey, model string) (store.Project, error) 
 	return proj, err
 }
 
+// Models are the projects of protocol openai that key may call (its
+// team's within its project allowlist, every team's for an admin key),
+// sorted by id: GET /v1/models. Each is the caller's own copy.
+func (p *Pipeline) Models(key store.APIKey) ([]store.Project, error) {
+	idx, err := p.names.of(key)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []store.Project
+	for _, proj := range idx.names {
+		// The index is the key's team's (every team's for an admin key):
+		// the allowlist is what is left to apply.
+		if !seen[proj.ID] && key.ReachesProject(proj.ID) {
+			seen[proj.ID] = true
+			out = append(out, proj.Clone())
+		}
+	}
+	slices.SortFunc(out, func(a, b store.Project) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
 // Reaches reports whether key may see project projectID of teamID: its
 // team's (or any, for an admin key) and within its project allowlist.
 func Reaches(key store.APIKey, teamID, projectID string) bool {
@@ -157,28 +181,9 @@ func (e *WrongProtocolError) Error() string {
 }
 
 func (n *names) resolve(key store.APIKey, model string) (store.Project, error) {
-	team := key.TeamID
-	if key.Scope == store.ScopeAdmin {
-		team = ""
-	}
-	n.mu.Lock()
-	idx, ok := n.teams[team]
-	gen := n.gen
-	n.mu.Unlock()
-	if !ok {
-		ps, err := n.list(team)
-		if err != nil {
-			return store.Project{}, err
-		}
-		idx = index(ps)
-		n.mu.Lock()
-		if n.gen == gen { // nothing changed while it was read
-			if n.teams == nil {
-				n.teams = map[string]modelIndex{}
-			}
-			n.teams[team] = idx
-		}
-		n.mu.Unlock()
+	idx, err := n.of(key)
+	if err != nil {
+		return store.Project{}, err
 	}
 	p, ok := idx.names[model]
 	if !ok || !key.ReachesProject(p.ID) {
@@ -193,6 +198,36 @@ func (n *names) resolve(key store.APIKey, model string) (store.Project, error) {
 		}
 	}
 	return p.Clone(), nil // the caller's own: the index is every request's
+}
+
+// of is the index of key's team (every team's for an admin key), read
+// once until a project changes.
+func (n *names) of(key store.APIKey) (modelIndex, error) {
+	team := key.TeamID
+	if key.Scope == store.ScopeAdmin {
+		team = ""
+	}
+	n.mu.Lock()
+	idx, ok := n.teams[team]
+	gen := n.gen
+	n.mu.Unlock()
+	if ok {
+		return idx, nil
+	}
+	ps, err := n.list(team)
+	if err != nil {
+		return modelIndex{}, err
+	}
+	idx = index(ps)
+	n.mu.Lock()
+	if n.gen == gen { // nothing changed while it was read
+		if n.teams == nil {
+			n.teams = map[string]modelIndex{}
+		}
+		n.teams[team] = idx
+	}
+	n.mu.Unlock()
+	return idx, nil
 }
 
 // reachable resolves model among the projects of idx that key reaches
