@@ -25,7 +25,7 @@ import (
 	"github.com/knadh/koanf/v2"
 
 	"inferd/gpu"
-	"inferd/httpapi"
+	"inferd/pipeline"
 	"inferd/scheduler"
 	"inferd/scheduler/backend/local"
 	"inferd/webhook"
@@ -167,9 +167,9 @@ func defaults() map[string]any {
 		"dataDir":                       "./data",
 		"log.level":                     "info",
 		"log.format":                    "auto",
-		"startWait":                     httpapi.DefaultStartWait.String(),
-		"longPollWait":                  httpapi.DefaultLongPollWait.String(),
-		"maxBodyBytes":                  httpapi.DefaultMaxBodyBytes,
+		"startWait":                     pipeline.DefaultStartWait.String(),
+		"longPollWait":                  pipeline.DefaultLongPollWait.String(),
+		"maxBodyBytes":                  pipeline.DefaultMaxBodyBytes,
 		"maxQueuedPerProject":           scheduler.DefaultMaxQueuedPerProject,
 		"maxQueuedBytesPerProject":      scheduler.DefaultMaxQueuedBytes,
 		"cpuSlots":                      0,
@@ -212,7 +212,7 @@ func defaults() map[string]any {
 		"webhook.sendersPerTeam":        webhook.DefaultSendersPerTeam,
 		"webhook.maxPendingPerTeam":     webhook.DefaultMaxPendingPerTeam,
 		"webhook.allow":                 []any{},
-		"openai.queueWait":              "5m",
+		"openai.queueWait":              pipeline.DefaultOpenAIQueueWait.String(),
 		"openai.maxFileBytes":           100 << 20,
 		"openai.maxTeamFileBytes":       1 << 30,
 		"usage.retention":               "2160h",

@@ -55,12 +55,9 @@ func (a *api) headerKey(r *http.Request) (store.APIKey, error) {
 
 // headerKeyFor authenticates a project-API request that needs permission p.
 func (a *api) headerKeyFor(r *http.Request, p store.Permission) (store.APIKey, error) {
-	secret := r.Header.Get("X-Service-API-Key")
-	if secret == "" {
-		secret = r.Header.Get("X-Banana-API-Key")
-	}
-	if secret == "" {
-		return store.APIKey{}, errMissingHeaderKey
+	secret, err := headerSecret(r)
+	if err != nil {
+		return store.APIKey{}, err
 	}
 	key, err := a.authenticate(secret, errInvalidHeaderKey)
 	if err != nil {

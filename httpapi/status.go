@@ -374,14 +374,14 @@ func (s *statusAPI) viewGPUs(v view) []statusGPU {
 			}
 		}
 	}
-	reserved := reservations(v.snapshot)
+	reserved := v.snapshot.ReservedMiB()
 	devs := s.src.GPUs()
 	out := make([]statusGPU, 0, len(devs))
 	for _, d := range devs {
-		m := memoryOf(d, reserved)
+		m := gpu.MemoryOf(d, reserved)
 		g := statusGPU{
 			Index: d.Index, UUID: d.UUID, Name: d.Name,
-			MemoryTotalBytes: m.total, MemoryUsedBytes: m.used, MemoryReservedBytes: m.reserved,
+			MemoryTotalBytes: m.Total, MemoryUsedBytes: m.Used, MemoryReservedBytes: m.Reserved,
 			UtilizationPct: d.UtilizationPct,
 			Simulated:      d.Simulated,
 			Healthy:        d.Healthy(), Problem: d.Problem, MIG: d.MIG, Parent: d.Parent,
@@ -410,21 +410,7 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 	}
 	now := s.now()
 	reaches := reachesOf(v.key) // what a waiting reason may name
-	latencies := map[string][]int64{}
-	failures := map[string]int{}
-	for _, c := range v.calls {
-		if !c.State.Done() || c.Finished.IsZero() {
-			continue
-		}
-		if c.State == store.CallFailed && now.Sub(c.Finished) <= failureWindow {
-			failures[c.ProjectID]++
-		}
-		// A call that never reached a replica (a failed boot, a full queue)
-		// says nothing of how fast the model answers: no latency.
-		if !c.Dispatched.IsZero() {
-			latencies[c.ProjectID] = append(latencies[c.ProjectID], c.Finished.Sub(c.Created).Milliseconds())
-		}
-	}
+	latencies, failures := recentOutcomes(v.calls, now)
 	out := make([]statusProject, 0, len(v.projects))
 	for _, p := range v.projects {
 		lp := live[p.ID]
@@ -459,29 +445,55 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 		sp.Finished = len(lat)
 		sp.LatencyP50, sp.LatencyP95 = percentile(lat, 50), percentile(lat, 95)
 		for _, r := range lp.Replicas {
-			sr := statusReplica{
-				ID: r.ID, State: r.State, Pid: r.Pid, Started: r.Started.UTC(),
-				UptimeSeconds: int64(max(now.Sub(r.Started), 0) / time.Second),
-				InFlight:      r.InFlight, GPUs: make([]int, 0, len(r.GPUs)),
-			}
-			for _, u := range r.GPUs {
-				if i, ok := index[u]; ok {
-					sr.GPUs = append(sr.GPUs, i)
-				}
-			}
-			if !r.IdleExpiry.IsZero() {
-				t := r.IdleExpiry.UTC()
-				sr.IdleExpiry = &t
-			}
-			if !r.ParkedSince.IsZero() {
-				t := r.ParkedSince.UTC()
-				sr.ParkedSince = &t
-			}
-			sp.Replicas = append(sp.Replicas, sr)
+			sp.Replicas = append(sp.Replicas, viewReplica(r, index, now))
 		}
 		out = append(out, sp)
 	}
 	return out
+}
+
+// recentOutcomes sums the finished calls of calls by project: their
+// latencies, and how many failed within failureWindow of now.
+func recentOutcomes(calls []store.Call, now time.Time) (latencies map[string][]int64, failures map[string]int) {
+	latencies, failures = map[string][]int64{}, map[string]int{}
+	for _, c := range calls {
+		if !c.State.Done() || c.Finished.IsZero() {
+			continue
+		}
+		if c.State == store.CallFailed && now.Sub(c.Finished) <= failureWindow {
+			failures[c.ProjectID]++
+		}
+		// A call that never reached a replica (a failed boot, a full queue)
+		// says nothing of how fast the model answers: no latency.
+		if !c.Dispatched.IsZero() {
+			latencies[c.ProjectID] = append(latencies[c.ProjectID], c.Finished.Sub(c.Created).Milliseconds())
+		}
+	}
+	return latencies, failures
+}
+
+// viewReplica is replica r as the status shows it, its GPUs by index
+// (index: GPU UUID → index).
+func viewReplica(r scheduler.ReplicaStatus, index map[string]int, now time.Time) statusReplica {
+	sr := statusReplica{
+		ID: r.ID, State: r.State, Pid: r.Pid, Started: r.Started.UTC(),
+		UptimeSeconds: int64(max(now.Sub(r.Started), 0) / time.Second),
+		InFlight:      r.InFlight, GPUs: make([]int, 0, len(r.GPUs)),
+	}
+	for _, u := range r.GPUs {
+		if i, ok := index[u]; ok {
+			sr.GPUs = append(sr.GPUs, i)
+		}
+	}
+	if !r.IdleExpiry.IsZero() {
+		t := r.IdleExpiry.UTC()
+		sr.IdleExpiry = &t
+	}
+	if !r.ParkedSince.IsZero() {
+		t := r.ParkedSince.UTC()
+		sr.ParkedSince = &t
+	}
+	return sr
 }
 
 // explainWait adds to the scheduler's reason a project waits what it waits

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"inferd/scheduler/backend"
+	"inferd/store"
 )
 
 // A failed boot says why in the words an operator can act on: the calls that
@@ -111,7 +112,7 @@ func (s *Scheduler) bootFailed(p *project, r *rep, f bootFailure, backoff bool) 
 	if f.fatal || p.bootFailures >= s.cfg.MaxBootFailures {
 		p.bootFailures = 0
 		p.refusing = true
-		s.failQueued(p, msgFailedToStart(f.text))
+		s.failQueued(p, failed(store.FailNotStarted, msgFailedToStart(f.text)))
 	}
 }
 

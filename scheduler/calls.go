@@ -122,20 +122,15 @@ func (s *Scheduler) infer(ctx context.Context, j inferJob) {
 		in, err := s.st.CallInputs(j.id)
 		if err != nil {
 			s.log.Error().Err(err).Str("call", j.id).Msg("reading a call's inputs failed")
-			s.in.post(evInferDone{c: c, r: r, err: err, msg: msgInputsUnreadable})
+			s.in.post(evInferDone{c: c, r: r, err: err, end: failed(store.FailInferd, msgInputsUnreadable)})
 			return
 		}
 		inputs = in
 	}
 	cs := &callStream{id: c.c.ID, sink: s.cfg.Outputs}
 	s.cfg.Outputs.CallRunning(cs.id)
-	ctx = backend.WithStream(ctx, cs)
-	ctx = backend.WithTokenMeter(ctx, cs)
-	if c.c.Route != "" {
-		ctx = backend.WithRoute(ctx, c.c.Route)
-	}
 	measured := measure(inst)
-	out, err := inst.Infer(ctx, inputs)
+	out, err := inst.Infer(ctx, backend.Request{Inputs: inputs, Route: c.c.Route, Stream: cs, Meter: cs})
 	ev := evInferDone{c: c, r: r, out: out, err: err, streamed: cs.began, tokens: cs.tokens, measured: measured()}
 	if err != nil {
 		exited := isClosed(inst.Exited())
@@ -143,7 +138,7 @@ func (s *Scheduler) infer(ctx context.Context, j inferJob) {
 		if exited {
 			exitErr = inst.ExitErr()
 		}
-		ev.msg = inferFailure(err, exited, exitErr)
+		ev.end = s.inferFailure(j.id, err, exited, exitErr)
 		ev.crashed = exited
 	}
 	s.in.post(ev) // after shutdown nobody wants it: the call stays running in the store
@@ -172,12 +167,12 @@ func (s *Scheduler) onInferDone(ev evInferDone) {
 		return
 	}
 	if ev.err != nil {
-		s.finish(c, store.CallFailed, nil, ev.msg)
+		s.finish(c, nil, ev.end)
 		return
 	}
 	c.c.Streamed = ev.streamed
 	c.c.Tokens = ev.tokens
-	s.finish(c, store.CallSucceeded, ev.out, msgSuccess)
+	s.finish(c, ev.out, succeeded)
 }
 
 // requeue puts a call that never reached its replica back at the head of
@@ -220,18 +215,18 @@ func (s *Scheduler) onInferTimeout(c *call, seq uint64) {
 	}
 	r, b := c.r, c.b
 	secs := c.timeoutSecs
-	msg := batchOf(c, msgInferenceTimeout(secs))
+	end := batchOf(c, failed(store.FailTimeout, msgInferenceTimeout(secs)))
 	s.detach(c)
-	s.finish(c, store.CallFailed, nil, msg)
+	s.finish(c, nil, end)
 	// The replica's other calls end with it; say why, or they would read
 	// as a model crash. Those of the same batch timed out with it.
 	for other := range r.calls {
-		why := msgStoppedForTimeout(secs)
+		why := failed(store.FailTimeout, msgStoppedForTimeout(secs))
 		if b != nil && other.b == b {
-			why = msg
+			why = end
 		}
 		s.detach(other)
-		s.finish(other, store.CallFailed, nil, why)
+		s.finish(other, nil, why)
 	}
 	s.log.Warn().Str("project", c.p.id).Str("replica", r.id).Str("call", c.c.ID).
 		Int("timeoutSeconds", secs).Msg("inference timed out; stopping the replica")
@@ -258,17 +253,20 @@ func (s *Scheduler) detach(c *call) {
 	c.r = nil
 }
 
-// finish decides c's outcome and queues its final write; waiters wake once
-// it has committed (onFinal). The caller has taken c off its queue or
-// replica.
-func (s *Scheduler) finish(c *call, state store.CallState, out json.RawMessage, msg string) {
+// finish decides c's outcome, e (succeeded, or how it failed), and queues
+// its final write; waiters wake once it has committed (onFinal). The caller
+// has taken c off its queue or replica.
+func (s *Scheduler) finish(c *call, out json.RawMessage, e ending) {
 	if !s.move(c, callFinishing) {
 		return
 	}
 	c.expiry.stop()
 	now := s.clk.Now()
 	f := c.c
-	f.State, f.Outputs, f.Message, f.Finished = state, out, msg, now
+	f.State, f.Outputs, f.Message, f.Failure, f.Finished = store.CallSucceeded, out, e.msg, e.fail, now
+	if e.fail != nil {
+		f.State = store.CallFailed
+	}
 	if !f.Dispatched.IsZero() {
 		f.RunMs = ms(now.Sub(f.Dispatched))
 	}
@@ -334,6 +332,7 @@ func (s *Scheduler) onFinal(c *call, err error, woken, answered bool) {
 	case err != nil:
 		s.log.Error().Err(err).Str("call", c.c.ID).Msg("saving a call result failed")
 		f.State, f.Outputs, f.Message = store.CallFailed, nil, msgStorageFull
+		f.Failure = &store.Failure{Kind: store.FailInferd}
 		if errors.Is(err, store.ErrUnavailable) {
 			f.Message = msgResultUnavailable
 		}
@@ -391,10 +390,10 @@ func (s *Scheduler) move(c *call, next callState) bool {
 	return true
 }
 
-// failQueued fails every queued call of p with msg.
-func (s *Scheduler) failQueued(p *project, msg string) {
+// failQueued fails every queued call of p as e says.
+func (s *Scheduler) failQueued(p *project, e ending) {
 	for _, c := range p.queue.drain() {
-		s.finish(c, store.CallFailed, nil, msg)
+		s.finish(c, nil, e)
 	}
 }
 

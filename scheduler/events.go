@@ -104,14 +104,14 @@ type evExited struct {
 }
 
 // evInferDone: an Infer call returned, or was never made (notSent) because
-// the process had exited by then. msg is the failure message when err is not
-// nil, decided off the loop because it looks at the process.
+// the process had exited by then. end is the failure when err is not nil,
+// decided off the loop because it looks at the process.
 type evInferDone struct {
 	c        *call
 	r        *rep
 	out      json.RawMessage
 	err      error
-	msg      string
+	end      ending
 	notSent  bool
 	crashed  bool           // the process had exited when Infer failed: a model crash
 	streamed bool           // the model streamed its reply: out is the array of its lines

@@ -272,11 +272,11 @@ func (s *Scheduler) deleteProject(p *project) {
 	p.waiting = ""
 	p.warmed(errors.New("project deleted"))
 	p.backoffT.stop()
-	s.failQueued(p, msgProjectDeleted)
+	s.failQueued(p, failed(store.FailInferd, msgProjectDeleted))
 	for _, r := range p.replicas {
 		for _, c := range r.callList() {
 			s.detach(c)
-			s.finish(c, store.CallFailed, nil, msgProjectDeleted)
+			s.finish(c, nil, failed(store.FailInferd, msgProjectDeleted))
 		}
 		s.stop(r)
 	}
@@ -295,7 +295,7 @@ func (s *Scheduler) checkGPUs(p *project) {
 	}
 	p.lastError, p.lastErrorReplica, p.lastErrorAt = err.Error(), "", s.clk.Now()
 	if p.queue.len() > 0 {
-		s.failQueued(p, msgNeedsGPUs(err))
+		s.failQueued(p, failed(store.FailNotStarted, msgNeedsGPUs(err)))
 	}
 }
 

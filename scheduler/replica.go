@@ -280,10 +280,10 @@ func (s *Scheduler) gone(ev evExited) {
 	}
 	r.abortT.stop()
 	for _, c := range r.callList() {
-		msg := batchOf(c, msgExited(exitErr))
+		end := batchOf(c, failed(store.FailModel, msgExited(exitErr)))
 		s.detach(c)
 		if !s.retry(c) {
-			s.finish(c, store.CallFailed, nil, msg)
+			s.finish(c, nil, end)
 		}
 	}
 	log := s.log.With().Str("project", p.id).Str("replica", r.id).Str("exit", exitStatus(exitErr)).Logger()

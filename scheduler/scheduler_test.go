@@ -411,16 +411,22 @@ func TestModelOutOfMemoryFailsCallWithTheLimitAndIsCounted(t *testing.T) {
 	})
 }
 
-func TestInferErrorsBecomeClientMessages(t *testing.T) {
+// An Infer's error becomes the call's message and its failure kind, both
+// kept in its record; a broken connection's Go error text (which names the
+// replica's address) is never either.
+func TestInferErrorsBecomeClientMessagesAndKinds(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		err  error
 		want string
+		how  store.Failure
 	}{
-		{"http status", &replicaHTTPError500, "error: model returned HTTP 500: boom"},
-		{"invalid reply", errInvalidReply, `error: model returned an invalid reply: reply is not JSON: "nope"`},
-		{"exception", &replicaException, "error: model raised an exception: ValueError: bad input"},
-		{"transport", errors.New("infer: connection reset"), "error: model request failed: infer: connection reset"},
+		{"http status", &replicaHTTPError500, "error: model returned HTTP 500: boom", store.Failure{Kind: store.FailModelStatus, Status: 500, Body: "boom"}},
+		{"http status with Retry-After", &backend.HTTPError{Status: 429, Body: "slow down", RetryAfter: "7"}, "error: model returned HTTP 429: slow down",
+			store.Failure{Kind: store.FailModelStatus, Status: 429, Body: "slow down", RetryAfter: "7"}},
+		{"invalid reply", errInvalidReply, `error: model returned an invalid reply: reply is not JSON: "nope"`, store.Failure{Kind: store.FailModel}},
+		{"exception", &replicaException, "error: model raised an exception: ValueError: bad input", store.Failure{Kind: store.FailModel}},
+		{"transport", errors.New(`infer: Post "http://127.0.0.1:8000/": connection reset`), msgRequestFailed, store.Failure{Kind: store.FailModel}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -433,6 +439,9 @@ func TestInferErrorsBecomeClientMessages(t *testing.T) {
 				h.call(i).fail(tc.err)
 				if got := h.result(c.ID); got.State != store.CallFailed || got.Message != tc.want {
 					t.Errorf("result = %s %q, want %q", got.State, got.Message, tc.want)
+				}
+				if stored, _ := h.st.call(c.ID); store.FailureOf(stored) != tc.how || stored.Failure == nil {
+					t.Errorf("stored failure = %+v, want %+v", stored.Failure, tc.how)
 				}
 				if i.wasStopped() {
 					t.Error("a model error stopped the replica")
@@ -463,8 +472,8 @@ func TestBootTimeoutFailsQueuedCallsAtOnceSayingWhatTheModelDid(t *testing.T) {
 		// as long again.
 		got := h.result(c.ID)
 		want := "error: model failed to start: not ready after bootTimeout 10s: GET /healthz answered 503; last output: loading weights from /models/big.bin"
-		if got.Message != want {
-			t.Fatalf("message = %q, want %q", got.Message, want)
+		if got.Message != want || store.FailureOf(got).Kind != store.FailNotStarted {
+			t.Fatalf("message = %q (%+v), want %q", got.Message, got.Failure, want)
 		}
 		if ps := h.project("stuck"); ps.LastError != strings.TrimPrefix(want, "error: ") {
 			t.Errorf("last error = %q", ps.LastError)
@@ -801,7 +810,7 @@ func TestRecoveryRequeuesQueuedCallsAndFailsRunningOnes(t *testing.T) {
 		if !h.s.Ready() {
 			t.Fatal("not ready after recovery")
 		}
-		if got := h.result("call_run"); got.State != store.CallFailed || got.Message != "error: interrupted by a server restart" || got.Finished.IsZero() {
+		if got := h.result("call_run"); got.State != store.CallFailed || got.Message != "error: interrupted by a server restart" || got.Finished.IsZero() || store.FailureOf(got).Kind != store.FailInterrupted {
 			t.Errorf("running call after restart = %+v", got)
 		}
 		if got := h.result("call_orphan"); got.State != store.CallFailed || got.Message != "error: project deleted" {

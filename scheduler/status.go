@@ -17,6 +17,16 @@ type Status struct {
 	Teams        []TeamStatus    `json:"teams"` // each team's use against its quota, sorted by id
 }
 
+// ReservedMiB indexes the GPU hand-outs by UUID (gpu.MemoryOf's
+// reservations).
+func (st Status) ReservedMiB() map[string]uint64 {
+	out := make(map[string]uint64, len(st.GPUs))
+	for _, g := range st.GPUs {
+		out[g.UUID] = g.ReservedMiB
+	}
+	return out
+}
+
 // GPUStatus is what inferd has handed out on one GPU: its own bookkeeping,
 // which moves at once, while the driver's figures (the inventory's free
 // memory) follow only as model servers allocate and free, and never for

@@ -157,21 +157,24 @@ const SmallPayload = 4 << 10
 // the store (see Calls): a queued call's inputs are read when it is
 // dispatched, and a check reads the outputs as bytes, never decoding them.
 type Call struct {
-	ID         string          `json:"id"` // "call_" + UUIDv7
-	ProjectID  string          `json:"projectId"`
-	TeamID     string          `json:"teamId"`
-	State      CallState       `json:"state"`
-	Inputs     json.RawMessage `json:"inputs,omitempty"`
-	Outputs    json.RawMessage `json:"outputs,omitempty"` // the model's JSON reply
-	Message    string          `json:"message,omitempty"` // "success" or "error: ..." once done
-	Attempt    int             `json:"attempt"`
-	ReplicaID  string          `json:"replicaId,omitempty"`
-	Created    time.Time       `json:"created"`
-	Dispatched time.Time       `json:"dispatched,omitzero"`
-	Finished   time.Time       `json:"finished,omitzero"`
-	QueueMs    int64           `json:"queueMs,omitempty"`
-	BootMs     int64           `json:"bootMs,omitempty"`
-	RunMs      int64           `json:"runMs,omitempty"`
+	ID        string          `json:"id"` // "call_" + UUIDv7
+	ProjectID string          `json:"projectId"`
+	TeamID    string          `json:"teamId"`
+	State     CallState       `json:"state"`
+	Inputs    json.RawMessage `json:"inputs,omitempty"`
+	Outputs   json.RawMessage `json:"outputs,omitempty"` // the model's JSON reply
+	Message   string          `json:"message,omitempty"` // "success" or "error: ..." once done
+	// Failure is how a failed call ended, for the answers that say it in
+	// a status of their own (FailureOf reads it); nil while it has not.
+	Failure    *Failure  `json:"failure,omitempty"`
+	Attempt    int       `json:"attempt"`
+	ReplicaID  string    `json:"replicaId,omitempty"`
+	Created    time.Time `json:"created"`
+	Dispatched time.Time `json:"dispatched,omitzero"`
+	Finished   time.Time `json:"finished,omitzero"`
+	QueueMs    int64     `json:"queueMs,omitempty"`
+	BootMs     int64     `json:"bootMs,omitempty"`
+	RunMs      int64     `json:"runMs,omitempty"`
 	// BatchSize is how many calls the request that ran this one carried
 	// (0: not batched: the project does not batch), and BatchWaitMs how
 	// much of QueueMs it waited for that batch to fill (see the

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"inferd/scheduler/backend"
 	"inferd/scheduler/backend/protocol"
 )
 
@@ -122,7 +123,7 @@ func serveGoHop(port int, upstream, logPath string) error {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		out, err := model.Infer(r.Context(), body)
+		out, err := model.Infer(r.Context(), backend.Request{Inputs: body})
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return

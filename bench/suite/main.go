@@ -120,6 +120,7 @@ func run(ctx context.Context, o options) error {
 		{"large payloads: queue and checks", measurePayloads},
 		{"latency, concurrency 1", measureLatency},
 		{"throughput, concurrency 16", measureConcurrency16},
+		{"openai door: CPU per call", measureOpenAIDoor},
 		{"throughput, no-op model, concurrency 64", measureThroughputNoop},
 		{"throughput, 10 ms model, concurrency 64", measureThroughput10ms},
 		{"batching: 20 ms + 1 ms per call model", measureBatching},
@@ -205,10 +206,11 @@ type env struct {
 	coldLog, burstLog string
 	coldQuietLog      string
 	inferdCfg         string
-	port              int             // inferd's
-	pprof             string          // the address inferd serves profiles on (-profile)
-	projects          []store.Project // the manifest's, as apply reads it
-	vs                *env            // the -vs inferd: its own directory, data and port; nil without -vs
+	port              int               // inferd's
+	pprof             string            // the address inferd serves profiles on (-profile)
+	projects          []store.Project   // the manifest's, as apply reads it
+	vs                *env              // the -vs inferd: its own directory, data and port; nil without -vs
+	teamKeys          map[string]string // keys of the OpenAI door's teams, by team (openai.go)
 }
 
 // alwaysOn returns how many replicas the projects keep running at all times
@@ -409,6 +411,7 @@ func startInferd(ctx context.Context, o options, e *env) error {
 	e.gate = filepath.Join(e.dir, "bigq.gate")
 	gated := fmt.Sprintf("while [ ! -e %s ]; do sleep 0.05; done; exec %s", e.gate, o.noop)
 	data := fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog, e.coldQuietLog, gated, payloadSize, batchMaxWaitMs, bigResultBytes, o.examples+"/batch", systemPython())
+	data = append(data, openaiManifest(o.noop)...)
 	if o.baseline {
 		// The -vs build may predate durability: keep to what it reads.
 		var kept []string
@@ -439,6 +442,9 @@ func startInferd(ctx context.Context, o options, e *env) error {
 	}
 	lines := strings.Fields(strings.TrimSpace(string(out)))
 	e.apiKey = lines[len(lines)-1]
+	if err := openaiKeys(o, e); err != nil {
+		return err
+	}
 	return waitAlwaysOn(ctx, e)
 }
 

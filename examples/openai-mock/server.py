@@ -239,7 +239,8 @@ class Handler(BaseHTTPRequestHandler):
                 if refused.get(rid, 0) >= int(d["times"]):
                     return True
                 refused[rid] = refused.get(rid, 0) + 1
-        headers = {"Retry-After": d["retry_after"]} if "retry_after" in d else None
+        retry_after = d.get("retry_after") or req.get("mock_retry_after")
+        headers = {"Retry-After": str(retry_after)} if retry_after else None
         log("refused", rid, self.path, status)
         self.error(int(status), "mock failure", headers=headers)
         return False

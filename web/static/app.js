@@ -464,7 +464,7 @@ function cancelButton(id) {
         body: JSON.stringify({ apiKey: sessionStorage.getItem(KEY) || "", callID: id }),
       });
       const body = await res.json();
-      if (body.message !== "success") b.title = body.message; // e.g. already finished
+      if (body.message !== "cancelled") b.title = body.message; // e.g. already finished
     } catch (err) {
       b.title = String(err);
     }

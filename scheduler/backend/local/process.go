@@ -455,8 +455,8 @@ func (p *Process) LastLogLine() string { return escapeLine(p.sink.LastLine()) }
 
 // Infer sends inputs to the model; see backend.Instance. A broken exchange with
 // a model that exits at about the same time is backend.ErrExited.
-func (p *Process) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMessage, error) {
-	return request(p, ctx, inputs, p.client.Infer)
+func (p *Process) Infer(ctx context.Context, req backend.Request) (json.RawMessage, error) {
+	return request(p, ctx, req, p.client.Infer)
 }
 
 // InferBatch sends a batch of calls' inputs to the model; see

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"inferd/scheduler/backend"
 )
 
 // errTimedOut is a connect that ran out of time, as net.Dialer reports one
@@ -66,7 +68,7 @@ func TestConnectThatTimesOutIsTriedAgainWithinTheDeadline(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := c.Infer(ctx, json.RawMessage(`{"n":1}`))
+	out, err := c.Infer(ctx, backend.Request{Inputs: json.RawMessage(`{"n":1}`)})
 	if err != nil || string(out) != `{"n":1}` {
 		t.Fatalf("Infer after 3 connects timed out = %s, %v; want the echo", out, err)
 	}
@@ -96,7 +98,7 @@ func TestConnectRetriesEndAtTheCallsDeadline(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
 	defer cancel()
-	_, err := c.Infer(ctx, json.RawMessage(`{}`))
+	_, err := c.Infer(ctx, backend.Request{Inputs: json.RawMessage(`{}`)})
 	if err == nil {
 		t.Fatal("Infer to a model that never accepts succeeded")
 	}
@@ -121,7 +123,7 @@ func TestRefusedConnectFailsAfterAFewRetries(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	start := time.Now()
-	_, err := c.Infer(ctx, json.RawMessage(`{}`))
+	_, err := c.Infer(ctx, backend.Request{Inputs: json.RawMessage(`{}`)})
 	var te *TransportError
 	if !errors.As(err, &te) || !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("Infer to a refusing model = %v, want a TransportError saying refused", err)
@@ -159,7 +161,7 @@ func TestPoolDialsAtMostMaxDialingAtOnce(t *testing.T) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			_, errs[i] = c.Infer(ctx, json.RawMessage(`{}`))
+			_, errs[i] = c.Infer(ctx, backend.Request{Inputs: json.RawMessage(`{}`)})
 		}()
 	}
 	// Wait until every call is dialing or waiting for its turn.

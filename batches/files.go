@@ -1,5 +1,6 @@
 // Package batches is the OpenAI Batch API on inferd's durable calls
-// (docs/openai.md "Batch API"): files uploaded with purpose "batch" (JSONL,
+// (docs/openai.md "Batch API"), a client of the scheduler beside it (it
+// reads package openai's wire format, which knows nothing of it): files uploaded with purpose "batch" (JSONL,
 // one request a line), batches that run each line as a call of the
 // project its model names, and the output and error files they write.
 //

@@ -75,7 +75,9 @@ func (f *fakeSched) end(fc *fakeCall, ok bool) {
 		fc.c.State, fc.c.Message = store.CallSucceeded, "success"
 		fc.c.Outputs = json.RawMessage(fmt.Sprintf(`{"n":%d,"model":%q}`, in.N, in.Model))
 	} else {
-		fc.c.State, fc.c.Message = store.CallFailed, `error: model returned HTTP 400: {"error":{"message":"bad n","type":"invalid_request_error"}}`
+		body := `{"error":{"message":"bad n","type":"invalid_request_error"}}`
+		fc.c.State, fc.c.Message = store.CallFailed, "error: model returned HTTP 400: "+body
+		fc.c.Failure = &store.Failure{Kind: store.FailModelStatus, Status: 400, Body: body}
 	}
 	close(fc.done)
 }
@@ -131,6 +133,7 @@ func (f *fakeSched) Cancel(id string) (store.Call, error) {
 		return fc.c, scheduler.ErrFinished
 	}
 	fc.c.State, fc.c.Message = store.CallFailed, "error: cancelled by request"
+	fc.c.Failure = &store.Failure{Kind: store.FailCancelled}
 	close(fc.done)
 	return fc.c, nil
 }
@@ -350,8 +353,13 @@ func TestCancelledBatch(t *testing.T) {
 	if len(errs) != 10 || b.OutputFileID != nil {
 		t.Fatalf("%d error lines, output %v", len(errs), b.OutputFileID)
 	}
-	if errs[0].Response == nil || errs[0].Response.StatusCode != 409 || errs[9].Error == nil || errs[9].Error.Code != "batch_cancelled" {
+	if errs[0].Response == nil || errs[0].Response.StatusCode != 400 || errs[9].Error == nil || errs[9].Error.Code != "batch_cancelled" {
 		t.Errorf("first %+v, last %+v", errs[0].Response, errs[9].Error)
+	}
+	// The lines a cancel kept from running, and those whose calls it
+	// ended, are neither completed nor failed.
+	if b.RequestCounts != (RequestCounts{Total: 10}) {
+		t.Errorf("counts %+v, want 10 lines none of them failed", b.RequestCounts)
 	}
 	if sched.pending() != 0 || sched.made() != 4 {
 		t.Errorf("%d pending of %d made", sched.pending(), sched.made())

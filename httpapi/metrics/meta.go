@@ -1,4 +1,4 @@
-package httpapi
+package metrics
 
 import (
 	"bytes"
@@ -14,6 +14,23 @@ type metricFamily struct {
 	typ    string // counter, gauge or histogram
 	labels []string
 	help   string
+}
+
+// Family is a metric family as docs/metrics.md lists it: its name, type
+// and labels (its tests hold the two in step).
+type Family struct {
+	Name, Type string
+	Labels     []string
+	Help       string
+}
+
+// Families are every family /metrics writes, in the order written.
+func Families() []Family {
+	out := make([]Family, len(metricFamilies))
+	for i, f := range metricFamilies {
+		out[i] = Family{Name: f.name, Type: f.typ, Labels: f.labels, Help: f.help}
+	}
+	return out
 }
 
 // metricFamilies are every family /metrics writes, in the order written.
@@ -74,6 +91,8 @@ var metricFamilies = []metricFamily{
 		"Check requests waiting on their call (long polls) right now."},
 	{"inferd_budget_refusals_total", "counter", []string{"budget"},
 		"Requests refused, and event streams cut, by a budget of the edge, named by its config key (docs/security.md, Budgets)."},
+	{"inferd_admission_refusals_total", "counter", []string{"hook"},
+		"Calls refused by an admission hook of the call path (a key's rate, its waits, its streams), named by its config key."},
 	{"inferd_request_body_bytes", "gauge", nil,
 		"Bytes of request bodies being read right now (the buffers holding them), against limits.bodyBytes."},
 	{"inferd_event_streams", "gauge", nil,

@@ -12,7 +12,6 @@ import (
 
 	"inferd/internal/durable"
 	"inferd/openai"
-	"inferd/openai/failure"
 	"inferd/scheduler"
 	"inferd/store"
 )
@@ -63,7 +62,29 @@ type lineState struct {
 // doneLine reports a line's call finished.
 type doneLine struct {
 	idx int
-	ok  bool
+	end lineEnd
+}
+
+// lineEnd is how a line ended, for the batch's request_counts: a line
+// never run, or whose call a cancel ended before it could, is neither
+// completed nor failed.
+type lineEnd int
+
+const (
+	lineFailed lineEnd = iota
+	lineCompleted
+	lineNotRun
+)
+
+// endOf is how a line whose call is c ended.
+func endOf(c store.Call) lineEnd {
+	switch {
+	case c.State == store.CallSucceeded:
+		return lineCompleted
+	case store.FailureOf(c).Kind == store.FailCancelled:
+		return lineNotRun
+	}
+	return lineFailed
 }
 
 // run runs batch id: each line a call (at most window of them queued or
@@ -94,7 +115,7 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 	defer waits.Wait()
 	settle := func(d doneLine) {
 		inflight--
-		m.count(id, d.ok)
+		m.count(id, d.end)
 	}
 	key := func(idx int) string { return fmt.Sprintf("%s:%d", id, idx) }
 	follow := func(idx int, c store.Call) {
@@ -111,8 +132,11 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 					return
 				}
 			}
-			fc, _, err := m.cfg.Sched.Lookup(c.ID)
-			done <- doneLine{idx: idx, ok: err == nil && fc.State == store.CallSucceeded}
+			end := lineFailed
+			if fc, _, err := m.cfg.Sched.Lookup(c.ID); err == nil {
+				end = endOf(fc)
+			}
+			done <- doneLine{idx: idx, end: end}
 		}()
 	}
 	err = m.eachLine(b.InputFileID, func(_ int, l line) error {
@@ -121,7 +145,7 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 		switch {
 		case projectGone:
 			lines[idx].failed = "project " + b.Project + " was deleted"
-			m.count(id, false)
+			m.count(id, lineFailed)
 			return nil
 		case !stopped && m.now().Unix() >= b.ExpiresAt:
 			expired = true
@@ -159,7 +183,7 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 			stopped = true
 		case err != nil:
 			lines[idx].failed = err.Error()
-			m.count(id, false)
+			m.count(id, lineFailed)
 		default:
 			follow(idx, c)
 		}
@@ -244,12 +268,13 @@ func retryable(err error) bool {
 }
 
 // count adds a finished line to the batch's counts.
-func (m *Manager) count(id string, ok bool) {
+func (m *Manager) count(id string, end lineEnd) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if ok {
+	switch end {
+	case lineCompleted:
 		m.batches[id].RequestCounts.Completed++
-	} else {
+	case lineFailed:
 		m.batches[id].RequestCounts.Failed++
 	}
 }
@@ -295,12 +320,13 @@ func (m *Manager) finish(b batchRecord, lines []lineState, cancelled, expired bo
 			errw := &countingWriter{w: ew}
 			defer func() { errBytes = errw.n }()
 			for i, l := range lines {
-				ol, good := m.resultLine(b, i, l, cancelled, expired)
+				ol, end := m.resultLine(b, i, l, cancelled, expired)
 				w := io.Writer(errw)
-				if good {
+				switch end {
+				case lineCompleted:
 					w = out
 					ok++
-				} else {
+				case lineFailed:
 					failed++
 				}
 				if err := write(w, ol); err != nil {
@@ -347,37 +373,42 @@ func (m *Manager) finish(b batchRecord, lines []lineState, cancelled, expired bo
 	return m.saveBatch(&next)
 }
 
-// resultLine is the output line of a batch's line i, and whether it goes
-// to the output file (its call succeeded) rather than the error file.
-func (m *Manager) resultLine(b batchRecord, i int, l lineState, cancelled, expired bool) (outputLine, bool) {
+// resultLine is the output line of a batch's line i, and how it ended: a
+// completed line goes to the output file, the others to the error file,
+// and one that never ran (or whose call a cancel ended) counts as neither
+// completed nor failed.
+func (m *Manager) resultLine(b batchRecord, i int, l lineState, cancelled, expired bool) (outputLine, lineEnd) {
 	ol := outputLine{ID: fmt.Sprintf("batch_req_%s_%d", strings.TrimPrefix(b.ID, "batch_"), i), CustomID: l.customID}
-	lineErr := func(code, msg string) (outputLine, bool) {
+	lineErr := func(end lineEnd, code, msg string) (outputLine, lineEnd) {
 		ol.Error = &LineError{Code: code, Message: msg}
-		return ol, false
+		return ol, end
 	}
 	switch {
 	case l.failed != "":
-		return lineErr("request_failed", l.failed)
+		return lineErr(lineFailed, "request_failed", l.failed)
 	case l.callID == "" && cancelled:
-		return lineErr("batch_cancelled", "this request was not run: the batch was cancelled")
+		return lineErr(lineNotRun, "batch_cancelled", "this request was not run: the batch was cancelled")
 	case l.callID == "" && expired:
-		return lineErr("batch_expired", "this request was not run before the batch expired")
+		return lineErr(lineNotRun, "batch_expired", "this request was not run before the batch expired")
 	case l.callID == "":
-		return lineErr("request_failed", "this request was not run")
+		return lineErr(lineFailed, "request_failed", "this request was not run")
 	}
 	c, _, err := m.cfg.Sched.Lookup(l.callID)
 	if err != nil {
-		return lineErr("result_unavailable", fmt.Sprintf("the result of call %s could not be read: %v", l.callID, err))
+		// The error's text is the store's, for the log: the file says
+		// what happened and where to look.
+		m.cfg.Log.Error().Err(err).Str("batch", b.ID).Str("call", l.callID).Msg("reading a batch line's result failed")
+		return lineErr(lineFailed, "result_unavailable", fmt.Sprintf("the result of call %s could not be read; see the server log", l.callID))
 	}
 	ol.Response = &outputResponse{RequestID: c.ID}
 	if c.State == store.CallSucceeded {
 		ol.Response.StatusCode, ol.Response.Body = 200, c.Outputs
-		return ol, true
+		return ol, lineCompleted
 	}
-	f := failure.Of(c)
+	f := openai.CallFailure(c)
 	body, _ := json.Marshal(f.Body)
 	ol.Response.StatusCode, ol.Response.Body = f.Status, body
-	return ol, false
+	return ol, endOf(c)
 }
 
 // setStatus changes batch id's record with fn and writes it.

@@ -1,4 +1,9 @@
-package httpapi
+// Package metrics keeps inferd's Prometheus metrics: counters and
+// histograms updated as things happen (it is the scheduler's Observer, and
+// the API counts its requests, refusals and long polls here), and gauges
+// read from its Sources at each scrape, written with # HELP and # TYPE from
+// one table (meta.go) that docs/metrics.md mirrors.
+package metrics
 
 import (
 	"bytes"
@@ -19,7 +24,9 @@ import (
 	vm "github.com/VictoriaMetrics/metrics"
 	"github.com/julienschmidt/httprouter"
 
+	"inferd/cluster"
 	"inferd/gpu"
+	"inferd/pipeline"
 	"inferd/scheduler"
 	"inferd/store"
 	"inferd/webhook"
@@ -30,12 +37,12 @@ import (
 // boot timeouts of 10 min).
 var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
 
-// MetricsSources are read at scrape time for the gauges. Any may be nil.
-type MetricsSources struct {
+// Sources are read at scrape time for the gauges. Any may be nil.
+type Sources struct {
 	Status func() scheduler.Status // the scheduler's Snapshot
 	GPUs   func() []gpu.Device     // the GPU inventory's Devices
 	Store  StoreStats
-	Conns  func() ConnStats // the API's connection limit
+	Conns  func() ConnStats // the API's connection limit (httpapi.ConnLimit)
 	// Webhooks is the webhook deliverer's TeamStats: its counts by team.
 	Webhooks func() map[string]webhook.Stats
 	// EtcdOps, in cluster mode, counts what this node's store asked of
@@ -43,7 +50,30 @@ type MetricsSources struct {
 	EtcdOps func() store.OpStats
 	// Cluster, in cluster mode, names this node on every sample (a node
 	// label) and gives the inferd_cluster_* gauges; nil on a single box.
-	Cluster ClusterView
+	Cluster Cluster
+}
+
+// Cluster is what the metrics read of this node's cluster view
+// (*cluster.Node).
+type Cluster interface {
+	// Name is this node's name.
+	Name() string
+	// Nodes are the live nodes.
+	Nodes() []cluster.NodeInfo
+	// Leader is the leader's node name, "" while there is none.
+	Leader() string
+}
+
+// ConnStats is the state of the API's connection limit (httpapi's
+// ConnLimit.Stats).
+type ConnStats struct {
+	Open, Max int
+	// Sending are the open connections still sending a request (headers
+	// or body): the first closed for room. Reserved are those open on the
+	// probes' reserve, beyond Max.
+	Sending, Reserved int
+	Waiting           int64 // accepted, waiting for room: 0 or 1
+	Shed              int64 // closed to make room, since start
 }
 
 // StoreStats is what the metrics read of the store; *bolt.Store has it.
@@ -55,44 +85,64 @@ type StoreStats interface {
 // Metrics keeps inferd's Prometheus metrics in one metrics.Set that the
 // caller owns: counters and histograms updated as things happen (it is the
 // scheduler's Observer and counts HTTP requests), and gauges read from
-// MetricsSources at each scrape. Its methods are safe for concurrent use.
+// Sources at each scrape. Its methods are safe for concurrent use.
 type Metrics struct {
 	set       *vm.Set
-	src       atomic.Pointer[MetricsSources]
+	src       atomic.Pointer[Sources]
 	longPolls atomic.Int64
-	edge      atomic.Pointer[func() edgeStats] // the API's budgets, set by New
+	edge      atomic.Pointer[func() EdgeStats] // the API's budgets, set by SetEdge
 	// calls, usage and requests hold the series of CallFinished and
 	// countRequest by their labels (callSeriesKey, usageSeriesKey,
 	// requestSeriesKey), named once.
 	calls, usage, requests sync.Map
 }
 
-// edgeStats is what the budgets of the edge hold now (budgets.go).
-type edgeStats struct {
+// EdgeStats is what the budgets of the API's edge hold now.
+type EdgeStats struct {
 	BodyBytes         int64 // request body bytes being read
 	Streams           int64 // event streams open
 	StreamResultBytes int64 // results held for event streams
 }
 
-// setEdge sets where the edge's gauges come from, and creates the refusal
-// counter's series, so that each budget shows 0 before its first refusal.
-// A nil m counts nothing.
-func (m *Metrics) setEdge(stats func() edgeStats) {
+// SetEdge sets where the edge's gauges come from, and creates the refusal
+// counter's series for budgets, so that each shows 0 before its first
+// refusal. A nil m counts nothing.
+func (m *Metrics) SetEdge(stats func() EdgeStats, budgets []string) {
 	if m == nil {
 		return
 	}
 	m.edge.Store(&stats)
-	for _, b := range budgetNames {
+	for _, b := range budgets {
 		m.refusals(b)
 	}
 }
 
-// budgetRefused counts a request refused, or a stream cut, by budget. A
+// BudgetRefused counts a request refused, or a stream cut, by budget. A
 // nil m counts nothing.
-func (m *Metrics) budgetRefused(budget string) {
+func (m *Metrics) BudgetRefused(budget string) {
 	if m != nil {
 		m.refusals(budget).Inc()
 	}
+}
+
+// AdmissionRefused counts a request refused by the call path's admission
+// hook named hook. A nil m counts nothing.
+func (m *Metrics) AdmissionRefused(hook string) {
+	if m != nil {
+		m.admissionRefusals(hook).Inc()
+	}
+}
+
+// SetHooks creates the admission refusal counter's series, so that each
+// of p's hooks shows 0 before its first refusal. A nil m counts nothing.
+func (m *Metrics) SetHooks(p *pipeline.Pipeline) {
+	if m != nil {
+		p.Refusals(func(hook string, _ uint64) { m.admissionRefusals(hook) })
+	}
+}
+
+func (m *Metrics) admissionRefusals(hook string) *vm.Counter {
+	return m.set.GetOrCreateCounter(`inferd_admission_refusals_total{hook="` + labelValue(hook) + `"}`)
 }
 
 func (m *Metrics) refusals(budget string) *vm.Counter {
@@ -101,14 +151,14 @@ func (m *Metrics) refusals(budget string) *vm.Counter {
 
 var _ scheduler.Observer = (*Metrics)(nil)
 
-// NewMetrics returns Metrics that register in set. Call SetSources before
+// New returns Metrics that register in set. Call SetSources before
 // serving scrapes; until then only the event counters are written.
-func NewMetrics(set *vm.Set) *Metrics {
+func New(set *vm.Set) *Metrics {
 	return &Metrics{set: set}
 }
 
 // SetSources sets where the scrape-time gauges come from.
-func (m *Metrics) SetSources(src MetricsSources) { m.src.Store(&src) }
+func (m *Metrics) SetSources(src Sources) { m.src.Store(&src) }
 
 // CallFinished counts a finished call and records its latency (created to
 // finished), its queue, boot and run times, and the tokens its model
@@ -369,7 +419,7 @@ func (m *Metrics) writeSamples(w io.Writer) {
 		writeSchedulerGauges(w, st)
 	}
 	if src.GPUs != nil {
-		writeGPUGauges(w, src.GPUs(), reservations(st))
+		writeGPUGauges(w, src.GPUs(), st.ReservedMiB())
 	}
 	if src.Conns != nil {
 		cs := src.Conns()
@@ -449,13 +499,13 @@ func writeGPUGauges(w io.Writer, devs []gpu.Device, reservedMiB map[string]uint6
 		return fmt.Sprintf(`{gpu="%d",uuid="%s"}`, d.Index, labelValue(d.UUID))
 	}
 	for _, d := range devs {
-		vm.WriteGaugeUint64(w, "inferd_gpu_memory_total_bytes"+lbl(d), memoryOf(d, reservedMiB).total)
+		vm.WriteGaugeUint64(w, "inferd_gpu_memory_total_bytes"+lbl(d), gpu.MemoryOf(d, reservedMiB).Total)
 	}
 	for _, d := range devs {
-		vm.WriteGaugeUint64(w, "inferd_gpu_memory_used_bytes"+lbl(d), memoryOf(d, reservedMiB).used)
+		vm.WriteGaugeUint64(w, "inferd_gpu_memory_used_bytes"+lbl(d), gpu.MemoryOf(d, reservedMiB).Used)
 	}
 	for _, d := range devs {
-		vm.WriteGaugeUint64(w, "inferd_gpu_memory_reserved_bytes"+lbl(d), memoryOf(d, reservedMiB).reserved)
+		vm.WriteGaugeUint64(w, "inferd_gpu_memory_reserved_bytes"+lbl(d), gpu.MemoryOf(d, reservedMiB).Reserved)
 	}
 	for _, d := range devs {
 		vm.WriteGaugeFloat64(w, "inferd_gpu_utilization_ratio"+lbl(d), float64(d.UtilizationPct)/100)
@@ -466,11 +516,11 @@ func writeGPUGauges(w io.Writer, devs []gpu.Device, reservedMiB map[string]uint6
 	}
 }
 
-// serveMetrics answers GET /metrics. It needs no API key: the figures hold
+// Serve answers GET /metrics. It needs no API key: the figures hold
 // no inputs, outputs or secrets, only project ids, and Prometheus scrapes
 // without credentials. Bind the API listener to loopback (or firewall it)
 // where project ids must stay private.
-func (m *Metrics) serveMetrics(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
+func (m *Metrics) Serve(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	m.WritePrometheus(w)
 }
@@ -493,10 +543,16 @@ func labelValue(s string) string {
 // unmatchedRoute is the route label of requests no route matched.
 const unmatchedRoute = "unmatched"
 
-// countRequests counts every request by route pattern and status once it
-// has been answered. It runs inside withRequestLog, whose recorder holds
-// both. A nil m counts nothing.
-func (m *Metrics) countRequests(next http.Handler) http.Handler {
+// Answered is a response writer that tells how its request was answered:
+// the route pattern that took it ("" for none) and the status.
+type Answered interface {
+	Answered() (route string, status int)
+}
+
+// CountRequests counts every request by route pattern and status once it
+// has been answered, as its writer (an Answered, the API's request log's
+// recorder) tells. A nil m counts nothing.
+func (m *Metrics) CountRequests(next http.Handler) http.Handler {
 	if m == nil {
 		return next
 	}
@@ -505,10 +561,11 @@ func (m *Metrics) countRequests(next http.Handler) http.Handler {
 			// Deferred, so that an aborted response (http.ErrAbortHandler)
 			// counts too.
 			route, status := unmatchedRoute, http.StatusOK
-			if rec, ok := w.(*responseRecorder); ok {
-				status = rec.status
-				if rec.route != "" {
-					route = rec.route
+			if a, ok := w.(Answered); ok {
+				if rt, st := a.Answered(); rt != "" {
+					route, status = rt, st
+				} else {
+					status = st
 				}
 			}
 			m.countRequest(route, status)
@@ -517,11 +574,11 @@ func (m *Metrics) countRequests(next http.Handler) http.Handler {
 	})
 }
 
-// longPollBegin counts a check that waits for its call as one of
+// LongPollBegin counts a check that waits for its call as one of
 // inferd_longpolls_in_flight, until the returned func is called. Checks that
 // answer at once (no longPoll, or the call already finished) are not long
 // polls and never count. A nil m counts nothing.
-func (m *Metrics) longPollBegin() (end func()) {
+func (m *Metrics) LongPollBegin() (end func()) {
 	if m == nil {
 		return func() {}
 	}
