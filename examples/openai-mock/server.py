@@ -346,6 +346,12 @@ class Generation:
         return c
 
     def answer(self):
+        if self.d.get("drop"):
+            # The server goes away mid-request, as a crashed worker's does.
+            log("dropped", self.d.get("id", "-"))
+            self.h.close_connection = True
+            self.h.connection.shutdown(socket.SHUT_RDWR)
+            return
         if first_hold(self.req, self.d):
             if self.h.held():
                 log("aborted", self.d.get("id", "-"), "by the client")
