@@ -55,11 +55,12 @@ func TestIdleTimeoutChangeAppliesToReplicaAlreadyIdle(t *testing.T) {
 }
 
 // A change to any field of the model spec, one added later included,
-// drains the replicas started from the old spec and boots new ones from the
-// new spec; a change to a field that running replicas take as they are
-// (the modelKey hash, concurrency, batch, bootTimeout, parkTimeout) keeps
-// them.
-func TestModelSpecFieldChangeDrainsOldReplicasUnlessLive(t *testing.T) {
+// replaces the replicas started from the old spec: a new one boots from the
+// new spec while the old one keeps serving, and the old one stops once the
+// new one is ready. A change to a field that running replicas take as they
+// are (the modelKey hash, concurrency, batch, bootTimeout, parkTimeout)
+// keeps them.
+func TestModelSpecFieldChangeReplacesOldReplicasUnlessLive(t *testing.T) {
 	live := map[string]bool{"KeyHash": true, "Concurrency": true, "Batch": true, "BootTimeout": true, "ParkTimeout": true, "Aliases": true, "ServedModel": true}
 	for _, field := range storetest.ModelSpecFields() {
 		t.Run(field, func(t *testing.T) {
@@ -84,12 +85,16 @@ func TestModelSpecFieldChangeDrainsOldReplicasUnlessLive(t *testing.T) {
 					h.noLaunch()
 					return
 				}
-				if !old.wasStopped() {
-					t.Fatalf("a change to %s left the old replica running", field)
-				}
 				fresh := h.launched()
 				if fresh.spec.Model.RestartNeeded(p.Model) {
 					t.Errorf("the new replica runs %+v, want the changed spec %+v", fresh.spec.Model, p.Model)
+				}
+				if old.wasStopped() {
+					t.Fatalf("a change to %s stopped the old replica before the new one was ready", field)
+				}
+				h.ready(fresh)
+				if !old.wasStopped() {
+					t.Fatalf("a change to %s left the old replica running beside the ready new one", field)
 				}
 			})
 		})

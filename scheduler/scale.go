@@ -119,6 +119,11 @@ func (s *Scheduler) scaleUp() {
 			progress = true
 		}
 	}
+	for i, p := range s.order {
+		if needs[i] > 0 && p.retiringCount() > 0 {
+			s.yieldOld(p) // no room beside its old replicas (rollout.go)
+		}
+	}
 	var waiting []*project
 	for k := range s.order {
 		if i := (start + k) % len(s.order); needs[i] > 0 && s.order[i].quotaWait == "" {

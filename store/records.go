@@ -110,6 +110,16 @@ type ModelSpec struct {
 	// --served-model-name), put in the "model" of each request inferd
 	// passes on; "" = the project id.
 	ServedModel string `json:"servedModel,omitempty" yaml:"servedModel"`
+	// Revision names the version of the model's code: the manifest's
+	// revision, or where it gives none the hash of the model's dir that
+	// apply takes (manifest.StampRevisions). Like any field that says how
+	// replicas start, a new one replaces the running replicas, one by one
+	// (scheduler/rollout.go).
+	Revision string `json:"revision,omitempty" yaml:"revision"`
+	// Restarts counts the restarts asked for (`inferd project restart`):
+	// each replaces the running replicas one by one. No manifest sets it,
+	// and an apply keeps it (store.Reapply: the declaration never has it).
+	Restarts int `json:"restarts,omitempty" yaml:"-"`
 }
 
 // BatchSpec is a project's dynamic batching: up to MaxSize queued calls in
