@@ -17,16 +17,21 @@ func (c *projectCommand) Usage() string {
 	return `Usage:
   inferd [global flags] project list
   inferd [global flags] project delete ID
+  inferd [global flags] project restart ID
 
 project list prints every team's projects with their replica bounds,
 timeouts, GPUs, protocol and command. project delete ID removes a project; a
 running daemon stops its replicas and fails its unfinished calls with "error:
-project deleted". Projects are created and changed with inferd apply.
+project deleted". project restart ID replaces the project's running replicas
+one by one, each new one ready before an old one stops, so that no call fails
+or waits for a cold boot: the way to put new code in the model's dir into
+service (inferd apply does the same when the dir's files or the manifest's
+revision changed). Projects are created and changed with inferd apply.
 `
 }
 
 func (c *projectCommand) Run(ctx context.Context, args []string) error {
-	return runGroup(ctx, "project", args, subcommand{"list", c.list}, subcommand{"delete", c.delete})
+	return runGroup(ctx, "project", args, subcommand{"list", c.list}, subcommand{"delete", c.delete}, subcommand{"restart", c.restart})
 }
 
 func (c *projectCommand) list(ctx context.Context, args []string) error {
@@ -62,5 +67,22 @@ func (c *projectCommand) delete(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Fprintf(c.env.stdout, "Deleted project %s.\n", ids[0])
+	return nil
+}
+
+func (c *projectCommand) restart(ctx context.Context, args []string) error {
+	ids, err := parseSub(subFlags("project restart"), args)
+	if err != nil {
+		return err
+	}
+	if len(ids) != 1 {
+		return fmt.Errorf("%w: project restart needs exactly one project ID", errUsage)
+	}
+	if err := c.env.withAdmin(func(a *adminClient) error {
+		return a.call(ctx, "POST", "/admin/projects/"+url.PathEscape(ids[0])+"/restart", nil, nil)
+	}); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.env.stdout, "Restarting project %s: its replicas are replaced one by one, each new one ready before an old one stops.\n", ids[0])
 	return nil
 }
