@@ -41,6 +41,11 @@ run: build
 	@echo
 	$(RUN_ENV)./inferd --config $(CONFIG) serve
 
+## example-NAME: apply examples/NAME to the daemon make run serves and call it as its README does
+## (echo, batch, stream, potassium, openai-mock, digits, openai-js, banana-js; scripts/example.sh)
+example-%: build
+	INFERD=./inferd CONFIG=$(CONFIG) scripts/example.sh $*
+
 ## doctor: check the box and the applied projects as make run runs them
 doctor: build
 	$(RUN_ENV)./inferd --config $(CONFIG) doctor
