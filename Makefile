@@ -10,9 +10,21 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate
 
 .PHONY: build run doctor test test-cluster lint fuzz faults clean client-deps test-deps digits-deps package bench bench-cluster bench-quick mutate gpu-check-bin gpu-check-dry
 
-## build: compile ./inferd
-build:
-	go build -ldflags "$(LDFLAGS)" -o inferd .
+# What ./inferd is built from: the main module's Go files (tools/ is a module
+# of its own), go.mod and go.sum, and the files it embeds (the status page,
+# the Potassium shim). A make target that needs the binary relinks it only
+# when one of them is newer, so make doctor or make run start at once the
+# second time. make -B build forces a build.
+BIN ?= inferd
+SOURCES := go.mod go.sum $(shell find . \
+	\( -path ./tools -o -path ./.git -o -name node_modules -o -path ./bench/out \) -prune -o -name '*.go' -not -name '*_test.go' -type f -print) \
+	$(shell find web/static scheduler/backend/local/potassiumshim -type f)
+
+## build: compile ./inferd, only when a source changed since it was built
+build: $(BIN)
+
+$(BIN): $(SOURCES)
+	go build -ldflags "$(LDFLAGS)" -o $(BIN) .
 
 # The demo runs its model as `inferd --config config.example.yaml serve` would,
 # as the packaged service does: as root, under a uid of the project's own (the
