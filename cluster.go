@@ -296,6 +296,15 @@ func adminCancel(local httpapi.CallCanceller, routing *httpapi.Routing) httpapi.
 	return routing.Canceller(local)
 }
 
+// adminCalls is the admin API's call route (inferd call) on a single box; a
+// cluster's node has none: its project may run on another node.
+func adminCalls(sched httpapi.CallRunner, streams *httpapi.Streams, routing *httpapi.Routing) httpapi.AdminOption {
+	if routing != nil {
+		return httpapi.WithCalls(nil, nil)
+	}
+	return httpapi.WithCalls(sched, streams)
+}
+
 // fitsNow reports whether this node could boot a replica of p now: a free
 // CPU slot for a CPU project; for a GPU project enough healthy GPUs with
 // its gpuMemoryMiB free each (as nodeLoad counts it), or, for whole GPUs,

@@ -51,6 +51,8 @@ type admin struct {
 	replicaLogs backend.Logs                  // nil = none (see AdminLogs)
 	teamUse     func() []scheduler.TeamStatus // nil = no daemon: use unknown (see WithTeamUse)
 	cancel      CallCanceller                 // nil = none (see WithCancel)
+	run         CallRunner                    // nil = no calls (see WithCalls)
+	streams     *Streams                      // the daemon's output streams, for run; nil = none
 }
 
 // AdminOption adjusts the admin API.
@@ -93,6 +95,7 @@ func NewAdmin(st AdminStore, log zerolog.Logger, opts ...AdminOption) http.Handl
 	r.GET("/admin/projects", a.listProjects)
 	r.DELETE("/admin/projects/:id", a.deleteProject)
 	r.POST("/admin/projects/:id/restart", a.restartProject)
+	r.POST("/admin/projects/:id/call", a.runCall)
 	r.GET("/admin/teams", a.listTeams)
 	r.PUT("/admin/teams/:id", a.setTeam)
 	r.POST("/admin/teams/:id/webhook-secret", a.webhookSecret)
