@@ -87,10 +87,13 @@ const maxStatusQueue = 20
 
 // QueuedCall is one queued call as the status page shows it.
 type QueuedCall struct {
-	ID            string      `json:"id"`
-	QueuePosition int         `json:"queuePosition"`
-	ETAMs         *int64      `json:"etaMs"` // null: nothing measured says
-	WaitingFor    *store.Wait `json:"waitingFor"`
+	ID            string `json:"id"`
+	QueuePosition int    `json:"queuePosition"`
+	ETAMs         *int64 `json:"etaMs"` // null: nothing measured says
+	// ETARangeMs is the range of ETAMs: the same estimate from the
+	// project's 10th and 90th percentile runs; null with it.
+	ETARangeMs *[2]int64   `json:"etaRangeMs"`
+	WaitingFor *store.Wait `json:"waitingFor"`
 }
 
 // The states of ReplicaStatus.State, as the status API, the metrics and
@@ -190,7 +193,11 @@ func (s *Scheduler) queueStatus(p *project) []QueuedCall {
 	out := make([]QueuedCall, 0, len(calls))
 	for i, c := range calls {
 		why, eta := s.explain(c, i, now)
-		out = append(out, QueuedCall{ID: c.c.ID, QueuePosition: i, ETAMs: eta, WaitingFor: why})
+		q := QueuedCall{ID: c.c.ID, QueuePosition: i, WaitingFor: why}
+		if eta != nil {
+			q.ETAMs, q.ETARangeMs = &eta.ms, &[2]int64{eta.lo, eta.hi}
+		}
+		out = append(out, q)
 	}
 	return out
 }

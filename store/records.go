@@ -228,6 +228,10 @@ type Call struct {
 	// call the scheduler reports; nil when it cannot tell (nothing
 	// measured yet, or waiting on something it cannot time); never stored.
 	ETAMs *int64 `json:"-"`
+	// ETARangeMs is how rough ETAMs is: the same estimate from the
+	// project's 10th and 90th percentile recent runs (lower, upper); set
+	// with ETAMs, never stored.
+	ETARangeMs *[2]int64 `json:"-"`
 }
 
 // Wait is why a pending call waits: a code for programs and a sentence for
