@@ -107,6 +107,7 @@ func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *esti
 	var free []time.Duration
 	var ready, busy, booting, parked int
 	var bootElapsed time.Duration
+	var bootCheck string // what the latest health check of a booting replica found
 	nextFree := time.Duration(math.MaxInt64)
 	for _, r := range p.replicas {
 		if !r.live() || r.exited() {
@@ -135,6 +136,9 @@ func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *esti
 			booting++
 			el := now.Sub(r.started)
 			bootElapsed = max(bootElapsed, el)
+			if r.inst != nil && bootCheck == "" {
+				bootCheck = r.inst.BootProblem().Text
+			}
 			if bootOK {
 				for range conc {
 					free = append(free, residual(boot, el))
@@ -179,6 +183,11 @@ func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *esti
 		text := fmt.Sprintf("replica booting (%.1f s so far)", bootElapsed.Seconds())
 		if bootOK {
 			text = fmt.Sprintf("replica booting (%.1f s of a usual %.0f s)", bootElapsed.Seconds(), math.Max(boot.Seconds(), 1))
+		}
+		if f := (bootFailure{text: bootCheck}); bootCheck != "" && f.pending() == bootCheck {
+			// The model's readiness check so far: a 404 or 501 says it may
+			// never get ready (bootcheck.go stops it once that holds).
+			text += "; last check: " + bootCheck
 		}
 		return &store.Wait{Code: WaitBooting, Text: text}, eta()
 	}

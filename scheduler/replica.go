@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"inferd/scheduler/backend"
@@ -299,7 +300,11 @@ func (s *Scheduler) gone(ev evExited) {
 	case r.bootTimedOut:
 		s.bootFailed(p, r, bootTimedOut(p.bootTimeout(), ev.problem, lastLine), false)
 	case was == stateBooting && ev.problem.Fatal:
-		s.bootFailed(p, r, bootFailure{text: ev.problem.Text, fatal: true}, true)
+		f := bootFailure{text: ev.problem.Text, short: ev.problem.Text, fatal: true}
+		if lastLine != "" && !strings.Contains(f.text, lastLine) {
+			f.text += "; last output: " + lastLine
+		}
+		s.bootFailed(p, r, f, true)
 	case was == stateBooting:
 		s.bootFailed(p, r, bootExited(exitErr, lastLine), true)
 	case was.warm():

@@ -491,10 +491,29 @@ func TestFatalBootProblemFailsQueuedCallsWithoutRetrying(t *testing.T) {
 		why := "no answer on 127.0.0.1:41000 (the model must listen on $PORT); it listens on 5000"
 		i.setProblem(backend.BootProblem{Text: why, Fatal: true})
 		i.exit(errors.New("signal: terminated"), "listening on 5000")
-		if got := h.result(c.ID); got.Message != "error: model failed to start: "+why {
-			t.Fatalf("message = %q", got.Message)
+		if got := h.result(c.ID); got.Message != "error: model failed to start: "+why+"; last output: listening on 5000" {
+			t.Fatalf("message = %q; want the finding and the model's last line", got.Message)
 		}
 		h.noLaunch()
+	})
+}
+
+// While a replica boots, a queued call's waitingFor says what its health
+// checks find, so a model whose health path answers 501 is seen for what it
+// is before the boot fails.
+func TestWaitingForABootSaysWhatTheHealthChecksFind(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("noget")
+		h := newHarness(t, Config{}, nil, p)
+		defer h.stop()
+		c := h.submit(p, `{}`)
+		i := h.launched()
+		i.setProblem(backend.BootProblem{Text: "GET /healthz answered 501 (set healthPath)"})
+		h.advance(time.Second)
+		h.waits(c.ID, WaitBooting, "replica booting (1.0 s so far); last check: GET /healthz answered 501 (set healthPath)", -1)
+		// A finding that says error is left out: a pending text never does.
+		i.setProblem(backend.BootProblem{Text: "GET /healthz failed: connection reset (error 104)"})
+		h.waits(c.ID, WaitBooting, "replica booting (1.0 s so far)", -1)
 	})
 }
 
