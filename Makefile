@@ -47,6 +47,8 @@ run: build
 	@echo "In another terminal, create an API key and call the model:"
 	@echo "  KEY=\$$(./inferd --config $(CONFIG) key create --team demo | tail -n1)"
 	@echo "  curl -s localhost:8080/start/v4 -d '{\"apiKey\":\"'\$$KEY'\",\"modelKey\":\"mk-echo-1\",\"modelInputs\":{\"prompt\":\"hi\"}}'"
+	@echo "Or from the shell, with no key: ./inferd --config $(CONFIG) call echo '{\"prompt\":\"hi\"}'"
+	@echo "The other examples, each applied and called as its README says: make example-NAME (batch, stream, potassium, openai-mock, openai-js, banana-js)"
 	@echo "To check the box and the applied projects: $(RUN_ENV)./inferd --config $(CONFIG) doctor (or make doctor)"
 	@echo "After Ctrl-C, make run or $(RUN_ENV)./inferd --config $(CONFIG) serve starts it again."
 	@$(if $(DEMO_USER),echo "$(DEMO_NOTE)",true)
