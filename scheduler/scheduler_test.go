@@ -788,6 +788,15 @@ func TestModelSpecChangeRollsOntoNewReplicasBeforeOldOnesStop(t *testing.T) {
 		if !slices.Equal(fresh[0].spec.Model.Command, p.Model.Command) {
 			t.Errorf("new replica runs %v", fresh[0].spec.Model.Command)
 		}
+		previous := 0
+		for _, r := range h.project("v").Replicas {
+			if r.PreviousSpec {
+				previous++
+			}
+		}
+		if previous != 2 {
+			t.Errorf("the status marks %d replicas as of the previous spec, want the 2 old ones", previous)
+		}
 		// While the new ones boot, a call goes to the old idle replica.
 		c2 := h.submit(p, `{}`)
 		h.call(old[1]).reply(`"v1 again"`)

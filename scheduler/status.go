@@ -128,6 +128,10 @@ type ReplicaStatus struct {
 	// ParkedSince is when it was parked, while it is: its GPUs are free
 	// for others (GPUs still names them: a call restores it there).
 	ParkedSince time.Time `json:"parkedSince,omitzero"`
+	// PreviousSpec: it was started from an earlier spec of its project and
+	// serves until a replica of the current one replaces it, or finishes
+	// its calls (rollout.go).
+	PreviousSpec bool `json:"previousSpec,omitempty"`
 }
 
 func (s *Scheduler) snapshot() Status {
@@ -163,13 +167,14 @@ func (s *Scheduler) snapshot() Status {
 		}
 		for _, r := range p.replicas {
 			rs := ReplicaStatus{
-				ID:         r.id,
-				State:      r.stateName(),
-				Pid:        r.info.Pid,
-				GPUs:       slices.Clone(r.gpus),
-				Started:    r.started,
-				InFlight:   len(r.calls),
-				IdleExpiry: r.idleT.at,
+				ID:           r.id,
+				State:        r.stateName(),
+				Pid:          r.info.Pid,
+				GPUs:         slices.Clone(r.gpus),
+				Started:      r.started,
+				InFlight:     len(r.calls),
+				IdleExpiry:   r.idleT.at,
+				PreviousSpec: r.gen != p.specGen,
 			}
 			if r.state == stateParked {
 				rs.ParkedSince = r.park.since

@@ -311,7 +311,7 @@ function projectCard(p, now, collapsible) {
     const open = openLog && openLog.project === p.id && openLog.replica === r.id;
     const tr = el("tr", { class: open ? "open" : "", dataset: { replica: r.id }, title: "Show this replica's log" },
       el("td", { class: "mono" }, r.id),
-      el("td", {}, badge(r.state)),
+      el("td", {}, badge(r.state), r.previousSpec ? el("span", { class: "muted", title: "started from the project's previous spec: it serves until a replica of the new one replaces it" }, " (previous spec)") : null),
       el("td", { class: "num mono" }, r.pid || "–"),
       el("td", {}, r.gpus.length ? r.gpus.map((i) => `GPU ${i}`).join(", ") : "CPU"),
       el("td", { class: "num" }, duration(r.uptimeSeconds)),
