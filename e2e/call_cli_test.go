@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -104,4 +105,25 @@ func TestInferdCallPrintsTheOutputsAndExitsNonZeroOnFailure(t *testing.T) {
 	if err := cmd.Wait(); err != nil || strings.Join(rest, "\n") != `{"token":"two","index":1}`+"\n"+`{"done":true,"tokens":2}` {
 		t.Errorf("inferd call --stream: %v, then %q (stderr %q)", err, rest, errOut.String())
 	}
+
+	// Ctrl-C cancels the call: the model's request is aborted and the call
+	// ends cancelled.
+	key := d.createKey("acme", false)
+	cmd = exec.Command(inferdBin, "--config", cfg, "call", "echo", `{"hang":true}`)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "the hanging call to run", func() bool {
+		return slices.Contains(d.replicaStates(key, "echo"), "busy")
+	})
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err == nil {
+		t.Error("inferd call exited 0 after Ctrl-C")
+	}
+	eventually(t, time.Minute, "the interrupted call to end cancelled", func() bool {
+		_, body := doRaw(t, "GET", d.base+"/v1/status/calls", map[string]string{"X-Service-API-Key": key}, "")
+		return strings.Contains(string(body), `"message":"error: cancelled by request"`)
+	})
 }
