@@ -212,7 +212,8 @@ func TestAdminCommandsWithoutConfigOrDataDirStop(t *testing.T) {
 	}
 	commands := [][]string{
 		{"key", "create", "--team", "demo"}, {"key", "create", "--admin"}, {"key", "list"}, {"key", "revoke", "k1"},
-		{"apply", "-f", manifest}, {"project", "list"}, {"project", "delete", "echo"},
+		{"apply", "-f", manifest}, {"project", "list"}, {"project", "delete", "echo"}, {"project", "restart", "echo"},
+		{"call", "echo", "{}"},
 		{"backup", filepath.Join(dir, "b.db")}, {"restore", manifest}, {"logs", "echo"},
 	}
 	abs := filepath.Join(dir, "data")

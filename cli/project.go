@@ -20,7 +20,8 @@ func (c *projectCommand) Usage() string {
   inferd [global flags] project restart ID
 
 project list prints every team's projects with their replica bounds,
-timeouts, GPUs, protocol and command. project delete ID removes a project; a
+timeouts, GPUs, protocol, revision (the manifest's, or dir: and the start of
+the hash of its files that apply took, then +N for N restarts) and command. project delete ID removes a project; a
 running daemon stops its replicas and fails its unfinished calls with "error:
 project deleted". project restart ID replaces the project's running replicas
 one by one, each new one ready before an old one stops, so that no call fails
@@ -45,10 +46,10 @@ func (c *projectCommand) list(ctx context.Context, args []string) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(c.env.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTEAM\tMIN\tMAX\tTIMEOUT\tIDLE\tGPUS\tPROTOCOL\tCOMMAND")
+	fmt.Fprintln(tw, "ID\tTEAM\tMIN\tMAX\tTIMEOUT\tIDLE\tGPUS\tPROTOCOL\tREVISION\tCOMMAND")
 	for _, p := range out.Results {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%ds\t%ds\t%d\t%s\t%s\n", p.ID, p.TeamID, p.MinReplicas, p.MaxReplicas,
-			p.InferenceTimeout, p.IdleTimeout, p.Model.GPUs, p.Model.Protocol, strings.Join(p.Model.Command, " "))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%ds\t%ds\t%d\t%s\t%s\t%s\n", p.ID, p.TeamID, p.MinReplicas, p.MaxReplicas,
+			p.InferenceTimeout, p.IdleTimeout, p.Model.GPUs, p.Model.Protocol, revisionText(p.Model), strings.Join(p.Model.Command, " "))
 	}
 	return tw.Flush()
 }
@@ -85,4 +86,21 @@ func (c *projectCommand) restart(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(c.env.stdout, "Restarting project %s: its replicas are replaced one by one, each new one ready before an old one stops.\n", ids[0])
 	return nil
+}
+
+// revisionText is a project's revision as project list shows it: the
+// manifest's, or the first 12 hex digits of its dir's hash, and how often it
+// was restarted since ("dir:3f2a9c01b4e7+2"); "-" for none.
+func revisionText(m store.ModelSpec) string {
+	rev := m.Revision
+	if hash, ok := strings.CutPrefix(rev, "dir:"); ok && len(hash) > 12 {
+		rev = "dir:" + hash[:12]
+	}
+	if rev == "" {
+		rev = "-"
+	}
+	if m.Restarts > 0 {
+		rev += fmt.Sprintf("+%d", m.Restarts)
+	}
+	return rev
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -178,6 +179,9 @@ func TestProjectRestartAndApplyRollOntoNewCodeWithoutFailingACall(t *testing.T) 
 	}
 	heldBoot("v1", "v2")
 	waitServes("v2")
+	if list, err := d.cli("project", "list"); err != nil || !regexp.MustCompile(`roll .* dir:[0-9a-f]{12}\+1 `).MatchString(list) {
+		t.Errorf("project list after a restart: %v\n%s; want its dir's revision and +1", err, list)
+	}
 
 	setVersion("v3")
 	if out := d.apply(manifest); !strings.Contains(out, "project roll (team acme): updated: the files in dir: replacing its replicas one by one") {
