@@ -200,8 +200,8 @@ func (p *Policy) CheckURL(raw string) error {
 	}
 	host := strings.ToLower(u.Hostname())
 	if a, err := netip.ParseAddr(host); err == nil {
-		if f := forbiddenRange(a); f.IsValid() {
-			return fmt.Errorf("%w: %s is in %s, which no webhook may reach (link-local and cloud metadata addresses; webhook.allow cannot allow them)", ErrRefused, host, f)
+		if never := forbiddenRange(a); never.IsValid() {
+			return fmt.Errorf("%w: %s is in %s, which no webhook may reach (link-local and cloud metadata addresses; webhook.allow cannot allow them)", ErrRefused, host, never)
 		}
 		if !p.addrAllowed(a) {
 			return fmt.Errorf("%w: %s (see webhook.allow)", ErrRefused, host)
