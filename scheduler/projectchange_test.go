@@ -100,3 +100,41 @@ func TestModelSpecFieldChangeReplacesOldReplicasUnlessLive(t *testing.T) {
 		})
 	}
 }
+
+// A spec change that also lowers maxReplicas keeps only as many old
+// replicas serving as new ones will come to replace them: the rest retire
+// at once, and none serves the old spec for good.
+func TestSpecChangeWithALowerMaxRetiresTheOldReplicasNoneWillReplace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("v", minMax(3, 3), idleTimeout(600))
+		h := newHarness(t, Config{}, nil, p)
+		defer h.stop()
+		old := h.launchedN(3)
+		h.ready(old...)
+
+		p.Model.Env = map[string]string{"V": "2"}
+		p.MinReplicas, p.MaxReplicas = 1, 1
+		h.st.putProject(p)
+		h.s.ProjectChanged(p.ID)
+		fresh := h.launched()
+		h.noLaunch()
+		if n := stoppedCount(old); n != 2 {
+			t.Fatalf("%d old replicas stopped, want 2: one new replica will replace only one", n)
+		}
+		h.ready(fresh)
+		if n := stoppedCount(old); n != 3 {
+			t.Fatalf("%d old replicas stopped once the new one was ready, want all 3", n)
+		}
+		h.succeedOnNewReplicaAlready(fresh, h.submit(p, `{}`).ID)
+	})
+}
+
+// succeedOnNewReplicaAlready has ready replica i answer call id, and checks
+// that the call succeeded.
+func (h *harness) succeedOnNewReplicaAlready(i *fakeInstance, id string) {
+	h.t.Helper()
+	h.call(i).reply(`{}`)
+	if got := h.result(id); got.State != store.CallSucceeded {
+		h.t.Fatalf("call %s = %+v", id, got)
+	}
+}

@@ -21,6 +21,8 @@ import "slices"
 //     while no new one is booting; its calls queue until the new one is ready.
 //   - Old replicas that are booting, parked, parking or restoring stop (or
 //     drain) at once: they serve nothing now.
+//   - Old replicas that no new one will replace (the spec change lowered
+//     maxReplicas, say) retire at once (trimRetiring).
 //   - A new spec that fails to boot leaves the retiring replicas serving the
 //     old one; its queued calls are not failed for it (bootFailed) while they
 //     serve, and the project's status says why.
@@ -83,6 +85,29 @@ func (s *Scheduler) retireOne(p *project, why string) bool {
 		s.stop(old)
 	}
 	return true
+}
+
+// trimRetiring retires the old replicas that no replica of the new spec
+// will come to replace: each one booting, and each one p still wants to
+// boot, retires one when it gets ready (onReady); the rest go now. So a
+// spec change that also lowers maxReplicas, or a cluster node whose share
+// of the project is gone, does not keep old replicas serving for good.
+func (s *Scheduler) trimRetiring(p *project) {
+	retiring := p.retiringCount()
+	if retiring == 0 {
+		return
+	}
+	booting := 0
+	for _, r := range p.replicas {
+		if r.live() && r.state == stateBooting {
+			booting++
+		}
+	}
+	for excess := retiring - booting - max(p.want()-p.live(), 0); excess > 0; excess-- {
+		if !s.retireOne(p, "no replica of the new spec is coming to replace it; retiring an old one") {
+			return
+		}
+	}
 }
 
 // yieldOld lets one retiring replica of p give way when p cannot boot a

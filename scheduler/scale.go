@@ -51,6 +51,7 @@ func (s *Scheduler) tidy(p *project) {
 	if p.deleted {
 		return
 	}
+	s.trimRetiring(p)
 	live, keep := p.live(), p.want()
 	for _, r := range s.idleReplicas(p) {
 		switch {
