@@ -36,6 +36,7 @@ func TestExamplesAnswerAsTheirREADMEsSay(t *testing.T) {
 		{"stream", ""},
 		{"potassium", ""},
 		{"openai-mock", ""},
+		{"digits", ""},
 		{"openai-js", "openai"},
 		{"banana-js", "banana-v6"},
 	} {
@@ -43,6 +44,11 @@ func TestExamplesAnswerAsTheirREADMEsSay(t *testing.T) {
 			if tc.name == "potassium" || tc.name == "banana-js" {
 				if err := exec.Command("/usr/bin/python3", "-c", "import flask, werkzeug").Run(); err != nil {
 					testenv.Missing(t, "Debian's python3-flask: the Potassium test double needs it")
+				}
+			}
+			if tc.name == "digits" {
+				if err := exec.Command("/usr/bin/python3", "-c", "import torch, sklearn").Run(); err != nil {
+					testenv.Missing(t, "Debian's python3-torch and python3-sklearn: examples/digits needs them (make digits-deps)")
 				}
 			}
 			if tc.needs != "" {
