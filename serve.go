@@ -190,7 +190,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(sched.CapacityWarnings),
 			httpapi.WithTeamUse(func() []scheduler.TeamStatus { return sched.Snapshot().Teams }),
 			httpapi.WithModelCheck(replicas.Checker().Problems),
-			httpapi.WithCancel(adminCancel(sched.Cancel, routing))),
+			httpapi.WithCancel(adminCancel(sched.Cancel, routing)), adminCalls(sched, streams, routing)),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return adminCtx },
 	}

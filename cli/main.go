@@ -75,6 +75,7 @@ type Build struct {
 // Main runs one command line. Package main fills it in with the process's
 // streams and the daemon's wiring; tests fill it with buffers and fakes.
 type Main struct {
+	Stdin          io.Reader // inferd call PROJECT - reads its inputs here; nil = none
 	Stdout, Stderr io.Writer
 	Environ        []string // NAME=value, as os.Environ returns them
 	Build          Build
@@ -93,6 +94,7 @@ type command interface {
 // env is what every command shares: the process's streams and environment
 // and the global flags.
 type env struct {
+	stdin          io.Reader
 	stdout, stderr io.Writer
 	environ        []string
 	configPath     string            // --config, else $INFERD_CONFIG; "" for none
@@ -208,7 +210,7 @@ func (m *Main) parseGlobals(args []string) (*env, []string, error) {
 	fs := flag.NewFlagSet("inferd", flag.ContinueOnError)
 	fs.SetOutput(m.Stderr)
 	fs.Usage = func() {} // printed below, to stdout for -h and stderr for a mistake
-	e := &env{stdout: m.Stdout, stderr: m.Stderr, environ: m.Environ, overrides: map[string]string{}}
+	e := &env{stdin: m.Stdin, stdout: m.Stdout, stderr: m.Stderr, environ: m.Environ, overrides: map[string]string{}}
 	fs.StringVar(&e.configPath, "config", "", "YAML config file")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	// Flags that override config keys; only those the user set are applied,

@@ -58,9 +58,12 @@ type inferenceResponse struct {
 	// finished, when the scheduler can tell (estimate.go).
 	WaitingFor *store.Wait `json:"waitingFor,omitempty"`
 	EtaMs      *int64      `json:"etaMs,omitempty"`
-	QueueMs    *int64      `json:"queueMs,omitempty"`
-	BootMs     *int64      `json:"bootMs,omitempty"`
-	RunMs      *int64      `json:"runMs,omitempty"`
+	// EtaRangeMs: how rough EtaMs is, [lower, upper] from the project's
+	// 10th and 90th percentile recent runs; present with EtaMs.
+	EtaRangeMs *[2]int64 `json:"etaRangeMs,omitempty"`
+	QueueMs    *int64    `json:"queueMs,omitempty"`
+	BootMs     *int64    `json:"bootMs,omitempty"`
+	RunMs      *int64    `json:"runMs,omitempty"`
 	// BatchSize and BatchWaitMs: for a call that ran in a batch, how many
 	// calls the batch carried and how long it waited for it to fill.
 	BatchSize   *int   `json:"batchSize,omitempty"`
@@ -259,7 +262,7 @@ func (a *api) callResponse(c store.Call, reaches func(teamID, projectID string) 
 		resp.Message = pendingMessage(c)
 		resp.QueuePosition = queuePosition(c)
 		if resp.QueuePosition != nil {
-			resp.WaitingFor, resp.EtaMs = c.WaitingFor.Shown(reaches), c.ETAMs
+			resp.WaitingFor, resp.EtaMs, resp.EtaRangeMs = c.WaitingFor.Shown(reaches), c.ETAMs, c.ETARangeMs
 		}
 	}
 	if !c.Dispatched.IsZero() {

@@ -147,6 +147,10 @@ type statusReplica struct {
 	// ParkedSince is when it was parked, while it is: its GPUs are free
 	// for others meanwhile.
 	ParkedSince *time.Time `json:"parkedSince,omitempty"`
+	// PreviousSpec: it runs an earlier spec of its project, replaced one by
+	// one since the project changed (docs/operations.md, Rolling a project
+	// onto new code).
+	PreviousSpec bool `json:"previousSpec,omitempty"`
 }
 
 // statusCall is a call without its inputs or outputs.
@@ -479,6 +483,7 @@ func viewReplica(r scheduler.ReplicaStatus, index map[string]int, now time.Time)
 		ID: r.ID, State: r.State, Pid: r.Pid, Started: r.Started.UTC(),
 		UptimeSeconds: int64(max(now.Sub(r.Started), 0) / time.Second),
 		InFlight:      r.InFlight, GPUs: make([]int, 0, len(r.GPUs)),
+		PreviousSpec: r.PreviousSpec,
 	}
 	for _, u := range r.GPUs {
 		if i, ok := index[u]; ok {

@@ -109,6 +109,12 @@ func (s *Scheduler) bootFailed(p *project, r *rep, f bootFailure, backoff bool) 
 	}
 	p.warmed(errors.New(p.lastError))
 	p.refusing = false
+	if p.retiringCount() > 0 {
+		// A roll onto a spec that does not boot: the old replicas keep
+		// serving the calls (rollout.go), so none fails for it.
+		p.lastError += " (the replicas of the previous spec keep serving)"
+		return
+	}
 	if f.fatal || p.bootFailures >= s.cfg.MaxBootFailures {
 		p.bootFailures = 0
 		p.refusing = true

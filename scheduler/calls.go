@@ -425,7 +425,11 @@ func (s *Scheduler) view(c *call) store.Call {
 	}
 	now := s.clk.Now()
 	v.QueuePosition = c.p.queue.position(c, now)
-	v.WaitingFor, v.ETAMs = s.explain(c, v.QueuePosition, now)
+	var est *estimate
+	v.WaitingFor, est = s.explain(c, v.QueuePosition, now)
+	if est != nil {
+		v.ETAMs, v.ETARangeMs = &est.ms, &[2]int64{est.lo, est.hi}
+	}
 	p := c.p
 	switch {
 	case p.bootFailures > 0 && (p.booting() || p.backoffT.armed()):

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"inferd/scheduler/backend"
@@ -67,8 +68,9 @@ type rep struct {
 }
 
 // live reports whether r counts toward its project's replicas: it is, or
-// will be, serving the current spec.
-func (r *rep) live() bool { return r.state != stateStopping && !r.draining }
+// will be, serving the current spec. A retiring replica (rollout.go) serves
+// an older one.
+func (r *rep) live() bool { return r.state != stateStopping && !r.draining && r.gen == r.p.specGen }
 
 // exited reports whether r's process has exited. The loop learns it from
 // evExited, but a call that failed because of the exit can come back first:
@@ -197,11 +199,12 @@ func (s *Scheduler) onReady(r *rep) {
 	r.idleSince = now
 	r.boot.stop()
 	r.p.est.booted(now.Sub(r.started))
-	if !r.draining {
+	if r.live() {
 		r.p.bootFailures = 0
 		r.p.backoff = 0
 		r.p.lastBoot, r.p.refusing = bootFailure{}, false
 		r.p.warmed(nil)
+		s.retireOne(r.p, "a replica of the new spec is ready; retiring an old one")
 	}
 	s.log.Info().Str("project", r.p.id).Str("replica", r.id).Int("pid", r.info.Pid).
 		Stringer("boot", now.Sub(r.started).Round(time.Millisecond)).Msg("replica ready")
@@ -297,7 +300,11 @@ func (s *Scheduler) gone(ev evExited) {
 	case r.bootTimedOut:
 		s.bootFailed(p, r, bootTimedOut(p.bootTimeout(), ev.problem, lastLine), false)
 	case was == stateBooting && ev.problem.Fatal:
-		s.bootFailed(p, r, bootFailure{text: ev.problem.Text, fatal: true}, true)
+		f := bootFailure{text: ev.problem.Text, short: ev.problem.Text, fatal: true}
+		if lastLine != "" && !strings.Contains(f.text, lastLine) {
+			f.text += "; last output: " + lastLine
+		}
+		s.bootFailed(p, r, f, true)
 	case was == stateBooting:
 		s.bootFailed(p, r, bootExited(exitErr, lastLine), true)
 	case was.warm():

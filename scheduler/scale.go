@@ -52,6 +52,7 @@ func (s *Scheduler) tidy(p *project) {
 	if p.deleted {
 		return
 	}
+	s.trimRetiring(p)
 	live, keep := p.live(), p.want()
 	for _, r := range s.idleReplicas(p) {
 		switch {
@@ -118,6 +119,11 @@ func (s *Scheduler) scaleUp() {
 			needs[i]--
 			s.rrLast = p.id
 			progress = true
+		}
+	}
+	for i, p := range s.order {
+		if needs[i] > 0 && p.retiringCount() > 0 {
+			s.yieldOld(p) // no room beside its old replicas (rollout.go)
 		}
 	}
 	var waiting []*project

@@ -500,10 +500,29 @@ func TestFatalBootProblemFailsQueuedCallsWithoutRetrying(t *testing.T) {
 		why := "no answer on 127.0.0.1:41000 (the model must listen on $PORT); it listens on 5000"
 		i.setProblem(backend.BootProblem{Text: why, Fatal: true})
 		i.exit(errors.New("signal: terminated"), "listening on 5000")
-		if got := h.result(c.ID); got.Message != "error: model failed to start: "+why {
-			t.Fatalf("message = %q", got.Message)
+		if got := h.result(c.ID); got.Message != "error: model failed to start: "+why+"; last output: listening on 5000" {
+			t.Fatalf("message = %q; want the finding and the model's last line", got.Message)
 		}
 		h.noLaunch()
+	})
+}
+
+// While a replica boots, a queued call's waitingFor says what its health
+// checks find, so a model whose health path answers 501 is seen for what it
+// is before the boot fails.
+func TestWaitingForABootSaysWhatTheHealthChecksFind(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("noget")
+		h := newHarness(t, Config{}, nil, p)
+		defer h.stop()
+		c := h.submit(p, `{}`)
+		i := h.launched()
+		i.setProblem(backend.BootProblem{Text: "GET /healthz answered 501 (set healthPath)"})
+		h.advance(time.Second)
+		h.waits(c.ID, WaitBooting, "replica booting (1.0 s so far); last check: GET /healthz answered 501 (set healthPath)", -1)
+		// A finding that says error is left out: a pending text never does.
+		i.setProblem(backend.BootProblem{Text: "GET /healthz failed: connection reset (error 104)"})
+		h.waits(c.ID, WaitBooting, "replica booting (1.0 s so far)", -1)
 	})
 }
 
@@ -753,7 +772,11 @@ func TestProjectDeletedFailsItsCallsAndStopsItsReplicas(t *testing.T) {
 	})
 }
 
-func TestModelSpecChangeDrainsOldReplicas(t *testing.T) {
+// A spec change rolls: the old replicas keep taking calls until replicas
+// of the new spec are ready, each of which retires one old replica (an idle
+// one stops, a busy one finishes its call first), so no call waits for a
+// boot that a running replica could have served.
+func TestModelSpecChangeRollsOntoNewReplicasBeforeOldOnesStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("v", minMax(2, 3))
 		h := newHarness(t, Config{}, nil, p)
@@ -767,26 +790,106 @@ func TestModelSpecChangeDrainsOldReplicas(t *testing.T) {
 		h.st.putProject(p)
 		h.s.ProjectChanged(p.ID)
 		h.settle()
-		if old[0].wasStopped() || !old[1].wasStopped() {
-			t.Fatalf("busy stopped %v, idle stopped %v; want only the idle one stopped", old[0].wasStopped(), old[1].wasStopped())
+		if old[0].wasStopped() || old[1].wasStopped() {
+			t.Fatalf("busy stopped %v, idle stopped %v; want both serving until new replicas are ready", old[0].wasStopped(), old[1].wasStopped())
 		}
 		fresh := h.launchedN(2)
 		if !slices.Equal(fresh[0].spec.Model.Command, p.Model.Command) {
 			t.Errorf("new replica runs %v", fresh[0].spec.Model.Command)
 		}
-		h.ready(fresh...)
+		previous := 0
+		for _, r := range h.project("v").Replicas {
+			if r.PreviousSpec {
+				previous++
+			}
+		}
+		if previous != 2 {
+			t.Errorf("the status marks %d replicas as of the previous spec, want the 2 old ones", previous)
+		}
+		// While the new ones boot, a call goes to the old idle replica.
 		c2 := h.submit(p, `{}`)
+		h.call(old[1]).reply(`"v1 again"`)
+		if got := h.result(c2.ID); string(got.Outputs) != `"v1 again"` {
+			t.Errorf("call during the roll = %+v", got)
+		}
+
+		h.ready(fresh[0])
+		if old[0].wasStopped() || !old[1].wasStopped() {
+			t.Fatalf("after one new replica: busy stopped %v, idle stopped %v; want the idle one retired", old[0].wasStopped(), old[1].wasStopped())
+		}
+		h.ready(fresh[1])
+		if old[0].wasStopped() {
+			t.Fatal("the busy old replica stopped before its call ended")
+		}
+		c3 := h.submit(p, `{}`)
 		h.noCall(old[0])
 		h.call(fresh[0]).reply(`"v2"`)
 		fc1.reply(`"v1"`)
 		if got := h.result(c1.ID); string(got.Outputs) != `"v1"` {
 			t.Errorf("call on the old replica = %+v", got)
 		}
-		if got := h.result(c2.ID); string(got.Outputs) != `"v2"` {
+		if got := h.result(c3.ID); string(got.Outputs) != `"v2"` {
 			t.Errorf("call on the new replica = %+v", got)
 		}
 		if !old[0].wasStopped() {
 			t.Error("old replica not stopped once it finished")
+		}
+		h.noLaunch()
+	})
+}
+
+// Where the box has no room for a new replica beside the old one, the old
+// one gives way first: its calls queue for the new one, none fails.
+func TestModelSpecChangeWithoutRoomStopsTheOldReplicaFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("v", minMax(1, 1))
+		h := newHarness(t, Config{}, cpuSlots(1), p)
+		defer h.stop()
+		old := h.launched()
+		h.ready(old)
+
+		p.Model.Command = []string{"python3", "serve_v2.py"}
+		h.st.putProject(p)
+		h.s.ProjectChanged(p.ID)
+		h.settle()
+		if !old.wasStopped() {
+			t.Fatal("the old replica holds the only CPU slot and was not stopped")
+		}
+		c := h.submit(p, `{}`) // queued for the new replica
+		h.succeedOnNewReplica(c.ID)
+	})
+}
+
+// A new spec that does not boot leaves the old replica serving: the calls
+// go on being answered, none fails for the new spec's boots.
+func TestModelSpecChangeThatFailsToBootKeepsTheOldReplicaServing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("v", minMax(1, 1))
+		h := newHarness(t, Config{MaxBootFailures: 1, RestartBackoff: time.Second}, nil, p)
+		defer h.stop()
+		old := h.launched()
+		h.ready(old)
+
+		p.Model.Command = []string{"python3", "broken.py"}
+		h.st.putProject(p)
+		h.s.ProjectChanged(p.ID)
+		h.launched().exit(errors.New("exit status 1"), "SyntaxError: invalid syntax")
+		c := h.submit(p, `{}`)
+		h.call(old).reply(`"old"`)
+		if got := h.result(c.ID); got.State != store.CallSucceeded {
+			t.Fatalf("call while the new spec fails to boot = %+v", got)
+		}
+		if old.wasStopped() {
+			t.Fatal("the old replica stopped though nothing replaced it")
+		}
+		if got := h.project("v").LastError; !strings.Contains(got, "SyntaxError") || !strings.Contains(got, "previous spec keep serving") {
+			t.Errorf("last error = %q", got)
+		}
+		h.advance(time.Second)
+		fixed := h.launched()
+		h.ready(fixed)
+		if !old.wasStopped() {
+			t.Error("the old replica kept running beside the new spec's ready one")
 		}
 	})
 }

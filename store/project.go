@@ -58,6 +58,7 @@ const (
 	MaxBatchWaitMs   = 10000 // a longer wait is a queue, not a batch
 	MaxAliases       = 32
 	MaxModelNameLen  = 256 // an alias or servedModel
+	MaxRevisionLen   = 256
 )
 
 // NewProject returns a project with every default set: minReplicas 0,
@@ -243,6 +244,10 @@ func (m ModelSpec) validate() error {
 		return invalid("model.batchPath", "must start with /")
 	case m.ParkTimeout < 0 || m.ParkTimeout > MaxTimeout:
 		return invalid("model.parkTimeout", "must be between 0 (never park) and %d seconds", MaxTimeout)
+	case len(m.Revision) > MaxRevisionLen || strings.ContainsRune(m.Revision, 0):
+		return invalid("model.revision", "must be at most %d characters, without NUL", MaxRevisionLen)
+	case m.Restarts < 0:
+		return invalid("model.restarts", "must be 0 or more")
 	}
 	if err := m.Batch.validate(m.Protocol); err != nil {
 		return err

@@ -116,6 +116,16 @@ type ModelSpec struct {
 	// --served-model-name), put in the "model" of each request inferd
 	// passes on; "" = the project id.
 	ServedModel string `json:"servedModel,omitempty" yaml:"servedModel"`
+	// Revision names the version of the model's code: the manifest's
+	// revision, or where it gives none the hash of the model's dir that
+	// apply takes (manifest.StampRevisions). Like any field that says how
+	// replicas start, a new one replaces the running replicas, one by one
+	// (scheduler/rollout.go).
+	Revision string `json:"revision,omitempty" yaml:"revision"`
+	// Restarts counts the restarts asked for (`inferd project restart`):
+	// each replaces the running replicas one by one. No manifest sets it,
+	// and an apply keeps it (store.Reapply: the declaration never has it).
+	Restarts int `json:"restarts,omitempty" yaml:"-"`
 }
 
 // BatchSpec is a project's dynamic batching: up to MaxSize queued calls in
@@ -227,6 +237,10 @@ type Call struct {
 	// call the scheduler reports; nil when it cannot tell (nothing
 	// measured yet, or waiting on something it cannot time); never stored.
 	ETAMs *int64 `json:"-"`
+	// ETARangeMs is how rough ETAMs is: the same estimate from the
+	// project's 10th and 90th percentile recent runs (lower, upper); set
+	// with ETAMs, never stored.
+	ETARangeMs *[2]int64 `json:"-"`
 }
 
 // Wait is why a pending call waits: a code for programs and a sentence for

@@ -311,7 +311,7 @@ function projectCard(p, now, collapsible) {
     const open = openLog && openLog.project === p.id && openLog.replica === r.id;
     const tr = el("tr", { class: open ? "open" : "", dataset: { replica: r.id }, title: "Show this replica's log" },
       el("td", { class: "mono" }, r.id),
-      el("td", {}, badge(r.state)),
+      el("td", {}, badge(r.state), r.previousSpec ? el("span", { class: "muted", title: "started from the project's previous spec: it serves until a replica of the new one replaces it" }, " (previous spec)") : null),
       el("td", { class: "num mono" }, r.pid || "–"),
       el("td", {}, r.gpus.length ? r.gpus.map((i) => `GPU ${i}`).join(", ") : "CPU"),
       el("td", { class: "num" }, duration(r.uptimeSeconds)),
@@ -398,8 +398,19 @@ function queueTable(queue, queued) {
       el("td", { class: "num" }, q.queuePosition + 1),
       el("td", { class: "mono", title: q.id }, q.id.slice(0, 5) + "…" + q.id.slice(-8)),
       el("td", { class: "why", title: q.waitingFor ? q.waitingFor.code : "" }, q.waitingFor ? q.waitingFor.text : "–"),
-      el("td", { class: "num eta" }, q.etaMs === null || q.etaMs === undefined ? "–" : `~${(q.etaMs / 1000).toFixed(1)} s`))),
+      etaCell(q))),
       more > 0 ? el("tr", {}, el("td", {}, ""), el("td", { colspan: 3, class: "muted" }, `and ${more} more`)) : null));
+}
+
+// etaCell shows when a queued call should be done as a range, "3.1–12.0 s",
+// from the project's 10th and 90th percentile recent runs, with the
+// estimate from their mean in the tooltip; "–" until a run is measured.
+function etaCell(q) {
+  if (q.etaMs === null || q.etaMs === undefined) return el("td", { class: "num eta" }, "–");
+  const s = (ms) => (ms / 1000).toFixed(1);
+  const [lo, hi] = q.etaRangeMs || [q.etaMs, q.etaMs];
+  return el("td", { class: "num eta", title: `likely ~${s(q.etaMs)} s (its recent runs' mean); ${s(lo)}–${s(hi)} s from their 10th and 90th percentiles` },
+    `${s(lo)}–${s(hi)} s`);
 }
 
 // waitHelp says what decides a wait, for the tooltip.
