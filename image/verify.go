@@ -143,10 +143,10 @@ type blobLayer struct {
 	desc v1.Descriptor
 }
 
-func (b blobLayer) Digest() (v1.Hash, error)           { return b.desc.Digest, nil }
-func (b blobLayer) Size() (int64, error)               { return b.desc.Size, nil }
+func (b blobLayer) Digest() (v1.Hash, error)            { return b.desc.Digest, nil }
+func (b blobLayer) Size() (int64, error)                { return b.desc.Size, nil }
 func (b blobLayer) MediaType() (types.MediaType, error) { return b.desc.MediaType, nil }
-func (b blobLayer) Compressed() (io.ReadCloser, error) { return os.Open(b.path) }
+func (b blobLayer) Compressed() (io.ReadCloser, error)  { return os.Open(b.path) }
 
 func storedLayer(p string, desc v1.Descriptor) (v1.Layer, error) {
 	l, err := partial.CompressedToLayer(blobLayer{path: p, desc: desc})
