@@ -23,7 +23,9 @@ the manifest when a team's projects' minReplicas go beyond its quota, or a
 project beyond its caps. It prints each team's quota, one line per project
 (created, updated, unchanged) and a warning for what the box cannot run as
 asked (such as minimums that need more GPUs than it has). A relative dir in
-the manifest is relative to the manifest's own directory.
+the manifest is relative to the manifest's own directory, as is an image:
+path, which apply imports into this node's images first (inferd image
+import) and stores as the image's ID.
 
 A project applied before keeps what was set through the project API (PUT
 /v1/projects: an idleTimeout, a maxReplicas) wherever the manifest has not
@@ -57,6 +59,9 @@ func (c *applyCommand) Run(ctx context.Context, args []string) error {
 	m, err := manifest.ParseManifest(data, filepath.Dir(abs))
 	if err != nil {
 		return fmt.Errorf("%s: %w", *path, err)
+	}
+	if err := importImages(ctx, c.env, m.Projects); err != nil {
+		return fmt.Errorf("%s: %w: nothing was applied", *path, err)
 	}
 	var out struct {
 		Changes []struct {

@@ -581,6 +581,10 @@ func (c Config) SocketPath() string { return filepath.Join(c.DataDir, "inferd.so
 // LogDir holds the replica logs.
 func (c Config) LogDir() string { return filepath.Join(c.DataDir, "logs") }
 
+// ImageDir holds the images projects run in (package image;
+// docs/images.md).
+func (c Config) ImageDir() string { return filepath.Join(c.DataDir, "images") }
+
 // RunDir holds the replica pid files used to clean up after a crash.
 func (c Config) RunDir() string { return filepath.Join(c.DataDir, "run") }
 

@@ -110,6 +110,13 @@ type ModelSpec struct {
 	// --served-model-name), put in the "model" of each request inferd
 	// passes on; "" = the project id.
 	ServedModel string `json:"servedModel,omitempty" yaml:"servedModel"`
+	// Image is the OCI image the model runs in (docs/images.md): an
+	// imported image's ID ("sha256:" and at least 12 hex digits), or the
+	// absolute path of an image archive or layout, which apply imports
+	// and replaces with its ID. The image's Entrypoint and Cmd are the
+	// default of Command, its WorkingDir of Dir, and its Env comes first
+	// in the model's environment.
+	Image string `json:"image,omitempty" yaml:"image"`
 }
 
 // BatchSpec is a project's dynamic batching: up to MaxSize queued calls in

@@ -119,7 +119,8 @@ func (c *Checker) Check(m store.ModelSpec) []Finding {
 			dirOK = false
 		}
 	}
-	if len(m.Command) > 0 && m.Command[0] != "" {
+	// A program in an image is the image's to have: only its start says.
+	if m.Image == "" && len(m.Command) > 0 && m.Command[0] != "" {
 		c.checkProgram(m, dirOK, fail)
 	}
 	c.checkGPUs(m, warn)

@@ -101,6 +101,10 @@ type Config struct {
 	// users, the init arms the parent-death signal again (a change of
 	// user clears it) and gives up if the daemon is already gone.
 	Parent int
+	// Image, when set, is the root the model runs in (imageroot.go),
+	// which needs Namespaces; Path may then be a bare name, found on the
+	// PATH in Env inside the image.
+	Image *ImageRoot
 	// Probe: set everything up, start nothing, report and exit (New asks
 	// once what this machine allows).
 	Probe bool
@@ -143,7 +147,17 @@ func run() int {
 	if err != nil {
 		return fail(fmt.Errorf("replica init: read its configuration: %w", err))
 	}
-	if cfg.Namespaces {
+	switch {
+	case cfg.Image != nil && !cfg.Namespaces:
+		return fail(errors.New("replica init: an image needs a mount namespace"))
+	case cfg.Image != nil:
+		if err := mountImage(cfg); err != nil {
+			return fail(err)
+		}
+		if cfg.Path, err = lookPath(cfg.Path, cfg.Env); err != nil {
+			return fail(err)
+		}
+	case cfg.Namespaces:
 		if err := mountPrivate(cfg); err != nil {
 			return fail(err)
 		}
@@ -174,10 +188,6 @@ func mountPrivate(cfg Config) error {
 		return fmt.Errorf("replica init: make its mounts its own: %w", err)
 	}
 	// Hold on to what must stay visible before the tmpfs hide it.
-	type kept struct {
-		path string
-		fd   int
-	}
 	var keep []kept
 	defer func() {
 		for _, k := range keep {
