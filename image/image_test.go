@@ -258,13 +258,22 @@ func TestImportRefusesHostileArchivesAndKeepsNothing(t *testing.T) {
 		{"absolute hard link", hostile(entry{name: "shadow", typ: tar.TypeLink, link: "/etc/shadow"}), `hard link "shadow" -> "/etc/shadow" leads outside`},
 		{"device node", hostile(entry{name: "dev/mem", typ: tar.TypeChar}), `entry "dev/mem" is a device node`},
 		{"layer digest mismatch", func(t *testing.T) string {
-			dir := good(t)
-			corruptBiggestBlob(t, dir)
+			dir, img := good(t), twoLayers(t)
+			corruptBlob(t, dir, layerDigest(t, img, 1))
 			return dir
 		}, "does not match its digest"},
-		{"missing blob", func(t *testing.T) string {
-			dir := good(t)
-			os.Remove(biggestBlob(t, dir))
+		{"config digest mismatch", func(t *testing.T) string {
+			dir, img := good(t), twoLayers(t)
+			d, err := img.ConfigName()
+			if err != nil {
+				t.Fatal(err)
+			}
+			corruptBlob(t, dir, d)
+			return dir
+		}, "config sha256:"},
+		{"missing layer", func(t *testing.T) string {
+			dir, img := good(t), twoLayers(t)
+			os.Remove(blobFile(dir, layerDigest(t, img, 0)))
 			return dir
 		}, "is missing from the archive"},
 		{"truncated archive", func(t *testing.T) string {
@@ -304,24 +313,27 @@ func assertEmpty(t *testing.T, s *Store) {
 	}
 }
 
-func biggestBlob(t *testing.T, dir string) string {
+func layerDigest(t *testing.T, img v1.Image, i int) v1.Hash {
 	t.Helper()
-	var best string
-	var size int64 = -1
-	filepath.WalkDir(filepath.Join(dir, "blobs"), func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if fi, _ := d.Info(); fi.Size() > size {
-				best, size = p, fi.Size()
-			}
-		}
-		return nil
-	})
-	return best
+	ls, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := ls[i].Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
-func corruptBiggestBlob(t *testing.T, dir string) {
+func blobFile(dir string, d v1.Hash) string {
+	return filepath.Join(dir, "blobs", d.Algorithm, d.Hex)
+}
+
+// corruptBlob flips a byte in the middle of the layout's blob d.
+func corruptBlob(t *testing.T, dir string, d v1.Hash) {
 	t.Helper()
-	p := biggestBlob(t, dir)
+	p := blobFile(dir, d)
 	b, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)
