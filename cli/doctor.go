@@ -88,6 +88,7 @@ func (c *doctorCommand) Run(ctx context.Context, args []string) error {
 	doctorDataDir(r, cfg)
 	doctorDataFile(r, cfg, running)
 	doctorDisk(r, cfg)
+	doctorImages(r, cfg)
 	doctorGPU(r, cfg)
 	if b, ok := doctorSandbox(r, cfg); ok {
 		doctorExample(r, b)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -102,6 +103,16 @@ func TestImageProjectAnswersFromItsOwnWorld(t *testing.T) {
 		}
 	}
 
+	doc, _ := d.cli("doctor")
+	if !strings.Contains(doc, "ok    images       1 images in ") || !regexpMatch(`ok    image +img: image [0-9a-f]{12} \(1 layers`, doc) {
+		t.Errorf("doctor says:\n%s\nwant the image's disk use and the project's image", doc)
+	}
+	admin := d.createKey("acme", true)
+	if _, st := do(t, "GET", d.base+"/v1/status", map[string]string{"X-Service-API-Key": admin}, ""); st["images"] == nil ||
+		st["images"].(map[string]any)["count"] != 1.0 || st["images"].(map[string]any)["rootBytes"].(float64) < 1<<20 {
+		t.Errorf("/v1/status images: %v, want one image of at least the model's MiB", st["images"])
+	}
+
 	list, err := d.cli("image", "list")
 	if err != nil || !strings.Contains(list, "acme/img") {
 		t.Errorf("image list: %v\n%s\nwant the image with its project", err, list)
@@ -164,3 +175,5 @@ func TestImageImportedByIDRunsItsCmd(t *testing.T) {
 		t.Errorf("call to a project whose image is absent: %v", r)
 	}
 }
+
+func regexpMatch(pattern, s string) bool { return regexp.MustCompile(pattern).MatchString(s) }

@@ -105,6 +105,10 @@ func Open(dir string) (*Store, error) {
 	return s, nil
 }
 
+// Peek reads the store in dir as it is, making and clearing nothing (doctor:
+// a directory that does not exist holds no image).
+func Peek(dir string) *Store { return &Store{dir: dir} }
+
 // Dir is the store's directory.
 func (s *Store) Dir() string { return s.dir }
 
@@ -189,6 +193,9 @@ func (s *Store) Get(ref string) (Image, error) {
 // List returns every image, oldest import first.
 func (s *Store) List() ([]Image, error) {
 	ents, err := os.ReadDir(s.path("images"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil // never opened: no image yet
+	}
 	if err != nil {
 		return nil, fmt.Errorf("image store: %w", err)
 	}
@@ -246,7 +253,7 @@ func (s *Store) Usage() (Usage, error) {
 	}
 	u := Usage{Images: len(all)}
 	blobs, err := os.ReadDir(s.path("blobs", "sha256"))
-	if err != nil {
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return Usage{}, fmt.Errorf("image store: %w", err)
 	}
 	for _, b := range blobs {

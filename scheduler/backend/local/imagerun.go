@@ -52,6 +52,15 @@ func (b *Backend) resolveImage(m store.ModelSpec) (*image.Image, error) {
 	return &im, nil
 }
 
+// ImageUsage says what this node's images take on disk: none when the
+// backend keeps none.
+func (b *Backend) ImageUsage() (image.Usage, error) {
+	if b.images == nil {
+		return image.Usage{}, nil
+	}
+	return b.images.Usage()
+}
+
 // imageArgv is what a replica of m runs in im: the project's command
 // whole, else the image's Entrypoint followed by its Cmd.
 func imageArgv(m store.ModelSpec, im *image.Image) ([]string, error) {
