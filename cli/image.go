@@ -129,7 +129,7 @@ func (c *imageCommand) remove(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.env.stdout, "removed image %s; freed %d layers (%s) and %d roots (%s)\n", im.Short(), freed.Blobs, humanBytes(uint64(freed.BlobBytes)), freed.Roots, humanBytes(uint64(freed.RootBytes)))
+	fmt.Fprintf(c.env.stdout, "removed image %s; freed %d blobs (%s) and %d roots (%s)\n", im.Short(), freed.Blobs, humanBytes(uint64(freed.BlobBytes)), freed.Roots, humanBytes(uint64(freed.RootBytes)))
 	return nil
 }
 
@@ -145,7 +145,7 @@ func (c *imageCommand) gc(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.env.stdout, "freed %d layers (%s) and %d roots (%s)\n", freed.Blobs, humanBytes(uint64(freed.BlobBytes)), freed.Roots, humanBytes(uint64(freed.RootBytes)))
+	fmt.Fprintf(c.env.stdout, "freed %d blobs (%s) and %d roots (%s)\n", freed.Blobs, humanBytes(uint64(freed.BlobBytes)), freed.Roots, humanBytes(uint64(freed.RootBytes)))
 	return nil
 }
 

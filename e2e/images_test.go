@@ -174,6 +174,23 @@ func TestImageImportedByIDRunsItsCmd(t *testing.T) {
 	if msg, _ := r["message"].(string); !strings.Contains(msg, "image 0123456789ab is not imported on this node") {
 		t.Errorf("call to a project whose image is absent: %v", r)
 	}
+
+	// A backup carries the image; a restore on a fresh data dir brings it
+	// back, and the project runs from it there.
+	backup := filepath.Join(t.TempDir(), "inferd.backup")
+	if out, err := d.cli("backup", backup); err != nil || !strings.Contains(out, "1 images written to "+backup+".images") {
+		t.Fatalf("backup: %v\n%s", err, out)
+	}
+	d.stop()
+	dir2, cfg2 := newDaemonDir(t, "")
+	if out, err := runCLI(cfg2, "restore", backup); err != nil || !strings.Contains(out, "imported 1 images from "+backup+".images") {
+		t.Fatalf("restore: %v\n%s", err, out)
+	}
+	d2 := startDaemon(t, dir2, cfg2)
+	c2 := inferenceClient{t: t, base: d2.base, key: key}
+	if r := c2.start("mk-byid", `{}`, false); r["message"] != "success" {
+		t.Errorf("call after the restore: %v", r)
+	}
 }
 
 func regexpMatch(pattern, s string) bool { return regexp.MustCompile(pattern).MatchString(s) }

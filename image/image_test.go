@@ -234,8 +234,8 @@ func TestImportSameImageFromEachFormatIsOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u.Images != 1 || u.Roots != 1 || u.Blobs != 2 {
-		t.Errorf("usage %+v: want 1 image, 1 root, 2 blobs", u)
+	if u.Images != 1 || u.Roots != 1 || u.Blobs != 4 {
+		t.Errorf("usage %+v: want 1 image, 1 root, 4 blobs (2 layers, its manifest and config)", u)
 	}
 }
 
@@ -361,8 +361,8 @@ func TestRemoveCollectsUnsharedLayers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if freed.Blobs != 1 || freed.Roots != 1 {
-		t.Errorf("freed %+v: want a's own layer and root", freed)
+	if freed.Blobs != 3 || freed.Roots != 1 {
+		t.Errorf("freed %+v: want a's own layer, manifest, config and root", freed)
 	}
 	if _, err := os.Stat(s.RootPath(a.Chain)); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a's root still there: %v", err)
@@ -375,5 +375,43 @@ func TestRemoveCollectsUnsharedLayers(t *testing.T) {
 	}
 	if _, err := s.Import(context.Background(), writeLayout(t, testImage(t, v1.Config{}, base, layerOf(t, entry{name: "a.txt", body: "a"})))); err != nil {
 		t.Errorf("import again after removal: %v", err)
+	}
+}
+
+// TestExportedImagesImportAgainAsThemselves: Export writes every image as
+// one OCI layout (a backup), from which ImportAll brings each back into an
+// empty store with the same ID, config and files; the layout also reads as
+// an ordinary OCI layout.
+func TestExportedImagesImportAgainAsThemselves(t *testing.T) {
+	s := openStore(t)
+	a, err := s.Import(context.Background(), writeLayout(t, twoLayers(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docker := filepath.Join(t.TempDir(), "docker.tar")
+	if err := tarball.WriteToFile(docker, nil, testImage(t, v1.Config{Cmd: []string{"/b"}}, layerOf(t, entry{name: "b.txt", body: "b"}))); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Import(context.Background(), docker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	backup := filepath.Join(t.TempDir(), "images")
+	if n, err := s.Export(backup); err != nil || n != 2 {
+		t.Fatalf("Export: %d, %v", n, err)
+	}
+	restored := openStore(t)
+	got, err := restored.ImportAll(context.Background(), backup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].ID != a.ID || got[1].ID != b.ID || !slices.Equal(got[1].Config.Cmd, []string{"/b"}) || got[1].Source != docker {
+		t.Fatalf("restored %+v, want %s and %s with their configs and sources", got, a.ID, b.ID)
+	}
+	if body, err := os.ReadFile(filepath.Join(restored.RootPath(got[0].Chain), "data/new.bin")); err != nil || string(body) != "new" {
+		t.Errorf("restored root: %q, %v", body, err)
+	}
+	if _, err := openLayout(backup); err != nil {
+		t.Errorf("the export is not an OCI layout go-containerregistry reads: %v", err)
 	}
 }

@@ -48,6 +48,12 @@ func (s *Store) importLocked(ctx context.Context, src, work string) (Image, erro
 	if err != nil {
 		return Image{}, err
 	}
+	return s.importImage(ctx, img, src, work)
+}
+
+// importImage checks img and takes it into the store (see Import); src
+// names where it came from.
+func (s *Store) importImage(ctx context.Context, img v1.Image, src, work string) (Image, error) {
 	m, err := img.Manifest()
 	if err != nil {
 		return Image{}, fmt.Errorf("%w: read the manifest: %v", ErrRefused, err)
@@ -139,6 +145,25 @@ func (s *Store) importLocked(ctx context.Context, src, work string) (Image, erro
 			}
 		}
 	}
+	// The manifest and config as they came, for Export (a backup) to write
+	// the image again byte for byte.
+	rawManifest, err := img.RawManifest()
+	if err != nil {
+		return Image{}, fmt.Errorf("%w: read the manifest: %v", ErrRefused, err)
+	}
+	for _, b := range []struct {
+		digest string
+		data   []byte
+	}{{im.Manifest, rawManifest}, {im.ID, rawCfg}} {
+		if err := s.writeBlob(b.digest, b.data, work); err != nil {
+			return Image{}, err
+		}
+	}
+	im.ManifestMediaType = string(m.MediaType)
+	if im.ManifestMediaType == "" {
+		mt, _ := img.MediaType()
+		im.ManifestMediaType = string(mt)
+	}
 	if err := s.writeMeta(im, work); err != nil {
 		return Image{}, err
 	}
@@ -160,6 +185,32 @@ func chainID(diffIDs []v1.Hash) string {
 		chain = fmt.Sprintf("sha256:%x", sha256.Sum256(nil))
 	}
 	return chain
+}
+
+// writeBlob keeps data, whose digest is digest, among the blobs.
+func (s *Store) writeBlob(digest string, data []byte, work string) error {
+	if got := fmt.Sprintf("sha256:%x", sha256.Sum256(data)); got != digest {
+		return fmt.Errorf("%w: a blob named %s hashes to %s", ErrRefused, digest, got)
+	}
+	dst := s.blobPath(digest)
+	if exists(dst) {
+		return nil
+	}
+	f, err := os.CreateTemp(work, "blob-")
+	if err != nil {
+		return fmt.Errorf("image store: %w", err)
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), dst)
+	}
+	if err != nil {
+		return fmt.Errorf("image store: %w", err)
+	}
+	return nil
 }
 
 // writeMeta records im, atomically.

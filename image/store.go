@@ -34,8 +34,10 @@ type Image struct {
 	// ID is the digest of its config ("sha256:<hex>"), as docker's image
 	// ID is: the same image saved by docker or copied by skopeo has one.
 	ID string `json:"id"`
-	// Manifest is the digest of the manifest it was imported from.
-	Manifest string `json:"manifest"`
+	// Manifest is the digest of the manifest it was imported from, and
+	// ManifestMediaType that manifest's type (OCI's or Docker's).
+	Manifest          string `json:"manifest"`
+	ManifestMediaType string `json:"manifestMediaType"`
 	// Chain is its layers' chain ID: the name of its root.
 	Chain  string  `json:"chain"`
 	Layers []Layer `json:"layers"`
@@ -239,7 +241,7 @@ func (s *Store) Remove(ref string) (Image, Usage, error) {
 // Usage is what the store takes on disk.
 type Usage struct {
 	Images    int
-	Blobs     int   // layer blobs
+	Blobs     int   // blobs: layers, manifests and configs
 	BlobBytes int64 // their bytes
 	Roots     int   // unpacked roots
 	RootBytes int64 // their files' bytes
@@ -293,6 +295,8 @@ func (s *Store) gc() (Usage, error) {
 	blobs, roots := map[string]bool{}, map[string]bool{}
 	for _, im := range all {
 		roots[strings.TrimPrefix(im.Chain, "sha256:")] = true
+		blobs[strings.TrimPrefix(im.ID, "sha256:")] = true
+		blobs[strings.TrimPrefix(im.Manifest, "sha256:")] = true
 		for _, l := range im.Layers {
 			blobs[strings.TrimPrefix(l.Digest, "sha256:")] = true
 		}
