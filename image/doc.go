@@ -12,7 +12,7 @@
 //
 // On disk, under the Store's directory:
 //
-//	blobs/sha256/<hex>   the verified layer blobs, as the archive held them
+//	blobs/sha256/<hex>   the verified blobs: layers as the archive held them, manifests, configs
 //	images/<hex>.json    one image: its config's digest names it
 //	roots/<chain>/       an unpacked root, named by its layers' chain ID
 //	tmp/                 work in progress; emptied by Open
