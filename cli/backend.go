@@ -29,5 +29,7 @@ func BackendConfig(cfg config.Config, gpus local.Inventory) local.Config {
 		DevDir:                cfg.GPU.DevDir,
 		PassEnv:               r.PassEnv,
 		ImageDir:              cfg.ImageDir(),
+		PythonDir:             cfg.PythonDir(),
+		PythonIndex:           cfg.Python.Index,
 	}
 }

@@ -315,7 +315,7 @@ func exampleModel() (m store.ModelSpec, where string, ok bool, err error) {
 func doctorSandbox(r *doctorReport, cfg config.Config) (*local.Backend, bool) {
 	bc := BackendConfig(cfg, nil)
 	bc.LogDir, bc.RunDir, bc.ReadOnlyUIDs = "", "", true
-	bc.ImageDir = "" // doctor reads the images itself; its backend imports none
+	bc.ImageDir, bc.PythonDir = "", "" // doctor reads the images itself; its backend imports and builds nothing
 	bc.StopGrace = time.Second
 	b, err := local.New(bc, zerolog.Nop())
 	if err != nil {

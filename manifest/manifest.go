@@ -83,8 +83,8 @@ type Project struct {
 }
 
 // Parse decodes a manifest and turns it into validated store projects. baseDir
-// is the manifest's directory: a relative `dir` or `image` is resolved
-// against it.
+// is the manifest's directory: a relative `dir`, `image`,
+// `python.requirements` or `python.wheelhouse` is resolved against it.
 func Parse(data []byte, baseDir string) ([]store.Project, error) {
 	m, err := ParseManifest(data, baseDir)
 	return m.Projects, err
@@ -177,6 +177,19 @@ func (mp Project) toStore(baseDir string) (store.Project, error) {
 			return store.Project{}, fmt.Errorf("image: %w", err)
 		}
 		p.Model.Image = abs
+	}
+	for _, f := range []struct {
+		name string
+		path *string
+	}{{"python.requirements", &p.Model.Python.Requirements}, {"python.wheelhouse", &p.Model.Python.Wheelhouse}} {
+		if *f.path == "" {
+			continue
+		}
+		abs, err := resolve(baseDir, *f.path)
+		if err != nil {
+			return store.Project{}, fmt.Errorf("%s: %w", f.name, err)
+		}
+		*f.path = abs
 	}
 	// A model in an image runs in the image's WorkingDir unless dir says
 	// otherwise; any other runs in the manifest's directory.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
@@ -292,4 +293,39 @@ func TestFinishOfQueuesCallsOnTheFirstFreeSlot(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWaitingForABuildingEnvironmentStopsTheBootClock: while a replica's
+// launch builds its Python environment, its calls wait "building
+// environment", however long past bootTimeout it takes; the boot, and its
+// timeout, count from the build's end.
+func TestWaitingForABuildingEnvironmentStopsTheBootClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("a", minMax(0, 1), func(p *store.Project) { p.Model.BootTimeout = 10 })
+		h := newHarness(t, Config{}, nil, p)
+		defer h.stop()
+		built := make(chan struct{})
+		h.l.mu.Lock()
+		h.l.fail = func(spec backend.Spec) error {
+			spec.Phase(backend.PhaseBuildingEnvironment)
+			<-built
+			spec.Phase("")
+			return nil
+		}
+		h.l.mu.Unlock()
+		first := h.submit(p, `{}`)
+		h.advance(40 * time.Second) // four bootTimeouts
+		h.waits(first.ID, WaitBuilding, "building environment (40.0 s so far)", -1)
+		close(built)
+		i := h.launched()
+		h.advance(3 * time.Second)
+		h.waits(first.ID, WaitBooting, "replica booting (3.0 s so far)", -1)
+		if i.wasStopped() {
+			t.Fatal("the replica was stopped for its build's time")
+		}
+		h.advance(8 * time.Second) // 11 s of boot: past bootTimeout
+		if !i.wasStopped() {
+			t.Error("the boot timeout, counted from the build's end, did not stop the replica")
+		}
+	})
 }

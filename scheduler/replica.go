@@ -39,6 +39,10 @@ type rep struct {
 
 	started   time.Time
 	readyAt   time.Time
+	// phase is what its launch is doing that is not booting yet
+	// (backend.PhaseBuildingEnvironment), since phaseSince; "" = none.
+	phase      string
+	phaseSince time.Time
 	calls     map[*call]struct{} // running on it
 	idleSince time.Time          // last time it had no calls
 	idleT     timer              // idle timeout
@@ -134,6 +138,7 @@ func (s *Scheduler) boot(p *project, gpus []string, cpuSlot bool) {
 		s.cpuUsed++
 	}
 	spec := launchSpec(p.cfg, r.id, gpus)
+	spec.Phase = func(phase string) { s.in.post(evPhase{r: r, phase: phase}) }
 	s.arm(&r.boot, seconds(p.bootTimeout()), func(seq uint64) event { return evBootTimeout{r: r, seq: seq} })
 	s.log.Info().Str("project", p.id).Str("replica", r.id).Strs("gpus", gpus).Msg("booting replica")
 	s.cfg.Observer.ReplicaStarted(p.id)
@@ -154,6 +159,25 @@ func launchSpec(p store.Project, id string, gpus []string) backend.Spec {
 	m := p.Model
 	m.KeyHash = "" // the backend has no use for the model key's hash
 	return backend.Spec{ReplicaID: id, ProjectID: p.ID, TeamID: p.TeamID, Model: m, GPUs: gpus}
+}
+
+// onPhase notes what a launching replica's backend is doing. Building
+// its environment is not booting: the boot timeout stops while it builds
+// and counts afresh from its end, as does the boot time measured.
+func (s *Scheduler) onPhase(ev evPhase) {
+	r := ev.r
+	if r.state != stateBooting {
+		return
+	}
+	r.phase = ev.phase
+	if ev.phase != "" {
+		r.phaseSince = s.clk.Now()
+		r.boot.stop()
+		s.log.Info().Str("project", r.p.id).Str("replica", r.id).Str("phase", ev.phase).Msg("replica launch: " + ev.phase)
+		return
+	}
+	r.started = s.clk.Now()
+	s.arm(&r.boot, seconds(r.p.bootTimeout()), func(seq uint64) event { return evBootTimeout{r: r, seq: seq} })
 }
 
 func (s *Scheduler) onLaunched(ev evLaunched) {

@@ -249,6 +249,9 @@ func (m ModelSpec) validate() error {
 	if err := m.Batch.validate(m.Protocol); err != nil {
 		return err
 	}
+	if err := m.Python.validate(m.Image); err != nil {
+		return err
+	}
 	if err := m.validateNames(); err != nil {
 		return err
 	}
@@ -292,6 +295,27 @@ func (b BatchSpec) validate(protocol string) error {
 		// An OpenAI-compatible server batches on its own (vLLM's
 		// continuous batching): raise concurrency instead.
 		return invalid("model.batch", "protocol %q cannot batch: an OpenAI-compatible server takes one request per call and batches them itself (raise concurrency instead)", ProtocolOpenAI)
+	}
+	return nil
+}
+
+// validate checks a Python environment: a requirements file, absolute
+// paths, and no image (which brings its own Python).
+func (p PythonSpec) validate(image string) error {
+	switch {
+	case !p.On():
+		return nil
+	case image != "":
+		return invalid("model.python", "cannot go with an image: an image brings its own Python (install the packages into the image)")
+	case p.Requirements == "":
+		return invalid("model.python.requirements", "is required: the requirements file the environment is built from")
+	}
+	for _, f := range []struct{ name, path string }{
+		{"model.python.requirements", p.Requirements}, {"model.python.wheelhouse", p.Wheelhouse}, {"model.python.interpreter", p.Interpreter},
+	} {
+		if f.path != "" && (!filepath.IsAbs(f.path) || strings.ContainsRune(f.path, 0)) {
+			return invalid(f.name, "must be an absolute path")
+		}
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"inferd/gpu"
 	"inferd/image"
+	"inferd/pyenv"
 	"inferd/scheduler/backend"
 )
 
@@ -68,6 +69,10 @@ type Config struct {
 	// tools are found for replicas in images (driverfiles.go); "" = /.
 	// Tests point it at a fake driver.
 	DriverRoot string
+	// PythonDir holds the projects' Python environments (package pyenv),
+	// built from PythonIndex where a project has no wheelhouse; "" = none:
+	// a project with python: fails to start.
+	PythonDir, PythonIndex string
 	// ImageDir holds the images projects run in (package image); "" =
 	// none: a project with an image fails to start.
 	ImageDir string
@@ -108,6 +113,9 @@ type Backend struct {
 	ckpt checkpointTool
 	// images are the images projects run in (imagerun.go); nil = none.
 	images *image.Store
+	// pyenvs builds the projects' Python environments (pythonenv.go);
+	// nil = none.
+	pyenvs *pyenv.Builder
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -158,6 +166,11 @@ func New(cfg Config, log zerolog.Logger) (*Backend, error) {
 	}
 	if cfg.ImageDir != "" {
 		if b.images, err = image.Open(cfg.ImageDir); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.PythonDir != "" {
+		if b.pyenvs, err = pyenv.New(cfg.PythonDir, cfg.PythonIndex); err != nil {
 			return nil, err
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"inferd/image"
+	"inferd/pyenv"
 	"inferd/scheduler/backend"
 	"inferd/scheduler/backend/local/replicainit"
 	"inferd/scheduler/backend/protocol"
@@ -71,6 +72,8 @@ type Process struct {
 	parking parking // parking.go
 	// image is the image the model runs in (imagerun.go); nil = the host.
 	image *image.Image
+	// venv is the Python environment it runs in (pythonenv.go); nil = none.
+	venv *pyenv.Env
 }
 
 // start starts the model server described by spec and returns once the process
@@ -151,6 +154,11 @@ func (b *Backend) startProcess(spec backend.Spec) (*Process, error) {
 		p.log.Warn().Err(err).Str("log", logPath).Msg("replica log write failed; output is dropped")
 	})
 	if err != nil {
+		return nil, err
+	}
+	// Before the model: its first replica builds its Python environment,
+	// the build's output in its log.
+	if p.venv, err = b.pythonEnv(spec, p.sink); err != nil {
 		return nil, err
 	}
 	r, w, err := os.Pipe()
@@ -239,9 +247,10 @@ func (p *Process) hostInitConfig(cfg *replicainit.Config, env map[string]string)
 	spec, x := p.spec, p.box
 	program := spec.Model.Command[0]
 	if !strings.Contains(program, "/") {
-		// On the daemon's PATH, as exec.Command finds it.
+		// On the daemon's PATH, as exec.Command finds it (the environment's
+		// bin first).
 		var err error
-		if program, err = exec.LookPath(program); err != nil {
+		if program, err = lookPath(program, p.venv); err != nil {
 			return err
 		}
 	}
@@ -251,10 +260,20 @@ func (p *Process) hostInitConfig(cfg *replicainit.Config, env map[string]string)
 	if err != nil {
 		return fmt.Errorf("model dir: %w", err)
 	}
+	if p.venv != nil {
+		env = activated(env, p.venv)
+	}
 	cfg.Path, cfg.Args, cfg.Dir = program, spec.Model.Command, dir
 	cfg.Env = environ(spec, env, p.port, x.runAs, x.dir, p.b.cfg.PassEnv, os.LookupEnv)
 	if x.namespaces {
 		cfg.Keep = keepPaths(dir, program, spec.Model.Command[1:], x.dir)
+		if p.venv != nil {
+			// The data dir, where the environment is, is closed to the
+			// model's uid: an empty tmpfs covers it and the environment is
+			// bound back (pythonenv.go).
+			cfg.Keep = append(cfg.Keep, p.venv.Dir)
+			cfg.Hide = append(cfg.Hide, filepath.Dir(p.b.cfg.PythonDir))
+		}
 	}
 	return nil
 }

@@ -93,8 +93,13 @@ type Config struct {
 	// default (half the memory).
 	TmpBytes int64
 	// Keep are host paths the model needs (its dir, its program's dir,
-	// its HOME): one that sat under a private tmp dir is bound back in.
+	// its HOME): one that sat under a private tmp dir, or a Hide dir, is
+	// bound back in.
 	Keep []string
+	// Hide are host dirs the model may not look into (the data dir): each
+	// is covered by an empty tmpfs of its own (mode 0755), Keep paths under
+	// it bound back in.
+	Hide []string
 	// UserNamespaces: install no filter against them.
 	UserNamespaces bool
 	// Parent is the daemon's pid: without namespaces, after switching
@@ -194,13 +199,20 @@ func mountPrivate(cfg Config) error {
 			unix.Close(k.fd)
 		}
 	}()
-	var mounted []string
+	var mounted, hidden []string
 	for _, dir := range TmpDirs {
 		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
 			continue // absent, or a link to another (mounting would follow it)
 		}
 		mounted = append(mounted, dir)
 	}
+	for _, dir := range cfg.Hide {
+		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() || dir == "/" {
+			continue
+		}
+		hidden = append(hidden, dir)
+	}
+	mounted = append(mounted, hidden...)
 	for _, p := range cfg.Keep {
 		if !under(p, mounted) {
 			continue
@@ -211,11 +223,17 @@ func mountPrivate(cfg Config) error {
 		}
 		keep = append(keep, kept{p, fd})
 	}
+	// The hidden dirs first: one under a tmp dir then goes with it.
+	for _, dir := range hidden {
+		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1048576"); err != nil {
+			return fmt.Errorf("replica init: hide %s: %w", dir, err)
+		}
+	}
 	opts := "mode=1777"
 	if cfg.TmpBytes > 0 {
 		opts += ",size=" + strconv.FormatInt(cfg.TmpBytes, 10)
 	}
-	for _, dir := range mounted {
+	for _, dir := range mounted[:len(mounted)-len(hidden)] {
 		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 			return fmt.Errorf("replica init: mount a private tmpfs on %s: %w", dir, err)
 		}
