@@ -39,10 +39,6 @@ type rep struct {
 
 	started   time.Time
 	readyAt   time.Time
-	// phase is what its launch is doing that is not booting yet
-	// (backend.PhaseBuildingEnvironment), since phaseSince; "" = none.
-	phase      string
-	phaseSince time.Time
 	calls     map[*call]struct{} // running on it
 	idleSince time.Time          // last time it had no calls
 	idleT     timer              // idle timeout
@@ -59,6 +55,11 @@ type rep struct {
 	// boot once the process has exited.
 	bootTimedOut bool
 	park         parkState // parking.go
+
+	// phase is what its launch is doing that is not booting yet
+	// (backend.PhaseBuildingEnvironment), since phaseSince; "" = none.
+	phase      string
+	phaseSince time.Time
 
 	// acctAt is how far its time has been charged (usage.go: account);
 	// gpuWeight how many GPUs it counts as there; callShare the seconds a

@@ -66,9 +66,13 @@ func TestProjectValidate(t *testing.T) {
 		{"command nil with an image", func(p *store.Project) { p.Model.Command, p.Model.Image = nil, "sha256:0123456789ab" }, "", ""},
 		{"command empty string with an image", func(p *store.Project) { p.Model.Command, p.Model.Image = []string{""}, "sha256:0123456789ab" }, "model.command", ""},
 		{"image by path", func(p *store.Project) { p.Model.Image = "/srv/images/llm.tar" }, "", ""},
-		{"python", func(p *store.Project) { p.Model.Python = store.PythonSpec{Requirements: "/srv/m/requirements.txt", Wheelhouse: "/srv/wheels"} }, "", ""},
+		{"python", func(p *store.Project) {
+			p.Model.Python = store.PythonSpec{Requirements: "/srv/m/requirements.txt", Wheelhouse: "/srv/wheels"}
+		}, "", ""},
 		{"python without requirements", func(p *store.Project) { p.Model.Python = store.PythonSpec{Wheelhouse: "/srv/wheels"} }, "model.python.requirements", ""},
-		{"python relative wheelhouse", func(p *store.Project) { p.Model.Python = store.PythonSpec{Requirements: "/r.txt", Wheelhouse: "wheels"} }, "model.python.wheelhouse", ""},
+		{"python relative wheelhouse", func(p *store.Project) {
+			p.Model.Python = store.PythonSpec{Requirements: "/r.txt", Wheelhouse: "wheels"}
+		}, "model.python.wheelhouse", ""},
 		{"python with an image", func(p *store.Project) {
 			p.Model.Python, p.Model.Image = store.PythonSpec{Requirements: "/r.txt"}, "sha256:0123456789ab"
 		}, "model.python", ""},

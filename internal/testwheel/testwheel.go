@@ -28,7 +28,7 @@ func Wheelhouse(t testing.TB, dir, name, greeting string) string {
 	}
 	src := filepath.Join(dir, name+"-src")
 	files := map[string]string{
-		"setup.py":  fmt.Sprintf("from setuptools import setup\nsetup(name=%q, version=\"1.0\", py_modules=[%q])\n", name, name),
+		"setup.py":   fmt.Sprintf("from setuptools import setup\nsetup(name=%q, version=\"1.0\", py_modules=[%q])\n", name, name),
 		name + ".py": fmt.Sprintf("def hello():\n    return %q\n", greeting),
 	}
 	if err := os.MkdirAll(src, 0o755); err != nil {
