@@ -160,6 +160,7 @@ func Model(t testing.TB, moduleRoot string) string {
 			buildErr = err
 			return
 		}
+		os.Chmod(dir, 0o755) // a model run from the host, under a uid of its own, reads it here
 		built = filepath.Join(dir, "imagemodel")
 		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", built, "./examples/imagemodel")
 		cmd.Dir = moduleRoot

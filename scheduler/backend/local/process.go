@@ -269,10 +269,13 @@ func (p *Process) hostInitConfig(cfg *replicainit.Config, env map[string]string)
 		cfg.Keep = keepPaths(dir, program, spec.Model.Command[1:], x.dir)
 		if p.venv != nil {
 			// The data dir, where the environment is, is closed to the
-			// model's uid: an empty tmpfs covers it and the environment is
-			// bound back (pythonenv.go).
+			// model's uid: an empty tmpfs covers it (or the directory
+			// above it that is closed) and the environment is bound back
+			// (pythonenv.go).
 			cfg.Keep = append(cfg.Keep, p.venv.Dir)
-			cfg.Hide = append(cfg.Hide, filepath.Dir(p.b.cfg.PythonDir))
+			if hide := closedAncestor(filepath.Dir(p.b.cfg.PythonDir)); hide != "" {
+				cfg.Hide = append(cfg.Hide, hide)
+			}
 		}
 	}
 	return nil

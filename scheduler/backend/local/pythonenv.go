@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"inferd/pyenv"
 	"inferd/scheduler/backend"
@@ -22,9 +23,10 @@ import (
 // it built.
 //
 // The environments live under the data dir, which only inferd's user may
-// enter. A replica under a uid of its own reaches its environment because
-// its mount namespace covers the data dir with an empty tmpfs and binds
-// the environment back in at its own path (replicainit's Hide): the model
+// enter (nor, often, some directory above it). A replica under a uid of
+// its own reaches its environment because its mount namespace covers the
+// outermost such directory with an empty tmpfs and binds the environment
+// back in at its own path (replicainit's Hide; closedAncestor): the model
 // sees its environment and nothing else of the data dir.
 
 // pythonEnv makes sure spec's environment is built, building it (its
@@ -67,6 +69,26 @@ func activated(env map[string]string, venv *pyenv.Env) map[string]string {
 	out["PATH"] = venv.Bin() + string(filepath.ListSeparator) + path
 	out["VIRTUAL_ENV"] = venv.Dir
 	return out
+}
+
+// closedAncestor is the outermost directory on the way to dir (dir
+// included) that other users may not pass: the one a replica's mount
+// namespace covers with an empty tmpfs, so that the environments under it
+// can be bound back where a model's uid reaches them. "" when every one is
+// open.
+func closedAncestor(dir string) string {
+	dir = filepath.Clean(dir)
+	for p := string(filepath.Separator); ; {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			return p
+		}
+		if p == dir {
+			return ""
+		}
+		rest, _ := filepath.Rel(p, dir)
+		first, _, _ := strings.Cut(rest, string(filepath.Separator))
+		p = filepath.Join(p, first)
+	}
 }
 
 // lookPath finds program on the daemon's PATH, in venv's bin first.

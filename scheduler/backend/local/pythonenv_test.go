@@ -84,3 +84,29 @@ func TestPythonBuildFailureFailsTheLaunchWithPipsWords(t *testing.T) {
 		t.Errorf("got %v, want pip's words about torch", err)
 	}
 }
+
+func TestClosedAncestorIsTheOutermostDirOthersCannotPass(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{root, filepath.Dir(root)} {
+		os.Chmod(d, 0o755) // t.TempDir makes both 0700
+	}
+	open := filepath.Join(root, "open")
+	closed := filepath.Join(open, "closed")
+	inner := filepath.Join(closed, "inner", "data")
+	for _, d := range []string{inner} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Chmod(closed, 0o700)
+	os.Chmod(inner, 0o700)
+	if outer := closedAncestor(root); outer != "" {
+		t.Fatalf("closedAncestor(%s) = %q: the temp dir's parents are closed", root, outer)
+	}
+	if got := closedAncestor(inner); got != closed {
+		t.Errorf("closedAncestor(%s) = %q, want %s", inner, got, closed)
+	}
+	if got := closedAncestor(open); got != "" {
+		t.Errorf("closedAncestor(%s) = %q, want none", open, got)
+	}
+}

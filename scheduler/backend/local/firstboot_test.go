@@ -1,0 +1,161 @@
+package local
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/rs/zerolog"
+
+	"inferd/internal/testimage"
+	"inferd/internal/testwheel"
+	"inferd/scheduler/backend"
+	"inferd/store"
+)
+
+// firstBootServer is a stdlib model server whose one import is greet: the
+// python runs of BenchmarkFirstBoot serve it from a venv, the plain run
+// without greet.
+const firstBootServer = `import http.server, os
+try:
+    import greet
+except ImportError:
+    pass
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+http.server.ThreadingHTTPServer((os.environ["HOST"], int(os.environ["PORT"])), H).serve_forever()
+`
+
+// BenchmarkFirstBoot: from a launch to the model's first healthy answer, as
+// root in the full sandbox (uid per project, cgroup, private network, PID
+// and mount namespaces), for a model shipped each way:
+//
+//   - static: examples/imagemodel (a static binary) run from the host, and
+//     from an image of that one file, imported beforehand (image) or as
+//     part of the first boot (image+import: the archive read, checked and
+//     unpacked into a fresh store);
+//   - python: a stdlib HTTP server run by /usr/bin/python3 (plain), and
+//     from a venv of a one-wheel wheelhouse, built beforehand (venv) or as
+//     part of the first boot (venv+build: a fresh venv, offline).
+//
+// Its sub-benchmarks run interleaved with -count: compare them as ratios
+// from one run (docs/benchmarks.md).
+func BenchmarkFirstBoot(b *testing.B) {
+	needRootB(b)
+	work := b.TempDir()
+	model := testimage.Model(b, "../../..")
+	layout := testimage.Layout(b, testimage.Image(b, v1.Config{Entrypoint: []string{"/bin/model"}}, []testimage.File{{Path: "bin/model", Host: model}}), filepath.Join(work, "layout"))
+	house := testwheel.Wheelhouse(b, work, "greet", "hi")
+	reqs := filepath.Join(work, "requirements.txt")
+	server := filepath.Join(work, "server.py")
+	for p, body := range map[string]string{reqs: "greet==1.0\n", server: firstBootServer} {
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, d := range []string{work, filepath.Dir(work)} {
+		os.Chmod(d, 0o755) // the models' uids read the server and the host binary
+	}
+	newBackend := func(b *testing.B) *Backend {
+		dir := b.TempDir()
+		be, err := New(Config{LogDir: filepath.Join(dir, "logs"), RunDir: filepath.Join(dir, "run"), UIDFile: filepath.Join(dir, "uids.json"),
+			ImageDir: filepath.Join(dir, "data", "images"), PythonDir: filepath.Join(dir, "data", "python")}, zerolog.Nop())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(be.Close)
+		if be.sb.nsErr != nil {
+			b.Skipf("no namespaces here: %v", be.sb.nsErr)
+		}
+		return be
+	}
+	py := store.PythonSpec{Requirements: reqs, Wheelhouse: house, Interpreter: testwheel.Python}
+	cases := []struct {
+		name  string
+		model func(b *testing.B, be *Backend, i int) store.ModelSpec
+	}{
+		{"static/plain", func(*testing.B, *Backend, int) store.ModelSpec { return store.ModelSpec{Command: []string{model}} }},
+		{"static/image", func(b *testing.B, be *Backend, i int) store.ModelSpec {
+			if i == 0 {
+				if _, err := be.images.Import(context.Background(), layout); err != nil {
+					b.Fatal(err)
+				}
+			}
+			im, _ := be.images.List()
+			return store.ModelSpec{Image: im[0].ID}
+		}},
+		{"static/image+import", nil},
+		{"python/plain", func(*testing.B, *Backend, int) store.ModelSpec {
+			return store.ModelSpec{Command: []string{testwheel.Python, server}}
+		}},
+		{"python/venv", func(b *testing.B, be *Backend, i int) store.ModelSpec {
+			if i == 0 {
+				if _, err := be.pythonEnv(backend.Spec{Model: store.ModelSpec{Python: py}}, nopWriter{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			return store.ModelSpec{Command: []string{"python3", server}, Python: py}
+		}},
+		{"python/venv+build", nil},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			var be *Backend
+			if tc.model != nil {
+				be = newBackend(b)
+			}
+			for i := range b.N {
+				var m store.ModelSpec
+				switch tc.name {
+				case "static/image+import":
+					b.StopTimer()
+					be = newBackend(b) // a fresh store: the import is part of it
+					b.StartTimer()
+					m = store.ModelSpec{Image: layout}
+				case "python/venv+build":
+					b.StopTimer()
+					be = newBackend(b)
+					b.StartTimer()
+					m = store.ModelSpec{Command: []string{"python3", server}, Python: py}
+				default:
+					b.StopTimer()
+					m = tc.model(b, be, i)
+					b.StartTimer()
+				}
+				m.Protocol, m.HealthPath = store.ProtocolHTTP, "/healthz"
+				p, err := be.start(backend.Spec{ReplicaID: "boot-" + strconv.Itoa(i), ProjectID: "boot", TeamID: "bench", Model: m})
+				if err != nil {
+					b.Fatal(err)
+				}
+				select {
+				case <-p.Ready():
+				case <-p.Exited():
+					b.Fatalf("exited before ready: %v, %q", p.ExitErr(), p.LastLogLine())
+				case <-time.After(5 * time.Minute):
+					b.Fatal("not ready after 5 minutes")
+				}
+				b.StopTimer()
+				p.stop(0)
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+type nopWriter struct{}
+
+func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+func needRootB(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("root: the full sandbox")
+	}
+}
