@@ -57,7 +57,7 @@ func TestEnsureBuildsOfflineFromTheWheelhouseOnce(t *testing.T) {
 		t.Errorf("the same requirements again: %s, %v, %d builds; want %s and one build", again.Dir, err, builds, env.Dir)
 	}
 	changed := spec
-	changed.Requirements = writeFile(t, filepath.Join(dir, "c.txt"), "greet\n")
+	changed.Requirements = writeFile(t, filepath.Join(dir, "c.txt"), "greet>=1.0\n") // as long as the first
 	if k1, _ := b.Key(spec); k1 == mustKey(t, b, changed) {
 		t.Errorf("other requirements have the same key %s", k1)
 	}

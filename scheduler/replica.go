@@ -173,7 +173,7 @@ func (s *Scheduler) onPhase(ev evPhase) {
 	r.phase = ev.phase
 	if ev.phase != "" {
 		r.phaseSince = s.clk.Now()
-		r.boot.stop()
+		r.boot.stop() // bootTimeout does not count the build
 		s.log.Info().Str("project", r.p.id).Str("replica", r.id).Str("phase", ev.phase).Msg("replica launch: " + ev.phase)
 		return
 	}
