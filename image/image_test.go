@@ -9,17 +9,17 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"inferd/internal/testimage"
 )
 
 // entry is one tar entry of a test layer.
@@ -91,35 +91,7 @@ func testImage(t *testing.T, cfg v1.Config, layers ...v1.Layer) v1.Image {
 
 // writeLayout writes img as an OCI layout directory and returns it.
 func writeLayout(t *testing.T, img v1.Image) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "layout")
-	p, err := layout.Write(dir, empty.Index)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.AppendImage(img, layout.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH})); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-// tarDir packs dir as a tar (skopeo's oci-archive:) and returns its path.
-func tarDir(t *testing.T, dir string) string {
-	t.Helper()
-	out := filepath.Join(t.TempDir(), "image.tar")
-	f, err := os.Create(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tw := tar.NewWriter(f)
-	if err := tw.AddFS(os.DirFS(dir)); err != nil {
-		t.Fatal(err)
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	return out
+	return testimage.Layout(t, img, filepath.Join(t.TempDir(), "layout"))
 }
 
 func openStore(t *testing.T) *Store {
@@ -220,7 +192,7 @@ func TestImportSameImageFromEachFormatIsOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ids []string
-	for _, src := range []string{dir, tarDir(t, dir), docker} {
+	for _, src := range []string{dir, testimage.OCIArchive(t, img, filepath.Join(t.TempDir(), "oci.tar")), docker} {
 		im, err := s.Import(context.Background(), src)
 		if err != nil {
 			t.Fatalf("%s: %v", src, err)
@@ -277,7 +249,7 @@ func TestImportRefusesHostileArchivesAndKeepsNothing(t *testing.T) {
 			return dir
 		}, "is missing from the archive"},
 		{"truncated archive", func(t *testing.T) string {
-			p := tarDir(t, good(t))
+			p := testimage.OCIArchive(t, twoLayers(t), filepath.Join(t.TempDir(), "image.tar"))
 			fi, _ := os.Stat(p)
 			os.Truncate(p, fi.Size()/2+100)
 			return p
