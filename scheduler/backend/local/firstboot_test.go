@@ -64,10 +64,19 @@ func BenchmarkFirstBoot(b *testing.B) {
 	for _, d := range []string{work, filepath.Dir(work)} {
 		os.Chmod(d, 0o755) // the models' uids read the server and the host binary
 	}
-	newBackend := func(b *testing.B) *Backend {
+	// Every boot is timed on a backend of its own (a fresh data dir but
+	// for a store or environment made beforehand), after one untimed
+	// boot there, so that no case pays for the backend's first launch.
+	newBackend := func(b *testing.B, images, python string) *Backend {
 		dir := b.TempDir()
+		if images == "" {
+			images = filepath.Join(dir, "data", "images")
+		}
+		if python == "" {
+			python = filepath.Join(dir, "data", "python")
+		}
 		be, err := New(Config{LogDir: filepath.Join(dir, "logs"), RunDir: filepath.Join(dir, "run"), UIDFile: filepath.Join(dir, "uids.json"),
-			ImageDir: filepath.Join(dir, "data", "images"), PythonDir: filepath.Join(dir, "data", "python")}, zerolog.Nop())
+			ImageDir: images, PythonDir: python}, zerolog.Nop())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -75,79 +84,78 @@ func BenchmarkFirstBoot(b *testing.B) {
 		if be.sb.nsErr != nil {
 			b.Skipf("no namespaces here: %v", be.sb.nsErr)
 		}
+		bootToReady(b, be, "warm", store.ModelSpec{Command: []string{model}})
 		return be
 	}
 	py := store.PythonSpec{Requirements: reqs, Wheelhouse: house, Interpreter: testwheel.Python}
-	cases := []struct {
-		name  string
-		model func(b *testing.B, be *Backend, i int) store.ModelSpec
+	for _, tc := range []struct {
+		name string
+		// prepare makes what the case finds made (untimed), once per
+		// sub-benchmark, in shared; model is what is booted (timed).
+		prepare func(b *testing.B, be *Backend)
+		model   func(be *Backend) store.ModelSpec
+		shared  string // "images" or "python": the store or environments kept across boots
 	}{
-		{"static/plain", func(*testing.B, *Backend, int) store.ModelSpec { return store.ModelSpec{Command: []string{model}} }},
-		{"static/image", func(b *testing.B, be *Backend, i int) store.ModelSpec {
-			if i == 0 {
-				if _, err := be.images.Import(context.Background(), layout); err != nil {
-					b.Fatal(err)
-				}
+		{name: "static/plain", model: func(*Backend) store.ModelSpec { return store.ModelSpec{Command: []string{model}} }},
+		{name: "static/image", shared: "images", prepare: func(b *testing.B, be *Backend) {
+			if _, err := be.images.Import(context.Background(), layout); err != nil {
+				b.Fatal(err)
 			}
+		}, model: func(be *Backend) store.ModelSpec {
 			im, _ := be.images.List()
 			return store.ModelSpec{Image: im[0].ID}
 		}},
-		{"static/image+import", nil},
-		{"python/plain", func(*testing.B, *Backend, int) store.ModelSpec {
-			return store.ModelSpec{Command: []string{testwheel.Python, server}}
-		}},
-		{"python/venv", func(b *testing.B, be *Backend, i int) store.ModelSpec {
-			if i == 0 {
-				if _, err := be.pythonEnv(backend.Spec{Model: store.ModelSpec{Python: py}}, nopWriter{}); err != nil {
-					b.Fatal(err)
-				}
+		{name: "static/image+import", model: func(*Backend) store.ModelSpec { return store.ModelSpec{Image: layout} }},
+		{name: "python/plain", model: func(*Backend) store.ModelSpec { return store.ModelSpec{Command: []string{testwheel.Python, server}} }},
+		{name: "python/venv", shared: "python", prepare: func(b *testing.B, be *Backend) {
+			if _, err := be.pythonEnv(backend.Spec{Model: store.ModelSpec{Python: py}}, nopWriter{}); err != nil {
+				b.Fatal(err)
 			}
-			return store.ModelSpec{Command: []string{"python3", server}, Python: py}
-		}},
-		{"python/venv+build", nil},
-	}
-	for _, tc := range cases {
+		}, model: func(*Backend) store.ModelSpec { return store.ModelSpec{Command: []string{"python3", server}, Python: py} }},
+		{name: "python/venv+build", model: func(*Backend) store.ModelSpec { return store.ModelSpec{Command: []string{"python3", server}, Python: py} }},
+	} {
 		b.Run(tc.name, func(b *testing.B) {
-			var be *Backend
-			if tc.model != nil {
-				be = newBackend(b)
+			var images, python string
+			switch tc.shared {
+			case "images":
+				images = filepath.Join(b.TempDir(), "images")
+			case "python":
+				python = filepath.Join(b.TempDir(), "python")
 			}
+			b.StopTimer()
 			for i := range b.N {
-				var m store.ModelSpec
-				switch tc.name {
-				case "static/image+import":
-					b.StopTimer()
-					be = newBackend(b) // a fresh store: the import is part of it
-					b.StartTimer()
-					m = store.ModelSpec{Image: layout}
-				case "python/venv+build":
-					b.StopTimer()
-					be = newBackend(b)
-					b.StartTimer()
-					m = store.ModelSpec{Command: []string{"python3", server}, Python: py}
-				default:
-					b.StopTimer()
-					m = tc.model(b, be, i)
-					b.StartTimer()
+				be := newBackend(b, images, python)
+				if i == 0 && tc.prepare != nil {
+					tc.prepare(b, be)
 				}
-				m.Protocol, m.HealthPath = store.ProtocolHTTP, "/healthz"
-				p, err := be.start(backend.Spec{ReplicaID: "boot-" + strconv.Itoa(i), ProjectID: "boot", TeamID: "bench", Model: m})
-				if err != nil {
-					b.Fatal(err)
-				}
-				select {
-				case <-p.Ready():
-				case <-p.Exited():
-					b.Fatalf("exited before ready: %v, %q", p.ExitErr(), p.LastLogLine())
-				case <-time.After(5 * time.Minute):
-					b.Fatal("not ready after 5 minutes")
-				}
+				m := tc.model(be)
+				b.StartTimer()
+				p := bootToReady(b, be, strconv.Itoa(i), m)
 				b.StopTimer()
 				p.stop(0)
-				b.StartTimer()
 			}
 		})
 	}
+}
+
+// bootToReady starts a replica of m on be and waits until it is ready.
+func bootToReady(b *testing.B, be *Backend, id string, m store.ModelSpec) *Process {
+	m.Protocol, m.HealthPath = store.ProtocolHTTP, "/healthz"
+	p, err := be.start(backend.Spec{ReplicaID: "boot-" + id, ProjectID: "boot", TeamID: "bench", Model: m})
+	if err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case <-p.Ready():
+	case <-p.Exited():
+		b.Fatalf("exited before ready: %v, %q", p.ExitErr(), p.LastLogLine())
+	case <-time.After(5 * time.Minute):
+		b.Fatal("not ready after 5 minutes")
+	}
+	if id == "warm" {
+		p.stop(0)
+	}
+	return p
 }
 
 type nopWriter struct{}
