@@ -111,8 +111,12 @@ func BenchmarkFirstBoot(b *testing.B) {
 			if _, err := be.pythonEnv(backend.Spec{Model: store.ModelSpec{Python: py}}, nopWriter{}); err != nil {
 				b.Fatal(err)
 			}
-		}, model: func(*Backend) store.ModelSpec { return store.ModelSpec{Command: []string{"python3", server}, Python: py} }},
-		{name: "python/venv+build", model: func(*Backend) store.ModelSpec { return store.ModelSpec{Command: []string{"python3", server}, Python: py} }},
+		}, model: func(*Backend) store.ModelSpec {
+			return store.ModelSpec{Command: []string{"python3", server}, Python: py}
+		}},
+		{name: "python/venv+build", model: func(*Backend) store.ModelSpec {
+			return store.ModelSpec{Command: []string{"python3", server}, Python: py}
+		}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			var images, python string
