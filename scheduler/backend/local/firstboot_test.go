@@ -46,8 +46,9 @@ http.server.ThreadingHTTPServer((os.environ["HOST"], int(os.environ["PORT"])), H
 //     from a venv of a one-wheel wheelhouse, built beforehand (venv) or as
 //     part of the first boot (venv+build: a fresh venv, offline).
 //
-// Its sub-benchmarks run interleaved with -count: compare them as ratios
-// from one run (docs/benchmarks.md).
+// -count repeats each sub-benchmark before the next: run the test binary
+// in a loop instead, so that the cases interleave, and compare them as
+// ratios within each run (docs/benchmarks.md has the loop).
 func BenchmarkFirstBoot(b *testing.B) {
 	needRootB(b)
 	work := b.TempDir()
