@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -385,5 +386,48 @@ func TestExportedImagesImportAgainAsThemselves(t *testing.T) {
 	}
 	if _, err := openLayout(backup); err != nil {
 		t.Errorf("the export is not an OCI layout go-containerregistry reads: %v", err)
+	}
+}
+
+// TestStoreKeepsItsFilesTheDataDirOwners: an import by root into a data dir
+// that belongs to another user (the packaged service's) leaves what the
+// store keeps to that user, so that the daemon can read it; inside the
+// root, the image's own owners stay.
+func TestStoreKeepsItsFilesTheDataDirOwners(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("root: an import that gives files away")
+	}
+	data := filepath.Join(t.TempDir(), "data")
+	if err := os.Mkdir(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(data, 61234, 61235); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(filepath.Join(data, "images"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := s.Import(context.Background(), writeLayout(t, twoLayers(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := func(p string) (int, int) {
+		fi, err := os.Lstat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		return int(st.Uid), int(st.Gid)
+	}
+	kept := []string{s.Dir(), s.path("blobs", "sha256"), s.path("images", strings.TrimPrefix(im.ID, "sha256:")+".json"),
+		s.blobPath(im.Layers[0].Digest), s.blobPath(im.ID), s.RootPath(im.Chain), s.path("lock")}
+	for _, p := range kept {
+		if u, g := owner(p); u != 61234 || g != 61235 {
+			t.Errorf("%s belongs to %d:%d, want the data dir's 61234:61235", p, u, g)
+		}
+	}
+	if u, _ := owner(filepath.Join(s.RootPath(im.Chain), "etc/version")); u != 0 {
+		t.Errorf("a file of the image belongs to %d, want the image's own (0)", u)
 	}
 }

@@ -137,12 +137,15 @@ func (s *Store) importImage(ctx context.Context, img v1.Image, src, work string)
 		if err := os.Rename(staging, rootDir); err != nil {
 			return Image{}, fmt.Errorf("image store: %w", err)
 		}
+		// Its top only: inside, the image's own owners stay.
+		s.adopt(rootDir)
 	}
 	for i, l := range im.Layers {
 		if dst := s.blobPath(l.Digest); blobs[i] != dst {
 			if err := os.Rename(blobs[i], dst); err != nil {
 				return Image{}, fmt.Errorf("image store: %w", err)
 			}
+			s.adopt(dst)
 		}
 	}
 	// The manifest and config as they came, for Export (a backup) to write
@@ -210,6 +213,7 @@ func (s *Store) writeBlob(digest string, data []byte, work string) error {
 	if err != nil {
 		return fmt.Errorf("image store: %w", err)
 	}
+	s.adopt(dst)
 	return nil
 }
 
@@ -223,8 +227,10 @@ func (s *Store) writeMeta(im Image, work string) error {
 	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		return fmt.Errorf("image store: %w", err)
 	}
-	if err := os.Rename(tmp, s.path("images", strings.TrimPrefix(im.ID, "sha256:")+".json")); err != nil {
+	dst := s.path("images", strings.TrimPrefix(im.ID, "sha256:")+".json")
+	if err := os.Rename(tmp, dst); err != nil {
 		return fmt.Errorf("image store: %w", err)
 	}
+	s.adopt(dst)
 	return nil
 }

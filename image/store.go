@@ -27,6 +27,11 @@ var ErrNotFound = errors.New("image not imported")
 // Its methods are safe for concurrent use, also between processes.
 type Store struct {
 	dir string
+	// uid and gid own what the store keeps (its directories, blobs,
+	// records and the top of each root): the data dir's owner, so that an
+	// import by root through the CLI is the daemon's to read when it runs
+	// as a user of its own (the packaged service). -1: the importer.
+	uid, gid int
 }
 
 // Image is one imported image.
@@ -93,11 +98,20 @@ var hexDigest = regexp.MustCompile(`^[0-9a-f]{64}$`)
 // Open opens (making it where absent) the store in dir, and clears what
 // an import that died left in its tmp/.
 func Open(dir string) (*Store, error) {
-	s := &Store{dir: dir}
-	for _, d := range []string{"blobs/sha256", "images", "roots", "tmp", "mnt"} {
+	s := &Store{dir: dir, uid: -1, gid: -1}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Dir(dir), &st); err == nil && os.Geteuid() == 0 && st.Uid != 0 {
+		s.uid, s.gid = int(st.Uid), int(st.Gid)
+	}
+	s.adopt(dir)
+	for _, d := range []string{"blobs", "blobs/sha256", "images", "roots", "tmp", "mnt"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
 			return nil, fmt.Errorf("image store: %w", err)
 		}
+		s.adopt(filepath.Join(dir, d))
 	}
 	// The roots are read by replicas' inits (root) only; 0700 keeps the
 	// models' own uids out of every other image on the box.
@@ -109,7 +123,17 @@ func Open(dir string) (*Store, error) {
 
 // Peek reads the store in dir as it is, making and clearing nothing (doctor:
 // a directory that does not exist holds no image).
-func Peek(dir string) *Store { return &Store{dir: dir} }
+func Peek(dir string) *Store { return &Store{dir: dir, uid: -1, gid: -1} }
+
+// adopt gives paths to the store's owner (see Store.uid).
+func (s *Store) adopt(paths ...string) {
+	if s.uid < 0 {
+		return
+	}
+	for _, p := range paths {
+		os.Lchown(p, s.uid, s.gid)
+	}
+}
 
 // Dir is the store's directory.
 func (s *Store) Dir() string { return s.dir }
@@ -140,6 +164,7 @@ func (s *Store) locked(f func() error) error {
 		return fmt.Errorf("image store: %w", err)
 	}
 	defer lf.Close()
+	s.adopt(s.path("lock"))
 	for {
 		err = unix.Flock(int(lf.Fd()), unix.LOCK_EX)
 		if !errors.Is(err, unix.EINTR) {

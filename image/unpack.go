@@ -61,9 +61,8 @@ func unpack(layers []v1.Layer, dst string) (int64, error) {
 			return 0, fmt.Errorf("unpack %s: %w", h.Name, err)
 		}
 	}
-	if err := w.finish(); err != nil {
-		return 0, err
-	}
+	// Before finish gives the directories their owners: the importer may
+	// not write into a directory it gave away.
 	for _, mp := range mountPoints {
 		if fi, err := root.Lstat(mp); err == nil && fi.IsDir() {
 			continue
@@ -72,6 +71,9 @@ func unpack(layers []v1.Layer, dst string) (int64, error) {
 		if err := root.MkdirAll(mp, 0o755); err != nil {
 			return 0, fmt.Errorf("unpack: make %s: %w", mp, err)
 		}
+	}
+	if err := w.finish(); err != nil {
+		return 0, err
 	}
 	return w.bytes, nil
 }
@@ -87,6 +89,11 @@ type rootWriter struct {
 	// links are hard links whose target came later in the stream (a lower
 	// layer's file, which Extract gives after the upper layer's link).
 	links []*tar.Header
+	// owned are the files and links to give their owners at the end: an
+	// importer with CAP_CHOWN but not CAP_FOWNER (the packaged service)
+	// may no longer change the mode or times of a file it gave away, nor
+	// hard-link to it.
+	owned []*tar.Header
 }
 
 // fileMode is what of a header's mode is kept: permissions and the sticky
@@ -131,12 +138,14 @@ func (w *rootWriter) write(h *tar.Header, r io.Reader) error {
 			return err
 		}
 		w.bytes += n
-		return w.attrs(name, h, true)
+		w.owned = append(w.owned, h)
+		return w.modeAndTimes(name, h)
 	case tar.TypeSymlink:
 		if err := w.root.Symlink(h.Linkname, name); err != nil {
 			return err
 		}
-		return w.owner(name, h)
+		w.owned = append(w.owned, h)
+		return nil
 	case tar.TypeLink:
 		err := w.root.Link(path.Clean(h.Linkname), name)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -149,22 +158,19 @@ func (w *rootWriter) write(h *tar.Header, r io.Reader) error {
 	return nil
 }
 
-// attrs sets a written file's owner, mode and times.
-func (w *rootWriter) attrs(name string, h *tar.Header, times bool) error {
-	if err := w.owner(name, h); err != nil {
-		return err
-	}
+// modeAndTimes sets a written file's (or directory's) mode and times.
+func (w *rootWriter) modeAndTimes(name string, h *tar.Header) error {
 	if err := w.root.Chmod(name, fileMode(h)); err != nil {
 		return err
 	}
-	if times && !h.ModTime.IsZero() {
-		at := h.AccessTime
-		if at.IsZero() {
-			at = h.ModTime
-		}
-		return w.root.Chtimes(name, at, h.ModTime)
+	if h.ModTime.IsZero() {
+		return nil
 	}
-	return nil
+	at := h.AccessTime
+	if at.IsZero() {
+		at = h.ModTime
+	}
+	return w.root.Chtimes(name, at, h.ModTime)
 }
 
 // owner gives name the header's owner, where the importer may (an
@@ -177,11 +183,17 @@ func (w *rootWriter) owner(name string, h *tar.Header) error {
 	return err
 }
 
-// finish makes the hard links that waited for their targets and gives
-// directories their modes and times, deepest first.
+// finish makes the hard links that waited for their targets, gives files
+// and links their owners, then directories their modes, times and owners,
+// deepest first.
 func (w *rootWriter) finish() error {
 	for _, h := range w.links {
 		if err := w.root.Link(path.Clean(h.Linkname), path.Clean(h.Name)); err != nil {
+			return fmt.Errorf("unpack %s: %w", h.Name, err)
+		}
+	}
+	for _, h := range w.owned {
+		if err := w.owner(path.Clean(h.Name), h); err != nil {
 			return fmt.Errorf("unpack %s: %w", h.Name, err)
 		}
 	}
@@ -193,7 +205,10 @@ func (w *rootWriter) finish() error {
 	sortByDepth(names)
 	for _, n := range names {
 		h := w.dirs[n]
-		if err := w.attrs(n, h, true); err != nil {
+		if err := w.modeAndTimes(n, h); err != nil {
+			return fmt.Errorf("unpack %s: %w", h.Name, err)
+		}
+		if err := w.owner(n, h); err != nil {
 			return fmt.Errorf("unpack %s: %w", h.Name, err)
 		}
 	}
