@@ -431,3 +431,33 @@ func TestStoreKeepsItsFilesTheDataDirOwners(t *testing.T) {
 		t.Errorf("a file of the image belongs to %d, want the image's own (0)", u)
 	}
 }
+
+// TestImportingAKnownArchiveAgainReadsNoLayer: an archive whose image the
+// store holds (apply run again) is answered from the store after reading
+// its index, manifest and config: its layers are neither copied nor
+// checked again (here one was damaged since, and it goes unread).
+func TestImportingAKnownArchiveAgainReadsNoLayer(t *testing.T) {
+	s := openStore(t)
+	img := twoLayers(t)
+	first, err := s.Import(context.Background(), testimage.OCIArchive(t, img, filepath.Join(t.TempDir(), "a.tar")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := writeLayout(t, img)
+	corruptBlob(t, dir, layerDigest(t, img, 0))
+	again := filepath.Join(t.TempDir(), "again.tar")
+	f, err := os.Create(again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw := tar.NewWriter(f)
+	if err := tw.AddFS(os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	tw.Close()
+	f.Close()
+	got, err := s.Import(context.Background(), again)
+	if err != nil || got.ID != first.ID {
+		t.Errorf("import of the known image again: %v, %v; want %s from the store", got.ID, err, first.ID)
+	}
+}

@@ -44,9 +44,20 @@ func (s *Store) importLocked(ctx context.Context, src, work string) (Image, erro
 	if err := os.Mkdir(layoutDir, 0o700); err != nil {
 		return Image{}, err
 	}
-	img, err := openSource(abs, layoutDir)
+	var have Image
+	img, known, err := openSource(abs, layoutDir, func(img v1.Image) bool {
+		raw, err := img.RawConfigFile()
+		if err != nil {
+			return false
+		}
+		have, err = s.Get(fmt.Sprintf("sha256:%x", sha256.Sum256(raw)))
+		return err == nil && exists(s.RootPath(have.Chain))
+	})
 	if err != nil {
 		return Image{}, err
+	}
+	if known {
+		return have, nil
 	}
 	return s.importImage(ctx, img, src, work)
 }

@@ -22,33 +22,49 @@ import (
 // openSource reads the image in src: an OCI image layout directory, a tar
 // of one (skopeo's oci-archive:, or docker save since Docker 25, which
 // writes both), or an older docker save archive (manifest.json and
-// <id>/layer.tar). A tar holding a layout is first copied, blob files only,
-// into work (a fresh directory the caller removes), since
-// go-containerregistry reads layouts from a directory.
-func openSource(src, work string) (v1.Image, error) {
+// <id>/layer.tar). A tar holding a layout is copied, blob files only, into
+// work (a fresh directory the caller removes), since go-containerregistry
+// reads layouts from a directory: first its small files (the index, the
+// manifests, the config), and the layers only when have says the image is
+// not one the store holds already, so that applying a manifest again does
+// not copy a large archive for nothing. known reports that it was.
+func openSource(src, work string, have func(v1.Image) bool) (img v1.Image, known bool, err error) {
 	fi, err := os.Stat(src)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", src, err)
+		return nil, false, fmt.Errorf("open %s: %w", src, err)
 	}
 	if fi.IsDir() {
-		return openLayout(src)
+		img, err := openLayout(src)
+		return img, false, err
 	}
-	hasIndex, hasManifest, err := copyLayoutFiles(src, work)
+	hasIndex, hasManifest, err := copyLayoutFiles(src, work, smallBlob)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	switch {
 	case hasIndex:
-		return openLayout(work)
+		if img, err := openLayout(work); err == nil && have(img) {
+			return img, true, nil
+		}
+		if _, _, err := copyLayoutFiles(src, work, 0); err != nil {
+			return nil, false, err
+		}
+		img, err := openLayout(work)
+		return img, false, err
 	case hasManifest:
 		img, err := tarball.ImageFromPath(src, nil)
 		if err != nil {
-			return nil, fmt.Errorf("%w: docker archive %s: %v", ErrRefused, src, err)
+			return nil, false, fmt.Errorf("%w: docker archive %s: %v", ErrRefused, src, err)
 		}
-		return img, nil
+		return img, false, nil
 	}
-	return nil, fmt.Errorf("%w: %s is neither an OCI image layout (no index.json) nor a docker save archive (no manifest.json)", ErrRefused, src)
+	return nil, false, fmt.Errorf("%w: %s is neither an OCI image layout (no index.json) nor a docker save archive (no manifest.json)", ErrRefused, src)
 }
+
+// smallBlob is the size up to which copyLayoutFiles' first pass copies a
+// blob: indexes, manifests and configs are a few KiB, layers are larger
+// (a smaller layer is copied at once, which changes nothing).
+const smallBlob = 1 << 20
 
 // openLayout picks the image of this machine's platform from the OCI
 // layout in dir, verifying each index and manifest on the way against the
@@ -137,10 +153,11 @@ func blobErr(what string, h v1.Hash, err error) error {
 // is written.
 var layoutFile = regexp.MustCompile(`^(oci-layout|index\.json|blobs/(sha256/[0-9a-f]{64}|sha512/[0-9a-f]{128}))$`)
 
-// copyLayoutFiles copies the OCI layout files of the tar at src into dir
-// and says whether it has an index.json and a docker manifest.json. A tar
-// cut short is refused.
-func copyLayoutFiles(src, dir string) (hasIndex, hasManifest bool, err error) {
+// copyLayoutFiles copies the OCI layout files of the tar at src into dir,
+// those of at most maxSize bytes (0: all; one copied before is left as it
+// is), and says whether it has an index.json and a docker manifest.json. A
+// tar cut short is refused.
+func copyLayoutFiles(src, dir string, maxSize int64) (hasIndex, hasManifest bool, err error) {
 	f, err := os.Open(src)
 	if err != nil {
 		return false, false, fmt.Errorf("open %s: %w", src, err)
@@ -171,6 +188,12 @@ func copyLayoutFiles(src, dir string) (hasIndex, hasManifest bool, err error) {
 			hasIndex = true
 		}
 		dst := filepath.Join(dir, filepath.FromSlash(name))
+		if maxSize > 0 && h.Size > maxSize {
+			continue // a layer: the second pass's, if any
+		}
+		if _, err := os.Lstat(dst); maxSize == 0 && err == nil {
+			continue // the first pass's
+		}
 		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 			return false, false, err
 		}
