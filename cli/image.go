@@ -77,11 +77,12 @@ func (c *imageCommand) list(ctx context.Context, args []string) error {
 	if err := parseFlagsOnly(subFlags("image list"), args); err != nil {
 		return err
 	}
-	s, err := c.images()
+	cfg, err := c.env.dataConfig()
 	if err != nil {
 		return err
 	}
-	all, err := s.List()
+	// Read as it is: no lock to wait for while an import runs.
+	all, err := image.Peek(cfg.ImageDir()).List()
 	if err != nil {
 		return err
 	}
@@ -158,10 +159,11 @@ func (c *imageCommand) users(ctx context.Context) (map[string][]string, error) {
 	if err := c.env.withAdmin(func(a *adminClient) error { return a.call(ctx, "GET", "/admin/projects", nil, &out) }); err != nil {
 		return nil, err
 	}
-	s, err := c.images()
+	cfg, err := c.env.dataConfig()
 	if err != nil {
 		return nil, err
 	}
+	s := image.Peek(cfg.ImageDir())
 	users := map[string][]string{}
 	for _, p := range out.Results {
 		ref := p.Model.Image
