@@ -125,7 +125,7 @@ func (w *rootWriter) write(h *tar.Header, r io.Reader) error {
 		}
 		w.dirs[name] = h
 		return nil
-	case tar.TypeReg, tar.TypeRegA:
+	case tar.TypeReg: // archive/tar reads the old TypeRegA as TypeReg
 		f, err := w.root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 		if err != nil {
 			return err
