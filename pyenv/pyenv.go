@@ -27,6 +27,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,6 +36,11 @@ import (
 // project names none: Debian's, which has venv and ensurepip and which
 // any uid may run (a pyenv under /root would not do).
 const DefaultInterpreter = "/usr/bin/python3"
+
+// BuildTimeout bounds one build: a build that hangs (a package's build
+// code waiting on the network forever) must not leave a replica booting
+// for good, since bootTimeout does not count the build.
+const BuildTimeout = time.Hour
 
 // readyMark is written into an environment once it is whole.
 const readyMark = ".inferd-ready"
@@ -53,6 +59,8 @@ type Builder struct {
 	index string // pip's --index-url; "" = pip's own default
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex // one per environment: builds of one wait for each other
+	// timeout bounds a build: BuildTimeout (a field so a test can lower it).
+	timeout time.Duration
 }
 
 // New returns a builder keeping environments in dir (made if absent);
@@ -62,7 +70,7 @@ func New(dir, index string) (*Builder, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("python environments: %w", err)
 	}
-	return &Builder{dir: dir, index: index, locks: map[string]*sync.Mutex{}}, nil
+	return &Builder{dir: dir, index: index, locks: map[string]*sync.Mutex{}, timeout: BuildTimeout}, nil
 }
 
 // Env is one built environment.
@@ -170,7 +178,12 @@ func (b *Builder) Ensure(ctx context.Context, spec Spec, out io.Writer, building
 	if building != nil {
 		building()
 	}
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
 	if err := b.build(ctx, spec, env, out); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (the build was stopped after %v)", err, b.timeout)
+		}
 		os.RemoveAll(env.Dir)
 		return Env{}, err
 	}
@@ -218,6 +231,9 @@ func (b *Builder) build(ctx context.Context, spec Spec, env Env, out io.Writer) 
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 		cmd.Dir = filepath.Dir(spec.Requirements) // relative paths in it are its own
 		cmd.Stdout, cmd.Stderr = w, w
+		// Killed at the timeout; a child it left holding the output goes
+		// unread after this.
+		cmd.WaitDelay = 5 * time.Second
 		// A HOME of the build's own keeps pip's cache and configuration out
 		// of the daemon's; nothing of the daemon's environment but PATH and
 		// the locale goes to pip.

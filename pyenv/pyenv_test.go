@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"inferd/internal/testwheel"
 )
@@ -106,5 +107,31 @@ func TestBuildFailuresSayWhyAndLeaveNothing(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestABuildThatHangsIsStoppedAndLeavesNothing: a build past its time (an
+// interpreter that never returns) is killed, says so, and leaves nothing.
+func TestABuildThatHangsIsStoppedAndLeavesNothing(t *testing.T) {
+	dir := t.TempDir()
+	hang := writeFile(t, filepath.Join(dir, "python3"), "#!/bin/sh\nexec sleep 1000\n")
+	os.Chmod(hang, 0o755)
+	b, err := New(filepath.Join(dir, "envs"), unreachableIndex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.timeout = 200 * time.Millisecond
+	spec := Spec{Requirements: writeFile(t, filepath.Join(dir, "requirements.txt"), "greet\n"), Interpreter: hang}
+	_, err = b.Ensure(context.Background(), spec, &bytes.Buffer{}, nil)
+	var be *BuildError
+	if !errors.As(err, &be) || be.Step != "venv" || !strings.Contains(err.Error(), "the build was stopped after 200ms") {
+		t.Fatalf("got %v; want the venv step stopped after 200ms", err)
+	}
+	if _, ok, _ := b.Ready(spec); ok {
+		t.Error("a stopped build is ready")
+	}
+	env, _, _ := b.Ready(spec)
+	if _, err := os.Stat(env.Dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a stopped build left %s: %v", env.Dir, err)
 	}
 }
