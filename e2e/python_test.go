@@ -68,23 +68,16 @@ func TestPythonProjectsRunOfflineFromAWheelhouseAndShareTheirVenv(t *testing.T) 
 	c := inferenceClient{t: t, base: d.base, key: key}
 
 	callID := c.start("mk-py-a", `{}`, true)["callID"].(string)
-	sawBuilding := false
-	deadline := time.Now().Add(2 * time.Minute)
-	for r := c.check(callID, false); r["message"] != "success"; r = c.check(callID, false) {
-		if w, _ := r["waitingFor"].(map[string]any); w != nil && w["code"] == "buildingEnvironment" && strings.HasPrefix(w["text"].(string), "building environment (") {
-			sawBuilding = true
-			break
-		}
-		if msg, _ := r["message"].(string); strings.Contains(msg, "error") || time.Now().After(deadline) {
-			t.Fatalf("waiting for the call to wait on its environment's build: %v", r)
-		}
+	// The build takes seconds (venv, ensurepip, pip): once the daemon logs
+	// that it began, the call says what it waits for.
+	d.logs.waitFor(t, `"phase":"building environment"`, 2*time.Minute)
+	if w, _ := c.check(callID, false)["waitingFor"].(map[string]any); w == nil || w["code"] != "buildingEnvironment" ||
+		!strings.HasPrefix(w["text"].(string), "building environment (") {
+		t.Errorf("while its venv builds the call waits for %v, want buildingEnvironment", w)
 	}
 	r := c.waitResult(callID)
 	if r["message"] != "success" {
 		t.Fatalf("py-a: %v\n%s", r, d.logs)
-	}
-	if !sawBuilding {
-		t.Error("the call never waited with waitingFor buildingEnvironment")
 	}
 	a := r["modelOutputs"].([]any)[0].(map[string]any)
 	prefix, _ := a["prefix"].(string)
