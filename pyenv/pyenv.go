@@ -181,8 +181,11 @@ func (b *Builder) Ensure(ctx context.Context, spec Spec, out io.Writer, building
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
 	if err := b.build(ctx, spec, env, out); err != nil {
-		if ctx.Err() != nil {
+		switch {
+		case errors.Is(ctx.Err(), context.DeadlineExceeded):
 			err = fmt.Errorf("%w (the build was stopped after %v)", err, b.timeout)
+		case ctx.Err() != nil:
+			err = fmt.Errorf("%w (the build was cancelled)", err)
 		}
 		os.RemoveAll(env.Dir)
 		return Env{}, err

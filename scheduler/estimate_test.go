@@ -329,3 +329,41 @@ func TestWaitingForABuildingEnvironmentStopsTheBootClock(t *testing.T) {
 		}
 	})
 }
+
+// TestAReplicaStoppedWhileItBuildsCancelsTheBuild: a project deleted while
+// its replica's launch builds its environment closes the launch's Cancel,
+// so the build gives up (a build may take up to an hour) instead of
+// holding the replica's CPU slot until it ends.
+func TestAReplicaStoppedWhileItBuildsCancelsTheBuild(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("a", minMax(0, 1))
+		h := newHarness(t, Config{}, nil, p)
+		defer h.stop()
+		gaveUp := make(chan struct{})
+		h.l.mu.Lock()
+		h.l.fail = func(spec backend.Spec) error {
+			spec.Phase(backend.PhaseBuildingEnvironment)
+			<-spec.Cancel
+			close(gaveUp)
+			spec.Phase("")
+			return errors.New("building the python environment failed (the build was cancelled)")
+		}
+		h.l.mu.Unlock()
+		c := h.submit(p, `{}`)
+		h.advance(5 * time.Second)
+		h.st.deleteProject(p.ID)
+		h.s.ProjectChanged(p.ID)
+		h.settle()
+		select {
+		case <-gaveUp:
+		default:
+			t.Fatal("the build was not told to give up")
+		}
+		if got := h.result(c.ID); got.State != store.CallFailed {
+			t.Errorf("call = %s %q, want failed", got.State, got.Message)
+		}
+		if st := h.s.Snapshot(); st.CPUSlotsUsed != 0 {
+			t.Errorf("%d CPU slots still used", st.CPUSlotsUsed)
+		}
+	})
+}

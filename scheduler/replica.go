@@ -60,6 +60,9 @@ type rep struct {
 	// (backend.PhaseBuildingEnvironment), since phaseSince; "" = none.
 	phase      string
 	phaseSince time.Time
+	// unwanted is the launch's backend.Spec.Cancel, closed by stop while
+	// Launch runs; nil once it has returned.
+	unwanted chan struct{}
 
 	// acctAt is how far its time has been charged (usage.go: account);
 	// gpuWeight how many GPUs it counts as there; callShare the seconds a
@@ -140,6 +143,8 @@ func (s *Scheduler) boot(p *project, gpus []string, cpuSlot bool) {
 	}
 	spec := launchSpec(p.cfg, r.id, gpus)
 	spec.Phase = func(phase string) { s.in.post(evPhase{r: r, phase: phase}) }
+	r.unwanted = make(chan struct{})
+	spec.Cancel = r.unwanted
 	s.arm(&r.boot, seconds(p.bootTimeout()), func(seq uint64) event { return evBootTimeout{r: r, seq: seq} })
 	s.log.Info().Str("project", p.id).Str("replica", r.id).Strs("gpus", gpus).Msg("booting replica")
 	s.cfg.Observer.ReplicaStarted(p.id)
@@ -183,6 +188,7 @@ func (s *Scheduler) onPhase(ev evPhase) {
 
 func (s *Scheduler) onLaunched(ev evLaunched) {
 	r := ev.r
+	r.unwanted = nil // Launch is over: a stop goes to the instance
 	if ev.err != nil {
 		s.log.Error().Err(ev.err).Str("project", r.p.id).Str("replica", r.id).Msg("launching replica failed")
 		// Whatever stops a launch (no such program or dir) stops the next one
@@ -269,6 +275,9 @@ func (s *Scheduler) stop(r *rep) {
 	r.park.stop()
 	if r.inst != nil {
 		s.goStop(r.inst)
+	} else if r.unwanted != nil {
+		close(r.unwanted) // still launching: a build may give up
+		r.unwanted = nil
 	}
 }
 

@@ -91,6 +91,10 @@ type Spec struct {
 	// (PhaseBuildingEnvironment), and "" once that is over; the backend
 	// calls it from Launch, before Launch returns.
 	Phase func(phase string)
+	// Cancel, when set, is closed once the replica is no longer wanted
+	// while Launch runs (its project deleted, stopped while it boots): a
+	// long phase (a build) may give up, and Launch return an error.
+	Cancel <-chan struct{}
 }
 
 // PhaseBuildingEnvironment: the launch builds the project's Python

@@ -39,8 +39,23 @@ func (b *Backend) pythonEnv(spec backend.Spec, log io.Writer) (*pyenv.Env, error
 	if b.pyenvs == nil {
 		return nil, errors.New("this daemon builds no python environments (no data dir)")
 	}
+	// A replica stopped while it builds (its project deleted) stops the
+	// build.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if spec.Cancel != nil {
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			select {
+			case <-spec.Cancel:
+				cancel()
+			case <-done:
+			}
+		}()
+	}
 	building := false
-	env, err := b.pyenvs.Ensure(context.Background(), pyenv.Spec{Requirements: py.Requirements, Wheelhouse: py.Wheelhouse, Interpreter: py.Interpreter}, log, func() {
+	env, err := b.pyenvs.Ensure(ctx, pyenv.Spec{Requirements: py.Requirements, Wheelhouse: py.Wheelhouse, Interpreter: py.Interpreter}, log, func() {
 		building = true
 		if spec.Phase != nil {
 			spec.Phase(backend.PhaseBuildingEnvironment)

@@ -110,3 +110,29 @@ func TestClosedAncestorIsTheOutermostDirOthersCannotPass(t *testing.T) {
 		t.Errorf("closedAncestor(%s) = %q, want none", open, got)
 	}
 }
+
+// TestAnUnwantedReplicasBuildGivesUp: once the launch's Cancel is closed
+// (the replica stopped while it builds), the build is killed and the
+// launch fails saying so.
+func TestAnUnwantedReplicasBuildGivesUp(t *testing.T) {
+	dir := t.TempDir()
+	hang := filepath.Join(dir, "python3")
+	if err := os.WriteFile(hang, []byte("#!/bin/sh\nexec sleep 1000\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	reqs := filepath.Join(dir, "requirements.txt")
+	os.WriteFile(reqs, []byte("greet\n"), 0o644)
+	b := testBackendWith(t, func(c *Config) { c.PythonDir = filepath.Join(dir, "data", "python") })
+	cancel := make(chan struct{})
+	spec := backend.Spec{ReplicaID: "py-cancel-1", ProjectID: "py-cancel", TeamID: "team", Cancel: cancel,
+		Model: store.ModelSpec{Command: []string{"python3", "-c", "1"}, Python: store.PythonSpec{Requirements: reqs, Interpreter: hang}},
+		Phase: func(ph string) {
+			if ph == backend.PhaseBuildingEnvironment {
+				close(cancel) // the project is deleted as the build begins
+			}
+		}}
+	_, err := b.start(spec)
+	if err == nil || !strings.Contains(err.Error(), "the build was cancelled") {
+		t.Errorf("got %v, want the cancelled build", err)
+	}
+}
