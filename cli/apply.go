@@ -24,7 +24,9 @@ project beyond its caps. It prints each team's quota, one line per project
 (created, updated with what changed and what that does, unchanged) and a
 warning for what the box cannot run as asked (such as minimums that need more
 GPUs than it has). A relative dir in the manifest is relative to the
-manifest's own directory.
+manifest's own directory, as is an image:
+path, which apply imports into this node's images first (inferd image
+import) and stores as the image's ID.
 
 A project's code is its dir: apply hashes its files (up to 10000 files; past
 64 MiB of content a file counts by size and modification time; .git and
@@ -64,6 +66,9 @@ func (c *applyCommand) Run(ctx context.Context, args []string) error {
 	m, err := manifest.ParseManifest(data, filepath.Dir(abs))
 	if err != nil {
 		return fmt.Errorf("%s: %w", *path, err)
+	}
+	if err := importImages(ctx, c.env, m.Projects); err != nil {
+		return fmt.Errorf("%s: %w: nothing was applied", *path, err)
 	}
 	stamped := manifest.StampRevisions(m.Projects)
 	var out struct {

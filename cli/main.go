@@ -35,6 +35,8 @@ Usage:
   inferd [global flags] apply -f MANIFEST.yaml      create or update teams and projects
   inferd [global flags] project list
   inferd [global flags] project delete ID
+  inferd [global flags] image import FILE|list|rm ID|gc
+                                                    the OCI images projects run in (docs/images.md)
   inferd [global flags] backup [--force] FILE       consistent snapshot of the data file (also while serving)
   inferd [global flags] restore FILE                replace the data file with a backup (daemon stopped)
   inferd [global flags] call cancel CALLID          cancel a queued or running call
@@ -163,6 +165,8 @@ func (m *Main) command(name string, e *env) command {
 		return &projectCommand{env: e}
 	case "backup":
 		return &backupCommand{env: e}
+	case "image":
+		return &imageCommand{env: e}
 	case "restore":
 		return &restoreCommand{env: e}
 	case "logs":

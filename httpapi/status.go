@@ -12,6 +12,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"inferd/gpu"
+	"inferd/image"
 	"inferd/scheduler"
 	"inferd/scheduler/backend"
 	"inferd/store"
@@ -43,6 +44,9 @@ type StatusSources struct {
 	Webhooks func(teamID string) webhook.Stats
 	// Protections says how replicas are contained (the backend's sandbox).
 	Protections func() []backend.Protection
+	// Images says what the images projects run in take on this node's
+	// disk (docs/images.md).
+	Images func() (image.Usage, error)
 }
 
 // RecentCalls is what the status endpoints read of a store.Store.
@@ -186,6 +190,16 @@ type statusAll struct {
 	Protections []backend.Protection `json:"protections"`
 	// Cluster is the cluster view (cluster mode only; absent on a single box).
 	Cluster *statusCluster `json:"cluster,omitempty"`
+	// Images is what this node's images take on disk; null when unknown.
+	Images *statusImages `json:"images"`
+}
+
+// statusImages is the disk use of the images projects run in: their layer
+// blobs as imported, and their unpacked roots.
+type statusImages struct {
+	Count      int   `json:"count"`
+	LayerBytes int64 `json:"layerBytes"`
+	RootBytes  int64 `json:"rootBytes"`
 }
 
 type results[T any] struct {
@@ -250,7 +264,21 @@ func (s *statusAPI) all(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		Webhooks:    s.webhookStats(v.key),
 		Protections: s.protections(),
 		Cluster:     viewCluster(s.opts.Cluster, v),
+		Images:      s.images(),
 	})
+}
+
+// images is the images' disk use, or nil when it cannot be read.
+func (s *statusAPI) images() *statusImages {
+	if s.src.Images == nil {
+		return nil
+	}
+	u, err := s.src.Images()
+	if err != nil {
+		s.log.Warn().Err(err).Msg("status: read the images' disk use")
+		return nil
+	}
+	return &statusImages{Count: u.Images, LayerBytes: u.BlobBytes, RootBytes: u.RootBytes}
 }
 
 // protections are the backend's, or none known.

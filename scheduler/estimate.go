@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
@@ -20,16 +21,17 @@ import (
 
 // The WaitingFor codes. Texts say the same for people, with figures.
 const (
-	WaitBooting      = "booting"      // its replica is booting: "replica booting (12.1 s of a usual 14 s)"
-	WaitBootFailed   = "bootFailed"   // boots failed and are retried (the message says which attempt)
-	WaitRestarting   = "restarting"   // a replica crashed; the next boots after a backoff
-	WaitReplicasBusy = "replicasBusy" // "all 2 replicas busy (next free in ~0.8 s)", "its replica busy"
-	WaitMaxReplicas  = "maxReplicas"  // "maxReplicas 3 reached (all 3 busy, next free in ~0.8 s)"
-	WaitTeamQuota    = "teamQuota"    // "team acme quota runningCalls 4/4"
-	WaitHeldByIdle   = "heldByIdle"   // "GPU held by an idle replica of another project (evictable in 20 s)"
-	WaitFreeing      = "freeing"      // "GPU being freed: an idle replica of another project is stopping"
-	WaitCapacity     = "capacity"     // "all 4 CPU slots busy with other projects' calls", "… its own replicas hold all 2 cpuSlots"
-	WaitNext         = "next"         // nothing holds it: it is about to be dispatched
+	WaitBooting      = "booting"             // its replica is booting: "replica booting (12.1 s of a usual 14 s)"
+	WaitBuilding     = "buildingEnvironment" // its replica's Python environment is being built: "building environment (40.2 s so far)"
+	WaitBootFailed   = "bootFailed"          // boots failed and are retried (the message says which attempt)
+	WaitRestarting   = "restarting"          // a replica crashed; the next boots after a backoff
+	WaitReplicasBusy = "replicasBusy"        // "all 2 replicas busy (next free in ~0.8 s)", "its replica busy"
+	WaitMaxReplicas  = "maxReplicas"         // "maxReplicas 3 reached (all 3 busy, next free in ~0.8 s)"
+	WaitTeamQuota    = "teamQuota"           // "team acme quota runningCalls 4/4"
+	WaitHeldByIdle   = "heldByIdle"          // "GPU held by an idle replica of another project (evictable in 20 s)"
+	WaitFreeing      = "freeing"             // "GPU being freed: an idle replica of another project is stopping"
+	WaitCapacity     = "capacity"            // "all 4 CPU slots busy with other projects' calls", "… its own replicas hold all 2 cpuSlots"
+	WaitNext         = "next"                // nothing holds it: it is about to be dispatched
 )
 
 // samples keeps the last few durations of one kind and averages them.
@@ -105,8 +107,8 @@ func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *esti
 	// The project's slots (room for one call on one replica) and when each
 	// is free, from now; unknown ones are left out.
 	var free []time.Duration
-	var ready, busy, booting, parked int
-	var bootElapsed time.Duration
+	var ready, busy, booting, parked, building int
+	var bootElapsed, buildElapsed time.Duration
 	var bootCheck string // what the latest health check of a booting replica found
 	nextFree := time.Duration(math.MaxInt64)
 	for _, r := range p.replicas {
@@ -134,6 +136,11 @@ func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *esti
 			parked++ // parking.go: restored for the call (its time is not measured)
 		case stateBooting:
 			booting++
+			if r.phase != "" {
+				building++
+				buildElapsed = max(buildElapsed, now.Sub(r.phaseSince))
+				continue // how long a build takes is not a boot's
+			}
 			el := now.Sub(r.started)
 			bootElapsed = max(bootElapsed, el)
 			if r.inst != nil && bootCheck == "" {
@@ -179,6 +186,8 @@ func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *esti
 		return &store.Wait{Code: WaitBootFailed, Text: s.bootingMessage(p)}, nil
 	case ready == 0 && booting == 0 && parked > 0:
 		return &store.Wait{Code: WaitBooting, Text: "replica restoring from parking"}, nil
+	case ready == 0 && booting > 0 && building == booting:
+		return &store.Wait{Code: WaitBuilding, Text: fmt.Sprintf("%s (%.1f s so far)", backend.PhaseBuildingEnvironment, buildElapsed.Seconds())}, nil
 	case ready == 0 && booting > 0:
 		text := fmt.Sprintf("replica booting (%.1f s so far)", bootElapsed.Seconds())
 		if bootOK {

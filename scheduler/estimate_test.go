@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
@@ -368,4 +369,77 @@ func deref(p *int64) any {
 		return nil
 	}
 	return *p
+}
+
+// TestWaitingForABuildingEnvironmentStopsTheBootClock: while a replica's
+// launch builds its Python environment, its calls wait "building
+// environment", however long past bootTimeout it takes; the boot, and its
+// timeout, count from the build's end.
+func TestWaitingForABuildingEnvironmentStopsTheBootClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("a", minMax(0, 1), func(p *store.Project) { p.Model.BootTimeout = 10 })
+		h := newHarness(t, Config{}, nil, p)
+		defer h.stop()
+		built := make(chan struct{})
+		h.l.mu.Lock()
+		h.l.fail = func(spec backend.Spec) error {
+			spec.Phase(backend.PhaseBuildingEnvironment)
+			<-built
+			spec.Phase("")
+			return nil
+		}
+		h.l.mu.Unlock()
+		first := h.submit(p, `{}`)
+		h.advance(40 * time.Second) // four bootTimeouts
+		h.waits(first.ID, WaitBuilding, "building environment (40.0 s so far)", -1)
+		close(built)
+		i := h.launched()
+		h.advance(3 * time.Second)
+		h.waits(first.ID, WaitBooting, "replica booting (3.0 s so far)", -1)
+		if i.wasStopped() {
+			t.Fatal("the replica was stopped for its build's time")
+		}
+		h.advance(8 * time.Second) // 11 s of boot: past bootTimeout
+		if !i.wasStopped() {
+			t.Error("the boot timeout, counted from the build's end, did not stop the replica")
+		}
+	})
+}
+
+// TestAReplicaStoppedWhileItBuildsCancelsTheBuild: a project deleted while
+// its replica's launch builds its environment closes the launch's Cancel,
+// so the build gives up (a build may take up to an hour) instead of
+// holding the replica's CPU slot until it ends.
+func TestAReplicaStoppedWhileItBuildsCancelsTheBuild(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("a", minMax(0, 1))
+		h := newHarness(t, Config{}, nil, p)
+		defer h.stop()
+		gaveUp := make(chan struct{})
+		h.l.mu.Lock()
+		h.l.fail = func(spec backend.Spec) error {
+			spec.Phase(backend.PhaseBuildingEnvironment)
+			<-spec.Cancel
+			close(gaveUp)
+			spec.Phase("")
+			return errors.New("building the python environment failed (the build was cancelled)")
+		}
+		h.l.mu.Unlock()
+		c := h.submit(p, `{}`)
+		h.advance(5 * time.Second)
+		h.st.deleteProject(p.ID)
+		h.s.ProjectChanged(p.ID)
+		h.settle()
+		select {
+		case <-gaveUp:
+		default:
+			t.Fatal("the build was not told to give up")
+		}
+		if got := h.result(c.ID); got.State != store.CallFailed {
+			t.Errorf("call = %s %q, want failed", got.State, got.Message)
+		}
+		if st := h.s.Snapshot(); st.CPUSlotsUsed != 0 {
+			t.Errorf("%d CPU slots still used", st.CPUSlotsUsed)
+		}
+	})
 }

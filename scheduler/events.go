@@ -85,6 +85,13 @@ type evFinal struct {
 }
 
 // evLaunched: Backend.Launch returned.
+// evPhase: a launching replica's backend says what it is doing that may
+// take long (backend.PhaseBuildingEnvironment), or "" once that is over.
+type evPhase struct {
+	r     *rep
+	phase string
+}
+
 type evLaunched struct {
 	r    *rep
 	inst backend.Instance
@@ -165,6 +172,7 @@ func (evResaveFailed) isEvent()   {}
 func (evPersisted) isEvent()      {}
 func (evFinal) isEvent()          {}
 func (evLaunched) isEvent()       {}
+func (evPhase) isEvent()          {}
 func (evReady) isEvent()          {}
 func (evExited) isEvent()         {}
 func (evInferDone) isEvent()      {}

@@ -57,6 +57,14 @@ type rep struct {
 	bootTimedOut bool
 	park         parkState // parking.go
 
+	// phase is what its launch is doing that is not booting yet
+	// (backend.PhaseBuildingEnvironment), since phaseSince; "" = none.
+	phase      string
+	phaseSince time.Time
+	// unwanted is the launch's backend.Spec.Cancel, closed by stop while
+	// Launch runs; nil once it has returned.
+	unwanted chan struct{}
+
 	// acctAt is how far its time has been charged (usage.go: account);
 	// gpuWeight how many GPUs it counts as there; callShare the seconds a
 	// call running on it all along would have been charged by then (calls
@@ -136,6 +144,9 @@ func (s *Scheduler) boot(p *project, gpus []string, cpuSlot bool) {
 		s.cpuUsed++
 	}
 	spec := launchSpec(p.cfg, r.id, gpus)
+	spec.Phase = func(phase string) { s.in.post(evPhase{r: r, phase: phase}) }
+	r.unwanted = make(chan struct{})
+	spec.Cancel = r.unwanted
 	s.arm(&r.boot, seconds(p.bootTimeout()), func(seq uint64) event { return evBootTimeout{r: r, seq: seq} })
 	s.log.Info().Str("project", p.id).Str("replica", r.id).Strs("gpus", gpus).Msg("booting replica")
 	s.cfg.Observer.ReplicaStarted(p.id)
@@ -158,8 +169,28 @@ func launchSpec(p store.Project, id string, gpus []string) backend.Spec {
 	return backend.Spec{ReplicaID: id, ProjectID: p.ID, TeamID: p.TeamID, Model: m, GPUs: gpus}
 }
 
+// onPhase notes what a launching replica's backend is doing. Building
+// its environment is not booting: the boot timeout stops while it builds
+// and counts afresh from its end, as does the boot time measured.
+func (s *Scheduler) onPhase(ev evPhase) {
+	r := ev.r
+	if r.state != stateBooting {
+		return
+	}
+	r.phase = ev.phase
+	if ev.phase != "" {
+		r.phaseSince = s.clk.Now()
+		r.boot.stop() // bootTimeout does not count the build
+		s.log.Info().Str("project", r.p.id).Str("replica", r.id).Str("phase", ev.phase).Msg("replica launch: " + ev.phase)
+		return
+	}
+	r.started = s.clk.Now()
+	s.arm(&r.boot, seconds(r.p.bootTimeout()), func(seq uint64) event { return evBootTimeout{r: r, seq: seq} })
+}
+
 func (s *Scheduler) onLaunched(ev evLaunched) {
 	r := ev.r
+	r.unwanted = nil // Launch is over: a stop goes to the instance
 	if ev.err != nil {
 		s.log.Error().Err(ev.err).Str("project", r.p.id).Str("replica", r.id).Msg("launching replica failed")
 		// Whatever stops a launch (no such program or dir) stops the next one
@@ -247,6 +278,9 @@ func (s *Scheduler) stop(r *rep) {
 	r.park.stop()
 	if r.inst != nil {
 		s.goStop(r.inst)
+	} else if r.unwanted != nil {
+		close(r.unwanted) // still launching: a build may give up
+		r.unwanted = nil
 	}
 }
 

@@ -413,6 +413,8 @@ func (s *Scheduler) handle(ev event) {
 		s.onFinal(ev.c, ev.err, ev.woken, ev.answered)
 	case evLaunched:
 		s.onLaunched(ev)
+	case evPhase:
+		s.onPhase(ev)
 	case evReady:
 		s.onReady(ev.r)
 	case evExited:

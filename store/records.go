@@ -126,7 +126,31 @@ type ModelSpec struct {
 	// each replaces the running replicas one by one. No manifest sets it,
 	// and an apply keeps it (store.Reapply: the declaration never has it).
 	Restarts int `json:"restarts,omitempty" yaml:"-"`
+	// Image is the OCI image the model runs in (docs/images.md): an
+	// imported image's ID ("sha256:" and at least 12 hex digits), or the
+	// absolute path of an image archive or layout, which apply imports
+	// and replaces with its ID. The image's Entrypoint and Cmd are the
+	// default of Command, its WorkingDir of Dir, and its Env comes first
+	// in the model's environment.
+	Image string `json:"image,omitempty" yaml:"image"`
+	// Python gives the model a Python virtual environment of its own,
+	// built from its requirements (docs/python.md); the zero value: none.
+	Python PythonSpec `json:"python,omitzero" yaml:"python"`
 }
+
+// PythonSpec is a project's Python environment: its requirements file,
+// the wheelhouse it is built from offline ("" = the configured package
+// index) and the interpreter it is made of ("" = /usr/bin/python3). Paths
+// are absolute (the manifest makes them so). Projects that ask for the
+// same environment share one.
+type PythonSpec struct {
+	Requirements string `json:"requirements,omitempty" yaml:"requirements"`
+	Wheelhouse   string `json:"wheelhouse,omitempty" yaml:"wheelhouse"`
+	Interpreter  string `json:"interpreter,omitempty" yaml:"interpreter"`
+}
+
+// On reports whether the project asks for an environment.
+func (p PythonSpec) On() bool { return p != PythonSpec{} }
 
 // BatchSpec is a project's dynamic batching: up to MaxSize queued calls in
 // one request to the model, waiting at most MaxWaitMs from the first one's

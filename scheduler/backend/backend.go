@@ -87,7 +87,19 @@ type Spec struct {
 	TeamID    string          // the project's team: its logs are kept under it
 	Model     store.ModelSpec // command, dir, env, protocol and its paths
 	GPUs      []string        // UUIDs of the GPUs it may use; empty = CPU only
+	// Phase, when set, is told what a launch is doing that may take long
+	// (PhaseBuildingEnvironment), and "" once that is over; the backend
+	// calls it from Launch, before Launch returns.
+	Phase func(phase string)
+	// Cancel, when set, is closed once the replica is no longer wanted
+	// while Launch runs (its project deleted, stopped while it boots): a
+	// long phase (a build) may give up, and Launch return an error.
+	Cancel <-chan struct{}
 }
+
+// PhaseBuildingEnvironment: the launch builds the project's Python
+// environment (a first boot), which bootTimeout does not count.
+const PhaseBuildingEnvironment = "building environment"
 
 // Capacity is what a backend can place replicas on.
 type Capacity struct {

@@ -133,6 +133,7 @@ function render(st) {
     el("span", {}, el("b", {}, replicas), " replicas"),
     el("span", {}, el("b", {}, queued), " queued"),
     sandbox(st.protections || []),
+    ...imagesSummary(st.images),
     ...webhookSummary(st.webhooks),
     el("span", { class: "muted" }, `updated ${new Date(now).toLocaleTimeString()}`),
   );
@@ -184,6 +185,14 @@ function sandbox(ps) {
   const title = ps.map((p) => `${p.on ? "on" : "OFF"} ${p.name}: ${p.detail}`).join("\n");
   return el("span", { class: on === ps.length ? "" : "waiting", title },
     "sandbox ", el("b", {}, `${on}/${ps.length}`), " on");
+}
+
+// imagesSummary shows how many images this node holds and what they take
+// on disk (docs/images.md), once it holds one.
+function imagesSummary(im) {
+  if (!im || im.count === 0) return [];
+  return [el("span", { title: `images: ${bytes(im.layerBytes)} of layers as imported, ${bytes(im.rootBytes)} unpacked` },
+    el("b", {}, im.count), ` image${im.count === 1 ? "" : "s"} · `, el("b", {}, bytes(im.layerBytes + im.rootBytes)), " on disk")];
 }
 
 // webhookSummary shows the webhook counts once there is something to say.

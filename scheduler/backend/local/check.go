@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"inferd/gpu"
+	"inferd/pyenv"
 	"inferd/scheduler/backend"
 	"inferd/store"
 )
@@ -128,14 +129,46 @@ func (c *Checker) Check(m store.ModelSpec) []Finding {
 			}
 		}
 	}
-	if len(m.Command) > 0 && m.Command[0] != "" {
+	// A program in an image is the image's to have: only its start says.
+	// So is a bare name with a Python environment, whose bin comes first
+	// (python3, a console script), built only at the first boot.
+	venvProgram := m.Python.On() && len(m.Command) > 0 && !strings.Contains(m.Command[0], "/")
+	if m.Image == "" && !venvProgram && len(m.Command) > 0 && m.Command[0] != "" {
 		c.checkProgram(m, dirOK, fail)
 	}
+	checkPython(m.Python, fail)
 	c.checkGPUs(m, warn)
 	c.checkParking(m, warn)
 	checkProtocol(m, dirOK, warn)
 	c.checkSandbox(m, warn)
 	return out
+}
+
+// checkPython fails a Python environment whose files are not there: the
+// requirements file, the wheelhouse, the interpreter.
+func checkPython(py store.PythonSpec, fail func(string, ...any)) {
+	if !py.On() {
+		return
+	}
+	interp := py.Interpreter
+	if interp == "" {
+		interp = pyenv.DefaultInterpreter
+	}
+	for _, f := range []struct {
+		field, path string
+		dir         bool
+	}{{"python.requirements", py.Requirements, false}, {"python.wheelhouse", py.Wheelhouse, true}, {"python.interpreter", interp, false}} {
+		if f.path == "" {
+			continue
+		}
+		fi, err := os.Stat(f.path)
+		switch {
+		case err != nil:
+			fail("%s %s: %v: fix it in the manifest", f.field, f.path, errBrief(err))
+		case fi.IsDir() != f.dir:
+			fail("%s %s is %s: fix it in the manifest", f.field, f.path, map[bool]string{true: "a directory", false: "not a directory"}[fi.IsDir()])
+		}
+	}
 }
 
 // checkSandbox warns when m asks for a memoryMiB, a pidsMax or a private
