@@ -298,15 +298,6 @@ func adminCancel(local httpapi.CallCanceller, routing *httpapi.Routing) httpapi.
 	return routing.Canceller(local)
 }
 
-// adminCalls is the admin API's call route (inferd call) on a single box; a
-// cluster's node has none: its project may run on another node.
-func adminCalls(sched httpapi.CallRunner, streams *httpapi.Streams, routing *httpapi.Routing) httpapi.AdminOption {
-	if routing != nil {
-		return httpapi.WithCalls(nil, nil)
-	}
-	return httpapi.WithCalls(sched, streams)
-}
-
 // nodeLoad is what a node publishes of itself (cluster.NodeInfo): its
 // GPUs with the memory the scheduler could still place on each (the
 // smaller of what the driver reports free and what the scheduler has not

@@ -127,44 +127,45 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 
 	apiCtx, endWaits := context.WithCancel(context.Background())
 	defer endWaits()
+	public := httpapi.New(httpapi.Options{
+		StartWait:    cfg.StartWait,
+		LongPollWait: cfg.LongPollWait,
+		MaxBodyBytes: cfg.MaxBodyBytes,
+		APIVersion:   "inferd/" + version,
+		Log:          log,
+		Metrics:      meters,
+		Status: &httpapi.StatusSources{
+			Snapshot: sched.Snapshot, GPUs: gpus.Devices, Calls: st, Logs: replicas,
+			History: hist, Webhooks: hooks.Stats, Protections: replicas.Protections,
+			Images: replicas.ImageUsage,
+		},
+		Limits: httpapi.Limits{
+			RequestsPerSecond: cfg.Limits.RequestsPerSecond,
+			Burst:             cfg.Limits.Burst,
+			MaxWaitsPerKey:    cfg.Limits.MaxWaitsPerKey,
+			MaxWaits:          cfg.Limits.MaxWaits,
+			MaxInputDepth:     cfg.Limits.MaxInputDepth,
+			// The edge's budgets (docs/security.md, "Budgets").
+			BodyBytes:          cfg.Limits.BodyBytes,
+			BodyBytesPerSource: cfg.Limits.BodyBytesPerSource,
+			BodyReadTimeout:    cfg.Limits.BodyReadTimeout,
+			MaxStreamsPerKey:   cfg.Limits.MaxStreamsPerKey,
+			StreamResultBytes:  cfg.Limits.StreamResultBytes,
+			StreamWriteTimeout: cfg.Limits.StreamWriteTimeout,
+		},
+		WebhookPolicy: hookPolicy,
+		Streams:       streams,
+		Routing:       routing,
+		StartLookup:   st.startLookup(),
+		Cluster:       clusterView,
+		// Event streams and /run waits end with the other waits.
+		Stopping:        apiCtx.Done(),
+		OpenAIQueueWait: cfg.OpenAI.QueueWait,
+		Batches:         batchAPI,
+		BatchFileBytes:  cfg.OpenAI.MaxFileBytes,
+	}, st, sched)
 	api := &http.Server{
-		Handler: httpapi.New(httpapi.Options{
-			StartWait:    cfg.StartWait,
-			LongPollWait: cfg.LongPollWait,
-			MaxBodyBytes: cfg.MaxBodyBytes,
-			APIVersion:   "inferd/" + version,
-			Log:          log,
-			Metrics:      meters,
-			Status: &httpapi.StatusSources{
-				Snapshot: sched.Snapshot, GPUs: gpus.Devices, Calls: st, Logs: replicas,
-				History: hist, Webhooks: hooks.Stats, Protections: replicas.Protections,
-				Images: replicas.ImageUsage,
-			},
-			Limits: httpapi.Limits{
-				RequestsPerSecond: cfg.Limits.RequestsPerSecond,
-				Burst:             cfg.Limits.Burst,
-				MaxWaitsPerKey:    cfg.Limits.MaxWaitsPerKey,
-				MaxWaits:          cfg.Limits.MaxWaits,
-				MaxInputDepth:     cfg.Limits.MaxInputDepth,
-				// The edge's budgets (docs/security.md, "Budgets").
-				BodyBytes:          cfg.Limits.BodyBytes,
-				BodyBytesPerSource: cfg.Limits.BodyBytesPerSource,
-				BodyReadTimeout:    cfg.Limits.BodyReadTimeout,
-				MaxStreamsPerKey:   cfg.Limits.MaxStreamsPerKey,
-				StreamResultBytes:  cfg.Limits.StreamResultBytes,
-				StreamWriteTimeout: cfg.Limits.StreamWriteTimeout,
-			},
-			WebhookPolicy: hookPolicy,
-			Streams:       streams,
-			Routing:       routing,
-			StartLookup:   st.startLookup(),
-			Cluster:       clusterView,
-			// Event streams and /run waits end with the other waits.
-			Stopping:        apiCtx.Done(),
-			OpenAIQueueWait: cfg.OpenAI.QueueWait,
-			Batches:         batchAPI,
-			BatchFileBytes:  cfg.OpenAI.MaxFileBytes,
-		}, st, sched),
+		Handler: public,
 		// The headers' time. A body's is limits.bodyReadTimeout, which the
 		// API sets once the headers are in, in place of a ReadTimeout
 		// (headers and body together).
@@ -191,7 +192,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(sched.CapacityWarnings),
 			httpapi.WithTeamUse(func() []scheduler.TeamStatus { return sched.Snapshot().Teams }),
 			httpapi.WithModelCheck(replicas.Checker().Problems),
-			httpapi.WithCancel(adminCancel(sched.Cancel, routing)), adminCalls(sched, streams, routing)),
+			httpapi.WithCancel(adminCancel(sched.Cancel, routing)), httpapi.WithCalls(public.OperatorCalls())),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return adminCtx },
 	}

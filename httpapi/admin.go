@@ -51,8 +51,7 @@ type admin struct {
 	replicaLogs backend.Logs                  // nil = none (see AdminLogs)
 	teamUse     func() []scheduler.TeamStatus // nil = no daemon: use unknown (see WithTeamUse)
 	cancel      CallCanceller                 // nil = none (see WithCancel)
-	run         CallRunner                    // nil = no calls (see WithCalls)
-	streams     *Streams                      // the daemon's output streams, for run; nil = none
+	calls       http.Handler                  // nil = no calls (see WithCalls)
 }
 
 // AdminOption adjusts the admin API.

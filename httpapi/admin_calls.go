@@ -85,3 +85,20 @@ func writeCancelled(w http.ResponseWriter, r *http.Request, log zerolog.Logger, 
 		writeJSON(w, http.StatusOK, cancelledCall{ID: c.ID, Project: c.ProjectID, State: c.State, Message: c.Message})
 	}
 }
+
+// WithCalls serves POST /admin/projects/:id/call (inferd call) with calls,
+// the operator's door onto the call path (Server.OperatorCalls). The CLI
+// with no daemon has none: the route then answers 501.
+func WithCalls(calls http.Handler) AdminOption {
+	return func(a *admin) { a.calls = calls }
+}
+
+// runCall handles POST /admin/projects/:id/call with the daemon's
+// operator's door (WithCalls).
+func (a *admin) runCall(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	if a.calls == nil {
+		writeError(w, r, a.log, &userError{http.StatusNotImplemented, codeInternal, "inferd call needs a running daemon"})
+		return
+	}
+	a.calls.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), httprouter.ParamsKey, ps)))
+}

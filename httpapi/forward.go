@@ -324,6 +324,7 @@ var clusterMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, 
 func (a *api) clusterAPI() httprouter.Handle {
 	sub := newRouter(a.recoverPanic)
 	sub.POST(clusterPrefix+"calls/:id/cancel", a.clusterCancel)
+	sub.POST(operatorCallPath, a.operatorCall) // operator.go
 	for _, rt := range a.opts.Routing.routes {
 		sub.Handler(rt.method, rt.path, rt.h)
 	}

@@ -164,9 +164,16 @@ type api struct {
 	streamsOpen atomic.Int64
 }
 
+// Server is the public HTTP API (an http.Handler), and the doors onto its
+// call path that other servers serve (OperatorCalls).
+type Server struct {
+	http.Handler
+	a *api
+}
+
 // New returns the public HTTP API: the inference endpoints, the project API
 // and the health probes, wrapped in request-id and access-log middleware.
-func New(opts Options, st Store, sched Scheduler) http.Handler {
+func New(opts Options, st Store, sched Scheduler) *Server {
 	opts = opts.withDefaults()
 	a := &api{opts: opts, log: opts.Log, store: st, sched: sched, limits: newLimiter(opts.Limits),
 		bodies:  newBodyBudget(opts.Limits.BodyBytes, opts.Limits.BodyBytesPerSource),
@@ -181,7 +188,7 @@ func New(opts Options, st Store, sched Scheduler) http.Handler {
 	for _, rt := range a.routes() {
 		r.Handle(rt.Method, rt.Path, routed(rt.Path, rt.handle))
 	}
-	return withRequestLog(opts.Metrics.CountRequests(a.withEdge(r)), opts.Log)
+	return &Server{Handler: withRequestLog(opts.Metrics.CountRequests(a.withEdge(r)), opts.Log), a: a}
 }
 
 // edgeStats is what the edge's budgets hold now, for the metrics.
