@@ -12,6 +12,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 	"github.com/rs/zerolog"
 
+	"inferd/httpapi/respond"
 	"inferd/scheduler"
 	"inferd/scheduler/backend"
 	"inferd/store"
@@ -107,8 +108,8 @@ func NewAdmin(st AdminStore, log zerolog.Logger, opts ...AdminOption) http.Handl
 
 func (a *admin) recoverPanic(w http.ResponseWriter, r *http.Request, v any) {
 	if logPanic(w, r, a.log, v) {
-		writeJSON(w, http.StatusInternalServerError, errorBody{errorDetail{codeInternal,
-			"internal error; see the server log for request id " + requestIDOf(w)}})
+		writeJSON(w, http.StatusInternalServerError, respond.Refusal(codeInternal,
+			"internal error; see the server log for request id "+requestIDOf(w)))
 	}
 }
 

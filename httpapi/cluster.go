@@ -143,8 +143,3 @@ func (s *statusAPI) cluster(w http.ResponseWriter, r *http.Request, _ httprouter
 	}
 	writeJSON(w, http.StatusOK, viewCluster(s.opts.Cluster, v))
 }
-
-// clusterUnavailable is the answer to a request that etcd did not answer
-// in time (store.ErrUnavailable): HTTP 503, so that a load balancer may
-// try another node, and a text that tells the client to retry.
-const clusterUnavailable = "cluster unavailable; retry"

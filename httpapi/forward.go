@@ -21,6 +21,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"inferd/cluster"
+	"inferd/httpapi/respond"
 	"inferd/scheduler"
 	"inferd/store"
 )
@@ -333,7 +334,7 @@ func (a *api) clusterAPI() httprouter.Handle {
 		if err != nil {
 			a.log.Warn().Err(err).Str("request_id", requestIDOf(w)).Str("path", truncate(r.URL.Path, 200)).
 				Msg("refused a request between nodes")
-			writeJSON(w, http.StatusUnauthorized, errorBody{errorDetail{codeUnauthorized, cluster.ErrUnauthenticated.Error()}})
+			writeJSON(w, http.StatusUnauthorized, respond.Refusal(codeUnauthorized, cluster.ErrUnauthenticated.Error()))
 			return
 		}
 		sub.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), peerKey{}, node)))

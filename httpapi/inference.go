@@ -414,29 +414,6 @@ func (a *api) decodeInference(w http.ResponseWriter, r *http.Request) (inference
 	return req, body, err
 }
 
-// decodeObject parses body, which must be one JSON object, into v.
-func decodeObject(body []byte, v any) error {
-	switch firstByte(body) {
-	case 0:
-		return errEmptyBody
-	case '{':
-	default:
-		if !json.Valid(body) {
-			return malformedJSON(json.Unmarshal(body, v))
-		}
-		return errNotObject
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return malformedJSON(err)
-	}
-	return nil
-}
-
-// isAbsent reports whether a field is missing or null.
-func isAbsent(raw json.RawMessage) bool {
-	return len(raw) == 0 || string(raw) == "null"
-}
-
 // requiredString returns a string field; missing, null and "" give ifMissing.
 func requiredString(name string, raw json.RawMessage, ifMissing error) (string, error) {
 	if isAbsent(raw) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
+	"inferd/httpapi/respond"
 	"inferd/openai"
 	"inferd/scheduler"
 	"inferd/store"
@@ -69,7 +70,7 @@ var errModelNotFound = &oaiError{status: http.StatusNotFound, typ: openai.TypeIn
 func (a *api) openaiError(w http.ResponseWriter, r *http.Request, err error) {
 	var oe *oaiError
 	if !errors.As(err, &oe) {
-		status, code, msg, internal := apiError(err, requestIDOf(w))
+		status, code, msg, internal := respond.Classify(err, requestIDOf(w))
 		if internal {
 			a.log.Error().Err(err).Str("request_id", requestIDOf(w)).Str("method", r.Method).
 				Str("path", truncate(r.URL.Path, 200)).Msg("request failed")
