@@ -19,6 +19,7 @@ import (
 	"inferd/cluster"
 	"inferd/config"
 	"inferd/httpapi"
+	"inferd/httpapi/admin"
 	"inferd/httpapi/metrics"
 	"inferd/scheduler"
 	"inferd/scheduler/backend"
@@ -291,7 +292,7 @@ func (m *clusterMode) routing() *httpapi.Routing {
 // adminCancel is the admin API's cancel: the scheduler's own, and in
 // cluster mode (routing set) a call pending on another node is cancelled
 // by that node (httpapi.Routing.Canceller), which alone runs it.
-func adminCancel(local httpapi.CallCanceller, routing *httpapi.Routing) httpapi.CallCanceller {
+func adminCancel(local admin.CallCanceller, routing *httpapi.Routing) admin.CallCanceller {
 	if routing == nil {
 		return local
 	}

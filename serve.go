@@ -22,6 +22,7 @@ import (
 	"inferd/gpu"
 	"inferd/history"
 	"inferd/httpapi"
+	"inferd/httpapi/admin"
 	"inferd/httpapi/metrics"
 	"inferd/scheduler"
 	"inferd/scheduler/backend/local"
@@ -188,11 +189,11 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		// The store itself, not the openedStore around it: the admin API
 		// finds what only some stores can do (bbolt's WriteBackup) by its
 		// methods, which the wrapper's embedded interface would hide.
-		Handler: httpapi.NewAdmin(st.daemonStore, log,
-			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(sched.CapacityWarnings),
-			httpapi.WithTeamUse(func() []scheduler.TeamStatus { return sched.Snapshot().Teams }),
-			httpapi.WithModelCheck(replicas.Checker().Problems),
-			httpapi.WithCancel(adminCancel(sched.Cancel, routing)), httpapi.WithCalls(public.OperatorCalls())),
+		Handler: admin.New(st.daemonStore, log,
+			admin.WithLogs(replicas), admin.WithCapacityCheck(sched.CapacityWarnings),
+			admin.WithTeamUse(func() []scheduler.TeamStatus { return sched.Snapshot().Teams }),
+			admin.WithModelCheck(replicas.Checker().Problems),
+			admin.WithCancel(adminCancel(sched.Cancel, routing)), admin.WithCalls(public.OperatorCalls())),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return adminCtx },
 	}

@@ -347,17 +347,17 @@ func (a *api) clusterAPI() httprouter.Handle {
 func (a *api) clusterCancel(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 	id := ps.ByName("id")
 	c, err := a.sched.Cancel(id)
-	writeCancelled(w, r, a.log, id, c, err)
+	respond.WriteCancelled(w, r, a.log, id, c, err)
 }
 
 // remoteCancelTimeout bounds a cancel on another node: a running call's
 // cancel waits there until its replica lets go of it (replica.stopGrace).
 const remoteCancelTimeout = 2 * time.Minute
 
-// Canceller returns the admin API's CallCanceller in cluster mode: local
-// for a call of this node's (or a final one), and for a call pending on
-// another node that node's, over /cluster/v1/.
-func (c *Routing) Canceller(local CallCanceller) CallCanceller {
+// Canceller returns the admin API's cancel (admin.CallCanceller) in
+// cluster mode: local for a call of this node's (or a final one), and for
+// a call pending on another node that node's, over /cluster/v1/.
+func (c *Routing) Canceller(local func(id string) (store.Call, error)) func(id string) (store.Call, error) {
 	return func(id string) (store.Call, error) {
 		n, elsewhere, err := c.pendingOn(id)
 		switch {
@@ -390,7 +390,7 @@ func (c *Routing) cancelOn(n cluster.NodeInfo, id string) (store.Call, error) {
 	if err != nil {
 		return store.Call{}, fmt.Errorf("%w: cancel call %s on node %s: %w", errClusterUnavailable, id, n.Name, err)
 	}
-	var ok cancelledCall
+	var ok respond.Cancelled
 	var failed errorBody
 	switch {
 	case resp.StatusCode == http.StatusOK && json.Unmarshal(body, &ok) == nil:

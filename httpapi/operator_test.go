@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"inferd/httpapi/admin"
 	"inferd/scheduler"
 	"inferd/store"
 )
@@ -19,7 +20,7 @@ import (
 // operatorAdmin is the admin API with the operator's door of e's server,
 // as the daemon serves it on its socket.
 func operatorAdmin(e *testEnv) http.Handler {
-	return NewAdmin(e.store, zerolog.Nop(), WithCalls(e.h.(*Server).OperatorCalls()))
+	return admin.New(e.store, zerolog.Nop(), admin.WithCalls(e.h.(*Server).OperatorCalls()))
 }
 
 // operatorLines decodes the answer of an operator's call, line by line.
@@ -44,8 +45,8 @@ func operatorLines(t *testing.T, rec *httptest.ResponseRecorder) []operatorCallL
 func TestOperatorCallRunsAnyTeamsProjectAndAnswersItsEnd(t *testing.T) {
 	e := newEnv(t, Options{})
 	e.sched.instant = true
-	admin := operatorAdmin(e)
-	lines := operatorLines(t, serve(admin, "POST", "/admin/projects/hidden/call", `{"n":1}`))
+	adm := operatorAdmin(e)
+	lines := operatorLines(t, serve(adm, "POST", "/admin/projects/hidden/call", `{"n":1}`))
 	if len(lines) != 1 || lines[0].CallID != "call_1" || lines[0].State != store.CallSucceeded ||
 		len(lines[0].Outputs) != 1 || string(lines[0].Outputs[0]) != `{"ok":true}` {
 		t.Errorf("answer %+v, want call_1 succeeded with its outputs", lines)
@@ -53,19 +54,19 @@ func TestOperatorCallRunsAnyTeamsProjectAndAnswersItsEnd(t *testing.T) {
 	if string(e.sched.lastReq.Inputs) != `{"n":1}` {
 		t.Errorf("started with inputs %s", e.sched.lastReq.Inputs)
 	}
-	serve(admin, "POST", "/admin/projects/echo/call", "")
+	serve(adm, "POST", "/admin/projects/echo/call", "")
 	if string(e.sched.lastReq.Inputs) != `{}` {
 		t.Errorf("no inputs started with %s, want {}", e.sched.lastReq.Inputs)
 	}
-	if msg := apiErrorReply(t, serve(admin, "POST", "/admin/projects/nope/call", `{}`), http.StatusNotFound, codeNotFound); msg != "project nope not found" {
+	if msg := apiErrorReply(t, serve(adm, "POST", "/admin/projects/nope/call", `{}`), http.StatusNotFound, codeNotFound); msg != "project nope not found" {
 		t.Errorf("unknown project: %q", msg)
 	}
-	apiErrorReply(t, serve(admin, "POST", "/admin/projects/echo/call", `{nope`), http.StatusBadRequest, codeBadRequest)
+	apiErrorReply(t, serve(adm, "POST", "/admin/projects/echo/call", `{nope`), http.StatusBadRequest, codeBadRequest)
 	e.sched.submitErr = fmt.Errorf("%w (1000 calls waiting)", scheduler.ErrQueueFull)
-	if msg := apiErrorReply(t, serve(admin, "POST", "/admin/projects/echo/call", `{}`), http.StatusServiceUnavailable, codeUnavailable); !strings.Contains(msg, "queue full") {
+	if msg := apiErrorReply(t, serve(adm, "POST", "/admin/projects/echo/call", `{}`), http.StatusServiceUnavailable, codeUnavailable); !strings.Contains(msg, "queue full") {
 		t.Errorf("a refused start: %q", msg)
 	}
-	if msg := apiErrorReply(t, serve(NewAdmin(e.store, zerolog.Nop()), "POST", "/admin/projects/echo/call", `{}`), http.StatusNotImplemented, codeInternal); !strings.Contains(msg, "running daemon") {
+	if msg := apiErrorReply(t, serve(admin.New(e.store, zerolog.Nop()), "POST", "/admin/projects/echo/call", `{}`), http.StatusNotImplemented, codeInternal); !strings.Contains(msg, "running daemon") {
 		t.Errorf("no daemon: %q", msg)
 	}
 }

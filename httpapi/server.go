@@ -13,6 +13,7 @@ import (
 	"inferd/batches"
 	"inferd/httpapi/metrics"
 	"inferd/httpapi/respond"
+	"inferd/httpapi/usage"
 	"inferd/openai"
 	"inferd/pipeline"
 	"inferd/store"
@@ -117,7 +118,7 @@ type Store interface {
 	OnProjectChange(fn func(projectID string))
 	UpdateProject(id string, fn func(*store.Project) error) (store.Project, error)
 	GetTeam(id string) (store.Team, error) // its quota bounds a PUT
-	UsageReader                            // GET /v1/usage (usage.go)
+	usage.Reader                           // GET /v1/usage (usage.go)
 }
 
 // Scheduler is what the public API needs from the scheduler.

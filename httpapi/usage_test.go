@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"inferd/httpapi/usage"
 	"inferd/scheduler"
 	"inferd/store"
 )
@@ -48,10 +49,10 @@ func usageEnv(t *testing.T) (*testEnv, time.Time) {
 	return env, h
 }
 
-func usageReply(t *testing.T, env *testEnv, query, key string) (int, UsageReport, string) {
+func usageReply(t *testing.T, env *testEnv, query, key string) (int, usage.Report, string) {
 	t.Helper()
 	rec := serve(env.h, http.MethodGet, "/v1/usage"+query, "", "X-Service-API-Key", key)
-	var rep UsageReport
+	var rep usage.Report
 	if rec.Code == http.StatusOK {
 		if err := json.Unmarshal(rec.Body.Bytes(), &rep); err != nil {
 			t.Fatalf("usage answer %s: %v", rec.Body, err)

@@ -1,4 +1,4 @@
-package httpapi
+package admin
 
 import (
 	"net/http"
@@ -14,7 +14,7 @@ import (
 
 func TestAdminSetTeamQuotaAndListWithUse(t *testing.T) {
 	st, _ := newAdminEnv(t)
-	h := NewAdmin(st, zerolog.Nop(), WithTeamUse(func() []scheduler.TeamStatus {
+	h := New(st, zerolog.Nop(), WithTeamUse(func() []scheduler.TeamStatus {
 		return []scheduler.TeamStatus{{ID: "acme", Replicas: 3, QueuedCalls: 7}}
 	}))
 	rec := serve(h, http.MethodPut, "/admin/teams/acme", `{"quota": {"replicas": 8, "gpus": 2, "queuedBytes": 1024}}`)

@@ -1,4 +1,4 @@
-package httpapi
+package admin
 
 import (
 	"encoding/json"
@@ -14,9 +14,9 @@ import (
 func newAdminEnv(t *testing.T) (*testStore, http.Handler) {
 	t.Helper()
 	st := newTestStore(t)
-	st.addKey(t, keyAcme, "acme", store.ScopeTeam, false)
+	st.addKey(t, keyAcme, "acme", store.ScopeTeam)
 	st.addProject(t, testProject("echo", "acme"), "mk-echo")
-	return st, NewAdmin(st, zerolog.Nop())
+	return st, New(st, zerolog.Nop())
 }
 
 func TestAdminCreateKey(t *testing.T) {
@@ -67,7 +67,7 @@ func TestAdminCreateKey(t *testing.T) {
 
 func TestAdminListAndRevokeKeys(t *testing.T) {
 	st, h := newAdminEnv(t)
-	st.addKey(t, keyOther, "other", store.ScopeTeam, false)
+	st.addKey(t, keyOther, "other", store.ScopeTeam)
 
 	rec := serve(h, http.MethodGet, "/admin/keys?team=other", "")
 	list := decode[struct{ Results []map[string]any }](t, rec)
@@ -230,7 +230,7 @@ func TestAdminApplyRefusesModelsThatCannotStartAndReportsWarnings(t *testing.T) 
 		}
 		return problems, warnings
 	}
-	h := NewAdmin(st, zerolog.Nop(), WithModelCheck(check))
+	h := New(st, zerolog.Nop(), WithModelCheck(check))
 	broken, gpuProject := testProject("broken", "acme"), testProject("gpu", "acme")
 	broken.Model.Dir = "/nope"
 	gpuProject.Model.GPUs = 1
@@ -266,7 +266,7 @@ func TestAdminApplyReportsCapacityWarningsOfAllProjects(t *testing.T) {
 		}
 		return []string{"minReplicas need 3 GPU replicas at once but only 2 fit"}
 	}
-	h := NewAdmin(st, zerolog.Nop(), WithCapacityCheck(check))
+	h := New(st, zerolog.Nop(), WithCapacityCheck(check))
 	rec := serve(h, http.MethodPost, "/admin/apply", applyBody(t, testProject("fresh", "acme")))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
