@@ -24,6 +24,7 @@ import (
 	"inferd/httpapi"
 	"inferd/httpapi/admin"
 	"inferd/httpapi/metrics"
+	"inferd/httpapi/status"
 	"inferd/scheduler"
 	"inferd/scheduler/backend/local"
 	"inferd/store"
@@ -88,8 +89,8 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var routing *httpapi.Routing        // starts and cancels follow the placement; nil on a box
-	var clusterView httpapi.ClusterView // the status's cluster section, the metrics' node label; nil on a box
+	var routing *httpapi.Routing       // starts and cancels follow the placement; nil on a box
+	var clusterView status.ClusterView // the status's cluster section, the metrics' node label; nil on a box
 	if cm != nil {
 		schedCfg.Share = cm.share
 		routing, clusterView = cm.routing(), cm.node
@@ -135,7 +136,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		APIVersion:   "inferd/" + version,
 		Log:          log,
 		Metrics:      meters,
-		Status: &httpapi.StatusSources{
+		Status: &status.Sources{
 			Snapshot: sched.Snapshot, GPUs: gpus.Devices, Calls: st, Logs: replicas,
 			History: hist, Webhooks: hooks.Stats, Protections: replicas.Protections,
 			Images: replicas.ImageUsage,

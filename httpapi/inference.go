@@ -280,18 +280,6 @@ func (a *api) callResponse(c store.Call, reaches func(teamID, projectID string) 
 	return resp
 }
 
-// failureMessage makes sure a failed call's message says "error".
-func failureMessage(m string) string {
-	switch {
-	case m == "":
-		return "error: inference failed"
-	case strings.HasPrefix(m, "error"):
-		return m
-	default:
-		return "error: " + m
-	}
-}
-
 // pendingMessage is the state of an unfinished call, or the scheduler's
 // account of it ("booting (attempt 2 of 3; last: …)"); it never contains
 // "error", which clients read as a failure.

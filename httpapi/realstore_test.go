@@ -11,6 +11,7 @@ import (
 
 	"inferd/httpapi/admin"
 	"inferd/httpapi/metrics"
+	"inferd/httpapi/status"
 	"inferd/store"
 	"inferd/store/bolt"
 )
@@ -19,7 +20,7 @@ import (
 var (
 	_ Store              = store.Store(nil)
 	_ admin.Store        = store.Store(nil)
-	_ RecentCalls        = store.Store(nil)
+	_ status.RecentCalls = store.Store(nil)
 	_ admin.BackupWriter = (*bolt.Store)(nil)
 	_ metrics.StoreStats = (*bolt.Store)(nil)
 )

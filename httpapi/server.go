@@ -13,6 +13,7 @@ import (
 	"inferd/batches"
 	"inferd/httpapi/metrics"
 	"inferd/httpapi/respond"
+	"inferd/httpapi/status"
 	"inferd/httpapi/usage"
 	"inferd/openai"
 	"inferd/pipeline"
@@ -43,8 +44,8 @@ type Options struct {
 	// at GET /metrics (no API key; see metrics.Metrics.Serve).
 	Metrics *metrics.Metrics
 	// Status, when set, feeds the /v1/status endpoints and the status page
-	// at GET / (see status.go).
-	Status *StatusSources
+	// at GET / (package httpapi/status).
+	Status *status.Sources
 	// Limits caps request rates, held-open waits and input nesting per API
 	// key; unlike the fields above, a zero field means no limit.
 	Limits Limits
@@ -68,8 +69,8 @@ type Options struct {
 	// is the default policy (all but link-local and cloud metadata).
 	WebhookPolicy *webhook.Policy
 	// Cluster, in cluster mode, is this node's view of the cluster: the
-	// cluster section of /v1/status (cluster.go). Nil on a single box.
-	Cluster ClusterView
+	// cluster section of /v1/status (httpapi/status). Nil on a single box.
+	Cluster status.ClusterView
 	// OpenAIQueueWait is how long a request of the OpenAI routes waits for
 	// a ready replica (a boot from zero included) before it is answered
 	// 503 and its call expires (default 5 minutes; see openai.go).

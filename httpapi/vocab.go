@@ -51,6 +51,7 @@ func writeError(w http.ResponseWriter, r *http.Request, log zerolog.Logger, err 
 	respond.Error(w, r, log, err)
 }
 func requestIDOf(w http.ResponseWriter) string { return respond.RequestID(w) }
+func failureMessage(m string) string           { return respond.FailureMessage(m) }
 func truncate(s string, n int) string          { return respond.Truncate(s, n) }
 func decodeObject(body []byte, v any) error    { return respond.DecodeObject(body, v) }
 func isAbsent(raw json.RawMessage) bool        { return respond.IsAbsent(raw) }

@@ -1,4 +1,4 @@
-package httpapi
+package status
 
 import (
 	"io/fs"
@@ -23,7 +23,7 @@ func pageHandlers() (page, assets httprouter.Handle) {
 	files := web.Files()
 	serve := func(w http.ResponseWriter, r *http.Request, name string) {
 		if _, err := fs.Stat(files, name); err != nil || name == "index.html" && r.URL.Path != "/" {
-			writeJSON(w, http.StatusNotFound, respond.Refusal(codeNotFound, "no such file: "+truncate(name, 100)))
+			respond.JSON(w, http.StatusNotFound, respond.Refusal(respond.CodeNotFound, "no such file: "+respond.Truncate(name, 100)))
 			return
 		}
 		h := w.Header()
