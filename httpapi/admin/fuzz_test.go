@@ -7,6 +7,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"inferd/httpapi/internal/apitest"
 	"inferd/httpapi/respond"
 	"inferd/store"
 )
@@ -30,7 +31,7 @@ func FuzzAdminBody(f *testing.F) {
 	} {
 		f.Add(s.route, []byte(s.body))
 	}
-	st := newTestStore(f)
+	st := apitest.NewStore(f)
 	h := New(st, zerolog.Nop())
 	f.Fuzz(func(t *testing.T, route uint8, body []byte) {
 		method, path := http.MethodPost, "/admin/keys"
@@ -40,7 +41,7 @@ func FuzzAdminBody(f *testing.F) {
 		case 2:
 			method, path = http.MethodPut, "/admin/teams/t1"
 		}
-		rec := serve(h, method, path, string(body))
+		rec := apitest.Serve(h, method, path, string(body))
 		switch rec.Code {
 		case http.StatusOK, http.StatusCreated:
 			var v map[string]any
@@ -48,11 +49,11 @@ func FuzzAdminBody(f *testing.F) {
 				t.Fatalf("answer is not a JSON object: %s", rec.Body)
 			}
 		case http.StatusBadRequest:
-			apiErrorReply(t, rec, rec.Code, respond.CodeBadRequest)
+			apitest.ErrorReply(t, rec, rec.Code, respond.CodeBadRequest)
 		case http.StatusConflict:
-			apiErrorReply(t, rec, rec.Code, respond.CodeConflict)
+			apitest.ErrorReply(t, rec, rec.Code, respond.CodeConflict)
 		case http.StatusRequestEntityTooLarge:
-			apiErrorReply(t, rec, rec.Code, respond.CodeTooLarge)
+			apitest.ErrorReply(t, rec, rec.Code, respond.CodeTooLarge)
 		default:
 			t.Fatalf("%s: status %d: %s", path, rec.Code, rec.Body)
 		}
@@ -60,7 +61,7 @@ func FuzzAdminBody(f *testing.F) {
 			var req applyRequest
 			_ = json.Unmarshal(body, &req)
 			for _, p := range req.Projects {
-				if err := st.project(p.ID).Validate(); err != nil {
+				if err := st.Project(p.ID).Validate(); err != nil {
 					t.Fatalf("apply stored an invalid project %s: %v", p.ID, err)
 				}
 			}
