@@ -39,7 +39,7 @@ type Store interface {
 	usage.Reader // GET /admin/usage (usage.go)
 }
 
-// BackupWriter is the optional part of an Store that serves
+// BackupWriter is the optional part of a Store that serves
 // GET /admin/backup; *bolt.Store has it. A store without it answers 501.
 type BackupWriter interface {
 	WriteBackup(w io.Writer) (int64, error)

@@ -109,7 +109,7 @@ func parseTime(name, s string) (time.Time, error) {
 	return time.Time{}, respond.BadRequest("%s %q: want an RFC 3339 time (2025-01-02T15:04:05Z) or a date (2025-01-02)", name, respond.Truncate(s, 40))
 }
 
-// usageReport reads the rows of u and sums those keep allows by u's
+// Build reads the rows of u and sums those keep allows by u's
 // dimensions.
 func Build(st Reader, u Query, keep func(store.UsageRow) bool) (Report, error) {
 	rows, err := st.UsageRows(u.Team, u.From, u.To)
