@@ -31,7 +31,7 @@ import (
 type daemonStore interface {
 	store.Store
 	httpapi.StoreStats
-	RunSweeper(ctx context.Context, ttl, every time.Duration) error
+	RunSweeper(ctx context.Context, ttl, every time.Duration, outages store.Outages) error
 }
 
 // openedStore is the daemon's store, with what else was started for it.

@@ -112,6 +112,23 @@ type testStore struct {
 	// afterKeyRead, when set, runs after each CallByIdempotencyKey read,
 	// before it returns: a slow etcd, or what happens meanwhile.
 	afterKeyRead atomic.Pointer[func()]
+	// pendingErrs, while not empty, is what PendingCalls answers, one
+	// error a read (a store without quorum).
+	pendingMu   sync.Mutex
+	pendingErrs []error
+}
+
+// PendingCalls answers the next of pendingErrs while there is one.
+func (s *testStore) PendingCalls() ([]store.Call, error) {
+	s.pendingMu.Lock()
+	if len(s.pendingErrs) > 0 {
+		err := s.pendingErrs[0]
+		s.pendingErrs = s.pendingErrs[1:]
+		s.pendingMu.Unlock()
+		return nil, err
+	}
+	s.pendingMu.Unlock()
+	return s.Store.PendingCalls()
 }
 
 // CallByIdempotencyKey runs afterKeyRead after the read.

@@ -65,7 +65,16 @@ type Config struct {
 	// is written to the usage ledger (usage.go); default 1m. A crash
 	// loses at most this much of it.
 	UsageFlush time.Duration
+	// Outages is told when the recovery at start-up finds the store
+	// unavailable (a cluster without quorum) and when it answers again:
+	// the recovery waits the outage out rather than end the node. Nil
+	// tells nothing.
+	Outages store.Outages
 }
+
+// recoveryRetry is the pause between the start-up recovery's tries while
+// the store is unavailable.
+const recoveryRetry = time.Second
 
 func (c Config) withDefaults() Config {
 	if c.MaxQueuedPerProject <= 0 {
@@ -535,19 +544,32 @@ func (s *Scheduler) goStop(inst backend.Instance) {
 // recoverPending re-queues the calls that were queued when the daemon last
 // stopped and fails those that were running: their replica died with it.
 func (s *Scheduler) recoverPending(ctx context.Context) error {
-	projects, err := s.st.ListProjects("")
+	// The reads first, together: they are tried again while the store is
+	// unavailable (a node of a cluster that lost quorum as it started),
+	// and nothing is changed until all three have answered.
+	var projects []store.Project
+	var teams []store.Team
+	var pending []store.Call
+	err := store.UntilAnswered(ctx, recoveryRetry, "recover pending calls", s.cfg.Outages, func() (err error) {
+		if projects, err = s.st.ListProjects(""); err != nil {
+			return fmt.Errorf("list projects: %w", err)
+		}
+		if teams, err = s.st.ListTeams(); err != nil {
+			return fmt.Errorf("list teams: %w", err)
+		}
+		if pending, err = s.st.PendingCalls(); err != nil {
+			return fmt.Errorf("pending calls: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("list projects: %w", err)
+		return err
 	}
 	for _, p := range projects {
 		s.addProject(p)
 	}
-	if err := s.loadQuotas(); err != nil {
-		return err
-	}
-	pending, err := s.st.PendingCalls()
-	if err != nil {
-		return fmt.Errorf("pending calls: %w", err)
+	for _, t := range teams {
+		s.quotas[t.ID] = t.Quota
 	}
 	now := s.clk.Now()
 	var writes []store.Call // calls changed by recovery, to write before serving

@@ -242,15 +242,3 @@ func (s *Scheduler) onTeamLoaded(ev evTeamLoaded) {
 	}
 	s.quotas[ev.t.ID] = ev.t.Quota
 }
-
-// loadQuotas reads every team's quota at start-up.
-func (s *Scheduler) loadQuotas() error {
-	teams, err := s.st.ListTeams()
-	if err != nil {
-		return fmt.Errorf("list teams: %w", err)
-	}
-	for _, t := range teams {
-		s.quotas[t.ID] = t.Quota
-	}
-	return nil
-}
