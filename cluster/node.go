@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -108,6 +109,11 @@ type Node struct {
 
 	live atomic.Bool
 	kick chan struct{} // the leader should look again (one wake-up is enough)
+
+	// lapsed is the lease of the last session, which lapsed under this
+	// node (fenced) and is revoked before it joins again (revokeLapsed);
+	// 0 when none. Only Run's goroutine uses it.
+	lapsed clientv3.LeaseID
 
 	mu      sync.Mutex
 	lostAt  map[string]lost // nodes whose key vanished, for the leader
@@ -292,6 +298,9 @@ func (n *Node) Run(ctx context.Context) error {
 // down: revoked).
 func (n *Node) session(ctx context.Context) error {
 	cli := n.o.Client
+	if err := n.revokeLapsed(ctx); err != nil {
+		return err
+	}
 	// The session's own context: the revoke at shutdown must outlive ctx.
 	sctx, scancel := context.WithCancel(context.Background())
 	defer scancel()
@@ -358,6 +367,7 @@ func (n *Node) endSession(sess *concurrency.Session, fenced bool) {
 			Msg("cluster lease lapsed: this node is fenced, its calls abandoned; rejoining")
 		n.o.OnFenced()
 		sess.Orphan()
+		n.lapsed = sess.Lease()
 		return
 	}
 	sess.Orphan() // its keep-alive ends
@@ -366,6 +376,30 @@ func (n *Node) endSession(sess *concurrency.Session, fenced bool) {
 	if _, err := n.o.Client.Revoke(ctx, sess.Lease()); err != nil {
 		n.o.Log.Warn().Err(err).Str("node", n.o.Name).Msg("revoking the cluster lease failed; it lapses by itself")
 	}
+}
+
+// revokeLapsed revokes the lease of the session that lapsed under this
+// node (fenced), if any, before it joins again, so that its node key
+// visibly vanishes first: the leader hands over the calls a fenced node
+// abandoned only when it sees that key go (handleLost: those written
+// before it vanished). etcd ends a lease only while it has a leader, and
+// a new raft leader extends every lease: after the whole cluster lost
+// quorum, every node's old lease is still there once quorum returns, and
+// a put of the node key under the new lease would move the key to it, so
+// the old lease's end would delete nothing and the calls the node
+// abandoned would stay pending on it for good. A lease that lapsed at
+// etcd already (its key deleted then) is not found: nothing to do.
+func (n *Node) revokeLapsed(ctx context.Context) error {
+	if n.lapsed == 0 {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	if _, err := n.o.Client.Revoke(rctx, n.lapsed); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("revoke the lapsed lease %x: %w", int64(n.lapsed), err)
+	}
+	n.lapsed = 0
+	return nil
 }
 
 // waitOr waits d, and reports true if ctx ended or done closed first.

@@ -653,6 +653,50 @@ func TestACutOffNodeIsFencedAndRejoinsAfterHealing(t *testing.T) {
 	agreedLeader(t, a, b)
 }
 
+// A node fenced while etcd could not end its lease (the whole cluster
+// without quorum: a lease ends only while etcd has a leader, and a new
+// raft leader extends every lease) revokes that lease before it joins
+// again: its key vanishes first, so the leader hands over the calls it
+// abandoned, rather than leave them pending on it for good. Here the
+// test keeps the node's lease alive at etcd while the node is cut off, as
+// a cluster without quorum does.
+func TestAFencedNodeWhoseLeaseOutlivedTheCutHandsOverItsCalls(t *testing.T) {
+	m := startMember(t)
+	a := startNode(t, m, "a", 2)
+	proxy := newCutProxy(t, m.ClientURLs()[0])
+	b := startNodeAt(t, proxy.url(), "b", 2*time.Second)
+	agreedLeader(t, a, b)
+	putProject(t, a.st, project("once", 0, 1, 0, 0))
+	waitFor(t, "the project is placed", func() bool { _, ok := a.n.Placement("once"); return ok })
+	c := store.Call{ID: "call_abandoned", ProjectID: "once", TeamID: "acme", State: store.CallQueued, Created: time.Now().UTC()}
+	if err := b.st.SaveCall(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := a.n.NodeInfo("b")
+	ctx, stopKeeping := context.WithCancel(context.Background())
+	defer stopKeeping()
+	if _, err := a.st.Client().KeepAlive(ctx, clientv3.LeaseID(before.Lease)); err != nil {
+		t.Fatal(err)
+	}
+	proxy.setCut(true)
+	select {
+	case <-b.fenced:
+	case <-time.After(within):
+		t.Fatal("the cut-off node was not fenced")
+	}
+	if _, ok := a.n.NodeInfo("b"); !ok {
+		t.Fatal("b's key vanished while its lease was kept alive: the test stands for nothing")
+	}
+	proxy.setCut(false)
+	if id, node := nextAdopted(t, a, b); id != c.ID || node != "a" {
+		t.Errorf("%s adopted %s; want a to adopt %s, abandoned by b", node, id, c.ID)
+	}
+	waitFor(t, "b back under a new lease", func() bool {
+		info, ok := a.n.NodeInfo("b")
+		return ok && info.Lease != before.Lease && b.n.Live()
+	})
+}
+
 // A node that leads and whose etcd does not answer (no quorum for it)
 // shuts down within leaveTimeout and a little: it does not wait out a
 // resign and a revoke that cannot be answered, nor a put of its load in

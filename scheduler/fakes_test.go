@@ -107,6 +107,8 @@ type testStore struct {
 	// afterResultRead, when set, runs after each GetCallResult read, before
 	// it returns: what another node does meanwhile.
 	afterResultRead atomic.Pointer[func()]
+	// resultErr, when set, is what GetCallResult answers.
+	resultErr atomic.Pointer[error]
 	// usageErr, when set, is what AddUsage answers (writing nothing).
 	usageErr atomic.Pointer[error]
 	// afterKeyRead, when set, runs after each CallByIdempotencyKey read,
@@ -154,6 +156,9 @@ func (s *testStore) failUsage(err error) { s.usageErr.Store(&err) }
 // GetCallResult counts the reads of results.
 func (s *testStore) GetCallResult(id string) (store.Call, error) {
 	s.resultReads.Add(1)
+	if err := s.resultErr.Load(); err != nil && *err != nil {
+		return store.Call{}, *err
+	}
 	c, err := s.Store.GetCallResult(id)
 	if f := s.afterResultRead.Load(); f != nil {
 		(*f)()

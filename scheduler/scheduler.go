@@ -216,6 +216,9 @@ type lookupResult struct {
 	c     store.Call
 	done  <-chan struct{}
 	found bool
+	// unsaved: c is a failure whose final write did not land (kept in
+	// memory, recentFailures), which the store may have overtaken.
+	unsaved bool
 }
 
 // New returns a Scheduler that is not running yet: call Run. Replicas run on
@@ -302,7 +305,9 @@ func (s *Scheduler) Lookup(id string) (store.Call, <-chan struct{}, error) {
 	req := lookupReq{id: id, reply: make(chan lookupResult, 1)}
 	select {
 	case s.lookupc <- req:
-		if r := <-req.reply; r.found {
+		if r := <-req.reply; r.unsaved {
+			return s.lookupUnsaved(r.c)
+		} else if r.found {
 			return r.c, r.done, nil
 		}
 	case <-s.stopped:
@@ -321,6 +326,26 @@ func (s *Scheduler) Lookup(id string) (store.Call, <-chan struct{}, error) {
 		return c, s.never, nil
 	}
 	return c, s.closedc, nil
+}
+
+// lookupUnsaved is Lookup of a call whose failure this node could not
+// write (the store did not answer: no quorum, or this node cut off). The
+// store has the last word: in cluster mode the leader may have handed the
+// call to another node meanwhile, which ran it to the end, and that
+// committed result is the call's on every node; this node's failure is
+// never answered over it. While the store cannot say (still unavailable),
+// neither can this node: the error is the store's (a 503 "cluster
+// unavailable; retry"). When the store holds the call unfinished, this
+// node's failure stands: the store has not had its write yet.
+func (s *Scheduler) lookupUnsaved(local store.Call) (store.Call, <-chan struct{}, error) {
+	stored, err := s.st.GetCallResult(local.ID)
+	switch {
+	case err == nil && stored.State.Done():
+		return stored, s.closedc, nil
+	case errors.Is(err, store.ErrUnavailable):
+		return store.Call{}, nil, fmt.Errorf("get call %s: %w", local.ID, err)
+	}
+	return local, s.closedc, nil
 }
 
 // awaitElsewhere is Lookup of call c, unfinished and unknown to the loop,
