@@ -149,6 +149,10 @@ func openStore(cfg config.Config, log zerolog.Logger) (openedStore, error) {
 	o.daemonStore, o.etcd, o.signer, o.payloads = st, st, signer, payloads
 	log.Info().Str("node", c.Name).Strs("etcd", endpoints).Bool("member", o.member != nil).
 		Msg("cluster mode: records in etcd")
+	if open := plainEtcd(c); open != "" {
+		log.Warn().Str("url", open).
+			Msg("etcd is reached without certificates: any process that can connect (another local user, a model with network: host) reads every record and writes its own; make certificates with `inferd cluster init` (docs/cluster.md, \"etcd is inferd's alone\")")
+	}
 	if u, err := url.Parse(cfg.AdvertiseURL()); err == nil {
 		if ip := net.ParseIP(u.Hostname()); u.Hostname() == "localhost" || (ip != nil && ip.IsLoopback()) {
 			log.Warn().Str("advertise", cfg.AdvertiseURL()).
@@ -156,6 +160,23 @@ func openStore(cfg config.Config, log zerolog.Logger) (openedStore, error) {
 		}
 	}
 	return o, nil
+}
+
+// plainEtcd returns the first etcd URL of c that takes no client
+// certificate (plain http, or https without a CA the member checks
+// clients against), or "" when etcd answers only holders of the cluster's
+// certificate.
+func plainEtcd(c *config.Cluster) string {
+	urls := c.Etcd.Endpoints
+	if e := c.Etcd.Embed; e != nil {
+		urls = []string{e.ClientURL}
+	}
+	for _, u := range urls {
+		if strings.HasPrefix(u, "http://") || (c.Etcd.Embed != nil && c.Etcd.TLS.CAFile == "") {
+			return u
+		}
+	}
+	return ""
 }
 
 // etcdLog passes the etcd member's error lines (JSON from its zap logger)

@@ -31,6 +31,7 @@ type clusterCommand struct{ env *env }
 
 func (c *clusterCommand) Usage() string {
 	return `Usage:
+  inferd cluster init DIR --hosts HOST,... [--force]
   inferd [global flags] cluster status [--endpoints URL,...]
   inferd [global flags] cluster members [--endpoints URL,...]
   inferd [global flags] cluster add-member NAME PEERURL [--learner] [--client-url URL]
@@ -46,6 +47,11 @@ URL of the member the node embeds, and the TLS files; --endpoints replaces
 those (another member's client URL when this node's member is down: an
 embedded member runs inside its daemon).
 
+init        makes what every node shares, once, into DIR: the cluster
+            secret and the TLS files (a CA and one node certificate for
+            every host given) that make etcd answer inferd's nodes alone;
+            prints the config lines that use them. Copy DIR to every box.
+            --force issues a new node certificate with the same CA
 status      the etcd members with their health, etcd's leader and inferd's
             leader, and the live inferd nodes with their capacity; exit 1
             when etcd has no quorum
@@ -75,6 +81,7 @@ voter fewer does, and each voter adds to every write's latency.
 
 func (c *clusterCommand) Run(ctx context.Context, args []string) error {
 	return runGroup(ctx, "cluster", args,
+		subcommand{"init", c.initCluster},
 		subcommand{"status", c.status}, subcommand{"members", c.members},
 		subcommand{"add-member", c.addMember}, subcommand{"promote-member", c.promoteMember},
 		subcommand{"remove-member", c.removeMember},
