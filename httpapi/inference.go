@@ -144,7 +144,7 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		a.fail(w, r, err)
 		return
 	}
-	key, project, err := a.startKeyAndProject(args.apiKey, args.modelKey)
+	key, project, err := a.startKeyAndProject(r, args.apiKey, args.modelKey)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		a.fail(w, r, errUnknownModelKey)
@@ -200,14 +200,18 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 // then finds its modelKey's project: a key refused is that error, and the
 // project's lookup error comes only after the key passed. With
 // Options.StartLookup both are read at once, else one after the other.
-func (a *api) startKeyAndProject(secret, modelKey string) (store.APIKey, store.Project, error) {
+func (a *api) startKeyAndProject(r *http.Request, secret, modelKey string) (store.APIKey, store.Project, error) {
 	var look store.StartLookup
 	if a.opts.StartLookup != nil {
 		look = a.opts.StartLookup(secret, modelKey)
 	} else {
 		look.Key, look.KeyErr = a.store.Authenticate(secret)
 	}
-	key, err := a.authenticated(look.Key, look.KeyErr, errInvalidAPIKey)
+	check := a.authenticated
+	if a.fromNode(r) {
+		check = a.keyValid
+	}
+	key, err := check(look.Key, look.KeyErr, errInvalidAPIKey)
 	if err == nil {
 		err = requirePermission(key, store.PermInfer)
 	}
@@ -376,6 +380,20 @@ func (a *api) authenticate(secret string, invalid error) (store.APIKey, error) {
 // authenticated is authenticate for a key already read (err: the store's
 // Authenticate error).
 func (a *api) authenticated(key store.APIKey, err error, invalid error) (store.APIKey, error) {
+	key, err = a.keyValid(key, err, invalid)
+	if err != nil {
+		return store.APIKey{}, err
+	}
+	if err := a.limits.allow(key.ID); err != nil {
+		return store.APIKey{}, err
+	}
+	return key, nil
+}
+
+// keyValid is authenticated without the rate: for a request another node
+// of the cluster forwarded, which spent the key's rate where the client
+// sent it (a start spends it once, on the node it reached first).
+func (a *api) keyValid(key store.APIKey, err error, invalid error) (store.APIKey, error) {
 	switch {
 	case errors.Is(err, store.ErrInvalidKey), errors.Is(err, store.ErrNotFound):
 		return store.APIKey{}, invalid
@@ -385,9 +403,6 @@ func (a *api) authenticated(key store.APIKey, err error, invalid error) (store.A
 		return store.APIKey{}, invalid
 	case key.ExpiredAt(time.Now()):
 		return store.APIKey{}, errKeyExpired
-	}
-	if err := a.limits.allow(key.ID); err != nil {
-		return store.APIKey{}, err
 	}
 	return key, nil
 }

@@ -60,7 +60,15 @@ func (a *api) headerKeyFor(r *http.Request, p store.Permission) (store.APIKey, e
 	if secret == "" {
 		return store.APIKey{}, errMissingHeaderKey
 	}
-	key, err := a.authenticate(secret, errInvalidHeaderKey)
+	var key store.APIKey
+	var err error
+	if a.fromNode(r) {
+		// A /run another node forwarded: its rate was spent there.
+		key, err = a.store.Authenticate(secret)
+		key, err = a.keyValid(key, err, errInvalidHeaderKey)
+	} else {
+		key, err = a.authenticate(secret, errInvalidHeaderKey)
+	}
 	if err != nil {
 		return store.APIKey{}, err
 	}
