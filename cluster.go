@@ -215,6 +215,7 @@ type schedulerHooks interface {
 	Adopt(c store.Call)
 	Abandon()
 	ProjectChanged(id string)
+	TeamShareChanged(id string)
 	Snapshot() scheduler.Status
 }
 
@@ -242,6 +243,8 @@ func newClusterMode(cfg config.Config, o openedStore, sched func() schedulerHook
 		Load: func() (cluster.Capacity, map[string]cluster.ProjectLoad) {
 			return nodeLoad(sched().Snapshot(), capacity())
 		},
+		Teams:       func() map[string]cluster.TeamLoad { return teamLoads(sched().Snapshot().Teams) },
+		OnTeamShare: func(team string) { sched().TeamShareChanged(team) },
 		OnSession: func(key string, lease clientv3.LeaseID) {
 			st.BindLease(key, lease)
 			once.Do(func() { close(m.bound) })
@@ -278,6 +281,26 @@ func newClusterMode(cfg config.Config, o openedStore, sched func() schedulerHook
 		m.payloads.SetPeers(m.node)
 	}
 	return m, nil
+}
+
+// teamLoads is what a node publishes of the teams whose quotas the leader
+// leases to nodes (cluster.TeamLoad): each one's share in force, with the
+// revision of the record it came from, its use and its want, all from one
+// snapshot of the scheduler.
+func teamLoads(teams []scheduler.TeamStatus) map[string]cluster.TeamLoad {
+	var out map[string]cluster.TeamLoad
+	for _, t := range teams {
+		q := t.Quota
+		if t.Share == nil || t.Want == nil || q.RunningCalls == 0 && q.Replicas == 0 && q.GPUs == 0 && q.CPUSlots == 0 {
+			continue
+		}
+		if out == nil {
+			out = map[string]cluster.TeamLoad{}
+		}
+		out[t.ID] = cluster.TeamLoad{Rev: t.ShareRev, Share: *t.Share, Want: *t.Want,
+			Use: store.Quota{RunningCalls: t.RunningCalls, Replicas: t.Replicas, GPUs: t.GPUs, CPUSlots: t.CPUSlots}}
+	}
+	return out
 }
 
 // share is the scheduler's Config.Share in cluster mode: this node's part

@@ -77,6 +77,7 @@ type hooks struct {
 func (h *hooks) Adopt(c store.Call)         { h.adopted <- c }
 func (h *hooks) Abandon()                   { h.abandons <- struct{}{} }
 func (h *hooks) ProjectChanged(string)      {}
+func (h *hooks) TeamShareChanged(string)    {}
 func (h *hooks) Snapshot() scheduler.Status { return scheduler.Status{} }
 
 // The node's wiring on a real etcd: its session binds the store's call

@@ -95,6 +95,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	var clusterView httpapi.ClusterView // the status's cluster section, the metrics' node label; nil on a box
 	if cm != nil {
 		schedCfg.Share = cm.share
+		schedCfg.TeamShare = cm.node.TeamShare // one set of limits for the cluster
 		routing, clusterView = cm.routing(), cm.node
 	}
 	sched = scheduler.New(schedCfg, st, replicas, scheduler.RealClock(), log)

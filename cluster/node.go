@@ -46,6 +46,8 @@ type LeaderStore interface {
 	HandOver(f etcd.Fence, c store.Call, rev int64, to string) error
 	FailLost(f etcd.Fence, c store.Call, rev int64, msg string) error
 	HandOverDeliveries(f etcd.Fence, from, to string) (int, error)
+	// The teams, whose quotas the leader leases to nodes (quota.go).
+	ListTeams() ([]store.Team, error)
 }
 
 // Options configure New.
@@ -62,6 +64,12 @@ type Options struct {
 	// Load returns this node's capacity and per-project load now; it is
 	// called once per PublishEvery and must not block. Nil: nothing.
 	Load func() (Capacity, map[string]ProjectLoad)
+	// Teams returns this node's state of each team with a leased quota
+	// (quota.go), read with Load; it must not block. Nil: none.
+	Teams func() map[string]TeamLoad
+	// OnTeamShare is called with a team's id when the leader's lease of
+	// its quotas changed, on the watch's goroutine: it must not block.
+	OnTeamShare func(team string)
 	// OnSession is called with each new session's node key and lease,
 	// after the key is put and before the node adopts any call: the store
 	// binds its call writes to it (BindLease).
@@ -105,10 +113,11 @@ type Node struct {
 	o       Options
 	started time.Time
 
-	nodes, placements, election *cache
+	nodes, placements, election, quotas *cache
 
-	live atomic.Bool
-	kick chan struct{} // the leader should look again (one wake-up is enough)
+	live  atomic.Bool
+	lease atomic.Int64  // the live session's lease; 0 between sessions
+	kick  chan struct{} // the leader should look again (one wake-up is enough)
 
 	// lapsed is the lease of the last session, which lapsed under this
 	// node (fenced) and is revoked before it joins again (revokeLapsed);
@@ -154,6 +163,9 @@ func New(o Options) (*Node, error) {
 	if o.OnPlacement == nil {
 		o.OnPlacement = func(string) {}
 	}
+	if o.OnTeamShare == nil {
+		o.OnTeamShare = func(string) {}
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -165,6 +177,7 @@ func New(o Options) (*Node, error) {
 	n.nodes = newCache(o.Prefix+NodesPrefix, n.nodeChanged)
 	n.placements = newCache(o.Prefix+PlacementPrefix, func(c change) { o.OnPlacement(c.name) })
 	n.election = newCache(o.Prefix+ElectionPrefix, nil)
+	n.quotas = newCache(o.Prefix+QuotaPrefix, func(c change) { o.OnTeamShare(c.name) })
 	o.Store.OnProjectChange(func(string) { n.wake() })
 	return n, nil
 }
@@ -249,6 +262,13 @@ type lost struct {
 // every node, and a pass reads etcd.
 func (n *Node) nodeChanged(c change) {
 	if !c.deleted && !c.created {
+		// A node that wants more of a team's quota than its share waits
+		// for the leader: look at once rather than at the next recheck.
+		if e, ok := n.nodes.get(c.name); ok {
+			if info, ok := decodeNode(c.name, e); ok && wantsMoreShare(info) {
+				n.wake()
+			}
+		}
 		return
 	}
 	if c.deleted {
@@ -282,7 +302,7 @@ func (n *Node) Run(ctx context.Context) error {
 		stop()
 		wg.Wait()
 	}()
-	for _, c := range []*cache{n.nodes, n.placements, n.election} {
+	for _, c := range []*cache{n.nodes, n.placements, n.election, n.quotas} {
 		wg.Go(func() { c.run(wctx, n.o.Client, n.o.Retry) })
 	}
 	for ctx.Err() == nil {
@@ -332,6 +352,7 @@ func (n *Node) session(ctx context.Context) error {
 			return fmt.Errorf("put node key: %w", err)
 		}
 	}
+	n.lease.Store(int64(sess.Lease()))
 	n.o.OnSession(key, sess.Lease())
 	n.live.Store(true)
 	n.o.Log.Info().Str("node", n.o.Name).Int64("lease", int64(sess.Lease())).Msg("cluster node joined")
@@ -348,6 +369,7 @@ func (n *Node) session(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	n.live.Store(false)
+	n.lease.Store(0)
 	pcancel()
 	// At once, before waiting for this session's goroutines: one may be
 	// inside an etcd request that lasts while etcd does not answer (the
@@ -449,6 +471,9 @@ func (p *publisher) publish(ctx context.Context) error {
 	capa, loads := p.n.o.Load()
 	info := NodeInfo{Name: p.n.o.Name, Advertise: p.n.o.Advertise, Lease: int64(p.lease), Started: p.n.started,
 		Member: p.n.o.Member, Capacity: capa, Projects: loads}
+	if p.n.o.Teams != nil {
+		info.Teams = p.n.o.Teams()
+	}
 	same, err := json.Marshal(info)
 	if err != nil {
 		return fmt.Errorf("encode node info: %w", err)

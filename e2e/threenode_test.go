@@ -415,8 +415,9 @@ type run struct {
 	Inputs struct {
 		Tag string `json:"tag"`
 	} `json:"inputs"`
-	Node    string `json:"env"`     // E2E_NODE: the calls that log runs ask for it
-	Replica string `json:"replica"` // the replica that ran it
+	Node    string  `json:"env"`     // E2E_NODE: the calls that log runs ask for it
+	Replica string  `json:"replica"` // the replica that ran it
+	T       float64 `json:"t"`       // when it began, Unix seconds
 }
 
 // runs reads the run log: the nodes each tag ran on, in the order the

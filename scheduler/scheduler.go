@@ -65,6 +65,16 @@ type Config struct {
 	// is written to the usage ledger (usage.go); default 1m. A crash
 	// loses at most this much of it.
 	UsageFlush time.Duration
+	// TeamShare, in cluster mode, is this node's share of each team's
+	// cluster-wide quotas (runningCalls, replicas, gpus, cpuSlots), leased
+	// to the nodes by the leader (cluster/quota.go). The scheduler holds a
+	// team to the smaller of its quota and this share, read at each
+	// check; a share of 0 of a field the quota bounds allows nothing of
+	// it. It returns the revision of the record the share came from, which
+	// the status reports beside it (the leader's sign that the node holds
+	// the team to its newest share). TeamShareChanged tells it of a new
+	// share. Nil: a single box, the quota alone.
+	TeamShare func(team string) (share store.Quota, rev int64)
 	// Outages is told when the recovery at start-up finds the store
 	// unavailable (a cluster without quorum) and when it answers again:
 	// the recovery waits the outage out rather than end the node. Nil
@@ -477,6 +487,8 @@ func (s *Scheduler) handle(ev event) {
 		s.onProjectLoaded(ev)
 	case evTeamChanged:
 		s.reloadTeam(ev.id)
+	case evTeamShare:
+		// Read at each check: the (wide) pass that follows acts on it.
 	case evTeamLoaded:
 		s.onTeamLoaded(ev)
 	case evResaveFailed:
