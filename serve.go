@@ -93,7 +93,9 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	}
 	var routing *httpapi.Routing        // starts and cancels follow the placement; nil on a box
 	var clusterView httpapi.ClusterView // the status's cluster section, the metrics' node label; nil on a box
+	var rateNodes func() int            // the nodes a key's rate is split among; nil on a box
 	if cm != nil {
+		rateNodes = cm.node.LiveCount
 		schedCfg.Share = cm.share
 		schedCfg.TeamShare = cm.node.TeamShare // one set of limits for the cluster
 		routing, clusterView = cm.routing(), cm.node
@@ -157,6 +159,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			WebhookPolicy: hookPolicy,
 			Streams:       streams,
 			Routing:       routing,
+			RateNodes:     rateNodes,
 			StartLookup:   st.startLookup(),
 			Cluster:       clusterView,
 			// Event streams and /run waits end with the other waits.

@@ -153,6 +153,13 @@ func (c *cache) all() map[string]entry {
 	return out
 }
 
+// len is how many entries the cache holds.
+func (c *cache) len() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.entries)
+}
+
 // isSynced reports whether the first listing is in.
 func (c *cache) isSynced() bool {
 	c.mu.RLock()

@@ -124,6 +124,10 @@ type Node struct {
 	// 0 when none. Only Run's goroutine uses it.
 	lapsed clientv3.LeaseID
 
+	// shares is each team's quota record as TeamShare decoded it last.
+	sharesMu sync.Mutex
+	shares   map[string]decoded
+
 	mu      sync.Mutex
 	lostAt  map[string]lost // nodes whose key vanished, for the leader
 	leading *etcd.Fence     // this node's fence while it leads
@@ -200,6 +204,11 @@ func (n *Node) Nodes() []NodeInfo {
 	slices.SortFunc(out, func(a, b NodeInfo) int { return cmp.Compare(a.Name, b.Name) })
 	return out
 }
+
+// LiveCount is how many nodes are live (their keys in the watch cache),
+// at least 1: cheap enough for every request (a key's rate is split among
+// them).
+func (n *Node) LiveCount() int { return max(n.nodes.len(), 1) }
 
 // NodeInfo returns one live node as the watch cache holds it.
 func (n *Node) NodeInfo(name string) (NodeInfo, bool) {

@@ -57,6 +57,7 @@ type testNode struct {
 
 	mu          sync.Mutex
 	load        func() (Capacity, map[string]ProjectLoad)
+	teams       func(n *Node) map[string]TeamLoad // nil: none
 	adoptFails  int // Adopt fails this many more times, as with etcd not answering
 	adoptsTried int
 }
@@ -100,6 +101,14 @@ func startNodeOn(t *testing.T, endpoint, name string, cpuSlots int, ttl time.Dur
 			tn.mu.Lock()
 			defer tn.mu.Unlock()
 			return tn.load()
+		},
+		Teams: func() map[string]TeamLoad {
+			tn.mu.Lock()
+			defer tn.mu.Unlock()
+			if tn.teams == nil {
+				return nil
+			}
+			return tn.teams(tn.n)
 		},
 		Adopt: func(id string) error {
 			tn.mu.Lock()
@@ -774,4 +783,45 @@ func TestAdoptIsTriedAgainUntilTheCallIsTaken(t *testing.T) {
 		resp, err := a.st.Client().Get(ctx, key)
 		return err == nil && len(resp.Kvs) == 0
 	})
+}
+
+// A team's quota is leased to the nodes: every node's share is for its
+// own lease, the shares add up to the quota, and the node that wants more
+// (its calls waiting) gets the larger part once the other confirms it holds
+// the team to the newest record.
+func TestTheLeaderLeasesATeamsQuotaToTheNodesByWhatTheyWant(t *testing.T) {
+	m := startMember(t)
+	a, b := startNode(t, m, "a", 2), startNode(t, m, "b", 2)
+	var wmu sync.Mutex
+	wants := map[string]int{"a": 0, "b": 0}
+	for _, tn := range []*testNode{a, b} {
+		tn.mu.Lock()
+		tn.teams = func(n *Node) map[string]TeamLoad {
+			share, rev := n.TeamShare("acme")
+			wmu.Lock()
+			defer wmu.Unlock()
+			return map[string]TeamLoad{"acme": {Rev: rev, Share: share, Want: store.Quota{RunningCalls: wants[n.Name()]}}}
+		}
+		tn.mu.Unlock()
+	}
+	agreedLeader(t, a, b)
+	if _, err := a.st.SetTeamQuota("acme", store.Quota{RunningCalls: 4, QueuedCalls: 9}); err != nil {
+		t.Fatal(err)
+	}
+	shares := func() (int, int) {
+		sa, _ := a.n.TeamShare("acme")
+		sb, _ := b.n.TeamShare("acme")
+		return sa.RunningCalls, sb.RunningCalls
+	}
+	waitFor(t, "the idle quota spread over both nodes", func() bool { x, y := shares(); return x == 2 && y == 2 })
+	wmu.Lock()
+	wants["b"] = 9 // b's calls wait
+	wmu.Unlock()
+	waitFor(t, "b given the quota nobody else wants", func() bool { x, y := shares(); return x == 0 && y == 4 })
+	if x, y := shares(); x+y > 4 {
+		t.Errorf("shares %d + %d over the quota 4", x, y)
+	}
+	if q, _ := a.n.TeamShare("labs"); q != (store.Quota{}) {
+		t.Errorf("a team without a quota record: share %+v; want none", q)
+	}
 }

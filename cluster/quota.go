@@ -110,14 +110,39 @@ func (n *Node) TeamShare(team string) (store.Quota, int64) {
 	if !ok {
 		return store.Quota{}, 0
 	}
-	var ts TeamShares
-	if json.Unmarshal(e.value, &ts) != nil {
-		return store.Quota{}, 0
-	}
-	if s, ok := ts.Nodes[n.o.Name]; ok && s.Lease == lease {
+	s, ok := n.decodedShare(team, e)
+	if ok && s.Lease == lease {
 		return s.Share, e.modRev
 	}
 	return store.Quota{}, 0
+}
+
+// decodedShare is this node's entry of team's record e, decoded once per
+// revision: the scheduler asks on every admission and dispatch of a team
+// with a quota.
+func (n *Node) decodedShare(team string, e entry) (TeamShare, bool) {
+	n.sharesMu.Lock()
+	defer n.sharesMu.Unlock()
+	if d, ok := n.shares[team]; ok && d.rev == e.modRev {
+		return d.share, d.ok
+	}
+	var ts TeamShares
+	d := decoded{rev: e.modRev}
+	if json.Unmarshal(e.value, &ts) == nil {
+		d.share, d.ok = ts.Nodes[n.o.Name]
+	}
+	if n.shares == nil {
+		n.shares = map[string]decoded{}
+	}
+	n.shares[team] = d
+	return d.share, d.ok
+}
+
+// decoded is this node's entry of a quota/<team> record at a revision.
+type decoded struct {
+	rev   int64
+	share TeamShare
+	ok    bool
 }
 
 // shareQuotas is the leader's pass over the teams' quotas: every team with

@@ -133,3 +133,20 @@ func mapsEqual(a, b map[string]TeamShare) bool {
 	}
 	return true
 }
+
+// BenchmarkTeamShare is the lookup the scheduler makes at each admission
+// and dispatch check of a team with a quota on a cluster node: the quota
+// record from the watch cache, decoded once per revision.
+func BenchmarkTeamShare(b *testing.B) {
+	n := &Node{o: Options{Name: "a"}, quotas: newCache("/quota/", nil)}
+	n.lease.Store(7)
+	v := []byte(`{"team":"acme","nodes":{"a":{"lease":7,"share":{"runningCalls":2}},"b":{"lease":9,"share":{"runningCalls":1}}}}`)
+	n.quotas.entries["acme"] = entry{value: v, modRev: 3}
+	if q, rev := n.TeamShare("acme"); q.RunningCalls != 2 || rev != 3 {
+		b.Fatalf("TeamShare = %+v, %d", q, rev)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		n.TeamShare("acme")
+	}
+}
