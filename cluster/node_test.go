@@ -58,7 +58,7 @@ type testNode struct {
 	mu          sync.Mutex
 	load        func() (Capacity, map[string]ProjectLoad)
 	teams       func(n *Node) map[string]TeamLoad // nil: none
-	adoptFails  int // Adopt fails this many more times, as with etcd not answering
+	adoptFails  int                               // Adopt fails this many more times, as with etcd not answering
 	adoptsTried int
 }
 
