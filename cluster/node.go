@@ -314,10 +314,21 @@ func (n *Node) Run(ctx context.Context) error {
 	for _, c := range []*cache{n.nodes, n.placements, n.election, n.quotas} {
 		wg.Go(func() { c.run(wctx, n.o.Client, n.o.Retry) })
 	}
+	failing := false // told once per outage, not at every try
 	for ctx.Err() == nil {
-		if err := n.session(ctx); err != nil && ctx.Err() == nil {
-			n.o.Log.Error().Err(err).Str("node", n.o.Name).Msg("cluster session failed; trying again")
+		err := n.session(ctx)
+		switch {
+		case ctx.Err() != nil:
+		case err != nil && !failing:
+			n.o.Log.Error().Err(err).Str("node", n.o.Name).Msg("cluster session failed; trying again until etcd answers")
+			failing = true
+		case err != nil:
+			n.o.Log.Debug().Err(err).Str("node", n.o.Name).Msg("cluster session failed again")
+		}
+		if err != nil && ctx.Err() == nil {
 			waitOr(ctx, nil, n.o.Retry) // a pause between tries, not a synchronization
+		} else {
+			failing = false
 		}
 	}
 	return nil
