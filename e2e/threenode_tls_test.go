@@ -11,6 +11,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -48,9 +49,15 @@ func (e *httpStatusError) Error() string { return http.StatusText(e.code) }
 // TLS presenting no certificate) and a model with `network: host`, under
 // its own uid (which cannot read the certificate's key either), read
 // nothing.
+//
+// The same cluster shows a key's rate held across the nodes (issue 42,
+// "Done when" 4): with limits.burst 30 (and a rate that does not refill
+// within the test), 36 starts with one key, twelve through each node, get
+// 30 past the rate in all: each node allows its part (ten), not the
+// whole burst.
 func TestThreeNodeClusterEtcdAnswersOnlyItsNodes(t *testing.T) {
 	testenv.NeedRoot(t, "models under uids of their own")
-	c := newThreeNodes(t, clusterOpts{tls: true, ownUIDs: true})
+	c := newThreeNodes(t, clusterOpts{tls: true, ownUIDs: true, extra: "limits:\n  requestsPerSecond: 0.001\n  burst: 30\n"})
 	n1 := c.nodes[0]
 	spyKey := n1.d.createKey("acme", false)
 	n1.d.createKey("beta", false)
@@ -100,6 +107,8 @@ func TestThreeNodeClusterEtcdAnswersOnlyItsNodes(t *testing.T) {
 		})
 	}
 
+	t.Run("a key's rate holds across the nodes", func(t *testing.T) { keyRateAcrossNodes(t, c) })
+
 	t.Run("a model with network: host", func(t *testing.T) {
 		spy := n1.client(t, spyKey)
 		for _, n := range c.nodes {
@@ -117,6 +126,39 @@ func TestThreeNodeClusterEtcdAnswersOnlyItsNodes(t *testing.T) {
 			}
 		}
 	})
+}
+
+// keyRateAcrossNodes sends twelve starts through each node with a fresh
+// key and counts those that got past the key's rate (an unknown modelKey
+// answers them: the key was good): the nodes together allow the key's
+// burst, 30.
+func keyRateAcrossNodes(t *testing.T, c *threeNodes) {
+	for _, n := range c.nodes {
+		eventually(t, time.Minute, n.name+" seeing the three nodes", func() bool {
+			return n.d.metric(t, fmt.Sprintf(`inferd_cluster_nodes{node=%q}`, n.name)) == "3"
+		})
+	}
+	key := c.nodes[0].d.createKey("acme", false)
+	passed := 0
+	for _, n := range c.nodes {
+		for range 12 {
+			r, err := n.client(t, key).tryStart("mk-none", `{}`, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg, _ := r["message"].(string)
+			switch {
+			case strings.Contains(msg, "rate limit exceeded"):
+			case msg == "error: unknown modelKey":
+				passed++
+			default:
+				t.Errorf("a start through %s: %v", n.name, r)
+			}
+		}
+	}
+	if passed != 30 {
+		t.Errorf("%d of 36 starts through three nodes got past a key's rate with a burst of 30; want 30", passed)
+	}
 }
 
 // decodedValues is a range answer of etcd's JSON gateway with each base64
