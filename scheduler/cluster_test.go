@@ -441,3 +441,54 @@ func TestUnsavedFailureNeverOverridesTheStoredResult(t *testing.T) {
 		})
 	}
 }
+
+// A cancel whose call this node drops unfinished (cluster mode: the
+// call's final write, the cancel's own or its result's, refused because
+// the call was handed to another node) took no effect here: it says the
+// cluster is unavailable, so the client retries where the call is now,
+// never "success" nor "already finished" with the call still running.
+func TestCancelOfACallHandedElsewhereSaysUnavailable(t *testing.T) {
+	fenceFinal := func(c store.Call) error {
+		if c.State.Done() {
+			return fmt.Errorf("save call %s: %w", c.ID, store.ErrFenced)
+		}
+		return nil
+	}
+	t.Run("the cancel's write refused", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			p, h, i := oneReadyReplica(t)
+			defer h.stop()
+			c := h.submit(p, `1`)
+			h.call(i) // running
+			h.st.setFail(fenceFinal)
+			if got, err := h.s.Cancel(c.ID); !errors.Is(err, store.ErrUnavailable) {
+				t.Errorf("Cancel = %+v, %v; want cluster unavailable", got, err)
+			}
+		})
+	})
+	t.Run("the result's write refused while the cancel waits for it", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			p, h, i := oneReadyReplica(t)
+			defer h.stop()
+			c := h.submit(p, `1`)
+			h.st.setFail(fenceFinal)
+			h.st.setHold(func(c store.Call) bool { return c.State.Done() })
+			h.call(i).reply(`{}`)
+			h.settle() // the result's write is held, in flight
+			type answer struct {
+				c   store.Call
+				err error
+			}
+			res := make(chan answer, 1)
+			go func() {
+				got, err := h.s.Cancel(c.ID)
+				res <- answer{got, err}
+			}()
+			h.settle()
+			h.st.release()
+			if r := <-res; !errors.Is(r.err, store.ErrUnavailable) {
+				t.Errorf("Cancel = %+v, %v; want cluster unavailable, not the call finished as it stood (running)", r.c, r.err)
+			}
+		})
+	})
+}
