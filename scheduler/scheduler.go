@@ -173,10 +173,13 @@ type Scheduler struct {
 	never    chan struct{} // never closed: the done channel of a call nobody will finish
 	finals   *finalWaiters // cluster mode: the done channels of calls run elsewhere; nil on a single box
 	started  atomic.Bool   // Run has been called
-	ready    atomic.Bool   // the loop is serving
-	draining atomic.Bool   // Drain has been called
-	wg       sync.WaitGroup
-	workers  inferWorkers // goroutines that run calls on replicas
+	// usageDown: the last write of replica usage found the store
+	// unavailable (told to Config.Outages once, until one lands).
+	usageDown atomic.Bool
+	ready     atomic.Bool // the loop is serving
+	draining  atomic.Bool // Drain has been called
+	wg        sync.WaitGroup
+	workers   inferWorkers // goroutines that run calls on replicas
 
 	// Loop-owned: everything below is read and written only by the goroutine
 	// running Run (recovery, then the loop).
