@@ -115,8 +115,12 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		Senders: cfg.Webhook.Senders, SendersPerTeam: cfg.Webhook.SendersPerTeam, MaxPendingPerTeam: cfg.Webhook.MaxPendingPerTeam,
 		Policy: hookPolicy, Body: httpapi.WebhookBody("inferd/" + version), Outages: outages,
 	}, st, log)
-	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st, Conns: conns.Stats,
-		Webhooks: hooks.TeamStats, Cluster: clusterView})
+	sources := httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st, Conns: conns.Stats,
+		Webhooks: hooks.TeamStats, Cluster: clusterView}
+	if st.etcd != nil {
+		sources.EtcdOps = st.etcd.OpStats
+	}
+	metrics.SetSources(sources)
 
 	// The OpenAI Batch API: files and batches in the data dir, each line a
 	// call (openai/batches).

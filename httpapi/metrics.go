@@ -38,6 +38,9 @@ type MetricsSources struct {
 	Conns  func() ConnStats // the API's connection limit
 	// Webhooks is the webhook deliverer's TeamStats: its counts by team.
 	Webhooks func() map[string]webhook.Stats
+	// EtcdOps, in cluster mode, counts what this node's store asked of
+	// etcd (inferd_etcd_*_total); nil on a single box.
+	EtcdOps func() store.OpStats
 	// Cluster, in cluster mode, names this node on every sample (a node
 	// label) and gives the inferd_cluster_* gauges; nil on a single box.
 	Cluster ClusterView
@@ -381,6 +384,12 @@ func (m *Metrics) writeSamples(w io.Writer) {
 		vm.WriteGaugeUint64(w, "inferd_store_file_bytes", uint64(max(src.Store.Size(), 0)))
 		vm.WriteCounterUint64(w, "inferd_store_commits_total", uint64(max(cs.Commits, 0)))
 		vm.WriteCounterFloat64(w, "inferd_store_commit_seconds_total", cs.Duration.Seconds())
+	}
+	if src.EtcdOps != nil {
+		os := src.EtcdOps()
+		vm.WriteCounterUint64(w, "inferd_etcd_requests_total", uint64(max(os.Requests, 0)))
+		vm.WriteCounterUint64(w, "inferd_etcd_reads_total", uint64(max(os.Reads, 0)))
+		vm.WriteCounterUint64(w, "inferd_etcd_writes_total", uint64(max(os.Writes, 0)))
 	}
 	if src.Webhooks != nil {
 		writeWebhookSamples(w, src.Webhooks())

@@ -17,7 +17,7 @@ import (
 const maxProjectBody = 64 << 10
 
 // projectView is a project as the API shows it: the six fields of Banana's
-// project API plus retries, never the model spec.
+// project API plus retries and durability, never the model spec.
 type projectView struct {
 	ID               string `json:"id"`
 	TeamID           string `json:"teamId"`
@@ -25,7 +25,8 @@ type projectView struct {
 	MaxReplicas      int    `json:"maxReplicas"`
 	InferenceTimeout int    `json:"inferenceTimeout"`
 	IdleTimeout      int    `json:"idleTimeout"`
-	Retries          int    `json:"retries,omitempty"` // omitted at 0: the six fields stay the Banana shape
+	Retries          int    `json:"retries,omitempty"`    // omitted at 0: the six fields stay the Banana shape
+	Durability       string `json:"durability,omitempty"` // "answered", or omitted: strict, the default
 }
 
 func viewProject(p store.Project) projectView {
@@ -37,6 +38,7 @@ func viewProject(p store.Project) projectView {
 		InferenceTimeout: p.InferenceTimeout,
 		IdleTimeout:      p.IdleTimeout,
 		Retries:          p.Retries,
+		Durability:       p.Durability,
 	}
 }
 

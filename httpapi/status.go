@@ -103,6 +103,7 @@ type statusProject struct {
 	MinReplicas int             `json:"minReplicas"`
 	MaxReplicas int             `json:"maxReplicas"`
 	GPUs        int             `json:"gpusPerReplica"`
+	Durability  string          `json:"durability"` // "strict" or "answered" (store.Project.Durability)
 	Queued      int             `json:"queued"`
 	Running     int             `json:"running"`
 	Waiting     string          `json:"waiting"`
@@ -438,6 +439,10 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 
 			Batches: lp.Batches, MeanBatchSize: lp.MeanBatchSize,
 			ParkTimeout: p.Model.ParkTimeout, ParkingOff: lp.ParkingOff,
+			Durability: store.DurabilityStrict,
+		}
+		if p.AnswersFirst() {
+			sp.Durability = store.DurabilityAnswered
 		}
 		for _, q := range lp.Queue {
 			q.WaitingFor = q.WaitingFor.Shown(reaches)

@@ -76,6 +76,9 @@ type Project struct {
 	InferenceTimeout *int `yaml:"inferenceTimeout"`
 	IdleTimeout      *int `yaml:"idleTimeout"`
 	Retries          *int `yaml:"retries"` // default 0; see store.Project.Retries
+	// Durability is "strict" (the default) or "answered"; see
+	// store.Project.Durability.
+	Durability string `yaml:"durability"`
 	// Caps bound what the team may set through the project API.
 	Caps store.ProjectCaps `yaml:"caps"`
 }
@@ -165,6 +168,9 @@ func (mp Project) toStore(baseDir string) (store.Project, error) {
 	setInt(&p.InferenceTimeout, mp.InferenceTimeout)
 	setInt(&p.IdleTimeout, mp.IdleTimeout)
 	setInt(&p.Retries, mp.Retries)
+	if mp.Durability != store.DurabilityStrict {
+		p.Durability = mp.Durability // strict, the default, is not stored
+	}
 
 	p.Model = mp.ModelSpec
 	p.Model.KeyHash = store.HashModelKey(mp.ModelKey)

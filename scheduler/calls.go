@@ -282,6 +282,17 @@ func (s *Scheduler) finish(c *call, state store.CallState, out json.RawMessage, 
 	// the loop: its answer is c.result, which nothing changes once the
 	// write has committed (see onFinal and lookupLive).
 	early := c.unsaved
+	if early && c.p.cfg.AnswersFirst() {
+		// durability: answered: the waiter has the result now, and the
+		// record follows in the next group commit. A crash before that
+		// commit loses a call whose answer went out (docs/reliability.md);
+		// a failed write keeps it in memory and writes it again (onFinal).
+		close(done) // answered: c.result is final from here on
+		s.st.SaveCallAsync(f, func(err error) {
+			s.in.post(evFinal{c: c, err: err, woken: true, answered: true})
+		})
+		return
+	}
 	s.st.SaveCallAsync(f, func(err error) {
 		woken := early && err == nil
 		if woken {
@@ -298,7 +309,7 @@ func (s *Scheduler) finish(c *call, state store.CallState, out json.RawMessage, 
 // memory, since the store cannot answer for it, and written again once a
 // later write lands. A sync start's call that was never stored gets no ID:
 // see finalAnswer.
-func (s *Scheduler) onFinal(c *call, err error, woken bool) {
+func (s *Scheduler) onFinal(c *call, err error, woken, answered bool) {
 	if s.calls[c.c.ID] == c {
 		delete(s.calls, c.c.ID)
 	}
@@ -307,6 +318,16 @@ func (s *Scheduler) onFinal(c *call, err error, woken bool) {
 	s.unindex(c)
 	f := c.result
 	switch {
+	case err != nil && answered && errors.Is(err, store.ErrFenced):
+		// Answered, and another node holds the call now: it is lost here
+		// as in a crash of this node (its waiter has read c.result).
+		s.log.Warn().Err(err).Str("call", c.c.ID).Str("project", c.p.id).Msg(msgDiscarded)
+	case err != nil && answered:
+		// Its waiter has its result: keep that, in memory, until a later
+		// write lands and this one is written again.
+		s.log.Error().Err(err).Str("call", c.c.ID).Msg("saving an answered call's result failed; kept in memory, written again once the store takes writes")
+		s.failures.add(f)
+		s.resave.add(f)
 	case errors.Is(err, store.ErrFenced):
 		s.discarded(c, err)
 		return

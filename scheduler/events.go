@@ -79,6 +79,9 @@ type evFinal struct {
 	c     *call
 	err   error
 	woken bool
+	// answered: the call was answered before its write (durability:
+	// answered), which may have failed since.
+	answered bool
 }
 
 // evLaunched: Backend.Launch returned.

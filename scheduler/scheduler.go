@@ -341,8 +341,10 @@ func (s *Scheduler) Lookup(id string) (store.Call, <-chan struct{}, error) {
 	return c, s.closedc, nil
 }
 
-// lookupUnsaved is Lookup of a call whose failure this node could not
-// write (the store did not answer: no quorum, or this node cut off). The
+// lookupUnsaved is Lookup of a call whose final write this node could not
+// make (the store did not answer: no quorum, or this node cut off): its
+// failure, or with durability: answered the result its client was given,
+// kept in memory (recentFailures). The
 // store has the last word: in cluster mode the leader may have handed the
 // call to another node meanwhile, which ran it to the end, and that
 // committed result is the call's on every node; this node's failure is
@@ -457,7 +459,7 @@ func (s *Scheduler) handle(ev event) {
 	case evPersisted:
 		s.onPersisted(ev)
 	case evFinal:
-		s.onFinal(ev.c, ev.err, ev.woken)
+		s.onFinal(ev.c, ev.err, ev.woken, ev.answered)
 	case evLaunched:
 		s.onLaunched(ev)
 	case evReady:

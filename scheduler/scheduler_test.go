@@ -857,9 +857,18 @@ func TestRecoveryWaitsOutAnUnavailableStore(t *testing.T) {
 	})
 }
 
+// TestDoneClosesOnlyAfterFinalWriteCommits: a startOnly call's waiters
+// (long polls) wake only once its result is durable, with durability:
+// answered too (it relaxes only a plain sync start's own answer).
 func TestDoneClosesOnlyAfterFinalWriteCommits(t *testing.T) {
+	for _, durability := range []string{store.DurabilityStrict, store.DurabilityAnswered} {
+		t.Run(durability, func(t *testing.T) { testDoneClosesOnlyAfterFinalWriteCommits(t, durability) })
+	}
+}
+
+func testDoneClosesOnlyAfterFinalWriteCommits(t *testing.T, durability string) {
 	synctest.Test(t, func(t *testing.T) {
-		p := testProject("d", minMax(1, 1))
+		p := testProject("d", minMax(1, 1), func(p *store.Project) { p.Durability = durability })
 		h := newHarness(t, Config{}, nil, p)
 		defer h.stop()
 		i := h.launched()

@@ -197,6 +197,8 @@ func (p Project) Validate() error {
 		return invalid("idleTimeout", "must be between 0 and %d seconds", MaxTimeout)
 	case p.Retries < 0 || p.Retries > MaxRetries:
 		return invalid("retries", "must be between 0 and %d", MaxRetries)
+	case p.Durability != "" && p.Durability != DurabilityStrict && p.Durability != DurabilityAnswered:
+		return invalid("durability", "must be %q (the default) or %q", DurabilityStrict, DurabilityAnswered)
 	}
 	if err := p.Caps.validate(); err != nil {
 		return err
@@ -342,3 +344,15 @@ func Edit(old Project, fn func(*Project) error) (Project, error) {
 	}
 	return p, nil
 }
+
+// DurabilityStrict and DurabilityAnswered are Project.Durability's values:
+// a plain sync start answered once its record is durable (the default), or
+// as soon as its result is known.
+const (
+	DurabilityStrict   = "strict"
+	DurabilityAnswered = "answered"
+)
+
+// AnswersFirst reports whether p's plain sync starts are answered before
+// their record is durable (durability: answered).
+func (p Project) AnswersFirst() bool { return p.Durability == DurabilityAnswered }

@@ -52,8 +52,14 @@ type Project struct {
 	// Retries is how many times a call interrupted by a restart or a model
 	// crash is run again under the same callID (0: never). Model errors and
 	// timeouts are never retried.
-	Retries int       `json:"retries,omitempty"`
-	Model   ModelSpec `json:"model"`
+	Retries int `json:"retries,omitempty"`
+	// Durability says when a plain sync start of the project (no
+	// startOnly, idempotency key or webhook, finished within startWait)
+	// is answered: DurabilityStrict ("" reads as it) once its record is
+	// durable, DurabilityAnswered as soon as its result is known, its
+	// record group-committed just after (docs/reliability.md).
+	Durability string    `json:"durability,omitempty"`
+	Model      ModelSpec `json:"model"`
 	// Caps bound what the team may set through the project API; only an
 	// admin (the manifest) sets them.
 	Caps ProjectCaps `json:"caps,omitzero"`
@@ -300,4 +306,12 @@ type CommitStats struct {
 	Commits  int64         // write transactions committed (or failed)
 	Writes   int64         // call writes in them
 	Duration time.Duration // total time spent in them, fsyncs included
+}
+
+// OpStats counts what a store backed by a consensus service (cluster mode's
+// etcd) has asked of it since it was opened, for metrics: requests (each one
+// round to the cluster) and the reads and writes they carried out. A write is
+// applied and made durable by every member.
+type OpStats struct {
+	Requests, Reads, Writes int64
 }

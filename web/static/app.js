@@ -358,6 +358,9 @@ function projectCard(p, now, collapsible) {
         el("div", { class: "facts" },
           el("span", {}, "replicas ", el("b", {}, `${p.replicas.length}`), ` (min ${p.minReplicas}, max ${p.maxReplicas})`),
           el("span", {}, "GPUs each ", el("b", {}, p.gpusPerReplica)),
+          el("span", { title: p.durability === "answered"
+            ? "durability: answered: a plain sync call is answered before its record is durable (docs/reliability.md)"
+            : "durability: strict: every call is durable before it is answered" }, "durability ", el("b", {}, p.durability || "strict")),
           el("span", {}, "queued ", el("b", {}, p.queued)),
           el("span", {}, "running ", el("b", {}, p.running)),
           el("span", {}, "p50 ", el("b", {}, ms(p.latencyP50Ms))),

@@ -28,8 +28,9 @@ const (
 	// drainWait bounds how long the log pipe is read after the group was killed. Only
 	// a process that left the group (setsid) can hold the pipe open that long.
 	drainWait = 2 * time.Second
-	// dialTimeout bounds a loopback connect to the model.
-	dialTimeout = time.Second
+	// dialTimeout bounds a loopback connect to the model; the client's pool
+	// times each attempt and tries again (protocol/dial.go).
+	dialTimeout = protocol.ConnectTimeout
 	// exitGrace is how long a failed call waits to see whether the process is
 	// exiting, which turns a broken connection into backend.ErrExited.
 	exitGrace = time.Second

@@ -44,8 +44,6 @@ const (
 	maxIdleConns = 1000
 	// idleConnTimeout closes a keep-alive connection unused this long.
 	idleConnTimeout = 90 * time.Second
-	// dialTimeout bounds a connect to the model with the default dialer.
-	dialTimeout = time.Second
 	// healthDrainBytes is how much of a health reply is read; a longer one
 	// closes the connection.
 	healthDrainBytes = 4 << 10
@@ -65,7 +63,8 @@ type Config struct {
 	InferPath  string // POST; "" = /
 	BatchPath  string // POST of a batch (InferBatch); "" = InferPath
 	Addr       string // host:port
-	// Dial connects to Addr; nil = a TCP dial with a 1 s timeout. A backend
+	// Dial connects to Addr; nil = a TCP dial (each attempt's timeout is the
+	// pool's, at most ConnectTimeout: dial.go). A backend
 	// whose models are reached some other way (from inside a network
 	// namespace, say) hands its own.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -99,7 +98,7 @@ func New(cfg Config) (*Client, error) {
 		cfg.MaxReplyBytes = maxReplyBytes
 	}
 	if cfg.Dial == nil {
-		cfg.Dial = (&net.Dialer{Timeout: dialTimeout}).DialContext
+		cfg.Dial = (&net.Dialer{Timeout: ConnectTimeout}).DialContext
 	}
 	switch {
 	case cfg.Protocol != store.ProtocolHTTP && cfg.Protocol != store.ProtocolPotassium && cfg.Protocol != store.ProtocolOpenAI:
@@ -143,7 +142,7 @@ func New(cfg Config) (*Client, error) {
 		c.targets[path] = target
 	}
 	c.healthReq = poolRequest{method: http.MethodGet, url: c.baseURL + cfg.HealthPath,
-		head: requestHead(http.MethodGet, cfg.Addr, c.targets[cfg.HealthPath], -1, "")}
+		head: requestHead(http.MethodGet, cfg.Addr, c.targets[cfg.HealthPath], -1, ""), probe: true}
 	return c, nil
 }
 

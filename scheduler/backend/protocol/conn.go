@@ -26,16 +26,25 @@ import (
 // only keeps the connections.
 //
 // A connection goes back to the pool only after a reply whose body was read to its
-// end, that did not ask to close, and with no error or cancellation on the way.
+// end, that did not ask to close, and with no error or cancellation on the way. A
+// reply its reader stopped at its protocol's end before its body's (an event
+// stream's data: [DONE]) has the rest of its body read by drain first.
 type connPool struct {
 	addr   string
 	dial   dialFunc
 	max    int           // idle connections kept at most
 	maxAge time.Duration // an idle connection older than this is closed, not reused
 
-	mu     sync.Mutex
-	idle   []*poolConn // most recently used last
-	closed bool
+	mu       sync.Mutex
+	idle     []*poolConn // most recently used last
+	draining map[*poolConn]struct{}
+	closed   bool
+	drains   sync.WaitGroup // drain's goroutines
+	dialing  int            // connects under way, at most maxDialing (dial.go)
+	waiting  int            // gets waiting for a connection or a dial slot
+	// freed, made by a get that waits for a connection or a dial slot, is
+	// closed (and dropped) when either frees up: every waiter looks again.
+	freed chan struct{}
 }
 
 // poolConn is one connection with its buffers.
@@ -46,6 +55,7 @@ type poolConn struct {
 	lr        limitReader // between conn and br: caps a reply's headers
 	br        *bufio.Reader
 	bw        *bufio.Writer
+	body      bodyEnd // the body of the reply being read, as the caller reads it
 	idleSince time.Time
 	// peek is alive's look at the socket, made once per connection (a
 	// closure made per call costs an allocation every call); peekErr is
@@ -123,6 +133,9 @@ func newConnPool(addr string, dial dialFunc, max int, maxAge time.Duration) *con
 type poolRequest struct {
 	method, url string
 	head, body  []byte
+	// probe: a health check, whose refused connect is its answer (the
+	// model does not listen yet; the boot watch asks again), not retried.
+	probe bool
 }
 
 // requestHead is the head of a request to host for target (a path with its
@@ -174,7 +187,7 @@ func (p *connPool) roundTrip(ctx context.Context, req poolRequest) (resp *http.R
 		return nil, nil, err
 	}
 	for {
-		pc, reused, err := p.get(ctx)
+		pc, reused, err := p.get(ctx, req.probe)
 		if err != nil {
 			return nil, nil, &url.Error{Op: urlOp(req.method), URL: req.url, Err: err}
 		}
@@ -193,11 +206,14 @@ func (p *connPool) roundTrip(ctx context.Context, req poolRequest) (resp *http.R
 			return nil, nil, &url.Error{Op: urlOp(req.method), URL: req.url, Err: err}
 		}
 		finish := func(clean bool) {
-			if !stop() || !clean || resp.Close {
+			switch {
+			case !stop() || !clean || resp.Close:
 				pc.conn.Close()
-				return
+			case !pc.body.eof:
+				p.drain(pc)
+			default:
+				p.put(pc)
 			}
-			p.put(pc)
 		}
 		return resp, finish, nil
 	}
@@ -226,6 +242,8 @@ func (pc *poolConn) exchange(req poolRequest) (*http.Response, error) {
 			if resp.StatusCode < 200 {
 				resp.Close = true // the connection is not HTTP any more
 			}
+			pc.body = bodyEnd{r: resp.Body}
+			resp.Body = &pc.body
 			gunzip(resp)
 			return resp, nil
 		}
@@ -234,25 +252,53 @@ func (pc *poolConn) exchange(req poolRequest) (*http.Response, error) {
 }
 
 // get returns an idle connection that is still open, or dials a new one. reused
-// tells which.
-func (p *connPool) get(ctx context.Context) (pc *poolConn, reused bool, err error) {
+// tells which. While maxDialing connects are under way it waits for one of
+// them to end or for a connection to come back, whichever is first (dial.go).
+func (p *connPool) get(ctx context.Context, probe bool) (pc *poolConn, reused bool, err error) {
 	for {
 		p.mu.Lock()
-		n := len(p.idle)
-		if n == 0 {
+		if n := len(p.idle); n > 0 {
+			pc = p.idle[n-1]
+			p.idle[n-1] = nil
+			p.idle = p.idle[:n-1]
+			p.mu.Unlock()
+			if time.Since(pc.idleSince) < p.maxAge && pc.alive() {
+				return pc, true, nil
+			}
+			pc.conn.Close()
+			continue
+		}
+		if p.dialing < maxDialing {
+			p.dialing++
 			p.mu.Unlock()
 			break
 		}
-		pc = p.idle[n-1]
-		p.idle[n-1] = nil
-		p.idle = p.idle[:n-1]
-		p.mu.Unlock()
-		if time.Since(pc.idleSince) < p.maxAge && pc.alive() {
-			return pc, true, nil
+		if p.freed == nil {
+			p.freed = make(chan struct{})
 		}
-		pc.conn.Close()
+		freed := p.freed
+		p.waiting++
+		p.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+		}
+		p.mu.Lock()
+		p.waiting--
+		p.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return nil, false, err
+		}
 	}
-	conn, err := p.dial(ctx, "tcp", p.addr)
+	refusedTries := refusedRetries
+	if probe {
+		refusedTries = 0
+	}
+	conn, err := dialRetrying(ctx, p.dial, p.addr, refusedTries)
+	p.mu.Lock()
+	p.dialing--
+	p.wake()
+	p.mu.Unlock()
 	if err != nil {
 		return nil, false, err
 	}
@@ -301,6 +347,7 @@ func (p *connPool) put(pc *poolConn) {
 		return
 	}
 	p.idle = append(p.idle, pc)
+	p.wake()
 	// The least recently used connection may have outlived maxAge while load was
 	// lower; close it rather than keep it until the replica exits.
 	var old *poolConn
@@ -314,16 +361,30 @@ func (p *connPool) put(pc *poolConn) {
 	}
 }
 
-// close closes the idle connections and makes later puts close theirs.
+// wake tells the gets waiting that a connection or a dial slot freed up.
+// Callers hold mu.
+func (p *connPool) wake() {
+	if p.freed != nil {
+		close(p.freed)
+		p.freed = nil
+	}
+}
+
+// close closes the idle connections and those being drained, makes later puts
+// close theirs, and returns once drain's goroutines have ended.
 func (p *connPool) close() {
 	p.mu.Lock()
 	idle := p.idle
 	p.idle = nil
+	for pc := range p.draining {
+		idle = append(idle, pc)
+	}
 	p.closed = true
 	p.mu.Unlock()
 	for _, pc := range idle {
 		pc.conn.Close()
 	}
+	p.drains.Wait()
 }
 
 // gunzip undoes a gzip Content-Encoding the way net/http's transport does when it

@@ -53,7 +53,7 @@ func poolClient(t testing.TB, ln *countingListener) *Client {
 	}
 	c, err := New(Config{
 		Addr: ln.Addr().String(),
-		Dial: (&net.Dialer{Timeout: dialTimeout, Control: count}).DialContext,
+		Dial: (&net.Dialer{Timeout: ConnectTimeout, Control: count}).DialContext,
 		Log:  zerolog.New(zerolog.NewTestWriter(t)),
 	})
 	if err != nil {
