@@ -47,7 +47,7 @@ func (o *outageLines) add(s string) {
 	o.lines = append(o.lines, s)
 }
 
-var unavailable = fmt.Errorf("expire calls: etcd: context deadline exceeded: %w", ErrUnavailable)
+var errUnavailableStore = fmt.Errorf("expire calls: etcd: context deadline exceeded: %w", ErrUnavailable)
 
 // TestSweepersWaitOutAnUnavailableStore: a store without quorum is a
 // state the sweepers wait out, tick after tick, telling the outage once
@@ -65,7 +65,7 @@ func TestSweepersWaitOutAnUnavailableStore(t *testing.T) {
 	for job, sweep := range run {
 		t.Run(job+" goes on through an outage", func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				s := &scripted{script: []error{unavailable, unavailable, unavailable, nil, unavailable}}
+				s := &scripted{script: []error{errUnavailableStore, errUnavailableStore, errUnavailableStore, nil, errUnavailableStore}}
 				o := &outageLines{}
 				ctx, cancel := context.WithCancel(t.Context())
 				done := make(chan error, 1)
@@ -88,7 +88,7 @@ func TestSweepersWaitOutAnUnavailableStore(t *testing.T) {
 		t.Run(job+" ends on another error", func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				broken := errors.New("record does not decode")
-				s := &scripted{script: []error{unavailable, broken}}
+				s := &scripted{script: []error{errUnavailableStore, broken}}
 				err := sweep(t.Context(), s, &outageLines{})
 				if !errors.Is(err, broken) {
 					t.Errorf("the sweeper ended with %v; want %v", err, broken)
@@ -112,8 +112,8 @@ func TestUntilAnsweredWaitsOutAnUnavailableStore(t *testing.T) {
 		told   []string
 	}{
 		{"answered at once", nil, nil, 1, nil},
-		{"answered after an outage", []error{unavailable, unavailable}, nil, 3, []string{"down job", "up job"}},
-		{"another error after an outage", []error{unavailable, broken}, broken, 2, []string{"down job", "up job"}},
+		{"answered after an outage", []error{errUnavailableStore, errUnavailableStore}, nil, 3, []string{"down job", "up job"}},
+		{"another error after an outage", []error{errUnavailableStore, broken}, broken, 2, []string{"down job", "up job"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -136,7 +136,7 @@ func TestUntilAnsweredWaitsOutAnUnavailableStore(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			time.AfterFunc(time.Minute, cancel)
-			err := UntilAnswered(ctx, time.Second, "job", nil, func() error { return unavailable })
+			err := UntilAnswered(ctx, time.Second, "job", nil, func() error { return errUnavailableStore })
 			if !errors.Is(err, context.Canceled) {
 				t.Errorf("UntilAnswered = %v; want context.Canceled", err)
 			}
