@@ -84,6 +84,11 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	schedCfg.Finals = st.finals() // cluster mode: long polls on calls run by other nodes
 	schedCfg.Observer = observers{Metrics: meters, hist: hist, streams: streams}
 	schedCfg.Outputs = streams
+	// Without quorum (cluster mode) the jobs that read or sweep the store
+	// wait for it, and each logs the outage once: losing quorum never
+	// ends the node.
+	outages := outageLog{log}
+	schedCfg.Outages = outages
 	// In cluster mode, this node's membership (cluster.go); nil on a box.
 	cm, err := newClusterMode(cfg, st, func() schedulerHooks { return sched }, replicas.Capacity, log)
 	if err != nil {
@@ -91,8 +96,11 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	}
 	var routing *httpapi.Routing       // starts and cancels follow the placement; nil on a box
 	var clusterView status.ClusterView // the status's cluster section, the metrics' node label; nil on a box
+	var rateNodes func() int           // the nodes a key's rate is split among; nil on a box
 	if cm != nil {
+		rateNodes = cm.node.LiveCount
 		schedCfg.Share = cm.share
+		schedCfg.TeamShare = cm.node.TeamShare // one set of limits for the cluster
 		routing, clusterView = cm.routing(), cm.node
 	}
 	sched = scheduler.New(schedCfg, st, replicas, scheduler.RealClock(), log)
@@ -108,7 +116,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	hooks := webhook.New(webhook.Config{
 		RetryFor: cfg.Webhook.RetryFor, FirstRetry: cfg.Webhook.FirstRetry, Timeout: cfg.Webhook.Timeout,
 		Senders: cfg.Webhook.Senders, SendersPerTeam: cfg.Webhook.SendersPerTeam, MaxPendingPerTeam: cfg.Webhook.MaxPendingPerTeam,
-		Policy: hookPolicy, Body: httpapi.WebhookBody("inferd/" + version),
+		Policy: hookPolicy, Body: httpapi.WebhookBody("inferd/" + version), Outages: outages,
 	}, st, log)
 	sources := metrics.Sources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st, Conns: conns.Stats,
 		Webhooks: hooks.TeamStats, Cluster: clusterView}
@@ -158,6 +166,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		WebhookPolicy: hookPolicy,
 		Streams:       streams,
 		Routing:       routing,
+		RateNodes:     rateNodes,
 		StartLookup:   st.startLookup(),
 		Cluster:       clusterView,
 		// Event streams and /run waits end with the other waits.
@@ -229,8 +238,10 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		// (docs/cluster.md, "Left over").
 		g.Go(func() error { return cm.payloads.RunSweeper(gctx, cm.refs, cfg.SweepInterval, time.Hour) })
 	}
-	g.Go(func() error { return st.RunSweeper(gctx, cfg.ResultTTL, cfg.SweepInterval) })
-	g.Go(func() error { return store.RunUsageSweeper(gctx, st, time.Now, cfg.Usage.Retention, cfg.SweepInterval) })
+	g.Go(func() error { return st.RunSweeper(gctx, cfg.ResultTTL, cfg.SweepInterval, outages) })
+	g.Go(func() error {
+		return store.RunUsageSweeper(gctx, st, time.Now, cfg.Usage.Retention, cfg.SweepInterval, outages)
+	})
 	g.Go(func() error { return gpus.Run(gctx, cfg.GPU.RefreshInterval) })
 	g.Go(func() error {
 		select {

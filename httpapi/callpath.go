@@ -63,6 +63,9 @@ const rereadWithin = time.Second
 
 // admitRate takes one request from the key's rate.
 func (a *api) admitRate(ad *pipeline.Admission) (func(), error) {
+	if ad.FromNode {
+		return nil, nil // spent on the node the client sent it to
+	}
 	return nil, a.limits.allow(ad.Key.ID)
 }
 

@@ -151,7 +151,7 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		return
 	}
 	req := pipeline.Request{Secret: args.apiKey, Target: pipeline.Target{ModelKey: args.modelKey}, Call: args.req,
-		W: w, R: r, Body: args.body, Wait: a.startWait}
+		W: w, R: r, Body: args.body, Wait: a.startWait, FromNode: a.fromNode(r)}
 	if !args.startOnly {
 		// One write for a call that finishes within the wait (see
 		// SubmitWait); the call runs on if the client goes away.
@@ -305,6 +305,20 @@ func (a *api) authenticate(secret string, invalid error) (store.APIKey, error) {
 // authenticated is authenticate for a key already read (err: the store's
 // Authenticate error).
 func (a *api) authenticated(key store.APIKey, err error, invalid error) (store.APIKey, error) {
+	key, err = a.keyValid(key, err, invalid)
+	if err != nil {
+		return store.APIKey{}, err
+	}
+	if err := a.limits.allow(key.ID); err != nil {
+		return store.APIKey{}, err
+	}
+	return key, nil
+}
+
+// keyValid is authenticated without the rate: for a request another node
+// of the cluster forwarded, which spent the key's rate where the client
+// sent it (a start spends it once, on the node it reached first).
+func (a *api) keyValid(key store.APIKey, err error, invalid error) (store.APIKey, error) {
 	switch {
 	case errors.Is(err, store.ErrInvalidKey), errors.Is(err, store.ErrNotFound):
 		return store.APIKey{}, invalid
@@ -314,9 +328,6 @@ func (a *api) authenticated(key store.APIKey, err error, invalid error) (store.A
 		return store.APIKey{}, invalid
 	case key.ExpiredAt(time.Now()):
 		return store.APIKey{}, errKeyExpired
-	}
-	if err := a.limits.allow(key.ID); err != nil {
-		return store.APIKey{}, err
 	}
 	return key, nil
 }

@@ -62,7 +62,7 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, ps httprouter.Params) 
 	// Admitted and durable before the wait (no Call.Wait): the call
 	// belongs to the server once admitted, and a retry finds it by its key.
 	out, ref := a.pipe.Start(r.Context(), pipeline.Request{Secret: secret, Target: pipeline.Target{ProjectID: ps.ByName("project")},
-		Call: req, Hold: pipeline.HoldWait, W: w, R: r, Body: body, Wait: inferenceWait})
+		Call: req, Hold: pipeline.HoldWait, W: w, R: r, Body: body, Wait: inferenceWait, FromNode: a.fromNode(r)})
 	switch {
 	case ref != nil:
 		runDoor{a}.refused(w, r, ref)

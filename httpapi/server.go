@@ -53,6 +53,10 @@ type Options struct {
 	// that run them and serves /cluster/v1/ (forward.go); nil: a single
 	// box.
 	Routing *Routing
+	// RateNodes, in cluster mode, is how many live nodes share each key's
+	// request rate (limits.requestsPerSecond and burst are the cluster's):
+	// this node allows its part. Nil: a single box, the whole rate here.
+	RateNodes func() int
 	// StartLookup, when set, reads a start's API key and the project of
 	// its modelKey together (store/etcd's LookupStart: one round trip to
 	// etcd instead of three); nil: Authenticate, then ProjectByModelKey.
@@ -176,7 +180,7 @@ type Server struct {
 // and the health probes, wrapped in request-id and access-log middleware.
 func New(opts Options, st Store, sched Scheduler) *Server {
 	opts = opts.withDefaults()
-	a := &api{opts: opts, log: opts.Log, store: st, sched: sched, limits: newLimiter(opts.Limits),
+	a := &api{opts: opts, log: opts.Log, store: st, sched: sched, limits: newLimiter(opts.Limits, opts.RateNodes),
 		bodies:  newBodyBudget(opts.Limits.BodyBytes, opts.Limits.BodyBytesPerSource),
 		results: newStreamResults(opts.Limits.StreamResultBytes), place: localPlacer{}}
 	if opts.Routing != nil {

@@ -104,6 +104,11 @@ type Request struct {
 	// is not Sync.
 	Sync bool
 
+	// FromNode says another node of the cluster forwarded the request to
+	// this one: the key's rate was spent where the client sent it
+	// (Admission.FromNode), so a start spends it once.
+	FromNode bool
+
 	// The door's exchange, which a Remote forwards as it was sent: the
 	// writer, the request and its body as read.
 	W    http.ResponseWriter
@@ -151,11 +156,13 @@ var ErrNoNode = errors.New("cluster unavailable; retry")
 // Start resolves, admits, places and starts req's call. A refusal comes
 // before any call exists; a forwarded request has been answered.
 func (p *Pipeline) Start(ctx context.Context, req Request) (Outcome, *Refusal) {
-	resolve := p.resolve
+	var c Caller
+	var ref *Refusal
 	if req.Operator {
-		resolve = p.operator
+		c, ref = p.operator(req.Target)
+	} else {
+		c, ref = p.resolve(req.Secret, req.Target, req.FromNode)
 	}
-	c, ref := resolve(req.Secret, req.Target)
 	if ref != nil {
 		return Outcome{}, ref
 	}
