@@ -19,6 +19,7 @@ import (
 	"inferd/cluster"
 	"inferd/config"
 	"inferd/httpapi"
+	"inferd/httpapi/admin"
 	"inferd/httpapi/metrics"
 	"inferd/scheduler"
 	"inferd/scheduler/backend"
@@ -335,20 +336,11 @@ func (m *clusterMode) routing() *httpapi.Routing {
 // adminCancel is the admin API's cancel: the scheduler's own, and in
 // cluster mode (routing set) a call pending on another node is cancelled
 // by that node (httpapi.Routing.Canceller), which alone runs it.
-func adminCancel(local httpapi.CallCanceller, routing *httpapi.Routing) httpapi.CallCanceller {
+func adminCancel(local admin.CallCanceller, routing *httpapi.Routing) admin.CallCanceller {
 	if routing == nil {
 		return local
 	}
 	return routing.Canceller(local)
-}
-
-// adminCalls is the admin API's call route (inferd call) on a single box; a
-// cluster's node has none: its project may run on another node.
-func adminCalls(sched httpapi.CallRunner, streams *httpapi.Streams, routing *httpapi.Routing) httpapi.AdminOption {
-	if routing != nil {
-		return httpapi.WithCalls(nil, nil)
-	}
-	return httpapi.WithCalls(sched, streams)
 }
 
 // nodeLoad is what a node publishes of itself (cluster.NodeInfo): its

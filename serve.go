@@ -22,7 +22,9 @@ import (
 	"inferd/gpu"
 	"inferd/history"
 	"inferd/httpapi"
+	"inferd/httpapi/admin"
 	"inferd/httpapi/metrics"
+	"inferd/httpapi/status"
 	"inferd/scheduler"
 	"inferd/scheduler/backend/local"
 	"inferd/store"
@@ -92,9 +94,9 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var routing *httpapi.Routing        // starts and cancels follow the placement; nil on a box
-	var clusterView httpapi.ClusterView // the status's cluster section, the metrics' node label; nil on a box
-	var rateNodes func() int            // the nodes a key's rate is split among; nil on a box
+	var routing *httpapi.Routing       // starts and cancels follow the placement; nil on a box
+	var clusterView status.ClusterView // the status's cluster section, the metrics' node label; nil on a box
+	var rateNodes func() int           // the nodes a key's rate is split among; nil on a box
 	if cm != nil {
 		rateNodes = cm.node.LiveCount
 		schedCfg.Share = cm.share
@@ -135,45 +137,46 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 
 	apiCtx, endWaits := context.WithCancel(context.Background())
 	defer endWaits()
+	public := httpapi.New(httpapi.Options{
+		StartWait:    cfg.StartWait,
+		LongPollWait: cfg.LongPollWait,
+		MaxBodyBytes: cfg.MaxBodyBytes,
+		APIVersion:   "inferd/" + version,
+		Log:          log,
+		Metrics:      meters,
+		Status: &status.Sources{
+			Snapshot: sched.Snapshot, GPUs: gpus.Devices, Calls: st, Logs: replicas,
+			History: hist, Webhooks: hooks.Stats, Protections: replicas.Protections,
+			Images: replicas.ImageUsage,
+		},
+		Limits: httpapi.Limits{
+			RequestsPerSecond: cfg.Limits.RequestsPerSecond,
+			Burst:             cfg.Limits.Burst,
+			MaxWaitsPerKey:    cfg.Limits.MaxWaitsPerKey,
+			MaxWaits:          cfg.Limits.MaxWaits,
+			MaxInputDepth:     cfg.Limits.MaxInputDepth,
+			// The edge's budgets (docs/security.md, "Budgets").
+			BodyBytes:          cfg.Limits.BodyBytes,
+			BodyBytesPerSource: cfg.Limits.BodyBytesPerSource,
+			BodyReadTimeout:    cfg.Limits.BodyReadTimeout,
+			MaxStreamsPerKey:   cfg.Limits.MaxStreamsPerKey,
+			StreamResultBytes:  cfg.Limits.StreamResultBytes,
+			StreamWriteTimeout: cfg.Limits.StreamWriteTimeout,
+		},
+		WebhookPolicy: hookPolicy,
+		Streams:       streams,
+		Routing:       routing,
+		RateNodes:     rateNodes,
+		StartLookup:   st.startLookup(),
+		Cluster:       clusterView,
+		// Event streams and /run waits end with the other waits.
+		Stopping:        apiCtx.Done(),
+		OpenAIQueueWait: cfg.OpenAI.QueueWait,
+		Batches:         batchAPI,
+		BatchFileBytes:  cfg.OpenAI.MaxFileBytes,
+	}, st, sched)
 	api := &http.Server{
-		Handler: httpapi.New(httpapi.Options{
-			StartWait:    cfg.StartWait,
-			LongPollWait: cfg.LongPollWait,
-			MaxBodyBytes: cfg.MaxBodyBytes,
-			APIVersion:   "inferd/" + version,
-			Log:          log,
-			Metrics:      meters,
-			Status: &httpapi.StatusSources{
-				Snapshot: sched.Snapshot, GPUs: gpus.Devices, Calls: st, Logs: replicas,
-				History: hist, Webhooks: hooks.Stats, Protections: replicas.Protections,
-				Images: replicas.ImageUsage,
-			},
-			Limits: httpapi.Limits{
-				RequestsPerSecond: cfg.Limits.RequestsPerSecond,
-				Burst:             cfg.Limits.Burst,
-				MaxWaitsPerKey:    cfg.Limits.MaxWaitsPerKey,
-				MaxWaits:          cfg.Limits.MaxWaits,
-				MaxInputDepth:     cfg.Limits.MaxInputDepth,
-				// The edge's budgets (docs/security.md, "Budgets").
-				BodyBytes:          cfg.Limits.BodyBytes,
-				BodyBytesPerSource: cfg.Limits.BodyBytesPerSource,
-				BodyReadTimeout:    cfg.Limits.BodyReadTimeout,
-				MaxStreamsPerKey:   cfg.Limits.MaxStreamsPerKey,
-				StreamResultBytes:  cfg.Limits.StreamResultBytes,
-				StreamWriteTimeout: cfg.Limits.StreamWriteTimeout,
-			},
-			WebhookPolicy: hookPolicy,
-			Streams:       streams,
-			Routing:       routing,
-			RateNodes:     rateNodes,
-			StartLookup:   st.startLookup(),
-			Cluster:       clusterView,
-			// Event streams and /run waits end with the other waits.
-			Stopping:        apiCtx.Done(),
-			OpenAIQueueWait: cfg.OpenAI.QueueWait,
-			Batches:         batchAPI,
-			BatchFileBytes:  cfg.OpenAI.MaxFileBytes,
-		}, st, sched),
+		Handler: public,
 		// The headers' time. A body's is limits.bodyReadTimeout, which the
 		// API sets once the headers are in, in place of a ReadTimeout
 		// (headers and body together).
@@ -196,11 +199,11 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		// The store itself, not the openedStore around it: the admin API
 		// finds what only some stores can do (bbolt's WriteBackup) by its
 		// methods, which the wrapper's embedded interface would hide.
-		Handler: httpapi.NewAdmin(st.daemonStore, log,
-			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(sched.CapacityWarnings),
-			httpapi.WithTeamUse(func() []scheduler.TeamStatus { return sched.Snapshot().Teams }),
-			httpapi.WithModelCheck(replicas.Checker().Problems),
-			httpapi.WithCancel(adminCancel(sched.Cancel, routing)), adminCalls(sched, streams, routing)),
+		Handler: admin.New(st.daemonStore, log,
+			admin.WithLogs(replicas), admin.WithCapacityCheck(sched.CapacityWarnings),
+			admin.WithTeamUse(func() []scheduler.TeamStatus { return sched.Snapshot().Teams }),
+			admin.WithModelCheck(replicas.Checker().Problems),
+			admin.WithCancel(adminCancel(sched.Cancel, routing)), admin.WithCalls(public.OperatorCalls())),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return adminCtx },
 	}

@@ -280,18 +280,6 @@ func (a *api) callResponse(c store.Call, reaches func(teamID, projectID string) 
 	return resp
 }
 
-// failureMessage makes sure a failed call's message says "error".
-func failureMessage(m string) string {
-	switch {
-	case m == "":
-		return "error: inference failed"
-	case strings.HasPrefix(m, "error"):
-		return m
-	default:
-		return "error: " + m
-	}
-}
-
 // pendingMessage is the state of an unfinished call, or the scheduler's
 // account of it ("booting (attempt 2 of 3; last: …)"); it never contains
 // "error", which clients read as a failure.
@@ -423,29 +411,6 @@ func (a *api) decodeInference(w http.ResponseWriter, r *http.Request) (inference
 	}
 	req, err = decodeInferenceRequest(body)
 	return req, body, err
-}
-
-// decodeObject parses body, which must be one JSON object, into v.
-func decodeObject(body []byte, v any) error {
-	switch firstByte(body) {
-	case 0:
-		return errEmptyBody
-	case '{':
-	default:
-		if !json.Valid(body) {
-			return malformedJSON(json.Unmarshal(body, v))
-		}
-		return errNotObject
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return malformedJSON(err)
-	}
-	return nil
-}
-
-// isAbsent reports whether a field is missing or null.
-func isAbsent(raw json.RawMessage) bool {
-	return len(raw) == 0 || string(raw) == "null"
 }
 
 // requiredString returns a string field; missing, null and "" give ifMissing.

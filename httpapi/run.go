@@ -11,6 +11,7 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
+	"inferd/httpapi/respond"
 	"inferd/pipeline"
 	"inferd/scheduler"
 	"inferd/store"
@@ -35,7 +36,7 @@ const (
 // runError answers a /run request that did not reach the model's answer:
 // status and a JSON error body, as the project API's.
 func runError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, errorBody{errorDetail{code, msg}})
+	writeJSON(w, status, respond.Refusal(code, msg))
 }
 
 // run handles POST /run/:project/*route: the call goes to that route of the

@@ -84,6 +84,22 @@ func (p *Pipeline) resolve(secret string, t Target, fromNode bool) (Caller, *Ref
 	return Caller{Key: key, Project: proj}, nil
 }
 
+// operator resolves an operator's request (Request.Operator): no key, and
+// the project of any team by its id.
+func (p *Pipeline) operator(t Target) (Caller, *Refusal) {
+	if t.ProjectID == "" {
+		return Caller{}, &Refusal{Kind: RefusedProject, Err: errNoProject}
+	}
+	proj, err := p.cfg.Store.GetProject(t.ProjectID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return Caller{}, &Refusal{Kind: RefusedProject, Err: errNoProject}
+	case err != nil:
+		return Caller{}, refused(err)
+	}
+	return Caller{Project: proj}, nil
+}
+
 var (
 	errScope     = errors.New("this key may not make calls")
 	errNoProject = errors.New("project not found")
