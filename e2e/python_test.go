@@ -99,7 +99,9 @@ func TestPythonProjectsRunOfflineFromAWheelhouseAndShareTheirVenv(t *testing.T) 
 		{"mk-py-missing", "No matching distribution found for absent-package==2.0"},
 		{"mk-py-online", "No matching distribution found for greet==1.0"},
 	} {
-		r := c.start(tc.modelKey, `{}`, false)
+		// The build may outlast the start's wait on a loaded box: the
+		// answer that counts is the call's end.
+		r := c.waitResult(c.start(tc.modelKey, `{}`, true)["callID"].(string))
 		if msg, _ := r["message"].(string); !strings.HasPrefix(msg, "error: ") || !strings.Contains(msg, tc.want) {
 			t.Errorf("%s: %v; want an error with pip's %q", tc.modelKey, r["message"], tc.want)
 		}
