@@ -10,7 +10,7 @@
 // state: the per-project queues, the replicas, the CPU slots and GPU
 // assignments, the timers and the table of live calls. Nothing else reads or
 // writes that state, so none of it is locked. Callers reach the loop through
-// request/reply channels (Submit, Lookup, Snapshot); everything that can block
+// request/reply channels (Submit, Lookup, Snapshot, LiveCalls); everything that can block
 // (launching, watching and stopping processes, inference requests, store
 // reads, store commits) runs in goroutines that report back as events through
 // an inbox that never blocks its sender. Every such goroutine is started by the
