@@ -47,6 +47,9 @@ type StatusSources struct {
 	// Images says what the images projects run in take on this node's
 	// disk (docs/images.md).
 	Images func() (image.Usage, error)
+	// Live lists the calls the scheduler holds (its LiveCalls), which the
+	// calls list shows with the stored ones (mergeLive).
+	Live func(teamID string, limit int) []scheduler.LiveCall
 }
 
 // RecentCalls is what the status endpoints read of a store.Store.
@@ -212,6 +215,7 @@ type view struct {
 	snapshot scheduler.Status
 	projects []store.Project // visible, sorted by id
 	calls    []store.Call    // visible, newest first, at most latencyWindow
+	live     []store.Call    // the scheduler's live calls, visible, newest first (liveCalls)
 }
 
 func (s *statusAPI) read(r *http.Request, wantCalls bool) (view, error) {
@@ -231,6 +235,9 @@ func (s *statusAPI) read(r *http.Request, wantCalls bool) (view, error) {
 	slices.SortFunc(v.projects, func(x, y store.Project) int { return strings.Compare(x.ID, y.ID) })
 	if s.src.Snapshot != nil {
 		v.snapshot = s.src.Snapshot()
+	}
+	if wantCalls {
+		v.live = s.liveCalls(key, team) // before the store: see mergeLive
 	}
 	if wantCalls && s.src.Calls != nil {
 		if v.calls, err = s.src.Calls.RecentCalls(team, latencyWindow); err != nil {
@@ -259,7 +266,7 @@ func (s *statusAPI) all(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		TeamID:      v.key.TeamID,
 		GPUs:        s.viewGPUs(v),
 		Projects:    s.viewProjects(v),
-		Calls:       viewCalls(v.calls, limit),
+		Calls:       viewCalls(mergeLive(v.live, v.calls), limit),
 		Teams:       viewTeams(v),
 		Webhooks:    s.webhookStats(v.key),
 		Protections: s.protections(),
@@ -331,7 +338,7 @@ func (s *statusAPI) projects(_ *http.Request, v view) ([]statusProject, error) {
 // calls renders GET /v1/status/calls[?limit=N].
 func (s *statusAPI) calls(r *http.Request, v view) ([]statusCall, error) {
 	limit, err := queryInt(r, "limit", defaultStatusCalls, maxStatusCalls)
-	return viewCalls(v.calls, limit), err
+	return viewCalls(mergeLive(v.live, v.calls), limit), err
 }
 
 type statusLog struct {
