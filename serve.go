@@ -147,7 +147,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		Status: &status.Sources{
 			Snapshot: sched.Snapshot, GPUs: gpus.Devices, Calls: st, Logs: replicas,
 			History: hist, Webhooks: hooks.Stats, Protections: replicas.Protections,
-			Images: replicas.ImageUsage,
+			Images: replicas.ImageUsage, Live: sched.LiveCalls,
 		},
 		Limits: httpapi.Limits{
 			RequestsPerSecond: cfg.Limits.RequestsPerSecond,

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -206,6 +208,23 @@ func (f *fakeScheduler) Lookup(id string) (store.Call, <-chan struct{}, error) {
 }
 
 func (f *fakeScheduler) Ready() bool { return !f.notReady }
+
+// LiveCalls lists the calls not finished of teamID ("" = all), newest
+// (highest id) first, up to limit, as the scheduler's LiveCalls does.
+func (f *fakeScheduler) LiveCalls(teamID string, limit int) []scheduler.LiveCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []scheduler.LiveCall
+	for _, fc := range f.calls {
+		c := fc.call
+		if !c.State.Done() && (teamID == "" || c.TeamID == teamID) {
+			out = append(out, scheduler.LiveCall{ID: c.ID, ProjectID: c.ProjectID, TeamID: c.TeamID, State: c.State,
+				Created: c.Created, Dispatched: c.Dispatched, ReplicaID: c.ReplicaID})
+		}
+	}
+	slices.SortFunc(out, func(a, b scheduler.LiveCall) int { return strings.Compare(b.ID, a.ID) })
+	return out[:min(limit, len(out))]
+}
 
 // add stores a call as given (its done channel closed if it is final).
 func (f *fakeScheduler) add(c store.Call) {

@@ -430,14 +430,20 @@ func (s *Scheduler) view(c *call) store.Call {
 	if est != nil {
 		v.ETAMs, v.ETARangeMs = &est.ms, &[2]int64{est.lo, est.hi}
 	}
-	p := c.p
-	switch {
-	case p.bootFailures > 0 && (p.booting() || p.backoffT.armed()):
-		v.State, v.Message = store.CallBooting, s.bootingMessage(p)
-	case p.booting():
+	if p := c.p; p.bootsForQueue() {
 		v.State = store.CallBooting
+		if p.bootFailures > 0 {
+			v.Message = s.bootingMessage(p)
+		}
 	}
 	return v
+}
+
+// bootsForQueue reports whether p's queued calls read booting: while it
+// boots a replica with none ready, and after a failed boot until the next
+// attempt ends (its backoff included).
+func (p *project) bootsForQueue() bool {
+	return p.booting() || (p.bootFailures > 0 && p.backoffT.armed())
 }
 
 // recentFailures remembers calls whose final write failed, oldest forgotten

@@ -10,13 +10,14 @@
 // state: the per-project queues, the replicas, the CPU slots and GPU
 // assignments, the timers and the table of live calls. Nothing else reads or
 // writes that state, so none of it is locked. Callers reach the loop through
-// request/reply channels (Submit, Lookup, Snapshot); everything that can block
-// (launching, watching and stopping processes, inference requests, store
-// reads, store commits) runs in goroutines that report back as events through
-// an inbox that never blocks its sender. Every such goroutine is started by the
-// loop, tracked by one WaitGroup and ends on its own or when the loop cancels
-// it, and Run returns only after all of them have ended. Time comes from an
-// injected [Clock] so that every timing rule can be tested without sleeping.
+// request/reply channels (Submit, Lookup, Snapshot, LiveCalls); everything
+// that can block (launching, watching and stopping processes, inference
+// requests, store reads, store commits) runs in goroutines that report back
+// as events through an inbox that never blocks its sender. Every such
+// goroutine is started by the loop, tracked by one WaitGroup and ends on its
+// own or when the loop cancels it, and Run returns only after all of them
+// have ended. Time comes from an injected [Clock] so that every timing rule
+// can be tested without sleeping.
 //
 // # Durability
 //

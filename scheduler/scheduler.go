@@ -167,6 +167,7 @@ type Scheduler struct {
 	persistc chan persistReq
 	controlc chan func() // call control (cancel, purge, warm-up): run on the loop
 	snapc    chan chan Status
+	livec    chan liveReq
 	in       *inbox
 	stopped  chan struct{} // closed when Run returns
 	closedc  chan struct{} // always closed: the done channel of a finished call
@@ -251,6 +252,7 @@ func New(cfg Config, st Store, b backend.Backend, clk Clock, log zerolog.Logger)
 		persistc: make(chan persistReq),
 		controlc: make(chan func()),
 		snapc:    make(chan chan Status),
+		livec:    make(chan liveReq),
 		in:       newInbox(),
 		stopped:  make(chan struct{}),
 		closedc:  make(chan struct{}),
@@ -401,6 +403,25 @@ func (s *Scheduler) Snapshot() Status {
 	}
 }
 
+// LiveCalls returns up to limit of the calls the scheduler holds live, of
+// team teamID ("" = every team), newest first (by id, as the store's
+// RecentCalls lists them): queued, booting and running ones, a sync start's
+// included before anything of it is written. It is the status page's read
+// (the loop pays for it only when asked): nil before Run has recovered the
+// pending calls, or once it has returned.
+func (s *Scheduler) LiveCalls(teamID string, limit int) []LiveCall {
+	if !s.ready.Load() || limit <= 0 {
+		return nil
+	}
+	req := liveReq{teamID: teamID, limit: limit, reply: make(chan []LiveCall, 1)}
+	select {
+	case s.livec <- req:
+		return <-req.reply
+	case <-s.stopped:
+		return nil
+	}
+}
+
 // loop is the one goroutine that owns the scheduler's state.
 func (s *Scheduler) loop(ctx context.Context) {
 	s.schedule()
@@ -423,6 +444,9 @@ func (s *Scheduler) loop(ctx context.Context) {
 			continue // a write of the call as it stands: nothing to schedule
 		case reply := <-s.snapc:
 			reply <- s.snapshot()
+			continue
+		case req := <-s.livec:
+			req.reply <- s.liveCalls(req.teamID, req.limit)
 			continue
 		case fn := <-s.controlc:
 			fn()

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"inferd/store"
@@ -234,6 +235,68 @@ func (s *Scheduler) gpuStatus() []GPUStatus {
 			}
 		}
 		out = append(out, g)
+	}
+	return out
+}
+
+// LiveCall is a call the scheduler holds (queued, booting or running) as
+// the status page lists it. It carries no inputs, outputs or webhook: a
+// status reader never sees them.
+type LiveCall struct {
+	ID        string
+	ProjectID string
+	TeamID    string
+	State     store.CallState // queued, booting or running
+	Priority  store.Priority  // "" for normal
+	Attempt   int             // runs so far, this one included while running
+	Created   time.Time
+	// Dispatched and ReplicaID are set while it runs, QueueMs and BootMs
+	// from then on.
+	Dispatched time.Time
+	ReplicaID  string
+	QueueMs    int64
+	BootMs     int64
+}
+
+// liveReq asks the loop for LiveCalls.
+type liveReq struct {
+	teamID string
+	limit  int
+	reply  chan []LiveCall // buffered
+}
+
+// liveCalls lists the live calls of teamID for LiveCalls. A call whose
+// final write has committed is left out: the store lists it finished, and
+// a reader that reads this list first and the store second finds every
+// call in one or the other.
+func (s *Scheduler) liveCalls(teamID string, limit int) []LiveCall {
+	var calls []*call
+	for _, c := range s.calls {
+		if (teamID == "" || c.c.TeamID == teamID) && !(c.state == callFinishing && isClosed(c.done)) {
+			calls = append(calls, c)
+		}
+	}
+	slices.SortFunc(calls, func(a, b *call) int { return strings.Compare(b.c.ID, a.c.ID) })
+	calls = calls[:min(limit, len(calls))]
+	boots := map[*project]bool{} // each project's replicas looked at once
+	out := make([]LiveCall, 0, len(calls))
+	for _, c := range calls {
+		lc := LiveCall{
+			ID: c.c.ID, ProjectID: c.c.ProjectID, TeamID: c.c.TeamID, State: c.c.State,
+			Priority: c.c.Priority, Attempt: c.c.Attempt, Created: c.c.Created,
+			Dispatched: c.c.Dispatched, ReplicaID: c.c.ReplicaID, QueueMs: c.c.QueueMs, BootMs: c.c.BootMs,
+		}
+		if lc.State == store.CallQueued {
+			b, ok := boots[c.p]
+			if !ok {
+				b = c.p.bootsForQueue()
+				boots[c.p] = b
+			}
+			if b {
+				lc.State = store.CallBooting // as view shows it
+			}
+		}
+		out = append(out, lc)
 	}
 	return out
 }

@@ -50,6 +50,9 @@ type Sources struct {
 	// Images says what the images projects run in take on this node's
 	// disk (docs/images.md).
 	Images func() (image.Usage, error)
+	// Live lists the calls the scheduler holds (its LiveCalls), which the
+	// calls list shows with the stored ones (mergeLive).
+	Live func(teamID string, limit int) []scheduler.LiveCall
 }
 
 // RecentCalls is what the status endpoints read of a store.Store.
@@ -262,6 +265,7 @@ type view struct {
 	snapshot scheduler.Status
 	projects []store.Project // visible, sorted by id
 	calls    []store.Call    // visible, newest first, at most latencyWindow
+	live     []store.Call    // the scheduler's live calls, visible, newest first (liveCalls)
 }
 
 func (s *api) read(r *http.Request, wantCalls bool) (view, error) {
@@ -281,6 +285,9 @@ func (s *api) read(r *http.Request, wantCalls bool) (view, error) {
 	slices.SortFunc(v.projects, func(x, y store.Project) int { return strings.Compare(x.ID, y.ID) })
 	if s.src.Snapshot != nil {
 		v.snapshot = s.src.Snapshot()
+	}
+	if wantCalls {
+		v.live = s.liveCalls(key, team) // before the store: see mergeLive
 	}
 	if wantCalls && s.src.Calls != nil {
 		if v.calls, err = s.src.Calls.RecentCalls(team, latencyWindow); err != nil {
@@ -309,7 +316,7 @@ func (s *api) all(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 		TeamID:      v.key.TeamID,
 		GPUs:        s.viewGPUs(v),
 		Projects:    s.viewProjects(v),
-		Calls:       viewCalls(v.calls, limit),
+		Calls:       viewCalls(mergeLive(v.live, v.calls), limit),
 		Teams:       viewTeams(v),
 		Webhooks:    s.webhookStats(v.key),
 		Protections: s.protections(),
@@ -381,7 +388,7 @@ func (s *api) projects(_ *http.Request, v view) ([]Project, error) {
 // calls renders GET /v1/status/calls[?limit=N].
 func (s *api) calls(r *http.Request, v view) ([]Call, error) {
 	limit, err := respond.QueryInt(r, "limit", defaultStatusCalls, maxStatusCalls)
-	return viewCalls(v.calls, limit), err
+	return viewCalls(mergeLive(v.live, v.calls), limit), err
 }
 
 type Log struct {

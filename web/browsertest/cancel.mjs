@@ -1,8 +1,8 @@
-// Clicks the status page's Cancel button on an unfinished call, in Debian's
-// chromium through playwright-core, and waits for the call to show as failed
-// with "error: cancelled by request". Run by e2e/statuspage_cancel_test.go;
-// it reads INFERD_BASE, INFERD_KEY, CANCEL_CALL (a queued call's id) and
-// CHROMIUM.
+// Clicks the status page's Cancel button on unfinished calls, one after the
+// other, in Debian's chromium through playwright-core, and waits for each
+// call to show as failed with "error: cancelled by request". Run by
+// e2e/statuspage_cancel_test.go; it reads INFERD_BASE, INFERD_KEY,
+// CANCEL_CALL (the calls' ids, comma-separated) and CHROMIUM.
 import { chromium } from "playwright-core";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -13,7 +13,7 @@ const env = (name) => {
   if (!v) throw new Error(`${name} is not set`);
   return v;
 };
-const call = env("CANCEL_CALL");
+const calls = env("CANCEL_CALL").split(",");
 const profile = mkdtempSync(join(tmpdir(), "inferd-chromium-"));
 const context = await chromium.launchPersistentContext(profile, {
   executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
@@ -29,15 +29,17 @@ try {
   await page.goto(env("INFERD_BASE") + "/");
   await page.fill("#key", env("INFERD_KEY"));
   await page.click("#login-form button[type=submit]");
-  const button = page.locator(`tr[data-call="${call}"] button`);
-  await button.waitFor({ state: "visible" });
-  await button.click();
-  await page.waitForFunction((id) => {
-    const row = document.querySelector(`tr[data-call="${id}"]`);
-    const msg = row && row.nextElementSibling;
-    return row && row.querySelector(".badge").textContent === "failed" && !row.querySelector("button") &&
-      msg && msg.textContent === "error: cancelled by request";
-  }, call);
+  for (const call of calls) {
+    const button = page.locator(`tr[data-call="${call}"] button`);
+    await button.waitFor({ state: "visible" });
+    await button.click();
+    await page.waitForFunction((id) => {
+      const row = document.querySelector(`tr[data-call="${id}"]`);
+      const msg = row && row.nextElementSibling;
+      return row && row.querySelector(".badge").textContent === "failed" && !row.querySelector("button") &&
+        msg && msg.textContent === "error: cancelled by request";
+    }, call);
+  }
   if (problems.length) throw new Error(problems.join("\n"));
   console.log("PASS cancel button");
 } finally {
