@@ -1,6 +1,10 @@
 package cluster
 
-import "time"
+import (
+	"time"
+
+	"inferd/store/etcd"
+)
 
 // LeaseTTL is the lease a node holds its nodes/<name> key (and its
 // election candidacy) under. The prototype measured that a TTL at etcd's
@@ -10,7 +14,7 @@ const LeaseTTL = 5 * time.Second
 
 // Key names under the store's prefix (see the package documentation).
 const (
-	NodesPrefix     = "nodes/"
+	NodesPrefix     = etcd.NodesDir + "/" // store/etcd waits on these keys to upgrade its layout
 	ElectionPrefix  = "election/"
 	PlacementPrefix = "placement/"
 	AssignPrefix    = "assign/"

@@ -196,7 +196,7 @@ func (s *Store) HandOverDeliveries(f Fence, from, to string) (int, error) {
 // leaderCallOps is callOps with pending/<id> naming node (the call's new
 // node) instead of this one, and "" for a final call (which has no entry).
 func (s *Store) leaderCallOps(what string, c store.Call, node string) ([]clientv3.Op, error) {
-	ops, _, err := s.callOps(c)
+	ops, _, _, err := s.callOps(c) // c has no inputs: CallsOfNode leaves them out
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}

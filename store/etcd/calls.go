@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -71,7 +72,7 @@ func (s *Store) newCallWrite(c store.Call, done func(error)) (callWrite, error) 
 			return callWrite{}, fmt.Errorf("%s: %s are %d bytes, over %d: %w", what, name, len(b), MaxInlinePayload, ErrPayloadTooLarge)
 		}
 	}
-	ops, size, err := s.callOps(c)
+	ops, size, inlineIn, err := s.callOps(c)
 	if err != nil {
 		return callWrite{}, err
 	}
@@ -80,7 +81,7 @@ func (s *Store) newCallWrite(c store.Call, done func(error)) (callWrite, error) 
 	if cw.held = s.holdLarge(c.ID, c.Inputs, c.Outputs); cw.held != nil {
 		cw.size += cw.held.refsBytes
 	}
-	if len(c.Inputs) > 0 {
+	if len(c.Inputs) > 0 && !inlineIn {
 		// A write without inputs keeps those stored: only a write that
 		// carries them puts them.
 		cw.inputOps = s.inputOps(c.ID, c.Inputs)
@@ -103,10 +104,19 @@ func (s *Store) newCallWrite(c store.Call, done func(error)) (callWrite, error) 
 }
 
 // callOps returns the etcd operations that store c with its outputs and
-// indexes, not its inputs, and their size in bytes. Each is a put or delete
-// of a fixed key, so applying them twice (a retried commit) stores the
-// same. The payloads are stored as the bytes given, never encoded again.
-func (s *Store) callOps(c store.Call) ([]clientv3.Op, int, error) {
+// indexes, not its inputs, and their size in bytes; inlineIn reports that
+// the record carries c's inputs, so that they need no keys of their own.
+// Each is a put or delete of a fixed key, so applying them twice (a
+// retried commit) stores the same. The payloads are stored as the bytes
+// given, never encoded again.
+//
+// A final write keeps its small payloads in the record (inlinePayload):
+// a sync start, the busiest write, is then calls/<id>, finished/ and the
+// usage entry, no inputs/, inputsize/ or outputs/ keys (layout 3, doc.go).
+// A write that is not final keeps them apart, as layout 2 did: a later
+// write that carries no inputs (a recovered call's, one whose inputs the
+// scheduler dropped) writes the record again and must not lose them.
+func (s *Store) callOps(c store.Call) (ops []clientv3.Op, size int, inlineIn bool, err error) {
 	what := fmt.Sprintf("save call %s", c.ID)
 	// Field by field, byte for byte json.Marshal's (store.AppendRecord):
 	// every move of every call is encoded here, once. (Layout 2 wrote it
@@ -114,32 +124,65 @@ func (s *Store) callOps(c store.Call) ([]clientv3.Op, int, error) {
 	// reads calls/ and leaves the URL out itself.)
 	rec, err := store.AppendRecord(nil, c)
 	if err != nil {
-		return nil, 0, fmt.Errorf("%s: encode: %w", what, err)
+		return nil, 0, false, fmt.Errorf("%s: encode: %w", what, err)
 	}
-	ops := []clientv3.Op{
-		clientv3.OpPut(s.key("calls", c.ID), string(rec)),
+	final := c.State.Done()
+	inlineOut := final && inlinePayload(c.Outputs)
+	inlineIn = final && inlinePayload(c.Inputs)
+	if inlineIn {
+		rec = appendPayload(rec, KindInputs, c.Inputs)
 	}
-	ops = append(ops, s.outputOps(c.ID, c.Outputs)...) // outputs: what this write says
-	inlineOut := len(c.Outputs)
-	if s.payloads != nil && inlineOut > InlineLimit {
-		inlineOut = 0 // held on nodes
+	if inlineOut {
+		rec = appendPayload(rec, KindOutputs, c.Outputs)
+		// The record says them: the keys an earlier write may have left
+		// go (a creation drops these deletes: writer.go).
+		ops = append(ops, clientv3.OpPut(s.key("calls", c.ID), string(rec)), clientv3.OpDelete(s.key("outputs", c.ID)))
+		if s.payloads != nil {
+			ops = append(ops, clientv3.OpDelete(s.key("payloads", c.ID, KindOutputs)))
+		}
+	} else {
+		ops = append(ops, clientv3.OpPut(s.key("calls", c.ID), string(rec)))
+		ops = append(ops, s.outputOps(c.ID, c.Outputs)...) // outputs: what this write says
+	}
+	keptOut := len(c.Outputs) // bytes beside the record
+	if inlineOut || s.payloads != nil && keptOut > InlineLimit {
+		keptOut = 0 // in the record, or held on nodes
 	}
 	if c.IdempotencyKey != "" {
 		// A later call with the same team and key takes the key over.
 		ops = append(ops, clientv3.OpPut(s.idemKey(c.TeamID, c.IdempotencyKey), c.ID))
 	}
-	if c.State.Done() {
+	if final {
 		ops = append(ops, clientv3.OpDelete(s.key("pending", c.ID)),
 			clientv3.OpPut(s.finishedKey(c.Finished, c.ID), ""))
 		if op, ok, err := s.callUsageOp(what, c); err != nil {
-			return nil, 0, err
+			return nil, 0, false, err
 		} else if ok {
 			ops = append(ops, op) // the ledger's entry, in the call's transaction (usage.go)
 		}
 	} else {
 		ops = append(ops, clientv3.OpPut(s.key("pending", c.ID), s.node))
 	}
-	return ops, len(rec) + inlineOut + 6*len(c.ID) + 128, nil
+	return ops, len(rec) + keptOut + 6*len(c.ID) + 128, inlineIn, nil
+}
+
+// inlinePayload reports whether a final write keeps payload p in the
+// call's record: p is there, small (store.SmallPayload: no larger than the
+// record, and RecentCalls reads records by the page) and valid JSON (the
+// record must decode; bytes the API did not check stay in keys of their
+// own).
+func inlinePayload(p []byte) bool {
+	return len(p) > 0 && len(p) <= store.SmallPayload && json.Valid(p)
+}
+
+// appendPayload adds "kind":p to the call record rec, which ends with '}'
+// after at least one field (store.AppendRecord's "id").
+func appendPayload(rec []byte, kind string, p []byte) []byte {
+	rec = append(rec[:len(rec)-1], `,"`...)
+	rec = append(rec, kind...)
+	rec = append(rec, `":`...)
+	rec = append(rec, p...)
+	return append(rec, '}')
 }
 
 // idemKey is the idempotency index entry of a team's key; the key is
@@ -238,7 +281,7 @@ func (s *Store) callsPendingOn(what, node string, skipBad bool) ([]CallAt, error
 			}
 			c, err := decode[store.Call](what, string(kvs[0].Key), kvs[0].Value)
 			if err == nil {
-				c.InputBytes, err = inputSize(what, resp.Responses[2*i+1])
+				err = withoutInputs(what, &c, resp.Responses[2*i+1])
 			}
 			switch {
 			case err != nil && skipBad:
@@ -287,7 +330,7 @@ func (s *Store) RecentCalls(teamID string, limit int) ([]store.Call, error) {
 				return nil, err
 			}
 			if teamID == "" || c.TeamID == teamID {
-				c.Webhook = ""
+				c.Webhook, c.Inputs, c.Outputs = "", nil, nil // a final record's small payloads (callOps)
 				out = append(out, c)
 				if len(out) == limit {
 					return out, nil

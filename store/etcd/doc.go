@@ -7,15 +7,19 @@
 //
 // Every key is under Options.Prefix (default "/inferd/"):
 //
-//	schema                      the layout version ("2"); Open refuses others
+//	schema                      the layout version ("3"); Open upgrades "2" (upgrade.go) and refuses others
 //	teams/<id>                  store.Team (JSON)
 //	keys/<id>                   store.APIKey (JSON; only the secret's hash)
 //	projects/<id>               store.Project (JSON)
 //	modelkeys/<hash>            the id of the project that owns a modelKey hash
-//	calls/<id>                  store.Call without its inputs and outputs (JSON)
-//	inputs/<id>                 its inputs, the bytes given (none: no key); only a write that carries them puts them
+//	calls/<id>                  store.Call (JSON); without its inputs and outputs, but for a final
+//	                            write's small ones (up to store.SmallPayload, valid JSON): the bytes given,
+//	                            as "inputs" and "outputs" at the record's end (layout 3)
+//	inputs/<id>                 its inputs, the bytes given (none: no key); only a write that carries them
+//	                            and does not keep them in the record puts them
 //	inputsize/<id>              their size in bytes (decimal), for reads that leave them out
-//	outputs/<id>                its outputs, the bytes given (none: no key); every write puts or deletes them
+//	outputs/<id>                its outputs, the bytes given (none, or in the record: no key); every write
+//	                            puts or deletes them
 //	payloads/<id>/<kind>        inputs or outputs over InlineLimit held on nodes instead: PayloadRef
 //	                            {size, sha256, nodes} (JSON), only with Options.Payloads
 //	meta/<id>                   written by earlier builds only: the call without webhook URL;
@@ -60,7 +64,7 @@
 // one etcd transaction (a group commit, as store/bolt's writer does), in
 // queue order, keeping only the last write of a call that is queued more
 // than once in a batch. A transaction is bounded by etcd's limits (128
-// operations, 1.5 MiB): a batch holds at most 120 operations (9 to 30
+// operations, 1.5 MiB): a batch holds at most 120 operations (8 to 40
 // calls) and about 1 MiB. A commit that fails because etcd is electing a
 // leader is retried (the writes are plain puts, so a retry is idempotent)
 // for up to Options.RetryFor before the writes fail.
@@ -132,6 +136,25 @@
 // (Fence) and the record's revision as read: a deposed leader, or one
 // working from a stale read, changes nothing (ErrNotLeader,
 // ErrCallChanged).
+//
+// # Layouts
+//
+// Layout 3 differs from layout 2 in one thing: a final write keeps its
+// small inputs and outputs in the call's record, so a sync start, a
+// creation that is final at once, puts calls/<id>, finished/ and its usage
+// entry: three writes under a lease, where layout 2 put six (inputs/,
+// inputsize/ and outputs/ besides). Only final writes do: a call's writes
+// before its last keep the inputs in keys of their own, since a later
+// write that carries none (the scheduler drops large inputs once durable;
+// a recovered or adopted call's writes carry none) rewrites the record and
+// must not lose them, and a final call is written again only by a resave
+// of its final write (under a lease any other write of it is fenced).
+// Every read takes the record's payloads first and the keys for a record
+// without them, so layout 2's calls read as they were written: the
+// upgrade (upgrade.go) writes only the version, once no node of an
+// earlier release is live. A layout 2 node would misread a layout 3
+// call's outputs (it finds no outputs/ key); it refuses a layout 3 prefix
+// at start, and a node of this release does not upgrade while one runs.
 //
 // Layout version 1 (before payloads had keys of their own) is refused, not
 // migrated: cluster mode had no release with it.

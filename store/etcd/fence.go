@@ -235,7 +235,7 @@ func (s *Store) Adopt(id string) (store.Call, error) {
 	if err != nil {
 		return store.Call{}, err
 	}
-	if c.InputBytes, err = inputSize(what, resp.Responses[1]); err != nil {
+	if err := withoutInputs(what, &c, resp.Responses[1]); err != nil {
 		return store.Call{}, err
 	}
 	s.fence.rebind(id)

@@ -73,7 +73,7 @@ func TestWriteUnderALapsedLeaseIsFencedWhileTheBatchCommits(t *testing.T) {
 	}
 	plain := fresh
 	plain.id, plain.fence = "call_plain", binding{}
-	plain.ops, _, err = s.callOps(store.Call{ID: "call_plain", TeamID: "acme", State: store.CallQueued})
+	plain.ops, _, _, err = s.callOps(store.Call{ID: "call_plain", TeamID: "acme", State: store.CallQueued})
 	if err != nil {
 		t.Fatal(err)
 	}

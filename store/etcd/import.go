@@ -105,11 +105,11 @@ func (s *Store) ImportCall(c store.Call) (bool, error) {
 			return false, fmt.Errorf("%s: %s are %d bytes, over %d: %w", what, name, len(b), MaxInlinePayload, ErrPayloadTooLarge)
 		}
 	}
-	ops, _, err := s.callOps(c)
+	ops, _, inlineIn, err := s.callOps(c)
 	if err != nil {
 		return false, err
 	}
-	if len(c.Inputs) > 0 {
+	if len(c.Inputs) > 0 && !inlineIn {
 		ops = append(ops, s.inputOps(c.ID, c.Inputs)...)
 	}
 	return s.createIfAbsent(what, []string{s.key("calls", c.ID)}, ops)

@@ -23,17 +23,15 @@ func TestOpStatsCountWhatEachCallWriteCosts(t *testing.T) {
 			m := startMember(t, t.TempDir())
 			s := openStore(t, m, Options{Node: "node-1"})
 			defer s.Close()
-			creation := int64(0) // the deletes a creation sends unfenced
 			if fenced {
 				nodeLease(t, s, "/nodes/node-1")
-				creation = 1
 			}
-			testCallWriteCosts(t, s, creation)
+			testCallWriteCosts(t, s, fenced)
 		})
 	}
 }
 
-func testCallWriteCosts(t *testing.T, s *Store, creation int64) {
+func testCallWriteCosts(t *testing.T, s *Store, fenced bool) {
 	now := time.Now().UTC()
 	cpu := 0.1
 	usage := &store.CallUsage{ReplicaSeconds: 0.01, CPUSeconds: &cpu, BytesIn: 9, BytesOut: 11}
@@ -49,19 +47,29 @@ func testCallWriteCosts(t *testing.T, s *Store, creation int64) {
 		name   string
 		c      store.Call
 		writes int64
+		// deletes is how many of them a creation sends only unfenced
+		// (outputs/, pending/): under a lease it compares that the call is
+		// absent, and so is every key it would delete.
+		deletes int64
 	}{
-		{"a sync start's one write, final with its inputs", syncStart, 7 - creation},
-		{"a startOnly call's first write, queued with its inputs", queued, 5 - creation},
-		{"its move to running", running, 3},
-		{"its final write", final, 5},
+		// Layout 3: calls/ (its small inputs and outputs in the record),
+		// finished/ and the usage entry; no inputs/, inputsize/, outputs/.
+		{"a sync start's one write, final with its inputs", syncStart, 5, 2},
+		{"a startOnly call's first write, queued with its inputs", queued, 5, 1},
+		{"its move to running", running, 3, 0},
+		{"its final write", final, 5, 0},
 	} {
+		want := tc.writes
+		if fenced {
+			want -= tc.deletes
+		}
 		before := s.OpStats()
 		if err := s.SaveCall(context.Background(), tc.c); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		after := s.OpStats()
-		if req, w := after.Requests-before.Requests, after.Writes-before.Writes; req != 1 || w != tc.writes {
-			t.Errorf("%s: %d requests, %d writes; want 1 request of %d writes", tc.name, req, w, tc.writes)
+		if req, w := after.Requests-before.Requests, after.Writes-before.Writes; req != 1 || w != want {
+			t.Errorf("%s: %d requests, %d writes; want 1 request of %d writes", tc.name, req, w, want)
 		}
 	}
 }

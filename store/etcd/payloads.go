@@ -21,7 +21,7 @@ func (s *Store) GetCall(id string) (store.Call, error) {
 
 // GetCallResult implements store.Calls: the record, the outputs as the
 // bytes stored and the inputs' size, in one transaction; the inputs
-// themselves are not read.
+// themselves are not read (but for a final record's small ones, in it).
 func (s *Store) GetCallResult(id string) (store.Call, error) {
 	return s.readCall(fmt.Sprintf("get call result %s", id), id, false)
 }
@@ -55,18 +55,42 @@ func (s *Store) readCall(what, id string, inputs bool) (store.Call, error) {
 	if err != nil {
 		return store.Call{}, err
 	}
-	if c.Outputs, err = s.resolve(what, id, KindOutputs, payload(resp.Responses[1]), resp.Responses[3]); err != nil {
-		return store.Call{}, err
+	// A payload in the record (a final write's small one: callOps) is the
+	// call's; the keys hold those of records without.
+	if c.Outputs == nil {
+		if c.Outputs, err = s.resolve(what, id, KindOutputs, payload(resp.Responses[1]), resp.Responses[3]); err != nil {
+			return store.Call{}, err
+		}
 	}
-	if !inputs {
-		c.InputBytes, err = inputSize(what, resp.Responses[2])
-	} else {
+	switch {
+	case !inputs:
+		err = withoutInputs(what, &c, resp.Responses[2])
+	case c.Inputs == nil:
 		c.Inputs, err = s.resolve(what, id, KindInputs, payload(resp.Responses[2]), resp.Responses[4])
 	}
 	if err != nil {
 		return store.Call{}, err
 	}
 	return c, nil
+}
+
+// recordInputs is what a call record says of its inputs: those a final
+// write kept in it (callOps), nil when it kept none.
+type recordInputs struct {
+	Inputs json.RawMessage `json:"inputs"`
+}
+
+// withoutInputs leaves the inputs out of c, decoded from its record, and
+// sets InputBytes: their size when the record held them, or else the size
+// read from inputsize/<id> (size, that key's get).
+func withoutInputs(what string, c *store.Call, size *etcdserverpb.ResponseOp) error {
+	if c.Inputs != nil {
+		c.Inputs, c.InputBytes = nil, int64(len(c.Inputs))
+		return nil
+	}
+	n, err := inputSize(what, size)
+	c.InputBytes = n
+	return err
 }
 
 // CallInputs implements store.Calls: the inputs as the bytes stored, read
@@ -78,9 +102,10 @@ func (s *Store) CallInputs(id string) (json.RawMessage, error) {
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
+	ck := s.key("calls", id)
 	resp, _, err := s.commitTxn(ctx, func(ctx context.Context) clientv3.Txn {
 		return s.cli.Txn(ctx).Then(
-			clientv3.OpGet(s.key("calls", id), clientv3.WithCountOnly()),
+			clientv3.OpGet(ck),
 			clientv3.OpGet(s.key("inputs", id)),
 			clientv3.OpGet(s.key("payloads", id, KindInputs)))
 	})
@@ -88,8 +113,18 @@ func (s *Store) CallInputs(id string) (json.RawMessage, error) {
 	if err != nil {
 		return nil, s.wrap(what, err)
 	}
-	if resp.Responses[0].GetResponseRange().Count == 0 {
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
 		return nil, fmt.Errorf("%s: %w", what, store.ErrNotFound)
+	}
+	// A final record may hold them (callOps); a queued call's, read when
+	// it is dispatched, never does.
+	rec, err := decode[recordInputs](what, ck, kvs[0].Value)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Inputs != nil {
+		return rec.Inputs, nil
 	}
 	return s.resolve(what, id, KindInputs, payload(resp.Responses[1]), resp.Responses[2])
 }

@@ -18,9 +18,6 @@ import (
 	"inferd/store"
 )
 
-// schemaVersion is the key layout this code reads and writes (see doc.go).
-const schemaVersion = "2"
-
 // DefaultPrefix is where the records live when Options.Prefix is empty.
 const DefaultPrefix = "/inferd/"
 
@@ -62,6 +59,10 @@ type Options struct {
 	// PayloadTimeout bounds holding one call write's payloads and fetching
 	// one payload; 0 means DefaultPayloadTimeout.
 	PayloadTimeout time.Duration
+	// UpgradeWait bounds how long Open waits, over a prefix of the
+	// earlier layout, for the nodes of an earlier release to go before it
+	// upgrades the layout (upgrade.go); 0 means DefaultUpgradeWait.
+	UpgradeWait time.Duration
 }
 
 // Store is the etcd store.Store. Its methods are safe for concurrent use.
@@ -147,6 +148,9 @@ func Open(opts Options) (*Store, error) {
 	if opts.PayloadTimeout <= 0 {
 		opts.PayloadTimeout = DefaultPayloadTimeout
 	}
+	if opts.UpgradeWait <= 0 {
+		opts.UpgradeWait = DefaultUpgradeWait
+	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   opts.Endpoints,
 		TLS:         opts.TLS,
@@ -162,7 +166,7 @@ func Open(opts Options) (*Store, error) {
 		tryTO:    opts.TryTimeout,
 		payloads: opts.Payloads, payloadTO: opts.PayloadTimeout}
 	cli.KV = countingKV{KV: cli.KV, n: &s.ops} // before any request: every one is counted
-	rev, err := s.checkSchema(opts.DialTimeout)
+	rev, err := s.checkSchema(opts.DialTimeout, opts.UpgradeWait)
 	if err != nil {
 		cli.Close()
 		return nil, fmt.Errorf("open etcd store at %s: %w", strings.Join(opts.Endpoints, ","), err)
@@ -174,8 +178,9 @@ func Open(opts Options) (*Store, error) {
 }
 
 // checkSchema writes the layout version into an empty prefix, or checks the
-// one there, and returns the revision it read at.
-func (s *Store) checkSchema(timeout time.Duration) (int64, error) {
+// one there, upgrading layout 2 (upgrade), and returns the revision it
+// read at.
+func (s *Store) checkSchema(timeout, upgradeWait time.Duration) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	k := s.key("schema")
@@ -190,12 +195,15 @@ func (s *Store) checkSchema(timeout time.Duration) (int64, error) {
 		return resp.Header.Revision, nil
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 1 && string(kvs[0].Value) == schemaVersion {
-		return resp.Header.Revision, nil
-	}
 	got := ""
 	if len(kvs) == 1 {
 		got = string(kvs[0].Value)
+	}
+	switch got {
+	case schemaVersion:
+		return resp.Header.Revision, nil
+	case upgradableFrom:
+		return s.upgrade(upgradeWait)
 	}
 	return 0, fmt.Errorf("prefix %s holds layout version %q; this inferd reads version %s", s.prefix, got, schemaVersion)
 }

@@ -14,10 +14,10 @@ import (
 )
 
 // Bounds of one group commit, under etcd's defaults of 128 operations and
-// 1.5 MiB per request. A call write counts 4 to 15 operations (a fenced
-// final call with an idempotency key, its usage entry, its inputs, two
-// webhook deliveries and, with Options.Payloads, the outputs' reference),
-// so a batch holds 8 to 30 calls. etcd counts a nested transaction's operations against what
+// 1.5 MiB per request. A call write counts 3 to 15 operations (a fenced
+// final call with an idempotency key, its usage entry, its large inputs,
+// two webhook deliveries and, with Options.Payloads, the outputs'
+// reference), so a batch holds 8 to 40 calls. etcd counts a nested transaction's operations against what
 // its parent leaves (a nested transaction may hold 128 less its parent's
 // own count), so opCount counts every operation at every level, and a
 // nested transaction's compares too: the sum bounds each level.

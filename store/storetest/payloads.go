@@ -145,3 +145,94 @@ func testPayloadReadsOfUnknownOrExpiredCalls(t *testing.T, e *env) {
 		t.Errorf("GetCallResult(expired) = %v, want ErrNotFound", err)
 	}
 }
+
+// testFinalWriteWithPayloadsReadsBackEverywhere: a call's final write that
+// carries its inputs and outputs (a sync start's one write, or a queued
+// call's last, carrying the small inputs the scheduler kept), with
+// payloads on both sides of SmallPayload (what a store may keep in the
+// record), reads back through every read: GetCall whole, GetCallResult
+// and CallByIdempotencyKey with the outputs and the inputs' size only,
+// CallInputs, RecentCalls without either; the same after a reopen. Outputs
+// an earlier write left are replaced, and a final write without outputs
+// leaves none.
+func testFinalWriteWithPayloadsReadsBackEverywhere(t *testing.T, e *env) {
+	s := e.open(t)
+	type written struct {
+		c            store.Call
+		in, out      json.RawMessage
+		earlierWrite bool
+	}
+	var calls []written
+	for _, n := range []int{16, store.SmallPayload, store.SmallPayload + 1} {
+		in, out := payloadOfSize(n, 1), json.RawMessage(`{ "reply" : `+string(payloadOfSize(n, 2))+` }`)
+		for _, earlier := range []bool{false, true} {
+			c := store.Call{ID: newCallID(), ProjectID: "p", TeamID: "t", Created: e.clock.Now(), Inputs: in,
+				IdempotencyKey: fmt.Sprintf("k-%d-%v", n, earlier)}
+			if earlier {
+				// Queued with its inputs, then running with partial outputs.
+				c.State = store.CallQueued
+				if err := s.SaveCall(context.Background(), c); err != nil {
+					t.Fatal(err)
+				}
+				c.State, c.Outputs = store.CallRunning, json.RawMessage(`{"partial":true}`)
+				if err := s.SaveCall(context.Background(), c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.State, c.Outputs, c.Message, c.Finished = store.CallSucceeded, out, "success", e.clock.Now()
+			if err := s.SaveCall(context.Background(), c); err != nil {
+				t.Fatal(err)
+			}
+			calls = append(calls, written{c, in, out, earlier})
+		}
+	}
+	// Failed with no outputs after partial ones: none are left.
+	failed := store.Call{ID: newCallID(), ProjectID: "p", TeamID: "t", Created: e.clock.Now(), State: store.CallRunning,
+		Inputs: payloadOfSize(40, 3), Outputs: json.RawMessage(`{"partial":true}`)}
+	if err := s.SaveCall(context.Background(), failed); err != nil {
+		t.Fatal(err)
+	}
+	failed.State, failed.Outputs, failed.Message, failed.Finished = store.CallFailed, nil, "error: model exited", e.clock.Now()
+	if err := s.SaveCall(context.Background(), failed); err != nil {
+		t.Fatal(err)
+	}
+	calls = append(calls, written{failed, failed.Inputs, nil, true})
+
+	check := func(s store.Store, when string) {
+		t.Helper()
+		for _, w := range calls {
+			what := fmt.Sprintf("%s, %d bytes of inputs, earlier writes %v", when, len(w.in), w.earlierWrite)
+			full, err := s.GetCall(w.c.ID)
+			if err != nil || !bytes.Equal(full.Inputs, w.in) || !bytes.Equal(full.Outputs, w.out) || full.State != w.c.State {
+				t.Errorf("%s: GetCall = %s, %d bytes of inputs (as written: %v), outputs %.40q, %v; want %s with both as written",
+					what, full.State, len(full.Inputs), bytes.Equal(full.Inputs, w.in), full.Outputs, err, w.c.State)
+			}
+			r, err := s.GetCallResult(w.c.ID)
+			if err != nil || r.Inputs != nil || r.InputBytes != int64(len(w.in)) || !bytes.Equal(r.Outputs, w.out) {
+				t.Errorf("%s: GetCallResult = inputs %d bytes, InputBytes %d, outputs %.40q, %v; want no inputs, InputBytes %d, the outputs",
+					what, len(r.Inputs), r.InputBytes, r.Outputs, err, len(w.in))
+			}
+			if in, err := s.CallInputs(w.c.ID); err != nil || !bytes.Equal(in, w.in) {
+				t.Errorf("%s: CallInputs = %d bytes, %v; want the %d written", what, len(in), err, len(w.in))
+			}
+			if w.c.IdempotencyKey != "" {
+				k, err := s.CallByIdempotencyKey("t", w.c.IdempotencyKey)
+				if err != nil || k.ID != w.c.ID || k.Inputs != nil || k.InputBytes != int64(len(w.in)) || !bytes.Equal(k.Outputs, w.out) {
+					t.Errorf("%s: CallByIdempotencyKey = %s, inputs %d bytes, InputBytes %d, %v; want %s without inputs, InputBytes %d, the outputs",
+						what, k.ID, len(k.Inputs), k.InputBytes, err, w.c.ID, len(w.in))
+				}
+			}
+		}
+		recent, err := s.RecentCalls("t", 100)
+		if err != nil || len(recent) != len(calls) {
+			t.Fatalf("%s: RecentCalls = %d calls, %v; want %d", when, len(recent), err, len(calls))
+		}
+		for _, c := range recent {
+			if c.Inputs != nil || c.Outputs != nil {
+				t.Errorf("%s: RecentCalls has %s with inputs %d bytes, outputs %d bytes; want neither", when, c.ID, len(c.Inputs), len(c.Outputs))
+			}
+		}
+	}
+	check(s, "written")
+	check(e.reopen(t, s), "after reopen")
+}

@@ -77,6 +77,7 @@ var suite = []struct {
 	// Payloads.
 	{"PayloadsRoundTripByteForByte", testPayloadsRoundTripByteForByte},
 	{"WriteWithoutInputsKeepsThemOutputsReplaced", testWriteWithoutInputsKeepsThemOutputsReplaced},
+	{"FinalWriteWithPayloadsReadsBackEverywhere", testFinalWriteWithPayloadsReadsBackEverywhere},
 	{"PayloadReadsOfUnknownOrExpiredCalls", testPayloadReadsOfUnknownOrExpiredCalls},
 	// Call control.
 	{"IdempotencyKeyFindsCallPerTeamUntilExpiry", testIdempotencyKeyFindsCallPerTeamUntilExpiry},
