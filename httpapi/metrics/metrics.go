@@ -168,8 +168,10 @@ func (m *Metrics) CallFinished(c store.Call) {
 	s.calls.Inc()
 	if t := c.Tokens; t != nil {
 		tl := `{team="` + labelValue(c.TeamID) + `",project="` + labelValue(c.ProjectID) + `",kind="`
-		m.set.GetOrCreateCounter(`inferd_tokens_total` + tl + `prompt"}`).Add(int(t.Prompt))
-		m.set.GetOrCreateCounter(`inferd_tokens_total` + tl + `completion"}`).Add(int(t.Completion))
+		// Float counters: a model's counts (each within store.MaxTokens)
+		// added up past what a uint64 holds lose precision, never wrap.
+		m.set.GetOrCreateFloatCounter(`inferd_tokens_total` + tl + `prompt"}`).Add(float64(t.Prompt))
+		m.set.GetOrCreateFloatCounter(`inferd_tokens_total` + tl + `completion"}`).Add(float64(t.Completion))
 	}
 	if !c.Finished.IsZero() && !c.Created.IsZero() {
 		s.seconds.Update(max(c.Finished.Sub(c.Created).Seconds(), 0))
