@@ -82,6 +82,13 @@ func errStreamResultBytes(max int64) error {
 		"server busy: event streams hold the %s of results they may; POST /check/v4 answers the result now", sizeText(max))
 }
 
+// errResultBytes refuses a result to a reader of GET /v1/calls/ID/response
+// while the results being sent hold their budget.
+func errResultBytes(max int64) error {
+	return overBudget(http.StatusServiceUnavailable, budgetStreamResultBytes,
+		"server busy: results being sent hold the %s they may", sizeText(max))
+}
+
 // sizeText writes a byte count in MiB when it is a whole number of them.
 func sizeText(n int64) string {
 	if n >= 1<<20 && n%(1<<20) == 0 {

@@ -134,6 +134,8 @@ func run(ctx context.Context, o options) error {
 		{"long-poll capacity", measureLongPolls},
 		{"edge budgets: held bodies", measureHeldBodies},
 		{"edge budgets: silent event streams", measureSilentStreams},
+		{"edge budgets: 20 silent response readers", measureSilentResponses20},
+		{"edge budgets: 40 silent response readers", measureSilentResponses40},
 		{"edge budgets: healthz under slow senders", measureHealthzUnderSlowSenders},
 	}
 	if o.quick {
