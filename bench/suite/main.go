@@ -133,6 +133,7 @@ func run(ctx context.Context, o options) error {
 		{"stored calls: memory and file size", measureFill},
 		{"long-poll capacity", measureLongPolls},
 		{"edge budgets: held bodies", measureHeldBodies},
+		{"edge budgets: keyless hold vs keyed starts", measureKeylessHold},
 		{"edge budgets: silent event streams", measureSilentStreams},
 		{"edge budgets: 20 silent response readers", measureSilentResponses20},
 		{"edge budgets: 40 silent response readers", measureSilentResponses40},
