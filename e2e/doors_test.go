@@ -106,3 +106,45 @@ func TestTokenCountsAModelReportsCannotMakeTotalsGoDown(t *testing.T) {
 		t.Errorf("inferd_tokens_total completion = %v, want %v (-5 as 0, the huge one clamped, then 1)", got, float64(maxTokens+1))
 	}
 }
+
+// TestModelRepliesAreHeldWithinTheReplyBudget: with limits.replyBytes
+// room for one 2 MB reply at a time, four calls of one project at
+// concurrency 4 that each get one all succeed, their replies taken one
+// after another (issue 41: one project at concurrency 16 with 60 MiB
+// replies took the daemon to 1.55 GB); a reply larger than the whole
+// budget fails its call with an error naming the setting, and the budget
+// is all given back.
+func TestModelRepliesAreHeldWithinTheReplyBudget(t *testing.T) {
+	t.Parallel()
+	echo := echoDir(t)
+	dir, cfg := newDaemonDir(t, "limits:\n  replyBytes: 3000000\n")
+	d := startDaemon(t, dir, cfg)
+	key := d.createKey("acme", false)
+	d.apply("projects:\n" + echoProject("echo", "acme", "mk-echo", echo, marker(), "") + "    concurrency: 4\n    maxReplicas: 1\n    minReplicas: 1\n")
+	c := inferenceClient{t: t, base: d.base, key: key}
+	if r := c.start("mk-echo", `{}`, false); r["message"] != "success" { // booted
+		t.Fatalf("the first call: %v", r)
+	}
+	errs := make(chan error, 4)
+	for i := range 4 {
+		go func() {
+			r, err := c.tryStart("mk-echo", fmt.Sprintf(`{"bytes": 2000000, "sleep": 0.5, "n": %d}`, i), false)
+			if err == nil && r["message"] != "success" {
+				err = fmt.Errorf("call %d: %v", i, r["message"])
+			}
+			errs <- err
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	r := c.start("mk-echo", `{"bytes": 4000000}`, false)
+	if want := "error: model replies being read and stored hold the 3000000 bytes they may (limits.replyBytes); retry later"; r["message"] != want {
+		t.Errorf("a reply larger than the budget: %v; want %q", r["message"], want)
+	}
+	if got := scrapeMetrics(t, d.base)["inferd_model_reply_bytes"]; got != 0 {
+		t.Errorf("inferd_model_reply_bytes = %v once every call ended, want 0", got)
+	}
+}

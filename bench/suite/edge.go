@@ -361,3 +361,52 @@ func measureKeylessHold(ctx context.Context, e *env, o options, r *report) error
 	r.add("Peak RSS over that hold", payload.MiB(peak), "< 600 MiB", peak < edgeRSSTarget)
 	return nil
 }
+
+// measureRepliesInFlight: issue 41's one project at concurrency 16 whose
+// model answers each call with 60 MiB, 16 calls at once; the daemon's peak
+// RSS while they run and are answered (1.55 GB before limits.replyBytes).
+func measureRepliesInFlight(ctx context.Context, e *env, o options, r *report) error {
+	const calls = 16
+	c := &payload.Client{Base: e.base, APIKey: e.apiKey, ModelKey: "mk-huge16"}
+	if _, err := c.Start(ctx, []byte(`{}`), false); err != nil { // booted
+		return err
+	}
+	before, err := payload.RSS(e.inferdPid)
+	if err != nil {
+		return err
+	}
+	if err := payload.ResetPeak(e.inferdPid); err != nil {
+		return err
+	}
+	// Started with startOnly, their end read from the metrics: a check's
+	// answer would hold a copy of each result, which is not a reply in
+	// flight (results served are GET /v1/calls/ID/response's step).
+	done := `inferd_calls_total{project="huge16",outcome=`
+	ended0, err := metricSum(ctx, e.base, done)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	for range calls {
+		if _, err := c.Start(ctx, []byte(`{}`), true); err != nil {
+			return err
+		}
+	}
+	if _, err := waitMetric(ctx, e.base, done, 5*time.Minute, func(v float64) bool { return v >= ended0+calls }); err != nil {
+		return err
+	}
+	took := time.Since(start)
+	failed, err := metricSum(ctx, e.base, `inferd_calls_total{project="huge16",outcome="failed"}`)
+	if err != nil {
+		return err
+	}
+	peak, err := payload.Peak(e.inferdPid)
+	if err != nil {
+		return err
+	}
+	ok := calls - int64(failed)
+	r.add(fmt.Sprintf("Peak RSS, %d calls at once of one project at concurrency 16 whose model replies 60 MiB each (%d succeeded, in %s; limits.replyBytes 128 MiB); RSS before",
+		calls, ok, took.Round(100*time.Millisecond)),
+		fmt.Sprintf("%s (%s)", payload.MiB(peak), payload.MiB(before)), "< 400 MiB (was 1.55 GB)", peak < replyRSSTarget && ok == calls)
+	return nil
+}

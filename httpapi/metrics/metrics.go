@@ -43,6 +43,8 @@ type Sources struct {
 	GPUs   func() []gpu.Device     // the GPU inventory's Devices
 	Store  StoreStats
 	Conns  func() ConnStats // the API's connection limit (httpapi.ConnLimit)
+	// Replies is the scheduler's ReplyBytes: model replies held now.
+	Replies func() int64
 	// Webhooks is the webhook deliverer's TeamStats: its counts by team.
 	Webhooks func() map[string]webhook.Stats
 	// EtcdOps, in cluster mode, counts what this node's store asked of
@@ -430,6 +432,9 @@ func (m *Metrics) writeSamples(w io.Writer) {
 		vm.WriteCounterUint64(w, "inferd_connections_closed_for_room_total", uint64(max(cs.Shed, 0)))
 		vm.WriteGaugeUint64(w, "inferd_connections_sending", uint64(max(cs.Sending, 0)))
 		vm.WriteGaugeUint64(w, "inferd_connections_reserved", uint64(max(cs.Reserved, 0)))
+	}
+	if src.Replies != nil {
+		vm.WriteGaugeUint64(w, "inferd_model_reply_bytes", uint64(max(src.Replies(), 0)))
 	}
 	if src.Store != nil {
 		cs := src.Store.CommitStats()
