@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -285,53 +286,59 @@ func measureHealthzUnderSlowSenders(ctx context.Context, e *env, o options, r *r
 }
 
 // measureKeylessHold: issue 41's attack on the shared body budget, at the
-// defaults: three addresses with no key each keep 8 connections holding a
-// 10 MiB start minus its last byte, re-opening one the moment it is
+// defaults: three addresses with no key keep connections holding starts
+// minus their last byte, 10 MiB ones and smaller ones down to 256 bytes
+// that fill what the large ones leave, each re-opened 100 ms after it is
 // answered (refused, or cut for room); meanwhile a keyed client at a
 // fourth address makes 100 small starts, one after another. Before the
 // budget was fair, 9 of 10 of them were refused "server busy
 // (limits.bodyBytes)".
 func measureKeylessHold(ctx context.Context, e *env, o options, r *report) error {
-	const attackers, perAttacker, starts = 3, 8, 100
+	const starts = 100
+	holds := []struct{ size, conns int }{{heldBodySize, 8}, {1 << 20, 8}, {64 << 10, 16}, {4 << 10, 16}, {256, 16}}
 	if err := payload.ResetPeak(e.inferdPid); err != nil {
 		return err
 	}
 	addr := e.base[len("http://"):]
-	head := fmt.Sprintf("POST /start/v4 HTTP/1.1\r\nHost: inferd\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", heldBodySize)
-	body := make([]byte, heldBodySize-1)
-	copy(body, `{"apiKey": "ik_nobody", "modelKey": "mk-noop", "modelInputs": {"pad": "`)
-	for i := 70; i < len(body); i++ {
-		body[i] = 'x'
-	}
 	attack, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var opened atomic.Int64
 	defer func() { stop(); wg.Wait() }()
-	for a := range attackers {
-		for range perAttacker {
-			wg.Go(func() {
-				d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 2, byte(1+a))}, Timeout: 10 * time.Second}
-				for attack.Err() == nil {
-					c, err := d.DialContext(attack, "tcp", addr)
-					if err != nil {
-						return
-					}
-					opened.Add(1)
-					stopped := context.AfterFunc(attack, func() { c.Close() })
-					go func() {
-						if _, err := io.WriteString(c, head); err == nil {
-							_, _ = c.Write(body)
+	for a := range 3 {
+		for _, h := range holds {
+			// A body of h.size bytes announced, all but the last sent: the
+			// daemon's buffer for it is h.size.
+			head := fmt.Sprintf("POST /start/v4 HTTP/1.1\r\nHost: inferd\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", h.size-1)
+			body := bytes.Repeat([]byte("x"), h.size-2)
+			for range h.conns {
+				wg.Go(func() {
+					d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 2, byte(1+a))}, Timeout: 10 * time.Second}
+					for attack.Err() == nil {
+						c, err := d.DialContext(attack, "tcp", addr)
+						if err != nil {
+							return
 						}
-					}()
-					_, _ = http.ReadResponse(bufio.NewReader(c), nil) // held until answered
-					stopped()
-					c.Close()
-				}
-			})
+						opened.Add(1)
+						stopped := context.AfterFunc(attack, func() { c.Close() })
+						go func() {
+							if _, err := io.WriteString(c, head); err == nil {
+								_, _ = c.Write(body)
+							}
+						}()
+						_, _ = http.ReadResponse(bufio.NewReader(c), nil) // held until answered
+						stopped()
+						c.Close()
+						select {
+						case <-attack.Done():
+						case <-time.After(100 * time.Millisecond):
+						}
+					}
+				})
+			}
 		}
 	}
 	if _, err := waitMetric(ctx, e.base, "inferd_request_body_bytes", time.Minute,
-		func(v float64) bool { return v >= 120<<20 }); err != nil {
+		func(v float64) bool { return v >= 124<<20 }); err != nil {
 		return fmt.Errorf("the keyless hold never filled limits.bodyBytes: %w", err)
 	}
 	c := &payload.Client{Base: e.base, APIKey: e.apiKey, ModelKey: "mk-noop"}
@@ -355,7 +362,7 @@ func measureKeylessHold(ctx context.Context, e *env, o options, r *report) error
 	if err != nil {
 		return err
 	}
-	r.add(fmt.Sprintf("Keyed starts that succeed while 3 keyless addresses (8 connections each, re-opened at once) hold 10 MiB bodies in limits.bodyBytes (128 MiB; %s held at the end, %d connections opened); refused: %v",
+	r.add(fmt.Sprintf("Keyed starts that succeed while 3 keyless addresses hold starts minus a byte (10 MiB down to 256 bytes, re-opened 100 ms after each answer) in limits.bodyBytes (128 MiB; %s held at the end, %d connections opened); refused: %v",
 		payload.MiB(int64(held)), opened.Load(), refused),
 		fmt.Sprintf("%d of %d", ok, starts), "all (was 1 of 10)", ok == starts)
 	r.add("Peak RSS over that hold", payload.MiB(peak), "< 600 MiB", peak < edgeRSSTarget)
