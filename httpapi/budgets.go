@@ -122,7 +122,8 @@ func setRetryAfter(w http.ResponseWriter, err error) {
 // It is fair between sources: when the total is full, a source that would
 // still hold no more than its share (the total over the sources holding
 // bytes, itself counted) makes room by cutting the bodies of sources over
-// their share, the largest holder's oldest body first. So no set of
+// their share, the largest holder's first, the one that best frees the
+// room (bestFit). So no set of
 // sources, however many addresses it has, can keep another out: issue 41's
 // three addresses renewing held bodies every limits.bodyReadTimeout
 // refused 9 of 10 of another client's small starts. A body cut is
@@ -186,7 +187,7 @@ func (b *bodyBudget) heldBy(source string) int64 {
 // the total, or nil when source may not make room: it would hold more than
 // its share, or no other source holds more than its own (b.mu is held).
 // The share is the total over the sources holding bytes, source counted;
-// the largest holder above it loses its oldest body first, until there is
+// the largest holder above it loses a body first (bestFit), until there is
 // room or it is within its share.
 func (b *bodyBudget) victims(source string, n int64) []*bodyAccount {
 	sources := len(b.bySource)
@@ -212,7 +213,7 @@ func (b *bodyBudget) victims(source string, n int64) []*bodyAccount {
 			if name == source || h <= share || h <= most {
 				continue
 			}
-			if a := sb.oldest(taken); a != nil {
+			if a := sb.bestFit(taken, need); a != nil {
 				victim, most = a, h
 			}
 		}
@@ -227,15 +228,28 @@ func (b *bodyBudget) victims(source string, n int64) []*bodyAccount {
 	return cut
 }
 
-// oldest is the oldest account of sb that can be cut and is not in taken.
-func (sb *sourceBodies) oldest(taken map[*bodyAccount]bool) *bodyAccount {
-	var o *bodyAccount
+// bestFit is the account of sb to cut for need bytes: its smallest body
+// that frees them (the oldest of equals), else its largest, never one in
+// taken or one that cannot be cut. A small request so cuts a small body,
+// not a large upload that is almost in: holding more than a share costs
+// the holder its bodies one by one, in the least it can give.
+func (sb *sourceBodies) bestFit(taken map[*bodyAccount]bool, need int64) *bodyAccount {
+	var fit, largest *bodyAccount
 	for a := range sb.accounts {
-		if a.interrupt != nil && !taken[a] && a.held > 0 && (o == nil || a.seq < o.seq) {
-			o = a
+		if a.interrupt == nil || taken[a] || a.held <= 0 {
+			continue
+		}
+		if a.held >= need && (fit == nil || a.held < fit.held || a.held == fit.held && a.seq < fit.seq) {
+			fit = a
+		}
+		if largest == nil || a.held > largest.held || a.held == largest.held && a.seq < largest.seq {
+			largest = a
 		}
 	}
-	return o
+	if fit != nil {
+		return fit
+	}
+	return largest
 }
 
 // reserve takes n bytes for acct, or refuses them; when the total is full

@@ -53,7 +53,8 @@ func TestBodyBudgetCountsInAllAndPerSource(t *testing.T) {
 // TestBodyBudgetMakesRoomForASourceWithinItsShare: with the total full, a
 // source that would hold no more than its share (the total over the
 // sources holding bytes, itself counted) gets its bytes by cutting the
-// oldest body of the largest holder above its share, and only as many as
+// body of the largest holder above its share that best frees the room (its
+// smallest that is large enough, the oldest of equals), and only as many as
 // it needs; a source past its share is refused, and so is one when nobody
 // is over theirs. What is cut is given back at once and interrupted, and
 // its reader is refused.
@@ -83,7 +84,8 @@ func TestBodyBudgetMakesRoomForASourceWithinItsShare(t *testing.T) {
 	if got := refusedBy(w.grow(40)); got != budgetBodyBytes || len(interrupted) != 0 {
 		t.Errorf("w asking past its share: refused by %q, cut %v", got, interrupted)
 	}
-	// 10 is within it: x (60, the largest over 30) loses its oldest body.
+	// 10 is within it: x (60, the largest over 30) loses its oldest of two
+	// equal bodies, either of which frees the room.
 	if err := w.check(10); err != nil {
 		t.Errorf("w's check of 10: %v", err)
 	}
@@ -125,6 +127,34 @@ func TestBodyBudgetMakesRoomForASourceWithinItsShare(t *testing.T) {
 	}
 	if got := b.inUse(); got != 88 {
 		t.Errorf("%d in use, want 88", got)
+	}
+}
+
+// TestBodyBudgetCutsTheBodyThatBestFreesTheRoom: an address over its
+// share loses its smallest body that frees the room a small request needs,
+// not a large upload that is almost in; a request no single body of it
+// frees takes its largest first.
+func TestBodyBudgetCutsTheBodyThatBestFreesTheRoom(t *testing.T) {
+	b := newBodyBudget(100, 0)
+	hold := func(source string, n int64) *bodyAccount {
+		t.Helper()
+		a := b.account(source, true)
+		a.cuttable(func() {})
+		if err := a.grow(n); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	big, mid, small := hold("x", 70), hold("x", 20), hold("x", 10)
+	hold("y", 5)
+	if big.wasCut() || mid.wasCut() || !small.wasCut() {
+		t.Errorf("5 bytes cut big %v, mid %v, small %v; want the small one only", big.wasCut(), mid.wasCut(), small.wasCut())
+	}
+	// y holds 5, share 50: its next 40 need 35 more than the 5 free: no
+	// one body but big frees them.
+	hold("y", 40)
+	if !big.wasCut() || mid.wasCut() {
+		t.Errorf("40 bytes cut big %v, mid %v; want the big one", big.wasCut(), mid.wasCut())
 	}
 }
 

@@ -286,64 +286,25 @@ func measureHealthzUnderSlowSenders(ctx context.Context, e *env, o options, r *r
 }
 
 // measureKeylessHold: issue 41's attack on the shared body budget, at the
-// defaults: three addresses with no key keep connections holding starts
-// minus their last byte, 10 MiB ones and smaller ones down to 256 bytes
-// that fill what the large ones leave, each re-opened 100 ms after it is
-// answered (refused, or cut for room); meanwhile a keyed client at a
-// fourth address makes 100 small starts, one after another. Before the
-// budget was fair, 9 of 10 of them were refused "server busy
-// (limits.bodyBytes)".
+// defaults: three addresses with no key fill limits.bodyBytes with held
+// starts (each all but its last byte), 10 MiB ones first, then ever smaller
+// ones down to 16 bytes, until no more of any size is held; then a keyed
+// client at a fourth address makes a small start, and the attackers fill
+// the budget again before each of 20. Before the budget was fair, 9 of 10
+// of such starts were refused "server busy (limits.bodyBytes)".
 func measureKeylessHold(ctx context.Context, e *env, o options, r *report) error {
-	const starts = 100
-	holds := []struct{ size, conns int }{{heldBodySize, 8}, {1 << 20, 8}, {64 << 10, 16}, {4 << 10, 16}, {256, 16}}
+	const starts = 20
 	if err := payload.ResetPeak(e.inferdPid); err != nil {
 		return err
 	}
-	addr := e.base[len("http://"):]
-	attack, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	var opened atomic.Int64
-	defer func() { stop(); wg.Wait() }()
-	for a := range 3 {
-		for _, h := range holds {
-			// A body of h.size bytes announced, all but the last sent: the
-			// daemon's buffer for it is h.size.
-			head := fmt.Sprintf("POST /start/v4 HTTP/1.1\r\nHost: inferd\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", h.size-1)
-			body := bytes.Repeat([]byte("x"), h.size-2)
-			for range h.conns {
-				wg.Go(func() {
-					d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 2, byte(1+a))}, Timeout: 10 * time.Second}
-					for attack.Err() == nil {
-						c, err := d.DialContext(attack, "tcp", addr)
-						if err != nil {
-							return
-						}
-						opened.Add(1)
-						stopped := context.AfterFunc(attack, func() { c.Close() })
-						go func() {
-							if _, err := io.WriteString(c, head); err == nil {
-								_, _ = c.Write(body)
-							}
-						}()
-						_, _ = http.ReadResponse(bufio.NewReader(c), nil) // held until answered
-						stopped()
-						c.Close()
-						select {
-						case <-attack.Done():
-						case <-time.After(100 * time.Millisecond):
-						}
-					}
-				})
-			}
-		}
-	}
-	if _, err := waitMetric(ctx, e.base, "inferd_request_body_bytes", time.Minute,
-		func(v float64) bool { return v >= 124<<20 }); err != nil {
-		return fmt.Errorf("the keyless hold never filled limits.bodyBytes: %w", err)
-	}
+	h := &holder{ctx: ctx, base: e.base}
+	defer h.close()
 	c := &payload.Client{Base: e.base, APIKey: e.apiKey, ModelKey: "mk-noop"}
 	ok, refused := 0, map[string]int{}
 	for range starts {
+		if err := h.fill([]string{"127.0.2.1", "127.0.2.2", "127.0.2.3"}, heldBodySize); err != nil {
+			return err
+		}
 		a, err := c.Start(ctx, []byte(`{}`), false)
 		switch {
 		case err != nil:
@@ -362,11 +323,112 @@ func measureKeylessHold(ctx context.Context, e *env, o options, r *report) error
 	if err != nil {
 		return err
 	}
-	r.add(fmt.Sprintf("Keyed starts that succeed while 3 keyless addresses hold starts minus a byte (10 MiB down to 256 bytes, re-opened 100 ms after each answer) in limits.bodyBytes (128 MiB; %s held at the end, %d connections opened); refused: %v",
-		payload.MiB(int64(held)), opened.Load(), refused),
+	r.add(fmt.Sprintf("Keyed starts that succeed while 3 keyless addresses fill limits.bodyBytes (128 MiB) with held starts, 10 MiB down to 16 bytes, before each (%s held at the end, %d connections opened, %d answered: refused or cut); refused: %v",
+		payload.MiB(int64(held)), len(h.holds), h.answered(), refused),
 		fmt.Sprintf("%d of %d", ok, starts), "all (was 1 of 10)", ok == starts)
 	r.add("Peak RSS over that hold", payload.MiB(peak), "< 600 MiB", peak < edgeRSSTarget)
 	return nil
+}
+
+// holder holds request bodies on connections from chosen addresses.
+type holder struct {
+	ctx   context.Context
+	base  string
+	holds []*hold
+}
+
+// hold is one held body: its buffer's size in the daemon, and whether the
+// daemon has answered it (refused, or cut it for room).
+type hold struct {
+	conn  net.Conn
+	size  int
+	done  chan struct{}
+	ended bool
+}
+
+func (h *hold) over() bool {
+	if !h.ended {
+		select {
+		case <-h.done:
+			h.ended = true
+			h.conn.Close() // answered: its descriptor goes
+		default:
+		}
+	}
+	return h.ended
+}
+
+// open sends from local a start announcing size-1 bytes and all but its
+// last (the daemon's buffer is then size bytes), and waits until the
+// daemon answers it or holds it: the bytes it counts are those of the
+// holds it has not answered.
+func (h *holder) open(local string, size int) (*hold, error) {
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}, Timeout: 10 * time.Second}
+	c, err := d.DialContext(h.ctx, "tcp", h.base[len("http://"):])
+	if err != nil {
+		return nil, err
+	}
+	hd := &hold{conn: c, size: size, done: make(chan struct{})}
+	h.holds = append(h.holds, hd)
+	head := fmt.Sprintf("POST /start/v4 HTTP/1.1\r\nHost: inferd\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", size-1)
+	go func() { _, _ = c.Write(append([]byte(head), bytes.Repeat([]byte("x"), size-2)...)) }()
+	go func() {
+		_, _ = http.ReadResponse(bufio.NewReader(c), nil)
+		close(hd.done)
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for !hd.over() {
+		held := 0
+		for _, o := range h.holds {
+			if !o.over() {
+				held += o.size
+			}
+		}
+		if v, err := metricSum(h.ctx, h.base, "inferd_request_body_bytes"); err == nil && v == float64(held) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("a body of %d bytes neither held nor answered in a minute", size)
+		}
+		time.Sleep(5 * time.Millisecond) // a load script: no signal to wait on but the daemon's metric
+	}
+	return hd, nil
+}
+
+// fill holds bodies from addrs, largest first and down to 16 bytes, until
+// no more of any size is held: the budget is then full to within 16 bytes.
+func (h *holder) fill(addrs []string, largest int) error {
+	for _, size := range []int{largest, 1 << 20, 64 << 10, 4 << 10, 256, 16} {
+		for refused := 0; refused < len(addrs); {
+			hd, err := h.open(addrs[len(h.holds)%len(addrs)], size)
+			if err != nil {
+				return err
+			}
+			if hd.over() {
+				refused++
+			} else {
+				refused = 0
+			}
+		}
+	}
+	return nil
+}
+
+// answered counts the holds the daemon answered.
+func (h *holder) answered() int {
+	n := 0
+	for _, o := range h.holds {
+		if o.over() {
+			n++
+		}
+	}
+	return n
+}
+
+func (h *holder) close() {
+	for _, o := range h.holds {
+		o.conn.Close()
+	}
 }
 
 // measureRepliesInFlight: issue 41's one project at concurrency 16 whose
