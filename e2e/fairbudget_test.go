@@ -91,7 +91,7 @@ func (b *bodyHolder) fill(addrs []string, largest int) {
 // then 9 of 10 of another client's small starts were refused "server busy
 // (limits.bodyBytes)"); refilled before each, every one of a keyed
 // client's starts from a fourth address succeeds: it is within its share
-// of the budget and cuts the largest holder's oldest body for room, which
+// of the budget and cuts a body of the largest holder over its share, which
 // is answered naming the budget.
 func TestKeyedStartsGetThroughWhileKeylessAddressesHoldTheBodyBudget(t *testing.T) {
 	t.Parallel()

@@ -273,7 +273,7 @@ func TestBodyThatCannotFitIsRefusedBeforeItIsRead(t *testing.T) {
 // TestHeldBodiesOfOneAddressAreCutForAnotherWithinItsShare: one address
 // holding two large bodies that fill limits.bodyBytes (but the room a
 // buffer takes to grow) does not keep another address's start out: the
-// holder's oldest body is cut (answered at once, naming the budget, its
+// holder's older body (of two equal ones) is cut (answered at once, naming the budget, its
 // connection closed), the start is served, and the holder's other body
 // stays held.
 func TestHeldBodiesOfOneAddressAreCutForAnotherWithinItsShare(t *testing.T) {
