@@ -119,7 +119,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		Policy: hookPolicy, Body: httpapi.WebhookBody("inferd/" + version), Outages: outages,
 	}, st, log)
 	sources := metrics.Sources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st, Conns: conns.Stats,
-		Webhooks: hooks.TeamStats, Cluster: clusterView}
+		Replies: sched.ReplyBytes, Webhooks: hooks.TeamStats, Cluster: clusterView}
 	if st.etcd != nil {
 		sources.EtcdOps = st.etcd.OpStats
 	}
@@ -402,6 +402,7 @@ func schedulerConfig(cfg config.Config) scheduler.Config {
 	return scheduler.Config{
 		MaxQueuedPerProject:      cfg.MaxQueuedPerProject,
 		MaxQueuedBytesPerProject: cfg.MaxQueuedBytesPerProject,
+		ReplyBytes:               cfg.Limits.ReplyBytes,
 		MaxBootFailures:          cfg.Replica.MaxBootFailures,
 		RestartBackoff:           cfg.Replica.RestartBackoff,
 		MaxRestartBackoff:        cfg.Replica.MaxRestartBackoff,

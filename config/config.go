@@ -130,6 +130,9 @@ type Limits struct {
 	MaxStreamsPerKey   int           `koanf:"maxStreamsPerKey"`
 	StreamResultBytes  int64         `koanf:"streamResultBytes"`
 	StreamWriteTimeout time.Duration `koanf:"streamWriteTimeout"`
+	// ReplyBytes bounds the bytes of model replies held at once, from
+	// their buffer until their call's result is stored (0 = no bound).
+	ReplyBytes int64 `koanf:"replyBytes"`
 }
 
 // Log selects the log level and format.
@@ -202,6 +205,7 @@ func defaults() map[string]any {
 		"limits.maxStreamsPerKey":       100,
 		"limits.streamResultBytes":      256 << 20,
 		"limits.streamWriteTimeout":     "30s",
+		"limits.replyBytes":             128 << 20,
 		"replica.user":                  PerProjectUser,
 		"replica.uidRange":              fmt.Sprintf("%d-%d", local.DefaultUIDFirst, local.DefaultUIDLast),
 		"replica.network":               "private",
@@ -482,6 +486,9 @@ func (c Config) validate() error {
 	}
 	if c.Limits.StreamResultBytes < 0 {
 		bad("limits.streamResultBytes", "must be 0 (no cap) or more, got %d", c.Limits.StreamResultBytes)
+	}
+	if c.Limits.ReplyBytes < 0 {
+		bad("limits.replyBytes", "must be 0 (no bound) or more, got %d", c.Limits.ReplyBytes)
 	}
 	if c.Limits.MaxConnections < 0 {
 		bad("limits.maxConnections", "must be 0 (sized from the open-file limit) or more, got %d", c.Limits.MaxConnections)

@@ -32,15 +32,16 @@ func (a *api) newPipeline() *pipeline.Pipeline {
 		reread = rereadWithin
 	}
 	p := pipeline.New(pipeline.Config{
-		Store:       a.store,
-		StartLookup: a.opts.StartLookup,
-		Sched:       a.sched,
-		Place:       a.place,
-		KeyHooks:    []pipeline.Hook{{Name: hookRate, Admit: a.admitRate}},
-		CallHooks:   []pipeline.Hook{{Name: hookWaits, Admit: a.admitWait}, {Name: hookStreams, Admit: a.admitStream}},
-		Stopping:    a.opts.Stopping,
-		Reread:      reread,
-		OnRefusal:   a.admissionRefused,
+		Store:         a.store,
+		StartLookup:   a.opts.StartLookup,
+		Sched:         a.sched,
+		Place:         a.place,
+		KeyHooks:      []pipeline.Hook{{Name: hookRate, Admit: a.admitRate}},
+		CallHooks:     []pipeline.Hook{{Name: hookWaits, Admit: a.admitWait}, {Name: hookStreams, Admit: a.admitStream}},
+		Stopping:      a.opts.Stopping,
+		Reread:        reread,
+		OnRefusal:     a.admissionRefused,
+		MaxInputDepth: a.opts.Limits.MaxInputDepth,
 	})
 	a.opts.Metrics.SetHooks(p)
 	a.store.OnProjectChange(p.ProjectChanged)
@@ -200,6 +201,8 @@ func refusalError(ref *pipeline.Refusal, invalidKey, noProject error) error {
 			return errClusterUnavailable
 		}
 		return ref.Err
+	case pipeline.RefusedInput:
+		return badRequest("%s", ref.Err.Error())
 	case pipeline.RefusedBudget, pipeline.RefusedRequest, pipeline.RefusedPlace, pipeline.RefusedShuttingDown,
 		pipeline.RefusedInternal, pipeline.RefusedStorageFull:
 		return ref.Err

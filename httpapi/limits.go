@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"inferd/pipeline"
 )
 
 // Limits bound what one API key, and all keys together, may hold of the
@@ -218,33 +220,7 @@ func (l *limiter) beginStream(id string) (release func(), err error) {
 var errTooManyWaits = &userError{http.StatusTooManyRequests, codeRateLimited,
 	"too many requests of this API key are waiting; close some and retry"}
 
-// jsonDepthExceeds reports whether the JSON value v nests arrays and objects
-// more than max levels deep. v must be valid JSON (the decoder has checked
-// it); only brackets outside strings count.
-func jsonDepthExceeds(v []byte, max int) bool {
-	depth := 0
-	inString, escaped := false, false
-	for _, c := range v {
-		switch {
-		case escaped:
-			escaped = false
-		case inString:
-			switch c {
-			case '\\':
-				escaped = true
-			case '"':
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == '{' || c == '[':
-			depth++
-			if depth > max {
-				return true
-			}
-		case c == '}' || c == ']':
-			depth--
-		}
-	}
-	return false
-}
+// jsonDepthExceeds reports whether the JSON value v nests arrays and
+// objects more than max levels deep: the call path's check
+// (pipeline.DepthExceeds), which the doors run on their own fields too.
+func jsonDepthExceeds(v []byte, max int) bool { return pipeline.DepthExceeds(v, max) }

@@ -58,8 +58,9 @@ func loadedMetricsWith(c metrics.Cluster) *metrics.Metrics {
 				{Index: 2, UUID: "GPU-lost", MemoryTotalMiB: 2048, Problem: "lost (ERROR_GPU_IS_LOST)"},
 			}
 		},
-		Store: fakeStoreStats{},
-		Conns: func() metrics.ConnStats { return metrics.ConnStats{Open: 5, Max: 100, Shed: 2} },
+		Store:   fakeStoreStats{},
+		Conns:   func() metrics.ConnStats { return metrics.ConnStats{Open: 5, Max: 100, Shed: 2} },
+		Replies: func() int64 { return 60 << 20 },
 		Webhooks: func() map[string]webhook.Stats {
 			return map[string]webhook.Stats{
 				"acme": {Delivered: 4, Retries: 2, GaveUp: 1, Dropped: 6, Pending: 3, Sending: 2},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
@@ -152,7 +153,7 @@ var errOAIShuttingDown = &oaiError{status: http.StatusServiceUnavailable, typ: o
 func (a *api) openaiAnswer(w http.ResponseWriter, r *http.Request, c store.Call) {
 	switch c.State {
 	case store.CallSucceeded:
-		writeBody(w, http.StatusOK, bytes.Clone(bytes.TrimSpace(c.Outputs)))
+		a.writeResult(w, c.Outputs)
 	case store.CallFailed:
 		a.openaiError(w, r, failedCall(c))
 	default:
@@ -192,7 +193,7 @@ func (a *api) openaiResponse(w http.ResponseWriter, r *http.Request, ps httprout
 		a.openaiError(w, r, err)
 		return
 	}
-	c, _, err := a.sched.Lookup(ps.ByName("callID"))
+	c, _, err := a.streamLookup(ps.ByName("callID"))
 	switch {
 	case errors.Is(err, store.ErrNotFound) || err == nil && !mayReach(key, c.TeamID, c.ProjectID):
 		a.openaiError(w, r, &oaiError{status: http.StatusNotFound, typ: openai.TypeInvalidRequest, code: "not_found",
@@ -204,8 +205,42 @@ func (a *api) openaiResponse(w http.ResponseWriter, r *http.Request, ps httprout
 	case !c.State.Done():
 		writeJSON(w, http.StatusAccepted, pendingCall{ID: c.ID, Object: "inferd.call", Status: pendingMessage(c)})
 		return
+	case c.State == store.CallSucceeded:
+		// Readers of one result share one copy, as event streams do, and
+		// within limits.streamResultBytes with them: a reader that does
+		// not read holds no copy of its own, and lets the shared one go
+		// at the stream write deadline.
+		held, release, err := a.results.hold(c)
+		if err != nil {
+			a.refused(budgetStreamResultBytes)
+			a.openaiError(w, r, errResultBytes(a.opts.Limits.StreamResultBytes))
+			return
+		}
+		defer release()
+		c = held
 	}
 	a.openaiAnswer(w, r, c)
+}
+
+// writeResult answers a succeeded call's outputs as the body, written in
+// place from the copy the caller holds (shared by other readers, so never
+// appended to) and within limits.streamWriteTimeout per streamChunk, as an
+// event stream is: a client that does not read is cut, not waited on with
+// the result held.
+func (a *api) writeResult(w http.ResponseWriter, outputs []byte) {
+	body := bytes.TrimSpace(outputs)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)+1))
+	w.WriteHeader(http.StatusOK)
+	out := sseWriter{w: w, rc: http.NewResponseController(w), timeout: a.opts.Limits.StreamWriteTimeout}
+	if out.begin() {
+		out.write(body)
+		out.write(newline)
+	}
+	if out.cut() {
+		a.refused(budgetStreamWriteTimeout)
+	}
 }
 
 // pendingCall answers GET /v1/calls/:callID/response for a call still

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"time"
 )
 
 // maxPresize bounds the buffer readBody sets aside from a Content-Length
@@ -72,6 +73,10 @@ func readBodyWithin(w http.ResponseWriter, r *http.Request, limit int64, acct *b
 		return nil, err
 	}
 	defer acct.close()
+	// The budget may cut this body for the room of an address that holds
+	// less (bodyBudget): the read under way then ends at once.
+	rc := http.NewResponseController(w)
+	acct.cuttable(func() { _ = rc.SetReadDeadline(time.Now()) })
 	body := http.MaxBytesReader(w, r.Body, limit)
 	size := 512
 	if r.ContentLength > 0 {
@@ -94,10 +99,12 @@ func readBodyWithin(w http.ResponseWriter, r *http.Request, limit int64, acct *b
 		}
 		n, err := body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
-		if err == io.EOF {
+		switch {
+		case acct.wasCut():
+			return nil, errBodyCut(acct.budget.total)
+		case err == io.EOF:
 			return buf, nil
-		}
-		if err != nil {
+		case err != nil:
 			return nil, bodyReadError(err)
 		}
 	}

@@ -154,6 +154,9 @@ func (d runDoor) refused(w http.ResponseWriter, r *http.Request, ref *pipeline.R
 		a.runRefused(w, r, refusalError(ref, errInvalidHeaderKey, errProjectNotFound))
 	case pipeline.RefusedIdempotency:
 		a.runFailed(w, r, errRequestIDReused)
+	case pipeline.RefusedInput:
+		// 422, not 400: the SDK would retry a 400 for five minutes.
+		runError(w, http.StatusUnprocessableEntity, "unprocessable", ref.Err.Error())
 	default:
 		a.runFailed(w, r, refusalError(ref, errInvalidHeaderKey, errProjectNotFound))
 	}

@@ -100,6 +100,10 @@ func TestUsageOfRepliesAndChunks(t *testing.T) {
 		`{"choices":[],"usage":null}`:                                           nil,
 		`{"choices":[]}`:                                                        nil,
 		`[1,2]`:                                                                 nil,
+		// A model's counts are clamped, never trusted to be sane.
+		`{"usage":{"prompt_tokens":-2,"completion_tokens":9223372036854775807}}`:         {Completion: store.MaxTokens},
+		`{"usage":{"prompt_tokens":99999999999999999999999,"completion_tokens":-1e300}}`: {Prompt: store.MaxTokens},
+		`{"usage":{"prompt_tokens":12.9,"completion_tokens":1e3}}`:                       {Prompt: 12, Completion: 1000},
 	} {
 		got, ok := Usage([]byte(reply))
 		if ok != (want != nil) || want != nil && got != *want {

@@ -3,6 +3,9 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"math"
+	"strconv"
 
 	"inferd/store"
 )
@@ -10,21 +13,42 @@ import (
 // usageOf is the part of a reply or chunk that carries its usage.
 type usageOf struct {
 	Usage *struct {
-		PromptTokens     int64 `json:"prompt_tokens"`
-		CompletionTokens int64 `json:"completion_tokens"`
+		PromptTokens     json.Number `json:"prompt_tokens"`
+		CompletionTokens json.Number `json:"completion_tokens"`
 	} `json:"usage"`
 	Choices json.RawMessage `json:"choices"`
 }
 
 // Usage returns the token usage of a reply or stream chunk, and whether it
 // has one ("usage" absent or null: none; an embeddings reply counts prompt
-// tokens only).
+// tokens only). Each count is clamped to [0, store.MaxTokens]: the model's
+// word is not trusted to be sane.
 func Usage(reply []byte) (store.Tokens, bool) {
 	var u usageOf
 	if json.Unmarshal(reply, &u) != nil || u.Usage == nil {
 		return store.Tokens{}, false
 	}
-	return store.Tokens{Prompt: max(u.Usage.PromptTokens, 0), Completion: max(u.Usage.CompletionTokens, 0)}, true
+	return store.Tokens{Prompt: tokenCount(u.Usage.PromptTokens), Completion: tokenCount(u.Usage.CompletionTokens)}, true
+}
+
+// tokenCount is a count a model reported, within [0, store.MaxTokens]: a
+// number past what an int64 holds saturates rather than losing the whole
+// usage, and a fraction counts its whole part.
+func tokenCount(n json.Number) int64 {
+	if n == "" {
+		return 0
+	}
+	if i, err := strconv.ParseInt(string(n), 10, 64); err == nil {
+		return store.ClampTokens(i)
+	}
+	f, err := strconv.ParseFloat(string(n), 64)
+	switch {
+	case err != nil && !errors.Is(err, strconv.ErrRange), math.IsNaN(f), f <= 0:
+		return 0
+	case f >= store.MaxTokens:
+		return store.MaxTokens
+	}
+	return int64(f)
 }
 
 // UsageOnly reports whether a stream chunk is the one that

@@ -48,6 +48,9 @@ type Config struct {
 	// OnRefusal, when set, hears each refusal by a hook: its name and its
 	// error (the metrics' counters).
 	OnRefusal func(hook string, err error)
+	// MaxInputDepth bounds the nesting of a call's inputs
+	// (limits.maxInputDepth); 0: no bound.
+	MaxInputDepth int
 }
 
 // Pipeline is the one call path (see the package comment). It is safe for
@@ -156,6 +159,9 @@ var ErrNoNode = errors.New("cluster unavailable; retry")
 // Start resolves, admits, places and starts req's call. A refusal comes
 // before any call exists; a forwarded request has been answered.
 func (p *Pipeline) Start(ctx context.Context, req Request) (Outcome, *Refusal) {
+	if ref := p.checkInputs(req); ref != nil {
+		return Outcome{}, ref
+	}
 	var c Caller
 	var ref *Refusal
 	if req.Operator {

@@ -130,9 +130,16 @@ func (s *Scheduler) infer(ctx context.Context, j inferJob) {
 	cs := &callStream{id: c.c.ID, sink: s.cfg.Outputs}
 	s.cfg.Outputs.CallRunning(cs.id)
 	measured := measure(inst)
-	out, err := inst.Infer(ctx, backend.Request{Inputs: inputs, Route: c.c.Route, Stream: cs, Meter: cs})
-	ev := evInferDone{c: c, r: r, out: out, err: err, streamed: cs.began, tokens: cs.tokens, measured: measured()}
+	req := backend.Request{Inputs: inputs, Route: c.c.Route, Stream: cs, Meter: cs}
+	reply := s.replies.account()
+	if reply != nil {
+		req.Reply = reply
+	}
+	out, err := inst.Infer(ctx, req)
+	ev := evInferDone{c: c, r: r, out: out, err: err, streamed: cs.began, tokens: cs.tokens, measured: measured(), reply: reply}
 	if err != nil {
+		reply.release() // no reply is held
+		ev.reply = nil
 		exited := isClosed(inst.Exited())
 		var exitErr error
 		if exited {
@@ -148,10 +155,12 @@ func (s *Scheduler) onInferDone(ev evInferDone) {
 	c := ev.c
 	s.pass.touch(c.p) // whichever way it ends, only its project changes
 	if c.abortedOn == ev.r {
+		ev.reply.release()
 		s.aborted(c)
 		return
 	}
 	if c.r != ev.r || c.finished() {
+		ev.reply.release()
 		return // already ended by a timeout, an exit or a delete
 	}
 	s.detach(c)
@@ -172,6 +181,7 @@ func (s *Scheduler) onInferDone(ev evInferDone) {
 	}
 	c.c.Streamed = ev.streamed
 	c.c.Tokens = ev.tokens
+	c.reply = ev.reply // given back once the result is durable (onFinal)
 	s.finish(c, ev.out, succeeded)
 }
 
@@ -308,6 +318,8 @@ func (s *Scheduler) finish(c *call, out json.RawMessage, e ending) {
 // later write lands. A sync start's call that was never stored gets no ID:
 // see finalAnswer.
 func (s *Scheduler) onFinal(c *call, err error, woken, answered bool) {
+	c.reply.release() // the result is in the store (or failed to be): the reply's bytes are no longer the budget's
+	c.reply = nil
 	if s.calls[c.c.ID] == c {
 		delete(s.calls, c.c.ID)
 	}

@@ -143,6 +143,8 @@ func (s *Scheduler) forget(c *call, v store.Call) {
 		delete(s.calls, c.c.ID)
 	}
 	s.unindex(c)
+	c.reply.release()
+	c.reply = nil
 	c.result = v
 	s.move(c, callAbandoned)
 	close(c.done)

@@ -124,6 +124,7 @@ type evInferDone struct {
 	streamed bool           // the model streamed its reply: out is the array of its lines
 	tokens   *store.Tokens  // what an OpenAI-compatible model reported it used
 	measured *backend.Usage // what the backend measured over the Infer; nil when it cannot
+	reply    *replyAccount  // what out holds of the replies' budget, until the call's final write
 }
 
 // Timer events carry the seq their timer was armed with (see timer.fired).

@@ -134,7 +134,12 @@ const msgRequestFailed = "error: model request failed: the connection to the mod
 func (s *Scheduler) inferFailure(id string, err error, exited bool, exitErr error) ending {
 	var httpErr *backend.HTTPError
 	var excErr *backend.ExceptionError
+	var overBudget *backend.ReplyBudgetError
 	switch {
+	case errors.As(err, &overBudget):
+		// Not the model's failure: the box held as many replies as it
+		// may; the same call sent again may find room.
+		return failed(store.FailInterrupted, "error: "+overBudget.Error()+"; retry later")
 	case errors.As(err, &httpErr):
 		e := failed(store.FailModelStatus, fmt.Sprintf("error: model returned HTTP %d", httpErr.Status))
 		e.fail.Status, e.fail.RetryAfter = httpErr.Status, httpErr.RetryAfter

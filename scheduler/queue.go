@@ -36,6 +36,9 @@ type call struct {
 	// final write left it; read off the loop only after done is closed (the
 	// close orders the write before the read).
 	result store.Call
+	// reply is what its model's reply holds of the replies' budget, from
+	// the Infer's end until its final write has committed (onFinal).
+	reply *replyAccount
 
 	expiry timer // queueTimeout: armed while the call waits to be dispatched
 

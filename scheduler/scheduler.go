@@ -33,10 +33,13 @@ type Config struct {
 	// MaxQueuedBytesPerProject caps the inputs, in bytes, of the calls
 	// waiting per project (see budget.go); default DefaultMaxQueuedBytes.
 	MaxQueuedBytesPerProject int64
-	MaxBootFailures          int           // consecutive failed boots before queued calls fail; default DefaultMaxBootFailures
-	RestartBackoff           time.Duration // first wait after a crash or failed boot, doubling; default DefaultRestartBackoff
-	MaxRestartBackoff        time.Duration // cap of that wait; default DefaultMaxRestartBackoff
-	GPUPoll                  time.Duration // while a project waits for GPU, how often free GPU memory is re-read; default 1s
+	// ReplyBytes bounds the bytes of model replies held at once, read
+	// and not yet stored (limits.replyBytes, replies.go); 0: no bound.
+	ReplyBytes        int64
+	MaxBootFailures   int           // consecutive failed boots before queued calls fail; default DefaultMaxBootFailures
+	RestartBackoff    time.Duration // first wait after a crash or failed boot, doubling; default DefaultRestartBackoff
+	MaxRestartBackoff time.Duration // cap of that wait; default DefaultMaxRestartBackoff
+	GPUPoll           time.Duration // while a project waits for GPU, how often free GPU memory is re-read; default 1s
 	// AbortGrace is how long a replica whose call was cancelled may take to
 	// be free again (its request to the model aborted) before it is
 	// replaced; default 10s (serve passes replica.stopGrace).
@@ -181,6 +184,7 @@ type Scheduler struct {
 	draining  atomic.Bool // Drain has been called
 	wg        sync.WaitGroup
 	workers   inferWorkers // goroutines that run calls on replicas
+	replies   *replyBudget // model replies held at once (replies.go)
 
 	// Loop-owned: everything below is read and written only by the goroutine
 	// running Run (recovery, then the loop).
@@ -264,6 +268,7 @@ func New(cfg Config, st Store, b backend.Backend, clk Clock, log zerolog.Logger)
 		keyReads: map[string][]startReq{},
 		failures: newRecentFailures(maxRecentFailures),
 		results:  newSharedResults(),
+		replies:  newReplyBudget(cfg.ReplyBytes),
 		loading:  map[string]bool{},
 
 		quotas:      map[string]store.Quota{},

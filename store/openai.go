@@ -20,7 +20,16 @@ type Tokens struct {
 }
 
 // Total is prompt and completion tokens together.
-func (t Tokens) Total() int64 { return t.Prompt + t.Completion }
+func (t Tokens) Total() int64 { return AddCount(t.Prompt, t.Completion) }
+
+// MaxTokens is the most tokens one call may be counted for, of each kind:
+// the largest integer a JSON reader that holds numbers as doubles (every
+// JavaScript client) reads exactly. A model that reports more is clamped
+// to it, as one that reports a negative count is to 0.
+const MaxTokens = 1<<53 - 1
+
+// ClampTokens is n as a call's token count: within [0, MaxTokens].
+func ClampTokens(n int64) int64 { return min(max(n, 0), MaxTokens) }
 
 // ModelNames returns the names an OpenAI request may give as "model" to
 // reach p: its id, then its aliases. Projects of other protocols have none.

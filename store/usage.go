@@ -2,6 +2,7 @@ package store
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -124,10 +125,13 @@ func (k UsageKey) Compare(o UsageKey) int {
 func (r *UsageRow) Add(o UsageRow) { r.UsageTotals.Add(o.UsageTotals) }
 
 // Add adds o to t: sums, and the higher peak. A measure absent from both
-// stays absent.
+// stays absent. The counts saturate at math.MaxInt64 rather than wrap: a
+// model reports its own token counts, and no total may go down or negative
+// however large what it reports (openai.Usage clamps each call's to
+// MaxTokens, and rows add up over hours and teams).
 func (r *UsageTotals) Add(o UsageTotals) {
-	r.Calls += o.Calls
-	r.Failed += o.Failed
+	r.Calls = AddCount(r.Calls, o.Calls)
+	r.Failed = AddCount(r.Failed, o.Failed)
 	r.QueueSeconds += o.QueueSeconds
 	r.BootWaitSeconds += o.BootWaitSeconds
 	r.RunSeconds += o.RunSeconds
@@ -135,15 +139,26 @@ func (r *UsageTotals) Add(o UsageTotals) {
 	r.GPUSeconds += o.GPUSeconds
 	r.CPUSeconds = addOptional(r.CPUSeconds, o.CPUSeconds)
 	r.PeakMemoryBytes = max(r.PeakMemoryBytes, o.PeakMemoryBytes)
-	r.BytesIn += o.BytesIn
-	r.BytesOut += o.BytesOut
+	r.BytesIn = AddCount(r.BytesIn, o.BytesIn)
+	r.BytesOut = AddCount(r.BytesOut, o.BytesOut)
 	r.EnergyJoules = addOptional(r.EnergyJoules, o.EnergyJoules)
-	r.PromptTokens += o.PromptTokens
-	r.CompletionTokens += o.CompletionTokens
+	r.PromptTokens = AddCount(r.PromptTokens, o.PromptTokens)
+	r.CompletionTokens = AddCount(r.CompletionTokens, o.CompletionTokens)
 	r.BootReplicaSeconds += o.BootReplicaSeconds
 	r.IdleReplicaSeconds += o.IdleReplicaSeconds
 	r.BootGPUSeconds += o.BootGPUSeconds
 	r.IdleGPUSeconds += o.IdleGPUSeconds
+}
+
+// AddCount adds two counts, saturating: a negative one counts as none,
+// and a sum past math.MaxInt64 stays there rather than wrapping to a
+// negative number.
+func AddCount(a, b int64) int64 {
+	a, b = max(a, 0), max(b, 0)
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 func addOptional(a, b *float64) *float64 {

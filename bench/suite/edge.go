@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -30,7 +31,8 @@ const (
 	silentStreams  = 30
 	bigResultBytes = 60 << 20
 	edgeRSSTarget  = 600 << 20
-	slowSenderCap  = 15200 // the reproduction's cap
+	replyRSSTarget = 400 << 20 // issue 41's target for results and replies held
+	slowSenderCap  = 15200     // the reproduction's cap
 	healthzProbes  = 20
 	healthzTarget  = 2 * time.Second
 )
@@ -118,6 +120,25 @@ func measureHeldBodies(ctx context.Context, e *env, o options, r *report) error 
 // result, whose clients never read (a 4 KiB receive buffer); the daemon's
 // peak RSS until they are cut (limits.streamWriteTimeout).
 func measureSilentStreams(ctx context.Context, e *env, o options, r *report) error {
+	return measureSilentReaders(ctx, e, r, "events", silentStreams, "event streams", "< 600 MiB (was 2.3 GB)", edgeRSSTarget)
+}
+
+// measureSilentResponses20 and 40: issue 41's readers of GET
+// /v1/calls/ID/response that never read, 20 and 40 of one 60 MiB result
+// (before they shared one copy: 1.43 GB and 2.6 GB).
+func measureSilentResponses20(ctx context.Context, e *env, o options, r *report) error {
+	return measureSilentReaders(ctx, e, r, "response", 20, "readers of /v1/calls/ID/response", "< 400 MiB (was 1.43 GB)", replyRSSTarget)
+}
+
+func measureSilentResponses40(ctx context.Context, e *env, o options, r *report) error {
+	return measureSilentReaders(ctx, e, r, "response", 40, "readers of /v1/calls/ID/response", "< 400 MiB (was 2.6 GB)", replyRSSTarget)
+}
+
+// measureSilentReaders: n clients of GET /v1/calls/ID/<route> for a
+// finished call with a 60 MiB result that never read (a 4 KiB receive
+// buffer); the daemon's peak RSS until they are cut
+// (limits.streamWriteTimeout).
+func measureSilentReaders(ctx context.Context, e *env, r *report, route string, n int, what, want string, target int64) error {
 	before, err := payload.RSS(e.inferdPid)
 	if err != nil {
 		return err
@@ -152,16 +173,16 @@ func measureSilentStreams(ctx context.Context, e *env, o options, r *report) err
 		return errors.Join(err, serr)
 	}}
 	opened := time.Now()
-	for range silentStreams {
+	for range n {
 		conn, err := d.DialContext(ctx, "tcp", e.base[len("http://"):])
 		if err != nil {
 			return err
 		}
 		defer conn.Close()
-		fmt.Fprintf(conn, "GET /v1/calls/%s/events HTTP/1.1\r\nHost: inferd\r\nX-Service-API-Key: %s\r\n\r\n", a.CallID, e.apiKey)
+		fmt.Fprintf(conn, "GET /v1/calls/%s/%s HTTP/1.1\r\nHost: inferd\r\nX-Service-API-Key: %s\r\n\r\n", a.CallID, route, e.apiKey)
 	}
 	if _, err := waitMetric(ctx, e.base, `inferd_budget_refusals_total{budget="limits.streamWriteTimeout"}`, 2*time.Minute,
-		func(v float64) bool { return v >= cut0+silentStreams }); err != nil {
+		func(v float64) bool { return v >= cut0+float64(n) }); err != nil {
 		return err
 	}
 	cutAfter := time.Since(opened)
@@ -169,10 +190,10 @@ func measureSilentStreams(ctx context.Context, e *env, o options, r *report) err
 	if err != nil {
 		return err
 	}
-	r.add(fmt.Sprintf("Peak RSS, %d event streams of a finished call's 60 MiB result that never read, until cut (all %d after %s); RSS before the call / after it",
-		silentStreams, silentStreams, cutAfter.Round(100*time.Millisecond)),
+	r.add(fmt.Sprintf("Peak RSS, %d %s of a finished call's 60 MiB result that never read, until cut (all %d after %s); RSS before the call / after it",
+		n, what, n, cutAfter.Round(100*time.Millisecond)),
 		fmt.Sprintf("%s (%s / %s, %.2f× after the call)", payload.MiB(peak), payload.MiB(before), payload.MiB(ran), float64(peak)/float64(ran)),
-		"< 600 MiB (was 2.3 GB)", peak < edgeRSSTarget)
+		want, peak < target)
 	return nil
 }
 
@@ -261,5 +282,200 @@ func measureHealthzUnderSlowSenders(ctx context.Context, e *env, o options, r *r
 	r.add(fmt.Sprintf("/healthz latency, p50 / max of %d probes, while %d slow body senders (headers and 1 byte) reconnect against a cap of %d (%.0f reconnects, %.0f closed for room)",
 		healthzProbes, senders, slowSenderCap, float64(reconnects.Load()), shed),
 		dur(lat[len(lat)/2])+" / "+dur(lat[len(lat)-1]), "≤ 2 s (was unanswered for 20 s)", lat[len(lat)-1] <= healthzTarget)
+	return nil
+}
+
+// measureKeylessHold: issue 41's attack on the shared body budget, at the
+// defaults: three addresses with no key fill limits.bodyBytes with held
+// starts (each all but its last byte), 10 MiB ones first, then ever smaller
+// ones down to 16 bytes, until no more of any size is held; then a keyed
+// client at a fourth address makes a small start, and the attackers fill
+// the budget again before each of 20. Before the budget was fair, 9 of 10
+// of such starts were refused "server busy (limits.bodyBytes)".
+func measureKeylessHold(ctx context.Context, e *env, o options, r *report) error {
+	const starts = 20
+	if err := payload.ResetPeak(e.inferdPid); err != nil {
+		return err
+	}
+	h := &holder{ctx: ctx, base: e.base}
+	defer h.close()
+	c := &payload.Client{Base: e.base, APIKey: e.apiKey, ModelKey: "mk-noop"}
+	ok, refused := 0, map[string]int{}
+	for range starts {
+		if err := h.fill([]string{"127.0.2.1", "127.0.2.2", "127.0.2.3"}, heldBodySize); err != nil {
+			return err
+		}
+		a, err := c.Start(ctx, []byte(`{}`), false)
+		switch {
+		case err != nil:
+			refused[err.Error()]++
+		case a.Message == "success":
+			ok++
+		default:
+			refused[a.Message]++
+		}
+	}
+	held, err := metricSum(ctx, e.base, "inferd_request_body_bytes")
+	if err != nil {
+		return err
+	}
+	peak, err := payload.Peak(e.inferdPid)
+	if err != nil {
+		return err
+	}
+	r.add(fmt.Sprintf("Keyed starts that succeed while 3 keyless addresses fill limits.bodyBytes (128 MiB) with held starts, 10 MiB down to 16 bytes, before each (%s held at the end, %d connections opened, %d answered: refused or cut); refused: %v",
+		payload.MiB(int64(held)), len(h.holds), h.answered(), refused),
+		fmt.Sprintf("%d of %d", ok, starts), "all (was 1 of 10)", ok == starts)
+	r.add("Peak RSS over that hold", payload.MiB(peak), "< 600 MiB", peak < edgeRSSTarget)
+	return nil
+}
+
+// holder holds request bodies on connections from chosen addresses.
+type holder struct {
+	ctx   context.Context
+	base  string
+	holds []*hold
+}
+
+// hold is one held body: its buffer's size in the daemon, and whether the
+// daemon has answered it (refused, or cut it for room).
+type hold struct {
+	conn  net.Conn
+	size  int
+	done  chan struct{}
+	ended bool
+}
+
+func (h *hold) over() bool {
+	if !h.ended {
+		select {
+		case <-h.done:
+			h.ended = true
+			h.conn.Close() // answered: its descriptor goes
+		default:
+		}
+	}
+	return h.ended
+}
+
+// open sends from local a start announcing size-1 bytes and all but its
+// last (the daemon's buffer is then size bytes), and waits until the
+// daemon answers it or holds it: the bytes it counts are those of the
+// holds it has not answered.
+func (h *holder) open(local string, size int) (*hold, error) {
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}, Timeout: 10 * time.Second}
+	c, err := d.DialContext(h.ctx, "tcp", h.base[len("http://"):])
+	if err != nil {
+		return nil, err
+	}
+	hd := &hold{conn: c, size: size, done: make(chan struct{})}
+	h.holds = append(h.holds, hd)
+	head := fmt.Sprintf("POST /start/v4 HTTP/1.1\r\nHost: inferd\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", size-1)
+	go func() { _, _ = c.Write(append([]byte(head), bytes.Repeat([]byte("x"), size-2)...)) }()
+	go func() {
+		_, _ = http.ReadResponse(bufio.NewReader(c), nil)
+		close(hd.done)
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for !hd.over() {
+		held := 0
+		for _, o := range h.holds {
+			if !o.over() {
+				held += o.size
+			}
+		}
+		if v, err := metricSum(h.ctx, h.base, "inferd_request_body_bytes"); err == nil && v == float64(held) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("a body of %d bytes neither held nor answered in a minute", size)
+		}
+		time.Sleep(5 * time.Millisecond) // a load script: no signal to wait on but the daemon's metric
+	}
+	return hd, nil
+}
+
+// fill holds bodies from addrs, largest first and down to 16 bytes, until
+// no more of any size is held: the budget is then full to within 16 bytes.
+func (h *holder) fill(addrs []string, largest int) error {
+	for _, size := range []int{largest, 1 << 20, 64 << 10, 4 << 10, 256, 16} {
+		for refused := 0; refused < len(addrs); {
+			hd, err := h.open(addrs[len(h.holds)%len(addrs)], size)
+			if err != nil {
+				return err
+			}
+			if hd.over() {
+				refused++
+			} else {
+				refused = 0
+			}
+		}
+	}
+	return nil
+}
+
+// answered counts the holds the daemon answered.
+func (h *holder) answered() int {
+	n := 0
+	for _, o := range h.holds {
+		if o.over() {
+			n++
+		}
+	}
+	return n
+}
+
+func (h *holder) close() {
+	for _, o := range h.holds {
+		o.conn.Close()
+	}
+}
+
+// measureRepliesInFlight: issue 41's one project at concurrency 16 whose
+// model answers each call with 60 MiB, 16 calls at once; the daemon's peak
+// RSS while they run and are answered (1.55 GB before limits.replyBytes).
+func measureRepliesInFlight(ctx context.Context, e *env, o options, r *report) error {
+	const calls = 16
+	c := &payload.Client{Base: e.base, APIKey: e.apiKey, ModelKey: "mk-huge16"}
+	if _, err := c.Start(ctx, []byte(`{}`), false); err != nil { // booted
+		return err
+	}
+	before, err := payload.RSS(e.inferdPid)
+	if err != nil {
+		return err
+	}
+	if err := payload.ResetPeak(e.inferdPid); err != nil {
+		return err
+	}
+	// Started with startOnly, their end read from the metrics: a check's
+	// answer would hold a copy of each result, which is not a reply in
+	// flight (results served are GET /v1/calls/ID/response's step).
+	done := `inferd_calls_total{project="huge16",outcome=`
+	ended0, err := metricSum(ctx, e.base, done)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	for range calls {
+		if _, err := c.Start(ctx, []byte(`{}`), true); err != nil {
+			return err
+		}
+	}
+	if _, err := waitMetric(ctx, e.base, done, 5*time.Minute, func(v float64) bool { return v >= ended0+calls }); err != nil {
+		return err
+	}
+	took := time.Since(start)
+	failed, err := metricSum(ctx, e.base, `inferd_calls_total{project="huge16",outcome="failed"}`)
+	if err != nil {
+		return err
+	}
+	peak, err := payload.Peak(e.inferdPid)
+	if err != nil {
+		return err
+	}
+	ok := calls - int64(failed)
+	r.add(fmt.Sprintf("Peak RSS, %d calls at once of one project at concurrency 16 whose model replies 60 MiB each (%d succeeded, in %s; limits.replyBytes 128 MiB); RSS before",
+		calls, ok, took.Round(100*time.Millisecond)),
+		fmt.Sprintf("%s (%s)", payload.MiB(peak), payload.MiB(before)), "< 400 MiB (was 1.55 GB)", peak < replyRSSTarget && ok == calls)
 	return nil
 }

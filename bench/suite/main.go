@@ -133,8 +133,12 @@ func run(ctx context.Context, o options) error {
 		{"stored calls: memory and file size", measureFill},
 		{"long-poll capacity", measureLongPolls},
 		{"edge budgets: held bodies", measureHeldBodies},
+		{"edge budgets: keyless hold vs keyed starts", measureKeylessHold},
 		{"edge budgets: silent event streams", measureSilentStreams},
+		{"edge budgets: 20 silent response readers", measureSilentResponses20},
+		{"edge budgets: 40 silent response readers", measureSilentResponses40},
 		{"edge budgets: healthz under slow senders", measureHealthzUnderSlowSenders},
+		{"edge budgets: model replies in flight", measureRepliesInFlight},
 	}
 	if o.quick {
 		steps = steps[:0]
@@ -379,6 +383,7 @@ const manifest = `projects:
   - {id: pass1, team: bench, modelKey: mk-pass1, command: [%[1]q], env: {NOOP_DELAY: 20ms, NOOP_ITEM_DELAY: 1ms, NOOP_SERIAL: "1"}, concurrency: 1, minReplicas: 0, maxReplicas: 1, idleTimeout: 600, bootTimeout: 30}
   - {id: pass16, team: bench, modelKey: mk-pass16, command: [%[1]q], env: {NOOP_DELAY: 20ms, NOOP_ITEM_DELAY: 1ms, NOOP_SERIAL: "1"}, batchPath: /batch, batch: {maxSize: 16, maxWaitMs: %[7]d}, concurrency: 1, minReplicas: 0, maxReplicas: 1, idleTimeout: 600, bootTimeout: 30}
   - {id: huge, team: bench, modelKey: mk-huge, command: [%[1]q], env: {NOOP_REPLY_BYTES: "%[8]d"}, concurrency: 1, minReplicas: 0, maxReplicas: 1, bootTimeout: 30}
+  - {id: huge16, team: bench, modelKey: mk-huge16, command: [%[1]q], env: {NOOP_REPLY_BYTES: "%[8]d"}, concurrency: 16, minReplicas: 0, maxReplicas: 1, bootTimeout: 30}
   - {id: pyone, team: bench, modelKey: mk-pyone, command: [%[10]q, "server.py"], dir: %[9]q, concurrency: 64, minReplicas: 0, maxReplicas: 1, idleTimeout: 600, bootTimeout: 30}
   - {id: pybatch, team: bench, modelKey: mk-pybatch, command: [%[10]q, "server.py"], dir: %[9]q, batchPath: /batch, batch: {maxSize: 16, maxWaitMs: %[7]d}, concurrency: 1, minReplicas: 0, maxReplicas: 1, idleTimeout: 600, bootTimeout: 30}
 `

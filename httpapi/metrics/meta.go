@@ -93,6 +93,8 @@ var metricFamilies = []metricFamily{
 		"Requests refused, and event streams cut, by a budget of the edge, named by its config key (docs/security.md, Budgets)."},
 	{"inferd_admission_refusals_total", "counter", []string{"hook"},
 		"Calls refused by an admission hook of the call path (a key's rate, its waits, its streams), named by its config key."},
+	{"inferd_model_reply_bytes", "gauge", nil,
+		"Bytes of model replies held at once, from their buffer's allocation until their call's result is stored (limits.replyBytes)."},
 	{"inferd_request_body_bytes", "gauge", nil,
 		"Bytes of request bodies being read right now (the buffers holding them), against limits.bodyBytes."},
 	{"inferd_event_streams", "gauge", nil,

@@ -43,6 +43,8 @@ type Sources struct {
 	GPUs   func() []gpu.Device     // the GPU inventory's Devices
 	Store  StoreStats
 	Conns  func() ConnStats // the API's connection limit (httpapi.ConnLimit)
+	// Replies is the scheduler's ReplyBytes: model replies held now.
+	Replies func() int64
 	// Webhooks is the webhook deliverer's TeamStats: its counts by team.
 	Webhooks func() map[string]webhook.Stats
 	// EtcdOps, in cluster mode, counts what this node's store asked of
@@ -168,8 +170,10 @@ func (m *Metrics) CallFinished(c store.Call) {
 	s.calls.Inc()
 	if t := c.Tokens; t != nil {
 		tl := `{team="` + labelValue(c.TeamID) + `",project="` + labelValue(c.ProjectID) + `",kind="`
-		m.set.GetOrCreateCounter(`inferd_tokens_total` + tl + `prompt"}`).Add(int(t.Prompt))
-		m.set.GetOrCreateCounter(`inferd_tokens_total` + tl + `completion"}`).Add(int(t.Completion))
+		// Float counters: a model's counts (each within store.MaxTokens)
+		// added up past what a uint64 holds lose precision, never wrap.
+		m.set.GetOrCreateFloatCounter(`inferd_tokens_total` + tl + `prompt"}`).Add(float64(t.Prompt))
+		m.set.GetOrCreateFloatCounter(`inferd_tokens_total` + tl + `completion"}`).Add(float64(t.Completion))
 	}
 	if !c.Finished.IsZero() && !c.Created.IsZero() {
 		s.seconds.Update(max(c.Finished.Sub(c.Created).Seconds(), 0))
@@ -428,6 +432,9 @@ func (m *Metrics) writeSamples(w io.Writer) {
 		vm.WriteCounterUint64(w, "inferd_connections_closed_for_room_total", uint64(max(cs.Shed, 0)))
 		vm.WriteGaugeUint64(w, "inferd_connections_sending", uint64(max(cs.Sending, 0)))
 		vm.WriteGaugeUint64(w, "inferd_connections_reserved", uint64(max(cs.Reserved, 0)))
+	}
+	if src.Replies != nil {
+		vm.WriteGaugeUint64(w, "inferd_model_reply_bytes", uint64(max(src.Replies(), 0)))
 	}
 	if src.Store != nil {
 		cs := src.Store.CommitStats()

@@ -1,7 +1,9 @@
 package backend
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 
 	"inferd/store"
 )
@@ -24,6 +26,31 @@ type Request struct {
 	// Meter hears the token usage an OpenAI-compatible model reports; nil
 	// when nobody counts it.
 	Meter TokenMeter
+	// Reply is the call's account in the budget of model replies held at
+	// once (limits.replyBytes): the reply's buffer is taken from it before
+	// it is allocated. nil: no budget.
+	Reply ReplyHold
+}
+
+// ReplyHold is one call's account in the budget of model replies held at
+// once.
+type ReplyHold interface {
+	// Take takes n more bytes for the reply. With wait (a reply whose
+	// length is known, which holds nothing of the budget yet) it waits for
+	// room until ctx ends; without, it refuses at once when there is none.
+	// A refusal is a *ReplyBudgetError.
+	Take(ctx context.Context, n int64, wait bool) error
+}
+
+// ReplyBudgetError refuses a reply the budget of replies held at once
+// has no room for: one larger than the whole budget, or one of unknown
+// length whose growth finds the budget full.
+type ReplyBudgetError struct {
+	Max int64 // the budget
+}
+
+func (e *ReplyBudgetError) Error() string {
+	return fmt.Sprintf("model replies being read and stored hold the %d bytes they may (limits.replyBytes)", e.Max)
 }
 
 // Stream hears a call's output as a streaming model sends it (the http

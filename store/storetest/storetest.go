@@ -90,6 +90,7 @@ var suite = []struct {
 	{"ExpireCallsDeletesOnlyFinishedBefore", testExpireCallsDeletesOnlyFinishedBefore},
 	// The usage ledger.
 	{"CallUsageRollsUpOnceWithTheFinalWrite", testCallUsageRollsUpOnceWithTheFinalWrite},
+	{"UsageCountsSaturateNeverWrap", testUsageCountsSaturateNeverWrap},
 	{"AddUsageSumsByHourTeamAndProject", testAddUsageSumsByHourTeamAndProject},
 	{"ExpireUsageDropsOnlyOlderHours", testExpireUsageDropsOnlyOlderHours},
 	// Concurrent writers.

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -115,6 +116,38 @@ func testCallUsageRollsUpOnceWithTheFinalWrite(t *testing.T, e *env) {
 	}
 	check(s)
 	check(e.reopen(t, s)) // the ledger survives a restart
+}
+
+// testUsageCountsSaturateNeverWrap: a model reports its own token counts;
+// however large, the sums saturate (issue 41: two calls reporting
+// math.MaxInt64 made a team's tokens read -2), in the call's roll-up and in
+// rows added on top of it.
+func testUsageCountsSaturateNeverWrap(t *testing.T, e *env) {
+	s := e.open(t)
+	hour := time.Date(2025, 1, 2, 3, 0, 0, 0, time.UTC)
+	huge := store.CallUsage{BytesOut: 5, PromptTokens: math.MaxInt64, CompletionTokens: math.MaxInt64 - 1}
+	finalWithUsage(t, s, "acme", "p1", store.CallSucceeded, hour.Add(time.Minute), huge)
+	finalWithUsage(t, s, "acme", "p1", store.CallSucceeded, hour.Add(2*time.Minute), huge)
+	if err := s.AddUsage([]store.UsageRow{{Hour: hour, TeamID: "acme", ProjectID: "p1",
+		UsageTotals: store.UsageTotals{PromptTokens: 1000, CompletionTokens: 1000}}}); err != nil {
+		t.Fatal(err)
+	}
+	rows := usageRows(t, s, "acme", hour, hour.Add(time.Hour))
+	if len(rows) != 1 {
+		t.Fatalf("rows %+v; want one", rows)
+	}
+	if r := rows[0]; r.PromptTokens != math.MaxInt64 || r.CompletionTokens != math.MaxInt64 || r.Calls != 2 || r.BytesOut != 10 {
+		t.Errorf("row = %d prompt, %d completion, %d calls, %d bytes out; want both token counts saturated at %d, 2 calls, 10 bytes",
+			r.PromptTokens, r.CompletionTokens, r.Calls, r.BytesOut, int64(math.MaxInt64))
+	}
+	var sum store.UsageTotals
+	for _, r := range rows {
+		sum.Add(r.UsageTotals)
+	}
+	sum.Add(store.UsageTotals{PromptTokens: 7})
+	if sum.PromptTokens != math.MaxInt64 {
+		t.Errorf("a report's total = %d; want it saturated, never lower than a row", sum.PromptTokens)
+	}
 }
 
 func testAddUsageSumsByHourTeamAndProject(t *testing.T, e *env) {

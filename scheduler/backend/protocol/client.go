@@ -210,13 +210,13 @@ func (c *Client) Infer(ctx context.Context, req backend.Request) (json.RawMessag
 	if out, ok := c.answersItself(req.Route); ok {
 		return out, nil
 	}
-	return c.post(ctx, c.inferPath(req.Route), req.Inputs, req.Stream, req.Meter, true)
+	return c.post(ctx, c.inferPath(req.Route), req.Inputs, req.Stream, req.Meter, req.Reply, true)
 }
 
 // post sends body to path as a call (Infer) or a batch (InferBatch) and
 // reads the reply as Infer describes; a streamed reply is refused unless
 // mayStream.
-func (c *Client) post(ctx context.Context, path string, body []byte, stream backend.Stream, meter backend.TokenMeter, mayStream bool) (json.RawMessage, error) {
+func (c *Client) post(ctx context.Context, path string, body []byte, stream backend.Stream, meter backend.TokenMeter, hold backend.ReplyHold, mayStream bool) (json.RawMessage, error) {
 	var requestID string
 	if c.potassium {
 		requestID = uuid.NewString()
@@ -267,11 +267,14 @@ func (c *Client) post(ctx context.Context, path string, body []byte, stream back
 		return out, err
 	}
 	limit := c.cfg.MaxReplyBytes
-	reply, err := readReply(resp, limit)
-	if errors.Is(err, errReplyTooLarge) {
+	reply, err := readReply(ctx, resp, limit, hold)
+	var over *backend.ReplyBudgetError
+	switch {
+	case errors.Is(err, errReplyTooLarge):
 		return nil, fmt.Errorf("%w: reply larger than %d bytes", backend.ErrInvalidReply, limit)
-	}
-	if err != nil {
+	case errors.As(err, &over):
+		return nil, err
+	case err != nil:
 		return nil, broken(ctx, err)
 	}
 	clean = true // within the limit: the body ended
@@ -349,12 +352,19 @@ var errReplyTooLarge = errors.New("reply too large")
 // says it is over the limit is refused before a byte is read; a body of
 // unknown length (chunked, or gunzipped) grows a buffer as it comes, as
 // io.ReadAll does.
-func readReply(resp *http.Response, limit int64) ([]byte, error) {
+func readReply(ctx context.Context, resp *http.Response, limit int64, hold backend.ReplyHold) ([]byte, error) {
 	n := resp.ContentLength
 	if n > limit {
 		return nil, errReplyTooLarge
 	}
 	if n >= 0 {
+		// Its length is known: wait for room for all of it, holding
+		// nothing meanwhile (the model's reply waits in the socket).
+		if hold != nil {
+			if err := hold.Take(ctx, n, true); err != nil {
+				return nil, err
+			}
+		}
 		body := make([]byte, n)
 		if _, err := io.ReadFull(resp.Body, body); err != nil {
 			if err == io.EOF {
@@ -374,7 +384,7 @@ func readReply(resp *http.Response, limit int64) ([]byte, error) {
 		}
 		return body, nil
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	body, err := readAllTaking(ctx, io.LimitReader(resp.Body, limit+1), hold)
 	if err != nil {
 		return nil, err
 	}
@@ -382,6 +392,39 @@ func readReply(resp *http.Response, limit int64) ([]byte, error) {
 		return nil, errReplyTooLarge
 	}
 	return body, nil
+}
+
+// readAllTaking reads r to its end as io.ReadAll does, taking each
+// growth of its buffer from hold (nil: none) before it is allocated,
+// without waiting: a reply of unknown length that finds the budget full is
+// refused rather than hold part of it while it waits.
+func readAllTaking(ctx context.Context, r io.Reader, hold backend.ReplyHold) ([]byte, error) {
+	if hold == nil {
+		return io.ReadAll(r)
+	}
+	const first = 512
+	if err := hold.Take(ctx, first, false); err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, first)
+	for {
+		if len(b) == cap(b) {
+			if err := hold.Take(ctx, int64(cap(b)), false); err != nil { // doubles
+				return nil, err
+			}
+			nb := make([]byte, len(b), 2*cap(b))
+			copy(nb, b)
+			b = nb
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // headersTooLarge reports whether a failed exchange was a reply whose
