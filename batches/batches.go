@@ -38,10 +38,16 @@ type Config struct {
 	Dir          string // <dataDir>/openai: files/ and batches/ under it
 	MaxFileBytes int64  // one file (default 100 MiB)
 	MaxTeamBytes int64  // all files of a team, outputs included (default 1 GiB)
-	Sched        Scheduler
-	Store        Store
-	Log          zerolog.Logger
-	Now          func() time.Time // default time.Now
+	// MaxBodyBytes bounds each line's request body, as maxBodyBytes bounds
+	// a request posted directly (default 10 MiB).
+	MaxBodyBytes int64
+	// CreatesPerTeam bounds a team's creates checking their input files at
+	// once (default DefaultCreatesPerTeam).
+	CreatesPerTeam int
+	Sched          Scheduler
+	Store          Store
+	Log            zerolog.Logger
+	Now            func() time.Time // default time.Now
 	// Retry is how long a line refused for a full queue or a team quota
 	// waits before it is offered again (default 1 s).
 	Retry time.Duration
@@ -60,6 +66,8 @@ type Manager struct {
 	start func(id string)
 	// uploading are the bytes of each team's uploads under way (upload).
 	uploading map[string]int64
+	// creating counts each team's creates under way (CreateBatch).
+	creating map[string]int
 }
 
 // New opens (or creates) the Batch API's directory and reads what it holds.
@@ -70,6 +78,12 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.MaxTeamBytes <= 0 {
 		cfg.MaxTeamBytes = DefaultMaxTeamBytes
 	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.CreatesPerTeam <= 0 {
+		cfg.CreatesPerTeam = DefaultCreatesPerTeam
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -77,7 +91,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Retry = time.Second
 	}
 	m := &Manager{cfg: cfg, files: map[string]fileRecord{}, batches: map[string]*batchRecord{}, runs: map[string]chan struct{}{},
-		uploading: map[string]int64{}}
+		uploading: map[string]int64{}, creating: map[string]int{}}
 	if err := m.load(); err != nil {
 		return nil, err
 	}
@@ -204,6 +218,10 @@ func (m *Manager) CreateBatch(acc Access, req CreateRequest, resolve Resolver) (
 	if err != nil {
 		return Batch{}, err
 	}
+	if err := m.enterCreate(acc.Team); err != nil {
+		return Batch{}, err
+	}
+	defer m.leaveCreate(acc.Team)
 	if f.Purpose != PurposeBatch {
 		return Batch{}, &InputError{Param: "input_file_id", Msg: fmt.Sprintf("file %s has purpose %q, not %q", f.ID, f.Purpose, PurposeBatch)}
 	}
@@ -237,6 +255,27 @@ func (m *Manager) CreateBatch(acc Access, req CreateRequest, resolve Resolver) (
 	return b.view(), nil
 }
 
+// enterCreate takes one of team's creates at once, or refuses it: each
+// holds up to a line's budget while it reads its input file through.
+func (m *Manager) enterCreate(team string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.creating[team] >= m.cfg.CreatesPerTeam {
+		return &LimitError{Budget: "openai.createsPerTeam", Code: "too_many_creates", Retry: true,
+			Msg: fmt.Sprintf("your team has %d batches being created, as many as it may at once (openai.createsPerTeam); retry once one is answered", m.cfg.CreatesPerTeam)}
+	}
+	m.creating[team]++
+	return nil
+}
+
+func (m *Manager) leaveCreate(team string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.creating[team]--; m.creating[team] <= 0 {
+		delete(m.creating, team)
+	}
+}
+
 func isEndpoint(e string) bool {
 	for _, x := range openai.Endpoints {
 		if e == x {
@@ -250,8 +289,11 @@ func isEndpoint(e string) bool {
 // name and how many there are.
 func (m *Manager) checkInput(fileID, endpoint string) (model string, n int, err error) {
 	seen := map[string]bool{}
-	err = m.eachLine(fileID, func(i int, l line) error {
+	err = m.eachLine(fileID, func(i int, l line, lineErr *InputError) error {
 		n++
+		if lineErr != nil {
+			return lineErr
+		}
 		bad := func(param, format string, args ...any) error {
 			return &InputError{Param: param, Line: i, Msg: fmt.Sprintf(format, args...)}
 		}
@@ -289,23 +331,33 @@ func (m *Manager) checkInput(fileID, endpoint string) (model string, n int, err 
 	return model, n, err
 }
 
-// eachLine calls fn with each non-blank line of file id, decoded, and its
-// number (1-based).
-func (m *Manager) eachLine(id string, fn func(i int, l line) error) error {
+// eachLine calls fn with each non-blank line of file id and its number
+// (1-based): decoded, or with bad saying why it could not be. A line is
+// held to maxBodyBytes as a request's body is (its body to MaxBodyBytes,
+// the line to that and lineEnvelope) and read into memory only that far:
+// a longer one is read past to its end and dropped, so a file of one 100
+// MiB line costs a create or a run no more than one request's budget.
+func (m *Manager) eachLine(id string, fn func(i int, l line, bad *InputError) error) error {
 	f, err := os.Open(m.contentPath(id))
 	if err != nil {
 		return fmt.Errorf("open file %s: %w", id, err)
 	}
 	defer f.Close()
 	r := bufio.NewReaderSize(f, 64<<10)
+	var buf []byte // the line, reused
 	for i := 1; ; i++ {
-		raw, rerr := r.ReadBytes('\n')
-		if t := bytes.TrimSpace(raw); len(t) > 0 {
+		raw, over, rerr := readLine(r, buf[:0], m.cfg.MaxBodyBytes+lineEnvelope)
+		buf = raw
+		if t := bytes.TrimSpace(raw); over || len(t) > 0 {
 			var l line
-			if err := json.Unmarshal(t, &l); err != nil || l.Body == nil {
-				return &InputError{Param: "input_file_id", Line: i, Msg: "each line must be a JSON object with custom_id, method, url and body"}
+			var bad *InputError
+			switch {
+			case !over && (json.Unmarshal(t, &l) != nil || l.Body == nil):
+				bad = &InputError{Param: "input_file_id", Line: i, Msg: "each line must be a JSON object with custom_id, method, url and body"}
+			case over || int64(len(l.Body)) > m.cfg.MaxBodyBytes:
+				bad = &InputError{Param: "body", Line: i, Msg: fmt.Sprintf("the request is larger than %d bytes, the most a request body may be (maxBodyBytes)", m.cfg.MaxBodyBytes)}
 			}
-			if err := fn(i, l); err != nil {
+			if err := fn(i, l, bad); err != nil {
 				return err
 			}
 		}
@@ -314,6 +366,25 @@ func (m *Manager) eachLine(id string, fn func(i int, l line) error) error {
 		}
 		if rerr != nil {
 			return fmt.Errorf("read file %s: %w", id, rerr)
+		}
+	}
+}
+
+// readLine appends the next line of r (without its newline) to buf, up to
+// max bytes; over reports a longer line, whose rest was read past and
+// dropped. The error is io.EOF after the last line.
+func readLine(r *bufio.Reader, buf []byte, max int64) (line []byte, over bool, err error) {
+	for {
+		frag, err := r.ReadSlice('\n')
+		if !over {
+			if int64(len(buf)+len(frag)) > max+1 { // +1: the newline
+				over, buf = true, buf[:0]
+			} else {
+				buf = append(buf, frag...)
+			}
+		}
+		if err != bufio.ErrBufferFull {
+			return bytes.TrimSuffix(buf, []byte("\n")), over, err
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -438,4 +439,86 @@ func TestFileBudgets(t *testing.T) {
 		t.Errorf("%d entries in files/, want 8", len(entries))
 	}
 	_ = io.Discard
+}
+
+// A line is read only as far as maxBodyBytes allows: a file of one line
+// larger than it is refused at creation, naming the line and the setting,
+// after reading no more of it into memory than the budget (the one-line
+// 95 MiB file of issue 41 took 2.1 GB over 8 creates).
+func TestALineOverMaxBodyBytesIsRefusedWithoutReadingItWhole(t *testing.T) {
+	sched := newFakeSched()
+	m, err := New(Config{Dir: t.TempDir(), Sched: sched, Store: fakeStore{llm(), sched}, Log: zerolog.Nop(),
+		MaxFileBytes: 64 << 20, MaxTeamBytes: 64 << 20, MaxBodyBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pad := strings.Repeat("x", 32<<20)
+	big := `{"custom_id":"big","method":"POST","url":"/v1/chat/completions","body":{"model":"llm","messages":[],"pad":"` + pad + `"}}`
+	f, err := m.PutFile(Team("acme"), "in.jsonl", PurposeBatch, strings.NewReader(chatLine(0)+"\n"+big+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pad, big = "", ""
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = m.CreateBatch(Team("acme"), CreateRequest{InputFileID: f.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, resolve)
+	runtime.ReadMemStats(&after)
+	var ie *InputError
+	if !errors.As(err, &ie) || ie.Line != 2 || !strings.Contains(err.Error(), "maxBodyBytes") {
+		t.Fatalf("create: %v, want line 2 refused naming maxBodyBytes", err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 4<<20 {
+		t.Errorf("the create allocated %d bytes reading a 32 MiB line held to 64 KiB", n)
+	}
+	// A body just under the bound, in a line that is over it with its
+	// envelope, is taken: the body is what maxBodyBytes bounds.
+	body := `{"model":"llm","messages":[],"pad":"` + strings.Repeat("y", 64<<10-64) + `"}`
+	ok := `{"custom_id":"` + strings.Repeat("c", 500) + `","method":"POST","url":"/v1/chat/completions","body":` + body + "}"
+	f, _ = m.PutFile(Team("acme"), "in.jsonl", PurposeBatch, strings.NewReader(ok+"\n"))
+	if _, err := m.CreateBatch(Team("acme"), CreateRequest{InputFileID: f.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, resolve); err != nil {
+		t.Errorf("a body of %d bytes (maxBodyBytes %d): %v", len(body), 64<<10, err)
+	}
+}
+
+// A team has at most CreatesPerTeam creates under way; one more is refused
+// with a LimitError naming openai.createsPerTeam, to retry, while another
+// team's create goes on.
+func TestCreatesAtOnceAreBoundedPerTeam(t *testing.T) {
+	sched := newFakeSched()
+	m, err := New(Config{Dir: t.TempDir(), Sched: sched, Store: fakeStore{llm(), sched}, Log: zerolog.Nop(), CreatesPerTeam: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func(team string, resolve Resolver) error {
+		f, err := m.PutFile(Team(team), "in.jsonl", PurposeBatch, strings.NewReader(jsonl(1, chatLine)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = m.CreateBatch(Team(team), CreateRequest{InputFileID: f.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, resolve)
+		return err
+	}
+	inside, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		first <- create("acme", func(model string) (store.Project, bool) {
+			close(inside) // the create holds its slot while it resolves
+			<-release
+			return resolve(model)
+		})
+	}()
+	<-inside
+	var le *LimitError
+	if err := create("acme", resolve); !errors.As(err, &le) || le.Budget != "openai.createsPerTeam" || !le.Retry {
+		t.Errorf("a second create of the team at once: %v, want refused by openai.createsPerTeam", err)
+	}
+	if err := create("other", resolve); err != nil {
+		t.Errorf("another team's create: %v", err)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Errorf("the first create: %v", err)
+	}
+	if err := create("acme", resolve); err != nil {
+		t.Errorf("a create once the first was answered: %v", err)
+	}
 }

@@ -34,6 +34,12 @@ import (
 const (
 	DefaultMaxFileBytes = 100 << 20
 	DefaultMaxTeamBytes = 1 << 30
+	DefaultMaxBodyBytes = 10 << 20
+	// DefaultCreatesPerTeam: a team's creates at once.
+	DefaultCreatesPerTeam = 2
+	// lineEnvelope is what a line may add to its body: custom_id (up to
+	// 512 characters), method, url and the JSON around them.
+	lineEnvelope = 4 << 10
 	// MaxLines bounds the requests of one batch, as OpenAI's does.
 	MaxLines = 50000
 	// maxFilename bounds a stored file name.
@@ -76,6 +82,18 @@ type BudgetError struct{ Have, Max int64 }
 func (e *BudgetError) Error() string {
 	return fmt.Sprintf("this upload would take your team's files over their budget (%d bytes of %d held; openai.maxTeamFileBytes); delete files with DELETE /v1/files/ID", e.Have, e.Max)
 }
+
+// LimitError is a request refused by one of the Batch API's budgets:
+// Budget is its setting, Code OpenAI's error code, and Retry says that
+// waiting helps (the budget frees itself as work ends).
+type LimitError struct {
+	Budget string
+	Code   string
+	Msg    string
+	Retry  bool
+}
+
+func (e *LimitError) Error() string { return e.Msg }
 
 // File is a stored file as the API shows it.
 type File struct {

@@ -139,10 +139,14 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 			done <- doneLine{idx: idx, end: end}
 		}()
 	}
-	err = m.eachLine(b.InputFileID, func(_ int, l line) error {
+	err = m.eachLine(b.InputFileID, func(_ int, l line, bad *InputError) error {
 		idx := len(lines)
 		lines = append(lines, lineState{customID: l.CustomID})
 		switch {
+		case bad != nil: // checked at creation: maxBodyBytes was lowered since
+			lines[idx].failed = bad.Msg
+			m.count(id, lineFailed)
+			return nil
 		case projectGone:
 			lines[idx].failed = "project " + b.Project + " was deleted"
 			m.count(id, lineFailed)

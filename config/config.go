@@ -24,6 +24,7 @@ import (
 	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
 
+	"inferd/batches"
 	"inferd/gpu"
 	"inferd/pipeline"
 	"inferd/scheduler"
@@ -86,6 +87,9 @@ type OpenAI struct {
 	// of a team, batch outputs included.
 	MaxFileBytes     int64 `koanf:"maxFileBytes"`
 	MaxTeamFileBytes int64 `koanf:"maxTeamFileBytes"`
+	// CreatesPerTeam bounds a team's POST /v1/batches under way at once
+	// (each reads its input file through, a line at a time).
+	CreatesPerTeam int `koanf:"createsPerTeam"`
 }
 
 // Python holds the settings of projects' Python environments
@@ -228,6 +232,7 @@ func defaults() map[string]any {
 		"openai.queueWait":              pipeline.DefaultOpenAIQueueWait.String(),
 		"openai.maxFileBytes":           100 << 20,
 		"openai.maxTeamFileBytes":       1 << 30,
+		"openai.createsPerTeam":         batches.DefaultCreatesPerTeam,
 		"usage.retention":               "2160h",
 		"usage.flushInterval":           "1m",
 		"python.index":                  "",
@@ -518,6 +523,9 @@ func (c Config) validate() error {
 	if c.OpenAI.MaxFileBytes < 1024 || c.OpenAI.MaxTeamFileBytes < c.OpenAI.MaxFileBytes {
 		bad("openai.maxFileBytes/maxTeamFileBytes", "must be at least 1024, and maxTeamFileBytes at least maxFileBytes; got %d and %d",
 			c.OpenAI.MaxFileBytes, c.OpenAI.MaxTeamFileBytes)
+	}
+	if c.OpenAI.CreatesPerTeam < 1 {
+		bad("openai.createsPerTeam", "must be at least 1, got %d", c.OpenAI.CreatesPerTeam)
 	}
 	if c.Webhook.Senders < 1 {
 		bad("webhook.senders", "must be at least 1, got %d", c.Webhook.Senders)

@@ -73,6 +73,7 @@ func (a *api) batchKey(w http.ResponseWriter, r *http.Request) (store.APIKey, ba
 func (a *api) batchError(w http.ResponseWriter, r *http.Request, err error, what string) {
 	var ie *batches.InputError
 	var be *batches.BudgetError
+	var le *batches.LimitError
 	switch {
 	case errors.Is(err, batches.ErrNotFound):
 		err = &oaiError{status: http.StatusNotFound, typ: openai.TypeInvalidRequest, code: "not_found", msg: "no such " + what}
@@ -82,6 +83,13 @@ func (a *api) batchError(w http.ResponseWriter, r *http.Request, err error, what
 		err = &oaiError{status: http.StatusRequestEntityTooLarge, typ: openai.TypeInvalidRequest, code: "file_too_large", msg: err.Error()}
 	case errors.As(err, &be):
 		err = &oaiError{status: http.StatusRequestEntityTooLarge, typ: openai.TypeInvalidRequest, code: "file_budget", msg: be.Error()}
+	case errors.As(err, &le):
+		a.refused(le.Budget)
+		oe := &oaiError{status: http.StatusBadRequest, typ: openai.TypeInvalidRequest, code: le.Code, msg: le.Msg}
+		if le.Retry { // a budget that frees itself: retry after a while
+			oe.status, oe.typ, oe.retryAfter = http.StatusTooManyRequests, openai.TypeRateLimit, "1"
+		}
+		err = oe
 	}
 	a.openaiError(w, r, err)
 }
