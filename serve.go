@@ -119,7 +119,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	// call (openai/batches).
 	batchAPI, err := batches.New(batches.Config{
 		Dir: filepath.Join(cfg.DataDir, "openai"), MaxFileBytes: cfg.OpenAI.MaxFileBytes, MaxTeamBytes: cfg.OpenAI.MaxTeamFileBytes,
-		MaxBodyBytes: cfg.MaxBodyBytes, CreatesPerTeam: cfg.OpenAI.CreatesPerTeam,
+		MaxBodyBytes: cfg.MaxBodyBytes, CreatesPerTeam: cfg.OpenAI.CreatesPerTeam, MaxFilesPerTeam: cfg.OpenAI.MaxFilesPerTeam,
 		Sched: sched, Store: st, Log: log,
 	})
 	if err != nil {

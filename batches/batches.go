@@ -8,10 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 
@@ -44,10 +47,14 @@ type Config struct {
 	// CreatesPerTeam bounds a team's creates checking their input files at
 	// once (default DefaultCreatesPerTeam).
 	CreatesPerTeam int
-	Sched          Scheduler
-	Store          Store
-	Log            zerolog.Logger
-	Now            func() time.Time // default time.Now
+	// MaxFilesPerTeam bounds a team's files, empty ones and the two each
+	// of its batches not yet ended will write included (default
+	// DefaultMaxFilesPerTeam).
+	MaxFilesPerTeam int
+	Sched           Scheduler
+	Store           Store
+	Log             zerolog.Logger
+	Now             func() time.Time // default time.Now
 	// Retry is how long a line refused for a full queue or a team quota
 	// waits before it is offered again (default 1 s).
 	Retry time.Duration
@@ -66,8 +73,10 @@ type Manager struct {
 	start func(id string)
 	// uploading are the bytes of each team's uploads under way (upload).
 	uploading map[string]int64
-	// creating counts each team's creates under way (CreateBatch).
-	creating map[string]int
+	// creating counts each team's creates under way (CreateBatch),
+	// uploadingFiles its uploads under way (PutFile).
+	creating       map[string]int
+	uploadingFiles map[string]int
 }
 
 // New opens (or creates) the Batch API's directory and reads what it holds.
@@ -84,6 +93,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.CreatesPerTeam <= 0 {
 		cfg.CreatesPerTeam = DefaultCreatesPerTeam
 	}
+	if cfg.MaxFilesPerTeam <= 0 {
+		cfg.MaxFilesPerTeam = DefaultMaxFilesPerTeam
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -91,7 +103,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Retry = time.Second
 	}
 	m := &Manager{cfg: cfg, files: map[string]fileRecord{}, batches: map[string]*batchRecord{}, runs: map[string]chan struct{}{},
-		uploading: map[string]int64{}, creating: map[string]int{}}
+		uploading: map[string]int64{}, creating: map[string]int{}, uploadingFiles: map[string]int{}}
 	if err := m.load(); err != nil {
 		return nil, err
 	}
@@ -211,8 +223,9 @@ func (m *Manager) CreateBatch(acc Access, req CreateRequest, resolve Resolver) (
 		return Batch{}, &InputError{Param: "endpoint", Msg: fmt.Sprintf("endpoint must be one of %v", openai.Endpoints)}
 	case req.CompletionWindow != CompletionWindow:
 		return Batch{}, &InputError{Param: "completion_window", Msg: `completion_window must be "24h"`}
-	case len(req.Metadata) > 16:
-		return Batch{}, &InputError{Param: "metadata", Msg: "at most 16 metadata pairs"}
+	}
+	if err := checkMetadata(req.Metadata); err != nil {
+		return Batch{}, err
 	}
 	f, err := m.File(acc, req.InputFileID)
 	if err != nil {
@@ -246,6 +259,9 @@ func (m *Manager) CreateBatch(acc Access, req CreateRequest, resolve Resolver) (
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if err := m.fileRoom(b.Team, 2); err != nil { // its output and error files
+		return Batch{}, err
+	}
 	if err := m.saveBatch(b); err != nil {
 		return Batch{}, err
 	}
@@ -253,6 +269,30 @@ func (m *Manager) CreateBatch(acc Access, req CreateRequest, resolve Resolver) (
 		m.start(id)
 	}
 	return b.view(), nil
+}
+
+// Metadata bounds, as OpenAI's.
+const (
+	maxMetadataPairs = 16
+	maxMetadataKey   = 64  // characters
+	maxMetadataValue = 512 // characters
+)
+
+// checkMetadata holds a batch's metadata to OpenAI's bounds: 16 pairs,
+// keys of up to 64 characters, values of up to 512.
+func checkMetadata(md map[string]string) error {
+	if len(md) > maxMetadataPairs {
+		return &InputError{Param: "metadata", Msg: fmt.Sprintf("metadata holds at most %d pairs, not %d", maxMetadataPairs, len(md))}
+	}
+	for _, k := range slices.Sorted(maps.Keys(md)) {
+		switch {
+		case utf8.RuneCountInString(k) > maxMetadataKey:
+			return &InputError{Param: "metadata", Msg: fmt.Sprintf("metadata keys are at most %d characters; %q… is longer", maxMetadataKey, string([]rune(k)[:16]))}
+		case utf8.RuneCountInString(md[k]) > maxMetadataValue:
+			return &InputError{Param: "metadata", Msg: fmt.Sprintf("metadata values are at most %d characters; that of %q is longer", maxMetadataValue, k)}
+		}
+	}
+	return nil
 }
 
 // enterCreate takes one of team's creates at once, or refuses it: each

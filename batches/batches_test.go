@@ -522,3 +522,144 @@ func TestCreatesAtOnceAreBoundedPerTeam(t *testing.T) {
 		t.Errorf("a create once the first was answered: %v", err)
 	}
 }
+
+// Metadata is held to OpenAI's bounds (16 pairs, keys of 64 characters,
+// values of 512), counted in characters, not bytes; over them the create
+// is refused naming metadata (issue 41: 100 batches of 9.4 MiB metadata
+// held 1.77 GB).
+func TestBatchMetadataIsHeldToOpenAIsBounds(t *testing.T) {
+	sched := newFakeSched()
+	m := startManager(t, t.TempDir(), sched)
+	pairs := func(n int) map[string]string {
+		md := map[string]string{}
+		for i := range n {
+			md[fmt.Sprint("k", i)] = "v"
+		}
+		return md
+	}
+	for _, tc := range []struct {
+		name string
+		md   map[string]string
+		ok   bool
+	}{
+		{"16 pairs", pairs(16), true},
+		{"17 pairs", pairs(17), false},
+		{"a 64-character key", map[string]string{strings.Repeat("é", 64): "v"}, true},
+		{"a 65-character key", map[string]string{strings.Repeat("k", 65): "v"}, false},
+		{"a 512-character value", map[string]string{"k": strings.Repeat("é", 512)}, true},
+		{"a 513-character value", map[string]string{"k": strings.Repeat("v", 513)}, false},
+		{"a 9.4 MiB value", map[string]string{"k": strings.Repeat("v", 9800000)}, false},
+	} {
+		f, err := m.PutFile(Team("acme"), "in.jsonl", PurposeBatch, strings.NewReader(jsonl(1, chatLine)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := m.CreateBatch(Team("acme"), CreateRequest{InputFileID: f.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h", Metadata: tc.md}, resolve)
+		var ie *InputError
+		switch {
+		case tc.ok && (err != nil || len(b.Metadata) != len(tc.md)):
+			t.Errorf("%s: %v, want it kept", tc.name, err)
+		case !tc.ok && (!errors.As(err, &ie) || ie.Param != "metadata"):
+			t.Errorf("%s: %v, want refused naming metadata", tc.name, err)
+		}
+	}
+}
+
+// A team's files are counted, empty ones included (issue 41: 10,000 empty
+// uploads in 92 s), and each batch not yet ended holds two for its
+// results: past MaxFilesPerTeam an upload or a create is refused naming
+// openai.maxFilesPerTeam, another team's is not, and a deleted file frees
+// room.
+func TestAFilesCountPerTeamCountsEmptyUploadsAndBatchResults(t *testing.T) {
+	sched := newFakeSched()
+	m, err := New(Config{Dir: t.TempDir(), Sched: sched, Store: fakeStore{llm(), sched}, Log: zerolog.Nop(), MaxFilesPerTeam: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := m.PutFile(Team("acme"), "in.jsonl", PurposeBatch, strings.NewReader(jsonl(1, chatLine)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CreateBatch(Team("acme"), CreateRequest{InputFileID: in.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, resolve); err != nil {
+		t.Fatal(err)
+	}
+	empty, err := m.PutFile(Team("acme"), "empty", PurposeBatch, strings.NewReader(""))
+	if err != nil {
+		t.Fatalf("the fourth file (an input, a batch's two, this): %v", err)
+	}
+	var le *LimitError
+	if _, err := m.PutFile(Team("acme"), "empty", PurposeBatch, strings.NewReader("")); !errors.As(err, &le) || le.Budget != "openai.maxFilesPerTeam" {
+		t.Errorf("a fifth file: %v, want refused naming openai.maxFilesPerTeam", err)
+	}
+	if _, err := m.CreateBatch(Team("acme"), CreateRequest{InputFileID: in.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, resolve); !errors.As(err, &le) {
+		t.Errorf("a second batch, whose results would be the sixth and seventh files: %v", err)
+	}
+	if _, err := m.PutFile(Team("other"), "empty", PurposeBatch, strings.NewReader("")); err != nil {
+		t.Errorf("another team's upload: %v", err)
+	}
+	if _, err := m.DeleteFile(Team("acme"), empty.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.PutFile(Team("acme"), "empty", PurposeBatch, strings.NewReader("")); err != nil {
+		t.Errorf("an upload once a file was deleted: %v", err)
+	}
+}
+
+// A batch's output and error files count in the team's bytes as they are
+// written and never pass them (issue 41: 21 MB of outputs held against 4
+// MiB): the lines whose results do not fit fail with an error naming
+// openai.maxTeamFileBytes and the call that holds the result.
+func TestBatchOutputsStayWithinTheTeamsBytes(t *testing.T) {
+	dir := t.TempDir()
+	sched := newFakeSched()
+	sched.auto = true
+	m, err := New(Config{Dir: dir, Sched: sched, Store: fakeStore{llm(), sched}, Log: zerolog.Nop(), Retry: time.Millisecond,
+		MaxFileBytes: 64 << 10, MaxTeamBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { defer close(ran); _ = m.Run(ctx) }()
+	defer func() { cancel(); <-ran }()
+	// 400 lines of ~110 bytes in, ~150 bytes out each: the outputs would
+	// pass the team's 64 KiB with the input file's 44 KiB.
+	f, err := m.PutFile(Team("acme"), "in.jsonl", PurposeBatch, strings.NewReader(jsonl(400, chatLine)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.CreateBatch(Team("acme"), CreateRequest{InputFileID: f.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, resolve)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = waitStatus(t, m, "acme", b.ID, StatusCompleted)
+	var held int64
+	for _, f := range m.Files(Team("acme"), "") {
+		held += f.Bytes
+	}
+	if held > 64<<10 {
+		t.Errorf("the team's files hold %d bytes, over its %d", held, 64<<10)
+	}
+	if b.RequestCounts.Completed == 0 || b.RequestCounts.Failed == 0 || b.RequestCounts.Completed+b.RequestCounts.Failed != 400 {
+		t.Fatalf("counts %+v, want some completed and the rest failed", b.RequestCounts)
+	}
+	out := readLines(t, m, "acme", *b.OutputFileID)
+	if len(out) != b.RequestCounts.Completed {
+		t.Errorf("%d output lines for %d completed", len(out), b.RequestCounts.Completed)
+	}
+	// The failed lines are in the error file as far as it fits, each
+	// naming the budget; what it could not hold is said in the batch's
+	// errors.
+	var errs []outputLine
+	if b.ErrorFileID != nil {
+		errs = readLines(t, m, "acme", *b.ErrorFileID)
+	}
+	for _, l := range errs {
+		if l.Error == nil || l.Error.Code != "file_budget" || !strings.Contains(l.Error.Message, "openai.maxTeamFileBytes") {
+			t.Fatalf("error line %+v, want file_budget naming openai.maxTeamFileBytes", l)
+		}
+	}
+	if len(errs) < b.RequestCounts.Failed && (b.Errors == nil || !strings.Contains(b.Errors.Data[0].Message, "openai.maxTeamFileBytes")) {
+		t.Errorf("%d error lines for %d failed, and errors %+v", len(errs), b.RequestCounts.Failed, b.Errors)
+	}
+}

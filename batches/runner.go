@@ -307,53 +307,88 @@ func (m *Manager) finish(b batchRecord, lines []lineState, cancelled, expired bo
 	}); err != nil {
 		return err
 	}
-	var ok, failed int
-	write := func(w io.Writer, l outputLine) error {
+	var ok, failed, unkept int
+	m.mu.Lock()
+	// A finish run again after a restart writes these files anew: what a
+	// previous run recorded of them is not the team's twice.
+	delete(m.files, b.OutID)
+	delete(m.files, b.ErrID)
+	m.mu.Unlock()
+	// Both files count in the team's bytes as they are written, each line
+	// reserved before it is: a line whose result does not fit fails with
+	// a short error line instead, and one whose error line does not fit
+	// either is counted in the batch's errors.
+	out := &upload{m: m, team: b.Team, max: m.cfg.MaxTeamBytes}
+	errw := &upload{m: m, team: b.Team, max: m.cfg.MaxTeamBytes}
+	release := func() { out.release(); errw.release() } // m.mu held
+	put := func(u *upload, l outputLine) (bool, error) {
 		enc, err := json.Marshal(l)
 		if err != nil {
-			return err
+			return false, err
 		}
-		_, err = w.Write(append(enc, '\n'))
-		return err
+		enc = append(enc, '\n')
+		var be *BudgetError
+		if err := u.room(len(enc)); errors.As(err, &be) || errors.Is(err, ErrTooLarge) {
+			return false, nil
+		}
+		_, err = u.Write(enc)
+		return err == nil, err
 	}
-	var outBytes, errBytes int64
 	err := durable.Replace(m.contentPath(b.OutID), func(ow io.Writer) error {
-		out := &countingWriter{w: ow}
-		defer func() { outBytes = out.n }()
+		out.w = ow
 		return durable.Replace(m.contentPath(b.ErrID), func(ew io.Writer) error {
-			errw := &countingWriter{w: ew}
-			defer func() { errBytes = errw.n }()
+			errw.w = ew
 			for i, l := range lines {
 				ol, end := m.resultLine(b, i, l, cancelled, expired)
-				w := io.Writer(errw)
-				switch end {
-				case lineCompleted:
-					w = out
-					ok++
-				case lineFailed:
+				if end == lineCompleted {
+					kept, err := put(out, ol)
+					if err != nil {
+						return err
+					}
+					if kept {
+						ok++
+						continue
+					}
+					end = lineFailed
+					ol.Response, ol.Error = nil, &LineError{Code: "file_budget", Message: fmt.Sprintf(
+						"the result of call %s was not written: it would take your team's files past their bytes (openai.maxTeamFileBytes); GET /v1/calls/%s/response answers it until the call's record expires",
+						l.callID, l.callID)}
+				}
+				if end == lineFailed {
 					failed++
 				}
-				if err := write(w, ol); err != nil {
+				kept, err := put(errw, ol)
+				if err != nil {
 					return err
+				}
+				if !kept {
+					unkept++
 				}
 			}
 			return nil
 		})
 	})
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	// The files' bytes count as the team's once saved: the reservations
+	// go in the same hold of the lock.
+	defer release()
 	if err != nil {
 		return err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	now := m.now().Unix()
 	r := m.batches[b.ID]
 	next := *r
 	next.RequestCounts = RequestCounts{Total: len(lines), Completed: ok, Failed: failed}
+	if unkept > 0 {
+		next.Errors = &ErrorList{Object: "list", Data: append(errorsOf(next.Errors), LineError{Code: "file_budget", Message: fmt.Sprintf(
+			"%d lines' errors were not written to the error file: your team's files are at their bytes (openai.maxTeamFileBytes); delete files with DELETE /v1/files/ID", unkept)})}
+	}
 	for _, f := range []struct {
 		id, suffix string
 		n          int64
 		into       **string
-	}{{b.OutID, "output", outBytes, &next.OutputFileID}, {b.ErrID, "errors", errBytes, &next.ErrorFileID}} {
+	}{{b.OutID, "output", out.n, &next.OutputFileID}, {b.ErrID, "errors", errw.n, &next.ErrorFileID}} {
 		if f.n == 0 {
 			m.removeContent(f.id)
 			continue
@@ -424,15 +459,12 @@ func (m *Manager) setStatus(id string, fn func(r *batchRecord, now int64)) error
 	return m.saveBatch(&next)
 }
 
-type countingWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
+// errorsOf is the errors of a list, none for none.
+func errorsOf(l *ErrorList) []LineError {
+	if l == nil {
+		return nil
+	}
+	return l.Data
 }
 
 func isClosed(ch <-chan struct{}) bool {

@@ -90,6 +90,9 @@ type OpenAI struct {
 	// CreatesPerTeam bounds a team's POST /v1/batches under way at once
 	// (each reads its input file through, a line at a time).
 	CreatesPerTeam int `koanf:"createsPerTeam"`
+	// MaxFilesPerTeam bounds a team's files, empty ones and those its
+	// batches not yet ended will write included.
+	MaxFilesPerTeam int `koanf:"maxFilesPerTeam"`
 }
 
 // Python holds the settings of projects' Python environments
@@ -233,6 +236,7 @@ func defaults() map[string]any {
 		"openai.maxFileBytes":           100 << 20,
 		"openai.maxTeamFileBytes":       1 << 30,
 		"openai.createsPerTeam":         batches.DefaultCreatesPerTeam,
+		"openai.maxFilesPerTeam":        batches.DefaultMaxFilesPerTeam,
 		"usage.retention":               "2160h",
 		"usage.flushInterval":           "1m",
 		"python.index":                  "",
@@ -526,6 +530,9 @@ func (c Config) validate() error {
 	}
 	if c.OpenAI.CreatesPerTeam < 1 {
 		bad("openai.createsPerTeam", "must be at least 1, got %d", c.OpenAI.CreatesPerTeam)
+	}
+	if c.OpenAI.MaxFilesPerTeam < 3 {
+		bad("openai.maxFilesPerTeam", "must be at least 3 (an input file and a batch's two results), got %d", c.OpenAI.MaxFilesPerTeam)
 	}
 	if c.Webhook.Senders < 1 {
 		bad("webhook.senders", "must be at least 1, got %d", c.Webhook.Senders)

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // uploadBatchFile uploads content as a Batch API file with key and returns
@@ -125,5 +126,86 @@ func TestABatchLineIsHeldToMaxBodyBytesAsADirectPostIs(t *testing.T) {
 		default:
 			t.Errorf("create %d: %d (Retry-After %q) %s, want 400 naming maxBodyBytes or 429 naming openai.createsPerTeam", i, r.status, r.retryAfter, r.answer)
 		}
+	}
+}
+
+// TestBatchRecordsAndFilesHaveBudgets: metadata is held to OpenAI's bounds
+// (issue 41: 100 batches of 9.4 MiB metadata took 1.77 GB), a batch's
+// output and error files stay within openai.maxTeamFileBytes (21 MB were
+// written against 4 MiB), and a team's files are counted, empty uploads
+// included (10,000 were made in 92 s).
+func TestBatchRecordsAndFilesHaveBudgets(t *testing.T) {
+	t.Parallel()
+	const teamBytes = 48 << 10
+	dir, cfg := newDaemonDir(t, fmt.Sprintf("openai:\n  maxFileBytes: %d\n  maxTeamFileBytes: %d\n  maxFilesPerTeam: 6\n", 32<<10, teamBytes))
+	d := startDaemon(t, dir, cfg)
+	key := d.createKey("acme", false)
+	d.apply(fmt.Sprintf("projects:\n  - {id: llm, team: acme, modelKey: mk-llm, command: [\"python3\", \"server.py\"], dir: %s, %s}\n", echoDir(t), openaiEcho))
+	auth := map[string]string{"Authorization": "Bearer " + key}
+
+	// 150 lines of ~200 bytes; echo answers each with its body, so the
+	// results (~300 bytes a line) pass the team's bytes with the input.
+	var in strings.Builder
+	for i := range 150 {
+		in.WriteString(chatBatchLine(fmt.Sprint("r", i), "llm", `"pad": "`+strings.Repeat("p", 100)+`"`))
+	}
+	file := uploadedBatchFile(t, d, key, in.String())
+	for name, md := range map[string]string{
+		"17 pairs":              `{"a":"","b":"","c":"","d":"","e":"","f":"","g":"","h":"","i":"","j":"","k":"","l":"","m":"","n":"","o":"","p":"","q":""}`,
+		"a 65-character key":    `{"` + strings.Repeat("k", 65) + `": "v"}`,
+		"a 513-character value": `{"k": "` + strings.Repeat("v", 513) + `"}`,
+	} {
+		status, answer := do(t, "POST", d.base+"/v1/batches", auth, createBatchBody(file, `,"metadata":`+md))
+		if _, param, _ := errorOf(answer); status != http.StatusBadRequest || param != "metadata" {
+			t.Errorf("metadata with %s: %d %v, want 400 on metadata", name, status, answer)
+		}
+	}
+	status, batch := do(t, "POST", d.base+"/v1/batches", auth, createBatchBody(file, `,"metadata":{"k":"`+strings.Repeat("v", 512)+`"}`))
+	if status != http.StatusOK {
+		t.Fatalf("create: %d %v", status, batch)
+	}
+	id := batch["id"].(string)
+	eventually(t, 2*time.Minute, "the batch to end", func() bool {
+		_, batch = do(t, "GET", d.base+"/v1/batches/"+id, auth, "")
+		return batch["status"] == "completed"
+	})
+	counts := batch["request_counts"].(map[string]any)
+	if counts["completed"].(float64) == 0 || counts["failed"].(float64) == 0 {
+		t.Errorf("counts %v, want some lines completed and those whose results did not fit failed", counts)
+	}
+	var list struct {
+		Data []struct {
+			ID    string `json:"id"`
+			Bytes int64  `json:"bytes"`
+		} `json:"data"`
+	}
+	_, raw := doRaw(t, "GET", d.base+"/v1/files", auth, "")
+	if err := json.Unmarshal(raw, &list); err != nil {
+		t.Fatal(err)
+	}
+	var held int64
+	for _, f := range list.Data {
+		held += f.Bytes
+	}
+	if held > teamBytes {
+		t.Errorf("the team's files hold %d bytes, past openai.maxTeamFileBytes %d", held, teamBytes)
+	}
+	if eid, _ := batch["error_file_id"].(string); eid != "" {
+		_, content := doRaw(t, "GET", d.base+"/v1/files/"+eid+"/content", auth, "")
+		if !strings.Contains(string(content), "openai.maxTeamFileBytes") {
+			t.Errorf("the error file does not name openai.maxTeamFileBytes: %.300s", content)
+		}
+	} else if !strings.Contains(fmt.Sprint(batch["errors"]), "openai.maxTeamFileBytes") {
+		t.Errorf("no error file, and the batch's errors %v do not name openai.maxTeamFileBytes", batch["errors"])
+	}
+
+	// Empty uploads count: up to 6 files in all, then refused.
+	n := len(list.Data)
+	for ; n < 6; n++ {
+		uploadedBatchFile(t, d, key, "")
+	}
+	status, answer := uploadBatchFile(t, d, key, "")
+	if code, _, msg := errorOf(answer); status != http.StatusBadRequest || code != "file_count_budget" || !strings.Contains(msg, "openai.maxFilesPerTeam") {
+		t.Errorf("a seventh file: %d %v, want 400 file_count_budget naming openai.maxFilesPerTeam", status, answer)
 	}
 }
