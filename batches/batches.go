@@ -54,7 +54,10 @@ type Config struct {
 	Sched           Scheduler
 	Store           Store
 	Log             zerolog.Logger
-	Now             func() time.Time // default time.Now
+	// Clock is the time a batch is created at and expires by (default
+	// the time package's): the scheduler's own, so that a batch's calls
+	// and its completion window keep one time.
+	Clock scheduler.Clock
 	// Retry is how long a line refused for a full queue or a team quota
 	// waits before it is offered again (default 1 s).
 	Retry time.Duration
@@ -96,8 +99,8 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.MaxFilesPerTeam <= 0 {
 		cfg.MaxFilesPerTeam = DefaultMaxFilesPerTeam
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = scheduler.RealClock()
 	}
 	if cfg.Retry <= 0 {
 		cfg.Retry = time.Second
@@ -110,7 +113,7 @@ func New(cfg Config) (*Manager, error) {
 	return m, nil
 }
 
-func (m *Manager) now() time.Time { return m.cfg.Now() }
+func (m *Manager) now() time.Time { return m.cfg.Clock.Now() }
 
 // Batch statuses (OpenAI's).
 const (

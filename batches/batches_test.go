@@ -31,6 +31,8 @@ type fakeSched struct {
 	auto   bool
 	// refuse, while > 0, refuses that many starts with a full queue.
 	refuse int
+	// queueTimeouts are the starts' queueTimeouts, in order.
+	queueTimeouts []int
 }
 
 type fakeCall struct {
@@ -53,6 +55,7 @@ func (f *fakeSched) Start(_ context.Context, p store.Project, req scheduler.Requ
 		return f.calls[id].c, nil
 	}
 	f.starts++
+	f.queueTimeouts = append(f.queueTimeouts, req.QueueTimeout)
 	c := store.Call{ID: fmt.Sprintf("call_%d", f.starts), ProjectID: p.ID, TeamID: p.TeamID, State: store.CallQueued,
 		Inputs: req.Inputs, Route: req.Route, IdempotencyKey: req.IdempotencyKey}
 	fc := &fakeCall{c: c, done: make(chan struct{})}
@@ -179,7 +182,21 @@ type runningManager struct {
 
 func startManager(t *testing.T, dir string, sched *fakeSched) runningManager {
 	t.Helper()
-	m, err := New(Config{Dir: dir, Sched: sched, Store: fakeStore{llm(), sched}, Log: zerolog.Nop(), Retry: time.Millisecond, MaxFileBytes: 1 << 20, MaxTeamBytes: 3 << 20})
+	return startManagerWith(t, Config{Dir: dir, Sched: sched, Store: fakeStore{llm(), sched}})
+}
+
+// startManagerWith runs a Manager of cfg, with the tests' defaults where
+// it has none.
+func startManagerWith(t *testing.T, cfg Config) runningManager {
+	t.Helper()
+	cfg.Log = zerolog.Nop()
+	if cfg.Retry == 0 {
+		cfg.Retry = time.Millisecond
+	}
+	if cfg.MaxFileBytes == 0 {
+		cfg.MaxFileBytes, cfg.MaxTeamBytes = 1<<20, 3<<20
+	}
+	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

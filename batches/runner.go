@@ -81,7 +81,8 @@ func endOf(c store.Call) lineEnd {
 	switch {
 	case c.State == store.CallSucceeded:
 		return lineCompleted
-	case store.FailureOf(c).Kind == store.FailCancelled:
+	case store.FailureOf(c).Kind == store.FailCancelled, store.FailureOf(c).Kind == store.FailExpired:
+		// A cancel, or the batch's window (its calls' queueTimeout).
 		return lineNotRun
 	}
 	return lineFailed
@@ -113,6 +114,15 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 		expired  bool
 	)
 	defer waits.Wait()
+	// The completion window: at its end the batch makes no more calls,
+	// cancels those not yet ended, however they stand, and ends expired.
+	deadline := make(chan struct{})
+	if left := time.Unix(b.ExpiresAt, 0).Sub(m.now()); left > 0 {
+		t := m.cfg.Clock.AfterFunc(left, func() { close(deadline) })
+		defer t.Stop()
+	} else {
+		close(deadline)
+	}
 	settle := func(d doneLine) {
 		inflight--
 		m.count(id, d.end)
@@ -151,7 +161,7 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 			lines[idx].failed = "project " + b.Project + " was deleted"
 			m.count(id, lineFailed)
 			return nil
-		case !stopped && m.now().Unix() >= b.ExpiresAt:
+		case !stopped && isClosed(deadline):
 			expired = true
 		}
 		for !stopped && !expired && inflight >= window {
@@ -160,6 +170,8 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 				settle(d)
 			case <-stop:
 				stopped = true
+			case <-deadline:
+				expired = true
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -169,22 +181,24 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 		}
 		if stopped || expired {
 			// A call made before a restart may run: follow it to its
-			// end (cancelled, for a cancelled batch).
+			// end (cancelled, for a batch cancelled or expired).
 			c, err := m.cfg.Store.CallByIdempotencyKey(b.Team, key(idx))
 			if err == nil {
-				if stopped && !c.State.Done() {
+				if !c.State.Done() {
 					_, _ = m.cfg.Sched.Cancel(c.ID)
 				}
 				follow(idx, c)
 			}
 			return nil
 		}
-		c, err := m.submit(ctx, stop, p, b.Endpoint, l.Body, key(idx))
+		c, err := m.submit(ctx, stop, deadline, p, b, l.Body, key(idx))
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case errors.Is(err, errCancelled):
 			stopped = true
+		case errors.Is(err, errExpired):
+			expired = true
 		case err != nil:
 			lines[idx].failed = err.Error()
 			m.count(id, lineFailed)
@@ -199,47 +213,58 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 		}
 		return
 	}
-	// Cancelling ends the calls still pending, once; a finished one
-	// answers ErrFinished.
+	// A cancel, or the window's end, ends the calls still pending, once;
+	// a finished one answers ErrFinished.
 	cancelled := false
 	cancelAll := func() {
-		stopped, cancelled = true, true
+		cancelled = true
 		for _, l := range lines {
 			if l.callID != "" {
 				_, _ = m.cfg.Sched.Cancel(l.callID)
 			}
 		}
 	}
-	if stopped || isClosed(stop) {
+	stopped = stopped || isClosed(stop)
+	if stopped || expired {
 		cancelAll()
 	}
 	for inflight > 0 {
-		stopNow := stop
+		stopNow, deadlineNow := stop, deadline
 		if cancelled {
-			stopNow = nil
+			stopNow, deadlineNow = nil, nil
 		}
 		select {
 		case d := <-done:
 			settle(d)
 		case <-stopNow:
+			stopped = true
+			cancelAll()
+		case <-deadlineNow:
+			expired = true
 			cancelAll()
 		case <-ctx.Done():
 			return
 		}
 	}
-	if err := m.finish(b, lines, stopped || isClosed(stop), expired); err != nil && ctx.Err() == nil {
+	if err := m.finish(b, lines, stopped, expired && !stopped); err != nil && ctx.Err() == nil {
 		log.Error().Err(err).Msg("batch: writing its results failed; it resumes at the next start")
 	}
 }
 
-var errCancelled = errors.New("batch cancelled")
+var (
+	errCancelled = errors.New("batch cancelled")
+	errExpired   = errors.New("batch expired")
+)
 
 // submit starts a line's call: its body with the served model, to the
 // batch's endpoint, under the line's idempotency key (so that after a
-// restart the line finds its call again). A full queue or team quota is
-// waited out; other refusals fail the line.
-func (m *Manager) submit(ctx context.Context, stop <-chan struct{}, p store.Project, endpoint string, body json.RawMessage, key string) (store.Call, error) {
-	req, err := openai.ParseRequest(endpoint, body)
+// restart the line finds its call again), with what is left of the
+// batch's window as its queueTimeout, so that the scheduler ends it at
+// the batch's deadline if it is still queued then, whatever becomes of the
+// runner. A full queue or team quota is waited out; other refusals fail
+// the line.
+func (m *Manager) submit(ctx context.Context, stop, deadline <-chan struct{}, p store.Project, b batchRecord, body json.RawMessage, key string) (store.Call, error) {
+	req, err := openai.ParseRequest(b.Endpoint, body)
 	if err != nil {
 		return store.Call{}, err
 	}
@@ -248,13 +273,21 @@ func (m *Manager) submit(ctx context.Context, stop <-chan struct{}, p store.Proj
 		return store.Call{}, err
 	}
 	for {
-		c, err := m.cfg.Sched.Start(ctx, p, scheduler.Request{Inputs: inputs, Route: endpoint, IdempotencyKey: key})
+		left := time.Unix(b.ExpiresAt, 0).Sub(m.now())
+		if left <= 0 {
+			return store.Call{}, errExpired
+		}
+		c, err := m.cfg.Sched.Start(ctx, p, scheduler.Request{Inputs: inputs, Route: b.Endpoint, IdempotencyKey: key,
+			QueueTimeout: int((left + time.Second - 1) / time.Second)})
 		if err == nil || !retryable(err) {
 			return c, err
 		}
 		t := time.NewTimer(m.cfg.Retry)
 		select {
 		case <-t.C:
+		case <-deadline:
+			t.Stop()
+			return store.Call{}, errExpired
 		case <-stop:
 			t.Stop()
 			return store.Call{}, errCancelled
@@ -428,7 +461,7 @@ func (m *Manager) resultLine(b batchRecord, i int, l lineState, cancelled, expir
 	case l.callID == "" && cancelled:
 		return lineErr(lineNotRun, "batch_cancelled", "this request was not run: the batch was cancelled")
 	case l.callID == "" && expired:
-		return lineErr(lineNotRun, "batch_expired", "this request was not run before the batch expired")
+		return lineErr(lineNotRun, expiredCode, expiredMsg)
 	case l.callID == "":
 		return lineErr(lineFailed, "request_failed", "this request was not run")
 	}
@@ -438,6 +471,10 @@ func (m *Manager) resultLine(b batchRecord, i int, l lineState, cancelled, expir
 		// what happened and where to look.
 		m.cfg.Log.Error().Err(err).Str("batch", b.ID).Str("call", l.callID).Msg("reading a batch line's result failed")
 		return lineErr(lineFailed, "result_unavailable", fmt.Sprintf("the result of call %s could not be read; see the server log", l.callID))
+	}
+	if end := endOf(c); expired && end == lineNotRun {
+		// Ended by the window, queued or running, as OpenAI ends them.
+		return lineErr(end, expiredCode, expiredMsg)
 	}
 	ol.Response = &outputResponse{RequestID: c.ID}
 	if c.State == store.CallSucceeded {
@@ -449,6 +486,12 @@ func (m *Manager) resultLine(b batchRecord, i int, l lineState, cancelled, expir
 	ol.Response.StatusCode, ol.Response.Body = f.Status, body
 	return ol, endOf(c)
 }
+
+// What a line the batch's window ended says, as OpenAI's.
+const (
+	expiredCode = "batch_expired"
+	expiredMsg  = "this request could not be run before the batch's completion window expired"
+)
 
 // setStatus changes batch id's record with fn and writes it.
 func (m *Manager) setStatus(id string, fn func(r *batchRecord, now int64)) error {
