@@ -181,12 +181,8 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 		}
 		if stopped || expired {
 			// A call made before a restart may run: follow it to its
-			// end (cancelled, for a batch cancelled or expired).
-			c, err := m.cfg.Store.CallByIdempotencyKey(b.Team, key(idx))
-			if err == nil {
-				if !c.State.Done() {
-					_, _ = m.cfg.Sched.Cancel(c.ID)
-				}
+			// end (cancelled below with the others still pending).
+			if c, err := m.cfg.Store.CallByIdempotencyKey(b.Team, key(idx)); err == nil {
 				follow(idx, c)
 			}
 			return nil
