@@ -47,6 +47,12 @@ type Config struct {
 	// CreatesPerTeam bounds a team's creates checking their input files at
 	// once (default DefaultCreatesPerTeam).
 	CreatesPerTeam int
+	// MaxQueuedPerProject and MaxQueuedBytesPerProject are the scheduler's
+	// bounds of a project's queue (maxQueuedPerProject,
+	// maxQueuedBytesPerProject): a project's batches together keep half of
+	// each to themselves at most (lanes.go). Defaults: the scheduler's.
+	MaxQueuedPerProject      int
+	MaxQueuedBytesPerProject int64
 	// MaxFilesPerTeam bounds a team's files, empty ones and the two each
 	// of its batches not yet ended will write included (default
 	// DefaultMaxFilesPerTeam).
@@ -76,6 +82,8 @@ type Manager struct {
 	start func(id string)
 	// uploading are the bytes of each team's uploads under way (upload).
 	uploading map[string]int64
+	// lanes are the calls of each project's batches in flight (lanes.go).
+	lanes lanes
 	// creating counts each team's creates under way (CreateBatch),
 	// uploadingFiles its uploads under way (PutFile).
 	creating       map[string]int
@@ -96,6 +104,12 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.CreatesPerTeam <= 0 {
 		cfg.CreatesPerTeam = DefaultCreatesPerTeam
 	}
+	if cfg.MaxQueuedPerProject <= 0 {
+		cfg.MaxQueuedPerProject = scheduler.DefaultMaxQueuedPerProject
+	}
+	if cfg.MaxQueuedBytesPerProject <= 0 {
+		cfg.MaxQueuedBytesPerProject = scheduler.DefaultMaxQueuedBytes
+	}
 	if cfg.MaxFilesPerTeam <= 0 {
 		cfg.MaxFilesPerTeam = DefaultMaxFilesPerTeam
 	}
@@ -106,7 +120,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Retry = time.Second
 	}
 	m := &Manager{cfg: cfg, files: map[string]fileRecord{}, batches: map[string]*batchRecord{}, runs: map[string]chan struct{}{},
-		uploading: map[string]int64{}, creating: map[string]int{}, uploadingFiles: map[string]int{}}
+		uploading: map[string]int64{}, creating: map[string]int{}, uploadingFiles: map[string]int{}, lanes: lanes{used: map[string]*laneUse{}}}
 	if err := m.load(); err != nil {
 		return nil, err
 	}

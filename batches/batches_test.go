@@ -33,6 +33,10 @@ type fakeSched struct {
 	refuse int
 	// queueTimeouts are the starts' queueTimeouts, in order.
 	queueTimeouts []int
+	// mostPending is the most calls pending at once, and their inputs'
+	// bytes.
+	mostPending      int
+	mostPendingBytes int
 }
 
 type fakeCall struct {
@@ -64,6 +68,13 @@ func (f *fakeSched) Start(_ context.Context, p store.Project, req scheduler.Requ
 	if f.auto {
 		f.end(fc, true)
 	}
+	n, size := 0, 0
+	for _, fc := range f.calls {
+		if !fc.c.State.Done() {
+			n, size = n+1, size+len(fc.c.Inputs)
+		}
+	}
+	f.mostPending, f.mostPendingBytes = max(f.mostPending, n), max(f.mostPendingBytes, size)
 	return c, nil
 }
 

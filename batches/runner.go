@@ -16,7 +16,8 @@ import (
 	"inferd/store"
 )
 
-// maxWindow bounds the calls of one batch queued or running at once.
+// maxWindow bounds the calls of a project's batches queued or running at
+// once (lanes.go).
 const maxWindow = 256
 
 // Run resumes the batches a previous daemon left unfinished, runs those
@@ -104,11 +105,11 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 		log.Error().Err(err).Msg("batch: reading its project failed; it resumes at the next start")
 		return
 	}
-	window := min(max(p.MaxReplicas*p.Model.Concurrency*2, 1), maxWindow)
+	lim := m.limit(p.MaxReplicas, p.Model.Concurrency)
 	var (
 		lines    []lineState
 		inflight int
-		done     = make(chan doneLine, window)
+		done     = make(chan doneLine, lim.calls)
 		waits    sync.WaitGroup
 		stopped  bool
 		expired  bool
@@ -128,12 +129,18 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 		m.count(id, d.end)
 	}
 	key := func(idx int) string { return fmt.Sprintf("%s:%d", id, idx) }
-	follow := func(idx int, c store.Call) {
+	// follow waits for line idx's call c to end; lane is the bytes of the
+	// project's lane it holds, given back then (-1: none, a call found
+	// again after a restart of a batch that makes no more).
+	follow := func(idx int, c store.Call, lane int64) {
 		lines[idx].callID = c.ID
 		inflight++
 		waits.Add(1)
 		go func() {
 			defer waits.Done()
+			if lane >= 0 {
+				defer m.lanes.give(p.ID, lane)
+			}
 			_, ch, err := m.cfg.Sched.Lookup(c.ID)
 			if err == nil {
 				select {
@@ -148,6 +155,30 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 			}
 			done <- doneLine{idx: idx, end: end}
 		}()
+	}
+	// waitLane takes a lane of the project for a call of size bytes,
+	// waiting for one (as the batch's own calls end, or another batch's)
+	// until the batch is cancelled or expires (false) or ctx ends.
+	waitLane := func(size int64) (bool, error) {
+		for {
+			ok, freed := m.lanes.take(p.ID, lim, size)
+			if ok {
+				return true, nil
+			}
+			select {
+			case d := <-done:
+				settle(d)
+			case <-freed:
+			case <-stop:
+				stopped = true
+				return false, nil
+			case <-deadline:
+				expired = true
+				return false, nil
+			case <-ctx.Done():
+				return false, ctx.Err()
+			}
+		}
 	}
 	err = m.eachLine(b.InputFileID, func(_ int, l line, bad *InputError) error {
 		idx := len(lines)
@@ -164,42 +195,46 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 		case !stopped && isClosed(deadline):
 			expired = true
 		}
-		for !stopped && !expired && inflight >= window {
-			select {
-			case d := <-done:
-				settle(d)
-			case <-stop:
-				stopped = true
-			case <-deadline:
-				expired = true
-			case <-ctx.Done():
-				return ctx.Err()
+		stopped = stopped || isClosed(stop)
+		if !stopped && !expired {
+			inputs, err := lineInputs(p, b.Endpoint, l.Body)
+			if err != nil {
+				lines[idx].failed = err.Error()
+				m.count(id, lineFailed)
+				return nil
 			}
-		}
-		if isClosed(stop) {
-			stopped = true
+			size := int64(len(inputs))
+			took, err := waitLane(size)
+			if err != nil {
+				return err
+			}
+			if took {
+				c, err := m.submit(ctx, stop, deadline, p, b, inputs, key(idx))
+				if err == nil {
+					follow(idx, c, size)
+					return nil
+				}
+				m.lanes.give(p.ID, size)
+				switch {
+				case ctx.Err() != nil:
+					return ctx.Err()
+				case errors.Is(err, errCancelled):
+					stopped = true
+				case errors.Is(err, errExpired):
+					expired = true
+				default:
+					lines[idx].failed = err.Error()
+					m.count(id, lineFailed)
+					return nil
+				}
+			}
 		}
 		if stopped || expired {
 			// A call made before a restart may run: follow it to its
 			// end (cancelled below with the others still pending).
 			if c, err := m.cfg.Store.CallByIdempotencyKey(b.Team, key(idx)); err == nil {
-				follow(idx, c)
+				follow(idx, c, -1)
 			}
-			return nil
-		}
-		c, err := m.submit(ctx, stop, deadline, p, b, l.Body, key(idx))
-		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case errors.Is(err, errCancelled):
-			stopped = true
-		case errors.Is(err, errExpired):
-			expired = true
-		case err != nil:
-			lines[idx].failed = err.Error()
-			m.count(id, lineFailed)
-		default:
-			follow(idx, c)
 		}
 		return nil
 	})
@@ -247,6 +282,16 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 	}
 }
 
+// lineInputs is a line's body as its call's inputs: the served model's
+// name in it.
+func lineInputs(p store.Project, endpoint string, body json.RawMessage) (json.RawMessage, error) {
+	req, err := openai.ParseRequest(endpoint, body)
+	if err != nil {
+		return nil, err
+	}
+	return req.Body(p.ServedModelName())
+}
+
 var (
 	errCancelled = errors.New("batch cancelled")
 	errExpired   = errors.New("batch expired")
@@ -259,15 +304,7 @@ var (
 // the batch's deadline if it is still queued then, whatever becomes of the
 // runner. A full queue or team quota is waited out; other refusals fail
 // the line.
-func (m *Manager) submit(ctx context.Context, stop, deadline <-chan struct{}, p store.Project, b batchRecord, body json.RawMessage, key string) (store.Call, error) {
-	req, err := openai.ParseRequest(b.Endpoint, body)
-	if err != nil {
-		return store.Call{}, err
-	}
-	inputs, err := req.Body(p.ServedModelName())
-	if err != nil {
-		return store.Call{}, err
-	}
+func (m *Manager) submit(ctx context.Context, stop, deadline <-chan struct{}, p store.Project, b batchRecord, inputs json.RawMessage, key string) (store.Call, error) {
 	for {
 		left := time.Unix(b.ExpiresAt, 0).Sub(m.now())
 		if left <= 0 {
