@@ -209,3 +209,53 @@ func TestBatchRecordsAndFilesHaveBudgets(t *testing.T) {
 		t.Errorf("a seventh file: %d %v, want 400 file_count_budget naming openai.maxFilesPerTeam", status, answer)
 	}
 }
+
+// TestInteractiveCallsGetThroughWhileBatchesFillTheProject: three batches
+// of one project whose lines each take a while, against a queue of 4
+// (issue 41: several batches together filled the project's queue and
+// interactive requests got 429 queue_full). The batches together keep at
+// most half of the queue, so interactive requests, two at a time, are
+// queued and answered, never refused; the batches complete.
+func TestInteractiveCallsGetThroughWhileBatchesFillTheProject(t *testing.T) {
+	t.Parallel()
+	dir, cfg := newDaemonDir(t, "maxQueuedPerProject: 4\n")
+	d := startDaemon(t, dir, cfg)
+	key := d.createKey("acme", false)
+	d.apply(fmt.Sprintf("projects:\n  - {id: llm, team: acme, modelKey: mk-llm, command: [\"python3\", \"server.py\"], dir: %s, %s, minReplicas: 1, maxReplicas: 1}\n", echoDir(t), openaiEcho))
+	auth := map[string]string{"Authorization": "Bearer " + key}
+
+	var in strings.Builder
+	for i := range 8 {
+		in.WriteString(chatBatchLine(fmt.Sprint("r", i), "llm", `"sleep": 0.3`))
+	}
+	var ids []string
+	for range 3 {
+		file := uploadedBatchFile(t, d, key, in.String())
+		status, b := do(t, "POST", d.base+"/v1/batches", auth, createBatchBody(file, ""))
+		if status != http.StatusOK {
+			t.Fatalf("create: %d %v", status, b)
+		}
+		ids = append(ids, b["id"].(string))
+	}
+	eventually(t, time.Minute, "the batches' lines to queue", func() bool {
+		return scrapeMetrics(t, d.base)[`inferd_queue_depth{project="llm"}`] >= 1
+	})
+	for round := range 3 {
+		var wg sync.WaitGroup
+		for i := range 2 {
+			wg.Go(func() {
+				status, raw, err := tryDoRaw("POST", d.base+"/v1/chat/completions", auth, `{"model": "llm", "messages": [], "n": 1}`)
+				if err != nil || status != http.StatusOK {
+					t.Errorf("interactive request %d of round %d while batches run: %d %s %v", i, round, status, raw, err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	for _, id := range ids {
+		eventually(t, 2*time.Minute, "batch "+id+" to complete", func() bool {
+			_, b := do(t, "GET", d.base+"/v1/batches/"+id, auth, "")
+			return b["status"] == "completed" && b["request_counts"].(map[string]any)["completed"] == 8.0
+		})
+	}
+}
