@@ -121,7 +121,8 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		Dir: filepath.Join(cfg.DataDir, "openai"), MaxFileBytes: cfg.OpenAI.MaxFileBytes, MaxTeamBytes: cfg.OpenAI.MaxTeamFileBytes,
 		MaxBodyBytes: cfg.MaxBodyBytes, CreatesPerTeam: cfg.OpenAI.CreatesPerTeam, MaxFilesPerTeam: cfg.OpenAI.MaxFilesPerTeam,
 		MaxQueuedPerProject: cfg.MaxQueuedPerProject, MaxQueuedBytesPerProject: cfg.MaxQueuedBytesPerProject,
-		Sched: sched, Store: st, Log: log,
+		Retention: cfg.OpenAI.Retention,
+		Sched:     sched, Store: st, Log: log,
 	})
 	if err != nil {
 		return err

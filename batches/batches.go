@@ -47,6 +47,9 @@ type Config struct {
 	// CreatesPerTeam bounds a team's creates checking their input files at
 	// once (default DefaultCreatesPerTeam).
 	CreatesPerTeam int
+	// Retention is how long a file is kept after its creation, and an
+	// ended batch after it ended (default DefaultRetention: retention.go).
+	Retention time.Duration
 	// MaxQueuedPerProject and MaxQueuedBytesPerProject are the scheduler's
 	// bounds of a project's queue (maxQueuedPerProject,
 	// maxQueuedBytesPerProject): a project's batches together keep half of
@@ -72,10 +75,14 @@ type Config struct {
 // Manager keeps the files and batches of the Batch API and runs the
 // batches, each on a goroutine of its own that Run owns.
 type Manager struct {
-	cfg     Config
-	mu      sync.Mutex
-	files   map[string]fileRecord
+	cfg   Config
+	mu    sync.Mutex
+	files map[string]fileRecord
+	// batches are the batches not yet ended, whole; ended those that
+	// have, of which only what finds, lists and expires them is held
+	// (endedBatch): the rest is read from the record when asked for.
 	batches map[string]*batchRecord
+	ended   map[string]endedBatch
 	// runs are the running batches' cancel signals; start is set by Run,
 	// so that batches created before it wait for it.
 	runs  map[string]chan struct{}
@@ -104,6 +111,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.CreatesPerTeam <= 0 {
 		cfg.CreatesPerTeam = DefaultCreatesPerTeam
 	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = DefaultRetention
+	}
 	if cfg.MaxQueuedPerProject <= 0 {
 		cfg.MaxQueuedPerProject = scheduler.DefaultMaxQueuedPerProject
 	}
@@ -119,7 +129,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Retry <= 0 {
 		cfg.Retry = time.Second
 	}
-	m := &Manager{cfg: cfg, files: map[string]fileRecord{}, batches: map[string]*batchRecord{}, runs: map[string]chan struct{}{},
+	m := &Manager{cfg: cfg, files: map[string]fileRecord{}, batches: map[string]*batchRecord{}, ended: map[string]endedBatch{}, runs: map[string]chan struct{}{},
 		uploading: map[string]int64{}, creating: map[string]int{}, uploadingFiles: map[string]int{}, lanes: lanes{used: map[string]*laneUse{}}}
 	if err := m.load(); err != nil {
 		return nil, err
@@ -201,12 +211,46 @@ type batchRecord struct {
 	ErrID string `json:"errId"`
 }
 
-func (b *batchRecord) final() bool {
+func (b *batchRecord) final() bool { return b.endedAt() != 0 }
+
+// endedAt is when the batch ended; 0 while it runs.
+func (b *batchRecord) endedAt() int64 {
+	var at *int64
 	switch b.Status {
-	case StatusCompleted, StatusFailed, StatusExpired, StatusCancelled:
-		return true
+	case StatusCompleted:
+		at = b.CompletedAt
+	case StatusFailed:
+		at = b.FailedAt
+	case StatusExpired:
+		at = b.ExpiredAt
+	case StatusCancelled:
+		at = b.CancelledAt
+	default:
+		return 0
 	}
-	return false
+	if at == nil || *at == 0 {
+		return b.CreatedAt // a record that says no more
+	}
+	return *at
+}
+
+// endedBatch is what a Manager holds of a batch that has ended.
+type endedBatch struct {
+	ID, Team, Project string
+	CreatedAt         int64
+	EndedAt           int64
+	// Files are its output and error files, removed with it.
+	Files []string
+}
+
+func (b *batchRecord) ended() endedBatch {
+	e := endedBatch{ID: b.ID, Team: b.Team, Project: b.Project, CreatedAt: b.CreatedAt, EndedAt: b.endedAt()}
+	for _, id := range []*string{b.OutputFileID, b.ErrorFileID} {
+		if id != nil {
+			e.Files = append(e.Files, *id)
+		}
+	}
+	return e
 }
 
 // CreateRequest is POST /v1/batches' body.
@@ -449,19 +493,36 @@ func readLine(r *bufio.Reader, buf []byte, max int64) (line []byte, over bool, e
 // Batch returns batch id, if acc reaches it, its counts as they stand.
 func (m *Manager) Batch(acc Access, id string) (Batch, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	b, ok := m.batch(acc, id)
-	if !ok {
+	if ok {
+		defer m.mu.Unlock()
+		return b.view(), nil
+	}
+	e, ok := m.ended[id]
+	m.mu.Unlock()
+	if !ok || !acc.reachesBatch(e.Team, e.Project) {
 		return Batch{}, ErrNotFound
 	}
-	return b.view(), nil
+	return m.readEnded(id)
 }
 
-// batch returns batch id if acc reaches it: one it does not is as absent
-// as one that never was; m.mu is held.
+// readEnded reads an ended batch's record; one removed meanwhile (expired)
+// is ErrNotFound.
+func (m *Manager) readEnded(id string) (Batch, error) {
+	var r batchRecord
+	if err := readJSON(m.batchPath(id), &r); errors.Is(err, os.ErrNotExist) {
+		return Batch{}, ErrNotFound
+	} else if err != nil {
+		return Batch{}, err
+	}
+	return r.view(), nil
+}
+
+// batch returns batch id, not yet ended, if acc reaches it: one it does
+// not is as absent as one that never was; m.mu is held.
 func (m *Manager) batch(acc Access, id string) (*batchRecord, bool) {
 	b, ok := m.batches[id]
-	return b, ok && acc.reachesBatch(b)
+	return b, ok && acc.reachesBatch(b.Team, b.Project)
 }
 
 // CancelBatch asks batch id, if acc reaches it, to stop: its calls not
@@ -472,9 +533,12 @@ func (m *Manager) CancelBatch(acc Access, id string) (Batch, error) {
 	defer m.mu.Unlock()
 	b, ok := m.batch(acc, id)
 	if !ok {
+		if e, ok := m.ended[id]; ok && acc.reachesBatch(e.Team, e.Project) {
+			return m.readEnded(id) // ended: nothing to cancel
+		}
 		return Batch{}, ErrNotFound
 	}
-	if b.final() || b.Status == StatusCancelling {
+	if b.Status == StatusCancelling {
 		return b.view(), nil
 	}
 	prev := *b
@@ -502,11 +566,22 @@ func (b *batchRecord) view() Batch {
 
 func (m *Manager) batchPath(id string) string { return filepath.Join(m.cfg.Dir, "batches", id+".json") }
 
-// saveBatch writes a batch record durably and indexes it; m.mu is held.
+// saveBatch writes a batch record durably and indexes it: whole while it
+// runs, as an endedBatch once it has ended; m.mu is held.
 func (m *Manager) saveBatch(b *batchRecord) error {
 	if err := writeJSON(m.batchPath(b.ID), b); err != nil {
 		return err
 	}
-	m.batches[b.ID] = b
+	m.index(b)
 	return nil
+}
+
+// index holds batch b as it stands; m.mu is held.
+func (m *Manager) index(b *batchRecord) {
+	if b.final() {
+		delete(m.batches, b.ID)
+		m.ended[b.ID] = b.ended()
+		return
+	}
+	m.batches[b.ID] = b
 }

@@ -15,9 +15,11 @@ type fakeClock struct {
 	mu     sync.Mutex
 	now    time.Time
 	timers []*fakeTimer
-	// armed is told of each timer set, so a test waits for the runner to
-	// have armed its deadline before it moves the clock.
-	armed chan time.Duration
+	// armed are the timers set, by their duration, not yet waited for
+	// (waitArmed), so a test waits for the runner to have armed its
+	// deadline before it moves the clock; changed is closed at each.
+	armed   []time.Duration
+	changed chan struct{}
 }
 
 type fakeTimer struct {
@@ -28,7 +30,7 @@ type fakeTimer struct {
 }
 
 func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), armed: make(chan time.Duration, 16)}
+	return &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), changed: make(chan struct{})}
 }
 
 func (c *fakeClock) Now() time.Time {
@@ -39,11 +41,36 @@ func (c *fakeClock) Now() time.Time {
 
 func (c *fakeClock) AfterFunc(d time.Duration, f func()) scheduler.Timer {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	t := &fakeTimer{c: c, at: c.now.Add(d), f: f}
 	c.timers = append(c.timers, t)
-	c.mu.Unlock()
-	c.armed <- d
+	c.armed = append(c.armed, d)
+	close(c.changed)
+	c.changed = make(chan struct{})
 	return t
+}
+
+// waitArmed waits for a timer of d to be set (and takes it off the list).
+func (c *fakeClock) waitArmed(t *testing.T, d time.Duration) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		c.mu.Lock()
+		for i, a := range c.armed {
+			if a == d {
+				c.armed = append(c.armed[:i], c.armed[i+1:]...)
+				c.mu.Unlock()
+				return
+			}
+		}
+		changed := c.changed
+		c.mu.Unlock()
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatalf("no timer of %s was set within 10 s (armed: %v, timers %d, now %s)", d, c.armed, len(c.timers), c.now)
+		}
+	}
 }
 
 func (t *fakeTimer) Stop() bool {
@@ -87,9 +114,7 @@ func TestABatchExpiresAtItsDeadlineWithCallsStillQueued(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := <-clock.armed; d != 24*time.Hour {
-		t.Fatalf("the runner armed its deadline %s ahead, want 24h", d)
-	}
+	clock.waitArmed(t, 24*time.Hour) // the runner's deadline
 	waitPending(t, sched, 4)
 	sched.answerAll(func(int) bool { return true }) // 4 done; 4 more queued
 	waitPending(t, sched, 4)
@@ -139,7 +164,7 @@ func TestExpiredAndCancelledBatchesStaySoAcrossARestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		<-clock.armed
+		clock.waitArmed(t, 24*time.Hour)
 		return b
 	}
 	cancelled := create(first.Manager)

@@ -278,8 +278,8 @@ func (m *Manager) DeleteFile(acc Access, id string) (File, error) {
 	if !ok {
 		return File{}, ErrNotFound
 	}
-	for _, b := range m.batches {
-		if b.InputFileID == id && !b.final() {
+	for _, b := range m.batches { // those not yet ended
+		if b.InputFileID == id {
 			return File{}, &InputError{Param: "file_id", Msg: "batch " + b.ID + " still reads this file; cancel it first"}
 		}
 	}
@@ -320,8 +320,8 @@ func (m *Manager) fileRoom(team string, n int) error {
 			held++
 		}
 	}
-	for _, b := range m.batches {
-		if b.Team == team && !b.final() {
+	for _, b := range m.batches { // those not yet ended
+		if b.Team == team {
 			held += 2
 		}
 	}
@@ -383,7 +383,8 @@ func writeJSON(path string, v any) error {
 }
 
 // load reads the metadata of every file and batch in the data dir and
-// removes temporary files a crash left.
+// removes temporary files a crash left. Of a batch that has ended only
+// its endedBatch is kept.
 func (m *Manager) load() error {
 	for _, sub := range []string{"files", "batches"} {
 		dir := filepath.Join(m.cfg.Dir, sub)
@@ -413,7 +414,7 @@ func (m *Manager) load() error {
 				if err := readJSON(path, &r); err != nil {
 					return err
 				}
-				m.batches[r.ID] = &r
+				m.index(&r)
 			}
 		}
 	}

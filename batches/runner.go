@@ -45,7 +45,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 	}
 	m.mu.Unlock()
-	<-ctx.Done()
+	m.sweepLoop(ctx) // retention.go; returns when ctx ends
 	m.mu.Lock()
 	m.start = nil
 	m.mu.Unlock()

@@ -93,6 +93,9 @@ type OpenAI struct {
 	// MaxFilesPerTeam bounds a team's files, empty ones and those its
 	// batches not yet ended will write included.
 	MaxFilesPerTeam int `koanf:"maxFilesPerTeam"`
+	// Retention is how long a Batch API file is kept after its creation,
+	// and an ended batch (with its output files) after it ended.
+	Retention time.Duration `koanf:"retention"`
 }
 
 // Python holds the settings of projects' Python environments
@@ -237,6 +240,7 @@ func defaults() map[string]any {
 		"openai.maxTeamFileBytes":       1 << 30,
 		"openai.createsPerTeam":         batches.DefaultCreatesPerTeam,
 		"openai.maxFilesPerTeam":        batches.DefaultMaxFilesPerTeam,
+		"openai.retention":              "720h", // batches.DefaultRetention
 		"usage.retention":               "2160h",
 		"usage.flushInterval":           "1m",
 		"python.index":                  "",
@@ -441,7 +445,7 @@ func (c Config) validate() error {
 		"limits.readHeaderTimeout": c.Limits.ReadHeaderTimeout,
 		"limits.bodyReadTimeout":   c.Limits.BodyReadTimeout, "limits.streamWriteTimeout": c.Limits.StreamWriteTimeout,
 		"webhook.retryFor": c.Webhook.RetryFor, "webhook.firstRetry": c.Webhook.FirstRetry,
-		"webhook.timeout": c.Webhook.Timeout, "openai.queueWait": c.OpenAI.QueueWait,
+		"webhook.timeout": c.Webhook.Timeout, "openai.queueWait": c.OpenAI.QueueWait, "openai.retention": c.OpenAI.Retention,
 		"usage.retention": c.Usage.Retention, "usage.flushInterval": c.Usage.FlushInterval,
 	}
 	for _, key := range sortedKeys(positive) {

@@ -30,9 +30,9 @@ type BatchAPI interface {
 	CreateBatch(acc batches.Access, req batches.CreateRequest, resolve batches.Resolver) (batches.Batch, error)
 	Batch(acc batches.Access, id string) (batches.Batch, error)
 	CancelBatch(acc batches.Access, id string) (batches.Batch, error)
-	// Files and Batches list what acc reaches, newest first.
+	// Files and BatchIDs list what acc reaches, newest first.
 	Files(acc batches.Access, purpose string) []batches.File
-	Batches(acc batches.Access) []batches.Batch
+	BatchIDs(acc batches.Access) []string
 }
 
 // batchRoutes adds the Batch API's routes to the route table. They are
