@@ -53,18 +53,17 @@ func (m *Manager) Run(ctx context.Context) error {
 	return nil
 }
 
-// lineState is what became of one line of a running batch.
-type lineState struct {
-	customID string
-	callID   string // "" = no call made
-	failed   string // why no call could be made
-}
-
 // doneLine reports a line's call finished.
 type doneLine struct {
-	idx int
-	end lineEnd
+	callID string
+	end    lineEnd
 }
+
+// lineKey is the idempotency key of line idx (0-based) of batch id: its
+// call is found by it again, after a restart and when the batch writes
+// its results, so the runner holds no state per line (a batch has up to
+// 50,000 lines, and a team hundreds of batches).
+func lineKey(id string, idx int) string { return fmt.Sprintf("%s:%d", id, idx) }
 
 // lineEnd is how a line ended, for the batch's request_counts: a line
 // never run, or whose call a cancel ended before it could, is neither
@@ -107,12 +106,15 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 	}
 	lim := m.limit(p.MaxReplicas, p.Model.Concurrency)
 	var (
-		lines    []lineState
-		inflight int
-		done     = make(chan doneLine, lim.calls)
-		waits    sync.WaitGroup
-		stopped  bool
-		expired  bool
+		lines int // read so far
+		// failed are the lines that failed with no call made, and why;
+		// pending the calls made that have not ended.
+		failed  = map[int]string{}
+		pending = map[string]bool{}
+		done    = make(chan doneLine, lim.calls)
+		waits   sync.WaitGroup
+		stopped bool
+		expired bool
 	)
 	defer waits.Wait()
 	// The completion window: at its end the batch makes no more calls,
@@ -125,16 +127,18 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 		close(deadline)
 	}
 	settle := func(d doneLine) {
-		inflight--
+		delete(pending, d.callID)
 		m.count(id, d.end)
 	}
-	key := func(idx int) string { return fmt.Sprintf("%s:%d", id, idx) }
-	// follow waits for line idx's call c to end; lane is the bytes of the
+	fail := func(idx int, why string) {
+		failed[idx] = why
+		m.count(id, lineFailed)
+	}
+	// follow waits for a line's call c to end; lane is the bytes of the
 	// project's lane it holds, given back then (-1: none, a call found
 	// again after a restart of a batch that makes no more).
-	follow := func(idx int, c store.Call, lane int64) {
-		lines[idx].callID = c.ID
-		inflight++
+	follow := func(c store.Call, lane int64) {
+		pending[c.ID] = true
 		waits.Add(1)
 		go func() {
 			defer waits.Done()
@@ -153,7 +157,10 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 			if fc, _, err := m.cfg.Sched.Lookup(c.ID); err == nil {
 				end = endOf(fc)
 			}
-			done <- doneLine{idx: idx, end: end}
+			select { // a runner that has returned (ctx ended) reads no more
+			case done <- doneLine{callID: c.ID, end: end}:
+			case <-ctx.Done():
+			}
 		}()
 	}
 	// waitLane takes a lane of the project for a call of size bytes,
@@ -181,16 +188,14 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 		}
 	}
 	err = m.eachLine(b.InputFileID, func(_ int, l line, bad *InputError) error {
-		idx := len(lines)
-		lines = append(lines, lineState{customID: l.CustomID})
+		idx := lines
+		lines++
 		switch {
 		case bad != nil: // checked at creation: maxBodyBytes was lowered since
-			lines[idx].failed = bad.Msg
-			m.count(id, lineFailed)
+			fail(idx, bad.Msg)
 			return nil
 		case projectGone:
-			lines[idx].failed = "project " + b.Project + " was deleted"
-			m.count(id, lineFailed)
+			fail(idx, "project "+b.Project+" was deleted")
 			return nil
 		case !stopped && isClosed(deadline):
 			expired = true
@@ -199,8 +204,7 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 		if !stopped && !expired {
 			inputs, err := lineInputs(p, b.Endpoint, l.Body)
 			if err != nil {
-				lines[idx].failed = err.Error()
-				m.count(id, lineFailed)
+				fail(idx, err.Error())
 				return nil
 			}
 			size := int64(len(inputs))
@@ -209,9 +213,9 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 				return err
 			}
 			if took {
-				c, err := m.submit(ctx, stop, deadline, p, b, inputs, key(idx))
+				c, err := m.submit(ctx, stop, deadline, p, b, inputs, lineKey(id, idx))
 				if err == nil {
-					follow(idx, c, size)
+					follow(c, size)
 					return nil
 				}
 				m.lanes.give(p.ID, size)
@@ -223,8 +227,7 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 				case errors.Is(err, errExpired):
 					expired = true
 				default:
-					lines[idx].failed = err.Error()
-					m.count(id, lineFailed)
+					fail(idx, err.Error())
 					return nil
 				}
 			}
@@ -232,8 +235,8 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 		if stopped || expired {
 			// A call made before a restart may run: follow it to its
 			// end (cancelled below with the others still pending).
-			if c, err := m.cfg.Store.CallByIdempotencyKey(b.Team, key(idx)); err == nil {
-				follow(idx, c, -1)
+			if c, err := m.cfg.Store.CallByIdempotencyKey(b.Team, lineKey(id, idx)); err == nil {
+				follow(c, -1)
 			}
 		}
 		return nil
@@ -249,17 +252,15 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 	cancelled := false
 	cancelAll := func() {
 		cancelled = true
-		for _, l := range lines {
-			if l.callID != "" {
-				_, _ = m.cfg.Sched.Cancel(l.callID)
-			}
+		for callID := range pending {
+			_, _ = m.cfg.Sched.Cancel(callID)
 		}
 	}
 	stopped = stopped || isClosed(stop)
 	if stopped || expired {
 		cancelAll()
 	}
-	for inflight > 0 {
+	for len(pending) > 0 {
 		stopNow, deadlineNow := stop, deadline
 		if cancelled {
 			stopNow, deadlineNow = nil, nil
@@ -277,7 +278,7 @@ func (m *Manager) run(ctx context.Context, id string, stop <-chan struct{}) {
 			return
 		}
 	}
-	if err := m.finish(b, lines, stopped, expired && !stopped); err != nil && ctx.Err() == nil {
+	if err := m.finish(b, failed, stopped, expired && !stopped); err != nil && ctx.Err() == nil {
 		log.Error().Err(err).Msg("batch: writing its results failed; it resumes at the next start")
 	}
 }
@@ -364,8 +365,10 @@ type outputResponse struct {
 }
 
 // finish writes a batch's output file (the lines whose call succeeded) and
-// error file (the others), in line order, then records it final.
-func (m *Manager) finish(b batchRecord, lines []lineState, cancelled, expired bool) error {
+// error file (the others), in line order, then records it final. It reads
+// the input file through again for the lines' custom_ids, and finds each
+// line's call by its key; failed are the lines that failed with no call.
+func (m *Manager) finish(b batchRecord, failed map[int]string, cancelled, expired bool) error {
 	if err := m.setStatus(b.ID, func(r *batchRecord, now int64) {
 		if r.Status == StatusInProgress {
 			r.Status, r.FinalizingAt = StatusFinalizing, &now
@@ -373,7 +376,7 @@ func (m *Manager) finish(b batchRecord, lines []lineState, cancelled, expired bo
 	}); err != nil {
 		return err
 	}
-	var ok, failed, unkept int
+	var lines, ok, nfailed, unkept int
 	m.mu.Lock()
 	// A finish run again after a restart writes these files anew: what a
 	// previous run recorded of them is not the team's twice.
@@ -404,8 +407,10 @@ func (m *Manager) finish(b batchRecord, lines []lineState, cancelled, expired bo
 		out.w = ow
 		return durable.Replace(m.contentPath(b.ErrID), func(ew io.Writer) error {
 			errw.w = ew
-			for i, l := range lines {
-				ol, end := m.resultLine(b, i, l, cancelled, expired)
+			return m.eachLine(b.InputFileID, func(_ int, l line, _ *InputError) error {
+				idx := lines
+				lines++
+				ol, end := m.resultLine(b, idx, l.CustomID, failed[idx], cancelled, expired)
 				if end == lineCompleted {
 					kept, err := put(out, ol)
 					if err != nil {
@@ -413,15 +418,16 @@ func (m *Manager) finish(b batchRecord, lines []lineState, cancelled, expired bo
 					}
 					if kept {
 						ok++
-						continue
+						return nil
 					}
+					callID := ol.Response.RequestID
 					end = lineFailed
 					ol.Response, ol.Error = nil, &LineError{Code: "file_budget", Message: fmt.Sprintf(
 						"the result of call %s was not written: it would take your team's files past their bytes (openai.maxTeamFileBytes); GET /v1/calls/%s/response answers it until the call's record expires",
-						l.callID, l.callID)}
+						callID, callID)}
 				}
 				if end == lineFailed {
-					failed++
+					nfailed++
 				}
 				kept, err := put(errw, ol)
 				if err != nil {
@@ -430,8 +436,8 @@ func (m *Manager) finish(b batchRecord, lines []lineState, cancelled, expired bo
 				if !kept {
 					unkept++
 				}
-			}
-			return nil
+				return nil
+			})
 		})
 	})
 	m.mu.Lock()
@@ -445,7 +451,7 @@ func (m *Manager) finish(b batchRecord, lines []lineState, cancelled, expired bo
 	now := m.now().Unix()
 	r := m.batches[b.ID]
 	next := *r
-	next.RequestCounts = RequestCounts{Total: len(lines), Completed: ok, Failed: failed}
+	next.RequestCounts = RequestCounts{Total: lines, Completed: ok, Failed: nfailed}
 	if unkept > 0 {
 		next.Errors = &ErrorList{Object: "list", Data: append(errorsOf(next.Errors), LineError{Code: "file_budget", Message: fmt.Sprintf(
 			"%d lines' errors were not written to the error file: your team's files are at their bytes (openai.maxTeamFileBytes); delete files with DELETE /v1/files/ID", unkept)})}
@@ -482,28 +488,31 @@ func (m *Manager) finish(b batchRecord, lines []lineState, cancelled, expired bo
 // completed line goes to the output file, the others to the error file,
 // and one that never ran (or whose call a cancel ended) counts as neither
 // completed nor failed.
-func (m *Manager) resultLine(b batchRecord, i int, l lineState, cancelled, expired bool) (outputLine, lineEnd) {
-	ol := outputLine{ID: fmt.Sprintf("batch_req_%s_%d", strings.TrimPrefix(b.ID, "batch_"), i), CustomID: l.customID}
+func (m *Manager) resultLine(b batchRecord, i int, customID, failed string, cancelled, expired bool) (outputLine, lineEnd) {
+	ol := outputLine{ID: fmt.Sprintf("batch_req_%s_%d", strings.TrimPrefix(b.ID, "batch_"), i), CustomID: customID}
 	lineErr := func(end lineEnd, code, msg string) (outputLine, lineEnd) {
 		ol.Error = &LineError{Code: code, Message: msg}
 		return ol, end
 	}
-	switch {
-	case l.failed != "":
-		return lineErr(lineFailed, "request_failed", l.failed)
-	case l.callID == "" && cancelled:
-		return lineErr(lineNotRun, "batch_cancelled", "this request was not run: the batch was cancelled")
-	case l.callID == "" && expired:
-		return lineErr(lineNotRun, expiredCode, expiredMsg)
-	case l.callID == "":
-		return lineErr(lineFailed, "request_failed", "this request was not run")
+	if failed != "" {
+		return lineErr(lineFailed, "request_failed", failed)
 	}
-	c, _, err := m.cfg.Sched.Lookup(l.callID)
-	if err != nil {
+	c, err := m.cfg.Store.CallByIdempotencyKey(b.Team, lineKey(b.ID, i))
+	if err == nil {
+		c, _, err = m.cfg.Sched.Lookup(c.ID) // with its outputs
+	}
+	switch {
+	case errors.Is(err, store.ErrNotFound) && cancelled:
+		return lineErr(lineNotRun, "batch_cancelled", "this request was not run: the batch was cancelled")
+	case errors.Is(err, store.ErrNotFound) && expired:
+		return lineErr(lineNotRun, expiredCode, expiredMsg)
+	case errors.Is(err, store.ErrNotFound):
+		return lineErr(lineFailed, "request_failed", "this request was not run, or its call's record has expired (resultTTL)")
+	case err != nil:
 		// The error's text is the store's, for the log: the file says
 		// what happened and where to look.
-		m.cfg.Log.Error().Err(err).Str("batch", b.ID).Str("call", l.callID).Msg("reading a batch line's result failed")
-		return lineErr(lineFailed, "result_unavailable", fmt.Sprintf("the result of call %s could not be read; see the server log", l.callID))
+		m.cfg.Log.Error().Err(err).Str("batch", b.ID).Int("line", i).Msg("reading a batch line's result failed")
+		return lineErr(lineFailed, "result_unavailable", fmt.Sprintf("the result of line %d could not be read; see the server log", i+1))
 	}
 	if end := endOf(c); expired && end == lineNotRun {
 		// Ended by the window, queued or running, as OpenAI ends them.
