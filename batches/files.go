@@ -85,6 +85,10 @@ func (e *BudgetError) Error() string {
 	return fmt.Sprintf("this upload would take your team's files over their budget (%d bytes of %d held; openai.maxTeamFileBytes); delete files with DELETE /v1/files/ID", e.Have, e.Max)
 }
 
+// Budgets are the settings a LimitError may name, for the refusal
+// counter's series.
+var Budgets = []string{"openai.createsPerTeam", "openai.maxFilesPerTeam"}
+
 // LimitError is a request refused by one of the Batch API's budgets:
 // Budget is its setting, Code OpenAI's error code, and Retry says that
 // waiting helps (the budget frees itself as work ends).

@@ -114,6 +114,7 @@ func TestABatchLineIsHeldToMaxBodyBytesAsADirectPostIs(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	busy := 0
 	for i, r := range results {
 		var a map[string]any
 		_ = json.Unmarshal([]byte(r.answer), &a)
@@ -123,9 +124,15 @@ func TestABatchLineIsHeldToMaxBodyBytesAsADirectPostIs(t *testing.T) {
 			t.Errorf("create %d: no answer: %v", i, r.err)
 		case r.status == http.StatusBadRequest && strings.Contains(msg, "maxBodyBytes"):
 		case r.status == http.StatusTooManyRequests && code == "too_many_creates" && r.retryAfter != "" && strings.Contains(msg, "openai.createsPerTeam"):
+			busy++
 		default:
 			t.Errorf("create %d: %d (Retry-After %q) %s, want 400 naming maxBodyBytes or 429 naming openai.createsPerTeam", i, r.status, r.retryAfter, r.answer)
 		}
+	}
+	// Each refusal is counted under its budget (the series is there at 0
+	// when none was refused).
+	if n, ok := scrapeMetrics(t, d.base)[`inferd_budget_refusals_total{budget="openai.createsPerTeam"}`]; !ok || int(n) != busy {
+		t.Errorf("inferd_budget_refusals_total for openai.createsPerTeam: %v (present %v), want %d", n, ok, busy)
 	}
 }
 
