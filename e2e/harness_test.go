@@ -109,13 +109,24 @@ func (l *lineLog) add(line string) {
 // waitFor blocks until a line containing substr has been logged.
 func (l *lineLog) waitFor(t *testing.T, substr string, timeout time.Duration) string {
 	t.Helper()
+	return l.waitForAll(t, timeout, substr)
+}
+
+// waitForAll blocks until a line containing every one of subs has been
+// logged (a JSON line's message and one of its fields).
+func (l *lineLog) waitForAll(t *testing.T, timeout time.Duration, subs ...string) string {
+	t.Helper()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	seen := 0
 	for {
 		l.mu.Lock()
 		for ; seen < len(l.lines); seen++ {
-			if strings.Contains(l.lines[seen], substr) {
+			all := true
+			for _, s := range subs {
+				all = all && strings.Contains(l.lines[seen], s)
+			}
+			if all {
 				line := l.lines[seen]
 				l.mu.Unlock()
 				return line
@@ -126,7 +137,7 @@ func (l *lineLog) waitFor(t *testing.T, substr string, timeout time.Duration) st
 		select {
 		case <-grew:
 		case <-deadline.C:
-			t.Fatalf("no log line containing %q within %s; log:\n%s", substr, timeout, l.String())
+			t.Fatalf("no log line containing %q within %s; log:\n%s", subs, timeout, l.String())
 		}
 	}
 }

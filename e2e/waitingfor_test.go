@@ -56,7 +56,7 @@ func TestChecksSayWhyACallWaits(t *testing.T) {
 	long := waits.start("mk-single", `{"sleep": 3}`, true)["callID"].(string)
 	waits.waitState(long, "running")
 	behind := waits.start("mk-single", `{}`, true)["callID"].(string)
-	r := expect(waits, behind, "queued", "maxReplicas", "maxReplicas 1 reached", "all 1 busy")
+	r := expect(waits, behind, "queued", "maxReplicas", "maxReplicas 1 reached", "its replica busy")
 	if eta, ok := r["etaMs"].(float64); !ok || eta <= 0 || eta > 10000 {
 		t.Errorf("etaMs behind a busy replica = %v; want an estimate of a few seconds", r["etaMs"])
 	}

@@ -303,9 +303,8 @@ func TestWaitingForCapacityTellsItsOwnReplicasFromOtherProjects(t *testing.T) {
 			p := testProject("a", minMax(0, 3), idleTimeout(600))
 			h := newHarness(t, Config{}, cpuSlots(2), p)
 			defer h.stop()
-			var calls []store.Call
 			for range 2 {
-				calls = append(calls, h.submit(p, `{}`))
+				h.submit(p, `{}`)
 			}
 			is := h.launchedN(2)
 			h.ready(is...)
