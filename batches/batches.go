@@ -238,19 +238,13 @@ func (b *batchRecord) endedAt() int64 {
 type endedBatch struct {
 	ID, Team, Project string
 	CreatedAt         int64
-	EndedAt           int64
-	// Files are its output and error files, removed with it.
-	Files []string
+	// EndedAt is when it ended: its output and error files were made then
+	// too, so they expire with it.
+	EndedAt int64
 }
 
 func (b *batchRecord) ended() endedBatch {
-	e := endedBatch{ID: b.ID, Team: b.Team, Project: b.Project, CreatedAt: b.CreatedAt, EndedAt: b.endedAt()}
-	for _, id := range []*string{b.OutputFileID, b.ErrorFileID} {
-		if id != nil {
-			e.Files = append(e.Files, *id)
-		}
-	}
-	return e
+	return endedBatch{ID: b.ID, Team: b.Team, Project: b.Project, CreatedAt: b.CreatedAt, EndedAt: b.endedAt()}
 }
 
 // CreateRequest is POST /v1/batches' body.
