@@ -17,6 +17,19 @@ import (
 	"time"
 )
 
+// llmDaemon starts inferd with config added to its configuration, and
+// examples/echo as project llm of team acme, of protocol openai, with
+// project's fields added (", minReplicas: 1"); it returns the daemon, a
+// key of acme and the key's Authorization header.
+func llmDaemon(t *testing.T, config, project string) (*daemon, string, map[string]string) {
+	t.Helper()
+	dir, cfg := newDaemonDir(t, config)
+	d := startDaemon(t, dir, cfg)
+	key := d.createKey("acme", false)
+	d.apply(fmt.Sprintf("projects:\n  - {id: llm, team: acme, modelKey: mk-llm, command: [\"python3\", \"server.py\"], dir: %s, %s%s}\n", echoDir(t), openaiEcho, project))
+	return d, key, map[string]string{"Authorization": "Bearer " + key}
+}
+
 // uploadBatchFile uploads content as a Batch API file with key and returns
 // the answer's status and body.
 func uploadBatchFile(t *testing.T, d *daemon, key, content string) (int, map[string]any) {
@@ -72,11 +85,7 @@ func errorOf(answer map[string]any) (code, param, msg string) {
 // Retry-After for openai.createsPerTeam), none cut without an answer.
 func TestABatchLineIsHeldToMaxBodyBytesAsADirectPostIs(t *testing.T) {
 	t.Parallel()
-	dir, cfg := newDaemonDir(t, "maxBodyBytes: 65536\n")
-	d := startDaemon(t, dir, cfg)
-	key := d.createKey("acme", false)
-	d.apply(fmt.Sprintf("projects:\n  - {id: llm, team: acme, modelKey: mk-llm, command: [\"python3\", \"server.py\"], dir: %s, %s}\n", echoDir(t), openaiEcho))
-	auth := map[string]string{"Authorization": "Bearer " + key}
+	d, key, auth := llmDaemon(t, "maxBodyBytes: 65536\n", "")
 
 	pad := `"pad": "` + strings.Repeat("x", 1<<20) + `"`
 	file := uploadedBatchFile(t, d, key, chatBatchLine("small", "llm", "")+chatBatchLine("big", "llm", pad))
@@ -144,11 +153,7 @@ func TestABatchLineIsHeldToMaxBodyBytesAsADirectPostIs(t *testing.T) {
 func TestBatchRecordsAndFilesHaveBudgets(t *testing.T) {
 	t.Parallel()
 	const teamBytes = 48 << 10
-	dir, cfg := newDaemonDir(t, fmt.Sprintf("openai:\n  maxFileBytes: %d\n  maxTeamFileBytes: %d\n  maxFilesPerTeam: 6\n", 32<<10, teamBytes))
-	d := startDaemon(t, dir, cfg)
-	key := d.createKey("acme", false)
-	d.apply(fmt.Sprintf("projects:\n  - {id: llm, team: acme, modelKey: mk-llm, command: [\"python3\", \"server.py\"], dir: %s, %s}\n", echoDir(t), openaiEcho))
-	auth := map[string]string{"Authorization": "Bearer " + key}
+	d, key, auth := llmDaemon(t, fmt.Sprintf("openai:\n  maxFileBytes: %d\n  maxTeamFileBytes: %d\n  maxFilesPerTeam: 6\n", 32<<10, teamBytes), "")
 
 	// 150 lines of ~200 bytes; echo answers each with its body, so the
 	// results (~300 bytes a line) pass the team's bytes with the input.
@@ -225,11 +230,7 @@ func TestBatchRecordsAndFilesHaveBudgets(t *testing.T) {
 // queued and answered, never refused; the batches complete.
 func TestInteractiveCallsGetThroughWhileBatchesFillTheProject(t *testing.T) {
 	t.Parallel()
-	dir, cfg := newDaemonDir(t, "maxQueuedPerProject: 4\n")
-	d := startDaemon(t, dir, cfg)
-	key := d.createKey("acme", false)
-	d.apply(fmt.Sprintf("projects:\n  - {id: llm, team: acme, modelKey: mk-llm, command: [\"python3\", \"server.py\"], dir: %s, %s, minReplicas: 1, maxReplicas: 1}\n", echoDir(t), openaiEcho))
-	auth := map[string]string{"Authorization": "Bearer " + key}
+	d, key, auth := llmDaemon(t, "maxQueuedPerProject: 4\n", ", minReplicas: 1, maxReplicas: 1")
 
 	var in strings.Builder
 	for i := range 8 {
