@@ -23,11 +23,19 @@ import (
 // key of acme and the key's Authorization header.
 func llmDaemon(t *testing.T, config, project string) (*daemon, string, map[string]string) {
 	t.Helper()
-	dir, cfg := newDaemonDir(t, config)
-	d := startDaemon(t, dir, cfg)
-	key := d.createKey("acme", false)
+	d, key, auth, _, _ := llmDaemonDir(t, config, project)
+	return d, key, auth
+}
+
+// llmDaemonDir is llmDaemon that also returns the daemon's directory and
+// config, to start it again.
+func llmDaemonDir(t *testing.T, config, project string) (d *daemon, key string, auth map[string]string, dir, cfg string) {
+	t.Helper()
+	dir, cfg = newDaemonDir(t, config)
+	d = startDaemon(t, dir, cfg)
+	key = d.createKey("acme", false)
 	d.apply(fmt.Sprintf("projects:\n  - {id: llm, team: acme, modelKey: mk-llm, command: [\"python3\", \"server.py\"], dir: %s, %s%s}\n", echoDir(t), openaiEcho, project))
-	return d, key, map[string]string{"Authorization": "Bearer " + key}
+	return d, key, map[string]string{"Authorization": "Bearer " + key}, dir, cfg
 }
 
 // uploadBatchFile uploads content as a Batch API file with key and returns
@@ -265,5 +273,64 @@ func TestInteractiveCallsGetThroughWhileBatchesFillTheProject(t *testing.T) {
 			_, b := do(t, "GET", d.base+"/v1/batches/"+id, auth, "")
 			return b["status"] == "completed" && b["request_counts"].(map[string]any)["completed"] == 8.0
 		})
+	}
+}
+
+// TestAnEndedBatchStaysAsItEndedAcrossARestart: a cancelled batch and a
+// completed one read the same after a restart (status, counts, metadata,
+// files), listed as before; the daemon holds ended batches as index
+// entries and reads their records from disk when asked (issue 41: every
+// record was read back into memory at start).
+func TestAnEndedBatchStaysAsItEndedAcrossARestart(t *testing.T) {
+	t.Parallel()
+	d, key, auth, dir, cfg := llmDaemonDir(t, "", ", minReplicas: 1, maxReplicas: 1")
+	create := func(content string) string {
+		file := uploadedBatchFile(t, d, key, content)
+		status, b := do(t, "POST", d.base+"/v1/batches", auth, createBatchBody(file, `,"metadata":{"run":"`+strings.Repeat("é", 512)+`"}`))
+		if status != http.StatusOK {
+			t.Fatalf("create: %d %v", status, b)
+		}
+		return b["id"].(string)
+	}
+	ended := func(id string) map[string]any {
+		var b map[string]any
+		eventually(t, 2*time.Minute, "batch "+id+" to end", func() bool {
+			_, b = do(t, "GET", d.base+"/v1/batches/"+id, auth, "")
+			return b["status"] == "completed" || b["status"] == "cancelled"
+		})
+		return b
+	}
+	completed := create(chatBatchLine("a", "llm", "") + chatBatchLine("b", "llm", ""))
+	var slow strings.Builder
+	for i := range 20 {
+		slow.WriteString(chatBatchLine(fmt.Sprint("s", i), "llm", `"sleep": 1`))
+	}
+	cancelled := create(slow.String())
+	if status, b := do(t, "POST", d.base+"/v1/batches/"+cancelled+"/cancel", auth, ""); status != http.StatusOK {
+		t.Fatalf("cancel: %d %v", status, b)
+	}
+	before := map[string]map[string]any{completed: ended(completed), cancelled: ended(cancelled)}
+	if before[cancelled]["status"] != "cancelled" {
+		t.Fatalf("the cancelled batch ended %v", before[cancelled]["status"])
+	}
+	_, listBefore := doRaw(t, "GET", d.base+"/v1/batches", auth, "")
+
+	d.stop()
+	d = startDaemon(t, dir, cfg)
+	for id, want := range before {
+		_, got := do(t, "GET", d.base+"/v1/batches/"+id, auth, "")
+		for _, field := range []string{"status", "request_counts", "metadata", "output_file_id", "error_file_id", "cancelled_at", "completed_at"} {
+			if fmt.Sprint(got[field]) != fmt.Sprint(want[field]) {
+				t.Errorf("batch %s's %s after the restart: %v, want %v", id, field, got[field], want[field])
+			}
+		}
+	}
+	if _, listAfter := doRaw(t, "GET", d.base+"/v1/batches", auth, ""); string(listAfter) != string(listBefore) {
+		t.Errorf("the list after the restart:\n%s\nwant\n%s", listAfter, listBefore)
+	}
+	if out, _ := before[completed]["output_file_id"].(string); out != "" {
+		if status, content := doRaw(t, "GET", d.base+"/v1/files/"+out+"/content", auth, ""); status != http.StatusOK || strings.Count(string(content), "\n") != 2 {
+			t.Errorf("the completed batch's output after the restart: %d %s", status, content)
+		}
 	}
 }
