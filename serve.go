@@ -129,7 +129,10 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	// call (openai/batches).
 	batchAPI, err := batches.New(batches.Config{
 		Dir: filepath.Join(cfg.DataDir, "openai"), MaxFileBytes: cfg.OpenAI.MaxFileBytes, MaxTeamBytes: cfg.OpenAI.MaxTeamFileBytes,
-		Sched: sched, Store: st, Log: log,
+		MaxBodyBytes: cfg.MaxBodyBytes, CreatesPerTeam: cfg.OpenAI.CreatesPerTeam, MaxFilesPerTeam: cfg.OpenAI.MaxFilesPerTeam,
+		MaxQueuedPerProject: cfg.MaxQueuedPerProject, MaxQueuedBytesPerProject: cfg.MaxQueuedBytesPerProject,
+		Retention: cfg.OpenAI.Retention,
+		Sched:     sched, Store: st, Log: log,
 	})
 	if err != nil {
 		return err

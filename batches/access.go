@@ -35,8 +35,8 @@ func (a Access) reachesFile(r fileRecord) bool {
 	return len(r.Projects) > 0 && !slices.ContainsFunc(r.Projects, func(p string) bool { return !slices.Contains(a.Projects, p) })
 }
 
-// reachesBatch reports whether a may see and cancel batch b: its team's,
-// and its project within a's allowlist.
-func (a Access) reachesBatch(b *batchRecord) bool {
-	return a.Admin || b.Team == a.Team && (!a.limited() || slices.Contains(a.Projects, b.Project))
+// reachesBatch reports whether a may see and cancel a batch of team's
+// project: its team's, and its project within a's allowlist.
+func (a Access) reachesBatch(team, project string) bool {
+	return a.Admin || team == a.Team && (!a.limited() || slices.Contains(a.Projects, project))
 }

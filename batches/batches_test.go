@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -30,6 +31,12 @@ type fakeSched struct {
 	auto   bool
 	// refuse, while > 0, refuses that many starts with a full queue.
 	refuse int
+	// queueTimeouts are the starts' queueTimeouts, in order.
+	queueTimeouts []int
+	// mostPending is the most calls pending at once, and their inputs'
+	// bytes.
+	mostPending      int
+	mostPendingBytes int
 }
 
 type fakeCall struct {
@@ -52,6 +59,7 @@ func (f *fakeSched) Start(_ context.Context, p store.Project, req scheduler.Requ
 		return f.calls[id].c, nil
 	}
 	f.starts++
+	f.queueTimeouts = append(f.queueTimeouts, req.QueueTimeout)
 	c := store.Call{ID: fmt.Sprintf("call_%d", f.starts), ProjectID: p.ID, TeamID: p.TeamID, State: store.CallQueued,
 		Inputs: req.Inputs, Route: req.Route, IdempotencyKey: req.IdempotencyKey}
 	fc := &fakeCall{c: c, done: make(chan struct{})}
@@ -60,6 +68,13 @@ func (f *fakeSched) Start(_ context.Context, p store.Project, req scheduler.Requ
 	if f.auto {
 		f.end(fc, true)
 	}
+	n, size := 0, 0
+	for _, fc := range f.calls {
+		if !fc.c.State.Done() {
+			n, size = n+1, size+len(fc.c.Inputs)
+		}
+	}
+	f.mostPending, f.mostPendingBytes = max(f.mostPending, n), max(f.mostPendingBytes, size)
 	return c, nil
 }
 
@@ -178,7 +193,21 @@ type runningManager struct {
 
 func startManager(t *testing.T, dir string, sched *fakeSched) runningManager {
 	t.Helper()
-	m, err := New(Config{Dir: dir, Sched: sched, Store: fakeStore{llm(), sched}, Log: zerolog.Nop(), Retry: time.Millisecond, MaxFileBytes: 1 << 20, MaxTeamBytes: 3 << 20})
+	return startManagerWith(t, Config{Dir: dir, Sched: sched, Store: fakeStore{llm(), sched}})
+}
+
+// startManagerWith runs a Manager of cfg, with the tests' defaults where
+// it has none.
+func startManagerWith(t *testing.T, cfg Config) runningManager {
+	t.Helper()
+	cfg.Log = zerolog.Nop()
+	if cfg.Retry == 0 {
+		cfg.Retry = time.Millisecond
+	}
+	if cfg.MaxFileBytes == 0 {
+		cfg.MaxFileBytes, cfg.MaxTeamBytes = 1<<20, 3<<20
+	}
+	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -438,4 +467,227 @@ func TestFileBudgets(t *testing.T) {
 		t.Errorf("%d entries in files/, want 8", len(entries))
 	}
 	_ = io.Discard
+}
+
+// A line is read only as far as maxBodyBytes allows: a file of one line
+// larger than it is refused at creation, naming the line and the setting,
+// after reading no more of it into memory than the budget (the one-line
+// 95 MiB file of issue 41 took 2.1 GB over 8 creates).
+func TestALineOverMaxBodyBytesIsRefusedWithoutReadingItWhole(t *testing.T) {
+	sched := newFakeSched()
+	m, err := New(Config{Dir: t.TempDir(), Sched: sched, Store: fakeStore{llm(), sched}, Log: zerolog.Nop(),
+		MaxFileBytes: 64 << 20, MaxTeamBytes: 64 << 20, MaxBodyBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pad := strings.Repeat("x", 32<<20)
+	big := `{"custom_id":"big","method":"POST","url":"/v1/chat/completions","body":{"model":"llm","messages":[],"pad":"` + pad + `"}}`
+	f, err := m.PutFile(Team("acme"), "in.jsonl", PurposeBatch, strings.NewReader(chatLine(0)+"\n"+big+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pad, big = "", ""
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = m.CreateBatch(Team("acme"), CreateRequest{InputFileID: f.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, resolve)
+	runtime.ReadMemStats(&after)
+	var ie *InputError
+	if !errors.As(err, &ie) || ie.Line != 2 || !strings.Contains(err.Error(), "maxBodyBytes") {
+		t.Fatalf("create: %v, want line 2 refused naming maxBodyBytes", err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 4<<20 {
+		t.Errorf("the create allocated %d bytes reading a 32 MiB line held to 64 KiB", n)
+	}
+	// A body just under the bound, in a line that is over it with its
+	// envelope, is taken: the body is what maxBodyBytes bounds.
+	body := `{"model":"llm","messages":[],"pad":"` + strings.Repeat("y", 64<<10-64) + `"}`
+	ok := `{"custom_id":"` + strings.Repeat("c", 500) + `","method":"POST","url":"/v1/chat/completions","body":` + body + "}"
+	f, _ = m.PutFile(Team("acme"), "in.jsonl", PurposeBatch, strings.NewReader(ok+"\n"))
+	if _, err := m.CreateBatch(Team("acme"), CreateRequest{InputFileID: f.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, resolve); err != nil {
+		t.Errorf("a body of %d bytes (maxBodyBytes %d): %v", len(body), 64<<10, err)
+	}
+}
+
+// A team has at most CreatesPerTeam creates under way; one more is refused
+// with a LimitError naming openai.createsPerTeam, to retry, while another
+// team's create goes on.
+func TestCreatesAtOnceAreBoundedPerTeam(t *testing.T) {
+	sched := newFakeSched()
+	m, err := New(Config{Dir: t.TempDir(), Sched: sched, Store: fakeStore{llm(), sched}, Log: zerolog.Nop(), CreatesPerTeam: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func(team string, resolve Resolver) error {
+		f, err := m.PutFile(Team(team), "in.jsonl", PurposeBatch, strings.NewReader(jsonl(1, chatLine)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = m.CreateBatch(Team(team), CreateRequest{InputFileID: f.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, resolve)
+		return err
+	}
+	inside, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		first <- create("acme", func(model string) (store.Project, bool) {
+			close(inside) // the create holds its slot while it resolves
+			<-release
+			return resolve(model)
+		})
+	}()
+	<-inside
+	var le *LimitError
+	if err := create("acme", resolve); !errors.As(err, &le) || le.Budget != "openai.createsPerTeam" || !le.Retry {
+		t.Errorf("a second create of the team at once: %v, want refused by openai.createsPerTeam", err)
+	}
+	if err := create("other", resolve); err != nil {
+		t.Errorf("another team's create: %v", err)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Errorf("the first create: %v", err)
+	}
+	if err := create("acme", resolve); err != nil {
+		t.Errorf("a create once the first was answered: %v", err)
+	}
+}
+
+// Metadata is held to OpenAI's bounds (16 pairs, keys of 64 characters,
+// values of 512), counted in characters, not bytes; over them the create
+// is refused naming metadata (issue 41: 100 batches of 9.4 MiB metadata
+// held 1.77 GB).
+func TestBatchMetadataIsHeldToOpenAIsBounds(t *testing.T) {
+	sched := newFakeSched()
+	m := startManager(t, t.TempDir(), sched)
+	pairs := func(n int) map[string]string {
+		md := map[string]string{}
+		for i := range n {
+			md[fmt.Sprint("k", i)] = "v"
+		}
+		return md
+	}
+	for _, tc := range []struct {
+		name string
+		md   map[string]string
+		ok   bool
+	}{
+		{"16 pairs", pairs(16), true},
+		{"17 pairs", pairs(17), false},
+		{"a 64-character key", map[string]string{strings.Repeat("é", 64): "v"}, true},
+		{"a 65-character key", map[string]string{strings.Repeat("k", 65): "v"}, false},
+		{"a 512-character value", map[string]string{"k": strings.Repeat("é", 512)}, true},
+		{"a 513-character value", map[string]string{"k": strings.Repeat("v", 513)}, false},
+		{"a 9.4 MiB value", map[string]string{"k": strings.Repeat("v", 9800000)}, false},
+	} {
+		f, err := m.PutFile(Team("acme"), "in.jsonl", PurposeBatch, strings.NewReader(jsonl(1, chatLine)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := m.CreateBatch(Team("acme"), CreateRequest{InputFileID: f.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h", Metadata: tc.md}, resolve)
+		var ie *InputError
+		switch {
+		case tc.ok && (err != nil || len(b.Metadata) != len(tc.md)):
+			t.Errorf("%s: %v, want it kept", tc.name, err)
+		case !tc.ok && (!errors.As(err, &ie) || ie.Param != "metadata"):
+			t.Errorf("%s: %v, want refused naming metadata", tc.name, err)
+		}
+	}
+}
+
+// A team's files are counted, empty ones included (issue 41: 10,000 empty
+// uploads in 92 s), and each batch not yet ended holds two for its
+// results: past MaxFilesPerTeam an upload or a create is refused naming
+// openai.maxFilesPerTeam, another team's is not, and a deleted file frees
+// room.
+func TestAFilesCountPerTeamCountsEmptyUploadsAndBatchResults(t *testing.T) {
+	sched := newFakeSched()
+	m, err := New(Config{Dir: t.TempDir(), Sched: sched, Store: fakeStore{llm(), sched}, Log: zerolog.Nop(), MaxFilesPerTeam: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := m.PutFile(Team("acme"), "in.jsonl", PurposeBatch, strings.NewReader(jsonl(1, chatLine)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CreateBatch(Team("acme"), CreateRequest{InputFileID: in.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, resolve); err != nil {
+		t.Fatal(err)
+	}
+	empty, err := m.PutFile(Team("acme"), "empty", PurposeBatch, strings.NewReader(""))
+	if err != nil {
+		t.Fatalf("the fourth file (an input, a batch's two, this): %v", err)
+	}
+	var le *LimitError
+	if _, err := m.PutFile(Team("acme"), "empty", PurposeBatch, strings.NewReader("")); !errors.As(err, &le) || le.Budget != "openai.maxFilesPerTeam" {
+		t.Errorf("a fifth file: %v, want refused naming openai.maxFilesPerTeam", err)
+	}
+	if _, err := m.CreateBatch(Team("acme"), CreateRequest{InputFileID: in.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, resolve); !errors.As(err, &le) {
+		t.Errorf("a second batch, whose results would be the sixth and seventh files: %v", err)
+	}
+	if _, err := m.PutFile(Team("other"), "empty", PurposeBatch, strings.NewReader("")); err != nil {
+		t.Errorf("another team's upload: %v", err)
+	}
+	if _, err := m.DeleteFile(Team("acme"), empty.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.PutFile(Team("acme"), "empty", PurposeBatch, strings.NewReader("")); err != nil {
+		t.Errorf("an upload once a file was deleted: %v", err)
+	}
+}
+
+// A batch's output and error files count in the team's bytes as they are
+// written and never pass them (issue 41: 21 MB of outputs held against 4
+// MiB): the lines whose results do not fit fail with an error naming
+// openai.maxTeamFileBytes and the call that holds the result.
+func TestBatchOutputsStayWithinTheTeamsBytes(t *testing.T) {
+	dir := t.TempDir()
+	sched := newFakeSched()
+	sched.auto = true
+	m, err := New(Config{Dir: dir, Sched: sched, Store: fakeStore{llm(), sched}, Log: zerolog.Nop(), Retry: time.Millisecond,
+		MaxFileBytes: 64 << 10, MaxTeamBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { defer close(ran); _ = m.Run(ctx) }()
+	defer func() { cancel(); <-ran }()
+	// 400 lines of ~110 bytes in, ~150 bytes out each: the outputs would
+	// pass the team's 64 KiB with the input file's 44 KiB.
+	f, err := m.PutFile(Team("acme"), "in.jsonl", PurposeBatch, strings.NewReader(jsonl(400, chatLine)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.CreateBatch(Team("acme"), CreateRequest{InputFileID: f.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, resolve)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = waitStatus(t, m, "acme", b.ID, StatusCompleted)
+	var held int64
+	for _, f := range m.Files(Team("acme"), "") {
+		held += f.Bytes
+	}
+	if held > 64<<10 {
+		t.Errorf("the team's files hold %d bytes, over its %d", held, 64<<10)
+	}
+	if b.RequestCounts.Completed == 0 || b.RequestCounts.Failed == 0 || b.RequestCounts.Completed+b.RequestCounts.Failed != 400 {
+		t.Fatalf("counts %+v, want some completed and the rest failed", b.RequestCounts)
+	}
+	out := readLines(t, m, "acme", *b.OutputFileID)
+	if len(out) != b.RequestCounts.Completed {
+		t.Errorf("%d output lines for %d completed", len(out), b.RequestCounts.Completed)
+	}
+	// The failed lines are in the error file as far as it fits, each
+	// naming the budget; what it could not hold is said in the batch's
+	// errors.
+	var errs []outputLine
+	if b.ErrorFileID != nil {
+		errs = readLines(t, m, "acme", *b.ErrorFileID)
+	}
+	for _, l := range errs {
+		if l.Error == nil || l.Error.Code != "file_budget" || !strings.Contains(l.Error.Message, "openai.maxTeamFileBytes") {
+			t.Fatalf("error line %+v, want file_budget naming openai.maxTeamFileBytes", l)
+		}
+	}
+	if len(errs) < b.RequestCounts.Failed && (b.Errors == nil || !strings.Contains(b.Errors.Data[0].Message, "openai.maxTeamFileBytes")) {
+		t.Errorf("%d error lines for %d failed, and errors %+v", len(errs), b.RequestCounts.Failed, b.Errors)
+	}
 }

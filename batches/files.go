@@ -34,6 +34,14 @@ import (
 const (
 	DefaultMaxFileBytes = 100 << 20
 	DefaultMaxTeamBytes = 1 << 30
+	DefaultMaxBodyBytes = 10 << 20
+	// DefaultCreatesPerTeam: a team's creates at once.
+	DefaultCreatesPerTeam = 2
+	// DefaultMaxFilesPerTeam: a team's files, empty ones included.
+	DefaultMaxFilesPerTeam = 1000
+	// lineEnvelope is what a line may add to its body: custom_id (up to
+	// 512 characters), method, url and the JSON around them.
+	lineEnvelope = 4 << 10
 	// MaxLines bounds the requests of one batch, as OpenAI's does.
 	MaxLines = 50000
 	// maxFilename bounds a stored file name.
@@ -77,6 +85,22 @@ func (e *BudgetError) Error() string {
 	return fmt.Sprintf("this upload would take your team's files over their budget (%d bytes of %d held; openai.maxTeamFileBytes); delete files with DELETE /v1/files/ID", e.Have, e.Max)
 }
 
+// Budgets are the settings a LimitError may name, for the refusal
+// counter's series.
+var Budgets = []string{"openai.createsPerTeam", "openai.maxFilesPerTeam"}
+
+// LimitError is a request refused by one of the Batch API's budgets:
+// Budget is its setting, Code OpenAI's error code, and Retry says that
+// waiting helps (the budget frees itself as work ends).
+type LimitError struct {
+	Budget string
+	Code   string
+	Msg    string
+	Retry  bool
+}
+
+func (e *LimitError) Error() string { return e.Msg }
+
 // File is a stored file as the API shows it.
 type File struct {
 	ID        string `json:"id"`
@@ -114,14 +138,18 @@ func (m *Manager) PutFile(acc Access, filename, purpose string, content io.Reade
 		return File{}, &InputError{Param: "purpose", Msg: fmt.Sprintf("purpose must be %q: inferd keeps files for the Batch API only", PurposeBatch)}
 	}
 	f := File{ID: newID("file-"), Object: "file", CreatedAt: m.now().Unix(), Filename: cleanFilename(filename), Purpose: purpose}
-	up := &upload{m: m, team: acc.Team}
+	if err := m.enterUpload(acc.Team); err != nil {
+		return File{}, err
+	}
+	up := &upload{m: m, team: acc.Team, max: m.cfg.MaxFileBytes}
 	n, err := m.writeContent(f.ID, func(w io.Writer) (int64, error) {
 		up.w = w
 		return io.Copy(up, content)
 	})
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	up.release() // the file's bytes count as the team's from here, the lock held throughout
+	m.leaveUpload(acc.Team) // the file counts as the team's from here, as its bytes
+	up.release()            // do, the lock held throughout
 	if err != nil {
 		return File{}, err
 	}
@@ -137,7 +165,8 @@ func (m *Manager) PutFile(acc Access, filename, purpose string, content io.Reade
 // time: the team's files are summed once per step, not once per write.
 const reserveStep = 1 << 20
 
-// upload writes a file's content within MaxFileBytes and its team's
+// upload writes a file's content within max bytes (an upload's
+// MaxFileBytes; a batch's output, the team's bytes) and its team's
 // MaxTeamBytes. Each write is reserved against the team's bytes (its
 // files and the uploads under way, Manager.uploading) before it is
 // written, so that neither bound is passed on disk, even by two uploads
@@ -145,24 +174,32 @@ const reserveStep = 1 << 20
 type upload struct {
 	m        *Manager
 	team     string
+	max      int64
 	w        io.Writer
 	n        int64 // written
 	reserved int64 // of the team's bytes, in Manager.uploading
 }
 
 func (u *upload) Write(p []byte) (int, error) {
-	next := u.n + int64(len(p))
-	if next > u.m.cfg.MaxFileBytes {
-		return 0, fmt.Errorf("%w: larger than %d bytes", ErrTooLarge, u.m.cfg.MaxFileBytes)
-	}
-	if next > u.reserved {
-		if err := u.reserve(next - u.reserved); err != nil {
-			return 0, err
-		}
+	if err := u.room(len(p)); err != nil {
+		return 0, err
 	}
 	n, err := u.w.Write(p)
 	u.n += int64(n)
 	return n, err
+}
+
+// room reserves what writing n more bytes needs, or refuses them: an
+// ErrTooLarge past max, a *BudgetError past the team's bytes.
+func (u *upload) room(n int) error {
+	next := u.n + int64(n)
+	if next > u.max {
+		return fmt.Errorf("%w: larger than %d bytes", ErrTooLarge, u.max)
+	}
+	if next > u.reserved {
+		return u.reserve(next - u.reserved)
+	}
+	return nil
 }
 
 // reserve takes need more of the team's bytes (a step when there is room
@@ -176,7 +213,7 @@ func (u *upload) reserve(need int64) error {
 	if need > room {
 		return &BudgetError{Have: held, Max: m.cfg.MaxTeamBytes}
 	}
-	take := min(max(need, reserveStep), room, m.cfg.MaxFileBytes-u.reserved)
+	take := min(max(need, reserveStep), room, u.max-u.reserved)
 	u.reserved += take
 	m.uploading[u.team] += take
 	return nil
@@ -245,8 +282,8 @@ func (m *Manager) DeleteFile(acc Access, id string) (File, error) {
 	if !ok {
 		return File{}, ErrNotFound
 	}
-	for _, b := range m.batches {
-		if b.InputFileID == id && !b.final() {
+	for _, b := range m.batches { // those not yet ended
+		if b.InputFileID == id {
 			return File{}, &InputError{Param: "file_id", Msg: "batch " + b.ID + " still reads this file; cancel it first"}
 		}
 	}
@@ -256,6 +293,47 @@ func (m *Manager) DeleteFile(acc Access, id string) (File, error) {
 	m.removeContent(id)
 	delete(m.files, id)
 	return r.File, nil
+}
+
+// enterUpload takes one of team's files for an upload, or refuses it: the
+// team's files, its uploads under way and two for each of its batches not
+// yet ended (their output and error files) are at most MaxFilesPerTeam.
+func (m *Manager) enterUpload(team string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.fileRoom(team, 1); err != nil {
+		return err
+	}
+	m.uploadingFiles[team]++
+	return nil
+}
+
+// leaveUpload gives back an upload's file; m.mu is held.
+func (m *Manager) leaveUpload(team string) {
+	if m.uploadingFiles[team]--; m.uploadingFiles[team] <= 0 {
+		delete(m.uploadingFiles, team)
+	}
+}
+
+// fileRoom refuses n more files of team past MaxFilesPerTeam; m.mu is
+// held.
+func (m *Manager) fileRoom(team string, n int) error {
+	held := m.uploadingFiles[team]
+	for _, r := range m.files {
+		if r.Team == team {
+			held++
+		}
+	}
+	for _, b := range m.batches { // those not yet ended
+		if b.Team == team {
+			held += 2
+		}
+	}
+	if held+n > m.cfg.MaxFilesPerTeam {
+		return &LimitError{Budget: "openai.maxFilesPerTeam", Code: "file_count_budget",
+			Msg: fmt.Sprintf("your team holds %d files (its batches not yet ended count two each, for their results), as many as it may (openai.maxFilesPerTeam); delete files with DELETE /v1/files/ID", held)}
+	}
+	return nil
 }
 
 // teamBytes is what team's files hold; m.mu is held.
@@ -309,7 +387,8 @@ func writeJSON(path string, v any) error {
 }
 
 // load reads the metadata of every file and batch in the data dir and
-// removes temporary files a crash left.
+// removes temporary files a crash left. Of a batch that has ended only
+// its endedBatch is kept.
 func (m *Manager) load() error {
 	for _, sub := range []string{"files", "batches"} {
 		dir := filepath.Join(m.cfg.Dir, sub)
@@ -339,7 +418,7 @@ func (m *Manager) load() error {
 				if err := readJSON(path, &r); err != nil {
 					return err
 				}
-				m.batches[r.ID] = &r
+				m.index(&r)
 			}
 		}
 	}

@@ -20,19 +20,33 @@ func (m *Manager) Files(acc Access, purpose string) []File {
 	return out
 }
 
-// Batches returns the batches acc reaches, newest first (by creation, then
-// id), their counts as they stand: GET /v1/batches.
-func (m *Manager) Batches(acc Access) []Batch {
+// BatchIDs returns the ids of the batches acc reaches, newest first (by
+// creation, then id): GET /v1/batches pages them, then reads the page's
+// batches (Batch), so that a listing holds no more records than a page.
+func (m *Manager) BatchIDs(acc Access) []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []Batch
+	type entry struct {
+		id string
+		at int64
+	}
+	var out []entry
 	for _, b := range m.batches {
-		if acc.reachesBatch(b) {
-			out = append(out, b.view())
+		if acc.reachesBatch(b.Team, b.Project) {
+			out = append(out, entry{b.ID, b.CreatedAt})
 		}
 	}
-	slices.SortFunc(out, func(a, b Batch) int { return newestFirst(a.CreatedAt, b.CreatedAt, a.ID, b.ID) })
-	return out
+	for _, e := range m.ended {
+		if acc.reachesBatch(e.Team, e.Project) {
+			out = append(out, entry{e.ID, e.CreatedAt})
+		}
+	}
+	slices.SortFunc(out, func(a, b entry) int { return newestFirst(a.at, b.at, a.id, b.id) })
+	ids := make([]string, len(out))
+	for i, e := range out {
+		ids[i] = e.id
+	}
+	return ids
 }
 
 // newestFirst orders by creation time, latest first, and by id within a

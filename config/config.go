@@ -24,6 +24,7 @@ import (
 	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
 
+	"inferd/batches"
 	"inferd/gpu"
 	"inferd/pipeline"
 	"inferd/scheduler"
@@ -86,6 +87,15 @@ type OpenAI struct {
 	// of a team, batch outputs included.
 	MaxFileBytes     int64 `koanf:"maxFileBytes"`
 	MaxTeamFileBytes int64 `koanf:"maxTeamFileBytes"`
+	// CreatesPerTeam bounds a team's POST /v1/batches under way at once
+	// (each reads its input file through, a line at a time).
+	CreatesPerTeam int `koanf:"createsPerTeam"`
+	// MaxFilesPerTeam bounds a team's files, empty ones and those its
+	// batches not yet ended will write included.
+	MaxFilesPerTeam int `koanf:"maxFilesPerTeam"`
+	// Retention is how long a Batch API file is kept after its creation,
+	// and an ended batch (with its output files) after it ended.
+	Retention time.Duration `koanf:"retention"`
 }
 
 // Python holds the settings of projects' Python environments
@@ -232,6 +242,9 @@ func defaults() map[string]any {
 		"openai.queueWait":              pipeline.DefaultOpenAIQueueWait.String(),
 		"openai.maxFileBytes":           100 << 20,
 		"openai.maxTeamFileBytes":       1 << 30,
+		"openai.createsPerTeam":         batches.DefaultCreatesPerTeam,
+		"openai.maxFilesPerTeam":        batches.DefaultMaxFilesPerTeam,
+		"openai.retention":              "720h", // batches.DefaultRetention
 		"usage.retention":               "2160h",
 		"usage.flushInterval":           "1m",
 		"python.index":                  "",
@@ -436,7 +449,7 @@ func (c Config) validate() error {
 		"limits.readHeaderTimeout": c.Limits.ReadHeaderTimeout,
 		"limits.bodyReadTimeout":   c.Limits.BodyReadTimeout, "limits.streamWriteTimeout": c.Limits.StreamWriteTimeout,
 		"webhook.retryFor": c.Webhook.RetryFor, "webhook.firstRetry": c.Webhook.FirstRetry,
-		"webhook.timeout": c.Webhook.Timeout, "openai.queueWait": c.OpenAI.QueueWait,
+		"webhook.timeout": c.Webhook.Timeout, "openai.queueWait": c.OpenAI.QueueWait, "openai.retention": c.OpenAI.Retention,
 		"usage.retention": c.Usage.Retention, "usage.flushInterval": c.Usage.FlushInterval,
 	}
 	for _, key := range sortedKeys(positive) {
@@ -525,6 +538,12 @@ func (c Config) validate() error {
 	if c.OpenAI.MaxFileBytes < 1024 || c.OpenAI.MaxTeamFileBytes < c.OpenAI.MaxFileBytes {
 		bad("openai.maxFileBytes/maxTeamFileBytes", "must be at least 1024, and maxTeamFileBytes at least maxFileBytes; got %d and %d",
 			c.OpenAI.MaxFileBytes, c.OpenAI.MaxTeamFileBytes)
+	}
+	if c.OpenAI.CreatesPerTeam < 1 {
+		bad("openai.createsPerTeam", "must be at least 1, got %d", c.OpenAI.CreatesPerTeam)
+	}
+	if c.OpenAI.MaxFilesPerTeam < 3 {
+		bad("openai.maxFilesPerTeam", "must be at least 3 (an input file and a batch's two results), got %d", c.OpenAI.MaxFilesPerTeam)
 	}
 	if c.Webhook.Senders < 1 {
 		bad("webhook.senders", "must be at least 1, got %d", c.Webhook.Senders)

@@ -163,3 +163,32 @@ func TestWithoutABatchAPIItsRoutesAnswer404(t *testing.T) {
 		t.Errorf("with a read key: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// A create's body is ids and metadata: one larger than createBodyBytes
+// (9.4 MiB of metadata, issue 41) is refused 413 before it is read whole,
+// in OpenAI's shape, and nothing is made; metadata within the body's bound
+// but past OpenAI's is a 400 on metadata; a create beside them is answered
+// as any.
+func TestACreatesBodyIsHeldToWhatACreateNeeds(t *testing.T) {
+	env, _ := batchEnv(t, Options{MaxBodyBytes: 10 << 20})
+	rec := upload(env, keyAcme, `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"echo","messages":[]}}`)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("upload: %d %s", rec.Code, rec.Body)
+	}
+	id := decode[batches.File](t, rec).ID
+	create := func(metadata string) *httptest.ResponseRecorder {
+		return serve(env.h, http.MethodPost, "/v1/batches", `{"input_file_id":"`+id+`","endpoint":"/v1/chat/completions","completion_window":"24h","metadata":`+metadata+`}`, bearer(keyAcme)...)
+	}
+	if rec := create(`{"k":"` + strings.Repeat("v", 9800000) + `"}`); rec.Code != http.StatusRequestEntityTooLarge || !strings.Contains(rec.Body.String(), `"type":"invalid_request_error"`) {
+		t.Errorf("9.4 MiB of metadata: %d %.300s, want 413", rec.Code, rec.Body)
+	}
+	if rec := create(`{"k":"` + strings.Repeat("v", 513) + `"}`); rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), `"param":"metadata"`) {
+		t.Errorf("a 513-character value: %d %s, want 400 on metadata", rec.Code, rec.Body)
+	}
+	if rec := serve(env.h, http.MethodGet, "/v1/batches", "", bearer(keyAcme)...); strings.Contains(rec.Body.String(), "batch_") {
+		t.Errorf("a refused create made a batch: %s", rec.Body)
+	}
+	if rec := create(`{"k":"v"}`); rec.Code != http.StatusOK {
+		t.Errorf("a create with small metadata: %d %s", rec.Code, rec.Body)
+	}
+}

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"errors"
 	"net/http"
 	"slices"
 	"strconv"
@@ -88,16 +89,34 @@ func (a *api) listFiles(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 }
 
 // listBatches handles GET /v1/batches: the batches the key reaches, newest
-// first.
+// first. Their ids are paged, then only the page's batches are read (an
+// ended batch's record is on disk, not in memory); one removed meanwhile
+// is left out.
 func (a *api) listBatches(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	_, acc, ok := a.batchKey(w, r)
 	if !ok {
 		return
 	}
-	p, err := page(r, a.opts.Batches.Batches(acc), func(b batches.Batch) string { return b.ID }, batchPages)
+	ids, err := page(r, a.opts.Batches.BatchIDs(acc), func(id string) string { return id }, batchPages)
 	if err != nil {
 		a.openaiError(w, r, err)
 		return
+	}
+	p := listPage[batches.Batch]{Object: "list", Data: make([]batches.Batch, 0, len(ids.Data)), HasMore: ids.HasMore}
+	for _, id := range ids.Data {
+		b, err := a.opts.Batches.Batch(acc, id)
+		switch {
+		case errors.Is(err, batches.ErrNotFound):
+			continue
+		case err != nil:
+			a.openaiError(w, r, err)
+			return
+		}
+		p.Data = append(p.Data, b)
+	}
+	if len(p.Data) > 0 {
+		first, last := p.Data[0].ID, p.Data[len(p.Data)-1].ID
+		p.FirstID, p.LastID = &first, &last
 	}
 	writeJSON(w, http.StatusOK, p)
 }

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -187,7 +188,8 @@ func New(opts Options, st Store, sched Scheduler) *Server {
 		a.place = forwarder{a} // cluster mode: calls may run on other nodes
 	}
 	a.pipe = a.newPipeline()
-	opts.Metrics.SetEdge(a.edgeStats, budgetNames)
+	// The Batch API's budgets are counted with the edge's (batchError).
+	opts.Metrics.SetEdge(a.edgeStats, append(slices.Clone(budgetNames), batches.Budgets...))
 
 	r := newRouter(a.recoverPanic)
 	for _, rt := range a.routes() {
