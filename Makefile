@@ -8,7 +8,7 @@ BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: build run doctor test test-cluster lint fuzz faults clean client-deps test-deps digits-deps package bench bench-cluster bench-quick mutate gpu-check-bin gpu-check-dry
+.PHONY: build run doctor test test-busy test-cluster lint fuzz faults clean client-deps test-deps digits-deps package bench bench-cluster bench-quick mutate gpu-check-bin gpu-check-dry
 
 ## build: compile ./inferd
 build:
@@ -52,14 +52,22 @@ doctor: build
 ## e2e tests run up to E2E_PARALLEL at a time: most of their time is spent
 ## waiting on model processes, not on the CPU.
 E2E_PARALLEL ?= 6
+TEST_TIMEOUT ?= 20m
 test: client-deps
 	@log=$$(mktemp); echo "scripts/test-deps.sh >$$log (beside lint)"; \
 	scripts/test-deps.sh >$$log 2>&1 & deps=$$!; \
 	scripts/lint.sh; lint=$$?; \
 	wait $$deps; rc=$$?; cat $$log; rm -f $$log; \
 	[ $$lint -eq 0 ] && [ $$rc -eq 0 ]
-	INFERD_REQUIRE_CLIENT_TESTS=1 go test -race -count=1 -timeout 20m -parallel $(E2E_PARALLEL) ./...
+	INFERD_REQUIRE_CLIENT_TESTS=1 go test -race -count=1 -timeout $(TEST_TIMEOUT) -parallel $(E2E_PARALLEL) ./...
 	scripts/fuzz.sh $(CI_FUZZTIME)
+
+## test-busy: make test with a CPU hog of twice the cores beside it (scripts/busy.sh): every test
+## must hold on a busy machine. Deadlines stretch by INFERD_TEST_SLACK (3 here) or the load
+## average per core, whichever is larger (internal/testenv/slack.go); go test's own limit is
+## TEST_TIMEOUT (60m here).
+test-busy:
+	scripts/busy.sh $(MAKE) test TEST_TIMEOUT=60m
 
 ## test-cluster: the three-node failure scenarios of cluster mode (#22; e2e/threenode_faults_test.go,
 ## built with the cluster tag): a node and the leader killed, a node cut off (network namespaces, as

@@ -45,6 +45,9 @@ func TestMain(m *testing.M) {
 	if _, ok := inThrowawayRoot(); ok {
 		os.Exit(m.Run()) // the package test's copy: it runs the packaged binary
 	}
+	// Every deadline of the run is stretched alike, by a factor decided
+	// now: a busy machine's load average, or INFERD_TEST_SLACK.
+	fmt.Fprintln(os.Stderr, "e2e:", testenv.SlackReport())
 	// As root each replica has a /tmp of its own: the files tests share
 	// with models (and the models themselves) go where models see them.
 	restore, err := testenv.ShareTempDirWithModels()
@@ -106,10 +109,11 @@ func (l *lineLog) add(line string) {
 	l.mu.Unlock()
 }
 
-// waitFor blocks until a line containing substr has been logged.
+// waitFor blocks until a line containing substr has been logged, or fails t
+// after timeout (stretched by testenv.Scale on a busy machine).
 func (l *lineLog) waitFor(t *testing.T, substr string, timeout time.Duration) string {
 	t.Helper()
-	deadline := time.NewTimer(timeout)
+	deadline := time.NewTimer(testenv.Scale(timeout))
 	defer deadline.Stop()
 	seen := 0
 	for {
@@ -126,7 +130,7 @@ func (l *lineLog) waitFor(t *testing.T, substr string, timeout time.Duration) st
 		select {
 		case <-grew:
 		case <-deadline.C:
-			t.Fatalf("no log line containing %q within %s; log:\n%s", substr, timeout, l.String())
+			t.Fatalf("%s; log:\n%s", testenv.Waited(timeout, fmt.Sprintf("a log line containing %q", substr)), l.String())
 		}
 	}
 }
@@ -242,10 +246,10 @@ func (d *daemon) stop() {
 	d.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-d.exited:
-	case <-time.After(60 * time.Second):
+	case <-scaledAfter(60 * time.Second):
 		d.cmd.Process.Kill()
 		<-d.exited
-		d.t.Errorf("inferd did not stop within 60s of SIGTERM")
+		d.t.Error(testenv.Waited(60*time.Second, "inferd to stop after SIGTERM"))
 	}
 }
 
@@ -334,7 +338,7 @@ func doRaw(t *testing.T, method, url string, headers map[string]string, body str
 }
 
 func tryDoRaw(method, url string, headers map[string]string, body string) (int, []byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Scale(2*time.Minute))
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
 	if err != nil {
@@ -399,19 +403,19 @@ func isZombie(stat []byte) bool {
 	return i > 0 && i+2 < len(stat) && stat[i+2] == 'Z'
 }
 
-// eventually retries cond until it holds or the timeout passes. Used only for
-// conditions that have no signal of their own to wait on, such as a process
-// disappearing from /proc after the daemon that owned it was killed.
+// eventually retries cond until it holds or the timeout (stretched by
+// testenv.Scale on a busy machine) passes. Used only for conditions that
+// have no signal of their own to wait on, such as a process disappearing
+// from /proc after the daemon that owned it was killed.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, timeout, what, cond)
 }
+
+// scaledAfter is time.After for a test's deadline: d on a quiet machine,
+// stretched by testenv.Scale on a busy one. A test that runs out of it
+// says so with testenv.Waited(d, what).
+func scaledAfter(d time.Duration) <-chan time.Time { return time.After(testenv.Scale(d)) }
 
 func echoDir(t *testing.T) string {
 	t.Helper()
