@@ -40,7 +40,7 @@ func TestDigitsModelEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, cfg := newDaemonDir(t, "startWait: 2m\n")
+	dir, cfg := newDaemonDir(t, "startWait: "+scaledSetting(2*time.Minute)+"\n")
 	d := startDaemon(t, dir, cfg)
 	key := d.createKey("demo", false)
 	if out, err := d.cli("apply", "-f", manifest); err != nil || !strings.Contains(out, "project digits (team demo): created") {

@@ -417,6 +417,29 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 // says so with testenv.Waited(d, what).
 func scaledAfter(d time.Duration) <-chan time.Time { return time.After(testenv.Scale(d)) }
 
+// scaledSetting is d stretched by testenv.Scale, written as a config
+// duration: for a daemon setting that only bounds how long a test's call
+// may take on a busy machine (the startWait a sync call must finish
+// within, the timeout a hanging receiver must outlast), never for the rule
+// the test checks.
+func scaledSetting(d time.Duration) string {
+	return testenv.Scale(d).Round(time.Millisecond).String()
+}
+
+// scaledSeconds is scaledSetting for a setting in whole seconds (a
+// manifest's bootTimeout or inferenceTimeout), rounded up.
+func scaledSeconds(d time.Duration) int {
+	return int((testenv.Scale(d) + time.Second - 1) / time.Second)
+}
+
+// sleepInputs is the echo model's inputs for a call that runs for d,
+// stretched by testenv.Scale: a call a test needs still running while it
+// looks (a queue behind it, a cancel, a kill) must outlast the looking,
+// however busy the machine.
+func sleepInputs(d time.Duration) string {
+	return fmt.Sprintf(`{"sleep":%.1f}`, testenv.Scale(d).Seconds())
+}
+
 func echoDir(t *testing.T) string {
 	t.Helper()
 	dir, err := filepath.Abs("examples/echo")

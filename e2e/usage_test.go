@@ -118,11 +118,14 @@ func TestUsageLedgerAddsUpTheCalls(t *testing.T) {
 	})
 	got := usageByTeam(t, d.base, admin)
 	check("before the restart", got)
-	if l := got["labs"]; l.BootReplicaSeconds < 1 || l.BootReplicaSeconds > 10 {
-		t.Errorf("labs' boot time = %.2f s; its model sleeps 1 s before it listens", l.BootReplicaSeconds)
+	// A boot takes a second or two here, more on a busy machine: the
+	// bound only tells a boot from a replica's whole life.
+	bootBound := testenv.Scale(10 * time.Second).Seconds()
+	if l := got["labs"]; l.BootReplicaSeconds < 1 || l.BootReplicaSeconds > bootBound {
+		t.Errorf("labs' boot time = %.2f s; its model sleeps 1 s before it listens (bound %.0f s) [%s]", l.BootReplicaSeconds, bootBound, testenv.Load())
 	}
-	if a := got["acme"]; a.BootReplicaSeconds <= 0 || a.BootReplicaSeconds > 10 {
-		t.Errorf("acme's boot time = %.2f s; want its own replica's boot", a.BootReplicaSeconds)
+	if a := got["acme"]; a.BootReplicaSeconds <= 0 || a.BootReplicaSeconds > bootBound {
+		t.Errorf("acme's boot time = %.2f s; want its own replica's boot (bound %.0f s) [%s]", a.BootReplicaSeconds, bootBound, testenv.Load())
 	}
 	if own := usageByTeam(t, d.base, acme.key); len(own) != 1 || own["acme"].Calls != want["acme"].calls {
 		t.Errorf("acme's key sees %v; want its own team only", own)

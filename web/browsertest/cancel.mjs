@@ -1,8 +1,9 @@
 // Clicks the status page's Cancel button on an unfinished call, in Debian's
 // chromium through playwright-core, and waits for the call to show as failed
 // with "error: cancelled by request". Run by e2e/statuspage_cancel_test.go;
-// it reads INFERD_BASE, INFERD_KEY, CANCEL_CALL (a queued call's id) and
-// CHROMIUM.
+// it reads INFERD_BASE, INFERD_KEY, CANCEL_CALL (a queued call's id),
+// CHROMIUM and TIMEOUT_MS (how long each step may wait; default 30000, which
+// the test stretches on a busy machine as its own deadlines).
 import { chromium } from "playwright-core";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -23,7 +24,7 @@ const context = await chromium.launchPersistentContext(profile, {
 const problems = [];
 try {
   const page = context.pages()[0] || (await context.newPage());
-  page.setDefaultTimeout(30000);
+  page.setDefaultTimeout(Number(process.env.TIMEOUT_MS || 30000));
   page.on("console", (m) => { if (m.type() === "error") problems.push(`console: ${m.text()}`); });
   page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
   await page.goto(env("INFERD_BASE") + "/");
