@@ -10,7 +10,7 @@
 //	schema                      the layout version ("2"); Open refuses others
 //	teams/<id>                  store.Team (JSON)
 //	keys/<id>                   store.APIKey (JSON; only the secret's hash)
-//	projects/<id>               store.Project (JSON)
+//	projects/<id>               store.Project (JSON), plus the token of the write that put it
 //	modelkeys/<hash>            the id of the project that owns a modelKey hash
 //	calls/<id>                  store.Call without its inputs and outputs (JSON)
 //	inputs/<id>                 its inputs, the bytes given (none: no key); only a write that carries them puts them
