@@ -421,9 +421,10 @@ func scaledAfter(d time.Duration) <-chan time.Time { return time.After(testenv.S
 // duration: for a daemon setting that only bounds how long a test's call
 // may take on a busy machine (the startWait a sync call must finish
 // within, the timeout a hanging receiver must outlast), never for the rule
-// the test checks.
+// the test checks. It is at most 10 minutes, the most the config takes
+// for a wait (startWait, longPollWait).
 func scaledSetting(d time.Duration) string {
-	return testenv.Scale(d).Round(time.Millisecond).String()
+	return min(testenv.Scale(d), 10*time.Minute).Round(time.Millisecond).String()
 }
 
 // scaledSeconds is scaledSetting for a setting in whole seconds (a

@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -234,7 +236,18 @@ func TestFairShareEvictionEndToEnd(t *testing.T) {
 		t.Fatalf("ops: %v", r)
 	}
 	ca := inferenceClient{t: t, base: d.base, key: acme}
-	x, y := ca.start("mk-a", `{"sleep": 1}`, true), ca.start("mk-a", `{"sleep": 1}`, true)
+	// Two calls held until acme's two replicas both run one: on a busy
+	// machine one replica could otherwise answer both while the other
+	// boots, and the scheduler need not keep a boot no call waits for.
+	release := filepath.Join(t.TempDir(), "release")
+	hold := fmt.Sprintf(`{"until":%q}`, release)
+	x, y := ca.start("mk-a", hold, true), ca.start("mk-a", hold, true)
+	eventually(t, time.Minute, "acme's two replicas busy with its two calls", func() bool {
+		return slices.Equal(d.replicaStates(acme, "a"), []string{"busy", "busy"})
+	})
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []map[string]any{x, y} {
 		if res := ca.waitResult(c["callID"].(string)); res["message"] != "success" {
 			t.Fatalf("acme: %v", res)
