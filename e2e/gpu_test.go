@@ -117,10 +117,7 @@ func TestGPUPlacementAndEvictionEndToEnd(t *testing.T) {
 // on a GPU box") runs the same probe to see what CUDA and NVML show it.
 func TestGPUProbeSeesOnlyItsPinnedGPU(t *testing.T) {
 	t.Parallel()
-	manifest, err := filepath.Abs("examples/gpuprobe/project.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	manifest := shippedManifest(t, "examples/gpuprobe/project.yaml")
 	dir, cfg := newDaemonDir(t, "startWait: "+scaledSetting(2*time.Minute)+"\ngpu:\n  simulate:\n    - {name: Sim A, memoryMiB: 16384}\n")
 	d := startDaemon(t, dir, cfg)
 	key := d.createKey("demo", true)

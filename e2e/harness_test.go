@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -133,6 +134,20 @@ func (l *lineLog) waitFor(t *testing.T, substr string, timeout time.Duration) st
 			t.Fatalf("%s; log:\n%s", testenv.Waited(timeout, fmt.Sprintf("a log line containing %q", substr)), l.String())
 		}
 	}
+}
+
+// linesWith returns the last n lines containing substr, for a failure
+// message.
+func (l *lineLog) linesWith(substr string, n int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range l.lines {
+		if strings.Contains(line, substr) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out[max(len(out)-n, 0):], "\n")
 }
 
 func (l *lineLog) String() string {
@@ -431,6 +446,35 @@ func scaledSetting(d time.Duration) string {
 // manifest's bootTimeout or inferenceTimeout), rounded up.
 func scaledSeconds(d time.Duration) int {
 	return int((testenv.Scale(d) + time.Second - 1) / time.Second)
+}
+
+// shippedManifest returns a copy of the example manifest at path (an
+// examples/*/project.yaml, applied as shipped) whose bootTimeout and
+// inferenceTimeout are stretched by testenv.Scale, its relative dir made
+// absolute: a model that imports PyTorch takes seconds to boot on a quiet
+// machine and minutes on a busy one, past the bound a user's box needs.
+func shippedManifest(t *testing.T, path string) string {
+	t.Helper()
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(abs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	timeout := regexp.MustCompile(`(?m)^(\s+(?:bootTimeout|inferenceTimeout)): (\d+)`)
+	text := timeout.ReplaceAllStringFunc(string(b), func(line string) string {
+		m := timeout.FindStringSubmatch(line)
+		secs, _ := strconv.Atoi(m[2])
+		return fmt.Sprintf("%s: %d", m[1], scaledSeconds(time.Duration(secs)*time.Second))
+	})
+	text = regexp.MustCompile(`(?m)^(\s+dir:) \.$`).ReplaceAllString(text, "$1 "+filepath.Dir(abs))
+	out := filepath.Join(t.TempDir(), filepath.Base(abs))
+	if err := os.WriteFile(out, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // sleepInputs is the echo model's inputs for a call that runs for d,

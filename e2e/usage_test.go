@@ -4,12 +4,16 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"inferd/internal/testenv"
+	"inferd/store"
+	"inferd/store/bolt"
 )
 
 // usageLine is one line of GET /v1/usage grouped by team.
@@ -155,5 +159,69 @@ func TestUsageLedgerAddsUpTheCalls(t *testing.T) {
 		if w == nil || calls != w.calls || !within(cpu, w.cpu) || !within(runS, w.run) || rec[col["energyJoules"]] != "" {
 			t.Errorf("inferd usage row %q; want %+v, energy empty", rec, w)
 		}
+	}
+}
+
+// TestUsageRollUpsAreKeptForTheirRetention: the hourly roll-ups are kept
+// for usage.retention and swept after it (docs/operations.md "The usage
+// ledger"), not after resultTTL, which is a call's own record's: a data
+// file holding the roll-ups of an hour 30 hours ago and of one 72 hours
+// ago, under a daemon with retention 48 h, a resultTTL of 1 h and a sweep
+// every second, loses the older hour and keeps the other, added to as
+// they were.
+func TestUsageRollUpsAreKeptForTheirRetention(t *testing.T) {
+	t.Parallel()
+	dir, cfg := newDaemonDir(t, "resultTTL: 1h\nsweepInterval: 1s\nusage:\n  retention: 48h\n")
+	data := filepath.Join(dir, "data")
+	if err := os.Mkdir(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Hour)
+	kept, swept := now.Add(-30*time.Hour), now.Add(-72*time.Hour)
+	st, err := bolt.Open(filepath.Join(data, "inferd.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two flushes into each hour: a roll-up is their sum.
+	for _, idle := range []float64{1, 2} {
+		if err := st.AddUsage([]store.UsageRow{
+			{Hour: kept, TeamID: "acme", ProjectID: "p", UsageTotals: store.UsageTotals{IdleReplicaSeconds: idle}},
+			{Hour: swept, TeamID: "acme", ProjectID: "p", UsageTotals: store.UsageTotals{IdleReplicaSeconds: 10 * idle}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	d := startDaemon(t, dir, cfg)
+	admin := d.createKey("ops", true)
+	hours := func() map[string]float64 {
+		status, body := doRaw(t, "GET", d.base+"/v1/usage?groupBy=hour&from="+now.Add(-100*time.Hour).Format(time.RFC3339),
+			map[string]string{"X-Service-API-Key": admin}, "")
+		var rep struct {
+			Results []struct {
+				Hour string  `json:"hour"`
+				Idle float64 `json:"idleReplicaSeconds"`
+			}
+		}
+		if err := json.Unmarshal(body, &rep); err != nil || status != 200 {
+			t.Fatalf("GET /v1/usage = %d %s", status, body)
+		}
+		out := map[string]float64{}
+		for _, r := range rep.Results {
+			out[r.Hour] = r.Idle
+		}
+		return out
+	}
+	key := func(h time.Time) string { return h.Format(time.RFC3339) }
+	eventually(t, 30*time.Second, "the sweep to drop the hour past usage.retention", func() bool {
+		_, ok := hours()[key(swept)]
+		return !ok
+	})
+	if got := hours(); got[key(kept)] != 3 {
+		t.Errorf("usage by hour after the sweep = %v; want the hour %s kept (within usage.retention, past resultTTL) with its two flushes' 3 s idle",
+			got, key(kept))
 	}
 }
