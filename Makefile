@@ -8,7 +8,7 @@ BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: build run doctor test test-busy test-cluster lint fuzz faults clean client-deps test-deps digits-deps package bench bench-cluster bench-quick mutate gpu-check-bin gpu-check-dry
+.PHONY: build run doctor test test-busy test-cluster lint fuzz faults clean client-deps test-deps digits-deps package bench bench-cluster bench-quick mutate gremlins gpu-check-bin gpu-check-dry
 
 ## build: compile ./inferd
 build:
@@ -148,6 +148,13 @@ faults:
 ## worktree of HEAD and check that a test fails; not part of make test
 mutate:
 	scripts/mutate.sh
+
+## gremlins: mutation testing by a tool: go-gremlins (pinned in tools/go.mod) over the lines that differ
+## from BASE (default main) in each package they touch, against that package's own tests; scores and
+## the reasons for mutants that live in docs/benchmarks.md. Not part of make test (minutes per package)
+BASE ?= main
+gremlins:
+	scripts/gremlins.sh $(BASE)
 
 ## gpu-check-bin: bin/inferd, built with cgo (NVML, the CUDA checkpoint helper) and without the race
 ## detector, to carry to a GPU box with scripts/ and examples/ for scripts/gpu-check.sh (docs/gpu.md);
