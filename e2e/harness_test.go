@@ -79,6 +79,11 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	if code != 0 {
+		// Whatever failed, say how loaded the machine was: a test that
+		// passes when run again alone most likely met the load.
+		fmt.Fprintln(os.Stderr, "e2e: failed on a machine at", testenv.Load())
+	}
 	os.RemoveAll(dir)
 	restore()
 	os.Exit(code)
