@@ -11,6 +11,8 @@
 #   scripts/gremlins.sh [BASE]             the packages whose Go code differs from BASE
 #                                          (default main; the working tree counts)
 #   GREMLINS_PKGS="./scheduler ./store/etcd" scripts/gremlins.sh BASE
+#   GREMLINS_WHOLE=1 GREMLINS_PKGS=./internal/durable scripts/gremlins.sh
+#                                          every line of the packages, not a diff
 #
 # Environment: GREMLINS_WORKERS (default 1) and GREMLINS_TEST_CPU (default 1)
 # keep it gentle on a shared box; GREMLINS_TIMEOUT_COEFFICIENT (default 10)
@@ -48,6 +50,11 @@ fi
 echo "gremlins: building go-gremlins (tools/go.mod)"
 go build -C tools -o "$tmp/gremlins" github.com/go-gremlins/gremlins/cmd/gremlins
 
+diff=(--diff "$base")
+scope="the lines that differ from $base"
+if [ "${GREMLINS_WHOLE:-0}" = 1 ]; then
+  diff=() scope="every line"
+fi
 summary=()
 for pkg in "${pkgs[@]}"; do
   dir=${pkg#./}
@@ -55,14 +62,14 @@ for pkg in "${pkgs[@]}"; do
   name=${dir:-.}
   log=$out/${name//\//_}.log
   echo
-  echo "== $name: mutants of the lines that differ from $base"
+  echo "== $name: mutants of $scope"
   # gremlins reads the diff (git diff --merge-base BASE) with paths from the
   # repository's root but names its mutants from the package's folder: run
   # it there, with git told to print paths relative to it (diff.relative).
   (
     cd "$root/$dir"
     GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=diff.relative GIT_CONFIG_VALUE_0=true \
-      "$tmp/gremlins" unleash --diff "$base" \
+      "$tmp/gremlins" unleash "${diff[@]}" \
       --workers "${GREMLINS_WORKERS:-1}" --test-cpu "${GREMLINS_TEST_CPU:-1}" \
       --timeout-coefficient "${GREMLINS_TIMEOUT_COEFFICIENT:-10}" \
       --output "$out/${name//\//_}.json" "$root/$dir"
@@ -74,6 +81,6 @@ for pkg in "${pkgs[@]}"; do
 done
 
 echo
-echo "gremlins against $base ($(git rev-parse --short HEAD)):"
+echo "gremlins, $scope ($(git rev-parse --short HEAD)):"
 printf '  %s\n' "${summary[@]}"
 echo "A LIVED mutant needs a test, or a written reason in docs/benchmarks.md (\"Mutation testing by a tool\")."
