@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -223,5 +224,69 @@ func TestUsageRollUpsAreKeptForTheirRetention(t *testing.T) {
 	if got := hours(); got[key(kept)] != 3 {
 		t.Errorf("usage by hour after the sweep = %v; want the hour %s kept (within usage.retention, past resultTTL) with its two flushes' 3 s idle",
 			got, key(kept))
+	}
+}
+
+// TestUsageOfBatchedCallsSharesTheirPass: calls that run in one batch share
+// its pass's replica time, as calls running at once on a replica do
+// (docs/operations.md "The usage ledger": every replica second charged
+// once): four calls in one pass of a batching project are charged that
+// pass once between them in /v1/usage and `inferd usage`, not once each,
+// while each call's run time is the whole pass.
+func TestUsageOfBatchedCallsSharesTheirPass(t *testing.T) {
+	t.Parallel()
+	dir, cfg := newDaemonDir(t, "usage:\n  flushInterval: 1s\n")
+	d := startDaemon(t, dir, cfg)
+	key := d.createKey("acme", false)
+	// Each pass takes 400 ms whatever it carries.
+	d.apply("projects:\n" + batchProject(t, "batched", "mk-batched", 1, 4, 50) + "    env: {BATCH_FIXED_MS: \"400\", BATCH_ITEM_MS: \"0\"}\n")
+	c := inferenceClient{t: t, base: d.base, key: key}
+	eventually(t, time.Minute, "batched's replica ready", func() bool {
+		return slices.Equal(d.replicaStates(key, "batched"), []string{"ready"})
+	})
+
+	// A held pass, alone; four calls queue behind it and go in one pass.
+	h := newHold(t)
+	held := c.heldBatch("mk-batched", h)
+	four := c.startAll("mk-batched", `{"n":1}`, `{"n":2}`, `{"n":3}`, `{"n":4}`)
+	h.release(t)
+	heldRun := c.waitResult(held)["runMs"].(float64) / 1000
+	var batchRun float64
+	for _, id := range four {
+		r := c.waitResult(id)
+		if r["message"] != "success" || output(t, r)["batchSize"] != 4.0 {
+			t.Fatalf("call %s: %v; want success in a batch of 4", id, r)
+		}
+		batchRun += r["runMs"].(float64) / 1000
+	}
+
+	type totals struct{ calls, run, replica float64 }
+	var got totals
+	eventually(t, 30*time.Second, "the five calls in /v1/usage", func() bool {
+		status, body := doRaw(t, "GET", d.base+"/v1/usage?groupBy=project", map[string]string{"X-Service-API-Key": key}, "")
+		var rep struct {
+			Results []struct {
+				ProjectID      string  `json:"projectId"`
+				Calls          float64 `json:"calls"`
+				RunSeconds     float64 `json:"runSeconds"`
+				ReplicaSeconds float64 `json:"replicaSeconds"`
+			} `json:"results"`
+		}
+		if err := json.Unmarshal(body, &rep); err != nil || status != 200 {
+			t.Fatalf("GET /v1/usage = %d %s", status, body)
+		}
+		for _, r := range rep.Results {
+			if r.ProjectID == "batched" {
+				got = totals{r.Calls, r.RunSeconds, r.ReplicaSeconds}
+			}
+		}
+		return got.calls == 5 // the held call and the four
+	})
+	t.Logf("usage of batched: %+v; the held pass ran %.3f s, the four calls' runs add up to %.3f s", got, heldRun, batchRun)
+	// The held call ran alone: its replica time is its run. What is left is
+	// the four's: one pass between them, a quarter of their runs' sum.
+	if share := got.replica - heldRun; share <= 0 || share > 0.5*batchRun {
+		t.Errorf("the four calls of one pass were charged %.3f s of replica time for runs adding up to %.3f s: want the pass once between them (about a quarter), not once each [%s]",
+			share, batchRun, testenv.Load())
 	}
 }
