@@ -146,7 +146,9 @@ func TestInferenceEndToEnd(t *testing.T) {
 		echoProject("echo", "acme", "mk-echo", echo, mark, `, GREETING: "hi"`) + "    minReplicas: 1\n    maxReplicas: 2\n    idleTimeout: 1\n" +
 		fmt.Sprintf("    inferenceTimeout: %d\n", inferenceTimeout) +
 		echoProject("single", "acme", "mk-single", echo, mark, "") + "    maxReplicas: 1\n" +
-		echoProject("broken", "acme", "mk-broken", echo, mark, `, BOOT_FAIL: "1"`) + "    bootTimeout: 5\n")
+		// broken exits at boot, saying why, within its bootTimeout: long
+		// enough for python3 to start on a busy machine.
+		echoProject("broken", "acme", "mk-broken", echo, mark, `, BOOT_FAIL: "1"`) + fmt.Sprintf("    bootTimeout: %d\n", scaledSeconds(5*time.Second)))
 	c := inferenceClient{t: t, base: d.base, key: key}
 
 	t.Run("minReplicas replica runs right after start", func(t *testing.T) {
