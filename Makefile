@@ -81,15 +81,17 @@ test-cluster: test-deps
 test-deps:
 	scripts/test-deps.sh
 
-## client-deps: the pinned Banana JavaScript clients and openai npm client the end-to-end tests drive, and
-## playwright-core for the status page browser test (it drives Debian's chromium and
-## never downloads a browser); each npm ci has NPM_TIMEOUT seconds
+## client-deps: the pinned Banana JavaScript clients, the openai npm client and the npm OpenAI
+## clients (openai 4.x and current, the AI SDK, LangChain: examples/openai-clients) the
+## end-to-end tests drive, and playwright-core for the status page browser test (it drives
+## Debian's chromium and never downloads a browser); each npm ci has NPM_TIMEOUT seconds
 NPM_TIMEOUT ?= 300
 NPM_CI = timeout --kill-after=10 $(NPM_TIMEOUT) npm ci --no-audit --no-fund --loglevel=error \
 	|| { echo "npm ci in $$PWD failed or took over $(NPM_TIMEOUT)s (NPM_TIMEOUT): check the registry in ~/.npmrc or the network" >&2; exit 1; }
 client-deps:
 	cd examples/banana-js && $(NPM_CI)
 	cd examples/openai-js && $(NPM_CI)
+	cd examples/openai-clients && $(NPM_CI)
 	cd web/browsertest && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(NPM_CI)
 
 ## digits-deps: the Debian packages examples/digits needs (PyTorch, scikit-learn),

@@ -27,6 +27,29 @@ func openaiProject(id, team, dir, env, extra string) string {
 %s`, id, team, id, dir, id, id, marker(), env, extra)
 }
 
+// openaiMockDir is examples/openai-mock's absolute path, once python3,
+// which runs it, is known to be on PATH.
+func openaiMockDir(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		testenv.Missing(t, "python3 on PATH: examples/openai-mock needs it")
+	}
+	mock, _ := filepath.Abs("examples/openai-mock")
+	return mock
+}
+
+// npmInstalled is dir's absolute path, once each of pkgs is in its
+// node_modules (make client-deps installs them); skip says which is not.
+func npmInstalled(dir string, skip func(reason string), pkgs ...string) string {
+	abs, _ := filepath.Abs(dir)
+	for _, pkg := range pkgs {
+		if _, err := os.Stat(filepath.Join(abs, "node_modules", pkg)); err != nil {
+			skip(fmt.Sprintf("the npm package %s is not installed in %s/node_modules", pkg, dir))
+		}
+	}
+	return abs
+}
+
 // TestOpenAIClient drives the OpenAI front door with the official openai
 // npm client (examples/openai-js, pinned in its package-lock.json; `make
 // test` installs it and sets INFERD_REQUIRE_CLIENT_TESTS=1, so there this
@@ -38,14 +61,8 @@ func openaiProject(id, team, dir, env, extra string) string {
 func TestOpenAIClient(t *testing.T) {
 	t.Parallel()
 	node, skip := clientTestTools(t)
-	clients, _ := filepath.Abs("examples/openai-js")
-	if _, err := os.Stat(filepath.Join(clients, "node_modules", "openai")); err != nil {
-		skip("the openai npm client is not installed in examples/openai-js/node_modules")
-	}
-	mock, _ := filepath.Abs("examples/openai-mock")
-	if _, err := exec.LookPath("python3"); err != nil {
-		testenv.Missing(t, "python3 on PATH: examples/openai-mock needs it")
-	}
+	clients := npmInstalled("examples/openai-js", skip, "openai")
+	mock := openaiMockDir(t)
 	dir, cfg := newDaemonDir(t, "shutdownTimeout: 5s\n")
 	d := startDaemon(t, dir, cfg)
 	key, other, tight := d.createKey("llm", false), d.createKey("other", false), d.createKey("tight", false)

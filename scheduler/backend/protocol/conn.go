@@ -26,16 +26,20 @@ import (
 // only keeps the connections.
 //
 // A connection goes back to the pool only after a reply whose body was read to its
-// end, that did not ask to close, and with no error or cancellation on the way.
+// end, that did not ask to close, and with no error or cancellation on the way. A
+// reply its reader stopped at its protocol's end before its body's (an event
+// stream's data: [DONE]) has the rest of its body read by drain first.
 type connPool struct {
 	addr   string
 	dial   dialFunc
 	max    int           // idle connections kept at most
 	maxAge time.Duration // an idle connection older than this is closed, not reused
 
-	mu     sync.Mutex
-	idle   []*poolConn // most recently used last
-	closed bool
+	mu       sync.Mutex
+	idle     []*poolConn // most recently used last
+	draining map[*poolConn]struct{}
+	closed   bool
+	drains   sync.WaitGroup // drain's goroutines
 }
 
 // poolConn is one connection with its buffers.
@@ -46,6 +50,7 @@ type poolConn struct {
 	lr        limitReader // between conn and br: caps a reply's headers
 	br        *bufio.Reader
 	bw        *bufio.Writer
+	body      bodyEnd // the body of the reply being read, as the caller reads it
 	idleSince time.Time
 	// peek is alive's look at the socket, made once per connection (a
 	// closure made per call costs an allocation every call); peekErr is
@@ -193,11 +198,14 @@ func (p *connPool) roundTrip(ctx context.Context, req poolRequest) (resp *http.R
 			return nil, nil, &url.Error{Op: urlOp(req.method), URL: req.url, Err: err}
 		}
 		finish := func(clean bool) {
-			if !stop() || !clean || resp.Close {
+			switch {
+			case !stop() || !clean || resp.Close:
 				pc.conn.Close()
-				return
+			case !pc.body.eof:
+				p.drain(pc)
+			default:
+				p.put(pc)
 			}
-			p.put(pc)
 		}
 		return resp, finish, nil
 	}
@@ -226,6 +234,8 @@ func (pc *poolConn) exchange(req poolRequest) (*http.Response, error) {
 			if resp.StatusCode < 200 {
 				resp.Close = true // the connection is not HTTP any more
 			}
+			pc.body = bodyEnd{r: resp.Body}
+			resp.Body = &pc.body
 			gunzip(resp)
 			return resp, nil
 		}
@@ -314,16 +324,21 @@ func (p *connPool) put(pc *poolConn) {
 	}
 }
 
-// close closes the idle connections and makes later puts close theirs.
+// close closes the idle connections and those being drained, makes later puts
+// close theirs, and returns once drain's goroutines have ended.
 func (p *connPool) close() {
 	p.mu.Lock()
 	idle := p.idle
 	p.idle = nil
+	for pc := range p.draining {
+		idle = append(idle, pc)
+	}
 	p.closed = true
 	p.mu.Unlock()
 	for _, pc := range idle {
 		pc.conn.Close()
 	}
+	p.drains.Wait()
 }
 
 // gunzip undoes a gzip Content-Encoding the way net/http's transport does when it
