@@ -77,7 +77,8 @@ for pkg in "${pkgs[@]}"; do
   grep -v ' SKIPPED ' "$log" | sed -n '/KILLED\|LIVED\|NOT COVERED\|TIMED OUT\|NOT VIABLE/p'
   counts=$(grep -m1 '^Killed:' "$log" || echo "Killed: ?")
   efficacy=$(grep -m1 '^Test efficacy:' "$log" | sed 's/Test efficacy: //' || echo "?")
-  summary+=("$(printf '%-24s %s; efficacy %s' "$name" "$counts" "$efficacy")")
+  mcover=$(grep -m1 '^Mutator coverage:' "$log" | sed 's/Mutator coverage: //' || echo "?")
+  summary+=("$(printf '%-24s %s; efficacy %s, mutator coverage %s' "$name" "$counts" "$efficacy" "$mcover")")
 done
 
 echo
