@@ -10,9 +10,21 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate
 
 .PHONY: build run doctor test test-busy test-cluster lint fuzz faults clean client-deps test-deps digits-deps package bench bench-cluster bench-quick mutate gremlins gpu-check-bin gpu-check-dry
 
-## build: compile ./inferd
-build:
-	go build -ldflags "$(LDFLAGS)" -o inferd .
+# What ./inferd is built from: the main module's Go files (tools/ is a module
+# of its own), go.mod and go.sum, and the files it embeds (the status page,
+# the Potassium shim). A make target that needs the binary relinks it only
+# when one of them is newer, so make doctor or make run start at once the
+# second time. make -B build forces a build.
+BIN ?= inferd
+SOURCES := go.mod go.sum $(shell find . \
+	\( -path ./tools -o -path ./.git -o -name node_modules -o -path ./bench/out \) -prune -o -name '*.go' -not -name '*_test.go' -type f -print) \
+	$(shell find web/static scheduler/backend/local/potassiumshim -type f)
+
+## build: compile ./inferd, only when a source changed since it was built
+build: $(BIN)
+
+$(BIN): $(SOURCES)
+	go build -ldflags "$(LDFLAGS)" -o $(BIN) .
 
 # The demo runs its model as `inferd --config config.example.yaml serve` would,
 # as the packaged service does: as root, under a uid of the project's own (the
@@ -35,11 +47,18 @@ run: build
 	@echo "In another terminal, create an API key and call the model:"
 	@echo "  KEY=\$$(./inferd --config $(CONFIG) key create --team demo | tail -n1)"
 	@echo "  curl -s localhost:8080/start/v4 -d '{\"apiKey\":\"'\$$KEY'\",\"modelKey\":\"mk-echo-1\",\"modelInputs\":{\"prompt\":\"hi\"}}'"
+	@echo "Or from the shell, with no key: ./inferd --config $(CONFIG) call echo '{\"prompt\":\"hi\"}'"
+	@echo "The other examples, each applied and called as its README says: make example-NAME (batch, stream, potassium, openai-mock, openai-js, banana-js)"
 	@echo "To check the box and the applied projects: $(RUN_ENV)./inferd --config $(CONFIG) doctor (or make doctor)"
 	@echo "After Ctrl-C, make run or $(RUN_ENV)./inferd --config $(CONFIG) serve starts it again."
 	@$(if $(DEMO_USER),echo "$(DEMO_NOTE)",true)
 	@echo
 	$(RUN_ENV)./inferd --config $(CONFIG) serve
+
+## example-NAME: apply examples/NAME to the daemon make run serves and call it as its README does
+## (echo, batch, stream, potassium, openai-mock, digits, openai-js, banana-js; scripts/example.sh)
+example-%: build
+	INFERD=./inferd CONFIG=$(CONFIG) scripts/example.sh $*
 
 ## doctor: check the box and the applied projects as make run runs them
 doctor: build

@@ -19,6 +19,7 @@ import (
 	"inferd/cluster"
 	"inferd/config"
 	"inferd/httpapi"
+	"inferd/httpapi/metrics"
 	"inferd/scheduler"
 	"inferd/scheduler/backend"
 	"inferd/store"
@@ -30,7 +31,7 @@ import (
 // both have it.
 type daemonStore interface {
 	store.Store
-	httpapi.StoreStats
+	metrics.StoreStats
 	RunSweeper(ctx context.Context, ttl, every time.Duration) error
 }
 
@@ -195,6 +196,7 @@ type schedulerHooks interface {
 	Abandon()
 	ProjectChanged(id string)
 	Snapshot() scheduler.Status
+	FitsNow(m store.ModelSpec) bool // the scheduler's fit rule, for a project with no placement
 }
 
 // newClusterMode creates this node's membership over the etcd store: each
@@ -276,7 +278,7 @@ func (m *clusterMode) share(project string) (lo, hi int, ok bool) {
 // payload API of this node under /cluster/v1/.
 func (m *clusterMode) routing() *httpapi.Routing {
 	r := &httpapi.Routing{Router: m.router, Signer: m.signer, CallNode: m.callNode,
-		Fits: func(p store.Project) bool { return fitsNow(m.sched().Snapshot(), m.capacity(), p) }}
+		Fits: func(p store.Project) bool { return m.sched().FitsNow(p.Model) }}
 	if m.payloads != nil {
 		const payload = "payloads/:id/:kind"
 		r.Handle(http.MethodGet, payload, m.payloads)
@@ -296,30 +298,13 @@ func adminCancel(local httpapi.CallCanceller, routing *httpapi.Routing) httpapi.
 	return routing.Canceller(local)
 }
 
-// fitsNow reports whether this node could boot a replica of p now: a free
-// CPU slot for a CPU project; for a GPU project enough healthy GPUs with
-// its gpuMemoryMiB free each (as nodeLoad counts it), or, for whole GPUs,
-// held by no replica.
-func fitsNow(st scheduler.Status, capa backend.Capacity, p store.Project) bool {
-	c, _ := nodeLoad(st, capa)
-	d := p.Model.GPUDemand()
-	gpus, mem := d.GPUs, d.MemoryMiB
-	if gpus == 0 {
-		return c.CPUUsed < c.CPUSlots
+// adminCalls is the admin API's call route (inferd call) on a single box; a
+// cluster's node has none: its project may run on another node.
+func adminCalls(sched httpapi.CallRunner, streams *httpapi.Streams, routing *httpapi.Routing) httpapi.AdminOption {
+	if routing != nil {
+		return httpapi.WithCalls(nil, nil)
 	}
-	held := map[string]bool{}
-	for _, g := range st.GPUs {
-		held[g.UUID] = len(g.Replicas) > 0
-	}
-	free := 0
-	for _, g := range c.GPUs {
-		switch {
-		case !g.Healthy || g.InUse:
-		case mem > 0 && g.FreeMiB >= mem, mem == 0 && !held[g.UUID]:
-			free++
-		}
-	}
-	return free >= gpus
+	return httpapi.WithCalls(sched, streams)
 }
 
 // nodeLoad is what a node publishes of itself (cluster.NodeInfo): its

@@ -74,10 +74,11 @@ type hooks struct {
 	adopted  chan store.Call
 }
 
-func (h *hooks) Adopt(c store.Call)         { h.adopted <- c }
-func (h *hooks) Abandon()                   { h.abandons <- struct{}{} }
-func (h *hooks) ProjectChanged(string)      {}
-func (h *hooks) Snapshot() scheduler.Status { return scheduler.Status{} }
+func (h *hooks) Adopt(c store.Call)           { h.adopted <- c }
+func (h *hooks) Abandon()                     { h.abandons <- struct{}{} }
+func (h *hooks) ProjectChanged(string)        {}
+func (h *hooks) Snapshot() scheduler.Status   { return scheduler.Status{} }
+func (h *hooks) FitsNow(store.ModelSpec) bool { return false }
 
 // The node's wiring on a real etcd: its session binds the store's call
 // writes to its lease; when the lease goes (revoked here, as a cut-off
@@ -188,44 +189,6 @@ func TestClusterNodeFencesTheStoreAndDrivesTheScheduler(t *testing.T) {
 	}
 	if err := st.SaveCall(bg, store.Call{ID: "call_handed", ProjectID: "p", State: store.CallSucceeded, Message: "success"}); err != nil {
 		t.Errorf("the adopted call's result = %v, want it written", err)
-	}
-}
-
-// A start of a project with no placement runs here only if this node could
-// boot a replica of it now.
-func TestFitsNowIsAFreeSlotOrFreeGPUs(t *testing.T) {
-	capa := backend.Capacity{CPUSlots: 2, GPUs: []gpu.Device{
-		{Index: 0, UUID: "GPU-a", MemoryTotalMiB: 16000, MemoryFreeMiB: 16000},
-		{Index: 1, UUID: "GPU-b", MemoryTotalMiB: 16000, MemoryFreeMiB: 15000},
-	}}
-	st := scheduler.Status{CPUSlots: 2, GPUs: []scheduler.GPUStatus{
-		{UUID: "GPU-a", ReservedMiB: 10000, Replicas: []string{"p-1"}},
-		{UUID: "GPU-b", Replicas: []string{}},
-	}}
-	full := st
-	full.CPUSlotsUsed = 2
-	project := func(gpus, mem int) store.Project {
-		return store.Project{ID: "p", Model: store.ModelSpec{GPUs: gpus, GPUMemoryMiB: mem}}
-	}
-	for _, tc := range []struct {
-		name string
-		st   scheduler.Status
-		p    store.Project
-		want bool
-	}{
-		{"CPU project, a slot free", st, project(0, 0), true},
-		{"CPU project, every slot used", full, project(0, 0), false},
-		{"one whole GPU, one held by no replica", st, project(1, 0), true},
-		{"two whole GPUs, one held", st, project(2, 0), false},
-		{"memory that fits beside another replica", st, project(0, 6000), true},
-		{"memory on two GPUs, one too full", st, project(2, 8000), false},
-		{"memory on two GPUs, both with room", st, project(2, 5000), true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := fitsNow(tc.st, capa, tc.p); got != tc.want {
-				t.Errorf("fitsNow = %v, want %v", got, tc.want)
-			}
-		})
 	}
 }
 

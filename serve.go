@@ -16,12 +16,13 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"inferd/batches"
 	"inferd/cli"
 	"inferd/config"
 	"inferd/gpu"
 	"inferd/history"
 	"inferd/httpapi"
-	"inferd/openai/batches"
+	"inferd/httpapi/metrics"
 	"inferd/scheduler"
 	"inferd/scheduler/backend/local"
 	"inferd/store"
@@ -66,7 +67,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	defer os.Remove(cfg.SocketPath())
 
 	// One metrics set, owned by this server: no package globals.
-	metrics := httpapi.NewMetrics(vm.NewSet())
+	meters := metrics.New(vm.NewSet())
 	// The status page's charts: the last 15 minutes, kept in memory. It hears
 	// of finished calls from the scheduler and reads the scheduler's queues,
 	// which exists only after it: hist.Run, the only reader, starts later.
@@ -79,7 +80,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	streams := httpapi.NewStreams()
 	schedCfg := schedulerConfig(cfg)
 	schedCfg.Finals = st.finals() // cluster mode: long polls on calls run by other nodes
-	schedCfg.Observer = observers{Metrics: metrics, hist: hist, streams: streams}
+	schedCfg.Observer = observers{Metrics: meters, hist: hist, streams: streams}
 	schedCfg.Outputs = streams
 	// In cluster mode, this node's membership (cluster.go); nil on a box.
 	cm, err := newClusterMode(cfg, st, func() schedulerHooks { return sched }, replicas.Capacity, log)
@@ -107,8 +108,12 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		Senders: cfg.Webhook.Senders, SendersPerTeam: cfg.Webhook.SendersPerTeam, MaxPendingPerTeam: cfg.Webhook.MaxPendingPerTeam,
 		Policy: hookPolicy, Body: httpapi.WebhookBody("inferd/" + version),
 	}, st, log)
-	metrics.SetSources(httpapi.MetricsSources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st, Conns: conns.Stats,
-		Webhooks: hooks.TeamStats, Cluster: clusterView})
+	sources := metrics.Sources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st, Conns: conns.Stats,
+		Webhooks: hooks.TeamStats, Cluster: clusterView}
+	if st.etcd != nil {
+		sources.EtcdOps = st.etcd.OpStats
+	}
+	meters.SetSources(sources)
 
 	// The OpenAI Batch API: files and batches in the data dir, each line a
 	// call (openai/batches).
@@ -129,10 +134,11 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			MaxBodyBytes: cfg.MaxBodyBytes,
 			APIVersion:   "inferd/" + version,
 			Log:          log,
-			Metrics:      metrics,
+			Metrics:      meters,
 			Status: &httpapi.StatusSources{
 				Snapshot: sched.Snapshot, GPUs: gpus.Devices, Calls: st, Logs: replicas,
 				History: hist, Webhooks: hooks.Stats, Protections: replicas.Protections,
+				Images: replicas.ImageUsage,
 			},
 			Limits: httpapi.Limits{
 				RequestsPerSecond: cfg.Limits.RequestsPerSecond,
@@ -185,7 +191,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(sched.CapacityWarnings),
 			httpapi.WithTeamUse(func() []scheduler.TeamStatus { return sched.Snapshot().Teams }),
 			httpapi.WithModelCheck(replicas.Checker().Problems),
-			httpapi.WithCancel(adminCancel(sched.Cancel, routing))),
+			httpapi.WithCancel(adminCancel(sched.Cancel, routing)), adminCalls(sched, streams, routing)),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return adminCtx },
 	}
@@ -339,7 +345,7 @@ func withRestoreHint(err error) error {
 // event streams of each scheduler event (the last two need only finished
 // calls).
 type observers struct {
-	*httpapi.Metrics
+	*metrics.Metrics
 	hist    *history.Recorder
 	streams *httpapi.Streams
 }

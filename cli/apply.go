@@ -21,9 +21,18 @@ examples/projects.yaml); projects it does not list are left alone. A teams:
 entry sets that team's whole quota (an absent field is unlimited). It refuses
 the manifest when a team's projects' minReplicas go beyond its quota, or a
 project beyond its caps. It prints each team's quota, one line per project
-(created, updated, unchanged) and a warning for what the box cannot run as
-asked (such as minimums that need more GPUs than it has). A relative dir in
-the manifest is relative to the manifest's own directory.
+(created, updated with what changed and what that does, unchanged) and a
+warning for what the box cannot run as asked (such as minimums that need more
+GPUs than it has). A relative dir in the manifest is relative to the
+manifest's own directory, as is an image:
+path, which apply imports into this node's images first (inferd image
+import) and stores as the image's ID.
+
+A project's code is its dir: apply hashes its files (up to 10000 files; past
+64 MiB of content a file counts by size and modification time; .git and
+__pycache__ are left out), and a changed hash replaces its replicas one by
+one, each new one ready before an old one stops, as a changed command or env
+does. A revision: in the manifest names the version instead of the hash.
 
 A project applied before keeps what was set through the project API (PUT
 /v1/projects: an idleTimeout, a maxReplicas) wherever the manifest has not
@@ -58,11 +67,16 @@ func (c *applyCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", *path, err)
 	}
+	if err := importImages(ctx, c.env, m.Projects); err != nil {
+		return fmt.Errorf("%s: %w: nothing was applied", *path, err)
+	}
+	stamped := manifest.StampRevisions(m.Projects)
 	var out struct {
 		Changes []struct {
 			Project string `json:"project"`
 			Team    string `json:"team"`
 			Change  string `json:"change"`
+			Detail  string `json:"detail"`
 		} `json:"changes"`
 		Warnings []string `json:"warnings"`
 	}
@@ -80,9 +94,13 @@ func (c *applyCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.env.stdout, "team %s: quota %s\n", t.ID, t.Quota)
 	}
 	for _, ch := range out.Changes {
-		fmt.Fprintf(c.env.stdout, "project %s (team %s): %s\n", ch.Project, ch.Team, ch.Change)
+		line := fmt.Sprintf("project %s (team %s): %s", ch.Project, ch.Team, ch.Change)
+		if ch.Detail != "" {
+			line += ": " + ch.Detail
+		}
+		fmt.Fprintln(c.env.stdout, line)
 	}
-	for _, w := range out.Warnings {
+	for _, w := range append(stamped, out.Warnings...) {
 		fmt.Fprintf(c.env.stdout, "warning: %s\n", w)
 	}
 	return nil

@@ -28,5 +28,8 @@ func BackendConfig(cfg config.Config, gpus local.Inventory) local.Config {
 		GPUs:                  gpus,
 		DevDir:                cfg.GPU.DevDir,
 		PassEnv:               r.PassEnv,
+		ImageDir:              cfg.ImageDir(),
+		PythonDir:             cfg.PythonDir(),
+		PythonIndex:           cfg.Python.Index,
 	}
 }

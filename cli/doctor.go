@@ -88,6 +88,7 @@ func (c *doctorCommand) Run(ctx context.Context, args []string) error {
 	doctorDataDir(r, cfg)
 	doctorDataFile(r, cfg, running)
 	doctorDisk(r, cfg)
+	doctorImages(r, cfg)
 	doctorGPU(r, cfg)
 	if b, ok := doctorSandbox(r, cfg); ok {
 		doctorExample(r, b)
@@ -314,6 +315,7 @@ func exampleModel() (m store.ModelSpec, where string, ok bool, err error) {
 func doctorSandbox(r *doctorReport, cfg config.Config) (*local.Backend, bool) {
 	bc := BackendConfig(cfg, nil)
 	bc.LogDir, bc.RunDir, bc.ReadOnlyUIDs = "", "", true
+	bc.ImageDir, bc.PythonDir = "", "" // doctor reads the images itself; its backend imports and builds nothing
 	bc.StopGrace = time.Second
 	b, err := local.New(bc, zerolog.Nop())
 	if err != nil {

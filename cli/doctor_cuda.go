@@ -42,8 +42,13 @@ type cudaAnswer struct {
 	Available bool    `json:"available"`
 }
 
-// needsCUDA says whether a project's replicas get a GPU.
-func needsCUDA(m store.ModelSpec) bool { return m.GPUDemand().GPUs > 0 }
+// needsCUDA says whether a project's replicas get a GPU and run a Python
+// of the host's, which doctor can ask about CUDA: not a model in an image
+// (its Python is the image's) nor one in a Python environment (built only
+// at its first boot).
+func needsCUDA(m store.ModelSpec) bool {
+	return m.GPUDemand().GPUs > 0 && m.Image == "" && !m.Python.On()
+}
 
 // modelPython is the interpreter that runs m: its command's program when
 // that is a Python, else the value of an env variable named PYTHON or

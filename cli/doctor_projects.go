@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"inferd/config"
+	"inferd/image"
 	"inferd/store"
 	"inferd/store/bolt"
 )
@@ -31,8 +33,10 @@ func doctorProjects(ctx context.Context, r *doctorReport, cfg config.Config, run
 	}
 	mc := newMachineCheck(cfg)
 	defer mc.close()
+	images := image.Peek(cfg.ImageDir())
 	for _, p := range projects {
 		doctorProject(r, mc, p)
+		doctorProjectImage(r, images, p)
 		if needsCUDA(p.Model) {
 			status, text := mc.CUDA(ctx, p)
 			r.line(status, "cuda", "%s: %s", p.ID, text)
@@ -60,6 +64,44 @@ func doctorProject(r *doctorReport, mc *machineCheck, p store.Project) {
 			status = "fail"
 		}
 		r.line(status, "project", "%s: %s", p.ID, f.Text)
+	}
+}
+
+// doctorProjectImage fails a project whose image this node does not hold:
+// its replicas could not start here.
+func doctorProjectImage(r *doctorReport, images *image.Store, p store.Project) {
+	ref := p.Model.Image
+	if ref == "" {
+		return
+	}
+	if !strings.HasPrefix(ref, "sha256:") {
+		if _, err := os.Stat(ref); err != nil {
+			r.line("fail", "image", "%s: its image file %s cannot be read (%v): fix image in the manifest", p.ID, ref, err)
+		}
+		return // imported by its first replica
+	}
+	im, err := images.Get(ref)
+	switch {
+	case errors.Is(err, image.ErrNotFound):
+		r.line("fail", "image", "%s: image %s is not imported on this node: inferd image import FILE here (docs/images.md)", p.ID, image.Short(ref))
+	case err != nil:
+		r.line("warn", "image", "%s: %v", p.ID, err)
+	default:
+		r.line("ok", "image", "%s: image %s (%d layers, %s unpacked)", p.ID, im.Short(), len(im.Layers), humanBytes(uint64(im.RootBytes)))
+	}
+}
+
+// doctorImages says what this node's images take on disk.
+func doctorImages(r *doctorReport, cfg config.Config) {
+	u, err := image.Peek(cfg.ImageDir()).Usage()
+	switch {
+	case err != nil:
+		r.line("warn", "images", "cannot read %s: %v", cfg.ImageDir(), err)
+	case u.Images == 0:
+		r.line("ok", "images", "none imported (docs/images.md)")
+	default:
+		r.line("ok", "images", "%d images in %s: %s of layers, %s unpacked (inferd image list; inferd image gc frees what no image uses)",
+			u.Images, cfg.ImageDir(), humanBytes(uint64(u.BlobBytes)), humanBytes(uint64(u.RootBytes)))
 	}
 }
 

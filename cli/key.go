@@ -30,8 +30,9 @@ key create makes an API key and prints its secret on the last line; the
 secret is shown only this once (inferd keeps a hash).
   --team T   the team that owns the key, created if missing; a team key sees
              that team's projects, calls and logs
-  --admin    an admin key: every team's projects, calls and logs; its team is
-             "admin" unless --team names another
+  --admin    an admin key: every team's projects, calls and logs (it is
+             kept under a team called admin unless --team names another,
+             which team list does not show while it holds only admin keys)
   --scope S  what a team key may do, comma-separated (default all three):
              infer (start and check calls), read (GET projects, status),
              manage (PUT projects)
@@ -117,7 +118,11 @@ func (c *keyCommand) create(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.env.stdout, "Created %s key %s for team %s. Keep the secret below: it is shown only once.\n", out.Key.scopeText(), out.Key.ID, out.Key.TeamID)
+	if out.Key.Scope == store.ScopeAdmin {
+		fmt.Fprintf(c.env.stdout, "Created admin key %s: it reaches every team's projects, calls and logs. Keep the secret below: it is shown only once.\n", out.Key.ID)
+	} else {
+		fmt.Fprintf(c.env.stdout, "Created %s key %s for team %s. Keep the secret below: it is shown only once.\n", out.Key.scopeText(), out.Key.ID, out.Key.TeamID)
+	}
 	fmt.Fprintln(c.env.stdout, out.Secret)
 	return nil
 }

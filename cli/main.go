@@ -35,6 +35,8 @@ Usage:
   inferd [global flags] apply -f MANIFEST.yaml      create or update teams and projects
   inferd [global flags] project list
   inferd [global flags] project delete ID
+  inferd [global flags] image import FILE|list|rm ID|gc
+                                                    the OCI images projects run in (docs/images.md)
   inferd [global flags] backup [--force] FILE       consistent snapshot of the data file (also while serving)
   inferd [global flags] restore FILE                replace the data file with a backup (daemon stopped)
   inferd [global flags] call cancel CALLID          cancel a queued or running call
@@ -75,6 +77,7 @@ type Build struct {
 // Main runs one command line. Package main fills it in with the process's
 // streams and the daemon's wiring; tests fill it with buffers and fakes.
 type Main struct {
+	Stdin          io.Reader // inferd call PROJECT - reads its inputs here; nil = none
 	Stdout, Stderr io.Writer
 	Environ        []string // NAME=value, as os.Environ returns them
 	Build          Build
@@ -93,6 +96,7 @@ type command interface {
 // env is what every command shares: the process's streams and environment
 // and the global flags.
 type env struct {
+	stdin          io.Reader
 	stdout, stderr io.Writer
 	environ        []string
 	configPath     string            // --config, else $INFERD_CONFIG; "" for none
@@ -161,6 +165,8 @@ func (m *Main) command(name string, e *env) command {
 		return &projectCommand{env: e}
 	case "backup":
 		return &backupCommand{env: e}
+	case "image":
+		return &imageCommand{env: e}
 	case "restore":
 		return &restoreCommand{env: e}
 	case "logs":
@@ -208,7 +214,7 @@ func (m *Main) parseGlobals(args []string) (*env, []string, error) {
 	fs := flag.NewFlagSet("inferd", flag.ContinueOnError)
 	fs.SetOutput(m.Stderr)
 	fs.Usage = func() {} // printed below, to stdout for -h and stderr for a mistake
-	e := &env{stdout: m.Stdout, stderr: m.Stderr, environ: m.Environ, overrides: map[string]string{}}
+	e := &env{stdin: m.Stdin, stdout: m.Stdout, stderr: m.Stderr, environ: m.Environ, overrides: map[string]string{}}
 	fs.StringVar(&e.configPath, "config", "", "YAML config file")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	// Flags that override config keys; only those the user set are applied,

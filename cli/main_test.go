@@ -179,8 +179,8 @@ func TestCommandsWithoutArgumentsRefuseStrayWords(t *testing.T) {
 
 func TestKeyCreateAdminNeedsNoTeam(t *testing.T) {
 	r, dataDir := runInProcess(t, "key", "create", "--admin")
-	if r.code != 0 || !strings.Contains(r.stdout, "Created admin key") || !strings.Contains(r.stdout, "for team admin.") {
-		t.Fatalf("key create --admin: exit %d, stdout %q, stderr %q; want an admin key for team admin", r.code, r.stdout, r.stderr)
+	if r.code != 0 || !strings.Contains(r.stdout, "Created admin key") || !strings.Contains(r.stdout, "reaches every team") {
+		t.Fatalf("key create --admin: exit %d, stdout %q, stderr %q; want an admin key that reaches every team", r.code, r.stdout, r.stderr)
 	}
 	secret := strings.TrimSpace(r.stdout[strings.LastIndexByte(strings.TrimSpace(r.stdout), '\n')+1:])
 	if !strings.HasPrefix(secret, "ik_") {
@@ -192,7 +192,7 @@ func TestKeyCreateAdminNeedsNoTeam(t *testing.T) {
 	}
 
 	r, _ = runInProcess(t, "key", "create", "--admin", "--team", "ops")
-	if r.code != 0 || !strings.Contains(r.stdout, "Created admin key") || !strings.Contains(r.stdout, "for team ops.") {
+	if r.code != 0 || !strings.Contains(r.stdout, "Created admin key") || !strings.Contains(r.stdout, "reaches every team") {
 		t.Errorf("key create --admin --team ops: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 	r, _ = runInProcess(t, "key", "create")
@@ -212,7 +212,8 @@ func TestAdminCommandsWithoutConfigOrDataDirStop(t *testing.T) {
 	}
 	commands := [][]string{
 		{"key", "create", "--team", "demo"}, {"key", "create", "--admin"}, {"key", "list"}, {"key", "revoke", "k1"},
-		{"apply", "-f", manifest}, {"project", "list"}, {"project", "delete", "echo"},
+		{"apply", "-f", manifest}, {"project", "list"}, {"project", "delete", "echo"}, {"project", "restart", "echo"},
+		{"call", "echo", "{}"},
 		{"backup", filepath.Join(dir, "b.db")}, {"restore", manifest}, {"logs", "echo"},
 	}
 	abs := filepath.Join(dir, "data")

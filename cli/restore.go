@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"inferd/image"
 	"inferd/internal/durable"
 	"inferd/store/bolt"
 )
@@ -23,11 +24,12 @@ func (c *restoreCommand) Usage() string {
 Replaces the data file with the backup FILE. Stop the daemon first: restore
 refuses while one serves or holds the data file. FILE must open as an inferd
 data file; the current data file is moved aside (inferd.db.before-restore-TIME),
-never deleted.
+never deleted. The images backed up beside it (FILE.images) are imported
+into this node's images, each checked as inferd image import checks it.
 `
 }
 
-func (c *restoreCommand) Run(_ context.Context, args []string) error {
+func (c *restoreCommand) Run(ctx context.Context, args []string) error {
 	pos, err := parseSub(subFlags("restore"), args)
 	if err != nil {
 		return err
@@ -106,7 +108,29 @@ func (c *restoreCommand) Run(_ context.Context, args []string) error {
 		fmt.Fprintf(c.env.stdout, "moved the current data file to %s\n", aside)
 	}
 	fmt.Fprintf(c.env.stdout, "restored %s to %s (%d bytes, %d teams, %d projects)\n", src, cur, n, sum.teams, sum.projects)
+	if err := c.restoreImages(ctx, src, cfg.ImageDir()); err != nil {
+		return err
+	}
 	fmt.Fprintln(c.env.stdout, "start the daemon to serve the restored data")
+	return nil
+}
+
+// restoreImages imports the images backed up beside the backup src, if
+// any, into the store in dir.
+func (c *restoreCommand) restoreImages(ctx context.Context, src, dir string) error {
+	from := imagesBackup(src)
+	if fi, err := os.Stat(from); err != nil || !fi.IsDir() {
+		return nil
+	}
+	s, err := image.Open(dir)
+	if err != nil {
+		return err
+	}
+	got, err := s.ImportAll(ctx, from)
+	if err != nil {
+		return fmt.Errorf("restore: the data file is restored, its images are not: %w", err)
+	}
+	fmt.Fprintf(c.env.stdout, "imported %d images from %s\n", len(got), from)
 	return nil
 }
 

@@ -87,3 +87,22 @@ func TestTeamWebhookSecretIsStableUntilRotated(t *testing.T) {
 		t.Errorf("no team: exit %d, want 2", r.code)
 	}
 }
+
+// key create --admin keeps its key under a team called admin, which is no
+// tenant: team list leaves it out while it holds only admin keys, and shows
+// a team that has an admin key beside its own.
+func TestTeamListLeavesOutTheTeamThatOnlyHoldsAdminKeys(t *testing.T) {
+	r, dataDir := runInProcess(t, "key", "create", "--admin")
+	if r.code != 0 || !strings.Contains(r.stdout, "Created admin key") || !strings.Contains(r.stdout, "reaches every team") || strings.Contains(r.stdout, "for team admin") {
+		t.Fatalf("key create --admin: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	for _, args := range [][]string{{"key", "create", "--team", "acme"}, {"key", "create", "--team", "acme", "--admin"}} {
+		if r := runCLI(t, nil, append([]string{"--data-dir", dataDir}, args...)...); r.code != 0 {
+			t.Fatalf("inferd %v: exit %d, stderr %q", args, r.code, r.stderr)
+		}
+	}
+	list := runCLI(t, nil, "--data-dir", dataDir, "team", "list")
+	if list.code != 0 || strings.Contains(list.stdout, "admin") || !strings.Contains(list.stdout, "acme") {
+		t.Errorf("team list: exit %d, stdout %q; want acme and no admin", list.code, list.stdout)
+	}
+}

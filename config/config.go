@@ -25,7 +25,7 @@ import (
 	"github.com/knadh/koanf/v2"
 
 	"inferd/gpu"
-	"inferd/httpapi"
+	"inferd/pipeline"
 	"inferd/scheduler"
 	"inferd/scheduler/backend/local"
 	"inferd/webhook"
@@ -52,6 +52,7 @@ type Config struct {
 	Webhook                  Webhook       `koanf:"webhook"`
 	OpenAI                   OpenAI        `koanf:"openai"`
 	Usage                    Usage         `koanf:"usage"`
+	Python                   Python        `koanf:"python"`
 	// Cluster is set by a cluster: section (file only); nil is the
 	// single-box appliance (see cluster.go).
 	Cluster *Cluster `koanf:"cluster"`
@@ -86,6 +87,18 @@ type OpenAI struct {
 	MaxFileBytes     int64 `koanf:"maxFileBytes"`
 	MaxTeamFileBytes int64 `koanf:"maxTeamFileBytes"`
 }
+
+// Python holds the settings of projects' Python environments
+// (docs/python.md).
+type Python struct {
+	// Index is the package index an environment without a wheelhouse is
+	// installed from (pip's --index-url); "" = pip's default or its own
+	// configuration (/etc/pip.conf).
+	Index string `koanf:"index"`
+}
+
+// PythonDir holds the projects' Python environments.
+func (c Config) PythonDir() string { return filepath.Join(c.DataDir, "python") }
 
 // Usage holds the settings of the usage ledger (docs/operations.md "Usage").
 type Usage struct {
@@ -167,9 +180,9 @@ func defaults() map[string]any {
 		"dataDir":                       "./data",
 		"log.level":                     "info",
 		"log.format":                    "auto",
-		"startWait":                     httpapi.DefaultStartWait.String(),
-		"longPollWait":                  httpapi.DefaultLongPollWait.String(),
-		"maxBodyBytes":                  httpapi.DefaultMaxBodyBytes,
+		"startWait":                     pipeline.DefaultStartWait.String(),
+		"longPollWait":                  pipeline.DefaultLongPollWait.String(),
+		"maxBodyBytes":                  pipeline.DefaultMaxBodyBytes,
 		"maxQueuedPerProject":           scheduler.DefaultMaxQueuedPerProject,
 		"maxQueuedBytesPerProject":      scheduler.DefaultMaxQueuedBytes,
 		"cpuSlots":                      0,
@@ -212,11 +225,12 @@ func defaults() map[string]any {
 		"webhook.sendersPerTeam":        webhook.DefaultSendersPerTeam,
 		"webhook.maxPendingPerTeam":     webhook.DefaultMaxPendingPerTeam,
 		"webhook.allow":                 []any{},
-		"openai.queueWait":              "5m",
+		"openai.queueWait":              pipeline.DefaultOpenAIQueueWait.String(),
 		"openai.maxFileBytes":           100 << 20,
 		"openai.maxTeamFileBytes":       1 << 30,
 		"usage.retention":               "2160h",
 		"usage.flushInterval":           "1m",
+		"python.index":                  "",
 	}
 }
 
@@ -580,6 +594,10 @@ func (c Config) SocketPath() string { return filepath.Join(c.DataDir, "inferd.so
 
 // LogDir holds the replica logs.
 func (c Config) LogDir() string { return filepath.Join(c.DataDir, "logs") }
+
+// ImageDir holds the images projects run in (package image;
+// docs/images.md).
+func (c Config) ImageDir() string { return filepath.Join(c.DataDir, "images") }
 
 // RunDir holds the replica pid files used to clean up after a crash.
 func (c Config) RunDir() string { return filepath.Join(c.DataDir, "run") }

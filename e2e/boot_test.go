@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -11,9 +13,10 @@ import (
 )
 
 // TestBootFailuresSayWhyAndFailFast runs one broken model of each kind and
-// checks that the call's error says what to fix, and that it comes far sooner
-// than three boot timeouts: a model on the wrong port or with a missing
-// health path is found out within seconds, a crash loop after its retries,
+// checks that the call's error says what to fix, with the model's last line,
+// and that it comes far sooner than three boot timeouts: a model on the wrong
+// port, with a missing health path or with no GET at all (501) is found out
+// within seconds, a crash loop after its retries,
 // and a model that never gets ready after one bootTimeout. A call started
 // while the project backs off fails at once with the same reason, and calls
 // that wait between boots say which attempt runs and why the last failed.
@@ -31,7 +34,23 @@ func TestBootFailuresSayWhyAndFailFast(t *testing.T) {
 	d := startDaemon(t, dir, cfg)
 	key := d.createKey("acme", false)
 	wrongPort := freePort(t)
+	// A model with no GET at all: Python's http.server answers 501, and
+	// logs the request (the model's last line).
+	noGet := t.TempDir()
+	if err := os.Chmod(noGet, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(noGet, "server.py"), []byte(`import os
+from http.server import BaseHTTPRequestHandler, HTTPServer
+class H(BaseHTTPRequestHandler):
+    def do_POST(self): pass
+print("serving POST only", flush=True)
+HTTPServer(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	d.apply("projects:\n" +
+		fmt.Sprintf("  - {id: noget, team: acme, modelKey: mk-noget, command: [python3, server.py], dir: %s, bootTimeout: 600}\n", noGet) +
 		echoProject("wrongport", "acme", "mk-wrongport", echo, mark, fmt.Sprintf(`, LISTEN_PORT: "%d"`, wrongPort)) +
 		"    bootTimeout: 600\n" +
 		echoProject("nohealth", "acme", "mk-nohealth", echo, mark, "") + "    healthPath: /ready\n    bootTimeout: 600\n" +
@@ -45,8 +64,9 @@ func TestBootFailuresSayWhyAndFailFast(t *testing.T) {
 		within         time.Duration
 	}{
 		{"wrong port", "mk-wrongport", regexp.MustCompile(`^error: model failed to start: no answer on 127\.0\.0\.1:\d+ \(the model must listen on \$PORT\); it listens on ` +
-			fmt.Sprint(wrongPort) + `$`), 10 * time.Second},
-		{"health path answers 404", "mk-nohealth", regexp.MustCompile(`^error: model failed to start: GET /ready answered 404 \(set healthPath\)$`), 10 * time.Second},
+			fmt.Sprint(wrongPort) + `; last output: echo model listening on 127\.0\.0\.1:\d+$`), 10 * time.Second},
+		{"health path answers 404", "mk-nohealth", regexp.MustCompile(`^error: model failed to start: GET /ready answered 404 \(set healthPath\); last output: echo model listening on 127\.0\.0\.1:\d+$`), 10 * time.Second},
+		{"no GET route at all (501)", "mk-noget", regexp.MustCompile(`^error: model failed to start: GET /healthz answered 501 \(set healthPath\); last output: .*"GET /healthz HTTP/1\.1" 501`), 10 * time.Second},
 		// Three boots with backoffs of 4 s and 8 s between them. (The
 		// backoff is long enough that the call made after each failure
 		// below lands within it on a loaded box.)

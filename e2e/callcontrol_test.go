@@ -89,7 +89,7 @@ func TestCancelEndToEnd(t *testing.T) {
 	if r := c.check(queued, false); r["message"] != "queued" || r["queuePosition"] != float64(0) {
 		t.Fatalf("queued call: %v; want queued at position 0", r)
 	}
-	if r := c.cancel(queued); r["message"] != "success" || r["callID"] != queued {
+	if r := c.cancel(queued); r["message"] != "cancelled" || r["callID"] != queued || r["modelOutputs"] != nil {
 		t.Fatalf("cancel of the queued call: %v", r)
 	}
 	if r := c.check(queued, false); r["message"] != "error: cancelled by request" || r["finished"] != true {
@@ -97,7 +97,7 @@ func TestCancelEndToEnd(t *testing.T) {
 	}
 
 	began := time.Now()
-	if r := c.cancel(running); r["message"] != "success" {
+	if r := c.cancel(running); r["message"] != "cancelled" {
 		t.Fatalf("cancel of the running call: %v", r)
 	}
 	if took := time.Since(began); took > testenv.Scale(5*time.Second) {

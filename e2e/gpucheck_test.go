@@ -37,6 +37,8 @@ func TestGPUCheckScriptDryRun(t *testing.T) {
 		"| 2 | examples/digits on CUDA through /start/v4 | **SKIPPED** |",
 		"| 4 | Energy: the GPU's total-energy counter per call | **SKIPPED** |",
 		"| 5 | Parking: checkpoint an idle GPU replica, restore it on a call | **PASS** |",
+		"| 6 | A GPU model in an image: its device nodes and the driver's libraries | **PASS** |",
+		"PASS: apply imported the image archive",
 		"PASS: the next call restored the same process",
 		"PASS: another project's whole-GPU replica ran on that GPU while parked",
 	} {
@@ -51,7 +53,7 @@ func TestGPUCheckScriptDryRun(t *testing.T) {
 		Items map[string]struct{ Status string } `json:"items"`
 	}
 	raw, err := os.ReadFile(filepath.Join(out, "gpu-check.json"))
-	if err != nil || json.Unmarshal(raw, &result) != nil || len(result.Items) != 5 {
+	if err != nil || json.Unmarshal(raw, &result) != nil || len(result.Items) != 6 {
 		t.Errorf("gpu-check.json: %v, %s", err, raw)
 	}
 	if _, err := os.Stat(filepath.Join(out, "inferd.log")); err != nil {

@@ -118,6 +118,7 @@ var everyEndpoint = []endpoint{
 	{"openai completions", "POST /v1/completions", openaiAPI("POST", "/v1/completions", `{"model":"PROJECT","prompt":"x"}`)},
 	{"openai embeddings", "POST /v1/embeddings", openaiAPI("POST", "/v1/embeddings", `{"model":"PROJECT","input":"x"}`)},
 	{"openai call response", "GET /v1/calls/:callID/response", openaiAPI("GET", "/v1/calls/CALLID/response", "")},
+	{"openai model", "GET /v1/models/*model", openaiAPI("GET", "/v1/models/PROJECT", "")},
 	{"openai file", "GET /v1/files/:id", openaiAPI("GET", "/v1/files/FILEID", "")},
 	{"openai file content", "GET /v1/files/:id/content", openaiAPI("GET", "/v1/files/FILEID/content", "")},
 	{"openai file delete", "DELETE /v1/files/:id", openaiAPI("DELETE", "/v1/files/FILEID", "")},
@@ -137,7 +138,8 @@ var statusLists = []string{"/v1/status", "/v1/status/gpus", "/v1/status/projects
 // cannot be left out of the isolation and revocation tests.
 func TestEveryEndpointListsEveryKeyedRoute(t *testing.T) {
 	t.Parallel()
-	covered := map[string]bool{"GET /v1/projects": true, "GET /v1/models": true, "POST /v1/files": true}
+	covered := map[string]bool{"GET /v1/projects": true, "GET /v1/models": true, "POST /v1/files": true,
+		"GET /v1/files": true, "GET /v1/batches": true} // the lists: see "openai lists"
 	for _, ep := range everyEndpoint {
 		covered[ep.route] = true
 	}
@@ -241,6 +243,20 @@ func TestTeamsAreIsolatedOnEveryEndpoint(t *testing.T) {
 		status, raw = doRaw(t, "GET", d.base+"/v1/models", map[string]string{"Authorization": "Bearer " + limitedB}, "")
 		if status != http.StatusOK || strings.Contains(string(raw), `"proj-b"`) || !strings.Contains(string(raw), `"proj-b2"`) {
 			t.Fatalf("a key limited to proj-b2 lists models %d %s, want proj-b2 alone", status, raw)
+		}
+	})
+	t.Run("openai lists", func(t *testing.T) {
+		for _, who := range []struct{ name, key string }{{"team A", keyA}, {"team B limited to proj-b2", limitedB}} {
+			for _, path := range []string{"/v1/files", "/v1/batches"} {
+				status, raw := doRaw(t, "GET", d.base+path, map[string]string{"Authorization": "Bearer " + who.key}, "")
+				if status != http.StatusOK || strings.Contains(string(raw), ofB.fileID) || strings.Contains(string(raw), ofB.batchID) {
+					t.Fatalf("%s lists %s: %d %s, want none of proj-b's", who.name, path, status, raw)
+				}
+			}
+		}
+		status, raw := doRaw(t, "GET", d.base+"/v1/batches", map[string]string{"Authorization": "Bearer " + keyB}, "")
+		if status != http.StatusOK || !strings.Contains(string(raw), ofB.batchID) {
+			t.Fatalf("team B lists its batches: %d %s", status, raw)
 		}
 	})
 	t.Run("status lists", func(t *testing.T) {

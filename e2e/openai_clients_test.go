@@ -43,12 +43,17 @@ var openaiClients = []string{"openai4", "openai", "ai-sdk-openai", "ai-sdk-compa
 // the OpenAI door against examples/openai-mock, which answers as vLLM's
 // server does: chat plain and streamed with and without include_usage,
 // completions, tool calls plain and streamed, n=2, logprobs, embeddings
-// (base64 where the client asks for it), vLLM's 400 error, and a stream
-// whose body ends 200 ms after its [DONE] followed at once by another
-// call. Each case must do what its user needs, and the model must run each
-// request exactly once (the mock logs "run ID" for each: a client that
-// sent a request again after a 502 would run it twice). One inferd, one
-// replica, one node process per client, the clients one after another.
+// (base64 where the client asks for it), vLLM's 400 error, a stream whose
+// body ends 200 ms after its [DONE] followed at once by another call, a
+// call and a stream cancelled through /cancel/v4 (neither sent again), a
+// 429 with Retry-After: 1 (sent again after it), a 503 with
+// Retry-After: 7 (which the client sees), a model that drops the
+// connection (a 502 with no address or Go error in it), and GET
+// /v1/models/ID, /v1/files and /v1/batches (the openai client). Each case must do what its user
+// needs, and the model must run each request exactly once (the mock logs
+// "run ID" for each: a client that sent a request again after a 502 or a
+// cancel would run it twice). One inferd, one replica, one node process per
+// client, the clients one after another.
 func TestOpenAIClients(t *testing.T) {
 	t.Parallel()
 	node, skip := clientTestTools(t)

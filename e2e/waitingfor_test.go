@@ -70,7 +70,7 @@ func TestChecksSayWhyACallWaits(t *testing.T) {
 	busy := waits.start("mk-pair", sleepInputs(3*time.Second), true)["callID"].(string)
 	waits.waitState(busy, "running")
 	next := waits.start("mk-pair", `{}`, true)["callID"].(string)
-	expect(waits, next, "queued", "replicasBusy", "all 1 replicas busy", "another booting")
+	expect(waits, next, "queued", "replicasBusy", "its replica busy", "another booting")
 
 	// Team capped runs one call at a time, though its two replicas could
 	// run two.

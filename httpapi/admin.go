@@ -32,6 +32,7 @@ type AdminStore interface {
 	ListProjects(teamID string) ([]store.Project, error)
 	GetProject(id string) (store.Project, error)
 	DeleteProject(id string) error
+	UpdateProject(id string, fn func(*store.Project) error) (store.Project, error)
 	WebhookSecret(teamID string, rotate bool) (string, error)
 	UsageReader // GET /admin/usage (usage.go)
 }
@@ -50,6 +51,8 @@ type admin struct {
 	replicaLogs backend.Logs                  // nil = none (see AdminLogs)
 	teamUse     func() []scheduler.TeamStatus // nil = no daemon: use unknown (see WithTeamUse)
 	cancel      CallCanceller                 // nil = none (see WithCancel)
+	run         CallRunner                    // nil = no calls (see WithCalls)
+	streams     *Streams                      // the daemon's output streams, for run; nil = none
 }
 
 // AdminOption adjusts the admin API.
@@ -91,6 +94,8 @@ func NewAdmin(st AdminStore, log zerolog.Logger, opts ...AdminOption) http.Handl
 	r.POST("/admin/apply", a.apply)
 	r.GET("/admin/projects", a.listProjects)
 	r.DELETE("/admin/projects/:id", a.deleteProject)
+	r.POST("/admin/projects/:id/restart", a.restartProject)
+	r.POST("/admin/projects/:id/call", a.runCall)
 	r.GET("/admin/teams", a.listTeams)
 	r.PUT("/admin/teams/:id", a.setTeam)
 	r.POST("/admin/teams/:id/webhook-secret", a.webhookSecret)
@@ -240,6 +245,9 @@ type applyChange struct {
 	Project string `json:"project"`
 	Team    string `json:"team"`
 	Change  string `json:"change"` // created, updated or unchanged
+	// Detail says, for an update, what changed and what the daemon does
+	// about it (describeUpdate).
+	Detail string `json:"detail,omitempty"`
 }
 
 type applyResponse struct {
@@ -279,7 +287,8 @@ func (a *admin) apply(w http.ResponseWriter, r *http.Request, _ httprouter.Param
 			return
 		}
 	}
-	if err := a.reapply(req.Projects); err != nil {
+	before, err := a.reapply(req.Projects)
+	if err != nil {
 		writeError(w, r, a.log, err)
 		return
 	}
@@ -303,6 +312,9 @@ func (a *admin) apply(w http.ResponseWriter, r *http.Request, _ httprouter.Param
 	out := applyResponse{Changes: make([]applyChange, len(req.Projects))}
 	for i, p := range req.Projects {
 		out.Changes[i] = applyChange{Project: p.ID, Team: p.TeamID, Change: string(changes[i])}
+		if changes[i] == store.ChangeUpdated {
+			out.Changes[i].Detail = describeUpdate(before[p.ID], p)
+		}
 	}
 	out.Warnings = append(warnings, a.capacityWarnings()...)
 	writeJSON(w, http.StatusOK, out)
@@ -313,28 +325,62 @@ func (a *admin) apply(w http.ResponseWriter, r *http.Request, _ httprouter.Param
 // did not change since its last apply keeps the value the project API set.
 // The checks that follow see the projects as they will be stored; the store
 // merges again as it writes, so a project API write in between is kept too.
-func (a *admin) reapply(ps []store.Project) error {
+// It returns the stored projects by id, for describeUpdate.
+func (a *admin) reapply(ps []store.Project) (map[string]store.Project, error) {
+	before := make(map[string]store.Project, len(ps))
 	for i, p := range ps {
 		p = p.Declared()
 		stored, err := a.store.GetProject(p.ID)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
-			return err
+			return nil, err
 		default:
+			before[p.ID] = stored
 			merged, err := store.Reapply(stored, p)
 			var ve *store.ValidationError
 			if errors.As(err, &ve) {
-				return badRequest("project %s: %s (nothing was applied)", truncate(p.ID, 64), ve.Error())
+				return nil, badRequest("project %s: %s (nothing was applied)", truncate(p.ID, 64), ve.Error())
 			}
 			if err != nil {
-				return err
+				return nil, err
 			}
 			p = merged
 		}
 		ps[i] = p
 	}
-	return nil
+	return before, nil
+}
+
+// describeUpdate says what an update of stored to p changed and what the
+// daemon does about it: a field that says how replicas start (the model's
+// command, env, revision: its code) replaces them one by one; any other
+// takes effect with the running replicas kept.
+func describeUpdate(stored, p store.Project) string {
+	names := store.ChangedFields(stored, p)
+	if len(names) == 0 {
+		return ""
+	}
+	old, next := map[string]int{"minReplicas": stored.MinReplicas, "maxReplicas": stored.MaxReplicas,
+		"inferenceTimeout": stored.InferenceTimeout, "idleTimeout": stored.IdleTimeout, "retries": stored.Retries},
+		map[string]int{"minReplicas": p.MinReplicas, "maxReplicas": p.MaxReplicas,
+			"inferenceTimeout": p.InferenceTimeout, "idleTimeout": p.IdleTimeout, "retries": p.Retries}
+	for i, n := range names {
+		switch {
+		case n == "revision" && strings.HasPrefix(p.Model.Revision, "dir:"):
+			names[i] = "the files in dir"
+		case n == "revision":
+			names[i] = fmt.Sprintf("revision %q -> %q", stored.Model.Revision, p.Model.Revision)
+		default:
+			if v, ok := next[n]; ok {
+				names[i] = fmt.Sprintf("%s %d -> %d", n, old[n], v)
+			}
+		}
+	}
+	if stored.Model.RestartNeeded(p.Model) {
+		return strings.Join(names, ", ") + ": replacing its replicas one by one (each new one ready before an old one stops)"
+	}
+	return strings.Join(names, ", ") + ": in effect now, running replicas kept"
 }
 
 // checkModels runs the model check, if there is one, on each project of an
@@ -414,6 +460,33 @@ func (a *admin) deleteProject(w http.ResponseWriter, r *http.Request, ps httprou
 		return
 	}
 	writeJSON(w, http.StatusOK, deletedResponse{Deleted: id})
+}
+
+// restartResponse answers a restart: the project, and how many times it
+// has been restarted.
+type restartResponse struct {
+	Project  string `json:"project"`
+	Restarts int    `json:"restarts"`
+}
+
+// restartProject handles POST /admin/projects/:id/restart: it counts one
+// more restart in the project's model spec (store.ModelSpec.Restarts), a
+// change that replaces its running replicas one by one, on this node and
+// on every node of a cluster, as any change to how they start does.
+func (a *admin) restartProject(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	id := ps.ByName("id")
+	p, err := a.store.UpdateProject(id, func(p *store.Project) error {
+		p.Model.Restarts++
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			err = notFound("project %s not found", truncate(id, 64))
+		}
+		writeError(w, r, a.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, restartResponse{Project: id, Restarts: p.Model.Restarts})
 }
 
 // backup handles GET /admin/backup: a consistent snapshot of the data file,

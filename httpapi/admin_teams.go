@@ -40,12 +40,20 @@ func (a *admin) listTeams(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		writeError(w, r, a.log, err)
 		return
 	}
+	holders, err := a.adminKeyHolders(teams)
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
 	var use []scheduler.TeamStatus
 	if a.teamUse != nil {
 		use = a.teamUse()
 	}
 	out := teamList{Results: make([]teamView, 0, len(teams))}
 	for _, t := range teams {
+		if holders[t.ID] {
+			continue
+		}
 		v := teamView{Team: t}
 		if i := slices.IndexFunc(use, func(u scheduler.TeamStatus) bool { return u.ID == t.ID }); i >= 0 {
 			v.Use = &use[i]
@@ -190,4 +198,39 @@ func (a *admin) setQuotas(teams []store.Team, projects []store.Project) error {
 		}
 	}
 	return nil
+}
+
+// adminKeyHolders returns the teams that only hold admin keys: the team an
+// admin key needs (inferd key create --admin makes one called admin), with
+// no team key, no project and no quota of its own. An admin key reaches every
+// team, so such a team is no tenant, and team list leaves it out.
+func (a *admin) adminKeyHolders(teams []store.Team) (map[string]bool, error) {
+	keys, err := a.store.ListKeys("")
+	if err != nil {
+		return nil, err
+	}
+	projects, err := a.store.ListProjects("")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, k := range keys {
+		if k.Scope == store.ScopeAdmin {
+			out[k.TeamID] = true
+		}
+	}
+	for _, k := range keys {
+		if k.Scope != store.ScopeAdmin {
+			delete(out, k.TeamID)
+		}
+	}
+	for _, p := range projects {
+		delete(out, p.TeamID)
+	}
+	for _, t := range teams {
+		if t.Quota != (store.Quota{}) {
+			delete(out, t.ID)
+		}
+	}
+	return out, nil
 }

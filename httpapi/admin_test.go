@@ -289,3 +289,57 @@ func TestAdminApplyReportsCapacityWarningsOfAllProjects(t *testing.T) {
 		t.Errorf("reply without a check mentions warnings: %s", rec.Body)
 	}
 }
+
+// An update says what it changed and what the daemon does about it: a field
+// of how replicas start rolls them, any other keeps them.
+func TestAdminApplySaysWhatAnUpdateChangedAndWhatItDoes(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(*store.Project)
+		want   string
+	}{
+		{"idle timeout", func(p *store.Project) { p.IdleTimeout = 60 },
+			"idleTimeout 30 -> 60: in effect now, running replicas kept"},
+		{"bounds", func(p *store.Project) { p.MaxReplicas, p.MinReplicas = 5, 1 },
+			"maxReplicas 3 -> 5, minReplicas 0 -> 1: in effect now, running replicas kept"},
+		{"env", func(p *store.Project) { p.Model.Env = map[string]string{"A": "1"} },
+			"env: replacing its replicas one by one (each new one ready before an old one stops)"},
+		{"the dir's files", func(p *store.Project) { p.Model.Revision = "dir:" + strings.Repeat("a", 64) },
+			"the files in dir: replacing its replicas one by one (each new one ready before an old one stops)"},
+		{"a named revision", func(p *store.Project) { p.Model.Revision = "v2" },
+			`revision "" -> "v2": replacing its replicas one by one (each new one ready before an old one stops)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, h := newAdminEnv(t)
+			p := testProject("echo", "acme")
+			tc.change(&p)
+			rec := serve(h, http.MethodPost, "/admin/apply", applyBody(t, p))
+			got := decode[struct{ Changes []applyChange }](t, rec)
+			if rec.Code != http.StatusOK || len(got.Changes) != 1 || got.Changes[0].Change != "updated" || got.Changes[0].Detail != tc.want {
+				t.Fatalf("apply = %d %s, want updated: %s", rec.Code, rec.Body, tc.want)
+			}
+		})
+	}
+}
+
+// A restart counts one more restart in the model spec (a change that rolls
+// the replicas) and keeps everything else; an unknown project is a 404.
+func TestAdminRestartProjectCountsARestart(t *testing.T) {
+	st, h := newAdminEnv(t)
+	before := st.project("echo")
+	for want := 1; want <= 2; want++ {
+		rec := serve(h, http.MethodPost, "/admin/projects/echo/restart", "")
+		got := decode[restartResponse](t, rec)
+		if rec.Code != http.StatusOK || got.Project != "echo" || got.Restarts != want {
+			t.Fatalf("restart = %d %s, want restarts %d", rec.Code, rec.Body, want)
+		}
+	}
+	after := st.project("echo")
+	if !before.Model.RestartNeeded(after.Model) {
+		t.Error("a restart left the spec as its replicas run it")
+	}
+	if fields := store.ChangedFields(before, after); len(fields) != 1 || fields[0] != "restarts" {
+		t.Errorf("a restart changed %v, want restarts alone", fields)
+	}
+	apiErrorReply(t, serve(h, http.MethodPost, "/admin/projects/nope/restart", ""), http.StatusNotFound, "not_found")
+}

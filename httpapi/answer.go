@@ -115,6 +115,13 @@ func (r inferenceResponse) appendJSON(dst []byte) []byte {
 		dst = append(dst, '}')
 	}
 	dst = optInt64(dst, `,"etaMs":`, r.EtaMs)
+	if r.EtaRangeMs != nil {
+		dst = append(dst, `,"etaRangeMs":[`...)
+		dst = strconv.AppendInt(dst, r.EtaRangeMs[0], 10)
+		dst = append(dst, ',')
+		dst = strconv.AppendInt(dst, r.EtaRangeMs[1], 10)
+		dst = append(dst, ']')
+	}
 	dst = optInt64(dst, `,"queueMs":`, r.QueueMs)
 	dst = optInt64(dst, `,"bootMs":`, r.BootMs)
 	dst = optInt64(dst, `,"runMs":`, r.RunMs)

@@ -33,6 +33,8 @@ func filledResponse(t *testing.T, seed string, n int64) inferenceResponse {
 		case f.Type() == reflect.TypeFor[*int64]():
 			m := n
 			f.Set(reflect.ValueOf(&m))
+		case f.Type() == reflect.TypeFor[*[2]int64]():
+			f.Set(reflect.ValueOf(&[2]int64{n - 1, n + 1}))
 		case f.Type() == reflect.TypeFor[*store.Wait]():
 			f.Set(reflect.ValueOf(&store.Wait{Code: seed, Text: sf.Name}))
 		default:

@@ -12,6 +12,7 @@ import (
 
 	vm "github.com/VictoriaMetrics/metrics"
 
+	"inferd/httpapi/metrics"
 	"inferd/store"
 )
 
@@ -91,8 +92,8 @@ const bigBody = 1 << 20
 // holding a start of bigBody bytes of which it sent 600 KiB, and returns the
 // metrics, the server, the whole start and that client. Call it in a
 // synctest bubble.
-func holdingPartOfABody(t *testing.T) (*Metrics, *pipeServer, string, *pipeClient) {
-	m := NewMetrics(vm.NewSet())
+func holdingPartOfABody(t *testing.T) (*metrics.Metrics, *pipeServer, string, *pipeClient) {
+	m := metrics.New(vm.NewSet())
 	env := newEnv(t, Options{Metrics: m, MaxBodyBytes: bigBody, Limits: Limits{BodyBytes: 2 * bigBody}})
 	ps := newPipeServer(t, env.h, 0)
 	body := startBody(bigBody)
@@ -166,7 +167,7 @@ func TestChunkedBodyIsRefusedWhenItOutgrowsTheBudget(t *testing.T) {
 // address is not.
 func TestBodyBytesPerSourceRefusesOneAddressOnly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := NewMetrics(vm.NewSet())
+		m := metrics.New(vm.NewSet())
 		env := newEnv(t, Options{Metrics: m, Limits: Limits{BodyBytesPerSource: 100 << 10}})
 		ps := newPipeServer(t, env.h, 0)
 		body := startBody(60 << 10) // read into one buffer of its size
@@ -198,7 +199,7 @@ func TestBodyBytesPerSourceRefusesOneAddressOnly(t *testing.T) {
 // whose body is in, waits past it.
 func TestBodyReadTimeoutRefusesASlowBody(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := NewMetrics(vm.NewSet())
+		m := metrics.New(vm.NewSet())
 		env := newEnv(t, Options{Metrics: m, LongPollWait: time.Minute, Limits: Limits{BodyReadTimeout: 10 * time.Second}})
 		env.sched.add(store.Call{ID: "call_r", ProjectID: "echo", TeamID: "acme", State: store.CallRunning})
 		ps := newPipeServer(t, env.h, 0)

@@ -66,9 +66,12 @@ type cancelRequest struct {
 	CallID json.RawMessage `json:"callID"`
 }
 
+// msgCancelDone is the message of a cancel that ended its call.
+const msgCancelDone = "cancelled"
+
 // cancel handles POST /cancel/v4: end a queued or running call. The answer
-// is Banana-shaped, HTTP 200: message "success" once the cancel is durable,
-// or "error: call already finished (succeeded)" and the like.
+// is Banana-shaped, HTTP 200: message "cancelled" once the cancel is
+// durable, or "error: call already finished (succeeded)" and the like.
 func (a *api) cancel(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	var req cancelRequest
 	body, err := a.readBody(w, r, a.opts.MaxBodyBytes)
@@ -96,14 +99,14 @@ func (a *api) cancel(w http.ResponseWriter, r *http.Request, _ httprouter.Params
 		a.fail(w, r, err)
 		return
 	}
-	// In cluster mode the node that runs the call cancels it.
-	nodes, err := a.callNode(r, call)
+	// The node that runs the call cancels it (cluster mode).
+	remote, err := a.place.PlaceCall(r, call)
 	if err != nil {
 		a.failRouted(w, r, err)
 		return
 	}
-	if nodes != nil {
-		if !a.forward(w, r, body, nodes, a.opts.Routing.forwardLimit(a.opts.StartWait)) {
+	if remote != nil {
+		if !remote.Forward(w, r, body, a.opts.StartWait) {
 			a.failRouted(w, r, errClusterUnavailable)
 		}
 		return
@@ -114,7 +117,10 @@ func (a *api) cancel(w http.ResponseWriter, r *http.Request, _ httprouter.Params
 		return
 	}
 	resp := a.callResponse(call, reachesOf(key))
-	resp.Message = "success" // the cancel succeeded; a check answers the call's own message
+	// The cancel succeeded: "cancelled", never "success", which clients
+	// read as a result (and there is none); a check answers the call's own
+	// message, "error: cancelled by request".
+	resp.Message = msgCancelDone
 	resp.succeeded, resp.outputs = false, nil
 	a.writeInference(w, resp)
 }

@@ -70,8 +70,8 @@ func TestCancelAnswersBananaShaped(t *testing.T) {
 	tests := []struct {
 		name, path, body, want string
 	}{
-		{"queued call", "/cancel/v4", `{"apiKey": "` + keyAcme + `", "callID": "call_q"}`, "success"},
-		{"trailing slash", "/cancel/v4/", `{"apiKey": "` + keyAcme + `", "callID": "call_q"}`, "success"},
+		{"queued call", "/cancel/v4", `{"apiKey": "` + keyAcme + `", "callID": "call_q"}`, "cancelled"},
+		{"trailing slash", "/cancel/v4/", `{"apiKey": "` + keyAcme + `", "callID": "call_q"}`, "cancelled"},
 		{"finished call", "/cancel/v4", `{"apiKey": "` + keyAcme + `", "callID": "call_done"}`, "error: call already finished (succeeded)"},
 		{"another team's call", "/cancel/v4", `{"apiKey": "` + keyAcme + `", "callID": "call_theirs"}`, "error: callID not found (unknown, expired, or not yours)"},
 		{"unknown call", "/cancel/v4", `{"apiKey": "` + keyAcme + `", "callID": "call_nope"}`, "error: callID not found (unknown, expired, or not yours)"},
@@ -92,7 +92,7 @@ func TestCancelAnswersBananaShaped(t *testing.T) {
 			if theirs, _, _ := env.sched.Lookup("call_theirs"); theirs.State.Done() {
 				t.Error("another team's call was cancelled")
 			}
-			if tc.want != "success" {
+			if tc.want != "cancelled" {
 				return
 			}
 			m = inferenceReply(t, serve(env.h, http.MethodPost, "/check/v4", `{"apiKey": "`+keyAcme+`", "callID": "call_q"}`))
@@ -150,7 +150,7 @@ func TestCallControlNeedsTheKeysScope(t *testing.T) {
 	apiErrorReply(t, serve(env.h, http.MethodDelete, "/v1/projects/echo/queue", "", "X-Service-API-Key", keyInferOnly), http.StatusForbidden, codeForbidden)
 	apiErrorReply(t, serve(env.h, http.MethodPost, "/v1/projects/echo/warmup", "", "X-Service-API-Key", keyReadOnly), http.StatusForbidden, codeForbidden)
 	apiErrorReply(t, serve(env.h, http.MethodPost, "/v1/projects/echo/warmup", "", "X-Service-API-Key", keyZetaOnly), http.StatusNotFound, codeNotFound)
-	if got := cancel(keyInferOnly); got != "success" {
+	if got := cancel(keyInferOnly); got != "cancelled" {
 		t.Errorf("cancel with an infer key: %q", got)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"inferd/cluster"
-	"inferd/store"
 )
 
 // ClusterView is what the status endpoints and the metrics show of a
@@ -149,34 +148,3 @@ func (s *statusAPI) cluster(w http.ResponseWriter, r *http.Request, _ httprouter
 // in time (store.ErrUnavailable): HTTP 503, so that a load balancer may
 // try another node, and a text that tells the client to retry.
 const clusterUnavailable = "cluster unavailable; retry"
-
-// lookupWithin is the scheduler's Lookup of call id, bounded by d: in
-// cluster mode it may read etcd (a call run on another node), and a long
-// poll whose wait has ended must not be held up to the store's request
-// timeout by an etcd that does not answer. Past d the lookup is left to
-// finish on its own (within that timeout) and ok is false. A single box
-// looks up directly, as before cluster mode.
-func (a *api) lookupWithin(id string, d time.Duration) (c store.Call, ok bool) {
-	if a.opts.Cluster == nil && a.opts.Routing == nil {
-		// A single box reads its own bbolt file: nothing to bound.
-		c, _, err := a.sched.Lookup(id)
-		return c, err == nil
-	}
-	type answer struct {
-		c   store.Call
-		err error
-	}
-	got := make(chan answer, 1) // buffered: the lookup never waits for a reader
-	go func() {
-		c, _, err := a.sched.Lookup(id)
-		got <- answer{c, err}
-	}()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case r := <-got:
-		return r.c, r.err == nil
-	case <-t.C:
-		return store.Call{}, false
-	}
-}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"inferd/cluster"
+	"inferd/httpapi/metrics"
 	"inferd/store"
 )
 
@@ -254,23 +255,4 @@ func TestMetricsNameTheNodeInClusterMode(t *testing.T) {
 }
 
 // loadedMetricsIn is loadedMetrics on a node of cluster c.
-func loadedMetricsIn(c ClusterView) *Metrics {
-	m := loadedMetrics()
-	src := *m.src.Load()
-	src.Cluster = c
-	m.SetSources(src)
-	return m
-}
-
-func TestWithNodeAddsTheFirstLabel(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{`a 1`, `a{node="n"} 1`},
-		{`a{} 1`, `a{node="n"} 1`},
-		{`a{b="x y{"} 2`, `a{node="n",b="x y{"} 2`},
-		{`a_bucket{le="+Inf"} 3 1700000000`, `a_bucket{node="n",le="+Inf"} 3 1700000000`},
-	} {
-		if got := withNode(tc.in, "n"); got != tc.want {
-			t.Errorf("withNode(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-	}
-}
+func loadedMetricsIn(c ClusterView) *metrics.Metrics { return loadedMetricsWith(c) }

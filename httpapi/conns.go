@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+
+	"inferd/httpapi/metrics"
 )
 
 // ConnLimit caps the open client connections of an http.Server. Anyone may
@@ -73,22 +75,11 @@ func DefaultMaxConnections(fileLimit uint64) int {
 	return int(max(fileLimit-reserve, 1))
 }
 
-// ConnStats is the state of a ConnLimit, for the metrics.
-type ConnStats struct {
-	Open, Max int
-	// Sending are the open connections still sending a request (headers
-	// or body): the first closed for room. Reserved are those open on the
-	// probes' reserve, beyond Max.
-	Sending, Reserved int
-	Waiting           int64 // accepted, waiting for room: 0 or 1
-	Shed              int64 // closed to make room, since start
-}
-
-// Stats returns the limit's current state.
-func (l *ConnLimit) Stats() ConnStats {
+// Stats returns the limit's current state, for the metrics.
+func (l *ConnLimit) Stats() metrics.ConnStats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return ConnStats{Open: l.open + l.reserved, Max: l.max, Sending: l.sending.Len(), Reserved: l.reserved,
+	return metrics.ConnStats{Open: l.open + l.reserved, Max: l.max, Sending: l.sending.Len(), Reserved: l.reserved,
 		Waiting: l.waiting.Load(), Shed: l.shed.Load()}
 }
 

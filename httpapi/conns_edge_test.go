@@ -9,6 +9,7 @@ import (
 
 	vm "github.com/VictoriaMetrics/metrics"
 
+	"inferd/httpapi/metrics"
 	"inferd/store"
 )
 
@@ -60,7 +61,7 @@ func TestConnLimitClosesASlowBodySenderBeforeAnIdleConnection(t *testing.T) {
 // being served is closed for room.
 func TestConnLimitKeepsSlotsForTheProbesWhileEveryConnectionIsServed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := NewMetrics(vm.NewSet())
+		m := metrics.New(vm.NewSet())
 		env := newEnv(t, Options{Metrics: m, Streams: NewStreams()})
 		env.sched.add(store.Call{ID: "call_r", ProjectID: "echo", TeamID: "acme", State: store.CallRunning})
 		ps := newPipeServer(t, env.h, 1)
@@ -140,7 +141,7 @@ func TestReservedSlotsMakeRoomForTheNextProbe(t *testing.T) {
 
 // metricValue returns the sample series (name and labels as written) of a
 // scrape of m; the series must be there.
-func metricValue(t *testing.T, m *Metrics, series string) float64 {
+func metricValue(t *testing.T, m *metrics.Metrics, series string) float64 {
 	t.Helper()
 	v, ok := parseExposition(t, scrape(m))[series]
 	if !ok {

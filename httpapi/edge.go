@@ -80,4 +80,4 @@ func (b *arrivingBody) Read(p []byte) (int, error) {
 }
 
 // refused counts a refusal by budget.
-func (a *api) refused(budget string) { a.opts.Metrics.budgetRefused(budget) }
+func (a *api) refused(budget string) { a.opts.Metrics.BudgetRefused(budget) }

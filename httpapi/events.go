@@ -86,65 +86,9 @@ func (a *api) callEvents(w http.ResponseWriter, r *http.Request, ps httprouter.P
 	w.WriteHeader(http.StatusOK)
 
 	if !isClosed(done) {
-		state := call.State
-		if running {
-			state = store.CallRunning
-		}
-		ev.state(id, state)
-		for _, line := range backlog {
-			ev.output(line)
-		}
-		ev.flush()
-		ka := time.NewTicker(sseKeepAlive)
-		defer ka.Stop()
-		events := sub.ch
-	wait:
-		for {
-			select {
-			case e, ok := <-events:
-				if !ok {
-					events = nil // fell behind: done still carries every line
-					continue
-				}
-				ev.event(e, id)
-			case <-done:
-				for drained := false; !drained && events != nil; { // lines sent before the end
-					select {
-					case e, ok := <-events:
-						if !ok {
-							drained = true
-							break
-						}
-						ev.event(e, id)
-					default:
-						drained = true
-					}
-				}
-				break wait
-			case <-ka.C:
-				ev.comment("keep-alive")
-			case <-r.Context().Done():
-				return
-			case <-a.opts.Stopping:
-				return // the client reconnects to the restarted daemon
-			}
-			ev.flush()
-			if ev.err != nil {
-				return
-			}
-		}
-		if c, _, err := a.streamLookup(id); err == nil {
-			call = c
-		}
-		if call.State.Done() {
-			if call, release, err = a.results.hold(call); err != nil {
-				// Headers are out: the stream ends without done, saying
-				// why; the client reconnects or checks the call.
-				a.refused(budgetStreamResultBytes)
-				ev.comment("result not sent: " + err.Error())
-				ev.flush()
-				return
-			}
+		var ok bool
+		if call, release, ok = a.followEvents(r, &ev, call, done, running, backlog, sub.ch); !ok {
+			return
 		}
 	}
 	ev.state(id, call.State)
@@ -159,6 +103,83 @@ func (a *api) callEvents(w http.ResponseWriter, r *http.Request, ps httprouter.P
 		ev.send("done", b)
 	}
 	ev.flush()
+}
+
+// followEvents sends a running call's state, the lines it sent so far and
+// then each as it comes, until the call is done, and returns the call as it
+// then stands, its result held for the done event (release frees it). It
+// reports false when the stream ended first: the client left, inferd stops
+// (the client reconnects to the restarted daemon), a write failed, or the
+// result could not be held (limits.streamResultBytes: the stream ends
+// without done, saying why, and the client reconnects or checks the call).
+func (a *api) followEvents(r *http.Request, ev *sseWriter, call store.Call, done <-chan struct{}, running bool,
+	backlog []json.RawMessage, events <-chan streamEvent) (store.Call, func(), bool) {
+	id := call.ID
+	state := call.State
+	if running {
+		state = store.CallRunning
+	}
+	ev.state(id, state)
+	for _, line := range backlog {
+		ev.output(line)
+	}
+	ev.flush()
+	ka := time.NewTicker(sseKeepAlive)
+	defer ka.Stop()
+	for !isClosed(done) {
+		select {
+		case e, ok := <-events:
+			if !ok {
+				events = nil // fell behind: done still carries every line
+				continue
+			}
+			ev.event(e, id)
+		case <-done:
+			drain(events, func(e streamEvent) { ev.event(e, id) }) // lines sent before the end
+		case <-ka.C:
+			ev.comment("keep-alive")
+		case <-r.Context().Done():
+			return call, nil, false
+		case <-a.opts.Stopping:
+			return call, nil, false
+		}
+		ev.flush()
+		if ev.err != nil {
+			return call, nil, false
+		}
+	}
+	if c, _, err := a.streamLookup(id); err == nil {
+		call = c
+	}
+	if !call.State.Done() {
+		return call, func() {}, true
+	}
+	call, release, err := a.results.hold(call)
+	if err != nil {
+		a.refused(budgetStreamResultBytes)
+		ev.comment("result not sent: " + err.Error())
+		ev.flush()
+		return call, nil, false
+	}
+	return call, release, true
+}
+
+// drain hands fn the events already waiting on events (nil: none), and
+// returns once none is, reporting whether events is still open (false: the
+// subscriber fell behind and was dropped).
+func drain(events <-chan streamEvent, fn func(streamEvent)) (open bool) {
+	for events != nil {
+		select {
+		case e, ok := <-events:
+			if !ok {
+				return false
+			}
+			fn(e)
+		default:
+			return true
+		}
+	}
+	return false
 }
 
 // streamLookup returns call id as a stream needs it: the copy that other

@@ -14,6 +14,7 @@ import (
 
 	vm "github.com/VictoriaMetrics/metrics"
 
+	"inferd/httpapi/metrics"
 	"inferd/store"
 )
 
@@ -33,8 +34,8 @@ func openSilentStream(ps *pipeServer, callID, key string) *pipeClient {
 // finishedCallServer serves, with the limits given, a finished call
 // call_big of acme's whose result is bigResult(n), and returns the metrics,
 // the server and that result. Call it in a synctest bubble.
-func finishedCallServer(t *testing.T, limits Limits, n int) (*Metrics, *pipeServer, string) {
-	m := NewMetrics(vm.NewSet())
+func finishedCallServer(t *testing.T, limits Limits, n int) (*metrics.Metrics, *pipeServer, string) {
+	m := metrics.New(vm.NewSet())
 	env := newEnv(t, Options{Metrics: m, Streams: NewStreams(), Limits: limits})
 	result := bigResult(n)
 	env.sched.add(store.Call{ID: "call_big", ProjectID: "echo", TeamID: "acme", State: store.CallSucceeded,
@@ -126,7 +127,7 @@ func TestEventStreamsOfOneResultShareOneCopy(t *testing.T) {
 // TestEventStreamsPerKeyCap: a key holds limits.maxStreamsPerKey streams,
 // and is refused the next (429 naming the budget); another key is not.
 func TestEventStreamsPerKeyCap(t *testing.T) {
-	m := NewMetrics(vm.NewSet())
+	m := metrics.New(vm.NewSet())
 	env := newEnv(t, Options{Metrics: m, Streams: NewStreams(), Limits: Limits{MaxStreamsPerKey: 2}})
 	env.sched.add(store.Call{ID: "call_r", ProjectID: "echo", TeamID: "acme", State: store.CallRunning})
 	srv := httptest.NewServer(env.h)
@@ -155,7 +156,7 @@ func TestEventStreamsPerKeyCap(t *testing.T) {
 // and whose result does not fit ends its stream without done, saying why.
 func TestStreamResultBytesBoundsTheResultsHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := NewMetrics(vm.NewSet())
+		m := metrics.New(vm.NewSet())
 		env := newEnv(t, Options{Metrics: m, Streams: NewStreams(), Limits: Limits{StreamResultBytes: 1500 << 10}})
 		for _, id := range []string{"call_a", "call_b"} {
 			env.sched.add(store.Call{ID: id, ProjectID: "echo", TeamID: "acme", State: store.CallSucceeded,

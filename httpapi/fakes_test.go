@@ -70,6 +70,15 @@ func (f *fakeScheduler) Start(ctx context.Context, p store.Project, req schedule
 // Cancel fails a call that is not finished with "error: cancelled by
 // request".
 func (f *fakeScheduler) Cancel(id string) (store.Call, error) {
+	return f.end1(id, store.Failure{Kind: store.FailCancelled}, "error: cancelled by request")
+}
+
+func (f *fakeScheduler) Disconnected(id string) (store.Call, error) {
+	return f.end1(id, store.Failure{Kind: store.FailDisconnected}, "error: cancelled: the client disconnected")
+}
+
+// end1 ends a pending call id as a cancel does.
+func (f *fakeScheduler) end1(id string, how store.Failure, message string) (store.Call, error) {
 	f.mu.Lock()
 	fc, ok := f.calls[id]
 	f.mu.Unlock()
@@ -79,7 +88,7 @@ func (f *fakeScheduler) Cancel(id string) (store.Call, error) {
 	case fc.call.State.Done():
 		return fc.call, fmt.Errorf("%w (%s)", scheduler.ErrFinished, fc.call.State)
 	}
-	f.finish(id, store.CallFailed, "", "error: cancelled by request")
+	f.fail(id, how, message)
 	c, _, err := f.Lookup(id)
 	return c, err
 }
@@ -211,11 +220,21 @@ func (f *fakeScheduler) add(c store.Call) {
 
 // finish ends a call and wakes its waiters.
 func (f *fakeScheduler) finish(id string, state store.CallState, outputs, message string) {
+	f.end(id, state, outputs, message, nil)
+}
+
+// fail ends call id as failed of how's kind, with message.
+func (f *fakeScheduler) fail(id string, how store.Failure, message string) {
+	f.end(id, store.CallFailed, "", message, &how)
+}
+
+func (f *fakeScheduler) end(id string, state store.CallState, outputs, message string, how *store.Failure) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fc := f.calls[id]
 	fc.call.State = state
 	fc.call.Message = message
+	fc.call.Failure = how
 	if outputs != "" {
 		fc.call.Outputs = json.RawMessage(outputs)
 	}

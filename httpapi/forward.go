@@ -40,8 +40,9 @@ type Routing struct {
 	Router ClusterRouter
 	// Signer signs forwarded requests and checks other nodes' requests.
 	Signer *cluster.Signer
-	// Fits reports whether this node could run a replica of p now; it is
-	// asked only for a project with no placement yet. nil: it cannot.
+	// Fits reports whether this node could run a replica of p now (the
+	// scheduler's fit rule, Scheduler.FitsNow); it is asked only for a
+	// project with no placement yet. nil: it cannot.
 	Fits func(p store.Project) bool
 	// CallNode names the node that call id is pending on: "" once the call
 	// is final (store/etcd's pending/<id>).
@@ -139,9 +140,10 @@ func (a *api) failRouted(w http.ResponseWriter, r *http.Request, err error) {
 
 // forwarded reports whether r comes from another node of the cluster
 // (ForwardedHeader with a valid signature): it then runs here, whatever
-// this node's placement says. On a single box the header means nothing.
+// this node's placement says. Asked in cluster mode only (forwarder): on a
+// single box the header means nothing.
 func (a *api) forwarded(r *http.Request) (bool, error) {
-	if a.opts.Routing == nil || r.Header.Get(cluster.ForwardedHeader) == "" {
+	if r.Header.Get(cluster.ForwardedHeader) == "" {
 		return false, nil
 	}
 	if _, err := a.opts.Routing.Signer.Verify(r); err != nil {
@@ -165,12 +167,10 @@ func (a *api) fromNode(r *http.Request) bool {
 	return err == nil
 }
 
-// startNodes says where a start (or /run) of p goes: nil runs it here;
-// otherwise the nodes to forward it to, best first.
+// startNodes says where a start (or /run) of p goes in cluster mode
+// (forwarder): nil runs it here; otherwise the nodes to forward it to, best
+// first.
 func (a *api) startNodes(r *http.Request, p store.Project) ([]cluster.NodeInfo, error) {
-	if a.opts.Routing == nil {
-		return nil, nil
-	}
 	if fwd, err := a.forwarded(r); fwd || err != nil {
 		return nil, err
 	}
@@ -195,10 +195,10 @@ func (a *api) fitsHere(p store.Project) func() bool {
 	return func() bool { return a.opts.Routing.Fits(held) }
 }
 
-// callNode says where a cancel of call c goes: nil here; otherwise the
-// node it is pending on.
+// callNode says where a cancel of call c goes in cluster mode
+// (forwarder): nil here; otherwise the node it is pending on.
 func (a *api) callNode(r *http.Request, c store.Call) ([]cluster.NodeInfo, error) {
-	if a.opts.Routing == nil || c.State.Done() {
+	if c.State.Done() {
 		return nil, nil
 	}
 	if fwd, err := a.forwarded(r); fwd || err != nil {

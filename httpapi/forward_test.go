@@ -322,8 +322,8 @@ func TestCancelOfACallOnAnotherNodeIsForwardedThere(t *testing.T) {
 	a.router.nodes["b"] = b.info
 
 	m := inferenceReply(t, a.post(t, "/cancel/v4", `{"apiKey":"`+keyAcme+`","callID":"call_b1"}`))
-	if m["message"] != "success" {
-		t.Fatalf("answer %v, want success", m)
+	if m["message"] != "cancelled" {
+		t.Fatalf("answer %v, want cancelled", m)
 	}
 	if got, _, _ := b.env.sched.Lookup(call.ID); got.Message != "error: cancelled by request" {
 		t.Errorf("b's call: %q, want cancelled", got.Message)

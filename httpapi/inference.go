@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/julienschmidt/httprouter"
 
+	"inferd/pipeline"
 	"inferd/scheduler"
 	"inferd/store"
 )
@@ -57,9 +58,12 @@ type inferenceResponse struct {
 	// finished, when the scheduler can tell (estimate.go).
 	WaitingFor *store.Wait `json:"waitingFor,omitempty"`
 	EtaMs      *int64      `json:"etaMs,omitempty"`
-	QueueMs    *int64      `json:"queueMs,omitempty"`
-	BootMs     *int64      `json:"bootMs,omitempty"`
-	RunMs      *int64      `json:"runMs,omitempty"`
+	// EtaRangeMs: how rough EtaMs is, [lower, upper] from the project's
+	// 10th and 90th percentile recent runs; present with EtaMs.
+	EtaRangeMs *[2]int64 `json:"etaRangeMs,omitempty"`
+	QueueMs    *int64    `json:"queueMs,omitempty"`
+	BootMs     *int64    `json:"bootMs,omitempty"`
+	RunMs      *int64    `json:"runMs,omitempty"`
 	// BatchSize and BatchWaitMs: for a call that ran in a batch, how many
 	// calls the batch carried and how long it waited for it to fill.
 	BatchSize   *int   `json:"batchSize,omitempty"`
@@ -137,87 +141,51 @@ type checkArgs struct {
 }
 
 // start handles POST /start/v4: admit a call and, unless startOnly, wait up
-// to StartWait for its result.
+// to StartWait for its result. Over its key's cap on held-open waits the
+// call is still admitted and answered at once with its state, as a
+// startOnly would be.
 func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	args, err := a.decodeStart(w, r)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	key, project, err := a.startKeyAndProject(args.apiKey, args.modelKey)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		a.fail(w, r, errUnknownModelKey)
-		return
-	case err != nil:
-		a.fail(w, r, err)
-		return
-	case !mayReach(key, project.TeamID, project.ID):
-		// Never reveal a project the key may not reach, another team's or
-		// one outside its allowlist: the answer is an unknown modelKey's.
-		a.fail(w, r, errUnknownModelKey)
-		return
-	}
-	// In cluster mode a project placed on other nodes runs there.
-	nodes, err := a.startNodes(r, project)
-	if err != nil {
-		a.failRouted(w, r, err)
-		return
-	}
-	if nodes != nil {
-		if !a.forward(w, r, args.body, nodes, a.opts.Routing.forwardLimit(a.opts.StartWait)) {
-			a.failRouted(w, r, errClusterUnavailable)
-		}
-		return
-	}
-
-	var call store.Call
-	release, mayWait := func() {}, false
+	req := pipeline.Request{Secret: args.apiKey, Target: pipeline.Target{ModelKey: args.modelKey}, Call: args.req,
+		W: w, R: r, Body: args.body, Wait: a.startWait}
 	if !args.startOnly {
-		// Over the cap on held-open waits the call is still admitted and
-		// answered at once with its state, as a startOnly would be.
-		release, mayWait = a.limits.beginWait(key.ID)
-	}
-	if mayWait {
 		// One write for a call that finishes within the wait (see
 		// SubmitWait); the call runs on if the client goes away.
-		args.req.Wait = a.opts.StartWait
-		call, err = a.sched.Start(r.Context(), project, args.req)
-		release()
-	} else {
-		// The call belongs to the server once admitted: a client that goes
-		// away must not cancel it.
-		call, err = a.sched.Start(context.WithoutCancel(r.Context()), project, args.req)
+		req.Hold, req.MayDegrade, req.Sync = pipeline.HoldWait, true, true
 	}
-	if err != nil {
-		a.fail(w, r, &schedulerError{err})
-		return
+	out, ref := a.pipe.Start(r.Context(), req)
+	switch {
+	case ref != nil:
+		bananaDoor{a}.refused(w, r, ref)
+	case !out.Forwarded:
+		out.Release()
+		bananaDoor{a}.answer(w, r, out.Call, out.Key)
 	}
-	a.writeInference(w, a.callResponse(call, reachesOf(key)))
 }
 
-// startKeyAndProject authenticates a start's key for the infer scope and
-// then finds its modelKey's project: a key refused is that error, and the
-// project's lookup error comes only after the key passed. With
-// Options.StartLookup both are read at once, else one after the other.
-func (a *api) startKeyAndProject(secret, modelKey string) (store.APIKey, store.Project, error) {
-	var look store.StartLookup
-	if a.opts.StartLookup != nil {
-		look = a.opts.StartLookup(secret, modelKey)
-	} else {
-		look.Key, look.KeyErr = a.store.Authenticate(secret)
+// startWait is how long a start waits on the node it is forwarded to.
+func (a *api) startWait(store.Project) time.Duration { return a.opts.StartWait }
+
+// bananaDoor is the Banana API's dialect: HTTP 200 and the outcome in
+// message (a 503 when no node of the cluster could take the call).
+type bananaDoor struct{ a *api }
+
+func (d bananaDoor) refused(w http.ResponseWriter, r *http.Request, ref *pipeline.Refusal) {
+	err := refusalError(ref, errInvalidAPIKey, errUnknownModelKey)
+	if ref.Kind == pipeline.RefusedShuttingDown {
+		err = errClusterUnavailable // a forward cut short: another node may take it
 	}
-	key, err := a.authenticated(look.Key, look.KeyErr, errInvalidAPIKey)
-	if err == nil {
-		err = requirePermission(key, store.PermInfer)
-	}
-	if err != nil {
-		return store.APIKey{}, store.Project{}, err
-	}
-	if a.opts.StartLookup == nil {
-		look.Project, look.ProjectErr = a.store.ProjectByModelKey(modelKey)
-	}
-	return key, look.Project, look.ProjectErr
+	d.a.failRouted(w, r, err)
+}
+
+// answer renders call c as key sees it (its waitingFor names only the
+// projects key reaches).
+func (d bananaDoor) answer(w http.ResponseWriter, _ *http.Request, c store.Call, key store.APIKey) {
+	d.a.writeInference(w, d.a.callResponse(c, reachesOf(key)))
 }
 
 // check handles POST /check/v4: report a call's state and, with longPoll,
@@ -239,7 +207,7 @@ func (a *api) check(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		return
 	}
 	if args.longPoll && !call.State.Done() {
-		end := a.opts.Metrics.longPollBegin()
+		end := a.opts.Metrics.LongPollBegin()
 		call = a.await(r.Context(), key.ID, call, done, a.opts.LongPollWait)
 		end()
 	}
@@ -262,46 +230,19 @@ func (a *api) lookupCall(key store.APIKey, id string) (store.Call, <-chan struct
 	return call, done, nil
 }
 
-// await waits until the call is done, the wait ends, or the client goes
-// away, and returns the call as it then stands. done is the call's
-// completion signal (shared by every waiter), or nil to look it up. A lookup
-// that fails after the call was seen keeps the last known state: the call
-// itself is not affected. When keyID already holds as many waits as
-// Limits allow, the call is returned as it stands (see Limits.MaxWaits).
+// await waits, as one of keyID's held-open waits, until the call is done,
+// the wait ends or the client goes away (pipeline.Await), and returns the
+// call as it then stands. When keyID already holds as many waits as Limits
+// allow, the call is returned as it stands (see Limits.MaxWaits).
 func (a *api) await(ctx context.Context, keyID string, call store.Call, done <-chan struct{}, wait time.Duration) store.Call {
 	release, ok := a.limits.beginWait(keyID)
 	if !ok {
 		return call
 	}
 	defer release()
-	if done == nil {
-		c, d, err := a.sched.Lookup(call.ID)
-		if err != nil {
-			return call
-		}
-		call, done = c, d
-		if call.State.Done() {
-			return call
-		}
-	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	case <-ctx.Done():
-		return call // nobody reads the answer
-	}
-	if c, ok := a.lookupWithin(call.ID, rereadWithin); ok {
-		return c
-	}
+	call, _, _ = a.pipe.Await(ctx, call, done, wait)
 	return call
 }
-
-// rereadWithin bounds the read of a call at the end of a long poll
-// (lookupWithin): past it, the poll answers the state it last saw rather
-// than wait for an etcd that does not answer (cluster mode).
-const rereadWithin = time.Second
 
 // callResponse renders a call: success with its outputs, a final error, or
 // the pending state, its waitingFor naming only projects for which reaches
@@ -321,7 +262,7 @@ func (a *api) callResponse(c store.Call, reaches func(teamID, projectID string) 
 		resp.Message = pendingMessage(c)
 		resp.QueuePosition = queuePosition(c)
 		if resp.QueuePosition != nil {
-			resp.WaitingFor, resp.EtaMs = c.WaitingFor.Shown(reaches), c.ETAMs
+			resp.WaitingFor, resp.EtaMs, resp.EtaRangeMs = c.WaitingFor.Shown(reaches), c.ETAMs, c.ETARangeMs
 		}
 	}
 	if !c.Dispatched.IsZero() {

@@ -11,6 +11,7 @@ import (
 	vm "github.com/VictoriaMetrics/metrics"
 
 	"inferd/gpu"
+	"inferd/httpapi/metrics"
 	"inferd/internal/testenv"
 	"inferd/scheduler"
 	"inferd/store"
@@ -36,9 +37,14 @@ func (fakeStoreStats) Size() int64 { return 32768 }
 
 // loadedMetrics returns Metrics with a scheduler, two GPUs (one simulated)
 // and a store behind them, and a few calls and replica events recorded.
-func loadedMetrics() *Metrics {
-	m := NewMetrics(vm.NewSet())
-	m.SetSources(MetricsSources{
+func loadedMetrics() *metrics.Metrics { return loadedMetricsWith(nil) }
+
+// loadedMetricsWith is loadedMetrics on a node of cluster c (nil: a
+// single box).
+func loadedMetricsWith(c metrics.Cluster) *metrics.Metrics {
+	m := metrics.New(vm.NewSet())
+	m.SetSources(metrics.Sources{
+		Cluster: c,
 		Status: func() scheduler.Status {
 			return scheduler.Status{Projects: []scheduler.ProjectStatus{{
 				ID: "echo", Queued: 3,
@@ -53,7 +59,7 @@ func loadedMetrics() *Metrics {
 			}
 		},
 		Store: fakeStoreStats{},
-		Conns: func() ConnStats { return ConnStats{Open: 5, Max: 100, Shed: 2} },
+		Conns: func() metrics.ConnStats { return metrics.ConnStats{Open: 5, Max: 100, Shed: 2} },
 		Webhooks: func() map[string]webhook.Stats {
 			return map[string]webhook.Stats{
 				"acme": {Delivered: 4, Retries: 2, GaveUp: 1, Dropped: 6, Pending: 3, Sending: 2},
@@ -172,7 +178,7 @@ func TestMetricsEndpoint(t *testing.T) {
 // TestMetricsLongPollsInFlight counts only checks that wait for their call:
 // a plain check and a long poll on a finished call answer at once.
 func TestMetricsLongPollsInFlight(t *testing.T) {
-	m := NewMetrics(vm.NewSet())
+	m := metrics.New(vm.NewSet())
 	env := newEnv(t, Options{LongPollWait: time.Hour, Metrics: m})
 	env.sched.add(store.Call{ID: "c1", TeamID: "acme", State: store.CallRunning})
 	env.sched.add(store.Call{ID: "c2", TeamID: "acme", State: store.CallSucceeded})
@@ -192,7 +198,7 @@ func TestMetricsLongPollsInFlight(t *testing.T) {
 	}
 }
 
-func scrape(m *Metrics) string {
+func scrape(m *metrics.Metrics) string {
 	var b strings.Builder
 	m.WritePrometheus(&b)
 	return b.String()
@@ -252,12 +258,12 @@ func TestMetricsHaveHelpAndType(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range metricFamilies {
-		if typ[f.name] != f.typ || help[f.name] == "" {
-			t.Errorf("%s: TYPE %q HELP %q, want TYPE %s and a help text", f.name, typ[f.name], help[f.name], f.typ)
+	for _, f := range metrics.Families() {
+		if typ[f.Name] != f.Type || help[f.Name] == "" {
+			t.Errorf("%s: TYPE %q HELP %q, want TYPE %s and a help text", f.Name, typ[f.Name], help[f.Name], f.Type)
 		}
 		// docs/metrics.md has one table row per family: name, type, labels.
-		row := fmt.Sprintf("| `%s` | %s | %s |", f.name, f.typ, docLabels(f.labels))
+		row := fmt.Sprintf("| `%s` | %s | %s |", f.Name, f.Type, docLabels(f.Labels))
 		if !strings.Contains(string(docs), row) {
 			t.Errorf("docs/metrics.md lacks the row %q", row)
 		}
@@ -293,7 +299,7 @@ func TestUsageCountersFollowTheLedger(t *testing.T) {
 		}
 	}
 	// A call without measures adds no CPU or energy sample: absent, not 0.
-	m := NewMetrics(vm.NewSet())
+	m := metrics.New(vm.NewSet())
 	m.CallFinished(store.Call{ProjectID: "p", TeamID: "t", State: store.CallSucceeded, Usage: &store.CallUsage{ReplicaSeconds: 1}})
 	if text := scrape(m); strings.Contains(text, "inferd_usage_energy_joules_total") || strings.Contains(text, "inferd_usage_cpu_seconds_total") {
 		t.Errorf("unmeasured energy or CPU written: %s", text)

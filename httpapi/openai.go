@@ -3,10 +3,7 @@ package httpapi
 import (
 	"errors"
 	"net/http"
-	"slices"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/julienschmidt/httprouter"
 
@@ -23,11 +20,6 @@ import (
 // (openai_batches.go). Every error is OpenAI's shape,
 // {"error": {"message", "type", "param", "code"}}, with its status code.
 
-// DefaultOpenAIQueueWait is how long an OpenAI request waits for its call
-// to reach a replica (a boot from zero included) before it is answered 503
-// and the call expires (Options.OpenAIQueueWait).
-const DefaultOpenAIQueueWait = 5 * time.Minute
-
 // openaiRoutes adds the OpenAI routes to the route table (routes.go), each
 // with the scope its handler asks of the Bearer key. Every path is static
 // under /v1/ beside the project API's: httprouter refuses a parameter where
@@ -37,17 +29,22 @@ func (a *api) openaiRoutes(add func(method, path string, need store.Permission, 
 		add(http.MethodPost, endpoint, store.PermInfer, a.openaiCall(endpoint))
 	}
 	add(http.MethodGet, "/v1/models", store.PermInfer, a.openaiModels)
+	// A model's name may hold "/" (an alias such as org/model): the rest
+	// of the path is the name.
+	add(http.MethodGet, "/v1/models/*model", store.PermInfer, a.openaiModel)
 	add(http.MethodGet, "/v1/calls/:callID/response", store.PermInfer, a.openaiResponse)
 	a.batchRoutes(add) // openai_batches.go
 }
 
-// oaiError is a refusal in OpenAI's shape. retryAfter > 0 adds the header
-// (seconds).
+// oaiError is a refusal in OpenAI's shape. retryAfter adds the header (as
+// it is: seconds, or a model's own value); final adds x-should-retry:
+// false (openai.StatusError).
 type oaiError struct {
 	status     int
 	typ, code  string
 	param, msg string
-	retryAfter int
+	retryAfter string
+	final      bool
 }
 
 func (e *oaiError) Error() string { return e.msg }
@@ -79,11 +76,14 @@ func (a *api) openaiError(w http.ResponseWriter, r *http.Request, err error) {
 		}
 		oe = &oaiError{status: status, typ: openai.TypeOfStatus(status), code: code, msg: msg}
 		if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
-			oe.retryAfter = 1
+			oe.retryAfter = "1"
 		}
 	}
-	if oe.retryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(oe.retryAfter))
+	if oe.retryAfter != "" {
+		w.Header().Set("Retry-After", oe.retryAfter)
+	}
+	if oe.final {
+		w.Header().Set("X-Should-Retry", "false")
 	}
 	writeJSON(w, oe.status, openai.NewError(oe.typ, oe.code, oe.param, oe.msg))
 }
@@ -94,49 +94,39 @@ func (a *api) openaiError(w http.ResponseWriter, r *http.Request, err error) {
 func startRefused(err error) error {
 	switch {
 	case errors.Is(err, scheduler.ErrQueueFull), errors.Is(err, scheduler.ErrTeamQuota):
-		return &oaiError{status: http.StatusTooManyRequests, typ: openai.TypeRateLimit, code: "queue_full", msg: err.Error(), retryAfter: 1}
+		return &oaiError{status: http.StatusTooManyRequests, typ: openai.TypeRateLimit, code: "queue_full", msg: err.Error(), retryAfter: "1"}
 	case errors.Is(err, scheduler.ErrNeedsGPUs):
 		return &oaiError{status: http.StatusServiceUnavailable, typ: openai.TypeServer, code: "model_cannot_run", msg: err.Error()}
 	case isStoreError(err) || errors.Is(err, store.ErrUnavailable):
 		return err
 	default:
 		// The scheduler's other refusals are texts written for users.
-		return &oaiError{status: http.StatusServiceUnavailable, typ: openai.TypeUnavailable, code: "unavailable", msg: err.Error(), retryAfter: 1}
+		return &oaiError{status: http.StatusServiceUnavailable, typ: openai.TypeUnavailable, code: "unavailable", msg: err.Error(), retryAfter: "1"}
 	}
 }
 
-// bearerKey authenticates the request's Authorization: Bearer key, which
-// must allow p. The OpenAI SDKs send their api_key so.
-func (a *api) bearerKey(r *http.Request, p store.Permission) (store.APIKey, error) {
+// bearerSecret is the request's Authorization: Bearer key, as the OpenAI
+// SDKs send their api_key.
+func bearerSecret(r *http.Request) (string, error) {
 	scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 	secret = strings.TrimSpace(secret)
 	if !strings.EqualFold(scheme, "Bearer") || secret == "" {
-		return store.APIKey{}, errOAIMissingKey
+		return "", errOAIMissingKey
+	}
+	return secret, nil
+}
+
+// bearerKey authenticates the request's Bearer key, which must allow p.
+func (a *api) bearerKey(r *http.Request, p store.Permission) (store.APIKey, error) {
+	secret, err := bearerSecret(r)
+	if err != nil {
+		return store.APIKey{}, err
 	}
 	key, err := a.authenticate(secret, errOAIInvalidKey)
 	if err != nil {
 		return store.APIKey{}, err
 	}
 	return key, requirePermission(key, p)
-}
-
-// callableProjects returns the projects of protocol openai that key may
-// call, sorted by id: its team's within its project allowlist (every
-// team's for an admin key).
-func (a *api) callableProjects(key store.APIKey) ([]store.Project, error) {
-	team := key.TeamID
-	if key.Scope == store.ScopeAdmin {
-		team = ""
-	}
-	all, err := a.store.ListProjects(team)
-	if err != nil {
-		return nil, err
-	}
-	out := slices.DeleteFunc(all, func(p store.Project) bool {
-		return p.Model.Protocol != store.ProtocolOpenAI || !key.ReachesProject(p.ID) // the team: the list is its own
-	})
-	slices.SortFunc(out, func(x, y store.Project) int { return strings.Compare(x.ID, y.ID) })
-	return out, nil
 }
 
 // modelList is GET /v1/models' answer.
@@ -152,6 +142,27 @@ type modelEntry struct {
 	OwnedBy string `json:"owned_by"` // the team
 }
 
+// openaiModel handles GET /v1/models/{model}: the model the name resolves
+// to for the key, as a request's model would (pipeline.Pipeline.Model),
+// named as asked; 404 model_not_found as for a request.
+func (a *api) openaiModel(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	key, err := a.bearerKey(r, store.PermInfer)
+	if err != nil {
+		a.openaiError(w, r, err)
+		return
+	}
+	name := strings.TrimPrefix(ps.ByName("model"), "/")
+	p, err := a.pipe.Model(key, name)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		a.openaiError(w, r, errModelNotFound)
+	case err != nil:
+		a.openaiError(w, r, err)
+	default:
+		writeJSON(w, http.StatusOK, modelEntry{ID: name, Object: "model", Created: p.Created.Unix(), OwnedBy: p.TeamID})
+	}
+}
+
 // openaiModels handles GET /v1/models: each name (project id, then its
 // aliases) of the projects the key may call.
 func (a *api) openaiModels(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
@@ -160,7 +171,7 @@ func (a *api) openaiModels(w http.ResponseWriter, r *http.Request, _ httprouter.
 		a.openaiError(w, r, err)
 		return
 	}
-	projects, err := a.callableProjects(key)
+	projects, err := a.pipe.Models(key)
 	if err != nil {
 		a.openaiError(w, r, err)
 		return

@@ -13,8 +13,8 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
+	"inferd/batches"
 	"inferd/openai"
-	"inferd/openai/batches"
 	"inferd/store"
 )
 
@@ -30,6 +30,9 @@ type BatchAPI interface {
 	CreateBatch(acc batches.Access, req batches.CreateRequest, resolve batches.Resolver) (batches.Batch, error)
 	Batch(acc batches.Access, id string) (batches.Batch, error)
 	CancelBatch(acc batches.Access, id string) (batches.Batch, error)
+	// Files and Batches list what acc reaches, newest first.
+	Files(acc batches.Access, purpose string) []batches.File
+	Batches(acc batches.Access) []batches.Batch
 }
 
 // batchRoutes adds the Batch API's routes to the route table. They are
@@ -38,10 +41,12 @@ type BatchAPI interface {
 // 404 to a key that may use them.
 func (a *api) batchRoutes(add func(method, path string, need store.Permission, h httprouter.Handle)) {
 	add(http.MethodPost, "/v1/files", store.PermInfer, a.uploadFile)
+	add(http.MethodGet, "/v1/files", store.PermInfer, a.listFiles)
 	add(http.MethodGet, "/v1/files/:id", store.PermInfer, a.getFile)
 	add(http.MethodDelete, "/v1/files/:id", store.PermInfer, a.deleteFile)
 	add(http.MethodGet, "/v1/files/:id/content", store.PermInfer, a.fileContent)
 	add(http.MethodPost, "/v1/batches", store.PermInfer, a.createBatch)
+	add(http.MethodGet, "/v1/batches", store.PermInfer, a.listBatches)
 	add(http.MethodGet, "/v1/batches/:id", store.PermInfer, a.getBatch)
 	add(http.MethodPost, "/v1/batches/:id/cancel", store.PermInfer, a.cancelBatch)
 }
@@ -285,15 +290,22 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		a.openaiError(w, r, malformedJSON(err))
 		return
 	}
-	projects, err := a.callableProjects(key)
-	if err != nil {
-		a.openaiError(w, r, err)
-		return
-	}
+	// The lines' model resolves as a request's would (the call path's
+	// model names); a store that fails the lookup is that error, not a
+	// model that does not exist.
+	var lookupErr error
 	b, err := a.opts.Batches.CreateBatch(acc, req, func(model string) (store.Project, bool) {
-		return store.ResolveModel(projects, model)
+		p, err := a.pipe.Model(key, model)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			lookupErr = err
+		}
+		return p, err == nil
 	})
-	if err != nil {
+	switch {
+	case lookupErr != nil:
+		a.openaiError(w, r, lookupErr)
+		return
+	case err != nil:
 		a.batchError(w, r, err, "file")
 		return
 	}

@@ -14,7 +14,8 @@ import (
 	vm "github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
 
-	"inferd/openai/batches"
+	"inferd/batches"
+	"inferd/httpapi/metrics"
 	"inferd/store"
 )
 
@@ -63,7 +64,7 @@ func uploadHead(key string, n int) string {
 // refusal counted); neither leaves a file.
 func TestUploadsAreHeldToTheEdgeBudgets(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := NewMetrics(vm.NewSet())
+		m := metrics.New(vm.NewSet())
 		env, dir := batchEnv(t, Options{Metrics: m, BatchFileBytes: 1 << 20,
 			Limits: Limits{BodyBytes: uploadBufferBytes, BodyReadTimeout: 10 * time.Second}})
 		ps := newPipeServer(t, env.h, 0)

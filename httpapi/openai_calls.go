@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -10,9 +9,8 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
-	"inferd/cluster"
 	"inferd/openai"
-	"inferd/openai/failure"
+	"inferd/pipeline"
 	"inferd/scheduler"
 	"inferd/store"
 )
@@ -24,101 +22,119 @@ import (
 // passes each chunk on as it comes (openaiStream).
 func (a *api) openaiCall(endpoint string) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-		key, err := a.bearerKey(r, store.PermInfer)
+		secret, err := bearerSecret(r)
 		if err != nil {
 			a.openaiError(w, r, err)
 			return
 		}
-		body, err := a.readBody(w, r, a.opts.MaxBodyBytes)
-		if err != nil {
-			a.openaiError(w, r, err)
-			return
-		}
-		req, err := openai.ParseRequest(endpoint, body)
-		var re *openai.RequestError
-		switch {
-		case errors.As(err, &re):
-			a.openaiError(w, r, &oaiError{status: http.StatusBadRequest, typ: openai.TypeInvalidRequest, param: re.Param, msg: re.Msg})
-			return
-		case err != nil:
-			a.openaiError(w, r, err)
-			return
-		case a.opts.Limits.MaxInputDepth > 0 && jsonDepthExceeds(body, a.opts.Limits.MaxInputDepth):
-			a.openaiError(w, r, badRequest("the request nests deeper than %d levels", a.opts.Limits.MaxInputDepth))
-			return
-		}
-		projects, err := a.callableProjects(key)
-		if err != nil {
-			a.openaiError(w, r, err)
-			return
-		}
-		p, ok := store.ResolveModel(projects, req.Model)
-		if !ok {
-			a.openaiError(w, r, errModelNotFound)
-			return
-		}
-		// In cluster mode a project placed on other nodes runs there; a
-		// stream passes through the proxy as it comes.
-		nodes, err := a.startNodes(r, p)
-		if err != nil {
-			a.openaiError(w, r, err)
-			return
-		}
-		if nodes != nil {
-			a.openaiForward(w, r, body, nodes, p)
-			return
-		}
-		inputs, err := req.Body(p.ServedModelName())
+		body, req, err := a.decodeOpenAI(w, r, endpoint)
 		if err != nil {
 			a.openaiError(w, r, err)
 			return
 		}
 		// A request held open counts as a wait of its key, a stream as an
 		// event stream too (limits.maxWaitsPerKey, maxStreamsPerKey).
-		release, err := a.holdOpen(key.ID, req.Stream)
-		if err != nil {
-			if be, ok := err.(*budgetError); ok {
-				a.refused(be.budget)
-			}
-			a.openaiError(w, r, err)
-			return
+		hold := pipeline.HoldWait
+		if req.Stream {
+			hold = pipeline.HoldStream
 		}
-		defer release()
 		// Admitted and durable before the wait: the call is the server's
 		// once admitted, answerable by its id whatever the client does.
-		call, err := a.sched.Start(context.WithoutCancel(r.Context()), p, scheduler.Request{
-			Inputs: inputs, Route: endpoint, QueueTimeout: a.openaiQueueWait(),
+		out, ref := a.pipe.Start(r.Context(), pipeline.Request{
+			Secret: secret, Target: pipeline.Target{ModelName: req.Model},
+			Call: scheduler.Request{Route: endpoint, QueueTimeout: a.openaiQueueWait()},
+			Prepare: func(p store.Project, call *scheduler.Request) (err error) {
+				call.Inputs, err = req.Body(p.ServedModelName()) // the name the server knows
+				return err
+			},
+			// A plain request waits inside Start: one write for a call
+			// that finishes within the wait, as a sync /start/v4. Its id
+			// goes out with its answer, by when it is durable.
+			Hold: hold, Sync: !req.Stream, W: w, R: r, Body: body, Wait: a.openaiWait,
 		})
-		if err != nil {
-			a.openaiError(w, r, startRefused(err))
+		switch {
+		case ref != nil:
+			openaiDoor{a}.refused(w, r, ref)
 			return
+		case out.Forwarded:
+			return // a stream passed through the proxy as it came
 		}
-		w.Header().Set(callIDHeader, call.ID)
+		defer out.Release()
+		w.Header().Set(callIDHeader, out.Call.ID)
 		if req.Stream {
 			a.streamsOpen.Add(1)
 			defer a.streamsOpen.Add(-1)
-			a.openaiStream(w, r, call.ID, req.AddedUsage)
+			a.openaiStream(w, r, out.Call.ID, req.AddedUsage)
 			return
 		}
-		call, ok = a.awaitCall(w, r, p, call.ID)
-		if ok {
-			a.openaiAnswer(w, r, call)
-		}
+		// Start waited already: what is left to wait for is a call that
+		// outlasted it (answered 504) or a client that left.
+		a.awaitAnswer(w, r, openaiDoor{a}, out, 0)
 	}
 }
 
-// holdOpen takes one of the key's held-open requests: a wait, or for a
-// stream an event stream.
-func (a *api) holdOpen(keyID string, stream bool) (release func(), err error) {
-	if stream {
-		return a.limits.beginStream(keyID)
+// openaiDoor is OpenAI's dialect: every error in its shape
+// (openaiError), a call answered as openaiAnswer does.
+type openaiDoor struct{ a *api }
+
+func (d openaiDoor) failed(w http.ResponseWriter, r *http.Request, err error) {
+	d.a.openaiError(w, r, err)
+}
+func (d openaiDoor) stopping(w http.ResponseWriter, r *http.Request) {
+	d.a.openaiError(w, r, errOAIShuttingDown)
+}
+func (d openaiDoor) answer(w http.ResponseWriter, r *http.Request, c store.Call) {
+	d.a.openaiAnswer(w, r, c)
+}
+
+// decodeOpenAI reads and checks the body of a request to endpoint.
+func (a *api) decodeOpenAI(w http.ResponseWriter, r *http.Request, endpoint string) ([]byte, openai.Request, error) {
+	body, err := a.readBody(w, r, a.opts.MaxBodyBytes)
+	if err != nil {
+		return nil, openai.Request{}, err
 	}
-	release, ok := a.limits.beginWait(keyID)
-	if !ok {
-		return nil, &oaiError{status: http.StatusTooManyRequests, typ: openai.TypeRateLimit, code: codeRateLimited,
-			msg: "too many requests of this API key are waiting; retry later", retryAfter: 1}
+	req, err := openai.ParseRequest(endpoint, body)
+	var re *openai.RequestError
+	switch {
+	case errors.As(err, &re):
+		return nil, req, &oaiError{status: http.StatusBadRequest, typ: openai.TypeInvalidRequest, param: re.Param, msg: re.Msg}
+	case err != nil:
+		return nil, req, err
+	case a.opts.Limits.MaxInputDepth > 0 && jsonDepthExceeds(body, a.opts.Limits.MaxInputDepth):
+		return nil, req, badRequest("the request nests deeper than %d levels", a.opts.Limits.MaxInputDepth)
 	}
-	return release, nil
+	return body, req, nil
+}
+
+// openaiWait bounds the wait of an OpenAI request for its call: its queue
+// wait and inference timeout end the call first, and past a guard beyond
+// both the request is answered 504.
+func (a *api) openaiWait(p store.Project) time.Duration {
+	return time.Duration(a.openaiQueueWait()+p.InferenceTimeout)*time.Second + time.Minute
+}
+
+// refused answers a refusal of the call path in OpenAI's words.
+func (d openaiDoor) refused(w http.ResponseWriter, r *http.Request, ref *pipeline.Refusal) {
+	var err error
+	var wrong *pipeline.WrongProtocolError
+	switch {
+	case errors.As(ref.Err, &wrong):
+		// The key's own project, of another protocol: say so, rather than
+		// that it does not exist.
+		err = &oaiError{status: http.StatusBadRequest, typ: openai.TypeInvalidRequest, code: "model_not_supported",
+			param: "model", msg: wrong.Error()}
+		d.a.openaiError(w, r, err)
+		return
+	}
+	switch ref.Kind {
+	case pipeline.RefusedShuttingDown:
+		err = errOAIShuttingDown
+	case pipeline.RefusedQueueFull, pipeline.RefusedCannotRun, pipeline.RefusedScheduler, pipeline.RefusedIdempotency:
+		err = startRefused(ref.Err)
+	default:
+		err = refusalError(ref, errOAIInvalidKey, errModelNotFound)
+	}
+	d.a.openaiError(w, r, err)
 }
 
 // openaiQueueWait is a call's queueTimeout in seconds: the wait for a
@@ -127,41 +143,8 @@ func (a *api) openaiQueueWait() int {
 	return max(int(a.opts.OpenAIQueueWait/time.Second), 1)
 }
 
-// awaitCall waits for call id to finish: its queue wait and inference
-// timeout bound that, and a guard past both answers 504. It reports false
-// when the client left (the call runs on, its result kept) or the daemon
-// stops (answered 503).
-func (a *api) awaitCall(w http.ResponseWriter, r *http.Request, p store.Project, id string) (store.Call, bool) {
-	call, done, err := a.sched.Lookup(id)
-	if err != nil {
-		a.openaiError(w, r, err)
-		return store.Call{}, false
-	}
-	wait := time.Duration(a.openaiQueueWait()+p.InferenceTimeout)*time.Second + time.Minute
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + time.Minute))
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	case <-r.Context().Done():
-		if isClosed(a.opts.Stopping) {
-			a.openaiError(w, r, errOAIShuttingDown)
-		}
-		return store.Call{}, false
-	case <-a.opts.Stopping:
-		a.openaiError(w, r, errOAIShuttingDown)
-		return store.Call{}, false
-	}
-	// The call as it stands now: the first lookup may predate its end.
-	if c, _, err := a.sched.Lookup(id); err == nil {
-		call = c
-	}
-	return call, true
-}
-
 var errOAIShuttingDown = &oaiError{status: http.StatusServiceUnavailable, typ: openai.TypeUnavailable, code: "shutting_down",
-	msg: "inferd is shutting down; retry", retryAfter: 1}
+	msg: "inferd is shutting down; retry", retryAfter: "1"}
 
 // openaiAnswer answers a call as the OpenAI route does: the server's JSON
 // when it succeeded, its failure in OpenAI's shape (failedCall), or 504
@@ -178,11 +161,11 @@ func (a *api) openaiAnswer(w http.ResponseWriter, r *http.Request, c store.Call)
 	}
 }
 
-// failedCall is the OpenAI error of a failed call (failure.Of).
+// failedCall is the OpenAI error of a failed call (openai.CallFailure).
 func failedCall(c store.Call) *oaiError {
-	f := failure.Of(c)
+	f := openai.CallFailure(c)
 	d := f.Body.Error
-	return &oaiError{status: f.Status, typ: d.Type, code: deref(d.Code), param: deref(d.Param), msg: d.Message, retryAfter: f.RetryAfter}
+	return &oaiError{status: f.Status, typ: d.Type, code: deref(d.Code), param: deref(d.Param), msg: d.Message, retryAfter: f.RetryAfter, final: f.Final}
 }
 
 func deref(s *string) string {
@@ -190,20 +173,6 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
-}
-
-// openaiForward passes a request to the node that runs its project
-// (cluster mode), its answer, a stream included, back as it comes.
-func (a *api) openaiForward(w http.ResponseWriter, r *http.Request, body []byte, nodes []cluster.NodeInfo, p store.Project) {
-	wait := time.Duration(a.openaiQueueWait()+p.InferenceTimeout)*time.Second + time.Minute
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + time.Minute))
-	switch {
-	case a.forward(w, r, body, nodes, a.opts.Routing.forwardLimit(wait)):
-	case isClosed(a.opts.Stopping):
-		a.openaiError(w, r, errOAIShuttingDown)
-	default:
-		a.openaiError(w, r, errClusterUnavailable)
-	}
 }
 
 // openaiResponse handles GET /v1/calls/:callID/response: a call made
@@ -271,58 +240,9 @@ func (a *api) openaiStream(w http.ResponseWriter, r *http.Request, id string, ad
 	for _, line := range backlog {
 		s.chunk(line)
 	}
-	events := sub.ch
-	ka := time.NewTicker(sseKeepAlive)
-	defer ka.Stop()
-	// Until the first chunk nothing is written: a failure then is answered
-	// with its status. The queue wait and inference timeout end the call.
-	for !isClosed(done) {
-		if s.started {
-			s.flush()
-			if s.err != nil {
-				a.cancelLeft(id) // the client is gone, or too slow to read (limits.streamWriteTimeout)
-				return
-			}
-		}
-		select {
-		case e, ok := <-events:
-			switch {
-			case !ok:
-				events = nil // fell behind: the rest comes from the stored result
-			case e.output == nil && s.sent > 0:
-				// The call is run again (a crashed replica and retries):
-				// its chunks would start over in the middle of these.
-				s.errorEvent(openai.NewError(openai.TypeServer, "model_restarted", "", "the model's replica restarted mid-stream; retry"))
-				s.flush()
-				return
-			case e.output != nil:
-				s.chunk(e.output)
-			}
-		case <-done:
-		case <-ka.C:
-			if s.started {
-				s.comment("keep-alive")
-			}
-		case <-r.Context().Done():
-			if !isClosed(a.opts.Stopping) {
-				a.cancelLeft(id)
-			}
-			return
-		case <-a.opts.Stopping:
-			return
-		}
-	}
-	for drained := false; !drained && events != nil; { // chunks sent before the end
-		select {
-		case e, ok := <-events:
-			if !ok {
-				events = nil
-			} else if e.output != nil {
-				s.chunk(e.output)
-			}
-		default:
-			drained = true
-		}
+	events, ok := a.relayChunks(r, s, id, done, sub.ch)
+	if !ok {
+		return
 	}
 	call, _, err := a.sched.Lookup(id)
 	if err != nil {
@@ -345,10 +265,69 @@ func (a *api) openaiStream(w http.ResponseWriter, r *http.Request, id string, ad
 	s.flush()
 }
 
-// cancelLeft cancels the call of a stream whose client went away: the
-// model's request is aborted and the call ends "cancelled by request".
+// relayChunks sends call id's chunks from events to s as they come, until
+// the call is done (its last chunks drained). Until the first chunk
+// nothing is written: a failure then is answered with its status; the
+// queue wait and inference timeout end the call. It reports false when
+// the stream has ended already: its client left (the call is ended with
+// it), inferd stops, or the call was run again mid-stream; events is nil
+// once the client fell behind them (the rest comes from the stored
+// result).
+func (a *api) relayChunks(r *http.Request, s *chunkWriter, id string, done <-chan struct{}, events <-chan streamEvent) (<-chan streamEvent, bool) {
+	ka := time.NewTicker(sseKeepAlive)
+	defer ka.Stop()
+	for !isClosed(done) {
+		if s.started {
+			s.flush()
+			if s.err != nil {
+				a.cancelLeft(id) // the client is gone, or too slow to read (limits.streamWriteTimeout)
+				return nil, false
+			}
+		}
+		select {
+		case e, ok := <-events:
+			switch {
+			case !ok:
+				events = nil // fell behind: the rest comes from the stored result
+			case e.output == nil && s.sent > 0:
+				// The call is run again (a crashed replica and retries):
+				// its chunks would start over in the middle of these.
+				s.errorEvent(openai.NewError(openai.TypeServer, "model_restarted", "", "the model's replica restarted mid-stream; retry"))
+				s.flush()
+				return nil, false
+			case e.output != nil:
+				s.chunk(e.output)
+			}
+		case <-done:
+		case <-ka.C:
+			if s.started {
+				s.comment("keep-alive")
+			}
+		case <-r.Context().Done():
+			if !isClosed(a.opts.Stopping) {
+				a.cancelLeft(id)
+			}
+			return nil, false
+		case <-a.opts.Stopping:
+			return nil, false
+		}
+	}
+	open := drain(events, func(e streamEvent) { // chunks sent before the end
+		if e.output != nil {
+			s.chunk(e.output)
+		}
+	})
+	if !open {
+		return nil, true
+	}
+	return events, true
+}
+
+// cancelLeft ends the call of a stream whose client went away: the
+// model's request is aborted and the call ends "cancelled: the client
+// disconnected" (scheduler's Disconnected).
 func (a *api) cancelLeft(id string) {
-	if _, err := a.sched.Cancel(id); err != nil && !errors.Is(err, scheduler.ErrFinished) {
+	if _, err := a.sched.Disconnected(id); err != nil && !errors.Is(err, scheduler.ErrFinished) {
 		a.log.Warn().Err(err).Str("call", id).Msg("cancelling the call of a stream whose client left failed")
 	}
 }

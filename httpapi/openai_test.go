@@ -125,10 +125,11 @@ func TestOpenAIChatIsACallOfTheNamedProject(t *testing.T) {
 }
 
 // A model the team may not call is not found, whether it exists elsewhere
-// or not at all; nothing is started.
+// or not at all; nothing is started. (The team's own project of another
+// protocol says what it is: TestAnHTTPProjectNamedAsAModelSaysHowToCallIt.)
 func TestOpenAIUnknownOrOtherTeamsModelIs404(t *testing.T) {
 	env := openaiEnv(t, Options{})
-	for _, model := range []string{"secret-llm", "gpt-4", "echo"} {
+	for _, model := range []string{"secret-llm", "gpt-4", "hidden"} {
 		rec := serve(env.h, "POST", "/v1/chat/completions", `{"model":"`+model+`","messages":[]}`, bearer(keyAcme)...)
 		e := oaiErrorReply(t, rec, 404, "invalid_request_error", "model_not_found")
 		if e["param"] != "model" || strings.Contains(e["message"].(string), model) {
@@ -157,23 +158,32 @@ func TestOpenAIQueueFullIs429WithRetryAfter(t *testing.T) {
 
 func fmtErr(err error) error { return errors.Join(err) }
 
-// A failed call answers with the status its failure calls for: the model's
-// own error and status, 503 (to retry) for a call that never got a ready
-// replica within the wait, 504 for a timeout.
+// A failed call answers with the status its failure kind calls for: the
+// model's own error, status and Retry-After, 503 (to retry) for a call
+// that never got a ready replica within the wait, 504 for a timeout, a
+// 400 that no client retries for a cancelled call.
 func TestOpenAIFailedCallStatuses(t *testing.T) {
+	const tooLong = `{"error":{"message":"too long","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`
 	for _, tc := range []struct {
 		msg        string
+		how        store.Failure
 		status     int
 		typ, code  string
-		retryAfter bool
+		retryAfter string
+		final      bool
 	}{
-		{`error: model returned HTTP 400: {"error":{"message":"too long","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`,
-			400, "invalid_request_error", "context_length_exceeded", false},
-		{"error: model returned HTTP 500: boom", 502, "server_error", "", false},
-		{"error: expired after 300s in the queue", 503, "service_unavailable", "model_not_ready", true},
-		{"error: inference timed out after 300s", 504, "timeout", "timeout", false},
-		{"error: model failed to start: process exited with status 1", 503, "server_error", "model_failed_to_start", false},
-		{"error: model process exited (signal: killed) during inference", 502, "server_error", "model_error", false},
+		{"error: model returned HTTP 400: " + tooLong, store.Failure{Kind: store.FailModelStatus, Status: 400, Body: tooLong},
+			400, "invalid_request_error", "context_length_exceeded", "", false},
+		{"error: model returned HTTP 500: boom", store.Failure{Kind: store.FailModelStatus, Status: 500, Body: "boom"}, 502, "server_error", "", "", false},
+		{"error: model returned HTTP 429: slow down", store.Failure{Kind: store.FailModelStatus, Status: 429, Body: "slow down", RetryAfter: "7"},
+			429, "rate_limit_error", "", "7", false},
+		{"error: model returned HTTP 503", store.Failure{Kind: store.FailModelStatus, Status: 503, RetryAfter: "Wed, 21 Oct 2026 07:28:00 GMT"},
+			503, "service_unavailable", "", "Wed, 21 Oct 2026 07:28:00 GMT", false},
+		{"error: expired after 300s in the queue", store.Failure{Kind: store.FailExpired}, 503, "service_unavailable", "model_not_ready", "5", false},
+		{"error: inference timed out after 300s", store.Failure{Kind: store.FailTimeout}, 504, "timeout", "timeout", "", false},
+		{"error: model failed to start: process exited with status 1", store.Failure{Kind: store.FailNotStarted}, 503, "server_error", "model_failed_to_start", "", false},
+		{"error: model process exited (signal: killed) during inference", store.Failure{Kind: store.FailModel}, 502, "server_error", "model_error", "", false},
+		{"error: cancelled by request", store.Failure{Kind: store.FailCancelled}, 400, "invalid_request_error", "cancelled", "", true},
 	} {
 		env := openaiEnv(t, Options{})
 		res := make(chan *httptest.ResponseRecorder, 1)
@@ -181,11 +191,14 @@ func TestOpenAIFailedCallStatuses(t *testing.T) {
 			res <- serve(env.h, "POST", "/v1/completions", `{"model":"llm","prompt":"x"}`, bearer(keyAcme)...)
 		}()
 		waitLookup(t, env.sched, "call_1")
-		env.sched.finish("call_1", store.CallFailed, "", tc.msg)
+		env.sched.fail("call_1", tc.how, tc.msg)
 		rec := waitResult(t, res)
 		oaiErrorReply(t, rec, tc.status, tc.typ, tc.code)
-		if got := rec.Header().Get("Retry-After") != ""; got != tc.retryAfter {
-			t.Errorf("%s: Retry-After %q", tc.msg, rec.Header().Get("Retry-After"))
+		if got := rec.Header().Get("Retry-After"); got != tc.retryAfter {
+			t.Errorf("%s: Retry-After %q, want %q", tc.msg, got, tc.retryAfter)
+		}
+		if got := rec.Header().Get("X-Should-Retry") == "false"; got != tc.final {
+			t.Errorf("%s: X-Should-Retry %q", tc.msg, rec.Header().Get("X-Should-Retry"))
 		}
 		if strings.Contains(rec.Body.String(), "error: ") {
 			t.Errorf("%s: the inference message's prefix leaked: %s", tc.msg, rec.Body)
@@ -300,7 +313,8 @@ func TestOpenAIStreamPassesChunksAsTheyCome(t *testing.T) {
 	}
 }
 
-// A client that goes away mid-stream cancels its call.
+// A client that goes away mid-stream ends its call, as disconnected (not
+// cancelled by request: nobody asked for it).
 func TestOpenAIStreamClientAbortCancelsTheCall(t *testing.T) {
 	streams := NewStreams()
 	stopping := make(chan struct{})
@@ -326,8 +340,8 @@ func TestOpenAIStreamClientAbortCancelsTheCall(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the call was not ended when its client went away")
 	}
-	if c, _, _ := env.sched.Lookup("call_1"); c.Message != "error: cancelled by request" {
-		t.Errorf("call ended %q, want cancelled", c.Message)
+	if c, _, _ := env.sched.Lookup("call_1"); store.FailureOf(c).Kind != store.FailDisconnected {
+		t.Errorf("call ended %q (%+v), want disconnected", c.Message, c.Failure)
 	}
 }
 
@@ -340,6 +354,6 @@ func TestOpenAIStreamFailingBeforeItsFirstChunk(t *testing.T) {
 		res <- serve(env.h, "POST", "/v1/chat/completions", `{"model":"llm","stream":true}`, bearer(keyAcme)...)
 	}()
 	waitLookup(t, env.sched, "call_1")
-	env.sched.finish("call_1", store.CallFailed, "", "error: expired after 300s in the queue")
+	env.sched.fail("call_1", store.Failure{Kind: store.FailExpired}, "error: expired after 300s in the queue")
 	oaiErrorReply(t, waitResult(t, res), 503, "service_unavailable", "model_not_ready")
 }

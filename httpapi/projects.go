@@ -17,7 +17,7 @@ import (
 const maxProjectBody = 64 << 10
 
 // projectView is a project as the API shows it: the six fields of Banana's
-// project API plus retries, never the model spec.
+// project API plus retries and durability, never the model spec.
 type projectView struct {
 	ID               string `json:"id"`
 	TeamID           string `json:"teamId"`
@@ -25,7 +25,8 @@ type projectView struct {
 	MaxReplicas      int    `json:"maxReplicas"`
 	InferenceTimeout int    `json:"inferenceTimeout"`
 	IdleTimeout      int    `json:"idleTimeout"`
-	Retries          int    `json:"retries,omitempty"` // omitted at 0: the six fields stay the Banana shape
+	Retries          int    `json:"retries,omitempty"`    // omitted at 0: the six fields stay the Banana shape
+	Durability       string `json:"durability,omitempty"` // "answered", or omitted: strict, the default
 }
 
 func viewProject(p store.Project) projectView {
@@ -37,6 +38,7 @@ func viewProject(p store.Project) projectView {
 		InferenceTimeout: p.InferenceTimeout,
 		IdleTimeout:      p.IdleTimeout,
 		Retries:          p.Retries,
+		Durability:       p.Durability,
 	}
 }
 
@@ -53,12 +55,9 @@ func (a *api) headerKey(r *http.Request) (store.APIKey, error) {
 
 // headerKeyFor authenticates a project-API request that needs permission p.
 func (a *api) headerKeyFor(r *http.Request, p store.Permission) (store.APIKey, error) {
-	secret := r.Header.Get("X-Service-API-Key")
-	if secret == "" {
-		secret = r.Header.Get("X-Banana-API-Key")
-	}
-	if secret == "" {
-		return store.APIKey{}, errMissingHeaderKey
+	secret, err := headerSecret(r)
+	if err != nil {
+		return store.APIKey{}, err
 	}
 	key, err := a.authenticate(secret, errInvalidHeaderKey)
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"inferd/pipeline"
 )
 
 // TestAnnouncedBodySizeCostsNoMemoryUpFront: a client that announces a body
@@ -22,7 +24,7 @@ func TestAnnouncedBodySizeCostsNoMemoryUpFront(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	for range requests {
 		req := httptest.NewRequest(http.MethodPost, "/check/v4", nil)
-		req.ContentLength = DefaultMaxBodyBytes
+		req.ContentLength = pipeline.DefaultMaxBodyBytes
 		req.Body = io.NopCloser(iotest.ErrReader(io.ErrUnexpectedEOF)) // the client went away
 		rec := httptest.NewRecorder()
 		env.h.ServeHTTP(rec, req)
@@ -32,7 +34,7 @@ func TestAnnouncedBodySizeCostsNoMemoryUpFront(t *testing.T) {
 		}
 	}
 	runtime.ReadMemStats(&after)
-	if got := after.TotalAlloc - before.TotalAlloc; got > DefaultMaxBodyBytes {
+	if got := after.TotalAlloc - before.TotalAlloc; got > pipeline.DefaultMaxBodyBytes {
 		t.Errorf("%d requests that sent no body allocated %d bytes; each reserved its announced size", requests, got)
 	}
 }

@@ -8,17 +8,18 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"inferd/httpapi/metrics"
 	"inferd/store"
 	"inferd/store/bolt"
 )
 
 // Every store.Store serves both interfaces; main passes a *bolt.Store.
 var (
-	_ Store        = store.Store(nil)
-	_ AdminStore   = store.Store(nil)
-	_ RecentCalls  = store.Store(nil)
-	_ BackupWriter = (*bolt.Store)(nil)
-	_ StoreStats   = (*bolt.Store)(nil)
+	_ Store              = store.Store(nil)
+	_ AdminStore         = store.Store(nil)
+	_ RecentCalls        = store.Store(nil)
+	_ BackupWriter       = (*bolt.Store)(nil)
+	_ metrics.StoreStats = (*bolt.Store)(nil)
 )
 
 // TestProjectAPIOnRealStore runs the admin and project APIs against a real

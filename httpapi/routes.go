@@ -82,7 +82,7 @@ func (a *api) routes() []route {
 	add(http.MethodGet, "/healthz", open, false, a.healthz)
 	add(http.MethodGet, "/readyz", open, false, a.readyz)
 	if m := a.opts.Metrics; m != nil {
-		add(http.MethodGet, "/metrics", open, false, m.serveMetrics)
+		add(http.MethodGet, "/metrics", open, false, m.Serve)
 	}
 	if a.opts.Routing != nil {
 		h := a.clusterAPI()

@@ -17,8 +17,9 @@ import (
 	vm "github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
 
+	"inferd/batches"
 	"inferd/history"
-	"inferd/openai/batches"
+	"inferd/httpapi/metrics"
 	"inferd/scheduler/backend/local"
 	"inferd/store"
 )
@@ -71,13 +72,16 @@ var routeCases = map[string]routeCase{
 	"POST /v1/completions":           {path: "/v1/completions", body: `{"model":"PROJECT","prompt":"x"}`},
 	"POST /v1/embeddings":            {path: "/v1/embeddings", body: `{"model":"PROJECT","input":"x"}`},
 	"GET /v1/models":                 {path: "/v1/models"},
+	"GET /v1/models/*model":          {path: "/v1/models/PROJECT"},
 	"GET /v1/calls/:callID/response": {path: "/v1/calls/CALLID/response", done: true},
 
 	"POST /v1/files":              {path: "/v1/files", body: uploadForm, contentType: "multipart/form-data; boundary=XB"},
+	"GET /v1/files":               {path: "/v1/files"},
 	"GET /v1/files/:id":           {path: "/v1/files/FILEID"},
 	"DELETE /v1/files/:id":        {path: "/v1/files/FILEID"},
 	"GET /v1/files/:id/content":   {path: "/v1/files/FILEID/content"},
 	"POST /v1/batches":            {path: "/v1/batches", body: `{"input_file_id":"FILEID","endpoint":"/v1/chat/completions","completion_window":"24h"}`},
+	"GET /v1/batches":             {path: "/v1/batches"},
 	"GET /v1/batches/:id":         {path: "/v1/batches/BATCHID"},
 	"POST /v1/batches/:id/cancel": {path: "/v1/batches/BATCHID/cancel"},
 
@@ -116,7 +120,7 @@ func matrixOptions(t *testing.T, batchDir string) Options {
 	}
 	return Options{
 		Batches: bm,
-		Metrics: NewMetrics(vm.NewSet()),
+		Metrics: metrics.New(vm.NewSet()),
 		Cluster: twoNodeCluster(),
 		Status: &StatusSources{
 			Logs:    local.LogDir(logDir),
@@ -406,7 +410,7 @@ func TestEveryKeyedRouteAgainstEveryKeyScope(t *testing.T) {
 // TestOpenRoutesAnswerWithoutAKey: the routes the table calls open answer
 // without a key, so Need "" is never a keyed route's mistake.
 func TestOpenRoutesAnswerWithoutAKey(t *testing.T) {
-	env := newEnv(t, Options{Metrics: NewMetrics(vm.NewSet()), Status: &StatusSources{}})
+	env := newEnv(t, Options{Metrics: metrics.New(vm.NewSet()), Status: &StatusSources{}})
 	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/", "/assets/app.js"} {
 		if rec := serve(env.h, http.MethodGet, path, ""); rec.Code != http.StatusOK {
 			t.Errorf("GET %s without a key: %d %s", path, rec.Code, rec.Body)

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +11,7 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
-	"inferd/cluster"
+	"inferd/pipeline"
 	"inferd/scheduler"
 	"inferd/store"
 )
@@ -45,21 +44,9 @@ func runError(w http.ResponseWriter, status int, code, msg string) {
 // X-Inferd-Call-Id header names it for check), made once per
 // X-Banana-Request-Id.
 func (a *api) run(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-	// Calls and warm-ups need infer, as start and POST /warmup/v4 do.
-	key, err := a.headerKeyFor(r, store.PermInfer)
+	secret, err := headerSecret(r)
 	if err != nil {
 		a.runRefused(w, r, err)
-		return
-	}
-	project, err := a.store.GetProject(ps.ByName("project"))
-	if errors.Is(err, store.ErrNotFound) || err == nil && !mayReach(key, project.TeamID, project.ID) {
-		// Another team's project, or one outside the key's allowlist,
-		// answers as a missing one.
-		runError(w, http.StatusNotFound, codeNotFound, "project not found")
-		return
-	}
-	if err != nil {
-		writeError(w, r, a.log, err)
 		return
 	}
 	route, ok := cleanRoute(ps.ByName("route"))
@@ -67,15 +54,72 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, ps httprouter.Params) 
 		runError(w, http.StatusNotFound, codeNotFound, "no such route: "+truncate(ps.ByName("route"), 100))
 		return
 	}
+	req, body, ok := a.decodeRun(w, r, route)
+	if !ok {
+		return
+	}
+	// Admitted and durable before the wait (no Call.Wait): the call
+	// belongs to the server once admitted, and a retry finds it by its key.
+	out, ref := a.pipe.Start(r.Context(), pipeline.Request{Secret: secret, Target: pipeline.Target{ProjectID: ps.ByName("project")},
+		Call: req, Hold: pipeline.HoldWait, W: w, R: r, Body: body, Wait: inferenceWait})
+	switch {
+	case ref != nil:
+		runDoor{a}.refused(w, r, ref)
+		return
+	case out.Forwarded:
+		return
+	}
+	defer out.Release()
+	if out.Call.Route != req.Route {
+		runError(w, http.StatusUnprocessableEntity, "unprocessable", errRequestIDReused.Error())
+		return
+	}
+	w.Header().Set(callIDHeader, out.Call.ID)
+	a.awaitAnswer(w, r, runDoor{a}, out, inferenceWait(out.Project))
+}
+
+// runDoor is the dialect of Banana's Client SDK (see runRefused,
+// runFailed and runAnswer).
+type runDoor struct{ a *api }
+
+func (d runDoor) failed(w http.ResponseWriter, r *http.Request, err error) { d.a.runFailed(w, r, err) }
+func (runDoor) stopping(w http.ResponseWriter, _ *http.Request)            { errShuttingDown(w) }
+func (d runDoor) answer(w http.ResponseWriter, _ *http.Request, c store.Call) {
+	d.a.runAnswer(w, c)
+}
+
+// inferenceWait is how long a /run request waits for its call: the
+// project's inferenceTimeout.
+func inferenceWait(p store.Project) time.Duration {
+	return time.Duration(p.InferenceTimeout) * time.Second
+}
+
+// headerSecret is the key of a request that sends it in X-Service-API-Key
+// (or Banana's X-Banana-API-Key).
+func headerSecret(r *http.Request) (string, error) {
+	secret := r.Header.Get("X-Service-API-Key")
+	if secret == "" {
+		secret = r.Header.Get("X-Banana-API-Key")
+	}
+	if secret == "" {
+		return "", errMissingHeaderKey
+	}
+	return secret, nil
+}
+
+// decodeRun reads a /run body into the call's request: any JSON value
+// (none is {}), and the X-Banana-Request-Id as its idempotency key. It
+// answers a body it refuses itself and then reports false.
+func (a *api) decodeRun(w http.ResponseWriter, r *http.Request, route string) (scheduler.Request, []byte, bool) {
 	body, err := a.readBody(w, r, a.opts.MaxBodyBytes)
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
 		runError(w, http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("request body is larger than %d bytes", tooLarge.Limit))
-		return
+		return scheduler.Request{}, nil, false
 	case err != nil:
 		a.runRefused(w, r, err) // a budget's 429 is a 503 here, which the SDK retries
-		return
+		return scheduler.Request{}, nil, false
 	}
 	inputs := json.RawMessage(bytes.TrimSpace(body))
 	if len(inputs) == 0 {
@@ -84,70 +128,33 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, ps httprouter.Params) 
 	if !json.Valid(inputs) {
 		// 422, not 400: the SDK would retry a 400 for five minutes.
 		runError(w, http.StatusUnprocessableEntity, "unprocessable", "request body is not valid JSON")
-		return
+		return scheduler.Request{}, nil, false
 	}
 	req := scheduler.Request{Inputs: inputs, Route: route, IdempotencyKey: r.Header.Get(bananaRequestIDHeader)}
 	if len(req.IdempotencyKey) > store.MaxIdempotencyKeyLen {
 		runError(w, http.StatusUnprocessableEntity, "unprocessable",
 			fmt.Sprintf("%s is longer than %d bytes", bananaRequestIDHeader, store.MaxIdempotencyKeyLen))
-		return
+		return scheduler.Request{}, nil, false
 	}
-	// In cluster mode a project placed on other nodes runs there.
-	nodes, err := a.startNodes(r, project)
-	if err != nil {
-		writeError(w, r, a.log, err)
-		return
-	}
-	if nodes != nil {
-		a.runForward(w, r, body, nodes, project)
-		return
-	}
-	call, done, err := a.runCall(r.Context(), project, req)
-	if err != nil {
-		a.runFailed(w, r, err)
-		return
-	}
-	w.Header().Set(callIDHeader, call.ID)
-	if !isClosed(done) {
-		wait := time.Duration(project.InferenceTimeout) * time.Second
-		// The server's write timeout is for the short waits of start and
-		// check; this one may be as long as the project allows.
-		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + time.Minute))
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		select {
-		case <-done:
-		case <-t.C:
-		case <-r.Context().Done():
-			// The server's base context ends at shutdown too (Stopping is
-			// closed then): answer that; a client that went away reads
-			// nothing, and the call runs on.
-			if isClosed(a.opts.Stopping) {
-				errShuttingDown(w)
-			}
-			return
-		case <-a.opts.Stopping:
-			errShuttingDown(w)
-			return
-		}
-		if c, _, err := a.sched.Lookup(call.ID); err == nil {
-			call = c
-		}
-	}
-	a.runAnswer(w, call)
+	return req, body, true
 }
 
-// runForward passes a /run request to another node and its answer back,
-// which may take as long as the project's inferenceTimeout.
-func (a *api) runForward(w http.ResponseWriter, r *http.Request, body []byte, nodes []cluster.NodeInfo, p store.Project) {
-	wait := time.Duration(p.InferenceTimeout) * time.Second
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + time.Minute))
-	switch {
-	case a.forward(w, r, body, nodes, a.opts.Routing.forwardLimit(wait)):
-	case isClosed(a.opts.Stopping):
+// refused answers a /run request the call path refused.
+func (d runDoor) refused(w http.ResponseWriter, r *http.Request, ref *pipeline.Refusal) {
+	a := d.a
+	switch ref.Kind {
+	case pipeline.RefusedProject:
+		// Another team's project, or one outside the key's allowlist,
+		// answers as a missing one.
+		runError(w, http.StatusNotFound, codeNotFound, "project not found")
+	case pipeline.RefusedShuttingDown:
 		errShuttingDown(w)
+	case pipeline.RefusedKey, pipeline.RefusedKeyExpired, pipeline.RefusedScope, pipeline.RefusedBudget, pipeline.RefusedPlace, pipeline.RefusedUnavailable:
+		a.runRefused(w, r, refusalError(ref, errInvalidHeaderKey, errProjectNotFound))
+	case pipeline.RefusedIdempotency:
+		a.runFailed(w, r, errRequestIDReused)
 	default:
-		writeError(w, r, a.log, errClusterUnavailable)
+		a.runFailed(w, r, refusalError(ref, errInvalidHeaderKey, errProjectNotFound))
 	}
 }
 
@@ -165,24 +172,6 @@ func (a *api) runRefused(w http.ResponseWriter, r *http.Request, err error) {
 	default:
 		writeError(w, r, a.log, err)
 	}
-}
-
-// runCall admits the call, durable before it runs, or finds the one an
-// earlier request with the same idempotency key made (the scheduler's
-// idempotent start), so that a retry of the SDK never runs the model twice.
-func (a *api) runCall(ctx context.Context, p store.Project, req scheduler.Request) (store.Call, <-chan struct{}, error) {
-	// Admitted and durable before the wait (no req.Wait): the call belongs
-	// to the server once admitted, and a retry finds it by its key.
-	c, err := a.sched.Start(context.WithoutCancel(ctx), p, req)
-	switch {
-	case errors.Is(err, scheduler.ErrIdempotencyMismatch):
-		return store.Call{}, nil, errRequestIDReused
-	case err != nil:
-		return store.Call{}, nil, &schedulerError{err}
-	case c.Route != req.Route:
-		return store.Call{}, nil, errRequestIDReused
-	}
-	return a.sched.Lookup(c.ID)
 }
 
 // errShuttingDown answers a /run wait cut short by a shutdown: the SDK

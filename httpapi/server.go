@@ -12,19 +12,18 @@ import (
 	"github.com/julienschmidt/httprouter"
 	"github.com/rs/zerolog"
 
-	"inferd/openai/batches"
-	"inferd/scheduler"
+	"inferd/batches"
+	"inferd/httpapi/metrics"
+	"inferd/openai"
+	"inferd/pipeline"
 	"inferd/store"
 	"inferd/webhook"
 )
 
-// Defaults for the zero values of Options.
-const (
-	DefaultStartWait    = 50 * time.Second
-	DefaultLongPollWait = 50 * time.Second
-	DefaultMaxBodyBytes = 10 << 20
-	DefaultAPIVersion   = "inferd"
-)
+// DefaultAPIVersion is the apiVersion of answers when Options sets none.
+// The other zero values of Options take the call path's defaults
+// (pipeline.DefaultStartWait and the rest).
+const DefaultAPIVersion = "inferd"
 
 // Options configures the public API handler. Zero values take the defaults.
 type Options struct {
@@ -41,8 +40,8 @@ type Options struct {
 	// Log receives one access line per request and internal errors.
 	Log zerolog.Logger
 	// Metrics, when set, counts requests by route and status and is served
-	// at GET /metrics (no API key; see serveMetrics).
-	Metrics *Metrics
+	// at GET /metrics (no API key; see metrics.Metrics.Serve).
+	Metrics *metrics.Metrics
 	// Status, when set, feeds the /v1/status endpoints and the status page
 	// at GET / (see status.go).
 	Status *StatusSources
@@ -83,19 +82,19 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.StartWait <= 0 {
-		o.StartWait = DefaultStartWait
+		o.StartWait = pipeline.DefaultStartWait
 	}
 	if o.LongPollWait <= 0 {
-		o.LongPollWait = DefaultLongPollWait
+		o.LongPollWait = pipeline.DefaultLongPollWait
 	}
 	if o.MaxBodyBytes <= 0 {
-		o.MaxBodyBytes = DefaultMaxBodyBytes
+		o.MaxBodyBytes = pipeline.DefaultMaxBodyBytes
 	}
 	if o.BatchFileBytes <= 0 {
 		o.BatchFileBytes = batches.DefaultMaxFileBytes
 	}
 	if o.OpenAIQueueWait <= 0 {
-		o.OpenAIQueueWait = DefaultOpenAIQueueWait
+		o.OpenAIQueueWait = pipeline.DefaultOpenAIQueueWait
 	}
 	if o.APIVersion == "" {
 		o.APIVersion = DefaultAPIVersion
@@ -109,38 +108,40 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Store is what the public API needs from a store.Store.
+// Store is what the public API needs from a store.Store: what the call
+// path reads (pipeline.Store) and what the project API and the usage
+// report do.
 type Store interface {
-	Authenticate(secret string) (store.APIKey, error)
-	ProjectByModelKey(modelKey string) (store.Project, error)
-	GetProject(id string) (store.Project, error)
-	ListProjects(teamID string) ([]store.Project, error)
+	pipeline.Store
+	// OnProjectChange tells the call path of every project change: it
+	// keeps the OpenAI model names until one (pipeline.ProjectChanged).
+	OnProjectChange(fn func(projectID string))
 	UpdateProject(id string, fn func(*store.Project) error) (store.Project, error)
 	GetTeam(id string) (store.Team, error) // its quota bounds a PUT
-	CallByIdempotencyKey(teamID, key string) (store.Call, error)
-	UsageReader // GET /v1/usage (usage.go)
+	UsageReader                            // GET /v1/usage (usage.go)
 }
 
 // Scheduler is what the public API needs from the scheduler.
 type Scheduler interface {
-	// Start admits a call (or, for a repeated idempotency key, finds the
-	// first one) and, when req.Wait is set, waits up to it (or until ctx
-	// ends) for its result; the returned call, finished or not, is durable.
-	// ctx never cancels the call. Errors are user-facing texts (queue full,
-	// not enough GPUs, idempotencyKey reused) or store errors.
-	Start(ctx context.Context, p store.Project, req scheduler.Request) (store.Call, error)
+	// Start and Lookup, the call path's (pipeline.Scheduler): Start's
+	// errors are user-facing texts (queue full, not enough GPUs,
+	// idempotencyKey reused) or store errors; Lookup's channel closes
+	// once the call's final result is durable, and an unknown or expired
+	// id is store.ErrNotFound.
+	pipeline.Scheduler
 	// Cancel ends a queued or running call and returns it once that is
 	// durable; a finished call is an error wrapping scheduler.ErrFinished.
 	Cancel(id string) (store.Call, error)
+	// Disconnected ends a call as Cancel does, for a client that went
+	// away while it alone held the answer open: it reads "cancelled: the
+	// client disconnected", not "cancelled by request".
+	Disconnected(id string) (store.Call, error)
 	// Purge cancels the calls waiting in a project's queue and says how
 	// many.
 	Purge(projectID string) (int, error)
 	// Warmup boots a project's replica and returns once one is ready, with
 	// the boot's failure, or when ctx ends.
 	Warmup(ctx context.Context, p store.Project) error
-	// Lookup returns the call and a channel that is closed once its final
-	// result is durable; store.ErrNotFound if the id is unknown or expired.
-	Lookup(id string) (store.Call, <-chan struct{}, error)
 	// Ready reports whether the scheduler is running.
 	Ready() bool
 }
@@ -152,6 +153,10 @@ type api struct {
 	store  Store
 	sched  Scheduler
 	limits *limiter
+	// pipe is the one call path of every door; place is where its calls
+	// (and their cancels) go (callpath.go).
+	pipe  *pipeline.Pipeline
+	place placer
 	// The budgets of the edge (budgets.go): the bytes of bodies being
 	// read, the results held for event streams, and the streams open.
 	bodies      *bodyBudget
@@ -165,19 +170,23 @@ func New(opts Options, st Store, sched Scheduler) http.Handler {
 	opts = opts.withDefaults()
 	a := &api{opts: opts, log: opts.Log, store: st, sched: sched, limits: newLimiter(opts.Limits),
 		bodies:  newBodyBudget(opts.Limits.BodyBytes, opts.Limits.BodyBytesPerSource),
-		results: newStreamResults(opts.Limits.StreamResultBytes)}
-	opts.Metrics.setEdge(a.edgeStats)
+		results: newStreamResults(opts.Limits.StreamResultBytes), place: localPlacer{}}
+	if opts.Routing != nil {
+		a.place = forwarder{a} // cluster mode: calls may run on other nodes
+	}
+	a.pipe = a.newPipeline()
+	opts.Metrics.SetEdge(a.edgeStats, budgetNames)
 
 	r := newRouter(a.recoverPanic)
 	for _, rt := range a.routes() {
 		r.Handle(rt.Method, rt.Path, routed(rt.Path, rt.handle))
 	}
-	return withRequestLog(opts.Metrics.countRequests(a.withEdge(r)), opts.Log)
+	return withRequestLog(opts.Metrics.CountRequests(a.withEdge(r)), opts.Log)
 }
 
 // edgeStats is what the edge's budgets hold now, for the metrics.
-func (a *api) edgeStats() edgeStats {
-	return edgeStats{BodyBytes: a.bodies.inUse(), Streams: a.streamsOpen.Load(), StreamResultBytes: a.results.inUse()}
+func (a *api) edgeStats() metrics.EdgeStats {
+	return metrics.EdgeStats{BodyBytes: a.bodies.inUse(), Streams: a.streamsOpen.Load(), StreamResultBytes: a.results.inUse()}
 }
 
 // routed records the route pattern of the request for the request counter:
@@ -203,15 +212,24 @@ func newRouter(onPanic func(http.ResponseWriter, *http.Request, any)) *httproute
 		w.WriteHeader(http.StatusNoContent) // Allow is set by the router
 	})
 	r.NotFound = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, errorBody{errorDetail{codeNotFound,
-			"no such endpoint: " + r.Method + " " + truncate(r.URL.Path, 200)}})
+		routeError(w, r, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.Method+" "+truncate(r.URL.Path, 200))
 	})
 	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusMethodNotAllowed, errorBody{errorDetail{codeMethodNotAllowed,
-			"method " + r.Method + " not allowed; allowed: " + w.Header().Get("Allow")}})
+		routeError(w, r, http.StatusMethodNotAllowed, codeMethodNotAllowed,
+			"method "+r.Method+" not allowed; allowed: "+w.Header().Get("Allow"))
 	})
 	r.PanicHandler = onPanic
 	return r
+}
+
+// routeError answers a request no route takes: in OpenAI's shape on the
+// OpenAI routes' paths (the SDKs read only that), else the project API's.
+func routeError(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
+	if isOpenAIPath(r.URL.Path) {
+		writeJSON(w, status, openai.NewError(openai.TypeInvalidRequest, code, "", msg))
+		return
+	}
+	writeJSON(w, status, errorBody{errorDetail{code, msg}})
 }
 
 // recoverPanic answers a handler panic: the inference endpoints keep their
@@ -309,6 +327,10 @@ func (w *responseRecorder) Write(b []byte) (int, error) {
 	w.bytes += int64(n)
 	return n, err
 }
+
+// Answered tells the metrics how the request was answered
+// (metrics.Answered).
+func (w *responseRecorder) Answered() (route string, status int) { return w.route, w.status }
 
 // Unwrap lets http.ResponseController reach the connection's writer.
 func (w *responseRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -12,6 +12,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"inferd/gpu"
+	"inferd/image"
 	"inferd/scheduler"
 	"inferd/scheduler/backend"
 	"inferd/store"
@@ -43,6 +44,9 @@ type StatusSources struct {
 	Webhooks func(teamID string) webhook.Stats
 	// Protections says how replicas are contained (the backend's sandbox).
 	Protections func() []backend.Protection
+	// Images says what the images projects run in take on this node's
+	// disk (docs/images.md).
+	Images func() (image.Usage, error)
 }
 
 // RecentCalls is what the status endpoints read of a store.Store.
@@ -103,6 +107,7 @@ type statusProject struct {
 	MinReplicas int             `json:"minReplicas"`
 	MaxReplicas int             `json:"maxReplicas"`
 	GPUs        int             `json:"gpusPerReplica"`
+	Durability  string          `json:"durability"` // "strict" or "answered" (store.Project.Durability)
 	Queued      int             `json:"queued"`
 	Running     int             `json:"running"`
 	Waiting     string          `json:"waiting"`
@@ -146,6 +151,10 @@ type statusReplica struct {
 	// ParkedSince is when it was parked, while it is: its GPUs are free
 	// for others meanwhile.
 	ParkedSince *time.Time `json:"parkedSince,omitempty"`
+	// PreviousSpec: it runs an earlier spec of its project, replaced one by
+	// one since the project changed (docs/operations.md, Rolling a project
+	// onto new code).
+	PreviousSpec bool `json:"previousSpec,omitempty"`
 }
 
 // statusCall is a call without its inputs or outputs.
@@ -181,6 +190,16 @@ type statusAll struct {
 	Protections []backend.Protection `json:"protections"`
 	// Cluster is the cluster view (cluster mode only; absent on a single box).
 	Cluster *statusCluster `json:"cluster,omitempty"`
+	// Images is what this node's images take on disk; null when unknown.
+	Images *statusImages `json:"images"`
+}
+
+// statusImages is the disk use of the images projects run in: their layer
+// blobs as imported, and their unpacked roots.
+type statusImages struct {
+	Count      int   `json:"count"`
+	LayerBytes int64 `json:"layerBytes"`
+	RootBytes  int64 `json:"rootBytes"`
 }
 
 type results[T any] struct {
@@ -245,7 +264,21 @@ func (s *statusAPI) all(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		Webhooks:    s.webhookStats(v.key),
 		Protections: s.protections(),
 		Cluster:     viewCluster(s.opts.Cluster, v),
+		Images:      s.images(),
 	})
+}
+
+// images is the images' disk use, or nil when it cannot be read.
+func (s *statusAPI) images() *statusImages {
+	if s.src.Images == nil {
+		return nil
+	}
+	u, err := s.src.Images()
+	if err != nil {
+		s.log.Warn().Err(err).Msg("status: read the images' disk use")
+		return nil
+	}
+	return &statusImages{Count: u.Images, LayerBytes: u.BlobBytes, RootBytes: u.RootBytes}
 }
 
 // protections are the backend's, or none known.
@@ -373,14 +406,14 @@ func (s *statusAPI) viewGPUs(v view) []statusGPU {
 			}
 		}
 	}
-	reserved := reservations(v.snapshot)
+	reserved := v.snapshot.ReservedMiB()
 	devs := s.src.GPUs()
 	out := make([]statusGPU, 0, len(devs))
 	for _, d := range devs {
-		m := memoryOf(d, reserved)
+		m := gpu.MemoryOf(d, reserved)
 		g := statusGPU{
 			Index: d.Index, UUID: d.UUID, Name: d.Name,
-			MemoryTotalBytes: m.total, MemoryUsedBytes: m.used, MemoryReservedBytes: m.reserved,
+			MemoryTotalBytes: m.Total, MemoryUsedBytes: m.Used, MemoryReservedBytes: m.Reserved,
 			UtilizationPct: d.UtilizationPct,
 			Simulated:      d.Simulated,
 			Healthy:        d.Healthy(), Problem: d.Problem, MIG: d.MIG, Parent: d.Parent,
@@ -409,21 +442,7 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 	}
 	now := s.now()
 	reaches := reachesOf(v.key) // what a waiting reason may name
-	latencies := map[string][]int64{}
-	failures := map[string]int{}
-	for _, c := range v.calls {
-		if !c.State.Done() || c.Finished.IsZero() {
-			continue
-		}
-		if c.State == store.CallFailed && now.Sub(c.Finished) <= failureWindow {
-			failures[c.ProjectID]++
-		}
-		// A call that never reached a replica (a failed boot, a full queue)
-		// says nothing of how fast the model answers: no latency.
-		if !c.Dispatched.IsZero() {
-			latencies[c.ProjectID] = append(latencies[c.ProjectID], c.Finished.Sub(c.Created).Milliseconds())
-		}
-	}
+	latencies, failures := recentOutcomes(v.calls, now)
 	out := make([]statusProject, 0, len(v.projects))
 	for _, p := range v.projects {
 		lp := live[p.ID]
@@ -438,6 +457,10 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 
 			Batches: lp.Batches, MeanBatchSize: lp.MeanBatchSize,
 			ParkTimeout: p.Model.ParkTimeout, ParkingOff: lp.ParkingOff,
+			Durability: store.DurabilityStrict,
+		}
+		if p.AnswersFirst() {
+			sp.Durability = store.DurabilityAnswered
 		}
 		for _, q := range lp.Queue {
 			q.WaitingFor = q.WaitingFor.Shown(reaches)
@@ -454,29 +477,56 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 		sp.Finished = len(lat)
 		sp.LatencyP50, sp.LatencyP95 = percentile(lat, 50), percentile(lat, 95)
 		for _, r := range lp.Replicas {
-			sr := statusReplica{
-				ID: r.ID, State: r.State, Pid: r.Pid, Started: r.Started.UTC(),
-				UptimeSeconds: int64(max(now.Sub(r.Started), 0) / time.Second),
-				InFlight:      r.InFlight, GPUs: make([]int, 0, len(r.GPUs)),
-			}
-			for _, u := range r.GPUs {
-				if i, ok := index[u]; ok {
-					sr.GPUs = append(sr.GPUs, i)
-				}
-			}
-			if !r.IdleExpiry.IsZero() {
-				t := r.IdleExpiry.UTC()
-				sr.IdleExpiry = &t
-			}
-			if !r.ParkedSince.IsZero() {
-				t := r.ParkedSince.UTC()
-				sr.ParkedSince = &t
-			}
-			sp.Replicas = append(sp.Replicas, sr)
+			sp.Replicas = append(sp.Replicas, viewReplica(r, index, now))
 		}
 		out = append(out, sp)
 	}
 	return out
+}
+
+// recentOutcomes sums the finished calls of calls by project: their
+// latencies, and how many failed within failureWindow of now.
+func recentOutcomes(calls []store.Call, now time.Time) (latencies map[string][]int64, failures map[string]int) {
+	latencies, failures = map[string][]int64{}, map[string]int{}
+	for _, c := range calls {
+		if !c.State.Done() || c.Finished.IsZero() {
+			continue
+		}
+		if c.State == store.CallFailed && now.Sub(c.Finished) <= failureWindow {
+			failures[c.ProjectID]++
+		}
+		// A call that never reached a replica (a failed boot, a full queue)
+		// says nothing of how fast the model answers: no latency.
+		if !c.Dispatched.IsZero() {
+			latencies[c.ProjectID] = append(latencies[c.ProjectID], c.Finished.Sub(c.Created).Milliseconds())
+		}
+	}
+	return latencies, failures
+}
+
+// viewReplica is replica r as the status shows it, its GPUs by index
+// (index: GPU UUID → index).
+func viewReplica(r scheduler.ReplicaStatus, index map[string]int, now time.Time) statusReplica {
+	sr := statusReplica{
+		ID: r.ID, State: r.State, Pid: r.Pid, Started: r.Started.UTC(),
+		UptimeSeconds: int64(max(now.Sub(r.Started), 0) / time.Second),
+		InFlight:      r.InFlight, GPUs: make([]int, 0, len(r.GPUs)),
+		PreviousSpec: r.PreviousSpec,
+	}
+	for _, u := range r.GPUs {
+		if i, ok := index[u]; ok {
+			sr.GPUs = append(sr.GPUs, i)
+		}
+	}
+	if !r.IdleExpiry.IsZero() {
+		t := r.IdleExpiry.UTC()
+		sr.IdleExpiry = &t
+	}
+	if !r.ParkedSince.IsZero() {
+		t := r.ParkedSince.UTC()
+		sr.ParkedSince = &t
+	}
+	return sr
 }
 
 // explainWait adds to the scheduler's reason a project waits what it waits

@@ -91,7 +91,7 @@ func (s *statusAPI) history(w http.ResponseWriter, r *http.Request, _ httprouter
 				MemoryUsedBytes: make([]*uint64, len(samples))}
 			for i, smp := range samples {
 				if sd, ok := deviceByUUID(smp.GPUs, d.UUID); ok {
-					used := memoryOf(sd, smp.Reserved).used
+					used := gpu.MemoryOf(sd, smp.Reserved).Used
 					g.MemoryUsedBytes[i] = &used
 				}
 			}

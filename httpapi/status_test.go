@@ -55,7 +55,7 @@ func newStatusEnv(t *testing.T) (*testEnv, string) {
 	snap := scheduler.Status{Projects: []scheduler.ProjectStatus{
 		{ID: "echo", TeamID: "acme", Queued: 2, Running: 1, LastError: "model failed to start: boom", OOMKills: 2, Batches: 4, MeanBatchSize: 2.5,
 			Queue: []scheduler.QueuedCall{{ID: "c4", QueuePosition: 0, ETAMs: &queuedETA,
-				WaitingFor: &store.Wait{Code: scheduler.WaitReplicasBusy, Text: "all 1 replicas busy (next free in ~0.8 s)"}}},
+				WaitingFor: &store.Wait{Code: scheduler.WaitReplicasBusy, Text: "its replica busy (next free in ~0.8 s)"}}},
 			Replicas: []scheduler.ReplicaStatus{{ID: "echo-1", State: "busy", Pid: 4242, GPUs: []string{devs[0].UUID},
 				Started: statusNow.Add(-90 * time.Second), InFlight: 1}}},
 		{ID: "hidden", TeamID: "other",

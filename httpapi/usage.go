@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"cmp"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -146,6 +147,10 @@ func usageReport(st UsageReader, u usageQuery, keep func(store.UsageRow) bool) (
 		rep.Results[i].UsageTotals.Add(r.UsageTotals)
 		rep.Total.UsageTotals.Add(r.UsageTotals)
 	}
+	for i := range rep.Results {
+		roundTotals(&rep.Results[i].UsageTotals)
+	}
+	roundTotals(&rep.Total.UsageTotals)
 	slices.SortFunc(rep.Results, func(a, b usageLine) int {
 		var ha, hb time.Time
 		if a.Hour != nil {
@@ -201,4 +206,16 @@ func (a *admin) usage(w http.ResponseWriter, r *http.Request, _ httprouter.Param
 		return
 	}
 	writeJSON(w, http.StatusOK, rep)
+}
+
+// roundTotals rounds the seconds and joules of a report line to thousandths,
+// as inferd usage prints them: sums of float64 shares carry binary noise
+// (0.9540000000000002) that says nothing.
+func roundTotals(t *store.UsageTotals) {
+	for _, v := range []*float64{&t.QueueSeconds, &t.BootWaitSeconds, &t.RunSeconds, &t.ReplicaSeconds, &t.GPUSeconds,
+		t.CPUSeconds, t.EnergyJoules, &t.BootReplicaSeconds, &t.IdleReplicaSeconds, &t.BootGPUSeconds, &t.IdleGPUSeconds} {
+		if v != nil {
+			*v = math.Round(*v*1000) / 1000
+		}
+	}
 }

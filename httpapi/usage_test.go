@@ -181,3 +181,23 @@ func TestStatusShowsQueuedCallsEstimatesAndTheUsagePanel(t *testing.T) {
 		t.Errorf("echo's queue = %+v", q)
 	}
 }
+
+// Sums of seconds come rounded to thousandths, as inferd usage prints them,
+// not with the binary noise of float64 sums (0.9540000000000002).
+func TestUsageRoundsSecondsToThousandths(t *testing.T) {
+	env := newEnv(t, Options{})
+	h := time.Now().UTC().Truncate(time.Hour).Add(-time.Hour)
+	cpu := 0.1
+	var rows []store.UsageRow
+	for _, run := range []float64{0.1, 0.2, 0.654} { // 0.954000…02 summed as float64
+		rows = append(rows, store.UsageRow{Hour: h, TeamID: "acme", ProjectID: "echo",
+			UsageTotals: store.UsageTotals{Calls: 1, RunSeconds: run, CPUSeconds: &cpu, ReplicaSeconds: run}})
+		if err := env.store.AddUsage(rows[len(rows)-1:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, rep, body := usageReply(t, env, "", keyAcme)
+	if rep.Total.RunSeconds != 0.954 || !strings.Contains(body, `"runSeconds":0.954,`) || !strings.Contains(body, `"cpuSeconds":0.3,`) {
+		t.Errorf("usage = %s; want runSeconds 0.954 and cpuSeconds 0.3", body)
+	}
+}

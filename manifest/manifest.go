@@ -5,10 +5,12 @@ package manifest
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 
@@ -76,12 +78,16 @@ type Project struct {
 	InferenceTimeout *int `yaml:"inferenceTimeout"`
 	IdleTimeout      *int `yaml:"idleTimeout"`
 	Retries          *int `yaml:"retries"` // default 0; see store.Project.Retries
+	// Durability is "strict" (the default) or "answered"; see
+	// store.Project.Durability.
+	Durability string `yaml:"durability"`
 	// Caps bound what the team may set through the project API.
 	Caps store.ProjectCaps `yaml:"caps"`
 }
 
 // Parse decodes a manifest and turns it into validated store projects. baseDir
-// is the manifest's directory: a relative `dir` is resolved against it.
+// is the manifest's directory: a relative `dir`, `image`,
+// `python.requirements` or `python.wheelhouse` is resolved against it.
 func Parse(data []byte, baseDir string) ([]store.Project, error) {
 	m, err := ParseManifest(data, baseDir)
 	return m.Projects, err
@@ -165,27 +171,55 @@ func (mp Project) toStore(baseDir string) (store.Project, error) {
 	setInt(&p.InferenceTimeout, mp.InferenceTimeout)
 	setInt(&p.IdleTimeout, mp.IdleTimeout)
 	setInt(&p.Retries, mp.Retries)
+	if mp.Durability != store.DurabilityStrict {
+		p.Durability = mp.Durability // strict, the default, is not stored
+	}
 
 	p.Model = mp.ModelSpec
 	p.Model.KeyHash = store.HashModelKey(mp.ModelKey)
-	dir := mp.Dir
-	if dir == "" {
-		dir = "."
+	if img := mp.Image; img != "" && !strings.HasPrefix(img, "sha256:") {
+		abs, err := resolve(baseDir, img)
+		if err != nil {
+			return store.Project{}, fmt.Errorf("image: %w", err)
+		}
+		p.Model.Image = abs
 	}
-	if !filepath.IsAbs(dir) {
-		dir = filepath.Join(baseDir, dir)
+	for _, f := range []struct {
+		name string
+		path *string
+	}{{"python.requirements", &p.Model.Python.Requirements}, {"python.wheelhouse", &p.Model.Python.Wheelhouse}} {
+		if *f.path == "" {
+			continue
+		}
+		abs, err := resolve(baseDir, *f.path)
+		if err != nil {
+			return store.Project{}, fmt.Errorf("%s: %w", f.name, err)
+		}
+		*f.path = abs
 	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return store.Project{}, fmt.Errorf("dir: %w", err)
+	// A model in an image runs in the image's WorkingDir unless dir says
+	// otherwise; any other runs in the manifest's directory.
+	if mp.Dir != "" || mp.Image == "" {
+		abs, err := resolve(baseDir, cmp.Or(mp.Dir, "."))
+		if err != nil {
+			return store.Project{}, fmt.Errorf("dir: %w", err)
+		}
+		p.Model.Dir = abs
 	}
-	p.Model.Dir = abs
 	p.Caps = mp.Caps
 	p.ApplyDefaults()
 	if err := p.Validate(); err != nil {
 		return store.Project{}, err
 	}
 	return p, nil
+}
+
+// resolve makes p, relative to the manifest's directory, absolute.
+func resolve(baseDir, p string) (string, error) {
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(baseDir, p)
+	}
+	return filepath.Abs(p)
 }
 
 func setInt(dst *int, v *int) {

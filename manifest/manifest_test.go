@@ -210,3 +210,33 @@ func TestSuggestPicksTheClosestNameOrNone(t *testing.T) {
 		}
 	}
 }
+
+// TestParseDurability: durability is strict unless a project says answered;
+// strict is the default, and stored as none; anything else is refused,
+// naming the field.
+func TestParseDurability(t *testing.T) {
+	for _, tc := range []struct {
+		value, want, err string
+	}{
+		{"", "", ""},
+		{"durability: strict", "", ""},
+		{"durability: answered", store.DurabilityAnswered, ""},
+		{"durability: eventually", "", "durability"},
+	} {
+		extra := ""
+		if tc.value != "" {
+			extra = ", " + tc.value
+		}
+		ps, err := Parse([]byte("projects:\n  - {id: a, team: t, modelKey: k, command: [x]"+extra+"}\n"), "/x")
+		switch {
+		case tc.err != "":
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: Parse = %v, want an error naming %s", tc.value, err, tc.err)
+			}
+		case err != nil:
+			t.Errorf("%q: Parse = %v", tc.value, err)
+		case ps[0].Durability != tc.want || ps[0].AnswersFirst() != (tc.want == store.DurabilityAnswered):
+			t.Errorf("%q: durability %q, want %q", tc.value, ps[0].Durability, tc.want)
+		}
+	}
+}

@@ -157,3 +157,22 @@ func TestModelErrorReadsTheServersShapes(t *testing.T) {
 		}
 	}
 }
+
+// A request the server takes as it is (its model is the served name, no
+// usage to ask for) goes to it as the client sent it: nothing is decoded
+// and encoded again on the way.
+func TestABodyWithNothingToChangeGoesAsItCame(t *testing.T) {
+	sent := []byte(`{ "model": "m", "messages": [{"role": "user", "content": "hi"}], "z": 1, "a": 2 }`)
+	req, err := ParseRequest(ChatCompletions, sent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, served := range []string{"", "m"} {
+		if b, err := req.Body(served); err != nil || string(b) != string(sent) {
+			t.Errorf("Body(%q) = %s, %v; want the body as sent", served, b, err)
+		}
+	}
+	if b, _ := req.Body("other"); fields(t, b)["model"] != "other" {
+		t.Errorf("Body(other) = %s", b)
+	}
+}

@@ -34,6 +34,7 @@ type Request struct {
 	AddedUsage bool
 
 	fields map[string]json.RawMessage // the body, stream_options set
+	raw    []byte                     // the body as the client sent it
 }
 
 // RequestError is a request body inferd refuses; Param names the field.
@@ -85,7 +86,7 @@ func ParseRequest(endpoint string, body []byte) (Request, error) {
 			req.AddedUsage = true
 		}
 	}
-	req.fields = fields
+	req.fields, req.raw = fields, body
 	return req, nil
 }
 
@@ -93,6 +94,9 @@ func ParseRequest(endpoint string, body []byte) (Request, error) {
 // served (the name the server knows; "" keeps the client's) and, where
 // AddedUsage, stream_options.include_usage set.
 func (r Request) Body(served string) (json.RawMessage, error) {
+	if (served == "" || served == r.Model) && !r.AddedUsage && r.raw != nil {
+		return r.raw, nil // nothing to change: the body as it came
+	}
 	fields := r.fields
 	if served != "" {
 		fields = make(map[string]json.RawMessage, len(r.fields))

@@ -64,12 +64,12 @@ type batchResult struct {
 
 // evBatchDone: a batch's InferBatch returned, or was never made (notSent)
 // because the process had exited by then. results holds one per call of
-// the batch when err is nil; msg is the whole batch's failure otherwise.
+// the batch when err is nil; end is the whole batch's failure otherwise.
 type evBatchDone struct {
 	b       *batch
 	results []batchResult
 	err     error
-	msg     string
+	end     ending
 	notSent bool
 	crashed bool
 	// measured is what the backend measured over the request (nil when it
@@ -284,7 +284,7 @@ func (s *Scheduler) inferBatch(ctx context.Context, j inferJob) {
 			if exited {
 				exitErr = inst.ExitErr()
 			}
-			ev.err, ev.msg, ev.crashed = err, inferFailure(err, exited, exitErr), exited
+			ev.err, ev.end, ev.crashed = err, s.inferFailure(j.batch[0].id, err, exited, exitErr), exited
 		} else {
 			for k, i := range sent {
 				results[i].item = items[k]
@@ -322,24 +322,24 @@ func (s *Scheduler) onBatchDone(ev evBatchDone) {
 			s.requeue(c)
 		case ev.err != nil && ev.crashed && s.retry(c):
 		case ev.err != nil:
-			s.finish(c, store.CallFailed, nil, msgBatchFailed(ev.msg, len(b.calls)))
+			s.finish(c, nil, batchFailed(ev.end, len(b.calls)))
 		case ev.results[i].unreadable:
-			s.finish(c, store.CallFailed, nil, msgInputsUnreadable)
+			s.finish(c, nil, failed(store.FailInferd, msgInputsUnreadable))
 		case ev.results[i].item.Err != "":
-			s.finish(c, store.CallFailed, nil, msgBatchItemFailed(ev.results[i].item.Err))
+			s.finish(c, nil, failed(store.FailModel, msgBatchItemFailed(ev.results[i].item.Err)))
 		default:
-			s.finish(c, store.CallSucceeded, ev.results[i].item.Output, msgSuccess)
+			s.finish(c, ev.results[i].item.Output, succeeded)
 		}
 	}
 }
 
-// batchOf returns the message of a failure that ends c's whole batch, if c
-// runs in one: msg saying so.
-func batchOf(c *call, msg string) string {
+// batchOf returns a failure that ends c's whole batch, if c runs in one:
+// e saying so.
+func batchOf(c *call, e ending) ending {
 	if c.b == nil {
-		return msg
+		return e
 	}
-	return msgBatchFailed(msg, len(c.b.calls))
+	return batchFailed(e, len(c.b.calls))
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"inferd/scheduler/backend"
+	"inferd/store"
 )
 
 // A failed boot says why in the words an operator can act on: the calls that
@@ -108,10 +109,16 @@ func (s *Scheduler) bootFailed(p *project, r *rep, f bootFailure, backoff bool) 
 	}
 	p.warmed(errors.New(p.lastError))
 	p.refusing = false
+	if p.retiringCount() > 0 {
+		// A roll onto a spec that does not boot: the old replicas keep
+		// serving the calls (rollout.go), so none fails for it.
+		p.lastError += " (the replicas of the previous spec keep serving)"
+		return
+	}
 	if f.fatal || p.bootFailures >= s.cfg.MaxBootFailures {
 		p.bootFailures = 0
 		p.refusing = true
-		s.failQueued(p, msgFailedToStart(f.text))
+		s.failQueued(p, failed(store.FailNotStarted, msgFailedToStart(f.text)))
 	}
 }
 

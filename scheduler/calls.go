@@ -122,20 +122,15 @@ func (s *Scheduler) infer(ctx context.Context, j inferJob) {
 		in, err := s.st.CallInputs(j.id)
 		if err != nil {
 			s.log.Error().Err(err).Str("call", j.id).Msg("reading a call's inputs failed")
-			s.in.post(evInferDone{c: c, r: r, err: err, msg: msgInputsUnreadable})
+			s.in.post(evInferDone{c: c, r: r, err: err, end: failed(store.FailInferd, msgInputsUnreadable)})
 			return
 		}
 		inputs = in
 	}
 	cs := &callStream{id: c.c.ID, sink: s.cfg.Outputs}
 	s.cfg.Outputs.CallRunning(cs.id)
-	ctx = backend.WithStream(ctx, cs)
-	ctx = backend.WithTokenMeter(ctx, cs)
-	if c.c.Route != "" {
-		ctx = backend.WithRoute(ctx, c.c.Route)
-	}
 	measured := measure(inst)
-	out, err := inst.Infer(ctx, inputs)
+	out, err := inst.Infer(ctx, backend.Request{Inputs: inputs, Route: c.c.Route, Stream: cs, Meter: cs})
 	ev := evInferDone{c: c, r: r, out: out, err: err, streamed: cs.began, tokens: cs.tokens, measured: measured()}
 	if err != nil {
 		exited := isClosed(inst.Exited())
@@ -143,7 +138,7 @@ func (s *Scheduler) infer(ctx context.Context, j inferJob) {
 		if exited {
 			exitErr = inst.ExitErr()
 		}
-		ev.msg = inferFailure(err, exited, exitErr)
+		ev.end = s.inferFailure(j.id, err, exited, exitErr)
 		ev.crashed = exited
 	}
 	s.in.post(ev) // after shutdown nobody wants it: the call stays running in the store
@@ -172,12 +167,12 @@ func (s *Scheduler) onInferDone(ev evInferDone) {
 		return
 	}
 	if ev.err != nil {
-		s.finish(c, store.CallFailed, nil, ev.msg)
+		s.finish(c, nil, ev.end)
 		return
 	}
 	c.c.Streamed = ev.streamed
 	c.c.Tokens = ev.tokens
-	s.finish(c, store.CallSucceeded, ev.out, msgSuccess)
+	s.finish(c, ev.out, succeeded)
 }
 
 // requeue puts a call that never reached its replica back at the head of
@@ -220,18 +215,18 @@ func (s *Scheduler) onInferTimeout(c *call, seq uint64) {
 	}
 	r, b := c.r, c.b
 	secs := c.timeoutSecs
-	msg := batchOf(c, msgInferenceTimeout(secs))
+	end := batchOf(c, failed(store.FailTimeout, msgInferenceTimeout(secs)))
 	s.detach(c)
-	s.finish(c, store.CallFailed, nil, msg)
+	s.finish(c, nil, end)
 	// The replica's other calls end with it; say why, or they would read
 	// as a model crash. Those of the same batch timed out with it.
 	for other := range r.calls {
-		why := msgStoppedForTimeout(secs)
+		why := failed(store.FailTimeout, msgStoppedForTimeout(secs))
 		if b != nil && other.b == b {
-			why = msg
+			why = end
 		}
 		s.detach(other)
-		s.finish(other, store.CallFailed, nil, why)
+		s.finish(other, nil, why)
 	}
 	s.log.Warn().Str("project", c.p.id).Str("replica", r.id).Str("call", c.c.ID).
 		Int("timeoutSeconds", secs).Msg("inference timed out; stopping the replica")
@@ -258,17 +253,20 @@ func (s *Scheduler) detach(c *call) {
 	c.r = nil
 }
 
-// finish decides c's outcome and queues its final write; waiters wake once
-// it has committed (onFinal). The caller has taken c off its queue or
-// replica.
-func (s *Scheduler) finish(c *call, state store.CallState, out json.RawMessage, msg string) {
+// finish decides c's outcome, e (succeeded, or how it failed), and queues
+// its final write; waiters wake once it has committed (onFinal). The caller
+// has taken c off its queue or replica.
+func (s *Scheduler) finish(c *call, out json.RawMessage, e ending) {
 	if !s.move(c, callFinishing) {
 		return
 	}
 	c.expiry.stop()
 	now := s.clk.Now()
 	f := c.c
-	f.State, f.Outputs, f.Message, f.Finished = state, out, msg, now
+	f.State, f.Outputs, f.Message, f.Failure, f.Finished = store.CallSucceeded, out, e.msg, e.fail, now
+	if e.fail != nil {
+		f.State = store.CallFailed
+	}
 	if !f.Dispatched.IsZero() {
 		f.RunMs = ms(now.Sub(f.Dispatched))
 	}
@@ -282,6 +280,17 @@ func (s *Scheduler) finish(c *call, state store.CallState, out json.RawMessage, 
 	// the loop: its answer is c.result, which nothing changes once the
 	// write has committed (see onFinal and lookupLive).
 	early := c.unsaved
+	if early && c.p.cfg.AnswersFirst() {
+		// durability: answered: the waiter has the result now, and the
+		// record follows in the next group commit. A crash before that
+		// commit loses a call whose answer went out (docs/reliability.md);
+		// a failed write keeps it in memory and writes it again (onFinal).
+		close(done) // answered: c.result is final from here on
+		s.st.SaveCallAsync(f, func(err error) {
+			s.in.post(evFinal{c: c, err: err, woken: true, answered: true})
+		})
+		return
+	}
 	s.st.SaveCallAsync(f, func(err error) {
 		woken := early && err == nil
 		if woken {
@@ -298,7 +307,7 @@ func (s *Scheduler) finish(c *call, state store.CallState, out json.RawMessage, 
 // memory, since the store cannot answer for it, and written again once a
 // later write lands. A sync start's call that was never stored gets no ID:
 // see finalAnswer.
-func (s *Scheduler) onFinal(c *call, err error, woken bool) {
+func (s *Scheduler) onFinal(c *call, err error, woken, answered bool) {
 	if s.calls[c.c.ID] == c {
 		delete(s.calls, c.c.ID)
 	}
@@ -307,12 +316,23 @@ func (s *Scheduler) onFinal(c *call, err error, woken bool) {
 	s.unindex(c)
 	f := c.result
 	switch {
+	case err != nil && answered && errors.Is(err, store.ErrFenced):
+		// Answered, and another node holds the call now: it is lost here
+		// as in a crash of this node (its waiter has read c.result).
+		s.log.Warn().Err(err).Str("call", c.c.ID).Str("project", c.p.id).Msg(msgDiscarded)
+	case err != nil && answered:
+		// Its waiter has its result: keep that, in memory, until a later
+		// write lands and this one is written again.
+		s.log.Error().Err(err).Str("call", c.c.ID).Msg("saving an answered call's result failed; kept in memory, written again once the store takes writes")
+		s.failures.add(f)
+		s.resave.add(f)
 	case errors.Is(err, store.ErrFenced):
 		s.discarded(c, err)
 		return
 	case err != nil:
 		s.log.Error().Err(err).Str("call", c.c.ID).Msg("saving a call result failed")
 		f.State, f.Outputs, f.Message = store.CallFailed, nil, msgStorageFull
+		f.Failure = &store.Failure{Kind: store.FailInferd}
 		if errors.Is(err, store.ErrUnavailable) {
 			f.Message = msgResultUnavailable
 		}
@@ -370,10 +390,10 @@ func (s *Scheduler) move(c *call, next callState) bool {
 	return true
 }
 
-// failQueued fails every queued call of p with msg.
-func (s *Scheduler) failQueued(p *project, msg string) {
+// failQueued fails every queued call of p as e says.
+func (s *Scheduler) failQueued(p *project, e ending) {
 	for _, c := range p.queue.drain() {
-		s.finish(c, store.CallFailed, nil, msg)
+		s.finish(c, nil, e)
 	}
 }
 
@@ -405,7 +425,11 @@ func (s *Scheduler) view(c *call) store.Call {
 	}
 	now := s.clk.Now()
 	v.QueuePosition = c.p.queue.position(c, now)
-	v.WaitingFor, v.ETAMs = s.explain(c, v.QueuePosition, now)
+	var est *estimate
+	v.WaitingFor, est = s.explain(c, v.QueuePosition, now)
+	if est != nil {
+		v.ETAMs, v.ETARangeMs = &est.ms, &[2]int64{est.lo, est.hi}
+	}
 	p := c.p
 	switch {
 	case p.bootFailures > 0 && (p.booting() || p.backoffT.armed()):

@@ -198,8 +198,10 @@ func (s *Scheduler) recoverCall(c store.Call, p *project, now time.Time) (write 
 		return write, ok
 	case c.State == store.CallQueued:
 		c.State, c.Message, c.Finished = store.CallFailed, msgProjectDeleted, now
+		c.Failure = &store.Failure{Kind: store.FailInferd}
 	default:
 		c.State, c.Message, c.Finished = store.CallFailed, msgInterrupted, now
+		c.Failure = &store.Failure{Kind: store.FailInterrupted}
 	}
 	return c, true
 }

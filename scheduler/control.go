@@ -20,6 +20,10 @@ import (
 const (
 	msgCancelled   = "error: cancelled by request"
 	msgQueuePurged = "error: cancelled: queue purged"
+	// msgDisconnected: the client that held the call's answer open (an
+	// OpenAI stream) went away, or read too slowly, and nobody else can
+	// read the rest as it comes.
+	msgDisconnected = "error: cancelled: the client disconnected"
 )
 
 func msgExpired(secs int) string {
@@ -53,6 +57,7 @@ func FinishedError(c store.Call) error { return &finishedError{c: c} }
 // no scheduler serves: the next one to start recovers it as finished.
 func Cancelled(c store.Call, now time.Time) store.Call {
 	c.State, c.Message, c.Finished, c.Outputs = store.CallFailed, msgCancelled, now, nil
+	c.Failure = &store.Failure{Kind: store.FailCancelled}
 	return c
 }
 
@@ -77,6 +82,19 @@ func (s *Scheduler) control(fn func()) bool {
 // and every waiter has been woken. A call that had already finished is an
 // error wrapping ErrFinished; an unknown one store.ErrNotFound.
 func (s *Scheduler) Cancel(id string) (store.Call, error) {
+	return s.cancel(id, failed(store.FailCancelled, msgCancelled))
+}
+
+// Disconnected ends call id as Cancel does, for a client that went away
+// while it alone held the call's answer open (an OpenAI stream): the call
+// reads "error: cancelled: the client disconnected", kind
+// store.FailDisconnected, not a cancel by request, which nobody asked for.
+func (s *Scheduler) Disconnected(id string) (store.Call, error) {
+	return s.cancel(id, failed(store.FailDisconnected, msgDisconnected))
+}
+
+// cancel ends call id as e says (Cancel, Disconnected).
+func (s *Scheduler) cancel(id string, e ending) (store.Call, error) {
 	var (
 		c      *call
 		cancel bool // this Cancel ended it
@@ -85,7 +103,7 @@ func (s *Scheduler) Cancel(id string) (store.Call, error) {
 		c = s.calls[id]
 		if c != nil && !c.finished() {
 			cancel = true
-			s.abort(c, msgCancelled)
+			s.abort(c, e)
 			s.cfg.Observer.CallCancelled(c.p.id)
 		}
 	})
@@ -122,7 +140,7 @@ func (s *Scheduler) Purge(id string) (int, error) {
 		}
 		purged = p.queue.drain()
 		for _, c := range purged {
-			s.finish(c, store.CallFailed, nil, msgQueuePurged)
+			s.finish(c, nil, failed(store.FailCancelled, msgQueuePurged))
 			s.cfg.Observer.CallCancelled(p.id)
 		}
 	})
@@ -135,17 +153,17 @@ func (s *Scheduler) Purge(id string) (int, error) {
 	return len(purged), nil
 }
 
-// abort ends live call c with msg wherever it is. A running call's Infer is
+// abort ends live call c as e says wherever it is. A running call's Infer is
 // cancelled, but its replica stays taken by it until Infer has returned
 // (aborted), or is stopped if that takes longer than AbortGrace.
-func (s *Scheduler) abort(c *call, msg string) {
+func (s *Scheduler) abort(c *call, e ending) {
 	switch c.state {
 	case callQueued, callSaving:
 		c.p.queue.remove(c)
 	case callRunning:
 		s.abortRun(c)
 	}
-	s.finish(c, store.CallFailed, nil, msg)
+	s.finish(c, nil, e)
 }
 
 // abortRun detaches running call c and cancels its Infer; its replica
@@ -203,7 +221,7 @@ func (s *Scheduler) onAbortGrace(r *rep, seq uint64) {
 	for _, c := range r.callList() {
 		s.detach(c)
 		if !s.retry(c) {
-			s.finish(c, store.CallFailed, nil, msgExited(errors.New("stopped: a cancelled call on it did not end")))
+			s.finish(c, nil, failed(store.FailModel, msgExited(errors.New("stopped: a cancelled call on it did not end"))))
 		}
 	}
 	s.stop(r)
@@ -234,7 +252,7 @@ func (s *Scheduler) onQueueExpired(c *call, seq uint64) {
 		}
 	}
 	c.p.queue.remove(c)
-	s.finish(c, store.CallFailed, nil, msgExpired(c.c.QueueTimeout))
+	s.finish(c, nil, failed(store.FailExpired, msgExpired(c.c.QueueTimeout)))
 	s.cfg.Observer.CallExpired(c.p.id)
 }
 

@@ -47,7 +47,7 @@ func TestCancelQueuedCallNeverReachesModel(t *testing.T) {
 		if err != nil || got.State != store.CallFailed || got.Message != msgCancelled {
 			t.Fatalf("Cancel = %+v, %v; want failed, %q", got, err, msgCancelled)
 		}
-		if stored, _ := h.st.call(queued.ID); stored.Message != msgCancelled {
+		if stored, _ := h.st.call(queued.ID); stored.Message != msgCancelled || store.FailureOf(stored).Kind != store.FailCancelled {
 			t.Errorf("stored call = %+v; want the cancel durable when Cancel returns", stored)
 		}
 		after := h.submit(p, `{"n":3}`)
@@ -67,6 +67,28 @@ func TestCancelQueuedCallNeverReachesModel(t *testing.T) {
 		}
 		if _, err := h.s.Cancel("call_nope"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("Cancel of an unknown call = %v; want ErrNotFound", err)
+		}
+	})
+}
+
+// A call whose client went away (Disconnected) is aborted as a cancel
+// aborts it, and says so: not "cancelled by request", which nobody asked.
+func TestDisconnectedCallIsAbortedAndSaysItsClientLeft(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("c", minMax(0, 1))
+		h, i, _, running := busyReplica(t, Config{AbortGrace: 5 * time.Second}, p) // never answered: only the abort ends it
+		defer h.stop()
+		got, err := h.s.Disconnected(running.ID)
+		if err != nil || got.Message != msgDisconnected || store.FailureOf(got).Kind != store.FailDisconnected {
+			t.Fatalf("Disconnected = %+v, %v", got, err)
+		}
+		if stored, _ := h.st.call(running.ID); store.FailureOf(stored).Kind != store.FailDisconnected {
+			t.Errorf("stored call = %+v; want it disconnected", stored)
+		}
+		next := h.submit(p, `{"n":2}`)
+		h.call(i).reply(`{}`) // the replica took the next call
+		if r := h.result(next.ID); r.State != store.CallSucceeded {
+			t.Errorf("next call = %+v", r)
 		}
 	})
 }
@@ -164,7 +186,7 @@ func TestQueueTimeoutExpiresCallNotDispatchedInTime(t *testing.T) {
 			t.Fatalf("before its deadline the call is %s", st)
 		}
 		h.advance(time.Millisecond)
-		if got := h.result(late.ID); got.Message != "error: expired after 2s in the queue" {
+		if got := h.result(late.ID); got.Message != "error: expired after 2s in the queue" || store.FailureOf(got).Kind != store.FailExpired {
 			t.Fatalf("expired call = %+v", got)
 		}
 		fc.reply(`{}`)
@@ -221,7 +243,7 @@ func TestCallTimeoutOnlyLowersProjectTimeout(t *testing.T) {
 					t.Fatalf("before %ds the call is %s", tc.wantAfter, st)
 				}
 				h.advance(time.Millisecond)
-				if got := h.result(c.ID); got.Message != fmt.Sprintf("error: inference timed out after %ds", tc.wantAfter) {
+				if got := h.result(c.ID); got.Message != fmt.Sprintf("error: inference timed out after %ds", tc.wantAfter) || store.FailureOf(got).Kind != store.FailTimeout {
 					t.Errorf("result = %+v", got)
 				}
 			})

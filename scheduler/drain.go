@@ -84,7 +84,7 @@ func (s *Scheduler) onDrainDeadline(reply chan int) {
 			if s.retry(c) {
 				continue
 			}
-			s.finish(c, store.CallFailed, nil, msgInterrupted)
+			s.finish(c, nil, failed(store.FailInterrupted, msgInterrupted))
 			n++
 		}
 	}

@@ -100,7 +100,7 @@ func TestDrainDeadlineInterruptsOnlyCallsStillRunning(t *testing.T) {
 			t.Fatal("Drain did not return after its context ended")
 		}
 		got := h.result(running.ID)
-		if got.State != store.CallFailed || got.Message != msgInterrupted {
+		if got.State != store.CallFailed || got.Message != msgInterrupted || store.FailureOf(got).Kind != store.FailInterrupted {
 			t.Errorf("the running call = %s %q, want failed %q", got.State, got.Message, msgInterrupted)
 		}
 		if c, _ := h.st.call(running.ID); c.State != store.CallFailed {

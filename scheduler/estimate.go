@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
@@ -20,16 +21,17 @@ import (
 
 // The WaitingFor codes. Texts say the same for people, with figures.
 const (
-	WaitBooting      = "booting"      // its replica is booting: "replica booting (12.1 s of a usual 14 s)"
-	WaitBootFailed   = "bootFailed"   // boots failed and are retried (the message says which attempt)
-	WaitRestarting   = "restarting"   // a replica crashed; the next boots after a backoff
-	WaitReplicasBusy = "replicasBusy" // "all 2 replicas busy (next free in ~0.8 s)"
-	WaitMaxReplicas  = "maxReplicas"  // "maxReplicas 3 reached (all 3 busy, next free in ~0.8 s)"
-	WaitTeamQuota    = "teamQuota"    // "team acme quota runningCalls 4/4"
-	WaitHeldByIdle   = "heldByIdle"   // "GPU held by an idle replica of another project (evictable in 20 s)"
-	WaitFreeing      = "freeing"      // "GPU being freed: an idle replica of another project is stopping"
-	WaitCapacity     = "capacity"     // "all 4 CPU slots busy with other projects' calls"
-	WaitNext         = "next"         // nothing holds it: it is about to be dispatched
+	WaitBooting      = "booting"             // its replica is booting: "replica booting (12.1 s of a usual 14 s)"
+	WaitBuilding     = "buildingEnvironment" // its replica's Python environment is being built: "building environment (40.2 s so far)"
+	WaitBootFailed   = "bootFailed"          // boots failed and are retried (the message says which attempt)
+	WaitRestarting   = "restarting"          // a replica crashed; the next boots after a backoff
+	WaitReplicasBusy = "replicasBusy"        // "all 2 replicas busy (next free in ~0.8 s)", "its replica busy"
+	WaitMaxReplicas  = "maxReplicas"         // "maxReplicas 3 reached (all 3 busy, next free in ~0.8 s)"
+	WaitTeamQuota    = "teamQuota"           // "team acme quota runningCalls 4/4"
+	WaitHeldByIdle   = "heldByIdle"          // "GPU held by an idle replica of another project (evictable in 20 s)"
+	WaitFreeing      = "freeing"             // "GPU being freed: an idle replica of another project is stopping"
+	WaitCapacity     = "capacity"            // "all 4 CPU slots busy with other projects' calls", "… its own replicas hold all 2 cpuSlots"
+	WaitNext         = "next"                // nothing holds it: it is about to be dispatched
 )
 
 // samples keeps the last few durations of one kind and averages them.
@@ -66,6 +68,24 @@ func (w *samples) mean() (time.Duration, bool) {
 	return time.Duration(sum / float64(len(w.xs)) * float64(time.Second)), true
 }
 
+// spread is the 10th and the 90th percentile of the samples (nearest rank,
+// the lower one rounded down and the upper one up), false before any
+// sample: how far a run may fall from the mean, for the range of an ETA.
+func (w *samples) spread() (lo, hi time.Duration, ok bool) {
+	if len(w.xs) == 0 {
+		return 0, 0, false
+	}
+	xs := slices.Sorted(slices.Values(w.xs))
+	last := float64(len(xs) - 1)
+	at := func(i int) time.Duration { return time.Duration(xs[i] * float64(time.Second)) }
+	return at(int(math.Floor(0.1 * last))), at(int(math.Ceil(0.9 * last))), true
+}
+
+// estimate is a queued call's ETA: when it has likely finished, from the
+// project's mean run time (ms), and the range from its 10th and 90th
+// percentile runs (lo, hi), all in milliseconds from now.
+type estimate struct{ ms, lo, hi int64 }
+
 // measured are a project's recent run and boot times, what its estimates
 // come from.
 type measured struct {
@@ -78,7 +98,7 @@ func (m *measured) booted(d time.Duration) { m.boots.add(d, bootWindow) }
 // explain says why queued call c, pos calls from the head of its queue,
 // waits, and estimates how long until it has finished (nil when nothing
 // measured says).
-func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *int64) {
+func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *estimate) {
 	p := c.p
 	svc, svcOK := p.est.runs.mean()
 	boot, bootOK := p.est.boots.mean()
@@ -87,8 +107,9 @@ func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *int6
 	// The project's slots (room for one call on one replica) and when each
 	// is free, from now; unknown ones are left out.
 	var free []time.Duration
-	var ready, busy, booting, parked int
-	var bootElapsed time.Duration
+	var ready, busy, booting, parked, building int
+	var bootElapsed, buildElapsed time.Duration
+	var bootCheck string // what the latest health check of a booting replica found
 	nextFree := time.Duration(math.MaxInt64)
 	for _, r := range p.replicas {
 		if !r.live() || r.exited() {
@@ -128,8 +149,16 @@ func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *int6
 			parked++ // parking.go: restored for the call (its time is not measured)
 		case stateBooting:
 			booting++
+			if r.phase != "" {
+				building++
+				buildElapsed = max(buildElapsed, now.Sub(r.phaseSince))
+				continue // how long a build takes is not a boot's
+			}
 			el := now.Sub(r.started)
 			bootElapsed = max(bootElapsed, el)
+			if r.inst != nil && bootCheck == "" {
+				bootCheck = r.inst.BootProblem().Text
+			}
 			if bootOK {
 				for range conc {
 					free = append(free, residual(boot, el))
@@ -137,7 +166,7 @@ func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *int6
 			}
 		}
 	}
-	eta := func(extra ...time.Duration) *int64 {
+	eta := func(extra ...time.Duration) *estimate {
 		if !svcOK {
 			return nil
 		}
@@ -145,9 +174,11 @@ func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *int6
 		if len(slots) == 0 {
 			return nil
 		}
-		d := finishOf(slots, svc, pos)
-		ms := d.Milliseconds()
-		return &ms
+		e := estimate{ms: finishOf(slots, svc, pos).Milliseconds()}
+		lo, hi, _ := p.est.runs.spread()
+		e.lo = min(finishOf(slots, lo, pos).Milliseconds(), e.ms)
+		e.hi = max(finishOf(slots, hi, pos).Milliseconds(), e.ms)
+		return &e
 	}
 	// nextFreeText is "next free in ~0.8 s" after sep, or "" when not known.
 	nextFreeText := func(sep string) string {
@@ -168,10 +199,17 @@ func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *int6
 		return &store.Wait{Code: WaitBootFailed, Text: s.bootingMessage(p)}, nil
 	case ready == 0 && booting == 0 && parked > 0:
 		return &store.Wait{Code: WaitBooting, Text: "replica restoring from parking"}, nil
+	case ready == 0 && booting > 0 && building == booting:
+		return &store.Wait{Code: WaitBuilding, Text: fmt.Sprintf("%s (%.1f s so far)", backend.PhaseBuildingEnvironment, buildElapsed.Seconds())}, nil
 	case ready == 0 && booting > 0:
 		text := fmt.Sprintf("replica booting (%.1f s so far)", bootElapsed.Seconds())
 		if bootOK {
 			text = fmt.Sprintf("replica booting (%.1f s of a usual %.0f s)", bootElapsed.Seconds(), math.Max(boot.Seconds(), 1))
+		}
+		if f := (bootFailure{text: bootCheck}); bootCheck != "" && f.pending() == bootCheck {
+			// The model's readiness check so far: a 404 or 501 says it may
+			// never get ready (bootcheck.go stops it once that holds).
+			text += "; last check: " + bootCheck
 		}
 		return &store.Wait{Code: WaitBooting, Text: text}, eta()
 	}
@@ -192,16 +230,16 @@ func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *int6
 	}
 	if booting > 0 {
 		// Busy, and more on the way: the nearer of the two frees it.
-		text := fmt.Sprintf("all %d replicas busy%s; another booting (%.1f s so far)", ready, nextText(), bootElapsed.Seconds())
+		text := fmt.Sprintf("%s%s; another booting (%.1f s so far)", busyText(ready), nextText(), bootElapsed.Seconds())
 		if bootOK {
-			text = fmt.Sprintf("all %d replicas busy%s; another booting (%.1f s of a usual %.0f s)", ready, nextText(), bootElapsed.Seconds(), math.Max(boot.Seconds(), 1))
+			text = fmt.Sprintf("%s%s; another booting (%.1f s of a usual %.0f s)", busyText(ready), nextText(), bootElapsed.Seconds(), math.Max(boot.Seconds(), 1))
 		}
 		return &store.Wait{Code: WaitReplicasBusy, Text: text}, eta()
 	}
 	live := p.live()
 	switch {
 	case live >= p.maxReplicas() && ready > 0:
-		return &store.Wait{Code: WaitMaxReplicas, Text: fmt.Sprintf("maxReplicas %d reached (all %d busy%s)", p.maxReplicas(), ready, nextFreeText(", "))}, eta()
+		return &store.Wait{Code: WaitMaxReplicas, Text: fmt.Sprintf("maxReplicas %d reached (%s%s)", p.maxReplicas(), busyText(ready), nextFreeText(", "))}, eta()
 	case live >= p.maxReplicas():
 		return &store.Wait{Code: WaitMaxReplicas, Text: fmt.Sprintf("maxReplicas %d reached", p.maxReplicas())}, eta()
 	}
@@ -209,7 +247,7 @@ func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *int6
 	// the call also waits for them.
 	busyNote := ""
 	if ready > 0 {
-		busyNote = fmt.Sprintf("all %d replicas busy%s; ", ready, nextText())
+		busyNote = fmt.Sprintf("%s%s; ", busyText(ready), nextText())
 	}
 	if q := s.bootQuota(p); q != "" {
 		return &store.Wait{Code: WaitTeamQuota, Text: busyNote + q}, eta()
@@ -226,7 +264,7 @@ func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *int6
 		return w, eta(extra...)
 	}
 	if ready > 0 {
-		return &store.Wait{Code: WaitReplicasBusy, Text: fmt.Sprintf("all %d replicas busy%s", ready, nextText())}, eta()
+		return &store.Wait{Code: WaitReplicasBusy, Text: busyText(ready) + nextText()}, eta()
 	}
 	// Nothing runs, boots or holds it back: the next pass boots a replica.
 	var extra []time.Duration
@@ -234,6 +272,15 @@ func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *int6
 		extra = slices.Repeat([]time.Duration{boot}, conc)
 	}
 	return &store.Wait{Code: WaitBooting, Text: "replica about to boot"}, eta(extra...)
+}
+
+// busyText says that a project's n ready replicas are all busy: "its
+// replica busy", "all 2 replicas busy".
+func busyText(n int) string {
+	if n == 1 {
+		return "its replica busy"
+	}
+	return fmt.Sprintf("all %d replicas busy", n)
 }
 
 // residual estimates how much is left of something that usually takes
@@ -344,14 +391,15 @@ func (s *Scheduler) capacityWait(p *project, now time.Time) (*store.Wait, time.D
 		what = "GPU"
 	}
 	var idle *rep
-	holders, minimums := 0, 0
+	holders, minimums, own := 0, 0, 0
 	stopping := false
 	for _, q := range s.order {
-		if q == p {
-			continue
-		}
 		for _, r := range q.replicas {
 			if (len(r.gpus) > 0) != gpu || (!gpu && !r.cpuSlot) {
+				continue
+			}
+			if q == p {
+				own++ // its own: busy, or it would take the call
 				continue
 			}
 			holders++
@@ -374,13 +422,21 @@ func (s *Scheduler) capacityWait(p *project, now time.Time) (*store.Wait, time.D
 	case p.heldBy != nil:
 		w := *p.heldBy
 		return &w, -1, true
+	case holders == 0 && own > 0 && gpu:
+		return &store.Wait{Code: WaitCapacity, Text: "no GPU free for another replica: its own replicas hold them"}, -1, true
+	case holders == 0 && own > 0:
+		return &store.Wait{Code: WaitCapacity, Text: fmt.Sprintf("no CPU slot for another replica: its own replicas hold all %d cpuSlots", s.cpuSlots())}, -1, true
 	case holders > 0 && minimums == holders:
 		if gpu {
 			return &store.Wait{Code: WaitHeldByMinimums, Text: "no GPU: other projects' minReplicas hold the GPUs it needs"}, -1, true
 		}
 		return &store.Wait{Code: WaitHeldByMinimums, Text: fmt.Sprintf("no CPU slot: other projects' minReplicas hold all %d cpuSlots", s.cpuSlots())}, -1, true
+	case gpu && own > 0:
+		return &store.Wait{Code: WaitCapacity, Text: "no GPU free: its own replicas and other projects' busy replicas hold them"}, -1, true
 	case gpu:
 		return &store.Wait{Code: WaitCapacity, Text: "no GPU free: other projects' busy replicas hold them"}, -1, true
+	case own > 0:
+		return &store.Wait{Code: WaitCapacity, Text: fmt.Sprintf("all %d CPU slots busy: %d with its own replicas, %d with other projects' calls", s.cpuSlots(), own, holders)}, -1, true
 	}
 	return &store.Wait{Code: WaitCapacity, Text: fmt.Sprintf("all %d CPU slots busy with other projects' calls", s.cpuSlots())}, -1, true
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
@@ -113,16 +114,16 @@ func TestWaitingForBusyReplicasThenMaxReplicas(t *testing.T) {
 		r2 := h.launched()
 		h.advance(time.Second)
 		// r1 frees in 1 s, r2 is ready in 3 s: r1 takes it, done in 3 s.
-		h.waits(next.ID, WaitReplicasBusy, "all 1 replicas busy (next free in ~1.0 s); another booting (1.0 s of a usual 4 s)", 3*time.Second)
+		h.waits(next.ID, WaitReplicasBusy, "its replica busy (next free in ~1.0 s); another booting (1.0 s of a usual 4 s)", 3*time.Second)
 
 		h.ready(r2)
 		c2 := h.call(r2)
 		last := h.submit(p, `{}`)
 		h.advance(500 * time.Millisecond)
 		// Both run: r1's call ends in 0.5 s, r2's in 1.5 s; this one starts on r1.
-		h.waits(last.ID, WaitMaxReplicas, "maxReplicas 2 reached (all 2 busy, next free in ~0.5 s)", 2500*time.Millisecond)
+		h.waits(last.ID, WaitMaxReplicas, "maxReplicas 2 reached (all 2 replicas busy, next free in ~0.5 s)", 2500*time.Millisecond)
 		behind := h.submit(p, `{}`)
-		h.waits(behind.ID, WaitMaxReplicas, "maxReplicas 2 reached (all 2 busy, next free in ~0.5 s)", 3500*time.Millisecond)
+		h.waits(behind.ID, WaitMaxReplicas, "maxReplicas 2 reached (all 2 replicas busy, next free in ~0.5 s)", 3500*time.Millisecond)
 		if c := h.lookup(behind.ID); c.QueuePosition != 1 || c.State != store.CallQueued {
 			t.Errorf("second in line: position %d state %s", c.QueuePosition, c.State)
 		}
@@ -190,7 +191,7 @@ func TestWaitingForTheTeamsReplicaQuota(t *testing.T) {
 		h.call(i)
 		held := h.submit(a, `{}`)
 		h.noLaunch()
-		h.waits(held.ID, WaitTeamQuota, "all 1 replicas busy; team acme quota replicas 1/1", -1)
+		h.waits(held.ID, WaitTeamQuota, "its replica busy; team acme quota replicas 1/1", -1)
 	})
 }
 
@@ -247,7 +248,7 @@ func TestWaitingForCapacityNamesWhatHoldsIt(t *testing.T) {
 			h.advance(5 * time.Second)
 			ac := h.submit(a, `{}`)
 			h.noLaunch() // acme is at its fair share: labs' idle replica stays until its idleTimeout
-			h.waits(ac.ID, WaitHeldByIdle, "all 1 replicas busy; GPU held by an idle replica of another project (evictable in 15 s)", -1)
+			h.waits(ac.ID, WaitHeldByIdle, "its replica busy; GPU held by an idle replica of another project (evictable in 15 s)", -1)
 			h.advance(15 * time.Second)
 			if !ib.wasStopped() {
 				t.Fatal("labs' replica outlived its idleTimeout")
@@ -326,4 +327,152 @@ func TestFinishOfQueuesCallsOnTheFirstFreeSlot(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A project whose own busy replicas hold every CPU slot waits for them, not
+// for other projects' calls; where both hold them, it says how many each.
+func TestWaitingForCapacityTellsItsOwnReplicasFromOtherProjects(t *testing.T) {
+	t.Run("its own replicas hold every slot", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			p := testProject("a", minMax(0, 3), idleTimeout(600))
+			h := newHarness(t, Config{}, cpuSlots(2), p)
+			defer h.stop()
+			for range 2 {
+				h.submit(p, `{}`)
+			}
+			is := h.launchedN(2)
+			h.ready(is...)
+			h.call(is[0])
+			h.call(is[1])
+			c := h.submit(p, `{}`)
+			h.waits(c.ID, WaitCapacity, "all 2 replicas busy; no CPU slot for another replica: its own replicas hold all 2 cpuSlots", -1)
+		})
+	})
+	t.Run("its own replica and another project's call", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			a := testProject("a", minMax(0, 3), idleTimeout(600))
+			b := testProject("b", minMax(0, 1), idleTimeout(600))
+			h := newHarness(t, Config{}, cpuSlots(2), a, b)
+			defer h.stop()
+			h.submit(a, `{}`)
+			ia := h.launched()
+			h.ready(ia)
+			h.call(ia)
+			h.submit(b, `{}`)
+			ib := h.launched()
+			h.ready(ib)
+			h.call(ib)
+			c := h.submit(a, `{}`)
+			h.waits(c.ID, WaitCapacity, "its replica busy; all 2 CPU slots busy: 1 with its own replicas, 1 with other projects' calls", -1)
+		})
+	})
+}
+
+// An ETA comes with its range: the same estimate from the 10th and the 90th
+// percentile of the project's recent runs, around the mean's.
+func TestETAComesWithTheRangeOfTheProjectsRecentRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("a", minMax(1, 1), idleTimeout(600))
+		h := newHarness(t, Config{}, nil, p)
+		defer h.stop()
+		i := h.launched()
+		h.ready(i)
+		for _, d := range []time.Duration{time.Second, time.Second, 2 * time.Second, 5 * time.Second} {
+			h.learn(p, i, 1, d) // mean 2.25 s; p10 1 s, p90 5 s
+		}
+		running := h.submit(p, `{}`)
+		call := h.call(i)
+		next := h.submit(p, `{}`)
+		c := h.lookup(next.ID)
+		// The running call ends in 2.25 s (the mean; it has just begun),
+		// then this one runs: 1 s, 2.25 s or 5 s.
+		if c.ETAMs == nil || c.ETARangeMs == nil || *c.ETAMs != 4500 || *c.ETARangeMs != [2]int64{3250, 7250} {
+			t.Fatalf("etaMs %v, etaRangeMs %v; want 4500 within [3250, 7250]", deref(c.ETAMs), c.ETARangeMs)
+		}
+		if st := h.project("a"); len(st.Queue) != 1 || st.Queue[0].ETARangeMs == nil || *st.Queue[0].ETARangeMs != *c.ETARangeMs {
+			t.Errorf("the status's queue = %+v; want the same range", st.Queue)
+		}
+		call.reply(`{}`)
+		h.result(running.ID)
+	})
+}
+
+func deref(p *int64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// TestWaitingForABuildingEnvironmentStopsTheBootClock: while a replica's
+// launch builds its Python environment, its calls wait "building
+// environment", however long past bootTimeout it takes; the boot, and its
+// timeout, count from the build's end.
+func TestWaitingForABuildingEnvironmentStopsTheBootClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("a", minMax(0, 1), func(p *store.Project) { p.Model.BootTimeout = 10 })
+		h := newHarness(t, Config{}, nil, p)
+		defer h.stop()
+		built := make(chan struct{})
+		h.l.mu.Lock()
+		h.l.fail = func(spec backend.Spec) error {
+			spec.Phase(backend.PhaseBuildingEnvironment)
+			<-built
+			spec.Phase("")
+			return nil
+		}
+		h.l.mu.Unlock()
+		first := h.submit(p, `{}`)
+		h.advance(40 * time.Second) // four bootTimeouts
+		h.waits(first.ID, WaitBuilding, "building environment (40.0 s so far)", -1)
+		close(built)
+		i := h.launched()
+		h.advance(3 * time.Second)
+		h.waits(first.ID, WaitBooting, "replica booting (3.0 s so far)", -1)
+		if i.wasStopped() {
+			t.Fatal("the replica was stopped for its build's time")
+		}
+		h.advance(8 * time.Second) // 11 s of boot: past bootTimeout
+		if !i.wasStopped() {
+			t.Error("the boot timeout, counted from the build's end, did not stop the replica")
+		}
+	})
+}
+
+// TestAReplicaStoppedWhileItBuildsCancelsTheBuild: a project deleted while
+// its replica's launch builds its environment closes the launch's Cancel,
+// so the build gives up (a build may take up to an hour) instead of
+// holding the replica's CPU slot until it ends.
+func TestAReplicaStoppedWhileItBuildsCancelsTheBuild(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("a", minMax(0, 1))
+		h := newHarness(t, Config{}, nil, p)
+		defer h.stop()
+		gaveUp := make(chan struct{})
+		h.l.mu.Lock()
+		h.l.fail = func(spec backend.Spec) error {
+			spec.Phase(backend.PhaseBuildingEnvironment)
+			<-spec.Cancel
+			close(gaveUp)
+			spec.Phase("")
+			return errors.New("building the python environment failed (the build was cancelled)")
+		}
+		h.l.mu.Unlock()
+		c := h.submit(p, `{}`)
+		h.advance(5 * time.Second)
+		h.st.deleteProject(p.ID)
+		h.s.ProjectChanged(p.ID)
+		h.settle()
+		select {
+		case <-gaveUp:
+		default:
+			t.Fatal("the build was not told to give up")
+		}
+		if got := h.result(c.ID); got.State != store.CallFailed {
+			t.Errorf("call = %s %q, want failed", got.State, got.Message)
+		}
+		if st := h.s.Snapshot(); st.CPUSlotsUsed != 0 {
+			t.Errorf("%d CPU slots still used", st.CPUSlotsUsed)
+		}
+	})
 }

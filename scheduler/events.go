@@ -79,9 +79,19 @@ type evFinal struct {
 	c     *call
 	err   error
 	woken bool
+	// answered: the call was answered before its write (durability:
+	// answered), which may have failed since.
+	answered bool
 }
 
 // evLaunched: Backend.Launch returned.
+// evPhase: a launching replica's backend says what it is doing that may
+// take long (backend.PhaseBuildingEnvironment), or "" once that is over.
+type evPhase struct {
+	r     *rep
+	phase string
+}
+
 type evLaunched struct {
 	r    *rep
 	inst backend.Instance
@@ -101,14 +111,14 @@ type evExited struct {
 }
 
 // evInferDone: an Infer call returned, or was never made (notSent) because
-// the process had exited by then. msg is the failure message when err is not
-// nil, decided off the loop because it looks at the process.
+// the process had exited by then. end is the failure when err is not nil,
+// decided off the loop because it looks at the process.
 type evInferDone struct {
 	c        *call
 	r        *rep
 	out      json.RawMessage
 	err      error
-	msg      string
+	end      ending
 	notSent  bool
 	crashed  bool           // the process had exited when Infer failed: a model crash
 	streamed bool           // the model streamed its reply: out is the array of its lines
@@ -162,6 +172,7 @@ func (evResaveFailed) isEvent()   {}
 func (evPersisted) isEvent()      {}
 func (evFinal) isEvent()          {}
 func (evLaunched) isEvent()       {}
+func (evPhase) isEvent()          {}
 func (evReady) isEvent()          {}
 func (evExited) isEvent()         {}
 func (evInferDone) isEvent()      {}

@@ -337,7 +337,7 @@ type fakeCall struct {
 	answer chan fakeAnswer
 	stream backend.Stream     // the Infer's, as a streaming model's client would tell it
 	meter  backend.TokenMeter // the Infer's, as an OpenAI model's client would tell it
-	route  string             // the Infer's route (backend.WithRoute)
+	route  string             // the Infer's route (backend.Request.Route)
 }
 
 type fakeAnswer struct {
@@ -370,11 +370,11 @@ func (i *fakeInstance) LastLogLine() string {
 	return i.lastLine
 }
 
-func (i *fakeInstance) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMessage, error) {
+func (i *fakeInstance) Infer(ctx context.Context, req backend.Request) (json.RawMessage, error) {
 	if i.auto {
 		return i.reply, nil
 	}
-	c := &fakeCall{inputs: inputs, answer: make(chan fakeAnswer, 1), stream: backend.StreamFrom(ctx), meter: backend.TokenMeterFrom(ctx), route: backend.RouteFrom(ctx)}
+	c := &fakeCall{inputs: req.Inputs, answer: make(chan fakeAnswer, 1), stream: req.Stream, meter: req.Meter, route: req.Route}
 	a, err := serveFake(ctx, i, i.calls, c, c.answer)
 	return a.out, cmp.Or(err, a.err)
 }

@@ -570,3 +570,43 @@ func TestAttributeCountsAReplicasForkedProcessesAsItsOwn(t *testing.T) {
 		}
 	}
 }
+
+// FitsNow answers by the rule a scale-up follows: a CPU project fits while a
+// slot is free; a GPU project where placement would hand it GPUs now,
+// whole ones held by no replica, or shares beside another's.
+func TestFitsNowIsTheFitRuleOfAScaleUp(t *testing.T) {
+	shares := func(n, mib int) func(*store.Project) {
+		return func(p *store.Project) { p.Model.GPUs, p.Model.GPUMemoryMiB = n, mib }
+	}
+	synctest.Test(t, func(t *testing.T) {
+		whole := testProject("whole", minMax(1, 1), wholeGPUs(1))     // one GPU whole
+		share := testProject("share", minMax(1, 1), gpuMemory(10000)) // 10000 of another's 16384 MiB
+		h := startHarness(t, Config{}, simulatedGPUs(3), newTestStore(t, whole, share))
+		defer h.stop()
+		h.ready(h.launchedN(2)...)
+		for _, tc := range []struct {
+			name string
+			m    func(*store.Project)
+			want bool
+		}{
+			{"a whole GPU, one left", wholeGPUs(1), true},
+			{"two whole GPUs, one left", wholeGPUs(2), false},
+			{"two shares, one beside the other share", shares(2, 6000), true},
+			{"two shares, too large beside the other share", shares(2, 8000), false},
+			{"a CPU project, slots free", func(*store.Project) {}, true},
+		} {
+			if got := h.s.FitsNow(testProject("asked", tc.m).Model); got != tc.want {
+				t.Errorf("%s: FitsNow = %v, want %v", tc.name, got, tc.want)
+			}
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		cpu := testProject("cpu", minMax(1, 1))
+		h := startHarness(t, Config{}, cpuSlots(1), newTestStore(t, cpu))
+		defer h.stop()
+		h.ready(h.launched())
+		if h.s.FitsNow(testProject("asked").Model) {
+			t.Error("a CPU project fits with every slot taken")
+		}
+	})
+}

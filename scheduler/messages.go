@@ -1,12 +1,30 @@
 package scheduler
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 
 	"inferd/scheduler/backend"
+	"inferd/store"
 )
+
+// ending is how the scheduler ends a call: the message a check of it shows
+// and, for a failure, its kind (store.Failure), decided together where the
+// call ends, so that no answer reads the kind back out of the message.
+type ending struct {
+	msg  string
+	fail *store.Failure // nil: the call succeeded
+}
+
+// succeeded ends a call that has its result.
+var succeeded = ending{msg: msgSuccess}
+
+// failed ends a call as failed of kind with message msg.
+func failed(kind store.FailureKind, msg string) ending {
+	return ending{msg: msg, fail: &store.Failure{Kind: kind}}
+}
 
 // The user-facing texts of the calls the scheduler ends. Clients see them as
 // the call's message, so each says what happened; README.md ("Errors you may
@@ -103,37 +121,52 @@ func exitStatus(exitErr error) string {
 	return exitErr.Error()
 }
 
-// inferFailure maps an error of backend.Instance.Infer to the call's message. exited
-// says whether the process had exited by the time Infer returned, which turns
-// any transport error into the exit message.
-func inferFailure(err error, exited bool, exitErr error) string {
+// msgRequestFailed ends a call whose request to the model broke without
+// an answer (the connection refused, reset or cut). Which error it was is
+// logged, not shown: its text names the replica's address, which is
+// inferd's own business (docs/openai.md).
+const msgRequestFailed = "error: model request failed: the connection to the model broke; retry"
+
+// inferFailure maps an error of backend.Instance.Infer to how the call
+// ends. exited says whether the process had exited by the time Infer
+// returned, which turns any transport error into the exit message. A
+// broken request is logged here with the call's id (one of a batch's).
+func (s *Scheduler) inferFailure(id string, err error, exited bool, exitErr error) ending {
 	var httpErr *backend.HTTPError
 	var excErr *backend.ExceptionError
 	switch {
 	case errors.As(err, &httpErr):
-		body := strings.TrimSpace(httpErr.Body)
-		if body == "" {
-			return fmt.Sprintf("error: model returned HTTP %d", httpErr.Status)
+		e := failed(store.FailModelStatus, fmt.Sprintf("error: model returned HTTP %d", httpErr.Status))
+		e.fail.Status, e.fail.RetryAfter = httpErr.Status, httpErr.RetryAfter
+		if body := strings.TrimSpace(httpErr.Body); body != "" {
+			e.msg += ": " + body
+			e.fail.Body = body
 		}
-		return fmt.Sprintf("error: model returned HTTP %d: %s", httpErr.Status, body)
+		return e
 	case errors.As(err, &excErr):
-		return "error: model raised an exception: " + excErr.LastLine
+		return failed(store.FailModel, "error: model raised an exception: "+excErr.LastLine)
 	case errors.Is(err, backend.ErrInvalidReply):
 		detail := strings.TrimPrefix(err.Error(), backend.ErrInvalidReply.Error())
 		detail = strings.TrimPrefix(detail, ": ")
-		return "error: model returned an invalid reply: " + detail
+		return failed(store.FailModel, "error: model returned an invalid reply: "+detail)
 	case exited || errors.Is(err, backend.ErrExited):
-		return msgExited(exitErr)
+		return failed(store.FailModel, msgExited(exitErr))
+	case errors.Is(err, context.Canceled):
+		// Aborted by the loop (a cancel, a timeout), which has ended the
+		// call its own way already: this ending is never used.
+		return failed(store.FailModel, msgRequestFailed)
 	default:
-		return "error: model request failed: " + err.Error()
+		s.log.Warn().Err(err).Str("call", id).Msg("model request failed")
+		return failed(store.FailModel, msgRequestFailed)
 	}
 }
 
-// msgBatchFailed is msg, the failure of a request that carried a batch of
-// n calls (a model error, a wrong count of outputs, a crash, a timeout),
+// batchFailed is e, the failure of a request that carried a batch of n
+// calls (a model error, a wrong count of outputs, a crash, a timeout),
 // saying that it ended every call of the batch.
-func msgBatchFailed(msg string, n int) string {
-	return fmt.Sprintf("%s (the whole batch of %d calls failed)", msg, n)
+func batchFailed(e ending, n int) ending {
+	e.msg = fmt.Sprintf("%s (the whole batch of %d calls failed)", e.msg, n)
+	return e
 }
 
 // msgBatchItemFailed fails one call of a batch that the model answered

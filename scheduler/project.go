@@ -85,7 +85,7 @@ func (p *project) bootTimeout() int {
 }
 
 // live counts the replicas that serve or will serve the current spec: not
-// stopping, not draining.
+// stopping, not draining, not retiring (rollout.go).
 func (p *project) live() int {
 	n := 0
 	for _, r := range p.replicas {
@@ -109,28 +109,40 @@ func (p *project) want() int {
 func (p *project) wantLow() int { return p.wantFor(p.queue.len()) }
 
 func (p *project) wantFor(queued int) int {
-	load := queued
+	load, retiring := queued, 0
 	for _, r := range p.replicas {
-		if r.live() {
+		switch {
+		case r.live():
 			load += len(r.calls)
+		case r.retiring():
+			retiring++
 		}
 	}
 	n := (load + p.callsPerReplica() - 1) / p.callsPerReplica()
 	if len(p.warmers) > 0 {
 		n = max(n, 1)
 	}
+	// A roll replaces every replica that serves the old spec (rollout.go).
+	n = max(n, retiring)
 	return min(max(n, p.minReplicas()), p.maxReplicas())
 }
 
 // pick returns the ready replica that should take the next call: the
-// fullest one with room, so that calls pack and spare replicas go idle.
+// fullest one with room, so that calls pack and spare replicas go idle; a
+// replica of the current spec before a retiring one (rollout.go), so that
+// the old ones go idle and stop.
 func (p *project) pick() *rep {
 	var best *rep
 	for _, r := range p.replicas {
 		if r.state != stateReady || r.draining || r.slotsUsed() >= p.concurrency() || r.exited() {
 			continue
 		}
-		if best == nil || len(r.calls) > len(best.calls) {
+		if best == nil {
+			best = r
+			continue
+		}
+		cur, bestCur := r.gen == p.specGen, best.gen == p.specGen
+		if cur && !bestCur || cur == bestCur && len(r.calls) > len(best.calls) {
 			best = r
 		}
 	}
@@ -240,18 +252,10 @@ func (s *Scheduler) applyProject(cfg store.Project) {
 	p.cfg = cfg
 	p.share = s.shareOf(cfg.ID)
 	if old.Model.RestartNeeded(cfg.Model) {
-		p.specGen++
 		p.resetFailures()
-		for _, r := range p.replicas {
-			if r.state == stateStopping {
-				continue
-			}
-			r.draining = true
-			if r.state == stateBooting || len(r.calls) == 0 {
-				s.stop(r)
-			}
-		}
-		s.log.Info().Str("project", p.id).Msg("model spec changed; draining old replicas")
+		s.roll(p)
+		s.log.Info().Str("project", p.id).Int("retiring", p.retiringCount()).
+			Msg("model spec changed; replacing the replicas one by one (rollout.go)")
 	}
 	if p.minReplicas() < oldMin || p.maxReplicas() < oldMax {
 		s.trimIdle(p)
@@ -272,11 +276,11 @@ func (s *Scheduler) deleteProject(p *project) {
 	p.waiting = ""
 	p.warmed(errors.New("project deleted"))
 	p.backoffT.stop()
-	s.failQueued(p, msgProjectDeleted)
+	s.failQueued(p, failed(store.FailInferd, msgProjectDeleted))
 	for _, r := range p.replicas {
 		for _, c := range r.callList() {
 			s.detach(c)
-			s.finish(c, store.CallFailed, nil, msgProjectDeleted)
+			s.finish(c, nil, failed(store.FailInferd, msgProjectDeleted))
 		}
 		s.stop(r)
 	}
@@ -295,7 +299,7 @@ func (s *Scheduler) checkGPUs(p *project) {
 	}
 	p.lastError, p.lastErrorReplica, p.lastErrorAt = err.Error(), "", s.clk.Now()
 	if p.queue.len() > 0 {
-		s.failQueued(p, msgNeedsGPUs(err))
+		s.failQueued(p, failed(store.FailNotStarted, msgNeedsGPUs(err)))
 	}
 }
 

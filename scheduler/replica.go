@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"inferd/scheduler/backend"
@@ -56,6 +57,14 @@ type rep struct {
 	bootTimedOut bool
 	park         parkState // parking.go
 
+	// phase is what its launch is doing that is not booting yet
+	// (backend.PhaseBuildingEnvironment), since phaseSince; "" = none.
+	phase      string
+	phaseSince time.Time
+	// unwanted is the launch's backend.Spec.Cancel, closed by stop while
+	// Launch runs; nil once it has returned.
+	unwanted chan struct{}
+
 	// acctAt is how far its time has been charged (usage.go: account);
 	// gpuWeight how many GPUs it counts as there; callShare the seconds a
 	// call running on it all along would have been charged by then (calls
@@ -67,8 +76,9 @@ type rep struct {
 }
 
 // live reports whether r counts toward its project's replicas: it is, or
-// will be, serving the current spec.
-func (r *rep) live() bool { return r.state != stateStopping && !r.draining }
+// will be, serving the current spec. A retiring replica (rollout.go) serves
+// an older one.
+func (r *rep) live() bool { return r.state != stateStopping && !r.draining && r.gen == r.p.specGen }
 
 // exited reports whether r's process has exited. The loop learns it from
 // evExited, but a call that failed because of the exit can come back first:
@@ -134,6 +144,9 @@ func (s *Scheduler) boot(p *project, gpus []string, cpuSlot bool) {
 		s.cpuUsed++
 	}
 	spec := launchSpec(p.cfg, r.id, gpus)
+	spec.Phase = func(phase string) { s.in.post(evPhase{r: r, phase: phase}) }
+	r.unwanted = make(chan struct{})
+	spec.Cancel = r.unwanted
 	s.arm(&r.boot, seconds(p.bootTimeout()), func(seq uint64) event { return evBootTimeout{r: r, seq: seq} })
 	s.log.Info().Str("project", p.id).Str("replica", r.id).Strs("gpus", gpus).Msg("booting replica")
 	s.cfg.Observer.ReplicaStarted(p.id)
@@ -156,8 +169,28 @@ func launchSpec(p store.Project, id string, gpus []string) backend.Spec {
 	return backend.Spec{ReplicaID: id, ProjectID: p.ID, TeamID: p.TeamID, Model: m, GPUs: gpus}
 }
 
+// onPhase notes what a launching replica's backend is doing. Building
+// its environment is not booting: the boot timeout stops while it builds
+// and counts afresh from its end, as does the boot time measured.
+func (s *Scheduler) onPhase(ev evPhase) {
+	r := ev.r
+	if r.state != stateBooting {
+		return
+	}
+	r.phase = ev.phase
+	if ev.phase != "" {
+		r.phaseSince = s.clk.Now()
+		r.boot.stop() // bootTimeout does not count the build
+		s.log.Info().Str("project", r.p.id).Str("replica", r.id).Str("phase", ev.phase).Msg("replica launch: " + ev.phase)
+		return
+	}
+	r.started = s.clk.Now()
+	s.arm(&r.boot, seconds(r.p.bootTimeout()), func(seq uint64) event { return evBootTimeout{r: r, seq: seq} })
+}
+
 func (s *Scheduler) onLaunched(ev evLaunched) {
 	r := ev.r
+	r.unwanted = nil // Launch is over: a stop goes to the instance
 	if ev.err != nil {
 		s.log.Error().Err(ev.err).Str("project", r.p.id).Str("replica", r.id).Msg("launching replica failed")
 		// Whatever stops a launch (no such program or dir) stops the next one
@@ -197,11 +230,12 @@ func (s *Scheduler) onReady(r *rep) {
 	r.idleSince = now
 	r.boot.stop()
 	r.p.est.booted(now.Sub(r.started))
-	if !r.draining {
+	if r.live() {
 		r.p.bootFailures = 0
 		r.p.backoff = 0
 		r.p.lastBoot, r.p.refusing = bootFailure{}, false
 		r.p.warmed(nil)
+		s.retireOne(r.p, "a replica of the new spec is ready; retiring an old one")
 	}
 	s.log.Info().Str("project", r.p.id).Str("replica", r.id).Int("pid", r.info.Pid).
 		Stringer("boot", now.Sub(r.started).Round(time.Millisecond)).Msg("replica ready")
@@ -244,6 +278,9 @@ func (s *Scheduler) stop(r *rep) {
 	r.park.stop()
 	if r.inst != nil {
 		s.goStop(r.inst)
+	} else if r.unwanted != nil {
+		close(r.unwanted) // still launching: a build may give up
+		r.unwanted = nil
 	}
 }
 
@@ -280,10 +317,10 @@ func (s *Scheduler) gone(ev evExited) {
 	}
 	r.abortT.stop()
 	for _, c := range r.callList() {
-		msg := batchOf(c, msgExited(exitErr))
+		end := batchOf(c, failed(store.FailModel, msgExited(exitErr)))
 		s.detach(c)
 		if !s.retry(c) {
-			s.finish(c, store.CallFailed, nil, msg)
+			s.finish(c, nil, end)
 		}
 	}
 	log := s.log.With().Str("project", p.id).Str("replica", r.id).Str("exit", exitStatus(exitErr)).Logger()
@@ -297,7 +334,11 @@ func (s *Scheduler) gone(ev evExited) {
 	case r.bootTimedOut:
 		s.bootFailed(p, r, bootTimedOut(p.bootTimeout(), ev.problem, lastLine), false)
 	case was == stateBooting && ev.problem.Fatal:
-		s.bootFailed(p, r, bootFailure{text: ev.problem.Text, fatal: true}, true)
+		f := bootFailure{text: ev.problem.Text, short: ev.problem.Text, fatal: true}
+		if lastLine != "" && !strings.Contains(f.text, lastLine) {
+			f.text += "; last output: " + lastLine
+		}
+		s.bootFailed(p, r, f, true)
 	case was == stateBooting:
 		s.bootFailed(p, r, bootExited(exitErr, lastLine), true)
 	case was.warm():

@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"inferd/gpu"
+	"inferd/store"
 )
 
 // Waiting texts of the status page.
@@ -51,6 +52,7 @@ func (s *Scheduler) tidy(p *project) {
 	if p.deleted {
 		return
 	}
+	s.trimRetiring(p)
 	live, keep := p.live(), p.want()
 	for _, r := range s.idleReplicas(p) {
 		switch {
@@ -117,6 +119,11 @@ func (s *Scheduler) scaleUp() {
 			needs[i]--
 			s.rrLast = p.id
 			progress = true
+		}
+	}
+	for i, p := range s.order {
+		if needs[i] > 0 && p.retiringCount() > 0 {
+			s.yieldOld(p) // no room beside its old replicas (rollout.go)
 		}
 	}
 	var waiting []*project
@@ -200,8 +207,15 @@ func (s *Scheduler) setWaiting(waiting []*project, devices []gpu.Device) {
 
 // acquire takes a CPU slot or GPUs for one replica of p.
 func (s *Scheduler) acquire(p *project, devices []gpu.Device) (gpus []string, cpuSlot, ok bool) {
-	if req := requestOf(p.cfg.Model); req.gpus > 0 {
-		req.project = p.id // spread over the GPUs
+	return s.fit(p.cfg.Model, p.id, devices)
+}
+
+// fit is the one fit rule: the CPU slot or the GPUs (placement.go's place,
+// spread over project's replicas) a replica of model m would get now, and
+// whether it fits at all. The loop holds the state it reads.
+func (s *Scheduler) fit(m store.ModelSpec, project string, devices []gpu.Device) (gpus []string, cpuSlot, ok bool) {
+	if req := requestOf(m); req.gpus > 0 {
+		req.project = project // spread over the GPUs
 		held := s.assignments()
 		s.attribute(held, devices)
 		gpus, ok = place(devices, held, req)
@@ -211,6 +225,20 @@ func (s *Scheduler) acquire(p *project, devices []gpu.Device) (gpus []string, cp
 		return nil, true, true
 	}
 	return nil, false, false
+}
+
+// FitsNow reports whether a replica of model m could boot here now, by the
+// fit rule a scale-up follows (fit): a free CPU slot, or GPUs that
+// placement would hand out. Cluster mode's router asks it whether a
+// project with no placement yet may run here. False while the loop is
+// not running.
+func (s *Scheduler) FitsNow(m store.ModelSpec) bool {
+	if !s.ready.Load() {
+		return false
+	}
+	fits := false
+	s.control(func() { _, _, fits = s.fit(m, "", s.devices()) })
+	return fits
 }
 
 // evict makes room for waiting projects (in turn order) by stopping the

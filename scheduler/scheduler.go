@@ -410,9 +410,11 @@ func (s *Scheduler) handle(ev event) {
 	case evPersisted:
 		s.onPersisted(ev)
 	case evFinal:
-		s.onFinal(ev.c, ev.err, ev.woken)
+		s.onFinal(ev.c, ev.err, ev.woken, ev.answered)
 	case evLaunched:
 		s.onLaunched(ev)
+	case evPhase:
+		s.onPhase(ev)
 	case evReady:
 		s.onReady(ev.r)
 	case evExited:

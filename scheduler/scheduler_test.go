@@ -411,16 +411,22 @@ func TestModelOutOfMemoryFailsCallWithTheLimitAndIsCounted(t *testing.T) {
 	})
 }
 
-func TestInferErrorsBecomeClientMessages(t *testing.T) {
+// An Infer's error becomes the call's message and its failure kind, both
+// kept in its record; a broken connection's Go error text (which names the
+// replica's address) is never either.
+func TestInferErrorsBecomeClientMessagesAndKinds(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		err  error
 		want string
+		how  store.Failure
 	}{
-		{"http status", &replicaHTTPError500, "error: model returned HTTP 500: boom"},
-		{"invalid reply", errInvalidReply, `error: model returned an invalid reply: reply is not JSON: "nope"`},
-		{"exception", &replicaException, "error: model raised an exception: ValueError: bad input"},
-		{"transport", errors.New("infer: connection reset"), "error: model request failed: infer: connection reset"},
+		{"http status", &replicaHTTPError500, "error: model returned HTTP 500: boom", store.Failure{Kind: store.FailModelStatus, Status: 500, Body: "boom"}},
+		{"http status with Retry-After", &backend.HTTPError{Status: 429, Body: "slow down", RetryAfter: "7"}, "error: model returned HTTP 429: slow down",
+			store.Failure{Kind: store.FailModelStatus, Status: 429, Body: "slow down", RetryAfter: "7"}},
+		{"invalid reply", errInvalidReply, `error: model returned an invalid reply: reply is not JSON: "nope"`, store.Failure{Kind: store.FailModel}},
+		{"exception", &replicaException, "error: model raised an exception: ValueError: bad input", store.Failure{Kind: store.FailModel}},
+		{"transport", errors.New(`infer: Post "http://127.0.0.1:8000/": connection reset`), msgRequestFailed, store.Failure{Kind: store.FailModel}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -433,6 +439,9 @@ func TestInferErrorsBecomeClientMessages(t *testing.T) {
 				h.call(i).fail(tc.err)
 				if got := h.result(c.ID); got.State != store.CallFailed || got.Message != tc.want {
 					t.Errorf("result = %s %q, want %q", got.State, got.Message, tc.want)
+				}
+				if stored, _ := h.st.call(c.ID); store.FailureOf(stored) != tc.how || stored.Failure == nil {
+					t.Errorf("stored failure = %+v, want %+v", stored.Failure, tc.how)
 				}
 				if i.wasStopped() {
 					t.Error("a model error stopped the replica")
@@ -463,8 +472,8 @@ func TestBootTimeoutFailsQueuedCallsAtOnceSayingWhatTheModelDid(t *testing.T) {
 		// as long again.
 		got := h.result(c.ID)
 		want := "error: model failed to start: not ready after bootTimeout 10s: GET /healthz answered 503; last output: loading weights from /models/big.bin"
-		if got.Message != want {
-			t.Fatalf("message = %q, want %q", got.Message, want)
+		if got.Message != want || store.FailureOf(got).Kind != store.FailNotStarted {
+			t.Fatalf("message = %q (%+v), want %q", got.Message, got.Failure, want)
 		}
 		if ps := h.project("stuck"); ps.LastError != strings.TrimPrefix(want, "error: ") {
 			t.Errorf("last error = %q", ps.LastError)
@@ -491,10 +500,29 @@ func TestFatalBootProblemFailsQueuedCallsWithoutRetrying(t *testing.T) {
 		why := "no answer on 127.0.0.1:41000 (the model must listen on $PORT); it listens on 5000"
 		i.setProblem(backend.BootProblem{Text: why, Fatal: true})
 		i.exit(errors.New("signal: terminated"), "listening on 5000")
-		if got := h.result(c.ID); got.Message != "error: model failed to start: "+why {
-			t.Fatalf("message = %q", got.Message)
+		if got := h.result(c.ID); got.Message != "error: model failed to start: "+why+"; last output: listening on 5000" {
+			t.Fatalf("message = %q; want the finding and the model's last line", got.Message)
 		}
 		h.noLaunch()
+	})
+}
+
+// While a replica boots, a queued call's waitingFor says what its health
+// checks find, so a model whose health path answers 501 is seen for what it
+// is before the boot fails.
+func TestWaitingForABootSaysWhatTheHealthChecksFind(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("noget")
+		h := newHarness(t, Config{}, nil, p)
+		defer h.stop()
+		c := h.submit(p, `{}`)
+		i := h.launched()
+		i.setProblem(backend.BootProblem{Text: "GET /healthz answered 501 (set healthPath)"})
+		h.advance(time.Second)
+		h.waits(c.ID, WaitBooting, "replica booting (1.0 s so far); last check: GET /healthz answered 501 (set healthPath)", -1)
+		// A finding that says error is left out: a pending text never does.
+		i.setProblem(backend.BootProblem{Text: "GET /healthz failed: connection reset (error 104)"})
+		h.waits(c.ID, WaitBooting, "replica booting (1.0 s so far)", -1)
 	})
 }
 
@@ -744,7 +772,11 @@ func TestProjectDeletedFailsItsCallsAndStopsItsReplicas(t *testing.T) {
 	})
 }
 
-func TestModelSpecChangeDrainsOldReplicas(t *testing.T) {
+// A spec change rolls: the old replicas keep taking calls until replicas
+// of the new spec are ready, each of which retires one old replica (an idle
+// one stops, a busy one finishes its call first), so no call waits for a
+// boot that a running replica could have served.
+func TestModelSpecChangeRollsOntoNewReplicasBeforeOldOnesStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := testProject("v", minMax(2, 3))
 		h := newHarness(t, Config{}, nil, p)
@@ -758,26 +790,106 @@ func TestModelSpecChangeDrainsOldReplicas(t *testing.T) {
 		h.st.putProject(p)
 		h.s.ProjectChanged(p.ID)
 		h.settle()
-		if old[0].wasStopped() || !old[1].wasStopped() {
-			t.Fatalf("busy stopped %v, idle stopped %v; want only the idle one stopped", old[0].wasStopped(), old[1].wasStopped())
+		if old[0].wasStopped() || old[1].wasStopped() {
+			t.Fatalf("busy stopped %v, idle stopped %v; want both serving until new replicas are ready", old[0].wasStopped(), old[1].wasStopped())
 		}
 		fresh := h.launchedN(2)
 		if !slices.Equal(fresh[0].spec.Model.Command, p.Model.Command) {
 			t.Errorf("new replica runs %v", fresh[0].spec.Model.Command)
 		}
-		h.ready(fresh...)
+		previous := 0
+		for _, r := range h.project("v").Replicas {
+			if r.PreviousSpec {
+				previous++
+			}
+		}
+		if previous != 2 {
+			t.Errorf("the status marks %d replicas as of the previous spec, want the 2 old ones", previous)
+		}
+		// While the new ones boot, a call goes to the old idle replica.
 		c2 := h.submit(p, `{}`)
+		h.call(old[1]).reply(`"v1 again"`)
+		if got := h.result(c2.ID); string(got.Outputs) != `"v1 again"` {
+			t.Errorf("call during the roll = %+v", got)
+		}
+
+		h.ready(fresh[0])
+		if old[0].wasStopped() || !old[1].wasStopped() {
+			t.Fatalf("after one new replica: busy stopped %v, idle stopped %v; want the idle one retired", old[0].wasStopped(), old[1].wasStopped())
+		}
+		h.ready(fresh[1])
+		if old[0].wasStopped() {
+			t.Fatal("the busy old replica stopped before its call ended")
+		}
+		c3 := h.submit(p, `{}`)
 		h.noCall(old[0])
 		h.call(fresh[0]).reply(`"v2"`)
 		fc1.reply(`"v1"`)
 		if got := h.result(c1.ID); string(got.Outputs) != `"v1"` {
 			t.Errorf("call on the old replica = %+v", got)
 		}
-		if got := h.result(c2.ID); string(got.Outputs) != `"v2"` {
+		if got := h.result(c3.ID); string(got.Outputs) != `"v2"` {
 			t.Errorf("call on the new replica = %+v", got)
 		}
 		if !old[0].wasStopped() {
 			t.Error("old replica not stopped once it finished")
+		}
+		h.noLaunch()
+	})
+}
+
+// Where the box has no room for a new replica beside the old one, the old
+// one gives way first: its calls queue for the new one, none fails.
+func TestModelSpecChangeWithoutRoomStopsTheOldReplicaFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("v", minMax(1, 1))
+		h := newHarness(t, Config{}, cpuSlots(1), p)
+		defer h.stop()
+		old := h.launched()
+		h.ready(old)
+
+		p.Model.Command = []string{"python3", "serve_v2.py"}
+		h.st.putProject(p)
+		h.s.ProjectChanged(p.ID)
+		h.settle()
+		if !old.wasStopped() {
+			t.Fatal("the old replica holds the only CPU slot and was not stopped")
+		}
+		c := h.submit(p, `{}`) // queued for the new replica
+		h.succeedOnNewReplica(c.ID)
+	})
+}
+
+// A new spec that does not boot leaves the old replica serving: the calls
+// go on being answered, none fails for the new spec's boots.
+func TestModelSpecChangeThatFailsToBootKeepsTheOldReplicaServing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("v", minMax(1, 1))
+		h := newHarness(t, Config{MaxBootFailures: 1, RestartBackoff: time.Second}, nil, p)
+		defer h.stop()
+		old := h.launched()
+		h.ready(old)
+
+		p.Model.Command = []string{"python3", "broken.py"}
+		h.st.putProject(p)
+		h.s.ProjectChanged(p.ID)
+		h.launched().exit(errors.New("exit status 1"), "SyntaxError: invalid syntax")
+		c := h.submit(p, `{}`)
+		h.call(old).reply(`"old"`)
+		if got := h.result(c.ID); got.State != store.CallSucceeded {
+			t.Fatalf("call while the new spec fails to boot = %+v", got)
+		}
+		if old.wasStopped() {
+			t.Fatal("the old replica stopped though nothing replaced it")
+		}
+		if got := h.project("v").LastError; !strings.Contains(got, "SyntaxError") || !strings.Contains(got, "previous spec keep serving") {
+			t.Errorf("last error = %q", got)
+		}
+		h.advance(time.Second)
+		fixed := h.launched()
+		h.ready(fixed)
+		if !old.wasStopped() {
+			t.Error("the old replica kept running beside the new spec's ready one")
 		}
 	})
 }
@@ -801,7 +913,7 @@ func TestRecoveryRequeuesQueuedCallsAndFailsRunningOnes(t *testing.T) {
 		if !h.s.Ready() {
 			t.Fatal("not ready after recovery")
 		}
-		if got := h.result("call_run"); got.State != store.CallFailed || got.Message != "error: interrupted by a server restart" || got.Finished.IsZero() {
+		if got := h.result("call_run"); got.State != store.CallFailed || got.Message != "error: interrupted by a server restart" || got.Finished.IsZero() || store.FailureOf(got).Kind != store.FailInterrupted {
 			t.Errorf("running call after restart = %+v", got)
 		}
 		if got := h.result("call_orphan"); got.State != store.CallFailed || got.Message != "error: project deleted" {
@@ -823,9 +935,18 @@ func TestRecoveryRequeuesQueuedCallsAndFailsRunningOnes(t *testing.T) {
 	})
 }
 
+// TestDoneClosesOnlyAfterFinalWriteCommits: a startOnly call's waiters
+// (long polls) wake only once its result is durable, with durability:
+// answered too (it relaxes only a plain sync start's own answer).
 func TestDoneClosesOnlyAfterFinalWriteCommits(t *testing.T) {
+	for _, durability := range []string{store.DurabilityStrict, store.DurabilityAnswered} {
+		t.Run(durability, func(t *testing.T) { testDoneClosesOnlyAfterFinalWriteCommits(t, durability) })
+	}
+}
+
+func testDoneClosesOnlyAfterFinalWriteCommits(t *testing.T, durability string) {
 	synctest.Test(t, func(t *testing.T) {
-		p := testProject("d", minMax(1, 1))
+		p := testProject("d", minMax(1, 1), func(p *store.Project) { p.Durability = durability })
 		h := newHarness(t, Config{}, nil, p)
 		defer h.stop()
 		i := h.launched()

@@ -71,7 +71,7 @@ type Request struct {
 	// store.DeliveriesFor); the caller has checked the URL.
 	Webhook       string
 	WebhookEvents []string
-	// Route sends the call to that route of the model (backend.WithRoute):
+	// Route sends the call to that route of the model (backend.Request.Route):
 	// the Banana Client's POST /run/PROJECT/ROUTE.
 	Route string
 }

@@ -17,6 +17,16 @@ type Status struct {
 	Teams        []TeamStatus    `json:"teams"` // each team's use against its quota, sorted by id
 }
 
+// ReservedMiB indexes the GPU hand-outs by UUID (gpu.MemoryOf's
+// reservations).
+func (st Status) ReservedMiB() map[string]uint64 {
+	out := make(map[string]uint64, len(st.GPUs))
+	for _, g := range st.GPUs {
+		out[g.UUID] = g.ReservedMiB
+	}
+	return out
+}
+
 // GPUStatus is what inferd has handed out on one GPU: its own bookkeeping,
 // which moves at once, while the driver's figures (the inventory's free
 // memory) follow only as model servers allocate and free, and never for
@@ -87,10 +97,13 @@ const maxStatusQueue = 20
 
 // QueuedCall is one queued call as the status page shows it.
 type QueuedCall struct {
-	ID            string      `json:"id"`
-	QueuePosition int         `json:"queuePosition"`
-	ETAMs         *int64      `json:"etaMs"` // null: nothing measured says
-	WaitingFor    *store.Wait `json:"waitingFor"`
+	ID            string `json:"id"`
+	QueuePosition int    `json:"queuePosition"`
+	ETAMs         *int64 `json:"etaMs"` // null: nothing measured says
+	// ETARangeMs is the range of ETAMs: the same estimate from the
+	// project's 10th and 90th percentile runs; null with it.
+	ETARangeMs *[2]int64   `json:"etaRangeMs"`
+	WaitingFor *store.Wait `json:"waitingFor"`
 }
 
 // The states of ReplicaStatus.State, as the status API, the metrics and
@@ -125,6 +138,10 @@ type ReplicaStatus struct {
 	// ParkedSince is when it was parked, while it is: its GPUs are free
 	// for others (GPUs still names them: a call restores it there).
 	ParkedSince time.Time `json:"parkedSince,omitzero"`
+	// PreviousSpec: it was started from an earlier spec of its project and
+	// serves until a replica of the current one replaces it, or finishes
+	// its calls (rollout.go).
+	PreviousSpec bool `json:"previousSpec,omitempty"`
 }
 
 func (s *Scheduler) snapshot() Status {
@@ -160,13 +177,14 @@ func (s *Scheduler) snapshot() Status {
 		}
 		for _, r := range p.replicas {
 			rs := ReplicaStatus{
-				ID:         r.id,
-				State:      r.stateName(),
-				Pid:        r.info.Pid,
-				GPUs:       slices.Clone(r.gpus),
-				Started:    r.started,
-				InFlight:   len(r.calls),
-				IdleExpiry: r.idleT.at,
+				ID:           r.id,
+				State:        r.stateName(),
+				Pid:          r.info.Pid,
+				GPUs:         slices.Clone(r.gpus),
+				Started:      r.started,
+				InFlight:     len(r.calls),
+				IdleExpiry:   r.idleT.at,
+				PreviousSpec: r.gen != p.specGen,
 			}
 			if r.state == stateParked {
 				rs.ParkedSince = r.park.since
@@ -190,7 +208,11 @@ func (s *Scheduler) queueStatus(p *project) []QueuedCall {
 	out := make([]QueuedCall, 0, len(calls))
 	for i, c := range calls {
 		why, eta := s.explain(c, i, now)
-		out = append(out, QueuedCall{ID: c.c.ID, QueuePosition: i, ETAMs: eta, WaitingFor: why})
+		q := QueuedCall{ID: c.c.ID, QueuePosition: i, WaitingFor: why}
+		if eta != nil {
+			q.ETAMs, q.ETARangeMs = &eta.ms, &[2]int64{eta.lo, eta.hi}
+		}
+		out = append(out, q)
 	}
 	return out
 }

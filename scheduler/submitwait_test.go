@@ -281,41 +281,53 @@ func TestStartsAnswerOnlyAfterTheCallsWriteCommits(t *testing.T) {
 			held: store.CallRunning, want: store.CallRunning,
 		},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				p := testProject("durable", minMax(1, 1))
-				h := newHarness(t, Config{}, nil, p)
-				defer h.stop()
-				i := h.launched()
-				h.ready(i)
-				var heldID string
-				h.st.setHold(func(c store.Call) bool {
-					if heldID == "" && c.State == tc.held && !c.State.Done() {
-						heldID = c.ID // the writer goroutine alone reads and sets it
-						return true
-					}
-					return false
-				})
-				res, fc := tc.start(h, p, i)
-				h.noAnswer(res, "while its write was held back")
-				h.st.release()
-				r := <-res
-				if r.err != nil || r.c.State != tc.want || r.c.ID != heldID {
-					t.Fatalf("answer = %s %s, %v; want %s %s", r.c.ID, r.c.State, r.err, heldID, tc.want)
-				}
-				if got := h.st.states(r.c.ID); len(got) == 0 || got[0] != tc.held {
-					t.Fatalf("writes = %v, want the %s write first", got, tc.held)
-				}
-				if fc == nil {
-					fc = h.call(i) // runs once its write has committed
-				}
-				fc.reply(`{}`)
-				if got := h.result(r.c.ID); got.State != store.CallSucceeded {
-					t.Errorf("result = %+v", got)
-				}
+		// durability: answered changes none of these: each hands out an ID
+		// that a check must find.
+		for _, durability := range []string{store.DurabilityStrict, store.DurabilityAnswered} {
+			t.Run(tc.name+", "+durability, func(t *testing.T) {
+				testStartAnswersAfterItsWrite(t, durability, tc.start, tc.held, tc.want)
 			})
-		})
+		}
 	}
+}
+
+// testStartAnswersAfterItsWrite holds back the write of state held that
+// start's call makes first, checks that start is not answered meanwhile,
+// then that it answers want once the write is released.
+func testStartAnswersAfterItsWrite(t *testing.T, durability string,
+	start func(h *harness, p store.Project, i *fakeInstance) (<-chan waitResult, *fakeCall), held, want store.CallState) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("durable", minMax(1, 1), func(p *store.Project) { p.Durability = durability })
+		h := newHarness(t, Config{}, nil, p)
+		defer h.stop()
+		i := h.launched()
+		h.ready(i)
+		var heldID string
+		h.st.setHold(func(c store.Call) bool {
+			if heldID == "" && c.State == held && !c.State.Done() {
+				heldID = c.ID // the writer goroutine alone reads and sets it
+				return true
+			}
+			return false
+		})
+		res, fc := start(h, p, i)
+		h.noAnswer(res, "while its write was held back")
+		h.st.release()
+		r := <-res
+		if r.err != nil || r.c.State != want || r.c.ID != heldID {
+			t.Fatalf("answer = %s %s, %v; want %s %s", r.c.ID, r.c.State, r.err, heldID, want)
+		}
+		if got := h.st.states(r.c.ID); len(got) == 0 || got[0] != held {
+			t.Fatalf("writes = %v, want the %s write first", got, held)
+		}
+		if fc == nil {
+			fc = h.call(i) // runs once its write has committed
+		}
+		fc.reply(`{}`)
+		if got := h.result(r.c.ID); got.State != store.CallSucceeded {
+			t.Errorf("result = %+v", got)
+		}
+	})
 }
 
 // TestSubmitWaitHandsOutNoIDForACallItCouldNotSave: a call that finishes

@@ -12,6 +12,9 @@ box, item by item, written up as Markdown for docs/gpu.md.
   4. energy: the GPU's total-energy counter around each call
   5. parking: VRAM freed, time to park, time to the first answer after a
      restore against a cold boot of the same model
+  6. a GPU model in an OCI image (docs/images.md): the image holds python's
+     standard library and no CUDA; inferd binds its GPU's nodes and the
+     driver's libraries in, and cuInit answers from inside the image
 
 Standard library only: the device box has python3 with a CUDA torch and
 nothing else to count on. With --dry-run it runs on simulated GPUs
@@ -108,7 +111,8 @@ class Report:
                          (2, "examples/digits on CUDA through /start/v4"),
                          (3, "Containment on a GPU box"),
                          (4, "Energy: the GPU's total-energy counter per call"),
-                         (5, "Parking: checkpoint an idle GPU replica, restore it on a call")]:
+                         (5, "Parking: checkpoint an idle GPU replica, restore it on a call"),
+                         (6, "A GPU model in an image: its device nodes and the driver's libraries")]:
             self.items[n] = Item(n, title)
         self.data = {}  # raw figures, written beside the report as JSON
 
@@ -428,6 +432,110 @@ def project_entry(pid, dir_, command, env, extra, min_replicas=0):
     return (f"  - id: {pid}\n    team: gpucheck\n    modelKey: mk-{pid}\n    command: {json.dumps(command)}\n"
             f"    dir: {dir_}\n    env: {{{env_yaml}}}\n    protocol: http\n    bootTimeout: 170\n"
             f"    inferenceTimeout: 170\n    minReplicas: {min_replicas}\n    maxReplicas: 1\n{extra}")
+
+
+# --- an image (item 6) ------------------------------------------------------
+
+IMAGE_PROBE = r'''import ctypes, glob, http.server, json, os
+def probe():
+    out = {"nodes": sorted(glob.glob("/dev/nvidia*")), "etcPasswd": os.path.exists("/etc/passwd"), "uid": os.getuid()}
+    lib = "/usr/local/nvidia/lib64"
+    out["libs"] = sorted(os.listdir(lib)) if os.path.isdir(lib) else []
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        out["cuInit"] = cuda.cuInit(0)
+        n = ctypes.c_int(0)
+        cuda.cuDeviceGetCount(ctypes.byref(n))
+        out["devices"] = n.value
+    except OSError as e:
+        out["cudaError"] = str(e)
+    return out
+class Handler(http.server.BaseHTTPRequestHandler):
+    def answer(self, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self):
+        self.answer({"ok": True})
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.answer(probe())
+http.server.ThreadingHTTPServer((os.environ["HOST"], int(os.environ["PORT"])), Handler).serve_forever()
+'''
+
+
+def python_image(work):
+    """Writes an OCI archive (skopeo's oci-archive:) whose root holds this
+    python (its program, the libraries ldd names, its standard library) and
+    a probe server, and returns its path: a GPU model in an image that
+    brings no CUDA of its own, only what inferd binds in from the driver."""
+    import sysconfig
+    import tarfile
+    os.makedirs(work, exist_ok=True)
+    exe = os.path.realpath(sys.executable)
+    stdlib = sysconfig.get_paths()["stdlib"]
+    files = {exe}
+    for root, dirs, names in os.walk(stdlib):
+        dirs[:] = [d for d in dirs if d not in ("site-packages", "dist-packages", "test", "tests", "idlelib", "tkinter", "__pycache__")]
+        files.update(os.path.join(root, n) for n in names)
+    needs = [exe] + [f for f in files if f.endswith(".so")]
+    for f in needs:
+        _, out, _ = run(["ldd", f])
+        for m in re.finditer(r"(/\S+) \(0x", out):
+            files.add(m.group(1))
+    layer = os.path.join(work, "layer.tar")
+    with tarfile.open(layer, "w") as tar:
+        for f in sorted(files):
+            if os.path.isfile(f):
+                tar.add(os.path.realpath(f), arcname=f.lstrip("/"), recursive=False)
+        probe = IMAGE_PROBE.encode()
+        info = tarfile.TarInfo("srv/probe.py")
+        info.size, info.mode = len(probe), 0o644
+        import io
+        tar.addfile(info, io.BytesIO(probe))
+    layout = os.path.join(work, "layout")
+    os.makedirs(os.path.join(layout, "blobs", "sha256"), exist_ok=True)
+
+    def blob(data=None, path=None):
+        import hashlib
+        h = hashlib.sha256()
+        if path:
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+            size = os.path.getsize(path)
+            shutil.copyfile(path, os.path.join(layout, "blobs", "sha256", h.hexdigest()))
+        else:
+            h.update(data)
+            size = len(data)
+            with open(os.path.join(layout, "blobs", "sha256", h.hexdigest()), "wb") as f:
+                f.write(data)
+        return "sha256:" + h.hexdigest(), size
+
+    diff, lsize = blob(path=layer)
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    config = json.dumps({"architecture": arch, "os": "linux",
+                         "config": {"Entrypoint": [exe, "/srv/probe.py"], "Env": ["PATH=/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE=1"]},
+                         "rootfs": {"type": "layers", "diff_ids": [diff]}}).encode()
+    cdigest, csize = blob(config)
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cdigest, "size": csize},
+                           "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": diff, "size": lsize}]}).encode()
+    mdigest, msize = blob(manifest)
+    with open(os.path.join(layout, "index.json"), "w") as f:
+        json.dump({"schemaVersion": 2, "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": mdigest, "size": msize,
+                                                      "platform": {"architecture": arch, "os": "linux"}}]}, f)
+    with open(os.path.join(layout, "oci-layout"), "w") as f:
+        f.write('{"imageLayoutVersion": "1.0.0"}')
+    archive = os.path.join(work, "python-probe.tar")
+    with tarfile.open(archive, "w") as tar:
+        for name in ("oci-layout", "index.json", "blobs"):
+            tar.add(os.path.join(layout, name), arcname=name)
+    os.chmod(archive, 0o644)
+    return archive
 
 
 # --- the check ------------------------------------------------------------
@@ -856,6 +964,29 @@ class GPUCheck:
         self.d.delete("park")
         self.d.delete("whole")
 
+    # 6 ---------------------------------------------------------------------
+    def image(self):
+        it = self.report.items[6]
+        archive = python_image(os.path.join(self.work, "image"))
+        out = self.d.apply("projects:\n  - id: image-gpu\n    team: gpucheck\n    modelKey: mk-image-gpu\n"
+                           f"    image: {archive}\n    gpus: 1\n    bootTimeout: 170\n    inferenceTimeout: 170\n    idleTimeout: 600\n")
+        it.ok("project image-gpu: image " in out, "apply imported the image archive", f"apply said {out.strip()}")
+        ans, wall = self.d.call("mk-image-gpu", {})
+        got = output(ans)
+        it.ok(got.get("etcPasswd") is False,
+              f"the model answered from its image (first call {wall:.2f} s, booting included), and sees no host /etc/passwd", f"it answered {got}")
+        gpu_nodes = [n for n in got.get("nodes", []) if re.fullmatch(r"/dev/nvidia[0-9]+", n)]
+        if self.dry:
+            it.check(SKIP, f"device nodes and driver libraries need a real driver (the image's /dev has {got.get('nodes')})")
+        else:
+            it.ok("/dev/nvidiactl" in got.get("nodes", []) and len(gpu_nodes) == 1, f"its /dev has nvidiactl and one GPU node: {got.get('nodes')}")
+            it.ok("libcuda.so.1" in got.get("libs", []) and "libnvidia-ml.so.1" in got.get("libs", []),
+                  f"the driver's libraries are in /usr/local/nvidia/lib64: {', '.join(got.get('libs', []))}")
+            it.ok(got.get("cuInit") == 0 and got.get("devices") == 1,
+                  f"cuInit and cuDeviceGetCount from inside the image: {got.get('cuInit')}, {got.get('devices')} device",
+                  got.get("cudaError", ""))
+        self.d.delete("image-gpu")
+
     # ---------------------------------------------------------------------
     def run(self):
         print(f"gpu-check: {'dry run on simulated GPUs' if self.dry else 'real GPU'}, budget {self.args.budget}s, work dir {self.work}", flush=True)
@@ -863,7 +994,8 @@ class GPUCheck:
         self.start_daemon()
         # probe-gpu serves items 3 and 4, then goes: the shares of item 3
         # need the GPU to themselves.
-        steps = [(1, self.discovery), (2, self.digits), (3, self.containment), (4, self.energy), (3, self.sharing), (5, self.parking)]
+        steps = [(1, self.discovery), (2, self.digits), (3, self.containment), (4, self.energy), (3, self.sharing), (5, self.parking),
+                 (6, self.image)]
         for number, step in steps:
             print(f"gpu-check: item {number} ({self.clock.elapsed():.0f}s in)", flush=True)
             try:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"slices"
 	"time"
 )
 
@@ -128,4 +129,36 @@ func firstError(errs ...error) error {
 		}
 	}
 	return nil
+}
+
+// ChangedFields names the fields whose values differ between a and b, as
+// the manifest spells them (a model field by its own name, keyHash as
+// modelKey), sorted; stamps and LastApplied are not compared. It tells an
+// apply's user what an update changed.
+func ChangedFields(a, b Project) []string {
+	a.LastApplied, b.LastApplied = nil, nil
+	fa, errA := fields(a)
+	fb, errB := fields(b)
+	if errA != nil || errB != nil {
+		return nil
+	}
+	ma, _ := fa["model"].(map[string]any)
+	mb, _ := fb["model"].(map[string]any)
+	delete(fa, "model")
+	delete(fb, "model")
+	var out []string
+	for _, pair := range []struct{ a, b map[string]any }{{fa, fb}, {ma, mb}} {
+		keys := maps.Clone(pair.a)
+		maps.Copy(keys, pair.b)
+		for k := range keys {
+			if !reflect.DeepEqual(pair.a[k], pair.b[k]) {
+				if k == "keyHash" {
+					k = "modelKey"
+				}
+				out = append(out, k)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -45,3 +45,21 @@ func TestReapplyMergesFieldByField(t *testing.T) {
 		t.Errorf("over a project without a declaration: idleTimeout %d, want the manifest's %d", got.IdleTimeout, DefaultIdleTimeout)
 	}
 }
+
+// A re-apply of the same manifest after `project restart` keeps the restart
+// count, so it does not roll the replicas once more (nor back).
+func TestReapplyKeepsTheRestartCount(t *testing.T) {
+	decl := NewProject("p", "t")
+	decl.Model.Command = []string{"python3", "server.py"}
+	decl.Model.KeyHash = HashModelKey("k")
+	decl.Model.Revision = "dir:abc"
+	stored := decl.Declared()
+	stored.Model.Restarts = 2
+	got, err := Reapply(stored, decl.Declared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Model.Restarts != 2 || stored.Model.RestartNeeded(got.Model) {
+		t.Errorf("restarts = %d after a re-apply, want 2 and no roll", got.Model.Restarts)
+	}
+}

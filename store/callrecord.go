@@ -27,6 +27,14 @@ func AppendRecord(dst []byte, c Call) ([]byte, error) {
 	dst = append(dst, `,"state":`...)
 	dst = jsonw.String(dst, string(c.State))
 	dst = optString(dst, `,"message":`, c.Message)
+	if f := c.Failure; f != nil {
+		dst = append(dst, `,"failure":{"kind":`...)
+		dst = jsonw.String(dst, string(f.Kind))
+		dst = optInt(dst, `,"status":`, int64(f.Status))
+		dst = optString(dst, `,"retryAfter":`, f.RetryAfter)
+		dst = optString(dst, `,"body":`, f.Body)
+		dst = append(dst, '}')
+	}
 	dst = append(dst, `,"attempt":`...)
 	dst = strconv.AppendInt(dst, int64(c.Attempt), 10)
 	dst = optString(dst, `,"replicaId":`, c.ReplicaID)

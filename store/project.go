@@ -58,6 +58,7 @@ const (
 	MaxBatchWaitMs   = 10000 // a longer wait is a queue, not a batch
 	MaxAliases       = 32
 	MaxModelNameLen  = 256 // an alias or servedModel
+	MaxRevisionLen   = 256
 )
 
 // NewProject returns a project with every default set: minReplicas 0,
@@ -197,6 +198,8 @@ func (p Project) Validate() error {
 		return invalid("idleTimeout", "must be between 0 and %d seconds", MaxTimeout)
 	case p.Retries < 0 || p.Retries > MaxRetries:
 		return invalid("retries", "must be between 0 and %d", MaxRetries)
+	case p.Durability != "" && p.Durability != DurabilityStrict && p.Durability != DurabilityAnswered:
+		return invalid("durability", "must be %q (the default) or %q", DurabilityStrict, DurabilityAnswered)
 	}
 	if err := p.Caps.validate(); err != nil {
 		return err
@@ -208,8 +211,12 @@ func (m ModelSpec) validate() error {
 	switch {
 	case len(m.KeyHash) != 64 || !isLowerHex(m.KeyHash):
 		return invalid("model.keyHash", "must be 64 lowercase hex characters (a SHA-256)")
-	case len(m.Command) == 0 || m.Command[0] == "":
-		return invalid("model.command", "must not be empty")
+	case m.Image == "" && (len(m.Command) == 0 || m.Command[0] == ""):
+		return invalid("model.command", "must not be empty (unless the project names an image, whose Entrypoint and Cmd it then runs)")
+	case len(m.Command) > 0 && m.Command[0] == "":
+		return invalid("model.command", "must not start with an empty program")
+	case m.Image != "" && !ValidImageRef(m.Image):
+		return invalid("model.image", "must be an image ID (sha256: and at least 12 hex digits) or an absolute path of an image archive")
 	case m.Dir != "" && !filepath.IsAbs(m.Dir):
 		return invalid("model.dir", "must be an absolute path")
 	case m.Protocol != ProtocolHTTP && m.Protocol != ProtocolPotassium && m.Protocol != ProtocolOpenAI:
@@ -241,8 +248,15 @@ func (m ModelSpec) validate() error {
 		return invalid("model.batchPath", "must start with /")
 	case m.ParkTimeout < 0 || m.ParkTimeout > MaxTimeout:
 		return invalid("model.parkTimeout", "must be between 0 (never park) and %d seconds", MaxTimeout)
+	case len(m.Revision) > MaxRevisionLen || strings.ContainsRune(m.Revision, 0):
+		return invalid("model.revision", "must be at most %d characters, without NUL", MaxRevisionLen)
+	case m.Restarts < 0:
+		return invalid("model.restarts", "must be 0 or more")
 	}
 	if err := m.Batch.validate(m.Protocol); err != nil {
+		return err
+	}
+	if err := m.Python.validate(m.Image); err != nil {
 		return err
 	}
 	if err := m.validateNames(); err != nil {
@@ -290,6 +304,36 @@ func (b BatchSpec) validate(protocol string) error {
 		return invalid("model.batch", "protocol %q cannot batch: an OpenAI-compatible server takes one request per call and batches them itself (raise concurrency instead)", ProtocolOpenAI)
 	}
 	return nil
+}
+
+// validate checks a Python environment: a requirements file, absolute
+// paths, and no image (which brings its own Python).
+func (p PythonSpec) validate(image string) error {
+	switch {
+	case !p.On():
+		return nil
+	case image != "":
+		return invalid("model.python", "cannot go with an image: an image brings its own Python (install the packages into the image)")
+	case p.Requirements == "":
+		return invalid("model.python.requirements", "is required: the requirements file the environment is built from")
+	}
+	for _, f := range []struct{ name, path string }{
+		{"model.python.requirements", p.Requirements}, {"model.python.wheelhouse", p.Wheelhouse}, {"model.python.interpreter", p.Interpreter},
+	} {
+		if f.path != "" && (!filepath.IsAbs(f.path) || strings.ContainsRune(f.path, 0)) {
+			return invalid(f.name, "must be an absolute path")
+		}
+	}
+	return nil
+}
+
+// ValidImageRef reports whether ref can name an image: an image ID
+// ("sha256:" and 12 to 64 lowercase hex digits) or an absolute path.
+func ValidImageRef(ref string) bool {
+	if hex, ok := strings.CutPrefix(ref, "sha256:"); ok {
+		return len(hex) >= 12 && len(hex) <= 64 && isLowerHex(hex)
+	}
+	return filepath.IsAbs(ref) && !strings.ContainsRune(ref, 0)
 }
 
 func isLowerHex(s string) bool {
@@ -342,3 +386,15 @@ func Edit(old Project, fn func(*Project) error) (Project, error) {
 	}
 	return p, nil
 }
+
+// DurabilityStrict and DurabilityAnswered are Project.Durability's values:
+// a plain sync start answered once its record is durable (the default), or
+// as soon as its result is known.
+const (
+	DurabilityStrict   = "strict"
+	DurabilityAnswered = "answered"
+)
+
+// AnswersFirst reports whether p's plain sync starts are answered before
+// their record is durable (durability: answered).
+func (p Project) AnswersFirst() bool { return p.Durability == DurabilityAnswered }

@@ -62,7 +62,23 @@ func TestProjectValidate(t *testing.T) {
 		{"idleTimeout 0", func(p *store.Project) { p.IdleTimeout = 0 }, "", ""},
 		{"idleTimeout 86400", func(p *store.Project) { p.IdleTimeout = 86400 }, "", ""},
 		{"idleTimeout 86401", func(p *store.Project) { p.IdleTimeout = 86401 }, "idleTimeout", ""},
-		{"command nil", func(p *store.Project) { p.Model.Command = nil }, "model.command", "must not be empty"},
+		{"command nil", func(p *store.Project) { p.Model.Command = nil }, "model.command", "must not be empty (unless the project names an image, whose Entrypoint and Cmd it then runs)"},
+		{"command nil with an image", func(p *store.Project) { p.Model.Command, p.Model.Image = nil, "sha256:0123456789ab" }, "", ""},
+		{"command empty string with an image", func(p *store.Project) { p.Model.Command, p.Model.Image = []string{""}, "sha256:0123456789ab" }, "model.command", ""},
+		{"image by path", func(p *store.Project) { p.Model.Image = "/srv/images/llm.tar" }, "", ""},
+		{"python", func(p *store.Project) {
+			p.Model.Python = store.PythonSpec{Requirements: "/srv/m/requirements.txt", Wheelhouse: "/srv/wheels"}
+		}, "", ""},
+		{"python without requirements", func(p *store.Project) { p.Model.Python = store.PythonSpec{Wheelhouse: "/srv/wheels"} }, "model.python.requirements", ""},
+		{"python relative wheelhouse", func(p *store.Project) {
+			p.Model.Python = store.PythonSpec{Requirements: "/r.txt", Wheelhouse: "wheels"}
+		}, "model.python.wheelhouse", ""},
+		{"python with an image", func(p *store.Project) {
+			p.Model.Python, p.Model.Image = store.PythonSpec{Requirements: "/r.txt"}, "sha256:0123456789ab"
+		}, "model.python", ""},
+		{"image relative path", func(p *store.Project) { p.Model.Image = "llm.tar" }, "model.image", ""},
+		{"image ID too short", func(p *store.Project) { p.Model.Image = "sha256:0123" }, "model.image", ""},
+		{"image ID not hex", func(p *store.Project) { p.Model.Image = "sha256:0123456789xyz" }, "model.image", ""},
 		{"command empty string", func(p *store.Project) { p.Model.Command = []string{""} }, "model.command", ""},
 		{"protocol empty", func(p *store.Project) { p.Model.Protocol = "" }, "model.protocol", ""},
 		{"protocol potassium", func(p *store.Project) { p.Model.Protocol = "potassium" }, "", ""},

@@ -52,8 +52,14 @@ type Project struct {
 	// Retries is how many times a call interrupted by a restart or a model
 	// crash is run again under the same callID (0: never). Model errors and
 	// timeouts are never retried.
-	Retries int       `json:"retries,omitempty"`
-	Model   ModelSpec `json:"model"`
+	Retries int `json:"retries,omitempty"`
+	// Durability says when a plain sync start of the project (no
+	// startOnly, idempotency key or webhook, finished within startWait)
+	// is answered: DurabilityStrict ("" reads as it) once its record is
+	// durable, DurabilityAnswered as soon as its result is known, its
+	// record group-committed just after (docs/reliability.md).
+	Durability string    `json:"durability,omitempty"`
+	Model      ModelSpec `json:"model"`
 	// Caps bound what the team may set through the project API; only an
 	// admin (the manifest) sets them.
 	Caps ProjectCaps `json:"caps,omitzero"`
@@ -110,7 +116,41 @@ type ModelSpec struct {
 	// --served-model-name), put in the "model" of each request inferd
 	// passes on; "" = the project id.
 	ServedModel string `json:"servedModel,omitempty" yaml:"servedModel"`
+	// Revision names the version of the model's code: the manifest's
+	// revision, or where it gives none the hash of the model's dir that
+	// apply takes (manifest.StampRevisions). Like any field that says how
+	// replicas start, a new one replaces the running replicas, one by one
+	// (scheduler/rollout.go).
+	Revision string `json:"revision,omitempty" yaml:"revision"`
+	// Restarts counts the restarts asked for (`inferd project restart`):
+	// each replaces the running replicas one by one. No manifest sets it,
+	// and an apply keeps it (store.Reapply: the declaration never has it).
+	Restarts int `json:"restarts,omitempty" yaml:"-"`
+	// Image is the OCI image the model runs in (docs/images.md): an
+	// imported image's ID ("sha256:" and at least 12 hex digits), or the
+	// absolute path of an image archive or layout, which apply imports
+	// and replaces with its ID. The image's Entrypoint and Cmd are the
+	// default of Command, its WorkingDir of Dir, and its Env comes first
+	// in the model's environment.
+	Image string `json:"image,omitempty" yaml:"image"`
+	// Python gives the model a Python virtual environment of its own,
+	// built from its requirements (docs/python.md); the zero value: none.
+	Python PythonSpec `json:"python,omitzero" yaml:"python"`
 }
+
+// PythonSpec is a project's Python environment: its requirements file,
+// the wheelhouse it is built from offline ("" = the configured package
+// index) and the interpreter it is made of ("" = /usr/bin/python3). Paths
+// are absolute (the manifest makes them so). Projects that ask for the
+// same environment share one.
+type PythonSpec struct {
+	Requirements string `json:"requirements,omitempty" yaml:"requirements"`
+	Wheelhouse   string `json:"wheelhouse,omitempty" yaml:"wheelhouse"`
+	Interpreter  string `json:"interpreter,omitempty" yaml:"interpreter"`
+}
+
+// On reports whether the project asks for an environment.
+func (p PythonSpec) On() bool { return p != PythonSpec{} }
 
 // BatchSpec is a project's dynamic batching: up to MaxSize queued calls in
 // one request to the model, waiting at most MaxWaitMs from the first one's
@@ -151,21 +191,24 @@ const SmallPayload = 4 << 10
 // the store (see Calls): a queued call's inputs are read when it is
 // dispatched, and a check reads the outputs as bytes, never decoding them.
 type Call struct {
-	ID         string          `json:"id"` // "call_" + UUIDv7
-	ProjectID  string          `json:"projectId"`
-	TeamID     string          `json:"teamId"`
-	State      CallState       `json:"state"`
-	Inputs     json.RawMessage `json:"inputs,omitempty"`
-	Outputs    json.RawMessage `json:"outputs,omitempty"` // the model's JSON reply
-	Message    string          `json:"message,omitempty"` // "success" or "error: ..." once done
-	Attempt    int             `json:"attempt"`
-	ReplicaID  string          `json:"replicaId,omitempty"`
-	Created    time.Time       `json:"created"`
-	Dispatched time.Time       `json:"dispatched,omitzero"`
-	Finished   time.Time       `json:"finished,omitzero"`
-	QueueMs    int64           `json:"queueMs,omitempty"`
-	BootMs     int64           `json:"bootMs,omitempty"`
-	RunMs      int64           `json:"runMs,omitempty"`
+	ID        string          `json:"id"` // "call_" + UUIDv7
+	ProjectID string          `json:"projectId"`
+	TeamID    string          `json:"teamId"`
+	State     CallState       `json:"state"`
+	Inputs    json.RawMessage `json:"inputs,omitempty"`
+	Outputs   json.RawMessage `json:"outputs,omitempty"` // the model's JSON reply
+	Message   string          `json:"message,omitempty"` // "success" or "error: ..." once done
+	// Failure is how a failed call ended, for the answers that say it in
+	// a status of their own (FailureOf reads it); nil while it has not.
+	Failure    *Failure  `json:"failure,omitempty"`
+	Attempt    int       `json:"attempt"`
+	ReplicaID  string    `json:"replicaId,omitempty"`
+	Created    time.Time `json:"created"`
+	Dispatched time.Time `json:"dispatched,omitzero"`
+	Finished   time.Time `json:"finished,omitzero"`
+	QueueMs    int64     `json:"queueMs,omitempty"`
+	BootMs     int64     `json:"bootMs,omitempty"`
+	RunMs      int64     `json:"runMs,omitempty"`
 	// BatchSize is how many calls the request that ran this one carried
 	// (0: not batched: the project does not batch), and BatchWaitMs how
 	// much of QueueMs it waited for that batch to fill (see the
@@ -218,6 +261,10 @@ type Call struct {
 	// call the scheduler reports; nil when it cannot tell (nothing
 	// measured yet, or waiting on something it cannot time); never stored.
 	ETAMs *int64 `json:"-"`
+	// ETARangeMs is how rough ETAMs is: the same estimate from the
+	// project's 10th and 90th percentile recent runs (lower, upper); set
+	// with ETAMs, never stored.
+	ETARangeMs *[2]int64 `json:"-"`
 }
 
 // Wait is why a pending call waits: a code for programs and a sentence for
@@ -300,4 +347,12 @@ type CommitStats struct {
 	Commits  int64         // write transactions committed (or failed)
 	Writes   int64         // call writes in them
 	Duration time.Duration // total time spent in them, fsyncs included
+}
+
+// OpStats counts what a store backed by a consensus service (cluster mode's
+// etcd) has asked of it since it was opened, for metrics: requests (each one
+// round to the cluster) and the reads and writes they carried out. A write is
+// applied and made durable by every member.
+type OpStats struct {
+	Requests, Reads, Writes int64
 }

@@ -200,12 +200,18 @@ func (p *Policy) CheckURL(raw string) error {
 	}
 	host := strings.ToLower(u.Hostname())
 	if a, err := netip.ParseAddr(host); err == nil {
+		if never := forbiddenRange(a); never.IsValid() {
+			return fmt.Errorf("%w: %s is in %s, which no webhook may reach (link-local and cloud metadata addresses; webhook.allow cannot allow them)", ErrRefused, host, never)
+		}
 		if !p.addrAllowed(a) {
 			return fmt.Errorf("%w: %s (see webhook.allow)", ErrRefused, host)
 		}
 		return nil
 	}
-	if p.nameAllowed(host) || len(p.prefixes) > 0 && !forbiddenName(strings.TrimSuffix(host, ".")) {
+	if forbiddenName(strings.TrimSuffix(host, ".")) {
+		return fmt.Errorf("%w: %s is a cloud metadata name, which no webhook may reach (webhook.allow cannot allow it)", ErrRefused, host)
+	}
+	if p.nameAllowed(host) || len(p.prefixes) > 0 {
 		return nil
 	}
 	return fmt.Errorf("%w: %s (see webhook.allow)", ErrRefused, host)

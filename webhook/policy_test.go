@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"strings"
 	"testing"
 )
 
@@ -88,8 +89,12 @@ func TestForbiddenDestinationsWhateverTheAllowList(t *testing.T) {
 	}
 	for pname, p := range map[string]*Policy{"default": def, "names": names, "everything": everything} {
 		for _, host := range forbiddenHosts {
-			if err := p.CheckURL("http://" + host + "/latest/meta-data/"); !errors.Is(err, ErrRefused) {
-				t.Errorf("%s policy: CheckURL(%s) = %v, want refused", pname, host, err)
+			// Refused whatever webhook.allow says: the refusal says so, and
+			// does not send the user to webhook.allow.
+			err := p.CheckURL("http://" + host + "/latest/meta-data/")
+			if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "no webhook may reach") ||
+				!strings.Contains(err.Error(), "webhook.allow cannot allow") || strings.Contains(err.Error(), "see webhook.allow") {
+				t.Errorf("%s policy: CheckURL(%s) = %v, want refused as never reachable", pname, host, err)
 			}
 		}
 		for _, byName := range []bool{false, true} {

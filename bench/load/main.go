@@ -25,7 +25,7 @@ func main() {
 	var cfg loadgen.Config
 	var target, inputs string
 	var asJSON bool
-	flag.StringVar(&target, "target", "model", "model (POST the inputs to -url), start (sync /start/v4) or startonly (startOnly + long-poll /check/v4)")
+	flag.StringVar(&target, "target", "model", "model (POST the inputs to -url), start (sync /start/v4), startonly (startOnly + long-poll /check/v4) or openai (POST /v1/chat/completions naming -modelkey as the model)")
 	flag.StringVar(&cfg.URL, "url", "", "model URL, or inferd's base URL")
 	flag.StringVar(&cfg.APIKey, "apikey", os.Getenv("INFERD_API_KEY"), "inferd API key (default $INFERD_API_KEY)")
 	flag.StringVar(&cfg.ModelKey, "modelkey", "", "inferd model key")

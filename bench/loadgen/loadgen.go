@@ -42,6 +42,9 @@ const (
 	// StartOnly posts /start/v4 with startOnly, then /check/v4 with longPoll
 	// until the call has finished; one request is the whole exchange.
 	StartOnly Target = "startonly"
+	// OpenAI posts /v1/chat/completions with the key as its Bearer token and
+	// ModelKey as the model's name, and expects a 2xx reply: the OpenAI door.
+	OpenAI Target = "openai"
 )
 
 // Config is one load run.
@@ -321,8 +324,17 @@ func requester(cfg Config) (func(context.Context) error, error) {
 			}
 			return longPoll(ctx, cfg.Client, cfg.URL, cfg.APIKey, a)
 		}, nil
+	case OpenAI:
+		body, err := json.Marshal(map[string]any{"model": cfg.ModelKey, "messages": []map[string]string{{"role": "user", "content": "hi"}}})
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) error {
+			_, err := postAs(ctx, cfg.Client, cfg.URL+"/v1/chat/completions", body, "Bearer "+cfg.APIKey)
+			return err
+		}, nil
 	}
-	return nil, fmt.Errorf("loadgen: unknown target %q (model, start or startonly)", cfg.Target)
+	return nil, fmt.Errorf("loadgen: unknown target %q (model, start, startonly or openai)", cfg.Target)
 }
 
 // longPoll checks a started call with longPoll until it has finished.
@@ -378,11 +390,19 @@ func PostInference(ctx context.Context, c *http.Client, url string, body []byte)
 }
 
 func post(ctx context.Context, c *http.Client, url string, body []byte) ([]byte, error) {
+	return postAs(ctx, c, url, body, "")
+}
+
+// postAs is post with an Authorization header (none when auth is "").
+func postAs(ctx context.Context, c *http.Client, url string, body []byte, auth string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
 	resp, err := c.Do(req)
 	if err != nil {
 		return nil, err

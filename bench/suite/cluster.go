@@ -136,7 +136,7 @@ func (c *benchCluster) spec(name string, node int, t loadgen.Target, modelKey st
 			peers = append(peers, pid)
 		}
 	}
-	return runSpec{name: name, pid: c.pids[node], base: c.bases[node], pprof: pprof, peers: peers,
+	return runSpec{name: name, pid: c.pids[node], base: c.bases[node], pprof: pprof, peers: peers, etcdBases: c.bases[:],
 		cfg: loadgen.Config{Target: t, URL: c.bases[node], APIKey: c.apiKey, ModelKey: modelKey, Concurrency: conc}}
 }
 
@@ -199,6 +199,21 @@ func clusterThroughputRows(r *report, single, node *merged) {
 	all := node.cpuPerCall() + node.peerCPUPerCall()
 	r.add("CPU per sync call through the cluster, all three nodes (each with its etcd member), c=64 / single box's",
 		dur(all)+" / "+dur(single.cpuPerCall()), "", true)
+	etcdRows(r, "c=64", node)
+}
+
+// etcdRows are what the three nodes asked of etcd per call served through
+// node: writes (each applied and made durable by every member), reads and
+// requests (each a round to the cluster), from their inferd_etcd_*_total.
+func etcdRows(r *report, how string, node *merged) {
+	calls := float64(node.requests + node.warm)
+	if calls == 0 || node.etcd.requests == 0 {
+		return
+	}
+	w := node.etcd.writes / calls
+	r.add("etcd writes per sync call, all three nodes, "+how, fmt.Sprintf("%.1f", w), "≤ 4", w <= 4)
+	r.add("etcd requests / reads per sync call, all three nodes, "+how,
+		fmt.Sprintf("%.1f / %.1f", node.etcd.requests/calls, node.etcd.reads/calls), "", true)
 }
 
 // measureClusterQuick is make bench-quick's cluster step: the two figures
@@ -221,6 +236,7 @@ func measureClusterQuick(ctx context.Context, e *env, o options, r *report) erro
 		"single box, c=1", "single box, c=64",
 		"single box, c=1", "cluster node-1, c=1", "single box, c=64", "cluster node-1, c=64")
 	clusterLatencyRow(r, res["single box, c=1"], res["cluster node-1, c=1"])
+	etcdRows(r, "c=1", res["cluster node-1, c=1"])
 	clusterThroughputRows(r, res["single box, c=64"], res["cluster node-1, c=64"])
 	return nil
 }

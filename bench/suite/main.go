@@ -35,6 +35,9 @@ type options struct {
 	only                string // comma-separated step names to run; "" = all
 	profile             string // directory for the daemon's profiles under load; "" = none
 	quick               bool   // make bench-quick: the hot path's figures only, short slices
+	examples            string // the repository's examples/ (the batching example's model)
+	baseline            bool   // this is the -vs daemon's setup (its manifest keeps to what older builds read)
+	vs                  string // a second inferd binary (main's, say) measured beside -inferd in the hot path's steps
 }
 
 func main() {
@@ -49,10 +52,13 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (logs, data file)")
 	flag.StringVar(&o.only, "only", "", "run only these steps, comma-separated words of their names (e.g. \"cold,throughput\")")
 	flag.StringVar(&o.profile, "profile", "", "save inferd's CPU, block and mutex profiles and a trace of each inferd slice here (needs a build with -tags pprof)")
+	flag.StringVar(&o.examples, "examples", "examples", "the repository's examples directory (the batching step runs examples/batch)")
+	flag.StringVar(&o.vs, "vs", "", "a second inferd binary (the baseline: main's build, say) to measure beside -inferd, interleaved, in the hot path's steps")
 	flag.BoolVar(&o.quick, "quick", false, "only the hot path's figures, one interleaved run (make bench-quick; -phase 1s -rounds 2 unless given)")
 	copyServer := flag.Int("copy-server", 0, "internal: serve the io.Copy baseline of this many bytes (a helper process of the payload step)")
 	goHopPort := flag.Int("go-hop", 0, "internal: serve the Go hop on this port (a helper process: see gohop.go)")
 	goHopUpstream := flag.String("go-hop-upstream", "", "internal: the model the Go hop forwards to (host:port)")
+	goHopLog := flag.String("go-hop-log", "", "internal: the durable Go hop's log file")
 	flag.Parse()
 	if o.quick {
 		set := map[string]bool{}
@@ -69,10 +75,13 @@ func main() {
 		os.Exit(1)
 	}
 	if *goHopPort > 0 {
-		fmt.Fprintln(os.Stderr, "go hop:", serveGoHop(*goHopPort, *goHopUpstream))
+		fmt.Fprintln(os.Stderr, "go hop:", serveGoHop(*goHopPort, *goHopUpstream, *goHopLog))
 		os.Exit(1)
 	}
-	o.inferd, o.noop = mustAbs(o.inferd), mustAbs(o.noop)
+	o.inferd, o.noop, o.examples = mustAbs(o.inferd), mustAbs(o.noop), mustAbs(o.examples)
+	if o.vs != "" {
+		o.vs = mustAbs(o.vs)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -111,9 +120,11 @@ func run(ctx context.Context, o options) error {
 		{"large payloads: queue and checks", measurePayloads},
 		{"latency, concurrency 1", measureLatency},
 		{"throughput, concurrency 16", measureConcurrency16},
+		{"openai door: CPU per call", measureOpenAIDoor},
 		{"throughput, no-op model, concurrency 64", measureThroughputNoop},
 		{"throughput, 10 ms model, concurrency 64", measureThroughput10ms},
 		{"batching: 20 ms + 1 ms per call model", measureBatching},
+		{"batching example: Python, default backlog", measureBatchingExample},
 		{"cluster: 3 nodes vs single box", measureCluster},
 		{"cold boot", measureColdBoot},
 		{"cold boot, quiet model", measureColdBootQuiet},
@@ -185,6 +196,8 @@ type env struct {
 	nginx             string // nginx in front of direct
 	goHop             string // the Go hop in front of direct (gohop.go)
 	goHopPid          int
+	durableHop        string // the durable Go hop in front of direct (gohop.go)
+	durableHopPid     int
 	base              string // inferd's base URL
 	apiKey            string
 	inferdPid         int
@@ -193,9 +206,11 @@ type env struct {
 	coldLog, burstLog string
 	coldQuietLog      string
 	inferdCfg         string
-	port              int             // inferd's
-	pprof             string          // the address inferd serves profiles on (-profile)
-	projects          []store.Project // the manifest's, as apply reads it
+	port              int               // inferd's
+	pprof             string            // the address inferd serves profiles on (-profile)
+	projects          []store.Project   // the manifest's, as apply reads it
+	vs                *env              // the -vs inferd: its own directory, data and port; nil without -vs
+	teamKeys          map[string]string // keys of the OpenAI door's teams, by team (openai.go)
 }
 
 // alwaysOn returns how many replicas the projects keep running at all times
@@ -240,10 +255,41 @@ func setUp(ctx context.Context, o options, dir string) (*env, error) {
 	if err := startNginx(ctx, o, e); err != nil {
 		return e, err
 	}
-	if err := startGoHop(ctx, e); err != nil {
+	if err := startGoHops(ctx, e); err != nil {
 		return e, err
 	}
-	return e, startInferd(ctx, o, e)
+	if err := startInferd(ctx, o, e); err != nil {
+		return e, err
+	}
+	return e, startVs(ctx, o, e)
+}
+
+// systemPython is the python3 the batching example runs on: the system's,
+// which every uid may run (a pyenv under /root is not), else python3 on PATH.
+func systemPython() string {
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		return "/usr/bin/python3"
+	}
+	return "python3"
+}
+
+// startVs starts the -vs inferd beside the first, with the same
+// configuration and projects in a directory of its own.
+func startVs(ctx context.Context, o options, e *env) error {
+	if o.vs == "" {
+		return nil
+	}
+	v := &env{dir: filepath.Join(e.dir, "vs"), direct: e.direct, direct10: e.direct10}
+	v.coldLog, v.coldQuietLog, v.burstLog = filepath.Join(v.dir, "cold.boots"), filepath.Join(v.dir, "coldquiet.boots"), filepath.Join(v.dir, "burst.boots")
+	if err := os.Mkdir(v.dir, 0o755); err != nil {
+		return err
+	}
+	vo := o
+	vo.inferd, vo.profile, vo.baseline = o.vs, "", true
+	err := startInferd(ctx, vo, v)
+	e.procs = append(e.procs, v.procs...) // stopped with the rest
+	e.vs = v
+	return err
 }
 
 const nginxConf = `daemon off;
@@ -321,6 +367,7 @@ const (
 // at a time (a GPU's forward pass), without and with batching.
 const manifest = `projects:
   - {id: noop, team: bench, modelKey: mk-noop, command: [%[1]q], concurrency: 64, minReplicas: 1, maxReplicas: 1, bootTimeout: 30}
+  - {id: noopans, team: bench, modelKey: mk-noopans, command: [%[1]q], concurrency: 64, minReplicas: 1, maxReplicas: 1, bootTimeout: 30, durability: answered}
   - {id: noop10, team: bench, modelKey: mk-noop10, command: [%[1]q], env: {NOOP_DELAY: 10ms}, concurrency: 64, minReplicas: 1, maxReplicas: 1, bootTimeout: 30}
   - {id: noop10x4, team: bench, modelKey: mk-noop10x4, command: [%[1]q], env: {NOOP_DELAY: 10ms}, concurrency: 16, minReplicas: 4, maxReplicas: 4, bootTimeout: 30}
   - {id: cold, team: bench, modelKey: mk-cold, command: [%[1]q], env: {NOOP_BOOTLOG: %[2]q}, concurrency: 1, minReplicas: 0, maxReplicas: 1, idleTimeout: 0, bootTimeout: 30}
@@ -332,6 +379,8 @@ const manifest = `projects:
   - {id: pass1, team: bench, modelKey: mk-pass1, command: [%[1]q], env: {NOOP_DELAY: 20ms, NOOP_ITEM_DELAY: 1ms, NOOP_SERIAL: "1"}, concurrency: 1, minReplicas: 0, maxReplicas: 1, idleTimeout: 600, bootTimeout: 30}
   - {id: pass16, team: bench, modelKey: mk-pass16, command: [%[1]q], env: {NOOP_DELAY: 20ms, NOOP_ITEM_DELAY: 1ms, NOOP_SERIAL: "1"}, batchPath: /batch, batch: {maxSize: 16, maxWaitMs: %[7]d}, concurrency: 1, minReplicas: 0, maxReplicas: 1, idleTimeout: 600, bootTimeout: 30}
   - {id: huge, team: bench, modelKey: mk-huge, command: [%[1]q], env: {NOOP_REPLY_BYTES: "%[8]d"}, concurrency: 1, minReplicas: 0, maxReplicas: 1, bootTimeout: 30}
+  - {id: pyone, team: bench, modelKey: mk-pyone, command: [%[10]q, "server.py"], dir: %[9]q, concurrency: 64, minReplicas: 0, maxReplicas: 1, idleTimeout: 600, bootTimeout: 30}
+  - {id: pybatch, team: bench, modelKey: mk-pybatch, command: [%[10]q, "server.py"], dir: %[9]q, batchPath: /batch, batch: {maxSize: 16, maxWaitMs: %[7]d}, concurrency: 1, minReplicas: 0, maxReplicas: 1, idleTimeout: 600, bootTimeout: 30}
 `
 
 func startInferd(ctx context.Context, o options, e *env) error {
@@ -361,7 +410,18 @@ func startInferd(ctx context.Context, o options, e *env) error {
 	// bigq's model boots only once the gate file exists (measurePayloads).
 	e.gate = filepath.Join(e.dir, "bigq.gate")
 	gated := fmt.Sprintf("while [ ! -e %s ]; do sleep 0.05; done; exec %s", e.gate, o.noop)
-	data := fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog, e.coldQuietLog, gated, payloadSize, batchMaxWaitMs, bigResultBytes)
+	data := fmt.Appendf(nil, manifest, o.noop, e.coldLog, e.burstLog, e.coldQuietLog, gated, payloadSize, batchMaxWaitMs, bigResultBytes, o.examples+"/batch", systemPython())
+	data = append(data, openaiManifest(o.noop)...)
+	if o.baseline {
+		// The -vs build may predate durability: keep to what it reads.
+		var kept []string
+		for _, l := range strings.SplitAfter(string(data), "\n") {
+			if !strings.Contains(l, "durability: answered") {
+				kept = append(kept, l)
+			}
+		}
+		data = []byte(strings.Join(kept, ""))
+	}
 	if err := os.WriteFile(mf, data, 0o644); err != nil {
 		return err
 	}
@@ -382,6 +442,9 @@ func startInferd(ctx context.Context, o options, e *env) error {
 	}
 	lines := strings.Fields(strings.TrimSpace(string(out)))
 	e.apiKey = lines[len(lines)-1]
+	if err := openaiKeys(o, e); err != nil {
+		return err
+	}
 	return waitAlwaysOn(ctx, e)
 }
 

@@ -103,10 +103,36 @@ function openaiClient(Client) {
         const r = await client.embeddings.create({ model, input: texts });
         return r.data.sort((a, b) => a.index - b.index).map((d) => Array.from(d.embedding));
       },
+      async retrieveModel(id) {
+        return (await client.models.retrieve(id)).id;
+      },
+      async listFiles() {
+        const out = [];
+        for await (const f of client.files.list()) out.push(f);
+        return out;
+      },
+      async listBatches() {
+        const out = [];
+        for await (const b of client.batches.list()) out.push(b);
+        return out;
+      },
       fails: (fn) => fails(fn, (e) => e.status, (e) => e.headers),
     };
   };
 }
+
+// What only the openai client asks of the door.
+const openaiOnly = {
+  async retrieveModel() {
+    throw new Skip('it has no call that reads one model');
+  },
+  async listFiles() {
+    throw new Skip('it has no Files API');
+  },
+  async listBatches() {
+    throw new Skip('it has no Batch API');
+  },
+};
 
 // The AI SDK (ai) with a provider: @ai-sdk/openai's chat model, or
 // @ai-sdk/openai-compatible's.
@@ -116,6 +142,7 @@ function aiSDK(providers) {
     const weatherTool = { get_weather: tool({ description: weather.description, inputSchema: jsonSchema(weather.parameters) }) };
     const toolCalls = (calls) => calls.map((c) => ({ name: c.toolName, args: c.input }));
     return {
+      ...openaiOnly,
       async chat(text, { maxTokens, maxRetries } = {}) {
         const r = await generateText({ model: p.chat, prompt: text, maxOutputTokens: maxTokens, maxRetries });
         return { text: r.text };
@@ -175,6 +202,7 @@ function langchain({ baseURL, apiKey, model, fetch }) {
   const toolCalls = (calls) => calls.map((c) => ({ name: c.name, args: c.args }));
   const text = (content) => (typeof content === 'string' ? content : content.map((p) => p.text ?? '').join(''));
   return {
+    ...openaiOnly,
     asksBase64: true, // its openai client's default
     async chat(prompt, { maxTokens, maxRetries } = {}) {
       const r = await chat({ maxTokens, maxRetries }).invoke(prompt);

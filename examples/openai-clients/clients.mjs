@@ -129,6 +129,48 @@ const cases = {
   },
 };
 
+// Cases that hold on the door's answers that issue 40's one call path
+// changes: Retry-After passed on, no Go error text in a body, a cancel
+// answered with a status no client sends again, the read routes the SDKs
+// call.
+const pipelineCases = {
+  async 'a 429 with Retry-After: 1 is sent again after it'(id) {
+    const r = await A.chat(say('busy now', id, '@status=429', '@retry_after=1', '@times=1'));
+    assert.equal(r.text, 'echo: busy now');
+    assert.deepEqual(attempts.map((a) => a.status), [429, 200]);
+    assert.equal(attempts[0].retryAfter, '1', 'the Retry-After of the model reaches the client');
+    const waited = attempts[1].at - attempts[0].answered;
+    assert.ok(waited >= 950, `sent again after ${waited} ms, not the 1 s Retry-After said`);
+  },
+  async 'a 503 with Retry-After: 7 reaches the client as it is'(id, runs) {
+    Object.assign(runs, { once: [], never: [id] });
+    const e = await A.fails(() => A.chat(say('not now', id, '@status=503', '@retry_after=7'), { maxRetries: 0 }));
+    assert.equal(e.status, 503);
+    assert.equal(e.retryAfter, '7');
+  },
+  async "a model that drops the connection is a 502 without Go's error text"(id) {
+    const e = await A.fails(() => A.chat(say('and then', id, '@drop'), { maxRetries: 0 }));
+    assert.equal(e.status, 502);
+    assert.doesNotMatch(e.message, /127\.0\.0\.1|Post "|EOF|infer:/, `an address or a Go error in the answer: ${e.message}`);
+  },
+  async 'GET /v1/models/ID names the model'(id, runs) {
+    Object.assign(runs, { once: [] });
+    assert.equal(await A.retrieveModel(MODEL), MODEL);
+  },
+  async 'GET /v1/files and /v1/batches list, in pages'(id, runs) {
+    Object.assign(runs, { once: [] });
+    assert.ok(Array.isArray(await A.listFiles()));
+    assert.ok(Array.isArray(await A.listBatches()));
+  },
+  async 'a call cancelled through /cancel/v4 is not sent again'(id) {
+    const outcome = A.fails(() => A.chat(say('hold on', id, '@hold')));
+    await cancelRunning(id);
+    const e = await outcome;
+    assert.equal(attempts.length, 1, `sent ${attempts.length} times (answered ${attempts.map((a) => a.status)}): ${e.message}`);
+  },
+};
+Object.assign(cases, pipelineCases);
+
 // cancelRunning cancels, through /cancel/v4, the project's one running
 // call (the cases run one at a time) once the model has it: once the
 // replica's log says it runs the request of @id.

@@ -120,7 +120,7 @@ test('a client that aborts mid-stream cancels its call', async () => {
     break;
   }
   const ended = await finishedCall(INFERD_KEY, callID);
-  assert.equal(ended.status, 409);
+  assert.equal(ended.status, 400); // final: no client retries it (docs/openai.md)
   assert.equal(ended.body.error.code, 'cancelled');
 });
 

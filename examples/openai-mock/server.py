@@ -239,7 +239,8 @@ class Handler(BaseHTTPRequestHandler):
                 if refused.get(rid, 0) >= int(d["times"]):
                     return True
                 refused[rid] = refused.get(rid, 0) + 1
-        headers = {"Retry-After": d["retry_after"]} if "retry_after" in d else None
+        retry_after = d.get("retry_after") or req.get("mock_retry_after")
+        headers = {"Retry-After": str(retry_after)} if retry_after else None
         log("refused", rid, self.path, status)
         self.error(int(status), "mock failure", headers=headers)
         return False
@@ -345,6 +346,12 @@ class Generation:
         return c
 
     def answer(self):
+        if self.d.get("drop"):
+            # The server goes away mid-request, as a crashed worker's does.
+            log("dropped", self.d.get("id", "-"))
+            self.h.close_connection = True
+            self.h.connection.shutdown(socket.SHUT_RDWR)
+            return
         if first_hold(self.req, self.d):
             if self.h.held():
                 log("aborted", self.d.get("id", "-"), "by the client")

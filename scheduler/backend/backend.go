@@ -87,7 +87,19 @@ type Spec struct {
 	TeamID    string          // the project's team: its logs are kept under it
 	Model     store.ModelSpec // command, dir, env, protocol and its paths
 	GPUs      []string        // UUIDs of the GPUs it may use; empty = CPU only
+	// Phase, when set, is told what a launch is doing that may take long
+	// (PhaseBuildingEnvironment), and "" once that is over; the backend
+	// calls it from Launch, before Launch returns.
+	Phase func(phase string)
+	// Cancel, when set, is closed once the replica is no longer wanted
+	// while Launch runs (its project deleted, stopped while it boots): a
+	// long phase (a build) may give up, and Launch return an error.
+	Cancel <-chan struct{}
 }
+
+// PhaseBuildingEnvironment: the launch builds the project's Python
+// environment (a first boot), which bootTimeout does not count.
+const PhaseBuildingEnvironment = "building environment"
 
 // Capacity is what a backend can place replicas on.
 type Capacity struct {
@@ -107,13 +119,13 @@ type Instance interface {
 	// ExitErr says how the replica ended ("exit status 1", "signal:
 	// killed"), or nil for a clean exit; nil before Exited is closed.
 	ExitErr() error
-	// Infer sends inputs to the model and returns its JSON reply. Errors:
-	// *HTTPError, *ExceptionError, ErrInvalidReply (wrapped) for the
-	// model's own answers, ErrExited (wrapped) when the replica ended during
-	// the call or before it; ctx's error is returned as is. A model that
-	// streams its reply tells ctx's Stream (WithStream) each line as it
-	// comes, and the reply is then the JSON array of the lines.
-	Infer(ctx context.Context, inputs json.RawMessage) (json.RawMessage, error)
+	// Infer sends req's inputs to the model and returns its JSON reply.
+	// Errors: *HTTPError, *ExceptionError, ErrInvalidReply (wrapped) for
+	// the model's own answers, ErrExited (wrapped) when the replica ended
+	// during the call or before it; ctx's error is returned as is. A model
+	// that streams its reply tells req.Stream each line as it comes, and
+	// the reply is then the JSON array of the lines.
+	Infer(ctx context.Context, req Request) (json.RawMessage, error)
 	// InferBatch sends the inputs of several calls to the model in one
 	// request (the batch protocol of a project with batch on; see
 	// docs/protocols.md) and returns one item per input, in order: the

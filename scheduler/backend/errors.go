@@ -21,6 +21,9 @@ var ErrNoLog = errors.New("no such replica log")
 type HTTPError struct {
 	Status int    // HTTP status code
 	Body   string // the first KiB of the reply body
+	// RetryAfter is the reply's Retry-After header as sent ("" when it had
+	// none): a door passes it on unchanged.
+	RetryAfter string
 }
 
 // Error implements error.

@@ -12,7 +12,9 @@
 //   - Call records go through one group-commit writer goroutine owned by the
 //     Store. It takes everything queued and appends it, in queue order, to
 //     the write-ahead log with one fdatasync (wal.go, writer.go): that is the
-//     commit, shared by concurrent requests. It commits as soon as the
+//     commit, shared by concurrent requests. The log's segments are made
+//     ahead, zero-filled (walprep.go), so an append never changes a file's
+//     size and its fdatasync writes no inode. It commits as soon as the
 //     previous commit ends, so a lone writer never waits for a timer (bbolt's
 //     Batch does, and may run its function twice). Writes of the same call
 //     apply in the order they were queued: the last one wins.

@@ -10,6 +10,7 @@ import (
 	mathrand "math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -87,8 +88,10 @@ func TestOpenRefusesAnEmptyFileButCreatesAMissingOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The write-ahead log's next segment is prepared from Open on.
+	entries = slices.DeleteFunc(entries, func(e os.DirEntry) bool { return strings.HasPrefix(e.Name(), "inferd.db.wal.") })
 	if len(entries) != 1 {
-		t.Errorf("the data dir holds %v, want only inferd.db", entries)
+		t.Errorf("the data dir holds %v, want only inferd.db and its log", entries)
 	}
 }
 

@@ -44,8 +44,10 @@ const (
 	walMagic      = "inferdWAL\x01"
 	walHeaderSize = len(walMagic) + 4 + 8 + 4
 	walRecordHead = 4 + 4 + 8
-	// walSegmentSize is when the writer moves on to a new segment, so that
-	// applied ones can be removed.
+	// walSegmentSize is a segment's size, zeros included (walprep.go): a
+	// group that would not fit in what is left goes into the next segment,
+	// so that applied ones can be removed. A group larger than a whole
+	// segment goes alone into one, which grows to hold it.
 	walSegmentSize = 8 << 20
 )
 
@@ -68,10 +70,12 @@ type wal struct {
 	segs []walSegment // oldest first; the last is cur's, while cur is open
 
 	// Writer goroutine only:
-	cur     *os.File // the segment appended to; nil: make one at the next append
-	off     int64    // cur's size
+	cur     *os.File // the segment appended to; nil: move to the next at the next append
+	off     int64    // where cur's records end
+	limit   int64    // cur's size when it was made (zeros); past it the file grows
 	nextSeq uint64
-	next    uint64 // the LSN of the next write
+	next    uint64     // the LSN of the next write
+	prep    *preparing // the next segment, being or already prepared; nil: none asked for
 	buf     []byte
 }
 
@@ -82,17 +86,34 @@ func segmentPath(path string, seq uint64) string {
 // WALFiles returns the log segments beside the data file at path, oldest
 // first: with the data file they are the data while a daemon runs or after
 // one was killed (a clean stop applies and removes them). Moving or copying
-// a data file at rest means moving or copying these with it.
+// a data file at rest means moving or copying these with it. A segment
+// prepared and never begun (walprep.go: zeros, no header) holds nothing and
+// is not listed; the next Open removes it.
 func WALFiles(path string) ([]string, error) {
 	segs, err := listSegments(path)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]string, len(segs))
-	for i, s := range segs {
-		out[i] = s.path
+	var out []string
+	for _, s := range segs {
+		if begun(s.path) {
+			out = append(out, s.path)
+		}
 	}
 	return out, nil
+}
+
+// begun reports whether the segment file at path has a header, or cannot
+// be read (then it is listed, to be safe).
+func begun(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist)
+	}
+	defer f.Close()
+	hdr := make([]byte, walHeaderSize)
+	n, _ := io.ReadFull(f, hdr)
+	return !allZero(hdr[:n])
 }
 
 // listSegments finds the segments of the data file at path, by number.
@@ -196,7 +217,9 @@ func readWAL(path string, applied uint64) (recs []walRecord, segs []walSegment, 
 }
 
 // readSegment reads one segment: its first LSN (0 if its header is
-// incomplete) and its records up to the first that is not whole.
+// incomplete, or zeros: prepared and never used) and its records up to the
+// first that is not whole. The zeros after the last record of a prepared
+// segment end it as a record cut short would: a record is never empty.
 func readSegment(dataPath, path string) (first uint64, recs []walRecord, err error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -217,7 +240,7 @@ func readSegment(dataPath, path string) (first uint64, recs []walRecord, err err
 	for rest := b[walHeaderSize:]; len(rest) >= walRecordHead; {
 		n := int(binary.BigEndian.Uint32(rest))
 		sum := binary.BigEndian.Uint32(rest[4:])
-		if n > len(rest)-walRecordHead || crc32.Checksum(rest[8:walRecordHead+n], castagnoli) != sum {
+		if n == 0 || n > len(rest)-walRecordHead || crc32.Checksum(rest[8:walRecordHead+n], castagnoli) != sum {
 			break
 		}
 		lsn := binary.BigEndian.Uint64(rest[8:])
@@ -232,12 +255,14 @@ func readSegment(dataPath, path string) (first uint64, recs []walRecord, err err
 }
 
 // openWAL prepares the log for appending from LSN next, after the segments
-// segs (already applied, kept until removeApplied).
+// segs (already applied, kept until removeApplied), and starts preparing the
+// first segment it will append to.
 func openWAL(path string, segs []walSegment, next uint64, maxSize int64) *wal {
 	w := &wal{path: path, maxSize: maxSize, segs: segs, next: next, nextSeq: 1}
 	if len(segs) > 0 {
 		w.nextSeq = segs[len(segs)-1].seq + 1
 	}
+	w.prepareNext()
 	return w
 }
 
@@ -246,11 +271,6 @@ func openWAL(path string, segs []walSegment, next uint64, maxSize int64) *wal {
 // and the segment is left behind: the next append starts a new one, which
 // replaces whatever of these records reached the disk.
 func (w *wal) append(cws []callWrite) (uint64, error) {
-	if w.cur == nil {
-		if err := w.newSegment(); err != nil {
-			return 0, err
-		}
-	}
 	buf := w.buf[:0]
 	lsn := w.next
 	for i := range cws {
@@ -265,6 +285,15 @@ func (w *wal) append(cws []callWrite) (uint64, error) {
 	if cap(buf) <= 1<<20 {
 		w.buf = buf // keep a buffer of an ordinary batch's size, not a large payload's
 	}
+	if w.cur != nil && w.off > int64(walHeaderSize) && w.off+int64(len(buf)) > w.limit {
+		w.cur.Close() // durable; the group goes into the next segment
+		w.cur = nil
+	}
+	if w.cur == nil {
+		if err := w.nextSegment(); err != nil {
+			return 0, err
+		}
+	}
 	if w.maxSize > 0 && w.off+int64(len(buf)) > w.maxSize {
 		return 0, fmt.Errorf("append to write-ahead log: %w", syscall.ENOSPC)
 	}
@@ -278,9 +307,12 @@ func (w *wal) append(cws []callWrite) (uint64, error) {
 	}
 	w.off += int64(len(buf))
 	w.next += uint64(len(cws))
-	if w.off >= walSegmentSize {
+	if w.off >= w.limit {
 		w.cur.Close() // durable; the next append starts a new segment
 		w.cur = nil
+	}
+	if w.prep == nil && (w.cur == nil || w.off >= w.limit/2) {
+		w.prepareNext()
 	}
 	return lsn, nil
 }
@@ -293,27 +325,45 @@ func (w *wal) abandon() {
 	w.cur = nil // the next append makes a new segment
 }
 
-// newSegment makes the next segment, durable (file and directory entry)
-// before any record goes in it.
+// nextSegment moves the writer into the next segment: the prepared one
+// (walprep.go), or, where none could be prepared, one made here that grows
+// as it is appended to. Its header is durable before any record goes in it.
+func (w *wal) nextSegment() error {
+	if p, ok := w.takePrepared(); ok {
+		return w.begin(p.f, p.seq, p.size, false)
+	}
+	return w.newSegment()
+}
+
+// newSegment makes the next segment as an empty file, durable (file and
+// directory entry) before any record goes in it.
 func (w *wal) newSegment() error {
-	seg := walSegment{seq: w.nextSeq, firstLSN: w.next, path: segmentPath(w.path, w.nextSeq)}
+	seq := w.nextSeq
 	// A number is never tried twice: a failed attempt's file, if it could
 	// not be removed, holds no record and is passed over at replay.
 	w.nextSeq++
-	f, err := os.OpenFile(seg.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := os.OpenFile(segmentPath(w.path, seq), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("create write-ahead log segment: %w", err)
 	}
+	return w.begin(f, seq, walSegmentSize, true)
+}
+
+// begin writes segment seq's header into f and makes it the one appended
+// to, for records up to limit. newDir: f's directory entry is not yet
+// durable.
+func (w *wal) begin(f *os.File, seq uint64, limit int64, newDir bool) error {
+	seg := walSegment{seq: seq, firstLSN: w.next, path: segmentPath(w.path, seq)}
 	hdr := make([]byte, 0, walHeaderSize)
 	hdr = append(hdr, walMagic...)
 	hdr = binary.BigEndian.AppendUint32(hdr, SchemaVersion)
 	hdr = binary.BigEndian.AppendUint64(hdr, seg.firstLSN)
 	hdr = binary.BigEndian.AppendUint32(hdr, crc32.Checksum(hdr, castagnoli))
-	_, err = f.Write(hdr)
+	_, err := f.WriteAt(hdr, 0)
 	if err == nil {
 		err = unix.Fdatasync(int(f.Fd()))
 	}
-	if err == nil {
+	if err == nil && newDir {
 		err = syncDir(filepath.Dir(w.path))
 	}
 	if err != nil {
@@ -321,7 +371,7 @@ func (w *wal) newSegment() error {
 		os.Remove(seg.path)
 		return fmt.Errorf("create write-ahead log segment: %w", err)
 	}
-	w.cur, w.off = f, int64(walHeaderSize)
+	w.cur, w.off, w.limit = f, int64(walHeaderSize), limit
 	w.mu.Lock()
 	w.segs = append(w.segs, seg)
 	w.mu.Unlock()
@@ -349,6 +399,7 @@ func (w *wal) release(applied uint64) {
 // the data file (all), removes every segment, so that a cleanly stopped
 // store is its data file alone.
 func (w *wal) close(all bool) error {
+	w.dropPrepared()
 	if w.cur != nil {
 		w.cur.Close()
 		w.cur = nil

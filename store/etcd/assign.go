@@ -106,6 +106,7 @@ func (s *Store) HandOver(f Fence, c store.Call, rev int64, to string) error {
 func (s *Store) FailLost(f Fence, c store.Call, rev int64, msg string) error {
 	what := fmt.Sprintf("fail lost call %s", c.ID)
 	c.State, c.Message, c.Outputs = store.CallFailed, msg, nil
+	c.Failure = &store.Failure{Kind: store.FailInterrupted} // its node was lost
 	c.Finished = s.now().UTC()
 	ops, err := s.leaderCallOps(what, c, "")
 	if err != nil {

@@ -109,20 +109,15 @@ func (s *Store) newCallWrite(c store.Call, done func(error)) (callWrite, error) 
 func (s *Store) callOps(c store.Call) ([]clientv3.Op, int, error) {
 	what := fmt.Sprintf("save call %s", c.ID)
 	// Field by field, byte for byte json.Marshal's (store.AppendRecord):
-	// every move of every call is encoded here, twice.
+	// every move of every call is encoded here, once. (Layout 2 wrote it
+	// twice, the second under meta/ without the webhook URL; RecentCalls
+	// reads calls/ and leaves the URL out itself.)
 	rec, err := store.AppendRecord(nil, c)
-	if err != nil {
-		return nil, 0, fmt.Errorf("%s: encode: %w", what, err)
-	}
-	r := c
-	r.Webhook = "" // may carry a token in its query
-	meta, err := store.AppendRecord(make([]byte, 0, len(rec)), r)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: encode: %w", what, err)
 	}
 	ops := []clientv3.Op{
 		clientv3.OpPut(s.key("calls", c.ID), string(rec)),
-		clientv3.OpPut(s.key("meta", c.ID), string(meta)),
 	}
 	ops = append(ops, s.outputOps(c.ID, c.Outputs)...) // outputs: what this write says
 	inlineOut := len(c.Outputs)
@@ -144,7 +139,7 @@ func (s *Store) callOps(c store.Call) ([]clientv3.Op, int, error) {
 	} else {
 		ops = append(ops, clientv3.OpPut(s.key("pending", c.ID), s.node))
 	}
-	return ops, len(rec) + len(meta) + inlineOut + 6*len(c.ID) + 128, nil
+	return ops, len(rec) + inlineOut + 6*len(c.ID) + 128, nil
 }
 
 // idemKey is the idempotency index entry of a team's key; the key is
@@ -257,9 +252,9 @@ func (s *Store) callsPendingOn(what, node string, skipBad bool) ([]CallAt, error
 	return out, nil
 }
 
-// RecentCalls implements store.Calls: the meta records (calls without
-// inputs and outputs), newest id first, examining at most
-// recentExamineLimit of them.
+// RecentCalls implements store.Calls: the call records (without inputs and
+// outputs, and here without the webhook URL, which may carry a token in its
+// query), newest id first, examining at most recentExamineLimit of them.
 func (s *Store) RecentCalls(teamID string, limit int) ([]store.Call, error) {
 	const what = "recent calls"
 	if err := s.check(what); err != nil {
@@ -271,7 +266,7 @@ func (s *Store) RecentCalls(teamID string, limit int) ([]store.Call, error) {
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	dir := s.key("meta") + "/"
+	dir := s.key("calls") + "/"
 	end := clientv3.GetPrefixRangeEnd(dir)
 	var rev int64
 	page := int64(min(max(limit, 100), 1000))
@@ -292,6 +287,7 @@ func (s *Store) RecentCalls(teamID string, limit int) ([]store.Call, error) {
 				return nil, err
 			}
 			if teamID == "" || c.TeamID == teamID {
+				c.Webhook = ""
 				out = append(out, c)
 				if len(out) == limit {
 					return out, nil
@@ -360,6 +356,7 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 		}
 		ops := []clientv3.Op{clientv3.OpDelete(entry)}
 		if expire {
+			// meta/<id>: a layout 2 node's copy of the record, gone with it.
 			ops = append(ops, clientv3.OpDelete(ck), clientv3.OpDelete(s.key("meta", id)), clientv3.OpDelete(s.key("pending", id)),
 				clientv3.OpDelete(s.key("inputs", id)), clientv3.OpDelete(s.key("inputsize", id)), clientv3.OpDelete(s.key("outputs", id)),
 				clientv3.OpDelete(s.key("payloads", id)+"/", clientv3.WithPrefix()))

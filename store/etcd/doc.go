@@ -18,7 +18,8 @@
 //	outputs/<id>                its outputs, the bytes given (none: no key); every write puts or deletes them
 //	payloads/<id>/<kind>        inputs or outputs over InlineLimit held on nodes instead: PayloadRef
 //	                            {size, sha256, nodes} (JSON), only with Options.Payloads
-//	meta/<id>                   the call without webhook URL (RecentCalls)
+//	meta/<id>                   written by earlier builds only: the call without webhook URL;
+//	                            RecentCalls now reads calls/, and ExpireCalls deletes these with their call
 //	pending/<id>                the node that holds it (wrote it, or the leader handed it to), while not final (PendingCalls)
 //	finished/<unix nanos>/<id>  "" once final, by its Finished (ExpireCalls); a put here is
 //	                            a call made final through some node (OnCallFinal's watch)
@@ -99,7 +100,9 @@
 // write deletes it), and a call first written here with neither, a
 // creation (a sync start's one final write too), that calls/<id> is
 // absent. Which of the two is read at commit, so a creation's next write
-// queued before it committed compares the pending entry it put. A write
+// queued before it committed compares the pending entry it put. A
+// creation sends no deletes: while the call is absent so is every key a
+// call write deletes (its pending entry, outputs, payload refs). A write
 // of a call handed on, or made final by another node or the leader, or a
 // creation of an id that exists, ends with store.ErrFenced (its error
 // names which compare failed: the lease, the call's node, final, exists),

@@ -74,6 +74,8 @@ type Store struct {
 	retryFor time.Duration // a call write's
 	tryTO    time.Duration // one try's
 
+	ops opCounter // what it asks of etcd (opcount.go)
+
 	payloads  Payloads // nil: every payload inline
 	payloadTO time.Duration
 	holders   sync.WaitGroup // the goroutines of hold
@@ -159,6 +161,7 @@ func Open(opts Options) (*Store, error) {
 	s := &Store{cli: cli, prefix: opts.Prefix, node: opts.Node, now: opts.Now, reqTO: opts.RequestTimeout, retryFor: opts.RetryFor,
 		tryTO:    opts.TryTimeout,
 		payloads: opts.Payloads, payloadTO: opts.PayloadTimeout}
+	cli.KV = countingKV{KV: cli.KV, n: &s.ops} // before any request: every one is counted
 	rev, err := s.checkSchema(opts.DialTimeout)
 	if err != nil {
 		cli.Close()

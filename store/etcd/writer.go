@@ -303,6 +303,13 @@ func (w *writer) commitAfter(batch []callWrite, tries int) (map[string]error, er
 		at[k] = len(ops)
 		if g.fence.fenced() {
 			g.exists = s.fence.existing(g.id)
+			if !g.exists {
+				// A creation: its compare holds only while calls/<id> is
+				// absent, and then so is every key its writes delete (its
+				// pending entry, its outputs, its payloads' refs: keys only
+				// an earlier write of the call puts), so it sends none.
+				g.ops = slices.DeleteFunc(g.ops, func(op clientv3.Op) bool { return op.IsDelete() })
+			}
 			reads := make([]string, len(g.queues))
 			for n, q := range g.queues {
 				reads[n] = batch[q.write].deliveries[q.delivery].ID

@@ -46,6 +46,8 @@ func ChangeModelSpecField(t testing.TB, m store.ModelSpec, name string) store.Mo
 		m.Batch.MaxSize++
 	case name == "Batch":
 		m.Batch = store.BatchSpec{MaxSize: 4, MaxWaitMs: 5}
+	case name == "Python":
+		m.Python.Requirements += "/changed"
 	case name == "MemoryMiB":
 		m.MemoryMiB = max(m.MemoryMiB+1, store.MinMemoryMiB)
 	case v.Kind() == reflect.String && v.String() == "":

@@ -58,8 +58,8 @@ try {
 
   await page.goto(base + "/");
   await page.locator("#login").waitFor({ state: "visible" });
-  assert.match(await page.locator("#login .howto").textContent(), /inferd key create --team TEAM/,
-    "the sign-in form says how to get a key");
+  assert.match(await page.locator("#login .howto").textContent(), /\.\/inferd --config CONFIG key create --team TEAM/,
+    "the sign-in form says how to get a key, as it is typed");
   await page.fill("#key", env("INFERD_KEY"));
   await page.click("#login-form button[type=submit]");
   await page.locator("#dash").waitFor({ state: "visible" });
@@ -99,12 +99,13 @@ try {
   }
 
   if (process.env.EXPECT_QUEUED) {
-    // Queued calls list why they wait; once a run is measured, an estimate.
+    // Queued calls list why they wait; once a run is measured, an estimate
+    // as a range.
     const q = process.env.EXPECT_QUEUED;
     await page.waitForFunction((p) => {
       const rows = [...document.querySelectorAll(`[data-project="${p}"] table.queue tbody tr[data-queued]`)];
       return rows.length > 0 && rows.every((r) => r.querySelector(".why").textContent.length > 3) &&
-        rows.some((r) => /^~[0-9.]+ s$/.test(r.querySelector(".eta").textContent));
+        rows.some((r) => /^[0-9.]+–[0-9.]+ s$/.test(r.querySelector(".eta").textContent));
     }, q);
     console.log(`ok: ${q}'s queued calls say why they wait and when they should be done`);
   }

@@ -133,6 +133,7 @@ function render(st) {
     el("span", {}, el("b", {}, replicas), " replicas"),
     el("span", {}, el("b", {}, queued), " queued"),
     sandbox(st.protections || []),
+    ...imagesSummary(st.images),
     ...webhookSummary(st.webhooks),
     el("span", { class: "muted" }, `updated ${new Date(now).toLocaleTimeString()}`),
   );
@@ -184,6 +185,14 @@ function sandbox(ps) {
   const title = ps.map((p) => `${p.on ? "on" : "OFF"} ${p.name}: ${p.detail}`).join("\n");
   return el("span", { class: on === ps.length ? "" : "waiting", title },
     "sandbox ", el("b", {}, `${on}/${ps.length}`), " on");
+}
+
+// imagesSummary shows how many images this node holds and what they take
+// on disk (docs/images.md), once it holds one.
+function imagesSummary(im) {
+  if (!im || im.count === 0) return [];
+  return [el("span", { title: `images: ${bytes(im.layerBytes)} of layers as imported, ${bytes(im.rootBytes)} unpacked` },
+    el("b", {}, im.count), ` image${im.count === 1 ? "" : "s"} · `, el("b", {}, bytes(im.layerBytes + im.rootBytes)), " on disk")];
 }
 
 // webhookSummary shows the webhook counts once there is something to say.
@@ -311,7 +320,7 @@ function projectCard(p, now, collapsible) {
     const open = openLog && openLog.project === p.id && openLog.replica === r.id;
     const tr = el("tr", { class: open ? "open" : "", dataset: { replica: r.id }, title: "Show this replica's log" },
       el("td", { class: "mono" }, r.id),
-      el("td", {}, badge(r.state)),
+      el("td", {}, badge(r.state), r.previousSpec ? el("span", { class: "muted", title: "started from the project's previous spec: it serves until a replica of the new one replaces it" }, " (previous spec)") : null),
       el("td", { class: "num mono" }, r.pid || "–"),
       el("td", {}, r.gpus.length ? r.gpus.map((i) => `GPU ${i}`).join(", ") : "CPU"),
       el("td", { class: "num" }, duration(r.uptimeSeconds)),
@@ -358,6 +367,9 @@ function projectCard(p, now, collapsible) {
         el("div", { class: "facts" },
           el("span", {}, "replicas ", el("b", {}, `${p.replicas.length}`), ` (min ${p.minReplicas}, max ${p.maxReplicas})`),
           el("span", {}, "GPUs each ", el("b", {}, p.gpusPerReplica)),
+          el("span", { title: p.durability === "answered"
+            ? "durability: answered: a plain sync call is answered before its record is durable (docs/reliability.md)"
+            : "durability: strict: every call is durable before it is answered" }, "durability ", el("b", {}, p.durability || "strict")),
           el("span", {}, "queued ", el("b", {}, p.queued)),
           el("span", {}, "running ", el("b", {}, p.running)),
           el("span", {}, "p50 ", el("b", {}, ms(p.latencyP50Ms))),
@@ -395,8 +407,19 @@ function queueTable(queue, queued) {
       el("td", { class: "num" }, q.queuePosition + 1),
       el("td", { class: "mono", title: q.id }, q.id.slice(0, 5) + "…" + q.id.slice(-8)),
       el("td", { class: "why", title: q.waitingFor ? q.waitingFor.code : "" }, q.waitingFor ? q.waitingFor.text : "–"),
-      el("td", { class: "num eta" }, q.etaMs === null || q.etaMs === undefined ? "–" : `~${(q.etaMs / 1000).toFixed(1)} s`))),
+      etaCell(q))),
       more > 0 ? el("tr", {}, el("td", {}, ""), el("td", { colspan: 3, class: "muted" }, `and ${more} more`)) : null));
+}
+
+// etaCell shows when a queued call should be done as a range, "3.1–12.0 s",
+// from the project's 10th and 90th percentile recent runs, with the
+// estimate from their mean in the tooltip; "–" until a run is measured.
+function etaCell(q) {
+  if (q.etaMs === null || q.etaMs === undefined) return el("td", { class: "num eta" }, "–");
+  const s = (ms) => (ms / 1000).toFixed(1);
+  const [lo, hi] = q.etaRangeMs || [q.etaMs, q.etaMs];
+  return el("td", { class: "num eta", title: `likely ~${s(q.etaMs)} s (its recent runs' mean); ${s(lo)}–${s(hi)} s from their 10th and 90th percentiles` },
+    `${s(lo)}–${s(hi)} s`);
 }
 
 // waitHelp says what decides a wait, for the tooltip.
@@ -461,7 +484,7 @@ function cancelButton(id) {
         body: JSON.stringify({ apiKey: sessionStorage.getItem(KEY) || "", callID: id }),
       });
       const body = await res.json();
-      if (body.message !== "success") b.title = body.message; // e.g. already finished
+      if (body.message !== "cancelled") b.title = body.message; // e.g. already finished
     } catch (err) {
       b.title = String(err);
     }

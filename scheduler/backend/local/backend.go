@@ -11,6 +11,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"inferd/gpu"
+	"inferd/image"
+	"inferd/pyenv"
 	"inferd/scheduler/backend"
 )
 
@@ -63,6 +65,17 @@ type Config struct {
 	StopGrace time.Duration // SIGTERM to SIGKILL when stopping a replica; default 10 s
 	CPUSlots  int           // CPU replicas (gpus: 0) at once; default runtime.NumCPU()
 	GPUs      Inventory     // the machine's GPUs; nil = none
+	// DriverRoot is the root under which the GPU driver's libraries and
+	// tools are found for replicas in images (driverfiles.go); "" = /.
+	// Tests point it at a fake driver.
+	DriverRoot string
+	// PythonDir holds the projects' Python environments (package pyenv),
+	// built from PythonIndex where a project has no wheelhouse; "" = none:
+	// a project with python: fails to start.
+	PythonDir, PythonIndex string
+	// ImageDir holds the images projects run in (package image); "" =
+	// none: a project with an image fails to start.
+	ImageDir string
 	// PassEnv is replica.passEnv: variables copied from inferd's
 	// environment to every model, beside the fixed allowlist (CUDA may
 	// need LD_LIBRARY_PATH).
@@ -98,6 +111,11 @@ type Backend struct {
 	listening func(pgid int) ([]int, error)
 	// ckpt parks replicas' CUDA processes (parking.go).
 	ckpt checkpointTool
+	// images are the images projects run in (imagerun.go); nil = none.
+	images *image.Store
+	// pyenvs builds the projects' Python environments (pythonenv.go);
+	// nil = none.
+	pyenvs *pyenv.Builder
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -145,6 +163,16 @@ func New(cfg Config, log zerolog.Logger) (*Backend, error) {
 		listening:      groupListeningPorts,
 		ckpt:           checkpointToolFor(cfg),
 		files:          privateFiles(true, cfg.LogDir, cfg.RunDir),
+	}
+	if cfg.ImageDir != "" {
+		if b.images, err = image.Open(cfg.ImageDir); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.PythonDir != "" {
+		if b.pyenvs, err = pyenv.New(cfg.PythonDir, cfg.PythonIndex); err != nil {
+			return nil, err
+		}
 	}
 	logProtections(log, b.Protections())
 	return b, nil

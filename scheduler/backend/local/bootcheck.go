@@ -19,7 +19,7 @@ import (
 // into a finding the operator can act on (backend.BootProblem), and the two
 // findings that waiting cannot fix stop the replica early instead of letting
 // it wait out bootTimeout: a model that listens on another port than $PORT,
-// and one whose health path answers 404 or 405.
+// and one whose health path answers 404, 405 or 501.
 
 const (
 	// listenScanEvery bounds how often a booting replica's listening sockets
@@ -64,7 +64,10 @@ func (w *bootWatch) observe(now time.Time, status int, err error) backend.BootPr
 func (w *bootWatch) finding(now time.Time, status int, err error) (text, kind string) {
 	get := "GET " + w.healthPath
 	switch {
-	case err == nil && (status == 404 || status == 405):
+	case err == nil && (status == 404 || status == 405 || status == 501):
+		// No such route, no GET there, or (501) no GET at all, as Python's
+		// http.server answers a handler without do_GET: not a readiness
+		// route, whatever the model is doing.
 		return fmt.Sprintf("%s answered %d (set healthPath)", get, status), "path"
 	case err == nil:
 		return fmt.Sprintf("%s answered %d", get, status), ""

@@ -34,6 +34,7 @@ func TestBootWatchExplainsEachFailedCheck(t *testing.T) {
 			"no answer on 127.0.0.1:41000 (the model must listen on $PORT); it listens on that port but not on 127.0.0.1 (listen on $HOST)", false},
 		{"health path missing", nil, 404, nil, "GET /healthz answered 404 (set healthPath)", true},
 		{"health method refused", nil, 405, nil, "GET /healthz answered 405 (set healthPath)", true},
+		{"no GET at all", nil, 501, nil, "GET /healthz answered 501 (set healthPath)", true},
 		{"still loading", nil, 503, nil, "GET /healthz answered 503", false},
 		{"no answer in time", nil, 0, context.DeadlineExceeded, "GET /healthz got no answer within 1s", false},
 	} {

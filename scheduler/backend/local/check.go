@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"inferd/gpu"
+	"inferd/pyenv"
 	"inferd/scheduler/backend"
 	"inferd/store"
 )
@@ -114,19 +115,60 @@ func (c *Checker) Check(m store.ModelSpec) []Finding {
 		case !fi.IsDir():
 			fail("dir %s is not a directory: fix dir in the manifest", m.Dir)
 			dirOK = false
-		case !c.may(m.Dir, 0o5):
-			fail("dir %s is not readable by %s, who runs the model: chmod o+rx it and its parent directories, or set replica.user", m.Dir, c.who())
-			dirOK = false
+		default:
+			switch b := c.blocker(m.Dir, 0o5); {
+			case b == "":
+			case b == filepath.Clean(m.Dir):
+				fail("dir %s is not readable by %s, who runs the model: chmod o+rx it, or set replica.user", m.Dir, c.who())
+				dirOK = false
+			default:
+				fail("dir %s is not readable by %s, who runs the model: %s. Move the model out of %s, "+
+					"chmod o+x %s, or set replica.user (root, or a user who can read it; docs/security.md)",
+					m.Dir, c.who(), blockedBy(b), b, b)
+				dirOK = false
+			}
 		}
 	}
-	if len(m.Command) > 0 && m.Command[0] != "" {
+	// A program in an image is the image's to have: only its start says.
+	// So is a bare name with a Python environment, whose bin comes first
+	// (python3, a console script), built only at the first boot.
+	venvProgram := m.Python.On() && len(m.Command) > 0 && !strings.Contains(m.Command[0], "/")
+	if m.Image == "" && !venvProgram && len(m.Command) > 0 && m.Command[0] != "" {
 		c.checkProgram(m, dirOK, fail)
 	}
+	checkPython(m.Python, fail)
 	c.checkGPUs(m, warn)
 	c.checkParking(m, warn)
 	checkProtocol(m, dirOK, warn)
 	c.checkSandbox(m, warn)
 	return out
+}
+
+// checkPython fails a Python environment whose files are not there: the
+// requirements file, the wheelhouse, the interpreter.
+func checkPython(py store.PythonSpec, fail func(string, ...any)) {
+	if !py.On() {
+		return
+	}
+	interp := py.Interpreter
+	if interp == "" {
+		interp = pyenv.DefaultInterpreter
+	}
+	for _, f := range []struct {
+		field, path string
+		dir         bool
+	}{{"python.requirements", py.Requirements, false}, {"python.wheelhouse", py.Wheelhouse, true}, {"python.interpreter", interp, false}} {
+		if f.path == "" {
+			continue
+		}
+		fi, err := os.Stat(f.path)
+		switch {
+		case err != nil:
+			fail("%s %s: %v: fix it in the manifest", f.field, f.path, errBrief(err))
+		case fi.IsDir() != f.dir:
+			fail("%s %s is %s: fix it in the manifest", f.field, f.path, map[bool]string{true: "a directory", false: "not a directory"}[fi.IsDir()])
+		}
+	}
 }
 
 // checkSandbox warns when m asks for a memoryMiB, a pidsMax or a private
@@ -183,8 +225,16 @@ func (c *Checker) checkProgram(m store.ModelSpec, dirOK bool, fail func(string, 
 	case fi.IsDir():
 		fail("command %s is a directory: name the program in command", path)
 		return
-	case !c.may(path, 0o1):
+	}
+	switch b := c.blocker(path, 0o1); {
+	case b == "":
+	case b == filepath.Clean(path) || !filepath.IsAbs(path):
 		fail("command %s is not executable by %s, who runs the model: chmod o+rx it, or set replica.user", path, c.who())
+		return
+	default:
+		fail("command %s is not executable by %s, who runs the model: %s. Name a program outside it in command%s, "+
+			"or set replica.user (root, or a user who can run it; docs/security.md)",
+			path, c.who(), blockedBy(b), systemProgram(prog))
 		return
 	}
 	// python3 server.py: the script is read from dir.
@@ -207,6 +257,19 @@ func (c *Checker) checkProgram(m store.ModelSpec, dirOK bool, fail func(string, 
 		}
 		return
 	}
+}
+
+// systemProgram suggests the system's copy of a program that a user's own
+// installation shadows (a pyenv's python3 under /root): " (/usr/bin/python3)",
+// or "" when the system has none.
+func systemProgram(prog string) string {
+	for _, dir := range []string{"/usr/bin", "/usr/local/bin", "/bin"} {
+		p := filepath.Join(dir, filepath.Base(prog))
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode().Perm()&0o001 != 0 {
+			return fmt.Sprintf(" (the system's %s: command: [%q, …])", p, p)
+		}
+	}
+	return ""
 }
 
 // isScript reports whether a command argument names a script file: a word
@@ -305,23 +368,49 @@ func checkProtocol(m store.ModelSpec, dirOK bool, warn func(string, ...any)) {
 // read, 0o1 execute or search, or both), searching every directory above
 // it. For this process's own user the kernel answers (access(2)); for
 // another user the mode bits are read (ACLs are not).
-func (c *Checker) may(path string, want uint32) bool {
+func (c *Checker) may(path string, want uint32) bool { return c.blocker(path, want) == "" }
+
+// blocker returns what keeps the model user from path with want access:
+// the directory above it, nearest the root, that it may not pass through
+// (/root, mode 0700, for a pyenv under it), or path itself; "" when
+// nothing does.
+func (c *Checker) blocker(path string, want uint32) string {
 	if c.RunAs == nil {
-		return syscall.Access(path, want) == nil
+		if syscall.Access(path, want) == nil {
+			return ""
+		}
+		return path
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return false
+		return path
 	}
+	var dirs []string
 	for dir := filepath.Dir(abs); ; dir = filepath.Dir(dir) {
-		if !permits(dir, c.RunAs, 0o1) {
-			return false
-		}
+		dirs = append(dirs, dir)
 		if dir == "/" {
 			break
 		}
 	}
-	return permits(abs, c.RunAs, want)
+	for _, dir := range slices.Backward(dirs) {
+		if !permits(dir, c.RunAs, 0o1) {
+			return dir
+		}
+	}
+	if !permits(abs, c.RunAs, want) {
+		return abs
+	}
+	return ""
+}
+
+// blockedBy says why the model user cannot reach path when blocker (from
+// c.blocker) is a directory above it: which one, its mode, and the fixes.
+func blockedBy(blocker string) string {
+	mode := ""
+	if fi, err := os.Stat(blocker); err == nil {
+		mode = fmt.Sprintf(" (mode %04o)", fi.Mode().Perm())
+	}
+	return fmt.Sprintf("%s%s lets no other user through", blocker, mode)
 }
 
 // permits reports whether u's mode bits on path allow want.

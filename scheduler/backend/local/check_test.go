@@ -40,6 +40,20 @@ func TestCheckerNamesWhatKeepsAModelFromStarting(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := write("notadir", "", 0o644)
+	// A program and a model open to all, under a directory that is not (a
+	// pyenv's python3 under /root, mode 0700).
+	hidden := filepath.Join(private, "shims")
+	if err := os.MkdirAll(filepath.Join(hidden, "model"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hiddenPython := filepath.Join(hidden, "python3")
+	if err := os.WriteFile(hiddenPython, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	system := ""
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		system = ` (the system's /usr/bin/python3: command: ["/usr/bin/python3", …])`
+	}
 	// A user who is neither the files' owner nor in their group: only the
 	// "other" bits count for it.
 	stranger := &RunAs{Name: "stranger", UID: 4000000, GID: 4000000}
@@ -66,7 +80,15 @@ func TestCheckerNamesWhatKeepsAModelFromStarting(t *testing.T) {
 		{"dir is a file", store.ModelSpec{Command: []string{"python3", "server.py"}, Dir: file},
 			nil, "dir " + file + " is not a directory: fix dir in the manifest", true},
 		{"dir unreadable by the model user", store.ModelSpec{Command: []string{"python3", "server.py"}, Dir: private},
-			stranger, "dir " + private + " is not readable by user stranger, who runs the model: chmod o+rx it and its parent directories, or set replica.user", true},
+			stranger, "dir " + private + " is not readable by user stranger, who runs the model: chmod o+rx it, or set replica.user", true},
+		{"dir under a directory the model user cannot pass", store.ModelSpec{Command: []string{"/bin/sh"}, Dir: filepath.Join(hidden, "model")},
+			stranger, "dir " + filepath.Join(hidden, "model") + " is not readable by user stranger, who runs the model: " + private +
+				" (mode 0700) lets no other user through. Move the model out of " + private + ", chmod o+x " + private +
+				", or set replica.user (root, or a user who can read it; docs/security.md)", true},
+		{"program under a directory the model user cannot pass", store.ModelSpec{Command: []string{hiddenPython, "server.py"}, Dir: dir},
+			stranger, "command " + hiddenPython + " is not executable by user stranger, who runs the model: " + private +
+				" (mode 0700) lets no other user through. Name a program outside it in command" + system +
+				", or set replica.user (root, or a user who can run it; docs/security.md)", true},
 		{"program not on PATH", store.ModelSpec{Command: []string{"python4", "server.py"}, Dir: dir},
 			nil, "command python4 is not on the PATH models get (" + os.Getenv("PATH") + "): install it, or give its full path in command", true},
 		{"program path missing", store.ModelSpec{Command: []string{"./serve"}, Dir: dir},

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"inferd/gpu"
+	"inferd/scheduler/backend/local/replicainit"
 )
 
 // Device isolation: CUDA_VISIBLE_DEVICES only asks a model to use its GPUs;
@@ -111,43 +112,13 @@ func (d *deviceIsolation) rules(gpus []string) ([]string, error) {
 	if len(gpus) == 0 {
 		return out, nil
 	}
-	byUUID := map[string]int{}
-	allCaps := false // a MIG device whose capability files are not known
-	var caps []string
-	var devs []gpu.Device
-	if d.gpus != nil {
-		devs = d.gpus.Devices()
-	}
-	for k, dev := range devs {
-		byUUID[dev.UUID] = k
+	minors, nodes, err := d.gpuNodes(gpus)
+	if err != nil {
+		return nil, err
 	}
 	out = append(out, fmt.Sprintf("c %d:%d rwm", nvidiaMajor, nvidiactlMinor))
-	for _, uuid := range gpus {
-		k, ok := byUUID[uuid]
-		if !ok {
-			return nil, fmt.Errorf("device rules: GPU %s is no longer listed", uuid)
-		}
-		out = append(out, fmt.Sprintf("c %d:%d rwm", nvidiaMajor, devs[k].Minor))
-		if devs[k].MIG {
-			allCaps = allCaps || len(devs[k].CapMinors) == 0
-			for _, m := range devs[k].CapMinors {
-				caps = append(caps, fmt.Sprint("nvidia-cap", m))
-			}
-		}
-	}
-	if allCaps {
-		entries, err := os.ReadDir(filepath.Join(d.dir, "nvidia-caps"))
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("device rules: %w", err)
-		}
-		caps = caps[:0]
-		for _, e := range entries {
-			caps = append(caps, e.Name())
-		}
-	}
-	nodes := []string{"nvidia-uvm", "nvidia-uvm-tools"}
-	for _, c := range caps {
-		nodes = append(nodes, filepath.Join("nvidia-caps", c))
+	for _, m := range minors {
+		out = append(out, fmt.Sprintf("c %d:%d rwm", nvidiaMajor, m))
 	}
 	for _, n := range nodes {
 		rule, err := charRule(filepath.Join(d.dir, n))
@@ -159,6 +130,77 @@ func (d *deviceIsolation) rules(gpus []string) ([]string, error) {
 		}
 		if rule != "" {
 			out = append(out, rule)
+		}
+	}
+	return out, nil
+}
+
+// gpuNodes are what a replica given gpus may open besides nvidiactl: the
+// minors of its GPUs' nodes (/dev/nvidia<minor>), and the names under
+// d.dir of nvidia-uvm, nvidia-uvm-tools and its MIG capability files.
+func (d *deviceIsolation) gpuNodes(gpus []string) ([]int, []string, error) {
+	byUUID := map[string]int{}
+	allCaps := false // a MIG device whose capability files are not known
+	var caps []string
+	var devs []gpu.Device
+	if d.gpus != nil {
+		devs = d.gpus.Devices()
+	}
+	for k, dev := range devs {
+		byUUID[dev.UUID] = k
+	}
+	var minors []int
+	for _, uuid := range gpus {
+		k, ok := byUUID[uuid]
+		if !ok {
+			return nil, nil, fmt.Errorf("device rules: GPU %s is no longer listed", uuid)
+		}
+		minors = append(minors, devs[k].Minor)
+		if devs[k].MIG {
+			allCaps = allCaps || len(devs[k].CapMinors) == 0
+			for _, m := range devs[k].CapMinors {
+				caps = append(caps, fmt.Sprint("nvidia-cap", m))
+			}
+		}
+	}
+	if allCaps {
+		entries, err := os.ReadDir(filepath.Join(d.dir, "nvidia-caps"))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, nil, fmt.Errorf("device rules: %w", err)
+		}
+		caps = caps[:0]
+		for _, e := range entries {
+			caps = append(caps, e.Name())
+		}
+	}
+	nodes := []string{"nvidia-uvm", "nvidia-uvm-tools"}
+	for _, c := range caps {
+		nodes = append(nodes, filepath.Join("nvidia-caps", c))
+	}
+	return minors, nodes, nil
+}
+
+// imageDevices are the GPU nodes bound into the /dev of a replica given
+// gpus that runs in an image, as the NVIDIA container toolkit mounts them
+// into a container: nvidiactl, its GPUs' nodes, nvidia-uvm(-tools) and
+// its MIG capability files, those of them this box has.
+func (d *deviceIsolation) imageDevices(gpus []string) ([]replicainit.Bind, error) {
+	if len(gpus) == 0 {
+		return nil, nil
+	}
+	minors, nodes, err := d.gpuNodes(gpus)
+	if err != nil {
+		return nil, err
+	}
+	names := []string{"nvidiactl"}
+	for _, m := range minors {
+		names = append(names, fmt.Sprint("nvidia", m))
+	}
+	var out []replicainit.Bind
+	for _, n := range append(names, nodes...) {
+		src := filepath.Join(d.dir, n)
+		if _, err := os.Stat(src); err == nil {
+			out = append(out, replicainit.Bind{Source: src, Target: "/dev/" + n})
 		}
 	}
 	return out, nil

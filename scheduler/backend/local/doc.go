@@ -38,7 +38,9 @@
 // own /proc and a mount namespace with its own tmpfs on /tmp, /var/tmp and
 // /dev/shm, drops the capabilities an exec would hand on, sets no new
 // privileges and installs the seccomp filter against user namespaces
-// (seccomp.go); privatefiles.go keeps the logs closed to other users. The thread
+// (seccomp.go); privatefiles.go keeps the logs closed to other users. A
+// project with an image runs in the image's root instead of the host's
+// (imagerun.go, replicainit/imageroot.go; docs/images.md). The thread
 // that forks the init is locked to it, enters the box first (the network
 // namespace, v1 cgroups) and is never given back to the Go runtime: it dies with
 // its goroutine. What the daemon may not do it skips, and Protections says so.

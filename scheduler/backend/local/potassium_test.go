@@ -71,7 +71,7 @@ func startPotassiumCall(p *Process, inputs string) *potassiumCall {
 		defer close(c.done)
 		ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
 		defer cancel()
-		c.out, c.err = p.Infer(ctx, json.RawMessage(inputs))
+		c.out, c.err = p.Infer(ctx, backend.Request{Inputs: json.RawMessage(inputs)})
 	}()
 	return c
 }
@@ -271,7 +271,7 @@ func testPotassiumSideBySide(t *testing.T, be *Backend) {
 	t.Run("exception", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
 		defer cancel()
-		_, err := a.Infer(ctx, json.RawMessage(`{"raise": true}`))
+		_, err := a.Infer(ctx, backend.Request{Inputs: json.RawMessage(`{"raise": true}`)})
 		var exc *backend.ExceptionError
 		if !errors.As(err, &exc) || exc.LastLine != "ValueError: bad prompt" {
 			t.Fatalf("Infer = %v (%T); want *ExceptionError with ValueError: bad prompt", err, err)
@@ -291,7 +291,7 @@ func testPotassiumSideBySide(t *testing.T, be *Backend) {
 	t.Run("a handler that returns no Response raises", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
 		defer cancel()
-		_, err := a.Infer(ctx, json.RawMessage(`{"return_dict": true}`))
+		_, err := a.Infer(ctx, backend.Request{Inputs: json.RawMessage(`{"return_dict": true}`)})
 		var exc *backend.ExceptionError
 		if !errors.As(err, &exc) || exc.LastLine != "Exception: Potassium Response object not returned" {
 			t.Fatalf("Infer = %v (%T); want *ExceptionError: Potassium Response object not returned", err, err)

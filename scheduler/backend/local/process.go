@@ -18,6 +18,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"inferd/image"
+	"inferd/pyenv"
 	"inferd/scheduler/backend"
 	"inferd/scheduler/backend/local/replicainit"
 	"inferd/scheduler/backend/protocol"
@@ -28,8 +30,9 @@ const (
 	// drainWait bounds how long the log pipe is read after the group was killed. Only
 	// a process that left the group (setsid) can hold the pipe open that long.
 	drainWait = 2 * time.Second
-	// dialTimeout bounds a loopback connect to the model.
-	dialTimeout = time.Second
+	// dialTimeout bounds a loopback connect to the model; the client's pool
+	// times each attempt and tries again (protocol/dial.go).
+	dialTimeout = protocol.ConnectTimeout
 	// exitGrace is how long a failed call waits to see whether the process is
 	// exiting, which turns a broken connection into backend.ErrExited.
 	exitGrace = time.Second
@@ -68,6 +71,10 @@ type Process struct {
 	bootProblem backend.BootProblem
 
 	parking parking // parking.go
+	// image is the image the model runs in (imagerun.go); nil = the host.
+	image *image.Image
+	// venv is the Python environment it runs in (pythonenv.go); nil = none.
+	venv *pyenv.Env
 }
 
 // start starts the model server described by spec and returns once the process
@@ -84,6 +91,10 @@ func (b *Backend) startProcess(spec backend.Spec) (*Process, error) {
 	if err := b.checkSpec(spec); err != nil {
 		return nil, err
 	}
+	im, err := b.resolveImage(spec.Model)
+	if err != nil {
+		return nil, err
+	}
 	x, err := b.sb.newBox(spec)
 	if err != nil {
 		return nil, err
@@ -98,6 +109,7 @@ func (b *Backend) startProcess(spec backend.Spec) (*Process, error) {
 		output:   make(chan struct{}, 1),
 		exited:   make(chan struct{}),
 		stopping: make(chan struct{}),
+		image:    im,
 	}
 	running := false // from then on run undoes what is set up here, once the process has exited
 	defer func() {
@@ -145,6 +157,11 @@ func (b *Backend) startProcess(spec backend.Spec) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Before the model: its first replica builds its Python environment,
+	// the build's output in its log.
+	if p.venv, err = b.pythonEnv(spec, p.sink); err != nil {
+		return nil, err
+	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("log pipe: %w", err)
@@ -187,25 +204,7 @@ func (b *Backend) startProcess(spec backend.Spec) (*Process, error) {
 // the project's env as the model gets it; out takes the model's output.
 func (p *Process) initCommand(env map[string]string, out *os.File) (*exec.Cmd, error) {
 	spec, x := p.spec, p.box
-	program := spec.Model.Command[0]
-	if !strings.Contains(program, "/") {
-		// On the daemon's PATH, as exec.Command finds it.
-		var err error
-		if program, err = exec.LookPath(program); err != nil {
-			return nil, err
-		}
-	}
-	// Where exec would have started it: relative to the daemon's working
-	// directory (the init starts in /).
-	dir, err := filepath.Abs(spec.Model.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("model dir: %w", err)
-	}
 	cfg := replicainit.Config{
-		Path:           program,
-		Args:           spec.Model.Command,
-		Env:            environ(spec, env, p.port, x.runAs, x.dir, p.b.cfg.PassEnv, os.LookupEnv),
-		Dir:            dir,
 		Namespaces:     x.namespaces,
 		UserNamespaces: x.userNamespaces,
 		Parent:         os.Getpid(),
@@ -215,7 +214,13 @@ func (p *Process) initCommand(env map[string]string, out *os.File) (*exec.Cmd, e
 	}
 	if x.namespaces {
 		cfg.TmpBytes = int64(spec.Model.MemoryMiB) << 20
-		cfg.Keep = keepPaths(dir, program, spec.Model.Command[1:], x.dir)
+	}
+	if p.image != nil {
+		if err := p.imageInitConfig(&cfg, env, p.image); err != nil {
+			return nil, err
+		}
+	} else if err := p.hostInitConfig(&cfg, env); err != nil {
+		return nil, err
 	}
 	cmd, ip, err := initCommand(cfg, spec.ReplicaID)
 	if err != nil {
@@ -234,6 +239,47 @@ func (p *Process) initCommand(env map[string]string, out *os.File) (*exec.Cmd, e
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
 	}
 	return cmd, nil
+}
+
+// hostInitConfig fills what cfg needs to start the model from the host's
+// files: its program found on the daemon's PATH, its dir as exec would
+// take it.
+func (p *Process) hostInitConfig(cfg *replicainit.Config, env map[string]string) error {
+	spec, x := p.spec, p.box
+	program := spec.Model.Command[0]
+	if !strings.Contains(program, "/") {
+		// On the daemon's PATH, as exec.Command finds it (the environment's
+		// bin first).
+		var err error
+		if program, err = lookPath(program, p.venv); err != nil {
+			return err
+		}
+	}
+	// Where exec would have started it: relative to the daemon's working
+	// directory (the init starts in /).
+	dir, err := filepath.Abs(spec.Model.Dir)
+	if err != nil {
+		return fmt.Errorf("model dir: %w", err)
+	}
+	if p.venv != nil {
+		env = activated(env, p.venv)
+	}
+	cfg.Path, cfg.Args, cfg.Dir = program, spec.Model.Command, dir
+	cfg.Env = environ(spec, env, p.port, x.runAs, x.dir, p.b.cfg.PassEnv, os.LookupEnv)
+	if x.namespaces {
+		cfg.Keep = keepPaths(dir, program, spec.Model.Command[1:], x.dir)
+		if p.venv != nil {
+			// The data dir, where the environment is, is closed to the
+			// model's uid: an empty tmpfs covers it (or the directory
+			// above it that is closed) and the environment is bound back
+			// (pythonenv.go).
+			cfg.Keep = append(cfg.Keep, p.venv.Dir)
+			if hide := closedAncestor(filepath.Dir(p.b.cfg.PythonDir)); hide != "" {
+				cfg.Hide = append(cfg.Hide, hide)
+			}
+		}
+	}
+	return nil
 }
 
 // release undoes what startProcess set up, once the process (if it ever
@@ -454,8 +500,8 @@ func (p *Process) LastLogLine() string { return escapeLine(p.sink.LastLine()) }
 
 // Infer sends inputs to the model; see backend.Instance. A broken exchange with
 // a model that exits at about the same time is backend.ErrExited.
-func (p *Process) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMessage, error) {
-	return request(p, ctx, inputs, p.client.Infer)
+func (p *Process) Infer(ctx context.Context, req backend.Request) (json.RawMessage, error) {
+	return request(p, ctx, req, p.client.Infer)
 }
 
 // InferBatch sends a batch of calls' inputs to the model; see

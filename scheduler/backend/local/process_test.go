@@ -36,7 +36,7 @@ func infer(t *testing.T, p *Process, inputs string) echoReply {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
 	defer cancel()
-	out, err := p.Infer(ctx, json.RawMessage(inputs))
+	out, err := p.Infer(ctx, backend.Request{Inputs: json.RawMessage(inputs)})
 	if err != nil {
 		t.Fatalf("Infer(%s): %v", inputs, err)
 	}
@@ -88,7 +88,7 @@ func TestStartedModelBecomesReadyAndEchoes(t *testing.T) {
 	if log, _ := os.ReadFile(logPath); !strings.Contains(string(log), "echo model listening") {
 		t.Errorf("log file %s = %q", logPath, log)
 	}
-	if _, err := p.Infer(context.Background(), json.RawMessage(`{}`)); !errors.Is(err, backend.ErrExited) {
+	if _, err := p.Infer(context.Background(), backend.Request{Inputs: json.RawMessage(`{}`)}); !errors.Is(err, backend.ErrExited) {
 		t.Errorf("Infer after Stop = %v, want ErrExited", err)
 	}
 }
@@ -225,7 +225,7 @@ func TestInferReportsModelFailures(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			out, err := p.Infer(ctx, json.RawMessage(tc.inputs))
+			out, err := p.Infer(ctx, backend.Request{Inputs: json.RawMessage(tc.inputs)})
 			tc.check(t, out, err)
 		})
 	}
@@ -236,7 +236,7 @@ func TestInferReturnsErrExitedWhenModelCrashesMidCall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
 	defer cancel()
 
-	_, err := p.Infer(ctx, json.RawMessage(`{"crash": true}`))
+	_, err := p.Infer(ctx, backend.Request{Inputs: json.RawMessage(`{"crash": true}`)})
 	if !errors.Is(err, backend.ErrExited) || !strings.Contains(err.Error(), "exit status 3") {
 		t.Fatalf("err = %v, want ErrExited with exit status 3", err)
 	}
@@ -333,7 +333,7 @@ func TestLeakedChildrenDieWithTheReplica(t *testing.T) {
 	}{
 		{"stopped", func(t *testing.T, p *Process) { p.stop(5 * time.Second) }},
 		{"crashed", func(t *testing.T, p *Process) {
-			p.Infer(context.Background(), json.RawMessage(`{"crash": true}`))
+			p.Infer(context.Background(), backend.Request{Inputs: json.RawMessage(`{"crash": true}`)})
 			waitExited(t, p)
 		}},
 	}

@@ -28,7 +28,7 @@ func (b *Backend) checkSpec(s backend.Spec) error {
 		return fmt.Errorf("invalid project id %q", s.ProjectID)
 	case b.cfg.LogDir != "" && !pathName(s.TeamID):
 		return fmt.Errorf("invalid team id %q", s.TeamID)
-	case len(s.Model.Command) == 0 || s.Model.Command[0] == "":
+	case s.Model.Image == "" && (len(s.Model.Command) == 0 || s.Model.Command[0] == ""):
 		return errors.New("empty command")
 	}
 	for k := range s.Model.Env {

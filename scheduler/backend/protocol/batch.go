@@ -27,7 +27,7 @@ func (c *Client) InferBatch(ctx context.Context, inputs []json.RawMessage) ([]ba
 	if c.potassium {
 		return nil, errNoBatch
 	}
-	reply, err := c.post(ctx, c.cfg.BatchPath, batchBody(inputs), nil, false)
+	reply, err := c.post(ctx, c.cfg.BatchPath, batchBody(inputs), nil, nil, false)
 	if err != nil {
 		return nil, err
 	}

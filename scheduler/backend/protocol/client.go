@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -44,8 +45,6 @@ const (
 	maxIdleConns = 1000
 	// idleConnTimeout closes a keep-alive connection unused this long.
 	idleConnTimeout = 90 * time.Second
-	// dialTimeout bounds a connect to the model with the default dialer.
-	dialTimeout = time.Second
 	// healthDrainBytes is how much of a health reply is read; a longer one
 	// closes the connection.
 	healthDrainBytes = 4 << 10
@@ -65,7 +64,8 @@ type Config struct {
 	InferPath  string // POST; "" = /
 	BatchPath  string // POST of a batch (InferBatch); "" = InferPath
 	Addr       string // host:port
-	// Dial connects to Addr; nil = a TCP dial with a 1 s timeout. A backend
+	// Dial connects to Addr; nil = a TCP dial (each attempt's timeout is the
+	// pool's, at most ConnectTimeout: dial.go). A backend
 	// whose models are reached some other way (from inside a network
 	// namespace, say) hands its own.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -99,7 +99,7 @@ func New(cfg Config) (*Client, error) {
 		cfg.MaxReplyBytes = maxReplyBytes
 	}
 	if cfg.Dial == nil {
-		cfg.Dial = (&net.Dialer{Timeout: dialTimeout}).DialContext
+		cfg.Dial = (&net.Dialer{Timeout: ConnectTimeout}).DialContext
 	}
 	switch {
 	case cfg.Protocol != store.ProtocolHTTP && cfg.Protocol != store.ProtocolPotassium && cfg.Protocol != store.ProtocolOpenAI:
@@ -143,7 +143,7 @@ func New(cfg Config) (*Client, error) {
 		c.targets[path] = target
 	}
 	c.healthReq = poolRequest{method: http.MethodGet, url: c.baseURL + cfg.HealthPath,
-		head: requestHead(http.MethodGet, cfg.Addr, c.targets[cfg.HealthPath], -1, "")}
+		head: requestHead(http.MethodGet, cfg.Addr, c.targets[cfg.HealthPath], -1, ""), probe: true}
 	return c, nil
 }
 
@@ -199,25 +199,24 @@ func (e *TransportError) Unwrap() error { return e.Err }
 // returned as is. A reply that is JSON but not valid UTF-8 is ErrInvalidReply
 // too, naming the offset of the first bad byte. A reply of protocol http with
 // Content-Type application/x-ndjson streams: its lines go to the context's
-// backend.Stream as they arrive, and the result is the array of the lines
-// (see readStream). A call with a route (backend.WithRoute) goes to that
+// req.Stream as they arrive, and the result is the array of the lines
+// (see readStream). A call with a route (req.Route) goes to that
 // route (see inferPath). For protocol potassium the request carries a fresh
 // X-Banana-Request-Id, and a 500 with a text/plain body (the handler's
 // traceback) is a *backend.ExceptionError instead. For protocol openai a
 // text/event-stream reply streams (readEventStream), and the usage a reply
 // reports goes to the context's backend.TokenMeter.
-func (c *Client) Infer(ctx context.Context, inputs json.RawMessage) (json.RawMessage, error) {
-	route := backend.RouteFrom(ctx)
-	if out, ok := c.answersItself(route); ok {
+func (c *Client) Infer(ctx context.Context, req backend.Request) (json.RawMessage, error) {
+	if out, ok := c.answersItself(req.Route); ok {
 		return out, nil
 	}
-	return c.post(ctx, c.inferPath(route), inputs, backend.StreamFrom(ctx), true)
+	return c.post(ctx, c.inferPath(req.Route), req.Inputs, req.Stream, req.Meter, true)
 }
 
 // post sends body to path as a call (Infer) or a batch (InferBatch) and
 // reads the reply as Infer describes; a streamed reply is refused unless
 // mayStream.
-func (c *Client) post(ctx context.Context, path string, body []byte, stream backend.Stream, mayStream bool) (json.RawMessage, error) {
+func (c *Client) post(ctx context.Context, path string, body []byte, stream backend.Stream, meter backend.TokenMeter, mayStream bool) (json.RawMessage, error) {
 	var requestID string
 	if c.potassium {
 		requestID = uuid.NewString()
@@ -249,13 +248,13 @@ func (c *Client) post(ctx context.Context, path string, body []byte, stream back
 			return nil, broken(ctx, err)
 		}
 		clean = len(body) < errorBodyBytes
-		return nil, &backend.HTTPError{Status: resp.StatusCode, Body: validUTF8(body)}
+		return nil, &backend.HTTPError{Status: resp.StatusCode, Body: validUTF8(body), RetryAfter: retryAfter(resp.Header)}
 	}
 	if c.openai && openai.IsEventStream(resp.Header.Get("Content-Type")) {
 		if !mayStream {
 			return nil, fmt.Errorf("%w: a batch reply must be one JSON object, not a stream", backend.ErrInvalidReply)
 		}
-		out, ok, err := readEventStream(ctx, resp.Body, c.cfg.MaxReplyBytes, stream, backend.TokenMeterFrom(ctx))
+		out, ok, err := readEventStream(ctx, resp.Body, c.cfg.MaxReplyBytes, stream, meter)
 		clean = ok
 		return out, err
 	}
@@ -283,7 +282,7 @@ func (c *Client) post(ctx context.Context, path string, body []byte, stream back
 		return nil, fmt.Errorf("%w: reply is not valid UTF-8 at byte %d", backend.ErrInvalidReply, i)
 	}
 	if c.openai {
-		meterReply(reply, backend.TokenMeterFrom(ctx))
+		meterReply(reply, meter)
 	}
 	return reply, nil
 }
@@ -432,6 +431,22 @@ func lastTracebackLine(body string) string {
 		if l := strings.TrimSpace(lines[i]); l != "" {
 			return l
 		}
+	}
+	return ""
+}
+
+// retryAfter is a reply's Retry-After header when it is one a client can
+// use (delay-seconds or an HTTP date, RFC 9110 10.2.3), as sent; else "".
+func retryAfter(h http.Header) string {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" || len(v) > 64 {
+		return ""
+	}
+	if _, err := strconv.ParseUint(v, 10, 32); err == nil {
+		return v
+	}
+	if _, err := http.ParseTime(v); err == nil {
+		return v
 	}
 	return ""
 }

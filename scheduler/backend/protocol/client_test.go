@@ -78,7 +78,7 @@ func TestInferRefusesAReplyThatIsNotUTF8NamingTheByte(t *testing.T) {
 		io.Copy(io.Discard, r.Body)
 		w.Write([]byte("{\"text\":\"caf\xe9\"}")) // Latin-1, as a careless model writes it
 	})
-	_, err := p.Infer(context.Background(), json.RawMessage(`{}`))
+	_, err := p.Infer(context.Background(), backend.Request{Inputs: json.RawMessage(`{}`)})
 	if !errors.Is(err, backend.ErrInvalidReply) || !strings.HasSuffix(err.Error(), "reply is not valid UTF-8 at byte 12") {
 		t.Fatalf("Infer: %v", err)
 	}

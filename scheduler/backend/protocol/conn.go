@@ -40,6 +40,11 @@ type connPool struct {
 	draining map[*poolConn]struct{}
 	closed   bool
 	drains   sync.WaitGroup // drain's goroutines
+	dialing  int            // connects under way, at most maxDialing (dial.go)
+	waiting  int            // gets waiting for a connection or a dial slot
+	// freed, made by a get that waits for a connection or a dial slot, is
+	// closed (and dropped) when either frees up: every waiter looks again.
+	freed chan struct{}
 }
 
 // poolConn is one connection with its buffers.
@@ -128,6 +133,9 @@ func newConnPool(addr string, dial dialFunc, max int, maxAge time.Duration) *con
 type poolRequest struct {
 	method, url string
 	head, body  []byte
+	// probe: a health check, whose refused connect is its answer (the
+	// model does not listen yet; the boot watch asks again), not retried.
+	probe bool
 }
 
 // requestHead is the head of a request to host for target (a path with its
@@ -179,7 +187,7 @@ func (p *connPool) roundTrip(ctx context.Context, req poolRequest) (resp *http.R
 		return nil, nil, err
 	}
 	for {
-		pc, reused, err := p.get(ctx)
+		pc, reused, err := p.get(ctx, req.probe)
 		if err != nil {
 			return nil, nil, &url.Error{Op: urlOp(req.method), URL: req.url, Err: err}
 		}
@@ -244,25 +252,53 @@ func (pc *poolConn) exchange(req poolRequest) (*http.Response, error) {
 }
 
 // get returns an idle connection that is still open, or dials a new one. reused
-// tells which.
-func (p *connPool) get(ctx context.Context) (pc *poolConn, reused bool, err error) {
+// tells which. While maxDialing connects are under way it waits for one of
+// them to end or for a connection to come back, whichever is first (dial.go).
+func (p *connPool) get(ctx context.Context, probe bool) (pc *poolConn, reused bool, err error) {
 	for {
 		p.mu.Lock()
-		n := len(p.idle)
-		if n == 0 {
+		if n := len(p.idle); n > 0 {
+			pc = p.idle[n-1]
+			p.idle[n-1] = nil
+			p.idle = p.idle[:n-1]
+			p.mu.Unlock()
+			if time.Since(pc.idleSince) < p.maxAge && pc.alive() {
+				return pc, true, nil
+			}
+			pc.conn.Close()
+			continue
+		}
+		if p.dialing < maxDialing {
+			p.dialing++
 			p.mu.Unlock()
 			break
 		}
-		pc = p.idle[n-1]
-		p.idle[n-1] = nil
-		p.idle = p.idle[:n-1]
-		p.mu.Unlock()
-		if time.Since(pc.idleSince) < p.maxAge && pc.alive() {
-			return pc, true, nil
+		if p.freed == nil {
+			p.freed = make(chan struct{})
 		}
-		pc.conn.Close()
+		freed := p.freed
+		p.waiting++
+		p.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+		}
+		p.mu.Lock()
+		p.waiting--
+		p.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return nil, false, err
+		}
 	}
-	conn, err := p.dial(ctx, "tcp", p.addr)
+	refusedTries := refusedRetries
+	if probe {
+		refusedTries = 0
+	}
+	conn, err := dialRetrying(ctx, p.dial, p.addr, refusedTries)
+	p.mu.Lock()
+	p.dialing--
+	p.wake()
+	p.mu.Unlock()
 	if err != nil {
 		return nil, false, err
 	}
@@ -311,6 +347,7 @@ func (p *connPool) put(pc *poolConn) {
 		return
 	}
 	p.idle = append(p.idle, pc)
+	p.wake()
 	// The least recently used connection may have outlived maxAge while load was
 	// lower; close it rather than keep it until the replica exits.
 	var old *poolConn
@@ -321,6 +358,15 @@ func (p *connPool) put(pc *poolConn) {
 	p.mu.Unlock()
 	if old != nil {
 		old.conn.Close()
+	}
+}
+
+// wake tells the gets waiting that a connection or a dial slot freed up.
+// Callers hold mu.
+func (p *connPool) wake() {
+	if p.freed != nil {
+		close(p.freed)
+		p.freed = nil
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"testing"
+
+	"inferd/scheduler/backend"
 )
 
 // BenchmarkInferHop compares one POST and its reply to a kept-alive server through
@@ -21,7 +23,7 @@ func BenchmarkInferHop(b *testing.B) {
 		w.Write([]byte(`{"ok":true}`))
 	}
 	viaPool := func(p *Client) error {
-		out, err := p.Infer(context.Background(), inputs)
+		out, err := p.Infer(context.Background(), backend.Request{Inputs: inputs})
 		if err == nil && len(out) == 0 {
 			err = errors.New("empty reply")
 		}

@@ -53,7 +53,7 @@ func poolClient(t testing.TB, ln *countingListener) *Client {
 	}
 	c, err := New(Config{
 		Addr: ln.Addr().String(),
-		Dial: (&net.Dialer{Timeout: dialTimeout, Control: count}).DialContext,
+		Dial: (&net.Dialer{Timeout: ConnectTimeout, Control: count}).DialContext,
 		Log:  zerolog.New(zerolog.NewTestWriter(t)),
 	})
 	if err != nil {
@@ -83,7 +83,7 @@ func idleConns(p *Client) int {
 
 func mustInfer(t *testing.T, p *Client, inputs string) string {
 	t.Helper()
-	out, err := p.Infer(context.Background(), json.RawMessage(inputs))
+	out, err := p.Infer(context.Background(), backend.Request{Inputs: json.RawMessage(inputs)})
 	if err != nil {
 		t.Fatalf("Infer(%s): %v", inputs, err)
 	}
@@ -208,7 +208,7 @@ func TestPoolDoesNotReuseAConnectionAfterCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := p.Infer(ctx, json.RawMessage(`{}`))
+		_, err := p.Infer(ctx, backend.Request{Inputs: json.RawMessage(`{}`)})
 		done <- err
 	}()
 	<-sent // headers and part of the body are out: Infer waits for the rest
@@ -250,13 +250,13 @@ func TestPoolDoesNotReuseAConnectionWithAnUnreadBody(t *testing.T) {
 				w.Write([]byte(tt.body))
 			})
 			p.cfg.MaxReplyBytes = 1 << 10
-			if _, err := p.Infer(context.Background(), json.RawMessage(`{}`)); !tt.wantErr(err) {
+			if _, err := p.Infer(context.Background(), backend.Request{Inputs: json.RawMessage(`{}`)}); !tt.wantErr(err) {
 				t.Fatalf("Infer: %v", err)
 			}
 			if n := idleConns(p); n != 0 {
 				t.Fatalf("%d connections pooled with the rest of a body unread", n)
 			}
-			if _, err := p.Infer(context.Background(), json.RawMessage(`{}`)); !tt.wantErr(err) {
+			if _, err := p.Infer(context.Background(), backend.Request{Inputs: json.RawMessage(`{}`)}); !tt.wantErr(err) {
 				t.Fatalf("second Infer: %v", err)
 			}
 			if n := ln.dialled.Load(); n != 2 {
@@ -273,7 +273,7 @@ func TestPoolReusesAConnectionAfterACompleteErrorReply(t *testing.T) {
 	})
 	for range 3 {
 		var he *backend.HTTPError
-		if _, err := p.Infer(context.Background(), json.RawMessage(`{}`)); !errors.As(err, &he) || he.Status != 400 || he.Body != "bad input\n" {
+		if _, err := p.Infer(context.Background(), backend.Request{Inputs: json.RawMessage(`{}`)}); !errors.As(err, &he) || he.Status != 400 || he.Body != "bad input\n" {
 			t.Fatalf("Infer: %v, want HTTP 400 bad input", err)
 		}
 	}

@@ -117,8 +117,7 @@ func lateEndClient(t *testing.T, m *lateEndModel) *Client {
 
 // inferStream makes one streamed call and returns its chunks.
 func inferStream(ctx context.Context, c *Client, id string) (string, error) {
-	ctx = backend.WithRoute(ctx, "/v1/chat/completions")
-	out, err := c.Infer(ctx, json.RawMessage(`{"stream":true,"id":"`+id+`"}`))
+	out, err := c.Infer(ctx, backend.Request{Route: "/v1/chat/completions", Inputs: json.RawMessage(`{"stream":true,"id":"` + id + `"}`)})
 	return string(out), err
 }
 
@@ -169,7 +168,7 @@ func TestStreamEndingItsBodyAfterDoneLeavesTheNextCallItsOwnConnection(t *testin
 							err = fmt.Errorf("chunks %s", out)
 						}
 						plain := id + "-plain"
-						reply, perr := c.Infer(context.Background(), json.RawMessage(`{"id":"`+plain+`"}`))
+						reply, perr := c.Infer(context.Background(), backend.Request{Inputs: json.RawMessage(`{"id":"` + plain + `"}`)})
 						if perr == nil && string(reply) != `{"ok":true}` {
 							perr = fmt.Errorf("reply %s", reply)
 						}
@@ -248,8 +247,7 @@ func TestStreamConnectionIsPooledOnlyOnceItsBodyEnded(t *testing.T) {
 				}
 			}()
 			c := lateEndClient(t, &lateEndModel{ln: ln})
-			ctx := backend.WithRoute(context.Background(), "/stream")
-			if out, err := c.Infer(ctx, json.RawMessage(`{"stream":true}`)); err != nil || string(out) != "[]" {
+			if out, err := c.Infer(context.Background(), backend.Request{Route: "/stream", Inputs: json.RawMessage(`{"stream":true}`)}); err != nil || string(out) != "[]" {
 				t.Fatalf("Infer = %s, %v; want the stream's empty array", out, err)
 			}
 			close(gate)

@@ -47,7 +47,7 @@ func TestInferAnswersARedirectAsTheModelsErrorAndSendsNothingToItsTarget(t *test
 				p, _ := serve(t, func(w http.ResponseWriter, r *http.Request) {
 					http.Redirect(w, r, target.URL+"/collect", code)
 				})
-				_, err := p.Infer(context.Background(), inputsOf(size.n))
+				_, err := p.Infer(context.Background(), backend.Request{Inputs: inputsOf(size.n)})
 				var httpErr *backend.HTTPError
 				if !errors.As(err, &httpErr) || httpErr.Status != code {
 					t.Fatalf("Infer = %v, want the model's HTTP %d as an HTTPError", err, code)
@@ -115,7 +115,7 @@ func TestInferRefusesAReplyWithHeadersOverTheCap(t *testing.T) {
 			t.Cleanup(p.Close)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			_, err = p.Infer(ctx, inputsOf(size.n))
+			_, err = p.Infer(ctx, backend.Request{Inputs: inputsOf(size.n)})
 			if !errors.Is(err, backend.ErrInvalidReply) || !strings.Contains(err.Error(), "headers larger than") {
 				t.Fatalf("Infer = %v, want an invalid reply for its headers", err)
 			}
@@ -146,7 +146,7 @@ func TestInferReadsAReplyOfKnownLengthIntoOneBufferOfThatSize(t *testing.T) {
 		w.Header().Set("Content-Length", fmt.Sprint(len(reply)))
 		w.Write([]byte(reply))
 	})
-	out, err := p.Infer(context.Background(), inputsOf(10))
+	out, err := p.Infer(context.Background(), backend.Request{Inputs: inputsOf(10)})
 	if err != nil || string(out) != reply {
 		t.Fatalf("Infer = %d bytes, %v", len(out), err)
 	}
@@ -166,7 +166,7 @@ func TestInferRefusesADeclaredLengthOverTheCapWithoutReadingIt(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err := p.Infer(ctx, inputsOf(10))
+	_, err := p.Infer(ctx, backend.Request{Inputs: inputsOf(10)})
 	if !errors.Is(err, backend.ErrInvalidReply) || !strings.Contains(err.Error(), "reply larger than") {
 		t.Fatalf("Infer = %v, want an invalid reply for its size", err)
 	}

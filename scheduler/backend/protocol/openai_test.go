@@ -53,8 +53,7 @@ func TestOpenAIStreamPassesEachChunkAsItComes(t *testing.T) {
 	}
 	res := make(chan result, 1)
 	go func() {
-		ctx := backend.WithTokenMeter(backend.WithRoute(backend.WithStream(context.Background(), s), "/v1/completions"), m)
-		out, err := c.Infer(ctx, json.RawMessage(`{"stream":true}`))
+		out, err := c.Infer(context.Background(), backend.Request{Inputs: json.RawMessage(`{"stream":true}`), Route: "/v1/completions", Stream: s, Meter: m})
 		res <- result{out, err}
 	}()
 	if first := <-s.got; first != `{"choices":[{"delta":{"content":"a"}}],"usage":null}` {
@@ -83,7 +82,7 @@ func TestOpenAIReplyUsageIsMetered(t *testing.T) {
 		io.WriteString(w, `{"object":"chat.completion","usage":{"prompt_tokens":9,"completion_tokens":4,"total_tokens":13}}`)
 	})
 	m := &meter{}
-	if _, err := c.Infer(backend.WithTokenMeter(context.Background(), m), json.RawMessage(`{}`)); err != nil {
+	if _, err := c.Infer(context.Background(), backend.Request{Inputs: json.RawMessage(`{}`), Meter: m}); err != nil {
 		t.Fatal(err)
 	}
 	if path != store.OpenAIInferPath || len(m.got) != 1 || m.got[0] != (store.Tokens{Prompt: 9, Completion: 4}) {
@@ -103,11 +102,11 @@ func TestOpenAIBadChunkAndErrorStatus(t *testing.T) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		io.WriteString(w, "data: {\"a\":1}\n\ndata: oops\n\n")
 	})
-	_, err := c.Infer(context.Background(), json.RawMessage(`{}`))
+	_, err := c.Infer(context.Background(), backend.Request{Inputs: json.RawMessage(`{}`)})
 	if !errors.Is(err, backend.ErrInvalidReply) || !strings.Contains(err.Error(), "streamed event 2 is not JSON") {
 		t.Errorf("bad chunk: %v", err)
 	}
-	_, err = c.Infer(backend.WithRoute(context.Background(), "/v1/embeddings"), json.RawMessage(`{}`))
+	_, err = c.Infer(context.Background(), backend.Request{Inputs: json.RawMessage(`{}`), Route: "/v1/embeddings"})
 	var he *backend.HTTPError
 	if !errors.As(err, &he) || he.Status != 400 || he.Body != `{"error":{"message":"too long"}}` {
 		t.Errorf("error status: %v", err)

@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"strconv"
 	"testing"
+
+	"inferd/scheduler/backend"
 )
 
 // largeReplyServer answers every POST with reply, announcing its length
@@ -40,7 +42,7 @@ func TestLargeReplyIsReadOnceIntoItsFinalBuffer(t *testing.T) {
 	c := largeReplyServer(t, reply, false, 0)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	out, err := c.Infer(context.Background(), json.RawMessage(`{}`))
+	out, err := c.Infer(context.Background(), backend.Request{Inputs: json.RawMessage(`{}`)})
 	runtime.ReadMemStats(&after)
 	if err != nil || !bytes.Equal(out, reply) {
 		t.Fatalf("Infer = %d bytes, %v; want the %d sent", len(out), err, len(reply))
@@ -60,14 +62,42 @@ func TestLargeReplyIsReadOnceIntoItsFinalBuffer(t *testing.T) {
 func TestReplyLengthMustMatchItsContentLength(t *testing.T) {
 	reply := []byte(`{"a":"` + string(bytes.Repeat([]byte("b"), 100<<10)) + `"}`)
 	c := largeReplyServer(t, reply, true, 0)
-	if out, err := c.Infer(context.Background(), json.RawMessage(`{}`)); err != nil || !bytes.Equal(out, reply) {
+	if out, err := c.Infer(context.Background(), backend.Request{Inputs: json.RawMessage(`{}`)}); err != nil || !bytes.Equal(out, reply) {
 		t.Errorf("chunked reply: %d bytes, %v", len(out), err)
 	}
 	// The server announces less than it then writes: net/http refuses the
 	// write, and the reply ends before the length it announced.
 	c = largeReplyServer(t, reply, false, 10)
 	var te *TransportError
-	if _, err := c.Infer(context.Background(), json.RawMessage(`{}`)); !errors.As(err, &te) {
+	if _, err := c.Infer(context.Background(), backend.Request{Inputs: json.RawMessage(`{}`)}); !errors.As(err, &te) {
 		t.Errorf("reply cut short: %v, want a *TransportError", err)
+	}
+}
+
+// A non-2xx reply's Retry-After reaches the caller as the model sent it,
+// delay-seconds or an HTTP date, so that a door passes it on unchanged; one
+// no client could read is dropped.
+func TestErrorReplyKeepsItsRetryAfter(t *testing.T) {
+	for _, tc := range []struct{ sent, want string }{
+		{"7", "7"},
+		{"Wed, 21 Oct 2026 07:28:00 GMT", "Wed, 21 Oct 2026 07:28:00 GMT"},
+		{"", ""},
+		{"soon", ""},
+		{"-1", ""},
+	} {
+		c, _ := serve(t, func(w http.ResponseWriter, r *http.Request) {
+			if tc.sent != "" {
+				w.Header().Set("Retry-After", tc.sent)
+			}
+			http.Error(w, "busy", http.StatusTooManyRequests)
+		})
+		var he *backend.HTTPError
+		_, err := c.Infer(context.Background(), backend.Request{Inputs: json.RawMessage(`{}`)})
+		if !errors.As(err, &he) {
+			t.Fatalf("Retry-After %q: Infer = %v, want an HTTPError", tc.sent, err)
+		}
+		if he.RetryAfter != tc.want {
+			t.Errorf("Retry-After %q: RetryAfter %q, want %q", tc.sent, he.RetryAfter, tc.want)
+		}
 	}
 }

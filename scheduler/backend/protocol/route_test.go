@@ -39,11 +39,7 @@ func TestCallsGoToTheirRoute(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			if tc.route != "" {
-				ctx = backend.WithRoute(ctx, tc.route)
-			}
-			out, err := tc.c.Infer(ctx, json.RawMessage(`{}`))
+			out, err := tc.c.Infer(context.Background(), backend.Request{Inputs: json.RawMessage(`{}`), Route: tc.route})
 			if err != nil || string(out) != tc.want {
 				t.Errorf("Infer = %s, %v; want %s", out, err, tc.want)
 			}

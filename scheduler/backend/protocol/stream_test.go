@@ -43,7 +43,7 @@ func TestStreamedReplyReachesTheStreamLineByLine(t *testing.T) {
 	}
 	res := make(chan result, 1)
 	go func() {
-		out, err := c.Infer(backend.WithStream(context.Background(), s), json.RawMessage(`{}`))
+		out, err := c.Infer(context.Background(), backend.Request{Inputs: json.RawMessage(`{}`), Stream: s})
 		res <- result{out, err}
 	}()
 	if first := <-s.got; first != `{"token":"a"}` {
@@ -67,7 +67,7 @@ func TestStreamedReplyWithALineThatIsNotJSONIsInvalid(t *testing.T) {
 	defer srv.Close()
 	c, _ := New(Config{Addr: strings.TrimPrefix(srv.URL, "http://")})
 	defer c.Close()
-	_, err := c.Infer(context.Background(), json.RawMessage(`{}`)) // no Stream: still read
+	_, err := c.Infer(context.Background(), backend.Request{Inputs: json.RawMessage(`{}`)}) // no Stream: still read
 	if !errors.Is(err, backend.ErrInvalidReply) || !strings.Contains(err.Error(), "line 2") {
 		t.Fatalf("Infer = %v, want an invalid reply naming line 2", err)
 	}

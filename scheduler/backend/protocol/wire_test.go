@@ -102,13 +102,13 @@ func TestModelSeesWhatNetHTTPWouldSend(t *testing.T) {
 		t.Errorf("health check:\n got %q\nwant %q", got, want)
 	}
 	jsonHeader := http.Header{"Content-Type": {"application/json"}}
-	if _, err := c.Infer(context.Background(), inputs); err != nil {
+	if _, err := c.Infer(context.Background(), backend.Request{Inputs: inputs}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := next(), string(netHTTPBytes(t, "POST", "http://"+addr+"/v1/predict", inputs, jsonHeader)); got != want {
 		t.Errorf("call:\n got %q\nwant %q", got, want)
 	}
-	if _, err := c.Infer(backend.WithRoute(context.Background(), "/résumé"), inputs); err != nil {
+	if _, err := c.Infer(context.Background(), backend.Request{Inputs: inputs, Route: "/résumé"}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := next(), string(netHTTPBytes(t, "POST", "http://"+addr+"/v1/predict/résumé", inputs, jsonHeader)); got != want {
@@ -120,7 +120,7 @@ func TestModelSeesWhatNetHTTPWouldSend(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(k.Close)
-	if _, err := k.Infer(context.Background(), inputs); err != nil {
+	if _, err := k.Infer(context.Background(), backend.Request{Inputs: inputs}); err != nil {
 		t.Fatal(err)
 	}
 	got := next()

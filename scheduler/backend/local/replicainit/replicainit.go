@@ -93,14 +93,23 @@ type Config struct {
 	// default (half the memory).
 	TmpBytes int64
 	// Keep are host paths the model needs (its dir, its program's dir,
-	// its HOME): one that sat under a private tmp dir is bound back in.
+	// its HOME): one that sat under a private tmp dir, or a Hide dir, is
+	// bound back in.
 	Keep []string
+	// Hide are host dirs the model may not look into (the data dir): each
+	// is covered by an empty tmpfs of its own (mode 0755), Keep paths under
+	// it bound back in.
+	Hide []string
 	// UserNamespaces: install no filter against them.
 	UserNamespaces bool
 	// Parent is the daemon's pid: without namespaces, after switching
 	// users, the init arms the parent-death signal again (a change of
 	// user clears it) and gives up if the daemon is already gone.
 	Parent int
+	// Image, when set, is the root the model runs in (imageroot.go),
+	// which needs Namespaces; Path may then be a bare name, found on the
+	// PATH in Env inside the image.
+	Image *ImageRoot
 	// Probe: set everything up, start nothing, report and exit (New asks
 	// once what this machine allows).
 	Probe bool
@@ -143,7 +152,17 @@ func run() int {
 	if err != nil {
 		return fail(fmt.Errorf("replica init: read its configuration: %w", err))
 	}
-	if cfg.Namespaces {
+	switch {
+	case cfg.Image != nil && !cfg.Namespaces:
+		return fail(errors.New("replica init: an image needs a mount namespace"))
+	case cfg.Image != nil:
+		if err := mountImage(cfg); err != nil {
+			return fail(err)
+		}
+		if cfg.Path, err = lookPath(cfg.Path, cfg.Env); err != nil {
+			return fail(err)
+		}
+	case cfg.Namespaces:
 		if err := mountPrivate(cfg); err != nil {
 			return fail(err)
 		}
@@ -174,23 +193,26 @@ func mountPrivate(cfg Config) error {
 		return fmt.Errorf("replica init: make its mounts its own: %w", err)
 	}
 	// Hold on to what must stay visible before the tmpfs hide it.
-	type kept struct {
-		path string
-		fd   int
-	}
 	var keep []kept
 	defer func() {
 		for _, k := range keep {
 			unix.Close(k.fd)
 		}
 	}()
-	var mounted []string
+	var mounted, hidden []string
 	for _, dir := range TmpDirs {
 		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
 			continue // absent, or a link to another (mounting would follow it)
 		}
 		mounted = append(mounted, dir)
 	}
+	for _, dir := range cfg.Hide {
+		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() || dir == "/" {
+			continue
+		}
+		hidden = append(hidden, dir)
+	}
+	mounted = append(mounted, hidden...)
 	for _, p := range cfg.Keep {
 		if !under(p, mounted) {
 			continue
@@ -201,11 +223,17 @@ func mountPrivate(cfg Config) error {
 		}
 		keep = append(keep, kept{p, fd})
 	}
+	// The hidden dirs first: one under a tmp dir then goes with it.
+	for _, dir := range hidden {
+		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1048576"); err != nil {
+			return fmt.Errorf("replica init: hide %s: %w", dir, err)
+		}
+	}
 	opts := "mode=1777"
 	if cfg.TmpBytes > 0 {
 		opts += ",size=" + strconv.FormatInt(cfg.TmpBytes, 10)
 	}
-	for _, dir := range mounted {
+	for _, dir := range mounted[:len(mounted)-len(hidden)] {
 		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 			return fmt.Errorf("replica init: mount a private tmpfs on %s: %w", dir, err)
 		}
