@@ -156,8 +156,8 @@ func TestWaitingBehindABatchThatIsNotFullSaysTheReplicaIsBusy(t *testing.T) {
 		next := h.submit(p, `{"n":1}`)
 		behind := h.submit(p, `{"n":2}`)
 		// The batch ends in 1.5 s; both then go in one pass of 2 s.
-		h.waits(next.ID, WaitMaxReplicas, "maxReplicas 1 reached (all 1 busy, next free in ~1.5 s)", 3500*time.Millisecond)
-		h.waits(behind.ID, WaitMaxReplicas, "maxReplicas 1 reached (all 1 busy, next free in ~1.5 s)", 3500*time.Millisecond)
+		h.waits(next.ID, WaitMaxReplicas, "maxReplicas 1 reached (its replica busy, next free in ~1.5 s)", 3500*time.Millisecond)
+		h.waits(behind.ID, WaitMaxReplicas, "maxReplicas 1 reached (its replica busy, next free in ~1.5 s)", 3500*time.Millisecond)
 		b.reply(`{}`)
 		h.result(running.ID)
 		last := h.batchOn(i)
