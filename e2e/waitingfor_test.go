@@ -61,7 +61,7 @@ func TestChecksSayWhyACallWaits(t *testing.T) {
 	long := waits.start("mk-single", sleepInputs(3*time.Second), true)["callID"].(string)
 	waits.waitState(long, "running")
 	behind := waits.start("mk-single", `{}`, true)["callID"].(string)
-	r := expect(waits, behind, "queued", "maxReplicas", "maxReplicas 1 reached", "all 1 busy")
+	r := expect(waits, behind, "queued", "maxReplicas", "maxReplicas 1 reached", "its replica busy")
 	if eta, ok := r["etaMs"].(float64); !ok || eta <= 0 || eta > float64(testenv.Scale(10*time.Second).Milliseconds()) {
 		t.Errorf("etaMs behind a busy replica = %v; want an estimate of a few seconds [%s]", r["etaMs"], testenv.Load())
 	}
