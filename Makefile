@@ -88,10 +88,14 @@ test: client-deps
 test-busy:
 	scripts/busy.sh $(MAKE) test TEST_TIMEOUT=60m
 
-## test-cluster: the three-node failure scenarios of cluster mode (#22; e2e/threenode_faults_test.go,
+## test-cluster: the three-node failure scenarios of cluster mode (#22, #42; e2e/threenode_*_test.go
 ## built with the cluster tag): a node and the leader killed, a node cut off (network namespaces, as
-## root), quorum lost, GPU placement. Not part of make test (leases of 5 s lapse, nodes restart: about
-## 2.5 minutes on 2 cores); the quick three-node scenario (keys, projects, calls, long polls) is.
+## root), quorum lost and regained with nothing restarted, a partition of all three, every node
+## answering every call alike after a heal, etcd on cluster init's certificates, a team's quota and a
+## key's rate across nodes, GPU placement, and the porcupine linearizability check of clients'
+## starts, checks and cancels under kill -9, a cut and SIGSTOP. Not part of make test (leases of 5 s
+## lapse, nodes restart: 5 to 6 minutes of tests, 5.2 to 6.7 with the build, on 2 cores shared with other builds,
+## 2026-12-07); the quick three-node scenario is.
 ## CI (.ci/run) runs it after make test.
 test-cluster: test-deps
 	INFERD_REQUIRE_CLIENT_TESTS=1 go test -race -count=1 -tags cluster -timeout 20m -run 'TestThreeNode' ./e2e/

@@ -19,6 +19,7 @@ import (
 	"inferd/cluster"
 	"inferd/config"
 	"inferd/httpapi"
+	"inferd/httpapi/admin"
 	"inferd/httpapi/metrics"
 	"inferd/scheduler"
 	"inferd/scheduler/backend"
@@ -32,7 +33,7 @@ import (
 type daemonStore interface {
 	store.Store
 	metrics.StoreStats
-	RunSweeper(ctx context.Context, ttl, every time.Duration) error
+	RunSweeper(ctx context.Context, ttl, every time.Duration, outages store.Outages) error
 }
 
 // openedStore is the daemon's store, with what else was started for it.
@@ -150,6 +151,10 @@ func openStore(cfg config.Config, log zerolog.Logger) (openedStore, error) {
 	o.daemonStore, o.etcd, o.signer, o.payloads = st, st, signer, payloads
 	log.Info().Str("node", c.Name).Strs("etcd", endpoints).Bool("member", o.member != nil).
 		Msg("cluster mode: records in etcd")
+	if open := plainEtcd(c); open != "" {
+		log.Warn().Str("url", open).
+			Msg("etcd is reached without certificates: any process that can connect (another local user, a model with network: host) reads every record and writes its own; make certificates with `inferd cluster init` (docs/cluster.md, \"etcd is inferd's alone\")")
+	}
 	if u, err := url.Parse(cfg.AdvertiseURL()); err == nil {
 		if ip := net.ParseIP(u.Hostname()); u.Hostname() == "localhost" || (ip != nil && ip.IsLoopback()) {
 			log.Warn().Str("advertise", cfg.AdvertiseURL()).
@@ -157,6 +162,23 @@ func openStore(cfg config.Config, log zerolog.Logger) (openedStore, error) {
 		}
 	}
 	return o, nil
+}
+
+// plainEtcd returns the first etcd URL of c that takes no client
+// certificate (plain http, or https without a CA the member checks
+// clients against), or "" when etcd answers only holders of the cluster's
+// certificate.
+func plainEtcd(c *config.Cluster) string {
+	urls := c.Etcd.Endpoints
+	if e := c.Etcd.Embed; e != nil {
+		urls = []string{e.ClientURL}
+	}
+	for _, u := range urls {
+		if strings.HasPrefix(u, "http://") || (c.Etcd.Embed != nil && c.Etcd.TLS.CAFile == "") {
+			return u
+		}
+	}
+	return ""
 }
 
 // etcdLog passes the etcd member's error lines (JSON from its zap logger)
@@ -195,6 +217,7 @@ type schedulerHooks interface {
 	Adopt(c store.Call)
 	Abandon()
 	ProjectChanged(id string)
+	TeamShareChanged(id string)
 	Snapshot() scheduler.Status
 	FitsNow(m store.ModelSpec) bool // the scheduler's fit rule, for a project with no placement
 }
@@ -223,6 +246,8 @@ func newClusterMode(cfg config.Config, o openedStore, sched func() schedulerHook
 		Load: func() (cluster.Capacity, map[string]cluster.ProjectLoad) {
 			return nodeLoad(sched().Snapshot(), capacity())
 		},
+		Teams:       func() map[string]cluster.TeamLoad { return teamLoads(sched().Snapshot().Teams) },
+		OnTeamShare: func(team string) { sched().TeamShareChanged(team) },
 		OnSession: func(key string, lease clientv3.LeaseID) {
 			st.BindLease(key, lease)
 			once.Do(func() { close(m.bound) })
@@ -261,6 +286,26 @@ func newClusterMode(cfg config.Config, o openedStore, sched func() schedulerHook
 	return m, nil
 }
 
+// teamLoads is what a node publishes of the teams whose quotas the leader
+// leases to nodes (cluster.TeamLoad): each one's share in force, with the
+// revision of the record it came from, its use and its want, all from one
+// snapshot of the scheduler.
+func teamLoads(teams []scheduler.TeamStatus) map[string]cluster.TeamLoad {
+	var out map[string]cluster.TeamLoad
+	for _, t := range teams {
+		q := t.Quota
+		if t.Share == nil || t.Want == nil || q.RunningCalls == 0 && q.Replicas == 0 && q.GPUs == 0 && q.CPUSlots == 0 {
+			continue
+		}
+		if out == nil {
+			out = map[string]cluster.TeamLoad{}
+		}
+		out[t.ID] = cluster.TeamLoad{Rev: t.ShareRev, Share: *t.Share, Want: *t.Want,
+			Use: store.Quota{RunningCalls: t.RunningCalls, Replicas: t.Replicas, GPUs: t.GPUs, CPUSlots: t.CPUSlots}}
+	}
+	return out
+}
+
 // share is the scheduler's Config.Share in cluster mode: this node's part
 // of the project's replicas in the leader's placement; ok false when the
 // project has no placement yet or is placed on other nodes only.
@@ -291,20 +336,11 @@ func (m *clusterMode) routing() *httpapi.Routing {
 // adminCancel is the admin API's cancel: the scheduler's own, and in
 // cluster mode (routing set) a call pending on another node is cancelled
 // by that node (httpapi.Routing.Canceller), which alone runs it.
-func adminCancel(local httpapi.CallCanceller, routing *httpapi.Routing) httpapi.CallCanceller {
+func adminCancel(local admin.CallCanceller, routing *httpapi.Routing) admin.CallCanceller {
 	if routing == nil {
 		return local
 	}
 	return routing.Canceller(local)
-}
-
-// adminCalls is the admin API's call route (inferd call) on a single box; a
-// cluster's node has none: its project may run on another node.
-func adminCalls(sched httpapi.CallRunner, streams *httpapi.Streams, routing *httpapi.Routing) httpapi.AdminOption {
-	if routing != nil {
-		return httpapi.WithCalls(nil, nil)
-	}
-	return httpapi.WithCalls(sched, streams)
 }
 
 // nodeLoad is what a node publishes of itself (cluster.NodeInfo): its

@@ -77,6 +77,7 @@ type hooks struct {
 func (h *hooks) Adopt(c store.Call)           { h.adopted <- c }
 func (h *hooks) Abandon()                     { h.abandons <- struct{}{} }
 func (h *hooks) ProjectChanged(string)        {}
+func (h *hooks) TeamShareChanged(string)      {}
 func (h *hooks) Snapshot() scheduler.Status   { return scheduler.Status{} }
 func (h *hooks) FitsNow(store.ModelSpec) bool { return false }
 
@@ -216,6 +217,32 @@ func TestServeRefusesABadClusterSecret(t *testing.T) {
 			_, err := openStore(cfg, zerolog.Nop())
 			if err == nil || !strings.Contains(err.Error(), "cluster.secretFile") || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("openStore = %v, want a cluster.secretFile error saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// A node warns at start when its etcd takes no client certificate: a
+// plain-http URL, or an embedded member serving https without a CA to
+// check clients against. An external https etcd is its operator's to
+// configure; with the cluster's CA the member answers nodes alone.
+func TestPlainEtcdNamesAURLThatTakesNoCertificate(t *testing.T) {
+	files := config.TLSFiles{CertFile: "node.pem", KeyFile: "node-key.pem", CAFile: "ca.pem"}
+	for _, tc := range []struct {
+		name string
+		etcd config.ClusterEtcd
+		want string
+	}{
+		{"embedded, plain http", config.ClusterEtcd{Embed: &config.EtcdEmbed{ClientURL: "http://10.0.0.1:2379"}}, "http://10.0.0.1:2379"},
+		{"embedded, https without a CA", config.ClusterEtcd{Embed: &config.EtcdEmbed{ClientURL: "https://10.0.0.1:2379"},
+			TLS: config.TLSFiles{CertFile: "node.pem", KeyFile: "node-key.pem"}}, "https://10.0.0.1:2379"},
+		{"embedded, cluster init's files", config.ClusterEtcd{Embed: &config.EtcdEmbed{ClientURL: "https://10.0.0.1:2379"}, TLS: files}, ""},
+		{"external, one plain endpoint", config.ClusterEtcd{Endpoints: []string{"https://a:2379", "http://b:2379"}, TLS: files}, "http://b:2379"},
+		{"external, https", config.ClusterEtcd{Endpoints: []string{"https://a:2379"}, TLS: files}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := plainEtcd(&config.Cluster{Etcd: tc.etcd}); got != tc.want {
+				t.Errorf("plainEtcd = %q; want %q", got, tc.want)
 			}
 		})
 	}

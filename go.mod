@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/VictoriaMetrics/metrics v1.44.0
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/go-viper/mapstructure/v2 v2.4.0
 	github.com/google/go-containerregistry v0.22.1
 	github.com/google/uuid v1.6.0

@@ -29,3 +29,16 @@ func newLogger(c config.Log, w io.Writer) zerolog.Logger {
 	}
 	return zerolog.New(w).Level(level).With().Timestamp().Logger()
 }
+
+// outageLog logs the store outages a periodic job meets (store.Outages):
+// one line when the job first finds the store unavailable, one when it
+// answers again.
+type outageLog struct{ log zerolog.Logger }
+
+func (o outageLog) Down(job string, err error) {
+	o.log.Warn().Err(err).Str("job", job).Msg("store unavailable (no quorum?); trying again at every tick until it answers")
+}
+
+func (o outageLog) Up(job string) {
+	o.log.Info().Str("job", job).Msg("store available again; the job runs as before")
+}

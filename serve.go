@@ -22,7 +22,9 @@ import (
 	"inferd/gpu"
 	"inferd/history"
 	"inferd/httpapi"
+	"inferd/httpapi/admin"
 	"inferd/httpapi/metrics"
+	"inferd/httpapi/status"
 	"inferd/scheduler"
 	"inferd/scheduler/backend/local"
 	"inferd/store"
@@ -82,15 +84,23 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	schedCfg.Finals = st.finals() // cluster mode: long polls on calls run by other nodes
 	schedCfg.Observer = observers{Metrics: meters, hist: hist, streams: streams}
 	schedCfg.Outputs = streams
+	// Without quorum (cluster mode) the jobs that read or sweep the store
+	// wait for it, and each logs the outage once: losing quorum never
+	// ends the node.
+	outages := outageLog{log}
+	schedCfg.Outages = outages
 	// In cluster mode, this node's membership (cluster.go); nil on a box.
 	cm, err := newClusterMode(cfg, st, func() schedulerHooks { return sched }, replicas.Capacity, log)
 	if err != nil {
 		return err
 	}
-	var routing *httpapi.Routing        // starts and cancels follow the placement; nil on a box
-	var clusterView httpapi.ClusterView // the status's cluster section, the metrics' node label; nil on a box
+	var routing *httpapi.Routing       // starts and cancels follow the placement; nil on a box
+	var clusterView status.ClusterView // the status's cluster section, the metrics' node label; nil on a box
+	var rateNodes func() int           // the nodes a key's rate is split among; nil on a box
 	if cm != nil {
+		rateNodes = cm.node.LiveCount
 		schedCfg.Share = cm.share
+		schedCfg.TeamShare = cm.node.TeamShare // one set of limits for the cluster
 		routing, clusterView = cm.routing(), cm.node
 	}
 	sched = scheduler.New(schedCfg, st, replicas, scheduler.RealClock(), log)
@@ -106,7 +116,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	hooks := webhook.New(webhook.Config{
 		RetryFor: cfg.Webhook.RetryFor, FirstRetry: cfg.Webhook.FirstRetry, Timeout: cfg.Webhook.Timeout,
 		Senders: cfg.Webhook.Senders, SendersPerTeam: cfg.Webhook.SendersPerTeam, MaxPendingPerTeam: cfg.Webhook.MaxPendingPerTeam,
-		Policy: hookPolicy, Body: httpapi.WebhookBody("inferd/" + version),
+		Policy: hookPolicy, Body: httpapi.WebhookBody("inferd/" + version), Outages: outages,
 	}, st, log)
 	sources := metrics.Sources{Status: sched.Snapshot, GPUs: gpus.Devices, Store: st, Conns: conns.Stats,
 		Webhooks: hooks.TeamStats, Cluster: clusterView}
@@ -127,44 +137,46 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 
 	apiCtx, endWaits := context.WithCancel(context.Background())
 	defer endWaits()
+	public := httpapi.New(httpapi.Options{
+		StartWait:    cfg.StartWait,
+		LongPollWait: cfg.LongPollWait,
+		MaxBodyBytes: cfg.MaxBodyBytes,
+		APIVersion:   "inferd/" + version,
+		Log:          log,
+		Metrics:      meters,
+		Status: &status.Sources{
+			Snapshot: sched.Snapshot, GPUs: gpus.Devices, Calls: st, Logs: replicas,
+			History: hist, Webhooks: hooks.Stats, Protections: replicas.Protections,
+			Images: replicas.ImageUsage,
+		},
+		Limits: httpapi.Limits{
+			RequestsPerSecond: cfg.Limits.RequestsPerSecond,
+			Burst:             cfg.Limits.Burst,
+			MaxWaitsPerKey:    cfg.Limits.MaxWaitsPerKey,
+			MaxWaits:          cfg.Limits.MaxWaits,
+			MaxInputDepth:     cfg.Limits.MaxInputDepth,
+			// The edge's budgets (docs/security.md, "Budgets").
+			BodyBytes:          cfg.Limits.BodyBytes,
+			BodyBytesPerSource: cfg.Limits.BodyBytesPerSource,
+			BodyReadTimeout:    cfg.Limits.BodyReadTimeout,
+			MaxStreamsPerKey:   cfg.Limits.MaxStreamsPerKey,
+			StreamResultBytes:  cfg.Limits.StreamResultBytes,
+			StreamWriteTimeout: cfg.Limits.StreamWriteTimeout,
+		},
+		WebhookPolicy: hookPolicy,
+		Streams:       streams,
+		Routing:       routing,
+		RateNodes:     rateNodes,
+		StartLookup:   st.startLookup(),
+		Cluster:       clusterView,
+		// Event streams and /run waits end with the other waits.
+		Stopping:        apiCtx.Done(),
+		OpenAIQueueWait: cfg.OpenAI.QueueWait,
+		Batches:         batchAPI,
+		BatchFileBytes:  cfg.OpenAI.MaxFileBytes,
+	}, st, sched)
 	api := &http.Server{
-		Handler: httpapi.New(httpapi.Options{
-			StartWait:    cfg.StartWait,
-			LongPollWait: cfg.LongPollWait,
-			MaxBodyBytes: cfg.MaxBodyBytes,
-			APIVersion:   "inferd/" + version,
-			Log:          log,
-			Metrics:      meters,
-			Status: &httpapi.StatusSources{
-				Snapshot: sched.Snapshot, GPUs: gpus.Devices, Calls: st, Logs: replicas,
-				History: hist, Webhooks: hooks.Stats, Protections: replicas.Protections,
-				Images: replicas.ImageUsage,
-			},
-			Limits: httpapi.Limits{
-				RequestsPerSecond: cfg.Limits.RequestsPerSecond,
-				Burst:             cfg.Limits.Burst,
-				MaxWaitsPerKey:    cfg.Limits.MaxWaitsPerKey,
-				MaxWaits:          cfg.Limits.MaxWaits,
-				MaxInputDepth:     cfg.Limits.MaxInputDepth,
-				// The edge's budgets (docs/security.md, "Budgets").
-				BodyBytes:          cfg.Limits.BodyBytes,
-				BodyBytesPerSource: cfg.Limits.BodyBytesPerSource,
-				BodyReadTimeout:    cfg.Limits.BodyReadTimeout,
-				MaxStreamsPerKey:   cfg.Limits.MaxStreamsPerKey,
-				StreamResultBytes:  cfg.Limits.StreamResultBytes,
-				StreamWriteTimeout: cfg.Limits.StreamWriteTimeout,
-			},
-			WebhookPolicy: hookPolicy,
-			Streams:       streams,
-			Routing:       routing,
-			StartLookup:   st.startLookup(),
-			Cluster:       clusterView,
-			// Event streams and /run waits end with the other waits.
-			Stopping:        apiCtx.Done(),
-			OpenAIQueueWait: cfg.OpenAI.QueueWait,
-			Batches:         batchAPI,
-			BatchFileBytes:  cfg.OpenAI.MaxFileBytes,
-		}, st, sched),
+		Handler: public,
 		// The headers' time. A body's is limits.bodyReadTimeout, which the
 		// API sets once the headers are in, in place of a ReadTimeout
 		// (headers and body together).
@@ -187,11 +199,11 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		// The store itself, not the openedStore around it: the admin API
 		// finds what only some stores can do (bbolt's WriteBackup) by its
 		// methods, which the wrapper's embedded interface would hide.
-		Handler: httpapi.NewAdmin(st.daemonStore, log,
-			httpapi.AdminLogs(replicas), httpapi.WithCapacityCheck(sched.CapacityWarnings),
-			httpapi.WithTeamUse(func() []scheduler.TeamStatus { return sched.Snapshot().Teams }),
-			httpapi.WithModelCheck(replicas.Checker().Problems),
-			httpapi.WithCancel(adminCancel(sched.Cancel, routing)), adminCalls(sched, streams, routing)),
+		Handler: admin.New(st.daemonStore, log,
+			admin.WithLogs(replicas), admin.WithCapacityCheck(sched.CapacityWarnings),
+			admin.WithTeamUse(func() []scheduler.TeamStatus { return sched.Snapshot().Teams }),
+			admin.WithModelCheck(replicas.Checker().Problems),
+			admin.WithCancel(adminCancel(sched.Cancel, routing)), admin.WithCalls(public.OperatorCalls())),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return adminCtx },
 	}
@@ -226,8 +238,10 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		// (docs/cluster.md, "Left over").
 		g.Go(func() error { return cm.payloads.RunSweeper(gctx, cm.refs, cfg.SweepInterval, time.Hour) })
 	}
-	g.Go(func() error { return st.RunSweeper(gctx, cfg.ResultTTL, cfg.SweepInterval) })
-	g.Go(func() error { return store.RunUsageSweeper(gctx, st, time.Now, cfg.Usage.Retention, cfg.SweepInterval) })
+	g.Go(func() error { return st.RunSweeper(gctx, cfg.ResultTTL, cfg.SweepInterval, outages) })
+	g.Go(func() error {
+		return store.RunUsageSweeper(gctx, st, time.Now, cfg.Usage.Retention, cfg.SweepInterval, outages)
+	})
 	g.Go(func() error { return gpus.Run(gctx, cfg.GPU.RefreshInterval) })
 	g.Go(func() error {
 		select {

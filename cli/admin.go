@@ -15,7 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"inferd/config"
-	"inferd/httpapi"
+	"inferd/httpapi/admin"
 	"inferd/scheduler/backend/local"
 	"inferd/store/bolt"
 )
@@ -58,8 +58,8 @@ func openAdmin(cfg config.Config) (*adminClient, error) {
 		return nil, fmt.Errorf("no daemon answers on %s, and the data file cannot be opened: %w", sock, err)
 	}
 	mc := newMachineCheck(cfg)
-	h := httpapi.NewAdmin(st, zerolog.Nop(), httpapi.AdminLogs(local.LogDir(cfg.LogDir())),
-		httpapi.WithModelCheck(mc.Problems), httpapi.WithCapacityCheck(mc.CapacityWarnings), httpapi.WithCancel(httpapi.CancelStored(st)))
+	h := admin.New(st, zerolog.Nop(), admin.WithLogs(local.LogDir(cfg.LogDir())),
+		admin.WithModelCheck(mc.Problems), admin.WithCapacityCheck(mc.CapacityWarnings), admin.WithCancel(admin.CancelStored(st)))
 	closeAll := func() error { mc.close(); return st.Close() }
 	return &adminClient{http: &http.Client{Transport: handlerTransport{h}}, close: closeAll, inProcess: true}, nil
 }

@@ -25,8 +25,8 @@ call PROJECT INPUTS calls the project's model with INPUTS, a JSON value such
 as '{"prompt": "hi"}', or - to read them from stdin, and prints its outputs,
 one JSON value a line, as /start/v4's modelOutputs has them. The call is a
 durable call like any other: it queues, boots a replica if none runs, and
-shows on the status page. It needs the daemon running (on a single box; in a
-cluster, call through the HTTP API). A call that fails prints its error
+shows on the status page. It needs the daemon running (in a cluster, the
+call runs on the node its project is placed on). A call that fails prints its error
 message and exits with status 1; Ctrl-C cancels the call.
   --stream   print each line the model streams as it streams it (a model
              that does not stream prints its reply at the end)

@@ -31,6 +31,7 @@ type clusterCommand struct{ env *env }
 
 func (c *clusterCommand) Usage() string {
 	return `Usage:
+  inferd cluster init DIR --hosts HOST,... [--force]
   inferd [global flags] cluster status [--endpoints URL,...]
   inferd [global flags] cluster members [--endpoints URL,...]
   inferd [global flags] cluster add-member NAME PEERURL [--learner] [--client-url URL]
@@ -46,6 +47,11 @@ URL of the member the node embeds, and the TLS files; --endpoints replaces
 those (another member's client URL when this node's member is down: an
 embedded member runs inside its daemon).
 
+init        makes what every node shares, once, into DIR: the cluster
+            secret and the TLS files (a CA and one node certificate for
+            every host given) that make etcd answer inferd's nodes alone;
+            prints the config lines that use them. Copy DIR to every box.
+            --force issues a new node certificate with the same CA
 status      the etcd members with their health, etcd's leader and inferd's
             leader, and the live inferd nodes with their capacity; exit 1
             when etcd has no quorum
@@ -75,6 +81,7 @@ voter fewer does, and each voter adds to every write's latency.
 
 func (c *clusterCommand) Run(ctx context.Context, args []string) error {
 	return runGroup(ctx, "cluster", args,
+		subcommand{"init", c.initCluster},
 		subcommand{"status", c.status}, subcommand{"members", c.members},
 		subcommand{"add-member", c.addMember}, subcommand{"promote-member", c.promoteMember},
 		subcommand{"remove-member", c.removeMember},
@@ -190,6 +197,7 @@ type clusterState struct {
 	etcdLeader string
 	leader     string // inferd's leader (election key), "" when none
 	nodes      []cluster.NodeInfo
+	badNodes   []string // the nodes/ records that do not decode, each with why
 	nodesErr   error
 }
 
@@ -234,12 +242,20 @@ func (c *clusterCommand) status(ctx context.Context, args []string) error {
 	fmt.Fprintf(w, "inferd leader: %s\n", orNone(st.leader))
 	if st.nodesErr != nil {
 		fmt.Fprintf(w, "inferd nodes: unknown: %v\n", st.nodesErr)
-	} else {
+	} else if st.quorum {
 		printNodes(w, st.nodes)
+		for _, bad := range st.badNodes {
+			fmt.Fprintf(w, "bad node record: %s\n", bad)
+		}
 	}
 	warnEven(w, voters)
-	if !st.quorum {
+	switch {
+	case !st.quorum:
 		return errors.New("cluster unhealthy: etcd has no quorum (see docs/cluster.md, \"Losing quorum\")")
+	case st.nodesErr != nil:
+		return fmt.Errorf("cluster unhealthy: the inferd nodes could not be read: %w", st.nodesErr)
+	case len(st.badNodes) > 0:
+		return fmt.Errorf("cluster unhealthy: %d node record(s) under %s do not decode (listed above); the node that wrote one puts it again at its next change, or delete it", len(st.badNodes), cluster.NodesPrefix)
 	}
 	return nil
 }
@@ -275,7 +291,7 @@ func (c *clusterConn) state(parent context.Context) clusterState {
 	}
 	st.quorum = true
 	st.leader, _ = c.inferdLeader(ctx)
-	st.nodes, st.nodesErr = c.nodes(ctx)
+	st.nodes, st.badNodes, st.nodesErr = c.nodes(ctx)
 	return st
 }
 
@@ -331,21 +347,24 @@ func (c *clusterConn) inferdLeader(ctx context.Context) (string, error) {
 	return string(v), nil
 }
 
-// nodes reads the live inferd nodes (nodes/, each under its lease).
-func (c *clusterConn) nodes(ctx context.Context) ([]cluster.NodeInfo, error) {
+// nodes reads the live inferd nodes (nodes/, each under its lease). A
+// record that does not decode hides no other: it is named in bad (its key
+// and why), and the others are returned.
+func (c *clusterConn) nodes(ctx context.Context) (nodes []cluster.NodeInfo, bad []string, err error) {
 	resp, err := c.cli.Get(ctx, c.prefix+cluster.NodesPrefix, clientv3.WithPrefix())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := make([]cluster.NodeInfo, 0, len(resp.Kvs))
+	nodes = make([]cluster.NodeInfo, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
 		var n cluster.NodeInfo
 		if err := json.Unmarshal(kv.Value, &n); err != nil {
-			return nil, fmt.Errorf("node record %s does not decode: %w", kv.Key, err)
+			bad = append(bad, fmt.Sprintf("%s does not decode: %v", kv.Key, err))
+			continue
 		}
-		out = append(out, n)
+		nodes = append(nodes, n)
 	}
-	return out, nil
+	return nodes, bad, nil
 }
 
 // printMembers writes the member table.

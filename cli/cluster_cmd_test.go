@@ -136,6 +136,39 @@ func TestClusterStatusShowsMembersLeadersAndNodes(t *testing.T) {
 	}
 }
 
+// A nodes/ record that does not decode (a node of another release, or a
+// hand-made key) hides no other node: status lists every node that
+// decodes, names the bad record, and exits 1 so a monitoring check sees it.
+func TestClusterStatusNamesABadNodeRecordAndFails(t *testing.T) {
+	m := startTestMember(t, "box-1", t.TempDir(), "", "", false)
+	cfg := clusterConfigFile(t, "box-1", m.clientURL)
+	s := openTestStore(t, "box-1", m.clientURL)
+	ctx := context.Background()
+	good, _ := json.Marshal(cluster.NodeInfo{Name: "box-2", Advertise: "http://10.0.0.2:8080", Capacity: cluster.Capacity{CPUSlots: 4}})
+	for key, v := range map[string]string{"box-1": `{"name":`, "box-2": string(good), "box-3": `[1,2]`} {
+		if _, err := s.Client().Put(ctx, s.Prefix()+cluster.NodesPrefix+key, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := runCLI(t, nil, "--config", cfg, "cluster", "status")
+	if r.code != 1 {
+		t.Errorf("cluster status with bad node records: exit %d; want 1\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{
+		`inferd nodes: 1 live`,
+		`(?m)^box-2\s+http://10.0.0.2:8080\s+no\s+none\s+0/4\s`,
+		`bad node record: /inferd/nodes/box-1 does not decode: `,
+		`bad node record: /inferd/nodes/box-3 does not decode: `,
+	} {
+		if !regexp.MustCompile(want).MatchString(r.stdout) {
+			t.Errorf("status output lacks %s:\n%s", want, r.stdout)
+		}
+	}
+	if !strings.Contains(r.stderr, "2 node record(s)") {
+		t.Errorf("stderr %q does not say why status failed", r.stderr)
+	}
+}
+
 // Unreachable etcd: status fails within its bounds, with exit 1.
 func TestClusterStatusFailsWhenEtcdIsUnreachable(t *testing.T) {
 	cfg := clusterConfigFile(t, "box-1", "http://"+testenv.FreeAddr(t))

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"inferd/httpapi"
+	ledger "inferd/httpapi/usage"
 	"inferd/store"
 )
 
@@ -51,7 +51,7 @@ func (c *usageCommand) Run(ctx context.Context, args []string) error {
 			q.Set(name, v)
 		}
 	}
-	var rep httpapi.UsageReport
+	var rep ledger.Report
 	if err := c.env.withAdmin(func(a *adminClient) error {
 		return a.call(ctx, "GET", "/admin/usage?"+q.Encode(), nil, &rep)
 	}); err != nil {
@@ -102,7 +102,7 @@ func optional(v *float64) string {
 
 // writeUsageCSV writes the report's lines, with a header: the grouping
 // columns (hour, team, project: those grouped by), then the figures.
-func writeUsageCSV(out interface{ Write([]byte) (int, error) }, rep httpapi.UsageReport) error {
+func writeUsageCSV(out interface{ Write([]byte) (int, error) }, rep ledger.Report) error {
 	w := csv.NewWriter(out)
 	header := []string{}
 	for _, g := range []string{"hour", "team", "project"} {

@@ -14,6 +14,7 @@ import (
 type entry struct {
 	value     []byte
 	createRev int64
+	modRev    int64
 	lease     int64
 }
 
@@ -28,7 +29,7 @@ type change struct {
 	prev    []byte // a deleted key's last value, when the cache held it
 }
 
-// cache mirrors one directory (nodes/, placement/, election/) in memory,
+// cache mirrors one directory (nodes/, placement/, election/, quota/) in memory,
 // kept by an etcd watch, so the request path reads it without an etcd
 // round trip. Its run goroutine is owned by Node.Run.
 type cache struct {
@@ -87,7 +88,7 @@ func (c *cache) list(ctx context.Context, cli *clientv3.Client) (int64, bool) {
 	}
 	fresh := map[string]entry{}
 	for _, kv := range resp.Kvs {
-		fresh[strings.TrimPrefix(string(kv.Key), c.dir)] = entry{kv.Value, kv.CreateRevision, kv.Lease}
+		fresh[strings.TrimPrefix(string(kv.Key), c.dir)] = entry{kv.Value, kv.CreateRevision, kv.ModRevision, kv.Lease}
 	}
 	rev := resp.Header.Revision
 	var told []change
@@ -127,7 +128,7 @@ func (c *cache) apply(ev *clientv3.Event) {
 		delete(c.entries, name)
 	} else {
 		ch.created = ev.IsCreate()
-		c.entries[name] = entry{ev.Kv.Value, ev.Kv.CreateRevision, ev.Kv.Lease}
+		c.entries[name] = entry{ev.Kv.Value, ev.Kv.CreateRevision, ev.Kv.ModRevision, ev.Kv.Lease}
 	}
 	c.mu.Unlock()
 	c.tell(ch)
@@ -150,6 +151,13 @@ func (c *cache) all() map[string]entry {
 		out[k] = v
 	}
 	return out
+}
+
+// len is how many entries the cache holds.
+func (c *cache) len() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.entries)
 }
 
 // isSynced reports whether the first listing is in.

@@ -172,7 +172,16 @@ func (n *Node) reconcile(ctx context.Context, f etcd.Fence, full bool) error {
 	if err := n.placeAll(ctx, f, projects); err != nil {
 		return err
 	}
-	return n.handleLost(ctx, f, projects, full)
+	// A failed pass over the quotas leaves the shares as they are (each
+	// within the quota) and does not hold up the lost nodes' calls.
+	err = n.shareQuotas(ctx, f)
+	if errors.Is(err, etcd.ErrNotLeader) {
+		return err
+	}
+	if lerr := n.handleLost(ctx, f, projects, full); lerr != nil {
+		return lerr
+	}
+	return err
 }
 
 // placeAll writes every project's placement that changed, and deletes

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -45,6 +46,8 @@ type LeaderStore interface {
 	HandOver(f etcd.Fence, c store.Call, rev int64, to string) error
 	FailLost(f etcd.Fence, c store.Call, rev int64, msg string) error
 	HandOverDeliveries(f etcd.Fence, from, to string) (int, error)
+	// The teams, whose quotas the leader leases to nodes (quota.go).
+	ListTeams() ([]store.Team, error)
 }
 
 // Options configure New.
@@ -61,6 +64,12 @@ type Options struct {
 	// Load returns this node's capacity and per-project load now; it is
 	// called once per PublishEvery and must not block. Nil: nothing.
 	Load func() (Capacity, map[string]ProjectLoad)
+	// Teams returns this node's state of each team with a leased quota
+	// (quota.go), read with Load; it must not block. Nil: none.
+	Teams func() map[string]TeamLoad
+	// OnTeamShare is called with a team's id when the leader's lease of
+	// its quotas changed, on the watch's goroutine: it must not block.
+	OnTeamShare func(team string)
 	// OnSession is called with each new session's node key and lease,
 	// after the key is put and before the node adopts any call: the store
 	// binds its call writes to it (BindLease).
@@ -104,10 +113,20 @@ type Node struct {
 	o       Options
 	started time.Time
 
-	nodes, placements, election *cache
+	nodes, placements, election, quotas *cache
 
-	live atomic.Bool
-	kick chan struct{} // the leader should look again (one wake-up is enough)
+	live  atomic.Bool
+	lease atomic.Int64  // the live session's lease; 0 between sessions
+	kick  chan struct{} // the leader should look again (one wake-up is enough)
+
+	// lapsed is the lease of the last session, which lapsed under this
+	// node (fenced) and is revoked before it joins again (revokeLapsed);
+	// 0 when none. Only Run's goroutine uses it.
+	lapsed clientv3.LeaseID
+
+	// shares is each team's quota record as TeamShare decoded it last.
+	sharesMu sync.Mutex
+	shares   map[string]decoded
 
 	mu      sync.Mutex
 	lostAt  map[string]lost // nodes whose key vanished, for the leader
@@ -148,6 +167,9 @@ func New(o Options) (*Node, error) {
 	if o.OnPlacement == nil {
 		o.OnPlacement = func(string) {}
 	}
+	if o.OnTeamShare == nil {
+		o.OnTeamShare = func(string) {}
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -159,6 +181,7 @@ func New(o Options) (*Node, error) {
 	n.nodes = newCache(o.Prefix+NodesPrefix, n.nodeChanged)
 	n.placements = newCache(o.Prefix+PlacementPrefix, func(c change) { o.OnPlacement(c.name) })
 	n.election = newCache(o.Prefix+ElectionPrefix, nil)
+	n.quotas = newCache(o.Prefix+QuotaPrefix, func(c change) { o.OnTeamShare(c.name) })
 	o.Store.OnProjectChange(func(string) { n.wake() })
 	return n, nil
 }
@@ -181,6 +204,11 @@ func (n *Node) Nodes() []NodeInfo {
 	slices.SortFunc(out, func(a, b NodeInfo) int { return cmp.Compare(a.Name, b.Name) })
 	return out
 }
+
+// LiveCount is how many nodes are live (their keys in the watch cache),
+// at least 1: cheap enough for every request (a key's rate is split among
+// them).
+func (n *Node) LiveCount() int { return max(n.nodes.len(), 1) }
 
 // NodeInfo returns one live node as the watch cache holds it.
 func (n *Node) NodeInfo(name string) (NodeInfo, bool) {
@@ -243,6 +271,13 @@ type lost struct {
 // every node, and a pass reads etcd.
 func (n *Node) nodeChanged(c change) {
 	if !c.deleted && !c.created {
+		// A node that wants more of a team's quota than its share waits
+		// for the leader: look at once rather than at the next recheck.
+		if e, ok := n.nodes.get(c.name); ok {
+			if info, ok := decodeNode(c.name, e); ok && wantsMoreShare(info) {
+				n.wake()
+			}
+		}
 		return
 	}
 	if c.deleted {
@@ -276,13 +311,24 @@ func (n *Node) Run(ctx context.Context) error {
 		stop()
 		wg.Wait()
 	}()
-	for _, c := range []*cache{n.nodes, n.placements, n.election} {
+	for _, c := range []*cache{n.nodes, n.placements, n.election, n.quotas} {
 		wg.Go(func() { c.run(wctx, n.o.Client, n.o.Retry) })
 	}
+	failing := false // told once per outage, not at every try
 	for ctx.Err() == nil {
-		if err := n.session(ctx); err != nil && ctx.Err() == nil {
-			n.o.Log.Error().Err(err).Str("node", n.o.Name).Msg("cluster session failed; trying again")
+		err := n.session(ctx)
+		switch {
+		case ctx.Err() != nil:
+		case err != nil && !failing:
+			n.o.Log.Error().Err(err).Str("node", n.o.Name).Msg("cluster session failed; trying again until etcd answers")
+			failing = true
+		case err != nil:
+			n.o.Log.Debug().Err(err).Str("node", n.o.Name).Msg("cluster session failed again")
+		}
+		if err != nil && ctx.Err() == nil {
 			waitOr(ctx, nil, n.o.Retry) // a pause between tries, not a synchronization
+		} else {
+			failing = false
 		}
 	}
 	return nil
@@ -292,6 +338,9 @@ func (n *Node) Run(ctx context.Context) error {
 // down: revoked).
 func (n *Node) session(ctx context.Context) error {
 	cli := n.o.Client
+	if err := n.revokeLapsed(ctx); err != nil {
+		return err
+	}
 	// The session's own context: the revoke at shutdown must outlive ctx.
 	sctx, scancel := context.WithCancel(context.Background())
 	defer scancel()
@@ -323,6 +372,7 @@ func (n *Node) session(ctx context.Context) error {
 			return fmt.Errorf("put node key: %w", err)
 		}
 	}
+	n.lease.Store(int64(sess.Lease()))
 	n.o.OnSession(key, sess.Lease())
 	n.live.Store(true)
 	n.o.Log.Info().Str("node", n.o.Name).Int64("lease", int64(sess.Lease())).Msg("cluster node joined")
@@ -339,6 +389,7 @@ func (n *Node) session(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	n.live.Store(false)
+	n.lease.Store(0)
 	pcancel()
 	// At once, before waiting for this session's goroutines: one may be
 	// inside an etcd request that lasts while etcd does not answer (the
@@ -358,6 +409,7 @@ func (n *Node) endSession(sess *concurrency.Session, fenced bool) {
 			Msg("cluster lease lapsed: this node is fenced, its calls abandoned; rejoining")
 		n.o.OnFenced()
 		sess.Orphan()
+		n.lapsed = sess.Lease()
 		return
 	}
 	sess.Orphan() // its keep-alive ends
@@ -366,6 +418,30 @@ func (n *Node) endSession(sess *concurrency.Session, fenced bool) {
 	if _, err := n.o.Client.Revoke(ctx, sess.Lease()); err != nil {
 		n.o.Log.Warn().Err(err).Str("node", n.o.Name).Msg("revoking the cluster lease failed; it lapses by itself")
 	}
+}
+
+// revokeLapsed revokes the lease of the session that lapsed under this
+// node (fenced), if any, before it joins again, so that its node key
+// visibly vanishes first: the leader hands over the calls a fenced node
+// abandoned only when it sees that key go (handleLost: those written
+// before it vanished). etcd ends a lease only while it has a leader, and
+// a new raft leader extends every lease: after the whole cluster lost
+// quorum, every node's old lease is still there once quorum returns, and
+// a put of the node key under the new lease would move the key to it, so
+// the old lease's end would delete nothing and the calls the node
+// abandoned would stay pending on it for good. A lease that lapsed at
+// etcd already (its key deleted then) is not found: nothing to do.
+func (n *Node) revokeLapsed(ctx context.Context) error {
+	if n.lapsed == 0 {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	if _, err := n.o.Client.Revoke(rctx, n.lapsed); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("revoke the lapsed lease %x: %w", int64(n.lapsed), err)
+	}
+	n.lapsed = 0
+	return nil
 }
 
 // waitOr waits d, and reports true if ctx ended or done closed first.
@@ -415,6 +491,9 @@ func (p *publisher) publish(ctx context.Context) error {
 	capa, loads := p.n.o.Load()
 	info := NodeInfo{Name: p.n.o.Name, Advertise: p.n.o.Advertise, Lease: int64(p.lease), Started: p.n.started,
 		Member: p.n.o.Member, Capacity: capa, Projects: loads}
+	if p.n.o.Teams != nil {
+		info.Teams = p.n.o.Teams()
+	}
 	same, err := json.Marshal(info)
 	if err != nil {
 		return fmt.Errorf("encode node info: %w", err)

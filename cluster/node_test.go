@@ -57,7 +57,8 @@ type testNode struct {
 
 	mu          sync.Mutex
 	load        func() (Capacity, map[string]ProjectLoad)
-	adoptFails  int // Adopt fails this many more times, as with etcd not answering
+	teams       func(n *Node) map[string]TeamLoad // nil: none
+	adoptFails  int                               // Adopt fails this many more times, as with etcd not answering
 	adoptsTried int
 }
 
@@ -100,6 +101,14 @@ func startNodeOn(t *testing.T, endpoint, name string, cpuSlots int, ttl time.Dur
 			tn.mu.Lock()
 			defer tn.mu.Unlock()
 			return tn.load()
+		},
+		Teams: func() map[string]TeamLoad {
+			tn.mu.Lock()
+			defer tn.mu.Unlock()
+			if tn.teams == nil {
+				return nil
+			}
+			return tn.teams(tn.n)
 		},
 		Adopt: func(id string) error {
 			tn.mu.Lock()
@@ -653,6 +662,50 @@ func TestACutOffNodeIsFencedAndRejoinsAfterHealing(t *testing.T) {
 	agreedLeader(t, a, b)
 }
 
+// A node fenced while etcd could not end its lease (the whole cluster
+// without quorum: a lease ends only while etcd has a leader, and a new
+// raft leader extends every lease) revokes that lease before it joins
+// again: its key vanishes first, so the leader hands over the calls it
+// abandoned, rather than leave them pending on it for good. Here the
+// test keeps the node's lease alive at etcd while the node is cut off, as
+// a cluster without quorum does.
+func TestAFencedNodeWhoseLeaseOutlivedTheCutHandsOverItsCalls(t *testing.T) {
+	m := startMember(t)
+	a := startNode(t, m, "a", 2)
+	proxy := newCutProxy(t, m.ClientURLs()[0])
+	b := startNodeAt(t, proxy.url(), "b", 2*time.Second)
+	agreedLeader(t, a, b)
+	putProject(t, a.st, project("once", 0, 1, 0, 0))
+	waitFor(t, "the project is placed", func() bool { _, ok := a.n.Placement("once"); return ok })
+	c := store.Call{ID: "call_abandoned", ProjectID: "once", TeamID: "acme", State: store.CallQueued, Created: time.Now().UTC()}
+	if err := b.st.SaveCall(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := a.n.NodeInfo("b")
+	ctx, stopKeeping := context.WithCancel(context.Background())
+	defer stopKeeping()
+	if _, err := a.st.Client().KeepAlive(ctx, clientv3.LeaseID(before.Lease)); err != nil {
+		t.Fatal(err)
+	}
+	proxy.setCut(true)
+	select {
+	case <-b.fenced:
+	case <-time.After(within):
+		t.Fatal("the cut-off node was not fenced")
+	}
+	if _, ok := a.n.NodeInfo("b"); !ok {
+		t.Fatal("b's key vanished while its lease was kept alive: the test stands for nothing")
+	}
+	proxy.setCut(false)
+	if id, node := nextAdopted(t, a, b); id != c.ID || node != "a" {
+		t.Errorf("%s adopted %s; want a to adopt %s, abandoned by b", node, id, c.ID)
+	}
+	waitFor(t, "b back under a new lease", func() bool {
+		info, ok := a.n.NodeInfo("b")
+		return ok && info.Lease != before.Lease && b.n.Live()
+	})
+}
+
 // A node that leads and whose etcd does not answer (no quorum for it)
 // shuts down within leaveTimeout and a little: it does not wait out a
 // resign and a revoke that cannot be answered, nor a put of its load in
@@ -730,4 +783,45 @@ func TestAdoptIsTriedAgainUntilTheCallIsTaken(t *testing.T) {
 		resp, err := a.st.Client().Get(ctx, key)
 		return err == nil && len(resp.Kvs) == 0
 	})
+}
+
+// A team's quota is leased to the nodes: every node's share is for its
+// own lease, the shares add up to the quota, and the node that wants more
+// (its calls waiting) gets the larger part once the other confirms it holds
+// the team to the newest record.
+func TestTheLeaderLeasesATeamsQuotaToTheNodesByWhatTheyWant(t *testing.T) {
+	m := startMember(t)
+	a, b := startNode(t, m, "a", 2), startNode(t, m, "b", 2)
+	var wmu sync.Mutex
+	wants := map[string]int{"a": 0, "b": 0}
+	for _, tn := range []*testNode{a, b} {
+		tn.mu.Lock()
+		tn.teams = func(n *Node) map[string]TeamLoad {
+			share, rev := n.TeamShare("acme")
+			wmu.Lock()
+			defer wmu.Unlock()
+			return map[string]TeamLoad{"acme": {Rev: rev, Share: share, Want: store.Quota{RunningCalls: wants[n.Name()]}}}
+		}
+		tn.mu.Unlock()
+	}
+	agreedLeader(t, a, b)
+	if _, err := a.st.SetTeamQuota("acme", store.Quota{RunningCalls: 4, QueuedCalls: 9}); err != nil {
+		t.Fatal(err)
+	}
+	shares := func() (int, int) {
+		sa, _ := a.n.TeamShare("acme")
+		sb, _ := b.n.TeamShare("acme")
+		return sa.RunningCalls, sb.RunningCalls
+	}
+	waitFor(t, "the idle quota spread over both nodes", func() bool { x, y := shares(); return x == 2 && y == 2 })
+	wmu.Lock()
+	wants["b"] = 9 // b's calls wait
+	wmu.Unlock()
+	waitFor(t, "b given the quota nobody else wants", func() bool { x, y := shares(); return x == 0 && y == 4 })
+	if x, y := shares(); x+y > 4 {
+		t.Errorf("shares %d + %d over the quota 4", x, y)
+	}
+	if q, _ := a.n.TeamShare("labs"); q != (store.Quota{}) {
+		t.Errorf("a team without a quota record: share %+v; want none", q)
+	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"inferd/internal/durable"
+	"inferd/store"
 	"inferd/store/etcd"
 )
 
@@ -604,16 +605,29 @@ func (p *PayloadStore) lastWrittenBefore(name string, t time.Time) (bool, error)
 func (p *PayloadStore) RunSweeper(ctx context.Context, refs PayloadRefs, every, grace time.Duration) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	down := false // etcd unavailable: told once per outage
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
-		if n, err := p.Sweep(refs, time.Now().Add(-grace)); err != nil {
+		n, err := p.Sweep(refs, time.Now().Add(-grace))
+		switch {
+		case errors.Is(err, store.ErrUnavailable):
+			if !down {
+				p.log.Warn().Err(err).Msg("sweeping payload files: store unavailable (no quorum?); trying again at every tick until it answers")
+			}
+			down = true
+			continue
+		case err != nil:
 			p.log.Warn().Err(err).Int("removed", n).Msg("sweeping payload files no call names failed")
-		} else if n > 0 {
+		case n > 0:
 			p.log.Info().Int("removed", n).Msg("removed payload files no call names")
+		}
+		if down {
+			p.log.Info().Msg("sweeping payload files: store available again")
+			down = false
 		}
 	}
 }

@@ -29,6 +29,9 @@ type NodeInfo struct {
 	// Projects is this node's load per project id: only projects with
 	// replicas or calls here.
 	Projects map[string]ProjectLoad `json:"projects,omitempty"`
+	// Teams is the state of each team with a leased quota here: its share
+	// in force, use and want (quota.go).
+	Teams map[string]TeamLoad `json:"teams,omitempty"`
 }
 
 // Capacity is what a node can place replicas on.

@@ -138,7 +138,7 @@ func TestBatchingEndToEnd(t *testing.T) {
 		h := newHold(t)
 		c.heldBatch("mk-batch", h)
 		ids := c.startAll("mk-batch", `{"n":1}`, `{"n":2}`, `{"n":3}`)
-		if r := c.cancel(ids[1]); r["message"] != "success" {
+		if r := c.cancel(ids[1]); r["message"] != "cancelled" {
 			t.Fatalf("cancel of a queued call: %v", r)
 		}
 		h.release(t)
@@ -158,7 +158,7 @@ func TestBatchingEndToEnd(t *testing.T) {
 		pair := c.startAll("mk-batch", inner.inputs(), `{"n":5}`)
 		h.release(t)
 		c.waitState(pair[1], "running")
-		if r := c.cancel(pair[1]); r["message"] != "success" {
+		if r := c.cancel(pair[1]); r["message"] != "cancelled" {
 			t.Fatalf("cancel of a call in a running batch: %v", r)
 		}
 		if r := c.check(pair[1], false); r["message"] != "error: cancelled by request" {

@@ -119,13 +119,24 @@ func (l *lineLog) add(line string) {
 // after timeout (stretched by testenv.Scale on a busy machine).
 func (l *lineLog) waitFor(t *testing.T, substr string, timeout time.Duration) string {
 	t.Helper()
+	return l.waitForAll(t, timeout, substr)
+}
+
+// waitForAll blocks until a line containing every one of subs has been
+// logged (a JSON line's message and one of its fields).
+func (l *lineLog) waitForAll(t *testing.T, timeout time.Duration, subs ...string) string {
+	t.Helper()
 	deadline := time.NewTimer(testenv.Scale(timeout))
 	defer deadline.Stop()
 	seen := 0
 	for {
 		l.mu.Lock()
 		for ; seen < len(l.lines); seen++ {
-			if strings.Contains(l.lines[seen], substr) {
+			all := true
+			for _, s := range subs {
+				all = all && strings.Contains(l.lines[seen], s)
+			}
+			if all {
 				line := l.lines[seen]
 				l.mu.Unlock()
 				return line
@@ -136,7 +147,7 @@ func (l *lineLog) waitFor(t *testing.T, substr string, timeout time.Duration) st
 		select {
 		case <-grew:
 		case <-deadline.C:
-			t.Fatalf("%s; log:\n%s", testenv.Waited(timeout, fmt.Sprintf("a log line containing %q", substr)), l.String())
+			t.Fatalf("%s; log:\n%s", testenv.Waited(timeout, fmt.Sprintf("a log line containing %q", subs)), l.String())
 		}
 	}
 }

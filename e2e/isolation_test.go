@@ -14,6 +14,7 @@ import (
 
 	"inferd/history"
 	"inferd/httpapi"
+	"inferd/httpapi/status"
 )
 
 // endpoint is one way a key reaches the public API, aimed at a resource of a
@@ -166,7 +167,7 @@ func TestEveryEndpointListsEveryKeyedRoute(t *testing.T) {
 
 // daemonRoutes are the public API's routes as a single-box daemon serves
 // them: the status API with its history, no cluster.
-var daemonRoutes = httpapi.Routes(httpapi.Options{Status: &httpapi.StatusSources{History: noHistory{}}})
+var daemonRoutes = httpapi.Routes(httpapi.Options{Status: &status.Sources{History: noHistory{}}})
 
 // noHistory stands for the daemon's history in the route table: only
 // whether there is one matters there.

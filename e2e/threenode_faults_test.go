@@ -435,10 +435,13 @@ func TestThreeNodeClusterFencesCutOffNode(t *testing.T) {
 
 // Issue 22, "Done when" 5: with two of the three members killed, the node
 // left answers `error: cluster unavailable` (HTTP 503) within a bounded
-// time instead of hanging, and serves again once they are back.
+// time instead of hanging, and serves again once they are back. Issue 42:
+// the survivor waits the outage out through every sweep it runs meanwhile
+// (every 2 s here), never exiting, and serves again with nothing
+// restarted.
 func TestThreeNodeClusterWithoutQuorumAnswersUnavailable(t *testing.T) {
 	echo := echoDir(t)
-	c := newThreeNodes(t, clusterOpts{})
+	c := newThreeNodes(t, clusterOpts{extra: healExtra})
 	n1 := c.nodes[0]
 	key := n1.d.createKey("acme", false)
 	n1.d.apply("projects:\n" + echoProject("echo", "acme", "mk-echo", echo, marker(), "") + "    maxReplicas: 3\n")
@@ -484,11 +487,19 @@ func TestThreeNodeClusterWithoutQuorumAnswersUnavailable(t *testing.T) {
 		}
 	})
 
+	// Both sweeps have met the outage, and the survivor runs on: the
+	// outage outlasts their interval.
+	for _, job := range []string{`"job":"expire calls"`, `"job":"expire usage"`} {
+		n1.d.logs.waitForAll(t, time.Minute, outageLine, job)
+	}
+	n1.alive(t, "without quorum")
+
 	c.nodes[1].launch(t)
 	c.nodes[2].launch(t)
 	c.nodes[1].waitServing(t)
 	c.nodes[2].waitServing(t)
 	t.Run("service resumes with quorum", func(t *testing.T) {
+		n1.alive(t, "the others back")
 		var r map[string]any
 		eventually(t, time.Minute, "a call through node 1 succeeds", func() bool {
 			r, _ = n1.client(t, key).tryStart("mk-echo", `{}`, false)

@@ -50,6 +50,15 @@ func TestThreeNodeClusterSharesKeysProjectsAndCalls(t *testing.T) {
 		}
 	})
 
+	t.Run("inferd call through any node runs the call where its project is placed", func(t *testing.T) {
+		for _, n := range c.nodes {
+			out, err := n.d.cli("call", "echo", `{"prompt":"hi"}`)
+			if err != nil || !strings.Contains(out, `"echo":{"prompt":"hi"}`) {
+				t.Errorf("inferd call through %s: %q, %v", n.name, out, err)
+			}
+		}
+	})
+
 	t.Run("a call started on node 2 is answered by a check on node 3", func(t *testing.T) {
 		r := n2.client(t, key).start("mk-echo", c.logged("check-on-3", ""), false)
 		if r["message"] != "success" {

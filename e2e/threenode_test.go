@@ -50,6 +50,14 @@ type clusterOpts struct {
 	isolated bool      // network namespaces (root), so a node can be cut off
 	extra    string    // YAML added to every node's config
 	perNode  [3]string // YAML added to one node's config (gpu: …)
+	// tls: etcd with the certificates `inferd cluster init` makes (https
+	// URLs, mutual TLS on the client and peer listeners), and its secret.
+	tls bool
+	// ownUIDs: the replicas run under a uid of their project's own (the
+	// default sandbox) rather than as root, as INFERD_REPLICA_USER=root
+	// has the other scenarios do (their run logs are in the test's
+	// private temporary directories).
+	ownUIDs bool
 }
 
 // clusterNode is one of the three.
@@ -71,6 +79,8 @@ type threeNodes struct {
 	nodes  [3]*clusterNode
 	runLog string // the echo model's run log ({"runLog": path})
 	bridge string // isolated only
+	tlsDir string // clusterOpts.tls: what `inferd cluster init` made
+	opts   clusterOpts
 }
 
 // newThreeNodes writes the three configs, starts the three daemons at once
@@ -78,7 +88,7 @@ type threeNodes struct {
 // runs) and waits until each serves.
 func newThreeNodes(t *testing.T, o clusterOpts) *threeNodes {
 	t.Helper()
-	c := &threeNodes{t: t, runLog: filepath.Join(t.TempDir(), "runs.jsonl")}
+	c := &threeNodes{t: t, runLog: filepath.Join(t.TempDir(), "runs.jsonl"), opts: o}
 	secret := clusterSecret(t)
 	type addrs struct{ listen, advertise, peer, client, base string }
 	var a [3]addrs
@@ -102,6 +112,27 @@ func newThreeNodes(t *testing.T, o clusterOpts) *threeNodes {
 				peer:   fmt.Sprintf("http://127.0.0.1:%d", ports[3*i+1]),
 				client: fmt.Sprintf("http://127.0.0.1:%d", ports[3*i+2]), base: "http://" + listen}
 		}
+	}
+	var tlsYAML, peerTLS string
+	if o.tls {
+		var hosts []string
+		for i := range a {
+			for j, u := range []*string{&a[i].peer, &a[i].client} {
+				*u = "https" + strings.TrimPrefix(*u, "http")
+				if j == 0 {
+					hosts = append(hosts, strings.Split(strings.TrimPrefix(*u, "https://"), ":")[0])
+				}
+			}
+		}
+		dir := filepath.Join(t.TempDir(), "cluster")
+		if out, err := exec.Command(inferdBin, "cluster", "init", dir, "--hosts", strings.Join(hosts, ",")).CombinedOutput(); err != nil {
+			t.Fatalf("inferd cluster init: %v: %s", err, out)
+		}
+		secret = filepath.Join(dir, "cluster-secret")
+		files := fmt.Sprintf("{certFile: %s, keyFile: %s, caFile: %s}",
+			filepath.Join(dir, "node.pem"), filepath.Join(dir, "node-key.pem"), filepath.Join(dir, "ca.pem"))
+		peerTLS, tlsYAML = "      peerTLS: "+files+"\n", "    tls: "+files+"\n"
+		c.tlsDir = dir
 	}
 	var initial []string
 	for i := range a {
@@ -134,7 +165,7 @@ cluster:
       peerURL: %s
       clientURL: %s
       initialCluster: %s
-`, a[i].listen, scaledSetting(20*time.Second), scaledSetting(30*time.Second), o.extra, o.perNode[i], n.name, a[i].advertise, secret, a[i].peer, a[i].client, strings.Join(initial, ","))
+%s%s`, a[i].listen, scaledSetting(20*time.Second), scaledSetting(30*time.Second), o.extra, o.perNode[i], n.name, a[i].advertise, secret, a[i].peer, a[i].client, strings.Join(initial, ","), peerTLS, tlsYAML)
 		n.cfgPath = filepath.Join(n.dir, "config.yaml")
 		if err := os.WriteFile(n.cfgPath, []byte(cfg), 0o600); err != nil {
 			t.Fatal(err)
@@ -194,6 +225,9 @@ func (n *clusterNode) launch(t *testing.T) {
 	}
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), "INFERD_SECRET_PROBE=must-not-leak", "INFERD_REPLICA_USER=root", "E2E_NODE="+n.name)
+	if n.cluster.opts.ownUIDs {
+		cmd.Env = append(cmd.Env, "INFERD_REPLICA_USER=per-project") // the last of a name wins
+	}
 	n.d = launchDaemonCmd(t, cmd, n.dir, n.cfgPath)
 	// Cleanups run last in, first out: this one, before each daemon's
 	// own, stops all nodes of the cluster at once, as an operator would
@@ -381,8 +415,9 @@ type run struct {
 	Inputs struct {
 		Tag string `json:"tag"`
 	} `json:"inputs"`
-	Node    string `json:"env"`     // E2E_NODE: the calls that log runs ask for it
-	Replica string `json:"replica"` // the replica that ran it
+	Node    string  `json:"env"`     // E2E_NODE: the calls that log runs ask for it
+	Replica string  `json:"replica"` // the replica that ran it
+	T       float64 `json:"t"`       // when it began, Unix seconds
 }
 
 // runs reads the run log: the nodes each tag ran on, in the order the

@@ -15,9 +15,6 @@ import (
 // Call control: the start fields that shape a call, cancel, queue purge and
 // warm-up (DESIGN.md "Call control and events").
 
-// codeUnavailable answers a warm-up whose replica failed to boot.
-const codeUnavailable = "unavailable"
-
 // decodeCallOptions checks the optional start fields into req.
 func decodeCallOptions(in inferenceRequest, req *scheduler.Request) (err error) {
 	if req.Timeout, err = optionalSeconds("timeout", in.Timeout); err != nil {

@@ -63,6 +63,9 @@ const rereadWithin = time.Second
 
 // admitRate takes one request from the key's rate.
 func (a *api) admitRate(ad *pipeline.Admission) (func(), error) {
+	if ad.FromNode {
+		return nil, nil // spent on the node the client sent it to
+	}
 	return nil, a.limits.allow(ad.Key.ID)
 }
 
@@ -100,11 +103,11 @@ func (a *api) admitStream(ad *pipeline.Admission) (func(), error) {
 	return a.limits.beginStream(ad.Key.ID)
 }
 
-// dialect is how a door words the call path's answers: a refusal, a
+// dialect is how a door words the end of its wait (awaitAnswer): a
 // failure after the call was made, a shutdown cutting its wait, and the
-// call as it stands. A new door is a decoder and a dialect.
+// call as it stands. A new door is a decoder and a renderer: a dialect,
+// and its words for the call path's refusals (each door's refused).
 type dialect interface {
-	refused(w http.ResponseWriter, r *http.Request, ref *pipeline.Refusal)
 	failed(w http.ResponseWriter, r *http.Request, err error)
 	stopping(w http.ResponseWriter, r *http.Request)
 	answer(w http.ResponseWriter, r *http.Request, c store.Call)

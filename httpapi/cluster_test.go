@@ -12,10 +12,11 @@ import (
 
 	"inferd/cluster"
 	"inferd/httpapi/metrics"
+	"inferd/httpapi/status"
 	"inferd/store"
 )
 
-// fakeCluster is a ClusterView as *cluster.Node would give it.
+// fakeCluster is a status.ClusterView as *cluster.Node would give it.
 type fakeCluster struct {
 	name, leader string
 	nodes        []cluster.NodeInfo
@@ -114,7 +115,7 @@ func TestClusterUnavailableIs503OnEveryRouteFamily(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, Options{Status: &StatusSources{}, Cluster: twoNodeCluster()})
+			e := newEnv(t, Options{Status: &status.Sources{}, Cluster: twoNodeCluster()})
 			e.sched.add(store.Call{ID: "call_x", ProjectID: "echo", TeamID: "acme", State: store.CallRunning})
 			tc.breaks(e)
 			rec := serve(e.h, tc.method, tc.path, tc.body, tc.header...)
@@ -160,9 +161,9 @@ func TestLongPollEndsNearItsWaitWhenEtcdHangs(t *testing.T) {
 // single box has no such section.
 func TestStatusShowsTheClusterToWhatTheKeyMaySee(t *testing.T) {
 	type section struct {
-		Cluster *statusCluster `json:"cluster"`
+		Cluster *status.Cluster `json:"cluster"`
 	}
-	e := newEnv(t, Options{Status: &StatusSources{}, Cluster: twoNodeCluster()})
+	e := newEnv(t, Options{Status: &status.Sources{}, Cluster: twoNodeCluster()})
 	got := decode[section](t, serve(e.h, "GET", "/v1/status", "", "X-Service-API-Key", keyAcme)).Cluster
 	if got == nil {
 		t.Fatal("no cluster section in cluster mode")
@@ -174,13 +175,13 @@ func TestStatusShowsTheClusterToWhatTheKeyMaySee(t *testing.T) {
 	if !b1.Self || b1.Leader || !b2.Leader || b2.Self || b1.Advertise != "http://10.0.0.1:8080" {
 		t.Errorf("nodes = %+v, %+v; want box-1 self, box-2 leader", b1, b2)
 	}
-	if want := (nodeGPUs{Total: 2, Free: 1, MemoryTotalMiB: 48000, MemoryFreeMiB: 24000}); b1.GPUs != want || b1.CPUSlots != 4 || b1.CPUUsed != 1 {
+	if want := (status.NodeGPUs{Total: 2, Free: 1, MemoryTotalMiB: 48000, MemoryFreeMiB: 24000}); b1.GPUs != want || b1.CPUSlots != 4 || b1.CPUUsed != 1 {
 		t.Errorf("box-1 capacity = %+v, cpu %d/%d; want %+v, cpu 1/4", b1.GPUs, b1.CPUUsed, b1.CPUSlots, want)
 	}
-	if want := []nodeProject{{ID: "echo", Replicas: 2, Ready: 2, Busy: 1, Queued: 3}}; !slices.Equal(b1.Projects, want) {
+	if want := []status.NodeProject{{ID: "echo", Replicas: 2, Ready: 2, Busy: 1, Queued: 3}}; !slices.Equal(b1.Projects, want) {
 		t.Errorf("box-1 projects = %+v, want %+v", b1.Projects, want)
 	}
-	if want := []nodeProject{{ID: "echo", Replicas: 1, Ready: 1}}; !slices.Equal(b2.Projects, want) {
+	if want := []status.NodeProject{{ID: "echo", Replicas: 1, Ready: 1}}; !slices.Equal(b2.Projects, want) {
 		t.Errorf("box-2 projects = %+v, want %+v (another team's hidden)", b2.Projects, want)
 	}
 	var placed []string
@@ -201,12 +202,12 @@ func TestStatusShowsTheClusterToWhatTheKeyMaySee(t *testing.T) {
 		t.Errorf("admin's cluster section = %+v; want every project", admin)
 	}
 	// The section alone, as /v1/status has it for the same key.
-	alone := decode[statusCluster](t, serve(e.h, "GET", "/v1/status/cluster/", "", "X-Service-API-Key", keyAcme))
+	alone := decode[status.Cluster](t, serve(e.h, "GET", "/v1/status/cluster/", "", "X-Service-API-Key", keyAcme))
 	if alone.Leader != "box-2" || len(alone.Nodes) != 2 || len(alone.Placement) != 2 || len(alone.Nodes[1].Projects) != 1 {
 		t.Errorf("/v1/status/cluster = %+v; want the team's view of two nodes", alone)
 	}
 
-	single := newEnv(t, Options{Status: &StatusSources{}})
+	single := newEnv(t, Options{Status: &status.Sources{}})
 	if body := serve(single.h, "GET", "/v1/status", "", "X-Service-API-Key", keyAcme).Body.String(); strings.Contains(body, `"cluster"`) {
 		t.Errorf("a single box's status has a cluster section: %s", body)
 	}
@@ -255,4 +256,4 @@ func TestMetricsNameTheNodeInClusterMode(t *testing.T) {
 }
 
 // loadedMetricsIn is loadedMetrics on a node of cluster c.
-func loadedMetricsIn(c ClusterView) *metrics.Metrics { return loadedMetricsWith(c) }
+func loadedMetricsIn(c status.ClusterView) *metrics.Metrics { return loadedMetricsWith(c) }

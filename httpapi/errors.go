@@ -1,11 +1,11 @@
 package httpapi
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 
+	"inferd/httpapi/respond"
 	"inferd/store"
 )
 
@@ -13,21 +13,10 @@ import (
 // "error: ..." message on the inference endpoints, and a status code with a
 // JSON error body on the project and admin endpoints.
 
-// Error codes of the JSON error body {"error": {"code": ..., "message": ...}}.
-const (
-	codeBadRequest       = "bad_request"
-	codeUnauthorized     = "unauthorized"
-	codeNotFound         = "not_found"
-	codeMethodNotAllowed = "method_not_allowed"
-	codeTooLarge         = "payload_too_large"
-	codeRateLimited      = "rate_limited"
-	codeConflict         = "conflict"
-	codeStorageFull      = "insufficient_storage"
-	codeInternal         = "internal"
-)
-
-// userError is a failure caused by the request, whose text is written for the
-// caller. On the inference endpoints only msg is shown (as "error: " + msg).
+// userError is a failure caused by the request, whose text is written for
+// the caller: the public API's respond.Problem, which respond.Classify
+// answers alike (Answer). On the inference endpoints only msg is shown (as
+// "error: " + msg).
 type userError struct {
 	status int
 	code   string
@@ -36,6 +25,9 @@ type userError struct {
 
 func (e *userError) Error() string { return e.msg }
 
+// Answer is how the error is answered (respond.Answerer).
+func (e *userError) Answer() (status int, code, msg string) { return e.status, e.code, e.msg }
+
 func badRequest(format string, args ...any) error {
 	return &userError{http.StatusBadRequest, codeBadRequest, fmt.Sprintf(format, args...)}
 }
@@ -43,26 +35,6 @@ func badRequest(format string, args ...any) error {
 func notFound(format string, args ...any) error {
 	return &userError{http.StatusNotFound, codeNotFound, fmt.Sprintf(format, args...)}
 }
-
-// malformedJSON describes a json.Unmarshal failure for the caller.
-func malformedJSON(err error) error {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &se):
-		return badRequest("malformed JSON: %s (at byte %d)", se.Error(), se.Offset)
-	case errors.As(err, &te) && te.Field != "":
-		return badRequest("%s must be of type %s, not %s", te.Field, te.Type, te.Value)
-	default:
-		return badRequest("malformed JSON: %s", err.Error())
-	}
-}
-
-// Request problems shared by every endpoint that reads a JSON body.
-var (
-	errEmptyBody = badRequest("request body is empty; send a JSON object")
-	errNotObject = badRequest("request body must be a JSON object")
-)
 
 // Inference failures; their texts are the "error: ..." messages.
 var (
@@ -80,11 +52,6 @@ var (
 var (
 	errMissingHeaderKey = &userError{http.StatusUnauthorized, codeUnauthorized,
 		"missing API key: send it in the X-Service-API-Key header"}
-	errInvalidHeaderKey = &userError{http.StatusUnauthorized, codeUnauthorized, "invalid API key"}
-	errProjectNotFound  = notFound("project not found")
-	// errNotYours aborts an update of another team's project; it answers
-	// exactly like a missing project so that its existence is never revealed.
-	errNotYours = errors.New("project belongs to another team")
 )
 
 // schedulerError marks an error returned by Scheduler.Submit. The scheduler's
@@ -105,14 +72,15 @@ func isStoreError(err error) bool {
 // inferenceMessage returns the "error: ..." message for err, and whether err
 // is an internal failure that the caller must log.
 func inferenceMessage(err error) (msg string, internal bool) {
-	var ue *userError
+	var ue respond.Answerer
 	var tooLarge *http.MaxBytesError
 	var se *schedulerError
 	switch {
 	case errors.Is(err, store.ErrUnavailable):
-		return "error: " + clusterUnavailable, false
+		return "error: " + respond.ClusterUnavailable, false
 	case errors.As(err, &ue):
-		return "error: " + ue.msg, false
+		_, _, msg := ue.Answer()
+		return "error: " + msg, false
 	case errors.As(err, &tooLarge):
 		return fmt.Sprintf("error: request body is larger than %d bytes", tooLarge.Limit), false
 	case errors.Is(err, store.ErrStorageFull):
@@ -135,41 +103,4 @@ func inferenceStatus(err error) int {
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusOK
-}
-
-// apiError returns the status code, error code and message for err on the
-// project and admin endpoints, and whether err is an internal failure that
-// the caller must log. requestID is quoted in internal-error messages so an
-// operator can find the log line.
-func apiError(err error, requestID string) (status int, code, msg string, internal bool) {
-	var ue *userError
-	var tooLarge *http.MaxBytesError
-	var ve *store.ValidationError
-	var qe *store.QuotaError
-	switch {
-	case errors.Is(err, store.ErrUnavailable):
-		return http.StatusServiceUnavailable, codeUnavailable, clusterUnavailable, false
-	case errors.As(err, &ue):
-		return ue.status, ue.code, ue.msg, false
-	case errors.As(err, &tooLarge):
-		return http.StatusRequestEntityTooLarge, codeTooLarge,
-			fmt.Sprintf("request body is larger than %d bytes", tooLarge.Limit), false
-	case errors.As(err, &ve):
-		return http.StatusBadRequest, codeBadRequest, ve.Error(), false
-	case errors.As(err, &qe):
-		return http.StatusBadRequest, codeBadRequest, qe.Error(), false
-	case errors.Is(err, errNotYours):
-		return http.StatusNotFound, codeNotFound, errProjectNotFound.Error(), false
-	case errors.Is(err, store.ErrInvalidKey):
-		return http.StatusUnauthorized, codeUnauthorized, errInvalidHeaderKey.Error(), false
-	case errors.Is(err, store.ErrNotFound):
-		return http.StatusNotFound, codeNotFound, "not found", false
-	case errors.Is(err, store.ErrConflict):
-		return http.StatusConflict, codeConflict, err.Error(), false
-	case errors.Is(err, store.ErrStorageFull):
-		return http.StatusInsufficientStorage, codeStorageFull, "storage full; nothing was changed", false
-	default:
-		return http.StatusInternalServerError, codeInternal,
-			"internal error; see the server log for request id " + requestID, true
-	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"inferd/cluster"
+	"inferd/httpapi/respond"
 	"inferd/scheduler"
 	"inferd/store"
 )
@@ -324,6 +325,7 @@ var clusterMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, 
 func (a *api) clusterAPI() httprouter.Handle {
 	sub := newRouter(a.recoverPanic)
 	sub.POST(clusterPrefix+"calls/:id/cancel", a.clusterCancel)
+	sub.POST(operatorCallPath, a.operatorCall) // operator.go
 	for _, rt := range a.opts.Routing.routes {
 		sub.Handler(rt.method, rt.path, rt.h)
 	}
@@ -332,7 +334,7 @@ func (a *api) clusterAPI() httprouter.Handle {
 		if err != nil {
 			a.log.Warn().Err(err).Str("request_id", requestIDOf(w)).Str("path", truncate(r.URL.Path, 200)).
 				Msg("refused a request between nodes")
-			writeJSON(w, http.StatusUnauthorized, errorBody{errorDetail{codeUnauthorized, cluster.ErrUnauthenticated.Error()}})
+			writeJSON(w, http.StatusUnauthorized, respond.Refusal(codeUnauthorized, cluster.ErrUnauthenticated.Error()))
 			return
 		}
 		sub.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), peerKey{}, node)))
@@ -345,17 +347,17 @@ func (a *api) clusterAPI() httprouter.Handle {
 func (a *api) clusterCancel(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 	id := ps.ByName("id")
 	c, err := a.sched.Cancel(id)
-	writeCancelled(w, r, a.log, id, c, err)
+	respond.WriteCancelled(w, r, a.log, id, c, err)
 }
 
 // remoteCancelTimeout bounds a cancel on another node: a running call's
 // cancel waits there until its replica lets go of it (replica.stopGrace).
 const remoteCancelTimeout = 2 * time.Minute
 
-// Canceller returns the admin API's CallCanceller in cluster mode: local
-// for a call of this node's (or a final one), and for a call pending on
-// another node that node's, over /cluster/v1/.
-func (c *Routing) Canceller(local CallCanceller) CallCanceller {
+// Canceller returns the admin API's cancel (admin.CallCanceller) in
+// cluster mode: local for a call of this node's (or a final one), and for
+// a call pending on another node that node's, over /cluster/v1/.
+func (c *Routing) Canceller(local func(id string) (store.Call, error)) func(id string) (store.Call, error) {
 	return func(id string) (store.Call, error) {
 		n, elsewhere, err := c.pendingOn(id)
 		switch {
@@ -388,7 +390,7 @@ func (c *Routing) cancelOn(n cluster.NodeInfo, id string) (store.Call, error) {
 	if err != nil {
 		return store.Call{}, fmt.Errorf("%w: cancel call %s on node %s: %w", errClusterUnavailable, id, n.Name, err)
 	}
-	var ok cancelledCall
+	var ok respond.Cancelled
 	var failed errorBody
 	switch {
 	case resp.StatusCode == http.StatusOK && json.Unmarshal(body, &ok) == nil:

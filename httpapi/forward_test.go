@@ -215,6 +215,27 @@ func TestForwardedStartKeepsTheClientsKey(t *testing.T) {
 	}
 }
 
+// A start forwarded to the node that runs it spends the client's key's
+// rate once, on the node the client reached: with a burst of one on each
+// node, a start through a forwarded to b leaves b's token for a start the
+// client sends to b itself.
+func TestForwardedStartSpendsTheKeysRateOnce(t *testing.T) {
+	limits := Options{Limits: Limits{RequestsPerSecond: 0.001, Burst: 1}}
+	a, b := newTestNode(t, "a", limits), newTestNode(t, "b", limits)
+	b.env.sched.instant = true
+	a.routeTo("echo", b.info)
+	b.router.routes["echo"] = cluster.Route{Local: true} // placed on b
+	if m := inferenceReply(t, a.post(t, "/start/v4", startEcho)); m["message"] != "success" {
+		t.Fatalf("a start through a: %v", m)
+	}
+	if m := inferenceReply(t, b.post(t, "/start/v4", startEcho)); m["message"] != "success" {
+		t.Errorf("a start sent to b after one forwarded there: %v; want b's token unspent by the forward", m)
+	}
+	if m := inferenceReply(t, a.post(t, "/start/v4", startEcho)); !strings.Contains(m["message"].(string), "rate limit") {
+		t.Errorf("a second start through a: %v; want a's rate limit", m)
+	}
+}
+
 func TestForwardedStartIsNotForwardedAgain(t *testing.T) {
 	a, b, c := newTestNode(t, "a", Options{}), newTestNode(t, "b", Options{}), newTestNode(t, "c", Options{})
 	b.env.sched.instant = true

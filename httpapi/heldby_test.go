@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"inferd/httpapi/status"
 	"inferd/scheduler"
 	"inferd/store"
 )
@@ -59,7 +60,7 @@ func TestHeldOutReasonNamesOnlyProjectsTheKeyMayReach(t *testing.T) {
 				{ID: "zeta", TeamID: "acme", Queued: 1, Waiting: scheduler.WaitingCPU, HeldBy: why,
 					Queue: []scheduler.QueuedCall{{ID: "call_z", WaitingFor: why}}},
 			}}
-			env := newEnv(t, Options{Status: &StatusSources{Snapshot: func() scheduler.Status { return snap }}})
+			env := newEnv(t, Options{Status: &status.Sources{Snapshot: func() scheduler.Status { return snap }}})
 			if err := env.store.AddKey(keyZetaOnly, store.APIKey{TeamID: "acme", Scope: store.ScopeTeam,
 				KeyLimits: store.KeyLimits{Projects: []string{"zeta"}}}); err != nil {
 				t.Fatal(err)
@@ -70,8 +71,8 @@ func TestHeldOutReasonNamesOnlyProjectsTheKeyMayReach(t *testing.T) {
 			if tc.secret != "" && strings.Contains(rec.Body.String(), tc.secret) {
 				t.Errorf("the status names %s to this key:\n%s", tc.secret, rec.Body)
 			}
-			st := decode[statusAll](t, rec)
-			var zeta *statusProject
+			st := decode[status.All](t, rec)
+			var zeta *status.Project
 			for i := range st.Projects {
 				if st.Projects[i].ID == "zeta" {
 					zeta = &st.Projects[i]

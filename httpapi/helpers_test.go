@@ -6,13 +6,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"inferd/httpapi/internal/apitest"
 	"inferd/store"
 )
 
@@ -24,20 +24,7 @@ const (
 	keyRevoked = "ik_000000000d_revoked"
 )
 
-func testProject(id, team string) store.Project {
-	return store.Project{
-		ID: id, TeamID: team,
-		MinReplicas: 0, MaxReplicas: 3, InferenceTimeout: 300, IdleTimeout: 30,
-		Model: store.ModelSpec{
-			KeyHash:     store.HashModelKey("mk-" + id),
-			Command:     []string{"python3", "server.py"},
-			Dir:         "/srv/" + id,
-			Protocol:    "http",
-			Concurrency: 1,
-			BootTimeout: 600,
-		},
-	}
-}
+func testProject(id, team string) store.Project { return apitest.Project(id, team) }
 
 type testEnv struct {
 	store *testStore
@@ -88,18 +75,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 
 // serve runs one request through h.
 func serve(h http.Handler, method, path, body string, header ...string) *httptest.ResponseRecorder {
-	var r io.Reader
-	if body != "" {
-		r = strings.NewReader(body)
-	}
-	req := httptest.NewRequest(method, path, r)
-	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	return rec
+	return apitest.Serve(h, method, path, body, header...)
 }
 
 // serveAsync runs a request in a goroutine; the result arrives on the channel.
@@ -187,34 +163,12 @@ func inferenceReply(t *testing.T, rec *httptest.ResponseRecorder) map[string]any
 // apiErrorReply checks a project/admin error response and returns its message.
 func apiErrorReply(t *testing.T, rec *httptest.ResponseRecorder, status int, code string) string {
 	t.Helper()
-	if rec.Code != status {
-		t.Fatalf("status %d, want %d; body %s", rec.Code, status, rec.Body)
-	}
-	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
-		t.Errorf("Content-Type %q", ct)
-	}
-	var body struct {
-		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
-		t.Fatalf("error body is not JSON: %v: %s", err, rec.Body)
-	}
-	if body.Error.Code != code || body.Error.Message == "" {
-		t.Errorf("error = %+v, want code %q and a message", body.Error, code)
-	}
-	return body.Error.Message
+	return apitest.ErrorReply(t, rec, status, code)
 }
 
 func decode[T any](t *testing.T, rec *httptest.ResponseRecorder) T {
 	t.Helper()
-	var v T
-	if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
-		t.Fatalf("decode %T: %v: %s", v, err, rec.Body)
-	}
-	return v
+	return apitest.Decode[T](t, rec)
 }
 
 // eventuallyTrue polls cond until it holds; the bound only guards against

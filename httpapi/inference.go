@@ -151,7 +151,7 @@ func (a *api) start(w http.ResponseWriter, r *http.Request, _ httprouter.Params)
 		return
 	}
 	req := pipeline.Request{Secret: args.apiKey, Target: pipeline.Target{ModelKey: args.modelKey}, Call: args.req,
-		W: w, R: r, Body: args.body, Wait: a.startWait}
+		W: w, R: r, Body: args.body, Wait: a.startWait, FromNode: a.fromNode(r)}
 	if !args.startOnly {
 		// One write for a call that finishes within the wait (see
 		// SubmitWait); the call runs on if the client goes away.
@@ -280,18 +280,6 @@ func (a *api) callResponse(c store.Call, reaches func(teamID, projectID string) 
 	return resp
 }
 
-// failureMessage makes sure a failed call's message says "error".
-func failureMessage(m string) string {
-	switch {
-	case m == "":
-		return "error: inference failed"
-	case strings.HasPrefix(m, "error"):
-		return m
-	default:
-		return "error: " + m
-	}
-}
-
 // pendingMessage is the state of an unfinished call, or the scheduler's
 // account of it ("booting (attempt 2 of 3; last: …)"); it never contains
 // "error", which clients read as a failure.
@@ -317,6 +305,20 @@ func (a *api) authenticate(secret string, invalid error) (store.APIKey, error) {
 // authenticated is authenticate for a key already read (err: the store's
 // Authenticate error).
 func (a *api) authenticated(key store.APIKey, err error, invalid error) (store.APIKey, error) {
+	key, err = a.keyValid(key, err, invalid)
+	if err != nil {
+		return store.APIKey{}, err
+	}
+	if err := a.limits.allow(key.ID); err != nil {
+		return store.APIKey{}, err
+	}
+	return key, nil
+}
+
+// keyValid is authenticated without the rate: for a request another node
+// of the cluster forwarded, which spent the key's rate where the client
+// sent it (a start spends it once, on the node it reached first).
+func (a *api) keyValid(key store.APIKey, err error, invalid error) (store.APIKey, error) {
 	switch {
 	case errors.Is(err, store.ErrInvalidKey), errors.Is(err, store.ErrNotFound):
 		return store.APIKey{}, invalid
@@ -326,9 +328,6 @@ func (a *api) authenticated(key store.APIKey, err error, invalid error) (store.A
 		return store.APIKey{}, invalid
 	case key.ExpiredAt(time.Now()):
 		return store.APIKey{}, errKeyExpired
-	}
-	if err := a.limits.allow(key.ID); err != nil {
-		return store.APIKey{}, err
 	}
 	return key, nil
 }
@@ -412,29 +411,6 @@ func (a *api) decodeInference(w http.ResponseWriter, r *http.Request) (inference
 	}
 	req, err = decodeInferenceRequest(body)
 	return req, body, err
-}
-
-// decodeObject parses body, which must be one JSON object, into v.
-func decodeObject(body []byte, v any) error {
-	switch firstByte(body) {
-	case 0:
-		return errEmptyBody
-	case '{':
-	default:
-		if !json.Valid(body) {
-			return malformedJSON(json.Unmarshal(body, v))
-		}
-		return errNotObject
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return malformedJSON(err)
-	}
-	return nil
-}
-
-// isAbsent reports whether a field is missing or null.
-func isAbsent(raw json.RawMessage) bool {
-	return len(raw) == 0 || string(raw) == "null"
 }
 
 // requiredString returns a string field; missing, null and "" give ifMissing.

@@ -74,6 +74,10 @@ const pruneAt = 4096
 // limiter enforces Limits per API key id. It is safe for concurrent use.
 type limiter struct {
 	limits Limits
+	// nodes, in cluster mode, is how many live nodes share each key's
+	// rate (Options.RateNodes): each node allows its part, so the cluster
+	// together allows the key's rate. Nil: a single box.
+	nodes func() int
 
 	mu    sync.Mutex
 	keys  map[string]*keyUsage
@@ -83,12 +87,34 @@ type limiter struct {
 // keyUsage is what one key currently holds.
 type keyUsage struct {
 	rate    *rate.Limiter // nil when the rate is unlimited
+	split   int           // the nodes rate is this node's part of (1 on a box)
 	waits   int
 	streams int // open event streams, also counted in waits
 }
 
-func newLimiter(l Limits) *limiter {
-	return &limiter{limits: l, keys: make(map[string]*keyUsage)}
+func newLimiter(l Limits, nodes func() int) *limiter {
+	return &limiter{limits: l, nodes: nodes, keys: make(map[string]*keyUsage)}
+}
+
+// split is how many nodes share each key's rate now: 1 on a single box.
+func (l *limiter) split() int {
+	if l.nodes == nil {
+		return 1
+	}
+	return max(l.nodes(), 1)
+}
+
+// part sets u's rate to this node's part of the key's rate when split
+// nodes share it: the rate divided among them, and the burst too (at least
+// one request each, so a cluster of more nodes than the burst allows a
+// burst of one per node); l.mu is held.
+func (l *limiter) part(u *keyUsage, split int) {
+	if u.split == split {
+		return
+	}
+	u.split = split
+	u.rate.SetLimit(rate.Limit(l.limits.RequestsPerSecond / float64(split)))
+	u.rate.SetBurst(max(l.limits.Burst/split, 1))
 }
 
 // usage returns the entry of key id; l.mu is held.
@@ -102,8 +128,9 @@ func (l *limiter) usage(id string) *keyUsage {
 	}
 	u = &keyUsage{}
 	if l.limits.RequestsPerSecond > 0 {
-		burst := max(l.limits.Burst, 1)
-		u.rate = rate.NewLimiter(rate.Limit(l.limits.RequestsPerSecond), burst)
+		split := l.split()
+		u.rate = rate.NewLimiter(rate.Limit(l.limits.RequestsPerSecond/float64(split)), max(l.limits.Burst/split, 1))
+		u.split = split
 	}
 	l.keys[id] = u
 	return u
@@ -124,8 +151,10 @@ func (l *limiter) allow(id string) error {
 	if l.limits.RequestsPerSecond <= 0 {
 		return nil
 	}
+	split := l.split() // outside mu: the cluster's node count has a lock of its own
 	l.mu.Lock()
 	u := l.usage(id)
+	l.part(u, split)
 	l.mu.Unlock()
 	if !u.rate.Allow() { // rate.Limiter has its own lock
 		return errRateLimited(l.limits.RequestsPerSecond)

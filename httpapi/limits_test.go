@@ -108,7 +108,7 @@ func assertPending(t *testing.T, rec *httptest.ResponseRecorder) {
 }
 
 func TestLimiterCountsWaitsPerKeyAndInTotal(t *testing.T) {
-	l := newLimiter(Limits{MaxWaitsPerKey: 2, MaxWaits: 3})
+	l := newLimiter(Limits{MaxWaitsPerKey: 2, MaxWaits: 3}, nil)
 	r1, ok1 := l.beginWait("a")
 	_, ok2 := l.beginWait("a")
 	_, ok3 := l.beginWait("a")
@@ -127,7 +127,7 @@ func TestLimiterCountsWaitsPerKeyAndInTotal(t *testing.T) {
 }
 
 func TestLimiterPrunesOnlyIdleKeys(t *testing.T) {
-	l := newLimiter(Limits{RequestsPerSecond: noRefill, Burst: 1})
+	l := newLimiter(Limits{RequestsPerSecond: noRefill, Burst: 1}, nil)
 	if _, ok := l.beginWait("busy"); !ok {
 		t.Fatal("beginWait")
 	}
@@ -166,5 +166,38 @@ func TestJSONDepth(t *testing.T) {
 		if got := jsonDepthExceeds([]byte(tc.v), tc.max); got != tc.deep {
 			t.Errorf("jsonDepthExceeds(%s, %d) = %v", tc.v, tc.max, got)
 		}
+	}
+}
+
+// In a cluster each node allows its part of a key's rate and burst (the
+// live nodes share them), at least one request: three nodes with a burst
+// of 6 allow 2 each; a node that finds itself alone gets the whole burst
+// back as the bucket refills; with more nodes than the burst, one each.
+func TestLimiterAllowsThisNodesPartOfAKeysRate(t *testing.T) {
+	nodes := 3
+	l := newLimiter(Limits{RequestsPerSecond: noRefill, Burst: 6}, func() int { return nodes })
+	allowed := func(id string, tries int) int {
+		n := 0
+		for range tries {
+			if l.allow(id) == nil {
+				n++
+			}
+		}
+		return n
+	}
+	if got := allowed("k", 10); got != 2 {
+		t.Errorf("three nodes sharing a burst of 6: this one allowed %d; want 2", got)
+	}
+	if u := l.keys["k"]; u.rate.Burst() != 6/3 || float64(u.rate.Limit()) != noRefill/3 {
+		t.Errorf("this node's part: burst %d, rate %g; want 2 and a third of the rate", u.rate.Burst(), float64(u.rate.Limit()))
+	}
+	nodes = 1
+	l.allow("k")
+	if u := l.keys["k"]; u.rate.Burst() != 6 || float64(u.rate.Limit()) != noRefill {
+		t.Errorf("alone: burst %d, rate %g; want the key's whole", u.rate.Burst(), float64(u.rate.Limit()))
+	}
+	nodes = 9
+	if got := allowed("fresh", 3); got != 1 {
+		t.Errorf("nine nodes sharing a burst of 6: this one allowed %d; want 1", got)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
+	"inferd/httpapi/respond"
 	"inferd/openai"
 	"inferd/scheduler"
 	"inferd/store"
@@ -63,13 +64,13 @@ var errModelNotFound = &oaiError{status: http.StatusNotFound, typ: openai.TypeIn
 	msg: "the model does not exist or you do not have access to it (GET /v1/models lists yours)"}
 
 // openaiError answers err in OpenAI's shape: an *oaiError as it is, any
-// other error with the status the project API gives it (apiError, which
+// other error with the status the project API gives it (respond.Classify, which
 // also logs internal ones) and the OpenAI type of that status. Never a Go
 // error's text: an internal failure names the request id to look up.
 func (a *api) openaiError(w http.ResponseWriter, r *http.Request, err error) {
 	var oe *oaiError
 	if !errors.As(err, &oe) {
-		status, code, msg, internal := apiError(err, requestIDOf(w))
+		status, code, msg, internal := respond.Classify(err, requestIDOf(w))
 		if internal {
 			a.log.Error().Err(err).Str("request_id", requestIDOf(w)).Str("method", r.Method).
 				Str("path", truncate(r.URL.Path, 200)).Msg("request failed")
@@ -90,7 +91,7 @@ func (a *api) openaiError(w http.ResponseWriter, r *http.Request, err error) {
 
 // startRefused turns Scheduler.Start's refusal into OpenAI's: a full queue
 // or a team at its quota is a 429 to retry; a project that can never run
-// here, a 503 that says why; a store failure as apiError says.
+// here, a 503 that says why; a store failure as respond.Classify says.
 func startRefused(err error) error {
 	switch {
 	case errors.Is(err, scheduler.ErrQueueFull), errors.Is(err, scheduler.ErrTeamQuota):

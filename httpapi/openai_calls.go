@@ -41,7 +41,7 @@ func (a *api) openaiCall(endpoint string) httprouter.Handle {
 		// Admitted and durable before the wait: the call is the server's
 		// once admitted, answerable by its id whatever the client does.
 		out, ref := a.pipe.Start(r.Context(), pipeline.Request{
-			Secret: secret, Target: pipeline.Target{ModelName: req.Model},
+			Secret: secret, Target: pipeline.Target{ModelName: req.Model}, FromNode: a.fromNode(r),
 			Call: scheduler.Request{Route: endpoint, QueueTimeout: a.openaiQueueWait()},
 			Prepare: func(p store.Project, call *scheduler.Request) (err error) {
 				call.Inputs, err = req.Body(p.ServedModelName()) // the name the server knows

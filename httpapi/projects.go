@@ -59,7 +59,14 @@ func (a *api) headerKeyFor(r *http.Request, p store.Permission) (store.APIKey, e
 	if err != nil {
 		return store.APIKey{}, err
 	}
-	key, err := a.authenticate(secret, errInvalidHeaderKey)
+	var key store.APIKey
+	if a.fromNode(r) {
+		// A request another node forwarded: its rate was spent there.
+		key, err = a.store.Authenticate(secret)
+		key, err = a.keyValid(key, err, errInvalidHeaderKey)
+	} else {
+		key, err = a.authenticate(secret, errInvalidHeaderKey)
+	}
 	if err != nil {
 		return store.APIKey{}, err
 	}

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -8,7 +9,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"inferd/httpapi/admin"
 	"inferd/httpapi/metrics"
+	"inferd/httpapi/status"
 	"inferd/store"
 	"inferd/store/bolt"
 )
@@ -16,9 +19,9 @@ import (
 // Every store.Store serves both interfaces; main passes a *bolt.Store.
 var (
 	_ Store              = store.Store(nil)
-	_ AdminStore         = store.Store(nil)
-	_ RecentCalls        = store.Store(nil)
-	_ BackupWriter       = (*bolt.Store)(nil)
+	_ admin.Store        = store.Store(nil)
+	_ status.RecentCalls = store.Store(nil)
+	_ admin.BackupWriter = (*bolt.Store)(nil)
 	_ metrics.StoreStats = (*bolt.Store)(nil)
 )
 
@@ -31,7 +34,7 @@ func TestProjectAPIOnRealStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	adm := NewAdmin(st, zerolog.Nop())
+	adm := admin.New(st, zerolog.Nop())
 	pub := New(Options{}, st, newFakeScheduler())
 
 	newKey := func(team string) string {
@@ -91,4 +94,14 @@ func TestProjectAPIOnRealStore(t *testing.T) {
 	if m["message"] != "error: invalid apiKey" {
 		t.Errorf("message %q", m["message"])
 	}
+}
+
+// applyBody is the body of POST /admin/apply that declares projects.
+func applyBody(t *testing.T, projects ...store.Project) string {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{"projects": projects})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -1,59 +1,11 @@
 package httpapi
 
 import (
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"os"
-	"strconv"
-
-	"github.com/rs/zerolog"
 )
-
-// writeJSON writes v as the JSON body with the given status.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		// Only a bug (an unencodable value) gets here; answer something
-		// well-formed rather than half a body.
-		status = http.StatusInternalServerError
-		b = []byte(`{"error":{"code":"internal","message":"internal error: encoding the response failed"}}`)
-	}
-	writeBody(w, status, b)
-}
-
-// writeBody writes an encoded JSON body.
-func writeBody(w http.ResponseWriter, status int, b []byte) {
-	b = append(b, '\n')
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(status)
-	_, _ = w.Write(b) // a failed write means the client is gone
-}
-
-// errorBody is the JSON error shape of the project and admin endpoints.
-type errorBody struct {
-	Error errorDetail `json:"error"`
-}
-
-type errorDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
-// writeError answers err on the project and admin endpoints, logging it when
-// it is internal (the one place such an error is handled).
-func writeError(w http.ResponseWriter, r *http.Request, log zerolog.Logger, err error) {
-	id := requestIDOf(w)
-	status, code, msg, internal := apiError(err, id)
-	if internal {
-		log.Error().Err(err).Str("request_id", id).Str("method", r.Method).
-			Str("path", r.URL.Path).Msg("request failed")
-	}
-	writeJSON(w, status, errorBody{errorDetail{code, msg}})
-}
 
 // maxPresize bounds the buffer readBody sets aside from a Content-Length
 // before any of the body has arrived: the header is only a claim, and a
@@ -187,16 +139,4 @@ func growSize(buf []byte, contentLength, limit int64) int {
 		}
 	}
 	return int(max(next, int64(len(buf))+1))
-}
-
-// firstByte returns the first non-whitespace byte of b, or 0 when b is blank.
-func firstByte(b []byte) byte {
-	for _, c := range b {
-		switch c {
-		case ' ', '\t', '\r', '\n':
-			continue
-		}
-		return c
-	}
-	return 0
 }

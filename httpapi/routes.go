@@ -5,6 +5,7 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
+	"inferd/httpapi/status"
 	"inferd/store"
 )
 
@@ -91,22 +92,21 @@ func (a *api) routes() []route {
 		}
 	}
 	if a.opts.Status != nil {
-		s := &statusAPI{api: a, src: *a.opts.Status}
-		both(http.MethodGet, "/v1/status", store.PermRead, false, s.all)
-		both(http.MethodGet, "/v1/status/gpus", store.PermRead, false, list(s, false, s.gpus))
-		both(http.MethodGet, "/v1/status/projects", store.PermRead, false, list(s, true, s.projects))
-		both(http.MethodGet, "/v1/status/calls", store.PermRead, false, list(s, true, s.calls))
-		both(http.MethodGet, "/v1/status/usage", store.PermRead, false, s.usage)
-		add(http.MethodGet, "/v1/status/projects/:id/replicas/:replica/logs", store.PermRead, false, s.logs)
-		if a.opts.Cluster != nil {
-			both(http.MethodGet, "/v1/status/cluster", store.PermRead, false, s.cluster)
+		s := status.New(status.Config{Sources: *a.opts.Status, Store: a.store, Key: a.headerKey, Cluster: a.opts.Cluster, Log: a.log})
+		both(http.MethodGet, "/v1/status", store.PermRead, false, s.All)
+		both(http.MethodGet, "/v1/status/gpus", store.PermRead, false, s.GPUs)
+		both(http.MethodGet, "/v1/status/projects", store.PermRead, false, s.Projects)
+		both(http.MethodGet, "/v1/status/calls", store.PermRead, false, s.Calls)
+		both(http.MethodGet, "/v1/status/usage", store.PermRead, false, s.Usage)
+		add(http.MethodGet, "/v1/status/projects/:id/replicas/:replica/logs", store.PermRead, false, s.Logs)
+		if s.Cluster != nil {
+			both(http.MethodGet, "/v1/status/cluster", store.PermRead, false, s.Cluster)
 		}
-		if s.src.History != nil {
-			both(http.MethodGet, "/v1/status/history", store.PermRead, false, s.history)
+		if s.History != nil {
+			both(http.MethodGet, "/v1/status/history", store.PermRead, false, s.History)
 		}
-		page, assets := pageHandlers()
-		add(http.MethodGet, "/", open, false, page)
-		add(http.MethodGet, "/assets/:name", open, false, assets)
+		add(http.MethodGet, "/", open, false, s.Page)
+		add(http.MethodGet, "/assets/:name", open, false, s.Assets)
 	}
 	return rs
 }

@@ -20,6 +20,7 @@ import (
 	"inferd/batches"
 	"inferd/history"
 	"inferd/httpapi/metrics"
+	"inferd/httpapi/status"
 	"inferd/scheduler/backend/local"
 	"inferd/store"
 )
@@ -122,7 +123,7 @@ func matrixOptions(t *testing.T, batchDir string) Options {
 		Batches: bm,
 		Metrics: metrics.New(vm.NewSet()),
 		Cluster: twoNodeCluster(),
-		Status: &StatusSources{
+		Status: &status.Sources{
 			Logs:    local.LogDir(logDir),
 			History: fakeHistory{history.Sample{At: time.Unix(1700000000, 0)}},
 		},
@@ -410,7 +411,7 @@ func TestEveryKeyedRouteAgainstEveryKeyScope(t *testing.T) {
 // TestOpenRoutesAnswerWithoutAKey: the routes the table calls open answer
 // without a key, so Need "" is never a keyed route's mistake.
 func TestOpenRoutesAnswerWithoutAKey(t *testing.T) {
-	env := newEnv(t, Options{Metrics: metrics.New(vm.NewSet()), Status: &StatusSources{}})
+	env := newEnv(t, Options{Metrics: metrics.New(vm.NewSet()), Status: &status.Sources{}})
 	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/", "/assets/app.js"} {
 		if rec := serve(env.h, http.MethodGet, path, ""); rec.Code != http.StatusOK {
 			t.Errorf("GET %s without a key: %d %s", path, rec.Code, rec.Body)
@@ -418,16 +419,16 @@ func TestOpenRoutesAnswerWithoutAKey(t *testing.T) {
 	}
 }
 
-// unsetInMatrix are the parts of Options (and its StatusSources) that
+// unsetInMatrix are the parts of Options (and its status.Sources) that
 // matrixOptions leaves unset and that TestMatrixOptionsServeEveryRoute
 // cannot set by itself (interfaces), each with why no route depends on it.
 var unsetInMatrix = map[string]string{
-	"StatusSources.Calls": "the calls list reads it; /v1/status/calls is served without it",
+	"Sources.Calls": "the calls list reads it; /v1/status/calls is served without it",
 }
 
 // TestMatrixOptionsServeEveryRoute holds matrixOptions to every route the
 // daemon may serve: with every optional part of Options and its
-// StatusSources that they leave unset set too (a pointer to its zero
+// status.Sources that they leave unset set too (a pointer to its zero
 // value, a func of zero results, a channel), the table has no keyed route
 // more. An optional route added later under a new option fails here until
 // matrixOptions enables it, so the matrix (and e2e's everyEndpoint) cannot

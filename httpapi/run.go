@@ -11,6 +11,7 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
+	"inferd/httpapi/respond"
 	"inferd/pipeline"
 	"inferd/scheduler"
 	"inferd/store"
@@ -35,7 +36,7 @@ const (
 // runError answers a /run request that did not reach the model's answer:
 // status and a JSON error body, as the project API's.
 func runError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, errorBody{errorDetail{code, msg}})
+	writeJSON(w, status, respond.Refusal(code, msg))
 }
 
 // run handles POST /run/:project/*route: the call goes to that route of the
@@ -61,7 +62,7 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, ps httprouter.Params) 
 	// Admitted and durable before the wait (no Call.Wait): the call
 	// belongs to the server once admitted, and a retry finds it by its key.
 	out, ref := a.pipe.Start(r.Context(), pipeline.Request{Secret: secret, Target: pipeline.Target{ProjectID: ps.ByName("project")},
-		Call: req, Hold: pipeline.HoldWait, W: w, R: r, Body: body, Wait: inferenceWait})
+		Call: req, Hold: pipeline.HoldWait, W: w, R: r, Body: body, Wait: inferenceWait, FromNode: a.fromNode(r)})
 	switch {
 	case ref != nil:
 		runDoor{a}.refused(w, r, ref)

@@ -12,9 +12,6 @@ import (
 // and may be limited to some of its team's projects. An admin key holds
 // everything.
 
-// codeForbidden is the JSON error code of a key that lacks a scope.
-const codeForbidden = "forbidden"
-
 // errKeyExpired answers a key past its expiry, on every endpoint.
 var errKeyExpired = &userError{http.StatusUnauthorized, codeUnauthorized, "this API key has expired"}
 

@@ -3,17 +3,18 @@ package httpapi
 import (
 	"context"
 	"net/http"
-	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/julienschmidt/httprouter"
 	"github.com/rs/zerolog"
 
 	"inferd/batches"
 	"inferd/httpapi/metrics"
+	"inferd/httpapi/respond"
+	"inferd/httpapi/status"
+	"inferd/httpapi/usage"
 	"inferd/openai"
 	"inferd/pipeline"
 	"inferd/store"
@@ -43,8 +44,8 @@ type Options struct {
 	// at GET /metrics (no API key; see metrics.Metrics.Serve).
 	Metrics *metrics.Metrics
 	// Status, when set, feeds the /v1/status endpoints and the status page
-	// at GET / (see status.go).
-	Status *StatusSources
+	// at GET / (package httpapi/status).
+	Status *status.Sources
 	// Limits caps request rates, held-open waits and input nesting per API
 	// key; unlike the fields above, a zero field means no limit.
 	Limits Limits
@@ -52,6 +53,10 @@ type Options struct {
 	// that run them and serves /cluster/v1/ (forward.go); nil: a single
 	// box.
 	Routing *Routing
+	// RateNodes, in cluster mode, is how many live nodes share each key's
+	// request rate (limits.requestsPerSecond and burst are the cluster's):
+	// this node allows its part. Nil: a single box, the whole rate here.
+	RateNodes func() int
 	// StartLookup, when set, reads a start's API key and the project of
 	// its modelKey together (store/etcd's LookupStart: one round trip to
 	// etcd instead of three); nil: Authenticate, then ProjectByModelKey.
@@ -68,8 +73,8 @@ type Options struct {
 	// is the default policy (all but link-local and cloud metadata).
 	WebhookPolicy *webhook.Policy
 	// Cluster, in cluster mode, is this node's view of the cluster: the
-	// cluster section of /v1/status (cluster.go). Nil on a single box.
-	Cluster ClusterView
+	// cluster section of /v1/status (httpapi/status). Nil on a single box.
+	Cluster status.ClusterView
 	// OpenAIQueueWait is how long a request of the OpenAI routes waits for
 	// a ready replica (a boot from zero included) before it is answered
 	// 503 and its call expires (default 5 minutes; see openai.go).
@@ -118,7 +123,7 @@ type Store interface {
 	OnProjectChange(fn func(projectID string))
 	UpdateProject(id string, fn func(*store.Project) error) (store.Project, error)
 	GetTeam(id string) (store.Team, error) // its quota bounds a PUT
-	UsageReader                            // GET /v1/usage (usage.go)
+	usage.Reader                           // GET /v1/usage (usage.go)
 }
 
 // Scheduler is what the public API needs from the scheduler.
@@ -164,11 +169,18 @@ type api struct {
 	streamsOpen atomic.Int64
 }
 
+// Server is the public HTTP API (an http.Handler), and the doors onto its
+// call path that other servers serve (OperatorCalls).
+type Server struct {
+	http.Handler
+	a *api
+}
+
 // New returns the public HTTP API: the inference endpoints, the project API
 // and the health probes, wrapped in request-id and access-log middleware.
-func New(opts Options, st Store, sched Scheduler) http.Handler {
+func New(opts Options, st Store, sched Scheduler) *Server {
 	opts = opts.withDefaults()
-	a := &api{opts: opts, log: opts.Log, store: st, sched: sched, limits: newLimiter(opts.Limits),
+	a := &api{opts: opts, log: opts.Log, store: st, sched: sched, limits: newLimiter(opts.Limits, opts.RateNodes),
 		bodies:  newBodyBudget(opts.Limits.BodyBytes, opts.Limits.BodyBytesPerSource),
 		results: newStreamResults(opts.Limits.StreamResultBytes), place: localPlacer{}}
 	if opts.Routing != nil {
@@ -181,7 +193,7 @@ func New(opts Options, st Store, sched Scheduler) http.Handler {
 	for _, rt := range a.routes() {
 		r.Handle(rt.Method, rt.Path, routed(rt.Path, rt.handle))
 	}
-	return withRequestLog(opts.Metrics.CountRequests(a.withEdge(r)), opts.Log)
+	return &Server{Handler: withRequestLog(opts.Metrics.CountRequests(a.withEdge(r)), opts.Log), a: a}
 }
 
 // edgeStats is what the edge's budgets hold now, for the metrics.
@@ -193,33 +205,11 @@ func (a *api) edgeStats() metrics.EdgeStats {
 // the pattern, not the raw path, keeps the metric's label set bounded.
 func routed(pattern string, h httprouter.Handle) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-		if rec, ok := w.(*responseRecorder); ok {
-			rec.route = pattern
+		if rec, ok := w.(*respond.Recorder); ok {
+			rec.SetRoute(pattern)
 		}
 		h(w, r, ps)
 	}
-}
-
-// newRouter returns an httprouter that never redirects and answers JSON for
-// unknown routes, wrong methods and panics.
-func newRouter(onPanic func(http.ResponseWriter, *http.Request, any)) *httprouter.Router {
-	r := httprouter.New()
-	r.RedirectTrailingSlash = false // a POST would get a 307, which clients do not follow
-	r.RedirectFixedPath = false
-	r.HandleMethodNotAllowed = true
-	r.HandleOPTIONS = true
-	r.GlobalOPTIONS = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusNoContent) // Allow is set by the router
-	})
-	r.NotFound = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		routeError(w, r, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.Method+" "+truncate(r.URL.Path, 200))
-	})
-	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		routeError(w, r, http.StatusMethodNotAllowed, codeMethodNotAllowed,
-			"method "+r.Method+" not allowed; allowed: "+w.Header().Get("Allow"))
-	})
-	r.PanicHandler = onPanic
-	return r
 }
 
 // routeError answers a request no route takes: in OpenAI's shape on the
@@ -229,7 +219,7 @@ func routeError(w http.ResponseWriter, r *http.Request, status int, code, msg st
 		writeJSON(w, status, openai.NewError(openai.TypeInvalidRequest, code, "", msg))
 		return
 	}
-	writeJSON(w, status, errorBody{errorDetail{code, msg}})
+	writeJSON(w, status, respond.Refusal(code, msg))
 }
 
 // recoverPanic answers a handler panic: the inference endpoints keep their
@@ -247,21 +237,8 @@ func (a *api) recoverPanic(w http.ResponseWriter, r *http.Request, v any) {
 			msg: "internal error; see the server log for request id " + requestIDOf(w)})
 		return
 	}
-	writeJSON(w, http.StatusInternalServerError, errorBody{errorDetail{codeInternal,
-		"internal error; see the server log for request id " + requestIDOf(w)}})
-}
-
-// logPanic logs a recovered panic with its stack and reports whether a
-// response may still be written.
-func logPanic(w http.ResponseWriter, r *http.Request, log zerolog.Logger, v any) bool {
-	if v == http.ErrAbortHandler {
-		panic(v) // net/http's way to abort a response silently
-	}
-	log.Error().Str("request_id", requestIDOf(w)).Str("method", r.Method).
-		Str("path", truncate(r.URL.Path, 200)).Interface("panic", v).
-		Bytes("stack", debug.Stack()).Msg("handler panicked")
-	rw, ok := w.(*responseRecorder)
-	return !ok || !rw.wroteHeader
+	writeJSON(w, http.StatusInternalServerError, respond.Refusal(codeInternal,
+		"internal error; see the server log for request id "+requestIDOf(w)))
 }
 
 // isOpenAIPath reports whether p is a route of the OpenAI front door,
@@ -295,97 +272,4 @@ func (a *api) readyz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params
 
 type statusBody struct {
 	Status string `json:"status"`
-}
-
-// requestIDHeader carries the request id both ways.
-const requestIDHeader = "X-Request-Id"
-
-// responseRecorder remembers the status and size of a response for the
-// access log, and whether the header is out (after which a panic can no
-// longer be answered).
-type responseRecorder struct {
-	http.ResponseWriter
-	status      int
-	bytes       int64
-	wroteHeader bool
-	route       string // the matched route pattern, set by routed
-}
-
-func (w *responseRecorder) WriteHeader(code int) {
-	if !w.wroteHeader && code >= 200 {
-		w.status = code
-		w.wroteHeader = true
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *responseRecorder) Write(b []byte) (int, error) {
-	if !w.wroteHeader {
-		w.WriteHeader(http.StatusOK)
-	}
-	n, err := w.ResponseWriter.Write(b)
-	w.bytes += int64(n)
-	return n, err
-}
-
-// Answered tells the metrics how the request was answered
-// (metrics.Answered).
-func (w *responseRecorder) Answered() (route string, status int) { return w.route, w.status }
-
-// Unwrap lets http.ResponseController reach the connection's writer.
-func (w *responseRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// withRequestLog gives every request an id (the caller's X-Request-Id when it
-// is sane, else a new UUID), echoes it in the response, and logs one line per
-// request. It never logs headers, keys or bodies.
-func withRequestLog(next http.Handler, log zerolog.Logger) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		id := r.Header.Get(requestIDHeader)
-		if !saneRequestID(id) {
-			id = uuid.NewString()
-		}
-		w.Header().Set(requestIDHeader, id)
-		rec := &responseRecorder{ResponseWriter: w, status: http.StatusOK}
-		next.ServeHTTP(rec, r)
-		log.Info().
-			Str("method", r.Method).
-			Str("path", truncate(r.URL.Path, 200)).
-			Int("status", rec.status).
-			Float64("duration_ms", float64(time.Since(start).Microseconds())/1000).
-			Int64("bytes", rec.bytes).
-			Str("request_id", id).
-			Msg("request")
-	})
-}
-
-// requestIDOf returns the id that withRequestLog gave the request (it sits
-// in the response header, which saves a context value per request).
-func requestIDOf(w http.ResponseWriter) string {
-	return w.Header().Get(requestIDHeader)
-}
-
-// saneRequestID accepts 1–64 characters of [A-Za-z0-9._-]: anything else
-// could forge log lines or headers.
-func saneRequestID(id string) bool {
-	if id == "" || len(id) > 64 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9',
-			c == '.', c == '_', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }

@@ -9,6 +9,7 @@ import (
 
 	"inferd/gpu"
 	"inferd/history"
+	"inferd/httpapi/status"
 	"inferd/scheduler"
 	"inferd/store"
 )
@@ -38,14 +39,14 @@ func TestStatusHistoryShowsTheCallersProjectsAndEveryGPU(t *testing.T) {
 			}},
 		{At: t0.Add(5 * time.Second), Interval: 5 * time.Second, GPUs: devs, Reserved: map[string]uint64{devs[1].UUID: 2048}},
 	}
-	env := newEnv(t, Options{Status: &StatusSources{
+	env := newEnv(t, Options{Status: &status.Sources{
 		GPUs:    func() []gpu.Device { return devs },
 		History: samples,
 	}})
 	apiErrorReply(t, serve(env.h, "GET", "/v1/status/history", ""), http.StatusUnauthorized, codeUnauthorized)
 
 	rec := serve(env.h, "GET", "/v1/status/history", "", "X-Service-API-Key", keyAcme)
-	got := decode[statusHistory](t, rec)
+	got := decode[status.Charts](t, rec)
 	if got.IntervalSeconds != 5 || len(got.Points) != 2 {
 		t.Fatalf("history = %s", rec.Body)
 	}
@@ -71,14 +72,14 @@ func TestStatusHistoryShowsTheCallersProjectsAndEveryGPU(t *testing.T) {
 		t.Errorf("GPU 1 = %+v", g)
 	}
 
-	all := decode[statusHistory](t, serve(env.h, "GET", "/v1/status/history/", "", "X-Service-API-Key", keyAdmin))
+	all := decode[status.Charts](t, serve(env.h, "GET", "/v1/status/history/", "", "X-Service-API-Key", keyAdmin))
 	if p := all.Points[0]; p.SucceededPerSec != 12 || p.Queued != 9 || *p.LatencyP95 < 8000 {
 		t.Errorf("admin's first point = %+v, want both teams", p)
 	}
 }
 
 func TestStatusHistoryOffWithoutARecorder(t *testing.T) {
-	env := newEnv(t, Options{Status: &StatusSources{}})
+	env := newEnv(t, Options{Status: &status.Sources{}})
 	if rec := serve(env.h, "GET", "/v1/status/history", "", "X-Service-API-Key", keyAcme); rec.Code != http.StatusNotFound {
 		t.Errorf("GET /v1/status/history without a recorder: %d", rec.Code)
 	}
@@ -105,7 +106,7 @@ func TestStatusProjectExplainsWaitsAndFailures(t *testing.T) {
 		// A model error an hour ago: no longer recent.
 		{ID: "c3", ProjectID: "echo", TeamID: "acme", State: store.CallFailed, Created: at(2 * time.Hour), Dispatched: at(2 * time.Hour), Finished: at(time.Hour)},
 	}
-	env := newEnv(t, Options{Status: &StatusSources{
+	env := newEnv(t, Options{Status: &status.Sources{
 		Snapshot: func() scheduler.Status { return snap },
 		GPUs:     func() []gpu.Device { return devs },
 		Calls:    calls,
@@ -115,7 +116,7 @@ func TestStatusProjectExplainsWaitsAndFailures(t *testing.T) {
 	zeta.Model.GPUs = 2
 	env.store.addProject(t, zeta, "mk-zeta")
 
-	got := decode[results[statusProject]](t, serve(env.h, "GET", "/v1/status/projects", "", "X-Service-API-Key", keyAcme)).Results
+	got := decode[status.Results[status.Project]](t, serve(env.h, "GET", "/v1/status/projects", "", "X-Service-API-Key", keyAcme)).Results
 	echo := got[0]
 	if echo.Waiting != "waiting for CPU slot: 2 of 2 in use, see cpuSlots" {
 		t.Errorf("echo waiting = %q", echo.Waiting)

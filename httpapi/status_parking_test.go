@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"inferd/gpu"
+	"inferd/httpapi/status"
 	"inferd/scheduler"
 )
 
@@ -18,17 +19,17 @@ func TestStatusShowsParkedReplicasAndTheirGPUFree(t *testing.T) {
 			Replicas: []scheduler.ReplicaStatus{{ID: "echo-1", State: "parked", Pid: 4242, GPUs: []string{devs[0].UUID},
 				Started: statusNow.Add(-time.Hour), ParkedSince: parked}}},
 	}, GPUs: []scheduler.GPUStatus{{UUID: devs[0].UUID, Replicas: []string{}}}}
-	env := newEnv(t, Options{Status: &StatusSources{
+	env := newEnv(t, Options{Status: &status.Sources{
 		Snapshot: func() scheduler.Status { return snap },
 		GPUs:     func() []gpu.Device { return devs },
 		Calls:    fakeCalls{},
 		Now:      func() time.Time { return statusNow },
 	}})
-	gpus := decode[results[statusGPU]](t, serve(env.h, "GET", "/v1/status/gpus", "", "X-Service-API-Key", keyAcme))
+	gpus := decode[status.Results[status.GPU]](t, serve(env.h, "GET", "/v1/status/gpus", "", "X-Service-API-Key", keyAcme))
 	if g := gpus.Results[0]; g.Held || g.HeldBy != nil || g.MemoryReservedBytes != 0 {
 		t.Errorf("GPU 0 = %+v, want free: its one replica is parked", g)
 	}
-	projects := decode[results[statusProject]](t, serve(env.h, "GET", "/v1/status/projects", "", "X-Service-API-Key", keyAcme))
+	projects := decode[status.Results[status.Project]](t, serve(env.h, "GET", "/v1/status/projects", "", "X-Service-API-Key", keyAcme))
 	echo := projects.Results[0]
 	if echo.ParkingOff == "" {
 		t.Errorf("echo = %+v, want why it parks no more", echo)

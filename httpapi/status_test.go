@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"inferd/gpu"
+	"inferd/httpapi/status"
 	"inferd/scheduler"
 	"inferd/scheduler/backend"
 	"inferd/scheduler/backend/local"
 	"inferd/store"
 )
 
-// fakeCalls is a RecentCalls over a fixed list, newest first.
+// fakeCalls is a status.RecentCalls over a fixed list, newest first.
 type fakeCalls []store.Call
 
 func (f fakeCalls) RecentCalls(teamID string, limit int) ([]store.Call, error) {
@@ -89,7 +90,7 @@ func newStatusEnv(t *testing.T) (*testEnv, string) {
 		}
 		call("c3-"+string(rune('a'+i)), "echo", "acme", state, ms)
 	}
-	env := newEnv(t, Options{Status: &StatusSources{
+	env := newEnv(t, Options{Status: &status.Sources{
 		Snapshot: func() scheduler.Status { return snap },
 		GPUs:     func() []gpu.Device { return devs },
 		Calls:    calls,
@@ -121,7 +122,7 @@ func TestStatusTeamSeesOnlyItsOwn(t *testing.T) {
 	if strings.Contains(rec.Body.String(), "hidden") || strings.Contains(rec.Body.String(), "secret") {
 		t.Fatalf("a team sees another team's project or call inputs/outputs:\n%s", rec.Body)
 	}
-	st := decode[statusAll](t, rec)
+	st := decode[status.All](t, rec)
 	var ids []string
 	for _, p := range st.Projects {
 		ids = append(ids, p.ID)
@@ -132,7 +133,7 @@ func TestStatusTeamSeesOnlyItsOwn(t *testing.T) {
 	if len(st.GPUs) != 2 {
 		t.Fatalf("gpus %+v", st.GPUs)
 	}
-	if g := st.GPUs[0]; !g.Held || g.HeldBy == nil || *g.HeldBy != (replicaName{"echo", "echo-1"}) {
+	if g := st.GPUs[0]; !g.Held || g.HeldBy == nil || *g.HeldBy != (status.ReplicaName{Project: "echo", Replica: "echo-1"}) {
 		t.Errorf("GPU 0 holder %+v, want acme's echo-1", g)
 	}
 	if g := st.GPUs[1]; !g.Held || g.HeldBy != nil || g.MemoryTotalBytes != 1<<30 || g.Name != "Sim B" {
@@ -162,7 +163,7 @@ func TestStatusTeamSeesOnlyItsOwn(t *testing.T) {
 
 func TestStatusAdminSeesAll(t *testing.T) {
 	env, _ := newStatusEnv(t)
-	st := decode[statusAll](t, serve(env.h, "GET", "/v1/status/", "", "X-Service-API-Key", keyAdmin))
+	st := decode[status.All](t, serve(env.h, "GET", "/v1/status/", "", "X-Service-API-Key", keyAdmin))
 	if len(st.Projects) != 3 || len(st.Calls) != 7 {
 		t.Errorf("admin sees %d projects, %d calls; want 3, 7", len(st.Projects), len(st.Calls))
 	}
@@ -173,7 +174,7 @@ func TestStatusAdminSeesAll(t *testing.T) {
 
 func TestStatusProjectFigures(t *testing.T) {
 	env, _ := newStatusEnv(t)
-	got := decode[results[statusProject]](t, serve(env.h, "GET", "/v1/status/projects", "", "X-Service-API-Key", keyAcme))
+	got := decode[status.Results[status.Project]](t, serve(env.h, "GET", "/v1/status/projects", "", "X-Service-API-Key", keyAcme))
 	echo := got.Results[0]
 	// Latencies 10, 20, 30, 40, 1000 ms (the queued call has none): nearest rank.
 	if echo.LatencyP50 == nil || *echo.LatencyP50 != 30 || echo.LatencyP95 == nil || *echo.LatencyP95 != 1000 || echo.Finished != 5 {
@@ -199,7 +200,7 @@ func TestStatusProjectFigures(t *testing.T) {
 func TestStatusCallsCarryTimingsNotData(t *testing.T) {
 	env, _ := newStatusEnv(t)
 	rec := serve(env.h, "GET", "/v1/status/calls?limit=2", "", "X-Service-API-Key", keyAcme)
-	got := decode[results[statusCall]](t, rec)
+	got := decode[status.Results[status.Call]](t, rec)
 	if len(got.Results) != 2 {
 		t.Fatalf("limit=2 gave %d calls", len(got.Results))
 	}
@@ -212,7 +213,7 @@ func TestStatusCallsCarryTimingsNotData(t *testing.T) {
 	if strings.Contains(rec.Body.String(), "secret") {
 		t.Errorf("inputs or outputs leaked: %s", rec.Body)
 	}
-	failed := decode[results[statusCall]](t, serve(env.h, "GET", "/v1/status/calls", "", "X-Service-API-Key", keyAcme)).Results[5]
+	failed := decode[status.Results[status.Call]](t, serve(env.h, "GET", "/v1/status/calls", "", "X-Service-API-Key", keyAcme)).Results[5]
 	if failed.State != "failed" || failed.Message != "error: model returned HTTP 500" {
 		t.Errorf("failed call = %+v", failed)
 	}
@@ -249,7 +250,7 @@ func TestStatusReplicaLogs(t *testing.T) {
 				}
 				return
 			}
-			if got := decode[statusLog](t, rec).Lines; !slices.Equal(got, tc.want) {
+			if got := decode[status.Log](t, rec).Lines; !slices.Equal(got, tc.want) {
 				t.Errorf("lines %q, want %q", got, tc.want)
 			}
 		})
@@ -303,7 +304,7 @@ func TestStatusSharedGPU(t *testing.T) {
 		{ID: "hidden", TeamID: "other", Running: 1, Replicas: []scheduler.ReplicaStatus{
 			{ID: "hidden-1", State: "ready", GPUs: shared, Started: statusNow}}},
 	}, GPUs: []scheduler.GPUStatus{{UUID: devs[0].UUID, ReservedMiB: 2048, Replicas: []string{"echo-1", "hidden-1"}}}}
-	env := newEnv(t, Options{Status: &StatusSources{
+	env := newEnv(t, Options{Status: &status.Sources{
 		Snapshot: func() scheduler.Status { return snap },
 		GPUs:     func() []gpu.Device { return devs },
 		Now:      func() time.Time { return statusNow },
@@ -313,7 +314,7 @@ func TestStatusSharedGPU(t *testing.T) {
 	env.store.addProject(t, echo, "mk-echo")
 
 	for _, tc := range []struct{ key, want string }{{keyAcme, "echo-1"}, {keyOther, "hidden-1"}} {
-		st := decode[statusAll](t, serve(env.h, "GET", "/v1/status", "", "X-Service-API-Key", tc.key))
+		st := decode[status.All](t, serve(env.h, "GET", "/v1/status", "", "X-Service-API-Key", tc.key))
 		if g := st.GPUs[0]; !g.Held || g.HeldBy == nil || g.HeldBy.Replica != tc.want {
 			t.Errorf("key %s: GPU held by %+v, want its own %s", tc.key, g.HeldBy, tc.want)
 		}
@@ -330,7 +331,7 @@ func TestStatusGPUsReportHealthAndMIGDevices(t *testing.T) {
 		{Index: 0, UUID: "GPU-lost", Name: "A100", MemoryTotalMiB: 40960, Problem: "lost (ERROR_GPU_IS_LOST)"},
 		{Index: 1, UUID: "MIG-x", Name: "H100 MIG 1g.10gb", MemoryTotalMiB: 9856, MemoryFreeMiB: 9856, MIG: true, Parent: "GPU-h"},
 	}
-	env := newEnv(t, Options{Status: &StatusSources{
+	env := newEnv(t, Options{Status: &status.Sources{
 		Snapshot: func() scheduler.Status { return scheduler.Status{} },
 		GPUs:     func() []gpu.Device { return devs },
 		Now:      func() time.Time { return statusNow },

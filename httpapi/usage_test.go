@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"inferd/httpapi/status"
+	"inferd/httpapi/usage"
 	"inferd/scheduler"
 	"inferd/store"
 )
@@ -48,10 +50,10 @@ func usageEnv(t *testing.T) (*testEnv, time.Time) {
 	return env, h
 }
 
-func usageReply(t *testing.T, env *testEnv, query, key string) (int, UsageReport, string) {
+func usageReply(t *testing.T, env *testEnv, query, key string) (int, usage.Report, string) {
 	t.Helper()
 	rec := serve(env.h, http.MethodGet, "/v1/usage"+query, "", "X-Service-API-Key", key)
-	var rep UsageReport
+	var rep usage.Report
 	if rec.Code == http.StatusOK {
 		if err := json.Unmarshal(rec.Body.Bytes(), &rep); err != nil {
 			t.Fatalf("usage answer %s: %v", rec.Body, err)
@@ -155,14 +157,14 @@ func TestStatusShowsQueuedCallsEstimatesAndTheUsagePanel(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := serve(env.h, "GET", "/v1/status/usage", "", "X-Service-API-Key", keyAcme)
-	var u statusUsage
+	var u status.Usage
 	if err := json.Unmarshal(rec.Body.Bytes(), &u); err != nil || rec.Code != 200 {
 		t.Fatalf("GET /v1/status/usage = %d %s", rec.Code, rec.Body)
 	}
 	if len(u.Teams) != 1 || u.Teams[0].TeamID != "acme" || u.Teams[0].Calls != 4 || u.Teams[0].BootReplicaSeconds != 12 {
 		t.Errorf("acme's panel teams = %+v; want acme alone, 4 calls in the last 24 h, 12 s booting", u.Teams)
 	}
-	if len(u.Hours) != usagePanelHours || !u.Hours[len(u.Hours)-1].Hour.Equal(hour) || u.Hours[len(u.Hours)-1].Teams["acme"].Idle != 30 ||
+	if len(u.Hours) != 24 || !u.Hours[len(u.Hours)-1].Hour.Equal(hour) || u.Hours[len(u.Hours)-1].Teams["acme"].Idle != 30 ||
 		u.Hours[len(u.Hours)-4].Teams["acme"].Boot != 12 {
 		t.Errorf("hours = %+v; want 24, the last this hour with 30 s idle, three before it 12 s booting", u.Hours)
 	}
@@ -172,7 +174,7 @@ func TestStatusShowsQueuedCallsEstimatesAndTheUsagePanel(t *testing.T) {
 	}
 
 	rec = serve(env.h, "GET", "/v1/status/projects", "", "X-Service-API-Key", keyAcme)
-	var ps results[statusProject]
+	var ps status.Results[status.Project]
 	if err := json.Unmarshal(rec.Body.Bytes(), &ps); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"inferd/httpapi/status"
 	"inferd/store"
 	"inferd/webhook"
 )
@@ -123,7 +124,7 @@ func TestStatusCountsOnlyTheCallersTeamsWebhooks(t *testing.T) {
 		"other": {Delivered: 7, GaveUp: 3},
 		"":      {Delivered: 9, GaveUp: 3, Pending: 1},
 	}
-	env := newEnv(t, Options{Status: &StatusSources{
+	env := newEnv(t, Options{Status: &status.Sources{
 		Webhooks: func(team string) webhook.Stats { return byTeam[team] },
 	}})
 	for key, want := range map[string]webhook.Stats{keyAcme: byTeam["acme"], keyAdmin: byTeam[""]} {

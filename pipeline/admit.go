@@ -27,6 +27,9 @@ type Admission struct {
 	// once with its call's state, as a startOnly is): the hook returns a
 	// nil release and no error, and the request's Hold becomes HoldNone.
 	MayDegrade bool
+	// FromNode: the request was forwarded by another node of the cluster,
+	// which ran the key's hooks (its rate) where the client sent it.
+	FromNode bool
 }
 
 // Hook is one named admission rule (a key's rate, its waits, its

@@ -78,6 +78,12 @@ func (p *Pipeline) ProjectChanged(string) { p.names.changed() }
 type Request struct {
 	Secret string // the API key
 	Target Target
+	// Operator marks a request of the daemon's operator (inferd call over
+	// the admin socket, or such a request another node forwarded): it
+	// has no key, names its project by id (Target.ProjectID), reaches
+	// every team's, and no admission hook runs for it: the hooks are
+	// keys' budgets.
+	Operator bool
 	// Call is the call's inputs and call-control fields (its Wait is
 	// Start's to set: see Sync).
 	Call scheduler.Request
@@ -97,6 +103,11 @@ type Request struct {
 	// its call durable before it runs (a stream, /run's idempotent retry)
 	// is not Sync.
 	Sync bool
+
+	// FromNode says another node of the cluster forwarded the request to
+	// this one: the key's rate was spent where the client sent it
+	// (Admission.FromNode), so a start spends it once.
+	FromNode bool
 
 	// The door's exchange, which a Remote forwards as it was sent: the
 	// writer, the request and its body as read.
@@ -145,7 +156,13 @@ var ErrNoNode = errors.New("cluster unavailable; retry")
 // Start resolves, admits, places and starts req's call. A refusal comes
 // before any call exists; a forwarded request has been answered.
 func (p *Pipeline) Start(ctx context.Context, req Request) (Outcome, *Refusal) {
-	c, ref := p.resolve(req.Secret, req.Target)
+	var c Caller
+	var ref *Refusal
+	if req.Operator {
+		c, ref = p.operator(req.Target)
+	} else {
+		c, ref = p.resolve(req.Secret, req.Target, req.FromNode)
+	}
 	if ref != nil {
 		return Outcome{}, ref
 	}
@@ -164,7 +181,11 @@ func (p *Pipeline) Start(ctx context.Context, req Request) (Outcome, *Refusal) {
 	// The hooks that hold something for the call's life run where it
 	// runs: a forwarded request is held on the node that runs it.
 	a := Admission{Key: c.Key, Project: c.Project, Hold: req.Hold, MayDegrade: req.MayDegrade}
-	release, ref := p.admit(p.cfg.CallHooks, &a)
+	hooks := p.cfg.CallHooks
+	if req.Operator {
+		hooks = nil
+	}
+	release, ref := p.admit(hooks, &a)
 	if ref != nil {
 		return Outcome{}, ref
 	}

@@ -492,3 +492,24 @@ func TestAwaitSaysWhyItStopped(t *testing.T) {
 		t.Errorf("an unknown call: %v", err)
 	}
 }
+
+// An operator's request (inferd call) has no key: it reaches any team's
+// project by id, runs no admission hook (they are keys' budgets), and a
+// missing project is refused as one.
+func TestAnOperatorsRequestNeedsNoKeyAndRunsNoHooks(t *testing.T) {
+	ran := 0
+	refuse := Hook{Name: "rate", Admit: func(*Admission) (func(), error) { ran++; return nil, errors.New("no") }}
+	e := newEnv(t, Config{KeyHooks: []Hook{refuse}, CallHooks: []Hook{refuse}})
+	out, ref := e.p.Start(context.Background(), Request{Operator: true, Target: Target{ProjectID: "other"}})
+	if ref != nil || out.Project.ID != "other" || out.Call.TeamID != "globex" || ran != 0 {
+		t.Fatalf("outcome %+v, refusal %v, %d hooks ran", out, ref, ran)
+	}
+	for _, target := range []Target{{ProjectID: "nope"}, {ModelName: "a"}} {
+		if _, ref := e.p.Start(context.Background(), Request{Operator: true, Target: target}); ref == nil || ref.Kind != RefusedProject {
+			t.Errorf("target %+v: refusal %v, want RefusedProject", target, ref)
+		}
+	}
+	if _, ref := e.p.Start(context.Background(), Request{Target: Target{ProjectID: "other"}}); ref == nil || ref.Kind != RefusedKey {
+		t.Errorf("a request with no key that is not the operator's: refusal %v", ref)
+	}
+}

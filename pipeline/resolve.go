@@ -34,10 +34,10 @@ type Caller struct {
 	Project store.Project
 }
 
-// resolve authenticates secret, runs the key's hooks (its rate), checks
-// that it may make calls, and finds the project t names among those it may
-// reach. Every refusal is a *Refusal.
-func (p *Pipeline) resolve(secret string, t Target) (Caller, *Refusal) {
+// resolve authenticates secret, runs the key's hooks (its rate; fromNode:
+// see Request.FromNode), checks that it may make calls, and finds the
+// project t names among those it may reach. Every refusal is a *Refusal.
+func (p *Pipeline) resolve(secret string, t Target, fromNode bool) (Caller, *Refusal) {
 	var look store.StartLookup
 	var wrong *WrongProtocolError
 	if t.ModelKey != "" && p.cfg.StartLookup != nil {
@@ -49,7 +49,7 @@ func (p *Pipeline) resolve(secret string, t Target) (Caller, *Refusal) {
 	if ref != nil {
 		return Caller{}, ref
 	}
-	release, ref := p.admit(p.cfg.KeyHooks, &Admission{Key: key})
+	release, ref := p.admit(p.cfg.KeyHooks, &Admission{Key: key, FromNode: fromNode})
 	if ref != nil {
 		return Caller{}, ref
 	}
@@ -82,6 +82,22 @@ func (p *Pipeline) resolve(secret string, t Target) (Caller, *Refusal) {
 		return Caller{}, &Refusal{Kind: RefusedProject, Err: errNoProject}
 	}
 	return Caller{Key: key, Project: proj}, nil
+}
+
+// operator resolves an operator's request (Request.Operator): no key, and
+// the project of any team by its id.
+func (p *Pipeline) operator(t Target) (Caller, *Refusal) {
+	if t.ProjectID == "" {
+		return Caller{}, &Refusal{Kind: RefusedProject, Err: errNoProject}
+	}
+	proj, err := p.cfg.Store.GetProject(t.ProjectID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return Caller{}, &Refusal{Kind: RefusedProject, Err: errNoProject}
+	case err != nil:
+		return Caller{}, refused(err)
+	}
+	return Caller{Project: proj}, nil
 }
 
 var (

@@ -218,7 +218,7 @@ func (s *Scheduler) runRoom(p *project) int {
 	if q.RunningCalls == 0 {
 		return math.MaxInt
 	}
-	return max(q.RunningCalls-s.useOf(p.cfg.TeamID).running, 0)
+	return max(s.limitsOf(p.cfg.TeamID, q).running.n-s.useOf(p.cfg.TeamID).running, 0)
 }
 
 // leaveBatch detaches c from its batch (see detach); the last call to

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -19,9 +20,14 @@ func benchScheduler(b *testing.B, p store.Project) *Scheduler {
 
 // benchSchedulerOn is benchScheduler over st.
 func benchSchedulerOn(b *testing.B, st *testStore) *Scheduler {
+	return benchSchedulerWith(b, st, Config{})
+}
+
+// benchSchedulerWith is benchSchedulerOn with cfg.
+func benchSchedulerWith(b *testing.B, st *testStore, cfg Config) *Scheduler {
 	l := newFakeBackend(64, nil)
 	l.auto, l.reply = true, json.RawMessage(`{"ok":true}`)
-	s := New(Config{}, st, l, RealClock(), zerolog.Nop())
+	s := New(cfg, st, l, RealClock(), zerolog.Nop())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
@@ -127,6 +133,40 @@ func BenchmarkDispatchCycleBesideABacklog(b *testing.B) {
 					}
 				}
 			})
+		})
+	}
+}
+
+// BenchmarkDispatchCycleWithATeamQuota is BenchmarkDispatchCycle for a
+// team with running-call and replica quotas, on a single box ("box") and
+// on a cluster node held to its share of them ("share": Config.TeamShare,
+// a lookup under a lock as cluster.Node.TeamShare's cache is, asked at
+// each admission and dispatch check): what one set of limits for the
+// cluster costs a call on the node's path (docs/benchmarks.md).
+func BenchmarkDispatchCycleWithATeamQuota(b *testing.B) {
+	quota := store.Quota{Replicas: 2, RunningCalls: 8}
+	for _, tc := range []struct {
+		name  string
+		share func(string) (store.Quota, int64)
+	}{
+		{"box", nil},
+		{"share", func() func(string) (store.Quota, int64) {
+			var mu sync.Mutex
+			shares := map[string]store.Quota{"team": quota}
+			return func(team string) (store.Quota, int64) {
+				mu.Lock()
+				defer mu.Unlock()
+				return shares[team], 1
+			}
+		}()},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			p := testProject("bench", minMax(1, 1))
+			st := newTestStore(b, p)
+			if _, err := st.SetTeamQuota(p.TeamID, quota); err != nil {
+				b.Fatal(err)
+			}
+			cycles(b, benchSchedulerWith(b, st, Config{TeamShare: tc.share}), p, nil)
 		})
 	}
 }

@@ -408,7 +408,7 @@ func (s *Scheduler) lookupLive(id string) lookupResult {
 		return lookupResult{c: s.view(c), done: c.done, found: true}
 	}
 	if f, ok := s.failures.get(id); ok {
-		return lookupResult{c: f, done: s.closedc, found: true}
+		return lookupResult{c: f, done: s.closedc, found: true, unsaved: true}
 	}
 	return lookupResult{}
 }

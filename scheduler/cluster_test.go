@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -381,6 +382,112 @@ func TestResultNotTakenByEtcdSaysClusterUnavailable(t *testing.T) {
 			h.call(i).reply(`{}`)
 			if r := <-res; !errors.Is(r.err, store.ErrUnavailable) {
 				t.Errorf("SubmitWait whose only write etcd did not take = %+v, %v; want cluster unavailable", r.c, r.err)
+			}
+		})
+	})
+}
+
+// A call whose result this node could not write (no quorum) and that the
+// leader handed on meanwhile, to a node that ran it to the end: once the
+// store answers, this node answers the committed result, never its own
+// failure; while the store cannot answer, it says so (cluster
+// unavailable) rather than its failure; and while the store holds the
+// call unfinished (not handed on), its failure stands.
+func TestUnsavedFailureNeverOverridesTheStoredResult(t *testing.T) {
+	unavailable := fmt.Errorf("etcd: %w", store.ErrUnavailable)
+	for _, tc := range []struct {
+		name      string
+		elsewhere bool  // another node wrote the call succeeded
+		readErr   error // what the store answers a read
+		want      string
+		wantErr   error
+	}{
+		{name: "committed elsewhere", elsewhere: true, want: "success"},
+		{name: "the store still unavailable", elsewhere: true, readErr: unavailable, wantErr: store.ErrUnavailable},
+		{name: "not handed on", want: msgResultUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p, h, i := oneReadyReplica(t)
+				defer h.stop()
+				h.st.setFail(func(c store.Call) error {
+					if c.State.Done() {
+						return fmt.Errorf("save call %s: %w", c.ID, store.ErrUnavailable)
+					}
+					return nil
+				})
+				c := h.submit(p, `1`)
+				h.call(i).reply(`"here"`)
+				h.settle()
+				h.st.setFail(func(store.Call) error { return nil })
+				if tc.elsewhere {
+					stored, _ := h.st.call(c.ID)
+					stored.State, stored.Message, stored.Outputs = store.CallSucceeded, "success", json.RawMessage(`"there"`)
+					stored.Finished = time.Now()
+					h.st.putCall(stored)
+				}
+				h.st.resultErr.Store(&tc.readErr)
+				got, done, err := h.s.Lookup(c.ID)
+				if tc.wantErr != nil {
+					if !errors.Is(err, tc.wantErr) {
+						t.Errorf("Lookup = %+v, %v; want %v", got, err, tc.wantErr)
+					}
+					return
+				}
+				if err != nil || got.Message != tc.want || !isClosed(done) {
+					t.Errorf("Lookup = %q (%s), %v; want %q, final", got.Message, got.Outputs, err, tc.want)
+				}
+			})
+		})
+	}
+}
+
+// A cancel whose call this node drops unfinished (cluster mode: the
+// call's final write, the cancel's own or its result's, refused because
+// the call was handed to another node) took no effect here: it says the
+// cluster is unavailable, so the client retries where the call is now,
+// never "success" nor "already finished" with the call still running.
+func TestCancelOfACallHandedElsewhereSaysUnavailable(t *testing.T) {
+	fenceFinal := func(c store.Call) error {
+		if c.State.Done() {
+			return fmt.Errorf("save call %s: %w", c.ID, store.ErrFenced)
+		}
+		return nil
+	}
+	t.Run("the cancel's write refused", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			p, h, i := oneReadyReplica(t)
+			defer h.stop()
+			c := h.submit(p, `1`)
+			h.call(i) // running
+			h.st.setFail(fenceFinal)
+			if got, err := h.s.Cancel(c.ID); !errors.Is(err, store.ErrUnavailable) {
+				t.Errorf("Cancel = %+v, %v; want cluster unavailable", got, err)
+			}
+		})
+	})
+	t.Run("the result's write refused while the cancel waits for it", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			p, h, i := oneReadyReplica(t)
+			defer h.stop()
+			c := h.submit(p, `1`)
+			h.st.setFail(fenceFinal)
+			h.st.setHold(func(c store.Call) bool { return c.State.Done() })
+			h.call(i).reply(`{}`)
+			h.settle() // the result's write is held, in flight
+			type answer struct {
+				c   store.Call
+				err error
+			}
+			res := make(chan answer, 1)
+			go func() {
+				got, err := h.s.Cancel(c.ID)
+				res <- answer{got, err}
+			}()
+			h.settle()
+			h.st.release()
+			if r := <-res; !errors.Is(r.err, store.ErrUnavailable) {
+				t.Errorf("Cancel = %+v, %v; want cluster unavailable, not the call finished as it stood (running)", r.c, r.err)
 			}
 		})
 	})

@@ -80,7 +80,9 @@ func (s *Scheduler) control(fn func()) bool {
 // Cancel returns the call once its cancellation is durable, so every later
 // Lookup, here or after a restart, answers "error: cancelled by request",
 // and every waiter has been woken. A call that had already finished is an
-// error wrapping ErrFinished; an unknown one store.ErrNotFound.
+// error wrapping ErrFinished; an unknown one store.ErrNotFound; one this
+// node dropped unfinished meanwhile (cluster mode: handed to another node)
+// store.ErrUnavailable, as the cancel did not take effect.
 func (s *Scheduler) Cancel(id string) (store.Call, error) {
 	return s.cancel(id, failed(store.FailCancelled, msgCancelled))
 }
@@ -122,6 +124,14 @@ func (s *Scheduler) cancel(id string, e ending) (store.Call, error) {
 		return got, &finishedError{c: got}
 	}
 	<-c.done
+	if !c.result.State.Done() {
+		// Dropped here unfinished: this node's lease lapsed, or the call's
+		// final write (the cancel's, or the result's it raced) was refused
+		// because the call was handed to another node. Neither a cancel
+		// nor a finish took effect here: that node answers for the call
+		// now, and the client's retry reaches it.
+		return store.Call{}, fmt.Errorf("cancel call %s: it was handed to another node: %w", id, store.ErrUnavailable)
+	}
 	if !cancel {
 		return c.result, &finishedError{c: c.result} // it finished first
 	}

@@ -329,10 +329,11 @@ func (s *Scheduler) runQuota(p *project) (string, bool) {
 		return "", false
 	}
 	running := s.useOf(p.cfg.TeamID).running
-	if running < q.RunningCalls {
+	l := s.limitsOf(p.cfg.TeamID, q).running
+	if l.allows(running, 1) {
 		return "", false
 	}
-	return fmt.Sprintf("team %s quota runningCalls %d/%d", p.cfg.TeamID, running, q.RunningCalls), true
+	return fmt.Sprintf("team %s quota runningCalls %d/%s", p.cfg.TeamID, running, l.text()), true
 }
 
 // bootQuota says, when p's team may not boot another replica of p, which
@@ -343,14 +344,15 @@ func (s *Scheduler) bootQuota(p *project) string {
 		return ""
 	}
 	u := s.useOf(p.cfg.TeamID)
+	l := s.limitsOf(p.cfg.TeamID, q)
 	gpus := requestOf(p.cfg.Model).gpus
 	switch {
-	case q.Replicas > 0 && u.replicas+1 > q.Replicas:
-		return fmt.Sprintf("team %s quota replicas %d/%d", p.cfg.TeamID, u.replicas, q.Replicas)
+	case !l.replicas.allows(u.replicas, 1):
+		return fmt.Sprintf("team %s quota replicas %d/%s", p.cfg.TeamID, u.replicas, l.replicas.text())
 	case gpus > 0:
-		return fmt.Sprintf("team %s quota gpus %d/%d", p.cfg.TeamID, u.gpus, q.GPUs)
+		return fmt.Sprintf("team %s quota gpus %d/%s", p.cfg.TeamID, u.gpus, l.gpus.text())
 	default:
-		return fmt.Sprintf("team %s quota cpuSlots %d/%d", p.cfg.TeamID, u.cpuSlots, q.CPUSlots)
+		return fmt.Sprintf("team %s quota cpuSlots %d/%s", p.cfg.TeamID, u.cpuSlots, l.cpuSlots.text())
 	}
 }
 

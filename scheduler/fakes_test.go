@@ -107,11 +107,30 @@ type testStore struct {
 	// afterResultRead, when set, runs after each GetCallResult read, before
 	// it returns: what another node does meanwhile.
 	afterResultRead atomic.Pointer[func()]
+	// resultErr, when set, is what GetCallResult answers.
+	resultErr atomic.Pointer[error]
 	// usageErr, when set, is what AddUsage answers (writing nothing).
 	usageErr atomic.Pointer[error]
 	// afterKeyRead, when set, runs after each CallByIdempotencyKey read,
 	// before it returns: a slow etcd, or what happens meanwhile.
 	afterKeyRead atomic.Pointer[func()]
+	// pendingErrs, while not empty, is what PendingCalls answers, one
+	// error a read (a store without quorum).
+	pendingMu   sync.Mutex
+	pendingErrs []error
+}
+
+// PendingCalls answers the next of pendingErrs while there is one.
+func (s *testStore) PendingCalls() ([]store.Call, error) {
+	s.pendingMu.Lock()
+	if len(s.pendingErrs) > 0 {
+		err := s.pendingErrs[0]
+		s.pendingErrs = s.pendingErrs[1:]
+		s.pendingMu.Unlock()
+		return nil, err
+	}
+	s.pendingMu.Unlock()
+	return s.Store.PendingCalls()
 }
 
 // CallByIdempotencyKey runs afterKeyRead after the read.
@@ -137,6 +156,9 @@ func (s *testStore) failUsage(err error) { s.usageErr.Store(&err) }
 // GetCallResult counts the reads of results.
 func (s *testStore) GetCallResult(id string) (store.Call, error) {
 	s.resultReads.Add(1)
+	if err := s.resultErr.Load(); err != nil && *err != nil {
+		return store.Call{}, *err
+	}
 	c, err := s.Store.GetCallResult(id)
 	if f := s.afterResultRead.Load(); f != nil {
 		(*f)()

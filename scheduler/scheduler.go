@@ -65,7 +65,26 @@ type Config struct {
 	// is written to the usage ledger (usage.go); default 1m. A crash
 	// loses at most this much of it.
 	UsageFlush time.Duration
+	// TeamShare, in cluster mode, is this node's share of each team's
+	// cluster-wide quotas (runningCalls, replicas, gpus, cpuSlots), leased
+	// to the nodes by the leader (cluster/quota.go). The scheduler holds a
+	// team to the smaller of its quota and this share, read at each
+	// check; a share of 0 of a field the quota bounds allows nothing of
+	// it. It returns the revision of the record the share came from, which
+	// the status reports beside it (the leader's sign that the node holds
+	// the team to its newest share). TeamShareChanged tells it of a new
+	// share. Nil: a single box, the quota alone.
+	TeamShare func(team string) (share store.Quota, rev int64)
+	// Outages is told when the recovery at start-up finds the store
+	// unavailable (a cluster without quorum) and when it answers again:
+	// the recovery waits the outage out rather than end the node. Nil
+	// tells nothing.
+	Outages store.Outages
 }
+
+// recoveryRetry is the pause between the start-up recovery's tries while
+// the store is unavailable.
+const recoveryRetry = time.Second
 
 func (c Config) withDefaults() Config {
 	if c.MaxQueuedPerProject <= 0 {
@@ -154,10 +173,13 @@ type Scheduler struct {
 	never    chan struct{} // never closed: the done channel of a call nobody will finish
 	finals   *finalWaiters // cluster mode: the done channels of calls run elsewhere; nil on a single box
 	started  atomic.Bool   // Run has been called
-	ready    atomic.Bool   // the loop is serving
-	draining atomic.Bool   // Drain has been called
-	wg       sync.WaitGroup
-	workers  inferWorkers // goroutines that run calls on replicas
+	// usageDown: the last write of replica usage found the store
+	// unavailable (told to Config.Outages once, until one lands).
+	usageDown atomic.Bool
+	ready     atomic.Bool // the loop is serving
+	draining  atomic.Bool // Drain has been called
+	wg        sync.WaitGroup
+	workers   inferWorkers // goroutines that run calls on replicas
 
 	// Loop-owned: everything below is read and written only by the goroutine
 	// running Run (recovery, then the loop).
@@ -207,6 +229,9 @@ type lookupResult struct {
 	c     store.Call
 	done  <-chan struct{}
 	found bool
+	// unsaved: c is a failure whose final write did not land (kept in
+	// memory, recentFailures), which the store may have overtaken.
+	unsaved bool
 }
 
 // New returns a Scheduler that is not running yet: call Run. Replicas run on
@@ -293,7 +318,9 @@ func (s *Scheduler) Lookup(id string) (store.Call, <-chan struct{}, error) {
 	req := lookupReq{id: id, reply: make(chan lookupResult, 1)}
 	select {
 	case s.lookupc <- req:
-		if r := <-req.reply; r.found {
+		if r := <-req.reply; r.unsaved {
+			return s.lookupUnsaved(r.c)
+		} else if r.found {
 			return r.c, r.done, nil
 		}
 	case <-s.stopped:
@@ -312,6 +339,28 @@ func (s *Scheduler) Lookup(id string) (store.Call, <-chan struct{}, error) {
 		return c, s.never, nil
 	}
 	return c, s.closedc, nil
+}
+
+// lookupUnsaved is Lookup of a call whose final write this node could not
+// make (the store did not answer: no quorum, or this node cut off): its
+// failure, or with durability: answered the result its client was given,
+// kept in memory (recentFailures). The
+// store has the last word: in cluster mode the leader may have handed the
+// call to another node meanwhile, which ran it to the end, and that
+// committed result is the call's on every node; this node's failure is
+// never answered over it. While the store cannot say (still unavailable),
+// neither can this node: the error is the store's (a 503 "cluster
+// unavailable; retry"). When the store holds the call unfinished, this
+// node's failure stands: the store has not had its write yet.
+func (s *Scheduler) lookupUnsaved(local store.Call) (store.Call, <-chan struct{}, error) {
+	stored, err := s.st.GetCallResult(local.ID)
+	switch {
+	case err == nil && stored.State.Done():
+		return stored, s.closedc, nil
+	case errors.Is(err, store.ErrUnavailable):
+		return store.Call{}, nil, fmt.Errorf("get call %s: %w", local.ID, err)
+	}
+	return local, s.closedc, nil
 }
 
 // awaitElsewhere is Lookup of call c, unfinished and unknown to the loop,
@@ -445,6 +494,8 @@ func (s *Scheduler) handle(ev event) {
 		s.onProjectLoaded(ev)
 	case evTeamChanged:
 		s.reloadTeam(ev.id)
+	case evTeamShare:
+		// Read at each check: the (wide) pass that follows acts on it.
 	case evTeamLoaded:
 		s.onTeamLoaded(ev)
 	case evResaveFailed:
@@ -537,19 +588,32 @@ func (s *Scheduler) goStop(inst backend.Instance) {
 // recoverPending re-queues the calls that were queued when the daemon last
 // stopped and fails those that were running: their replica died with it.
 func (s *Scheduler) recoverPending(ctx context.Context) error {
-	projects, err := s.st.ListProjects("")
+	// The reads first, together: they are tried again while the store is
+	// unavailable (a node of a cluster that lost quorum as it started),
+	// and nothing is changed until all three have answered.
+	var projects []store.Project
+	var teams []store.Team
+	var pending []store.Call
+	err := store.UntilAnswered(ctx, recoveryRetry, "recover pending calls", s.cfg.Outages, func() (err error) {
+		if projects, err = s.st.ListProjects(""); err != nil {
+			return fmt.Errorf("list projects: %w", err)
+		}
+		if teams, err = s.st.ListTeams(); err != nil {
+			return fmt.Errorf("list teams: %w", err)
+		}
+		if pending, err = s.st.PendingCalls(); err != nil {
+			return fmt.Errorf("pending calls: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("list projects: %w", err)
+		return err
 	}
 	for _, p := range projects {
 		s.addProject(p)
 	}
-	if err := s.loadQuotas(); err != nil {
-		return err
-	}
-	pending, err := s.st.PendingCalls()
-	if err != nil {
-		return fmt.Errorf("pending calls: %w", err)
+	for _, t := range teams {
+		s.quotas[t.ID] = t.Quota
 	}
 	now := s.clk.Now()
 	var writes []store.Call // calls changed by recovery, to write before serving

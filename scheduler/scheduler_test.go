@@ -935,6 +935,40 @@ func TestRecoveryRequeuesQueuedCallsAndFailsRunningOnes(t *testing.T) {
 	})
 }
 
+// A node whose store has no quorum as it starts (cluster mode) waits the
+// outage out: the recovery reads again until the store answers, the
+// scheduler is not ready meanwhile, and then recovers as usual.
+func TestRecoveryWaitsOutAnUnavailableStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("r", minMax(0, 1))
+		st := newTestStore(t, p)
+		st.putCall(store.Call{ID: "call_q", ProjectID: "r", State: store.CallQueued, Created: time.Now(), Inputs: json.RawMessage(`1`)})
+		unavailable := fmt.Errorf("pending calls: etcd: %w", store.ErrUnavailable)
+		st.pendingErrs = []error{unavailable, unavailable, unavailable}
+		h := startHarness(t, Config{}, nil, st)
+		defer h.stop()
+		if h.s.Ready() {
+			t.Fatal("ready while the store has not answered the recovery")
+		}
+		select {
+		case err := <-h.runErr:
+			t.Fatalf("Run ended with %v while the store was unavailable; want it to wait", err)
+		default:
+		}
+		time.Sleep(3 * recoveryRetry) // the bubble's clock: the three failed tries
+		h.settle()
+		if !h.s.Ready() {
+			t.Fatal("not ready once the store answered")
+		}
+		i := h.launched()
+		h.ready(i)
+		h.call(i).reply(`"one"`)
+		if got := h.result("call_q"); got.State != store.CallSucceeded {
+			t.Errorf("the call queued before the outage = %+v; want it run after", got)
+		}
+	})
+}
+
 // TestDoneClosesOnlyAfterFinalWriteCommits: a startOnly call's waiters
 // (long polls) wake only once its result is durable, with durability:
 // answered too (it relaxes only a plain sync start's own answer).

@@ -34,14 +34,22 @@ func (e *teamQuotaError) Unwrap() error { return ErrTeamQuota }
 
 // TeamStatus is one team's use of the box against its quota.
 type TeamStatus struct {
-	ID           string      `json:"id"`
-	Quota        store.Quota `json:"quota"` // zero fields are unlimited
-	Replicas     int         `json:"replicas"`
-	GPUs         int         `json:"gpus"`
-	CPUSlots     int         `json:"cpuSlots"`
-	RunningCalls int         `json:"runningCalls"`
-	QueuedCalls  int         `json:"queuedCalls"`
-	QueuedBytes  int64       `json:"queuedBytes"`
+	ID    string      `json:"id"`
+	Quota store.Quota `json:"quota"` // zero fields are unlimited
+	// Share and Want are the cluster's (Config.TeamShare): this node's
+	// share of the team's quotas in force, and what the team's projects
+	// here would hold if their shares allowed (running calls: those
+	// running and queued; replicas, GPUs, CPU slots: what the projects
+	// want or run, whichever is more). Nil on a single box.
+	Share        *store.Quota `json:"share,omitempty"`
+	ShareRev     int64        `json:"shareRev,omitempty"` // the revision of the leader's record Share came from
+	Want         *store.Quota `json:"want,omitempty"`
+	Replicas     int          `json:"replicas"`
+	GPUs         int          `json:"gpus"`
+	CPUSlots     int          `json:"cpuSlots"`
+	RunningCalls int          `json:"runningCalls"`
+	QueuedCalls  int          `json:"queuedCalls"`
+	QueuedBytes  int64        `json:"queuedBytes"`
 }
 
 // teamUse is what a team holds now: every replica that has not exited
@@ -96,6 +104,52 @@ func (s *Scheduler) admitTeam(p *project, inputs int64) error {
 	return nil
 }
 
+// limit is one field of a team's limits in force: none (on false), or at
+// most n, which may be 0 (a node of a cluster whose share of the quota is
+// none).
+type limit struct {
+	n, quota int  // the limit, and the team's quota it comes from
+	on       bool // the quota bounds this field
+	shared   bool // n is this node's share of the cluster's quota
+}
+
+// allows reports whether used plus more stays within the limit.
+func (l limit) allows(used, more int) bool { return !l.on || used+more <= l.n }
+
+// text is the limit as a waiting reason shows it: the quota, and in a
+// cluster this node's share of it.
+func (l limit) text() string {
+	if l.shared {
+		return fmt.Sprintf("%d; this node's share %d", l.quota, l.n)
+	}
+	return fmt.Sprint(l.n)
+}
+
+// teamLimits are the limits in force for a team's running calls,
+// replicas, GPUs and CPU slots: its quota, and in a cluster the smaller
+// of the quota and this node's share of it (Config.TeamShare).
+type teamLimits struct{ running, replicas, gpus, cpuSlots limit }
+
+// limitsOf returns team's limits in force; q is its quota.
+func (s *Scheduler) limitsOf(team string, q store.Quota) teamLimits {
+	var share store.Quota
+	shared := s.cfg.TeamShare != nil
+	if shared {
+		share, _ = s.cfg.TeamShare(team)
+	}
+	field := func(full, part int) limit {
+		switch {
+		case full == 0:
+			return limit{}
+		case shared:
+			return limit{n: min(full, part), quota: full, on: true, shared: true}
+		}
+		return limit{n: full, quota: full, on: true}
+	}
+	return teamLimits{running: field(q.RunningCalls, share.RunningCalls), replicas: field(q.Replicas, share.Replicas),
+		gpus: field(q.GPUs, share.GPUs), cpuSlots: field(q.CPUSlots, share.CPUSlots)}
+}
+
 // bootBlocked says why p's team may not boot another replica of p ("" when
 // it may): the replica would take the team beyond its replicas, GPUs or CPU
 // slots quota. The text is the project's waiting reason on the status page.
@@ -105,15 +159,16 @@ func (s *Scheduler) bootBlocked(p *project) string {
 	if q.Replicas == 0 && q.GPUs == 0 && q.CPUSlots == 0 {
 		return ""
 	}
+	l := s.limitsOf(team, q)
 	u := s.useOf(team)
 	gpus := requestOf(p.cfg.Model).gpus
 	switch {
-	case q.Replicas > 0 && u.replicas+1 > q.Replicas:
-		return fmt.Sprintf("waiting: team %s is at its replicas quota (%d)", team, q.Replicas)
-	case gpus > 0 && q.GPUs > 0 && u.gpus+gpus > q.GPUs:
-		return fmt.Sprintf("waiting: team %s is at its gpus quota (%d)", team, q.GPUs)
-	case gpus == 0 && q.CPUSlots > 0 && u.cpuSlots+1 > q.CPUSlots:
-		return fmt.Sprintf("waiting: team %s is at its cpuSlots quota (%d)", team, q.CPUSlots)
+	case !l.replicas.allows(u.replicas, 1):
+		return fmt.Sprintf("waiting: team %s is at its replicas quota (%s)", team, l.replicas.text())
+	case gpus > 0 && !l.gpus.allows(u.gpus, gpus):
+		return fmt.Sprintf("waiting: team %s is at its gpus quota (%s)", team, l.gpus.text())
+	case gpus == 0 && !l.cpuSlots.allows(u.cpuSlots, 1):
+		return fmt.Sprintf("waiting: team %s is at its cpuSlots quota (%s)", team, l.cpuSlots.text())
 	}
 	return ""
 }
@@ -123,11 +178,25 @@ func (s *Scheduler) bootBlocked(p *project) string {
 func (s *Scheduler) runBlocked(p *project) string {
 	team := p.cfg.TeamID
 	q := s.quotas[team]
-	if q.RunningCalls == 0 || s.useOf(team).running < q.RunningCalls {
+	if q.RunningCalls == 0 {
 		return ""
 	}
-	return fmt.Sprintf("waiting: team %s is at its runningCalls quota (%d)", team, q.RunningCalls)
+	l := s.limitsOf(team, q).running
+	if l.allows(s.useOf(team).running, 1) {
+		return ""
+	}
+	return fmt.Sprintf("waiting: team %s is at its runningCalls quota (%s)", team, l.text())
 }
+
+// TeamShareChanged tells the scheduler that this node's share of team
+// id's quotas changed (cluster mode): a larger one may let waiting calls
+// run or replicas boot now. It never blocks.
+func (s *Scheduler) TeamShareChanged(id string) { s.in.post(evTeamShare{id: id}) }
+
+// evTeamShare: TeamShareChanged was called.
+type evTeamShare struct{ id string }
+
+func (evTeamShare) isEvent() {}
 
 // mayEvictFor reports whether an idle replica of victim may be stopped to
 // make room for waiting: always within a team (evict's LRU rule), and
@@ -188,10 +257,35 @@ func (s *Scheduler) teamStatus() []TeamStatus {
 	out := make([]TeamStatus, 0, len(ids))
 	for _, id := range ids {
 		u := s.useOf(id)
-		out = append(out, TeamStatus{ID: id, Quota: s.quotas[id], Replicas: u.replicas, GPUs: u.gpus, CPUSlots: u.cpuSlots,
-			RunningCalls: u.running, QueuedCalls: u.queued, QueuedBytes: u.queuedBytes})
+		st := TeamStatus{ID: id, Quota: s.quotas[id], Replicas: u.replicas, GPUs: u.gpus, CPUSlots: u.cpuSlots,
+			RunningCalls: u.running, QueuedCalls: u.queued, QueuedBytes: u.queuedBytes}
+		if s.cfg.TeamShare != nil {
+			share, rev := s.cfg.TeamShare(id)
+			want := s.wantOf(id, u)
+			st.Share, st.ShareRev, st.Want = &share, rev, &want
+		}
+		out = append(out, st)
 	}
 	return out
+}
+
+// wantOf is what team's projects here would hold if their shares of the
+// team's quotas allowed (TeamStatus.Want): u is the team's use.
+func (s *Scheduler) wantOf(team string, u teamUse) store.Quota {
+	w := store.Quota{RunningCalls: u.running + u.queued}
+	for _, p := range s.order {
+		if p.cfg.TeamID != team {
+			continue
+		}
+		n := max(p.want(), p.live())
+		w.Replicas += n
+		if g := requestOf(p.cfg.Model).gpus; g > 0 {
+			w.GPUs += n * g
+		} else {
+			w.CPUSlots += n
+		}
+	}
+	return w
 }
 
 // TeamChanged tells the scheduler that team id's quota changed. It never
@@ -241,16 +335,4 @@ func (s *Scheduler) onTeamLoaded(ev evTeamLoaded) {
 		return
 	}
 	s.quotas[ev.t.ID] = ev.t.Quota
-}
-
-// loadQuotas reads every team's quota at start-up.
-func (s *Scheduler) loadQuotas() error {
-	teams, err := s.st.ListTeams()
-	if err != nil {
-		return fmt.Errorf("list teams: %w", err)
-	}
-	for _, t := range teams {
-		s.quotas[t.ID] = t.Quota
-	}
-	return nil
 }

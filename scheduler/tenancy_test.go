@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -113,6 +114,50 @@ func TestTeamAtItsRunningCallsQuotaQueues(t *testing.T) {
 		if got := h.result(c2.ID); got.State != store.CallSucceeded {
 			t.Errorf("second call = %s %q", got.State, got.Message)
 		}
+	})
+}
+
+// In a cluster a node holds a team to its share of the team's quotas
+// (Config.TeamShare): with a share of none it runs nothing of a field the
+// quota bounds, and boots nothing; a larger share, told by
+// TeamShareChanged, lets the waiting call run at once; the status says
+// the share in force with its record's revision, and what the team wants.
+func TestTeamIsHeldToThisNodesShareOfItsQuota(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		share, rev := store.Quota{}, int64(0)
+		a := testProject("a", team("acme"), minMax(1, 1), concurrency(4))
+		st := newTestStore(t, a)
+		if _, err := st.SetTeamQuota("acme", store.Quota{RunningCalls: 3}); err != nil {
+			t.Fatal(err)
+		}
+		h := startHarness(t, Config{TeamShare: func(string) (store.Quota, int64) {
+			mu.Lock()
+			defer mu.Unlock()
+			return share, rev
+		}}, cpuSlots(2), st)
+		defer h.stop()
+		i := h.launched()
+		h.ready(i)
+		h.submit(a, `{}`)
+		h.submit(a, `{}`)
+		h.noCall(i)
+		if ps := h.project("a"); ps.Running != 0 || !strings.Contains(ps.Waiting, "runningCalls quota (3; this node's share 0)") {
+			t.Errorf("with no share: a = running %d waiting %q", ps.Running, ps.Waiting)
+		}
+		mu.Lock()
+		share, rev = store.Quota{RunningCalls: 1}, 7
+		mu.Unlock()
+		h.s.TeamShareChanged("acme")
+		fc := h.call(i)
+		h.noCall(i)
+		teams := h.s.Snapshot().Teams
+		if len(teams) != 1 || teams[0].Share == nil || teams[0].Share.RunningCalls != 1 || teams[0].ShareRev != 7 ||
+			teams[0].Want == nil || teams[0].Want.RunningCalls != 2 || teams[0].RunningCalls != 1 {
+			t.Errorf("teams = %+v; want acme's share 1 (rev 7), want 2, running 1", teams)
+		}
+		fc.reply(`{}`)
+		h.call(i).reply(`{}`)
 	})
 }
 

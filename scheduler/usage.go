@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"errors"
 	"time"
 
 	"inferd/scheduler/backend"
@@ -191,8 +192,19 @@ func (s *Scheduler) flushUsage() {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := s.st.AddUsage(rows); err != nil {
+		err := s.st.AddUsage(rows)
+		switch {
+		case errors.Is(err, store.ErrUnavailable):
+			// No quorum: told once per outage, kept for the next try.
+			if !s.usageDown.Swap(true) && s.cfg.Outages != nil {
+				s.cfg.Outages.Down("write replica usage", err)
+			}
+		case err != nil:
 			s.log.Warn().Err(err).Int("rows", len(rows)).Msg("writing replica usage failed; kept for the next try")
+		case s.usageDown.Swap(false) && s.cfg.Outages != nil:
+			s.cfg.Outages.Up("write replica usage")
+		}
+		if err != nil {
 			s.in.post(evUsageFailed{rows: rows}) // after shutdown: lost with the process
 		}
 	}()

@@ -2,7 +2,10 @@ package scheduler
 
 import (
 	"errors"
+	"fmt"
 	"math"
+	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -154,6 +157,49 @@ func TestReplicaUsageWriteRetriesAndEndsAtShutdown(t *testing.T) {
 		}
 		if len(rows) != 1 || !near(rows[0].IdleReplicaSeconds, 25) {
 			t.Errorf("after shutdown: %+v; want 25 s idle", rows)
+		}
+	})
+}
+
+// outageLog records what the scheduler told of its outages.
+type outageLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (o *outageLog) Down(job string, _ error) { o.add("down " + job) }
+func (o *outageLog) Up(job string)            { o.add("up " + job) }
+func (o *outageLog) add(s string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.lines = append(o.lines, s)
+}
+
+// Without quorum (cluster mode) the replica usage writes fail at every
+// flush: the outage is told once, and once more when a write lands; the
+// rows are kept through it.
+func TestReplicaUsageWritesTellAnOutageOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("a", minMax(1, 1))
+		told := &outageLog{}
+		h := newHarness(t, Config{UsageFlush: 10 * time.Second, Outages: told}, nil, p)
+		defer h.stop()
+		h.ready(h.launched())
+		h.st.failUsage(fmt.Errorf("add usage: etcd: %w", store.ErrUnavailable))
+		for range 3 {
+			h.advance(10 * time.Second)
+		}
+		h.st.failUsage(nil)
+		h.advance(10 * time.Second)
+		h.settle()
+		told.mu.Lock()
+		lines := slices.Clone(told.lines)
+		told.mu.Unlock()
+		if want := []string{"down write replica usage", "up write replica usage"}; !slices.Equal(lines, want) {
+			t.Errorf("outages told: %q; want %q", lines, want)
+		}
+		if rows := h.rows(); len(rows) != 1 || !near(rows[0].IdleReplicaSeconds, 40) {
+			t.Errorf("rows = %+v; want the 40 s idle through the outage", rows)
 		}
 	})
 }

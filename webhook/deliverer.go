@@ -64,6 +64,10 @@ type Config struct {
 	Transport http.RoundTripper
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Outages is told when the first read of the outbox finds the store
+	// unavailable (a cluster without quorum) and when it answers again:
+	// the deliverer waits the outage out. Nil tells nothing.
+	Outages store.Outages
 }
 
 // Store is what a Deliverer needs of the store.
@@ -239,7 +243,14 @@ type outcome struct {
 // flight are abandoned (their messages stay queued, and are sent after a
 // restart) and Run returns nil once they have returned.
 func (d *Deliverer) Run(ctx context.Context) error {
-	stored, err := d.st.PendingDeliveries()
+	var stored []store.Delivery
+	err := store.UntilAnswered(ctx, time.Second, "read the webhook outbox", d.cfg.Outages, func() (err error) {
+		stored, err = d.st.PendingDeliveries()
+		return err
+	})
+	if ctx.Err() != nil {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("webhook deliverer: %w", err)
 	}

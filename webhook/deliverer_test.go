@@ -251,3 +251,57 @@ func TestRefusedDestinationIsGivenUpAtOnce(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// outboxOutage is the store as a node of a cluster without quorum sees it
+// at start-up: its first reads of the outbox find etcd unavailable.
+type outboxOutage struct {
+	*memstore.Store
+	mu    sync.Mutex
+	fails int
+}
+
+func (s *outboxOutage) PendingDeliveries() ([]store.Delivery, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fails > 0 {
+		s.fails--
+		return nil, fmt.Errorf("pending deliveries: etcd: %w", store.ErrUnavailable)
+	}
+	return s.Store.PendingDeliveries()
+}
+
+// A deliverer that starts while the store is unavailable waits it out
+// (losing quorum never ends the node) and then sends what the outbox held.
+func TestDelivererWaitsOutAnUnavailableStoreAtStart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New(memstore.Options{})
+		defer mem.Close()
+		if _, err := mem.EnsureTeam("acme"); err != nil {
+			t.Fatal(err)
+		}
+		if err := mem.SaveCall(context.Background(), finishedCall("call_before")); err != nil {
+			t.Fatal(err)
+		}
+		st := &outboxOutage{Store: mem, fails: 3}
+		rcv := &receiver{}
+		d := New(Config{Transport: rcv, Body: func(c store.Call, dl store.Delivery) ([]byte, error) { return []byte(`{}`), nil }},
+			st, zerolog.Nop())
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- d.Run(ctx) }()
+		time.Sleep(time.Minute) // the bubble's clock: past the outage
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("Run ended with %v; want it to wait out the outage", err)
+		default:
+		}
+		if rcv.count() != 1 {
+			t.Errorf("%d messages sent after the outage; want the one the outbox held", rcv.count())
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}

@@ -8,6 +8,9 @@ to inferd and to the box. Each attempt reports what happened, never raises:
   {"readEnviron": PID}        read /proc/PID/environ      -> {"environ": text | "error: ..."}
   {"signal": PID}             kill(PID, SIGKILL)          -> {"signal": "sent" | "error: ..."}
   {"fetch": URL}              GET URL (2 s)               -> {"fetch": body | "error: ..."}
+  {"etcdRange": URL}          read every key of the etcd at URL through its JSON gateway (POST
+                              /v3/kv/range; https without checking the server and with no client
+                              certificate) -> {"etcd": body | "error: ..."}
   {"escape": true}            a child in its own session  -> {"escaped": PID}
   {"allocate": MIB}           hold MIB MiB of memory      -> {"allocated": MIB}
   {"readFile": PATH}          read PATH                   -> {"file": text | "error: ..."}
@@ -27,6 +30,7 @@ import ctypes
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import urllib.request
@@ -102,6 +106,18 @@ class Handler(BaseHTTPRequestHandler):
                     out["fetch"] = r.read(4096).decode(errors="replace")
             except Exception as e:  # refused, unreachable, timed out: all the same here
                 out["fetch"] = "error: %s" % e
+        if "etcdRange" in inputs:
+            try:
+                req = urllib.request.Request(inputs["etcdRange"] + "/v3/kv/range",
+                                             data=b'{"key":"AA==","range_end":"AA=="}',
+                                             headers={"Content-Type": "application/json"})
+                ctx = ssl.create_default_context()
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+                with urllib.request.urlopen(req, timeout=2, context=ctx) as r:
+                    out["etcd"] = r.read(65536).decode(errors="replace")
+            except Exception as e:  # refused, a TLS handshake failing, an HTTP error: all the same here
+                out["etcd"] = "error: %s" % e
         if inputs.get("escape"):
             out["escaped"] = subprocess.Popen(["sleep", "1000"], start_new_session=True).pid
         if "readFile" in inputs:

@@ -133,8 +133,9 @@ def log_run(path, inputs):
     """Append one JSON line for this run to path before the call does anything
     else, so a run that never answers (its node was killed) is counted too:
     tests count how often each call ran. The line holds the inputs, the
-    replica and, with {"env": NAME}, that variable's value."""
-    line = {"inputs": inputs, "replica": os.environ.get("INFERD_REPLICA_ID"), "pid": os.getpid()}
+    replica, the time it began (Unix seconds) and, with {"env": NAME}, that
+    variable's value."""
+    line = {"inputs": inputs, "replica": os.environ.get("INFERD_REPLICA_ID"), "pid": os.getpid(), "t": time.time()}
     if "env" in inputs:
         line["env"] = os.environ.get(str(inputs["env"]))
     # One write of one line with O_APPEND: lines from replicas on several

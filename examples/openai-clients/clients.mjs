@@ -188,7 +188,7 @@ async function cancelRunning(id) {
           body: JSON.stringify({ apiKey: INFERD_KEY, callID: call.id }),
         });
         const answer = await r.json();
-        assert.equal(answer.message, 'success', `cancel ${call.id}: ${JSON.stringify(answer)}`);
+        assert.equal(answer.message, 'cancelled', `cancel ${call.id}: ${JSON.stringify(answer)}`);
         return;
       }
     }

@@ -477,6 +477,6 @@ func (s *Store) ExpireCalls(finishedBefore time.Time) (int, error) {
 
 // RunSweeper deletes finished calls older than ttl now and then every
 // `every`, until ctx ends (see store.RunSweeper), on the store's clock.
-func (s *Store) RunSweeper(ctx context.Context, ttl, every time.Duration) error {
-	return store.RunSweeper(ctx, s, s.now, ttl, every)
+func (s *Store) RunSweeper(ctx context.Context, ttl, every time.Duration, outages store.Outages) error {
+	return store.RunSweeper(ctx, s, s.now, ttl, every, outages)
 }

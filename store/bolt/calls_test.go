@@ -72,7 +72,7 @@ func TestRunSweeperExpiresOldCallsUntilCancelled(t *testing.T) {
 			t.Fatal(err)
 		}
 		done := make(chan error)
-		go func() { done <- s.RunSweeper(ctx, time.Hour, time.Minute) }()
+		go func() { done <- s.RunSweeper(ctx, time.Hour, time.Minute, nil) }()
 
 		time.Sleep(59 * time.Minute) // fake time inside the bubble
 		synctest.Wait()

@@ -219,8 +219,9 @@ func (s *Store) Close() error {
 // RunSweeper deletes the finished calls older than ttl every `every` until
 // ctx ends. Every node of a cluster may run it: its deletes compare each
 // call's revision, so two sweepers never delete a call that changed.
-func (s *Store) RunSweeper(ctx context.Context, ttl, every time.Duration) error {
-	return store.RunSweeper(ctx, s, s.now, ttl, every)
+// Without quorum it tries again at the next tick (told to outages).
+func (s *Store) RunSweeper(ctx context.Context, ttl, every time.Duration, outages store.Outages) error {
+	return store.RunSweeper(ctx, s, s.now, ttl, every, outages)
 }
 
 // Size returns the size of the etcd database as its first reachable

@@ -1,4 +1,4 @@
-package httpapi
+package admin
 
 import (
 	"errors"
@@ -12,6 +12,8 @@ import (
 	"github.com/julienschmidt/httprouter"
 	"github.com/rs/zerolog"
 
+	"inferd/httpapi/respond"
+	"inferd/httpapi/usage"
 	"inferd/scheduler"
 	"inferd/scheduler/backend"
 	"inferd/store"
@@ -20,8 +22,8 @@ import (
 // maxAdminBody caps admin request bodies (an apply carries every project).
 const maxAdminBody = 10 << 20
 
-// AdminStore is what the admin API needs from a store.Store.
-type AdminStore interface {
+// Store is what the admin API needs from a store.Store.
+type Store interface {
 	ListTeams() ([]store.Team, error)
 	GetTeam(id string) (store.Team, error)
 	SetTeamQuota(id string, q store.Quota) (store.Team, error)
@@ -34,34 +36,33 @@ type AdminStore interface {
 	DeleteProject(id string) error
 	UpdateProject(id string, fn func(*store.Project) error) (store.Project, error)
 	WebhookSecret(teamID string, rotate bool) (string, error)
-	UsageReader // GET /admin/usage (usage.go)
+	usage.Reader // GET /admin/usage (usage.go)
 }
 
-// BackupWriter is the optional part of an AdminStore that serves
+// BackupWriter is the optional part of a Store that serves
 // GET /admin/backup; *bolt.Store has it. A store without it answers 501.
 type BackupWriter interface {
 	WriteBackup(w io.Writer) (int64, error)
 }
 
 type admin struct {
-	store       AdminStore
+	store       Store
 	log         zerolog.Logger
 	capacity    func([]store.Project) []string
 	modelCheck  ModelCheck                    // nil = none
-	replicaLogs backend.Logs                  // nil = none (see AdminLogs)
+	replicaLogs backend.Logs                  // nil = none (see WithLogs)
 	teamUse     func() []scheduler.TeamStatus // nil = no daemon: use unknown (see WithTeamUse)
 	cancel      CallCanceller                 // nil = none (see WithCancel)
-	run         CallRunner                    // nil = no calls (see WithCalls)
-	streams     *Streams                      // the daemon's output streams, for run; nil = none
+	calls       http.Handler                  // nil = no calls (see WithCalls)
 }
 
-// AdminOption adjusts the admin API.
-type AdminOption func(*admin)
+// Option adjusts the admin API.
+type Option func(*admin)
 
 // WithCapacityCheck makes apply report as warnings what check says of all
 // projects once the apply is done (the scheduler's CapacityWarnings: whether
 // every minReplicas fits on the machine). Warnings reject nothing.
-func WithCapacityCheck(check func([]store.Project) []string) AdminOption {
+func WithCapacityCheck(check func([]store.Project) []string) Option {
 	return func(a *admin) { a.capacity = check }
 }
 
@@ -74,20 +75,20 @@ type ModelCheck func(m store.ModelSpec) (problems, warnings []string)
 
 // WithModelCheck makes apply check every project's model before it stores
 // anything: a problem refuses the whole apply, a warning is reported.
-func WithModelCheck(check ModelCheck) AdminOption {
+func WithModelCheck(check ModelCheck) Option {
 	return func(a *admin) { a.modelCheck = check }
 }
 
-// NewAdmin returns the admin API: teams, keys and declarative project
+// New returns the admin API: teams, keys and declarative project
 // upserts. It has no authentication of its own: the daemon serves it only on
 // a unix socket with mode 0600, and the CLI calls it in-process when no
 // daemon runs.
-func NewAdmin(st AdminStore, log zerolog.Logger, opts ...AdminOption) http.Handler {
+func New(st Store, log zerolog.Logger, opts ...Option) http.Handler {
 	a := &admin{store: st, log: log}
 	for _, o := range opts {
 		o(a)
 	}
-	r := newRouter(a.recoverPanic)
+	r := respond.NewRouter(a.recoverPanic, respond.Refused)
 	r.POST("/admin/keys", a.createKey)
 	r.GET("/admin/keys", a.listKeys)
 	r.POST("/admin/keys/:id/revoke", a.revokeKey)
@@ -103,13 +104,13 @@ func NewAdmin(st AdminStore, log zerolog.Logger, opts ...AdminOption) http.Handl
 	r.GET("/admin/logs/:project", a.logs)
 	r.POST("/admin/calls/:id/cancel", a.cancelCall)
 	r.GET("/admin/usage", a.usage)
-	return withRequestLog(r, log)
+	return respond.WithRequestLog(r, log)
 }
 
 func (a *admin) recoverPanic(w http.ResponseWriter, r *http.Request, v any) {
-	if logPanic(w, r, a.log, v) {
-		writeJSON(w, http.StatusInternalServerError, errorBody{errorDetail{codeInternal,
-			"internal error; see the server log for request id " + requestIDOf(w)}})
+	if respond.LogPanic(w, r, a.log, v) {
+		respond.JSON(w, http.StatusInternalServerError, respond.Refusal(respond.CodeInternal,
+			"internal error; see the server log for request id "+respond.RequestID(w)))
 	}
 }
 
@@ -162,11 +163,11 @@ type createKeyResponse struct {
 func (a *admin) createKey(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	var req createKeyRequest
 	if err := readAdminJSON(w, r, &req); err != nil {
-		writeError(w, r, a.log, err)
+		respond.Error(w, r, a.log, err)
 		return
 	}
 	if err := validateTeam(req.Team); err != nil {
-		writeError(w, r, a.log, err)
+		respond.Error(w, r, a.log, err)
 		return
 	}
 	switch req.Scope {
@@ -174,20 +175,20 @@ func (a *admin) createKey(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		req.Scope = store.ScopeTeam
 	case store.ScopeTeam, store.ScopeAdmin:
 	default:
-		writeError(w, r, a.log, badRequest("scope must be %q or %q", store.ScopeTeam, store.ScopeAdmin))
+		respond.Error(w, r, a.log, respond.BadRequest("scope must be %q or %q", store.ScopeTeam, store.ScopeAdmin))
 		return
 	}
 	lim := store.KeyLimits{Permissions: req.Permissions, Expires: req.Expires, Projects: req.Projects}
 	if !lim.Expires.IsZero() && !lim.Expires.After(time.Now()) {
-		writeError(w, r, a.log, badRequest("expires %s is not in the future", lim.Expires.Format(time.RFC3339)))
+		respond.Error(w, r, a.log, respond.BadRequest("expires %s is not in the future", lim.Expires.Format(time.RFC3339)))
 		return
 	}
 	secret, key, err := a.store.CreateScopedKey(req.Team, req.Scope, lim)
 	if err != nil {
-		writeError(w, r, a.log, err)
+		respond.Error(w, r, a.log, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, createKeyResponse{Secret: secret, Key: viewKey(key)})
+	respond.JSON(w, http.StatusCreated, createKeyResponse{Secret: secret, Key: viewKey(key)})
 }
 
 type keyList struct {
@@ -198,14 +199,14 @@ type keyList struct {
 func (a *admin) listKeys(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	keys, err := a.store.ListKeys(r.URL.Query().Get("team"))
 	if err != nil {
-		writeError(w, r, a.log, err)
+		respond.Error(w, r, a.log, err)
 		return
 	}
 	out := keyList{Results: make([]keyView, 0, len(keys))}
 	for _, k := range keys {
 		out.Results = append(out.Results, viewKey(k))
 	}
-	writeJSON(w, http.StatusOK, out)
+	respond.JSON(w, http.StatusOK, out)
 }
 
 type keyResponse struct {
@@ -217,23 +218,23 @@ func (a *admin) revokeKey(w http.ResponseWriter, r *http.Request, ps httprouter.
 	id := ps.ByName("id")
 	if err := a.store.RevokeKey(id); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			err = notFound("key %s not found", truncate(id, 64))
+			err = respond.NotFound("key %s not found", respond.Truncate(id, 64))
 		}
-		writeError(w, r, a.log, err)
+		respond.Error(w, r, a.log, err)
 		return
 	}
 	keys, err := a.store.ListKeys("")
 	if err != nil {
-		writeError(w, r, a.log, err)
+		respond.Error(w, r, a.log, err)
 		return
 	}
 	for _, k := range keys {
 		if k.ID == id {
-			writeJSON(w, http.StatusOK, keyResponse{viewKey(k)})
+			respond.JSON(w, http.StatusOK, keyResponse{viewKey(k)})
 			return
 		}
 	}
-	writeError(w, r, a.log, notFound("key %s not found", truncate(id, 64)))
+	respond.Error(w, r, a.log, respond.NotFound("key %s not found", respond.Truncate(id, 64)))
 }
 
 type applyRequest struct {
@@ -264,49 +265,49 @@ type applyResponse struct {
 func (a *admin) apply(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	var req applyRequest
 	if err := readAdminJSON(w, r, &req); err != nil {
-		writeError(w, r, a.log, err)
+		respond.Error(w, r, a.log, err)
 		return
 	}
 	seen := make(map[string]bool, len(req.Projects))
 	for i, p := range req.Projects {
 		name := fmt.Sprintf("project %d", i+1)
 		if p.ID != "" {
-			name = "project " + truncate(p.ID, 64)
+			name = "project " + respond.Truncate(p.ID, 64)
 		}
 		if seen[p.ID] {
-			writeError(w, r, a.log, badRequest("%s: listed twice", name))
+			respond.Error(w, r, a.log, respond.BadRequest("%s: listed twice", name))
 			return
 		}
 		seen[p.ID] = true
 		if err := p.Validate(); err != nil {
 			var ve *store.ValidationError
 			if errors.As(err, &ve) {
-				err = badRequest("%s: %s", name, ve.Error())
+				err = respond.BadRequest("%s: %s", name, ve.Error())
 			}
-			writeError(w, r, a.log, err)
+			respond.Error(w, r, a.log, err)
 			return
 		}
 	}
 	before, err := a.reapply(req.Projects)
 	if err != nil {
-		writeError(w, r, a.log, err)
+		respond.Error(w, r, a.log, err)
 		return
 	}
 	problems, warnings := a.checkModels(req.Projects)
 	if len(problems) > 0 {
-		writeError(w, r, a.log, badRequest("these models cannot start on this machine (nothing was applied):\n  %s", strings.Join(problems, "\n  ")))
+		respond.Error(w, r, a.log, respond.BadRequest("these models cannot start on this machine (nothing was applied):\n  %s", strings.Join(problems, "\n  ")))
 		return
 	}
 	if err := a.setQuotas(req.Teams, req.Projects); err != nil {
-		writeError(w, r, a.log, err)
+		respond.Error(w, r, a.log, err)
 		return
 	}
 	changes, err := a.store.PutProjects(req.Projects)
 	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			err = &userError{http.StatusConflict, codeConflict, err.Error() + " (nothing was applied)"}
+			err = &respond.Problem{Status: http.StatusConflict, Code: respond.CodeConflict, Msg: err.Error() + " (nothing was applied)"}
 		}
-		writeError(w, r, a.log, err)
+		respond.Error(w, r, a.log, err)
 		return
 	}
 	out := applyResponse{Changes: make([]applyChange, len(req.Projects))}
@@ -317,7 +318,7 @@ func (a *admin) apply(w http.ResponseWriter, r *http.Request, _ httprouter.Param
 		}
 	}
 	out.Warnings = append(warnings, a.capacityWarnings()...)
-	writeJSON(w, http.StatusOK, out)
+	respond.JSON(w, http.StatusOK, out)
 }
 
 // reapply turns each project of an apply into a declaration merged with the
@@ -340,7 +341,7 @@ func (a *admin) reapply(ps []store.Project) (map[string]store.Project, error) {
 			merged, err := store.Reapply(stored, p)
 			var ve *store.ValidationError
 			if errors.As(err, &ve) {
-				return nil, badRequest("project %s: %s (nothing was applied)", truncate(p.ID, 64), ve.Error())
+				return nil, respond.BadRequest("project %s: %s (nothing was applied)", respond.Truncate(p.ID, 64), ve.Error())
 			}
 			if err != nil {
 				return nil, err
@@ -429,7 +430,7 @@ type adminProjectList struct {
 func (a *admin) listProjects(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	projects, err := a.store.ListProjects(r.URL.Query().Get("team"))
 	if err != nil {
-		writeError(w, r, a.log, err)
+		respond.Error(w, r, a.log, err)
 		return
 	}
 	slices.SortFunc(projects, func(x, y store.Project) int { return strings.Compare(x.ID, y.ID) })
@@ -442,7 +443,7 @@ func (a *admin) listProjects(w http.ResponseWriter, r *http.Request, _ httproute
 		}
 		out.Results = append(out.Results, p)
 	}
-	writeJSON(w, http.StatusOK, out)
+	respond.JSON(w, http.StatusOK, out)
 }
 
 type deletedResponse struct {
@@ -454,12 +455,12 @@ func (a *admin) deleteProject(w http.ResponseWriter, r *http.Request, ps httprou
 	id := ps.ByName("id")
 	if err := a.store.DeleteProject(id); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			err = notFound("project %s not found", truncate(id, 64))
+			err = respond.NotFound("project %s not found", respond.Truncate(id, 64))
 		}
-		writeError(w, r, a.log, err)
+		respond.Error(w, r, a.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, deletedResponse{Deleted: id})
+	respond.JSON(w, http.StatusOK, deletedResponse{Deleted: id})
 }
 
 // restartResponse answers a restart: the project, and how many times it
@@ -481,12 +482,12 @@ func (a *admin) restartProject(w http.ResponseWriter, r *http.Request, ps httpro
 	})
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			err = notFound("project %s not found", truncate(id, 64))
+			err = respond.NotFound("project %s not found", respond.Truncate(id, 64))
 		}
-		writeError(w, r, a.log, err)
+		respond.Error(w, r, a.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, restartResponse{Project: id, Restarts: p.Model.Restarts})
+	respond.JSON(w, http.StatusOK, restartResponse{Project: id, Restarts: p.Model.Restarts})
 }
 
 // backup handles GET /admin/backup: a consistent snapshot of the data file,
@@ -495,7 +496,7 @@ func (a *admin) restartProject(w http.ResponseWriter, r *http.Request, ps httpro
 func (a *admin) backup(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	bw, ok := a.store.(BackupWriter)
 	if !ok {
-		writeError(w, r, a.log, &userError{http.StatusNotImplemented, codeInternal, "this store cannot write backups"})
+		respond.Error(w, r, a.log, &respond.Problem{Status: http.StatusNotImplemented, Code: respond.CodeInternal, Msg: "this store cannot write backups"})
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
@@ -503,7 +504,7 @@ func (a *admin) backup(w http.ResponseWriter, r *http.Request, _ httprouter.Para
 	cw := &countingWriter{w: w}
 	if _, err := bw.WriteBackup(cw); err != nil {
 		if cw.n == 0 {
-			writeError(w, r, a.log, err)
+			respond.Error(w, r, a.log, err)
 			return
 		}
 		a.log.Error().Err(err).Int64("written", cw.n).Msg("backup aborted")
@@ -525,20 +526,20 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 
 // readAdminJSON reads a JSON object body into v.
 func readAdminJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	body, err := readBody(w, r, maxAdminBody)
+	body, err := respond.ReadBody(w, r, maxAdminBody)
 	if err != nil {
 		return err
 	}
-	return decodeObject(body, v)
+	return respond.DecodeObject(body, v)
 }
 
 // validateTeam checks a team id by the store's rule for ids.
 func validateTeam(id string) error {
 	switch {
 	case id == "":
-		return badRequest("missing team")
+		return respond.BadRequest("missing team")
 	case !store.ValidID(id):
-		return badRequest("team %q: must be 1-64 characters of a-z, 0-9 and -", truncate(id, 64))
+		return respond.BadRequest("team %q: must be 1-64 characters of a-z, 0-9 and -", respond.Truncate(id, 64))
 	}
 	return nil
 }

@@ -1,18 +1,21 @@
-package httpapi
+package status
 
 import (
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
+	"github.com/rs/zerolog"
 
 	"inferd/gpu"
+	"inferd/httpapi/respond"
+	"inferd/httpapi/usage"
 	"inferd/image"
+	"inferd/pipeline"
 	"inferd/scheduler"
 	"inferd/scheduler/backend"
 	"inferd/store"
@@ -30,9 +33,9 @@ const (
 	maxStatusMessage   = 300              // a failed call's message is cut here
 )
 
-// StatusSources feed the /v1/status endpoints and the status page. Any
+// Sources feed the /v1/status endpoints and the status page. Any
 // function may be nil (nothing of that kind is shown).
-type StatusSources struct {
+type Sources struct {
 	Snapshot func() scheduler.Status // the scheduler's Snapshot
 	GPUs     func() []gpu.Device     // the GPU inventory's Devices
 	Calls    RecentCalls
@@ -56,29 +59,76 @@ type RecentCalls interface {
 	RecentCalls(teamID string, limit int) ([]store.Call, error)
 }
 
-// statusAPI serves /v1/status. Every endpoint needs an API key in the same
+// Store is what the status endpoints read of the store.
+type Store interface {
+	ListProjects(teamID string) ([]store.Project, error)
+	GetProject(id string) (store.Project, error)
+	usage.Reader // the usage panel
+}
+
+// Config is what the status API is made of.
+type Config struct {
+	Sources Sources
+	Store   Store
+	// Key authenticates a request's key, as the project API does (the
+	// same header; the public API's, which refuses a key that may not
+	// read).
+	Key func(r *http.Request) (store.APIKey, error)
+	// Cluster, in cluster mode, is this node's view of the cluster (the
+	// cluster section); nil on a single box.
+	Cluster ClusterView
+	Log     zerolog.Logger
+}
+
+// Handlers are the status API's endpoints, which the public API's route
+// table serves: each but Page and Assets under a key that may read.
+// Cluster is nil without a cluster view, History without a recorder.
+type Handlers struct {
+	All, GPUs, Projects, Calls, Usage, Logs, Cluster, History httprouter.Handle
+	Page, Assets                                              httprouter.Handle
+}
+
+// New returns the handlers of the status API of cfg.
+func New(cfg Config) Handlers {
+	s := &api{src: cfg.Sources, store: cfg.Store, key: cfg.Key, clusterView: cfg.Cluster, log: cfg.Log}
+	h := Handlers{All: s.all, GPUs: list(s, false, s.gpus), Projects: list(s, true, s.projects),
+		Calls: list(s, true, s.calls), Usage: s.usage, Logs: s.logs}
+	if cfg.Cluster != nil {
+		h.Cluster = s.cluster
+	}
+	if cfg.Sources.History != nil {
+		h.History = s.history
+	}
+	h.Page, h.Assets = pageHandlers()
+	return h
+}
+
+// api serves /v1/status. Every endpoint needs an API key in the same
 // header as the project API: a team key sees its own projects, calls and
 // logs, an admin key everyone's; another team's project is a 404. It never
 // shows call inputs or outputs.
-type statusAPI struct {
-	*api
-	src StatusSources
+type api struct {
+	src         Sources
+	store       Store
+	key         func(r *http.Request) (store.APIKey, error)
+	clusterView ClusterView
+	log         zerolog.Logger
 }
 
-func (s *statusAPI) now() time.Time {
+func (s *api) now() time.Time {
 	if s.src.Now != nil {
 		return s.src.Now()
 	}
 	return time.Now()
 }
 
-// statusGPU is one GPU or MIG device; HeldBy names the replica holding it
+// GPU is one GPU or MIG device; HeldBy names the replica holding it
 // when the caller may see that replica's project, and Held says whether
 // anyone does. MemoryUsedBytes is the driver's view (for a simulated GPU,
 // the reservation); MemoryReservedBytes is what inferd has handed out on it,
 // which moves at once when a replica starts or stops. Healthy is false
 // while the device gets no replicas (lost, unreadable); Problem says why.
-type statusGPU struct {
+type GPU struct {
 	Index               int          `json:"index"`
 	UUID                string       `json:"uuid"`
 	Name                string       `json:"name"`
@@ -92,31 +142,31 @@ type statusGPU struct {
 	MIG                 bool         `json:"mig"`              // a MIG device, pinned as MIG-<uuid>
 	Parent              string       `json:"parent,omitempty"` // a MIG device's GPU
 	Held                bool         `json:"held"`
-	HeldBy              *replicaName `json:"heldBy"`
+	HeldBy              *ReplicaName `json:"heldBy"`
 }
 
-type replicaName struct {
+type ReplicaName struct {
 	Project string `json:"project"`
 	Replica string `json:"replica"`
 }
 
-// statusProject is one project: its bounds, queue, replicas and latency.
-type statusProject struct {
-	ID          string          `json:"id"`
-	TeamID      string          `json:"teamId"`
-	MinReplicas int             `json:"minReplicas"`
-	MaxReplicas int             `json:"maxReplicas"`
-	GPUs        int             `json:"gpusPerReplica"`
-	Durability  string          `json:"durability"` // "strict" or "answered" (store.Project.Durability)
-	Queued      int             `json:"queued"`
-	Running     int             `json:"running"`
-	Waiting     string          `json:"waiting"`
-	LastError   string          `json:"lastError"`
-	OOMKills    int             `json:"oomKills"`     // replicas killed for going over memoryMiB since the daemon started
-	LatencyP50  *int64          `json:"latencyP50Ms"` // created → finished, over the recent calls that reached a replica; null without any
-	LatencyP95  *int64          `json:"latencyP95Ms"`
-	Finished    int             `json:"recentFinished"` // calls the latencies are taken over
-	Replicas    []statusReplica `json:"replicas"`
+// Project is one project: its bounds, queue, replicas and latency.
+type Project struct {
+	ID          string    `json:"id"`
+	TeamID      string    `json:"teamId"`
+	MinReplicas int       `json:"minReplicas"`
+	MaxReplicas int       `json:"maxReplicas"`
+	GPUs        int       `json:"gpusPerReplica"`
+	Durability  string    `json:"durability"` // "strict" or "answered" (store.Project.Durability)
+	Queued      int       `json:"queued"`
+	Running     int       `json:"running"`
+	Waiting     string    `json:"waiting"`
+	LastError   string    `json:"lastError"`
+	OOMKills    int       `json:"oomKills"`     // replicas killed for going over memoryMiB since the daemon started
+	LatencyP50  *int64    `json:"latencyP50Ms"` // created → finished, over the recent calls that reached a replica; null without any
+	LatencyP95  *int64    `json:"latencyP95Ms"`
+	Finished    int       `json:"recentFinished"` // calls the latencies are taken over
+	Replicas    []Replica `json:"replicas"`
 
 	// LastErrorAt is when LastError happened; LastErrorReplica the replica
 	// whose log tells more ("" for none).
@@ -139,7 +189,7 @@ type statusProject struct {
 	Queue []scheduler.QueuedCall `json:"queue"`
 }
 
-type statusReplica struct {
+type Replica struct {
 	ID            string     `json:"id"`
 	State         string     `json:"state"`
 	Pid           int        `json:"pid"`
@@ -157,8 +207,8 @@ type statusReplica struct {
 	PreviousSpec bool `json:"previousSpec,omitempty"`
 }
 
-// statusCall is a call without its inputs or outputs.
-type statusCall struct {
+// Call is a call without its inputs or outputs.
+type Call struct {
 	ID         string     `json:"id"`
 	ProjectID  string     `json:"projectId"`
 	State      string     `json:"state"`
@@ -175,13 +225,13 @@ type statusCall struct {
 	TotalMs    *int64     `json:"totalMs"` // created → finished
 }
 
-type statusAll struct {
-	Generated time.Time       `json:"generated"`
-	Scope     store.KeyScope  `json:"scope"`
-	TeamID    string          `json:"teamId"`
-	GPUs      []statusGPU     `json:"gpus"`
-	Projects  []statusProject `json:"projects"`
-	Calls     []statusCall    `json:"calls"`
+type All struct {
+	Generated time.Time      `json:"generated"`
+	Scope     store.KeyScope `json:"scope"`
+	TeamID    string         `json:"teamId"`
+	GPUs      []GPU          `json:"gpus"`
+	Projects  []Project      `json:"projects"`
+	Calls     []Call         `json:"calls"`
 	// Teams is each visible team's use against its quota (viewTeams).
 	Teams    []scheduler.TeamStatus `json:"teams"`
 	Webhooks *webhook.Stats         `json:"webhooks"` // the caller's teams' messages; null without a deliverer
@@ -189,20 +239,20 @@ type statusAll struct {
 	// are in force on this box (docs/security.md).
 	Protections []backend.Protection `json:"protections"`
 	// Cluster is the cluster view (cluster mode only; absent on a single box).
-	Cluster *statusCluster `json:"cluster,omitempty"`
+	Cluster *Cluster `json:"cluster,omitempty"`
 	// Images is what this node's images take on disk; null when unknown.
-	Images *statusImages `json:"images"`
+	Images *Images `json:"images"`
 }
 
-// statusImages is the disk use of the images projects run in: their layer
+// Images is the disk use of the images projects run in: their layer
 // blobs as imported, and their unpacked roots.
-type statusImages struct {
+type Images struct {
 	Count      int   `json:"count"`
 	LayerBytes int64 `json:"layerBytes"`
 	RootBytes  int64 `json:"rootBytes"`
 }
 
-type results[T any] struct {
+type Results[T any] struct {
 	Results []T `json:"results"`
 }
 
@@ -214,8 +264,8 @@ type view struct {
 	calls    []store.Call    // visible, newest first, at most latencyWindow
 }
 
-func (s *statusAPI) read(r *http.Request, wantCalls bool) (view, error) {
-	key, err := s.headerKey(r)
+func (s *api) read(r *http.Request, wantCalls bool) (view, error) {
+	key, err := s.key(r)
 	if err != nil {
 		return view{}, err
 	}
@@ -227,7 +277,7 @@ func (s *statusAPI) read(r *http.Request, wantCalls bool) (view, error) {
 	if v.projects, err = s.store.ListProjects(team); err != nil {
 		return view{}, err
 	}
-	v.projects = slices.DeleteFunc(v.projects, func(p store.Project) bool { return !mayReach(key, p.TeamID, p.ID) })
+	v.projects = slices.DeleteFunc(v.projects, func(p store.Project) bool { return !pipeline.Reaches(key, p.TeamID, p.ID) })
 	slices.SortFunc(v.projects, func(x, y store.Project) int { return strings.Compare(x.ID, y.ID) })
 	if s.src.Snapshot != nil {
 		v.snapshot = s.src.Snapshot()
@@ -236,24 +286,24 @@ func (s *statusAPI) read(r *http.Request, wantCalls bool) (view, error) {
 		if v.calls, err = s.src.Calls.RecentCalls(team, latencyWindow); err != nil {
 			return view{}, err
 		}
-		v.calls = slices.DeleteFunc(v.calls, func(c store.Call) bool { return !mayReach(key, c.TeamID, c.ProjectID) })
+		v.calls = slices.DeleteFunc(v.calls, func(c store.Call) bool { return !pipeline.Reaches(key, c.TeamID, c.ProjectID) })
 	}
 	return v, nil
 }
 
 // all handles GET /v1/status: everything the status page shows, in one read.
-func (s *statusAPI) all(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-	limit, err := queryInt(r, "limit", defaultStatusCalls, maxStatusCalls)
+func (s *api) all(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	limit, err := respond.QueryInt(r, "limit", defaultStatusCalls, maxStatusCalls)
 	if err != nil {
-		writeError(w, r, s.log, err)
+		respond.Error(w, r, s.log, err)
 		return
 	}
 	v, err := s.read(r, true)
 	if err != nil {
-		writeError(w, r, s.log, err)
+		respond.Error(w, r, s.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, statusAll{
+	respond.JSON(w, http.StatusOK, All{
 		Generated:   s.now().UTC(),
 		Scope:       v.key.Scope,
 		TeamID:      v.key.TeamID,
@@ -263,13 +313,13 @@ func (s *statusAPI) all(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		Teams:       viewTeams(v),
 		Webhooks:    s.webhookStats(v.key),
 		Protections: s.protections(),
-		Cluster:     viewCluster(s.opts.Cluster, v),
+		Cluster:     viewCluster(s.clusterView, v),
 		Images:      s.images(),
 	})
 }
 
 // images is the images' disk use, or nil when it cannot be read.
-func (s *statusAPI) images() *statusImages {
+func (s *api) images() *Images {
 	if s.src.Images == nil {
 		return nil
 	}
@@ -278,11 +328,11 @@ func (s *statusAPI) images() *statusImages {
 		s.log.Warn().Err(err).Msg("status: read the images' disk use")
 		return nil
 	}
-	return &statusImages{Count: u.Images, LayerBytes: u.BlobBytes, RootBytes: u.RootBytes}
+	return &Images{Count: u.Images, LayerBytes: u.BlobBytes, RootBytes: u.RootBytes}
 }
 
 // protections are the backend's, or none known.
-func (s *statusAPI) protections() []backend.Protection {
+func (s *api) protections() []backend.Protection {
 	if s.src.Protections == nil {
 		return []backend.Protection{}
 	}
@@ -291,7 +341,7 @@ func (s *statusAPI) protections() []backend.Protection {
 
 // webhookStats counts the webhook messages of the key's team, or of every
 // team for an admin key.
-func (s *statusAPI) webhookStats(key store.APIKey) *webhook.Stats {
+func (s *api) webhookStats(key store.APIKey) *webhook.Stats {
 	if s.src.Webhooks == nil {
 		return nil
 	}
@@ -305,7 +355,7 @@ func (s *statusAPI) webhookStats(key store.APIKey) *webhook.Stats {
 
 // list returns a handler that answers {"results": render(view)} for one
 // kind of status, reading the recent calls only when wantCalls.
-func list[T any](s *statusAPI, wantCalls bool, render func(*http.Request, view) ([]T, error)) httprouter.Handle {
+func list[T any](s *api, wantCalls bool, render func(*http.Request, view) ([]T, error)) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 		v, err := s.read(r, wantCalls)
 		var out []T
@@ -313,28 +363,28 @@ func list[T any](s *statusAPI, wantCalls bool, render func(*http.Request, view) 
 			out, err = render(r, v)
 		}
 		if err != nil {
-			writeError(w, r, s.log, err)
+			respond.Error(w, r, s.log, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, results[T]{out})
+		respond.JSON(w, http.StatusOK, Results[T]{out})
 	}
 }
 
 // gpus renders GET /v1/status/gpus.
-func (s *statusAPI) gpus(_ *http.Request, v view) ([]statusGPU, error) { return s.viewGPUs(v), nil }
+func (s *api) gpus(_ *http.Request, v view) ([]GPU, error) { return s.viewGPUs(v), nil }
 
 // projects renders GET /v1/status/projects.
-func (s *statusAPI) projects(_ *http.Request, v view) ([]statusProject, error) {
+func (s *api) projects(_ *http.Request, v view) ([]Project, error) {
 	return s.viewProjects(v), nil
 }
 
 // calls renders GET /v1/status/calls[?limit=N].
-func (s *statusAPI) calls(r *http.Request, v view) ([]statusCall, error) {
-	limit, err := queryInt(r, "limit", defaultStatusCalls, maxStatusCalls)
+func (s *api) calls(r *http.Request, v view) ([]Call, error) {
+	limit, err := respond.QueryInt(r, "limit", defaultStatusCalls, maxStatusCalls)
 	return viewCalls(v.calls, limit), err
 }
 
-type statusLog struct {
+type Log struct {
 	Project string   `json:"project"`
 	Replica string   `json:"replica"`
 	Lines   []string `json:"lines"`
@@ -342,52 +392,52 @@ type statusLog struct {
 
 // logs handles GET /v1/status/projects/:id/replicas/:replica/logs[?lines=N]:
 // the last lines of a replica's log, running or not.
-func (s *statusAPI) logs(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-	n, err := queryInt(r, "lines", defaultLogLines, maxLogLines)
+func (s *api) logs(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	n, err := respond.QueryInt(r, "lines", defaultLogLines, maxLogLines)
 	if err != nil {
-		writeError(w, r, s.log, err)
+		respond.Error(w, r, s.log, err)
 		return
 	}
-	key, err := s.headerKey(r)
+	key, err := s.key(r)
 	if err != nil {
-		writeError(w, r, s.log, err)
+		respond.Error(w, r, s.log, err)
 		return
 	}
 	id, rid := ps.ByName("id"), ps.ByName("replica")
 	p, err := s.store.GetProject(id)
 	switch {
-	case errors.Is(err, store.ErrNotFound) || (err == nil && !mayReach(key, p.TeamID, p.ID)):
-		writeError(w, r, s.log, errProjectNotFound)
+	case errors.Is(err, store.ErrNotFound) || (err == nil && !pipeline.Reaches(key, p.TeamID, p.ID)):
+		respond.Error(w, r, s.log, respond.ErrProjectNotFound)
 		return
 	case err != nil:
-		writeError(w, r, s.log, err)
+		respond.Error(w, r, s.log, err)
 		return
 	}
 	// The replica id names a file: only ids the scheduler could have made.
 	if s.src.Logs == nil || !store.ValidID(rid) || !strings.HasPrefix(rid, p.ID+"-") {
-		writeError(w, r, s.log, notFound("no log for replica %s", truncate(rid, 64)))
+		respond.Error(w, r, s.log, respond.NotFound("no log for replica %s", respond.Truncate(rid, 64)))
 		return
 	}
 	lines, _, err := s.src.Logs.TailLog(backend.Log{Team: p.TeamID, Project: p.ID, Replica: rid}, n)
 	switch {
 	case errors.Is(err, backend.ErrNoLog):
-		writeError(w, r, s.log, notFound("no log for replica %s", rid))
+		respond.Error(w, r, s.log, respond.NotFound("no log for replica %s", rid))
 		return
 	case err != nil:
-		writeError(w, r, s.log, err)
+		respond.Error(w, r, s.log, err)
 		return
 	}
 	if lines == nil {
 		lines = []string{}
 	}
-	writeJSON(w, http.StatusOK, statusLog{Project: p.ID, Replica: rid, Lines: lines})
+	respond.JSON(w, http.StatusOK, Log{Project: p.ID, Replica: rid, Lines: lines})
 }
 
-func (s *statusAPI) viewGPUs(v view) []statusGPU {
+func (s *api) viewGPUs(v view) []GPU {
 	if s.src.GPUs == nil {
-		return []statusGPU{}
+		return []GPU{}
 	}
-	holders := map[string]replicaName{} // GPU UUID → replica
+	holders := map[string]ReplicaName{} // GPU UUID → replica
 	visible := map[string]bool{}
 	for _, p := range v.projects {
 		visible[p.ID] = true
@@ -401,17 +451,17 @@ func (s *statusAPI) viewGPUs(v view) []statusGPU {
 			}
 			for _, u := range r.GPUs {
 				if h, ok := holders[u]; !ok || !visible[h.Project] {
-					holders[u] = replicaName{Project: p.ID, Replica: r.ID}
+					holders[u] = ReplicaName{Project: p.ID, Replica: r.ID}
 				}
 			}
 		}
 	}
 	reserved := v.snapshot.ReservedMiB()
 	devs := s.src.GPUs()
-	out := make([]statusGPU, 0, len(devs))
+	out := make([]GPU, 0, len(devs))
 	for _, d := range devs {
 		m := gpu.MemoryOf(d, reserved)
-		g := statusGPU{
+		g := GPU{
 			Index: d.Index, UUID: d.UUID, Name: d.Name,
 			MemoryTotalBytes: m.Total, MemoryUsedBytes: m.Used, MemoryReservedBytes: m.Reserved,
 			UtilizationPct: d.UtilizationPct,
@@ -429,7 +479,7 @@ func (s *statusAPI) viewGPUs(v view) []statusGPU {
 	return out
 }
 
-func (s *statusAPI) viewProjects(v view) []statusProject {
+func (s *api) viewProjects(v view) []Project {
 	live := map[string]scheduler.ProjectStatus{}
 	for _, p := range v.snapshot.Projects {
 		live[p.ID] = p
@@ -441,18 +491,18 @@ func (s *statusAPI) viewProjects(v view) []statusProject {
 		}
 	}
 	now := s.now()
-	reaches := reachesOf(v.key) // what a waiting reason may name
+	reaches := func(teamID, projectID string) bool { return pipeline.Reaches(v.key, teamID, projectID) } // what a waiting reason may name
 	latencies, failures := recentOutcomes(v.calls, now)
-	out := make([]statusProject, 0, len(v.projects))
+	out := make([]Project, 0, len(v.projects))
 	for _, p := range v.projects {
 		lp := live[p.ID]
-		sp := statusProject{
+		sp := Project{
 			ID: p.ID, TeamID: p.TeamID,
 			MinReplicas: p.MinReplicas, MaxReplicas: p.MaxReplicas, GPUs: p.Model.GPUDemand().GPUs,
 			Queued: lp.Queued, Running: lp.Running, Waiting: explainWait(lp, v.snapshot, p.Model, reaches),
 			LastError: lp.LastError, LastErrorReplica: lp.LastErrorReplica, RecentFailures: failures[p.ID],
 			OOMKills: lp.OOMKills,
-			Replicas: make([]statusReplica, 0, len(lp.Replicas)),
+			Replicas: make([]Replica, 0, len(lp.Replicas)),
 			Queue:    make([]scheduler.QueuedCall, 0, len(lp.Queue)),
 
 			Batches: lp.Batches, MeanBatchSize: lp.MeanBatchSize,
@@ -506,8 +556,8 @@ func recentOutcomes(calls []store.Call, now time.Time) (latencies map[string][]i
 
 // viewReplica is replica r as the status shows it, its GPUs by index
 // (index: GPU UUID → index).
-func viewReplica(r scheduler.ReplicaStatus, index map[string]int, now time.Time) statusReplica {
-	sr := statusReplica{
+func viewReplica(r scheduler.ReplicaStatus, index map[string]int, now time.Time) Replica {
+	sr := Replica{
 		ID: r.ID, State: r.State, Pid: r.Pid, Started: r.Started.UTC(),
 		UptimeSeconds: int64(max(now.Sub(r.Started), 0) / time.Second),
 		InFlight:      r.InFlight, GPUs: make([]int, 0, len(r.GPUs)),
@@ -559,16 +609,16 @@ func explainWait(lp scheduler.ProjectStatus, st scheduler.Status, m store.ModelS
 	return waiting
 }
 
-func viewCalls(calls []store.Call, limit int) []statusCall {
+func viewCalls(calls []store.Call, limit int) []Call {
 	calls = calls[:min(limit, len(calls))]
-	out := make([]statusCall, 0, len(calls))
+	out := make([]Call, 0, len(calls))
 	for _, c := range calls {
-		sc := statusCall{
+		sc := Call{
 			ID: c.ID, ProjectID: c.ProjectID, State: string(c.State), ReplicaID: c.ReplicaID,
 			Attempt: c.Attempt, Priority: string(c.Priority), Created: c.Created.UTC(), QueueMs: c.QueueMs, BootMs: c.BootMs, RunMs: c.RunMs,
 		}
 		if c.State == store.CallFailed {
-			sc.Message = truncate(failureMessage(c.Message), maxStatusMessage)
+			sc.Message = respond.Truncate(respond.FailureMessage(c.Message), maxStatusMessage)
 		}
 		if !c.Dispatched.IsZero() {
 			t := c.Dispatched.UTC()
@@ -594,17 +644,4 @@ func percentile(xs []int64, p int) *int64 {
 	rank := (p*len(xs) + 99) / 100 // ceil(p/100 · n), 1-based
 	v := xs[max(rank, 1)-1]
 	return &v
-}
-
-// queryInt reads an optional positive integer query parameter, capped at max.
-func queryInt(r *http.Request, name string, def, limit int) (int, error) {
-	s := r.URL.Query().Get(name)
-	if s == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 {
-		return 0, badRequest("%s must be a positive integer, got %q", name, truncate(s, 32))
-	}
-	return min(n, limit), nil
 }

@@ -1,4 +1,4 @@
-package httpapi
+package admin
 
 import (
 	"net/http"
@@ -8,54 +8,55 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"inferd/httpapi/internal/apitest"
 	"inferd/scheduler"
 	"inferd/store"
 )
 
 func TestAdminSetTeamQuotaAndListWithUse(t *testing.T) {
 	st, _ := newAdminEnv(t)
-	h := NewAdmin(st, zerolog.Nop(), WithTeamUse(func() []scheduler.TeamStatus {
+	h := New(st, zerolog.Nop(), WithTeamUse(func() []scheduler.TeamStatus {
 		return []scheduler.TeamStatus{{ID: "acme", Replicas: 3, QueuedCalls: 7}}
 	}))
-	rec := serve(h, http.MethodPut, "/admin/teams/acme", `{"quota": {"replicas": 8, "gpus": 2, "queuedBytes": 1024}}`)
+	rec := apitest.Serve(h, http.MethodPut, "/admin/teams/acme", `{"quota": {"replicas": 8, "gpus": 2, "queuedBytes": 1024}}`)
 	if rec.Code != http.StatusOK {
 		t.Fatalf("PUT status %d: %s", rec.Code, rec.Body)
 	}
 	if got, _ := st.GetTeam("acme"); got.Quota != (store.Quota{Replicas: 8, GPUs: 2, QueuedBytes: 1024}) {
 		t.Errorf("stored quota = %+v", got.Quota)
 	}
-	list := decode[struct {
+	list := apitest.Decode[struct {
 		Results []struct {
 			ID    string
 			Quota store.Quota
 			Use   *scheduler.TeamStatus
 		}
-	}](t, serve(h, http.MethodGet, "/admin/teams", ""))
+	}](t, apitest.Serve(h, http.MethodGet, "/admin/teams", ""))
 	if len(list.Results) != 1 || list.Results[0].Quota.Replicas != 8 || list.Results[0].Use == nil || list.Results[0].Use.Replicas != 3 {
 		t.Errorf("teams = %+v", list.Results)
 	}
 
 	// A quota below what the team's minimums hold is set, with a warning.
-	echo := st.project("echo")
+	echo := st.Project("echo")
 	echo.MinReplicas = 2
 	if _, err := st.PutProject(echo); err != nil {
 		t.Fatal(err)
 	}
-	rec = serve(h, http.MethodPut, "/admin/teams/acme", `{"quota": {"replicas": 1}}`)
+	rec = apitest.Serve(h, http.MethodPut, "/admin/teams/acme", `{"quota": {"replicas": 1}}`)
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "replicas quota of 1") {
 		t.Errorf("tightening PUT = %d %s; want 200 with a warning naming the quota", rec.Code, rec.Body)
 	}
 	for _, bad := range []string{`{"quota": {"gpus": -1}}`, `{"quota": {"gpus": "two"}}`, `{"quota": {"lots": 1}}`} {
-		if rec := serve(h, http.MethodPut, "/admin/teams/acme", bad); rec.Code != http.StatusBadRequest {
+		if rec := apitest.Serve(h, http.MethodPut, "/admin/teams/acme", bad); rec.Code != http.StatusBadRequest {
 			t.Errorf("PUT %s = %d, want 400", bad, rec.Code)
 		}
 	}
 }
 
 func TestAdminApplyRefusesMinimumsOverTheQuota(t *testing.T) {
-	big := testProject("big", "acme")
+	big := apitest.Project("big", "acme")
 	big.MinReplicas, big.MaxReplicas = 5, 5
-	capped := testProject("capped", "acme")
+	capped := apitest.Project("capped", "acme")
 	capped.Caps = store.ProjectCaps{MaxReplicas: 2}
 	capped.MaxReplicas = 3
 	for _, tc := range []struct {
@@ -78,7 +79,7 @@ func TestAdminApplyRefusesMinimumsOverTheQuota(t *testing.T) {
 			if _, err := st.SetTeamQuota("acme", store.Quota{Replicas: 3}); err != nil {
 				t.Fatal(err)
 			}
-			rec := serve(h, http.MethodPost, "/admin/apply", tc.body)
+			rec := apitest.Serve(h, http.MethodPost, "/admin/apply", tc.body)
 			if rec.Code != tc.status || !strings.Contains(rec.Body.String(), tc.mention) {
 				t.Fatalf("apply = %d %s; want %d mentioning %q", rec.Code, rec.Body, tc.status, tc.mention)
 			}
@@ -97,11 +98,11 @@ func TestAdminApplyRefusesMinimumsOverTheQuota(t *testing.T) {
 func TestAdminCreateScopedKey(t *testing.T) {
 	st, h := newAdminEnv(t)
 	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
-	rec := serve(h, http.MethodPost, "/admin/keys", `{"team": "acme", "permissions": ["read"], "expires": "`+exp.Format(time.RFC3339)+`", "projects": ["echo"]}`)
+	rec := apitest.Serve(h, http.MethodPost, "/admin/keys", `{"team": "acme", "permissions": ["read"], "expires": "`+exp.Format(time.RFC3339)+`", "projects": ["echo"]}`)
 	if rec.Code != http.StatusCreated {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
 	}
-	got := decode[struct {
+	got := apitest.Decode[struct {
 		Secret string
 		Key    keyView
 	}](t, rec)
@@ -117,7 +118,7 @@ func TestAdminCreateScopedKey(t *testing.T) {
 		`{"team": "acme", "expires": "2001-01-01T00:00:00Z"}`,
 		`{"team": "ops", "scope": "admin", "permissions": ["read"]}`,
 	} {
-		if rec := serve(h, http.MethodPost, "/admin/keys", bad); rec.Code != http.StatusBadRequest {
+		if rec := apitest.Serve(h, http.MethodPost, "/admin/keys", bad); rec.Code != http.StatusBadRequest {
 			t.Errorf("POST %s = %d %s, want 400", bad, rec.Code, rec.Body)
 		}
 	}

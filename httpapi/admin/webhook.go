@@ -1,4 +1,4 @@
-package httpapi
+package admin
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
+	"inferd/httpapi/respond"
 	"inferd/store"
 )
 
@@ -26,18 +27,18 @@ func (a *admin) webhookSecret(w http.ResponseWriter, r *http.Request, ps httprou
 	var req webhookSecretRequest
 	if r.ContentLength != 0 {
 		if err := readAdminJSON(w, r, &req); err != nil {
-			writeError(w, r, a.log, err)
+			respond.Error(w, r, a.log, err)
 			return
 		}
 	}
 	team := ps.ByName("id")
 	secret, err := a.store.WebhookSecret(team, req.Rotate)
 	if errors.Is(err, store.ErrNotFound) {
-		err = notFound("team %s not found", truncate(team, 64))
+		err = respond.NotFound("team %s not found", respond.Truncate(team, 64))
 	}
 	if err != nil {
-		writeError(w, r, a.log, err)
+		respond.Error(w, r, a.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, webhookSecretResponse{Team: team, Secret: secret})
+	respond.JSON(w, http.StatusOK, webhookSecretResponse{Team: team, Secret: secret})
 }

@@ -1,4 +1,4 @@
-package httpapi
+package admin
 
 import (
 	"encoding/json"
@@ -8,15 +8,16 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"inferd/httpapi/internal/apitest"
 	"inferd/store"
 )
 
-func newAdminEnv(t *testing.T) (*testStore, http.Handler) {
+func newAdminEnv(t *testing.T) (*apitest.Store, http.Handler) {
 	t.Helper()
-	st := newTestStore(t)
-	st.addKey(t, keyAcme, "acme", store.ScopeTeam, false)
-	st.addProject(t, testProject("echo", "acme"), "mk-echo")
-	return st, NewAdmin(st, zerolog.Nop())
+	st := apitest.NewStore(t)
+	st.SeedKey(t, keyAcme, "acme", store.ScopeTeam, false)
+	st.SeedProject(t, apitest.Project("echo", "acme"), "mk-echo")
+	return st, New(st, zerolog.Nop())
 }
 
 func TestAdminCreateKey(t *testing.T) {
@@ -37,9 +38,9 @@ func TestAdminCreateKey(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			st, h := newAdminEnv(t)
-			rec := serve(h, http.MethodPost, "/admin/keys", tc.body)
+			rec := apitest.Serve(h, http.MethodPost, "/admin/keys", tc.body)
 			if tc.status != http.StatusCreated {
-				msg := apiErrorReply(t, rec, tc.status, "bad_request")
+				msg := apitest.ErrorReply(t, rec, tc.status, "bad_request")
 				if !strings.Contains(msg, tc.mention) {
 					t.Errorf("message %q does not mention %q", msg, tc.mention)
 				}
@@ -51,7 +52,7 @@ func TestAdminCreateKey(t *testing.T) {
 			if strings.Contains(rec.Body.String(), "hash") {
 				t.Errorf("response shows the hash: %s", rec.Body)
 			}
-			got := decode[struct {
+			got := apitest.Decode[struct {
 				Secret string
 				Key    map[string]any
 			}](t, rec)
@@ -67,10 +68,10 @@ func TestAdminCreateKey(t *testing.T) {
 
 func TestAdminListAndRevokeKeys(t *testing.T) {
 	st, h := newAdminEnv(t)
-	st.addKey(t, keyOther, "other", store.ScopeTeam, false)
+	st.SeedKey(t, keyOther, "other", store.ScopeTeam, false)
 
-	rec := serve(h, http.MethodGet, "/admin/keys?team=other", "")
-	list := decode[struct{ Results []map[string]any }](t, rec)
+	rec := apitest.Serve(h, http.MethodGet, "/admin/keys?team=other", "")
+	list := apitest.Decode[struct{ Results []map[string]any }](t, rec)
 	if len(list.Results) != 1 || list.Results[0]["teamId"] != "other" {
 		t.Fatalf("list %+v", list)
 	}
@@ -79,8 +80,8 @@ func TestAdminListAndRevokeKeys(t *testing.T) {
 	}
 	id := list.Results[0]["id"].(string)
 
-	rec = serve(h, http.MethodPost, "/admin/keys/"+id+"/revoke", "")
-	got := decode[struct{ Key map[string]any }](t, rec)
+	rec = apitest.Serve(h, http.MethodPost, "/admin/keys/"+id+"/revoke", "")
+	got := apitest.Decode[struct{ Key map[string]any }](t, rec)
 	if rec.Code != http.StatusOK || got.Key["revoked"] == nil || got.Key["id"] != id {
 		t.Fatalf("revoke: %d %s", rec.Code, rec.Body)
 	}
@@ -93,9 +94,9 @@ func TestAdminListAndRevokeKeys(t *testing.T) {
 		t.Errorf("decode into store.APIKey: %v %+v", err, k)
 	}
 
-	apiErrorReply(t, serve(h, http.MethodPost, "/admin/keys/nope/revoke", ""), http.StatusNotFound, "not_found")
+	apitest.ErrorReply(t, apitest.Serve(h, http.MethodPost, "/admin/keys/nope/revoke", ""), http.StatusNotFound, "not_found")
 
-	all := decode[struct{ Results []map[string]any }](t, serve(h, http.MethodGet, "/admin/keys", ""))
+	all := apitest.Decode[struct{ Results []map[string]any }](t, apitest.Serve(h, http.MethodGet, "/admin/keys", ""))
 	if len(all.Results) != 2 {
 		t.Errorf("all keys %+v", all)
 	}
@@ -115,13 +116,13 @@ func applyBody(t *testing.T, projects ...store.Project) string {
 }
 
 func TestAdminApply(t *testing.T) {
-	echo := testProject("echo", "acme")
+	echo := apitest.Project("echo", "acme")
 	echo2 := echo
 	echo2.MaxReplicas = 7
-	fresh := testProject("fresh", "newteam")
-	bad := testProject("broken", "acme")
+	fresh := apitest.Project("fresh", "newteam")
+	bad := apitest.Project("broken", "acme")
 	bad.Model.Protocol = "grpc"
-	clash := testProject("clash", "acme")
+	clash := apitest.Project("clash", "acme")
 	clash.Model.KeyHash = echo.Model.KeyHash
 
 	tests := []struct {
@@ -145,15 +146,15 @@ func TestAdminApply(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			st, h := newAdminEnv(t)
-			rec := serve(h, http.MethodPost, "/admin/apply", tc.body)
+			rec := apitest.Serve(h, http.MethodPost, "/admin/apply", tc.body)
 			if tc.status != http.StatusOK {
 				codes := map[int]string{400: "bad_request", 409: "conflict"}
-				msg := apiErrorReply(t, rec, tc.status, codes[tc.status])
+				msg := apitest.ErrorReply(t, rec, tc.status, codes[tc.status])
 				if !strings.Contains(msg, tc.mention) {
 					t.Errorf("message %q does not mention %q", msg, tc.mention)
 				}
 				if tc.unchange {
-					if ps, _ := st.ListProjects(""); len(ps) != 1 || st.project("echo").MaxReplicas != 3 {
+					if ps, _ := st.ListProjects(""); len(ps) != 1 || st.Project("echo").MaxReplicas != 3 {
 						t.Errorf("store changed: %+v", ps)
 					}
 				}
@@ -162,7 +163,7 @@ func TestAdminApply(t *testing.T) {
 			if rec.Code != http.StatusOK {
 				t.Fatalf("status %d: %s", rec.Code, rec.Body)
 			}
-			got := decode[struct{ Changes []applyChange }](t, rec)
+			got := apitest.Decode[struct{ Changes []applyChange }](t, rec)
 			var parts []string
 			for _, c := range got.Changes {
 				parts = append(parts, c.Project+":"+c.Team+":"+c.Change)
@@ -179,8 +180,8 @@ func TestAdminApply(t *testing.T) {
 
 func TestAdminApplyCreatesTeam(t *testing.T) {
 	st, h := newAdminEnv(t)
-	serve(h, http.MethodPost, "/admin/apply", applyBody(t, testProject("fresh", "newteam")))
-	teams := decode[struct{ Results []store.Team }](t, serve(h, http.MethodGet, "/admin/teams", ""))
+	apitest.Serve(h, http.MethodPost, "/admin/apply", applyBody(t, apitest.Project("fresh", "newteam")))
+	teams := apitest.Decode[struct{ Results []store.Team }](t, apitest.Serve(h, http.MethodGet, "/admin/teams", ""))
 	var ids []string
 	for _, tm := range teams.Results {
 		ids = append(ids, tm.ID)
@@ -188,39 +189,39 @@ func TestAdminApplyCreatesTeam(t *testing.T) {
 	if strings.Join(ids, ",") != "acme,newteam" {
 		t.Errorf("teams %v", ids)
 	}
-	if st.project("fresh").TeamID != "newteam" {
+	if st.Project("fresh").TeamID != "newteam" {
 		t.Error("project not stored")
 	}
 }
 
 func TestAdminProjects(t *testing.T) {
 	st, h := newAdminEnv(t)
-	st.addProject(t, testProject("alpha", "other"), "mk-alpha")
+	st.SeedProject(t, apitest.Project("alpha", "other"), "mk-alpha")
 
-	rec := serve(h, http.MethodGet, "/admin/projects", "")
+	rec := apitest.Serve(h, http.MethodGet, "/admin/projects", "")
 	if strings.Contains(rec.Body.String(), "keyHash") || strings.Contains(rec.Body.String(), store.HashModelKey("mk-echo")) {
 		t.Errorf("list shows the modelKey hash: %s", rec.Body)
 	}
-	list := decode[struct{ Results []store.Project }](t, rec)
+	list := apitest.Decode[struct{ Results []store.Project }](t, rec)
 	if len(list.Results) != 2 || list.Results[0].ID != "alpha" || list.Results[1].Model.Command[0] != "python3" {
 		t.Fatalf("list %+v", list)
 	}
-	team := decode[struct{ Results []store.Project }](t, serve(h, http.MethodGet, "/admin/projects?team=acme", ""))
+	team := apitest.Decode[struct{ Results []store.Project }](t, apitest.Serve(h, http.MethodGet, "/admin/projects?team=acme", ""))
 	if len(team.Results) != 1 || team.Results[0].ID != "echo" {
 		t.Errorf("team filter %+v", team)
 	}
 
-	rec = serve(h, http.MethodDelete, "/admin/projects/echo", "")
-	if got := decode[struct{ Deleted string }](t, rec); rec.Code != http.StatusOK || got.Deleted != "echo" {
+	rec = apitest.Serve(h, http.MethodDelete, "/admin/projects/echo", "")
+	if got := apitest.Decode[struct{ Deleted string }](t, rec); rec.Code != http.StatusOK || got.Deleted != "echo" {
 		t.Errorf("delete: %d %s", rec.Code, rec.Body)
 	}
-	apiErrorReply(t, serve(h, http.MethodDelete, "/admin/projects/echo", ""), http.StatusNotFound, "not_found")
-	apiErrorReply(t, serve(h, http.MethodGet, "/admin/projects/echo", ""), http.StatusMethodNotAllowed, "method_not_allowed")
-	apiErrorReply(t, serve(h, http.MethodGet, "/admin/nope", ""), http.StatusNotFound, "not_found")
+	apitest.ErrorReply(t, apitest.Serve(h, http.MethodDelete, "/admin/projects/echo", ""), http.StatusNotFound, "not_found")
+	apitest.ErrorReply(t, apitest.Serve(h, http.MethodGet, "/admin/projects/echo", ""), http.StatusMethodNotAllowed, "method_not_allowed")
+	apitest.ErrorReply(t, apitest.Serve(h, http.MethodGet, "/admin/nope", ""), http.StatusNotFound, "not_found")
 }
 
 func TestAdminApplyRefusesModelsThatCannotStartAndReportsWarnings(t *testing.T) {
-	st := newTestStore(t)
+	st := apitest.NewStore(t)
 	check := func(m store.ModelSpec) (problems, warnings []string) {
 		if m.Dir == "/nope" {
 			problems = append(problems, "dir /nope does not exist: create it, or fix dir in the manifest")
@@ -230,11 +231,11 @@ func TestAdminApplyRefusesModelsThatCannotStartAndReportsWarnings(t *testing.T) 
 		}
 		return problems, warnings
 	}
-	h := NewAdmin(st, zerolog.Nop(), WithModelCheck(check))
-	broken, gpuProject := testProject("broken", "acme"), testProject("gpu", "acme")
+	h := New(st, zerolog.Nop(), WithModelCheck(check))
+	broken, gpuProject := apitest.Project("broken", "acme"), apitest.Project("gpu", "acme")
 	broken.Model.Dir = "/nope"
 	gpuProject.Model.GPUs = 1
-	rec := serve(h, http.MethodPost, "/admin/apply", applyBody(t, gpuProject, broken))
+	rec := apitest.Serve(h, http.MethodPost, "/admin/apply", applyBody(t, gpuProject, broken))
 	want := "these models cannot start on this machine (nothing was applied):\n  project broken: dir /nope does not exist: create it, or fix dir in the manifest"
 	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), strconvQuote(want)) {
 		t.Fatalf("status %d: %s, want 400 %q", rec.Code, rec.Body, want)
@@ -242,8 +243,8 @@ func TestAdminApplyRefusesModelsThatCannotStartAndReportsWarnings(t *testing.T) 
 	if ps, _ := st.ListProjects(""); len(ps) != 0 {
 		t.Fatalf("a refused apply stored %d projects", len(ps))
 	}
-	rec = serve(h, http.MethodPost, "/admin/apply", applyBody(t, gpuProject))
-	got := decode[applyResponse](t, rec)
+	rec = apitest.Serve(h, http.MethodPost, "/admin/apply", applyBody(t, gpuProject))
+	got := apitest.Decode[applyResponse](t, rec)
 	if rec.Code != http.StatusOK || len(got.Warnings) != 1 || got.Warnings[0] != "project gpu: gpus: 1 per replica, but this machine has 0 GPU(s)" {
 		t.Fatalf("status %d: %+v", rec.Code, got)
 	}
@@ -256,8 +257,8 @@ func strconvQuote(s string) string {
 }
 
 func TestAdminApplyReportsCapacityWarningsOfAllProjects(t *testing.T) {
-	st := newTestStore(t)
-	st.addProject(t, testProject("echo", "acme"), "mk-echo")
+	st := apitest.NewStore(t)
+	st.SeedProject(t, apitest.Project("echo", "acme"), "mk-echo")
 	var seen []string
 	check := func(ps []store.Project) []string {
 		seen = nil
@@ -266,25 +267,25 @@ func TestAdminApplyReportsCapacityWarningsOfAllProjects(t *testing.T) {
 		}
 		return []string{"minReplicas need 3 GPU replicas at once but only 2 fit"}
 	}
-	h := NewAdmin(st, zerolog.Nop(), WithCapacityCheck(check))
-	rec := serve(h, http.MethodPost, "/admin/apply", applyBody(t, testProject("fresh", "acme")))
+	h := New(st, zerolog.Nop(), WithCapacityCheck(check))
+	rec := apitest.Serve(h, http.MethodPost, "/admin/apply", applyBody(t, apitest.Project("fresh", "acme")))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
 	}
-	got := decode[applyResponse](t, rec)
+	got := apitest.Decode[applyResponse](t, rec)
 	if len(got.Changes) != 1 || len(got.Warnings) != 1 || got.Warnings[0] != "minReplicas need 3 GPU replicas at once but only 2 fit" {
 		t.Errorf("reply %+v", got)
 	}
 	if strings.Join(seen, ",") != "echo,fresh" {
 		t.Errorf("the check saw %v, want every project after the apply", seen)
 	}
-	if st.project("fresh").ID != "fresh" {
+	if st.Project("fresh").ID != "fresh" {
 		t.Error("a warning kept the project from being stored")
 	}
 
 	// Without a check (the CLI's in-process admin), no warnings field.
 	_, plain := newAdminEnv(t)
-	rec = serve(plain, http.MethodPost, "/admin/apply", applyBody(t, testProject("fresh", "acme")))
+	rec = apitest.Serve(plain, http.MethodPost, "/admin/apply", applyBody(t, apitest.Project("fresh", "acme")))
 	if strings.Contains(rec.Body.String(), "warnings") {
 		t.Errorf("reply without a check mentions warnings: %s", rec.Body)
 	}
@@ -311,10 +312,10 @@ func TestAdminApplySaysWhatAnUpdateChangedAndWhatItDoes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, h := newAdminEnv(t)
-			p := testProject("echo", "acme")
+			p := apitest.Project("echo", "acme")
 			tc.change(&p)
-			rec := serve(h, http.MethodPost, "/admin/apply", applyBody(t, p))
-			got := decode[struct{ Changes []applyChange }](t, rec)
+			rec := apitest.Serve(h, http.MethodPost, "/admin/apply", applyBody(t, p))
+			got := apitest.Decode[struct{ Changes []applyChange }](t, rec)
 			if rec.Code != http.StatusOK || len(got.Changes) != 1 || got.Changes[0].Change != "updated" || got.Changes[0].Detail != tc.want {
 				t.Fatalf("apply = %d %s, want updated: %s", rec.Code, rec.Body, tc.want)
 			}
@@ -326,20 +327,26 @@ func TestAdminApplySaysWhatAnUpdateChangedAndWhatItDoes(t *testing.T) {
 // the replicas) and keeps everything else; an unknown project is a 404.
 func TestAdminRestartProjectCountsARestart(t *testing.T) {
 	st, h := newAdminEnv(t)
-	before := st.project("echo")
+	before := st.Project("echo")
 	for want := 1; want <= 2; want++ {
-		rec := serve(h, http.MethodPost, "/admin/projects/echo/restart", "")
-		got := decode[restartResponse](t, rec)
+		rec := apitest.Serve(h, http.MethodPost, "/admin/projects/echo/restart", "")
+		got := apitest.Decode[restartResponse](t, rec)
 		if rec.Code != http.StatusOK || got.Project != "echo" || got.Restarts != want {
 			t.Fatalf("restart = %d %s, want restarts %d", rec.Code, rec.Body, want)
 		}
 	}
-	after := st.project("echo")
+	after := st.Project("echo")
 	if !before.Model.RestartNeeded(after.Model) {
 		t.Error("a restart left the spec as its replicas run it")
 	}
 	if fields := store.ChangedFields(before, after); len(fields) != 1 || fields[0] != "restarts" {
 		t.Errorf("a restart changed %v, want restarts alone", fields)
 	}
-	apiErrorReply(t, serve(h, http.MethodPost, "/admin/projects/nope/restart", ""), http.StatusNotFound, "not_found")
+	apitest.ErrorReply(t, apitest.Serve(h, http.MethodPost, "/admin/projects/nope/restart", ""), http.StatusNotFound, "not_found")
 }
+
+// Keys of the tests, shaped like real ones (store.KeyIDOf).
+const (
+	keyAcme  = "ik_000000000a_acme"
+	keyOther = "ik_000000000b_other"
+)

@@ -1,4 +1,4 @@
-package httpapi
+package status
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	"inferd/gpu"
 	"inferd/history"
+	"inferd/httpapi/respond"
+	"inferd/pipeline"
 )
 
 // History is what the status charts read of *history.Recorder.
@@ -17,10 +19,10 @@ type History interface {
 	Interval() time.Duration
 }
 
-// statusHistory is GET /v1/status/history: one point per sample, oldest
+// Charts is GET /v1/status/history: one point per sample, oldest
 // first, over the caller's projects (an admin's: all), and each GPU's
 // memory at the same points.
-type statusHistory struct {
+type Charts struct {
 	IntervalSeconds float64        `json:"intervalSeconds"`
 	Points          []historyPoint `json:"points"`
 	GPUs            []historyGPU   `json:"gpus"`
@@ -48,18 +50,18 @@ type historyGPU struct {
 }
 
 // history handles GET /v1/status/history.
-func (s *statusAPI) history(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-	key, err := s.headerKey(r)
+func (s *api) history(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	key, err := s.key(r)
 	if err != nil {
-		writeError(w, r, s.log, err)
+		respond.Error(w, r, s.log, err)
 		return
 	}
 	samples, err := s.src.History.Samples(r.Context())
 	if err != nil {
-		writeError(w, r, s.log, err)
+		respond.Error(w, r, s.log, err)
 		return
 	}
-	out := statusHistory{
+	out := Charts{
 		IntervalSeconds: s.src.History.Interval().Seconds(),
 		Points:          make([]historyPoint, 0, len(samples)),
 		GPUs:            []historyGPU{},
@@ -68,7 +70,7 @@ func (s *statusAPI) history(w http.ResponseWriter, r *http.Request, _ httprouter
 		pt := historyPoint{Time: smp.At.UTC()}
 		lat := history.Latencies{}
 		for _, p := range smp.Projects {
-			if !mayReach(key, p.TeamID, p.ID) {
+			if !pipeline.Reaches(key, p.TeamID, p.ID) {
 				continue
 			}
 			pt.SucceededPerSec += float64(p.Succeeded)
@@ -98,7 +100,7 @@ func (s *statusAPI) history(w http.ResponseWriter, r *http.Request, _ httprouter
 			out.GPUs = append(out.GPUs, g)
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	respond.JSON(w, http.StatusOK, out)
 }
 
 func quantileMs(l history.Latencies, q float64) *int64 {

@@ -1,4 +1,4 @@
-package httpapi
+package status
 
 import (
 	"net/http"
@@ -8,28 +8,30 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
+	"inferd/httpapi/respond"
+	"inferd/pipeline"
 	"inferd/store"
 )
 
-// statusUsage is GET /v1/status/usage: the status page's usage panel, the
+// Usage is GET /v1/status/usage: the status page's usage panel, the
 // last 24 hours of the usage ledger by team (the caller's team for a team
 // key, within its project allowlist), with each hour's replica-seconds per
 // team for the chart.
-type statusUsage struct {
-	From  time.Time         `json:"from"`
-	To    time.Time         `json:"to"`
-	Teams []statusUsageTeam `json:"teams"` // sorted by id
-	Hours []statusUsageHour `json:"hours"` // every hour of the range, oldest first
+type Usage struct {
+	From  time.Time   `json:"from"`
+	To    time.Time   `json:"to"`
+	Teams []UsageTeam `json:"teams"` // sorted by id
+	Hours []UsageHour `json:"hours"` // every hour of the range, oldest first
 }
 
-type statusUsageTeam struct {
+type UsageTeam struct {
 	TeamID string `json:"teamId"`
 	store.UsageTotals
 }
 
-// statusUsageHour is one hour's replica-seconds by team, split into the
+// UsageHour is one hour's replica-seconds by team, split into the
 // calls' shares, boot and idle time.
-type statusUsageHour struct {
+type UsageHour struct {
 	Hour  time.Time                    `json:"hour"`
 	Teams map[string]replicaTimeSplits `json:"teams"`
 }
@@ -44,10 +46,10 @@ type replicaTimeSplits struct {
 const usagePanelHours = 24
 
 // usage handles GET /v1/status/usage.
-func (s *statusAPI) usage(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-	key, err := s.headerKey(r)
+func (s *api) usage(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	key, err := s.key(r)
 	if err != nil {
-		writeError(w, r, s.log, err)
+		respond.Error(w, r, s.log, err)
 		return
 	}
 	to := store.UsageHour(s.now()).Add(time.Hour) // the hour under way included
@@ -58,21 +60,21 @@ func (s *statusAPI) usage(w http.ResponseWriter, r *http.Request, _ httprouter.P
 	}
 	rows, err := s.store.UsageRows(team, from, to)
 	if err != nil {
-		writeError(w, r, s.log, err)
+		respond.Error(w, r, s.log, err)
 		return
 	}
-	out := statusUsage{From: from, To: to, Teams: []statusUsageTeam{}, Hours: make([]statusUsageHour, 0, usagePanelHours)}
+	out := Usage{From: from, To: to, Teams: []UsageTeam{}, Hours: make([]UsageHour, 0, usagePanelHours)}
 	for h := from; h.Before(to); h = h.Add(time.Hour) {
-		out.Hours = append(out.Hours, statusUsageHour{Hour: h, Teams: map[string]replicaTimeSplits{}})
+		out.Hours = append(out.Hours, UsageHour{Hour: h, Teams: map[string]replicaTimeSplits{}})
 	}
-	teams := map[string]*statusUsageTeam{}
+	teams := map[string]*UsageTeam{}
 	for _, row := range rows {
-		if !mayReach(key, row.TeamID, row.ProjectID) {
+		if !pipeline.Reaches(key, row.TeamID, row.ProjectID) {
 			continue
 		}
 		t := teams[row.TeamID]
 		if t == nil {
-			t = &statusUsageTeam{TeamID: row.TeamID}
+			t = &UsageTeam{TeamID: row.TeamID}
 			teams[row.TeamID] = t
 		}
 		t.Add(row.UsageTotals)
@@ -87,6 +89,6 @@ func (s *statusAPI) usage(w http.ResponseWriter, r *http.Request, _ httprouter.P
 	for _, t := range teams {
 		out.Teams = append(out.Teams, *t)
 	}
-	slices.SortFunc(out.Teams, func(a, b statusUsageTeam) int { return strings.Compare(a.TeamID, b.TeamID) })
-	writeJSON(w, http.StatusOK, out)
+	slices.SortFunc(out.Teams, func(a, b UsageTeam) int { return strings.Compare(a.TeamID, b.TeamID) })
+	respond.JSON(w, http.StatusOK, out)
 }

@@ -1,4 +1,4 @@
-package httpapi
+package admin
 
 import (
 	"errors"
@@ -10,12 +10,19 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
+	"inferd/httpapi/respond"
 	"inferd/scheduler/backend"
 	"inferd/store"
 )
 
-// AdminLogs lets GET /admin/logs read the replica logs the backend keeps.
-func AdminLogs(logs backend.Logs) AdminOption {
+// Bounds of a log read.
+const (
+	defaultLogLines = 200  // log lines shown
+	maxLogLines     = 5000 // ?lines= cap
+)
+
+// WithLogs lets GET /admin/logs read the replica logs the backend keeps.
+func WithLogs(logs backend.Logs) Option {
 	return func(a *admin) { a.replicaLogs = logs }
 }
 
@@ -26,24 +33,24 @@ func AdminLogs(logs backend.Logs) AdminOption {
 // the X-Inferd-Replica header. Deleted projects' logs are readable too.
 func (a *admin) logs(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 	project, rid := ps.ByName("project"), r.URL.Query().Get("replica")
-	n, err := queryInt(r, "lines", defaultLogLines, maxLogLines)
+	n, err := respond.QueryInt(r, "lines", defaultLogLines, maxLogLines)
 	if err != nil {
-		writeError(w, r, a.log, err)
+		respond.Error(w, r, a.log, err)
 		return
 	}
 	if a.replicaLogs == nil || !store.ValidID(project) {
-		writeError(w, r, a.log, notFound("no logs for project %s", truncate(project, 64)))
+		respond.Error(w, r, a.log, respond.NotFound("no logs for project %s", respond.Truncate(project, 64)))
 		return
 	}
 	if rid != "" && (!store.ValidID(rid) || !strings.HasPrefix(rid, project+"-")) {
-		writeError(w, r, a.log, notFound("no log for replica %s of project %s", truncate(rid, 64), project))
+		respond.Error(w, r, a.log, respond.NotFound("no log for replica %s of project %s", respond.Truncate(rid, 64), project))
 		return
 	}
 	// Whichever team the project belongs or belonged to: the newest log of
 	// the replica asked for, or of any replica.
 	logs, err := a.replicaLogs.ReplicaLogs("", project)
 	if err != nil {
-		writeError(w, r, a.log, err)
+		respond.Error(w, r, a.log, err)
 		return
 	}
 	if rid != "" {
@@ -51,9 +58,9 @@ func (a *admin) logs(w http.ResponseWriter, r *http.Request, ps httprouter.Param
 	}
 	if len(logs) == 0 {
 		if rid != "" {
-			writeError(w, r, a.log, notFound("no log for replica %s of project %s", rid, project))
+			respond.Error(w, r, a.log, respond.NotFound("no log for replica %s of project %s", rid, project))
 		} else {
-			writeError(w, r, a.log, notFound("no logs for project %s", project))
+			respond.Error(w, r, a.log, respond.NotFound("no logs for project %s", project))
 		}
 		return
 	}
@@ -62,10 +69,10 @@ func (a *admin) logs(w http.ResponseWriter, r *http.Request, ps httprouter.Param
 	lines, next, err := a.replicaLogs.TailLog(l, n)
 	switch {
 	case errors.Is(err, backend.ErrNoLog):
-		writeError(w, r, a.log, notFound("no log for replica %s of project %s", rid, project))
+		respond.Error(w, r, a.log, respond.NotFound("no log for replica %s of project %s", rid, project))
 		return
 	case err != nil:
-		writeError(w, r, a.log, err)
+		respond.Error(w, r, a.log, err)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

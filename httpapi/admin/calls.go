@@ -1,15 +1,14 @@
-package httpapi
+package admin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
-	"github.com/rs/zerolog"
 
+	"inferd/httpapi/respond"
 	"inferd/scheduler"
 	"inferd/store"
 )
@@ -21,7 +20,7 @@ type CallCanceller func(id string) (store.Call, error)
 
 // WithCancel serves POST /admin/calls/:id/cancel with cancel: the daemon
 // passes its scheduler's Cancel, the CLI with no daemon CancelStored.
-func WithCancel(cancel CallCanceller) AdminOption {
+func WithCancel(cancel CallCanceller) Option {
 	return func(a *admin) { a.cancel = cancel }
 }
 
@@ -51,37 +50,31 @@ func CancelStored(st CallStore) CallCanceller {
 	}
 }
 
-// cancelledCall answers POST /admin/calls/:id/cancel.
-type cancelledCall struct {
-	ID      string          `json:"id"`
-	Project string          `json:"projectId"`
-	State   store.CallState `json:"state"`
-	Message string          `json:"message"`
-}
-
 // cancelCall handles POST /admin/calls/:id/cancel: 200 with the cancelled
 // call, 409 when it had finished, 404 when there is none.
 func (a *admin) cancelCall(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 	if a.cancel == nil {
-		writeError(w, r, a.log, &userError{http.StatusNotImplemented, codeInternal, "this admin API cannot cancel calls"})
+		respond.Error(w, r, a.log, &respond.Problem{Status: http.StatusNotImplemented, Code: respond.CodeInternal, Msg: "this admin API cannot cancel calls"})
 		return
 	}
 	id := ps.ByName("id")
 	c, err := a.cancel(id)
-	writeCancelled(w, r, a.log, id, c, err)
+	respond.WriteCancelled(w, r, a.log, id, c, err)
 }
 
-// writeCancelled answers a cancel of call id by id (the admin API's, and
-// another node's over /cluster/v1/): c, or what err says.
-func writeCancelled(w http.ResponseWriter, r *http.Request, log zerolog.Logger, id string, c store.Call, err error) {
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		writeError(w, r, log, notFound("call %s not found", truncate(id, 64)))
-	case errors.Is(err, scheduler.ErrFinished):
-		writeError(w, r, log, &userError{http.StatusConflict, codeConflict, err.Error()})
-	case err != nil:
-		writeError(w, r, log, err)
-	default:
-		writeJSON(w, http.StatusOK, cancelledCall{ID: c.ID, Project: c.ProjectID, State: c.State, Message: c.Message})
+// WithCalls serves POST /admin/projects/:id/call (inferd call) with calls,
+// the operator's door onto the call path (httpapi.Server.OperatorCalls). The CLI
+// with no daemon has none: the route then answers 501.
+func WithCalls(calls http.Handler) Option {
+	return func(a *admin) { a.calls = calls }
+}
+
+// runCall handles POST /admin/projects/:id/call with the daemon's
+// operator's door (WithCalls).
+func (a *admin) runCall(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	if a.calls == nil {
+		respond.Error(w, r, a.log, &respond.Problem{Status: http.StatusNotImplemented, Code: respond.CodeInternal, Msg: "inferd call needs a running daemon"})
+		return
 	}
+	a.calls.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), httprouter.ParamsKey, ps)))
 }

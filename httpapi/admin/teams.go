@@ -1,4 +1,4 @@
-package httpapi
+package admin
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
+	"inferd/httpapi/respond"
 	"inferd/scheduler"
 	"inferd/store"
 )
@@ -19,7 +20,7 @@ import (
 // WithTeamUse makes GET /admin/teams show each team's current use beside
 // its quota (the scheduler's Snapshot().Teams). Without it, as when the CLI
 // runs the admin API on the data file with no daemon, use is left out.
-func WithTeamUse(use func() []scheduler.TeamStatus) AdminOption {
+func WithTeamUse(use func() []scheduler.TeamStatus) Option {
 	return func(a *admin) { a.teamUse = use }
 }
 
@@ -37,12 +38,12 @@ type teamList struct {
 func (a *admin) listTeams(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	teams, err := a.store.ListTeams()
 	if err != nil {
-		writeError(w, r, a.log, err)
+		respond.Error(w, r, a.log, err)
 		return
 	}
 	holders, err := a.adminKeyHolders(teams)
 	if err != nil {
-		writeError(w, r, a.log, err)
+		respond.Error(w, r, a.log, err)
 		return
 	}
 	var use []scheduler.TeamStatus
@@ -62,7 +63,7 @@ func (a *admin) listTeams(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		}
 		out.Results = append(out.Results, v)
 	}
-	writeJSON(w, http.StatusOK, out)
+	respond.JSON(w, http.StatusOK, out)
 }
 
 // setTeamRequest keeps the quota raw: it is decoded strictly (decodeQuota).
@@ -74,13 +75,13 @@ type setTeamRequest struct {
 // not know: a typo would otherwise leave that limit unlimited without a word.
 func decodeQuota(raw json.RawMessage) (store.Quota, error) {
 	var q store.Quota
-	if isAbsent(raw) {
-		return q, badRequest("missing quota; send {\"quota\": {...}} (an empty quota is unlimited)")
+	if respond.IsAbsent(raw) {
+		return q, respond.BadRequest("missing quota; send {\"quota\": {...}} (an empty quota is unlimited)")
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&q); err != nil {
-		return q, badRequest("quota: %s", strings.TrimPrefix(err.Error(), "json: "))
+		return q, respond.BadRequest("quota: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	if err := q.Validate(); err != nil {
 		return q, err
@@ -101,34 +102,34 @@ type setTeamResponse struct {
 func (a *admin) setTeam(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 	id := ps.ByName("id")
 	if err := validateTeam(id); err != nil {
-		writeError(w, r, a.log, err)
+		respond.Error(w, r, a.log, err)
 		return
 	}
 	var req setTeamRequest
 	if err := readAdminJSON(w, r, &req); err != nil {
-		writeError(w, r, a.log, err)
+		respond.Error(w, r, a.log, err)
 		return
 	}
 	quota, err := decodeQuota(req.Quota)
 	if err != nil {
-		writeError(w, r, a.log, err)
+		respond.Error(w, r, a.log, err)
 		return
 	}
 	projects, err := a.store.ListProjects(id)
 	if err != nil {
-		writeError(w, r, a.log, err)
+		respond.Error(w, r, a.log, err)
 		return
 	}
 	t, err := a.store.SetTeamQuota(id, quota)
 	if err != nil {
-		writeError(w, r, a.log, err)
+		respond.Error(w, r, a.log, err)
 		return
 	}
 	out := setTeamResponse{Team: t}
 	if err := quota.CheckProjects(id, projects); err != nil {
 		out.Warnings = append(out.Warnings, err.Error()+"; lower the projects' minReplicas")
 	}
-	writeJSON(w, http.StatusOK, out)
+	respond.JSON(w, http.StatusOK, out)
 }
 
 // setQuotas checks an apply against its teams' quotas and sets the quotas
@@ -143,20 +144,20 @@ func (a *admin) setQuotas(teams []store.Team, projects []store.Project) error {
 	quotas := map[string]store.Quota{}
 	for i, t := range teams {
 		if err := validateTeam(t.ID); err != nil {
-			return badRequest("team %d: %s", i+1, err.Error())
+			return respond.BadRequest("team %d: %s", i+1, err.Error())
 		}
 		if _, dup := quotas[t.ID]; dup {
-			return badRequest("team %s: listed twice", t.ID)
+			return respond.BadRequest("team %s: listed twice", t.ID)
 		}
 		if err := t.Quota.Validate(); err != nil {
-			return badRequest("team %s: %s", t.ID, err.Error())
+			return respond.BadRequest("team %s: %s", t.ID, err.Error())
 		}
 		quotas[t.ID] = t.Quota
 	}
 	byTeam := map[string][]store.Project{}
 	for _, p := range projects {
 		if err := p.CheckCaps(); err != nil {
-			return badRequest("project %s: %s", p.ID, err.Error())
+			return respond.BadRequest("project %s: %s", p.ID, err.Error())
 		}
 		byTeam[p.TeamID] = append(byTeam[p.TeamID], p)
 	}
@@ -186,10 +187,10 @@ func (a *admin) setQuotas(teams []store.Team, projects []store.Project) error {
 		})
 		all = append(all, applied...)
 		if err := q.CheckProjects(team, all); err != nil {
-			return badRequest("%s (nothing was applied)", err.Error())
+			return respond.BadRequest("%s (nothing was applied)", err.Error())
 		}
 		if err := store.CheckModelNames(all); err != nil {
-			return badRequest("%s (nothing was applied)", err.Error())
+			return respond.BadRequest("%s (nothing was applied)", err.Error())
 		}
 	}
 	for _, t := range teams {

@@ -1,4 +1,4 @@
-package httpapi
+package status
 
 import (
 	"io/fs"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
+	"inferd/httpapi/respond"
 	"inferd/web"
 )
 
@@ -22,7 +23,7 @@ func pageHandlers() (page, assets httprouter.Handle) {
 	files := web.Files()
 	serve := func(w http.ResponseWriter, r *http.Request, name string) {
 		if _, err := fs.Stat(files, name); err != nil || name == "index.html" && r.URL.Path != "/" {
-			writeJSON(w, http.StatusNotFound, errorBody{errorDetail{codeNotFound, "no such file: " + truncate(name, 100)}})
+			respond.JSON(w, http.StatusNotFound, respond.Refusal(respond.CodeNotFound, "no such file: "+respond.Truncate(name, 100)))
 			return
 		}
 		h := w.Header()

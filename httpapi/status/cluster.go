@@ -1,4 +1,4 @@
-package httpapi
+package status
 
 import (
 	"net/http"
@@ -9,6 +9,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"inferd/cluster"
+	"inferd/httpapi/respond"
 )
 
 // ClusterView is what the status endpoints and the metrics show of a
@@ -25,18 +26,18 @@ type ClusterView interface {
 	Placement(project string) (cluster.Placement, bool)
 }
 
-// statusCluster is the cluster section of GET /v1/status: this node, the
+// Cluster is the cluster section of GET /v1/status: this node, the
 // leader, every live node with its capacity and load, and where each
 // visible project's replicas are placed. A team key sees only its own
 // projects in the loads and placements.
-type statusCluster struct {
-	Node      string            `json:"node"`   // the node that answered
-	Leader    string            `json:"leader"` // "" while there is none
-	Nodes     []statusNode      `json:"nodes"`
-	Placement []statusPlacement `json:"placement"` // visible projects, by id
+type Cluster struct {
+	Node      string      `json:"node"`   // the node that answered
+	Leader    string      `json:"leader"` // "" while there is none
+	Nodes     []Node      `json:"nodes"`
+	Placement []Placement `json:"placement"` // visible projects, by id
 }
 
-type statusNode struct {
+type Node struct {
 	Name      string    `json:"name"`
 	Advertise string    `json:"advertise"`
 	Leader    bool      `json:"leader"`
@@ -44,24 +45,24 @@ type statusNode struct {
 	Member    bool      `json:"member"` // runs an etcd member
 	Started   time.Time `json:"started"`
 	Updated   time.Time `json:"updated"` // when it last published its capacity
-	GPUs      nodeGPUs  `json:"gpus"`
+	GPUs      NodeGPUs  `json:"gpus"`
 	CPUSlots  int       `json:"cpuSlots"`
 	CPUUsed   int       `json:"cpuUsed"`
 	// Projects is the node's load of each visible project it holds
 	// replicas or calls of, by id.
-	Projects []nodeProject `json:"projects"`
+	Projects []NodeProject `json:"projects"`
 }
 
-// nodeGPUs counts a node's GPUs: Free are healthy and held whole by no
+// NodeGPUs counts a node's GPUs: Free are healthy and held whole by no
 // replica; the memory sums are over the healthy ones.
-type nodeGPUs struct {
+type NodeGPUs struct {
 	Total          int   `json:"total"`
 	Free           int   `json:"free"`
 	MemoryTotalMiB int64 `json:"memoryTotalMiB"`
 	MemoryFreeMiB  int64 `json:"memoryFreeMiB"`
 }
 
-type nodeProject struct {
+type NodeProject struct {
 	ID       string `json:"id"`
 	Replicas int    `json:"replicas"` // booting or ready
 	Ready    int    `json:"ready"`
@@ -69,13 +70,13 @@ type nodeProject struct {
 	Queued   int    `json:"queued"` // calls waiting
 }
 
-type statusPlacement struct {
+type Placement struct {
 	Project string       `json:"project"`
-	Nodes   []placedNode `json:"nodes"` // by node name; empty until the leader has placed it
+	Nodes   []PlacedNode `json:"nodes"` // by node name; empty until the leader has placed it
 	Updated *time.Time   `json:"updated"`
 }
 
-type placedNode struct {
+type PlacedNode struct {
 	Node string `json:"node"`
 	Min  int    `json:"min"`
 	Max  int    `json:"max"`
@@ -83,7 +84,7 @@ type placedNode struct {
 
 // viewCluster renders the cluster section for what v may see, or nil on a
 // single box.
-func viewCluster(c ClusterView, v view) *statusCluster {
+func viewCluster(c ClusterView, v view) *Cluster {
 	if c == nil {
 		return nil
 	}
@@ -92,11 +93,11 @@ func viewCluster(c ClusterView, v view) *statusCluster {
 		visible[p.ID] = true
 	}
 	self, leader := c.Name(), c.Leader()
-	out := &statusCluster{Node: self, Leader: leader, Nodes: []statusNode{}, Placement: []statusPlacement{}}
+	out := &Cluster{Node: self, Leader: leader, Nodes: []Node{}, Placement: []Placement{}}
 	for _, n := range c.Nodes() {
-		sn := statusNode{Name: n.Name, Advertise: n.Advertise, Leader: n.Name == leader, Self: n.Name == self,
+		sn := Node{Name: n.Name, Advertise: n.Advertise, Leader: n.Name == leader, Self: n.Name == self,
 			Member: n.Member, Started: n.Started, Updated: n.Updated,
-			CPUSlots: n.Capacity.CPUSlots, CPUUsed: n.Capacity.CPUUsed, Projects: []nodeProject{}}
+			CPUSlots: n.Capacity.CPUSlots, CPUUsed: n.Capacity.CPUUsed, Projects: []NodeProject{}}
 		for _, g := range n.Capacity.GPUs {
 			sn.GPUs.Total++
 			if !g.Healthy {
@@ -110,19 +111,19 @@ func viewCluster(c ClusterView, v view) *statusCluster {
 		}
 		for id, l := range n.Projects {
 			if visible[id] {
-				sn.Projects = append(sn.Projects, nodeProject{ID: id, Replicas: l.Replicas, Ready: l.Ready, Busy: l.Busy, Queued: l.Queued})
+				sn.Projects = append(sn.Projects, NodeProject{ID: id, Replicas: l.Replicas, Ready: l.Ready, Busy: l.Busy, Queued: l.Queued})
 			}
 		}
-		slices.SortFunc(sn.Projects, func(a, b nodeProject) int { return strings.Compare(a.ID, b.ID) })
+		slices.SortFunc(sn.Projects, func(a, b NodeProject) int { return strings.Compare(a.ID, b.ID) })
 		out.Nodes = append(out.Nodes, sn)
 	}
 	for _, p := range v.projects { // sorted by id
-		sp := statusPlacement{Project: p.ID, Nodes: []placedNode{}}
+		sp := Placement{Project: p.ID, Nodes: []PlacedNode{}}
 		if pl, ok := c.Placement(p.ID); ok {
 			for node, sh := range pl.Nodes {
-				sp.Nodes = append(sp.Nodes, placedNode{Node: node, Min: sh.Min, Max: sh.Max})
+				sp.Nodes = append(sp.Nodes, PlacedNode{Node: node, Min: sh.Min, Max: sh.Max})
 			}
-			slices.SortFunc(sp.Nodes, func(a, b placedNode) int { return strings.Compare(a.Node, b.Node) })
+			slices.SortFunc(sp.Nodes, func(a, b PlacedNode) int { return strings.Compare(a.Node, b.Node) })
 			if !pl.Updated.IsZero() {
 				u := pl.Updated
 				sp.Updated = &u
@@ -135,16 +136,11 @@ func viewCluster(c ClusterView, v view) *statusCluster {
 
 // cluster handles GET /v1/status/cluster (cluster mode only): the cluster
 // section of /v1/status alone, without the recent calls' read.
-func (s *statusAPI) cluster(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+func (s *api) cluster(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	v, err := s.read(r, false)
 	if err != nil {
-		writeError(w, r, s.log, err)
+		respond.Error(w, r, s.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, viewCluster(s.opts.Cluster, v))
+	respond.JSON(w, http.StatusOK, viewCluster(s.clusterView, v))
 }
-
-// clusterUnavailable is the answer to a request that etcd did not answer
-// in time (store.ErrUnavailable): HTTP 503, so that a load balancer may
-// try another node, and a text that tells the client to retry.
-const clusterUnavailable = "cluster unavailable; retry"
