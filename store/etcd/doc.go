@@ -8,7 +8,7 @@
 // Every key is under Options.Prefix (default "/inferd/"):
 //
 //	schema                      the layout version ("2"); Open refuses others
-//	teams/<id>                  store.Team (JSON)
+//	teams/<id>                  store.Team (JSON), plus the token of the write that created it
 //	keys/<id>                   store.APIKey (JSON; only the secret's hash)
 //	projects/<id>               store.Project (JSON), plus the token of the write that put it
 //	modelkeys/<hash>            the id of the project that owns a modelKey hash

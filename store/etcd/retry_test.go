@@ -325,3 +325,25 @@ func TestRetriedUpdateDoesNotTakeAnIdenticalWriteOfAnotherForItsOwn(t *testing.T
 		t.Errorf("MaxReplicas after two increments of 1 = %d (%v), want 3: an update was lost", got.MaxReplicas, err)
 	}
 }
+
+// A second EnsureTeam of one team, its answer lost once, reports that it
+// created nothing: the team's record, written by the first with the same
+// Created stamp (the store's clock stands still, as the contract suite's
+// does), is not taken for its own applied try. Under load the contract's
+// EnsureTeamAndListTeams once read "EnsureTeam(b) = true, want false".
+func TestRetriedEnsureTeamDoesNotTakeAnEarlierCreationForItsOwn(t *testing.T) {
+	stamp := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	s := openStore(t, startMember(t, t.TempDir()), Options{Now: func() time.Time { return stamp }})
+	defer s.Close()
+	l := loseAnswers(s)
+	if created, err := s.EnsureTeam("b"); err != nil || !created {
+		t.Fatalf("the first EnsureTeam = %v, %v; want created", created, err)
+	}
+	l.lose.Store(1)
+	if created, err := s.EnsureTeam("b"); err != nil || created {
+		t.Errorf("a second EnsureTeam, its answer lost once = %v, %v; want not created", created, err)
+	}
+	if teams, err := s.ListTeams(); err != nil || len(teams) != 1 || teams[0].ID != "b" {
+		t.Errorf("teams = %+v, %v; want b alone", teams, err)
+	}
+}
