@@ -8,7 +8,7 @@ BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: build run doctor test test-cluster lint fuzz faults clean client-deps test-deps digits-deps package bench bench-cluster bench-quick mutate gpu-check-bin gpu-check-dry
+.PHONY: build run doctor test test-busy test-cluster lint fuzz faults clean client-deps test-deps digits-deps package bench bench-cluster bench-quick mutate gremlins gpu-check-bin gpu-check-dry
 
 # What ./inferd is built from: the main module's Go files (tools/ is a module
 # of its own), go.mod and go.sum, and the files it embeds (the status page,
@@ -71,14 +71,22 @@ doctor: build
 ## e2e tests run up to E2E_PARALLEL at a time: most of their time is spent
 ## waiting on model processes, not on the CPU.
 E2E_PARALLEL ?= 6
+TEST_TIMEOUT ?= 20m
 test: client-deps
 	@log=$$(mktemp); echo "scripts/test-deps.sh >$$log (beside lint)"; \
 	scripts/test-deps.sh >$$log 2>&1 & deps=$$!; \
 	scripts/lint.sh; lint=$$?; \
 	wait $$deps; rc=$$?; cat $$log; rm -f $$log; \
 	[ $$lint -eq 0 ] && [ $$rc -eq 0 ]
-	INFERD_REQUIRE_CLIENT_TESTS=1 go test -race -count=1 -timeout 20m -parallel $(E2E_PARALLEL) ./...
+	INFERD_REQUIRE_CLIENT_TESTS=1 go test -race -count=1 -timeout $(TEST_TIMEOUT) -parallel $(E2E_PARALLEL) ./...
 	scripts/fuzz.sh $(CI_FUZZTIME)
+
+## test-busy: make test with a CPU hog of twice the cores beside it (scripts/busy.sh): every test
+## must hold on a busy machine. Deadlines stretch by INFERD_TEST_SLACK (3 here) or the load
+## average per core, whichever is larger (internal/testenv/slack.go); go test's own limit is
+## TEST_TIMEOUT (60m here).
+test-busy:
+	scripts/busy.sh $(MAKE) test TEST_TIMEOUT=60m
 
 ## test-cluster: the three-node failure scenarios of cluster mode (#22, #42; e2e/threenode_*_test.go
 ## built with the cluster tag): a node and the leader killed, a node cut off (network namespaces, as
@@ -165,6 +173,13 @@ faults:
 ## worktree of HEAD and check that a test fails; not part of make test
 mutate:
 	scripts/mutate.sh
+
+## gremlins: mutation testing by a tool: go-gremlins (pinned in tools/go.mod) over the lines that differ
+## from BASE (default main) in each package they touch, against that package's own tests; scores and
+## the reasons for mutants that live in docs/benchmarks.md. Not part of make test (minutes per package)
+BASE ?= main
+gremlins:
+	scripts/gremlins.sh $(BASE)
 
 ## gpu-check-bin: bin/inferd, built with cgo (NVML, the CUDA checkpoint helper) and without the race
 ## detector, to carry to a GPU box with scripts/ and examples/ for scripts/gpu-check.sh (docs/gpu.md);

@@ -227,7 +227,7 @@ func TestConnectionFloodLeavesHealthzAndReplicaBoots(t *testing.T) {
 	t.Parallel()
 	const fileLimit, flood = 256, 400
 	echo := echoDir(t)
-	dir, cfg := newDaemonDir(t, "startWait: 60s\n")
+	dir, cfg := newDaemonDir(t, "startWait: "+scaledSetting(60*time.Second)+"\n")
 	cmd := exec.Command("sh", "-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, fileLimit),
 		inferdBin, "--config", cfg, "serve")
 	cmd.Env = append(os.Environ(), "INFERD_REPLICA_USER=root")

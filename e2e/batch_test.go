@@ -293,7 +293,7 @@ func TestALoneBatchCallWaitsAtMostMaxWaitEndToEnd(t *testing.T) {
 func TestBatchingOnAClusterNodeEndToEnd(t *testing.T) {
 	t.Parallel()
 	section, _ := clusterEmbedConfig(t, "node-1")
-	dir, cfg := newDaemonDir(t, "startWait: 20s\nlongPollWait: 10s\n"+section)
+	dir, cfg := newDaemonDir(t, "startWait: "+scaledSetting(20*time.Second)+"\nlongPollWait: "+scaledSetting(10*time.Second)+"\n"+section)
 	d := startDaemon(t, dir, cfg)
 	key := d.createKey("acme", false)
 	d.apply("projects:\n" + batchProject(t, "batch", "mk-batch", 1, 4, 200))

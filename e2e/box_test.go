@@ -128,7 +128,7 @@ func TestPotassiumSquatDoesNotBlockAnotherProject(t *testing.T) {
 	// namespace: this test's own, so that a squat touches no other test.
 	shared := filepath.Join(t.TempDir(), "tmp")
 	openToAll(t, filepath.Dir(filepath.Dir(shared)), filepath.Dir(shared), shared)
-	if err := os.Chmod(shared, 0o1777); err != nil {
+	if err := os.Chmod(shared, testenv.SharedTempMode); err != nil {
 		t.Fatal(err)
 	}
 	app := t.TempDir()

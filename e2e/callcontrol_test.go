@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"inferd/internal/testenv"
 	"inferd/store"
 )
 
@@ -21,7 +22,7 @@ import (
 // projects of manifest (entries from echoProject) applied.
 func callControlDaemon(t *testing.T, extraConfig, manifest string) (*daemon, inferenceClient, string) {
 	t.Helper()
-	dir, cfg := newDaemonDir(t, "startWait: 20s\nlongPollWait: 10s\nreplica:\n  stopGrace: 2s\n  restartBackoff: 100ms\n"+extraConfig)
+	dir, cfg := newDaemonDir(t, "startWait: "+scaledSetting(20*time.Second)+"\nlongPollWait: "+scaledSetting(10*time.Second)+"\nreplica:\n  stopGrace: 2s\n  restartBackoff: 100ms\n"+extraConfig)
 	d := startDaemon(t, dir, cfg)
 	key := d.createKey("acme", false)
 	d.apply("projects:\n" + manifest)
@@ -80,7 +81,7 @@ func TestCancelEndToEnd(t *testing.T) {
 	eventually(t, 30*time.Second, "replica up", func() bool { return len(processesWithEnv(mark)) == 1 })
 	replica := output(t, c.start("mk-slow", `{}`, false))["replica"]
 
-	running := c.start("mk-slow", `{"sleep":30}`, true)["callID"].(string)
+	running := c.start("mk-slow", sleepInputs(30*time.Second), true)["callID"].(string)
 	c.waitState(running, "running")
 	// Queued behind it, a call that would crash the model if it ever ran:
 	// the model's replica and the crash counter prove it never did.
@@ -99,8 +100,8 @@ func TestCancelEndToEnd(t *testing.T) {
 	if r := c.cancel(running); r["message"] != "cancelled" {
 		t.Fatalf("cancel of the running call: %v", r)
 	}
-	if took := time.Since(began); took > 5*time.Second {
-		t.Errorf("cancelling a running call took %s; want about stopGrace (2s) at most", took)
+	if took := time.Since(began); took > testenv.Scale(5*time.Second) {
+		t.Errorf("cancelling a running call took %s; want about stopGrace (2s) at most [%s]", took, testenv.Load())
 	}
 	if r := c.check(running, true); r["message"] != "error: cancelled by request" {
 		t.Fatalf("running call after cancel: %v", r)
@@ -120,7 +121,7 @@ func TestCancelEndToEnd(t *testing.T) {
 	}
 
 	// The CLI cancels through the daemon too.
-	viaCLI := c.start("mk-slow", `{"sleep":30}`, true)["callID"].(string)
+	viaCLI := c.start("mk-slow", sleepInputs(30*time.Second), true)["callID"].(string)
 	if out, err := d.cli("call", "cancel", viaCLI); err != nil || !strings.Contains(out, "Cancelled call "+viaCLI) {
 		t.Fatalf("inferd call cancel: %q, %v", out, err)
 	}
@@ -145,7 +146,7 @@ func TestPurgeQueueEndToEnd(t *testing.T) {
 	t.Parallel()
 	echo := echoDir(t)
 	d, c, key := callControlDaemon(t, "", echoProject("busy", "acme", "mk-busy", echo, marker(), "")+"    maxReplicas: 1\n")
-	running := c.start("mk-busy", `{"sleep":30}`, true)["callID"].(string)
+	running := c.start("mk-busy", sleepInputs(30*time.Second), true)["callID"].(string)
 	c.waitState(running, "running")
 	var queued []string
 	for i := range 50 {
@@ -178,7 +179,7 @@ func TestQueueTimeoutAndCallTimeoutEndToEnd(t *testing.T) {
 	t.Parallel()
 	echo := echoDir(t)
 	d, c, _ := callControlDaemon(t, "", echoProject("busy", "acme", "mk-busy", echo, marker(), "")+"    maxReplicas: 1\n")
-	running := c.start("mk-busy", `{"sleep":5}`, true)["callID"].(string)
+	running := c.start("mk-busy", sleepInputs(5*time.Second), true)["callID"].(string)
 	c.waitState(running, "running")
 	expiring := c.startWith("mk-busy", `{"crash":true}`, `,"startOnly":true,"queueTimeout":1`)["callID"].(string)
 	if r := c.waitResult(expiring); r["message"] != "error: expired after 1s in the queue" {
@@ -204,7 +205,7 @@ func TestPriorityEndToEnd(t *testing.T) {
 	t.Parallel()
 	echo := echoDir(t)
 	d, c, _ := callControlDaemon(t, "", echoProject("busy", "acme", "mk-busy", echo, marker(), "")+"    maxReplicas: 1\n")
-	running := c.start("mk-busy", `{"sleep":3}`, true)["callID"].(string)
+	running := c.start("mk-busy", sleepInputs(3*time.Second), true)["callID"].(string)
 	c.waitState(running, "running")
 	var low, high []string
 	for i := range 3 {
@@ -245,7 +246,7 @@ func TestLowPriorityTakesOnlyIdleCapacityEndToEnd(t *testing.T) {
 
 	// web holds the only slot, and a second web call waits for a slot of its
 	// own; a low batch call must not take it, and runs only after web's.
-	web1 := c.start("mk-web", `{"sleep":3}`, true)["callID"].(string)
+	web1 := c.start("mk-web", sleepInputs(3*time.Second), true)["callID"].(string)
 	c.waitState(web1, "running")
 	web2 := c.start("mk-web", `{"n":2}`, true)["callID"].(string)
 	batch := c.startWith("mk-batch", `{"n":3}`, `,"startOnly":true,"priority":"low"`)["callID"].(string)
@@ -311,7 +312,7 @@ func TestRetriesEndToEnd(t *testing.T) {
 		t.Errorf("status of the call lacks attempt 2: %v", status)
 	}
 	// A call running at a kill -9 runs again after the restart, same callID.
-	running := c.start("mk-flaky", `{"sleep":3,"n":2}`, true)["callID"].(string)
+	running := c.start("mk-flaky", fmt.Sprintf(`{"sleep":%.1f,"n":2}`, testenv.Scale(3*time.Second).Seconds()), true)["callID"].(string)
 	c.waitState(running, "running")
 	// Its running write is durable once a later call's first write is: the
 	// store commits in order.

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"time"
+
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,7 +22,7 @@ func TestClusterImportStatusBackupRestoreWithTheBinary(t *testing.T) {
 	mark := marker()
 
 	// The single box.
-	boxDir, boxCfg := newDaemonDir(t, "startWait: 20s\n")
+	boxDir, boxCfg := newDaemonDir(t, "startWait: "+scaledSetting(20*time.Second)+"\n")
 	box := startDaemon(t, boxDir, boxCfg)
 	key := box.createKey("acme", false)
 	box.apply("projects:\n" + echoProject("echo", "acme", "mk-echo", echo, mark, "") + "    maxReplicas: 1\n")
@@ -33,7 +35,7 @@ func TestClusterImportStatusBackupRestoreWithTheBinary(t *testing.T) {
 
 	// The cluster: one node with its own member.
 	section, _ := clusterEmbedConfig(t, "node-1")
-	dir, cfg := newDaemonDir(t, "startWait: 20s\n"+section)
+	dir, cfg := newDaemonDir(t, "startWait: "+scaledSetting(20*time.Second)+"\n"+section)
 	node := startDaemon(t, dir, cfg)
 	out, err := node.cli("cluster", "import", filepath.Join(boxDir, "data", "inferd.db"))
 	if err != nil {

@@ -22,7 +22,7 @@ func TestRulesSpanningTeamsEndToEnd(t *testing.T) {
 	t.Parallel()
 	echo := echoDir(t)
 	mark := marker()
-	dir, cfg := newDaemonDir(t, "cpuSlots: 4\nstartWait: 20s\nlongPollWait: 10s\n")
+	dir, cfg := newDaemonDir(t, "cpuSlots: 4\nstartWait: "+scaledSetting(20*time.Second)+"\nlongPollWait: "+scaledSetting(10*time.Second)+"\n")
 	d := startDaemon(t, dir, cfg)
 	acme := inferenceClient{t: t, base: d.base, key: d.createKey("acme", false)}
 	labs := inferenceClient{t: t, base: d.base, key: d.createKey("labs", false)}

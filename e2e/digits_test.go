@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -36,11 +35,8 @@ func TestDigitsModelEndToEnd(t *testing.T) {
 		reason := fmt.Sprintf("%s cannot import torch and sklearn (%v: %s)", python, err, strings.TrimSpace(string(out)))
 		testenv.Missing(t, "%s; install python3-torch and python3-sklearn (scripts/test-deps.sh does)", reason)
 	}
-	manifest, err := filepath.Abs("examples/digits/project.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, cfg := newDaemonDir(t, "startWait: 2m\n")
+	manifest := shippedManifest(t, "examples/digits/project.yaml")
+	dir, cfg := newDaemonDir(t, "startWait: "+scaledSetting(2*time.Minute)+"\n")
 	d := startDaemon(t, dir, cfg)
 	key := d.createKey("demo", false)
 	if out, err := d.cli("apply", "-f", manifest); err != nil || !strings.Contains(out, "project digits (team demo): created") {

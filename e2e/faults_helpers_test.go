@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"inferd/internal/testenv"
 	"inferd/store"
 	"inferd/store/bolt"
 )
@@ -81,7 +82,7 @@ func (c faultClient) final(callID string) (map[string]any, error) {
 			return r, nil
 		}
 	}
-	return nil, fmt.Errorf("call %s did not end", callID)
+	return nil, fmt.Errorf("call %s did not end within 60 long polls [%s]", callID, testenv.Load())
 }
 
 func message(r map[string]any) string { m, _ := r["message"].(string); return m }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -229,12 +230,13 @@ func TestDaemonKillUnderLoad(t *testing.T) {
 		want := l.count() + perRound
 		g := startLoad(c, l, &next, 8)
 		eventually(t, 3*time.Minute, fmt.Sprintf("round %d: %d callIDs returned", round, want), func() bool { return l.count() >= want })
-		// A 10 s call holding soak-c's one replica, and a short one queued
-		// behind it: whatever the box's speed, the kill meets a call running
-		// and one queued. (The load alone on a loaded box can be slower than
-		// its 50 ms calls, and every kill found nothing in flight.)
+		// A call holding soak-c's one replica until the kill (it would
+		// run for 10 minutes), and a short one queued behind it: whatever
+		// the box's speed, the kill meets a call running and one queued.
+		// (The load alone on a loaded box can be slower than its 50 ms
+		// calls, and every kill found nothing in flight.)
 		var held []string
-		for _, sleep := range []string{"10", "0.05"} {
+		for _, sleep := range []string{"600", "0.05"} {
 			i := int(next.Add(1))
 			l.mu.Lock()
 			l.issued++
@@ -579,7 +581,9 @@ func TestStartRefusesCorruptDataFile(t *testing.T) {
 		refused.Load(), len(cases))
 }
 
-// TestGracefulShutdownDrainsRunningCalls sends SIGTERM while a 5 s call runs,
+// TestGracefulShutdownDrainsRunningCalls sends SIGTERM while a 5 s call
+// (stretched by testenv.Scale on a busy machine, so that it still runs when
+// the signal comes) runs,
 // a long poll waits on it and a second call is queued behind it. The daemon
 // refuses new calls at once, finishes the running one and hands its success
 // to the poller, then exits; the queued call stays queued in the data file
@@ -588,12 +592,13 @@ func TestStartRefusesCorruptDataFile(t *testing.T) {
 func TestGracefulShutdownDrainsRunningCalls(t *testing.T) {
 	t.Parallel()
 	echo := echoDir(t)
+	const callRuns = 5 * time.Second
 	for _, tc := range []struct {
 		name            string
 		shutdownTimeout string
 		want            string // what the poller of the running call reads
 	}{
-		{"the running call finishes", "30s", "success"},
+		{"the running call finishes", scaledSetting(6 * callRuns), "success"},
 		{"the deadline interrupts it", "1s", msgRestart},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -606,7 +611,7 @@ func TestGracefulShutdownDrainsRunningCalls(t *testing.T) {
 			c := faultClient{base: d.base, key: key}
 
 			var ids []string
-			for i, sleep := range []string{"5", "0.01"} {
+			for i, sleep := range []string{strconv.FormatFloat(testenv.Scale(callRuns).Seconds(), 'f', 1, 64), "0.01"} {
 				r, err := c.start("mk-drain", fmt.Sprintf(`{"i":%d,"sleep":%s}`, i, sleep), true)
 				if err != nil || r["callID"] == nil || r["callID"] == "" {
 					t.Fatalf("start call %d: %v %v", i, r, err)
@@ -654,8 +659,8 @@ func TestGracefulShutdownDrainsRunningCalls(t *testing.T) {
 			}
 			select {
 			case <-d.exited:
-			case <-time.After(time.Minute):
-				t.Fatal("the daemon did not exit after the drain")
+			case <-scaledAfter(time.Minute):
+				t.Fatal(testenv.Waited(time.Minute, "the daemon to exit after the drain"))
 			}
 			took := time.Since(sent)
 			eventually(t, 20*time.Second, "no model process after shutdown", func() bool { return len(processesWithEnv(mark)) == 0 })
@@ -677,9 +682,9 @@ func TestGracefulShutdownDrainsRunningCalls(t *testing.T) {
 					t.Errorf("after the restart call %d answers %v %v, want %s", i, r, err, want)
 				}
 			}
-			report(t, "SIGTERM with a 5 s call running, a long poll on it and a call queued (shutdownTimeout %s): "+
+			report(t, "SIGTERM with a %s call running, a long poll on it and a call queued (shutdownTimeout %s): "+
 				"the poller read %q, new starts were refused, the daemon exited after %.1fs, the queued call ran after the restart",
-				tc.shutdownTimeout, message(r), took.Seconds())
+				testenv.Scale(callRuns).Round(100*time.Millisecond), tc.shutdownTimeout, message(r), took.Seconds())
 		})
 	}
 }
@@ -691,7 +696,7 @@ func TestDiskFull(t *testing.T) {
 	t.Parallel()
 	testenv.NeedRoot(t, "mounting a tmpfs as the data dir; run `make faults` as root to include this test")
 	echo := echoDir(t)
-	dir, cfg := newDaemonDir(t, noLimits+"startWait: 10s\nlongPollWait: 5s\n")
+	dir, cfg := newDaemonDir(t, noLimits+"startWait: "+scaledSetting(10*time.Second)+"\nlongPollWait: 5s\n")
 	data := filepath.Join(dir, "data")
 	if err := os.Mkdir(data, 0o700); err != nil {
 		t.Fatal(err)

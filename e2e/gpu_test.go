@@ -27,7 +27,7 @@ const (
 func TestGPUPlacementAndEvictionEndToEnd(t *testing.T) {
 	t.Parallel()
 	echo := echoDir(t)
-	dir, cfg := newDaemonDir(t, "startWait: 30s\nlongPollWait: 10s\nreplica:\n  stopGrace: 2s\n"+
+	dir, cfg := newDaemonDir(t, "startWait: "+scaledSetting(30*time.Second)+"\nlongPollWait: "+scaledSetting(10*time.Second)+"\nreplica:\n  stopGrace: 2s\n"+
 		"gpu:\n  simulate:\n    - {name: Sim A, memoryMiB: 16384}\n    - {name: Sim B, memoryMiB: 16384}\n")
 	mark := marker()
 	d := startDaemon(t, dir, cfg)
@@ -117,11 +117,8 @@ func TestGPUPlacementAndEvictionEndToEnd(t *testing.T) {
 // on a GPU box") runs the same probe to see what CUDA and NVML show it.
 func TestGPUProbeSeesOnlyItsPinnedGPU(t *testing.T) {
 	t.Parallel()
-	manifest, err := filepath.Abs("examples/gpuprobe/project.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, cfg := newDaemonDir(t, "startWait: 2m\ngpu:\n  simulate:\n    - {name: Sim A, memoryMiB: 16384}\n")
+	manifest := shippedManifest(t, "examples/gpuprobe/project.yaml")
+	dir, cfg := newDaemonDir(t, "startWait: "+scaledSetting(2*time.Minute)+"\ngpu:\n  simulate:\n    - {name: Sim A, memoryMiB: 16384}\n")
 	d := startDaemon(t, dir, cfg)
 	key := d.createKey("demo", true)
 	if out, err := d.cli("apply", "-f", manifest); err != nil || !strings.Contains(out, "project gpuprobe (team demo): created") {
@@ -175,7 +172,7 @@ func TestReplicasOpenOnlyTheirOwnGPUNodes(t *testing.T) {
 			t.Fatalf("mknod %s: %v", name, err)
 		}
 	}
-	dir, cfg := newDaemonDir(t, "startWait: 30s\ngpu:\n  devDir: "+dev+"\n  simulate:\n    - {name: Sim A, memoryMiB: 16384}\n    - {name: Sim B, memoryMiB: 16384}\n")
+	dir, cfg := newDaemonDir(t, "startWait: "+scaledSetting(30*time.Second)+"\ngpu:\n  devDir: "+dev+"\n  simulate:\n    - {name: Sim A, memoryMiB: 16384}\n    - {name: Sim B, memoryMiB: 16384}\n")
 	d := startDaemon(t, dir, cfg)
 	if out, err := d.cli("doctor"); !strings.Contains(out, "ok    devices") {
 		t.Errorf("doctor does not report device isolation on (%v):\n%s", err, out)

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +46,9 @@ func TestMain(m *testing.M) {
 	if _, ok := inThrowawayRoot(); ok {
 		os.Exit(m.Run()) // the package test's copy: it runs the packaged binary
 	}
+	// Every deadline of the run is stretched alike, by a factor decided
+	// now: a busy machine's load average, or INFERD_TEST_SLACK.
+	fmt.Fprintln(os.Stderr, "e2e:", testenv.SlackReport())
 	// As root each replica has a /tmp of its own: the files tests share
 	// with models (and the models themselves) go where models see them.
 	restore, err := testenv.ShareTempDirWithModels()
@@ -75,6 +79,11 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	if code != 0 {
+		// Whatever failed, say how loaded the machine was: a test that
+		// passes when run again alone most likely met the load.
+		fmt.Fprintln(os.Stderr, "e2e: failed on a machine at", testenv.Load())
+	}
 	os.RemoveAll(dir)
 	restore()
 	os.Exit(code)
@@ -106,7 +115,8 @@ func (l *lineLog) add(line string) {
 	l.mu.Unlock()
 }
 
-// waitFor blocks until a line containing substr has been logged.
+// waitFor blocks until a line containing substr has been logged, or fails t
+// after timeout (stretched by testenv.Scale on a busy machine).
 func (l *lineLog) waitFor(t *testing.T, substr string, timeout time.Duration) string {
 	t.Helper()
 	return l.waitForAll(t, timeout, substr)
@@ -116,7 +126,7 @@ func (l *lineLog) waitFor(t *testing.T, substr string, timeout time.Duration) st
 // logged (a JSON line's message and one of its fields).
 func (l *lineLog) waitForAll(t *testing.T, timeout time.Duration, subs ...string) string {
 	t.Helper()
-	deadline := time.NewTimer(timeout)
+	deadline := time.NewTimer(testenv.Scale(timeout))
 	defer deadline.Stop()
 	seen := 0
 	for {
@@ -137,9 +147,23 @@ func (l *lineLog) waitForAll(t *testing.T, timeout time.Duration, subs ...string
 		select {
 		case <-grew:
 		case <-deadline.C:
-			t.Fatalf("no log line containing %q within %s; log:\n%s", subs, timeout, l.String())
+			t.Fatalf("%s; log:\n%s", testenv.Waited(timeout, fmt.Sprintf("a log line containing %q", subs)), l.String())
 		}
 	}
+}
+
+// linesWith returns the last n lines containing substr, for a failure
+// message.
+func (l *lineLog) linesWith(substr string, n int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range l.lines {
+		if strings.Contains(line, substr) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out[max(len(out)-n, 0):], "\n")
 }
 
 func (l *lineLog) String() string {
@@ -253,10 +277,10 @@ func (d *daemon) stop() {
 	d.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-d.exited:
-	case <-time.After(60 * time.Second):
+	case <-scaledAfter(60 * time.Second):
 		d.cmd.Process.Kill()
 		<-d.exited
-		d.t.Errorf("inferd did not stop within 60s of SIGTERM")
+		d.t.Error(testenv.Waited(60*time.Second, "inferd to stop after SIGTERM"))
 	}
 }
 
@@ -345,7 +369,7 @@ func doRaw(t *testing.T, method, url string, headers map[string]string, body str
 }
 
 func tryDoRaw(method, url string, headers map[string]string, body string) (int, []byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Scale(2*time.Minute))
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
 	if err != nil {
@@ -410,18 +434,71 @@ func isZombie(stat []byte) bool {
 	return i > 0 && i+2 < len(stat) && stat[i+2] == 'Z'
 }
 
-// eventually retries cond until it holds or the timeout passes. Used only for
-// conditions that have no signal of their own to wait on, such as a process
-// disappearing from /proc after the daemon that owned it was killed.
+// eventually retries cond until it holds or the timeout (stretched by
+// testenv.Scale on a busy machine) passes. Used only for conditions that
+// have no signal of their own to wait on, such as a process disappearing
+// from /proc after the daemon that owned it was killed.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
+	testenv.Eventually(t, timeout, what, cond)
+}
+
+// scaledAfter is time.After for a test's deadline: d on a quiet machine,
+// stretched by testenv.Scale on a busy one. A test that runs out of it
+// says so with testenv.Waited(d, what).
+func scaledAfter(d time.Duration) <-chan time.Time { return time.After(testenv.Scale(d)) }
+
+// scaledSetting is d stretched by testenv.Scale, written as a config
+// duration: for a daemon setting that only bounds how long a test's call
+// may take on a busy machine (the startWait a sync call must finish
+// within, the timeout a hanging receiver must outlast), never for the rule
+// the test checks. It is at most 10 minutes, the most the config takes
+// for a wait (startWait, longPollWait).
+func scaledSetting(d time.Duration) string {
+	return min(testenv.Scale(d), 10*time.Minute).Round(time.Millisecond).String()
+}
+
+// scaledSeconds is scaledSetting for a setting in whole seconds (a
+// manifest's bootTimeout or inferenceTimeout), rounded up.
+func scaledSeconds(d time.Duration) int {
+	return int((testenv.Scale(d) + time.Second - 1) / time.Second)
+}
+
+// shippedManifest returns a copy of the example manifest at path (an
+// examples/*/project.yaml, applied as shipped) whose bootTimeout and
+// inferenceTimeout are stretched by testenv.Scale, its relative dir made
+// absolute: a model that imports PyTorch takes seconds to boot on a quiet
+// machine and minutes on a busy one, past the bound a user's box needs.
+func shippedManifest(t *testing.T, path string) string {
+	t.Helper()
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		t.Fatal(err)
 	}
+	b, err := os.ReadFile(abs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	timeout := regexp.MustCompile(`(?m)^(\s+(?:bootTimeout|inferenceTimeout)): (\d+)`)
+	text := timeout.ReplaceAllStringFunc(string(b), func(line string) string {
+		m := timeout.FindStringSubmatch(line)
+		secs, _ := strconv.Atoi(m[2])
+		return fmt.Sprintf("%s: %d", m[1], scaledSeconds(time.Duration(secs)*time.Second))
+	})
+	text = regexp.MustCompile(`(?m)^(\s+dir:) \.$`).ReplaceAllString(text, "$1 "+filepath.Dir(abs))
+	out := filepath.Join(t.TempDir(), filepath.Base(abs))
+	if err := os.WriteFile(out, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// sleepInputs is the echo model's inputs for a call that runs for d,
+// stretched by testenv.Scale: a call a test needs still running while it
+// looks (a queue behind it, a cancel, a kill) must outlast the looking,
+// however busy the machine.
+func sleepInputs(d time.Duration) string {
+	return fmt.Sprintf(`{"sleep":%.1f}`, testenv.Scale(d).Seconds())
 }
 
 func echoDir(t *testing.T) string {

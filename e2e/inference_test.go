@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"inferd/internal/testenv"
 	"inferd/store"
 )
 
@@ -67,14 +69,16 @@ func (c inferenceClient) check(callID string, longPoll bool) map[string]any {
 // waitResult long-polls until the call has ended.
 func (c inferenceClient) waitResult(callID string) map[string]any {
 	c.t.Helper()
-	for i := 0; i < 10; i++ {
+	const bound = 2 * time.Minute
+	deadline := time.Now().Add(testenv.Scale(bound))
+	for {
 		r := c.check(callID, true)
 		if msg := r["message"].(string); msg == "success" || strings.Contains(msg, "error") {
 			return r
+		} else if time.Now().After(deadline) {
+			c.t.Fatal(testenv.Waited(bound, fmt.Sprintf("call %s to finish (long polls; it still says %q)", callID, msg)))
 		}
 	}
-	c.t.Fatalf("call %s did not finish", callID)
-	return nil
 }
 
 // checkEnvelope asserts the fields every inference answer carries.
@@ -128,15 +132,23 @@ func outputOf(r map[string]any) (map[string]any, error) {
 func TestInferenceEndToEnd(t *testing.T) {
 	t.Parallel()
 	echo := echoDir(t)
-	dir, cfg := newDaemonDir(t, "startWait: 1s\nlongPollWait: 5s\nmaxQueuedPerProject: 2\nreplica:\n  stopGrace: 2s\n  restartBackoff: 100ms\n  maxBootFailures: 2\n")
+	// startWait, the call that outlasts it and inferenceTimeout stretch
+	// alike on a busy machine: a quick call still ends within the wait and
+	// the timeout, the long one still outlasts the wait.
+	startWait, inferenceTimeout := testenv.Scale(time.Second), scaledSeconds(2*time.Second)
+	dir, cfg := newDaemonDir(t, "startWait: "+scaledSetting(time.Second)+"\nlongPollWait: 5s\nmaxQueuedPerProject: 2\n"+
+		"replica:\n  stopGrace: 2s\n  restartBackoff: 100ms\n  maxBootFailures: 2\n")
 	mark := marker()
 	d := startDaemon(t, dir, cfg)
 	key := d.createKey("acme", false)
 	otherKey := d.createKey("globex", false)
 	d.apply("projects:\n" +
-		echoProject("echo", "acme", "mk-echo", echo, mark, `, GREETING: "hi"`) + "    minReplicas: 1\n    maxReplicas: 2\n    idleTimeout: 1\n    inferenceTimeout: 2\n" +
+		echoProject("echo", "acme", "mk-echo", echo, mark, `, GREETING: "hi"`) + "    minReplicas: 1\n    maxReplicas: 2\n    idleTimeout: 1\n" +
+		fmt.Sprintf("    inferenceTimeout: %d\n", inferenceTimeout) +
 		echoProject("single", "acme", "mk-single", echo, mark, "") + "    maxReplicas: 1\n" +
-		echoProject("broken", "acme", "mk-broken", echo, mark, `, BOOT_FAIL: "1"`) + "    bootTimeout: 5\n")
+		// broken exits at boot, saying why, within its bootTimeout: long
+		// enough for python3 to start on a busy machine.
+		echoProject("broken", "acme", "mk-broken", echo, mark, `, BOOT_FAIL: "1"`) + fmt.Sprintf("    bootTimeout: %d\n", scaledSeconds(5*time.Second)))
 	c := inferenceClient{t: t, base: d.base, key: key}
 
 	t.Run("minReplicas replica runs right after start", func(t *testing.T) {
@@ -171,9 +183,9 @@ func TestInferenceEndToEnd(t *testing.T) {
 		}
 	})
 	t.Run("a call longer than the wait returns a callID, then success", func(t *testing.T) {
-		r := c.start("mk-echo", `{"sleep":1.5}`, false)
+		r := c.start("mk-echo", sleepInputs(1500*time.Millisecond), false)
 		if r["finished"] != false {
-			t.Fatalf("a 1.5 s call should outlast the 1 s wait: %v", r)
+			t.Fatalf("a %s call should outlast the %s wait: %v", testenv.Scale(1500*time.Millisecond), startWait, r)
 		}
 		if msg := r["message"].(string); msg != "running" && msg != "queued" && msg != "booting" {
 			t.Fatalf("pending message %q", msg)
@@ -184,7 +196,7 @@ func TestInferenceEndToEnd(t *testing.T) {
 	})
 	t.Run("inference timeout", func(t *testing.T) {
 		r := c.waitResult(c.start("mk-echo", `{"hang":true}`, true)["callID"].(string))
-		if r["message"] != "error: inference timed out after 2s" {
+		if r["message"] != fmt.Sprintf("error: inference timed out after %ds", inferenceTimeout) {
 			t.Fatalf("got %v", r["message"])
 		}
 	})
@@ -209,7 +221,7 @@ func TestInferenceEndToEnd(t *testing.T) {
 	t.Run("queue full", func(t *testing.T) {
 		var last map[string]any
 		for i := 0; i < 4; i++ {
-			last = c.start("mk-single", `{"sleep":3}`, true)
+			last = c.start("mk-single", sleepInputs(3*time.Second), true)
 		}
 		if last["message"] != "error: queue full (2 calls waiting); retry later" {
 			t.Fatalf("the 4th call with 1 replica and a queue of 2 should be refused, got %v", last["message"])
@@ -262,7 +274,7 @@ func TestInferenceEndToEnd(t *testing.T) {
 func TestScalingEndToEnd(t *testing.T) {
 	t.Parallel()
 	echo := echoDir(t)
-	dir, cfg := newDaemonDir(t, "cpuSlots: 8\n")
+	dir, cfg := newDaemonDir(t, "cpuSlots: 8\nstartWait: "+scaledSetting(50*time.Second)+"\n")
 	mark := marker()
 	d := startDaemon(t, dir, cfg)
 	key := d.createKey("acme", false)
@@ -272,7 +284,10 @@ func TestScalingEndToEnd(t *testing.T) {
 	d.apply(project + "    idleTimeout: 600\n")
 	c := inferenceClient{t: t, base: d.base, key: key}
 
-	// Six overlapping calls: the project scales up at once, to max and no further.
+	// Six overlapping calls: the project scales up at once, to max and no
+	// further. The calls are held until both replicas are busy, so that one
+	// replica cannot answer them all while the other boots on a slow box.
+	release := filepath.Join(t.TempDir(), "release")
 	var mu sync.Mutex
 	replicas := map[string]int{}
 	var wg sync.WaitGroup
@@ -280,7 +295,7 @@ func TestScalingEndToEnd(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := c.tryStart("mk-burst", `{"sleep":0.5}`, false)
+			r, err := c.tryStart("mk-burst", fmt.Sprintf(`{"until":%q}`, release), false)
 			if err != nil || r["message"] != "success" {
 				t.Errorf("burst call: %v %v", r, err)
 				return
@@ -294,6 +309,15 @@ func TestScalingEndToEnd(t *testing.T) {
 			replicas[fmt.Sprint(out["replica"])]++
 			mu.Unlock()
 		}()
+	}
+	eventually(t, time.Minute, "both of burst's replicas busy with the held calls", func() bool {
+		return slices.Equal(d.replicaStates(key, "burst"), []string{"busy", "busy"})
+	})
+	if n := len(processesWithEnv(mark)); n != 2 {
+		t.Errorf("%d model processes running for six calls, max is 2", n)
+	}
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	wg.Wait()
 	if len(replicas) != 2 {

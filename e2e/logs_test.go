@@ -2,10 +2,13 @@ package e2e
 
 import (
 	"bufio"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"inferd/internal/testenv"
 )
 
 // TestLogsCommand reads a replica's log with `inferd logs` through the
@@ -14,7 +17,7 @@ import (
 func TestLogsCommand(t *testing.T) {
 	t.Parallel()
 	echo := echoDir(t)
-	dir, cfg := newDaemonDir(t, "startWait: 20s\n")
+	dir, cfg := newDaemonDir(t, "startWait: "+scaledSetting(20*time.Second)+"\n")
 	d := startDaemon(t, dir, cfg)
 	key := d.createKey("acme", false)
 	d.apply("projects:\n" + echoProject("echo", "acme", "mk-echo", echo, marker(), "") + "    minReplicas: 1\n")
@@ -49,7 +52,7 @@ func TestLogsCommand(t *testing.T) {
 	}()
 	waitLine := func(want string) {
 		t.Helper()
-		timeout := time.After(30 * time.Second)
+		timeout := scaledAfter(30 * time.Second)
 		for {
 			select {
 			case l, ok := <-lines:
@@ -60,7 +63,7 @@ func TestLogsCommand(t *testing.T) {
 					return
 				}
 			case <-timeout:
-				t.Fatalf("logs -f never printed %q", want)
+				t.Fatal(testenv.Waited(30*time.Second, fmt.Sprintf("logs -f to print %q", want)))
 			}
 		}
 	}

@@ -39,7 +39,7 @@ func parseMetrics(t *testing.T, body []byte) map[string]float64 {
 func TestMetricsEndToEnd(t *testing.T) {
 	t.Parallel()
 	echo := echoDir(t)
-	dir, cfg := newDaemonDir(t, "startWait: 20s\nlongPollWait: 5s\n")
+	dir, cfg := newDaemonDir(t, "startWait: "+scaledSetting(20*time.Second)+"\nlongPollWait: 5s\n")
 	mark := marker()
 	d := startDaemon(t, dir, cfg)
 	key := d.createKey("acme", false)
@@ -98,7 +98,7 @@ func TestMetricsEndToEnd(t *testing.T) {
 func TestMetricsDuringLoad(t *testing.T) {
 	t.Parallel()
 	echo := echoDir(t)
-	dir, cfg := newDaemonDir(t, "startWait: 30s\nlongPollWait: 30s\ngpu:\n  simulate:\n"+
+	dir, cfg := newDaemonDir(t, "startWait: "+scaledSetting(30*time.Second)+"\nlongPollWait: "+scaledSetting(30*time.Second)+"\ngpu:\n  simulate:\n"+
 		"    - {name: \"Sim A\", memoryMiB: 1024}\n    - {name: \"Sim B\", memoryMiB: 2048}\n")
 	mark := marker()
 	d := startDaemon(t, dir, cfg)
@@ -119,7 +119,7 @@ func TestMetricsDuringLoad(t *testing.T) {
 	// queue), each with a long poll waiting on it.
 	var ids []string
 	for range 3 {
-		ids = append(ids, c.start("mk-slow", `{"sleep":3}`, true)["callID"].(string))
+		ids = append(ids, c.start("mk-slow", sleepInputs(3*time.Second), true)["callID"].(string))
 	}
 	// Each poll reports its error on the channel: t.Fatal is for the test's
 	// goroutine only, and a poll that ended without sending would hang the test.
@@ -164,7 +164,7 @@ func TestMetricsDuringLoad(t *testing.T) {
 	}
 	grew(`inferd_calls_total{project="slow",outcome="succeeded"}`, 3)
 	grew(`inferd_call_queue_seconds_count{project="slow"}`, 3)
-	grew(`inferd_call_run_seconds_sum{project="slow"}`, 9) // three 3 s sleeps
+	grew(`inferd_call_run_seconds_sum{project="slow"}`, 9) // three sleeps of 3 s or more
 	grew(`inferd_replica_evictions_total{project="slow"}`, 1)
 	grew(`inferd_replica_starts_total{project="other"}`, 1)
 	grew(`inferd_http_requests_total{route="/check/v4",status="200"}`, 3)

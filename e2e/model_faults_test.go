@@ -2,9 +2,12 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"inferd/internal/testenv"
 )
 
 // TestModelFaultsEndToEnd covers the model faults that TestInferenceEndToEnd
@@ -15,7 +18,7 @@ import (
 func TestModelFaultsEndToEnd(t *testing.T) {
 	t.Parallel()
 	echo := echoDir(t)
-	dir, cfg := newDaemonDir(t, noLimits+"startWait: 20s\nlongPollWait: 5s\ncpuSlots: 8\n"+
+	dir, cfg := newDaemonDir(t, noLimits+"startWait: "+scaledSetting(20*time.Second)+"\nlongPollWait: 5s\ncpuSlots: 8\n"+
 		"replica:\n  stopGrace: 2s\n  restartBackoff: 1s\n  maxRestartBackoff: 4s\n  maxBootFailures: 3\n")
 	mark, leakMark := marker(), marker()
 	d := startDaemon(t, dir, cfg)
@@ -23,7 +26,11 @@ func TestModelFaultsEndToEnd(t *testing.T) {
 	d.apply("projects:\n" +
 		echoProject("faulty", "acme", "mk-faulty", echo, mark, "") + "    minReplicas: 1\n    maxReplicas: 1\n" +
 		echoProject("leaky", "acme", "mk-leaky", echo, leakMark, "") + "    maxReplicas: 1\n    idleTimeout: 600\n" +
-		echoProject("flaky", "acme", "mk-flaky", echo, mark, `, EXIT_AFTER_READY: "0.5"`) + "    maxReplicas: 1\n" +
+		// flaky exits half a second after it is ready (longer on a busy
+		// machine, so that its call is surely dispatched by then), in the
+		// middle of a call that runs longer still.
+		echoProject("flaky", "acme", "mk-flaky", echo, mark, fmt.Sprintf(`, EXIT_AFTER_READY: "%.1f"`, testenv.Scale(500*time.Millisecond).Seconds())) +
+		"    maxReplicas: 1\n" +
 		echoProject("crashloop", "acme", "mk-crashloop", echo, mark, `, BOOT_FAIL: "1"`) + "    minReplicas: 1\n    maxReplicas: 1\n")
 	c := faultClient{base: d.base, key: key}
 	call := func(t *testing.T, modelKey, inputs string) map[string]any {
@@ -58,7 +65,7 @@ func TestModelFaultsEndToEnd(t *testing.T) {
 		}
 	})
 	t.Run("exits right after ready", func(t *testing.T) {
-		msg := message(call(t, "mk-flaky", `{"sleep":3}`))
+		msg := message(call(t, "mk-flaky", sleepInputs(3*time.Second)))
 		if msg != "error: model process exited (exit status 4) during inference" {
 			t.Fatalf("got %q", msg)
 		}

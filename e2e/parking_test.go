@@ -23,7 +23,7 @@ import (
 // fake checkpoint behaves as mode says, and applies projects.
 func parkingDaemon(t *testing.T, mode, projects string) (*daemon, inferenceClient, string) {
 	t.Helper()
-	dir, cfg := newDaemonDir(t, "startWait: 30s\nreplica:\n  stopGrace: 2s\n  restartBackoff: 100ms\ngpu:\n  simulate:\n    - {name: Sim A, memoryMiB: 16384}\n")
+	dir, cfg := newDaemonDir(t, "startWait: "+scaledSetting(30*time.Second)+"\nreplica:\n  stopGrace: 2s\n  restartBackoff: 100ms\ngpu:\n  simulate:\n    - {name: Sim A, memoryMiB: 16384}\n")
 	d := startDaemonWith(t, dir, cfg, failpointBinary(t), "INFERD_REPLICA_USER=root", "INFERD_FAKE_CHECKPOINT="+mode)
 	admin := d.createKey("admin", true)
 	if projects != "" {

@@ -44,7 +44,9 @@ http.server.ThreadingHTTPServer((os.environ["HOST"], int(os.environ["PORT"])), H
 func TestPythonProjectsRunOfflineFromAWheelhouseAndShareTheirVenv(t *testing.T) {
 	testenv.NeedRoot(t, "models run under a uid of their own, reaching the venv through their mount namespace, only as root")
 	t.Parallel()
-	dir, cfg := newDaemonDir(t, "python:\n  index: http://127.0.0.1:9/simple\n") // nothing answers: an offline box
+	// nothing answers the index: an offline box. A sync start waits out a
+	// venv's build (pip's), minutes on a busy machine.
+	dir, cfg := newDaemonDir(t, "startWait: "+scaledSetting(50*time.Second)+"\npython:\n  index: http://127.0.0.1:9/simple\n")
 	model := filepath.Join(dir, "model")
 	house := testwheel.Wheelhouse(t, dir, "greet", "hello from the wheelhouse")
 	files := map[string]string{"server.py": greetServer, "requirements.txt": "greet==1.0\n", "missing.txt": "greet==1.0\nabsent-package==2.0\n"}

@@ -22,12 +22,14 @@ func TestStatusPageCancelButton(t *testing.T) {
 	echo := echoDir(t)
 	// startWait well beyond the browser's run: the sync start must still
 	// wait, unwritten, when its Cancel is clicked.
-	dir, cfg := newDaemonDir(t, "startWait: 120s\nlongPollWait: 10s\nreplica:\n  stopGrace: 2s\n  restartBackoff: 100ms\n")
+	dir, cfg := newDaemonDir(t, "startWait: "+scaledSetting(120*time.Second)+"\nlongPollWait: "+scaledSetting(10*time.Second)+"\nreplica:\n  stopGrace: 2s\n  restartBackoff: 100ms\n")
 	d := startDaemon(t, dir, cfg)
 	key := d.createKey("acme", false)
 	d.apply("projects:\n" + echoProject("busy", "acme", "mk-busy", echo, marker(), "") + "    maxReplicas: 1\n")
 	c := inferenceClient{t: t, base: d.base, key: key}
-	running := c.start("mk-busy", `{"sleep":30}`, true)["callID"].(string)
+	// The running call holds the one replica until it is cancelled below,
+	// however long the browser takes, so the queued ones stay queued.
+	running := c.start("mk-busy", `{"sleep":600}`, true)["callID"].(string)
 	c.waitState(running, "running")
 	queued := c.start("mk-busy", `{"n":1}`, true)["callID"].(string)
 
@@ -57,7 +59,7 @@ func TestStatusPageCancelButton(t *testing.T) {
 
 	cmd := exec.Command(node, "cancel.mjs")
 	cmd.Dir = script
-	cmd.Env = append(os.Environ(), "INFERD_BASE="+d.base, "INFERD_KEY="+key, "CANCEL_CALL="+queued+","+syncID, "CHROMIUM="+browser)
+	cmd.Env = append(os.Environ(), "INFERD_BASE="+d.base, "INFERD_KEY="+key, "CANCEL_CALL="+queued+","+syncID, "CHROMIUM="+browser, browserTimeout())
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "PASS cancel button") {
 		t.Fatalf("cancel button check failed: %v\n%s", err, out)
@@ -70,7 +72,7 @@ func TestStatusPageCancelButton(t *testing.T) {
 	if a := <-syncAnswer; a.err != nil || a.obj["callID"] != syncID || a.obj["message"] != "error: cancelled by request" {
 		t.Errorf("the sync start answered %v, %v; want its call %s cancelled", a.obj, a.err, syncID)
 	}
-	c.cancel(running) // no need to wait 30 s for it
+	c.cancel(running)
 	eventually(t, 10*time.Second, "the replica is free", func() bool {
 		s := d.replicaStates(key, "busy")
 		return len(s) == 1 && s[0] == "ready"

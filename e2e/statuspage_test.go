@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"inferd/internal/testenv"
 )
 
 // TestStatusPageInBrowser drives the status page in Debian's chromium
@@ -80,7 +82,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 				return
 			case <-tick.C:
 			}
-			in := `{"sleep":2}`
+			in := fmt.Sprintf(`{"sleep":%.1f}`, testenv.Scale(2*time.Second).Seconds())
 			if i%6 == 5 {
 				in = `{"fail":"image too blurry"}`
 			}
@@ -111,6 +113,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		"SCREENSHOT="+shot,
 		"USAGE_SCREENSHOT="+usageShot,
 		"CHROMIUM="+browser,
+		browserTimeout(),
 	)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -121,6 +124,13 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	fmt.Fprintf(os.Stderr, "%s", out)
 	t.Logf("status page screenshot: %s; usage panel: %s", shot, usageShot)
+}
+
+// browserTimeout is the browser scripts' TIMEOUT_MS: how long each of
+// their steps may wait, 30 s stretched by testenv.Scale as every deadline
+// of the tests is.
+func browserTimeout() string {
+	return fmt.Sprintf("TIMEOUT_MS=%d", testenv.Scale(30*time.Second).Milliseconds())
 }
 
 // browserTools returns node, Debian's chromium and the web/browsertest

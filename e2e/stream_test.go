@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"inferd/internal/testenv"
 )
 
 // eventStream reads one GET /v1/calls/:id/events.
@@ -66,8 +68,8 @@ func (s *eventStream) next() sse {
 				continue
 			}
 			return ev
-		case <-time.After(60 * time.Second):
-			s.t.Fatal("no event within 60s")
+		case <-scaledAfter(60 * time.Second):
+			s.t.Fatal(testenv.Waited(60*time.Second, "the stream's next event"))
 		}
 	}
 }

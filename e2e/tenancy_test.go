@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +54,7 @@ func (d *daemon) createKeyWith(team string, flags ...string) string {
 func TestTeamQuotasEndToEnd(t *testing.T) {
 	t.Parallel()
 	echo := echoDir(t)
-	dir, cfg := newDaemonDir(t, "cpuSlots: 2\nstartWait: 30s\nlongPollWait: 10s\nreplica:\n  stopGrace: 2s\n"+
+	dir, cfg := newDaemonDir(t, "cpuSlots: 2\nstartWait: "+scaledSetting(30*time.Second)+"\nlongPollWait: "+scaledSetting(10*time.Second)+"\nreplica:\n  stopGrace: 2s\n"+
 		"gpu:\n  simulate:\n    - {name: Sim A, memoryMiB: 16384}\n    - {name: Sim B, memoryMiB: 16384}\n")
 	mark := marker()
 	d := startDaemon(t, dir, cfg)
@@ -95,7 +97,7 @@ func TestTeamQuotasEndToEnd(t *testing.T) {
 		var ids []string
 		refused := 0
 		for range 8 {
-			r := ca.start("mk-a", `{"sleep": 6}`, true)
+			r := ca.start("mk-a", sleepInputs(6*time.Second), true)
 			switch msg := r["message"].(string); {
 			case msg == "error: team acme is at its queuedCalls quota (3); retry later":
 				refused++
@@ -137,8 +139,8 @@ func TestTeamQuotasEndToEnd(t *testing.T) {
 
 	t.Run("acme at its GPU quota waits while labs uses the free GPU", func(t *testing.T) {
 		ca, cb := inferenceClient{t: t, base: d.base, key: acme}, inferenceClient{t: t, base: d.base, key: labs}
-		first := ca.start("mk-ag", `{"sleep": 3}`, true)
-		second := ca.start("mk-ag", `{"sleep": 3}`, true)
+		first := ca.start("mk-ag", sleepInputs(3*time.Second), true)
+		second := ca.start("mk-ag", sleepInputs(3*time.Second), true)
 		eventually(t, 30*time.Second, "ag waits at acme's gpus quota", func() bool {
 			return d.statusWaiting(admin, "ag") == "waiting: team acme is at its gpus quota (1)"
 		})
@@ -179,8 +181,9 @@ func TestScopedKeysEndToEnd(t *testing.T) {
 	d := startDaemon(t, dir, cfg)
 	d.apply("projects:\n" + echoProject("p", "acme", "mk-p", echo, marker(), ""))
 	read := d.createKeyWith("acme", "--scope", "read")
-	// Long enough to be used once on a loaded box, short enough to wait out.
-	short := d.createKeyWith("acme", "--expires", "8s")
+	// Long enough to be used once on a loaded box (stretched on a busy
+	// one), short enough to wait out.
+	short := d.createKeyWith("acme", "--expires", scaledSetting(8*time.Second))
 	hdr := func(k string) map[string]string { return map[string]string{"X-Service-API-Key": k} }
 
 	if out, err := d.cli("key", "list", "--team", "acme"); err != nil || !strings.Contains(out, " read ") || !strings.Contains(out, "infer,read,manage") {
@@ -221,7 +224,7 @@ func TestScopedKeysEndToEnd(t *testing.T) {
 func TestFairShareEvictionEndToEnd(t *testing.T) {
 	t.Parallel()
 	echo := echoDir(t)
-	dir, cfg := newDaemonDir(t, "cpuSlots: 3\nstartWait: 30s\nlongPollWait: 10s\nreplica:\n  stopGrace: 2s\n")
+	dir, cfg := newDaemonDir(t, "cpuSlots: 3\nstartWait: "+scaledSetting(30*time.Second)+"\nlongPollWait: "+scaledSetting(10*time.Second)+"\nreplica:\n  stopGrace: 2s\n")
 	mark := marker()
 	d := startDaemon(t, dir, cfg)
 	acme, ops, labs := d.createKey("acme", false), d.createKey("ops", false), d.createKey("labs", false)
@@ -233,7 +236,18 @@ func TestFairShareEvictionEndToEnd(t *testing.T) {
 		t.Fatalf("ops: %v", r)
 	}
 	ca := inferenceClient{t: t, base: d.base, key: acme}
-	x, y := ca.start("mk-a", `{"sleep": 1}`, true), ca.start("mk-a", `{"sleep": 1}`, true)
+	// Two calls held until acme's two replicas both run one: on a busy
+	// machine one replica could otherwise answer both while the other
+	// boots, and the scheduler need not keep a boot no call waits for.
+	release := filepath.Join(t.TempDir(), "release")
+	hold := fmt.Sprintf(`{"until":%q}`, release)
+	x, y := ca.start("mk-a", hold, true), ca.start("mk-a", hold, true)
+	eventually(t, time.Minute, "acme's two replicas busy with its two calls", func() bool {
+		return slices.Equal(d.replicaStates(acme, "a"), []string{"busy", "busy"})
+	})
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []map[string]any{x, y} {
 		if res := ca.waitResult(c["callID"].(string)); res["message"] != "success" {
 			t.Fatalf("acme: %v", res)

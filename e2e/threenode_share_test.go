@@ -1,12 +1,15 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"inferd/internal/testenv"
 )
 
 // Issue 22, "Done when" 1: in a cluster of three nodes, each running one
@@ -84,9 +87,10 @@ func TestThreeNodeClusterSharesKeysProjectsAndCalls(t *testing.T) {
 	})
 
 	t.Run("a long poll is woken by the call finishing on another node", func(t *testing.T) {
-		// The model sleeps 3 s; longPollWait is 20 s. A long poll not woken
-		// by the completion would answer at the end of its wait.
-		r := n2.client(t, key).start("mk-echo", c.logged("long-poll", `"sleep":3`), true)
+		// The model sleeps 3 s; longPollWait is 30 s (both stretched on a
+		// busy machine, as the bound below is). A long poll not woken by
+		// the completion would answer at the end of its wait.
+		r := n2.client(t, key).start("mk-echo", c.logged("long-poll", fmt.Sprintf(`"sleep":%.1f`, testenv.Scale(3*time.Second).Seconds())), true)
 		id, _ := r["callID"].(string)
 		if id == "" {
 			t.Fatalf("start on node 2: %v", r)
@@ -110,8 +114,9 @@ func TestThreeNodeClusterSharesKeysProjectsAndCalls(t *testing.T) {
 					t.Errorf("long poll on %s: HTTP %d %v %v", n.name, status, got, err)
 				case got["message"] != "success":
 					t.Errorf("long poll on %s (the call ran on %s) answered %v after %s, want success", n.name, ranOn, got, took)
-				case took > 10*time.Second:
-					t.Errorf("long poll on %s took %s for a 3 s call: not woken by the completion on %s", n.name, took, ranOn)
+				case took > testenv.Scale(10*time.Second):
+					t.Errorf("long poll on %s took %s for a %s call: not woken by the completion on %s [%s]",
+						n.name, took, testenv.Scale(3*time.Second), ranOn, testenv.Load())
 				}
 			})
 		}

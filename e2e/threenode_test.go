@@ -148,8 +148,8 @@ dataDir: ./data
 log:
   format: json
   level: debug
-startWait: 20s
-longPollWait: 20s
+startWait: %s
+longPollWait: %s
 # Room for the scenarios' replicas on every node (0 would be one per CPU:
 # two here), so that a dead node's share fits on the other two.
 cpuSlots: 8
@@ -165,7 +165,7 @@ cluster:
       peerURL: %s
       clientURL: %s
       initialCluster: %s
-%s%s`, a[i].listen, o.extra, o.perNode[i], n.name, a[i].advertise, secret, a[i].peer, a[i].client, strings.Join(initial, ","), peerTLS, tlsYAML)
+%s%s`, a[i].listen, scaledSetting(20*time.Second), scaledSetting(30*time.Second), o.extra, o.perNode[i], n.name, a[i].advertise, secret, a[i].peer, a[i].client, strings.Join(initial, ","), peerTLS, tlsYAML)
 		n.cfgPath = filepath.Join(n.dir, "config.yaml")
 		if err := os.WriteFile(n.cfgPath, []byte(cfg), 0o600); err != nil {
 			t.Fatal(err)

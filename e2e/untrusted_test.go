@@ -15,7 +15,7 @@ import (
 func TestUntrustedTextIsEscapedOrRefused(t *testing.T) {
 	t.Parallel()
 	echo := echoDir(t)
-	dir, cfg := newDaemonDir(t, "startWait: 20s\n")
+	dir, cfg := newDaemonDir(t, "startWait: "+scaledSetting(20*time.Second)+"\n")
 	d := startDaemon(t, dir, cfg)
 	key := d.createKey("acme", false)
 	// The model clears the screen, writes "pwned" to the clipboard (OSC 52)

@@ -4,12 +4,17 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"inferd/internal/testenv"
+	"inferd/store"
+	"inferd/store/bolt"
 )
 
 // usageLine is one line of GET /v1/usage grouped by team.
@@ -118,11 +123,14 @@ func TestUsageLedgerAddsUpTheCalls(t *testing.T) {
 	})
 	got := usageByTeam(t, d.base, admin)
 	check("before the restart", got)
-	if l := got["labs"]; l.BootReplicaSeconds < 1 || l.BootReplicaSeconds > 10 {
-		t.Errorf("labs' boot time = %.2f s; its model sleeps 1 s before it listens", l.BootReplicaSeconds)
+	// A boot takes a second or two here, more on a busy machine: the
+	// bound only tells a boot from a replica's whole life.
+	bootBound := testenv.Scale(10 * time.Second).Seconds()
+	if l := got["labs"]; l.BootReplicaSeconds < 1 || l.BootReplicaSeconds > bootBound {
+		t.Errorf("labs' boot time = %.2f s; its model sleeps 1 s before it listens (bound %.0f s) [%s]", l.BootReplicaSeconds, bootBound, testenv.Load())
 	}
-	if a := got["acme"]; a.BootReplicaSeconds <= 0 || a.BootReplicaSeconds > 10 {
-		t.Errorf("acme's boot time = %.2f s; want its own replica's boot", a.BootReplicaSeconds)
+	if a := got["acme"]; a.BootReplicaSeconds <= 0 || a.BootReplicaSeconds > bootBound {
+		t.Errorf("acme's boot time = %.2f s; want its own replica's boot (bound %.0f s) [%s]", a.BootReplicaSeconds, bootBound, testenv.Load())
 	}
 	if own := usageByTeam(t, d.base, acme.key); len(own) != 1 || own["acme"].Calls != want["acme"].calls {
 		t.Errorf("acme's key sees %v; want its own team only", own)
@@ -152,5 +160,133 @@ func TestUsageLedgerAddsUpTheCalls(t *testing.T) {
 		if w == nil || calls != w.calls || !within(cpu, w.cpu) || !within(runS, w.run) || rec[col["energyJoules"]] != "" {
 			t.Errorf("inferd usage row %q; want %+v, energy empty", rec, w)
 		}
+	}
+}
+
+// TestUsageRollUpsAreKeptForTheirRetention: the hourly roll-ups are kept
+// for usage.retention and swept after it (docs/operations.md "The usage
+// ledger"), not after resultTTL, which is a call's own record's: a data
+// file holding the roll-ups of an hour 30 hours ago and of one 72 hours
+// ago, under a daemon with retention 48 h, a resultTTL of 1 h and a sweep
+// every second, loses the older hour and keeps the other, added to as
+// they were.
+func TestUsageRollUpsAreKeptForTheirRetention(t *testing.T) {
+	t.Parallel()
+	dir, cfg := newDaemonDir(t, "resultTTL: 1h\nsweepInterval: 1s\nusage:\n  retention: 48h\n")
+	data := filepath.Join(dir, "data")
+	if err := os.Mkdir(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Hour)
+	kept, swept := now.Add(-30*time.Hour), now.Add(-72*time.Hour)
+	st, err := bolt.Open(filepath.Join(data, "inferd.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two flushes into each hour: a roll-up is their sum.
+	for _, idle := range []float64{1, 2} {
+		if err := st.AddUsage([]store.UsageRow{
+			{Hour: kept, TeamID: "acme", ProjectID: "p", UsageTotals: store.UsageTotals{IdleReplicaSeconds: idle}},
+			{Hour: swept, TeamID: "acme", ProjectID: "p", UsageTotals: store.UsageTotals{IdleReplicaSeconds: 10 * idle}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	d := startDaemon(t, dir, cfg)
+	admin := d.createKey("ops", true)
+	hours := func() map[string]float64 {
+		status, body := doRaw(t, "GET", d.base+"/v1/usage?groupBy=hour&from="+now.Add(-100*time.Hour).Format(time.RFC3339),
+			map[string]string{"X-Service-API-Key": admin}, "")
+		var rep struct {
+			Results []struct {
+				Hour string  `json:"hour"`
+				Idle float64 `json:"idleReplicaSeconds"`
+			}
+		}
+		if err := json.Unmarshal(body, &rep); err != nil || status != 200 {
+			t.Fatalf("GET /v1/usage = %d %s", status, body)
+		}
+		out := map[string]float64{}
+		for _, r := range rep.Results {
+			out[r.Hour] = r.Idle
+		}
+		return out
+	}
+	key := func(h time.Time) string { return h.Format(time.RFC3339) }
+	eventually(t, 30*time.Second, "the sweep to drop the hour past usage.retention", func() bool {
+		_, ok := hours()[key(swept)]
+		return !ok
+	})
+	if got := hours(); got[key(kept)] != 3 {
+		t.Errorf("usage by hour after the sweep = %v; want the hour %s kept (within usage.retention, past resultTTL) with its two flushes' 3 s idle",
+			got, key(kept))
+	}
+}
+
+// TestUsageOfBatchedCallsSharesTheirPass: calls that run in one batch share
+// its pass's replica time, as calls running at once on a replica do
+// (docs/operations.md "The usage ledger": every replica second charged
+// once): four calls in one pass of a batching project are charged that
+// pass once between them in /v1/usage and `inferd usage`, not once each,
+// while each call's run time is the whole pass.
+func TestUsageOfBatchedCallsSharesTheirPass(t *testing.T) {
+	t.Parallel()
+	dir, cfg := newDaemonDir(t, "usage:\n  flushInterval: 1s\n")
+	d := startDaemon(t, dir, cfg)
+	key := d.createKey("acme", false)
+	// Each pass takes 400 ms whatever it carries.
+	d.apply("projects:\n" + batchProject(t, "batched", "mk-batched", 1, 4, 50) + "    env: {BATCH_FIXED_MS: \"400\", BATCH_ITEM_MS: \"0\"}\n")
+	c := inferenceClient{t: t, base: d.base, key: key}
+	eventually(t, time.Minute, "batched's replica ready", func() bool {
+		return slices.Equal(d.replicaStates(key, "batched"), []string{"ready"})
+	})
+
+	// A held pass, alone; four calls queue behind it and go in one pass.
+	h := newHold(t)
+	held := c.heldBatch("mk-batched", h)
+	four := c.startAll("mk-batched", `{"n":1}`, `{"n":2}`, `{"n":3}`, `{"n":4}`)
+	h.release(t)
+	heldRun := c.waitResult(held)["runMs"].(float64) / 1000
+	var batchRun float64
+	for _, id := range four {
+		r := c.waitResult(id)
+		if r["message"] != "success" || output(t, r)["batchSize"] != 4.0 {
+			t.Fatalf("call %s: %v; want success in a batch of 4", id, r)
+		}
+		batchRun += r["runMs"].(float64) / 1000
+	}
+
+	type totals struct{ calls, run, replica float64 }
+	var got totals
+	eventually(t, 30*time.Second, "the five calls in /v1/usage", func() bool {
+		status, body := doRaw(t, "GET", d.base+"/v1/usage?groupBy=project", map[string]string{"X-Service-API-Key": key}, "")
+		var rep struct {
+			Results []struct {
+				ProjectID      string  `json:"projectId"`
+				Calls          float64 `json:"calls"`
+				RunSeconds     float64 `json:"runSeconds"`
+				ReplicaSeconds float64 `json:"replicaSeconds"`
+			} `json:"results"`
+		}
+		if err := json.Unmarshal(body, &rep); err != nil || status != 200 {
+			t.Fatalf("GET /v1/usage = %d %s", status, body)
+		}
+		for _, r := range rep.Results {
+			if r.ProjectID == "batched" {
+				got = totals{r.Calls, r.RunSeconds, r.ReplicaSeconds}
+			}
+		}
+		return got.calls == 5 // the held call and the four
+	})
+	t.Logf("usage of batched: %+v; the held pass ran %.3f s, the four calls' runs add up to %.3f s", got, heldRun, batchRun)
+	// The held call ran alone: its replica time is its run. What is left is
+	// the four's: one pass between them, a quarter of their runs' sum.
+	if share := got.replica - heldRun; share <= 0 || share > 0.5*batchRun {
+		t.Errorf("the four calls of one pass were charged %.3f s of replica time for runs adding up to %.3f s: want the pass once between them (about a quarter), not once each [%s]",
+			share, batchRun, testenv.Load())
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"inferd/internal/testenv"
 )
 
 // TestChecksSayWhyACallWaits starts calls that queue behind a booting
@@ -18,9 +20,12 @@ func TestChecksSayWhyACallWaits(t *testing.T) {
 	dir, cfg := newDaemonDir(t, "cpuSlots: 8\n")
 	d := startDaemon(t, dir, cfg)
 	mark := marker()
+	// The boots and the calls that hold a replica last 3 s, longer on a
+	// busy machine, so that each is still on when the checks look.
+	bootDelay := fmt.Sprintf(`, BOOT_DELAY: "%.1f"`, testenv.Scale(3*time.Second).Seconds())
 	d.apply("teams:\n  - {id: capped, quota: {runningCalls: 1}}\nprojects:\n" +
-		echoProject("slowboot", "waits", "mk-slowboot", echo, mark, `, BOOT_DELAY: "3"`) + "    maxReplicas: 1\n" +
-		echoProject("pair", "waits", "mk-pair", echo, mark, `, BOOT_DELAY: "3"`) + "    minReplicas: 1\n    maxReplicas: 2\n" +
+		echoProject("slowboot", "waits", "mk-slowboot", echo, mark, bootDelay) + "    maxReplicas: 1\n" +
+		echoProject("pair", "waits", "mk-pair", echo, mark, bootDelay) + "    minReplicas: 1\n    maxReplicas: 2\n" +
 		echoProject("single", "waits", "mk-single", echo, mark, "") + "    minReplicas: 1\n    maxReplicas: 1\n" +
 		echoProject("metered", "capped", "mk-metered", echo, mark, "") + "    minReplicas: 2\n    maxReplicas: 2\n")
 	waits := inferenceClient{t: t, base: d.base, key: d.createKey("waits", false)}
@@ -53,23 +58,23 @@ func TestChecksSayWhyACallWaits(t *testing.T) {
 
 	// single's one replica busy, and maxReplicas 1: the next call waits.
 	waits.start("mk-single", `{"sleep": 0.2}`, false) // a run to estimate from
-	long := waits.start("mk-single", `{"sleep": 3}`, true)["callID"].(string)
+	long := waits.start("mk-single", sleepInputs(3*time.Second), true)["callID"].(string)
 	waits.waitState(long, "running")
 	behind := waits.start("mk-single", `{}`, true)["callID"].(string)
 	r := expect(waits, behind, "queued", "maxReplicas", "maxReplicas 1 reached", "its replica busy")
-	if eta, ok := r["etaMs"].(float64); !ok || eta <= 0 || eta > 10000 {
-		t.Errorf("etaMs behind a busy replica = %v; want an estimate of a few seconds", r["etaMs"])
+	if eta, ok := r["etaMs"].(float64); !ok || eta <= 0 || eta > float64(testenv.Scale(10*time.Second).Milliseconds()) {
+		t.Errorf("etaMs behind a busy replica = %v; want an estimate of a few seconds [%s]", r["etaMs"], testenv.Load())
 	}
 
 	// pair's one replica busy, a second booting: the call waits for either.
-	busy := waits.start("mk-pair", `{"sleep": 3}`, true)["callID"].(string)
+	busy := waits.start("mk-pair", sleepInputs(3*time.Second), true)["callID"].(string)
 	waits.waitState(busy, "running")
 	next := waits.start("mk-pair", `{}`, true)["callID"].(string)
 	expect(waits, next, "queued", "replicasBusy", "its replica busy", "another booting")
 
 	// Team capped runs one call at a time, though its two replicas could
 	// run two.
-	first := capped.start("mk-metered", `{"sleep": 3}`, true)["callID"].(string)
+	first := capped.start("mk-metered", sleepInputs(3*time.Second), true)["callID"].(string)
 	capped.waitState(first, "running")
 	held := capped.start("mk-metered", `{}`, true)["callID"].(string)
 	expect(capped, held, "queued", "teamQuota", "team capped quota runningCalls 1/1")

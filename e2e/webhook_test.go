@@ -57,13 +57,15 @@ func newHookReceiver(t *testing.T, ln net.Listener, statuses ...int) *hookReceiv
 	return r
 }
 
+// next is the next message, or fails t after within (stretched by
+// testenv.Scale on a busy machine).
 func (r *hookReceiver) next(t *testing.T, within time.Duration) hookMessage {
 	t.Helper()
 	select {
 	case m := <-r.got:
 		return m
-	case <-time.After(within):
-		t.Fatalf("no webhook within %s", within)
+	case <-scaledAfter(within):
+		t.Fatal(testenv.Waited(within, "a webhook at "+r.url))
 		return hookMessage{}
 	}
 }
@@ -94,7 +96,10 @@ func echoDaemon(t *testing.T, extra string) (d *daemon, key, cfg string) {
 
 func TestWebhooksAreSignedRetriedAndRefusedForMetadata(t *testing.T) {
 	t.Parallel()
-	d, key, _ := echoDaemon(t, "startWait: 20s\nwebhook:\n  firstRetry: 200ms\n  timeout: 30s\n")
+	// A webhook attempt lasts up to webhook.timeout: longer than any bound
+	// on a start or a shutdown below, however busy the machine.
+	const attemptLimit = 60 * time.Second
+	d, key, _ := echoDaemon(t, "startWait: "+scaledSetting(20*time.Second)+"\nwebhook:\n  firstRetry: 200ms\n  timeout: "+scaledSetting(attemptLimit)+"\n")
 	out, err := d.cli("team", "webhook-secret", "acme")
 	if err != nil {
 		t.Fatal(err)
@@ -174,18 +179,18 @@ func TestWebhooksAreSignedRetriedAndRefusedForMetadata(t *testing.T) {
 		if r["message"] != "success" {
 			t.Fatalf("sync start with a hanging webhook: %v", r)
 		}
-		if took := time.Since(began); took > 10*time.Second {
-			t.Errorf("the start took %s", took)
+		if took := time.Since(began); took > testenv.Scale(attemptLimit/6) {
+			t.Errorf("the start took %s; webhook.timeout is %s [%s]", took, testenv.Scale(attemptLimit), testenv.Load())
 		}
 		select {
-		case <-arrived: // an attempt is in flight, and webhook.timeout is 30s
-		case <-time.After(30 * time.Second):
-			t.Fatal("the webhook never arrived")
+		case <-arrived: // an attempt is in flight, for up to webhook.timeout
+		case <-scaledAfter(30 * time.Second):
+			t.Fatal(testenv.Waited(30*time.Second, "the webhook to arrive"))
 		}
 		began = time.Now()
 		d.stop()
-		if took := time.Since(began); took > 15*time.Second {
-			t.Errorf("shutdown with a webhook in flight took %s", took)
+		if took := time.Since(began); took > testenv.Scale(attemptLimit/4) {
+			t.Errorf("shutdown with a webhook in flight took %s; webhook.timeout is %s [%s]", took, testenv.Scale(attemptLimit), testenv.Load())
 		}
 	})
 
@@ -196,7 +201,7 @@ func TestWebhooksAreSignedRetriedAndRefusedForMetadata(t *testing.T) {
 // committed with the call's result.
 func TestWebhookSurvivesKill9BetweenCompletionAndDelivery(t *testing.T) {
 	t.Parallel()
-	d, key, cfg := echoDaemon(t, "startWait: 20s\nwebhook:\n  firstRetry: 100ms\n")
+	d, key, cfg := echoDaemon(t, "startWait: "+scaledSetting(20*time.Second)+"\nwebhook:\n  firstRetry: 100ms\n")
 	port := freePort(t) // nothing listens there yet: every attempt fails
 	body := fmt.Sprintf(`{"apiKey":%q,"modelKey":"mk-echo","modelInputs":{"n":3},"webhook":"http://127.0.0.1:%d/hook"}`, key, port)
 	_, r := do(t, "POST", d.base+"/start/v4", nil, body)
@@ -277,9 +282,10 @@ func (r *hangingReceiver) mostHeld() int {
 func TestWebhookTeamsDoNotDelayEachOtherAndMetadataNamesAreRefused(t *testing.T) {
 	t.Parallel()
 	echo := echoDir(t)
-	// The attempts to the hanging receiver last webhook.timeout (60s):
-	// beta's message arriving before then did not wait for one of them.
-	dir, cfg := newDaemonDir(t, "startWait: 20s\nwebhook:\n  senders: 4\n  sendersPerTeam: 2\n  timeout: 60s\n"+
+	// The attempts to the hanging receiver last webhook.timeout (60s,
+	// stretched on a busy machine): beta's message arriving before then
+	// did not wait for one of them.
+	dir, cfg := newDaemonDir(t, "startWait: "+scaledSetting(20*time.Second)+"\nwebhook:\n  senders: 4\n  sendersPerTeam: 2\n  timeout: "+scaledSetting(60*time.Second)+"\n"+
 		"  firstRetry: 1m\n  allow: [127.0.0.0/8, \"*.example\"]\n")
 	d := startDaemonWith(t, dir, cfg, failpointBinary(t), "INFERD_REPLICA_USER=root",
 		"INFERD_WEBHOOK_HOSTS=meta.example=169.254.169.254,nat.example=64:ff9b::a9fe:a9fe")
@@ -311,8 +317,8 @@ func TestWebhookTeamsDoNotDelayEachOtherAndMetadataNamesAreRefused(t *testing.T)
 	for range 2 { // acme's share of the senders, both held
 		select {
 		case <-slow.arrived:
-		case <-time.After(60 * time.Second):
-			t.Fatal("acme's webhooks never reached its receiver")
+		case <-scaledAfter(60 * time.Second):
+			t.Fatal(testenv.Waited(60*time.Second, "acme's webhooks to reach its receiver"))
 		}
 	}
 

@@ -118,18 +118,31 @@ func (s *Scheduler) explain(c *call, pos int, now time.Time) (*store.Wait, *esti
 		switch r.state {
 		case stateReady:
 			ready++
-			room := conc - len(r.calls) - r.aborting*max(conc/p.concurrency(), 1)
+			// Room in calls: each free slot takes one call, or a batch
+			// of up to maxSize; a batch in flight holds its slot however
+			// few calls it carries (slotsUsed).
+			perSlot := conc / p.concurrency()
+			room := (p.concurrency() - r.slotsUsed()) * perSlot
 			if room <= 0 {
 				busy++
 			}
 			for range max(room, 0) {
 				free = append(free, 0)
 			}
+			first := residual(svc, 0) // when its first call ends
 			for cc := range r.calls {
 				left := residual(svc, now.Sub(cc.c.Dispatched))
 				nextFree = min(nextFree, left)
+				first = min(first, left)
 				if svcOK {
 					free = append(free, left)
+				}
+			}
+			// A batch that is not full frees the room of maxSize calls
+			// when it returns, more than the calls it carries.
+			if short := r.batches*perSlot - r.batched; svcOK && short > 0 {
+				for range short {
+					free = append(free, first)
 				}
 			}
 		case stateParking, stateParked, stateRestoring:

@@ -133,6 +133,40 @@ func TestWaitingForBusyReplicasThenMaxReplicas(t *testing.T) {
 	})
 }
 
+// A batching replica with a batch in flight has no room for another call,
+// however few calls that batch carries (concurrency counts batches): a call
+// behind a batch of one of two waits for it to return, then runs in the
+// next pass. It is not "about to run", and its estimate is the batch's
+// rest and a pass, not a pass alone.
+func TestWaitingBehindABatchThatIsNotFullSaysTheReplicaIsBusy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testProject("b", minMax(1, 1), batching(2, 50))
+		h, i := batchHarness(t, p)
+		defer h.stop()
+		for range 2 { // passes take 2 s
+			c := h.submit(p, `{}`)
+			b := h.batchOn(i)
+			h.advance(2 * time.Second)
+			b.reply(`{}`)
+			h.result(c.ID)
+		}
+		running := h.submit(p, `{"n":0}`)
+		b := h.batchOn(i) // alone: a batch of one of two
+		h.advance(500 * time.Millisecond)
+		next := h.submit(p, `{"n":1}`)
+		behind := h.submit(p, `{"n":2}`)
+		// The batch ends in 1.5 s; both then go in one pass of 2 s.
+		h.waits(next.ID, WaitMaxReplicas, "maxReplicas 1 reached (its replica busy, next free in ~1.5 s)", 3500*time.Millisecond)
+		h.waits(behind.ID, WaitMaxReplicas, "maxReplicas 1 reached (its replica busy, next free in ~1.5 s)", 3500*time.Millisecond)
+		b.reply(`{}`)
+		h.result(running.ID)
+		last := h.batchOn(i)
+		last.reply(`{}`, `{}`)
+		h.result(next.ID)
+		h.result(behind.ID)
+	})
+}
+
 func TestWaitingForTheTeamsRunningCallsQuota(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := testProject("a", team("acme"), minMax(2, 2))

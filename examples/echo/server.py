@@ -72,6 +72,11 @@ class Handler(BaseHTTPRequestHandler):
                 os._exit(3)
         if "holdOnce" in inputs:
             hold_once(str(inputs["holdOnce"]))
+        if "until" in inputs:
+            # Held until the test says so: a call that runs exactly as long
+            # as the test needs, however fast or busy the machine.
+            while not os.path.exists(str(inputs["until"])):
+                time.sleep(0.02)
         if inputs.get("hang"):
             threading.Event().wait()
         if "sleep" in inputs:

@@ -6,8 +6,9 @@ import (
 )
 
 // ModelVisibleRoot is the temp dir ShareTempDirWithModels gives a test
-// binary that runs as root: a /tmp of the tests', made like /tmp (mode
-// 1777), where t.TempDir and os.MkdirTemp make names of their own. It is
+// binary that runs as root: a /tmp of the tests', made like /tmp
+// (drwxrwxrwt: anyone may make files there, only their owner may delete
+// them), where t.TempDir and os.MkdirTemp make names of their own. It is
 // short because a daemon's admin socket sits in a t.TempDir and a socket's
 // path may hold 107 bytes: with t.TempDir's names (at most 74 bytes) and
 // "/001/data/inferd.sock", this leaves 2 to spare.
@@ -26,11 +27,7 @@ func ShareTempDirWithModels() (restore func(), err error) {
 	if os.Geteuid() != 0 {
 		return func() {}, nil
 	}
-	if err := os.Mkdir(ModelVisibleRoot, 0o1777); err != nil && !os.IsExist(err) {
-		return nil, fmt.Errorf("temp dir for tests and their models: %w", err)
-	}
-	// Like /tmp, whatever the umask made of it.
-	if err := os.Chmod(ModelVisibleRoot, 0o1777); err != nil {
+	if err := makeSharedTemp(ModelVisibleRoot); err != nil {
 		return nil, fmt.Errorf("temp dir for tests and their models: %w", err)
 	}
 	old, had := os.LookupEnv("TMPDIR")
@@ -42,4 +39,20 @@ func ShareTempDirWithModels() (restore func(), err error) {
 			os.Unsetenv("TMPDIR")
 		}
 	}, nil
+}
+
+// SharedTempMode is the mode of a temp dir every user shares, as /tmp's:
+// drwxrwxrwt. The sticky bit must be os.ModeSticky: Go's os package reads
+// only the permission bits of a mode written as the octal 0o1777, so that
+// number makes the dir world-writable without the sticky bit, and any user
+// could delete another's files in it.
+const SharedTempMode = os.ModeSticky | 0o777
+
+// makeSharedTemp makes dir, or finds it, and gives it SharedTempMode
+// whatever the umask (or an older run's chmod) made of it.
+func makeSharedTemp(dir string) error {
+	if err := os.Mkdir(dir, SharedTempMode); err != nil && !os.IsExist(err) {
+		return err
+	}
+	return os.Chmod(dir, SharedTempMode)
 }

@@ -8,9 +8,9 @@
 // Every key is under Options.Prefix (default "/inferd/"):
 //
 //	schema                      the layout version ("3"); Open upgrades "2" (upgrade.go) and refuses others
-//	teams/<id>                  store.Team (JSON)
+//	teams/<id>                  store.Team (JSON), plus the token of the write that created it
 //	keys/<id>                   store.APIKey (JSON; only the secret's hash)
-//	projects/<id>               store.Project (JSON)
+//	projects/<id>               store.Project (JSON), plus the token of the write that put it
 //	modelkeys/<hash>            the id of the project that owns a modelKey hash
 //	calls/<id>                  store.Call (JSON); without its inputs and outputs, but for a final
 //	                            write's small ones (up to store.SmallPayload, valid JSON): the bytes given,

@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"crypto/rand"
 	"fmt"
 
 	"inferd/store"
@@ -66,6 +67,18 @@ func (s *Store) putProject(v *view, p store.Project) (store.Change, error) {
 	return change, err
 }
 
+// projectRecord is a project as a write through a view stores it: the
+// project and a token drawn for that write. Two writes of the same project
+// from the same read can compute the same record (one clock tick, one
+// change): the token tells a view whose commit was sent again (its first
+// answer lost: view.commit) its own applied write from another writer's,
+// or it would take the other's for its own and its change would be lost.
+// Readers decode a store.Project and ignore the token.
+type projectRecord struct {
+	store.Project
+	Write string `json:"write"`
+}
+
 // saveProject plans p's write in v, replacing old (nil when p is new), with
 // its stamps, its modelKey index entry and its team, and returns p as it
 // will be stored. Callers validated p.
@@ -91,7 +104,7 @@ func (s *Store) saveProject(v *view, old *store.Project, p store.Project) (store
 			}
 		}
 	}
-	val, err := encode("put project "+p.ID, p)
+	val, err := encode("put project "+p.ID, projectRecord{Project: p, Write: rand.Text()})
 	if err != nil {
 		return p, err
 	}

@@ -264,3 +264,86 @@ func TestRetriedFailLostTellsItsDeliveries(t *testing.T) {
 	}
 	waitCompletedHeard(t, heard)
 }
+
+// Two updates of one project from the same read compute the same record
+// (the store's clock stands still, as the contract suite's does): the one
+// committed second, its compare failed and that answer lost, must not take
+// the first one's write for its own applied try, or its change is lost.
+// Under load a try's answer is lost whenever it outlasts TryTimeout: the
+// contract suite's 20 concurrent increments once ended at 20, not 21.
+func TestRetriedUpdateDoesNotTakeAnIdenticalWriteOfAnotherForItsOwn(t *testing.T) {
+	m := startMember(t, t.TempDir())
+	stamp := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	now := func() time.Time { return stamp }
+	first := openStore(t, m, Options{Prefix: "/lost-update/", Now: now})
+	second := openStore(t, m, Options{Prefix: "/lost-update/", Now: now})
+	defer first.Close()
+	defer second.Close()
+	p := storetest.Project("p", "t")
+	p.MaxReplicas = 1
+	if _, err := first.PutProject(p); err != nil {
+		t.Fatal(err)
+	}
+
+	// Both read MaxReplicas 1 before either commits.
+	read := make(chan struct{}, 2)
+	increment := func(s *Store, commit chan struct{}) chan error {
+		done := make(chan error, 1)
+		held := false
+		go func() {
+			_, err := s.UpdateProject("p", func(p *store.Project) error {
+				p.MaxReplicas++
+				if !held { // the first run only: a rerun reads the newer project
+					held = true
+					read <- struct{}{}
+					<-commit
+				}
+				return nil
+			})
+			done <- err
+		}()
+		return done
+	}
+	l := loseAnswers(second)
+	commitFirst, commitSecond := make(chan struct{}), make(chan struct{})
+	firstDone, secondDone := increment(first, commitFirst), increment(second, commitSecond)
+	<-read
+	<-read
+	close(commitFirst)
+	if err := <-firstDone; err != nil {
+		t.Fatal(err)
+	}
+	// The second's compare fails (it read the revision before the first's
+	// write) and that answer is lost once, so it sends the transaction
+	// again and finds the first's record, the same as its own.
+	l.lose.Store(1)
+	close(commitSecond)
+	if err := <-secondDone; err != nil {
+		t.Fatal(err)
+	}
+	if got, err := first.GetProject("p"); err != nil || got.MaxReplicas != 3 {
+		t.Errorf("MaxReplicas after two increments of 1 = %d (%v), want 3: an update was lost", got.MaxReplicas, err)
+	}
+}
+
+// A second EnsureTeam of one team, its answer lost once, reports that it
+// created nothing: the team's record, written by the first with the same
+// Created stamp (the store's clock stands still, as the contract suite's
+// does), is not taken for its own applied try. Under load the contract's
+// EnsureTeamAndListTeams once read "EnsureTeam(b) = true, want false".
+func TestRetriedEnsureTeamDoesNotTakeAnEarlierCreationForItsOwn(t *testing.T) {
+	stamp := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	s := openStore(t, startMember(t, t.TempDir()), Options{Now: func() time.Time { return stamp }})
+	defer s.Close()
+	l := loseAnswers(s)
+	if created, err := s.EnsureTeam("b"); err != nil || !created {
+		t.Fatalf("the first EnsureTeam = %v, %v; want created", created, err)
+	}
+	l.lose.Store(1)
+	if created, err := s.EnsureTeam("b"); err != nil || created {
+		t.Errorf("a second EnsureTeam, its answer lost once = %v, %v; want not created", created, err)
+	}
+	if teams, err := s.ListTeams(); err != nil || len(teams) != 1 || teams[0].ID != "b" {
+		t.Errorf("teams = %+v, %v; want b alone", teams, err)
+	}
+}

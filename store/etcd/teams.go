@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"strings"
 
@@ -12,7 +13,8 @@ import (
 
 // EnsureTeam implements store.Teams: create-if-absent in one transaction,
 // sent again when a leader change lost its answer: a try that was applied
-// is found by its value (its Created stamp) and reported as the creation.
+// is found by its value (its write's token: teamRecord) and reported as the
+// creation.
 func (s *Store) EnsureTeam(id string) (bool, error) {
 	if err := store.ValidateTeamID(id); err != nil {
 		return false, err
@@ -36,11 +38,21 @@ func (s *Store) EnsureTeam(id string) (bool, error) {
 	return resp.Succeeded || resent && foundValue(resp.Responses[0], string(put.ValueBytes())), nil
 }
 
+// teamRecord is a team as its creation stores it: the team and a token
+// drawn for that write, so that a creation sent again after a lost answer
+// tells its own applied try from a creation before it, whose record is the
+// same but for the token when the clock gives both one Created stamp (as
+// projectRecord does for project writes). Readers decode a store.Team.
+type teamRecord struct {
+	store.Team
+	Write string `json:"write"`
+}
+
 // teamIfAbsent returns the compare and put that create team id if it does
 // not exist.
 func (s *Store) teamIfAbsent(what, id string) (clientv3.Cmp, clientv3.Op, error) {
 	k := s.key("teams", id)
-	v, err := encode(what, store.Team{ID: id, Created: s.now().UTC()})
+	v, err := encode(what, teamRecord{Team: store.Team{ID: id, Created: s.now().UTC()}, Write: rand.Text()})
 	if err != nil {
 		return clientv3.Cmp{}, clientv3.Op{}, err
 	}

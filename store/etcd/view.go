@@ -65,7 +65,10 @@ func (v *view) del(key string) {
 // (retry.go). A try that was applied makes the next one's compares fail;
 // the transaction's Else then reads every key written, and when each holds
 // what this view wrote (puts at one revision, deletes gone) the write is
-// its own: ok. Its watch event is then known as own by that revision; a
+// its own: ok. That needs a record no other writer could have written: a
+// project record carries its write's token (projectRecord), so another
+// update from the same read, the same record but for the token, is not
+// taken for this one. Its watch event is then known as own by that revision; a
 // delete's revision is not read, so the watch tells it once more.
 func (v *view) commit() (ok bool, err error) {
 	var cmps []clientv3.Cmp

@@ -2,7 +2,9 @@
 // other, in Debian's chromium through playwright-core, and waits for each
 // call to show as failed with "error: cancelled by request". Run by
 // e2e/statuspage_cancel_test.go; it reads INFERD_BASE, INFERD_KEY,
-// CANCEL_CALL (the calls' ids, comma-separated) and CHROMIUM.
+// CANCEL_CALL (the calls' ids, comma-separated), CHROMIUM and TIMEOUT_MS (how
+// long each step may wait; default 30000, which the test stretches on a busy
+// machine as its own deadlines).
 import { chromium } from "playwright-core";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -23,7 +25,7 @@ const context = await chromium.launchPersistentContext(profile, {
 const problems = [];
 try {
   const page = context.pages()[0] || (await context.newPage());
-  page.setDefaultTimeout(30000);
+  page.setDefaultTimeout(Number(process.env.TIMEOUT_MS || 30000));
   page.on("console", (m) => { if (m.type() === "error") problems.push(`console: ${m.text()}`); });
   page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
   await page.goto(env("INFERD_BASE") + "/");

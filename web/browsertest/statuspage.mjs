@@ -22,6 +22,8 @@
 //   SCREENSHOT       where to save a full-page PNG
 //   USAGE_SCREENSHOT where to save a PNG of the usage panel (optional)
 //   CHROMIUM         the browser (default /usr/bin/chromium)
+//   TIMEOUT_MS       how long each step may wait (default 30000; the e2e test
+//                    stretches it on a busy machine, as its own deadlines)
 import { chromium } from "playwright-core";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -34,7 +36,7 @@ const env = (name) => {
   return v;
 };
 const base = env("INFERD_BASE");
-const timeout = 30000;
+const timeout = Number(process.env.TIMEOUT_MS || 30000);
 
 const profile = mkdtempSync(join(tmpdir(), "inferd-chromium-"));
 const context = await chromium.launchPersistentContext(profile, {
