@@ -17,7 +17,7 @@ targets="
 ./internal/jsonw FuzzString
 ./internal/jsonw FuzzFloat
 ./httpapi FuzzProjectPutBody
-./httpapi FuzzAdminBody
+./httpapi/admin FuzzAdminBody
 ./config FuzzLoad
 ./manifest FuzzParse
 "
@@ -29,5 +29,12 @@ echo "$targets" | while read -r pkg target; do
 		exit 1
 	}
 	execs=$(echo "$out" | sed -n 's/.*execs: \([0-9]*\).*/\1/p' | tail -n 1)
-	echo "fuzz: $target ($pkg): ${execs:-0} inputs, no failure"
+	# go test -fuzz with a target the package lacks passes having run
+	# nothing: a target that moved must fail here, not report a pass.
+	if [ -z "$execs" ] || [ "$execs" -eq 0 ]; then
+		echo "$out"
+		echo "fuzz: $target in $pkg ran no input (is the target still in $pkg?)"
+		exit 1
+	fi
+	echo "fuzz: $target ($pkg): $execs inputs, no failure"
 done
