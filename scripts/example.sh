@@ -43,6 +43,24 @@ start() { # start MODELKEY INPUTS [more fields]
 	say curl -s "$BASE/start/v4" -d "{\"apiKey\":\"\$KEY\",\"modelKey\":\"$1\",\"modelInputs\":$2${3:+,$3}}"
 	curl -s "$BASE/start/v4" -d "{\"apiKey\":\"$KEY\",\"modelKey\":\"$1\",\"modelInputs\":$2${3:+,$3}}"
 }
+# call MODELKEY INPUTS: a start, then, while its call is unfinished (a
+# replica still booting past startWait: PyTorch's import and training on a
+# busy machine), checks with longPoll until it is, as a Banana client does.
+# Prints the answer that finished it.
+call() {
+	local out id i
+	out=$(start "$1" "$2")
+	for i in $(seq 20); do
+		if [ "$(json 'j.get("finished", True)' <<<"$out")" != False ]; then
+			echo "$out"
+			return
+		fi
+		id=$(json 'j["callID"]' <<<"$out")
+		say curl -s "$BASE/check/v4" -d "{\"apiKey\":\"\$KEY\",\"longPoll\":true,\"callID\":\"$id\"}"
+		out=$(curl -s "$BASE/check/v4" -d "{\"apiKey\":\"$KEY\",\"longPoll\":true,\"callID\":\"$id\"}")
+	done
+	echo "$out"
+}
 npm_ready() {
 	if [ ! -d "examples/$name/node_modules" ]; then
 		(cd "examples/$name" && run npm ci --no-audit --no-fund --loglevel=error)
@@ -53,16 +71,16 @@ case $name in
 echo)
 	apply examples/projects.yaml
 	KEY=$(key demo)
-	start mk-echo-1 '{"prompt":"hi"}' | expect '"message":"success"' "the README's first call"
+	call mk-echo-1 '{"prompt":"hi"}' | expect '"message":"success"' "the README's first call"
 	;;
 batch | stream | potassium | digits)
 	apply "examples/$name/project.yaml"
 	KEY=$(key demo)
 	case $name in
-	batch) start mk-batch-1 '{"n":1}' | expect '"batchSize":' "a call in a batch" ;;
-	potassium) start mk-potassium-1 '{"prompt":"hi"}' | expect '"message":"success"' "a call of the Potassium app" ;;
+	batch) call mk-batch-1 '{"n":1}' | expect '"batchSize":' "a call in a batch" ;;
+	potassium) call mk-potassium-1 '{"prompt":"hi"}' | expect '"message":"success"' "a call of the Potassium app" ;;
 	digits)
-		start mk-digits-1 '{"pixels":[0,0,5,13,9,1,0,0,0,0,13,15,10,15,5,0,0,3,15,2,0,11,8,0,0,4,12,0,0,8,8,0,0,5,8,0,0,9,8,0,0,4,11,0,1,12,7,0,0,2,14,5,10,12,0,0,0,0,6,13,10,0,0,0]}' |
+		call mk-digits-1 '{"pixels":[0,0,5,13,9,1,0,0,0,0,13,15,10,15,5,0,0,3,15,2,0,11,8,0,0,4,12,0,0,8,8,0,0,5,8,0,0,9,8,0,0,4,11,0,1,12,7,0,0,2,14,5,10,12,0,0,0,0,6,13,10,0,0,0]}' |
 			expect '"digit":' "a digit's class"
 		;;
 	stream)
