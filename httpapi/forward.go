@@ -328,8 +328,9 @@ var clusterMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, 
 func (a *api) clusterAPI() httprouter.Handle {
 	sub := newRouter(a.recoverPanic)
 	sub.POST(clusterPrefix+"calls/:id/cancel", a.clusterCancel)
-	sub.POST(operatorCallPath, a.operatorCall)  // operator.go
-	sub.POST(batchListPath, a.clusterBatchList) // openai_batches_cluster.go
+	sub.POST(operatorCallPath, a.operatorCall) // operator.go
+	// openai_batches_cluster.go: a node's part of a Batch API list.
+	sub.POST(batchListPath, a.clusterBatchList)
 	for _, rt := range a.opts.Routing.routes {
 		sub.Handler(rt.method, rt.path, rt.h)
 	}
