@@ -92,7 +92,8 @@ test-busy:
 ## built with the cluster tag): a node and the leader killed, a node cut off (network namespaces, as
 ## root), quorum lost and regained with nothing restarted, a partition of all three, every node
 ## answering every call alike after a heal, etcd on cluster init's certificates, a team's quota and a
-## key's rate across nodes, GPU placement, and the porcupine linearizability check of clients'
+## key's rate across nodes, GPU placement, the Batch API through every node (503 for a killed
+## holder), and the porcupine linearizability check of clients'
 ## starts, checks and cancels under kill -9, a cut and SIGSTOP. Not part of make test (leases of 5 s
 ## lapse, nodes restart: 5 to 6 minutes of tests, 5.2 to 6.7 with the build, on 2 cores shared with other builds,
 ## 2026-12-07); the quick three-node scenario is.

@@ -322,7 +322,7 @@ func (m *clusterMode) share(project string) (lo, hi int, ok bool) {
 // starts and cancels forwarded to the nodes that run them, and the signed
 // payload API of this node under /cluster/v1/.
 func (m *clusterMode) routing() *httpapi.Routing {
-	r := &httpapi.Routing{Router: m.router, Signer: m.signer, CallNode: m.callNode,
+	r := &httpapi.Routing{Router: m.router, Signer: m.signer, CallNode: m.callNode, Nodes: m.node.Nodes,
 		Fits: func(p store.Project) bool { return m.sched().FitsNow(p.Model) }}
 	if m.payloads != nil {
 		const payload = "payloads/:id/:kind"
@@ -385,4 +385,13 @@ func nodeLoad(st scheduler.Status, capa backend.Capacity) (cluster.Capacity, map
 		loads[p.ID] = l
 	}
 	return out, loads
+}
+
+// batchNode is the node name the Batch API's ids carry (batches.Holder):
+// this node's in cluster mode, none on a box (m nil).
+func batchNode(m *clusterMode) string {
+	if m == nil {
+		return ""
+	}
+	return m.node.Name()
 }

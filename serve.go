@@ -132,7 +132,7 @@ func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		MaxBodyBytes: cfg.MaxBodyBytes, CreatesPerTeam: cfg.OpenAI.CreatesPerTeam, MaxFilesPerTeam: cfg.OpenAI.MaxFilesPerTeam,
 		MaxQueuedPerProject: cfg.MaxQueuedPerProject, MaxQueuedBytesPerProject: cfg.MaxQueuedBytesPerProject,
 		Retention: cfg.OpenAI.Retention,
-		Sched:     sched, Store: st, Log: log,
+		Sched:     sched, Store: st, Log: log, Node: batchNode(cm),
 	})
 	if err != nil {
 		return err

@@ -70,6 +70,10 @@ type Config struct {
 	// Retry is how long a line refused for a full queue or a team quota
 	// waits before it is offered again (default 1 s).
 	Retry time.Duration
+	// Node is this node's cluster.name in cluster mode ("" on a single
+	// box): the ids of what this Manager makes name it (Holder), so that
+	// any node of the cluster knows which node holds a file or batch.
+	Node string
 }
 
 // Manager keeps the files and batches of the Batch API and runs the
@@ -302,7 +306,7 @@ func (m *Manager) CreateBatch(acc Access, req CreateRequest, resolve Resolver) (
 		return Batch{}, &InputError{Param: "model", Msg: fmt.Sprintf("the model %q does not exist or you do not have access to it", model)}
 	}
 	now := m.now().Unix()
-	id := newID("batch_")
+	id := m.newID("batch_")
 	b := &batchRecord{
 		Batch: Batch{
 			ID: id, Object: "batch", Endpoint: req.Endpoint, InputFileID: f.ID, CompletionWindow: CompletionWindow,

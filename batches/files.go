@@ -121,11 +121,34 @@ type fileRecord struct {
 	Projects []string `json:"projects,omitempty"`
 }
 
-// newID returns prefix and 24 random hex digits, as OpenAI's ids look.
-func newID(prefix string) string {
+// newID returns prefix and 24 random hex digits, as OpenAI's ids look; in
+// cluster mode the node's name and a dot come between (Holder).
+func (m *Manager) newID(prefix string) string {
 	var b [12]byte
 	_, _ = rand.Read(b[:]) // crypto/rand never fails on Linux
+	if m.cfg.Node != "" {
+		return prefix + m.cfg.Node + "." + hex.EncodeToString(b[:])
+	}
 	return prefix + hex.EncodeToString(b[:])
+}
+
+// Holder names the node that holds file or batch id, as the id says it:
+// "file-NODE.HEX" (an output file "file-NODE.HEX-out"), "batch_NODE.HEX".
+// It is "" for an id made on a single box, or one that is no id of the
+// Batch API: such an id is looked up where it is asked for. A node name
+// (cluster.name) is a DNS label, so it has no dot, and the hex none.
+func Holder(id string) string {
+	rest, ok := strings.CutPrefix(id, "file-")
+	if !ok {
+		if rest, ok = strings.CutPrefix(id, "batch_"); !ok {
+			return ""
+		}
+	}
+	node, _, ok := strings.Cut(rest, ".")
+	if !ok {
+		return ""
+	}
+	return node
 }
 
 // PutFile stores content as a new file of acc's team, concerning the
@@ -137,7 +160,7 @@ func (m *Manager) PutFile(acc Access, filename, purpose string, content io.Reade
 	if purpose != PurposeBatch {
 		return File{}, &InputError{Param: "purpose", Msg: fmt.Sprintf("purpose must be %q: inferd keeps files for the Batch API only", PurposeBatch)}
 	}
-	f := File{ID: newID("file-"), Object: "file", CreatedAt: m.now().Unix(), Filename: cleanFilename(filename), Purpose: purpose}
+	f := File{ID: m.newID("file-"), Object: "file", CreatedAt: m.now().Unix(), Filename: cleanFilename(filename), Purpose: purpose}
 	if err := m.enterUpload(acc.Team); err != nil {
 		return File{}, err
 	}

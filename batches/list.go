@@ -16,7 +16,7 @@ func (m *Manager) Files(acc Access, purpose string) []File {
 			out = append(out, r.File)
 		}
 	}
-	slices.SortFunc(out, func(a, b File) int { return newestFirst(a.CreatedAt, b.CreatedAt, a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b File) int { return NewestFirst(a.CreatedAt, b.CreatedAt, a.ID, b.ID) })
 	return out
 }
 
@@ -24,33 +24,42 @@ func (m *Manager) Files(acc Access, purpose string) []File {
 // creation, then id): GET /v1/batches pages them, then reads the page's
 // batches (Batch), so that a listing holds no more records than a page.
 func (m *Manager) BatchIDs(acc Access) []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	type entry struct {
-		id string
-		at int64
-	}
-	var out []entry
-	for _, b := range m.batches {
-		if acc.reachesBatch(b.Team, b.Project) {
-			out = append(out, entry{b.ID, b.CreatedAt})
-		}
-	}
-	for _, e := range m.ended {
-		if acc.reachesBatch(e.Team, e.Project) {
-			out = append(out, entry{e.ID, e.CreatedAt})
-		}
-	}
-	slices.SortFunc(out, func(a, b entry) int { return newestFirst(a.at, b.at, a.id, b.id) })
-	ids := make([]string, len(out))
-	for i, e := range out {
-		ids[i] = e.id
+	entries := m.BatchEntries(acc)
+	ids := make([]string, len(entries))
+	for i, e := range entries {
+		ids[i] = e.ID
 	}
 	return ids
 }
 
-// newestFirst orders by creation time, latest first, and by id within a
+// BatchEntry is a batch as a listing orders it.
+type BatchEntry struct {
+	ID        string `json:"id"`
+	CreatedAt int64  `json:"created_at"`
+}
+
+// BatchEntries is BatchIDs with each batch's creation time, so that the
+// lists of several nodes merge in one order (NewestFirst).
+func (m *Manager) BatchEntries(acc Access) []BatchEntry {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []BatchEntry
+	for _, b := range m.batches {
+		if acc.reachesBatch(b.Team, b.Project) {
+			out = append(out, BatchEntry{b.ID, b.CreatedAt})
+		}
+	}
+	for _, e := range m.ended {
+		if acc.reachesBatch(e.Team, e.Project) {
+			out = append(out, BatchEntry{e.ID, e.CreatedAt})
+		}
+	}
+	slices.SortFunc(out, func(a, b BatchEntry) int { return NewestFirst(a.CreatedAt, b.CreatedAt, a.ID, b.ID) })
+	return out
+}
+
+// NewestFirst orders by creation time, latest first, and by id within a
 // second, so that a listing pages the same way every time.
-func newestFirst(at, bt int64, aid, bid string) int {
+func NewestFirst(at, bt int64, aid, bid string) int {
 	return cmp.Or(cmp.Compare(bt, at), cmp.Compare(bid, aid))
 }

@@ -48,6 +48,9 @@ type Routing struct {
 	// CallNode names the node that call id is pending on: "" once the call
 	// is final (store/etcd's pending/<id>).
 	CallNode func(id string) (string, error)
+	// Nodes are the live nodes (this one included), whose parts of the
+	// Batch API's lists a list gathers; nil: this node's alone.
+	Nodes func() []cluster.NodeInfo
 	// Transport carries forwarded requests; nil: one of its own (no
 	// environment proxy, a short dial timeout).
 	Transport http.RoundTripper
@@ -326,6 +329,8 @@ func (a *api) clusterAPI() httprouter.Handle {
 	sub := newRouter(a.recoverPanic)
 	sub.POST(clusterPrefix+"calls/:id/cancel", a.clusterCancel)
 	sub.POST(operatorCallPath, a.operatorCall) // operator.go
+	// openai_batches_cluster.go: a node's part of a Batch API list.
+	sub.POST(batchListPath, a.clusterBatchList)
 	for _, rt := range a.opts.Routing.routes {
 		sub.Handler(rt.method, rt.path, rt.h)
 	}

@@ -30,9 +30,9 @@ type BatchAPI interface {
 	CreateBatch(acc batches.Access, req batches.CreateRequest, resolve batches.Resolver) (batches.Batch, error)
 	Batch(acc batches.Access, id string) (batches.Batch, error)
 	CancelBatch(acc batches.Access, id string) (batches.Batch, error)
-	// Files and BatchIDs list what acc reaches, newest first.
+	// Files and BatchEntries list what acc reaches, newest first.
 	Files(acc batches.Access, purpose string) []batches.File
-	BatchIDs(acc batches.Access) []string
+	BatchEntries(acc batches.Access) []batches.BatchEntry
 }
 
 // batchRoutes adds the Batch API's routes to the route table. They are
@@ -233,7 +233,7 @@ func (a *api) discardUpload(acc batches.Access, id string) {
 // getFile handles GET /v1/files/:id.
 func (a *api) getFile(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 	_, acc, ok := a.batchKey(w, r)
-	if !ok {
+	if !ok || a.batchElsewhere(w, r, ps.ByName("id"), nil, batchForwardWait) {
 		return
 	}
 	f, err := a.opts.Batches.File(acc, ps.ByName("id"))
@@ -247,7 +247,7 @@ func (a *api) getFile(w http.ResponseWriter, r *http.Request, ps httprouter.Para
 // deleteFile handles DELETE /v1/files/:id.
 func (a *api) deleteFile(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 	_, acc, ok := a.batchKey(w, r)
-	if !ok {
+	if !ok || a.batchElsewhere(w, r, ps.ByName("id"), nil, batchForwardWait) {
 		return
 	}
 	f, err := a.opts.Batches.DeleteFile(acc, ps.ByName("id"))
@@ -266,7 +266,7 @@ func (a *api) deleteFile(w http.ResponseWriter, r *http.Request, ps httprouter.P
 // (JSONL), streamed from disk.
 func (a *api) fileContent(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 	_, acc, ok := a.batchKey(w, r)
-	if !ok {
+	if !ok || a.batchElsewhere(w, r, ps.ByName("id"), nil, batchContentWait) {
 		return
 	}
 	c, f, err := a.opts.Batches.OpenContent(acc, ps.ByName("id"))
@@ -306,6 +306,10 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		a.openaiError(w, r, malformedJSON(err))
 		return
 	}
+	// The batch is made where its input file is, which reads it.
+	if a.batchElsewhere(w, r, req.InputFileID, body, batchForwardWait) {
+		return
+	}
 	// The lines' model resolves as a request's would (the call path's
 	// model names); a store that fails the lookup is that error, not a
 	// model that does not exist.
@@ -331,7 +335,7 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request, _ httprouter.P
 // getBatch handles GET /v1/batches/:id.
 func (a *api) getBatch(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 	_, acc, ok := a.batchKey(w, r)
-	if !ok {
+	if !ok || a.batchElsewhere(w, r, ps.ByName("id"), nil, batchForwardWait) {
 		return
 	}
 	b, err := a.opts.Batches.Batch(acc, ps.ByName("id"))
@@ -345,7 +349,7 @@ func (a *api) getBatch(w http.ResponseWriter, r *http.Request, ps httprouter.Par
 // cancelBatch handles POST /v1/batches/:id/cancel.
 func (a *api) cancelBatch(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 	_, acc, ok := a.batchKey(w, r)
-	if !ok {
+	if !ok || a.batchElsewhere(w, r, ps.ByName("id"), nil, batchForwardWait) {
 		return
 	}
 	b, err := a.opts.Batches.CancelBatch(acc, ps.ByName("id"))

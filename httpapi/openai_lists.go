@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"errors"
 	"net/http"
 	"slices"
 	"strconv"
@@ -70,7 +69,11 @@ func (a *api) listFiles(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	if !ok {
 		return
 	}
-	files := a.opts.Batches.Files(acc, r.URL.Query().Get("purpose"))
+	files, err := a.allFiles(r, acc, r.URL.Query().Get("purpose"))
+	if err != nil {
+		a.openaiError(w, r, err)
+		return
+	}
 	switch r.URL.Query().Get("order") {
 	case "", "desc":
 	case "asc":
@@ -90,30 +93,29 @@ func (a *api) listFiles(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 
 // listBatches handles GET /v1/batches: the batches the key reaches, newest
 // first. Their ids are paged, then only the page's batches are read (an
-// ended batch's record is on disk, not in memory); one removed meanwhile
-// is left out.
+// ended batch's record is on disk, not in memory), each on the node that
+// holds it; one removed meanwhile is left out.
 func (a *api) listBatches(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	_, acc, ok := a.batchKey(w, r)
 	if !ok {
 		return
 	}
-	ids, err := page(r, a.opts.Batches.BatchIDs(acc), func(id string) string { return id }, batchPages)
+	entries, err := a.allBatchEntries(r, acc)
 	if err != nil {
 		a.openaiError(w, r, err)
 		return
 	}
-	p := listPage[batches.Batch]{Object: "list", Data: make([]batches.Batch, 0, len(ids.Data)), HasMore: ids.HasMore}
-	for _, id := range ids.Data {
-		b, err := a.opts.Batches.Batch(acc, id)
-		switch {
-		case errors.Is(err, batches.ErrNotFound):
-			continue
-		case err != nil:
-			a.openaiError(w, r, err)
-			return
-		}
-		p.Data = append(p.Data, b)
+	ids, err := page(r, entries, func(e batchEntry) string { return e.ID }, batchPages)
+	if err != nil {
+		a.openaiError(w, r, err)
+		return
 	}
+	data, err := a.readBatches(r, acc, ids.Data)
+	if err != nil {
+		a.openaiError(w, r, err)
+		return
+	}
+	p := listPage[batches.Batch]{Object: "list", Data: data, HasMore: ids.HasMore}
 	if len(p.Data) > 0 {
 		first, last := p.Data[0].ID, p.Data[len(p.Data)-1].ID
 		p.FirstID, p.LastID = &first, &last
