@@ -51,18 +51,24 @@ func newAnswer(fields any, outputs json.RawMessage, succeeded, listed bool) (ans
 	if len(head) < 2 || head[0] != '{' || head[len(head)-1] != '}' {
 		return answer{}, fmt.Errorf("encode answer: %T is not a JSON object", fields)
 	}
-	head = head[:len(head)-1]
-	if len(head) == 1 {
+	if len(head) == 2 {
 		return answer{}, fmt.Errorf("encode answer: %T has no field", fields)
 	}
+	return finishAnswer(head, outputs, succeeded, listed), nil
+}
+
+// finishAnswer is newAnswer's end: head, a JSON object with at least one
+// field, ends open, followed by the modelOutputs field.
+func finishAnswer(head []byte, outputs json.RawMessage, succeeded, listed bool) answer {
+	head = head[:len(head)-1]
 	if !succeeded {
-		return answer{head: append(head, outputsNull...), tail: objectClose}, nil
+		return answer{head: append(head, outputsNull...), tail: objectClose}
 	}
 	if listed {
-		return answer{head: append(head, outputsField...), outputs: bytes.TrimSpace(outputs), tail: objectClose}, nil
+		return answer{head: append(head, outputsField...), outputs: bytes.TrimSpace(outputs), tail: objectClose}
 	}
 	head = append(head, outputsOpen...)
-	return answer{head: head, outputs: bytes.TrimSpace(outputs), tail: outputsClose}, nil
+	return answer{head: head, outputs: bytes.TrimSpace(outputs), tail: outputsClose}
 }
 
 // Bytes returns the answer in one buffer, for a body that is kept (a

@@ -96,12 +96,7 @@ func (a *api) callEvents(w http.ResponseWriter, r *http.Request, ps httprouter.P
 	// (JSON allows them only between tokens), written from the copy all
 	// the call's streams share.
 	resp := a.callResponse(call, reachesOf(key))
-	if ans, err := resp.answer(resp); err == nil {
-		ev.answer("done", ans)
-	} else {
-		b, _ := json.Marshal(a.newResponse("error: internal error: the answer could not be encoded", id))
-		ev.send("done", b)
-	}
+	ev.answer("done", resp.ownAnswer())
 	ev.flush()
 }
 

@@ -164,10 +164,11 @@ func (p *Pipeline) Start(ctx context.Context, req Request) (Outcome, *Refusal) {
 	}
 	var c Caller
 	var ref *Refusal
+	a := &Admission{FromNode: req.FromNode} // the key's hooks', then the call's
 	if req.Operator {
 		c, ref = p.operator(req.Target)
 	} else {
-		c, ref = p.resolve(req.Secret, req.Target, req.FromNode)
+		c, ref = p.resolve(req.Secret, req.Target, a)
 	}
 	if ref != nil {
 		return Outcome{}, ref
@@ -179,23 +180,27 @@ func (p *Pipeline) Start(ctx context.Context, req Request) (Outcome, *Refusal) {
 	if remote != nil {
 		return p.forward(remote, c, req) // the request goes as it was sent
 	}
+	call := req.Call
 	if req.Prepare != nil {
-		if err := req.Prepare(c.Project, &req.Call); err != nil {
+		// A copy of its own: &req.Call would move all of req to the heap
+		// on every start, with a Prepare or without.
+		prepared := call
+		if err := req.Prepare(c.Project, &prepared); err != nil {
 			return Outcome{}, &Refusal{Kind: RefusedRequest, Err: err}
 		}
+		call = prepared
 	}
 	// The hooks that hold something for the call's life run where it
 	// runs: a forwarded request is held on the node that runs it.
-	a := Admission{Key: c.Key, Project: c.Project, Hold: req.Hold, MayDegrade: req.MayDegrade}
+	*a = Admission{Key: c.Key, Project: c.Project, Hold: req.Hold, MayDegrade: req.MayDegrade}
 	hooks := p.cfg.CallHooks
 	if req.Operator {
 		hooks = nil
 	}
-	release, ref := p.admit(hooks, &a)
+	release, ref := p.admit(hooks, a)
 	if ref != nil {
 		return Outcome{}, ref
 	}
-	call := req.Call
 	call.Wait = 0
 	startCtx := context.WithoutCancel(ctx) // the call is the server's once admitted
 	if a.Hold == HoldWait && req.Sync {

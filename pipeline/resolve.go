@@ -34,10 +34,12 @@ type Caller struct {
 	Project store.Project
 }
 
-// resolve authenticates secret, runs the key's hooks (its rate; fromNode:
-// see Request.FromNode), checks that it may make calls, and finds the
-// project t names among those it may reach. Every refusal is a *Refusal.
-func (p *Pipeline) resolve(secret string, t Target, fromNode bool) (Caller, *Refusal) {
+// resolve authenticates secret, runs the key's hooks on a (its Key set
+// here; its FromNode: see Request.FromNode), checks that it may make calls,
+// and finds the project t names among those it may reach. Every refusal is
+// a *Refusal. a is the caller's, so that one Admission (on the heap: the
+// hooks are func values) serves both of a start's admissions.
+func (p *Pipeline) resolve(secret string, t Target, a *Admission) (Caller, *Refusal) {
 	var look store.StartLookup
 	var wrong *WrongProtocolError
 	if t.ModelKey != "" && p.cfg.StartLookup != nil {
@@ -49,7 +51,8 @@ func (p *Pipeline) resolve(secret string, t Target, fromNode bool) (Caller, *Ref
 	if ref != nil {
 		return Caller{}, ref
 	}
-	release, ref := p.admit(p.cfg.KeyHooks, &Admission{Key: key, FromNode: fromNode})
+	a.Key = key
+	release, ref := p.admit(p.cfg.KeyHooks, a)
 	if ref != nil {
 		return Caller{}, ref
 	}

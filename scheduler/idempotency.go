@@ -67,7 +67,7 @@ func (s *Scheduler) repeated(req startReq) bool {
 	case got.RequestHash != req.c.RequestHash:
 		req.reply <- startResult{err: ErrIdempotencyMismatch}
 	default:
-		req.reply <- startResult{c: got, repeat: true}
+		req.reply <- startResult{c: &got, repeat: true}
 	}
 	return true
 }

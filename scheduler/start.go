@@ -113,7 +113,9 @@ type startReq struct {
 // startResult answers a start: at admission (a sync start, or a refusal) or
 // once the call's first write has committed.
 type startResult struct {
-	c         store.Call
+	// c is the answer (a pointer: the reply channel of every start holds
+	// one startResult, and a plain sync start's never carries a call).
+	c         *store.Call
 	call      *call // a sync start's live call, to wait on
 	err       error
 	finished  bool // the final write was queued first: the answer is call's result, after done
@@ -191,7 +193,7 @@ func (s *Scheduler) start(ctx context.Context, p store.Project, sr Request) (sto
 		case r.err != nil:
 			return store.Call{}, r.err
 		case r.repeat:
-			return r.c, nil
+			return r.answer(), nil
 		}
 		c := r.call
 		fired := make(chan struct{})
@@ -222,7 +224,7 @@ func (s *Scheduler) start(ctx context.Context, p store.Project, sr Request) (sto
 		<-r.call.done
 		return finalAnswer(r.call)
 	}
-	return r.c, r.err
+	return r.answer(), r.err
 }
 
 // awaitSync is the rest of a plain sync start once the loop has its
@@ -261,7 +263,7 @@ func (s *Scheduler) awaitSync(ctx context.Context, c *call, done <-chan struct{}
 		<-done
 		return finalAnswer(c)
 	}
-	return r.c, r.err
+	return r.answer(), r.err
 }
 
 // errNotSaved is a sync start's error for a call whose one write, the final
@@ -371,7 +373,7 @@ func (s *Scheduler) persist(c *call, answer store.Call, reply chan<- startResult
 		reply <- startResult{call: c, finished: true}
 		return
 	case !c.unsaved:
-		reply <- startResult{c: answer, call: c} // saved before
+		reply <- startResult{c: &answer, call: c} // saved before
 		return
 	}
 	c.unsaved = false
@@ -426,5 +428,13 @@ func persistedResult(answer store.Call, err error) startResult {
 	if err != nil {
 		return startResult{err: fmt.Errorf("save call: %w", err)}
 	}
-	return startResult{c: answer}
+	return startResult{c: &answer}
+}
+
+// answer is r's call, zero when it carries none.
+func (r startResult) answer() store.Call {
+	if r.c == nil {
+		return store.Call{}
+	}
+	return *r.c
 }
