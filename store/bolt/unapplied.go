@@ -209,8 +209,7 @@ func (p *pending) take() []*logged {
 		n, closed, hurry, due := len(p.queue), p.closed, p.waiting > 0, p.due > 0
 		big := p.bytes >= applyBytes
 		if n > 0 && (lingered || closed || hurry || big || n >= applyBatch) {
-			batch := p.queue
-			p.queue, p.due = nil, 0
+			batch := p.cutBatch()
 			p.mu.Unlock()
 			return batch
 		}
@@ -249,6 +248,37 @@ func (p *pending) take() []*logged {
 			t.Stop()
 		}
 	}
+}
+
+// cutBatch takes the writes of one transaction from the front of the
+// queue: all of them, unless their payloads pass applyBytes, then as many
+// as fit in it, and at least one. Called with mu held.
+//
+// Why a bound: a bbolt commit allocates a buffer for every page it writes
+// at once, about a large payload's size, and a write's payload is garbage
+// only once its transaction is done; sixteen 60 MiB replies applied in one
+// transaction made a gigabyte of both at once (issue 41).
+func (p *pending) cutBatch() []*logged {
+	k, bytes := 0, int64(0)
+	for k < len(p.queue) && (k == 0 || bytes+p.queue[k].size() <= applyBytes) {
+		bytes += p.queue[k].size()
+		k++
+	}
+	batch := p.queue[:k:k]
+	if k == len(p.queue) {
+		p.queue, p.due = nil, 0
+		return batch
+	}
+	// A copy of the rest: the queue's array would otherwise keep the
+	// batch's writes, payloads and all, until the rest is applied too.
+	p.queue = append([]*logged(nil), p.queue[k:]...)
+	p.due = 0
+	for _, l := range p.queue {
+		if len(l.cw.deliveries) > 0 {
+			p.due++
+		}
+	}
+	return batch
 }
 
 // attempted records the outcome of applying batch. After a success the
