@@ -45,9 +45,16 @@ const (
 	applyBytes = 8 << 20
 	// maxHeld and maxHeldBytes bound the writes logged and not yet applied:
 	// past them the writer waits for the applier, so a data file that
-	// falls behind slows writes down rather than fill memory.
+	// falls behind slows writes down rather than fill memory. A held
+	// write's payload is its caller's buffer (a model's reply), live until
+	// applied and no longer counted by the caller's budget once logged
+	// (limits.replyBytes): at 256 MiB, 16 calls with 60 MiB replies held
+	// four replies here beside the budget's two, and peaked at 419 to 588
+	// MiB of RSS against 342 to 409 at 32 MiB (issue 41). A payload larger
+	// than the bound waits for the one before it to be applied; small
+	// writes meet maxHeld long before it.
 	maxHeld      = 8192
-	maxHeldBytes = 256 << 20
+	maxHeldBytes = 32 << 20
 )
 
 // logged is a call write in the log and not yet known to be in the data file.
