@@ -18,7 +18,7 @@ func TestSetMemoryLimitAppliesTheLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	derived := defaults.Limits.BodyBytes + defaults.Limits.ReplyBytes + config.MemoryHeadroom
+	const derived = 320 << 20 // bodyBytes + replyBytes + 64 MiB at the defaults (docs/configuration.md)
 	tests := []struct {
 		name   string
 		limits func(l config.Limits) config.Limits
