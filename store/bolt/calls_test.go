@@ -169,6 +169,37 @@ func TestAppliesTakeOneLargePayloadATransaction(t *testing.T) {
 	}
 }
 
+// An append logs at most maxHeldBytes of payloads, or one write larger
+// than that alone: the writer checks the bound on held writes before each
+// append, and two 60 MiB replies logged together would both be held past
+// it (issue 41). Small writes share one append, as before.
+func TestAppendsLogOneLargePayloadAtATime(t *testing.T) {
+	w := func(payload int) callWrite {
+		return callWrite{key: []byte("c"), value: []byte(`{}`), outputs: make([]byte, payload)}
+	}
+	for _, tc := range []struct {
+		name   string
+		queued []callWrite
+		want   []int
+	}{
+		{"small writes together", []callWrite{w(0), w(10), w(100)}, []int{3}},
+		{"two large replies apart", []callWrite{w(maxHeldBytes), w(maxHeldBytes)}, []int{1, 1}},
+		{"a large one alone between small ones", []callWrite{w(10), w(maxHeldBytes), w(10), w(10)}, []int{1, 1, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []int
+			for rest := tc.queued; len(rest) > 0; {
+				n := groupSize(rest)
+				got = append(got, n)
+				rest = rest[n:]
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("appends of %v writes; want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 // The applier lingers over small writes only: a write whose payload brings
 // the held writes to applyBytes is copied into the data file at once, since
 // each byte held is memory until then.
