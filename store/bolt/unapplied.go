@@ -50,7 +50,7 @@ const (
 	// applied and no longer counted by the caller's budget once logged
 	// (limits.replyBytes): at 256 MiB, 16 calls with 60 MiB replies held
 	// four replies here beside the budget's two, and peaked at 419 to 588
-	// MiB of RSS against 342 to 409 at 32 MiB (issue 41). A payload larger
+	// MiB of RSS against 342 to 409 at 32 MiB (load 12; issue 41). A payload larger
 	// than the bound waits for the one before it to be applied; small
 	// writes meet maxHeld long before it.
 	maxHeld      = 8192
