@@ -37,6 +37,7 @@ import (
 // stops them in reverse order.
 func serve(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	log := newLogger(cfg.Log, stderr)
+	setMemoryLimit(cfg.Limits, os.Getenv, log)
 	if err := cfg.EnsureDataDir(); err != nil {
 		return err
 	}

@@ -143,6 +143,38 @@ type Limits struct {
 	// ReplyBytes bounds the bytes of model replies held at once, from
 	// their buffer until their call's result is stored (0 = no bound).
 	ReplyBytes int64 `koanf:"replyBytes"`
+	// MemoryBytes is the soft memory limit the daemon gives the Go
+	// collector (runtime/debug.SetMemoryLimit); 0 = derived from the
+	// budgets above (MemoryLimit).
+	MemoryBytes int64 `koanf:"memoryBytes"`
+}
+
+// MemoryHeadroom is what the derived memory limit allows beyond the
+// request bodies and model replies the budgets let the daemon hold: the
+// runtime, the store's caches and unapplied writes, connections, and the
+// pages a commit of a large payload writes.
+const MemoryHeadroom = 64 << 20
+
+// MemoryLimit returns the soft memory limit for the Go collector:
+// MemoryBytes when set, else BodyBytes + ReplyBytes + MemoryHeadroom, or
+// math.MaxInt64 (none) when either budget is 0 (unbounded: no limit can be
+// derived from it).
+//
+// Why a limit at all: by default the collector lets the heap grow to twice
+// what was live at the last collection, and the daemon's large garbage
+// (a 60 MiB reply's copies on its way to the store) makes that twice a
+// lot. With the limit the collector runs before the heap passes it, so
+// the process stays near what the budgets hold. It is soft: when more is
+// live (stream results, a slow store), the collector runs more often, at
+// most half the CPU (the runtime's own cap), and nothing fails.
+func (l Limits) MemoryLimit() int64 {
+	switch {
+	case l.MemoryBytes > 0:
+		return l.MemoryBytes
+	case l.BodyBytes == 0 || l.ReplyBytes == 0:
+		return math.MaxInt64
+	}
+	return l.BodyBytes + l.ReplyBytes + MemoryHeadroom
 }
 
 // Log selects the log level and format.
@@ -216,6 +248,7 @@ func defaults() map[string]any {
 		"limits.streamResultBytes":      256 << 20,
 		"limits.streamWriteTimeout":     "30s",
 		"limits.replyBytes":             128 << 20,
+		"limits.memoryBytes":            0,
 		"replica.user":                  PerProjectUser,
 		"replica.uidRange":              fmt.Sprintf("%d-%d", local.DefaultUIDFirst, local.DefaultUIDLast),
 		"replica.network":               "private",
@@ -502,6 +535,10 @@ func (c Config) validate() error {
 	}
 	if c.Limits.ReplyBytes < 0 {
 		bad("limits.replyBytes", "must be 0 (no bound) or more, got %d", c.Limits.ReplyBytes)
+	}
+	if n := c.Limits.MemoryBytes; n != 0 && n < MemoryHeadroom {
+		// Below it the collector would run all the time, for nothing.
+		bad("limits.memoryBytes", "must be 0 (derived from bodyBytes and replyBytes) or at least %d, got %d", MemoryHeadroom, n)
 	}
 	if c.Limits.MaxConnections < 0 {
 		bad("limits.maxConnections", "must be 0 (sized from the open-file limit) or more, got %d", c.Limits.MaxConnections)

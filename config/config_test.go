@@ -162,6 +162,7 @@ func TestInvalidSettingsNameTheKey(t *testing.T) {
 		{"no body read timeout", "limits:\n  bodyReadTimeout: 0s\n", nil, "limits.bodyReadTimeout"},
 		{"negative stream cap", "", []string{"INFERD_LIMITS_MAXSTREAMSPERKEY=-1"}, "limits.maxStreamsPerKey"},
 		{"negative stream result budget", "limits:\n  streamResultBytes: -5\n", nil, "limits.streamResultBytes"},
+		{"memory limit the collector would run at all the time", "limits:\n  memoryBytes: 1048576\n", nil, "limits.memoryBytes: must be 0 (derived from bodyBytes and replyBytes) or at least 67108864"},
 		{"no stream write timeout", "limits:\n  streamWriteTimeout: 0\n", nil, "limits.streamWriteTimeout"},
 	}
 	for _, tc := range tests {

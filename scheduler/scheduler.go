@@ -470,6 +470,11 @@ func (s *Scheduler) loop(ctx context.Context) {
 					s.pass.widen()
 				}
 			}
+			// Handled: drop them now, not at the next take. An event may
+			// hold a model's reply (evInferDone's out, evFinal's call),
+			// which would otherwise stay live until the loop hears of
+			// something else, long after the store let it go (issue 41).
+			clear(evs)
 			s.evbuf = evs
 			if !pass {
 				// Only final writes committed: their calls had left their

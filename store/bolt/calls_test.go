@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -134,6 +135,69 @@ func TestWebhookDeliveryWaitsOnlyTheShortLinger(t *testing.T) {
 			t.Errorf("delivery queued %v after the first write; want at most %v (the linger without one is %v)", waited, deliveryLinger, applyLinger)
 		}
 	})
+}
+
+// A transaction applies at most applyBytes of payloads, or one write
+// larger than that alone: bbolt's commit allocates its pages at once, and
+// a write's payload is garbage only once its transaction is done (issue
+// 41: sixteen 60 MiB replies in one transaction held a gigabyte).
+func TestAppliesTakeOneLargePayloadATransaction(t *testing.T) {
+	p := newPending(0)
+	big := func(id string) callWrite {
+		return callWrite{key: []byte(id), value: []byte(`{}`), outputs: make([]byte, applyBytes)}
+	}
+	small := func(id string) callWrite { return callWrite{key: []byte(id), value: []byte(`{}`)} }
+	hooked := small("s3")
+	hooked.deliveries = []store.Delivery{{}}
+	p.add([]callWrite{small("s1"), big("b1"), big("b2"), small("s2"), hooked}, 1)
+	var got [][]string
+	p.mu.Lock()
+	for len(p.queue) > 0 {
+		var ids []string
+		for _, l := range p.cutBatch() {
+			ids = append(ids, string(l.cw.key))
+		}
+		got = append(got, ids)
+		if len(p.queue) > 0 && p.due != 1 {
+			t.Errorf("after %v: %d writes left that make deliveries due; want 1", ids, p.due)
+		}
+	}
+	p.mu.Unlock()
+	want := [][]string{{"s1"}, {"b1"}, {"b2"}, {"s2", "s3"}}
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("transactions %v; want %v", got, want)
+	}
+}
+
+// An append logs at most maxHeldBytes of payloads, or one write larger
+// than that alone: the writer checks the bound on held writes before each
+// append, and two 60 MiB replies logged together would both be held past
+// it (issue 41). Small writes share one append, as before.
+func TestAppendsLogOneLargePayloadAtATime(t *testing.T) {
+	w := func(payload int) callWrite {
+		return callWrite{key: []byte("c"), value: []byte(`{}`), outputs: make([]byte, payload)}
+	}
+	for _, tc := range []struct {
+		name   string
+		queued []callWrite
+		want   []int
+	}{
+		{"small writes together", []callWrite{w(0), w(10), w(100)}, []int{3}},
+		{"two large replies apart", []callWrite{w(maxHeldBytes), w(maxHeldBytes)}, []int{1, 1}},
+		{"a large one alone between small ones", []callWrite{w(10), w(maxHeldBytes), w(10), w(10)}, []int{1, 1, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []int
+			for rest := tc.queued; len(rest) > 0; {
+				n := groupSize(rest)
+				got = append(got, n)
+				rest = rest[n:]
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("appends of %v writes; want %v", got, tc.want)
+			}
+		})
+	}
 }
 
 // The applier lingers over small writes only: a write whose payload brings

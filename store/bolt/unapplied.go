@@ -45,9 +45,16 @@ const (
 	applyBytes = 8 << 20
 	// maxHeld and maxHeldBytes bound the writes logged and not yet applied:
 	// past them the writer waits for the applier, so a data file that
-	// falls behind slows writes down rather than fill memory.
+	// falls behind slows writes down rather than fill memory. A held
+	// write's payload is its caller's buffer (a model's reply), live until
+	// applied and no longer counted by the caller's budget once logged
+	// (limits.replyBytes): at 256 MiB, 16 calls with 60 MiB replies held
+	// four replies here beside the budget's two, and peaked at 419 to 588
+	// MiB of RSS against 342 to 409 at 32 MiB (load 12; issue 41). A payload larger
+	// than the bound waits for the one before it to be applied; small
+	// writes meet maxHeld long before it.
 	maxHeld      = 8192
-	maxHeldBytes = 256 << 20
+	maxHeldBytes = 32 << 20
 )
 
 // logged is a call write in the log and not yet known to be in the data file.
@@ -209,8 +216,7 @@ func (p *pending) take() []*logged {
 		n, closed, hurry, due := len(p.queue), p.closed, p.waiting > 0, p.due > 0
 		big := p.bytes >= applyBytes
 		if n > 0 && (lingered || closed || hurry || big || n >= applyBatch) {
-			batch := p.queue
-			p.queue, p.due = nil, 0
+			batch := p.cutBatch()
 			p.mu.Unlock()
 			return batch
 		}
@@ -249,6 +255,37 @@ func (p *pending) take() []*logged {
 			t.Stop()
 		}
 	}
+}
+
+// cutBatch takes the writes of one transaction from the front of the
+// queue: all of them, unless their payloads pass applyBytes, then as many
+// as fit in it, and at least one. Called with mu held.
+//
+// Why a bound: a bbolt commit allocates a buffer for every page it writes
+// at once, about a large payload's size, and a write's payload is garbage
+// only once its transaction is done; sixteen 60 MiB replies applied in one
+// transaction made a gigabyte of both at once (issue 41).
+func (p *pending) cutBatch() []*logged {
+	k, bytes := 0, int64(0)
+	for k < len(p.queue) && (k == 0 || bytes+p.queue[k].size() <= applyBytes) {
+		bytes += p.queue[k].size()
+		k++
+	}
+	batch := p.queue[:k:k]
+	if k == len(p.queue) {
+		p.queue, p.due = nil, 0
+		return batch
+	}
+	// A copy of the rest: the queue's array would otherwise keep the
+	// batch's writes, payloads and all, until the rest is applied too.
+	p.queue = append([]*logged(nil), p.queue[k:]...)
+	p.due = 0
+	for _, l := range p.queue {
+		if len(l.cw.deliveries) > 0 {
+			p.due++
+		}
+	}
+	return batch
 }
 
 // attempted records the outcome of applying batch. After a success the

@@ -76,7 +76,7 @@ type wal struct {
 	nextSeq uint64
 	next    uint64     // the LSN of the next write
 	prep    *preparing // the next segment, being or already prepared; nil: none asked for
-	buf     []byte
+	enc     walEncoder // the records of the group being appended
 }
 
 func segmentPath(path string, seq uint64) string {
@@ -271,21 +271,18 @@ func openWAL(path string, segs []walSegment, next uint64, maxSize int64) *wal {
 // and the segment is left behind: the next append starts a new one, which
 // replaces whatever of these records reached the disk.
 func (w *wal) append(cws []callWrite) (uint64, error) {
-	buf := w.buf[:0]
+	e := &w.enc
+	e.reset()
+	defer e.reset() // the payloads are the callers', not the log's to keep
 	lsn := w.next
 	for i := range cws {
-		start := len(buf)
-		buf = slices.Grow(buf, walRecordHead+walWriteSize(&cws[i]))
-		buf = buf[:start+walRecordHead]
-		binary.BigEndian.PutUint64(buf[start+8:], lsn+uint64(i))
-		buf = appendWALWrite(buf, &cws[i])
-		binary.BigEndian.PutUint32(buf[start:], uint32(len(buf)-start-walRecordHead))
-		binary.BigEndian.PutUint32(buf[start+4:], crc32.Checksum(buf[start+8:], castagnoli))
+		e.record(lsn+uint64(i), &cws[i])
 	}
-	if cap(buf) <= 1<<20 {
-		w.buf = buf // keep a buffer of an ordinary batch's size, not a large payload's
+	pieces, size := e.pieces()
+	if cap(e.buf) > 1<<20 {
+		e.buf = nil // keep a buffer of an ordinary batch's size, not a huge batch's
 	}
-	if w.cur != nil && w.off > int64(walHeaderSize) && w.off+int64(len(buf)) > w.limit {
+	if w.cur != nil && w.off > int64(walHeaderSize) && w.off+size > w.limit {
 		w.cur.Close() // durable; the group goes into the next segment
 		w.cur = nil
 	}
@@ -294,10 +291,10 @@ func (w *wal) append(cws []callWrite) (uint64, error) {
 			return 0, err
 		}
 	}
-	if w.maxSize > 0 && w.off+int64(len(buf)) > w.maxSize {
+	if w.maxSize > 0 && w.off+size > w.maxSize {
 		return 0, fmt.Errorf("append to write-ahead log: %w", syscall.ENOSPC)
 	}
-	if _, err := w.cur.WriteAt(buf, w.off); err != nil {
+	if err := writePieces(w.cur, pieces, w.off); err != nil {
 		w.abandon()
 		return 0, fmt.Errorf("append to write-ahead log: %w", err)
 	}
@@ -305,7 +302,7 @@ func (w *wal) append(cws []callWrite) (uint64, error) {
 		w.abandon()
 		return 0, fmt.Errorf("sync write-ahead log: %w", err)
 	}
-	w.off += int64(len(buf))
+	w.off += size
 	w.next += uint64(len(cws))
 	if w.off >= w.limit {
 		w.cur.Close() // durable; the next append starts a new segment
@@ -315,6 +312,19 @@ func (w *wal) append(cws []callWrite) (uint64, error) {
 		w.prepareNext()
 	}
 	return lsn, nil
+}
+
+// writePieces writes pieces one after another into f from off. A large
+// payload is its own piece, written from its caller's buffer; a crash
+// part way leaves a record cut short, as a crash inside one write would.
+func writePieces(f *os.File, pieces [][]byte, off int64) error {
+	for _, p := range pieces {
+		if _, err := f.WriteAt(p, off); err != nil {
+			return err
+		}
+		off += int64(len(p))
+	}
+	return nil
 }
 
 // abandon gives up the current segment after a failed write or sync: its

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"slices"
 	"time"
 
 	"inferd/store"
@@ -23,8 +25,76 @@ const (
 	walFinal
 )
 
-// appendWALWrite appends cw's encoding to buf.
-func appendWALWrite(buf []byte, cw *callWrite) []byte {
+// walEncoder encodes a group's records for one append (wal.append) as the
+// parts the file gets, in order: the small fields encoded into buf, and
+// each large payload (inputs or outputs over store.SmallPayload, which a
+// write carries apart from its record) referred to where it is, in the
+// buffer its caller read it into. A 60 MiB model reply is then written to
+// the log from its own buffer rather than copied whole into buf first, a
+// copy that was garbage as soon as the append ended (issue 41). The bytes
+// are the same either way: replay reads them back as one record.
+type walEncoder struct {
+	buf   []byte
+	parts []walPart
+	mark  int      // buf[mark:] is not yet in parts
+	vec   [][]byte // what pieces returns, reused
+}
+
+// walPart is ext when it is not nil, else buf[start:end].
+type walPart struct {
+	ext        []byte
+	start, end int
+}
+
+// reset empties e for the next group, keeping its buffers. It drops the
+// references to the last group's payloads.
+func (e *walEncoder) reset() {
+	clear(e.parts)
+	clear(e.vec)
+	e.buf, e.parts, e.vec, e.mark = e.buf[:0], e.parts[:0], e.vec[:0], 0
+}
+
+// cut ends the part of buf being encoded.
+func (e *walEncoder) cut() {
+	if len(e.buf) > e.mark {
+		e.parts = append(e.parts, walPart{start: e.mark, end: len(e.buf)})
+		e.mark = len(e.buf)
+	}
+}
+
+func (e *walEncoder) bytes(p walPart) []byte {
+	if p.ext != nil {
+		return p.ext
+	}
+	return e.buf[p.start:p.end]
+}
+
+// record adds cw as the record of LSN lsn: its head (the body's length,
+// the CRC of LSN and body, the LSN) and its body.
+func (e *walEncoder) record(lsn uint64, cw *callWrite) {
+	e.cut() // the record's first part starts with its head
+	first, start := len(e.parts), len(e.buf)
+	e.buf = slices.Grow(e.buf, walRecordHead+walWriteSize(cw))
+	e.buf = e.buf[:start+walRecordHead]
+	binary.BigEndian.PutUint64(e.buf[start+8:], lsn)
+	e.encode(cw)
+	e.cut()
+	n, sum := 0, uint32(0)
+	for i, p := range e.parts[first:] {
+		b := e.bytes(p)
+		if i == 0 {
+			b = b[8:] // from the LSN on
+		}
+		n += len(b)
+		sum = crc32.Update(sum, castagnoli, b)
+	}
+	binary.BigEndian.PutUint32(e.buf[start:], uint32(n-8))
+	binary.BigEndian.PutUint32(e.buf[start+4:], sum)
+}
+
+// encode adds cw's body: its small fields to buf, its large payloads as
+// parts of their own.
+func (e *walEncoder) encode(cw *callWrite) {
 	var flags byte
 	if cw.hasInputs {
 		flags |= walHasInputs
@@ -32,30 +102,67 @@ func appendWALWrite(buf []byte, cw *callWrite) []byte {
 	if cw.final {
 		flags |= walFinal
 	}
-	buf = append(buf, flags)
+	e.buf = append(e.buf, flags)
 	var nanos int64
 	if !cw.finished.IsZero() {
 		nanos = cw.finished.UnixNano()
 	}
-	buf = binary.AppendVarint(buf, nanos)
-	for _, b := range [][]byte{cw.key, cw.value, cw.idem, cw.inputs, cw.outputs} {
-		buf = appendBytes(buf, b)
+	e.buf = binary.AppendVarint(e.buf, nanos)
+	for _, b := range [][]byte{cw.key, cw.value, cw.idem} {
+		e.buf = appendBytes(e.buf, b)
 	}
-	buf = binary.AppendUvarint(buf, uint64(len(cw.encodedDeliveries)))
+	for _, b := range [][]byte{cw.inputs, cw.outputs} {
+		if len(b) <= store.SmallPayload {
+			e.buf = appendBytes(e.buf, b)
+			continue
+		}
+		e.buf = binary.AppendUvarint(e.buf, uint64(len(b)))
+		e.cut()
+		e.parts = append(e.parts, walPart{ext: b})
+	}
+	e.buf = binary.AppendUvarint(e.buf, uint64(len(cw.encodedDeliveries)))
 	for _, d := range cw.encodedDeliveries {
-		buf = appendBytes(buf, d)
+		e.buf = appendBytes(e.buf, d)
 	}
-	return buf
+}
+
+// pieces returns the records added since reset as the slices to write one
+// after another (adjacent parts of buf as one) and their total size. Called
+// once per group; the slices are valid until the next reset.
+func (e *walEncoder) pieces() ([][]byte, int64) {
+	e.cut()
+	var size int64
+	run := -1 // where in buf the run of buf's parts being joined starts; -1: none
+	for _, p := range e.parts {
+		size += int64(len(e.bytes(p)))
+		switch {
+		case p.ext != nil:
+			e.vec = append(e.vec, p.ext)
+			run = -1
+		case run >= 0: // parts of buf follow one another in it
+			e.vec[len(e.vec)-1] = e.buf[run:p.end]
+		default:
+			run = p.start
+			e.vec = append(e.vec, e.buf[p.start:p.end])
+		}
+	}
+	return e.vec, size
 }
 
 func appendBytes(buf, b []byte) []byte {
 	return append(binary.AppendUvarint(buf, uint64(len(b))), b...)
 }
 
-// walWriteSize bounds the encoding's length, for sizing the buffer.
+// walWriteSize bounds the length of cw's encoding in buf: its small
+// fields, and its payloads where they are small enough to be copied.
 func walWriteSize(cw *callWrite) int {
 	n := 1 + binary.MaxVarintLen64 + 6*binary.MaxVarintLen64 +
-		len(cw.key) + len(cw.value) + len(cw.idem) + len(cw.inputs) + len(cw.outputs)
+		len(cw.key) + len(cw.value) + len(cw.idem)
+	for _, p := range [][]byte{cw.inputs, cw.outputs} {
+		if len(p) <= store.SmallPayload {
+			n += len(p)
+		}
+	}
 	for _, d := range cw.encodedDeliveries {
 		n += binary.MaxVarintLen64 + len(d)
 	}

@@ -110,17 +110,40 @@ func (s *Store) runWriter() {
 		if batch == nil {
 			return
 		}
-		start := time.Now()
-		err := s.logWrites(batch)
-		s.commits.Add(1)
-		s.commitWrite.Add(int64(len(batch)))
-		s.commitNanos.Add(int64(time.Since(start)))
-		for i := range batch {
-			batch[i].done(err)
+		for rest := batch; len(rest) > 0; {
+			group := rest[:groupSize(rest)]
+			rest = rest[len(group):]
+			start := time.Now()
+			err := s.logWrites(group)
+			s.commits.Add(1)
+			s.commitWrite.Add(int64(len(group)))
+			s.commitNanos.Add(int64(time.Since(start)))
+			for i := range group {
+				group[i].done(err)
+			}
+			clear(group) // drop references to records and callbacks (a callback may hold its call's reply)
 		}
-		clear(batch) // drop references to records and callbacks
 		buf = batch
 	}
+}
+
+// groupSize is how many of the queued writes go into the next append: all
+// of them, unless their payloads pass maxHeldBytes, then as many as fit in
+// it, and at least one. The bound on held writes (pending.room) is checked
+// before each append, so a group of several large replies would otherwise
+// go past it whole: two 60 MiB replies logged at once are both held until
+// applied, out of limits.replyBytes from then on (issue 41).
+func groupSize(queued []callWrite) int {
+	k, bytes := 0, int64(0)
+	for k < len(queued) {
+		n := int64(len(queued[k].value) + len(queued[k].inputs) + len(queued[k].outputs))
+		if k > 0 && bytes+n > maxHeldBytes {
+			break
+		}
+		bytes += n
+		k++
+	}
+	return k
 }
 
 // logWrites makes batch durable in the log and visible to reads.
