@@ -304,7 +304,7 @@ func TestHeldBodiesOfOneAddressAreCutForAnotherWithinItsShare(t *testing.T) {
 			msg != "error: server busy: request bodies being read hold the 2359298 bytes they may, and this address held more than its share (limits.bodyBytes); retry later" {
 			t.Errorf("the oldest held body: %d %q", resp.StatusCode, msg)
 		}
-		time.Sleep(time.Second) // the bubble's clock, past net/http's linger before it closes
+		time.Sleep(time.Second) // the bubble's clock (synctest), past net/http's linger before it closes: no wall time passes
 		synctest.Wait()
 		if !first.closedByServer() {
 			t.Error("the cut body's connection is still open")

@@ -52,7 +52,7 @@ func TestResponseReadersOfOneResultShareOneCopy(t *testing.T) {
 			t.Errorf("a reader that reads: %d, %d bytes: %.100s", resp.StatusCode, len(body), body)
 		}
 
-		time.Sleep(31 * time.Second)
+		time.Sleep(31 * time.Second) // the bubble's clock (synctest), past limits.streamWriteTimeout: no wall time passes
 		synctest.Wait()
 		if b := metricValue(t, m, "inferd_event_stream_result_bytes"); b != 0 {
 			t.Errorf("past the write timeout the silent readers hold %v result bytes; want none", b)

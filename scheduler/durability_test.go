@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -79,12 +78,7 @@ func TestAnsweredCallWhoseWriteFailsIsKeptAndWrittenAgain(t *testing.T) {
 		defer h.stop()
 		i := h.launched()
 		h.ready(i)
-		h.st.setFail(func(c store.Call) error {
-			if c.State.Done() {
-				return errors.New("mmap: no space left on device")
-			}
-			return nil
-		})
+		h.st.setFail(diskFullOnFinalWrites)
 		res := h.submitWait(context.Background(), p, time.Minute)
 		h.call(i).reply(`{"y":2}`)
 		r := <-res

@@ -200,6 +200,15 @@ func (s *testStore) release() { s.ReleaseCallWrite() }
 // setFail makes each call write for which f returns an error fail with it.
 func (s *testStore) setFail(f func(store.Call) error) { s.FailCallWrites(f) }
 
+// diskFullOnFinalWrites, for setFail: a call's final write finds the disk
+// full; its earlier writes land.
+func diskFullOnFinalWrites(c store.Call) error {
+	if c.State.Done() {
+		return errors.New("mmap: no space left on device")
+	}
+	return nil
+}
+
 // putProject stores p as the scheduler will read it; like an admin write,
 // it tells the scheduler nothing (tests call ProjectChanged).
 func (s *testStore) putProject(p store.Project) {

@@ -93,12 +93,7 @@ func TestSyncStartWhoseWriteFailedIsNotWokenByIt(t *testing.T) {
 		i := h.launched()
 		h.ready(i)
 		h.st.setHold(func(c store.Call) bool { return c.State.Done() })
-		h.st.setFail(func(c store.Call) error {
-			if c.State.Done() {
-				return errors.New("mmap: no space left on device")
-			}
-			return nil
-		})
+		h.st.setFail(diskFullOnFinalWrites)
 		res := h.submitWait(context.Background(), p, time.Minute)
 		h.call(i).reply(`{"y":2}`)
 		h.noAnswer(res, "while the result's write was held back")
@@ -341,12 +336,7 @@ func TestSubmitWaitHandsOutNoIDForACallItCouldNotSave(t *testing.T) {
 		defer h.stop()
 		i := h.launched()
 		h.ready(i)
-		h.st.setFail(func(c store.Call) error {
-			if c.State.Done() {
-				return errors.New("mmap: no space left on device")
-			}
-			return nil
-		})
+		h.st.setFail(diskFullOnFinalWrites)
 		res := h.submitWait(context.Background(), p, time.Minute)
 		h.call(i).reply(`{"y":2}`)
 		r := <-res
