@@ -37,6 +37,9 @@ func TestBodyBudgetCountsInAllAndPerSource(t *testing.T) {
 	if got := refusedBy(bb.check(51)); got != budgetBodyBytes {
 		t.Errorf("b's 51 past the 100 in all: refused by %q", got)
 	}
+	if got := refusedBy(bb.grow(51)); got != budgetBodyBytes {
+		t.Errorf("b's 51 taken past the 100 in all: refused by %q", got)
+	}
 	if err := bb.grow(50); err != nil {
 		t.Errorf("b's 50 within both: %v", err)
 	}
