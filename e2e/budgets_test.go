@@ -240,10 +240,12 @@ func TestHealthzAnswersWhileSlowSendersFillTheCap(t *testing.T) {
 func TestSilentEventStreamsAreCut(t *testing.T) {
 	t.Parallel()
 	echo := echoDir(t)
-	// 3 s, not less: the reading client below must get each MiB within it
-	// on a loaded 2-core box under the race detector (at 1 s its request
-	// was once cut before the daemon had written a byte).
-	dir, cfg := newDaemonDir(t, "limits:\n  streamWriteTimeout: 3s\n")
+	// 3 s, not less, and stretched on a busy box: the reading client below
+	// must get each MiB within it on a loaded 2-core box under the race
+	// detector (at 1 s its request was once cut before the daemon had
+	// written a byte).
+	writeTimeout := scaledSetting(3 * time.Second)
+	dir, cfg := newDaemonDir(t, "limits:\n  streamWriteTimeout: "+writeTimeout+"\n")
 	d := startDaemon(t, dir, cfg)
 	key := d.createKey("acme", false)
 	d.apply("projects:\n" + echoProject("echo", "acme", "mk-echo", echo, marker(), ""))
@@ -301,6 +303,6 @@ func TestSilentEventStreamsAreCut(t *testing.T) {
 		len(done.ModelOutputs) != 1 || len(done.ModelOutputs[0].Data) != size {
 		t.Errorf("the done event of a reading client (%v): %.200s", err, line)
 	}
-	report(t, "3 silent streams of an %d-byte result cut at limits.streamWriteTimeout (3s); a reader got all %s bytes",
-		size, strconv.Itoa(len(all)))
+	report(t, "3 silent streams of an %d-byte result cut at limits.streamWriteTimeout (%s); a reader got all %s bytes",
+		size, writeTimeout, strconv.Itoa(len(all)))
 }

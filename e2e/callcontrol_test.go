@@ -331,7 +331,10 @@ func TestWarmupEndToEnd(t *testing.T) {
 	t.Parallel()
 	echo := echoDir(t)
 	mark := marker()
-	d, _, key := callControlDaemon(t, "", echoProject("cold", "acme", "mk-cold", echo, mark, "")+"    idleTimeout: 1\n")
+	// Long enough idle that the replica warmup readied is still there when
+	// the status is read next, short enough to watch it go.
+	idle := int(testenv.Scale(5 * time.Second).Seconds())
+	d, _, key := callControlDaemon(t, "", echoProject("cold", "acme", "mk-cold", echo, mark, "")+fmt.Sprintf("    idleTimeout: %d\n", idle))
 	hdr := map[string]string{"X-Service-API-Key": key}
 	status, body := do(t, "POST", d.base+"/v1/projects/cold/warmup", hdr, "")
 	if status != http.StatusOK || body["ready"] != true {

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"inferd/internal/testenv"
 )
 
 // answeredCall is one call a client of TestAnsweredDurabilityLosesOnlyTheLastAnsweredCalls
@@ -131,9 +133,9 @@ func TestAnsweredDurabilityLosesOnlyTheLastAnsweredCalls(t *testing.T) {
 	}
 	// The window is the group commit under way at the kill and the next
 	// (milliseconds: docs/benchmarks.md); a call answered seconds before it
-	// must have been kept on any box.
-	if latest > 5*time.Second {
-		t.Errorf("a call answered %v before the kill was lost: the loss is not bounded by the commit window", latest)
+	// must have been kept on any box (a busy one's fsyncs stretch it).
+	if bound := testenv.Scale(5 * time.Second); latest > bound {
+		t.Errorf("a call answered %v before the kill was lost (bound %v, %s): the loss is not bounded by the commit window", latest, bound, testenv.Load())
 	}
 	report(t, "durability answered, kill -9 under load: %d calls kept, %d answered and lost (all plain sync calls of the answered project, "+
 		"each a tail of its client's calls; the earliest answered %v before the kill)", kept, lost, latest.Round(time.Microsecond))

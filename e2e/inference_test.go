@@ -256,7 +256,9 @@ func TestInferenceEndToEnd(t *testing.T) {
 		if status, _ := do(t, "GET", d.base+"/healthz", nil, ""); status != 200 {
 			t.Fatal("healthz")
 		}
-		if r := c.start("mk-echo", `{"ok":1}`, false); r["message"] != "success" {
+		// Started, then checked: the faults' replicas may still be booting
+		// anew past the 1 s a sync start waits.
+		if r := c.waitResult(c.start("mk-echo", `{"ok":1}`, true)["callID"].(string)); r["message"] != "success" {
 			t.Fatalf("a normal call after the faults: %v", r)
 		}
 	})

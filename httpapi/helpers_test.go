@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"inferd/httpapi/internal/apitest"
+	"inferd/internal/testenv"
 	"inferd/store"
 )
 
@@ -87,21 +88,22 @@ func serveAsync(h http.Handler, method, path, body string) <-chan *httptest.Resp
 
 // waitResult fails the test if a handler that must already be awake does
 // not answer; the bound only guards against hanging forever.
-func waitResult(t *testing.T, ch <-chan *httptest.ResponseRecorder) *httptest.ResponseRecorder {
+func waitResult[T any](t *testing.T, ch <-chan T) T {
 	t.Helper()
 	select {
 	case rec := <-ch:
 		return rec
-	case <-time.After(10 * time.Second):
-		t.Fatal("handler did not answer")
-		return nil
+	case <-time.After(testenv.Scale(10 * time.Second)):
+		t.Fatal(testenv.Waited(10*time.Second, "the handler's answer"))
+		var none T
+		return none
 	}
 }
 
 // waitLookup blocks until the handler has looked up the call id.
 func waitLookup(t *testing.T, s *fakeScheduler, id string) {
 	t.Helper()
-	timeout := time.After(10 * time.Second)
+	timeout := time.After(testenv.Scale(10 * time.Second))
 	for {
 		select {
 		case got := <-s.lookups:
@@ -175,10 +177,10 @@ func decode[T any](t *testing.T, rec *httptest.ResponseRecorder) T {
 // hanging forever.
 func eventuallyTrue(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testenv.Scale(10 * time.Second))
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition never held")
+			t.Fatal(testenv.Waited(10*time.Second, "the condition"))
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"inferd/internal/testenv"
 	"inferd/scheduler"
 	"inferd/store"
 )
@@ -222,7 +223,7 @@ func (s *sseReader) next() string {
 			s.t.Fatal("the stream ended")
 		}
 		return d
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Scale(10 * time.Second)):
 		s.t.Fatal("no event within 10s: held back?")
 		return ""
 	}
@@ -257,7 +258,7 @@ func receive[T any](t *testing.T, ch <-chan T) T {
 	select {
 	case v := <-ch:
 		return v
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Scale(10 * time.Second)):
 		t.Fatal("the stream's answer did not come within 10s: held back?")
 		var zero T
 		return zero
@@ -337,7 +338,7 @@ func TestOpenAIStreamClientAbortCancelsTheCall(t *testing.T) {
 	env.sched.mu.Unlock()
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Scale(10 * time.Second)):
 		t.Fatal("the call was not ended when its client went away")
 	}
 	if c, _, _ := env.sched.Lookup("call_1"); store.FailureOf(c).Kind != store.FailDisconnected {

@@ -133,17 +133,37 @@ func TestRunAnswersPastTheServerWriteTimeout(t *testing.T) {
 	srv.Config.WriteTimeout = 200 * time.Millisecond
 	srv.Start()
 	defer srv.Close()
-	finish := time.AfterFunc(time.Second, func() { env.sched.finish("call_1", store.CallSucceeded, `{"slow":true}`, "success") })
-	defer finish.Stop()
 	req, _ := http.NewRequest("POST", srv.URL+"/run/echo/", strings.NewReader(`{}`))
 	req.Header.Set("X-Banana-API-Key", keyAcme)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("the answer was cut off: %v", err)
+	type answer struct {
+		status int
+		body   string
+		err    error
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 || strings.TrimSpace(string(body)) != `{"slow":true}` {
-		t.Fatalf("HTTP %d %s", resp.StatusCode, body)
+	answered := make(chan answer, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			answered <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		answered <- answer{resp.StatusCode, string(body), err}
+	}()
+	eventuallyTrue(t, func() bool {
+		env.sched.mu.Lock()
+		defer env.sched.mu.Unlock()
+		return env.sched.n == 1 // the /run call is admitted and waited on
+	})
+	// The call takes a second from its admission, five write timeouts.
+	finish := time.AfterFunc(time.Second, func() { env.sched.finish("call_1", store.CallSucceeded, `{"slow":true}`, "success") })
+	defer finish.Stop()
+	a := waitResult(t, answered)
+	if a.err != nil {
+		t.Fatalf("the answer was cut off: %v", a.err)
+	}
+	if a.status != 200 || strings.TrimSpace(a.body) != `{"slow":true}` {
+		t.Fatalf("HTTP %d %s", a.status, a.body)
 	}
 }
