@@ -204,7 +204,7 @@ limits:
 		// And the server drops every slow connection (readHeaderTimeout 1s);
 		// the 60 s deadline only guards against a server that never does.
 		for i, conn := range append(conns, trickle) {
-			conn.SetReadDeadline(time.Now().Add(60 * time.Second))
+			conn.SetReadDeadline(time.Now().Add(testenv.Scale(60 * time.Second)))
 			_, err := io.ReadAll(conn)
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {

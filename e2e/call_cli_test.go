@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"inferd/internal/testenv"
 )
 
 // inferd call calls a model from the shell, as ollama run does: it prints
@@ -92,8 +94,8 @@ func TestInferdCallPrintsTheOutputsAndExitsNonZeroOnFailure(t *testing.T) {
 		if line != `{"token":"one","index":0}` {
 			t.Fatalf("first streamed line %q", line)
 		}
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("no streamed line within 2m; stderr %q", errOut.String())
+	case <-scaledAfter(2 * time.Minute):
+		t.Fatalf("%s; stderr %q", testenv.Waited(2*time.Minute, "the first streamed line"), errOut.String())
 	}
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
 		t.Fatal(err)

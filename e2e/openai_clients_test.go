@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"inferd/internal/testenv"
 )
 
 // clientCase is one line of examples/openai-clients/clients.mjs: a case
@@ -106,7 +108,7 @@ func TestOpenAIClients(t *testing.T) {
 // process must end by itself, each of its cases within its own deadline.
 func runClient(t *testing.T, node, dir, client string, env ...string) []clientCase {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Scale(5*time.Minute))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "clients.mjs", client)
 	cmd.Dir = dir

@@ -27,7 +27,7 @@ type openaiAnswer struct {
 
 func openaiDo(t *testing.T, method, url, key, body string) openaiAnswer {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Scale(2*time.Minute))
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
 	if err != nil {

@@ -145,7 +145,7 @@ func TestProjectRestartAndApplyRollOntoNewCodeWithoutFailingACall(t *testing.T) 
 	// version v: the old replicas are gone from service.
 	waitServes := func(v string) {
 		t.Helper()
-		deadline := time.After(2 * time.Minute)
+		deadline := scaledAfter(2 * time.Minute)
 		for inARow := 0; inARow < 10; {
 			select {
 			case got := <-seen:
