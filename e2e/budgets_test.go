@@ -53,7 +53,7 @@ func readAnswer(c net.Conn) (int, string, error) {
 // refused by the per-address budget; the fourth address's, each sent once
 // the one before it was answered, by the total (the budget is fair between
 // addresses, so that address's bodies sent at once could cut a held body for
-// its share: that is TestHeldBodiesOfOneAddressAreCutForAnotherWithinItsShare).
+// its share: httpapi's TestHeldBodiesOfOneAddressAreCutForAnotherWithinItsShare).
 // Every refusal names its budget, the bytes held stay those three bodies'
 // buffers, and a small start from a fifth address is still served.
 func TestHeldBodiesStayWithinTheBodyBudget(t *testing.T) {
