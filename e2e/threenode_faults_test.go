@@ -306,26 +306,34 @@ func TestThreeNodeClusterSurvivesKilledLeader(t *testing.T) {
 	}
 }
 
+// retryingOnEachNode starts three nodes whose cluster links the test can
+// cut, with team acme's project id (model key "mk-"+id, an echo model whose
+// calls may run once more) holding a replica on every node. It returns the
+// cluster, acme's admin and plain keys, and a follower to cut off.
+func retryingOnEachNode(t *testing.T, id string) (c *threeNodes, admin, key string, follower *clusterNode) {
+	t.Helper()
+	mark := marker()
+	c = newThreeNodes(t, clusterOpts{isolated: true})
+	n1 := c.nodes[0]
+	admin = n1.d.createKey("acme", true)
+	key = n1.d.createKey("acme", false)
+	n1.d.apply("projects:\n" + echoProject(id, "acme", "mk-"+id, echoDir(t), mark, "") +
+		"    minReplicas: 3\n    maxReplicas: 3\n    retries: 1\n")
+	leader := c.waitLeader(t, admin, time.Minute, c.nodes[:])
+	c.waitReplicas(t, admin, mark, id, 2*time.Minute, c.nodes[:], "a replica on each node", func(m map[string]int) bool {
+		return m["node-1"] == 1 && m["node-2"] == 1 && m["node-3"] == 1
+	})
+	return c, admin, key, c.others(leader)[0]
+}
+
 // Issue 22, "Done when" 4: a node cut off from the other two (its cluster
 // link down; the process runs on) is fenced: the others drop it once its
 // lease lapses, its running call is run again elsewhere, and it takes no
 // new work. After the link is back, the result its model gives late is
 // discarded (the re-run's stays), and it rejoins and takes calls again.
 func TestThreeNodeClusterFencesCutOffNode(t *testing.T) {
-	echo := echoDir(t)
-	mark := marker()
-	c := newThreeNodes(t, clusterOpts{isolated: true})
-	n1 := c.nodes[0]
-	admin := n1.d.createKey("acme", true)
-	key := n1.d.createKey("acme", false)
-	n1.d.apply("projects:\n" + echoProject("slow", "acme", "mk-slow", echo, mark, "") +
-		"    minReplicas: 3\n    maxReplicas: 3\n    retries: 1\n")
-	leader := c.waitLeader(t, admin, time.Minute, c.nodes[:])
-	victim := c.others(leader)[0]
+	c, admin, key, victim := retryingOnEachNode(t, "slow")
 	others := c.others(victim.name)
-	c.waitReplicas(t, admin, mark, "slow", 2*time.Minute, c.nodes[:], "a replica on each node", func(m map[string]int) bool {
-		return m["node-1"] == 1 && m["node-2"] == 1 && m["node-3"] == 1
-	})
 
 	// A call whose first run holds until the test releases it: it starts
 	// on the victim (placed there, so it runs there) and is running when

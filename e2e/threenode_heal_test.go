@@ -175,19 +175,7 @@ func (c *threeNodes) answersDiffer(key string, ids []string) (differ []string) {
 // elsewhere. After the heal every node answers every call alike within
 // 30 s: the committed success, never the cut-off node's failure.
 func TestThreeNodeClusterAnswersAlikeAfterHeal(t *testing.T) {
-	echo := echoDir(t)
-	mark := marker()
-	c := newThreeNodes(t, clusterOpts{isolated: true})
-	n1 := c.nodes[0]
-	admin := n1.d.createKey("acme", true)
-	key := n1.d.createKey("acme", false)
-	n1.d.apply("projects:\n" + echoProject("work", "acme", "mk-work", echo, mark, "") +
-		"    minReplicas: 3\n    maxReplicas: 3\n    retries: 1\n")
-	leader := c.waitLeader(t, admin, time.Minute, c.nodes[:])
-	victim := c.others(leader)[0]
-	c.waitReplicas(t, admin, mark, "work", 2*time.Minute, c.nodes[:], "a replica on each node", func(m map[string]int) bool {
-		return m["node-1"] == 1 && m["node-2"] == 1 && m["node-3"] == 1
-	})
+	c, _, key, victim := retryingOnEachNode(t, "work")
 
 	// A call held in its model until the test releases it, running on
 	// the victim, and three queued behind it there.
